@@ -1,0 +1,16 @@
+// Subcommand registration for the `strata` executable: each cmd_*.cpp adds its CLI11 subcommand
+// and a callback; run_selected() runs the one the user chose.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace strata::app {
+
+void register_bench(CLI::App& app);
+
+// Each register_* stores its runner here; run_selected() calls the one whose subcommand parsed.
+void add_runner(CLI::App* sub, std::function<int()> run);
+int run_selected(CLI::App& app);
+
+}  // namespace strata::app

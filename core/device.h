@@ -1,0 +1,41 @@
+// Devices (cpu, cuda:N) and runtime detection of the CUDA backend.
+// "auto" resolves to cuda:0 when a GPU is usable, else cpu with one log line saying why;
+// asking for "cuda" where none is usable is an error naming the cause.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace strata {
+
+enum class DeviceType : uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static constexpr Device cpu() { return Device{DeviceType::CPU, 0}; }
+  static constexpr Device cuda(int i = 0) { return Device{DeviceType::CUDA, i}; }
+  constexpr bool is_cpu() const { return type == DeviceType::CPU; }
+  constexpr bool is_cuda() const { return type == DeviceType::CUDA; }
+  std::string str() const;  // "cpu" or "cuda:N"
+  friend constexpr bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && (a.type == DeviceType::CPU || a.index == b.index);
+  }
+};
+
+// True when this binary was built with the CUDA backend.
+bool cuda_built();
+// Number of usable GPUs (0 when built without CUDA, without a driver, or without a GPU).
+int cuda_device_count();
+// Why cuda_device_count() is 0 ("" when a GPU is usable).
+std::string cuda_unavailable_reason();
+
+// Parse "cpu", "cuda", "cuda:N" or "auto" and check that the device exists.
+// Throws strata::Error naming the cause when cuda is asked for and unusable.
+Device resolve_device(std::string_view spec);
+
+// One line per device: name, compute capability, memory; used by `strata bench ops`.
+std::string device_report();
+
+}  // namespace strata

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Configures and builds Strata with CMake + Ninja (+ ccache when present).
+#   scripts/build.sh [BUILD_DIR]   (default: build/)
+# Environment: STRATA_CUDA=AUTO|ON|OFF (default AUTO), CUDA_ARCHS (default 90), BUILD_TYPE.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+cuda="${STRATA_CUDA:-AUTO}"
+cmake -S "$root" -B "$build" -G Ninja \
+  -DSTRATA_CUDA="$cuda" \
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" \
+  -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" > "$build.cmake.log" 2>&1 || {
+    cat "$build.cmake.log"; exit 1; }
+grep -E "Strata CUDA backend" "$build.cmake.log" || true
+cmake --build "$build" -j "${BUILD_JOBS:-$(nproc)}"

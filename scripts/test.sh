@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what is needed, builds, and runs every test (unit tests, op sweep; later multi-rank
+# and functional golden-value tests). GPU tests report as skipped where no GPU is usable.
+#   scripts/test.sh [BUILD_DIR]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+bash "$root/scripts/setup.sh"
+bash "$root/scripts/build.sh" "$build"
+cd "$build"
+ctest --output-on-failure -j "${TEST_JOBS:-$(nproc)}"

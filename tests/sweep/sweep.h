@@ -1,0 +1,67 @@
+// The op sweep (ggml test-backend-ops style): every op × dtype × shape on a target backend,
+// compared with the float64 CPU reference computed from the same (dtype-rounded) inputs.
+// Targets: "cpu" (low-precision CPU kernels against f64) and "cuda" (CUDA kernels against f64 CPU).
+// Each op family registers its cases from tests/sweep/sweep_<op>.cpp with STRATA_SWEEP_OP.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace strata::sweep {
+
+struct Result {
+  std::string op, backend, dtype, shape;
+  double normalized_error = 0, max_abs_error = 0, bound = 0;
+  bool passed = false;
+  std::string note;
+};
+
+struct Context {
+  Device device;             // where the op under test runs
+  DType dtype;               // its storage dtype
+  bool quick = false;        // fewer / smaller shapes
+  std::vector<Result>* results = nullptr;
+  std::string current_op;
+
+  // Error bound for this dtype: f32 / f64 bound, bf16 and f16 bounds.
+  double bound(double f32, double bf16, double f16) const;
+  // Random f64 CPU tensor rounded to the dtype under test (so the reference sees identical inputs).
+  Tensor input(const Shape& shape, uint64_t seed, double low = -1.0, double high = 1.0) const;
+  // Move an f64 reference input to the device and dtype under test.
+  Tensor on_target(const Tensor& ref) const { return ref.to(dtype).to(device); }
+  Tensor empty(const Shape& shape) const { return Tensor::empty(shape, dtype, device); }
+  // Compare a target output with the f64 reference and record the case.
+  void compare(const std::string& what, const Shape& shape, const Tensor& got, const Tensor& ref, double bound);
+};
+
+using CaseFn = std::function<void(Context&)>;
+struct OpEntry {
+  std::string name;
+  CaseFn run;
+  std::vector<DType> dtypes;  // dtypes the op supports
+};
+
+std::vector<OpEntry>& registry();
+struct Registrar {
+  Registrar(const char* name, std::vector<DType> dtypes, CaseFn fn);
+};
+
+// Runs every registered op (optionally filtered by substring) on each available backend.
+// Returns 0 when all cases pass, 1 on any failure, 77 when nothing could run.
+struct Options {
+  std::vector<std::string> backends = {"cpu", "cuda"};
+  std::string filter;
+  bool quick = false;
+  std::string json_out;  // optional path for machine-readable results
+};
+int run(const Options& opts);
+
+}  // namespace strata::sweep
+
+#define STRATA_SWEEP_CONCAT2(a, b) a##b
+#define STRATA_SWEEP_CONCAT(a, b) STRATA_SWEEP_CONCAT2(a, b)
+// STRATA_SWEEP_OP("gelu", {DType::F32, DType::BF16}, [](strata::sweep::Context& c) { ... });
+#define STRATA_SWEEP_OP(name, dtypes, ...) \
+  static ::strata::sweep::Registrar STRATA_SWEEP_CONCAT(strata_sweep_reg_, __LINE__)(name, dtypes, __VA_ARGS__)
