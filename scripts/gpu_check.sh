@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The one device check for a session that has a GPU. Run it through the device tool from the repo
+# root, after scripts/gpu_bundle.sh here:   device run --carry gpu_bundle "bash scripts/gpu_check.sh"
+# Steps (each logged under $OUT, a summary table printed last):
+#   1. device report (nvidia-smi)
+#   2. binaries: the carried gpu_bundle/ (built here for sm_90), else a build there for sm_90
+#   3. op sweep: every op x dtype x shape on CUDA against the float64 CPU reference
+#   4. GPU unit tests, then the CPU unit tests on that machine
+#   5. op benchmarks (GEMM vs cublasLtMatmul at 8192^3, attention fwd+bwd at s=4096 d=128, memory-
+#      bound ops vs device copy) and the PyTorch reference on the same shapes
+#   6. compute-sanitizer memcheck over the quick sweep
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-$root/out}"
+mkdir -p "$OUT"
+cd "$root"
+summary=()
+note() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 && note "device" "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+
+if [[ -x gpu_bundle/bin/strata ]]; then
+  bin="$root/gpu_bundle/bin"
+  export LD_LIBRARY_PATH="$root/gpu_bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  note "binaries" "carried gpu_bundle (built for sm_90)"
+else
+  STRATA_CUDA=ON CUDA_ARCHS=90 BUILD_JOBS=16 bash scripts/build.sh "$root/build-gpu" > "$OUT/build.log" 2>&1 \
+    && note "binaries" "built there" || { note "binaries" "BUILD FAILED (see build.log)"; printf '%s\n' "${summary[@]}"; exit 1; }
+  bin="$root/build-gpu"
+  cp "$bin/tests/strata_unit_tests" "$bin/tests/strata_gpu_tests" "$bin/" 2>/dev/null || true
+fi
+
+timeout 240 "$bin/strata_op_sweep" --backend cuda --json "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
+rc=$?; note "op sweep (cuda vs f64 cpu)" "rc=$rc $(tail -1 "$OUT/sweep.log")"
+grep -E " FAIL" "$OUT/sweep.log" | head -20 > "$OUT/sweep_failures.txt"
+
+timeout 120 "$bin/strata_gpu_tests" > "$OUT/gpu_tests.log" 2>&1
+rc=$?; note "gpu unit tests" "rc=$rc $(grep -E 'test cases|All tests' "$OUT/gpu_tests.log" | tail -1)"
+timeout 120 "$bin/strata_unit_tests" > "$OUT/unit_tests.log" 2>&1
+rc=$?; note "cpu unit tests (there)" "rc=$rc $(grep -E 'test cases|All tests' "$OUT/unit_tests.log" | tail -1)"
+
+timeout 180 "$bin/strata" bench ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+rc=$?; note "op benchmarks" "rc=$rc (bench.log)"
+timeout 120 python3 scripts/bench/attention_torch.py > "$OUT/torch_reference.jsonl" 2>&1
+note "torch reference" "rc=$? (torch_reference.jsonl)"
+
+if command -v compute-sanitizer > /dev/null; then
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$bin/strata_op_sweep" --quick --backend cuda \
+    > "$OUT/memcheck.log" 2>&1
+  note "memcheck (quick sweep)" "rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+fi
+
+echo "==== benchmarks ===="
+grep -vE "^\[" "$OUT/bench.log" | tail -20
+cat "$OUT/torch_reference.jsonl"
+echo "==== sweep failures (first 20) ===="
+cat "$OUT/sweep_failures.txt"
+echo "==== summary ===="
+printf '%s\n' "${summary[@]}"
