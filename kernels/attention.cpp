@@ -1,0 +1,103 @@
+// Argument checks and device dispatch for kernels/attention.h (sbhd causal attention with GQA).
+#include "kernels/attention.h"
+
+#include <cmath>
+
+#include "kernels/dispatch.h"
+
+namespace strata::kernels {
+namespace {
+
+struct Dims {
+  int64_t sq, sk, b, hq, hkv, d;
+};
+
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  check_float(q, op, "q");
+  STRATA_CHECK(q.dim() == 4, op, ": q must be [sq, b, hq, d], got ", q.shape().str());
+  STRATA_CHECK(k.dim() == 4, op, ": k must be [sk, b, hkv, d], got ", k.shape().str());
+  STRATA_CHECK(v.dim() == 4, op, ": v must be [sk, b, hkv, d], got ", v.shape().str());
+  STRATA_CHECK(k.dtype() == q.dtype(), op, ": k dtype mismatch ", dtype_name(k.dtype()), " vs q ",
+               dtype_name(q.dtype()));
+  STRATA_CHECK(v.dtype() == q.dtype(), op, ": v dtype mismatch ", dtype_name(v.dtype()), " vs q ",
+               dtype_name(q.dtype()));
+  STRATA_CHECK(k.shape() == v.shape(), op, ": k ", k.shape().str(), " and v ", v.shape().str(),
+               " must have the same shape");
+  Dims d{q.size(0), k.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  STRATA_CHECK(k.size(1) == d.b, op, ": batch mismatch: q ", q.shape().str(), " vs k ", k.shape().str());
+  STRATA_CHECK(k.size(3) == d.d, op, ": head_dim mismatch: q has d = ", d.d, ", k and v have d = ", k.size(3));
+  STRATA_CHECK(d.d > 0, op, ": head_dim must be positive");
+  STRATA_CHECK(d.hkv > 0 && d.hq % d.hkv == 0, op, ": query heads hq = ", d.hq,
+               " must be a multiple of kv heads hkv = ", d.hkv);
+  if (q.device().is_cuda())
+    STRATA_CHECK(d.d <= 256, op, ": head_dim ", d.d, " > 256 is not supported on CUDA");
+  return d;
+}
+
+void check_same(const char* op, const char* name, const Tensor& t, const Tensor& like, const char* like_name) {
+  STRATA_CHECK(t.dtype() == like.dtype(), op, ": ", name, " dtype mismatch ", dtype_name(t.dtype()), " vs ",
+               like_name, " ", dtype_name(like.dtype()));
+  STRATA_CHECK(t.shape() == like.shape(), op, ": ", name, " ", t.shape().str(), " must have the shape of ",
+               like_name, " ", like.shape().str());
+}
+
+void check_lse(const char* op, const Tensor& lse, const Tensor& q, const Dims& d) {
+  STRATA_CHECK(lse.dtype() == DType::F32 || (lse.dtype() == DType::F64 && q.dtype() == DType::F64), op,
+               ": softmax_lse must be f32 (or f64 with f64 q), got ", dtype_name(lse.dtype()));
+  STRATA_CHECK(lse.dim() == 3 && lse.size(0) == d.b && lse.size(1) == d.hq && lse.size(2) == d.sq, op,
+               ": softmax_lse must be [b, hq, sq] = [", d.b, ", ", d.hq, ", ", d.sq, "], got ",
+               lse.shape().str());
+}
+
+void check_params(const char* op, const AttentionParams& p, const Dims& d) {
+  STRATA_CHECK(std::isfinite(p.softmax_scale) && p.softmax_scale >= 0, op,
+               ": softmax_scale must be finite and >= 0 (0 means 1/sqrt(d)), got ", p.softmax_scale);
+  STRATA_CHECK(p.dropout_p >= 0 && p.dropout_p < 1, op, ": dropout_p must be in [0, 1), got ", p.dropout_p);
+  STRATA_CHECK(p.q_position_offset >= 0 && p.k_position_offset >= 0, op,
+               ": position offsets must be >= 0, got q ", p.q_position_offset, ", k ", p.k_position_offset);
+  STRATA_CHECK(p.global_seq_len >= 0 && p.global_batch_offset >= 0, op,
+               ": global_seq_len and global_batch_offset must be >= 0");
+  if (p.dropout_p > 0) {
+    const int64_t g = p.global_seq_len > 0 ? p.global_seq_len : d.sk;
+    STRATA_CHECK(p.q_position_offset + d.sq <= g && p.k_position_offset + d.sk <= g, op,
+                 ": with dropout, q positions [", p.q_position_offset, ", ", p.q_position_offset + d.sq,
+                 ") and k positions [", p.k_position_offset, ", ", p.k_position_offset + d.sk,
+                 ") must lie within global_seq_len ", g, " (set global_seq_len)");
+  }
+}
+
+}  // namespace
+
+double attention_softmax_scale(const AttentionParams& p, int64_t head_dim) {
+  return p.softmax_scale > 0 ? p.softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& softmax_lse, const AttentionParams& p) {
+  const char* op = "attention_forward";
+  check_args(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"softmax_lse", &softmax_lse}});
+  Dims d = check_qkv(op, q, k, v);
+  check_same(op, "out", out, q, "q");
+  check_lse(op, softmax_lse, q, d);
+  check_params(op, p, d);
+  STRATA_DEVICE_DISPATCH(q.device(), attention_forward(q, k, v, out, softmax_lse, p));
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv, const AttentionParams& p) {
+  const char* op = "attention_backward";
+  check_args(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"dout", &dout},
+                  {"softmax_lse", &softmax_lse}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
+  Dims d = check_qkv(op, q, k, v);
+  check_same(op, "out", out, q, "q");
+  check_same(op, "dout", dout, q, "q");
+  check_same(op, "dq", dq, q, "q");
+  check_same(op, "dk", dk, k, "k");
+  check_same(op, "dv", dv, v, "v");
+  check_lse(op, softmax_lse, q, d);
+  check_params(op, p, d);
+  STRATA_DEVICE_DISPATCH(q.device(), attention_backward(q, k, v, out, dout, softmax_lse, dq, dk, dv, p));
+}
+
+}  // namespace strata::kernels

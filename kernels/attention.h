@@ -1,0 +1,63 @@
+// Causal self-attention with grouped-query attention (GQA), forward and deterministic backward,
+// in Megatron's sbhd layout. Reference: Megatron-Core DotProductAttention / TEDotProductAttention
+// (attention_dropout, softmax_scale, GQA via num_query_groups), FlashAttention-2 (Dao 2023) for
+// the CUDA algorithm and the saved log-sum-exp, llm.c attention_forward/attention_backward.
+//
+//   S = softmax_scale · Q·Kᵀ (per batch b and query head h; h uses kv head h / (hq / hkv)),
+//   causal mask keeps k_pos <= q_pos (positions include the offsets), P = softmax(S) per row,
+//   P_drop = P ∘ M / (1 − p) with the keep mask M recomputed from a Philox key, O = P_drop·V.
+// All tensors contiguous and on one device; q, k, v, out, dout, dq, dk, dv share one dtype
+// (f64, f32, bf16, f16); softmax_lse is f32 (f64 also accepted when q is f64, for the reference).
+// Math in acc_t<T> (f32 for 16/32-bit storage, f64 for f64). See docs/attention.md.
+#pragma once
+#include <cstdint>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace strata::kernels {
+
+struct AttentionParams {
+  double softmax_scale = 0;        // 0 -> 1/sqrt(head_dim)
+  bool causal = true;
+  double dropout_p = 0;            // attention dropout on the probabilities (Megatron attention_dropout)
+  philox::Key dropout_key{};       // mask element for (b, head, q_pos, k_pos) drawn at global index
+                                   // ((b*heads + head)*global_seq + q_pos)*global_seq + k_pos
+  int64_t q_position_offset = 0;   // global position of q row 0 (context parallel, KV-cache decoding)
+  int64_t k_position_offset = 0;   // global position of k row 0; causal keeps k_pos <= q_pos
+  int64_t global_seq_len = 0;      // for the dropout index; 0 -> the local k length
+  int64_t global_batch_offset = 0; // added to b in the dropout index (b_global = b + offset)
+};
+
+// softmax_scale, or 1/sqrt(head_dim) when it is 0.
+double attention_softmax_scale(const AttentionParams& p, int64_t head_dim);
+
+// q: [sq, b, hq, d], k, v: [sk, b, hkv, d] with hq % hkv == 0 (hq == hkv is MHA)
+// -> out: [sq, b, hq, d], softmax_lse: [b, hq, sq] (log-sum-exp of the scaled, masked logits per
+// query row; -inf, with out = 0, for a row that sees no key).
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& softmax_lse, const AttentionParams& p);
+
+// q: [sq, b, hq, d], k, v: [sk, b, hkv, d], out, dout: [sq, b, hq, d], softmax_lse: [b, hq, sq]
+// (from attention_forward with the same params) -> dq: [sq, b, hq, d], dk, dv: [sk, b, hkv, d].
+// Deterministic: bitwise identical results on repeated calls (no atomics, fixed summation order).
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv, const AttentionParams& p);
+
+namespace cpu {
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& softmax_lse, const AttentionParams& p);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv, const AttentionParams& p);
+}  // namespace cpu
+namespace cuda {
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& softmax_lse, const AttentionParams& p);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv, const AttentionParams& p);
+}  // namespace cuda
+
+}  // namespace strata::kernels

@@ -1,0 +1,56 @@
+// Scalar helpers shared by the CPU reference and the CUDA kernels of kernels/attention.h: the
+// causal visibility rule and the attention-dropout keep mask (Philox, recomputed in backward),
+// so that both backends mask and drop exactly the same elements.
+#pragma once
+#include <cstdint>
+
+#include "core/half.h"
+#include "core/philox.h"
+#include "kernels/attention.h"
+
+namespace strata::kernels::attn {
+
+// Plain-data view of AttentionParams with everything resolved, passed to kernels by value.
+struct MaskParams {
+  bool causal = true;
+  int64_t q_offset = 0, k_offset = 0;  // global positions of row 0 of q and k
+  double dropout_p = 0;                // 0: no dropout
+  double keep_scale = 1;               // 1 / (1 - dropout_p)
+  philox::Key key{};
+  int64_t heads = 0;                   // number of query heads (hq) in the dropout index
+  int64_t global_seq = 0;              // sequence length of the dropout index
+  int64_t batch_offset = 0;
+};
+
+// Key j (local) is visible to query row i (local).
+STRATA_HD bool visible(const MaskParams& m, int64_t i, int64_t j) {
+  return !m.causal || m.k_offset + j <= m.q_offset + i;
+}
+
+// Dropout factor for probability (b, head, i, j): 0 when dropped, else 1/(1-p).
+// Dropped when philox::uniform(key, index) < p, index = ((b_g*heads + head)*G + q_pos)*G + k_pos.
+STRATA_HD double dropout_factor(const MaskParams& m, int64_t b, int64_t head, int64_t i, int64_t j) {
+  const uint64_t G = static_cast<uint64_t>(m.global_seq);
+  const uint64_t row = static_cast<uint64_t>(b + m.batch_offset) * static_cast<uint64_t>(m.heads) +
+                       static_cast<uint64_t>(head);
+  const uint64_t index = (row * G + static_cast<uint64_t>(m.q_offset + i)) * G +
+                         static_cast<uint64_t>(m.k_offset + j);
+  return static_cast<double>(philox::uniform(m.key, index)) < m.dropout_p ? 0.0 : m.keep_scale;
+}
+
+// Resolve AttentionParams for q heads `heads` and local key length `sk` (host only).
+inline MaskParams make_mask_params(const AttentionParams& p, int64_t heads, int64_t sk) {
+  MaskParams m;
+  m.causal = p.causal;
+  m.q_offset = p.q_position_offset;
+  m.k_offset = p.k_position_offset;
+  m.dropout_p = p.dropout_p;
+  m.keep_scale = p.dropout_p > 0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
+  m.key = p.dropout_key;
+  m.heads = heads;
+  m.global_seq = p.global_seq_len > 0 ? p.global_seq_len : sk;
+  m.batch_offset = p.global_batch_offset;
+  return m;
+}
+
+}  // namespace strata::kernels::attn

@@ -1,0 +1,197 @@
+// CPU reference for kernels/attention.h: causal GQA attention in sbhd layout, forward and backward
+// by the textbook formulas (llm.c attention_forward/backward, Megatron-Core core attention):
+//   S = scale·q·kᵀ, masked; P = softmax(S) (max-subtracted, in acc_t); P_drop = P∘M/(1-p); O = P_drop·V
+//   D = rowsum(dO∘O); dP = (dO·Vᵀ)∘M/(1-p); dS = P∘(dP − D); dQ = scale·dS·K; dK = scale·dSᵀ·Q;
+//   dV = P_dropᵀ·dO.
+// Storage type T, math in acc_t<T>. OpenMP over (b, head) in forward and over (b, kv head) in
+// backward, each thread owning its outputs; the q heads of a GQA group and the query rows are
+// summed in a fixed order, so results do not depend on the thread count.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/attention_math.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+struct Shape4 {
+  int64_t sq, sk, b, hq, hkv, d, group;
+  // Offsets of (row, batch, head) in q-like [sq, b, hq, d] and k-like [sk, b, hkv, d] tensors.
+  int64_t qi(int64_t i, int64_t bb, int64_t h) const { return ((i * b + bb) * hq + h) * d; }
+  int64_t ki(int64_t j, int64_t bb, int64_t h) const { return ((j * b + bb) * hkv + h) * d; }
+  int64_t li(int64_t bb, int64_t h, int64_t i) const { return (bb * hq + h) * sq + i; }
+};
+
+Shape4 dims(const Tensor& q, const Tensor& k) {
+  Shape4 s{q.size(0), k.size(0), q.size(1), q.size(2), k.size(2), q.size(3), 0};
+  s.group = s.hq / s.hkv;
+  return s;
+}
+
+// softmax_lse is f32, or f64 next to f64 inputs.
+struct LseRef {
+  float* f = nullptr;
+  double* g = nullptr;
+  explicit LseRef(const Tensor& t) {
+    if (t.dtype() == DType::F32) f = t.data<float>();
+    else g = t.data<double>();
+  }
+  double get(int64_t i) const { return f ? static_cast<double>(f[i]) : g[i]; }
+  void set(int64_t i, double v) const {
+    if (f) f[i] = static_cast<float>(v);
+    else g[i] = v;
+  }
+};
+
+template <typename T>
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& softmax_lse, const AttentionParams& p) {
+  using acc = acc_t<T>;
+  const Shape4 s = dims(q, k);
+  const attn::MaskParams mp = attn::make_mask_params(p, s.hq, s.sk);
+  const acc scale = static_cast<acc>(attention_softmax_scale(p, s.d));
+  const acc neg_inf = -std::numeric_limits<acc>::infinity();
+  const T* qp = static_cast<const T*>(q.data_ptr());
+  const T* kp = static_cast<const T*>(k.data_ptr());
+  const T* vp = static_cast<const T*>(v.data_ptr());
+  T* op = static_cast<T*>(out.data_ptr());
+  const LseRef lse(softmax_lse);
+
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.b * s.hq; ++bh) {
+    const int64_t bb = bh / s.hq, h = bh % s.hq, hk = h / s.group;
+    std::vector<acc> score(s.sk), o(s.d);
+    for (int64_t i = 0; i < s.sq; ++i) {
+      const T* qrow = qp + s.qi(i, bb, h);
+      T* orow = op + s.qi(i, bb, h);
+      acc mx = neg_inf;
+      for (int64_t j = 0; j < s.sk; ++j) {
+        if (!attn::visible(mp, i, j)) {
+          score[j] = neg_inf;
+          continue;
+        }
+        const T* krow = kp + s.ki(j, bb, hk);
+        acc dot = 0;
+        for (int64_t c = 0; c < s.d; ++c) dot += convert<acc>(qrow[c]) * convert<acc>(krow[c]);
+        score[j] = scale * dot;
+        mx = std::max(mx, score[j]);
+      }
+      if (mx == neg_inf) {  // no visible key: output 0, lse -inf
+        for (int64_t c = 0; c < s.d; ++c) orow[c] = convert<T>(acc(0));
+        lse.set(s.li(bb, h, i), -std::numeric_limits<double>::infinity());
+        continue;
+      }
+      acc sum = 0;
+      for (int64_t j = 0; j < s.sk; ++j) {
+        score[j] = score[j] == neg_inf ? acc(0) : std::exp(score[j] - mx);
+        sum += score[j];
+      }
+      std::fill(o.begin(), o.end(), acc(0));
+      for (int64_t j = 0; j < s.sk; ++j) {
+        if (score[j] == 0) continue;
+        acc pj = score[j] / sum;
+        if (mp.dropout_p > 0) pj *= static_cast<acc>(attn::dropout_factor(mp, bb, h, i, j));
+        const T* vrow = vp + s.ki(j, bb, hk);
+        for (int64_t c = 0; c < s.d; ++c) o[c] += pj * convert<acc>(vrow[c]);
+      }
+      for (int64_t c = 0; c < s.d; ++c) orow[c] = convert<T>(o[c]);
+      lse.set(s.li(bb, h, i), static_cast<double>(mx + std::log(sum)));
+    }
+  }
+}
+
+template <typename T>
+void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk,
+                   const Tensor& dv, const AttentionParams& p) {
+  using acc = acc_t<T>;
+  const Shape4 s = dims(q, k);
+  const attn::MaskParams mp = attn::make_mask_params(p, s.hq, s.sk);
+  const acc scale = static_cast<acc>(attention_softmax_scale(p, s.d));
+  const T* qp = static_cast<const T*>(q.data_ptr());
+  const T* kp = static_cast<const T*>(k.data_ptr());
+  const T* vp = static_cast<const T*>(v.data_ptr());
+  const T* op = static_cast<const T*>(out.data_ptr());
+  const T* dop = static_cast<const T*>(dout.data_ptr());
+  T* dqp = static_cast<T*>(dq.data_ptr());
+  T* dkp = static_cast<T*>(dk.data_ptr());
+  T* dvp = static_cast<T*>(dv.data_ptr());
+  const LseRef lse(softmax_lse);
+
+  // One (b, kv head) per iteration: it owns dk, dv of that head and dq of the q heads in its group.
+#pragma omp parallel for schedule(static)
+  for (int64_t bk = 0; bk < s.b * s.hkv; ++bk) {
+    const int64_t bb = bk / s.hkv, hk = bk % s.hkv;
+    std::vector<acc> dk_acc(s.sk * s.d, acc(0)), dv_acc(s.sk * s.d, acc(0)), dq_row(s.d);
+    for (int64_t g = 0; g < s.group; ++g) {
+      const int64_t h = hk * s.group + g;
+      for (int64_t i = 0; i < s.sq; ++i) {
+        const T* qrow = qp + s.qi(i, bb, h);
+        const T* dorow = dop + s.qi(i, bb, h);
+        const T* orow = op + s.qi(i, bb, h);
+        T* dqrow = dqp + s.qi(i, bb, h);
+        std::fill(dq_row.begin(), dq_row.end(), acc(0));
+        const double lse_i = lse.get(s.li(bb, h, i));
+        if (std::isinf(lse_i) && lse_i < 0) {  // row saw no key: no gradient
+          for (int64_t c = 0; c < s.d; ++c) dqrow[c] = convert<T>(acc(0));
+          continue;
+        }
+        acc Di = 0;  // rowsum(dO ∘ O) = rowsum(P ∘ dP) (dropout included)
+        for (int64_t c = 0; c < s.d; ++c) Di += convert<acc>(dorow[c]) * convert<acc>(orow[c]);
+        for (int64_t j = 0; j < s.sk; ++j) {
+          if (!attn::visible(mp, i, j)) continue;
+          const T* krow = kp + s.ki(j, bb, hk);
+          const T* vrow = vp + s.ki(j, bb, hk);
+          acc dot = 0, dpd = 0;
+          for (int64_t c = 0; c < s.d; ++c) {
+            dot += convert<acc>(qrow[c]) * convert<acc>(krow[c]);
+            dpd += convert<acc>(dorow[c]) * convert<acc>(vrow[c]);
+          }
+          const acc pij = std::exp(scale * dot - static_cast<acc>(lse_i));
+          const acc f = mp.dropout_p > 0 ? static_cast<acc>(attn::dropout_factor(mp, bb, h, i, j)) : acc(1);
+          const acc pdrop = pij * f;             // probability after dropout
+          const acc ds = pij * (dpd * f - Di);   // dL/dS
+          acc* dkj = &dk_acc[j * s.d];
+          acc* dvj = &dv_acc[j * s.d];
+          for (int64_t c = 0; c < s.d; ++c) {
+            dq_row[c] += ds * convert<acc>(krow[c]);
+            dkj[c] += ds * convert<acc>(qrow[c]);
+            dvj[c] += pdrop * convert<acc>(dorow[c]);
+          }
+        }
+        for (int64_t c = 0; c < s.d; ++c) dqrow[c] = convert<T>(scale * dq_row[c]);
+      }
+    }
+    for (int64_t j = 0; j < s.sk; ++j) {
+      T* dkrow = dkp + s.ki(j, bb, hk);
+      T* dvrow = dvp + s.ki(j, bb, hk);
+      for (int64_t c = 0; c < s.d; ++c) {
+        dkrow[c] = convert<T>(scale * dk_acc[j * s.d + c]);
+        dvrow[c] = convert<T>(dv_acc[j * s.d + c]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& softmax_lse, const AttentionParams& p) {
+  dispatch_float(q.dtype(), "attention_forward", [&](auto tag_) {
+    STRATA_SCALAR(tag_);
+    forward_impl<scalar_t>(q, k, v, out, softmax_lse, p);
+  });
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv, const AttentionParams& p) {
+  dispatch_float(q.dtype(), "attention_backward", [&](auto tag_) {
+    STRATA_SCALAR(tag_);
+    backward_impl<scalar_t>(q, k, v, out, dout, softmax_lse, dq, dk, dv, p);
+  });
+}
+
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,296 @@
+// CUDA backward of kernels/attention.h: FlashAttention-2 style (Dao 2023, Algorithm 2) made
+// deterministic without atomics by splitting it into three kernels:
+//   1. preprocess: D = rowsum(dO ∘ O) per query row (one warp per row);
+//   2. dK/dV: one block per (k tile, kv head, batch) loops over the q heads of its GQA group and
+//      over the q tiles that can see the k tile, in a fixed order, recomputing P = exp(S − LSE)
+//      and accumulating dK, dV in registers (f32; f64 for f64);
+//   3. dQ: one block per (q tile, q head, batch) loops over the visible k tiles in order.
+// Per score element: P_drop = P·f, dS = P·(dP_drop·f − D) with f the dropout factor (0 or
+// 1/(1−p), attn::dropout_factor, recomputed from the key); dQ = scale·dS·K, dK = scale·dSᵀ·Q,
+// dV = P_dropᵀ·dO. S and dP are recomputed in both kernels 2 and 3: the price of no atomics.
+#include "kernels/cuda/flash_attention_common.cuh"
+
+namespace strata::kernels::cuda {
+namespace {
+using namespace flash;
+
+template <typename T, int DMAX>
+struct BackwardSmem {
+  using A = acc_t<T>;
+  static constexpr int BQ = tile_edge<T>(), BK = tile_edge<T>();
+  static constexpr int KS = DMAX + 1, PS = BK + 1;
+  // Q, dO [BQ][DMAX]; K, V [BK][KS]; P_drop, dS [BQ][PS]; lse, D [BQ].
+  static constexpr size_t elems = 2 * size_t(BQ) * DMAX + 2 * size_t(BK) * KS + 2 * size_t(BQ) * PS + 2 * BQ;
+  static constexpr size_t bytes = elems * sizeof(A);
+};
+
+// D[b, h, i] = Σ_c dO[i, b, h, c]·O[i, b, h, c]; rows enumerated in memory order (i, b, h).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+flash_backward_preprocess_kernel(const T* __restrict__ out, const T* __restrict__ dout, acc_t<T>* __restrict__ D,
+                                 Params p) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t rows = p.sq * p.b * p.hq;
+  for (int64_t row = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32; row < rows;
+       row += int64_t(gridDim.x) * kWarps) {
+    const T* o = out + row * p.d;
+    const T* g = dout + row * p.d;
+    A acc = A(0);
+    for (int64_t c = lane; c < p.d; c += 32) acc += convert<A>(g[c]) * convert<A>(o[c]);
+    acc = warp_sum(acc);
+    if (lane == 0) {
+      const int64_t h = row % p.hq, b = (row / p.hq) % p.b, i = row / (p.hq * p.b);
+      D[(b * p.hq + h) * p.sq + i] = acc;
+    }
+  }
+}
+
+// Load LSE and D of q rows [q0, q0 + BQ) of (b, h); rows past sq get lse = -inf (P = 0).
+template <int BQ, typename A>
+__device__ __forceinline__ void load_row_stats(A* lse_s, A* D_s, const A* lse, const A* D, int64_t bh,
+                                               int64_t q0, int64_t sq) {
+  if (threadIdx.x < BQ) {
+    const int64_t i = q0 + threadIdx.x;
+    lse_s[threadIdx.x] = i < sq ? lse[bh * sq + i] : neg_inf<A>();
+    D_s[threadIdx.x] = i < sq ? D[bh * sq + i] : A(0);
+  }
+}
+
+// For this thread's score elements of the (q0, k0) tile: P_drop into Pd (unless null) and dS.
+template <int BQ, int BK, int DMAX, typename A>
+__device__ __forceinline__ void tile_probs_grads(A* Pd, A* dS, const A* Qs, const A* dOs, const A* Ks,
+                                                 const A* Vs, const A* lse_s, const A* D_s, const Params& p,
+                                                 int64_t b, int64_t h, int64_t q0, int64_t k0) {
+  constexpr int E = BQ * BK / kThreads, KS = DMAX + 1, PS = BK + 1;
+  const int d = static_cast<int>(p.d);
+  const A scale = static_cast<A>(p.scale);
+  A s[E], dp[E];
+  tile_dots<BQ, BK, DMAX, KS>(s, Qs, Ks, d);
+  tile_dots<BQ, BK, DMAX, KS>(dp, dOs, Vs, d);
+#pragma unroll
+  for (int r = 0; r < E; ++r) {
+    const int e = threadIdx.x + kThreads * r, i = e / BK, j = e % BK;
+    const int64_t qi = q0 + i, kj = k0 + j;
+    const A lse_i = lse_s[i];
+    A pv = A(0), f = A(1);
+    if (kj < p.sk && lse_i != neg_inf<A>() && attn::visible(p.mask, qi, kj)) {  // qi >= sq has lse -inf
+      pv = exp_acc(s[r] * scale - lse_i);
+      if (p.mask.dropout_p > 0) f = static_cast<A>(attn::dropout_factor(p.mask, b, h, qi, kj));
+    }
+    if (Pd) Pd[i * PS + j] = pv * f;
+    dS[i * PS + j] = pv * (dp[r] * f - D_s[i]);
+  }
+}
+
+template <typename T, int DMAX>
+__global__ void __launch_bounds__(kThreads)
+flash_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                           const T* __restrict__ dout, const acc_t<T>* __restrict__ lse,
+                           const acc_t<T>* __restrict__ D, T* __restrict__ dk, T* __restrict__ dv, Params p) {
+  using A = acc_t<T>;
+  using S = BackwardSmem<T, DMAX>;
+  constexpr int BQ = S::BQ, BK = S::BK, KS = S::KS, PS = S::PS;
+  constexpr int R = BK * DMAX / kThreads;  // dK and dV elements per thread
+  static_assert(R >= 1 && DMAX % 32 == 0 && kThreads % DMAX == 0, "tile shape");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* Qs = reinterpret_cast<A*>(smem_raw);  // [BQ][DMAX]
+  A* dOs = Qs + BQ * DMAX;                 // [BQ][DMAX]
+  A* Ks = dOs + BQ * DMAX;                 // [BK][KS]
+  A* Vs = Ks + BK * KS;                    // [BK][KS]
+  A* Pd = Vs + BK * KS;                    // [BQ][PS]
+  A* dS = Pd + BQ * PS;                    // [BQ][PS]
+  A* lse_s = dS + BQ * PS;                 // [BQ]
+  A* D_s = lse_s + BQ;                     // [BQ]
+
+  const int tid = threadIdx.x;
+  const int64_t k0 = int64_t(blockIdx.x) * BK;
+  const int64_t hk = blockIdx.y, b = blockIdx.z;
+  const int d = static_cast<int>(p.d);
+  const int64_t q_pitch = p.b * p.hq * p.d, k_pitch = p.b * p.hkv * p.d;
+
+  load_tile<BK, KS, DMAX>(Ks, k + (b * p.hkv + hk) * p.d, k0, p.sk, k_pitch, d);
+  load_tile<BK, KS, DMAX>(Vs, v + (b * p.hkv + hk) * p.d, k0, p.sk, k_pitch, d);
+  A dk_acc[R], dv_acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) dk_acc[r] = dv_acc[r] = A(0);
+
+  // First q row that can see key k0 (causal): k_off + k0 <= q_off + i.
+  int64_t qstart = 0;
+  if (p.mask.causal) {
+    const int64_t first = p.mask.k_offset + k0 - p.mask.q_offset;
+    qstart = first > 0 ? (first / BQ) * BQ : 0;
+  }
+
+  for (int64_t g = 0; g < p.group; ++g) {
+    const int64_t h = hk * p.group + g;
+    for (int64_t q0 = qstart; q0 < p.sq; q0 += BQ) {
+      __syncthreads();  // previous Q/dO/P/dS tiles fully consumed
+      load_tile<BQ, DMAX, DMAX>(Qs, q + (b * p.hq + h) * p.d, q0, p.sq, q_pitch, d);
+      load_tile<BQ, DMAX, DMAX>(dOs, dout + (b * p.hq + h) * p.d, q0, p.sq, q_pitch, d);
+      load_row_stats<BQ>(lse_s, D_s, lse, D, b * p.hq + h, q0, p.sq);
+      __syncthreads();
+      tile_probs_grads<BQ, BK, DMAX>(Pd, dS, Qs, dOs, Ks, Vs, lse_s, D_s, p, b, h, q0, k0);
+      __syncthreads();
+      // dV[j] += Σ_i P_drop[i][j]·dO[i];  dK[j] += Σ_i dS[i][j]·Q[i]   (i in fixed order).
+      // This thread's elements share column c = tid % DMAX: dO and Q are read once per row i.
+      {
+        const int c = tid % DMAX;
+#pragma unroll 4
+        for (int i = 0; i < BQ; ++i) {
+          const A go = dOs[i * DMAX + c], qv = Qs[i * DMAX + c];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const int j = (tid + kThreads * r) / DMAX;
+            dv_acc[r] += Pd[i * PS + j] * go;
+            dk_acc[r] += dS[i * PS + j] * qv;
+          }
+        }
+      }
+    }
+  }
+
+  const A scale = static_cast<A>(p.scale);
+  T* dkb = dk + (b * p.hkv + hk) * p.d;
+  T* dvb = dv + (b * p.hkv + hk) * p.d;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int e = tid + kThreads * r, j = e / DMAX, c = e % DMAX;
+    if (k0 + j < p.sk && c < d) {
+      dkb[(k0 + j) * k_pitch + c] = convert<T>(scale * dk_acc[r]);
+      dvb[(k0 + j) * k_pitch + c] = convert<T>(dv_acc[r]);
+    }
+  }
+}
+
+template <typename T, int DMAX>
+__global__ void __launch_bounds__(kThreads)
+flash_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                         const T* __restrict__ dout, const acc_t<T>* __restrict__ lse,
+                         const acc_t<T>* __restrict__ D, T* __restrict__ dq, Params p) {
+  using A = acc_t<T>;
+  using S = BackwardSmem<T, DMAX>;
+  constexpr int BQ = S::BQ, BK = S::BK, KS = S::KS, PS = S::PS;
+  constexpr int R = BQ * DMAX / kThreads;  // dQ elements per thread
+  static_assert(R >= 1 && DMAX % 32 == 0 && kThreads % DMAX == 0, "tile shape");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* Qs = reinterpret_cast<A*>(smem_raw);
+  A* dOs = Qs + BQ * DMAX;
+  A* Ks = dOs + BQ * DMAX;
+  A* Vs = Ks + BK * KS;
+  A* dS = Vs + BK * KS + BQ * PS;  // same layout as the dK/dV kernel; the P_drop slot is unused
+  A* lse_s = dS + BQ * PS;
+  A* D_s = lse_s + BQ;
+
+  const int tid = threadIdx.x;
+  const int64_t q0 = int64_t(blockIdx.x) * BQ;
+  const int64_t h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const int d = static_cast<int>(p.d);
+  const int64_t q_pitch = p.b * p.hq * p.d, k_pitch = p.b * p.hkv * p.d;
+
+  load_tile<BQ, DMAX, DMAX>(Qs, q + (b * p.hq + h) * p.d, q0, p.sq, q_pitch, d);
+  load_tile<BQ, DMAX, DMAX>(dOs, dout + (b * p.hq + h) * p.d, q0, p.sq, q_pitch, d);
+  load_row_stats<BQ>(lse_s, D_s, lse, D, b * p.hq + h, q0, p.sq);
+  A dq_acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) dq_acc[r] = A(0);
+
+  int64_t kend = p.sk;
+  if (p.mask.causal) {
+    const int64_t last = min(q0 + BQ, p.sq) - 1;
+    const int64_t lim = p.mask.q_offset + last - p.mask.k_offset + 1;
+    kend = lim < 0 ? 0 : (lim < p.sk ? lim : p.sk);
+  }
+
+  for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    __syncthreads();  // previous K/V/dS tiles fully consumed
+    load_tile<BK, KS, DMAX>(Ks, k + (b * p.hkv + hk) * p.d, k0, p.sk, k_pitch, d);
+    load_tile<BK, KS, DMAX>(Vs, v + (b * p.hkv + hk) * p.d, k0, p.sk, k_pitch, d);
+    __syncthreads();
+    tile_probs_grads<BQ, BK, DMAX>(static_cast<A*>(nullptr), dS, Qs, dOs, Ks, Vs, lse_s, D_s, p, b, h, q0, k0);
+    __syncthreads();
+    // dQ[i] += Σ_j dS[i][j]·K[j]   (j in fixed order); column c = tid % DMAX is shared by all R.
+    {
+      const int c = tid % DMAX;
+#pragma unroll 4
+      for (int j = 0; j < BK; ++j) {
+        const A kv = Ks[j * KS + c];
+#pragma unroll
+        for (int r = 0; r < R; ++r) dq_acc[r] += dS[((tid + kThreads * r) / DMAX) * PS + j] * kv;
+      }
+    }
+  }
+
+  const A scale = static_cast<A>(p.scale);
+  T* dqb = dq + (b * p.hq + h) * p.d;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int e = tid + kThreads * r, i = e / DMAX, c = e % DMAX;
+    if (q0 + i < p.sq && c < d) dqb[(q0 + i) * q_pitch + c] = convert<T>(scale * dq_acc[r]);
+  }
+}
+
+template <typename T, int DMAX>
+void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const acc_t<T>* lse,
+                     const acc_t<T>* D, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Params& p) {
+  using S = BackwardSmem<T, DMAX>;
+  const int device = q.device().index;
+  cudaStream_t stream = cuda_rt::current_stream(device);
+  const int64_t qtiles = (p.sq + S::BQ - 1) / S::BQ, ktiles = (p.sk + S::BK - 1) / S::BK;
+  STRATA_CHECK(p.hq <= 65535 && p.b <= 65535 && qtiles <= 0x7fffffff && ktiles <= 0x7fffffff,
+               "attention_backward: grid too large (", qtiles, " q tiles, ", ktiles, " k tiles, ", p.hq,
+               " heads, batch ", p.b, ")");
+  const T* qp = static_cast<const T*>(q.data_ptr());
+  const T* kp = static_cast<const T*>(k.data_ptr());
+  const T* vp = static_cast<const T*>(v.data_ptr());
+  const T* dop = static_cast<const T*>(dout.data_ptr());
+  if (ktiles > 0) {
+    auto kernel = flash_backward_dkdv_kernel<T, DMAX>;
+    prepare_smem(kernel, S::bytes, device, "attention_backward");
+    dim3 grid(static_cast<unsigned>(ktiles), static_cast<unsigned>(p.hkv), static_cast<unsigned>(p.b));
+    kernel<<<grid, kThreads, S::bytes, stream>>>(qp, kp, vp, dop, lse, D, static_cast<T*>(dk.data_ptr()),
+                                                 static_cast<T*>(dv.data_ptr()), p);
+    STRATA_CUDA_LAUNCH_CHECK();
+  }
+  if (qtiles > 0) {
+    auto kernel = flash_backward_dq_kernel<T, DMAX>;
+    prepare_smem(kernel, S::bytes, device, "attention_backward");
+    dim3 grid(static_cast<unsigned>(qtiles), static_cast<unsigned>(p.hq), static_cast<unsigned>(p.b));
+    kernel<<<grid, kThreads, S::bytes, stream>>>(qp, kp, vp, dop, lse, D, static_cast<T*>(dq.data_ptr()), p);
+    STRATA_CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const AttentionParams& ap) {
+  const Params p = make_params(q, k, ap);
+  if (p.b == 0 || p.hkv == 0) return;  // (sq == 0 still runs the dK/dV kernel, which writes zeros)
+  dispatch_float(q.dtype(), "attention_backward", [&](auto tag_) {
+    STRATA_SCALAR(tag_);
+    using A = acc_t<scalar_t>;
+    const int device = q.device().index;
+    // LSE in the accumulation type (f64 inputs may come with an f32 lse) and D = rowsum(dO ∘ O).
+    Tensor lse = softmax_lse.dtype() == dtype_of<A>() ? softmax_lse : softmax_lse.to(dtype_of<A>());
+    Tensor D = Tensor::empty(softmax_lse.shape(), dtype_of<A>(), q.device());
+    const int64_t rows = p.sq * p.b * p.hq;
+    flash_backward_preprocess_kernel<scalar_t>
+        <<<cuda_rt::grid_for(rows, kWarps), kThreads, 0, cuda_rt::current_stream(device)>>>(
+            static_cast<const scalar_t*>(out.data_ptr()), static_cast<const scalar_t*>(dout.data_ptr()),
+            static_cast<A*>(D.data_ptr()), p);
+    STRATA_CUDA_LAUNCH_CHECK();
+    const A* lp = static_cast<const A*>(lse.data_ptr());
+    const A* Dp = static_cast<const A*>(D.data_ptr());
+    switch (dmax_for(p.d)) {
+      case 64: launch_backward<scalar_t, 64>(q, k, v, dout, lp, Dp, dq, dk, dv, p); break;
+      case 128: launch_backward<scalar_t, 128>(q, k, v, dout, lp, Dp, dq, dk, dv, p); break;
+      default: launch_backward<scalar_t, 256>(q, k, v, dout, lp, Dp, dq, dk, dv, p); break;
+    }
+  });
+}
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,115 @@
+// Shared pieces of the FlashAttention-2 style CUDA kernels (Dao 2023, "FlashAttention-2: Faster
+// Attention with Better Parallelism and Work Partitioning") in flash_attention_forward.cu and
+// flash_attention_backward.cu: tile sizes, kernel parameters, shared-memory tile loads and the
+// per-thread score tile (S = Q·Kᵀ and dP = dO·Vᵀ) computed on CUDA cores in acc_t<T>.
+//
+// Thread layout (kThreads = 256 threads = 8 warps per block):
+//   score tile [BQ][BK]: element e = t + kThreads·r, row i = e / BK, key j = e % BK, so a warp
+//     reads one Q row (broadcast) and BK consecutive K rows (padded stride DMAX+1: conflict-free);
+//   output tile [rows][DMAX]: element e = t + kThreads·r, row = e / DMAX, column c = e % DMAX,
+//     so a warp reads 32 consecutive columns of one K/V/Q/dO row and one broadcast P/dS entry.
+// DMAX ∈ {64, 128, 256} is the head dim rounded up; columns c >= d are zero-filled in shared
+// memory and never written back.
+#pragma once
+#include <cstdint>
+#include <limits>
+
+#include "core/cuda/cuda_utils.h"
+#include "core/half.h"
+#include "kernels/attention.h"
+#include "kernels/attention_math.h"
+
+namespace strata::kernels::cuda::flash {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// Query/key tile edge: 32 for f32 math (f32/bf16/f16 storage), 16 for f64 (shared memory).
+template <typename T> constexpr int tile_edge() { return sizeof(acc_t<T>) == 8 ? 16 : 32; }
+
+// Everything a kernel needs besides pointers (trivially copyable, passed by value).
+struct Params {
+  int64_t sq, sk, b, hq, hkv, d, group;
+  double scale;
+  attn::MaskParams mask;
+};
+
+inline Params make_params(const Tensor& q, const Tensor& k, const AttentionParams& p) {
+  Params r;
+  r.sq = q.size(0);
+  r.sk = k.size(0);
+  r.b = q.size(1);
+  r.hq = q.size(2);
+  r.hkv = k.size(2);
+  r.d = q.size(3);
+  r.group = r.hq / r.hkv;
+  r.scale = attention_softmax_scale(p, r.d);
+  r.mask = attn::make_mask_params(p, r.hq, r.sk);
+  return r;
+}
+
+template <typename A> __device__ __forceinline__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
+__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
+__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
+__device__ __forceinline__ float log_acc(float x) { return logf(x); }
+__device__ __forceinline__ double log_acc(double x) { return log(x); }
+
+template <typename A> __device__ __forceinline__ A warp_max(A v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+template <typename A> __device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Load rows [row0, row0 + ROWS) of one (batch, head) slice of an sbhd tensor into shared memory
+// dst[ROWS][STRIDE] (acc type); `src` points at (row 0, batch, head, 0) and consecutive rows are
+// `pitch` elements apart. Rows >= nrows and columns >= d are zero-filled.
+template <int ROWS, int STRIDE, int DMAX, typename T, typename A>
+__device__ __forceinline__ void load_tile(A* dst, const T* __restrict__ src, int64_t row0, int64_t nrows,
+                                          int64_t pitch, int d) {
+  for (int e = threadIdx.x; e < ROWS * DMAX; e += kThreads) {
+    const int r = e / DMAX, c = e % DMAX;
+    A val = A(0);
+    if (row0 + r < nrows && c < d) val = convert<A>(src[(row0 + r) * pitch + c]);
+    dst[r * STRIDE + c] = val;
+  }
+}
+
+// Per-thread dot products for the E = BQ·BK/kThreads score-tile elements of this thread:
+// out[r] = Σ_c a[i][c]·b[j][c] over c < d, with (i, j) from element t + kThreads·r.
+template <int BQ, int BK, int SA, int SB, typename A>
+__device__ __forceinline__ void tile_dots(A (&out)[BQ * BK / kThreads], const A* a, const A* b, int d) {
+  constexpr int E = BQ * BK / kThreads;
+  const int j = threadIdx.x % BK;
+  const A* brow = b + j * SB;
+#pragma unroll
+  for (int r = 0; r < E; ++r) out[r] = A(0);
+  for (int c = 0; c < d; ++c) {
+    const A bv = brow[c];
+#pragma unroll
+    for (int r = 0; r < E; ++r) {
+      const int i = (threadIdx.x + kThreads * r) / BK;
+      out[r] += a[i * SA + c] * bv;
+    }
+  }
+}
+
+// Dynamic shared memory above 48 KiB must be opted into per kernel; check the device limit first.
+template <typename Kernel>
+void prepare_smem(Kernel kernel, size_t bytes, int device, const char* op) {
+  int limit = 0;
+  STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  STRATA_CHECK(bytes <= static_cast<size_t>(limit), op, ": needs ", bytes,
+               " bytes of shared memory per block, the device allows ", limit);
+  STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)));
+}
+
+// Head dim rounded up to a supported tile width.
+inline int dmax_for(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
+
+}  // namespace strata::kernels::cuda::flash

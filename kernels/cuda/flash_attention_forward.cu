@@ -1,0 +1,193 @@
+// CUDA forward of kernels/attention.h: FlashAttention-2 style (Dao 2023, Algorithm 1) on CUDA
+// cores. One block per (q tile of BQ rows, q head, batch): the Q tile stays in shared memory, K/V
+// tiles of BK keys stream through shared memory, the online softmax keeps the running row max m
+// and sum l in f32 (f64 for f64), O accumulates in registers and is divided by l at the end;
+// LSE = m + log l (-inf and O = 0 for a row with no visible key). Key tiles beyond the causal
+// limit of the last row of the q tile are skipped. Dropout masks come from attn::dropout_factor
+// (Philox), the same as the CPU reference (kernels/cpu/attention.cpp).
+#include "kernels/cuda/flash_attention_common.cuh"
+
+namespace strata::kernels::cuda {
+namespace {
+using namespace flash;
+
+template <typename T, int DMAX>
+struct ForwardSmem {
+  using A = acc_t<T>;
+  static constexpr int BQ = tile_edge<T>(), BK = tile_edge<T>();
+  static constexpr int KS = DMAX + 1;  // padded K/V row stride
+  static constexpr int PS = BK + 1;    // padded score row stride
+  static constexpr size_t elems = size_t(BQ) * DMAX + 2 * size_t(BK) * KS + size_t(BQ) * PS + 3 * BQ;
+  static constexpr size_t bytes = elems * sizeof(A);
+};
+
+template <typename T, int DMAX>
+__global__ void __launch_bounds__(kThreads)
+flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     T* __restrict__ out, acc_t<T>* __restrict__ lse, Params p) {
+  using A = acc_t<T>;
+  using S = ForwardSmem<T, DMAX>;
+  constexpr int BQ = S::BQ, BK = S::BK, KS = S::KS, PS = S::PS;
+  constexpr int E = BQ * BK / kThreads;    // score elements per thread
+  constexpr int R = BQ * DMAX / kThreads;  // output elements per thread
+  static_assert(E >= 1 && R >= 1 && DMAX % 32 == 0 && kThreads % DMAX == 0, "tile shape");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* Qs = reinterpret_cast<A*>(smem_raw);  // [BQ][DMAX]
+  A* Ks = Qs + BQ * DMAX;                  // [BK][KS]
+  A* Vs = Ks + BK * KS;                    // [BK][KS]
+  A* Ps = Vs + BK * KS;                    // [BQ][PS] scores, then probabilities
+  A* m_s = Ps + BQ * PS;                   // [BQ] running max
+  A* l_s = m_s + BQ;                       // [BQ] running sum
+  A* c_s = l_s + BQ;                       // [BQ] rescale factor of this tile
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int64_t q0 = int64_t(blockIdx.x) * BQ;
+  const int64_t h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const int d = static_cast<int>(p.d);
+  const int64_t q_pitch = p.b * p.hq * p.d, k_pitch = p.b * p.hkv * p.d;
+  const T* qb = q + (b * p.hq + h) * p.d;
+  const T* kb = k + (b * p.hkv + hk) * p.d;
+  const T* vb = v + (b * p.hkv + hk) * p.d;
+  const A scale = static_cast<A>(p.scale);
+
+  load_tile<BQ, DMAX, DMAX>(Qs, qb, q0, p.sq, q_pitch, d);
+  if (tid < BQ) {
+    m_s[tid] = neg_inf<A>();
+    l_s[tid] = A(0);
+  }
+  A o[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) o[r] = A(0);
+
+  // Keys [0, kend) can be visible to some row of this tile.
+  int64_t kend = p.sk;
+  if (p.mask.causal) {
+    const int64_t last = min(q0 + BQ, p.sq) - 1;
+    const int64_t lim = p.mask.q_offset + last - p.mask.k_offset + 1;
+    kend = lim < 0 ? 0 : (lim < p.sk ? lim : p.sk);
+  }
+
+  for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    __syncthreads();  // previous tile fully consumed
+    load_tile<BK, KS, DMAX>(Ks, kb, k0, p.sk, k_pitch, d);
+    load_tile<BK, KS, DMAX>(Vs, vb, k0, p.sk, k_pitch, d);
+    __syncthreads();
+
+    // Scores S = scale·Q·Kᵀ with the mask applied (-inf).
+    A s[E];
+    tile_dots<BQ, BK, DMAX, KS>(s, Qs, Ks, d);
+#pragma unroll
+    for (int r = 0; r < E; ++r) {
+      const int e = tid + kThreads * r, i = e / BK, j = e % BK;
+      const int64_t qi = q0 + i, kj = k0 + j;
+      const bool vis = qi < p.sq && kj < p.sk && attn::visible(p.mask, qi, kj);
+      Ps[i * PS + j] = vis ? s[r] * scale : neg_inf<A>();
+    }
+    __syncthreads();
+
+    // Online softmax, one warp per row: new max, rescale factor, probabilities (after dropout).
+    for (int i = warp; i < BQ; i += kWarps) {
+      A mx = neg_inf<A>();
+      for (int j = lane; j < BK; j += 32) mx = max(mx, Ps[i * PS + j]);
+      mx = warp_max(mx);
+      const A m_old = m_s[i];
+      const A m_new = max(m_old, mx);
+      A corr = A(1), sum = A(0);
+      if (m_new != neg_inf<A>()) {
+        corr = exp_acc(m_old - m_new);  // 0 when m_old is -inf
+        for (int j = lane; j < BK; j += 32) {
+          const A sv = Ps[i * PS + j];
+          A pv = sv == neg_inf<A>() ? A(0) : exp_acc(sv - m_new);
+          sum += pv;
+          if (p.mask.dropout_p > 0 && pv != A(0))
+            pv *= static_cast<A>(attn::dropout_factor(p.mask, b, h, q0 + i, k0 + j));
+          Ps[i * PS + j] = pv;
+        }
+      } else {
+        for (int j = lane; j < BK; j += 32) Ps[i * PS + j] = A(0);
+      }
+      sum = warp_sum(sum);
+      __syncwarp();
+      if (lane == 0) {
+        m_s[i] = m_new;
+        l_s[i] = l_s[i] * corr + sum;
+        c_s[i] = corr;
+      }
+    }
+    __syncthreads();
+
+    // O = O·corr + P·V. This thread's outputs share column c = tid % DMAX (kThreads % DMAX == 0),
+    // so each V element is read once per key and reused for all R rows.
+#pragma unroll
+    for (int r = 0; r < R; ++r) o[r] *= c_s[(tid + kThreads * r) / DMAX];
+    {
+      const int c = tid % DMAX;
+#pragma unroll 4
+      for (int j = 0; j < BK; ++j) {
+        const A vv = Vs[j * KS + c];
+#pragma unroll
+        for (int r = 0; r < R; ++r) o[r] += Ps[((tid + kThreads * r) / DMAX) * PS + j] * vv;
+      }
+    }
+  }
+  __syncthreads();  // final m_s, l_s visible (also when no tile ran)
+
+  T* ob = out + (b * p.hq + h) * p.d;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int e = tid + kThreads * r, row = e / DMAX, c = e % DMAX;
+    if (q0 + row < p.sq && c < d) {
+      const A l = l_s[row];
+      ob[(q0 + row) * q_pitch + c] = convert<T>(l > A(0) ? o[r] / l : A(0));
+    }
+  }
+  if (tid < BQ && q0 + tid < p.sq) {
+    const A l = l_s[tid];
+    lse[(b * p.hq + h) * p.sq + q0 + tid] = l > A(0) ? m_s[tid] + log_acc(l) : neg_inf<A>();
+  }
+}
+
+template <typename T, int DMAX>
+void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, acc_t<T>* lse,
+                    const Params& p) {
+  using S = ForwardSmem<T, DMAX>;
+  const int device = q.device().index;
+  auto kernel = flash_forward_kernel<T, DMAX>;
+  prepare_smem(kernel, S::bytes, device, "attention_forward");
+  const int64_t qtiles = (p.sq + S::BQ - 1) / S::BQ;
+  STRATA_CHECK(p.hq <= 65535 && p.b <= 65535 && qtiles <= 0x7fffffff, "attention_forward: grid too large (",
+               qtiles, " q tiles, ", p.hq, " heads, batch ", p.b, ")");
+  dim3 grid(static_cast<unsigned>(qtiles), static_cast<unsigned>(p.hq), static_cast<unsigned>(p.b));
+  kernel<<<grid, kThreads, S::bytes, cuda_rt::current_stream(device)>>>(
+      static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k.data_ptr()),
+      static_cast<const T*>(v.data_ptr()), static_cast<T*>(out.data_ptr()), lse, p);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& softmax_lse, const AttentionParams& ap) {
+  const Params p = make_params(q, k, ap);
+  if (p.sq == 0 || p.b == 0 || p.hq == 0) return;
+  dispatch_float(q.dtype(), "attention_forward", [&](auto tag_) {
+    STRATA_SCALAR(tag_);
+    using A = acc_t<scalar_t>;
+    // The kernel writes lse in the accumulation type; f64 inputs with an f32 lse go through a copy.
+    const bool direct = softmax_lse.dtype() == dtype_of<A>();
+    Tensor lse = direct ? softmax_lse : Tensor::empty(softmax_lse.shape(), dtype_of<A>(), q.device());
+    A* lp = static_cast<A*>(lse.data_ptr());
+    switch (dmax_for(p.d)) {
+      case 64: launch_forward<scalar_t, 64>(q, k, v, out, lp, p); break;
+      case 128: launch_forward<scalar_t, 128>(q, k, v, out, lp, p); break;
+      default: launch_forward<scalar_t, 256>(q, k, v, out, lp, p); break;
+    }
+    if (!direct) {
+      Tensor dst = softmax_lse;  // a view of the same storage
+      dst.copy_(lse);
+    }
+  });
+}
+
+}  // namespace strata::kernels::cuda
