@@ -7,13 +7,14 @@
 // Determinism: every result is produced by a fixed reduction tree that depends only on the shape,
 // never on the thread count or launch timing, and no atomics are used.
 //   CPU:  the range is cut into chunks of kReduceChunk elements (a count fixed by n), each chunk is
-//         reduced in order, then the chunk partials are combined pairwise in a fixed order.
+//         reduced in order into 8 interleaved lanes, then lanes and chunk partials are combined
+//         pairwise in a fixed order.
 //   CUDA: a fixed grid (min(ceil(n/256), 1024) blocks of 256 threads, a function of n only), a
 //         shuffle tree inside each block, per-block partials in a temporary buffer, then one
 //         block combining the partials in a fixed order.
-// Precision: accumulation in f32 for f32/bf16/f16 input (chunked/pairwise on the CPU, tree on
-// CUDA, so the error grows like log(n)·eps rather than n·eps), f64 when the input or the output is
-// f64. sum_of_squares of f32 gradients therefore accumulates in f32, like Megatron's fused l2norm.
+// Precision: accumulation in f32 for f32/bf16/f16 input, f64 when the input or the output is f64.
+// Sequential runs are short (128 elements per CPU lane; n/262144 per CUDA thread) and the rest is
+// a tree, so the error grows roughly like sqrt(run)·eps + log2(n)·eps rather than n·eps. sum_of_squares of f32 gradients therefore accumulates in f32, like Megatron's fused l2norm.
 // count_zeros counts in 64-bit integers and is exact (converted to the output dtype at the end).
 #pragma once
 #include <cstdint>
