@@ -2,6 +2,8 @@
 // the bias loops. Reference: Megatron-Core tensor_parallel/layers.py (LinearWithGradAccumulation...).
 #include "kernels/gemm.h"
 
+#include "kernels/elementwise.h"
+
 #include "kernels/dispatch.h"
 
 namespace strata::kernels {
@@ -106,7 +108,7 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const 
   }
   const Tensor y2 = y.reshape({rows, out});
   gemm(x.reshape({rows, in}), false, w, true, y2);
-  if (bias && rows > 0 && out > 0) STRATA_DEVICE_DISPATCH(x.device(), add_bias(y2, *bias));
+  if (bias && rows > 0 && out > 0) add_bias(y2, *bias, y2);
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor* dx, const Tensor* dw,
@@ -137,7 +139,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
   }
   if (dx) gemm(dy2, false, w, false, dx->reshape({rows, in}));                       // [rows, out]·[out, in]
   if (dw) gemm(dy2, true, x2, false, *dw, 1.0, accumulate_grads ? 1.0 : 0.0);        // [out, rows]·[rows, in]
-  if (dbias && out > 0) STRATA_DEVICE_DISPATCH(x.device(), bias_grad(dy2, *dbias, accumulate_grads));
+  if (dbias && out > 0) bias_grad(dy2, *dbias, accumulate_grads);
 }
 
 }  // namespace strata::kernels

@@ -54,21 +54,15 @@ struct GemmDims {
 // returns the problem's dimensions.
 GemmDims gemm_dims(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c);
 
-// The backends implement gemm and the two bias loops of the linear layer; linear_forward and
-// linear_backward (kernels/gemm.cpp) compose them, so both devices share one definition.
+// The backends implement gemm; linear_forward and linear_backward (kernels/gemm.cpp) compose it
+// with the bias ops of kernels/elementwise.h, so both devices share one definition.
 namespace cpu {
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
           double alpha, double beta, const GemmOptions& options);
-// y: [rows, out] += bias: [out]
-void add_bias(const Tensor& y, const Tensor& bias);
-// dy: [rows, out] -> dbias: [out] (+)= Σ_rows dy   (f32 accumulation, fixed order)
-void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate);
 }  // namespace cpu
 namespace cuda {
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
           double alpha, double beta, const GemmOptions& options);
-void add_bias(const Tensor& y, const Tensor& bias);
-void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate);
 // Benchmark baseline: the bare cublasLtMatmul for C[m, n] = A[m, k] · B[k, n] (row-major, bf16
 // in and out, f32 compute; the same orientation gemm() uses without transposes) on buffers it
 // allocates itself. Returns milliseconds per call, timed with cudaEvents over `iters` calls

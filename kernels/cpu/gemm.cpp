@@ -86,47 +86,4 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
   Tensor(c).copy_(cf);
 }
 
-void add_bias(const Tensor& y, const Tensor& bias) {
-  const int64_t out = bias.numel(), rows = y.numel() / out;
-  dispatch_float(y.dtype(), "linear_forward", [&](auto tag_) {
-    STRATA_SCALAR(tag_);
-    using acc = acc_t<scalar_t>;
-    scalar_t* yp = mut_ptr<scalar_t>(y);
-    const scalar_t* bp = ptr<scalar_t>(bias);
-#pragma omp parallel for if (rows * out > 32768)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < out; ++j)
-        yp[r * out + j] = convert<scalar_t>(convert<acc>(yp[r * out + j]) + convert<acc>(bp[j]));
-  });
-}
-
-// Column sums over rows; each thread owns a block of columns and walks the rows in order, so the
-// summation order (row 0, 1, 2, ...) is fixed for every column.
-void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate) {
-  const int64_t out = dbias.numel(), rows = dy.numel() / out;
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (out + kBlock - 1) / kBlock;
-  dispatch_float(dy.dtype(), "linear_backward", [&](auto tag_) {
-    STRATA_SCALAR(tag_);
-    using acc = acc_t<scalar_t>;
-    const scalar_t* g = ptr<scalar_t>(dy);
-    dispatch_float(dbias.dtype(), "linear_backward", [&](auto out_tag_) {
-      using out_t = typename decltype(out_tag_)::type;
-      out_t* db = mut_ptr<out_t>(dbias);
-#pragma omp parallel for if (rows * out > 32768)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t j0 = blk * kBlock, j1 = std::min(out, j0 + kBlock);
-        acc sum[kBlock] = {};
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = j0; j < j1; ++j) sum[j - j0] += convert<acc>(g[r * out + j]);
-        for (int64_t j = j0; j < j1; ++j) {
-          acc total = sum[j - j0];
-          if (accumulate) total += static_cast<acc>(convert<acc_t<out_t>>(db[j]));
-          db[j] = convert<out_t>(total);
-        }
-      }
-    });
-  });
-}
-
 }  // namespace strata::kernels::cpu

@@ -174,45 +174,6 @@ __global__ void scale_kernel(T* c, int64_t n, double beta) {
   GRID_STRIDE(i, n) c[i] = convert<T>(static_cast<acc>(beta) * convert<acc>(c[i]));
 }
 
-template <typename T>
-__global__ void add_bias_kernel(T* y, const T* bias, int64_t rows, int64_t out) {
-  using acc = acc_t<T>;
-  GRID_STRIDE(i, rows * out) y[i] = convert<T>(convert<acc>(y[i]) + convert<acc>(bias[i % out]));
-}
-
-// Pass 1 of the bias gradient: block (32, 8) sums a 32-column tile over one split of the rows;
-// thread (x, y) takes rows y, y+8, ..., then the 8 partials are added in order y = 0..7.
-constexpr int kTileCols = 32, kTileRows = 8;
-template <typename T>
-__global__ void column_partial_sums(const T* dy, acc_t<T>* partial, int64_t rows, int64_t out,
-                                    int64_t rows_per_split) {
-  using acc = acc_t<T>;
-  __shared__ acc tile[kTileRows][kTileCols + 1];
-  const int64_t j = int64_t(blockIdx.x) * kTileCols + threadIdx.x;
-  const int64_t r0 = int64_t(blockIdx.y) * rows_per_split;
-  const int64_t r1 = r0 + rows_per_split < rows ? r0 + rows_per_split : rows;
-  acc sum = 0;
-  if (j < out)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) sum += convert<acc>(dy[r * out + j]);
-  tile[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < out) {
-    acc total = 0;
-    for (int y = 0; y < kTileRows; ++y) total += tile[y][threadIdx.x];
-    partial[int64_t(blockIdx.y) * out + j] = total;
-  }
-}
-
-// Pass 2: dbias[j] (+)= Σ_s partial[s, j] in split order.
-template <typename Acc, typename OutT>
-__global__ void column_finish(const Acc* partial, int64_t splits, int64_t out, OutT* dbias, bool accumulate) {
-  GRID_STRIDE(j, out) {
-    Acc total = 0;
-    for (int64_t s = 0; s < splits; ++s) total += partial[s * out + j];
-    if (accumulate) total += convert<Acc>(dbias[j]);
-    dbias[j] = convert<OutT>(total);
-  }
-}
 }  // namespace
 
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, double alpha,
@@ -265,47 +226,6 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
       b.data_ptr(), ab, to_int(o.rows_a, "ld(b)"), d.stride_b(), a.data_ptr(), ab, to_int(o.rows_b, "ld(a)"),
       d.stride_a(), &beta_f, c.data_ptr(), cuda_type(c.dtype()), to_int(d.n, "ld(c)"), d.stride_c(),
       to_int(d.batch, "batch"), compute, CUBLAS_GEMM_DEFAULT));
-}
-
-void add_bias(const Tensor& y, const Tensor& bias) {
-  const int64_t out = bias.numel(), rows = y.numel() / out;
-  if (rows * out == 0) return;
-  DeviceGuard guard(y.device());
-  cudaStream_t s = cuda_rt::current_stream(y.device().index);
-  dispatch_float(y.dtype(), "linear_forward", [&](auto tag_) {
-    STRATA_SCALAR(tag_);
-    add_bias_kernel<scalar_t><<<cuda_rt::grid_for(rows * out, 256), 256, 0, s>>>(
-        static_cast<scalar_t*>(y.data_ptr()), static_cast<const scalar_t*>(bias.data_ptr()), rows, out);
-    STRATA_CUDA_LAUNCH_CHECK();
-  });
-}
-
-void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate) {
-  const int64_t out = dbias.numel(), rows = out > 0 ? dy.numel() / out : 0;
-  if (out == 0) return;
-  DeviceGuard guard(dy.device());
-  cudaStream_t s = cuda_rt::current_stream(dy.device().index);
-  // Split the rows so that about 4 blocks per SM of an H100/H200 are busy; the split depends
-  // only on the shape, so the summation order (and the result) is reproducible.
-  const int64_t col_tiles = (out + kTileCols - 1) / kTileCols;
-  STRATA_CHECK(col_tiles <= INT_MAX, "linear_backward: out_features ", out, " too large");
-  int64_t splits = std::min<int64_t>((rows + 63) / 64, (528 + col_tiles - 1) / col_tiles);
-  splits = std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
-  const int64_t rows_per_split = std::max<int64_t>(1, (rows + splits - 1) / splits);
-  dispatch_float(dy.dtype(), "linear_backward", [&](auto tag_) {
-    STRATA_SCALAR(tag_);
-    using acc = acc_t<scalar_t>;
-    Tensor partial = Tensor::empty({splits, out}, dtype_of<acc>(), dy.device());
-    column_partial_sums<scalar_t><<<dim3(unsigned(col_tiles), unsigned(splits)), dim3(kTileCols, kTileRows), 0, s>>>(
-        static_cast<const scalar_t*>(dy.data_ptr()), partial.data<acc>(), rows, out, rows_per_split);
-    STRATA_CUDA_LAUNCH_CHECK();
-    dispatch_float(dbias.dtype(), "linear_backward", [&](auto out_tag_) {
-      using out_t = typename decltype(out_tag_)::type;
-      column_finish<acc, out_t><<<cuda_rt::grid_for(out, 256), 256, 0, s>>>(
-          partial.data<acc>(), splits, out, static_cast<out_t*>(dbias.data_ptr()), accumulate);
-      STRATA_CUDA_LAUNCH_CHECK();
-    });
-  });
 }
 
 namespace {
