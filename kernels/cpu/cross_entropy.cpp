@@ -1,6 +1,7 @@
 // CPU fused softmax cross-entropy (kernels/cross_entropy.h): the readable reference. One row at a
-// time (OpenMP over rows), each row reduced sequentially in column order in the statistics type
+// time (OpenMP over rows), each row reduced in a fixed order (blocked sums for sum_exp) in the statistics type
 // (f32 for f32/bf16/f16 logits, f64 for f64). Reference: Megatron-Core VocabParallelCrossEntropy.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -31,8 +32,15 @@ void row_sum_exp(const T* row, int64_t v, S m, int64_t target, int64_t vocab_sta
     *target_logit = S(0);
     return;
   }
+  // Blocked sum (columns in order within blocks of kSumBlock, block sums in order): f32 error grows
+  // with kSumBlock + v / kSumBlock terms instead of v, which matters for 50k+ vocabularies.
+  constexpr int64_t kSumBlock = 256;
   S s = S(0);
-  for (int64_t j = 0; j < v; ++j) s += std::exp(convert<S>(row[j]) - m);
+  for (int64_t j0 = 0; j0 < v; j0 += kSumBlock) {
+    S b = S(0);
+    for (int64_t j = j0; j < std::min(v, j0 + kSumBlock); ++j) b += std::exp(convert<S>(row[j]) - m);
+    s += b;
+  }
   *sum_exp = s;
   const int64_t c = ce::local_target(target, vocab_start, v);
   *target_logit = c >= 0 ? convert<S>(row[c]) : S(0);
