@@ -25,6 +25,7 @@ void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& ou
 // ids[i] == vocab_start + r, summed in position order in f32 (f64 for f64). accumulate = false
 // overwrites dweight (rows with no occurrence become zero); accumulate = true adds to it.
 // Deterministic on both backends (no atomics): the CUDA path stable-sorts (id, position) pairs.
+// Non-local ids contribute nothing; negative ids are rejected on the CPU and skipped on CUDA.
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dweight, bool accumulate,
                         int64_t vocab_start = 0);
 
