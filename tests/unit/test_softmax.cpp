@@ -79,7 +79,7 @@ TEST_CASE("softmax: f32, bf16, f16 against f64, odd shapes", "[softmax][dtype]")
   struct Case { Shape s; bool causal; };
   for (Bound bd : {Bound{DType::F32, 1e-6, 1e-5}, Bound{DType::BF16, 1e-2, 1e-2}, Bound{DType::F16, 2e-3, 2e-3}}) {
     for (Case k : {Case{{1, 5000}, false}, Case{{7, 257}, false}, Case{{3, 1}, false}, Case{{5, 3}, false},
-                   Case{{2, 33, 33}, true}, Case{{1, 1100, 1100}, true}}) {
+                   Case{{2, 33, 33}, true}, Case{{3, 130, 130}, true}}) {
       SoftmaxOptions opt;
       opt.scale = 0.3;
       opt.causal = k.causal;
