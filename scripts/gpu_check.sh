@@ -39,7 +39,7 @@ rc=$?; note "gpu unit tests" "rc=$rc $(grep -E 'test cases|All tests' "$OUT/gpu_
 timeout 120 "$bin/strata_unit_tests" > "$OUT/unit_tests.log" 2>&1
 rc=$?; note "cpu unit tests (there)" "rc=$rc $(grep -E 'test cases|All tests' "$OUT/unit_tests.log" | tail -1)"
 
-timeout 180 "$bin/strata" bench ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+timeout 180 "$bin/strata" bench ops --bench-json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
 rc=$?; note "op benchmarks" "rc=$rc (bench.log)"
 timeout 120 python3 scripts/bench/attention_torch.py > "$OUT/torch_reference.jsonl" 2>&1
 note "torch reference" "rc=$? (torch_reference.jsonl)"

@@ -52,10 +52,10 @@ Tensor randn(const Shape& s, DType dt, Device dev, uint64_t seed) {
   return t;
 }
 
-struct Row {
+struct Row {  // one benchmark line
   std::string op, device, shape, unit;
   double ms = 0, rate = 0, ref_rate = 0;
-  std::string ref;
+  std::string ref = "";
 };
 
 void print_row(const Row& r) {
@@ -72,7 +72,7 @@ std::vector<Row> bench_gemm(Device dev, bool quick) {
     int64_t n = quick ? 256 : 1024;
     Tensor a = randn({n, n}, DType::F32, dev, 1), b = randn({n, n}, DType::F32, dev, 2), c = Tensor::empty({n, n}, DType::F32, dev);
     double flops = 2.0 * n * n * n;
-    Row r{"gemm", dev.str(), std::to_string(n) + "^3 f32", "GFLOP/s"};
+    Row r{"gemm", dev.str(), std::to_string(n) + "^3 f32", "GFLOP/s", 0, 0, 0, ""};
     r.ms = median_ms(dev, 2, quick ? 3 : 10, [&] { kernels::gemm(a, false, b, false, c); });
     r.rate = flops / r.ms / 1e6;
     double raw = median_ms(dev, 2, quick ? 3 : 10, [&] {
@@ -88,7 +88,7 @@ std::vector<Row> bench_gemm(Device dev, bool quick) {
   int64_t n = quick ? 2048 : 8192;
   Tensor a = randn({n, n}, DType::BF16, dev, 1), b = randn({n, n}, DType::BF16, dev, 2), c = Tensor::empty({n, n}, DType::BF16, dev);
   double flops = 2.0 * n * n * n;
-  Row r{"gemm", dev.str(), std::to_string(n) + "^3 bf16", "TFLOP/s"};
+  Row r{"gemm", dev.str(), std::to_string(n) + "^3 bf16", "TFLOP/s", 0, 0, 0, ""};
   r.ms = median_ms(dev, 3, 20, [&] { kernels::gemm(a, false, b, false, c); });
   r.rate = flops / r.ms / 1e9;
   double raw = kernels::cuda::bench_raw_cublaslt_bf16(n, n, n, 20);
@@ -116,11 +116,11 @@ std::vector<Row> bench_attention(Device dev, bool quick) {
                       std::to_string(d) + " " + dtype_name(dt) + " causal";
   double scale = gpu ? 1e9 : 1e6;
   const char* unit = gpu ? "TFLOP/s" : "GFLOP/s";
-  Row f{"attention_fwd", dev.str(), shape, unit};
+  Row f{"attention_fwd", dev.str(), shape, unit, 0, 0, 0, ""};
   f.ms = median_ms(dev, 2, gpu ? 10 : 3, [&] { kernels::attention_forward(q, k, v, o, lse, p); });
   f.rate = fwd_flops / f.ms / scale;
   rows.push_back(f);
-  Row fb{"attention_fwd_bwd", dev.str(), shape, unit};
+  Row fb{"attention_fwd_bwd", dev.str(), shape, unit, 0, 0, 0, ""};
   fb.ms = median_ms(dev, 2, gpu ? 10 : 3, [&] {
     kernels::attention_forward(q, k, v, o, lse, p);
     kernels::attention_backward(q, k, v, o, dout, lse, dq, dk, dv, p);
@@ -142,13 +142,13 @@ std::vector<Row> bench_memory_bound(Device dev, bool quick) {
   Tensor gamma = Tensor::full({h}, 1.0, dt, dev), beta = Tensor::zeros({h}, dt, dev);
   Tensor mean = Tensor::empty({n}, DType::F32, dev), rstd = Tensor::empty({n}, DType::F32, dev);
   std::string shape = std::to_string(n) + "x" + std::to_string(h) + " " + dtype_name(dt);
-  Row ln{"layernorm_fwd", dev.str(), shape, "GB/s"};
-  ln.ms = median_ms(dev, 2, 10, [&] { kernels::layernorm_forward(x, gamma, beta, y, mean, rstd, 1e-5, false); });
+  Row ln{"layernorm_fwd", dev.str(), shape, "GB/s", 0, 0, 0, ""};
+  ln.ms = median_ms(dev, 2, 10, [&] { kernels::layernorm_forward(x, gamma, beta, y, mean, rstd); });
   ln.rate = bytes / ln.ms / 1e6;
   ln.ref = "device copy";
   ln.ref_rate = copy_gbs;
   rows.push_back(ln);
-  Row sm{"softmax_fwd", dev.str(), shape, "GB/s"};
+  Row sm{"softmax_fwd", dev.str(), shape, "GB/s", 0, 0, 0, ""};
   sm.ms = median_ms(dev, 2, 10, [&] { kernels::softmax_forward(x, y); });
   sm.rate = bytes / sm.ms / 1e6;
   sm.ref = "device copy";
