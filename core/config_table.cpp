@@ -82,7 +82,9 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 // ---- validators ----------------------------------------------------------------------------------
 
 namespace {
-std::string python_repr_double(double x) { return python_repr(Value(x)); }
+std::string python_repr_double(double x) {
+  return python_repr(Value(x));
+}
 
 // Applies `ok` to a numeric value or every element of a numeric list; "" when all pass.
 std::string check_numbers(const Value& v, const std::function<bool(double)>& ok, const std::string& rule) {
@@ -105,14 +107,20 @@ std::string bound_text(double x) {
 }  // namespace
 
 Validator positive() {
-  return {"> 0", [](const Value& v) { return check_numbers(v, [](double x) { return x > 0; }, "> 0"); }};
+  return {"> 0", [](const Value& v) {
+            return check_numbers(
+                v, [](double x) { return x > 0; }, "> 0");
+          }};
 }
 Validator non_negative() {
-  return {">= 0", [](const Value& v) { return check_numbers(v, [](double x) { return x >= 0; }, ">= 0"); }};
+  return {">= 0", [](const Value& v) {
+            return check_numbers(
+                v, [](double x) { return x >= 0; }, ">= 0");
+          }};
 }
 Validator in_range(double lo, bool lo_closed, double hi, bool hi_closed) {
-  std::string rule = "in " + std::string(lo_closed ? "[" : "(") + bound_text(lo) + ", " + bound_text(hi) +
-                     (hi_closed ? "]" : ")");
+  std::string rule =
+      "in " + std::string(lo_closed ? "[" : "(") + bound_text(lo) + ", " + bound_text(hi) + (hi_closed ? "]" : ")");
   auto ok = [=](double x) { return (lo_closed ? x >= lo : x > lo) && (hi_closed ? x <= hi : x < hi); };
   return {rule, [=](const Value& v) { return check_numbers(v, ok, rule); }};
 }
@@ -166,9 +174,12 @@ bool decode_scalar(const YAML::Node& n, T& out) {
     return true;
   } else {
     if (n.Tag() == "!") return false;  // quoted: a string, not a number or bool
-    if constexpr (std::is_same_v<T, int64_t>) return parse_int(n.Scalar(), out);
-    else if constexpr (std::is_same_v<T, double>) return parse_double(n.Scalar(), out);
-    else return parse_bool(n.Scalar(), out);
+    if constexpr (std::is_same_v<T, int64_t>)
+      return parse_int(n.Scalar(), out);
+    else if constexpr (std::is_same_v<T, double>)
+      return parse_double(n.Scalar(), out);
+    else
+      return parse_bool(n.Scalar(), out);
   }
 }
 
@@ -198,26 +209,63 @@ void FieldTable::decode_field(const FieldSpec& f, const YAML::Node& n, void* sec
   };
   Value v;
   if (n.IsNull()) {
-    if (!f.nullable) throw ConfigError(f.path(), "null is not allowed; expected " + f.type_text() + where_suffix(where, n));
+    if (!f.nullable)
+      throw ConfigError(f.path(), "null is not allowed; expected " + f.type_text() + where_suffix(where, n));
     f.set(section_obj, Value());
     return;
   }
   bool ok = false;
   switch (f.type) {
-    case FieldType::Int: { int64_t x = 0; ok = decode_scalar(n, x); v = x; break; }
-    case FieldType::Double: { double x = 0; ok = decode_scalar(n, x); v = x; break; }
-    case FieldType::Bool: { bool x = false; ok = decode_scalar(n, x); v = x; break; }
-    case FieldType::String: { std::string x; ok = decode_scalar(n, x); v = x; break; }
-    case FieldType::IntList: { std::vector<int64_t> x; ok = decode_list(n, x); v = x; break; }
-    case FieldType::DoubleList: { std::vector<double> x; ok = decode_list(n, x); v = x; break; }
-    case FieldType::StringList: { std::vector<std::string> x; ok = decode_list(n, x); v = x; break; }
+    case FieldType::Int: {
+      int64_t x = 0;
+      ok = decode_scalar(n, x);
+      v = x;
+      break;
+    }
+    case FieldType::Double: {
+      double x = 0;
+      ok = decode_scalar(n, x);
+      v = x;
+      break;
+    }
+    case FieldType::Bool: {
+      bool x = false;
+      ok = decode_scalar(n, x);
+      v = x;
+      break;
+    }
+    case FieldType::String: {
+      std::string x;
+      ok = decode_scalar(n, x);
+      v = x;
+      break;
+    }
+    case FieldType::IntList: {
+      std::vector<int64_t> x;
+      ok = decode_list(n, x);
+      v = x;
+      break;
+    }
+    case FieldType::DoubleList: {
+      std::vector<double> x;
+      ok = decode_list(n, x);
+      v = x;
+      break;
+    }
+    case FieldType::StringList: {
+      std::vector<std::string> x;
+      ok = decode_list(n, x);
+      v = x;
+      break;
+    }
     case FieldType::Enum: {
       if (!n.IsScalar()) break;
       const std::string& s = n.Scalar();
       if (std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end()) {
         std::string hint = closest_match(s, f.choices);
         throw ConfigError(f.path(), "'" + s + "' is not one of " + join(f.choices, ", ") +
-                                        (hint.empty() ? "" : "; did you mean '" + hint + "'?") + where_suffix(where, n));
+                                        (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
+                                        where_suffix(where, n));
       }
       ok = true;
       v = s;
@@ -240,8 +288,8 @@ void FieldTable::add_section(SectionSpec section) {
   // argument table and the cross-section "did you mean" rely on it.
   for (const auto& f : section.fields)
     for (const auto& s : sections_)
-      STRATA_INTERNAL_ASSERT(!s.find(f.name), "config field '", f.name, "' declared in sections ", s.name,
-                             " and ", section.name);
+      STRATA_INTERNAL_ASSERT(!s.find(f.name), "config field '", f.name, "' declared in sections ", s.name, " and ",
+                             section.name);
   sections_.push_back(std::move(section));
 }
 
@@ -263,7 +311,8 @@ void FieldTable::unknown_key(const std::string& section, const std::string& key,
     std::vector<std::string> names;
     for (const auto& sec : sections_) names.push_back(sec.name);
     std::string hint = closest_match(section, names);
-    throw ConfigError(path, "unknown section '" + section + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
+    throw ConfigError(path, "unknown section '" + section + "'" +
+                                (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
                                 " (sections: " + join(names, ", ") + ")" + where);
   }
   // The same name in another section is the most likely intent ("model.lr" → "optimizer.lr").
@@ -277,7 +326,8 @@ void FieldTable::unknown_key(const std::string& section, const std::string& key,
     std::string m = closest_match(key, names);
     if (!m.empty()) hint = section + "." + m;
   }
-  throw ConfigError(path, "unknown key '" + path + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") + where);
+  throw ConfigError(path,
+                    "unknown key '" + path + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") + where);
 }
 
 void FieldTable::decode_yaml(const YAML::Node& root_node, void* root, const std::string& source) const {
@@ -318,8 +368,8 @@ void FieldTable::decode_yaml_text(const std::string& text, void* root, const std
   try {
     node = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw ConfigError("(yaml)", "cannot parse " + source + " at line " + std::to_string(e.mark.line + 1) +
-                                    ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
+    throw ConfigError("(yaml)", "cannot parse " + source + " at line " + std::to_string(e.mark.line + 1) + ", column " +
+                                    std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   decode_yaml(node, root, source);
 }
@@ -337,10 +387,9 @@ void FieldTable::apply_override(const std::string& assignment, void* root) const
   size_t eq = assignment.find('=');
   std::string key = assignment.substr(0, eq);
   size_t dot = key.find('.');
-  if (eq == std::string::npos || dot == std::string::npos || key.find('.', dot + 1) != std::string::npos ||
-      dot == 0 || dot + 1 == key.size())
-    throw ConfigError(key.empty() ? "(override)" : key,
-                      "an override is section.field=value, got '" + assignment + "'");
+  if (eq == std::string::npos || dot == std::string::npos || key.find('.', dot + 1) != std::string::npos || dot == 0 ||
+      dot + 1 == key.size())
+    throw ConfigError(key.empty() ? "(override)" : key, "an override is section.field=value, got '" + assignment + "'");
   std::string section = key.substr(0, dot), name = key.substr(dot + 1);
   const FieldSpec* f = find(section, name);
   if (!f) unknown_key(section, name, " (" + where + ")");

@@ -59,8 +59,8 @@ struct Validator {
   std::string description;
   std::function<std::string(const Value&)> check;
 };
-Validator positive();                                   // > 0 (int or double; lists: every element)
-Validator non_negative();                               // >= 0
+Validator positive();                                                      // > 0 (int or double; lists: every element)
+Validator non_negative();                                                  // >= 0
 Validator in_range(double lo, bool lo_closed, double hi, bool hi_closed);  // e.g. [0, 1)
 Validator custom(std::string description, std::function<std::string(const Value&)> check);
 
@@ -100,20 +100,36 @@ struct FieldSpec {
 };
 
 namespace detail {
-template <typename T> struct is_optional : std::false_type {};
-template <typename T> struct is_optional<std::optional<T>> : std::true_type {};
+template <typename T>
+struct is_optional : std::false_type {};
+template <typename T>
+struct is_optional<std::optional<T>> : std::true_type {};
 
-// Maps a plain member type to its FieldType and converts to/from Value.
-template <typename T> struct MemberTraits;
-template <> struct MemberTraits<int64_t> { static constexpr FieldType type = FieldType::Int; };
-template <> struct MemberTraits<double> { static constexpr FieldType type = FieldType::Double; };
-template <> struct MemberTraits<bool> { static constexpr FieldType type = FieldType::Bool; };
-template <> struct MemberTraits<std::string> { static constexpr FieldType type = FieldType::String; };
-template <> struct MemberTraits<std::vector<int64_t>> { static constexpr FieldType type = FieldType::IntList; };
-template <> struct MemberTraits<std::vector<double>> { static constexpr FieldType type = FieldType::DoubleList; };
-template <> struct MemberTraits<std::vector<std::string>> {
-  static constexpr FieldType type = FieldType::StringList;
-};
+template <typename T>
+inline constexpr bool unsupported_member = false;
+
+// The FieldType of a plain (non-optional, non-enum) member type.
+template <typename T>
+constexpr FieldType field_type_of() {
+  if constexpr (std::is_same_v<T, int64_t>)
+    return FieldType::Int;
+  else if constexpr (std::is_same_v<T, double>)
+    return FieldType::Double;
+  else if constexpr (std::is_same_v<T, bool>)
+    return FieldType::Bool;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return FieldType::String;
+  else if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+    return FieldType::IntList;
+  else if constexpr (std::is_same_v<T, std::vector<double>>)
+    return FieldType::DoubleList;
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return FieldType::StringList;
+  else
+    static_assert(unsupported_member<T>,
+                  "config members are int64_t, double, bool, std::string, vectors of those, enums (add_enum) or "
+                  "std::optional of a scalar");
+}
 }  // namespace detail
 
 // The fields of one section struct S. Build it in a function next to S:
@@ -129,7 +145,7 @@ class SectionFields {
     f.doc = std::move(doc);
     if constexpr (detail::is_optional<M>::value) {
       using T = typename M::value_type;
-      f.type = detail::MemberTraits<T>::type;
+      f.type = detail::field_type_of<T>();
       f.nullable = true;
       f.get = [member](const void* s) -> Value {
         const M& m = static_cast<const S*>(s)->*member;
@@ -137,11 +153,13 @@ class SectionFields {
       };
       f.set = [member](void* s, const Value& v) {
         M& m = static_cast<S*>(s)->*member;
-        if (std::holds_alternative<std::monostate>(v)) m.reset();
-        else m = std::get<T>(v);
+        if (std::holds_alternative<std::monostate>(v))
+          m.reset();
+        else
+          m = std::get<T>(v);
       };
     } else {
-      f.type = detail::MemberTraits<M>::type;
+      f.type = detail::field_type_of<M>();
       f.get = [member](const void* s) -> Value { return Value(static_cast<const S*>(s)->*member); };
       f.set = [member](void* s, const Value& v) { static_cast<S*>(s)->*member = std::get<M>(v); };
     }
@@ -172,8 +190,10 @@ class SectionFields {
       };
       f.set = [member, from_name](void* s, const Value& v) {
         M& m = static_cast<S*>(s)->*member;
-        if (std::holds_alternative<std::monostate>(v)) m.reset();
-        else m = from_name(v);
+        if (std::holds_alternative<std::monostate>(v))
+          m.reset();
+        else
+          m = from_name(v);
       };
     } else {
       static_assert(std::is_same_v<M, E>);
@@ -237,10 +257,8 @@ class FieldTable {
                              const std::vector<std::pair<std::string, std::string>>& extra = {}) const;
 
  private:
-  void decode_field(const FieldSpec& f, const YAML::Node& node, void* section_obj,
-                    const std::string& where) const;
-  [[noreturn]] void unknown_key(const std::string& section, const std::string& key,
-                                const std::string& where) const;
+  void decode_field(const FieldSpec& f, const YAML::Node& node, void* section_obj, const std::string& where) const;
+  [[noreturn]] void unknown_key(const std::string& section, const std::string& key, const std::string& where) const;
   std::vector<SectionSpec> sections_;
 };
 
@@ -280,8 +298,7 @@ class ConfigTable {
   std::string to_yaml(const Root& r) const { return table_.to_yaml(&r); }
   std::string help_text() const { return table_.help_text(); }
   std::string markdown() const { return table_.markdown(); }
-  std::string argument_table(const Root& r,
-                             const std::vector<std::pair<std::string, std::string>>& extra = {}) const {
+  std::string argument_table(const Root& r, const std::vector<std::pair<std::string, std::string>>& extra = {}) const {
     return table_.argument_table(&r, extra);
   }
 
@@ -290,9 +307,9 @@ class ConfigTable {
 };
 
 // ---- helpers shared with callers -------------------------------------------------------------
-std::string python_repr(const Value& v);     // Megatron's printed form: None, True, 1e-05, ['a', 'b']
-std::string yaml_scalar(const Value& v);      // the YAML text of a value (round-trips exactly)
-std::string format_double(double x);          // shortest round-trip text, always with '.' or 'e'
+std::string python_repr(const Value& v);  // Megatron's printed form: None, True, 1e-05, ['a', 'b']
+std::string yaml_scalar(const Value& v);  // the YAML text of a value (round-trips exactly)
+std::string format_double(double x);      // shortest round-trip text, always with '.' or 'e'
 size_t edit_distance(const std::string& a, const std::string& b);
 // The closest candidate by edit distance (ignoring case, '-' read as '_'), or "" if none is close.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);

@@ -75,7 +75,8 @@ std::string format_double(double x) {
   if (std::isinf(x)) return x < 0 ? "-.inf" : ".inf";
   std::string s = python_float(x);
   size_t e = s.find('e');
-  if (e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");  // 1.0e-05: a float to every YAML reader
+  if (e != std::string::npos && s.find('.') == std::string::npos)
+    s.insert(e, ".0");  // 1.0e-05: a float to every YAML reader
   return s;
 }
 
@@ -95,14 +96,14 @@ static std::string python_str_repr(const std::string& s) {
 // Plain YAML scalars are used only when a YAML reader cannot take them for anything but a string.
 static bool needs_quotes(const std::string& s) {
   if (s.empty()) return true;
-  static const std::set<std::string> reserved = {"null", "Null", "NULL", "~", "true", "True", "TRUE",
-                                                 "false", "False", "FALSE", "yes", "Yes", "YES", "no",
-                                                 "No", "NO", "on", "On", "ON", "off", "Off", "OFF",
-                                                 "y", "Y", "n", "N", ".inf", ".nan", "-.inf"};
+  static const std::set<std::string> reserved = {"null",  "Null",  "NULL", "~",    "true", "True", "TRUE", "false",
+                                                 "False", "FALSE", "yes",  "Yes",  "YES",  "no",   "No",   "NO",
+                                                 "on",    "On",    "ON",   "off",  "Off",  "OFF",  "y",    "Y",
+                                                 "n",     "N",     ".inf", ".nan", "-.inf"};
   if (reserved.count(s)) return true;
   for (char c : s) {
-    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '/' || c == '-' ||
-              c == '+' || c == ':';
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '/' || c == '-' || c == '+' ||
+              c == ':';
     if (!ok) return true;
   }
   if (s.front() == '-' || s.front() == ':' || s.back() == ':') return true;
@@ -137,15 +138,22 @@ std::string yaml_scalar(const Value& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>) return "null";
-        else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>) return format_double(x);
-        else if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::string>) return yaml_string(x);
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return "null";
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          return format_double(x);
+        else if constexpr (std::is_same_v<T, bool>)
+          return x ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return yaml_string(x);
         else if constexpr (std::is_same_v<T, std::vector<int64_t>>)
           return list_text(x, [](int64_t i) { return std::to_string(i); });
-        else if constexpr (std::is_same_v<T, std::vector<double>>) return list_text(x, format_double);
-        else return list_text(x, yaml_string);
+        else if constexpr (std::is_same_v<T, std::vector<double>>)
+          return list_text(x, format_double);
+        else
+          return list_text(x, yaml_string);
       },
       v);
 }
@@ -154,15 +162,22 @@ std::string python_repr(const Value& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>) return "None";
-        else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>) return python_float(x);
-        else if constexpr (std::is_same_v<T, bool>) return x ? "True" : "False";
-        else if constexpr (std::is_same_v<T, std::string>) return x;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return "None";
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          return python_float(x);
+        else if constexpr (std::is_same_v<T, bool>)
+          return x ? "True" : "False";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return x;
         else if constexpr (std::is_same_v<T, std::vector<int64_t>>)
           return list_text(x, [](int64_t i) { return std::to_string(i); });
-        else if constexpr (std::is_same_v<T, std::vector<double>>) return list_text(x, python_float);
-        else return list_text(x, python_str_repr);
+        else if constexpr (std::is_same_v<T, std::vector<double>>)
+          return list_text(x, python_float);
+        else
+          return list_text(x, python_str_repr);
       },
       v);
 }

@@ -11,8 +11,12 @@ using config::ConfigError;
 using config::in_range;
 using config::positive;
 
-const char* to_string(PositionEmbeddingType t) { return config::enum_to_string<PositionEmbeddingType>(kPositionEmbeddingTypeNames, t); }
-const char* to_string(Normalization n) { return config::enum_to_string<Normalization>(kNormalizationNames, n); }
+const char* to_string(PositionEmbeddingType t) {
+  return config::enum_to_string<PositionEmbeddingType>(kPositionEmbeddingTypeNames, t);
+}
+const char* to_string(Normalization n) {
+  return config::enum_to_string<Normalization>(kNormalizationNames, n);
+}
 
 config::SectionFields<ModelConfig> model_config_fields() {
   using M = ModelConfig;
@@ -50,7 +54,8 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("rotary_interleaved", &M::rotary_interleaved,
         "Rotate interleaved pairs (x0,x1),(x2,x3)... instead of the two halves of the head.");
   f.add_enum("normalization", &M::normalization, kNormalizationNames, "Normalization layer.");
-  f.add("layernorm_epsilon", &M::layernorm_epsilon, "Epsilon of LayerNorm/RMSNorm.").check(positive());
+  f.add("layernorm_epsilon", &M::layernorm_epsilon, "Epsilon of LayerNorm/RMSNorm (Megatron flag --norm-epsilon).")
+      .check(positive());
   f.add("apply_layernorm_1p", &M::apply_layernorm_1p,
         "Zero-centered norm weight: the layer computes (1 + weight) and weight is initialised to 0.");
   f.add("qk_layernorm", &M::qk_layernorm, "Normalize queries and keys per head before attention.");
@@ -95,10 +100,10 @@ void finalize_model_config(ModelConfig& m) {
   if (!m.ffn_hidden_size) {
     int64_t ffn = default_ffn_hidden_size(m.hidden_size, m.swiglu);
     if (ffn <= 0)
-      throw ConfigError("model.ffn_hidden_size",
-                        "the SwiGLU default int(4*" + std::to_string(m.hidden_size) +
-                            "*2/3 / 64)*64 is 0 for model.hidden_size " + std::to_string(m.hidden_size) +
-                            "; set model.ffn_hidden_size explicitly");
+      throw ConfigError("model.ffn_hidden_size", "the SwiGLU default int(4*" + std::to_string(m.hidden_size) +
+                                                     "*2/3 / 64)*64 is 0 for model.hidden_size " +
+                                                     std::to_string(m.hidden_size) +
+                                                     "; set model.ffn_hidden_size explicitly");
     m.ffn_hidden_size = ffn;
   }
   if (m.group_query_attention && !m.num_query_groups)
@@ -120,19 +125,19 @@ void finalize_model_config(ModelConfig& m) {
 
   // Rules within the section.
   if (m.num_attention_heads % *m.num_query_groups != 0)
-    throw ConfigError("model.num_attention_heads",
-                      std::to_string(m.num_attention_heads) + " is not divisible by model.num_query_groups (" +
-                          std::to_string(*m.num_query_groups) + ")");
+    throw ConfigError("model.num_attention_heads", std::to_string(m.num_attention_heads) +
+                                                       " is not divisible by model.num_query_groups (" +
+                                                       std::to_string(*m.num_query_groups) + ")");
   if (m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute && m.seq_length > *m.max_position_embeddings)
-    throw ConfigError("model.seq_length",
-                      std::to_string(m.seq_length) + " exceeds model.max_position_embeddings (" +
-                          std::to_string(*m.max_position_embeddings) + ") with learned_absolute position embeddings");
+    throw ConfigError("model.seq_length", std::to_string(m.seq_length) + " exceeds model.max_position_embeddings (" +
+                                              std::to_string(*m.max_position_embeddings) +
+                                              ") with learned_absolute position embeddings");
   if (m.position_embedding_type == PositionEmbeddingType::Rope) {
     int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(*m.kv_channels) * m.rotary_percent);
     if (rotary_dim < 2 || rotary_dim % 2 != 0)
-      throw ConfigError("model.rotary_percent",
-                        "rotates " + std::to_string(rotary_dim) + " of model.kv_channels (" +
-                            std::to_string(*m.kv_channels) + ") dimensions; RoPE needs an even number >= 2");
+      throw ConfigError("model.rotary_percent", "rotates " + std::to_string(rotary_dim) + " of model.kv_channels (" +
+                                                    std::to_string(*m.kv_channels) +
+                                                    ") dimensions; RoPE needs an even number >= 2");
   }
   if (m.swiglu && m.openai_gelu)
     throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");

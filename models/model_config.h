@@ -98,8 +98,7 @@ int64_t default_ffn_hidden_size(int64_t hidden_size, bool swiglu);
 
 // Megatron's _vocab_size_with_padding: round vocab_size up to a multiple of
 // make_vocab_size_divisible_by × tensor_model_parallel_size.
-int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_by,
-                          int64_t tensor_model_parallel_size);
+int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_by, int64_t tensor_model_parallel_size);
 
 // Resolves the null defaults (ffn_hidden_size, num_query_groups, kv_channels,
 // max_position_embeddings) and checks the rules that need only the model section. Pure; throws

@@ -39,8 +39,7 @@ config::SectionFields<ParallelConfig> parallel_config_fields() {
         "(needs tensor_model_parallel_size > 1).");
   f.add("use_distributed_optimizer", &P::use_distributed_optimizer,
         "Shard optimizer state and master weights over the data-parallel group (ZeRO-1).");
-  f.add("distributed_timeout_minutes", &P::distributed_timeout_minutes,
-        "Timeout of collective operations, in minutes.")
+  f.add("distributed_timeout_minutes", &P::distributed_timeout_minutes, "Timeout of collective operations, in minutes.")
       .check(positive());
   f.add("world_size", &P::world_size,
         "Total number of ranks. null: the number of launched processes; set it to check or plan a "
@@ -49,7 +48,9 @@ config::SectionFields<ParallelConfig> parallel_config_fields() {
   return f;
 }
 
-static std::string str(int64_t x) { return std::to_string(x); }
+static std::string str(int64_t x) {
+  return std::to_string(x);
+}
 
 void finalize_parallel_config(ParallelConfig& p, std::optional<int64_t> launched_world_size) {
   if (!p.world_size) p.world_size = launched_world_size.value_or(1);
@@ -61,14 +62,14 @@ void finalize_parallel_config(ParallelConfig& p, std::optional<int64_t> launched
   const int64_t world = *p.world_size, tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
   const int64_t cp = p.context_parallel_size, ep = p.expert_model_parallel_size, etp = *p.expert_tensor_parallel_size;
   if (world % (tp * pp * cp) != 0)
-    throw ConfigError("parallel.world_size",
-                      str(world) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
-                          ") x parallel.pipeline_model_parallel_size (" + str(pp) +
-                          ") x parallel.context_parallel_size (" + str(cp) + ")");
+    throw ConfigError("parallel.world_size", str(world) + " is not divisible by parallel.tensor_model_parallel_size (" +
+                                                 str(tp) + ") x parallel.pipeline_model_parallel_size (" + str(pp) +
+                                                 ") x parallel.context_parallel_size (" + str(cp) + ")");
   if (world % (etp * ep * pp) != 0)
     throw ConfigError("parallel.expert_model_parallel_size",
-                      "parallel.world_size (" + str(world) + ") is not divisible by parallel.expert_tensor_parallel_size (" +
-                          str(etp) + ") x parallel.expert_model_parallel_size (" + str(ep) +
+                      "parallel.world_size (" + str(world) +
+                          ") is not divisible by parallel.expert_tensor_parallel_size (" + str(etp) +
+                          ") x parallel.expert_model_parallel_size (" + str(ep) +
                           ") x parallel.pipeline_model_parallel_size (" + str(pp) + ")");
   if (p.sequence_parallel && tp == 1)
     throw ConfigError("parallel.sequence_parallel",
@@ -94,19 +95,22 @@ std::vector<int64_t> layers_per_pipeline_stage(const ParallelConfig& p, int64_t 
   std::vector<int64_t> stages(pp, 0);
   if (!first && !last) {
     if (num_layers % pp != 0)
-      throw ConfigError("model.num_layers", str(num_layers) + " is not divisible by parallel.pipeline_model_parallel_size (" +
-                                                str(pp) + "); set parallel.num_layers_in_first_pipeline_stage / "
-                                                          "num_layers_in_last_pipeline_stage for an uneven split");
+      throw ConfigError("model.num_layers",
+                        str(num_layers) + " is not divisible by parallel.pipeline_model_parallel_size (" + str(pp) +
+                            "); set parallel.num_layers_in_first_pipeline_stage / "
+                            "num_layers_in_last_pipeline_stage for an uneven split");
     for (auto& s : stages) s = num_layers / pp;
   } else {
-    const char* field = first ? "parallel.num_layers_in_first_pipeline_stage" : "parallel.num_layers_in_last_pipeline_stage";
+    const char* field =
+        first ? "parallel.num_layers_in_first_pipeline_stage" : "parallel.num_layers_in_last_pipeline_stage";
     if (pp == 1) throw ConfigError(field, "needs parallel.pipeline_model_parallel_size > 1 (it is 1)");
     int64_t rest = num_layers - first.value_or(0) - last.value_or(0);
     int64_t middle = pp - (first ? 1 : 0) - (last ? 1 : 0);
     if (rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && (rest % middle != 0 || rest / middle == 0)))
-      throw ConfigError(field, "with model.num_layers " + str(num_layers) + " and parallel.pipeline_model_parallel_size " +
-                                   str(pp) + ", the " + str(rest) + " remaining layers cannot be split evenly over " +
-                                   str(middle) + " other stage(s) with at least one layer each");
+      throw ConfigError(field, "with model.num_layers " + str(num_layers) +
+                                   " and parallel.pipeline_model_parallel_size " + str(pp) + ", the " + str(rest) +
+                                   " remaining layers cannot be split evenly over " + str(middle) +
+                                   " other stage(s) with at least one layer each");
     for (int64_t i = 0; i < pp; ++i) stages[i] = middle > 0 ? rest / middle : 0;
     if (first) stages.front() = *first;
     if (last) stages.back() = *last;

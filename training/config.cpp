@@ -18,8 +18,12 @@ using config::positive;
 
 namespace {
 
-std::string str(int64_t x) { return std::to_string(x); }
-std::string str(double x) { return config::python_repr(config::Value(x)); }
+std::string str(int64_t x) {
+  return std::to_string(x);
+}
+std::string str(double x) {
+  return config::python_repr(config::Value(x));
+}
 
 bool parse_number(const std::string& s, double& out) {
   size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
@@ -32,7 +36,8 @@ config::Validator device_spec() {
   return config::custom("auto, cpu, cuda or cuda:N", [](const config::Value& v) -> std::string {
     const std::string& s = std::get<std::string>(v);
     if (s == "auto" || s == "cpu" || s == "cuda") return "";
-    if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.find_first_not_of("0123456789", 5) == std::string::npos) return "";
+    if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.find_first_not_of("0123456789", 5) == std::string::npos)
+      return "";
     return "must be auto, cpu, cuda or cuda:N, got '" + s + "'";
   });
 }
@@ -40,7 +45,8 @@ config::Validator device_spec() {
 config::SectionFields<TrainingConfig> training_fields() {
   using T = TrainingConfig;
   config::SectionFields<T> f;
-  f.add("micro_batch_size", &T::micro_batch_size, "Samples per micro-batch on each data-parallel rank.").check(positive());
+  f.add("micro_batch_size", &T::micro_batch_size, "Samples per micro-batch on each data-parallel rank.")
+      .check(positive());
   f.add("global_batch_size", &T::global_batch_size,
         "Samples per optimizer step over all data-parallel ranks (gradient accumulation makes up the "
         "difference). null: micro_batch_size times the data-parallel size.")
@@ -52,7 +58,8 @@ config::SectionFields<TrainingConfig> training_fields() {
   f.add("deterministic", &T::deterministic,
         "Bitwise-reproducible runs: fixed reduction orders and algorithms; contradicting options are refused.");
   f.add("device", &T::device, "Device: auto (a GPU when usable, else cpu), cpu, cuda or cuda:N.").check(device_spec());
-  f.add("eval_interval", &T::eval_interval, "Evaluate on the validation split every this many steps.").check(positive());
+  f.add("eval_interval", &T::eval_interval, "Evaluate on the validation split every this many steps.")
+      .check(positive());
   f.add("eval_iters", &T::eval_iters, "Validation micro-batch steps per evaluation (0: no evaluation).")
       .check(non_negative());
   f.add("check_for_nan_in_loss_and_grad", &T::check_for_nan_in_loss_and_grad,
@@ -102,8 +109,8 @@ config::SectionFields<DataConfig> data_fields() {
   using D = DataConfig;
   config::SectionFields<D> f;
   f.add("data_path", &D::data_path,
-        "Dataset path prefixes (.bin/.idx), optionally weighted: [prefix, …] or [weight, prefix, weight, prefix, …]. "
-        "Required unless mock_data.");
+        "Dataset path prefixes (.bin/.idx), optionally weighted: [prefix, …] or "
+        "[weight, prefix, weight, prefix, …]. Required unless mock_data.");
   f.add("split", &D::split, "Train, validation, test proportions of each dataset, comma-separated.");
   f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
   f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
@@ -187,8 +194,9 @@ std::vector<DataConfig::Blend> DataConfig::blend() const {
     for (const auto& p : data_path) {
       double x;
       if (parse_number(p, x))
-        throw ConfigError("data.data_path", "'" + p + "' looks like a weight but the list starts with a prefix; "
-                                            "write [prefix, …] or [weight, prefix, weight, prefix, …]");
+        throw ConfigError("data.data_path", "'" + p +
+                                                "' looks like a weight but the list starts with a prefix; "
+                                                "write [prefix, …] or [weight, prefix, weight, prefix, …]");
       out.push_back({p, 1.0});
     }
   } else {
@@ -217,7 +225,8 @@ std::vector<double> DataConfig::split_fractions() const {
   while (std::getline(ss, item, sep)) {
     double x;
     if (!parse_number(item, x) || !(x >= 0) || !std::isfinite(x))
-      throw ConfigError("data.split", "'" + split + "': '" + item + "' is not a number >= 0 (expected e.g. \"969, 30, 1\")");
+      throw ConfigError("data.split",
+                        "'" + split + "': '" + item + "' is not a number >= 0 (expected e.g. \"969, 30, 1\")");
     parts.push_back(x);
   }
   if (parts.empty() || parts.size() > 3)
@@ -252,7 +261,9 @@ StrataConfig StrataConfig::from_yaml_text(const std::string& text, const std::ve
   return cfg;
 }
 
-void StrataConfig::apply_override(const std::string& assignment) { table().apply_override(assignment, *this); }
+void StrataConfig::apply_override(const std::string& assignment) {
+  table().apply_override(assignment, *this);
+}
 
 int64_t StrataConfig::num_micro_batches() const {
   STRATA_INTERNAL_ASSERT(training.global_batch_size.has_value(), "StrataConfig read before validate()");
@@ -267,32 +278,37 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   // ---- model × parallel ----
   const int64_t tp = parallel.tensor_model_parallel_size, cp = parallel.context_parallel_size;
   if (model.num_attention_heads % tp != 0)
-    throw ConfigError("model.num_attention_heads", str(model.num_attention_heads) +
-                                                       " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+    throw ConfigError(
+        "model.num_attention_heads",
+        str(model.num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
   if (model.query_groups() % tp != 0)
-    throw ConfigError("model.num_query_groups",
-                      str(model.query_groups()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+    throw ConfigError(
+        "model.num_query_groups",
+        str(model.query_groups()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
   if (model.ffn() % tp != 0)
     throw ConfigError("model.ffn_hidden_size",
                       str(model.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
   layers_per_pipeline_stage(parallel, model.num_layers);
   if (cp > 1 && model.seq_length % (2 * cp) != 0)
-    throw ConfigError("model.seq_length", str(model.seq_length) + " is not divisible by 2 x parallel.context_parallel_size (" +
+    throw ConfigError("model.seq_length", str(model.seq_length) +
+                                              " is not divisible by 2 x parallel.context_parallel_size (" +
                                               str(2 * cp) + "), needed by load-balanced causal context parallelism");
   if (parallel.sequence_parallel && model.seq_length % tp != 0)
-    throw ConfigError("model.seq_length", str(model.seq_length) + " is not divisible by parallel.tensor_model_parallel_size (" +
-                                              str(tp) + "), needed by parallel.sequence_parallel");
+    throw ConfigError("model.seq_length", str(model.seq_length) +
+                                              " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
+                                              "), needed by parallel.sequence_parallel");
   if (parallel.expert_model_parallel_size > 1)
-    throw ConfigError("parallel.expert_model_parallel_size",
-                      str(parallel.expert_model_parallel_size) + " > 1 needs MoE layers (model.num_moe_experts), not supported yet");
+    throw ConfigError(
+        "parallel.expert_model_parallel_size",
+        str(parallel.expert_model_parallel_size) + " > 1 needs MoE layers (model.num_moe_experts), not supported yet");
 
   // ---- training ----
   const int64_t dp = data_parallel_size(), mbs = training.micro_batch_size;
   if (!training.global_batch_size) training.global_batch_size = mbs * dp;
   if (*training.global_batch_size % (mbs * dp) != 0)
-    throw ConfigError("training.global_batch_size",
-                      str(*training.global_batch_size) + " is not divisible by training.micro_batch_size (" + str(mbs) +
-                          ") x data-parallel size (" + str(dp) + ")");
+    throw ConfigError("training.global_batch_size", str(*training.global_batch_size) +
+                                                        " is not divisible by training.micro_batch_size (" + str(mbs) +
+                                                        ") x data-parallel size (" + str(dp) + ")");
   if (training.exit_on_nan && !training.check_for_nan_in_loss_and_grad)
     throw ConfigError("training.exit_on_nan", "needs training.check_for_nan_in_loss_and_grad");
   if (model.fp32_residual_connection && training.precision == Precision::Fp32)
@@ -303,7 +319,8 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   // ---- optimizer ----
   if (!optimizer.lr) throw ConfigError("optimizer.lr", "required (the peak learning rate, e.g. 3.0e-4)");
   if (optimizer.min_lr > *optimizer.lr)
-    throw ConfigError("optimizer.min_lr", str(optimizer.min_lr) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");
+    throw ConfigError("optimizer.min_lr",
+                      str(optimizer.min_lr) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");
   if (optimizer.lr_warmup_fraction && optimizer.lr_warmup_iters != 0)
     throw ConfigError("optimizer.lr_warmup_fraction", "set either it or optimizer.lr_warmup_iters, not both");
   if (!optimizer.lr_decay_iters) optimizer.lr_decay_iters = training.train_iters;
@@ -315,9 +332,9 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
     if (!optimizer.lr_wsd_decay_iters)
       throw ConfigError("optimizer.lr_wsd_decay_iters", "required with optimizer.lr_decay_style WSD");
     if (*optimizer.lr_wsd_decay_iters > decay - warmup)
-      throw ConfigError("optimizer.lr_wsd_decay_iters",
-                        str(*optimizer.lr_wsd_decay_iters) + " is longer than optimizer.lr_decay_iters minus warmup (" +
-                            str(decay - warmup) + ")");
+      throw ConfigError("optimizer.lr_wsd_decay_iters", str(*optimizer.lr_wsd_decay_iters) +
+                                                            " is longer than optimizer.lr_decay_iters minus warmup (" +
+                                                            str(decay - warmup) + ")");
   }
 
   // ---- data ----
@@ -331,8 +348,10 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
     if (!data.vocab_file) throw ConfigError("data.vocab_file", "required by data.tokenizer_type GPT2BPETokenizer");
     if (!data.merge_file) throw ConfigError("data.merge_file", "required by data.tokenizer_type GPT2BPETokenizer");
   } else {
-    if (data.vocab_file) throw ConfigError("data.vocab_file", "only used by GPT2BPETokenizer, not by data.tokenizer_type " +
-                                                                  std::string(config::enum_to_string<TokenizerType>(kTokenizerTypeNames, data.tokenizer_type)));
+    if (data.vocab_file)
+      throw ConfigError("data.vocab_file", "only used by GPT2BPETokenizer, not by data.tokenizer_type " +
+                                               std::string(config::enum_to_string<TokenizerType>(kTokenizerTypeNames,
+                                                                                                 data.tokenizer_type)));
     if (data.merge_file) throw ConfigError("data.merge_file", "only used by GPT2BPETokenizer");
   }
   if (data.tokenizer_type == TokenizerType::NullTokenizer && !model.vocab_size)
@@ -350,7 +369,9 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   if (!inference.random_seed) inference.random_seed = training.seed;
 }
 
-std::string StrataConfig::to_yaml() const { return table().to_yaml(*this); }
+std::string StrataConfig::to_yaml() const {
+  return table().to_yaml(*this);
+}
 
 std::string StrataConfig::argument_table() const {
   std::vector<std::pair<std::string, std::string>> extra;

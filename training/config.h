@@ -29,14 +29,16 @@ enum class OptimizerType { Adam };
 inline constexpr config::EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::Adam, "adam"}};
 
 enum class LrDecayStyle { Constant, Linear, Cosine, WSD };
-inline constexpr config::EnumName<LrDecayStyle> kLrDecayStyleNames[] = {
-    {LrDecayStyle::Constant, "constant"}, {LrDecayStyle::Linear, "linear"},
-    {LrDecayStyle::Cosine, "cosine"}, {LrDecayStyle::WSD, "WSD"}};
+inline constexpr config::EnumName<LrDecayStyle> kLrDecayStyleNames[] = {{LrDecayStyle::Constant, "constant"},
+                                                                        {LrDecayStyle::Linear, "linear"},
+                                                                        {LrDecayStyle::Cosine, "cosine"},
+                                                                        {LrDecayStyle::WSD, "WSD"}};
 
 enum class WsdDecayStyle { Exponential, Linear, Cosine, MinusSqrt };
-inline constexpr config::EnumName<WsdDecayStyle> kWsdDecayStyleNames[] = {
-    {WsdDecayStyle::Exponential, "exponential"}, {WsdDecayStyle::Linear, "linear"},
-    {WsdDecayStyle::Cosine, "cosine"}, {WsdDecayStyle::MinusSqrt, "minus_sqrt"}};
+inline constexpr config::EnumName<WsdDecayStyle> kWsdDecayStyleNames[] = {{WsdDecayStyle::Exponential, "exponential"},
+                                                                          {WsdDecayStyle::Linear, "linear"},
+                                                                          {WsdDecayStyle::Cosine, "cosine"},
+                                                                          {WsdDecayStyle::MinusSqrt, "minus_sqrt"}};
 
 enum class TokenizerType { NullTokenizer, ByteLevelTokenizer, GPT2BPETokenizer };
 inline constexpr config::EnumName<TokenizerType> kTokenizerTypeNames[] = {
@@ -160,9 +162,9 @@ struct StrataConfig {
   // After validate(): micro-batches per step and data-parallel rank.
   int64_t num_micro_batches() const;
 
-  std::string to_yaml() const;         // resolved config; loads back to the same config
-  std::string argument_table() const;  // Megatron's sorted "arguments" block
-  static std::string help_text();      // every field: type, default, rules, doc
+  std::string to_yaml() const;              // resolved config; loads back to the same config
+  std::string argument_table() const;       // Megatron's sorted "arguments" block
+  static std::string help_text();           // every field: type, default, rules, doc
   static std::string reference_markdown();  // the text of docs/config.md
 };
 

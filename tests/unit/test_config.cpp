@@ -6,9 +6,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
-#include <fstream>
 #include <sstream>
 
 #include "training/config.h"
@@ -29,9 +29,7 @@ StrataConfig base(const std::vector<std::string>& overrides = {}) {
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
+  } catch (const ConfigError& e) { return e.what(); }
   return "(no ConfigError)";
 }
 }  // namespace
@@ -67,11 +65,11 @@ TEST_CASE("config: derived defaults follow Megatron", "[config]") {
   CHECK(padded_vocab_size(257, 128, 2) == 512);
   CHECK(padded_vocab_size(256, 128, 1) == 256);
 
-  StrataConfig c = base({"model.swiglu=true", "model.hidden_size=512", "model.num_attention_heads=8",
-                         "model.group_query_attention=true", "model.num_query_groups=2",
-                         "model.position_embedding_type=rope", "parallel.world_size=8",
-                         "parallel.tensor_model_parallel_size=2", "parallel.pipeline_model_parallel_size=2",
-                         "training.micro_batch_size=2", "training.global_batch_size=8", "inference.top_k=1"});
+  StrataConfig c =
+      base({"model.swiglu=true", "model.hidden_size=512", "model.num_attention_heads=8",
+            "model.group_query_attention=true", "model.num_query_groups=2", "model.position_embedding_type=rope",
+            "parallel.world_size=8", "parallel.tensor_model_parallel_size=2", "parallel.pipeline_model_parallel_size=2",
+            "training.micro_batch_size=2", "training.global_batch_size=8", "inference.top_k=1"});
   c.validate();
   CHECK(c.model.ffn() == 1344);  // int(1365.33/64)*64
   CHECK(c.model.head_dim() == 64);
@@ -168,33 +166,51 @@ TEST_CASE("config: bad configs fail in validate() naming the field", "[config]")
     const char* expected;
   };
   const std::vector<Bad> bad = {
-      {{"model.hidden_size=100", "model.num_attention_heads=3"}, {}, "model.hidden_size: 100 is not divisible by model.num_attention_heads (3)"},
-      {{"model.group_query_attention=true", "model.num_query_groups=3"}, {}, "model.num_attention_heads: 4 is not divisible by model.num_query_groups (3)"},
+      {{"model.hidden_size=100", "model.num_attention_heads=3"},
+       {},
+       "model.hidden_size: 100 is not divisible by model.num_attention_heads (3)"},
+      {{"model.group_query_attention=true", "model.num_query_groups=3"},
+       {},
+       "model.num_attention_heads: 4 is not divisible by model.num_query_groups (3)"},
       {{"model.group_query_attention=true"}, {}, "model.num_query_groups: required"},
       {{"model.num_query_groups=2"}, {}, "model.num_query_groups: 2 differs"},
       {{"model.num_attention_heads=8", "model.group_query_attention=true", "model.num_query_groups=2",
-        "parallel.tensor_model_parallel_size=4"}, 4, "model.num_query_groups: 2 is not divisible by parallel.tensor_model_parallel_size"},
-      {{"parallel.tensor_model_parallel_size=8"}, 8, "model.num_attention_heads: 4 is not divisible by parallel.tensor_model_parallel_size (8)"},
+        "parallel.tensor_model_parallel_size=4"},
+       4,
+       "model.num_query_groups: 2 is not divisible by parallel.tensor_model_parallel_size"},
+      {{"parallel.tensor_model_parallel_size=8"},
+       8,
+       "model.num_attention_heads: 4 is not divisible by parallel.tensor_model_parallel_size (8)"},
       {{"model.ffn_hidden_size=1001", "parallel.tensor_model_parallel_size=2"}, 2, "model.ffn_hidden_size: 1001"},
       {{"training.micro_batch_size=4", "training.global_batch_size=6"}, {}, "training.global_batch_size: 6"},
       {{"training.micro_batch_size=2", "training.global_batch_size=4"}, 4, "data-parallel size (4)"},
       {{"parallel.tensor_model_parallel_size=4"}, 6, "parallel.world_size: 6 is not divisible"},
-      {{"model.num_layers=5", "parallel.pipeline_model_parallel_size=2"}, 2, "model.num_layers: 5 is not divisible by parallel.pipeline_model_parallel_size"},
-      {{"model.num_layers=9", "parallel.pipeline_model_parallel_size=4", "parallel.num_layers_in_first_pipeline_stage=2",
-        "parallel.num_layers_in_last_pipeline_stage=2"}, 4, "parallel.num_layers_in_first_pipeline_stage"},
+      {{"model.num_layers=5", "parallel.pipeline_model_parallel_size=2"},
+       2,
+       "model.num_layers: 5 is not divisible by parallel.pipeline_model_parallel_size"},
+      {{"model.num_layers=9", "parallel.pipeline_model_parallel_size=4",
+        "parallel.num_layers_in_first_pipeline_stage=2", "parallel.num_layers_in_last_pipeline_stage=2"},
+       4,
+       "parallel.num_layers_in_first_pipeline_stage"},
       {{"parallel.num_layers_in_last_pipeline_stage=2"}, {}, "parallel.num_layers_in_last_pipeline_stage: needs"},
       {{"parallel.virtual_pipeline_model_parallel_size=2"}, {}, "parallel.virtual_pipeline_model_parallel_size: needs"},
-      {{"parallel.pipeline_model_parallel_size=2", "parallel.virtual_pipeline_model_parallel_size=3"}, 2,
+      {{"parallel.pipeline_model_parallel_size=2", "parallel.virtual_pipeline_model_parallel_size=3"},
+       2,
        "parallel.virtual_pipeline_model_parallel_size: pipeline stage 0 has 2 layers"},
-      {{"model.seq_length=256", "model.max_position_embeddings=128"}, {}, "model.seq_length: 256 exceeds model.max_position_embeddings"},
-      {{"parallel.context_parallel_size=2", "model.seq_length=130"}, 2, "model.seq_length: 130 is not divisible by 2 x parallel.context_parallel_size"},
+      {{"model.seq_length=256", "model.max_position_embeddings=128"},
+       {},
+       "model.seq_length: 256 exceeds model.max_position_embeddings"},
+      {{"parallel.context_parallel_size=2", "model.seq_length=130"},
+       2,
+       "model.seq_length: 130 is not divisible by 2 x parallel.context_parallel_size"},
       {{"parallel.sequence_parallel=true"}, {}, "parallel.sequence_parallel: needs"},
       {{"optimizer.lr=1e-4", "optimizer.min_lr=1e-3"}, {}, "optimizer.min_lr"},
       {{"optimizer.lr=null"}, {}, "optimizer.lr: required"},
       {{"optimizer.lr_warmup_iters=2000", "training.train_iters=1000"}, {}, "optimizer.lr_warmup_iters"},
       {{"optimizer.lr_warmup_iters=10", "optimizer.lr_warmup_fraction=0.1"}, {}, "optimizer.lr_warmup_fraction"},
       {{"optimizer.lr_decay_style=WSD"}, {}, "optimizer.lr_wsd_decay_iters: required"},
-      {{"optimizer.lr_decay_style=WSD", "optimizer.lr_wsd_decay_iters=1000", "optimizer.lr_warmup_iters=10"}, {},
+      {{"optimizer.lr_decay_style=WSD", "optimizer.lr_wsd_decay_iters=1000", "optimizer.lr_warmup_iters=10"},
+       {},
        "optimizer.lr_wsd_decay_iters: 1000"},
       {{"data.mock_data=false"}, {}, "data.data_path: required"},
       {{"data.data_path=[a]"}, {}, "data.data_path: set together with data.mock_data"},
@@ -207,7 +223,9 @@ TEST_CASE("config: bad configs fail in validate() naming the field", "[config]")
       {{"data.split=1,x"}, {}, "data.split"},
       {{"model.rotary_percent=0"}, {}, "model.rotary_percent: must be in (0, 1]"},
       {{"model.rotary_percent=1.5"}, {}, "model.rotary_percent: must be in (0, 1], got 1.5"},
-      {{"model.hidden_size=8", "model.position_embedding_type=rope", "model.rotary_percent=0.5"}, {}, "model.rotary_percent: rotates 1"},
+      {{"model.hidden_size=8", "model.position_embedding_type=rope", "model.rotary_percent=0.5"},
+       {},
+       "model.rotary_percent: rotates 1"},
       {{"model.hidden_dropout=1.0"}, {}, "model.hidden_dropout: must be in [0, 1)"},
       {{"model.attention_dropout=-0.1"}, {}, "model.attention_dropout"},
       {{"model.apply_residual_connection_post_layernorm=true"}, {}, "not supported yet"},
@@ -255,8 +273,10 @@ TEST_CASE("config: decoding errors name the field, the type and a suggestion", "
       {"model.num_layers=four", "model.num_layers: expected int64, got 'four'"},
       {"model.hidden_size=1.5", "model.hidden_size: expected int64"},
       {"model.num_layers=\"4\"", "model.num_layers: expected int64, got the quoted string"},
-      {"model.normalization=rmsnorm", "model.normalization: 'rmsnorm' is not one of LayerNorm, RMSNorm; did you mean 'RMSNorm'?"},
-      {"model.position_embedding_type=alibi", "model.position_embedding_type: 'alibi' is not one of learned_absolute, rope, none"},
+      {"model.normalization=rmsnorm",
+       "model.normalization: 'rmsnorm' is not one of LayerNorm, RMSNorm; did you mean 'RMSNorm'?"},
+      {"model.position_embedding_type=alibi",
+       "model.position_embedding_type: 'alibi' is not one of learned_absolute, rope, none"},
       {"training.precision=fp16", "training.precision: 'fp16' is not one of fp32, bf16"},
       {"parallel.sequence_parallel=maybe", "parallel.sequence_parallel: expected bool"},
       {"optimizer.lr=[1]", "optimizer.lr: expected double or null, got a list"},
@@ -275,9 +295,8 @@ TEST_CASE("config: decoding errors name the field, the type and a suggestion", "
     INFO(err);
     CHECK(err.find(expected) != std::string::npos);
   }
-  std::string err = error_of([] {
-    StrataConfig::from_yaml_text("model:\n  num_layers: 4\n  hidden_sise: 8\n", {}, "my.yaml");
-  });
+  std::string err =
+      error_of([] { StrataConfig::from_yaml_text("model:\n  num_layers: 4\n  hidden_sise: 8\n", {}, "my.yaml"); });
   CHECK(err.find("model.hidden_sise") != std::string::npos);
   CHECK(err.find("did you mean 'model.hidden_size'?") != std::string::npos);
   CHECK(err.find("my.yaml:3") != std::string::npos);
@@ -285,18 +304,44 @@ TEST_CASE("config: decoding errors name the field, the type and a suggestion", "
 }
 
 TEST_CASE("config: field names are Megatron's and unique", "[config]") {
-  const std::vector<std::string> required = {
-      "model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.num_query_groups",
-      "model.ffn_hidden_size", "model.seq_length", "model.max_position_embeddings", "model.vocab_size",
-      "training.micro_batch_size", "training.global_batch_size", "training.train_iters", "optimizer.lr",
-      "optimizer.min_lr", "optimizer.lr_decay_style", "optimizer.lr_warmup_iters", "optimizer.weight_decay",
-      "optimizer.clip_grad", "training.seed", "checkpoint.save", "checkpoint.load", "checkpoint.save_interval",
-      "logging.log_interval", "logging.tensorboard_dir", "training.eval_interval", "training.eval_iters",
-      "parallel.tensor_model_parallel_size", "parallel.pipeline_model_parallel_size",
-      "parallel.virtual_pipeline_model_parallel_size", "parallel.context_parallel_size",
-      "parallel.expert_model_parallel_size", "parallel.expert_tensor_parallel_size", "parallel.sequence_parallel",
-      "parallel.use_distributed_optimizer", "data.data_path", "data.split", "data.mock_data",
-      "checkpoint.no_load_optim", "checkpoint.finetune"};
+  const std::vector<std::string> required = {"model.num_layers",
+                                             "model.hidden_size",
+                                             "model.num_attention_heads",
+                                             "model.num_query_groups",
+                                             "model.ffn_hidden_size",
+                                             "model.seq_length",
+                                             "model.max_position_embeddings",
+                                             "model.vocab_size",
+                                             "training.micro_batch_size",
+                                             "training.global_batch_size",
+                                             "training.train_iters",
+                                             "optimizer.lr",
+                                             "optimizer.min_lr",
+                                             "optimizer.lr_decay_style",
+                                             "optimizer.lr_warmup_iters",
+                                             "optimizer.weight_decay",
+                                             "optimizer.clip_grad",
+                                             "training.seed",
+                                             "checkpoint.save",
+                                             "checkpoint.load",
+                                             "checkpoint.save_interval",
+                                             "logging.log_interval",
+                                             "logging.tensorboard_dir",
+                                             "training.eval_interval",
+                                             "training.eval_iters",
+                                             "parallel.tensor_model_parallel_size",
+                                             "parallel.pipeline_model_parallel_size",
+                                             "parallel.virtual_pipeline_model_parallel_size",
+                                             "parallel.context_parallel_size",
+                                             "parallel.expert_model_parallel_size",
+                                             "parallel.expert_tensor_parallel_size",
+                                             "parallel.sequence_parallel",
+                                             "parallel.use_distributed_optimizer",
+                                             "data.data_path",
+                                             "data.split",
+                                             "data.mock_data",
+                                             "checkpoint.no_load_optim",
+                                             "checkpoint.finetune"};
   for (const auto& path : required) {
     INFO(path);
     auto dot = path.find('.');
