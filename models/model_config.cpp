@@ -1,0 +1,149 @@
+// The `model` config section: field declarations and the model-only rules (models/model_config.h).
+// Reference: megatron/training/arguments.py (validate_args, _add_network_size_args),
+// megatron/core/transformer/transformer_config.py (__post_init__).
+#include "models/model_config.h"
+
+#include <string>
+
+namespace strata {
+
+using config::ConfigError;
+using config::in_range;
+using config::positive;
+
+const char* to_string(PositionEmbeddingType t) {
+  return config::enum_to_string<PositionEmbeddingType>(kPositionEmbeddingTypeNames, t);
+}
+const char* to_string(Normalization n) {
+  return config::enum_to_string<Normalization>(kNormalizationNames, n);
+}
+
+config::SectionFields<ModelConfig> model_config_fields() {
+  using M = ModelConfig;
+  config::SectionFields<M> f;
+  f.add("num_layers", &M::num_layers, "Number of transformer layers.").check(positive());
+  f.add("hidden_size", &M::hidden_size, "Transformer hidden size (model width).").check(positive());
+  f.add("ffn_hidden_size", &M::ffn_hidden_size,
+        "MLP intermediate size. null: 4*hidden_size, or with swiglu Megatron's "
+        "int(4*hidden_size*2/3 / 64)*64.")
+      .check(positive());
+  f.add("num_attention_heads", &M::num_attention_heads, "Number of attention (query) heads.").check(positive());
+  f.add("group_query_attention", &M::group_query_attention,
+        "Grouped-query attention: num_query_groups key/value heads shared by the query heads.");
+  f.add("num_query_groups", &M::num_query_groups,
+        "Number of key/value head groups with group_query_attention. null: num_attention_heads "
+        "(multi-head attention); required when group_query_attention is true.")
+      .check(positive());
+  f.add("kv_channels", &M::kv_channels, "Per-head dimension. null: hidden_size / num_attention_heads.")
+      .check(positive());
+  f.add("vocab_size", &M::vocab_size,
+        "Vocabulary size before padding. null: taken from the tokenizer (required with NullTokenizer).")
+      .check(positive());
+  f.add("make_vocab_size_divisible_by", &M::make_vocab_size_divisible_by,
+        "Pad the vocabulary to a multiple of this value times tensor_model_parallel_size.")
+      .check(positive());
+  f.add("seq_length", &M::seq_length, "Sequence length of a training sample, in tokens.").check(positive());
+  f.add("max_position_embeddings", &M::max_position_embeddings,
+        "Number of learned position embeddings (learned_absolute). null: seq_length.")
+      .check(positive());
+  f.add_enum("position_embedding_type", &M::position_embedding_type, kPositionEmbeddingTypeNames,
+             "Position embedding: learned_absolute (GPT-2), rope (rotary, Llama) or none.");
+  f.add("rotary_base", &M::rotary_base, "RoPE base period (theta).").check(positive());
+  f.add("rotary_percent", &M::rotary_percent, "Fraction of each head's dimensions that RoPE rotates.")
+      .check(in_range(0, false, 1, true));
+  f.add("rotary_interleaved", &M::rotary_interleaved,
+        "Rotate interleaved pairs (x0,x1),(x2,x3)... instead of the two halves of the head.");
+  f.add_enum("normalization", &M::normalization, kNormalizationNames, "Normalization layer.");
+  f.add("layernorm_epsilon", &M::layernorm_epsilon, "Epsilon of LayerNorm/RMSNorm (Megatron flag --norm-epsilon).")
+      .check(positive());
+  f.add("apply_layernorm_1p", &M::apply_layernorm_1p,
+        "Zero-centered norm weight: the layer computes (1 + weight) and weight is initialised to 0.");
+  f.add("qk_layernorm", &M::qk_layernorm, "Normalize queries and keys per head before attention.");
+  f.add("add_bias_linear", &M::add_bias_linear, "Biases in all linear layers (QKV, projections, MLP).");
+  f.add("add_qkv_bias", &M::add_qkv_bias,
+        "Bias in the QKV projection even when add_bias_linear is false (Qwen-style).");
+  f.add("swiglu", &M::swiglu, "SwiGLU MLP (gated, SiLU) instead of GeLU.");
+  f.add("openai_gelu", &M::openai_gelu,
+        "GeLU with the tanh approximation (GPT-2's 'gelu_new') instead of the exact erf GeLU.");
+  f.add("untie_embeddings_and_output_weights", &M::untie_embeddings_and_output_weights,
+        "Separate output-layer weight instead of sharing the word embedding.");
+  f.add("hidden_dropout", &M::hidden_dropout, "Dropout probability after attention and MLP outputs.")
+      .check(in_range(0, true, 1, false));
+  f.add("attention_dropout", &M::attention_dropout, "Dropout probability on attention probabilities.")
+      .check(in_range(0, true, 1, false));
+  f.add("init_method_std", &M::init_method_std,
+        "Std of the normal weight init; output projections use std/sqrt(2*num_layers).")
+      .check(positive());
+  f.add("apply_residual_connection_post_layernorm", &M::apply_residual_connection_post_layernorm,
+        "Take the residual after the input layernorm (BERT-style). Not supported yet: must be false.");
+  f.add("attention_softmax_in_fp32", &M::attention_softmax_in_fp32,
+        "Compute the attention softmax in fp32 under bf16 precision.");
+  f.add("fp32_residual_connection", &M::fp32_residual_connection,
+        "Keep the residual stream in fp32 under bf16 precision.");
+  return f;
+}
+
+int64_t default_ffn_hidden_size(int64_t hidden_size, bool swiglu) {
+  if (!swiglu) return 4 * hidden_size;
+  // Megatron: int((4 * hidden_size * 2 / 3) / 64) * 64, in Python float arithmetic.
+  return static_cast<int64_t>((4.0 * static_cast<double>(hidden_size) * 2.0 / 3.0) / 64.0) * 64;
+}
+
+int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_by,
+                          int64_t tensor_model_parallel_size) {
+  int64_t multiple = make_vocab_size_divisible_by * tensor_model_parallel_size;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+void finalize_model_config(ModelConfig& m) {
+  // Derived defaults (Megatron's validate_args).
+  if (!m.ffn_hidden_size) {
+    int64_t ffn = default_ffn_hidden_size(m.hidden_size, m.swiglu);
+    if (ffn <= 0)
+      throw ConfigError("model.ffn_hidden_size", "the SwiGLU default int(4*" + std::to_string(m.hidden_size) +
+                                                     "*2/3 / 64)*64 is 0 for model.hidden_size " +
+                                                     std::to_string(m.hidden_size) +
+                                                     "; set model.ffn_hidden_size explicitly");
+    m.ffn_hidden_size = ffn;
+  }
+  if (m.group_query_attention && !m.num_query_groups)
+    throw ConfigError("model.num_query_groups", "required when model.group_query_attention is true");
+  if (!m.group_query_attention && m.num_query_groups && *m.num_query_groups != m.num_attention_heads)
+    throw ConfigError("model.num_query_groups",
+                      std::to_string(*m.num_query_groups) + " differs from model.num_attention_heads (" +
+                          std::to_string(m.num_attention_heads) +
+                          ") but model.group_query_attention is false; set it to true for grouped-query attention");
+  if (!m.num_query_groups) m.num_query_groups = m.num_attention_heads;
+  if (!m.kv_channels) {
+    if (m.hidden_size % m.num_attention_heads != 0)
+      throw ConfigError("model.hidden_size",
+                        std::to_string(m.hidden_size) + " is not divisible by model.num_attention_heads (" +
+                            std::to_string(m.num_attention_heads) + "); set model.kv_channels or change either");
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  if (!m.max_position_embeddings) m.max_position_embeddings = m.seq_length;
+
+  // Rules within the section.
+  if (m.num_attention_heads % *m.num_query_groups != 0)
+    throw ConfigError("model.num_attention_heads", std::to_string(m.num_attention_heads) +
+                                                       " is not divisible by model.num_query_groups (" +
+                                                       std::to_string(*m.num_query_groups) + ")");
+  if (m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute && m.seq_length > *m.max_position_embeddings)
+    throw ConfigError("model.seq_length", std::to_string(m.seq_length) + " exceeds model.max_position_embeddings (" +
+                                              std::to_string(*m.max_position_embeddings) +
+                                              ") with learned_absolute position embeddings");
+  if (m.position_embedding_type == PositionEmbeddingType::Rope) {
+    int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(*m.kv_channels) * m.rotary_percent);
+    if (rotary_dim < 2 || rotary_dim % 2 != 0)
+      throw ConfigError("model.rotary_percent", "rotates " + std::to_string(rotary_dim) + " of model.kv_channels (" +
+                                                    std::to_string(*m.kv_channels) +
+                                                    ") dimensions; RoPE needs an even number >= 2");
+  }
+  if (m.swiglu && m.openai_gelu)
+    throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");
+  if (m.apply_residual_connection_post_layernorm)
+    throw ConfigError("model.apply_residual_connection_post_layernorm",
+                      "true is not supported yet (Strata builds pre-norm GPT layers only)");
+}
+
+}  // namespace strata

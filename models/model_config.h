@@ -1,0 +1,109 @@
+// ModelConfig: the `model` config section — the fields of Megatron-Core's TransformerConfig (plus
+// the GPT-level vocabulary, sequence and position-embedding arguments) for a dense GPT.
+// Reference: megatron/core/transformer/transformer_config.py, megatron/training/arguments.py
+// (_add_network_size_args, validate_args: ffn_hidden_size, kv_channels and query-group rules),
+// megatron/training/tokenizer/tokenizer.py (_vocab_size_with_padding).
+// Field names are Megatron's. The default of each field is its member initializer; std::optional
+// members are Megatron's `None` defaults, resolved by finalize_model_config().
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "core/config_table.h"
+
+namespace strata {
+
+enum class PositionEmbeddingType { LearnedAbsolute, Rope, None };
+inline constexpr config::EnumName<PositionEmbeddingType> kPositionEmbeddingTypeNames[] = {
+    {PositionEmbeddingType::LearnedAbsolute, "learned_absolute"},
+    {PositionEmbeddingType::Rope, "rope"},
+    {PositionEmbeddingType::None, "none"},
+};
+
+enum class Normalization { LayerNorm, RMSNorm };
+inline constexpr config::EnumName<Normalization> kNormalizationNames[] = {
+    {Normalization::LayerNorm, "LayerNorm"},
+    {Normalization::RMSNorm, "RMSNorm"},
+};
+
+const char* to_string(PositionEmbeddingType t);
+const char* to_string(Normalization n);
+
+struct ModelConfig {
+  // ---- size ----
+  int64_t num_layers = 4;
+  int64_t hidden_size = 256;
+  std::optional<int64_t> ffn_hidden_size;  // null → 4·hidden, or int(4·hidden·2/3 / 64)·64 with swiglu
+  int64_t num_attention_heads = 4;
+  bool group_query_attention = false;
+  std::optional<int64_t> num_query_groups;  // null → num_attention_heads
+  std::optional<int64_t> kv_channels;       // null → hidden_size / num_attention_heads
+  std::optional<int64_t> vocab_size;        // null → from the tokenizer (resolved when it is built)
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t seq_length = 128;
+  std::optional<int64_t> max_position_embeddings;  // null → seq_length
+
+  // ---- positions ----
+  PositionEmbeddingType position_embedding_type = PositionEmbeddingType::LearnedAbsolute;
+  int64_t rotary_base = 10000;
+  double rotary_percent = 1.0;
+  bool rotary_interleaved = false;
+
+  // ---- normalization ----
+  Normalization normalization = Normalization::LayerNorm;
+  double layernorm_epsilon = 1e-5;
+  bool apply_layernorm_1p = false;
+  bool qk_layernorm = false;
+
+  // ---- linear layers and activation ----
+  bool add_bias_linear = true;
+  bool add_qkv_bias = false;
+  bool swiglu = false;
+  bool openai_gelu = false;
+  bool untie_embeddings_and_output_weights = false;
+
+  // ---- regularization and init ----
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
+  double init_method_std = 0.02;
+
+  // ---- numerics and layout ----
+  bool apply_residual_connection_post_layernorm = false;
+  bool attention_softmax_in_fp32 = true;
+  bool fp32_residual_connection = false;
+
+  // Extension points (declare the member here, bind it in model_config_fields(), check it in
+  // finalize_model_config()): MoE (num_moe_experts, moe_router_topk, moe_ffn_hidden_size,
+  // moe_aux_loss_coeff …), mHC (mhc_*), MTP (mtp_num_layers, mtp_loss_scaling_factor),
+  // recompute (recompute_granularity, recompute_method, recompute_num_layers).
+
+  // Resolved values; valid after finalize_model_config() (an internal error before).
+  int64_t ffn() const { return resolved(ffn_hidden_size); }
+  int64_t query_groups() const { return resolved(num_query_groups); }
+  int64_t head_dim() const { return resolved(kv_channels); }
+  int64_t max_positions() const { return resolved(max_position_embeddings); }
+
+ private:
+  static int64_t resolved(const std::optional<int64_t>& v) {
+    STRATA_INTERNAL_ASSERT(v.has_value(), "ModelConfig read before finalize_model_config()");
+    return *v;
+  }
+};
+
+// The `model` section's fields (names, docs, validators) for the config table.
+config::SectionFields<ModelConfig> model_config_fields();
+
+// Megatron's default FFN size: 4·hidden, or int(4·hidden·2/3 / 64)·64 for SwiGLU (arguments.py).
+int64_t default_ffn_hidden_size(int64_t hidden_size, bool swiglu);
+
+// Megatron's _vocab_size_with_padding: round vocab_size up to a multiple of
+// make_vocab_size_divisible_by × tensor_model_parallel_size.
+int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_by, int64_t tensor_model_parallel_size);
+
+// Resolves the null defaults (ffn_hidden_size, num_query_groups, kv_channels,
+// max_position_embeddings) and checks the rules that need only the model section. Pure; throws
+// config::ConfigError naming the field. Idempotent. Rules that involve the parallel layout
+// (heads % tp …) are checked by StrataConfig::validate.
+void finalize_model_config(ModelConfig& m);
+
+}  // namespace strata

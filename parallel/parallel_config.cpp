@@ -1,0 +1,129 @@
+// The `parallel` config section: field declarations and layout arithmetic (parallel/parallel_config.h).
+// Reference: megatron/training/arguments.py (validate_args), megatron/core/parallel_state.py
+// (initialize_model_parallel: world size divisible by tp·pp·cp and by etp·ep·pp).
+#include "parallel/parallel_config.h"
+
+#include <string>
+
+namespace strata {
+
+using config::ConfigError;
+using config::positive;
+
+config::SectionFields<ParallelConfig> parallel_config_fields() {
+  using P = ParallelConfig;
+  config::SectionFields<P> f;
+  f.add("tensor_model_parallel_size", &P::tensor_model_parallel_size, "Tensor-parallel group size (tp).")
+      .check(positive());
+  f.add("pipeline_model_parallel_size", &P::pipeline_model_parallel_size, "Pipeline-parallel stages (pp).")
+      .check(positive());
+  f.add("virtual_pipeline_model_parallel_size", &P::virtual_pipeline_model_parallel_size,
+        "Virtual stages (model chunks) per pipeline rank for the interleaved schedule. null: none.")
+      .check(positive());
+  f.add("num_layers_in_first_pipeline_stage", &P::num_layers_in_first_pipeline_stage,
+        "Layers in the first pipeline stage when uneven. null: an even split.")
+      .check(positive());
+  f.add("num_layers_in_last_pipeline_stage", &P::num_layers_in_last_pipeline_stage,
+        "Layers in the last pipeline stage when uneven. null: an even split.")
+      .check(positive());
+  f.add("context_parallel_size", &P::context_parallel_size,
+        "Context-parallel group size (cp): the sequence is split over cp ranks.")
+      .check(positive());
+  f.add("expert_model_parallel_size", &P::expert_model_parallel_size, "Expert-parallel group size (ep) for MoE.")
+      .check(positive());
+  f.add("expert_tensor_parallel_size", &P::expert_tensor_parallel_size,
+        "Tensor-parallel size inside experts (etp). null: tensor_model_parallel_size.")
+      .check(positive());
+  f.add("sequence_parallel", &P::sequence_parallel,
+        "Shard norms and dropout activations along the sequence over the tensor-parallel group "
+        "(needs tensor_model_parallel_size > 1).");
+  f.add("use_distributed_optimizer", &P::use_distributed_optimizer,
+        "Shard optimizer state and master weights over the data-parallel group (ZeRO-1).");
+  f.add("distributed_timeout_minutes", &P::distributed_timeout_minutes, "Timeout of collective operations, in minutes.")
+      .check(positive());
+  f.add("world_size", &P::world_size,
+        "Total number of ranks. null: the number of launched processes; set it to check or plan a "
+        "layout without launching (--validate-only, plan).")
+      .check(positive());
+  return f;
+}
+
+static std::string str(int64_t x) {
+  return std::to_string(x);
+}
+
+void finalize_parallel_config(ParallelConfig& p, std::optional<int64_t> launched_world_size) {
+  if (!p.world_size) p.world_size = launched_world_size.value_or(1);
+  if (launched_world_size && *p.world_size != *launched_world_size)
+    throw ConfigError("parallel.world_size", str(*p.world_size) + " differs from the number of launched processes (" +
+                                                 str(*launched_world_size) + ")");
+  if (!p.expert_tensor_parallel_size) p.expert_tensor_parallel_size = p.tensor_model_parallel_size;
+
+  const int64_t world = *p.world_size, tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
+  const int64_t cp = p.context_parallel_size, ep = p.expert_model_parallel_size, etp = *p.expert_tensor_parallel_size;
+  if (world % (tp * pp * cp) != 0)
+    throw ConfigError("parallel.world_size", str(world) + " is not divisible by parallel.tensor_model_parallel_size (" +
+                                                 str(tp) + ") x parallel.pipeline_model_parallel_size (" + str(pp) +
+                                                 ") x parallel.context_parallel_size (" + str(cp) + ")");
+  if (world % (etp * ep * pp) != 0)
+    throw ConfigError("parallel.expert_model_parallel_size",
+                      "parallel.world_size (" + str(world) +
+                          ") is not divisible by parallel.expert_tensor_parallel_size (" + str(etp) +
+                          ") x parallel.expert_model_parallel_size (" + str(ep) +
+                          ") x parallel.pipeline_model_parallel_size (" + str(pp) + ")");
+  if (p.sequence_parallel && tp == 1)
+    throw ConfigError("parallel.sequence_parallel",
+                      "needs parallel.tensor_model_parallel_size > 1 (it is 1); set sequence_parallel to false");
+  if (p.virtual_pipeline_model_parallel_size && pp == 1)
+    throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
+                      "needs parallel.pipeline_model_parallel_size > 1 (it is 1)");
+  for (auto [name, v] : {std::pair{"num_layers_in_first_pipeline_stage", p.num_layers_in_first_pipeline_stage},
+                         std::pair{"num_layers_in_last_pipeline_stage", p.num_layers_in_last_pipeline_stage}})
+    if (v && pp == 1)
+      throw ConfigError(std::string("parallel.") + name, "needs parallel.pipeline_model_parallel_size > 1 (it is 1)");
+}
+
+int64_t data_parallel_size(const ParallelConfig& p) {
+  STRATA_INTERNAL_ASSERT(p.world_size.has_value(), "ParallelConfig read before finalize_parallel_config()");
+  return *p.world_size / p.model_parallel_size();
+}
+
+std::vector<int64_t> layers_per_pipeline_stage(const ParallelConfig& p, int64_t num_layers) {
+  const int64_t pp = p.pipeline_model_parallel_size;
+  const auto& first = p.num_layers_in_first_pipeline_stage;
+  const auto& last = p.num_layers_in_last_pipeline_stage;
+  std::vector<int64_t> stages(pp, 0);
+  if (!first && !last) {
+    if (num_layers % pp != 0)
+      throw ConfigError("model.num_layers",
+                        str(num_layers) + " is not divisible by parallel.pipeline_model_parallel_size (" + str(pp) +
+                            "); set parallel.num_layers_in_first_pipeline_stage / "
+                            "num_layers_in_last_pipeline_stage for an uneven split");
+    for (auto& s : stages) s = num_layers / pp;
+  } else {
+    const char* field =
+        first ? "parallel.num_layers_in_first_pipeline_stage" : "parallel.num_layers_in_last_pipeline_stage";
+    if (pp == 1) throw ConfigError(field, "needs parallel.pipeline_model_parallel_size > 1 (it is 1)");
+    int64_t rest = num_layers - first.value_or(0) - last.value_or(0);
+    int64_t middle = pp - (first ? 1 : 0) - (last ? 1 : 0);
+    if (rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && (rest % middle != 0 || rest / middle == 0)))
+      throw ConfigError(field, "with model.num_layers " + str(num_layers) +
+                                   " and parallel.pipeline_model_parallel_size " + str(pp) + ", the " + str(rest) +
+                                   " remaining layers cannot be split evenly over " + str(middle) +
+                                   " other stage(s) with at least one layer each");
+    for (int64_t i = 0; i < pp; ++i) stages[i] = middle > 0 ? rest / middle : 0;
+    if (first) stages.front() = *first;
+    if (last) stages.back() = *last;
+  }
+  if (p.virtual_pipeline_model_parallel_size) {
+    int64_t vpp = *p.virtual_pipeline_model_parallel_size;
+    for (int64_t i = 0; i < pp; ++i)
+      if (stages[i] % vpp != 0)
+        throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
+                          "pipeline stage " + str(i) + " has " + str(stages[i]) + " layers, not divisible by " +
+                              str(vpp) + " virtual stages (model.num_layers " + str(num_layers) + ")");
+  }
+  return stages;
+}
+
+}  // namespace strata

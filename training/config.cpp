@@ -1,0 +1,416 @@
+// StrataConfig (training/config.h): the sections' field declarations, loading, cross-field
+// validation and the generated reference text.
+// Reference: megatron/training/arguments.py (validate_args and argument defaults),
+// megatron/core/optimizer_param_scheduler.py (warmup/decay iterations, WSD),
+// megatron/core/datasets/utils.py (get_blend_from_list), megatron/training/tokenizer.
+#include "training/config.h"
+
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+namespace strata {
+
+using config::ConfigError;
+using config::in_range;
+using config::non_negative;
+using config::positive;
+
+namespace {
+
+std::string str(int64_t x) {
+  return std::to_string(x);
+}
+std::string str(double x) {
+  return config::python_repr(config::Value(x));
+}
+
+bool parse_number(const std::string& s, double& out) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  if (b == std::string::npos) return false;
+  auto r = std::from_chars(s.data() + b, s.data() + e + 1, out);
+  return r.ec == std::errc() && r.ptr == s.data() + e + 1;
+}
+
+config::Validator device_spec() {
+  return config::custom("auto, cpu, cuda or cuda:N", [](const config::Value& v) -> std::string {
+    const std::string& s = std::get<std::string>(v);
+    if (s == "auto" || s == "cpu" || s == "cuda") return "";
+    if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.find_first_not_of("0123456789", 5) == std::string::npos)
+      return "";
+    return "must be auto, cpu, cuda or cuda:N, got '" + s + "'";
+  });
+}
+
+config::SectionFields<TrainingConfig> training_fields() {
+  using T = TrainingConfig;
+  config::SectionFields<T> f;
+  f.add("micro_batch_size", &T::micro_batch_size, "Samples per micro-batch on each data-parallel rank.")
+      .check(positive());
+  f.add("global_batch_size", &T::global_batch_size,
+        "Samples per optimizer step over all data-parallel ranks (gradient accumulation makes up the "
+        "difference). null: micro_batch_size times the data-parallel size.")
+      .check(positive());
+  f.add("train_iters", &T::train_iters, "Number of optimizer steps to train for.").check(positive());
+  f.add("seed", &T::seed, "Seed of every random stream (init, dropout, data order).").check(non_negative());
+  f.add_enum("precision", &T::precision, kPrecisionNames,
+             "fp32, or bf16 mixed precision (bf16 compute, fp32 master weights and gradient accumulation).");
+  f.add("deterministic", &T::deterministic,
+        "Bitwise-reproducible runs: fixed reduction orders and algorithms; contradicting options are refused.");
+  f.add("device", &T::device, "Device: auto (a GPU when usable, else cpu), cpu, cuda or cuda:N.").check(device_spec());
+  f.add("eval_interval", &T::eval_interval, "Evaluate on the validation split every this many steps.")
+      .check(positive());
+  f.add("eval_iters", &T::eval_iters, "Validation micro-batch steps per evaluation (0: no evaluation).")
+      .check(non_negative());
+  f.add("check_for_nan_in_loss_and_grad", &T::check_for_nan_in_loss_and_grad,
+        "Check the loss and gradient norm for NaN/Inf each step; a non-finite step is skipped, counted "
+        "and logged with the first parameter whose gradient is not finite.");
+  f.add("exit_on_nan", &T::exit_on_nan,
+        "Exit with an error at the first non-finite step instead of skipping it (needs "
+        "check_for_nan_in_loss_and_grad).");
+  f.add("exit_interval", &T::exit_interval, "Exit after the step whose number is a multiple of this. null: never.")
+      .check(positive());
+  f.add("exit_duration_in_mins", &T::exit_duration_in_mins,
+        "Save (when checkpoint.save is set) and exit after this many minutes. null: never.")
+      .check(positive());
+  f.add("calculate_per_token_loss", &T::calculate_per_token_loss,
+        "Average the loss over all tokens of the global batch instead of per micro-batch.");
+  return f;
+}
+
+config::SectionFields<OptimizerConfig> optimizer_fields() {
+  using O = OptimizerConfig;
+  config::SectionFields<O> f;
+  f.add_enum("optimizer", &O::optimizer, kOptimizerTypeNames,
+             "Optimizer: adam (Adam with decoupled weight decay, i.e. AdamW; no decay on biases and 1-D parameters).");
+  f.add("lr", &O::lr, "Peak learning rate (after warmup). Required.").check(positive());
+  f.add("min_lr", &O::min_lr, "Learning rate at the end of the decay.").check(non_negative());
+  f.add_enum("lr_decay_style", &O::lr_decay_style, kLrDecayStyleNames,
+             "Decay after warmup: constant, linear, cosine or WSD (warmup-stable-decay).");
+  f.add("lr_warmup_iters", &O::lr_warmup_iters, "Linear warmup steps from 0 to lr.").check(non_negative());
+  f.add("lr_warmup_fraction", &O::lr_warmup_fraction,
+        "Warmup as a fraction of lr_decay_iters (instead of lr_warmup_iters). null: use lr_warmup_iters.")
+      .check(in_range(0, true, 1, true));
+  f.add("lr_decay_iters", &O::lr_decay_iters, "Steps over which lr decays to min_lr. null: training.train_iters.")
+      .check(positive());
+  f.add_enum("lr_wsd_decay_style", &O::lr_wsd_decay_style, kWsdDecayStyleNames, "Shape of the WSD decay phase.");
+  f.add("lr_wsd_decay_iters", &O::lr_wsd_decay_iters, "Length of the WSD decay phase, in steps (required with WSD).")
+      .check(positive());
+  f.add("weight_decay", &O::weight_decay, "Decoupled weight decay coefficient.").check(non_negative());
+  f.add("adam_beta1", &O::adam_beta1, "Adam first-moment decay.").check(in_range(0, true, 1, false));
+  f.add("adam_beta2", &O::adam_beta2, "Adam second-moment decay.").check(in_range(0, true, 1, false));
+  f.add("adam_eps", &O::adam_eps, "Adam denominator epsilon.").check(positive());
+  f.add("clip_grad", &O::clip_grad, "Clip the global gradient L2 norm to this value (0: no clipping).")
+      .check(non_negative());
+  return f;
+}
+
+config::SectionFields<DataConfig> data_fields() {
+  using D = DataConfig;
+  config::SectionFields<D> f;
+  f.add("data_path", &D::data_path,
+        "Dataset path prefixes (.bin/.idx), optionally weighted: [prefix, …] or "
+        "[weight, prefix, weight, prefix, …]. Required unless mock_data.");
+  f.add("split", &D::split, "Train, validation, test proportions of each dataset, comma-separated.");
+  f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
+  f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
+             "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file) or "
+             "NullTokenizer (token ids as text; needs model.vocab_size).");
+  f.add("vocab_file", &D::vocab_file, "GPT-2 BPE vocab.json (GPT2BPETokenizer).");
+  f.add("merge_file", &D::merge_file, "GPT-2 BPE merges.txt (GPT2BPETokenizer).");
+  f.add("eod_mask_loss", &D::eod_mask_loss, "Exclude end-of-document tokens from the loss.");
+  return f;
+}
+
+config::SectionFields<CheckpointConfig> checkpoint_fields() {
+  using C = CheckpointConfig;
+  config::SectionFields<C> f;
+  f.add("save", &C::save, "Directory to save checkpoints to. null: no checkpoints.");
+  f.add("load", &C::load, "Directory to load a checkpoint from (its latest iteration). null: start from scratch.");
+  f.add("save_interval", &C::save_interval, "Save every this many steps (needs save). null: only at the end.")
+      .check(positive());
+  f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");
+  f.add("no_load_rng", &C::no_load_rng, "Do not load the RNG state when loading.");
+  f.add("finetune", &C::finetune,
+        "Load only the model weights and start at iteration 0 (no optimizer, RNG or data position).");
+  return f;
+}
+
+config::SectionFields<LoggingConfig> logging_fields() {
+  using L = LoggingConfig;
+  config::SectionFields<L> f;
+  f.add("log_interval", &L::log_interval, "Print the iteration log line every this many steps.").check(positive());
+  f.add("tensorboard_dir", &L::tensorboard_dir, "Write TensorBoard event files here. null: none.");
+  f.add("metrics_jsonl", &L::metrics_jsonl, "Write one JSON object per logged step to this file. null: none.");
+  f.add("log_num_zeros_in_grad", &L::log_num_zeros_in_grad, "Log the number of zero gradient elements.");
+  f.add("log_throughput", &L::log_throughput, "Log throughput (TFLOP/s per GPU) in the iteration line.");
+  f.add("log_params_norm", &L::log_params_norm, "Log the L2 norm of the parameters.");
+  return f;
+}
+
+config::SectionFields<InferenceConfig> inference_fields() {
+  using I = InferenceConfig;
+  config::SectionFields<I> f;
+  f.add("max_new_tokens", &I::max_new_tokens, "Tokens to generate after the prompt.").check(positive());
+  f.add("temperature", &I::temperature, "Sampling temperature.").check(positive());
+  f.add("top_k", &I::top_k, "Sample among the k most likely tokens (0: off; 1: greedy).").check(non_negative());
+  f.add("top_p", &I::top_p, "Nucleus sampling probability mass (0: off).").check(in_range(0, true, 1, true));
+  f.add("random_seed", &I::random_seed, "Sampling seed. null: training.seed.").check(non_negative());
+  return f;
+}
+
+config::ConfigTable<StrataConfig> build_table() {
+  config::ConfigTable<StrataConfig> t;
+  t.add_section("model", &StrataConfig::model, "Transformer architecture (Megatron-Core TransformerConfig).",
+                model_config_fields());
+  t.add_section("parallel", &StrataConfig::parallel, "Parallel layout: tp, pp, vpp, cp, ep and the data-parallel size.",
+                parallel_config_fields());
+  t.add_section("training", &StrataConfig::training, "Batch sizes, length, seed, precision, device, evaluation.",
+                training_fields());
+  t.add_section("optimizer", &StrataConfig::optimizer, "Optimizer, learning-rate schedule, weight decay, clipping.",
+                optimizer_fields());
+  t.add_section("data", &StrataConfig::data, "Datasets and tokenizer.", data_fields());
+  t.add_section("checkpoint", &StrataConfig::checkpoint, "Saving and loading checkpoints.", checkpoint_fields());
+  t.add_section("logging", &StrataConfig::logging, "Log line, TensorBoard and JSONL metrics.", logging_fields());
+  t.add_section("inference", &StrataConfig::inference, "Text generation (strata generate).", inference_fields());
+  return t;
+}
+
+}  // namespace
+
+// ---- section helpers -----------------------------------------------------------------------------
+
+int64_t OptimizerConfig::warmup_iters() const {
+  if (lr_warmup_fraction)
+    return static_cast<int64_t>(*lr_warmup_fraction * static_cast<double>(lr_decay_iters.value_or(0)));
+  return lr_warmup_iters;
+}
+
+std::vector<DataConfig::Blend> DataConfig::blend() const {
+  std::vector<Blend> out;
+  if (data_path.empty()) return out;
+  double first;
+  if (!parse_number(data_path[0], first)) {
+    for (const auto& p : data_path) {
+      double x;
+      if (parse_number(p, x))
+        throw ConfigError("data.data_path", "'" + p +
+                                                "' looks like a weight but the list starts with a prefix; "
+                                                "write [prefix, …] or [weight, prefix, weight, prefix, …]");
+      out.push_back({p, 1.0});
+    }
+  } else {
+    if (data_path.size() % 2 != 0)
+      throw ConfigError("data.data_path", "a weighted list is [weight, prefix, weight, prefix, …]; got " +
+                                              str(static_cast<int64_t>(data_path.size())) + " entries");
+    for (size_t i = 0; i < data_path.size(); i += 2) {
+      double w;
+      if (!parse_number(data_path[i], w) || !(w > 0) || !std::isfinite(w))
+        throw ConfigError("data.data_path", "weight '" + data_path[i] + "' (entry " + str(static_cast<int64_t>(i)) +
+                                                ") must be a number > 0");
+      out.push_back({data_path[i + 1], w});
+    }
+  }
+  double total = 0;
+  for (const auto& b : out) total += b.weight;
+  for (auto& b : out) b.weight /= total;
+  return out;
+}
+
+std::vector<double> DataConfig::split_fractions() const {
+  std::vector<double> parts;
+  std::stringstream ss(split);
+  std::string item;
+  char sep = split.find('/') != std::string::npos ? '/' : ',';
+  while (std::getline(ss, item, sep)) {
+    double x;
+    if (!parse_number(item, x) || !(x >= 0) || !std::isfinite(x))
+      throw ConfigError("data.split",
+                        "'" + split + "': '" + item + "' is not a number >= 0 (expected e.g. \"969, 30, 1\")");
+    parts.push_back(x);
+  }
+  if (parts.empty() || parts.size() > 3)
+    throw ConfigError("data.split", "'" + split + "' must have 1 to 3 comma-separated parts (train, valid, test)");
+  double total = 0;
+  for (double x : parts) total += x;
+  if (!(total > 0)) throw ConfigError("data.split", "'" + split + "' sums to 0");
+  parts.resize(3, 0.0);
+  for (double& x : parts) x /= total;
+  return parts;
+}
+
+// ---- StrataConfig --------------------------------------------------------------------------------
+
+const config::ConfigTable<StrataConfig>& StrataConfig::table() {
+  static const config::ConfigTable<StrataConfig> t = build_table();
+  return t;
+}
+
+StrataConfig StrataConfig::load(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  StrataConfig cfg;
+  if (!yaml_path.empty()) table().load_file(yaml_path, cfg);
+  for (const auto& o : overrides) cfg.apply_override(o);
+  return cfg;
+}
+
+StrataConfig StrataConfig::from_yaml_text(const std::string& text, const std::vector<std::string>& overrides,
+                                          const std::string& source) {
+  StrataConfig cfg;
+  table().decode_yaml_text(text, cfg, source);
+  for (const auto& o : overrides) cfg.apply_override(o);
+  return cfg;
+}
+
+void StrataConfig::apply_override(const std::string& assignment) {
+  table().apply_override(assignment, *this);
+}
+
+int64_t StrataConfig::num_micro_batches() const {
+  STRATA_INTERNAL_ASSERT(training.global_batch_size.has_value(), "StrataConfig read before validate()");
+  return *training.global_batch_size / (training.micro_batch_size * data_parallel_size());
+}
+
+void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
+  table().check_fields(*this);
+  finalize_model_config(model);
+  finalize_parallel_config(parallel, launched_world_size);
+
+  // ---- model × parallel ----
+  const int64_t tp = parallel.tensor_model_parallel_size, cp = parallel.context_parallel_size;
+  if (model.num_attention_heads % tp != 0)
+    throw ConfigError(
+        "model.num_attention_heads",
+        str(model.num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (model.query_groups() % tp != 0)
+    throw ConfigError(
+        "model.num_query_groups",
+        str(model.query_groups()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (model.ffn() % tp != 0)
+    throw ConfigError("model.ffn_hidden_size",
+                      str(model.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  layers_per_pipeline_stage(parallel, model.num_layers);
+  if (cp > 1 && model.seq_length % (2 * cp) != 0)
+    throw ConfigError("model.seq_length", str(model.seq_length) +
+                                              " is not divisible by 2 x parallel.context_parallel_size (" +
+                                              str(2 * cp) + "), needed by load-balanced causal context parallelism");
+  if (parallel.sequence_parallel && model.seq_length % tp != 0)
+    throw ConfigError("model.seq_length", str(model.seq_length) +
+                                              " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
+                                              "), needed by parallel.sequence_parallel");
+  if (parallel.expert_model_parallel_size > 1)
+    throw ConfigError(
+        "parallel.expert_model_parallel_size",
+        str(parallel.expert_model_parallel_size) + " > 1 needs MoE layers (model.num_moe_experts), not supported yet");
+
+  // ---- training ----
+  const int64_t dp = data_parallel_size(), mbs = training.micro_batch_size;
+  if (!training.global_batch_size) training.global_batch_size = mbs * dp;
+  if (*training.global_batch_size % (mbs * dp) != 0)
+    throw ConfigError("training.global_batch_size", str(*training.global_batch_size) +
+                                                        " is not divisible by training.micro_batch_size (" + str(mbs) +
+                                                        ") x data-parallel size (" + str(dp) + ")");
+  if (training.exit_on_nan && !training.check_for_nan_in_loss_and_grad)
+    throw ConfigError("training.exit_on_nan", "needs training.check_for_nan_in_loss_and_grad");
+  if (model.fp32_residual_connection && training.precision == Precision::Fp32)
+    throw ConfigError("model.fp32_residual_connection", "only applies with training.precision bf16");
+  // Extension point: deterministic-mode contradictions (non-deterministic attention backward,
+  // atomics-based MoE dispatch …) are refused here as those options arrive.
+
+  // ---- optimizer ----
+  if (!optimizer.lr) throw ConfigError("optimizer.lr", "required (the peak learning rate, e.g. 3.0e-4)");
+  if (optimizer.min_lr > *optimizer.lr)
+    throw ConfigError("optimizer.min_lr",
+                      str(optimizer.min_lr) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");
+  if (optimizer.lr_warmup_fraction && optimizer.lr_warmup_iters != 0)
+    throw ConfigError("optimizer.lr_warmup_fraction", "set either it or optimizer.lr_warmup_iters, not both");
+  if (!optimizer.lr_decay_iters) optimizer.lr_decay_iters = training.train_iters;
+  const int64_t decay = *optimizer.lr_decay_iters, warmup = optimizer.warmup_iters();
+  if (warmup > decay)
+    throw ConfigError("optimizer.lr_warmup_iters",
+                      "warmup (" + str(warmup) + ") is longer than optimizer.lr_decay_iters (" + str(decay) + ")");
+  if (optimizer.lr_decay_style == LrDecayStyle::WSD) {
+    if (!optimizer.lr_wsd_decay_iters)
+      throw ConfigError("optimizer.lr_wsd_decay_iters", "required with optimizer.lr_decay_style WSD");
+    if (*optimizer.lr_wsd_decay_iters > decay - warmup)
+      throw ConfigError("optimizer.lr_wsd_decay_iters", str(*optimizer.lr_wsd_decay_iters) +
+                                                            " is longer than optimizer.lr_decay_iters minus warmup (" +
+                                                            str(decay - warmup) + ")");
+  }
+
+  // ---- data ----
+  if (data.mock_data && !data.data_path.empty())
+    throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
+  if (!data.mock_data && data.data_path.empty())
+    throw ConfigError("data.data_path", "required unless data.mock_data is true");
+  data.blend();
+  data.split_fractions();
+  if (data.tokenizer_type == TokenizerType::GPT2BPETokenizer) {
+    if (!data.vocab_file) throw ConfigError("data.vocab_file", "required by data.tokenizer_type GPT2BPETokenizer");
+    if (!data.merge_file) throw ConfigError("data.merge_file", "required by data.tokenizer_type GPT2BPETokenizer");
+  } else {
+    if (data.vocab_file)
+      throw ConfigError("data.vocab_file", "only used by GPT2BPETokenizer, not by data.tokenizer_type " +
+                                               std::string(config::enum_to_string<TokenizerType>(kTokenizerTypeNames,
+                                                                                                 data.tokenizer_type)));
+    if (data.merge_file) throw ConfigError("data.merge_file", "only used by GPT2BPETokenizer");
+  }
+  if (data.tokenizer_type == TokenizerType::NullTokenizer && !model.vocab_size)
+    throw ConfigError("model.vocab_size", "required with data.tokenizer_type NullTokenizer");
+
+  // ---- checkpoint ----
+  if (checkpoint.save_interval && !checkpoint.save)
+    throw ConfigError("checkpoint.save_interval", "needs checkpoint.save (the directory to save to)");
+  if (checkpoint.finetune && !checkpoint.load)
+    throw ConfigError("checkpoint.finetune", "needs checkpoint.load (the checkpoint to start from)");
+
+  // ---- inference ----
+  if (inference.top_k > 0 && inference.top_p > 0)
+    throw ConfigError("inference.top_p", "cannot be combined with inference.top_k > 0; use one of them");
+  if (!inference.random_seed) inference.random_seed = training.seed;
+}
+
+std::string StrataConfig::to_yaml() const {
+  return table().to_yaml(*this);
+}
+
+std::string StrataConfig::argument_table() const {
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (parallel.world_size) extra.emplace_back("data_parallel_size", str(data_parallel_size()));
+  if (model.vocab_size)
+    extra.emplace_back("padded_vocab_size", str(padded_vocab_size(*model.vocab_size, model.make_vocab_size_divisible_by,
+                                                                  parallel.tensor_model_parallel_size)));
+  return table().argument_table(*this, extra);
+}
+
+std::string StrataConfig::help_text() {
+  return "Configuration: a YAML file of sections (model:, training:, …) with `field: value` entries,\n"
+         "then overrides `section.field=value` whose value is parsed as YAML (lists: [a, b]; null: null).\n" +
+         table().help_text();
+}
+
+std::string StrataConfig::reference_markdown() {
+  return "# Configuration reference\n\n"
+         "<!-- Generated from the config table (training/config.cpp, models/model_config.cpp,\n"
+         "     parallel/parallel_config.cpp); do not edit. Regenerate with scripts/gen_config_doc.sh;\n"
+         "     the unit test [config] fails when this file and the table differ. -->\n\n"
+         "A run is configured by one YAML file of sections, then command-line overrides:\n\n"
+         "```\n"
+         "strata train --config configs/gpt_tiny.yaml training.train_iters=100 optimizer.lr=3.0e-4\n"
+         "```\n\n"
+         "- Field names are Megatron-LM's argument names with underscores (`--tensor-model-parallel-size`\n"
+         "  is `parallel.tensor_model_parallel_size`). Strata's own names, where Megatron has no such\n"
+         "  argument: `training.precision` (Megatron: `--bf16`), `training.device`, `training.exit_on_nan`,\n"
+         "  `parallel.world_size`, `logging.metrics_jsonl`, `inference.max_new_tokens`.\n"
+         "- An override is `section.field=value`; the value is parsed as YAML, so a list is written\n"
+         "  `data.data_path=[0.3,a,0.7,b]` and `null` resets a nullable field. A single value given for a\n"
+         "  list field is a one-element list.\n"
+         "- Types are strict: an int64 field rejects `1.5` and `\"4\"`, a bool accepts only true/false.\n"
+         "- Unknown sections and fields are errors with a \"did you mean\" suggestion.\n"
+         "- `null` defaults are Megatron's `None`: the value is derived from other fields when the config\n"
+         "  is validated (the doc says how), and the resolved config (`--print-config`) shows the result.\n"
+         "- Validation is pure and runs before any allocation or communication; every error names the\n"
+         "  field as `section.field`.\n" +
+         table().markdown();
+}
+
+}  // namespace strata
