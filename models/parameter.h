@@ -1,0 +1,37 @@
+// A trainable parameter as the trainer, checkpoints and exports see it.
+// `name` is the canonical global name (ARCHITECTURE decision 7: Megatron-Core's state-dict names,
+// e.g. "embedding.word_embeddings.weight", "decoder.layers.3.self_attention.linear_qkv.weight",
+// "decoder.final_layernorm.weight", "output_layer.weight"), identical under every parallel layout;
+// `global_shape` and `slice` say which part of the global tensor this rank holds (the whole tensor
+// until tensor/pipeline parallelism lands).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "core/tensor.h"
+
+namespace strata {
+
+struct Parameter {
+  std::string name;          // canonical global name
+  Tensor value;              // what the model computes with: f32, or bf16 under precision=bf16
+  Tensor main_grad;          // f32 gradient, accumulated over micro-batches (Megatron main_grad)
+  Shape global_shape;        // shape of the unsharded parameter
+  GlobalSlice slice;         // this rank's part of it (GlobalSlice::whole() when unsharded)
+  bool no_weight_decay = false;  // biases and 1-d parameters (norm weights): Megatron's rule
+  double init_std = 0.0;     // N(0, init_std) at init (0: constant init, see init_value)
+  double init_value = 0.0;   // constant init value when init_std == 0 (norm gamma = 1, bias = 0)
+};
+
+// Initialise a parameter from the counter-based RNG keyed by (seed, hash(name)) so every shard of
+// it draws its slice of the global tensor (ARCHITECTURE decision 3).
+inline void init_parameter(Parameter& p, uint64_t seed) {
+  if (p.init_std > 0) {
+    fill_normal(p.value, philox::Key{seed, philox::stream_id(p.name.c_str())}, 0.0, p.init_std, p.slice);
+  } else {
+    p.value.fill_(p.init_value);
+  }
+}
+
+}  // namespace strata
