@@ -5,25 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/blocked_sum.h"
 #include "kernels/softmax.h"
 
 namespace strata::kernels::cpu {
-namespace {
-// Σ_{j<n} term(j) in A, summed in consecutive blocks of 256 terms whose sums are then added in
-// order: deterministic, and the rounding error grows with 256 + n/256 rather than n.
-template <typename A, typename F>
-A blocked_sum(int64_t n, F&& term) {
-  constexpr int64_t kBlock = 256;
-  A total = 0;
-  for (int64_t b = 0; b < n; b += kBlock) {
-    A s = 0;
-    const int64_t end = std::min(n, b + kBlock);
-    for (int64_t j = b; j < end; ++j) s += term(j);
-    total += s;
-  }
-  return total;
-}
-}  // namespace
 
 void softmax_forward(const Tensor& x, const Tensor& y, const SoftmaxOptions& opt) {
   const int64_t c = x.size(-1), n = x.numel() / c;
