@@ -1,0 +1,218 @@
+// GPTModel (see gpt_model.h). Reference: Megatron-Core models/gpt/gpt_model.py (GPTModel.forward:
+// embedding → decoder → final_layernorm → output_layer → compute_language_model_loss with the
+// fused vocab-parallel cross entropy, labels [b, s] and the loss transposed back to [b, s]).
+#include "models/gpt_model.h"
+
+#include "core/error.h"
+#include "core/observe.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/gemm.h"
+
+namespace strata {
+
+using layers::LayerEnv;
+
+DType model_dtype(Precision precision) { return precision == Precision::Bf16 ? DType::BF16 : DType::F32; }
+
+// What one micro-batch's forward saved for its backward.
+struct GPTModel::Context : ForwardContext {
+  layers::VocabEmbedding::Saved embedding;
+  std::vector<layers::TransformerLayer::Saved> layers;
+  layers::Norm::Saved final_norm;
+  Tensor hidden;    // [s·b, h] output of the final norm (input of the output layer)
+  Tensor logits;    // [s·b, padded_vocab]
+  Tensor targets;   // [s·b] i64, row (t, b) = labels[b, t]
+  Tensor row_max, sum_exp;  // [s·b] cross-entropy statistics
+  int64_t s = 0, b = 0;
+  bool has_forward = false;
+};
+
+namespace {
+ModelConfig finalized(ModelConfig cfg) {
+  finalize_model_config(cfg);
+  return cfg;
+}
+GPTModelOptions options_from(const StrataConfig& cfg, Device device) {
+  GPTModelOptions o;
+  o.dtype = model_dtype(cfg.training.precision);
+  o.device = device;
+  o.seed = static_cast<uint64_t>(cfg.training.seed);
+  o.global_batch_size = cfg.training.global_batch_size.value_or(0);
+  return o;
+}
+DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+}  // namespace
+
+GPTModel::GPTModel(const StrataConfig& cfg, Device device, const ParallelGroups& groups)
+    : GPTModel(cfg.model, options_from(cfg, device), groups) {}
+
+GPTModel::GPTModel(const ModelConfig& cfg_in, const GPTModelOptions& options, const ParallelGroups& groups)
+    : cfg_(finalized(cfg_in)), opt_(options), groups_(groups) {
+  STRATA_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F64,
+               "GPTModel: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
+  STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
+               "GPTModel: model.vocab_size must be set (resolved from the tokenizer)");
+  STRATA_CHECK(groups_.tp.size() == 1 && groups_.pp.size() == 1 && groups_.cp.size() == 1,
+               "GPTModel: tensor, pipeline and context parallelism are not implemented yet");
+  padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, groups_.tp.size());
+  const LayerEnv env{opt_.dtype, opt_.device};
+  embedding_ = std::make_unique<layers::VocabEmbedding>(cfg_, padded_vocab_, env, groups_.tp);
+  for (int64_t i = 0; i < cfg_.num_layers; ++i)
+    layers_.push_back(std::make_unique<layers::TransformerLayer>(i, cfg_, env, groups_));
+  final_norm_ = std::make_unique<layers::Norm>("decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
+                                               cfg_.hidden_size, cfg_, env);
+  if (!tied()) {
+    output_layer_ =
+        layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_.hidden_size}, env, cfg_.init_method_std);
+  }
+}
+
+GPTModel::~GPTModel() = default;
+
+Parameter& GPTModel::output_weight() { return tied() ? embedding_->word_embeddings : output_layer_; }
+
+std::vector<Parameter*> GPTModel::parameters() {
+  std::vector<Parameter*> out;
+  embedding_->collect(out);
+  for (auto& l : layers_) l->collect(out);
+  final_norm_->collect(out);
+  if (!tied()) out.push_back(&output_layer_);
+  return out;
+}
+
+void GPTModel::init_parameters(uint64_t seed) {
+  for (Parameter* p : parameters()) init_parameter(*p, seed);
+}
+
+std::unique_ptr<ForwardContext> GPTModel::make_context(int64_t step, int64_t micro_batch, bool training) {
+  auto ctx = std::make_unique<Context>();
+  ctx->step = step;
+  ctx->micro_batch = micro_batch;
+  ctx->training = training;
+  return ctx;
+}
+
+Tensor GPTModel::run_decoder(const Tensor& tokens, int64_t position_offset, const layers::DropoutKeys& keys,
+                             KVCache* cache, Context* ctx) {
+  if (ctx) ctx->layers.assign(layers_.size(), {});
+  Tensor x = embedding_->forward(tokens, position_offset, keys, ctx ? &ctx->embedding : nullptr);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_[i]->forward(x, keys, position_offset, cache ? &cache->layers[i] : nullptr,
+                            ctx ? &ctx->layers[i] : nullptr);
+  }
+  return final_norm_->forward(x, ctx ? &ctx->final_norm : nullptr);
+}
+
+Tensor GPTModel::output_logits(const Tensor& hidden) {
+  const int64_t n = hidden.numel() / cfg_.hidden_size;
+  Tensor logits = Tensor::empty({n, padded_vocab_}, hidden.dtype(), hidden.device());
+  kernels::linear_forward(hidden.reshape({n, cfg_.hidden_size}), output_weight().value, nullptr, logits);
+  return logits;
+}
+
+Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
+  auto* ctx = dynamic_cast<Context*>(&base);
+  STRATA_CHECK(ctx != nullptr, "GPTModel::forward: context was not made by this model");
+  STRATA_CHECK(batch.tokens.dim() == 2 && batch.labels.defined() && batch.labels.shape() == batch.tokens.shape(),
+               "GPTModel::forward: tokens ", batch.tokens.shape().str(), " and labels must both be [b, s]");
+  STRATA_CHECK(batch.labels.dtype() == DType::I64, "GPTModel::forward: labels must be i64");
+  const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
+  STRATA_CHECK(s <= cfg_.max_positions(), "GPTModel::forward: sequence length ", s,
+               " exceeds max_position_embeddings ", cfg_.max_positions());
+  const Device dev = opt_.device;
+
+  layers::DropoutKeys keys;
+  keys.seed = opt_.seed;
+  keys.step = ctx->step;
+  keys.training = ctx->training;
+  keys.global_batch = opt_.global_batch_size > 0 ? opt_.global_batch_size : b;
+  keys.batch_offset = opt_.global_batch_size > 0 ? batch.first_sample_index % opt_.global_batch_size : 0;
+
+  Tensor targets = batch.labels.to(Device::cpu()).transpose(0, 1).reshape({s * b});
+  for (double t : targets.to_vector()) {
+    STRATA_CHECK(t < static_cast<double>(*cfg_.vocab_size), "GPTModel::forward: label ", static_cast<int64_t>(t),
+                 " outside the vocabulary [0, ", *cfg_.vocab_size, ")");
+  }
+  targets = targets.to(dev);
+
+  Tensor hidden = run_decoder(batch.tokens, 0, keys, nullptr, ctx).reshape({s * b, cfg_.hidden_size});
+  Tensor logits = output_logits(hidden);
+  observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, padded_vocab_}), "s,b,v");
+
+  const DType st = stat_dtype(opt_.dtype);
+  Tensor loss = Tensor::empty({s * b}, st, dev);
+  Tensor row_max = Tensor::empty({s * b}, st, dev);
+  Tensor sum_exp = Tensor::empty({s * b}, st, dev);
+  kernels::cross_entropy_forward(logits, targets, loss, row_max, sum_exp, /*vocab_start=*/0);
+
+  ctx->hidden = hidden;
+  ctx->logits = logits;
+  ctx->targets = targets;
+  ctx->row_max = row_max;
+  ctx->sum_exp = sum_exp;
+  ctx->s = s;
+  ctx->b = b;
+  ctx->has_forward = true;
+  return loss.reshape({s, b}).transpose(0, 1);  // [b, s]
+}
+
+void GPTModel::backward(ForwardContext& base, const Tensor& dlosses) {
+  auto* ctx = dynamic_cast<Context*>(&base);
+  STRATA_CHECK(ctx != nullptr && ctx->has_forward, "GPTModel::backward: no saved forward in this context");
+  const int64_t s = ctx->s, b = ctx->b;
+  STRATA_CHECK(dlosses.dim() == 2 && dlosses.size(0) == b && dlosses.size(1) == s,
+               "GPTModel::backward: dlosses ", dlosses.shape().str(), " must be [b, s] = [", b, ", ", s, "]");
+  const DType st = stat_dtype(opt_.dtype);
+  Tensor dl = dlosses.to(opt_.device).to(st).transpose(0, 1).reshape({s * b});
+  Tensor dlogits = Tensor::empty(ctx->logits.shape(), ctx->logits.dtype(), ctx->logits.device());
+  kernels::cross_entropy_backward(ctx->logits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits, 0);
+  ctx->logits = Tensor();  // release the largest activation early
+
+  Parameter& w = output_weight();
+  Tensor dh = Tensor::empty(ctx->hidden.shape(), ctx->hidden.dtype(), ctx->hidden.device());
+  kernels::linear_backward(ctx->hidden, w.value, dlogits, &dh, &w.main_grad, nullptr, /*accumulate_grads=*/true);
+  dlogits = Tensor();
+
+  Tensor dx = final_norm_->backward(ctx->final_norm, dh.reshape({s, b, cfg_.hidden_size}));
+  for (size_t i = layers_.size(); i-- > 0;) {
+    dx = layers_[i]->backward(ctx->layers[i], dx);
+    ctx->layers[i] = {};
+  }
+  embedding_->backward(ctx->embedding, dx);
+  ctx->has_forward = false;
+  ctx->hidden = Tensor();
+}
+
+KVCache GPTModel::make_kv_cache(int64_t batch, int64_t max_seq) const {
+  STRATA_CHECK(batch > 0 && max_seq > 0, "GPTModel::make_kv_cache: batch ", batch, " and max_seq ", max_seq,
+               " must be positive");
+  KVCache c;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto& a = layers_[i]->self_attention;
+    layers::LayerKVCache lc;
+    lc.k = Tensor::zeros({max_seq, batch, a.groups(), a.head_dim()}, opt_.dtype, opt_.device);
+    lc.v = Tensor::zeros({max_seq, batch, a.groups(), a.head_dim()}, opt_.dtype, opt_.device);
+    c.layers.push_back(lc);
+  }
+  return c;
+}
+
+Tensor GPTModel::logits_for(const Tensor& tokens, KVCache* cache, int64_t position_offset) {
+  STRATA_CHECK(tokens.dim() == 2, "GPTModel::logits_for: tokens must be [b, s], got ", tokens.shape().str());
+  STRATA_CHECK(cache || position_offset == 0, "GPTModel::logits_for: position_offset ", position_offset,
+               " needs a KV cache holding the earlier positions");
+  if (cache) {
+    STRATA_CHECK(cache->layers.size() == layers_.size(), "GPTModel::logits_for: KV cache has ",
+                 cache->layers.size(), " layers, the model ", layers_.size());
+    STRATA_CHECK(cache->length() == position_offset, "GPTModel::logits_for: KV cache holds ", cache->length(),
+                 " positions but position_offset is ", position_offset);
+  }
+  const int64_t b = tokens.size(0), s = tokens.size(1);
+  layers::DropoutKeys keys;  // training = false: no dropout
+  Tensor hidden = run_decoder(tokens, position_offset, keys, cache, nullptr);
+  Tensor logits = output_logits(hidden).reshape({s, b, padded_vocab_});
+  observe("output_layer", "logits", ObserveKind::Logits, logits, "s,b,v");
+  return logits.narrow(2, 0, *cfg_.vocab_size).transpose(0, 1);  // [b, s, vocab]
+}
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+// GPT input embedding (see embedding.h).
+// Reference: Megatron-Core models/common/embeddings/language_model_embedding.py.
+#include "models/layers/embedding.h"
+
+#include "core/error.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+
+namespace strata::layers {
+
+VocabEmbedding::VocabEmbedding(const ModelConfig& cfg, int64_t padded_vocab, const LayerEnv& env,
+                               const ProcessGroup& tp)
+    : learned_positions(cfg.position_embedding_type == PositionEmbeddingType::LearnedAbsolute),
+      h_(cfg.hidden_size),
+      vocab_(cfg.vocab_size.value_or(padded_vocab)),
+      padded_vocab_(padded_vocab),
+      max_positions_(cfg.max_positions()),
+      dropout_p_(cfg.hidden_dropout),
+      tp_(tp) {
+  STRATA_CHECK(tp.size() == 1, "embedding: tensor parallelism is not implemented yet (tp size ", tp.size(), ")");
+  word_embeddings =
+      make_parameter("embedding.word_embeddings.weight", Shape{padded_vocab, h_}, env, cfg.init_method_std);
+  if (learned_positions) {
+    position_embeddings = make_parameter("embedding.position_embeddings.weight", Shape{max_positions_, h_}, env,
+                                         cfg.init_method_std);
+  }
+}
+
+Tensor VocabEmbedding::forward(const Tensor& tokens, int64_t position_offset, const DropoutKeys& keys,
+                               Saved* saved) const {
+  STRATA_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "embedding: tokens must be [b, s] i64, got ",
+               tokens.shape().str(), " ", dtype_name(tokens.dtype()));
+  const int64_t b = tokens.size(0), s = tokens.size(1);
+  const Device dev = word_embeddings.value.device();
+  // [b, s] -> [s, b] so rows come out in Megatron's sequence-first order.
+  Tensor ids = tokens.to(Device::cpu()).transpose(0, 1).reshape({s * b});
+  for (double id : ids.to_vector()) {
+    STRATA_CHECK(id >= 0 && id < static_cast<double>(vocab_), "embedding: token id ", static_cast<int64_t>(id),
+                 " outside the vocabulary [0, ", vocab_, ")");
+  }
+  ids = ids.to(dev);
+  Tensor y = Tensor::empty({s * b, h_}, word_embeddings.value.dtype(), dev);
+  kernels::embedding_forward(ids, word_embeddings.value, y);
+  Tensor pos;
+  if (learned_positions) {
+    STRATA_CHECK(position_offset >= 0 && position_offset + s <= max_positions_, "embedding: positions [",
+                 position_offset, ", ", position_offset + s, ") exceed max_position_embeddings ", max_positions_);
+    std::vector<int64_t> p(static_cast<size_t>(s * b));
+    for (int64_t t = 0; t < s; ++t)
+      for (int64_t i = 0; i < b; ++i) p[static_cast<size_t>(t * b + i)] = position_offset + t;
+    pos = Tensor::from_data(p, Shape{s * b}, dev);
+    Tensor pe = Tensor::empty({s * b, h_}, y.dtype(), dev);
+    kernels::embedding_forward(pos, position_embeddings.value, pe);
+    kernels::add(y, pe, y);
+  }
+  y = y.reshape({s, b, h_});
+  DropoutSpec d = keys.hidden(dropout_p_, -1, DropoutSite::Embedding, y);
+  if (saved) *saved = Saved{ids, pos, d};
+  return apply_dropout(y, d);
+}
+
+void VocabEmbedding::backward(const Saved& sv, const Tensor& dy) {
+  STRATA_CHECK(sv.ids.defined(), "embedding: backward without a saved forward");
+  const int64_t n = sv.ids.size(0);
+  // The gradient tables are main_grad (f32 / f64): accumulate an f32 (f64) copy of dy.
+  Tensor g = apply_dropout_backward(dy, sv.dropout).reshape({n, h_}).to(word_embeddings.main_grad.dtype());
+  kernels::embedding_backward(sv.ids, g, word_embeddings.main_grad, /*accumulate=*/true);
+  if (learned_positions) kernels::embedding_backward(sv.positions, g, position_embeddings.main_grad, true);
+}
+
+void VocabEmbedding::collect(std::vector<Parameter*>& out) {
+  out.push_back(&word_embeddings);
+  if (learned_positions) out.push_back(&position_embeddings);
+}
+
+}  // namespace strata::layers

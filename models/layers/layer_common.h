@@ -1,0 +1,67 @@
+// Shared pieces of the GPT layers (models/layers/*): the dtype/device a layer computes in,
+// parameter construction (Megatron init recipe carried on the Parameter), main_grad accumulation,
+// and the recomputable dropout description (Philox key + GlobalSlice) used for hidden and
+// attention dropout. Reference: Megatron-Core transformer/utils.py (init_method_normal,
+// scaled_init_method_normal), tensor_parallel/random.py (the RNG tracker these keys replace).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/philox.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "models/parameter.h"
+
+namespace strata::layers {
+
+// What a layer computes in: parameter values and activations in `dtype` (f32, bf16, or f64 for
+// reference/tests) on `device`; gradients accumulate into main_grad of grad_dtype() (f32, f64 for
+// an f64 model).
+struct LayerEnv {
+  DType dtype = DType::F32;
+  Device device = Device::cpu();
+  DType grad_dtype() const { return dtype == DType::F64 ? DType::F64 : DType::F32; }
+};
+
+// A parameter with value (env.dtype) and zeroed main_grad (env.grad_dtype()). init_std > 0: normal
+// init; else the constant init_value. 1-d parameters (biases, norm weights) get no_weight_decay.
+Parameter make_parameter(const std::string& name, const Shape& shape, const LayerEnv& env, double init_std,
+                         double init_value = 0.0);
+
+// A new tensor of `shape` with t's dtype and device.
+inline Tensor empty_like_shape(const Tensor& t, const Shape& shape) {
+  return Tensor::empty(shape, t.dtype(), t.device());
+}
+
+// One dropout application: keep decisions drawn from (key, global index within `slice`).
+struct DropoutSpec {
+  double p = 0.0;
+  philox::Key key{};
+  GlobalSlice slice = GlobalSlice::whole();
+  bool active() const { return p > 0.0; }
+};
+
+// Which dropout site of a layer (part of the key's stream id).
+enum class DropoutSite : uint32_t { Embedding = 1, AttentionOutput = 2, MlpOutput = 3, AttentionProbs = 4 };
+
+// Where this micro-batch's samples sit in the step's global batch: dropout masks of hidden states
+// [s, b, h] are drawn over the global [s, global_batch, h] tensor at batch offset `batch_offset`,
+// so any data-parallel / micro-batch layout of the same global batch draws the same masks.
+struct DropoutKeys {
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int64_t batch_offset = 0;  // index of this micro-batch's sample 0 within the global batch
+  int64_t global_batch = 0;  // samples per step (>= batch_offset + b)
+  bool training = false;     // dropout only while training
+  // Stream id of (step, layer, site): FNV-1a over the three integers.
+  philox::Key key(int64_t layer, DropoutSite site) const;
+  // Hidden dropout on a [s, b, h] activation of `layer` at `site`.
+  DropoutSpec hidden(double p, int64_t layer, DropoutSite site, const Tensor& x) const;
+};
+
+// y = dropout(x) (a new tensor; x itself when the spec is inactive).
+Tensor apply_dropout(const Tensor& x, const DropoutSpec& d);
+// dx = dropout_backward(dy) (a new tensor; dy itself when the spec is inactive).
+Tensor apply_dropout_backward(const Tensor& dy, const DropoutSpec& d);
+
+}  // namespace strata::layers

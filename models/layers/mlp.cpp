@@ -1,0 +1,52 @@
+// MLP block (see mlp.h). Reference: Megatron-Core transformer/mlp.py.
+#include "models/layers/mlp.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/activation.h"
+
+namespace strata::layers {
+
+MLP::MLP(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp)
+    : linear_fc1(prefix + ".linear_fc1", cfg.hidden_size, cfg.swiglu ? 2 * cfg.ffn() : cfg.ffn(), cfg.add_bias_linear,
+                 cfg.init_method_std, env, tp),
+      linear_fc2(prefix + ".linear_fc2", cfg.ffn(), cfg.hidden_size, cfg.add_bias_linear,
+                 cfg.init_method_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers)), env, tp),
+      swiglu_(cfg.swiglu),
+      openai_gelu_(cfg.openai_gelu),
+      ffn_(cfg.ffn()) {}
+
+Tensor MLP::forward(const Tensor& x, Saved* saved) const {
+  Tensor f = linear_fc1.forward(x);
+  Shape as = f.shape();
+  as[as.ndim() - 1] = ffn_;
+  Tensor a = Tensor::empty(as, f.dtype(), f.device());
+  if (swiglu_) {
+    kernels::swiglu_forward(f, a);
+  } else {
+    kernels::gelu_forward(f, a, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
+  }
+  Tensor y = linear_fc2.forward(a);
+  if (saved) *saved = Saved{x, f, a};
+  return y;
+}
+
+Tensor MLP::backward(const Saved& sv, const Tensor& dy) {
+  STRATA_CHECK(sv.x.defined(), linear_fc1.weight.name, ": backward without a saved forward");
+  Tensor da = linear_fc2.backward(sv.act_out, dy);
+  Tensor df = empty_like_shape(sv.fc1_out, sv.fc1_out.shape());
+  if (swiglu_) {
+    kernels::swiglu_backward(sv.fc1_out, da, df);
+  } else {
+    kernels::gelu_backward(sv.fc1_out, da, df, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
+  }
+  return linear_fc1.backward(sv.x, df);
+}
+
+void MLP::collect(std::vector<Parameter*>& out) {
+  linear_fc1.collect(out);
+  linear_fc2.collect(out);
+}
+
+}  // namespace strata::layers

@@ -1,0 +1,40 @@
+// MLP block of a GPT layer: linear_fc1 → activation → linear_fc2. Activation: GeLU (exact erf, as
+// Megatron's default F.gelu; tanh approximation with openai_gelu) or SwiGLU, where fc1 produces
+// [..., 2·ffn] = [gate | up] halves and the activation is silu(gate)·up (kernels::swiglu).
+// Reference: Megatron-Core transformer/mlp.py (MLP, glu), fusions/fused_bias_swiglu.py.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/layers/layer_common.h"
+#include "models/layers/linear.h"
+#include "models/model_config.h"
+#include "parallel/process_group.h"
+
+namespace strata::layers {
+
+class MLP {
+ public:
+  struct Saved {
+    Tensor x;        // [s, b, h]
+    Tensor fc1_out;  // [s, b, ffn] or [s, b, 2·ffn]
+    Tensor act_out;  // [s, b, ffn]
+  };
+  // prefix: "decoder.layers.{i}.mlp"; linear_fc2 init std = init_std/sqrt(2L).
+  MLP(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp);
+  // x: [s, b, h] -> [s, b, h]
+  Tensor forward(const Tensor& x, Saved* saved) const;
+  // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
+  Tensor backward(const Saved& saved, const Tensor& dy);
+  void collect(std::vector<Parameter*>& out);
+
+  Linear linear_fc1;
+  Linear linear_fc2;
+
+ private:
+  bool swiglu_;
+  bool openai_gelu_;
+  int64_t ffn_;
+};
+
+}  // namespace strata::layers

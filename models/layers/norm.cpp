@@ -1,0 +1,53 @@
+// Normalization layer (see norm.h). Reference: Megatron-Core TENorm, Transformer Engine.
+#include "models/layers/norm.h"
+
+#include "core/error.h"
+#include "kernels/norm.h"
+
+namespace strata::layers {
+
+Norm::Norm(const std::string& weight_name, const std::string& bias_name, int64_t h, const ModelConfig& cfg,
+           const LayerEnv& env)
+    : kind_(cfg.normalization), h_(h), eps_(cfg.layernorm_epsilon), one_p_(cfg.apply_layernorm_1p) {
+  weight = make_parameter(weight_name, Shape{h}, env, 0.0, one_p_ ? 0.0 : 1.0);
+  if (kind_ == Normalization::LayerNorm) bias = make_parameter(bias_name, Shape{h}, env, 0.0, 0.0);
+}
+
+Tensor Norm::forward(const Tensor& x, Saved* saved) const {
+  STRATA_CHECK(x.size(-1) == h_, weight.name, ": input has last dim ", x.size(-1), ", expected ", h_);
+  const int64_t n = x.numel() / h_;
+  const DType stat = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor x2 = x.contiguous().reshape({n, h_});
+  Tensor y = Tensor::empty({n, h_}, x.dtype(), x.device());
+  Tensor mean, rstd = Tensor::empty({n}, stat, x.device());
+  kernels::NormOptions opt{eps_, one_p_};
+  if (kind_ == Normalization::LayerNorm) {
+    mean = Tensor::empty({n}, stat, x.device());
+    kernels::layernorm_forward(x2, weight.value, bias.value, y, mean, rstd, opt);
+  } else {
+    kernels::rmsnorm_forward(x2, weight.value, y, rstd, opt);
+  }
+  if (saved) *saved = Saved{x2, mean, rstd};
+  return y.reshape(x.shape());
+}
+
+Tensor Norm::backward(const Saved& s, const Tensor& dy) {
+  STRATA_CHECK(s.x.defined(), weight.name, ": backward without a saved forward");
+  Tensor dy2 = dy.contiguous().reshape(s.x.shape());
+  Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
+  kernels::NormOptions opt{eps_, one_p_};
+  if (kind_ == Normalization::LayerNorm) {
+    kernels::layernorm_backward(dy2, s.x, weight.value, s.mean, s.rstd, dx, weight.main_grad, bias.main_grad, opt,
+                                /*accumulate=*/true);
+  } else {
+    kernels::rmsnorm_backward(dy2, s.x, weight.value, s.rstd, dx, weight.main_grad, opt, /*accumulate=*/true);
+  }
+  return dx.reshape(dy.shape());
+}
+
+void Norm::collect(std::vector<Parameter*>& out) {
+  out.push_back(&weight);
+  if (kind_ == Normalization::LayerNorm) out.push_back(&bias);
+}
+
+}  // namespace strata::layers

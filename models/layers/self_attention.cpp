@@ -1,0 +1,132 @@
+// Self-attention block (see self_attention.h). Reference: Megatron-Core transformer/attention.py
+// (SelfAttention: linear_qkv → split per query group → q/k layernorm → RoPE → core attention →
+// linear_proj), FlashAttention-2 for the kernel.
+#include "models/layers/self_attention.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/rotary.h"
+
+namespace strata::layers {
+
+SelfAttention::SelfAttention(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env,
+                             const ProcessGroup& tp)
+    : linear_qkv(prefix + ".linear_qkv", cfg.hidden_size,
+                 cfg.head_dim() * (cfg.num_attention_heads + 2 * cfg.query_groups()),
+                 cfg.add_bias_linear || cfg.add_qkv_bias, cfg.init_method_std, env, tp),
+      linear_proj(prefix + ".linear_proj", cfg.head_dim() * cfg.num_attention_heads, cfg.hidden_size,
+                  cfg.add_bias_linear, cfg.init_method_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers)),
+                  env, tp),
+      h_(cfg.hidden_size),
+      np_(cfg.num_attention_heads),
+      ng_(cfg.query_groups()),
+      hn_(cfg.head_dim()),
+      rope_(cfg.position_embedding_type == PositionEmbeddingType::Rope),
+      rotary_percent_(cfg.rotary_percent),
+      rotary_base_(static_cast<double>(cfg.rotary_base)),
+      rotary_interleaved_(cfg.rotary_interleaved) {
+  STRATA_CHECK(np_ % ng_ == 0, prefix, ": num_attention_heads ", np_, " not divisible by num_query_groups ", ng_);
+  if (cfg.qk_layernorm) {
+    q_layernorm = std::make_unique<Norm>(prefix + ".q_layernorm.weight", prefix + ".q_layernorm.bias", hn_, cfg, env);
+    k_layernorm = std::make_unique<Norm>(prefix + ".k_layernorm.weight", prefix + ".k_layernorm.bias", hn_, cfg, env);
+  }
+}
+
+kernels::RotaryOptions SelfAttention::rotary_options(int64_t position_offset) const {
+  kernels::RotaryOptions o;
+  o.rotary_percent = rotary_percent_;
+  o.base = rotary_base_;
+  o.position_offset = position_offset;
+  o.interleaved = rotary_interleaved_;
+  return o;
+}
+
+Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) const {
+  STRATA_CHECK(x.dim() == 3 && x.size(2) == h_, linear_qkv.weight.name, ": input ", x.shape().str(),
+               " must be [s, b, ", h_, "]");
+  const int64_t s = x.size(0), b = x.size(1), per = np_ / ng_;
+  // [s, b, ng·(per+2)·hn] viewed as [s, b, ng, per + 2, hn]: per group its queries, key, value.
+  Tensor qkv = linear_qkv.forward(x).reshape({s, b, ng_, per + 2, hn_});
+  Tensor q = qkv.narrow(3, 0, per).contiguous().reshape({s, b, np_, hn_});
+  Tensor k = qkv.narrow(3, per, 1).contiguous().reshape({s, b, ng_, hn_});
+  Tensor v = qkv.narrow(3, per + 1, 1).contiguous().reshape({s, b, ng_, hn_});
+  Norm::Saved qn, kn;
+  if (q_layernorm) {
+    q = q_layernorm->forward(q, saved ? &qn : nullptr);
+    k = k_layernorm->forward(k, saved ? &kn : nullptr);
+  }
+  if (rope_) {
+    kernels::RotaryOptions ro = rotary_options(run.position_offset);
+    kernels::rotary_forward(q, q, ro);
+    kernels::rotary_forward(k, k, ro);
+  }
+  kernels::AttentionParams p;
+  p.causal = true;
+  p.dropout_p = run.dropout_p;
+  p.dropout_key = run.dropout_key;
+  p.global_batch_offset = run.global_batch_offset;
+  Tensor k_all = k, v_all = v;
+  if (run.cache) {
+    LayerKVCache& c = *run.cache;
+    STRATA_CHECK(c.k.defined() && c.k.size(1) == b && c.k.size(2) == ng_ && c.k.size(3) == hn_,
+                 linear_qkv.weight.name, ": KV cache does not match batch ", b);
+    STRATA_CHECK(c.length == run.position_offset, linear_qkv.weight.name, ": KV cache holds ", c.length,
+                 " positions but the new tokens start at ", run.position_offset);
+    STRATA_CHECK(c.length + s <= c.k.size(0), linear_qkv.weight.name, ": KV cache of ", c.k.size(0),
+                 " positions cannot take ", s, " more after ", c.length);
+    c.k.narrow(0, c.length, s).copy_(k);
+    c.v.narrow(0, c.length, s).copy_(v);
+    c.length += s;
+    k_all = c.k.narrow(0, 0, c.length);  // leading-dim narrow of a contiguous tensor: contiguous
+    v_all = c.v.narrow(0, 0, c.length);
+    p.q_position_offset = run.position_offset;
+    p.k_position_offset = 0;
+  }
+  Tensor out = Tensor::empty({s, b, np_, hn_}, x.dtype(), x.device());
+  const DType lse_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor lse = Tensor::empty({b, np_, s}, lse_dtype, x.device());
+  kernels::attention_forward(q, k_all, v_all, out, lse, p);
+  Tensor y = linear_proj.forward(out.reshape({s, b, np_ * hn_}));
+  if (saved) {
+    STRATA_CHECK(!run.cache, linear_qkv.weight.name, ": a KV-cache forward saves no activations");
+    *saved = Saved{x, qn, kn, q, k, v, out, lse, p, run.position_offset};
+  }
+  return y;
+}
+
+Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
+  STRATA_CHECK(sv.x.defined(), linear_qkv.weight.name, ": backward without a saved forward");
+  const int64_t s = sv.x.size(0), b = sv.x.size(1), per = np_ / ng_;
+  Tensor dout = linear_proj.backward(sv.out.reshape({s, b, np_ * hn_}), dy).reshape({s, b, np_, hn_});
+  Tensor dq = empty_like_shape(sv.q, sv.q.shape());
+  Tensor dk = empty_like_shape(sv.k, sv.k.shape());
+  Tensor dv = empty_like_shape(sv.v, sv.v.shape());
+  kernels::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params);
+  if (rope_) {
+    kernels::RotaryOptions ro = rotary_options(sv.position_offset);
+    kernels::rotary_backward(dq, dq, ro);
+    kernels::rotary_backward(dk, dk, ro);
+  }
+  if (q_layernorm) {
+    dq = q_layernorm->backward(sv.q_norm, dq);
+    dk = k_layernorm->backward(sv.k_norm, dk);
+  }
+  Tensor dqkv = Tensor::empty({s, b, ng_, per + 2, hn_}, dy.dtype(), dy.device());
+  dqkv.narrow(3, 0, per).copy_(dq.reshape({s, b, ng_, per, hn_}));
+  dqkv.narrow(3, per, 1).copy_(dk.reshape({s, b, ng_, 1, hn_}));
+  dqkv.narrow(3, per + 1, 1).copy_(dv.reshape({s, b, ng_, 1, hn_}));
+  return linear_qkv.backward(sv.x, dqkv.reshape({s, b, ng_ * (per + 2) * hn_}));
+}
+
+void SelfAttention::collect(std::vector<Parameter*>& out) {
+  linear_qkv.collect(out);
+  if (q_layernorm) {
+    q_layernorm->collect(out);
+    k_layernorm->collect(out);
+  }
+  linear_proj.collect(out);
+}
+
+}  // namespace strata::layers

@@ -1,0 +1,73 @@
+// Self-attention block of a GPT layer (Megatron-Core SelfAttention with TE-style fused QKV):
+// linear_qkv with the interleaved-per-query-group layout [ng, (np/ng + 2), hn] (for each query
+// group: its np/ng query heads, then its key head, then its value head), optional qkv bias,
+// optional q_layernorm / k_layernorm (per head, over hn, before RoPE), rotary embedding on q and k,
+// causal GQA attention (kernels::attention_*) with attention dropout, linear_proj (+ bias).
+// Layout [s, b, h] throughout. Reference: Megatron-Core transformer/attention.py
+// (SelfAttention.get_query_key_value_tensors), models/common/embeddings/rotary_pos_embedding.py.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/rotary.h"
+#include "models/layers/layer_common.h"
+#include "models/layers/linear.h"
+#include "models/layers/norm.h"
+#include "models/model_config.h"
+#include "parallel/process_group.h"
+
+namespace strata::layers {
+
+// One layer's KV cache for generation: k, v: [max_s, b, ng, hn]; `length` positions filled.
+struct LayerKVCache {
+  Tensor k, v;
+  int64_t length = 0;
+};
+
+class SelfAttention {
+ public:
+  struct Saved {
+    Tensor x;                    // [s, b, h] input (already normalized)
+    Norm::Saved q_norm, k_norm;  // qk_layernorm statistics
+    Tensor q, k, v;              // [s, b, np, hn], [s, b, ng, hn] ×2 (after qk-norm and RoPE)
+    Tensor out, lse;             // [s, b, np, hn], [b, np, s]
+    kernels::AttentionParams params;
+    int64_t position_offset = 0;
+  };
+  // What one forward call does besides the math: attention-probability dropout, the position of
+  // token 0 (RoPE) and an optional KV cache (generation: append k, v and attend to the cache).
+  struct Run {
+    double dropout_p = 0.0;
+    philox::Key dropout_key{};
+    int64_t global_batch_offset = 0;
+    int64_t position_offset = 0;
+    LayerKVCache* cache = nullptr;
+  };
+
+  // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
+  SelfAttention(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp);
+  // x: [s, b, h] -> [s, b, h]; saves into *saved when not null (not with a cache).
+  Tensor forward(const Tensor& x, const Run& run, Saved* saved) const;
+  // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
+  Tensor backward(const Saved& saved, const Tensor& dy);
+  void collect(std::vector<Parameter*>& out);
+
+  int64_t heads() const { return np_; }
+  int64_t groups() const { return ng_; }
+  int64_t head_dim() const { return hn_; }
+
+  Linear linear_qkv;
+  std::unique_ptr<Norm> q_layernorm, k_layernorm;
+  Linear linear_proj;
+
+ private:
+  kernels::RotaryOptions rotary_options(int64_t position_offset) const;
+  int64_t h_, np_, ng_, hn_;
+  bool rope_;
+  double rotary_percent_, rotary_base_;
+  bool rotary_interleaved_;
+};
+
+}  // namespace strata::layers
