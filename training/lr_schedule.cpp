@@ -30,8 +30,9 @@ LrSchedule::LrSchedule(double max_lr, double min_lr, LrDecayStyle style, int64_t
   STRATA_CHECK(min_lr >= 0 && max_lr >= min_lr, "LrSchedule: need 0 <= min_lr <= lr, got min_lr=", min_lr,
                " lr=", max_lr);
   STRATA_CHECK(warmup_iters >= 0, "LrSchedule: negative warmup iterations ", warmup_iters);
-  STRATA_CHECK(style == LrDecayStyle::Constant || decay_iters > warmup_iters,
-               "LrSchedule: lr_decay_iters (", decay_iters, ") must exceed the warmup (", warmup_iters, ")");
+  STRATA_CHECK(style == LrDecayStyle::Constant || (decay_iters > 0 && decay_iters >= warmup_iters),
+               "LrSchedule: lr_decay_iters (", decay_iters, ") must be positive and at least the warmup (",
+               warmup_iters, ")");
   STRATA_CHECK(style != LrDecayStyle::WSD || (wsd_decay_iters > 0 && wsd_decay_iters <= decay_iters),
                "LrSchedule: WSD needs 0 < lr_wsd_decay_iters <= lr_decay_iters, got ", wsd_decay_iters);
 }

@@ -97,7 +97,12 @@ TEST_CASE("lr_schedule: from OptimizerConfig, warmup as a fraction of lr_decay_i
 
 TEST_CASE("lr_schedule: bad arguments are rejected", "[lr_schedule]") {
   CHECK_THROWS_WITH(LrSchedule(1e-3, 1e-2, LrDecayStyle::Linear, 0, 10), Catch::Contains("min_lr"));
-  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Linear, 10, 10), Catch::Contains("lr_decay_iters"));
+  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Linear, 10, 5), Catch::Contains("lr_decay_iters"));
+  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Cosine, 0, 0), Catch::Contains("lr_decay_iters"));
+  // Warmup as long as the decay (allowed by the config): warmup, then min_lr.
+  LrSchedule all_warmup(1e-3, 1e-4, LrDecayStyle::Linear, 10, 10);
+  CHECK(all_warmup.lr(10) == 1e-3);
+  CHECK(all_warmup.lr(11) == 1e-4);
   CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::WSD, 0, 10, WsdDecayStyle::Linear, 0),
                     Catch::Contains("lr_wsd_decay_iters"));
   OptimizerConfig unresolved;
