@@ -1,0 +1,110 @@
+// LrSchedule (training/lr_schedule.h): exact values of Megatron's OptimizerParamScheduler.get_lr at
+// several steps — warmup from 0, constant, linear, cosine, WSD with each anneal shape — computed
+// here from the formulas, plus the config path (lr_warmup_fraction) and bad arguments.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numbers>
+
+#include "training/lr_schedule.h"
+
+using namespace strata;
+
+namespace {
+const double kPi = std::numbers::pi;
+}
+
+TEST_CASE("lr_schedule: linear warmup from 0, inclusive of the last warmup step", "[lr_schedule]") {
+  LrSchedule s(1.0e-3, 1.0e-5, LrDecayStyle::Linear, 10, 110);
+  CHECK(s.lr(0) == 0.0);
+  CHECK(s.lr(1) == 1.0e-3 * 1.0 / 10.0);
+  CHECK(s.lr(5) == 1.0e-3 * 5.0 / 10.0);
+  CHECK(s.lr(10) == 1.0e-3 * 10.0 / 10.0);
+}
+
+TEST_CASE("lr_schedule: constant after warmup", "[lr_schedule]") {
+  LrSchedule s(3.0e-4, 0.0, LrDecayStyle::Constant, 4, 0);
+  CHECK(s.lr(2) == 3.0e-4 * 2.0 / 4.0);
+  for (int64_t n : {5, 100, 100000}) CHECK(s.lr(n) == 3.0e-4);
+  LrSchedule no_warmup(3.0e-4, 0.0, LrDecayStyle::Constant, 0, 0);
+  CHECK(no_warmup.lr(0) == 3.0e-4);
+}
+
+TEST_CASE("lr_schedule: linear decay to min_lr, min_lr after lr_decay_iters", "[lr_schedule]") {
+  const double mx = 1.0e-3, mn = 1.0e-4;
+  LrSchedule s(mx, mn, LrDecayStyle::Linear, 10, 110);
+  for (int64_t n : {11, 35, 60, 109, 110}) {
+    const double ratio = static_cast<double>(n - 10) / 100.0;
+    CHECK(s.lr(n) == mn + (1.0 - ratio) * (mx - mn));
+  }
+  CHECK(s.lr(60) == Approx(mn + 0.5 * (mx - mn)).epsilon(1e-15));
+  CHECK(s.lr(110) == Approx(mn).epsilon(1e-15));
+  CHECK(s.lr(111) == mn);
+  CHECK(s.lr(5000) == mn);
+}
+
+TEST_CASE("lr_schedule: cosine decay", "[lr_schedule]") {
+  const double mx = 6.0e-4, mn = 6.0e-5;
+  LrSchedule s(mx, mn, LrDecayStyle::Cosine, 100, 1100);
+  for (int64_t n : {101, 350, 600, 850, 1099, 1100}) {
+    const double ratio = static_cast<double>(n - 100) / 1000.0;
+    CHECK(s.lr(n) == mn + 0.5 * (std::cos(kPi * ratio) + 1.0) * (mx - mn));
+  }
+  CHECK(s.lr(600) == Approx(0.5 * (mx + mn)).epsilon(1e-14));
+  CHECK(s.lr(1100) == Approx(mn).epsilon(1e-14));
+  CHECK(s.lr(1101) == mn);
+}
+
+TEST_CASE("lr_schedule: WSD stable phase then each anneal shape", "[lr_schedule]") {
+  const double mx = 1.0e-3, mn = 1.0e-5;
+  // warmup 10, decay over 110, anneal in the last 20 steps (from step 90).
+  struct Case {
+    WsdDecayStyle style;
+    double (*coeff)(double);
+  };
+  const Case cases[] = {
+      {WsdDecayStyle::Linear, [](double r) { return 1.0 - r; }},
+      {WsdDecayStyle::Cosine, [](double r) { return 0.5 * (std::cos(std::numbers::pi * r) + 1.0); }},
+      {WsdDecayStyle::Exponential, [](double r) { return 2.0 * std::pow(0.5, r) - 1.0; }},
+      {WsdDecayStyle::MinusSqrt, [](double r) { return 1.0 - std::sqrt(r); }},
+  };
+  for (const Case& c : cases) {
+    LrSchedule s(mx, mn, LrDecayStyle::WSD, 10, 110, c.style, 20);
+    CHECK(s.lr(10) == mx);
+    CHECK(s.lr(11) == mn + 1.0 * (mx - mn));
+    CHECK(s.lr(90) == mn + 1.0 * (mx - mn));
+    for (int64_t n : {91, 95, 100, 109, 110}) {
+      const double r = static_cast<double>(n - 90) / 20.0;
+      CHECK(s.lr(n) == mn + c.coeff(r) * (mx - mn));
+    }
+    CHECK(s.lr(110) == Approx(mn).margin(1e-18));
+    CHECK(s.lr(111) == mn);
+  }
+}
+
+TEST_CASE("lr_schedule: from OptimizerConfig, warmup as a fraction of lr_decay_iters", "[lr_schedule]") {
+  OptimizerConfig o;
+  o.lr = 2.0e-4;
+  o.min_lr = 2.0e-5;
+  o.lr_decay_style = LrDecayStyle::Linear;
+  o.lr_decay_iters = 200;
+  o.lr_warmup_fraction = 0.1;  // 20 warmup iterations
+  LrSchedule s(o);
+  CHECK(s.warmup_iters() == 20);
+  CHECK(s.lr(10) == 2.0e-4 * 10.0 / 20.0);
+  CHECK(s.lr(110) == 2.0e-5 + (1.0 - 90.0 / 180.0) * (2.0e-4 - 2.0e-5));
+}
+
+TEST_CASE("lr_schedule: bad arguments are rejected", "[lr_schedule]") {
+  CHECK_THROWS_WITH(LrSchedule(1e-3, 1e-2, LrDecayStyle::Linear, 0, 10), Catch::Contains("min_lr"));
+  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Linear, 10, 5), Catch::Contains("lr_decay_iters"));
+  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Cosine, 0, 0), Catch::Contains("lr_decay_iters"));
+  // Warmup as long as the decay (allowed by the config): warmup, then min_lr.
+  LrSchedule all_warmup(1e-3, 1e-4, LrDecayStyle::Linear, 10, 10);
+  CHECK(all_warmup.lr(10) == 1e-3);
+  CHECK(all_warmup.lr(11) == 1e-4);
+  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::WSD, 0, 10, WsdDecayStyle::Linear, 0),
+                    Catch::Contains("lr_wsd_decay_iters"));
+  OptimizerConfig unresolved;
+  CHECK_THROWS_WITH(LrSchedule(unresolved), Catch::Contains("optimizer.lr"));
+}

@@ -1,0 +1,184 @@
+// Test support for the training library: a tiny bigram LanguageModel (logits = W[token] + b,
+// dropout on the logits keyed by (seed, step, micro-batch), Megatron cross entropy), with hooks to
+// inject a NaN gradient or raise a signal at a chosen step; and a test-only safetensors-layout
+// TensorFileIO (the product one is core/formats/safetensors.h, not on this branch).
+#pragma once
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "models/language_model.h"
+#include "training/config.h"
+#include "training/tensor_file.h"
+
+namespace strata::test {
+
+class BigramModel : public LanguageModel {
+ public:
+  BigramModel(int64_t vocab, DType dtype = DType::F32, double dropout = 0.1) : vocab_(vocab), dropout_(dropout) {
+    w_.name = "embedding.word_embeddings.weight";
+    w_.value = Tensor::zeros({vocab, vocab}, dtype);
+    w_.global_shape = w_.value.shape();
+    w_.init_std = 0.5;
+    b_.name = "output_layer.bias";
+    b_.value = Tensor::zeros({vocab}, dtype);
+    b_.global_shape = b_.value.shape();
+    b_.no_weight_decay = true;
+    b_.init_value = 0.0;
+  }
+  int64_t nan_step = -1;     // backward at this step writes NaN into the bias gradient
+  int64_t signal_step = -1;  // forward at this step raises signal_number
+  int signal_number = SIGTERM;
+  uint64_t seed = 7;
+
+  std::vector<Parameter*> parameters() override { return {&w_, &b_}; }
+  void init_parameters(uint64_t s) override {
+    seed = s;
+    init_parameter(w_, s);
+    init_parameter(b_, s);
+  }
+
+  struct Ctx : ForwardContext {
+    Tensor ids, targets, logits, row_max, sum_exp;
+    philox::Key key;
+  };
+  std::unique_ptr<ForwardContext> make_context(int64_t step, int64_t mb, bool training) override {
+    auto c = std::make_unique<Ctx>();
+    c->step = step;
+    c->micro_batch = mb;
+    c->training = training;
+    c->key = philox::Key{seed, philox::stream_id("bigram.dropout") ^ static_cast<uint64_t>(step * 1000003 + mb)};
+    return c;
+  }
+  Tensor forward(ForwardContext& base, const Batch& batch) override {
+    Ctx& c = static_cast<Ctx&>(base);
+    if (c.training && c.step == signal_step) std::raise(signal_number);
+    const int64_t n = batch.tokens.numel();
+    c.ids = batch.tokens.reshape({n});
+    c.targets = batch.labels.reshape({n});
+    const Tensor w = w_.value.to(DType::F32), b = b_.value.to(DType::F32);
+    Tensor emb = Tensor::empty({n, vocab_}, DType::F32);
+    kernels::embedding_forward(c.ids, w, emb);
+    c.logits = Tensor::empty({n, vocab_}, DType::F32);
+    kernels::add_bias(emb, b, c.logits);
+    if (c.training && dropout_ > 0) kernels::dropout_forward(c.logits, c.logits, dropout_, c.key);
+    Tensor loss = Tensor::empty({n}, DType::F32);
+    c.row_max = Tensor::empty({n}, DType::F32);
+    c.sum_exp = Tensor::empty({n}, DType::F32);
+    kernels::cross_entropy_forward(c.logits, c.targets, loss, c.row_max, c.sum_exp);
+    return loss.reshape(batch.tokens.shape());
+  }
+  void backward(ForwardContext& base, const Tensor& dlosses) override {
+    Ctx& c = static_cast<Ctx&>(base);
+    const int64_t n = c.ids.numel();
+    Tensor dlogits = Tensor::empty({n, vocab_}, DType::F32);
+    kernels::cross_entropy_backward(c.logits, c.targets, c.row_max, c.sum_exp, dlosses.reshape({n}), dlogits);
+    if (c.training && dropout_ > 0) kernels::dropout_backward(dlogits, dlogits, dropout_, c.key);
+    kernels::bias_grad(dlogits, b_.main_grad, /*accumulate=*/true);
+    kernels::embedding_backward(c.ids, dlogits, w_.main_grad, /*accumulate=*/true);
+    if (c.step == nan_step) b_.main_grad.narrow(0, 1, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+
+  Parameter w_, b_;
+
+ private:
+  int64_t vocab_;
+  double dropout_;
+};
+
+// Safetensors layout (u64 header length, JSON header, raw data), enough for the tests.
+class TestSafetensorsIO : public TensorFileIO {
+ public:
+  std::string extension() const override { return ".safetensors"; }
+  void write(const std::string& path, const std::map<std::string, Tensor>& tensors,
+             const std::map<std::string, std::string>& metadata) override {
+    nlohmann::json h;
+    h["__metadata__"] = metadata;
+    uint64_t off = 0;
+    for (const auto& [name, t] : tensors) {
+      std::vector<int64_t> shape;
+      for (int d = 0; d < t.dim(); ++d) shape.push_back(t.size(d));
+      h[name] = {{"dtype", code(t.dtype())}, {"shape", shape}, {"data_offsets", {off, off + t.nbytes()}}};
+      off += t.nbytes();
+    }
+    std::string hs = h.dump();
+    while (hs.size() % 8) hs.push_back(' ');
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t n = hs.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(hs.data(), static_cast<std::streamsize>(hs.size()));
+    for (const auto& [name, t] : tensors) {
+      const Tensor c = t.contiguous();
+      out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+    }
+    STRATA_CHECK(out.good(), "cannot write ", path);
+  }
+  TensorFileContents read(const std::string& path) override {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    STRATA_CHECK(bytes.size() >= 8, path, ": truncated");
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    STRATA_CHECK(8 + n <= bytes.size(), path, ": truncated header");
+    const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
+    TensorFileContents r;
+    for (auto it = h.begin(); it != h.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        r.metadata = it.value().get<std::map<std::string, std::string>>();
+        continue;
+      }
+      std::vector<int64_t> shape = it.value()["shape"].get<std::vector<int64_t>>();
+      const uint64_t b = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
+      STRATA_CHECK(8 + n + e <= bytes.size(), path, ": truncated data");
+      Tensor t = Tensor::empty(Shape(shape), dtype(it.value()["dtype"]));
+      STRATA_CHECK(t.nbytes() == e - b, path, ": bad size for ", it.key());
+      std::memcpy(t.data_ptr(), bytes.data() + 8 + n + b, e - b);
+      r.tensors[it.key()] = t;
+    }
+    return r;
+  }
+
+ private:
+  static std::string code(DType d) {
+    switch (d) {
+      case DType::F32: return "F32";
+      case DType::BF16: return "BF16";
+      case DType::F16: return "F16";
+      case DType::F64: return "F64";
+      case DType::I64: return "I64";
+      default: STRATA_CHECK(false, "unsupported dtype"); return "";
+    }
+  }
+  static DType dtype(const std::string& s) {
+    if (s == "F32") return DType::F32;
+    if (s == "BF16") return DType::BF16;
+    if (s == "F16") return DType::F16;
+    if (s == "F64") return DType::F64;
+    if (s == "I64") return DType::I64;
+    STRATA_CHECK(false, "unsupported dtype ", s);
+    return DType::F32;
+  }
+};
+
+// A small valid config: bigram-sized mock run.
+inline StrataConfig tiny_config(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> o = {"training.micro_batch_size=2", "training.global_batch_size=6",
+                                "training.train_iters=20",     "model.seq_length=8",
+                                "model.max_position_embeddings=8", "optimizer.lr_warmup_iters=3",
+                                "optimizer.lr_decay_style=cosine",   "optimizer.min_lr=1.0e-4", "optimizer.lr_decay_iters=20",
+                                "logging.log_interval=5",      "training.eval_interval=1000",
+                                "training.eval_iters=2",       "optimizer.weight_decay=0.1"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 5.0e-2\ndata:\n  mock_data: true\n", o, "tiny.yaml");
+  cfg.validate(1);
+  return cfg;
+}
+
+}  // namespace strata::test

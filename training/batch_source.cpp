@@ -1,0 +1,43 @@
+// MockBatchSource: synthetic tokens from the seed (see batch_source.h).
+#include "training/batch_source.h"
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace strata {
+
+MockBatchSource::MockBatchSource(int64_t vocab_size, int64_t seq_length, int64_t micro_batch_size,
+                                 int64_t num_micro_batches, uint64_t seed, uint64_t stream)
+    : vocab_(vocab_size), seq_(seq_length), mbs_(micro_batch_size), num_mb_(num_micro_batches), seed_(seed),
+      stream_(stream) {
+  STRATA_CHECK(vocab_size > 0 && seq_length > 0 && micro_batch_size > 0 && num_micro_batches > 0,
+               "MockBatchSource: sizes must be positive (vocab ", vocab_size, ", seq ", seq_length, ", mbs ",
+               micro_batch_size, ", micro-batches ", num_micro_batches, ")");
+}
+
+Batch MockBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
+  STRATA_CHECK(step >= 1, "MockBatchSource: step is 1-based, got ", step);
+  STRATA_CHECK(micro_batch >= 0 && micro_batch < num_mb_, "MockBatchSource: micro-batch ", micro_batch,
+               " outside [0, ", num_mb_, ")");
+  Batch b;
+  b.first_sample_index = ((step - 1) * num_mb_ + micro_batch) * mbs_;
+  b.tokens = Tensor::empty({mbs_, seq_}, DType::I64);
+  b.labels = Tensor::empty({mbs_, seq_}, DType::I64);
+  b.loss_mask = Tensor::full({mbs_, seq_}, 1.0, DType::F32);
+  int64_t* tok = b.tokens.data<int64_t>();
+  int64_t* lab = b.labels.data<int64_t>();
+  const philox::Key key{seed_, philox::stream_id("mock_data") ^ (stream_ * 0x9E3779B97F4A7C15ull)};
+  for (int64_t r = 0; r < mbs_; ++r) {
+    const uint64_t base = static_cast<uint64_t>(b.first_sample_index + r) * static_cast<uint64_t>(seq_ + 1);
+    for (int64_t t = 0; t <= seq_; ++t) {
+      const double u = philox::uniform(key, base + static_cast<uint64_t>(t));
+      int64_t id = static_cast<int64_t>(u * static_cast<double>(vocab_));
+      if (id >= vocab_) id = vocab_ - 1;
+      if (t < seq_) tok[r * seq_ + t] = id;
+      if (t > 0) lab[r * seq_ + t - 1] = id;
+    }
+  }
+  return b;
+}
+
+}  // namespace strata

@@ -1,0 +1,35 @@
+// Where the trainer's micro-batches come from. A BatchSource is a pure function of
+// (step, micro-batch): the same arguments give the same batch, so resuming from a checkpoint needs
+// only the iteration (ARCHITECTURE: the data position is the consumed-sample count). The real
+// indexed/GPT datasets implement this interface; MockBatchSource is Megatron's mock_data
+// (MockGPTDataset-like synthetic tokens drawn from the seed).
+#pragma once
+#include <cstdint>
+
+#include "models/language_model.h"
+
+namespace strata {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Micro-batch `micro_batch` (0-based) of iteration `step` (1-based).
+  virtual Batch next_microbatch(int64_t step, int64_t micro_batch) = 0;
+};
+
+// Synthetic samples: sample g (global index) is seq_length + 1 tokens drawn uniformly from
+// [0, vocab_size) by Philox keyed by (seed, stream); tokens = sample[0:s], labels = sample[1:s+1],
+// loss_mask all ones. Sample index of (step, mb) row r: ((step-1)·num_micro_batches + mb)·b + r.
+class MockBatchSource : public BatchSource {
+ public:
+  // stream distinguishes splits (train 0, validation 1, ...).
+  MockBatchSource(int64_t vocab_size, int64_t seq_length, int64_t micro_batch_size, int64_t num_micro_batches,
+                  uint64_t seed, uint64_t stream = 0);
+  Batch next_microbatch(int64_t step, int64_t micro_batch) override;
+
+ private:
+  int64_t vocab_, seq_, mbs_, num_mb_;
+  uint64_t seed_, stream_;
+};
+
+}  // namespace strata

@@ -1,0 +1,122 @@
+// AdamW with f32 master weights, global grad norm, clipping and NaN skip (see optimizer.h).
+#include "training/optimizer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/reduce.h"
+
+namespace strata {
+
+namespace {
+Tensor flat_f32_zeros(const Tensor& like) { return Tensor::zeros({like.numel()}, DType::F32, like.device()); }
+}  // namespace
+
+AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings, ProcessGroup dp)
+    : settings_(settings), dp_(std::move(dp)) {
+  STRATA_CHECK(dp_.size() == 1, "AdamWOptimizer: data-parallel size ", dp_.size(),
+               " is not supported yet (single rank)");
+  STRATA_CHECK(settings.clip_grad >= 0, "AdamWOptimizer: clip_grad must be >= 0, got ", settings.clip_grad);
+  for (Parameter* p : params) {
+    STRATA_CHECK(p != nullptr, "AdamWOptimizer: null parameter");
+    STRATA_CHECK(p->value.defined(), "AdamWOptimizer: parameter ", p->name, " has no value");
+    STRATA_CHECK(p->value.is_contiguous(), "AdamWOptimizer: parameter ", p->name, " is not contiguous");
+    STRATA_CHECK(p->value.dtype() == DType::F32 || p->value.dtype() == DType::BF16 || p->value.dtype() == DType::F16,
+                 "AdamWOptimizer: parameter ", p->name, " has dtype ", dtype_name(p->value.dtype()),
+                 " (expected f32, bf16 or f16)");
+    ParamState s;
+    s.param = p;
+    s.separate_master = p->value.dtype() != DType::F32;
+    s.master = s.separate_master ? p->value.to(DType::F32).flatten().contiguous() : p->value.flatten();
+    if (s.separate_master && s.master.storage() == p->value.storage()) s.master = s.master.clone();
+    s.exp_avg = flat_f32_zeros(p->value);
+    s.exp_avg_sq = flat_f32_zeros(p->value);
+    states_.push_back(std::move(s));
+  }
+  zero_grad();
+}
+
+void AdamWOptimizer::zero_grad() {
+  for (ParamState& s : states_) {
+    Parameter& p = *s.param;
+    if (!p.main_grad.defined()) {
+      p.main_grad = Tensor::zeros(p.value.shape(), DType::F32, p.value.device());
+    } else {
+      STRATA_CHECK(p.main_grad.dtype() == DType::F32 && p.main_grad.numel() == p.value.numel() &&
+                       p.main_grad.is_contiguous(),
+                   "AdamWOptimizer: main_grad of ", p.name, " must be a contiguous f32 tensor of ",
+                   p.value.numel(), " elements");
+      p.main_grad.zero_();
+    }
+  }
+}
+
+void AdamWOptimizer::reset_masters_from_values() {
+  for (ParamState& s : states_)
+    if (s.separate_master) s.master.copy_(s.param->value.flatten());
+}
+
+OptimizerStepResult AdamWOptimizer::step(double lr) {
+  OptimizerStepResult r;
+  if (states_.empty()) return r;
+  const Device dev = states_.front().param->value.device();
+  std::vector<Tensor> grads;
+  grads.reserve(states_.size());
+  for (ParamState& s : states_) grads.push_back(s.param->main_grad.flatten());
+
+  // Global grad norm (Megatron get_grad_norm_fp32; the DP all-reduce is the identity at size 1).
+  Tensor sumsq = Tensor::zeros({1}, DType::F64, dev);
+  kernels::grad_sum_of_squares(grads, sumsq);
+  r.grad_norm = std::sqrt(sumsq.item());
+
+  if (!std::isfinite(r.grad_norm)) {
+    r.skipped = true;
+    for (ParamState& s : states_) {
+      if (kernels::has_non_finite(s.param->main_grad)) {
+        r.first_non_finite = s.param->name;
+        break;
+      }
+    }
+    return r;
+  }
+
+  if (settings_.count_zeros) {
+    Tensor z = Tensor::zeros({1}, DType::I64, dev);
+    int64_t total = 0;
+    for (const Tensor& g : grads) {
+      kernels::count_zeros(g, z);
+      total += static_cast<int64_t>(z.item());
+    }
+    r.num_zeros = static_cast<double>(total);
+  }
+
+  // Megatron clip_grad_by_total_norm_fp32: coeff = max_norm / (norm + 1e-6), applied when < 1.
+  // Folded into the AdamW kernel's grad_scale instead of a separate pass over the grads.
+  double grad_scale = 1.0;
+  if (settings_.clip_grad > 0) {
+    const double coeff = settings_.clip_grad / (r.grad_norm + 1.0e-6);
+    if (coeff < 1.0) grad_scale = coeff;
+  }
+
+  ++step_count_;
+  kernels::AdamWConfig cfg;
+  cfg.lr = lr;
+  cfg.beta1 = settings_.beta1;
+  cfg.beta2 = settings_.beta2;
+  cfg.eps = settings_.eps;
+  cfg.weight_decay = settings_.weight_decay;
+  for (size_t i = 0; i < states_.size(); ++i) {
+    ParamState& s = states_[i];
+    const double wd_mult = s.param->no_weight_decay ? 0.0 : 1.0;
+    if (s.separate_master) {
+      Tensor model_param = s.param->value.flatten();
+      kernels::adamw_step(s.master, grads[i], s.exp_avg, s.exp_avg_sq, cfg, step_count_, wd_mult, grad_scale,
+                          &model_param);
+    } else {
+      kernels::adamw_step(s.master, grads[i], s.exp_avg, s.exp_avg_sq, cfg, step_count_, wd_mult, grad_scale);
+    }
+  }
+  return r;
+}
+
+}  // namespace strata

@@ -1,0 +1,325 @@
+// The single-process training loop (see trainer.h).
+#include "training/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "training/checkpoint.h"
+#include "training/signals.h"
+
+namespace strata {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// Σ loss_i · mask_i and Σ mask_i on the host, in index order (deterministic).
+std::pair<double, double> masked_sum(const Tensor& losses, const Tensor& mask) {
+  const std::vector<double> l = losses.to_vector(), m = mask.to_vector();
+  STRATA_CHECK(l.size() == m.size(), "trainer: the model returned ", l.size(), " losses for a batch of ",
+               m.size(), " tokens");
+  double s = 0.0, n = 0.0;
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (m[i] != 0.0) s += l[i] * m[i];
+    n += m[i];
+  }
+  return {s, n};
+}
+
+Tensor scaled_mask(const Tensor& mask, double scale, Device device) {
+  std::vector<double> m = mask.to_vector();
+  for (double& v : m) v *= scale;
+  return Tensor::from_vector(m, mask.shape(), DType::F32, device);
+}
+
+AdamWSettings adam_settings(const StrataConfig& cfg) {
+  AdamWSettings s;
+  s.beta1 = cfg.optimizer.adam_beta1;
+  s.beta2 = cfg.optimizer.adam_beta2;
+  s.eps = cfg.optimizer.adam_eps;
+  s.weight_decay = cfg.optimizer.weight_decay;
+  s.clip_grad = cfg.optimizer.clip_grad;
+  s.count_zeros = cfg.logging.log_num_zeros_in_grad;
+  return s;
+}
+}  // namespace
+
+Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& train_data, BatchSource* valid_data,
+                 TrainerOptions options)
+    : cfg_(cfg), model_(model), train_data_(train_data), valid_data_(valid_data), options_(std::move(options)),
+      schedule_(cfg.optimizer) {
+  STRATA_CHECK(cfg_.training.global_batch_size.has_value(), "trainer: the config is not validated");
+  num_micro_batches_ = cfg_.num_micro_batches();
+  global_batch_size_ = *cfg_.training.global_batch_size;
+  params_ = model_.parameters();
+  STRATA_CHECK(!params_.empty(), "trainer: the model has no parameters");
+  if (options_.init_parameters) model_.init_parameters(static_cast<uint64_t>(cfg_.training.seed));
+  optimizer_ = std::make_unique<AdamWOptimizer>(params_, adam_settings(cfg_));
+
+  if (cfg_.logging.tensorboard_dir)
+    if (auto s = make_tensorboard_sink(*cfg_.logging.tensorboard_dir)) owned_sinks_.push_back(std::move(s));
+  if (cfg_.logging.metrics_jsonl) owned_sinks_.push_back(make_jsonl_sink(*cfg_.logging.metrics_jsonl));
+  for (auto& s : owned_sinks_) sinks_.push_back(s.get());
+  for (MetricsSink* s : options_.sinks) sinks_.push_back(s);
+
+  if (cfg_.checkpoint.load) {
+    const std::string& dir = *cfg_.checkpoint.load;
+    if (!read_checkpoint_tracker(dir)) {
+      log::warn("checkpoint.load={}: no {} found, training from scratch", dir, kTrackerFile);
+    } else {
+      CheckpointLoadOptions lo;
+      lo.load_optimizer = !cfg_.checkpoint.no_load_optim;
+      lo.load_rng = !cfg_.checkpoint.no_load_rng;
+      lo.finetune = cfg_.checkpoint.finetune;
+      const CheckpointState st = load_checkpoint(dir, params_, optimizer_.get(), tensor_io(), lo);
+      iteration_ = start_iteration_ = st.iteration;
+      consumed_samples_ = st.consumed_train_samples;
+      skipped_iterations_ = st.num_skipped_iterations;
+      num_evaluations_ = st.num_evaluations;
+      if (lo.load_rng && !lo.finetune && st.seed != static_cast<uint64_t>(cfg_.training.seed))
+        log::warn("checkpoint {} was written with seed {}, this run uses training.seed={}", dir, st.seed,
+                  cfg_.training.seed);
+      out() << " loaded checkpoint from " << dir << " at iteration " << st.iteration
+            << (lo.finetune ? " (finetune: weights only, starting at iteration 0)" : "") << std::endl;
+    }
+  }
+}
+
+Trainer::~Trainer() = default;
+
+std::ostream& Trainer::out() { return options_.log_stream ? *options_.log_stream : std::cout; }
+
+TensorFileIO& Trainer::tensor_io() {
+  if (!options_.tensor_io) options_.tensor_io = make_default_tensor_file_io();
+  return *options_.tensor_io;
+}
+
+Trainer::StepOutcome Trainer::train_step(double lr) {
+  StepOutcome o;
+  optimizer_->zero_grad();
+  const Device device = params_.front()->value.device();
+  const int64_t step = iteration_ + 1;
+
+  // The valid-token counts are needed before the first backward; batches are small host tensors.
+  std::vector<Batch> batches;
+  batches.reserve(static_cast<size_t>(num_micro_batches_));
+  double global_valid = 0.0;
+  for (int64_t mb = 0; mb < num_micro_batches_; ++mb) {
+    batches.push_back(train_data_.next_microbatch(step, mb));
+    global_valid += masked_sum(batches.back().loss_mask, batches.back().loss_mask).second;
+  }
+
+  double loss_sum = 0.0;
+  for (int64_t mb = 0; mb < num_micro_batches_; ++mb) {
+    const Batch& batch = batches[static_cast<size_t>(mb)];
+    std::unique_ptr<ForwardContext> ctx = model_.make_context(step, mb, /*training=*/true);
+    const Tensor losses = model_.forward(*ctx, batch);
+    const auto [sum, valid] = masked_sum(losses, batch.loss_mask);
+    double scale;
+    if (cfg_.training.calculate_per_token_loss) {
+      scale = 1.0 / std::max(global_valid, 1.0);
+      loss_sum += sum;
+    } else {
+      scale = 1.0 / (std::max(valid, 1.0) * static_cast<double>(num_micro_batches_));
+      loss_sum += sum / std::max(valid, 1.0);
+    }
+    model_.backward(*ctx, scaled_mask(batch.loss_mask, scale, device));
+    o.tokens += batch.tokens.numel();
+  }
+  o.loss = cfg_.training.calculate_per_token_loss ? loss_sum / std::max(global_valid, 1.0)
+                                                  : loss_sum / static_cast<double>(num_micro_batches_);
+  o.opt = optimizer_->step(lr);
+  return o;
+}
+
+EvalResult Trainer::evaluate(int64_t index) {
+  STRATA_CHECK(valid_data_ != nullptr, "trainer: evaluate() without a validation data source");
+  double sum = 0.0, valid = 0.0;
+  for (int64_t k = 0; k < cfg_.training.eval_iters; ++k) {
+    const int64_t step = index * cfg_.training.eval_iters + k + 1;
+    for (int64_t mb = 0; mb < num_micro_batches_; ++mb) {
+      const Batch batch = valid_data_->next_microbatch(step, mb);
+      std::unique_ptr<ForwardContext> ctx = model_.make_context(step, mb, /*training=*/false);
+      const auto [s, n] = masked_sum(model_.forward(*ctx, batch), batch.loss_mask);
+      sum += s;
+      valid += n;
+    }
+  }
+  EvalResult r;
+  r.loss = sum / std::max(valid, 1.0);
+  r.ppl = std::exp(std::min(20.0, r.loss));
+  return r;
+}
+
+void Trainer::save_checkpoint() {
+  STRATA_CHECK(cfg_.checkpoint.save.has_value(), "trainer: checkpoint.save is not set");
+  CheckpointState st;
+  st.iteration = iteration_;
+  st.consumed_train_samples = consumed_samples_;
+  st.optimizer_step_count = optimizer_->step_count();
+  st.num_skipped_iterations = skipped_iterations_;
+  st.num_evaluations = num_evaluations_;
+  st.seed = static_cast<uint64_t>(cfg_.training.seed);
+  st.config_yaml = cfg_.to_yaml();
+  const auto t0 = Clock::now();
+  const std::string dir = strata::save_checkpoint(*cfg_.checkpoint.save, st, params_, optimizer_.get(), tensor_io());
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  out() << " saved checkpoint at iteration " << iteration_ << " to " << dir << " (" << ms << " ms)" << std::endl;
+  last_saved_iteration_ = iteration_;
+  saved_iterations_.push_back(iteration_);
+}
+
+TrainResult Trainer::train() {
+  StopSignalGuard guard;
+  TrainResult result;
+  result.start_iteration = start_iteration_;
+  const int64_t train_iters = cfg_.training.train_iters;
+  const int64_t log_interval = std::max<int64_t>(1, cfg_.logging.log_interval);
+  const Device device = params_.front()->value.device();
+  const auto run_start = Clock::now();
+
+  // Accumulated since the last log line (Megatron's total_loss_dict).
+  double interval_loss = 0.0;
+  int64_t interval_advanced = 0, interval_skipped = 0, interval_iters = 0, interval_tokens = 0;
+  auto interval_start = Clock::now();
+
+  auto finish = [&](int code) {
+    for (MetricsSink* s : sinks_) s->flush();
+    result.exit_code = code;
+    result.final_iteration = iteration_;
+    result.skipped_iterations = skipped_iterations_;
+    result.saved_iterations = saved_iterations_;
+    return result;
+  };
+  auto should_save = [&]() { return cfg_.checkpoint.save.has_value() && last_saved_iteration_ != iteration_; };
+
+  while (iteration_ < train_iters) {
+    // Step boundary: a stop signal saves and exits cleanly.
+    if (stop_signal_received()) {
+      result.stopped_by_signal = true;
+      result.stop_signal = stop_signal_number();
+      out() << " received signal " << result.stop_signal << ", stopping at iteration " << iteration_ << std::endl;
+      if (should_save()) save_checkpoint();
+      return finish(0);
+    }
+
+    const double lr = schedule_.lr(iteration_);  // Megatron: iteration i uses lr(i - 1)
+    const StepOutcome o = train_step(lr);
+    ++iteration_;
+    consumed_samples_ += global_batch_size_;
+    ++interval_iters;
+    interval_tokens += o.tokens;
+    result.losses.push_back(o.loss);
+    result.grad_norms.push_back(o.opt.grad_norm);
+
+    if (o.opt.skipped) {
+      ++skipped_iterations_;
+      ++interval_skipped;
+      if (result.first_non_finite_param.empty()) result.first_non_finite_param = o.opt.first_non_finite;
+      log::warn("iteration {}: grad norm is {}, skipping the step; first parameter with a non-finite gradient: {}",
+                iteration_, o.opt.grad_norm, o.opt.first_non_finite.empty() ? "(none found)" : o.opt.first_non_finite);
+      if (cfg_.training.exit_on_nan) {
+        log::error("training.exit_on_nan: stopping at iteration {} (non-finite grad norm in {})", iteration_,
+                   o.opt.first_non_finite);
+        return finish(1);
+      }
+    } else {
+      interval_loss += o.loss;
+      ++interval_advanced;
+    }
+
+    if (iteration_ % log_interval == 0) {
+      const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
+      IterationLog f;
+      f.iteration = iteration_;
+      f.train_iters = train_iters;
+      f.consumed_samples = consumed_samples_;
+      f.elapsed_ms_per_iteration = secs * 1000.0 / static_cast<double>(interval_iters);
+      f.learning_rate = schedule_.lr(iteration_);  // Megatron logs the lr after the scheduler step
+      f.global_batch_size = global_batch_size_;
+      const double avg_loss = interval_loss / static_cast<double>(std::max<int64_t>(1, interval_advanced));
+      f.losses.push_back({"lm loss", avg_loss});
+      f.loss_scale = 1.0;
+      f.grad_norm = o.opt.grad_norm;
+      if (cfg_.logging.log_num_zeros_in_grad) f.num_zeros = o.opt.num_zeros;
+      f.skipped_iterations = interval_skipped;
+      f.nan_iterations = interval_skipped;
+      const double tps = secs > 0 ? static_cast<double>(interval_tokens) / secs : 0.0;
+      f.tokens_per_second = tps;
+      const double flops = options_.flops_per_token ? options_.flops_per_token() : 0.0;
+      if (cfg_.logging.log_throughput && flops > 0) f.throughput_tflops_per_gpu = flops * tps / 1e12;
+      if (flops > 0 && options_.peak_flops_per_second > 0) f.mfu_percent = 100.0 * flops * tps / options_.peak_flops_per_second;
+      out() << format_iteration_log(f, std::chrono::system_clock::now()) << std::endl;
+
+      const MemoryStats mem = memory_stats(device);
+      nlohmann::json rec = {{"iteration", iteration_},
+                            {"consumed_samples", consumed_samples_},
+                            {"lm loss", avg_loss},
+                            {"learning-rate", *f.learning_rate},
+                            {"grad-norm", o.opt.grad_norm},
+                            {"loss-scale", f.loss_scale},
+                            {"batch-size", global_batch_size_},
+                            {"iteration-time", f.elapsed_ms_per_iteration / 1000.0},
+                            {"mem-allocated-bytes", mem.allocated_bytes},
+                            {"mem-max-allocated-bytes", mem.max_allocated_bytes},
+                            {"skipped-iterations", interval_skipped},
+                            {"nan-iterations", interval_skipped},
+                            {"tokens-per-second", tps}};
+      if (f.num_zeros) rec["num-zeros"] = *f.num_zeros;
+      if (f.mfu_percent) rec["mfu"] = *f.mfu_percent;
+      if (!std::isfinite(o.opt.grad_norm)) rec["grad-norm"] = nullptr;  // JSON has no NaN
+      for (MetricsSink* s : sinks_) {
+        if (interval_advanced > 0) s->add_scalar("lm loss", avg_loss, iteration_);
+        s->add_scalar("learning-rate", *f.learning_rate, iteration_);
+        s->add_scalar("grad-norm", o.opt.grad_norm, iteration_);
+        if (f.num_zeros) s->add_scalar("num-zeros", *f.num_zeros, iteration_);
+        s->add_scalar("iteration-time", f.elapsed_ms_per_iteration / 1000.0, iteration_);
+        s->add_scalar("mem-allocated-bytes", static_cast<double>(mem.allocated_bytes), iteration_);
+        s->add_scalar("mem-max-allocated-bytes", static_cast<double>(mem.max_allocated_bytes), iteration_);
+        s->add_scalar("loss-scale", f.loss_scale, iteration_);
+        s->add_scalar("batch-size", static_cast<double>(global_batch_size_), iteration_);
+        s->write_record(rec);
+        s->flush();
+      }
+      interval_loss = 0.0;
+      interval_advanced = interval_skipped = interval_iters = interval_tokens = 0;
+      interval_start = Clock::now();
+    }
+
+    if (valid_data_ && cfg_.training.eval_interval > 0 && cfg_.training.eval_iters > 0 &&
+        iteration_ % cfg_.training.eval_interval == 0) {
+      const EvalResult e = evaluate(num_evaluations_++);
+      result.validations.push_back({iteration_, e});
+      out() << format_validation_log("iteration " + std::to_string(iteration_), e.loss, e.ppl) << std::endl;
+      for (MetricsSink* s : sinks_) {
+        s->add_scalar("lm loss validation", e.loss, iteration_);
+        s->add_scalar("lm loss validation ppl", e.ppl, iteration_);
+        s->write_record({{"iteration", iteration_}, {"lm loss validation", e.loss}, {"lm loss validation ppl", e.ppl}});
+      }
+      interval_start = Clock::now();  // evaluation time is not iteration time
+    }
+
+    if (cfg_.checkpoint.save && cfg_.checkpoint.save_interval && *cfg_.checkpoint.save_interval > 0 &&
+        iteration_ % *cfg_.checkpoint.save_interval == 0)
+      save_checkpoint();
+
+    const bool exit_iter = cfg_.training.exit_interval && *cfg_.training.exit_interval > 0 &&
+                           iteration_ % *cfg_.training.exit_interval == 0;
+    const bool exit_time =
+        cfg_.training.exit_duration_in_mins &&
+        std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0 > *cfg_.training.exit_duration_in_mins;
+    if (exit_iter || exit_time) {
+      out() << " exiting at iteration " << iteration_ << (exit_iter ? " (exit_interval)" : " (exit_duration_in_mins)")
+            << std::endl;
+      if (should_save()) save_checkpoint();
+      return finish(0);
+    }
+  }
+  if (should_save() && iteration_ > 0) save_checkpoint();
+  return finish(0);
+}
+
+}  // namespace strata

@@ -1,0 +1,118 @@
+// The training loop on one process (data-parallel size 1), against the LanguageModel interface:
+// per iteration, num_micro_batches × (forward → masked loss → backward) accumulating into the
+// parameters' main grads, then one optimizer step (global grad norm, clipping, AdamW; a
+// NaN/Inf norm skips the step); Megatron's log line and metric sinks every log_interval;
+// validation every eval_interval; checkpoints every save_interval, on SIGTERM/SIGINT (at the
+// next step boundary, then exit 0) and at the end; resume from checkpoint.load.
+// Loss (Megatron pretrain_gpt loss_func + schedules.forward_step): by default each micro-batch's
+// loss is the mean over its valid tokens and the step's loss the mean over micro-batches, so
+// dL/dloss_i = mask_i / (valid tokens of its micro-batch · num_micro_batches); with
+// calculate_per_token_loss the loss is the mean over the valid tokens of the whole global batch,
+// dL/dloss_i = mask_i / (valid tokens of the global batch). The two agree when every
+// micro-batch has the same number of valid tokens.
+// Reference: megatron/training/training.py (train, train_step, training_log, evaluate,
+// save_checkpoint_and_time), megatron/core/pipeline_parallel/schedules.py.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/language_model.h"
+#include "training/batch_source.h"
+#include "training/config.h"
+#include "training/lr_schedule.h"
+#include "training/metrics_log.h"
+#include "training/optimizer.h"
+#include "training/tensor_file.h"
+
+namespace strata {
+
+struct TrainerOptions {
+  // Model FLOPs per token (forward + backward) for throughput and MFU; null: not reported.
+  std::function<double()> flops_per_token;
+  // Peak FLOP/s of one device for MFU; 0: MFU not reported.
+  double peak_flops_per_second = 0.0;
+  // Extra sinks (not owned), fed besides those made from logging.tensorboard_dir / metrics_jsonl.
+  std::vector<MetricsSink*> sinks;
+  // Tensor files of checkpoints; null: make_default_tensor_file_io() (safetensors) when needed.
+  std::shared_ptr<TensorFileIO> tensor_io;
+  // Where log lines go; null: std::cout.
+  std::ostream* log_stream = nullptr;
+  // Initialise the parameters from training.seed before loading (false: the caller did).
+  bool init_parameters = true;
+};
+
+struct EvalResult {
+  double loss = 0.0;  // mean over valid tokens
+  double ppl = 0.0;   // exp(min(20, loss)) (Megatron)
+};
+
+struct TrainResult {
+  int exit_code = 0;                     // 0: done or stopped by a signal; 1: exit_on_nan
+  int64_t start_iteration = 0;           // iteration loaded from the checkpoint (0: fresh)
+  int64_t final_iteration = 0;
+  std::vector<double> losses;            // loss of each iteration run by this call, in order
+  std::vector<double> grad_norms;        // grad norm of each iteration run by this call
+  std::vector<std::pair<int64_t, EvalResult>> validations;  // (iteration, result)
+  int64_t skipped_iterations = 0;        // in the whole run (including before a resume)
+  std::string first_non_finite_param;    // first parameter with a NaN/Inf grad (first skip)
+  bool stopped_by_signal = false;
+  int stop_signal = 0;
+  std::vector<int64_t> saved_iterations;  // checkpoints written by this call
+};
+
+class Trainer {
+ public:
+  // cfg must be validated. Initialises the parameters (unless options say otherwise), builds the
+  // optimizer and loads checkpoint.load when it holds a checkpoint.
+  Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& train_data, BatchSource* valid_data,
+          TrainerOptions options = {});
+  ~Trainer();
+
+  // Runs iterations until training.train_iters (or a stop condition).
+  TrainResult train();
+  // One validation pass (eval_iters iterations of the validation source), the `index`-th one.
+  EvalResult evaluate(int64_t index);
+  // Saves a checkpoint of the current state under checkpoint.save.
+  void save_checkpoint();
+
+  int64_t iteration() const { return iteration_; }
+  int64_t consumed_train_samples() const { return consumed_samples_; }
+  AdamWOptimizer& optimizer() { return *optimizer_; }
+  const LrSchedule& lr_schedule() const { return schedule_; }
+
+ private:
+  struct StepOutcome {
+    double loss = 0.0;
+    int64_t tokens = 0;
+    OptimizerStepResult opt;
+  };
+  StepOutcome train_step(double lr);
+  TensorFileIO& tensor_io();
+  std::ostream& out();
+
+  StrataConfig cfg_;
+  LanguageModel& model_;
+  BatchSource& train_data_;
+  BatchSource* valid_data_;
+  TrainerOptions options_;
+  std::vector<Parameter*> params_;
+  std::unique_ptr<AdamWOptimizer> optimizer_;
+  LrSchedule schedule_;
+  std::vector<std::unique_ptr<MetricsSink>> owned_sinks_;
+  std::vector<MetricsSink*> sinks_;
+  int64_t num_micro_batches_ = 1;
+  int64_t global_batch_size_ = 1;
+  int64_t iteration_ = 0;
+  int64_t start_iteration_ = 0;
+  int64_t consumed_samples_ = 0;
+  int64_t skipped_iterations_ = 0;
+  int64_t num_evaluations_ = 0;
+  int64_t last_saved_iteration_ = -1;
+  std::vector<int64_t> saved_iterations_;
+};
+
+}  // namespace strata
