@@ -20,6 +20,9 @@
 #if __has_include("core/formats/indexed_dataset.h")
 #include "core/formats/indexed_dataset.h"
 #define STRATA_HAVE_INDEXED_DATASET 1
+// The writer lives in namespace strata or strata::formats (and its dtype enum is IndexedDType or
+// TokenDType): the code below names neither, so it builds with both.
+namespace strata::formats {}
 #else
 #define STRATA_HAVE_INDEXED_DATASET 0
 #endif
@@ -63,9 +66,10 @@ int run_preprocess(const PreprocessArgs& a) {
   options.workers = a.workers;
 
 #if STRATA_HAVE_INDEXED_DATASET
+  using namespace strata::formats;
   const std::filesystem::path parent = std::filesystem::path(a.output_prefix).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
-  const IndexedDType dtype = optimal_dtype(probe->vocab_size());
+  const auto dtype = optimal_dtype(probe->vocab_size());
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
   for (const auto& key : a.json_keys)
     builders.push_back(
