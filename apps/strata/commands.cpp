@@ -13,6 +13,8 @@ std::vector<std::pair<CLI::App*, std::function<int()>>>& runners() {
 
 void add_runner(CLI::App* sub, std::function<int()> run) { runners().emplace_back(sub, std::move(run)); }
 
+void clear_runners() { runners().clear(); }
+
 int run_selected(CLI::App& app) {
   for (auto& [sub, run] : runners())
     if (sub->parsed()) return run();

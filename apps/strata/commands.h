@@ -8,9 +8,12 @@
 namespace strata::app {
 
 void register_bench(CLI::App& app);
+void register_preprocess(CLI::App& app);
+void register_train(CLI::App& app);
 
 // Each register_* stores its runner here; run_selected() calls the one whose subcommand parsed.
 void add_runner(CLI::App* sub, std::function<int()> run);
 int run_selected(CLI::App& app);
+void clear_runners();  // forget the runners of a finished parse (strata_main)
 
 }  // namespace strata::app

@@ -1,0 +1,111 @@
+// `strata preprocess --input FILE... --output-prefix P --tokenizer-type T [--vocab-file F --merge-file F]
+//   [--vocab-size N] [--json-keys text ...] [--split-paragraphs] [--append-eod] [--workers 1]`:
+// tokenizes plain-text or JSONL files (data/tokenizer_preprocess.h) and writes one Megatron indexed
+// dataset per key, P_<key>_document.{bin,idx}, with IndexedDatasetBuilder
+// (core/formats/indexed_dataset.h), token dtype chosen from the vocabulary size.
+// Reference: Megatron-LM tools/preprocess_data.py.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/strata/commands.h"
+#include "core/config_table.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_preprocess.h"
+
+#if __has_include("core/formats/indexed_dataset.h")
+#include "core/formats/indexed_dataset.h"
+#define STRATA_HAVE_INDEXED_DATASET 1
+// The writer lives in namespace strata or strata::formats (and its dtype enum is IndexedDType or
+// TokenDType): the code below names neither, so it builds with both.
+namespace strata::formats {}
+#else
+#define STRATA_HAVE_INDEXED_DATASET 0
+#endif
+
+namespace strata::app {
+namespace {
+
+struct PreprocessArgs {
+  std::vector<std::string> inputs;
+  std::string output_prefix;
+  std::string tokenizer_type;
+  std::string vocab_file, merge_file;
+  std::optional<int64_t> vocab_size;
+  std::vector<std::string> json_keys = {"text"};
+  bool split_paragraphs = false;
+  bool append_eod = false;
+  int workers = 1;
+};
+
+TokenizerType parse_tokenizer_type(const std::string& name) {
+  for (const auto& n : kTokenizerTypeNames)
+    if (name == n.name) return n.value;
+  STRATA_THROW("strata preprocess: --tokenizer-type '", name,
+               "' is not one of NullTokenizer, ByteLevelTokenizer, GPT2BPETokenizer");
+}
+
+int run_preprocess(const PreprocessArgs& a) {
+  const TokenizerType type = parse_tokenizer_type(a.tokenizer_type);
+  auto opt = [](const std::string& s) { return s.empty() ? std::optional<std::string>() : std::optional<std::string>(s); };
+  auto make_tokenizer = [&] { return data::build_tokenizer(type, opt(a.vocab_file), opt(a.merge_file), a.vocab_size); };
+  const std::unique_ptr<data::Tokenizer> probe = make_tokenizer();  // fails early on bad tokenizer files
+  for (const auto& in : a.inputs)
+    STRATA_CHECK_KIND(ErrorKind::Io, std::filesystem::is_regular_file(in), "strata preprocess: input '", in,
+                      "' is not a readable file");
+
+  data::PreprocessOptions options;
+  options.inputs = a.inputs;
+  options.json_keys = a.json_keys;
+  options.split_paragraphs = a.split_paragraphs;
+  options.append_eod = a.append_eod;
+  options.workers = a.workers;
+
+#if STRATA_HAVE_INDEXED_DATASET
+  using namespace strata::formats;
+  const std::filesystem::path parent = std::filesystem::path(a.output_prefix).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  const auto dtype = optimal_dtype(probe->vocab_size());
+  std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
+  for (const auto& key : a.json_keys)
+    builders.push_back(
+        std::make_unique<IndexedDatasetBuilder>(data::preprocess_output_prefix(a.output_prefix, key), dtype));
+  const data::PreprocessStats stats = data::tokenize_documents(
+      options, make_tokenizer, [&](size_t k, const std::vector<int64_t>& tokens) { builders[k]->add_document(tokens); });
+  for (auto& b : builders) b->finalize();
+  std::printf("strata preprocess: %s, %lld documents, %lld tokens\n", probe->name().c_str(),
+              static_cast<long long>(stats.documents), static_cast<long long>(stats.tokens));
+  for (const auto& key : a.json_keys)
+    std::printf("  wrote %s.{bin,idx}\n", data::preprocess_output_prefix(a.output_prefix, key).c_str());
+  return 0;
+#else
+  (void)options;
+  STRATA_THROW_KIND(ErrorKind::Runtime,
+                    "strata preprocess: this build has no indexed dataset writer (core/formats/indexed_dataset.h)");
+#endif
+}
+
+}  // namespace
+
+void register_preprocess(CLI::App& app) {
+  CLI::App* pre = app.add_subcommand("preprocess", "tokenize text or JSONL files into a Megatron .bin/.idx dataset");
+  auto a = std::make_shared<PreprocessArgs>();
+  pre->add_option("--input", a->inputs, "input files: plain text (*.txt …) or JSONL (*.jsonl, *.json)")->required();
+  pre->add_option("--output-prefix", a->output_prefix, "writes <prefix>_<key>_document.{bin,idx}")->required();
+  pre->add_option("--tokenizer-type", a->tokenizer_type, "ByteLevelTokenizer, GPT2BPETokenizer or NullTokenizer")
+      ->required();
+  pre->add_option("--vocab-file", a->vocab_file, "GPT-2 vocab.json");
+  pre->add_option("--merge-file", a->merge_file, "GPT-2 merges.txt");
+  pre->add_option("--vocab-size", a->vocab_size, "NullTokenizer: vocabulary size without EOD");
+  pre->add_option("--json-keys", a->json_keys, "JSONL keys to tokenize (default: text)");
+  pre->add_flag("--split-paragraphs", a->split_paragraphs, "plain text: one document per blank-line-separated paragraph");
+  pre->add_flag("--append-eod", a->append_eod, "append the end-of-document token to every document");
+  pre->add_option("--workers", a->workers, "tokenizing threads")->check(CLI::PositiveNumber);
+  add_runner(pre, [a] { return run_preprocess(*a); });
+}
+
+}  // namespace strata::app

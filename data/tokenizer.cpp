@@ -1,0 +1,95 @@
+// ByteLevelTokenizer, NullTokenizer and build_tokenizer (data/tokenizer.h); the GPT-2 BPE
+// tokenizer is in data/tokenizer_gpt2.cpp.
+// Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer, _NullTokenizer).
+#include "data/tokenizer.h"
+
+#include <cctype>
+#include <charconv>
+
+#include "core/error.h"
+
+namespace strata::data {
+
+// ---- ByteLevelTokenizer -------------------------------------------------------------------------
+
+std::vector<int64_t> ByteLevelTokenizer::encode(std::string_view text) const {
+  std::vector<int64_t> ids;
+  ids.reserve(text.size());
+  for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+  return ids;
+}
+
+std::string ByteLevelTokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::string out;
+  out.reserve(ids.size());
+  for (int64_t id : ids) {
+    STRATA_CHECK(id >= 0 && id < vocab_size(), "ByteLevelTokenizer.decode: id ", id, " is outside [0, ", vocab_size(),
+                 ")");
+    if (id == eod()) continue;
+    out.push_back(static_cast<char>(static_cast<unsigned char>(id)));
+  }
+  return out;
+}
+
+// ---- NullTokenizer ------------------------------------------------------------------------------
+
+NullTokenizer::NullTokenizer(int64_t vocab_size_without_eod) : n_(vocab_size_without_eod) {
+  STRATA_CHECK(n_ > 0, "NullTokenizer: vocab_size must be > 0, got ", n_);
+}
+
+std::vector<int64_t> NullTokenizer::encode(std::string_view text) const {
+  std::vector<int64_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (std::isspace(static_cast<unsigned char>(text[i]))) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+    std::string_view word = text.substr(i, j - i);
+    int64_t id = 0;
+    auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), id);
+    STRATA_CHECK(ec == std::errc() && end == word.data() + word.size(), "NullTokenizer.encode: '", word,
+                 "' is not a decimal token id");
+    STRATA_CHECK(id >= 0 && id < vocab_size(), "NullTokenizer.encode: id ", id, " is outside [0, ", vocab_size(), ")");
+    ids.push_back(id);
+    i = j;
+  }
+  return ids;
+}
+
+std::string NullTokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    STRATA_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "NullTokenizer.decode: id ", ids[i], " is outside [0, ",
+                 vocab_size(), ")");
+    if (i) out.push_back(' ');
+    out += std::to_string(ids[i]);
+  }
+  return out;
+}
+
+// ---- build_tokenizer ----------------------------------------------------------------------------
+
+std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::optional<std::string>& vocab_file,
+                                           const std::optional<std::string>& merge_file,
+                                           std::optional<int64_t> vocab_size) {
+  switch (type) {
+    case TokenizerType::ByteLevelTokenizer: return std::make_unique<ByteLevelTokenizer>();
+    case TokenizerType::NullTokenizer:
+      STRATA_CHECK(vocab_size.has_value(), "build_tokenizer: NullTokenizer needs a vocab size");
+      return std::make_unique<NullTokenizer>(*vocab_size);
+    case TokenizerType::GPT2BPETokenizer:
+      STRATA_CHECK(vocab_file.has_value() && !vocab_file->empty(), "build_tokenizer: GPT2BPETokenizer needs a vocab file");
+      STRATA_CHECK(merge_file.has_value() && !merge_file->empty(), "build_tokenizer: GPT2BPETokenizer needs a merge file");
+      return std::make_unique<GPT2BPETokenizer>(*vocab_file, *merge_file);
+  }
+  STRATA_THROW("build_tokenizer: unknown tokenizer type");
+}
+
+std::unique_ptr<Tokenizer> build_tokenizer(const StrataConfig& cfg) {
+  return build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file, cfg.data.merge_file, cfg.model.vocab_size);
+}
+
+}  // namespace strata::data
