@@ -112,6 +112,7 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
     global_valid += masked_sum(batches.back().loss_mask, batches.back().loss_mask).second;
   }
 
+  // A micro-batch without valid tokens contributes 0 (Megatron would divide by zero).
   double loss_sum = 0.0;
   for (int64_t mb = 0; mb < num_micro_batches_; ++mb) {
     const Batch& batch = batches[static_cast<size_t>(mb)];
