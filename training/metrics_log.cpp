@@ -9,18 +9,8 @@
 #include "core/error.h"
 #include "core/logging.h"
 
-#if __has_include("core/formats/tfevents.h")
-#include "core/formats/tfevents.h"
-#define STRATA_HAVE_TFEVENTS 1
-#else
-#define STRATA_HAVE_TFEVENTS 0
-#endif
-#if __has_include("core/formats/jsonl.h")
 #include "core/formats/jsonl.h"
-#define STRATA_HAVE_JSONL 1
-#else
-#define STRATA_HAVE_JSONL 0
-#endif
+#include "core/formats/tfevents.h"
 
 namespace strata {
 
@@ -77,7 +67,6 @@ std::string format_validation_log(const std::string& prefix, double loss, double
          fmt_c("lm loss PPL: %.6E | ", ppl);
 }
 
-#if STRATA_HAVE_TFEVENTS
 namespace {
 class TensorBoardSink : public MetricsSink {
  public:
@@ -86,43 +75,29 @@ class TensorBoardSink : public MetricsSink {
   void flush() override { w_.flush(); }
 
  private:
-  TensorBoardWriter w_;
+  formats::TensorBoardWriter w_;
 };
 }  // namespace
 std::unique_ptr<MetricsSink> make_tensorboard_sink(const std::string& dir) {
   return std::make_unique<TensorBoardSink>(dir);
 }
-#else
-std::unique_ptr<MetricsSink> make_tensorboard_sink(const std::string& dir) {
-  log::warn("logging.tensorboard_dir={}: the TensorBoard writer is not part of this build; no event file is written",
-            dir);
-  return nullptr;
-}
-#endif
 
 namespace {
+void make_parent_dir(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+}
+
 class JsonlSink : public MetricsSink {
  public:
-#if STRATA_HAVE_JSONL
-  explicit JsonlSink(const std::string& path) : w_(path) {}
+  // Appends (a resumed run continues the same file); creates the parent directory.
+  explicit JsonlSink(const std::string& path) : w_((make_parent_dir(path), path), /*append=*/true) {}
   void write_record(const nlohmann::json& record) override { w_.write(record); }
   void flush() override { w_.flush(); }
 
  private:
-  JsonlWriter w_;
-#else
-  explicit JsonlSink(const std::string& path) {
-    const auto parent = std::filesystem::path(path).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
-    out_.open(path, std::ios::app);
-    STRATA_CHECK(out_.good(), "logging.metrics_jsonl: cannot open ", path);
-  }
-  void write_record(const nlohmann::json& record) override { out_ << record.dump() << '\n'; }
-  void flush() override { out_.flush(); }
+  formats::JsonlWriter w_;
 
- private:
-  std::ofstream out_;
-#endif
  public:
   void add_scalar(const std::string&, double, int64_t) override {}
 };

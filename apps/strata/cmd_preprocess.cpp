@@ -17,15 +17,7 @@
 #include "data/tokenizer.h"
 #include "data/tokenizer_preprocess.h"
 
-#if __has_include("core/formats/indexed_dataset.h")
 #include "core/formats/indexed_dataset.h"
-#define STRATA_HAVE_INDEXED_DATASET 1
-// The writer lives in namespace strata or strata::formats (and its dtype enum is IndexedDType or
-// TokenDType): the code below names neither, so it builds with both.
-namespace strata::formats {}
-#else
-#define STRATA_HAVE_INDEXED_DATASET 0
-#endif
 
 namespace strata::app {
 namespace {
@@ -65,15 +57,13 @@ int run_preprocess(const PreprocessArgs& a) {
   options.append_eod = a.append_eod;
   options.workers = a.workers;
 
-#if STRATA_HAVE_INDEXED_DATASET
-  using namespace strata::formats;
   const std::filesystem::path parent = std::filesystem::path(a.output_prefix).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
-  const auto dtype = optimal_dtype(probe->vocab_size());
-  std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
+  const auto dtype = formats::optimal_dtype(probe->vocab_size());
+  std::vector<std::unique_ptr<formats::IndexedDatasetBuilder>> builders;
   for (const auto& key : a.json_keys)
     builders.push_back(
-        std::make_unique<IndexedDatasetBuilder>(data::preprocess_output_prefix(a.output_prefix, key), dtype));
+        std::make_unique<formats::IndexedDatasetBuilder>(data::preprocess_output_prefix(a.output_prefix, key), dtype));
   const data::PreprocessStats stats = data::tokenize_documents(
       options, make_tokenizer, [&](size_t k, const std::vector<int64_t>& tokens) { builders[k]->add_document(tokens); });
   for (auto& b : builders) b->finalize();
@@ -82,11 +72,6 @@ int run_preprocess(const PreprocessArgs& a) {
   for (const auto& key : a.json_keys)
     std::printf("  wrote %s.{bin,idx}\n", data::preprocess_output_prefix(a.output_prefix, key).c_str());
   return 0;
-#else
-  (void)options;
-  STRATA_THROW_KIND(ErrorKind::Runtime,
-                    "strata preprocess: this build has no indexed dataset writer (core/formats/indexed_dataset.h)");
-#endif
 }
 
 }  // namespace

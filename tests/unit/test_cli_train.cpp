@@ -150,17 +150,10 @@ TEST_CASE("cli preprocess: plain text with the byte-level tokenizer", "[cli_trai
   const std::string prefix = (temp_dir() / "out" / "corpus").string();
   CliResult r = run_cli({"preprocess", "--input", input, "--output-prefix", prefix, "--tokenizer-type",
                          "ByteLevelTokenizer", "--split-paragraphs", "--append-eod"});
-  // With the indexed dataset writer in the build (core/formats/indexed_dataset.h) the files are
-  // written; without it the command says so. (Decided at run time: a compile-time __has_include
-  // here could be answered from a stale ccache entry.)
-  if (r.rc == 0) {
-    CHECK_THAT(r.out, Contains("2 documents, 35 tokens"));  // 27 + 1 and 6 + 1
-    CHECK(std::filesystem::exists(prefix + "_text_document.idx"));
-    CHECK(std::filesystem::file_size(prefix + "_text_document.bin") == 35 * 2);  // uint16 tokens
-  } else {
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("no indexed dataset writer"));
-  }
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("2 documents, 35 tokens"));  // 27 + 1 and 6 + 1
+  CHECK(std::filesystem::exists(prefix + "_text_document.idx"));
+  CHECK(std::filesystem::file_size(prefix + "_text_document.bin") == 35 * 2);  // uint16 tokens
   r = run_cli({"preprocess", "--input", input, "--output-prefix", prefix, "--tokenizer-type", "Bogus"});
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("--tokenizer-type 'Bogus' is not one of"));

@@ -1,0 +1,39 @@
+// DatasetBatchSource (training/dataset_batch_source.h).
+#include "training/dataset_batch_source.h"
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace strata {
+
+DatasetBatchSource::DatasetBatchSource(std::shared_ptr<const data::SampleDataset> dataset, int64_t micro_batch_size,
+                                       int64_t num_micro_batches, int64_t eod_token, bool eod_mask_loss)
+    : dataset_(std::move(dataset)), mbs_(micro_batch_size), num_mb_(num_micro_batches), eod_(eod_token),
+      eod_mask_loss_(eod_mask_loss) {
+  STRATA_CHECK(dataset_ && dataset_->size() > 0, "data: the dataset split is empty");
+}
+
+Batch DatasetBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
+  const int64_t len = dataset_->sample_length(), s = len - 1;
+  Batch b;
+  b.tokens = Tensor::empty({mbs_, s}, DType::I64);
+  b.labels = Tensor::empty({mbs_, s}, DType::I64);
+  b.loss_mask = Tensor::empty({mbs_, s}, DType::F32);
+  b.first_sample_index = ((step - 1) * num_mb_ + micro_batch) * mbs_;
+  std::vector<int64_t> sample(len);
+  int64_t* tok = b.tokens.data<int64_t>();
+  int64_t* lab = b.labels.data<int64_t>();
+  float* mask = b.loss_mask.data<float>();
+  for (int64_t r = 0; r < mbs_; ++r) {
+    dataset_->sample((b.first_sample_index + r) % dataset_->size(), sample.data());
+    for (int64_t j = 0; j < s; ++j) {
+      tok[r * s + j] = sample[j];
+      lab[r * s + j] = sample[j + 1];
+      mask[r * s + j] = (eod_mask_loss_ && sample[j + 1] == eod_) ? 0.0f : 1.0f;
+    }
+  }
+  return b;
+}
+
+}  // namespace strata
