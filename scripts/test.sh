@@ -8,4 +8,8 @@ build="${1:-$root/build}"
 bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh" "$build"
 cd "$build"
+# ctest runs tests in parallel; one OpenMP thread per test process avoids oversubscribing the
+# cores (spinning OpenMP workers of parallel tests slow each other down tenfold). Tests that
+# check thread-count independence set their own thread counts.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 ctest --output-on-failure -j "${TEST_JOBS:-$(nproc)}"

@@ -93,78 +93,19 @@ class BigramModel : public LanguageModel {
   double dropout_;
 };
 
-// Safetensors layout (u64 header length, JSON header, raw data), enough for the tests.
+// The production checkpoint tensor files (safetensors via make_default_tensor_file_io()), as a
+// default-constructible TensorFileIO for the tests.
 class TestSafetensorsIO : public TensorFileIO {
  public:
-  std::string extension() const override { return ".safetensors"; }
+  std::string extension() const override { return impl_->extension(); }
   void write(const std::string& path, const std::map<std::string, Tensor>& tensors,
              const std::map<std::string, std::string>& metadata) override {
-    nlohmann::json h;
-    h["__metadata__"] = metadata;
-    uint64_t off = 0;
-    for (const auto& [name, t] : tensors) {
-      std::vector<int64_t> shape;
-      for (int d = 0; d < t.dim(); ++d) shape.push_back(t.size(d));
-      h[name] = {{"dtype", code(t.dtype())}, {"shape", shape}, {"data_offsets", {off, off + t.nbytes()}}};
-      off += t.nbytes();
-    }
-    std::string hs = h.dump();
-    while (hs.size() % 8) hs.push_back(' ');
-    std::ofstream out(path, std::ios::binary);
-    const uint64_t n = hs.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(hs.data(), static_cast<std::streamsize>(hs.size()));
-    for (const auto& [name, t] : tensors) {
-      const Tensor c = t.contiguous();
-      out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-    }
-    STRATA_CHECK(out.good(), "cannot write ", path);
+    impl_->write(path, tensors, metadata);
   }
-  TensorFileContents read(const std::string& path) override {
-    std::ifstream in(path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    STRATA_CHECK(bytes.size() >= 8, path, ": truncated");
-    uint64_t n = 0;
-    std::memcpy(&n, bytes.data(), 8);
-    STRATA_CHECK(8 + n <= bytes.size(), path, ": truncated header");
-    const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
-    TensorFileContents r;
-    for (auto it = h.begin(); it != h.end(); ++it) {
-      if (it.key() == "__metadata__") {
-        r.metadata = it.value().get<std::map<std::string, std::string>>();
-        continue;
-      }
-      std::vector<int64_t> shape = it.value()["shape"].get<std::vector<int64_t>>();
-      const uint64_t b = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
-      STRATA_CHECK(8 + n + e <= bytes.size(), path, ": truncated data");
-      Tensor t = Tensor::empty(Shape(shape), dtype(it.value()["dtype"]));
-      STRATA_CHECK(t.nbytes() == e - b, path, ": bad size for ", it.key());
-      std::memcpy(t.data_ptr(), bytes.data() + 8 + n + b, e - b);
-      r.tensors[it.key()] = t;
-    }
-    return r;
-  }
+  TensorFileContents read(const std::string& path) override { return impl_->read(path); }
 
  private:
-  static std::string code(DType d) {
-    switch (d) {
-      case DType::F32: return "F32";
-      case DType::BF16: return "BF16";
-      case DType::F16: return "F16";
-      case DType::F64: return "F64";
-      case DType::I64: return "I64";
-      default: STRATA_CHECK(false, "unsupported dtype"); return "";
-    }
-  }
-  static DType dtype(const std::string& s) {
-    if (s == "F32") return DType::F32;
-    if (s == "BF16") return DType::BF16;
-    if (s == "F16") return DType::F16;
-    if (s == "F64") return DType::F64;
-    if (s == "I64") return DType::I64;
-    STRATA_CHECK(false, "unsupported dtype ", s);
-    return DType::F32;
-  }
+  std::shared_ptr<TensorFileIO> impl_ = make_default_tensor_file_io();
 };
 
 // A small valid config: bigram-sized mock run.
