@@ -4,6 +4,7 @@
 // (train 3 steps with mock data, then generate / score from the checkpoint; bad arguments).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "apps/strata/cli.h"
+#include "core/philox.h"
 #include "models/gpt_model.h"
 #include "test_helpers.h"
 #include "training/generation.h"
