@@ -163,13 +163,13 @@ ScoreResult score(GPTModel& model, const std::vector<int64_t>& prompt) {
 }
 
 std::string ScoreResult::to_json() const {
-  json j;
+  nlohmann::ordered_json j;  // keys in the documented order
   j["tokens"] = tokens;
-  json lps = json::array();
-  for (const auto& lp : logprobs) lps.push_back(lp ? json(*lp) : json(nullptr));
+  nlohmann::ordered_json lps = nlohmann::ordered_json::array();
+  for (const auto& lp : logprobs) lps.push_back(lp ? nlohmann::ordered_json(*lp) : nlohmann::ordered_json(nullptr));
   j["logprobs"] = lps;
   j["sum_logprob"] = sum_logprob;
-  j["perplexity"] = perplexity ? json(*perplexity) : json(nullptr);
+  j["perplexity"] = perplexity ? nlohmann::ordered_json(*perplexity) : nlohmann::ordered_json(nullptr);
   return j.dump();
 }
 
