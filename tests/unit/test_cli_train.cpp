@@ -13,60 +13,17 @@
 #include <vector>
 
 #include "apps/strata/cli.h"
+#include "cli_test_helpers.h"
 #include "test_helpers.h"
 #include "training/config.h"
 
 using namespace strata;
 using Catch::Matchers::Contains;
+using strata::test::CliResult;
+using strata::test::run_cli;
 
 namespace {
 
-struct CliResult {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string slurp(FILE* f) {
-  std::fflush(f);
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
-}
-
-// Runs `strata <args...>` in this process with stdout and stderr redirected to temporary files.
-CliResult run_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "strata");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  FILE* out = std::tmpfile();
-  FILE* err = std::tmpfile();
-  REQUIRE((out && err));
-  const int saved_out = dup(1), saved_err = dup(2);
-  dup2(fileno(out), 1);
-  dup2(fileno(err), 2);
-  CliResult r;
-  r.rc = app::strata_main(static_cast<int>(args.size()), argv.data());
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  dup2(saved_out, 1);
-  dup2(saved_err, 2);
-  close(saved_out);
-  close(saved_err);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
 
 std::filesystem::path temp_dir() {
   auto d = std::filesystem::temp_directory_path() / ("strata_test_cli_" + std::to_string(getpid()));
