@@ -6,9 +6,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 cuda="${STRATA_CUDA:-AUTO}"
-# ccache: hash paths relative to the checkout, so clones in other folders share the cache.
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
-export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 cmake -S "$root" -B "$build" -G Ninja \
   -DSTRATA_CUDA="$cuda" \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" \
