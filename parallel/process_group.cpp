@@ -1,4 +1,4 @@
-// ProcessGroup construction (parallel/process_group.h).
+// ProcessGroup construction and device routing (parallel/process_group.h).
 #include "parallel/process_group.h"
 
 #include <algorithm>
@@ -7,11 +7,71 @@
 
 namespace strata {
 
+namespace {
+int position_of(const std::vector<int>& ranks, int my_rank, const std::string& name) {
+  auto it = std::find(ranks.begin(), ranks.end(), my_rank);
+  STRATA_INTERNAL_ASSERT(it != ranks.end(), "rank ", my_rank, " is not in group ", name);
+  return static_cast<int>(it - ranks.begin());
+}
+
+Communicator& self_communicator(DeviceType device) {
+  static std::shared_ptr<Communicator> cpu = make_self_communicator(DeviceType::CPU);
+  static std::shared_ptr<Communicator> cuda = make_self_communicator(DeviceType::CUDA);
+  return device == DeviceType::CPU ? *cpu : *cuda;
+}
+}  // namespace
+
 ProcessGroup::ProcessGroup(std::string name, std::vector<int> ranks, int my_rank)
     : name_(std::move(name)), ranks_(std::move(ranks)) {
-  auto it = std::find(ranks_.begin(), ranks_.end(), my_rank);
-  STRATA_INTERNAL_ASSERT(it != ranks_.end(), "rank ", my_rank, " is not in group ", name_);
-  index_ = static_cast<int>(it - ranks_.begin());
+  index_ = position_of(ranks_, my_rank, name_);
+  STRATA_INTERNAL_ASSERT(ranks_.size() == 1, "group ", name_, " of ", ranks_.size(),
+                         " ranks needs a communicator");
+}
+
+ProcessGroup::ProcessGroup(std::string name, std::vector<int> ranks, int my_rank, std::shared_ptr<Communicator> host,
+                           std::shared_ptr<Communicator> device)
+    : name_(std::move(name)), ranks_(std::move(ranks)), host_(std::move(host)), device_(std::move(device)) {
+  index_ = position_of(ranks_, my_rank, name_);
+  STRATA_INTERNAL_ASSERT(host_ != nullptr, "group ", name_, ": no host communicator");
+  STRATA_INTERNAL_ASSERT(host_->size() == size() && host_->rank() == index_, "group ", name_,
+                         ": host communicator does not match the rank list");
+  STRATA_INTERNAL_ASSERT(device_ == nullptr || (device_->size() == size() && device_->rank() == index_),
+                         "group ", name_, ": device communicator does not match the rank list");
+}
+
+Communicator& ProcessGroup::comm(DeviceType device) const {
+  if (size() == 1 && host_ == nullptr) return self_communicator(device);
+  if (device == DeviceType::CUDA) {
+    STRATA_CHECK(device_ != nullptr, "process group ", name_, " has no device communicator (NCCL) for a CUDA tensor");
+    return *device_;
+  }
+  return *host_;
+}
+
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) const { comm(t.device().type).all_reduce(t, op); }
+void ProcessGroup::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) const {
+  comm(input.device().type).reduce_scatter(input, output, op);
+}
+void ProcessGroup::all_gather(const Tensor& input, Tensor& output) const {
+  comm(input.device().type).all_gather(input, output);
+}
+void ProcessGroup::all_gather_v(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) const {
+  comm(input.device().type).all_gather_v(input, output, counts);
+}
+void ProcessGroup::all_to_all(const Tensor& input, Tensor& output) const {
+  comm(input.device().type).all_to_all(input, output);
+}
+void ProcessGroup::all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, Tensor& output,
+                                const std::vector<int64_t>& recv_counts) const {
+  comm(input.device().type).all_to_all_v(input, send_counts, output, recv_counts);
+}
+void ProcessGroup::broadcast(Tensor& t, int root) const { comm(t.device().type).broadcast(t, root); }
+void ProcessGroup::batch_send_recv(std::vector<PointToPoint>& ops) const {
+  if (ops.empty()) return;
+  comm(ops.front().tensor.device().type).batch_send_recv(ops);
+}
+void ProcessGroup::barrier() const {
+  if (host_ != nullptr) host_->barrier();
 }
 
 }  // namespace strata

@@ -284,8 +284,6 @@ TEST_CASE("layers: argument checks name the layer", "[layers]") {
   CHECK_THROWS_WITH(lin.forward(Tensor::zeros({2, 5}, DType::F32)), Catch::Contains("linear_fc1.weight: input has 5"));
   layers::Norm n("decoder.final_layernorm.weight", "decoder.final_layernorm.bias", 4, cfg, env);
   CHECK_THROWS_WITH(n.forward(Tensor::zeros({2, 3}, DType::F32), nullptr), Catch::Contains("final_layernorm.weight"));
-  CHECK_THROWS_WITH(layers::Linear("x", 4, 3, true, 0.02, env, ProcessGroup("tp", {0, 1}, 0)),
-                    Catch::Contains("tensor parallelism is not implemented"));
   layers::SelfAttention attn("decoder.layers.0.self_attention", cfg, env, ProcessGroup::single("tp"));
   CHECK_THROWS_WITH(attn.forward(Tensor::zeros({2, 3, 5}, DType::F32), {}, nullptr), Catch::Contains("must be [s, b, 24]"));
 }
