@@ -11,13 +11,14 @@
 #include <set>
 #include <sstream>
 
+#include "strata_source_dir.h"
 #include "training/config.h"
 
 using namespace strata;
 using strata::config::ConfigError;
 
 namespace {
-const std::filesystem::path kRepo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+const std::filesystem::path kRepo = std::filesystem::path(STRATA_SOURCE_DIR);
 
 // The smallest valid config: defaults plus a learning rate and synthetic data.
 const char* kBase = "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n";

@@ -13,6 +13,7 @@
 #include "core/config_table.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_preprocess.h"
+#include "strata_source_dir.h"
 #include "test_helpers.h"
 
 using namespace strata;
@@ -20,7 +21,7 @@ using namespace strata::data;
 using Catch::Matchers::Contains;
 
 namespace {
-const std::filesystem::path kRepo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+const std::filesystem::path kRepo = std::filesystem::path(STRATA_SOURCE_DIR);
 const std::string kVocab = (kRepo / "tests/data/gpt2_tiny/vocab.json").string();
 const std::string kMerges = (kRepo / "tests/data/gpt2_tiny/merges.txt").string();
 
