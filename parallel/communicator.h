@@ -73,8 +73,14 @@ class Communicator {
   void set_deterministic(bool on) { deterministic_ = on; }
   bool deterministic() const { return deterministic_; }
 
+  // The name of the group this communicator carries ("world", "tp", …; ProcessGroup sets it),
+  // used by the watchdog (parallel/watchdog.h) to name a collective that does not complete.
+  void set_label(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return label_; }
+
  protected:
   bool deterministic_ = false;
+  std::string label_ = "world";
 };
 
 // A group of one rank: collectives are identities (all_reduce/broadcast) or copies.

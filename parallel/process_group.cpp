@@ -37,6 +37,8 @@ ProcessGroup::ProcessGroup(std::string name, std::vector<int> ranks, int my_rank
                          ": host communicator does not match the rank list");
   STRATA_INTERNAL_ASSERT(device_ == nullptr || (device_->size() == size() && device_->rank() == index_),
                          "group ", name_, ": device communicator does not match the rank list");
+  host_->set_label(name_);
+  if (device_ != nullptr) device_->set_label(name_);
 }
 
 Communicator& ProcessGroup::comm(DeviceType device) const {

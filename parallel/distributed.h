@@ -1,0 +1,73 @@
+// Process launch: init_distributed joins the job the launcher started (mpirun, srun) and returns
+// the world communicators; a process started without a launcher runs alone on the self
+// communicator, so a plain `strata train` never needs MPI.
+//   Launched = one of these environment variables is set:
+//     OMPI_COMM_WORLD_SIZE (Open MPI mpirun/mpiexec), PMI_SIZE (MPICH/Hydra, Intel MPI, srun
+//     --mpi=pmi2), PMIX_RANK (srun --mpi=pmix, PMIx launchers), SLURM_STEP_NUM_TASKS (any srun step).
+//   Then MPI_Init_thread(MPI_THREAD_MULTIPLE) (unless MPI is already initialised, e.g. by the
+//   tests/mpi main; then it is neither initialised nor finalised here), the world host
+//   communicator is MPI, the local rank is the rank within the node (MPI_COMM_TYPE_SHARED) and
+//   picks the CUDA device cuda:<local_rank>, and on CUDA the world device communicator is NCCL
+//   (its unique id broadcast over MPI). The runtime finalises MPI when its last copy is destroyed
+//   (RAII); destroyed during an exception it aborts all ranks instead, so the other ranks do not
+//   wait in a collective forever. With world_size > 1 the collective watchdog runs
+//   (parallel/watchdog.h).
+// An error on one rank: run_or_abort prints it with the rank and aborts every rank (MPI_Abort).
+// Reference: megatron/training/initialize.py (_initialize_distributed), torch.distributed
+// init_process_group, llm.c multi_gpu_config_init (MPI + ncclGetUniqueId broadcast).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/device.h"
+#include "parallel/communicator.h"
+
+namespace strata {
+
+struct ParallelConfig;
+
+struct DistributedRuntime {
+  int world_size = 1;
+  int rank = 0;
+  int local_rank = 0;  // rank within this node
+  int local_size = 1;  // ranks on this node
+  Device device;       // cpu, or cuda:<local_rank>
+  std::shared_ptr<void> session;            // MPI_Finalize when the last copy goes (null: no MPI)
+  std::shared_ptr<Communicator> world_host;   // MPI, or self for one process
+  std::shared_ptr<Communicator> world_device; // NCCL on CUDA (self for one process); null on CPU
+  bool uses_mpi() const { return session != nullptr; }
+};
+
+// Joins the launched job (see the file comment). `device`: where the model runs (cpu or cuda);
+// on CUDA ranks the index is replaced by the local rank. Checks that parallel.world_size (when
+// set) equals the number of launched processes. Deterministic mode is set on the communicators
+// by the caller (Communicator::set_deterministic) — for NCCL call
+// nccl_prepare_deterministic_env() first (parallel/nccl_communicator.h).
+DistributedRuntime init_distributed(const ParallelConfig& parallel, Device device);
+
+// True when a launcher's environment variable (file comment) is set.
+bool launched_by_mpi_launcher();
+// The launcher's process count (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS), else null.
+std::optional<int64_t> launched_world_size();
+
+// True when this binary has the MPI communicator (CMake STRATA_MPI).
+bool mpi_built();
+// True between MPI_Init and MPI_Finalize.
+bool mpi_initialized();
+
+// Prints "strata: rank R: <message>" to stderr, runs the abort hooks (ncclCommAbort …), then
+// MPI_Abort(MPI_COMM_WORLD, exit_code) when MPI is initialised, else _Exit(exit_code).
+[[noreturn]] void abort_all(const std::string& message, int exit_code = 1);
+// Hooks run by abort_all before MPI_Abort (the NCCL communicators register ncclCommAbort).
+uint64_t add_abort_hook(std::function<void()> hook);
+void remove_abort_hook(uint64_t id);
+
+// Runs body; with world_size > 1 an exception escaping it aborts all ranks with a message naming
+// this rank and the error (so one failing rank does not leave the others blocked in a
+// collective). With one process the exception propagates unchanged.
+int run_or_abort(const DistributedRuntime& runtime, const std::function<int()>& body);
+
+}  // namespace strata

@@ -1,0 +1,448 @@
+// The MPI communicator (parallel/mpi_communicator.h): host tensors, every dtype, every method of
+// Communicator (parallel/communicator.h).
+//   dtypes: f64 MPI_DOUBLE, f32 MPI_FLOAT, i64 MPI_INT64_T, i32 MPI_INT32_T, u8 MPI_UINT8_T,
+//     bool MPI_C_BOOL (sum and max are logical or, min logical and; avg is rejected); bf16/f16
+//     move as MPI_UINT16_T and are reduced by converting to f32, reducing in f32 and rounding
+//     once back to the 16-bit type (no per-hop rounding, unlike a user MPI_Op on 16-bit values).
+//   Avg = Sum, then divide by the group size in the tensor's dtype: f64/f32 in floating point,
+//     integers by C++ integer division (truncation toward zero), bf16/f16 in f32 before the one
+//     rounding back.
+//   Deterministic mode (floating dtypes, Sum/Avg): all_reduce gathers every rank's values
+//     (MPI_Allgather, in chunks of at most 2^24 gathered elements) and sums them in rank order
+//     0..n-1 in the accumulation type (f64 for f64, f32 otherwise), starting from rank 0's value;
+//     reduce_scatter exchanges the chunks with MPI_Alltoall and sums rank r's chunk the same way.
+//     Every rank does the same arithmetic, so the result is bit-identical on every rank and to a
+//     sequential sum. Max/Min and integer sums are exact in any order and use MPI's reductions.
+//   Counts: MPI 4.1 counts and displacements are int. all_reduce, broadcast and point-to-point
+//     messages above INT_MAX elements are sent in chunks; the gathers, scatters and all-to-alls
+//     reject them with an error naming the collective.
+// Errors: the communicator uses MPI_ERRORS_RETURN and every call is checked (STRATA_MPI_CHECK):
+// an MPI error throws strata::Error (kind Comm) with the call and MPI's error string.
+// Every collective is recorded on the watchdog (parallel/watchdog.h) while it runs.
+// Reference: MPI 3.1 §5 (collectives), §6.4 (MPI_Comm_split); torch.distributed MPI backend.
+#include "parallel/mpi_communicator.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "parallel/distributed.h"
+#include "parallel/watchdog.h"
+
+#if STRATA_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace strata {
+
+#if !STRATA_WITH_MPI
+
+std::shared_ptr<Communicator> make_mpi_world_communicator() {
+  STRATA_THROW_KIND(ErrorKind::Comm, "this strata was built without MPI (CMake STRATA_MPI=OFF or MPI not found); "
+                    "multi-rank runs need an MPI build");
+}
+
+#else
+
+namespace {
+
+[[noreturn]] void throw_mpi_error(const char* call, int code, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) length = 0;
+  detail::throw_error(ErrorKind::Comm, file, line,
+                      detail::concat(call, " failed: ", std::string(text, static_cast<size_t>(length)),
+                                     " (MPI error ", code, ")"));
+}
+
+#define STRATA_MPI_CHECK(expr)                                                   \
+  do {                                                                           \
+    const int strata_mpi_rc_ = (expr);                                           \
+    if (strata_mpi_rc_ != MPI_SUCCESS) [[unlikely]] {                            \
+      throw_mpi_error(#expr, strata_mpi_rc_, __FILE__, __LINE__);                \
+    }                                                                            \
+  } while (0)
+
+bool is_half(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F64: return MPI_DOUBLE;
+    case DType::F32: return MPI_FLOAT;
+    case DType::BF16:
+    case DType::F16: return MPI_UINT16_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::I32: return MPI_INT32_T;
+    case DType::U8: return MPI_UINT8_T;
+    case DType::Bool: return MPI_C_BOOL;
+  }
+  STRATA_INTERNAL_ASSERT(false, "unknown dtype");
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t, const char* collective) {
+  if (t == DType::Bool) {
+    STRATA_CHECK(op != ReduceOp::Avg, collective, ": avg of a bool tensor is undefined (use sum, max or min)");
+    return op == ReduceOp::Min ? MPI_LAND : MPI_LOR;
+  }
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+int to_int(int64_t n, const char* collective, const char* what) {
+  STRATA_CHECK(n >= 0 && n <= INT_MAX, collective, ": ", what, " ", n,
+               " exceeds INT_MAX (MPI counts are int); split the tensor into smaller pieces");
+  return static_cast<int>(n);
+}
+
+void check_host(const Tensor& t, const char* collective, const char* name) {
+  check_defined(t, collective, name);
+  STRATA_CHECK(t.device().is_cpu(), collective, ": ", name, " is on ", t.device().str(),
+               "; the MPI communicator carries host tensors (device tensors go through NCCL)");
+  check_contiguous(t, collective, name);
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* collective) {
+  STRATA_CHECK(a.dtype() == b.dtype(), collective, ": input is ", dtype_name(a.dtype()), ", output ",
+               dtype_name(b.dtype()));
+}
+
+char* bytes(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+// Divides every element by `size` in the tensor's dtype (f32 for the f32 stand-in of 16-bit types).
+void divide_in_place(Tensor& t, int size) {
+  dispatch_all(t.dtype(), "avg", [&](auto tag) {
+    STRATA_SCALAR(tag);
+    scalar_t* p = t.data<scalar_t>();
+    const int64_t n = t.numel();
+    if constexpr (std::is_same_v<scalar_t, bool> || std::is_same_v<scalar_t, bfloat16> ||
+                  std::is_same_v<scalar_t, float16>) {
+      STRATA_INTERNAL_ASSERT(false, "avg divides f64/f32/integer buffers only");
+    } else {
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(p[i] / static_cast<scalar_t>(size));
+    }
+  });
+}
+
+// Rank-ordered sums: out[i] = ((x_0[i] + x_1[i]) + x_2[i]) + … over `parts` blocks of `m` values
+// laid out block after block in `gathered`; Avg divides the sum by `parts`.
+template <typename Acc>
+void ordered_sum(const Acc* gathered, int parts, int64_t m, Acc* out, bool average) {
+  for (int64_t i = 0; i < m; ++i) {
+    Acc s = gathered[i];
+    for (int r = 1; r < parts; ++r) s += gathered[static_cast<int64_t>(r) * m + i];
+    out[i] = average ? static_cast<Acc>(s / static_cast<Acc>(parts)) : s;
+  }
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    STRATA_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    STRATA_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  }
+  ~MpiCommunicator() override {
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  const char* backend() const override { return "mpi"; }
+  DeviceType device_type() const override { return DeviceType::CPU; }
+
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    CollectiveScope scope("all_reduce", label_);
+    check_host(t, "all_reduce", "t");
+    const MPI_Op mop = mpi_op(op, t.dtype(), "all_reduce");
+    if (t.numel() == 0) return;
+    const bool average = op == ReduceOp::Avg;
+    if (is_half(t.dtype())) {
+      Tensor acc = t.to(DType::F32);
+      reduce_floats(acc, op, mop);
+      t.copy_(acc);
+      return;
+    }
+    if (deterministic_ && is_floating(t.dtype()) && (op == ReduceOp::Sum || average)) {
+      reduce_floats(t, op, mop);
+      return;
+    }
+    all_reduce_raw(t, mop);
+    if (average) divide_in_place(t, size_);
+  }
+
+  void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override {
+    CollectiveScope scope("reduce_scatter", label_);
+    check_host(input, "reduce_scatter", "input");
+    check_host(output, "reduce_scatter", "output");
+    check_same_dtype(input, output, "reduce_scatter");
+    STRATA_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input has ", input.numel(),
+                 " elements, expected size·output = ", size_, "·", output.numel());
+    const MPI_Op mop = mpi_op(op, input.dtype(), "reduce_scatter");
+    const int n = to_int(output.numel(), "reduce_scatter", "output count");
+    if (n == 0) return;
+    const bool average = op == ReduceOp::Avg;
+    const bool ordered = deterministic_ && is_floating(input.dtype()) && (op == ReduceOp::Sum || average);
+    if (is_half(input.dtype()) || ordered) {
+      Tensor in = is_half(input.dtype()) ? input.to(DType::F32) : input;
+      Tensor out = is_half(input.dtype()) ? Tensor::empty(output.shape(), DType::F32) : output;
+      if (ordered) {
+        Tensor chunks = Tensor::empty({in.numel()}, in.dtype());
+        STRATA_MPI_CHECK(MPI_Alltoall(in.data_ptr(), n, mpi_type(in.dtype()), chunks.data_ptr(), n,
+                                      mpi_type(in.dtype()), comm_));
+        if (in.dtype() == DType::F64) {
+          ordered_sum(chunks.data<double>(), size_, n, out.data<double>(), average);
+        } else {
+          ordered_sum(chunks.data<float>(), size_, n, out.data<float>(), average);
+        }
+      } else {
+        STRATA_MPI_CHECK(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, MPI_FLOAT, mop, comm_));
+        if (average) divide_in_place(out, size_);
+      }
+      if (out.data_ptr() != output.data_ptr()) output.copy_(out.view(output.shape()));
+      return;
+    }
+    STRATA_MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), n, mpi_type(input.dtype()), mop,
+                                              comm_));
+    if (average) divide_in_place(output, size_);
+  }
+
+  void all_gather(const Tensor& input, Tensor& output) override {
+    CollectiveScope scope("all_gather", label_);
+    check_host(input, "all_gather", "input");
+    check_host(output, "all_gather", "output");
+    check_same_dtype(input, output, "all_gather");
+    STRATA_CHECK(output.numel() == input.numel() * size_, "all_gather: output has ", output.numel(),
+                 " elements, expected size·input = ", size_, "·", input.numel());
+    const int n = to_int(input.numel(), "all_gather", "input count");
+    to_int(output.numel(), "all_gather", "output count");
+    if (n == 0) return;
+    const MPI_Datatype type = mpi_type(input.dtype());
+    // Megatron gathers into a buffer whose rank-th chunk is the input: MPI_IN_PLACE.
+    const bool inplace = in_place(input, output, static_cast<int64_t>(rank_) * n);
+    Tensor staged = inplace ? Tensor() : unaliased(input, output);
+    STRATA_MPI_CHECK(MPI_Allgather(inplace ? MPI_IN_PLACE : staged.data_ptr(), n, type, output.data_ptr(), n, type,
+                                   comm_));
+  }
+
+  void all_gather_v(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) override {
+    CollectiveScope scope("all_gather_v", label_);
+    check_host(input, "all_gather_v", "input");
+    check_host(output, "all_gather_v", "output");
+    check_same_dtype(input, output, "all_gather_v");
+    STRATA_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for ", size_,
+                 " ranks");
+    STRATA_CHECK(counts[rank_] == input.numel(), "all_gather_v: counts[", rank_, "] = ", counts[rank_],
+                 " but this rank's input has ", input.numel(), " elements");
+    std::vector<int> recv_counts(size_), displs(size_);
+    int64_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      STRATA_CHECK(counts[r] >= 0, "all_gather_v: counts[", r, "] = ", counts[r], " is negative");
+      recv_counts[r] = to_int(counts[r], "all_gather_v", "count");
+      displs[r] = to_int(total, "all_gather_v", "displacement");
+      total += counts[r];
+    }
+    STRATA_CHECK(output.numel() == total, "all_gather_v: output has ", output.numel(), " elements, counts sum to ",
+                 total);
+    const MPI_Datatype type = mpi_type(input.dtype());
+    Tensor staged = unaliased(input, output);
+    STRATA_MPI_CHECK(MPI_Allgatherv(staged.data_ptr(), recv_counts[rank_], type, output.data_ptr(), recv_counts.data(),
+                                    displs.data(), type, comm_));
+  }
+
+  void all_to_all(const Tensor& input, Tensor& output) override {
+    CollectiveScope scope("all_to_all", label_);
+    check_host(input, "all_to_all", "input");
+    check_host(output, "all_to_all", "output");
+    check_same_dtype(input, output, "all_to_all");
+    STRATA_CHECK(input.numel() % size_ == 0, "all_to_all: input has ", input.numel(),
+                 " elements, not divisible by the group size ", size_);
+    STRATA_CHECK(output.numel() == input.numel(), "all_to_all: output has ", output.numel(), " elements, input ",
+                 input.numel());
+    const int n = to_int(input.numel() / size_, "all_to_all", "chunk count");
+    to_int(input.numel(), "all_to_all", "input count");
+    if (n == 0) return;
+    const MPI_Datatype type = mpi_type(input.dtype());
+    Tensor staged = unaliased(input, output);
+    STRATA_MPI_CHECK(MPI_Alltoall(staged.data_ptr(), n, type, output.data_ptr(), n, type, comm_));
+  }
+
+  void all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, Tensor& output,
+                    const std::vector<int64_t>& recv_counts) override {
+    CollectiveScope scope("all_to_all_v", label_);
+    check_host(input, "all_to_all_v", "input");
+    check_host(output, "all_to_all_v", "output");
+    check_same_dtype(input, output, "all_to_all_v");
+    STRATA_CHECK(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,
+                 "all_to_all_v: ", send_counts.size(), " send counts and ", recv_counts.size(), " receive counts for ",
+                 size_, " ranks");
+    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+    int64_t send_total = 0, recv_total = 0;
+    for (int r = 0; r < size_; ++r) {
+      STRATA_CHECK(send_counts[r] >= 0 && recv_counts[r] >= 0, "all_to_all_v: negative count for rank ", r);
+      sc[r] = to_int(send_counts[r], "all_to_all_v", "send count");
+      rc[r] = to_int(recv_counts[r], "all_to_all_v", "receive count");
+      sd[r] = to_int(send_total, "all_to_all_v", "send displacement");
+      rd[r] = to_int(recv_total, "all_to_all_v", "receive displacement");
+      send_total += send_counts[r];
+      recv_total += recv_counts[r];
+    }
+    STRATA_CHECK(send_total <= input.numel(), "all_to_all_v: send counts sum to ", send_total, " but input has ",
+                 input.numel(), " elements");
+    STRATA_CHECK(recv_total <= output.numel(), "all_to_all_v: receive counts sum to ", recv_total,
+                 " but output has ", output.numel(), " elements");
+    const MPI_Datatype type = mpi_type(input.dtype());
+    Tensor staged = unaliased(input, output);
+    STRATA_MPI_CHECK(MPI_Alltoallv(staged.data_ptr(), sc.data(), sd.data(), type, output.data_ptr(), rc.data(),
+                                   rd.data(), type, comm_));
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    CollectiveScope scope("broadcast", label_);
+    check_host(t, "broadcast", "t");
+    STRATA_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside a group of ", size_, " ranks");
+    for_chunks(t, [&](char* p, int count, MPI_Datatype type) {
+      STRATA_MPI_CHECK(MPI_Bcast(p, count, type, root, comm_));
+    });
+  }
+
+  void batch_send_recv(std::vector<PointToPoint>& ops) override {
+    CollectiveScope scope("batch_send_recv", label_);
+    int* tag_ub_ptr = nullptr;
+    int has_tag_ub = 0;
+    STRATA_MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub_ptr, &has_tag_ub));
+    const int tag_ub = has_tag_ub ? *tag_ub_ptr : 32767;
+    for (const PointToPoint& op : ops) {
+      const char* name = op.kind == PointToPoint::Kind::Send ? "send tensor" : "receive tensor";
+      check_host(op.tensor, "batch_send_recv", name);
+      STRATA_CHECK(op.peer >= 0 && op.peer < size_, "batch_send_recv: peer ", op.peer, " outside a group of ",
+                   size_, " ranks");
+      STRATA_CHECK(op.tag >= 0 && op.tag <= tag_ub, "batch_send_recv: tag ", op.tag, " outside [0, ", tag_ub, "]");
+      to_int(op.tensor.numel(), "batch_send_recv", "message count");
+    }
+    std::vector<MPI_Request> requests;
+    requests.reserve(ops.size());
+    for (const PointToPoint& op : ops) {
+      if (op.tensor.numel() == 0) continue;
+      const int n = static_cast<int>(op.tensor.numel());
+      requests.emplace_back();
+      if (op.kind == PointToPoint::Kind::Send) {
+        STRATA_MPI_CHECK(MPI_Isend(op.tensor.data_ptr(), n, mpi_type(op.tensor.dtype()), op.peer, op.tag, comm_,
+                                   &requests.back()));
+      } else {
+        STRATA_MPI_CHECK(MPI_Irecv(op.tensor.data_ptr(), n, mpi_type(op.tensor.dtype()), op.peer, op.tag, comm_,
+                                   &requests.back()));
+      }
+    }
+    if (!requests.empty()) {
+      STRATA_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+    }
+  }
+
+  void barrier() override {
+    CollectiveScope scope("barrier", label_);
+    STRATA_MPI_CHECK(MPI_Barrier(comm_));
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    CollectiveScope scope("split", label_);
+    MPI_Comm sub = MPI_COMM_NULL;
+    STRATA_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub));
+    if (sub == MPI_COMM_NULL) return nullptr;
+    auto c = std::make_shared<MpiCommunicator>(sub);
+    c->set_deterministic(deterministic_);
+    c->set_label(label_ + "/split");
+    return c;
+  }
+
+ private:
+  // MPI_Allreduce in place, in chunks of at most INT_MAX elements.
+  void all_reduce_raw(Tensor& t, MPI_Op op) {
+    for_chunks(t, [&](char* p, int count, MPI_Datatype type) {
+      STRATA_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, count, type, op, comm_));
+    });
+  }
+
+  // f64/f32 tensor (the f32 stand-in for 16-bit types): MPI's reduction, or in deterministic
+  // mode (Sum/Avg) the rank-ordered sum of the gathered values.
+  void reduce_floats(Tensor& t, ReduceOp op, MPI_Op mop) {
+    const bool average = op == ReduceOp::Avg;
+    if (!(deterministic_ && (op == ReduceOp::Sum || average))) {
+      all_reduce_raw(t, mop);
+      if (average) divide_in_place(t, size_);
+      return;
+    }
+    if (t.dtype() == DType::F64) {
+      ordered_all_reduce(t.data<double>(), t.numel(), MPI_DOUBLE, average);
+    } else {
+      ordered_all_reduce(t.data<float>(), t.numel(), MPI_FLOAT, average);
+    }
+  }
+
+  template <typename Acc>
+  void ordered_all_reduce(Acc* data, int64_t n, MPI_Datatype type, bool average) {
+    constexpr int64_t kGatheredElements = int64_t{1} << 24;
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kGatheredElements / size_, INT_MAX));
+    std::vector<Acc> gathered(static_cast<size_t>(std::min(chunk, n) * size_));
+    for (int64_t off = 0; off < n; off += chunk) {
+      const int64_t m = std::min(chunk, n - off);
+      STRATA_MPI_CHECK(MPI_Allgather(data + off, static_cast<int>(m), type, gathered.data(), static_cast<int>(m), type,
+                                     comm_));
+      ordered_sum(gathered.data(), size_, m, data + off, average);
+    }
+  }
+
+  // Calls f(pointer, count, type) over chunks of at most INT_MAX elements.
+  template <typename F>
+  void for_chunks(const Tensor& t, F&& f) {
+    const MPI_Datatype type = mpi_type(t.dtype());
+    const int64_t n = t.numel();
+    const size_t es = t.element_size();
+    for (int64_t off = 0; off < n; off += INT_MAX) {
+      f(bytes(t) + off * es, static_cast<int>(std::min<int64_t>(INT_MAX, n - off)), type);
+    }
+  }
+
+  // True when input is exactly output's elements [offset, offset + input.numel()).
+  static bool in_place(const Tensor& input, const Tensor& output, int64_t offset) {
+    return input.storage() == output.storage() &&
+           bytes(input) == bytes(output) + offset * static_cast<int64_t>(output.element_size());
+  }
+
+  // MPI forbids overlapping send and receive buffers: a copy of input when it shares storage with
+  // output, else input itself.
+  static Tensor unaliased(const Tensor& input, const Tensor& output) {
+    if (input.storage() != output.storage() || input.numel() == 0 || output.numel() == 0) return input;
+    const char* a = bytes(input);
+    const char* b = bytes(output);
+    const bool overlap = a < b + output.nbytes() && b < a + input.nbytes();
+    return overlap ? input.clone() : input;
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int size_ = 1;
+  int rank_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_mpi_world_communicator() {
+  STRATA_CHECK_KIND(ErrorKind::Comm, mpi_initialized(),
+                    "the MPI communicator needs MPI initialised (init_distributed under mpirun/srun)");
+  MPI_Comm world = MPI_COMM_NULL;
+  STRATA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+  STRATA_MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
+  return std::make_shared<MpiCommunicator>(world);
+}
+
+#endif  // STRATA_WITH_MPI
+
+}  // namespace strata
