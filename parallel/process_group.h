@@ -74,6 +74,11 @@ struct ParallelGroups {
   ProcessGroup expert_tp = ProcessGroup::single("expert_tp");
   ProcessGroup expert_dp = ProcessGroup::single("expert_dp");
   ProcessGroup tp_ep = ProcessGroup::single("tp_ep");          // expert-TP × EP (MoE token exchange)
+  // Ranks off the first and last pipeline stage belong to no embedding group (and ranks off the
+  // first stage to no position-embedding group): their `embedding` / `position_embedding` is then
+  // a group of this rank alone, never used, and these flags are false.
+  bool in_embedding_group = true;
+  bool in_position_embedding_group = true;
   static ParallelGroups single_process() { return ParallelGroups{}; }
 };
 

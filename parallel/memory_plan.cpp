@@ -1,0 +1,186 @@
+// Parameter counts, memory estimate and pipeline bubble of a layout (parallel/memory_plan.h).
+// Reference: megatron/training/theoretical_memory_usage.py; Korthikanti et al. 2022 (activation
+// memory); Megatron-Core tensor_parallel/layers.py (which tensors are split over tp).
+#include "parallel/memory_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace strata {
+
+ParameterCount operator*(int64_t n, const ParameterCount& c) {
+  return {n * c.sharded, n * c.replicated};
+}
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A norm over `n` features: weight, and bias for LayerNorm (replicated over tp).
+int64_t norm_params(const ModelConfig& m, int64_t n) {
+  return m.normalization == Normalization::LayerNorm ? 2 * n : n;
+}
+}  // namespace
+
+GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp) {
+  STRATA_INTERNAL_ASSERT(m.vocab_size.has_value(), "gpt_parameter_counts needs model.vocab_size");
+  STRATA_INTERNAL_ASSERT(tp > 0, "tp must be positive");
+  const int64_t h = m.hidden_size, a = m.num_attention_heads, g = m.query_groups(), d = m.head_dim(), ffn = m.ffn();
+  GptParameterCounts c;
+  c.padded_vocab = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, tp);
+  c.word_embeddings.sharded = c.padded_vocab / tp * h;
+  if (m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute)
+    c.position_embeddings.replicated = m.max_positions() * h;
+
+  ParameterCount& L = c.layer;
+  // self_attention.linear_qkv (column-parallel) with its fused input layer norm
+  const int64_t qkv = d * (a + 2 * g);
+  L.replicated += norm_params(m, h);
+  L.sharded += qkv / tp * h + ((m.add_bias_linear || m.add_qkv_bias) ? qkv / tp : 0);
+  if (m.qk_layernorm) L.replicated += 2 * norm_params(m, d);
+  // self_attention.linear_proj (row-parallel): weight split along its input, bias whole
+  L.sharded += h * (d * a / tp);
+  if (m.add_bias_linear) L.replicated += h;
+  // mlp.linear_fc1 (column-parallel; gate and up with SwiGLU) with its fused layer norm
+  const int64_t fc1 = m.swiglu ? 2 * ffn : ffn;
+  L.replicated += norm_params(m, h);
+  L.sharded += fc1 / tp * h + (m.add_bias_linear ? fc1 / tp : 0);
+  // mlp.linear_fc2 (row-parallel)
+  L.sharded += h * (ffn / tp);
+  if (m.add_bias_linear) L.replicated += h;
+
+  c.final_norm.replicated = norm_params(m, h);
+  c.output_layer.sharded = c.padded_vocab / tp * h;  // untied, or the tied copy on the last stage
+  return c;
+}
+
+int64_t gpt_total_parameters(const ModelConfig& m) {
+  const GptParameterCounts c = gpt_parameter_counts(m, 1);
+  ParameterCount total = c.word_embeddings;
+  total += c.position_embeddings;
+  total += m.num_layers * c.layer;
+  total += c.final_norm;
+  if (m.untie_embeddings_and_output_weights) total += c.output_layer;
+  return total.total();
+}
+
+std::vector<std::vector<LayerRange>> pipeline_layer_ranges(const ParallelConfig& p, int64_t num_layers) {
+  const std::vector<int64_t> per_stage = layers_per_pipeline_stage(p, num_layers);
+  const int64_t pp = static_cast<int64_t>(per_stage.size());
+  const int64_t vpp = p.virtual_pipeline_model_parallel_size.value_or(1);
+  // Layers per chunk of each stage, and the layers of one full round over the stages.
+  std::vector<int64_t> per_chunk(pp), before(pp, 0);
+  for (int64_t i = 0; i < pp; ++i) {
+    per_chunk[i] = per_stage[i] / vpp;
+    if (i > 0) before[i] = before[i - 1] + per_chunk[i - 1];
+  }
+  const int64_t round = num_layers / vpp;
+  std::vector<std::vector<LayerRange>> out(pp);
+  for (int64_t i = 0; i < pp; ++i)
+    for (int64_t v = 0; v < vpp; ++v) out[i].push_back({v * round + before[i], per_chunk[i]});
+  return out;
+}
+
+ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
+                                 int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab) {
+  const int64_t s = m.seq_length / cp, b = micro_batch_size, h = m.hidden_size, a = m.num_attention_heads;
+  const int64_t e = element_bytes, sbh = s * b * h;
+  ActivationSizes out;
+  // Not split by tp (layer-norm inputs, the inputs of linear_qkv and linear_fc1, two dropout
+  // masks): (4e + 2)·sbh, split along the sequence by sp. Split by tp: 12e·sbh and the attention
+  // scores, softmax output, dropout mask and output, (2e + 1)·a·s²·b.
+  const int64_t unsplit = (4 * e + 2) * sbh, split = 12 * e * sbh + (2 * e + 1) * a * s * s * b;
+  out.per_layer = (sequence_parallel ? unsplit / tp : unsplit) + split / tp;
+  out.per_layer_recompute = sequence_parallel ? e * sbh / tp : e * sbh;
+  out.output_layer = 4 * s * b * (h + padded_vocab) / tp;
+  return out;
+}
+
+int64_t in_flight_micro_batches(int64_t stage, int64_t pp, int64_t vpp, int64_t num_micro_batches) {
+  STRATA_INTERNAL_ASSERT(stage >= 0 && stage < pp && vpp >= 1 && num_micro_batches >= 1, "bad in-flight query");
+  if (vpp == 1) return std::min(num_micro_batches, pp - stage);
+  return std::min(num_micro_batches * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1);
+}
+
+const StagePlan& LayoutPlan::peak_stage(bool recompute) const {
+  STRATA_INTERNAL_ASSERT(!stages.empty(), "a plan without stages");
+  const StagePlan* best = &stages.front();
+  for (const auto& s : stages) {
+    const int64_t t = recompute ? s.memory.total_recompute() : s.memory.total();
+    if (t > (recompute ? best->memory.total_recompute() : best->memory.total())) best = &s;
+  }
+  return *best;
+}
+
+LayoutPlan plan_layout(const StrataConfig& cfg) {
+  const ModelConfig& m = cfg.model;
+  const ParallelConfig& p = cfg.parallel;
+  STRATA_INTERNAL_ASSERT(p.world_size.has_value() && cfg.training.global_batch_size.has_value(),
+                         "plan_layout needs a validated config");
+  STRATA_CHECK(m.vocab_size.has_value(), "model.vocab_size: needed to plan (set it, or use a tokenizer that gives it)");
+  LayoutPlan plan;
+  plan.world_size = *p.world_size;
+  plan.tp = p.tensor_model_parallel_size;
+  plan.cp = p.context_parallel_size;
+  plan.ep = p.expert_model_parallel_size;
+  plan.etp = p.expert_tensor_parallel_size.value_or(plan.tp);
+  plan.pp = p.pipeline_model_parallel_size;
+  plan.vpp = p.virtual_pipeline_model_parallel_size.value_or(1);
+  plan.dp = cfg.data_parallel_size();
+  plan.sequence_parallel = p.sequence_parallel;
+  plan.distributed_optimizer = p.use_distributed_optimizer;
+  plan.bf16 = cfg.training.precision == Precision::Bf16;
+  plan.micro_batch_size = cfg.training.micro_batch_size;
+  plan.global_batch_size = *cfg.training.global_batch_size;
+  plan.num_micro_batches = cfg.num_micro_batches();
+  plan.model_parameters = gpt_total_parameters(m);
+  plan.bubble_fraction = static_cast<double>(plan.pp - 1) / static_cast<double>(plan.vpp * plan.num_micro_batches);
+
+  const GptParameterCounts counts = gpt_parameter_counts(m, plan.tp);
+  plan.padded_vocab = counts.padded_vocab;
+  const int64_t e = plan.bf16 ? 2 : 4;
+  plan.activations = activation_sizes(m, plan.tp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e,
+                                      counts.padded_vocab);
+  const int64_t optimizer_shards = plan.distributed_optimizer ? plan.dp * plan.cp : 1;
+  const bool tied = !m.untie_embeddings_and_output_weights;
+  const auto ranges = pipeline_layer_ranges(p, m.num_layers);
+
+  for (int64_t i = 0; i < plan.pp; ++i) {
+    StagePlan st;
+    st.stage = i;
+    st.chunks = ranges[i];
+    st.has_embedding = i == 0;
+    st.has_output_layer = i == plan.pp - 1;
+    int64_t layers = 0;
+    for (const auto& c : st.chunks) layers += c.count;
+    st.parameters = layers * counts.layer;
+    if (st.has_embedding) {
+      st.parameters += counts.word_embeddings;
+      st.parameters += counts.position_embeddings;
+    }
+    if (st.has_output_layer) {
+      st.parameters += counts.final_norm;
+      if (!tied || plan.pp > 1) st.parameters += counts.output_layer;
+    }
+    const int64_t n = st.parameters.total();
+    st.memory.weights = n * e;
+    st.memory.main_params = plan.bf16 ? 4 * ceil_div(n, optimizer_shards) : 0;
+    st.memory.grads = 4 * n;
+    st.memory.optimizer = 8 * ceil_div(n, optimizer_shards);
+
+    st.in_flight = in_flight_micro_batches(i, plan.pp, plan.vpp, plan.num_micro_batches);
+    const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk
+    st.memory.activations = st.in_flight * layers_per_unit * plan.activations.per_layer;
+    // Full recompute: every held layer input, plus one layer's activations while it is recomputed.
+    st.memory.activations_recompute =
+        st.in_flight * layers_per_unit * plan.activations.per_layer_recompute + (layers > 0 ? plan.activations.per_layer : 0);
+    if (st.has_output_layer) {
+      st.memory.activations += plan.activations.output_layer;
+      st.memory.activations_recompute += plan.activations.output_layer;
+    }
+    plan.stages.push_back(std::move(st));
+  }
+  return plan;
+}
+
+}  // namespace strata

@@ -1,0 +1,125 @@
+// Layout planning without running: the layers of each pipeline stage (and virtual chunk), the
+// parameters one rank holds, a memory estimate per rank (weights, f32 main params, f32 grads, Adam
+// state, activations with and without full recompute) and the pipeline bubble — what
+// `strata plan` prints (apps/strata/cmd_plan.cpp). Pure arithmetic on a validated config: nothing
+// is allocated, so a 1024-rank layout is planned instantly.
+// Counting rules (Megatron-Core GPT under tensor parallelism):
+//   sharded over tp    word embeddings and output layer [padded_vocab/tp, h] (vocab padded to a
+//                      multiple of make_vocab_size_divisible_by·tp), linear_qkv and linear_fc1
+//                      (column-parallel: weight and bias), linear_proj and linear_fc2 weights
+//                      (row-parallel);
+//   replicated         layer norms (also q/k layernorm), row-parallel biases, learned position
+//                      embeddings.
+//   pipeline           embeddings on the first stage; final norm and output layer on the last;
+//                      with tied embeddings and pp > 1 the last stage holds its own copy of the
+//                      word embeddings as the output weight (Megatron's shared embedding).
+// Activations (bytes per layer per micro-batch; Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models", eq. 1–4 with e = bytes per activation element,
+// 1-byte dropout masks; e = 2 gives sbh(34 + 5as/h), and /t with sequence parallelism):
+//   sbh·((4e + 2)/(sp ? t : 1) + 12e/t) + a·s²·b·(2e + 1)/t,   s = seq_length/cp per rank;
+//   full recompute keeps only each layer's input: e·sbh (/t with sp), plus, at the peak, one
+//   layer's full activations while its forward is recomputed in backward.
+// The last stage adds the output layer's input and f32 logits, 4·s·b·(h + v)/t (paper §4.3).
+// In flight (micro-batches whose activations a stage holds at its peak): 1F1B stage i holds
+// min(m, pp − i); interleaved holds min(m·vpp, 2(pp − i − 1) + (vpp − 1)·pp + 1) model chunks
+// (Megatron's warmup count + 1). Bubble fraction (pp − 1)/(vpp·m).
+// Reference: megatron/training/theoretical_memory_usage.py, megatron/core/transformer/
+// transformer_block.py (get_num_layers_to_build, get_transformer_layer_offset),
+// megatron/core/pipeline_parallel/schedules.py (warmup micro-batches), Narayanan et al. 2021 (bubble).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "models/model_config.h"
+#include "parallel/parallel_config.h"
+#include "training/config.h"
+
+namespace strata {
+
+// Parameters one rank holds, split by how tensor parallelism treats them.
+struct ParameterCount {
+  int64_t sharded = 0;     // this tp rank's shard of tensors split over tp
+  int64_t replicated = 0;  // tensors every tp rank holds whole
+  int64_t total() const { return sharded + replicated; }
+  ParameterCount& operator+=(const ParameterCount& o) {
+    sharded += o.sharded;
+    replicated += o.replicated;
+    return *this;
+  }
+};
+ParameterCount operator*(int64_t n, const ParameterCount& c);
+
+// The GPT model's pieces as one tp rank holds them (model finalized, vocab_size set).
+struct GptParameterCounts {
+  int64_t padded_vocab = 0;          // padded to make_vocab_size_divisible_by·tp
+  ParameterCount word_embeddings;    // first stage
+  ParameterCount position_embeddings;  // first stage (learned_absolute only)
+  ParameterCount layer;              // one transformer layer
+  ParameterCount final_norm;         // last stage
+  ParameterCount output_layer;       // last stage: untied, or the tied copy when pp > 1
+};
+GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp);
+
+// The whole model's parameter count on one rank (tp = pp = 1): what GPTModel allocates.
+int64_t gpt_total_parameters(const ModelConfig& m);
+
+// Layers of one model chunk: global layer indices [first, first + count).
+struct LayerRange {
+  int64_t first = 0, count = 0;
+};
+// [stage][virtual chunk] → its layers: Megatron's get_transformer_layer_offset — chunk v of
+// stage i starts at v·(num_layers/vpp) + the layers per chunk of the stages before i.
+std::vector<std::vector<LayerRange>> pipeline_layer_ranges(const ParallelConfig& p, int64_t num_layers);
+
+// Activation bytes of one transformer layer for one micro-batch on one rank.
+struct ActivationSizes {
+  int64_t per_layer = 0;            // everything a layer's backward reads
+  int64_t per_layer_recompute = 0;  // full recompute: the layer input only
+  int64_t output_layer = 0;         // last stage: output-layer input + f32 logits
+};
+// e: activation element bytes (2 for bf16, 4 for f32); s = seq_length/cp; b = micro_batch_size.
+ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
+                                 int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab);
+
+// Micro-batches (1F1B) or model chunks (interleaved) whose activations stage `stage` holds at its peak.
+int64_t in_flight_micro_batches(int64_t stage, int64_t pp, int64_t vpp, int64_t num_micro_batches);
+
+// Bytes on one rank.
+struct MemoryEstimate {
+  int64_t weights = 0;      // parameters at the compute dtype
+  int64_t main_params = 0;  // f32 master copy (bf16 only); /dp·cp with the distributed optimizer
+  int64_t grads = 0;        // f32 main grads
+  int64_t optimizer = 0;    // Adam m and v, f32; /dp·cp with the distributed optimizer
+  int64_t activations = 0;            // in-flight micro-batches, no recompute
+  int64_t activations_recompute = 0;  // in-flight micro-batches, full recompute
+  int64_t static_bytes() const { return weights + main_params + grads + optimizer; }
+  int64_t total() const { return static_bytes() + activations; }
+  int64_t total_recompute() const { return static_bytes() + activations_recompute; }
+};
+
+struct StagePlan {
+  int64_t stage = 0;
+  std::vector<LayerRange> chunks;  // one per virtual stage (one without interleaving)
+  bool has_embedding = false, has_output_layer = false;
+  ParameterCount parameters;       // on each rank of this stage
+  int64_t in_flight = 0;           // micro-batches (or model chunks with vpp) held at the peak
+  MemoryEstimate memory;
+};
+
+struct LayoutPlan {
+  int64_t world_size = 0, tp = 1, cp = 1, ep = 1, etp = 1, dp = 1, pp = 1, vpp = 1;
+  bool sequence_parallel = false, distributed_optimizer = false, bf16 = false;
+  int64_t num_micro_batches = 1, micro_batch_size = 1, global_batch_size = 1;
+  int64_t model_parameters = 0;  // the unsharded model (tp = pp = 1)
+  int64_t padded_vocab = 0;      // at this tp
+  ActivationSizes activations;
+  double bubble_fraction = 0;
+  std::vector<StagePlan> stages;
+  // The stage with the largest total (ties: the first): what a rank must fit.
+  const StagePlan& peak_stage(bool recompute) const;
+};
+
+// From a validated config whose model.vocab_size is set (the tokenizer's when it was null).
+LayoutPlan plan_layout(const StrataConfig& cfg);
+
+}  // namespace strata

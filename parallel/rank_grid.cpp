@@ -1,0 +1,237 @@
+// Megatron's rank grid and the ParallelGroups built from it (parallel/rank_grid.h).
+// Reference: megatron/core/parallel_state.py (generate_masked_orthogonal_rank_groups,
+// RankGenerator.get_ranks, default_embedding_ranks, initialize_model_parallel).
+#include "parallel/rank_grid.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace strata {
+
+std::vector<std::vector<int>> masked_orthogonal_rank_groups(int world_size, const std::vector<int>& sizes,
+                                                            const std::vector<bool>& mask) {
+  STRATA_INTERNAL_ASSERT(sizes.size() == mask.size(), "one mask entry per grid dimension");
+  // Stride of dimension i in the global rank: the product of the sizes before it.
+  std::vector<int> masked_shape, masked_stride, unmasked_shape, unmasked_stride;
+  int64_t stride = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    STRATA_INTERNAL_ASSERT(sizes[i] > 0, "grid dimension ", i, " has size ", sizes[i]);
+    (mask[i] ? masked_shape : unmasked_shape).push_back(sizes[i]);
+    (mask[i] ? masked_stride : unmasked_stride).push_back(static_cast<int>(stride));
+    stride *= sizes[i];
+  }
+  STRATA_INTERNAL_ASSERT(stride == world_size, "grid sizes multiply to ", stride, ", not the world size ", world_size);
+  int group_size = 1;
+  for (int s : masked_shape) group_size *= s;
+  const int num_groups = world_size / group_size;
+
+  // index = Σ idx[i]·prefix_product[i] decomposed, then re-composed with the global strides.
+  auto compose = [](int index, const std::vector<int>& shape, const std::vector<int>& strides) {
+    int rank = 0;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      rank += (index % shape[i]) * strides[i];
+      index /= shape[i];
+    }
+    return rank;
+  };
+  std::vector<std::vector<int>> groups(num_groups, std::vector<int>(group_size));
+  for (int g = 0; g < num_groups; ++g) {
+    const int base = compose(g, unmasked_shape, unmasked_stride);
+    for (int r = 0; r < group_size; ++r) groups[g][r] = base + compose(r, masked_shape, masked_stride);
+  }
+  return groups;
+}
+
+const char* group_kind_name(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::Tp: return "tp";
+    case GroupKind::Cp: return "cp";
+    case GroupKind::Dp: return "dp";
+    case GroupKind::DpCp: return "dp_cp";
+    case GroupKind::TpCp: return "tp_cp";
+    case GroupKind::Pp: return "pp";
+    case GroupKind::Mp: return "mp";
+    case GroupKind::Embedding: return "embedding";
+    case GroupKind::PositionEmbedding: return "position_embedding";
+    case GroupKind::Ep: return "ep";
+    case GroupKind::ExpertTp: return "expert_tp";
+    case GroupKind::ExpertDp: return "expert_dp";
+    case GroupKind::TpEp: return "tp_ep";
+  }
+  return "?";
+}
+
+const std::array<GroupKind, kNumGroupKinds>& group_build_order() {
+  static const std::array<GroupKind, kNumGroupKinds> order = {
+      GroupKind::DpCp, GroupKind::Dp,        GroupKind::Cp,        GroupKind::Mp,
+      GroupKind::Tp,   GroupKind::Pp,        GroupKind::Embedding, GroupKind::PositionEmbedding,
+      GroupKind::TpCp, GroupKind::Ep,        GroupKind::ExpertTp,  GroupKind::TpEp,
+      GroupKind::ExpertDp};
+  return order;
+}
+
+RankGrid::RankGrid(int world_size, int tp, int cp, int pp, int ep, std::optional<int> etp)
+    : world_(world_size), tp_(tp), cp_(cp), pp_(pp), ep_(ep), etp_(etp.value_or(tp)) {
+  STRATA_CHECK(world_ > 0 && tp_ > 0 && cp_ > 0 && pp_ > 0 && ep_ > 0 && etp_ > 0,
+               "rank grid: sizes must be positive (world ", world_, ", tp ", tp_, ", cp ", cp_, ", pp ", pp_, ", ep ",
+               ep_, ", etp ", etp_, ")");
+  STRATA_CHECK(world_ % (tp_ * cp_ * pp_) == 0, "rank grid: world size ", world_, " is not divisible by tp (", tp_,
+               ") x cp (", cp_, ") x pp (", pp_, ")");
+  STRATA_CHECK(world_ % (etp_ * ep_ * pp_) == 0, "rank grid: world size ", world_,
+               " is not divisible by expert tp (", etp_, ") x ep (", ep_, ") x pp (", pp_, ")");
+  dp_ = world_ / (tp_ * cp_ * pp_);
+  edp_ = world_ / (etp_ * ep_ * pp_);
+
+  // Decoder grid tp-cp-dp-pp (ep = 1 drops out), expert grid tp-ep-dp-pp.
+  const std::vector<int> dec{tp_, cp_, dp_, pp_}, exp{etp_, ep_, edp_, pp_};
+  auto dec_groups = [&](bool t, bool c, bool d, bool p) { return masked_orthogonal_rank_groups(world_, dec, {t, c, d, p}); };
+  auto exp_groups = [&](bool t, bool e, bool d, bool p) { return masked_orthogonal_rank_groups(world_, exp, {t, e, d, p}); };
+  groups_[index(GroupKind::Tp)] = dec_groups(true, false, false, false);
+  groups_[index(GroupKind::Cp)] = dec_groups(false, true, false, false);
+  groups_[index(GroupKind::Dp)] = dec_groups(false, false, true, false);
+  groups_[index(GroupKind::DpCp)] = dec_groups(false, true, true, false);
+  groups_[index(GroupKind::TpCp)] = dec_groups(true, true, false, false);
+  groups_[index(GroupKind::Pp)] = dec_groups(false, false, false, true);
+  groups_[index(GroupKind::Mp)] = dec_groups(true, false, false, true);
+  groups_[index(GroupKind::Ep)] = exp_groups(false, true, false, false);
+  groups_[index(GroupKind::ExpertTp)] = exp_groups(true, false, false, false);
+  groups_[index(GroupKind::ExpertDp)] = exp_groups(false, false, true, false);
+  groups_[index(GroupKind::TpEp)] = exp_groups(true, true, false, false);
+  STRATA_INTERNAL_ASSERT(exp_groups(false, false, false, true) == groups_[index(GroupKind::Pp)],
+                         "decoder and expert grids must share the pipeline groups");
+  for (const auto& pp_ranks : groups_[index(GroupKind::Pp)]) {
+    // default_embedding_ranks / default_position_embedding_ranks
+    groups_[index(GroupKind::Embedding)].push_back(
+        pp_ranks.size() == 1 ? std::vector<int>{pp_ranks.front()} : std::vector<int>{pp_ranks.front(), pp_ranks.back()});
+    groups_[index(GroupKind::PositionEmbedding)].push_back({pp_ranks.front()});
+  }
+
+  for (int k = 0; k < kNumGroupKinds; ++k) {
+    group_of_rank_[k].assign(world_, -1);
+    position_of_rank_[k].assign(world_, -1);
+    const auto& gs = groups_[k];
+    for (size_t g = 0; g < gs.size(); ++g)
+      for (size_t i = 0; i < gs[g].size(); ++i) {
+        const int r = gs[g][i];
+        STRATA_INTERNAL_ASSERT(r >= 0 && r < world_ && group_of_rank_[k][r] == -1, "rank ", r, " twice in ",
+                               group_kind_name(static_cast<GroupKind>(k)), " groups");
+        group_of_rank_[k][r] = static_cast<int>(g);
+        position_of_rank_[k][r] = static_cast<int>(i);
+      }
+  }
+}
+
+RankGrid RankGrid::from_config(const ParallelConfig& p) {
+  STRATA_INTERNAL_ASSERT(p.world_size.has_value(), "RankGrid::from_config before finalize_parallel_config()");
+  auto i = [](int64_t v) { return static_cast<int>(v); };
+  return RankGrid(i(*p.world_size), i(p.tensor_model_parallel_size), i(p.context_parallel_size),
+                  i(p.pipeline_model_parallel_size), i(p.expert_model_parallel_size),
+                  i(p.expert_tensor_parallel_size.value_or(p.tensor_model_parallel_size)));
+}
+
+void RankGrid::check_rank(int rank) const {
+  STRATA_CHECK(rank >= 0 && rank < world_, "rank grid: rank ", rank, " is outside the world of ", world_);
+}
+
+int RankGrid::group_index(GroupKind kind, int rank) const {
+  check_rank(rank);
+  return group_of_rank_[index(kind)][rank];
+}
+
+int RankGrid::position(GroupKind kind, int rank) const {
+  check_rank(rank);
+  return position_of_rank_[index(kind)][rank];
+}
+
+const std::vector<int>& RankGrid::group_of(GroupKind kind, int rank) const {
+  const int g = group_index(kind, rank);
+  STRATA_CHECK(g >= 0, "rank grid: rank ", rank, " is in no ", group_kind_name(kind), " group");
+  return groups_[index(kind)][g];
+}
+
+RankCoordinates RankGrid::coordinates(int rank) const {
+  check_rank(rank);
+  RankCoordinates c;
+  c.tp_rank = rank % tp_;
+  c.cp_rank = rank / tp_ % cp_;
+  c.dp_rank = rank / (tp_ * cp_) % dp_;
+  c.pp_rank = rank / (tp_ * cp_ * dp_);
+  c.expert_tp_rank = rank % etp_;
+  c.ep_rank = rank / etp_ % ep_;
+  c.expert_dp_rank = rank / (etp_ * ep_) % edp_;
+  return c;
+}
+
+namespace {
+
+ProcessGroup split_group(GroupKind kind, const RankGrid& grid, int rank, Communicator& host,
+                                     Communicator* device, bool& member) {
+  const int color = grid.group_index(kind, rank), key = grid.position(kind, rank);
+  std::shared_ptr<Communicator> h = host.split(color, key);
+  std::shared_ptr<Communicator> d = device ? device->split(color, key) : nullptr;
+  member = color >= 0;
+  if (!member) return ProcessGroup::single(group_kind_name(kind), rank);
+  STRATA_INTERNAL_ASSERT(h != nullptr, "split of the ", group_kind_name(kind), " group returned no communicator");
+  return ProcessGroup(group_kind_name(kind), grid.group_of(kind, rank), rank, std::move(h), std::move(d));
+}
+
+}  // namespace
+
+ParallelGroups build_parallel_groups(const ParallelConfig& p, std::shared_ptr<Communicator> world_host,
+                                     std::shared_ptr<Communicator> world_device) {
+  const RankGrid grid = RankGrid::from_config(p);
+  if (grid.world_size() == 1) return ParallelGroups::single_process();
+  STRATA_CHECK(world_host != nullptr, "build_parallel_groups: a world of ", grid.world_size(),
+               " ranks needs a host communicator");
+  STRATA_CHECK(world_host->size() == grid.world_size(), "build_parallel_groups: parallel.world_size is ",
+               grid.world_size(), " but the host communicator has ", world_host->size(), " ranks");
+  STRATA_CHECK(world_device == nullptr || world_device->size() == grid.world_size(),
+               "build_parallel_groups: the device communicator has ", world_device ? world_device->size() : 0,
+               " ranks, parallel.world_size is ", grid.world_size());
+  const int rank = world_host->rank();
+  STRATA_INTERNAL_ASSERT(world_device == nullptr || world_device->rank() == rank,
+                         "host and device world communicators disagree on this rank");
+
+  ParallelGroups out;
+  out.world_size = grid.world_size();
+  out.global_rank = rank;
+  std::vector<int> all(grid.world_size());
+  for (int r = 0; r < grid.world_size(); ++r) all[r] = r;
+  out.world = ProcessGroup("world", all, rank, world_host, world_device);
+
+  auto slot = [&](GroupKind k) -> ProcessGroup& {
+    switch (k) {
+      case GroupKind::Tp: return out.tp;
+      case GroupKind::Cp: return out.cp;
+      case GroupKind::Dp: return out.dp;
+      case GroupKind::DpCp: return out.dp_cp;
+      case GroupKind::TpCp: return out.tp_cp;
+      case GroupKind::Pp: return out.pp;
+      case GroupKind::Mp: return out.mp;
+      case GroupKind::Embedding: return out.embedding;
+      case GroupKind::PositionEmbedding: return out.position_embedding;
+      case GroupKind::Ep: return out.ep;
+      case GroupKind::ExpertTp: return out.expert_tp;
+      case GroupKind::ExpertDp: return out.expert_dp;
+      case GroupKind::TpEp: return out.tp_ep;
+    }
+    STRATA_INTERNAL_ASSERT(false, "unknown group kind");
+    return out.tp;
+  };
+  for (GroupKind k : group_build_order()) {
+    bool member = grid.group_index(k, rank) >= 0;
+    size_t largest = 0;
+    for (const auto& g : grid.groups(k)) largest = std::max(largest, g.size());
+    if (largest > 1)
+      slot(k) = split_group(k, grid, rank, *world_host, world_device.get(), member);
+    else
+      slot(k) = ProcessGroup::single(group_kind_name(k), rank);
+    if (k == GroupKind::Embedding) out.in_embedding_group = member;
+    if (k == GroupKind::PositionEmbedding) out.in_position_embedding_group = member;
+  }
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,236 @@
+// Layout planning (parallel/memory_plan.h): parameter counts against the real GPTModel, tp
+// sharding sums, the 12h² + 13h layer count, pipeline layer ranges (Megatron's interleaving
+// docstring, uneven stages), Korthikanti et al.'s activation formula on hand-computed numbers,
+// in-flight micro-batches, bubble fraction and the per-rank memory arithmetic.
+// Reference: Korthikanti et al. 2022 (eq. 1–4), megatron/core/parallel_state.py
+// (initialize_model_parallel docstring: virtual pipeline layer assignment).
+#include "models/gpt_model.h"
+#include "parallel/memory_plan.h"
+#include "test_helpers.h"
+
+namespace strata {
+namespace {
+
+int64_t model_parameter_count(const ModelConfig& m) {
+  GPTModelOptions o;
+  o.dtype = DType::F32;
+  GPTModel model(m, o);
+  int64_t n = 0;
+  for (Parameter* p : model.parameters()) n += p->value.numel();
+  return n;
+}
+
+ModelConfig small(std::function<void(ModelConfig&)> edit) {
+  ModelConfig m;
+  m.num_layers = 3;
+  m.hidden_size = 32;
+  m.num_attention_heads = 4;
+  m.vocab_size = 100;
+  m.make_vocab_size_divisible_by = 16;
+  m.seq_length = 16;
+  edit(m);
+  finalize_model_config(m);
+  return m;
+}
+
+std::vector<ModelConfig> model_variants() {
+  return {
+      small([](ModelConfig&) {}),  // LayerNorm, GeLU, learned positions, tied, biases
+      small([](ModelConfig& m) {   // RMSNorm, SwiGLU, RoPE, GQA, qk-layernorm, untied, no biases
+        m.normalization = Normalization::RMSNorm;
+        m.swiglu = true;
+        m.position_embedding_type = PositionEmbeddingType::Rope;
+        m.group_query_attention = true;
+        m.num_query_groups = 2;
+        m.qk_layernorm = true;
+        m.untie_embeddings_and_output_weights = true;
+        m.add_bias_linear = false;
+      }),
+      small([](ModelConfig& m) {  // qkv bias only, LayerNorm qk-norm, kv_channels ≠ h/a, no positions
+        m.add_bias_linear = false;
+        m.add_qkv_bias = true;
+        m.qk_layernorm = true;
+        m.kv_channels = 16;
+        m.position_embedding_type = PositionEmbeddingType::None;
+        m.ffn_hidden_size = 48;
+        m.max_position_embeddings = 32;
+      }),
+      small([](ModelConfig& m) {  // learned positions longer than the sequence, untied, 1p norms
+        m.max_position_embeddings = 64;
+        m.untie_embeddings_and_output_weights = true;
+        m.apply_layernorm_1p = true;
+        m.vocab_size = 257;
+      }),
+  };
+}
+
+StrataConfig run_config(const std::vector<std::string>& overrides) {
+  StrataConfig cfg = StrataConfig::from_yaml_text(
+      "model: {num_layers: 8, hidden_size: 64, num_attention_heads: 8, seq_length: 64, vocab_size: 1000}\n"
+      "training: {micro_batch_size: 2, global_batch_size: 32}\n"
+      "optimizer: {lr: 1.0e-3}\n"
+      "data: {mock_data: true}\n",
+      overrides);
+  cfg.validate(std::nullopt);
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("memory plan: tp=1 parameter count equals the real GPTModel's", "[memory_plan]") {
+  for (const ModelConfig& m : model_variants()) CHECK(gpt_total_parameters(m) == model_parameter_count(m));
+}
+
+TEST_CASE("memory plan: a layer has 12h^2 + 13h parameters (GPT, 4h MLP, biases, LayerNorm)", "[memory_plan]") {
+  ModelConfig m = small([](ModelConfig& c) {
+    c.hidden_size = 64;
+    c.vocab_size = 1100;
+    c.make_vocab_size_divisible_by = 128;
+  });
+  const GptParameterCounts c = gpt_parameter_counts(m, 1);
+  CHECK(c.layer.total() == 12 * 64 * 64 + 13 * 64);
+  // Replicated: two LayerNorms (2·2h) and the two row-parallel biases (2h).
+  CHECK(c.layer.replicated == 6 * 64);
+  CHECK(c.padded_vocab == 1152);
+  CHECK(gpt_parameter_counts(m, 2).padded_vocab == 1280);  // multiple of 128·2
+  CHECK(gpt_parameter_counts(m, 4).padded_vocab == 1536);  // multiple of 512
+  CHECK(gpt_parameter_counts(m, 8).padded_vocab == 2048);  // multiple of 1024
+}
+
+TEST_CASE("memory plan: the tp shards sum to the unsharded count plus vocab padding", "[memory_plan]") {
+  for (const ModelConfig& m : model_variants()) {
+    const GptParameterCounts one = gpt_parameter_counts(m, 1);
+    for (int64_t tp : {2, 4}) {
+      if (m.num_attention_heads % tp || m.query_groups() % tp || m.ffn() % tp) continue;
+      const GptParameterCounts c = gpt_parameter_counts(m, tp);
+      const int64_t extra_vocab = (c.padded_vocab - one.padded_vocab) * m.hidden_size;
+      CHECK(tp * c.layer.sharded == one.layer.sharded);
+      CHECK(c.layer.replicated == one.layer.replicated);
+      CHECK(tp * c.word_embeddings.sharded == one.word_embeddings.sharded + extra_vocab);
+      CHECK(tp * c.output_layer.sharded == one.output_layer.sharded + extra_vocab);
+      CHECK(c.position_embeddings.replicated == one.position_embeddings.replicated);
+      CHECK(c.final_norm.replicated == one.final_norm.replicated);
+    }
+  }
+}
+
+TEST_CASE("memory plan: pipeline layer ranges", "[memory_plan]") {
+  using R = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+  auto ranges = [](ParallelConfig p, int64_t layers) {
+    p.world_size = p.pipeline_model_parallel_size;
+    finalize_parallel_config(p, std::nullopt);
+    R out;
+    for (const auto& stage : pipeline_layer_ranges(p, layers)) {
+      out.emplace_back();
+      for (const auto& c : stage) out.back().push_back({c.first, c.count});
+    }
+    return out;
+  };
+  ParallelConfig p;
+  p.pipeline_model_parallel_size = 4;
+  // Megatron's docstring: 16 layers, pp 4, vpp 2 → GPU0 [1,2] [9,10], GPU1 [3,4] [11,12] … (1-based).
+  p.virtual_pipeline_model_parallel_size = 2;
+  CHECK(ranges(p, 16) == R{{{0, 2}, {8, 2}}, {{2, 2}, {10, 2}}, {{4, 2}, {12, 2}}, {{6, 2}, {14, 2}}});
+  p.virtual_pipeline_model_parallel_size.reset();
+  CHECK(ranges(p, 16) == R{{{0, 4}}, {{4, 4}}, {{8, 4}}, {{12, 4}}});
+  // Uneven: 10 layers, first 1, last 3 → 1, 3, 3, 3.
+  p.num_layers_in_first_pipeline_stage = 1;
+  p.num_layers_in_last_pipeline_stage = 3;
+  CHECK(ranges(p, 10) == R{{{0, 1}}, {{1, 3}}, {{4, 3}}, {{7, 3}}});
+  // Uneven with interleaving: 12 layers, pp 2, vpp 2, first 4, last 8 → chunks of 2 and 4.
+  ParallelConfig q;
+  q.pipeline_model_parallel_size = 2;
+  q.virtual_pipeline_model_parallel_size = 2;
+  q.num_layers_in_first_pipeline_stage = 4;
+  q.num_layers_in_last_pipeline_stage = 8;
+  CHECK(ranges(q, 12) == R{{{0, 2}, {6, 2}}, {{2, 4}, {8, 4}}});
+}
+
+TEST_CASE("memory plan: activation bytes follow Korthikanti et al. on hand-computed numbers", "[memory_plan]") {
+  ModelConfig m;
+  m.hidden_size = 1024;
+  m.num_attention_heads = 16;
+  m.seq_length = 2048;
+  m.vocab_size = 50000;
+  finalize_model_config(m);
+  // s = 2048, b = 2, h = 1024, a = 16: sbh = 4,194,304, as/h = 32.
+  // bf16, tp 1: sbh·(34 + 5·32) = 813,694,976; full recompute 2sbh = 8,388,608.
+  ActivationSizes a = activation_sizes(m, 1, 1, false, 2, 2, 50176);
+  CHECK(a.per_layer == 813694976);
+  CHECK(a.per_layer_recompute == 8388608);
+  CHECK(a.output_layer == 4LL * 2048 * 2 * (1024 + 50176));  // f32 logits + output-layer input
+  // tp 4 with sp: everything / 4.
+  a = activation_sizes(m, 4, 1, true, 2, 2, 50176);
+  CHECK(a.per_layer == 813694976 / 4);
+  CHECK(a.per_layer_recompute == 8388608 / 4);
+  // tp 4 without sp: sbh·(10 + 24/4 + 5·32/4) = 56·sbh.
+  CHECK(activation_sizes(m, 4, 1, false, 2, 2, 50176).per_layer == 56LL * 4194304);
+  // f32 activations (e = 4): sbh·66 + 9·a·s²·b = 66·sbh + 288·sbh.
+  CHECK(activation_sizes(m, 1, 1, false, 2, 4, 50176).per_layer == 354LL * 4194304);
+  // cp 2: the rank's sequence is s/2: sbh halves, the s² term quarters.
+  CHECK(activation_sizes(m, 1, 2, false, 2, 2, 50176).per_layer == 2097152LL * 34 + 5LL * 16 * 1024 * 1024 * 2);
+}
+
+TEST_CASE("memory plan: micro-batches in flight and the bubble", "[memory_plan]") {
+  // 1F1B: stage i holds min(m, pp − i).
+  CHECK(in_flight_micro_batches(0, 4, 1, 8) == 4);
+  CHECK(in_flight_micro_batches(3, 4, 1, 8) == 1);
+  CHECK(in_flight_micro_batches(0, 4, 1, 2) == 2);
+  CHECK(in_flight_micro_batches(0, 1, 1, 16) == 1);
+  // Interleaved: Megatron's warmup 2(pp − i − 1) + (vpp − 1)·pp, plus one; at most m·vpp.
+  CHECK(in_flight_micro_batches(0, 4, 2, 8) == 11);
+  CHECK(in_flight_micro_batches(3, 4, 2, 8) == 5);
+  CHECK(in_flight_micro_batches(0, 4, 2, 4) == 8);
+
+  StrataConfig cfg = run_config({"parallel.world_size=8", "parallel.pipeline_model_parallel_size=4",
+                                 "parallel.virtual_pipeline_model_parallel_size=2"});
+  const LayoutPlan p = plan_layout(cfg);
+  CHECK(p.dp == 2);
+  CHECK(p.num_micro_batches == 8);
+  CHECK(p.bubble_fraction == Approx(3.0 / 16.0));
+  CHECK(plan_layout(run_config({"parallel.world_size=4", "parallel.pipeline_model_parallel_size=4"})).bubble_fraction ==
+        Approx(3.0 / 16.0));  // m = 32/(2·1) = 16 micro-batches
+  CHECK(plan_layout(run_config({})).bubble_fraction == 0.0);
+}
+
+TEST_CASE("memory plan: per-rank parameters and memory of a layout", "[memory_plan]") {
+  // h 64, 8 layers, vocab 1000 → padded 1024 at tp 1 and 2; tied; LayerNorm; learned positions.
+  const StrataConfig one = run_config({});
+  const LayoutPlan p1 = plan_layout(one);
+  const int64_t layer = 12 * 64 * 64 + 13 * 64, emb = 1024 * 64, pos = 64 * 64, fnorm = 128;
+  REQUIRE(p1.stages.size() == 1);
+  CHECK(p1.model_parameters == emb + pos + 8 * layer + fnorm);
+  CHECK(p1.stages[0].parameters.total() == p1.model_parameters);
+  // fp32, no distributed optimizer: 4 (weights) + 4 (grads) + 8 (Adam) bytes per parameter.
+  CHECK(p1.stages[0].memory.static_bytes() == 16 * p1.model_parameters);
+  CHECK(p1.stages[0].memory.main_params == 0);
+
+  // tp 2, pp 2 (tied: the last stage holds its own copy of the word embeddings), dp 2, bf16,
+  // distributed optimizer over dp·cp = 2.
+  const StrataConfig cfg = run_config({"parallel.world_size=8", "parallel.tensor_model_parallel_size=2",
+                                       "parallel.pipeline_model_parallel_size=2", "parallel.sequence_parallel=true",
+                                       "parallel.use_distributed_optimizer=true", "training.precision=bf16"});
+  const LayoutPlan p = plan_layout(cfg);
+  REQUIRE(p.stages.size() == 2);
+  const int64_t layer_tp2 = (12 * 64 * 64 + 7 * 64) / 2 + 6 * 64;  // sharded half + replicated
+  const int64_t emb_tp2 = 1024 / 2 * 64;
+  CHECK(p.stages[0].parameters.total() == 4 * layer_tp2 + emb_tp2 + pos);
+  CHECK(p.stages[1].parameters.total() == 4 * layer_tp2 + emb_tp2 + fnorm);
+  const int64_t n0 = p.stages[0].parameters.total();
+  CHECK(p.stages[0].memory.weights == 2 * n0);
+  CHECK(p.stages[0].memory.grads == 4 * n0);
+  CHECK(p.stages[0].memory.main_params == 4 * ((n0 + 1) / 2));
+  CHECK(p.stages[0].memory.optimizer == 8 * ((n0 + 1) / 2));
+  // Activations: stage 0 of 1F1B holds min(m, pp) = 2 micro-batches of 4 layers; bf16, sp:
+  // sbh = 64·2·64, per layer sbh·(34 + 5·8·64/64)/2.
+  const int64_t sbh = 64 * 2 * 64, per_layer = sbh * (34 + 5 * 8 * 64 / 64) / 2;
+  CHECK(p.num_micro_batches == 8);
+  CHECK(p.stages[0].in_flight == 2);
+  CHECK(p.stages[0].memory.activations == 2 * 4 * per_layer);
+  CHECK(p.stages[0].memory.activations_recompute == 2 * 4 * (2 * sbh / 2) + per_layer);
+  CHECK(p.stages[1].in_flight == 1);
+  CHECK(p.stages[1].memory.activations == 4 * per_layer + 4 * 64 * 2 * (64 + 1024) / 2);
+  CHECK(p.peak_stage(false).stage == 0);
+}
+
+}  // namespace strata
