@@ -128,7 +128,7 @@ int run_or_abort(const DistributedRuntime& runtime, const std::function<int()>& 
   }
 }
 
-DistributedRuntime init_distributed(const ParallelConfig& parallel, Device device) {
+DistributedRuntime init_distributed(const ParallelConfig& parallel, Device device, bool deterministic) {
   DistributedRuntime rt;
   rt.device = device.is_cuda() ? Device::cuda(0) : Device::cpu();
   const bool already = mpi_initialized();
@@ -138,7 +138,11 @@ DistributedRuntime init_distributed(const ParallelConfig& parallel, Device devic
                       "parallel.world_size: ", parallel.world_size.value_or(1),
                       " but this process was not started by mpirun or srun (one process)");
     rt.world_host = make_self_communicator(DeviceType::CPU);
-    if (device.is_cuda()) rt.world_device = make_self_communicator(DeviceType::CUDA);
+    rt.world_host->set_deterministic(deterministic);
+    if (device.is_cuda()) {
+      rt.world_device = make_self_communicator(DeviceType::CUDA);
+      rt.world_device->set_deterministic(deterministic);
+    }
     return rt;
   }
 #if !STRATA_WITH_MPI
@@ -172,13 +176,15 @@ DistributedRuntime init_distributed(const ParallelConfig& parallel, Device devic
   MPI_Comm_size(node, &rt.local_size);
   MPI_Comm_free(&node);
   rt.world_host = make_mpi_world_communicator();
+  rt.world_host->set_deterministic(deterministic);
   if (device.is_cuda()) {
     const int gpus = cuda_device_count();
     STRATA_CHECK_KIND(ErrorKind::Cuda, rt.local_rank < gpus, "rank ", rt.rank, " is local rank ", rt.local_rank,
                       " of ", rt.local_size, " on its node but the node has ", gpus,
                       " usable GPUs (start at most one rank per GPU)");
     rt.device = Device::cuda(rt.local_rank);
-    rt.world_device = make_nccl_communicator(*rt.world_host, rt.device);
+    if (deterministic) nccl_prepare_deterministic_env();
+    rt.world_device = make_nccl_communicator(*rt.world_host, rt.device);  // inherits deterministic
   }
   if (rt.world_size > 1 && active_watchdog() == nullptr) {
     session->owns_watchdog = true;

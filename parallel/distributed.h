@@ -43,10 +43,11 @@ struct DistributedRuntime {
 
 // Joins the launched job (see the file comment). `device`: where the model runs (cpu or cuda);
 // on CUDA ranks the index is replaced by the local rank. Checks that parallel.world_size (when
-// set) equals the number of launched processes. Deterministic mode is set on the communicators
-// by the caller (Communicator::set_deterministic) — for NCCL call
-// nccl_prepare_deterministic_env() first (parallel/nccl_communicator.h).
-DistributedRuntime init_distributed(const ParallelConfig& parallel, Device device);
+// set) equals the number of launched processes. `deterministic` (training.deterministic): the
+// world communicators sum in rank order (communicator.h), and before NCCL is initialised
+// NCCL_ALGO=Ring / NCCL_PROTO=Simple are set (nccl_prepare_deterministic_env); communicators
+// split from them inherit the mode.
+DistributedRuntime init_distributed(const ParallelConfig& parallel, Device device, bool deterministic = false);
 
 // True when a launcher's environment variable (file comment) is set.
 bool launched_by_mpi_launcher();

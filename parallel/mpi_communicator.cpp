@@ -18,14 +18,21 @@
 //     reject them with an error naming the collective.
 // Errors: the communicator uses MPI_ERRORS_RETURN and every call is checked (STRATA_MPI_CHECK):
 // an MPI error throws strata::Error (kind Comm) with the call and MPI's error string.
+// Cross-rank checks (env STRATA_CHECK_COLLECTIVES=1 when the communicator is created, for
+// debugging): before each collective the ranks exchange (collective, element count, dtype,
+// op/root) — and for all_to_all_v each sender's count against the receiver's — and every rank
+// throws naming the disagreeing ranks instead of hanging or reading garbage. Costs one small
+// MPI_Allgather per collective.
 // Every collective is recorded on the watchdog (parallel/watchdog.h) while it runs.
 // Reference: MPI 3.1 §5 (collectives), §6.4 (MPI_Comm_split); torch.distributed MPI backend.
 #include "parallel/mpi_communicator.h"
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -148,6 +155,8 @@ class MpiCommunicator final : public Communicator {
   explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
     STRATA_MPI_CHECK(MPI_Comm_size(comm_, &size_));
     STRATA_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    const char* check = std::getenv("STRATA_CHECK_COLLECTIVES");
+    check_ = check != nullptr && std::string(check) == "1";
   }
   ~MpiCommunicator() override {
     int finalized = 1;
@@ -163,6 +172,7 @@ class MpiCommunicator final : public Communicator {
     CollectiveScope scope("all_reduce", label_);
     check_host(t, "all_reduce", "t");
     const MPI_Op mop = mpi_op(op, t.dtype(), "all_reduce");
+    agree("all_reduce", 1, t.numel(), t.dtype(), static_cast<int64_t>(op));
     if (t.numel() == 0) return;
     const bool average = op == ReduceOp::Avg;
     if (is_half(t.dtype())) {
@@ -187,6 +197,7 @@ class MpiCommunicator final : public Communicator {
     STRATA_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input has ", input.numel(),
                  " elements, expected size·output = ", size_, "·", output.numel());
     const MPI_Op mop = mpi_op(op, input.dtype(), "reduce_scatter");
+    agree("reduce_scatter", 2, output.numel(), input.dtype(), static_cast<int64_t>(op));
     const int n = to_int(output.numel(), "reduce_scatter", "output count");
     if (n == 0) return;
     const bool average = op == ReduceOp::Avg;
@@ -224,6 +235,7 @@ class MpiCommunicator final : public Communicator {
                  " elements, expected size·input = ", size_, "·", input.numel());
     const int n = to_int(input.numel(), "all_gather", "input count");
     to_int(output.numel(), "all_gather", "output count");
+    agree("all_gather", 3, input.numel(), input.dtype(), 0);
     if (n == 0) return;
     const MPI_Datatype type = mpi_type(input.dtype());
     // Megatron gathers into a buffer whose rank-th chunk is the input: MPI_IN_PLACE.
@@ -252,6 +264,9 @@ class MpiCommunicator final : public Communicator {
     }
     STRATA_CHECK(output.numel() == total, "all_gather_v: output has ", output.numel(), " elements, counts sum to ",
                  total);
+    uint64_t counts_hash = 0;
+    for (int64_t c : counts) counts_hash = counts_hash * 1000003u + static_cast<uint64_t>(c);
+    agree("all_gather_v", 4, total, input.dtype(), static_cast<int64_t>(counts_hash >> 1));
     const MPI_Datatype type = mpi_type(input.dtype());
     Tensor staged = unaliased(input, output);
     STRATA_MPI_CHECK(MPI_Allgatherv(staged.data_ptr(), recv_counts[rank_], type, output.data_ptr(), recv_counts.data(),
@@ -269,6 +284,7 @@ class MpiCommunicator final : public Communicator {
                  input.numel());
     const int n = to_int(input.numel() / size_, "all_to_all", "chunk count");
     to_int(input.numel(), "all_to_all", "input count");
+    agree("all_to_all", 5, input.numel(), input.dtype(), 0);
     if (n == 0) return;
     const MPI_Datatype type = mpi_type(input.dtype());
     Tensor staged = unaliased(input, output);
@@ -299,6 +315,8 @@ class MpiCommunicator final : public Communicator {
                  input.numel(), " elements");
     STRATA_CHECK(recv_total <= output.numel(), "all_to_all_v: receive counts sum to ", recv_total,
                  " but output has ", output.numel(), " elements");
+    agree("all_to_all_v", 6, 0, input.dtype(), 0);
+    if (check_) agree_exchange(send_counts, recv_counts);
     const MPI_Datatype type = mpi_type(input.dtype());
     Tensor staged = unaliased(input, output);
     STRATA_MPI_CHECK(MPI_Alltoallv(staged.data_ptr(), sc.data(), sd.data(), type, output.data_ptr(), rc.data(),
@@ -309,6 +327,7 @@ class MpiCommunicator final : public Communicator {
     CollectiveScope scope("broadcast", label_);
     check_host(t, "broadcast", "t");
     STRATA_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside a group of ", size_, " ranks");
+    agree("broadcast", 7, t.numel(), t.dtype(), root);
     for_chunks(t, [&](char* p, int count, MPI_Datatype type) {
       STRATA_MPI_CHECK(MPI_Bcast(p, count, type, root, comm_));
     });
@@ -364,6 +383,44 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // With STRATA_CHECK_COLLECTIVES=1: every rank throws when the ranks' (collective, elements,
+  // dtype, op/root/counts) differ; the message lists the ranks that differ from rank 0.
+  void agree(const char* collective, int64_t code, int64_t elements, DType dtype, int64_t extra) {
+    if (!check_) return;
+    const int64_t mine[4] = {code, elements, static_cast<int64_t>(dtype), extra};
+    std::vector<int64_t> all(4 * static_cast<size_t>(size_));
+    STRATA_MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_));
+    std::string diff;
+    for (int r = 1; r < size_; ++r) {
+      if (std::equal(all.begin() + 4 * r, all.begin() + 4 * r + 4, all.begin())) continue;
+      diff += detail::concat("; rank ", r, " called collective #", all[4 * r], " with ", all[4 * r + 1],
+                             " elements of ", dtype_name(static_cast<DType>(all[4 * r + 2])), " (op/root/counts ",
+                             all[4 * r + 3], ")");
+    }
+    STRATA_CHECK_KIND(ErrorKind::Comm, diff.empty(), collective, " on group ", label_,
+                      ": the ranks disagree (STRATA_CHECK_COLLECTIVES): rank 0 called collective #", all[0], " with ",
+                      all[1], " elements of ", dtype_name(static_cast<DType>(all[2])), " (op/root/counts ", all[3],
+                      ")", diff);
+  }
+
+  // all_to_all_v: what each rank sends me must equal what I expect to receive from it.
+  void agree_exchange(const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts) {
+    std::vector<int64_t> incoming(size_);
+    STRATA_MPI_CHECK(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, incoming.data(), 1, MPI_INT64_T, comm_));
+    std::string diff;
+    for (int r = 0; r < size_; ++r) {
+      if (incoming[r] != recv_counts[r]) {
+        diff += detail::concat("; rank ", r, " sends ", incoming[r], " elements to rank ", rank_, " which expects ",
+                               recv_counts[r]);
+      }
+    }
+    int bad = diff.empty() ? 0 : 1, any = 0;
+    STRATA_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm_));
+    STRATA_CHECK_KIND(ErrorKind::Comm, any == 0, "all_to_all_v on group ", label_,
+                      ": send and receive counts disagree (STRATA_CHECK_COLLECTIVES)",
+                      diff.empty() ? std::string("; see the other ranks' messages") : diff);
+  }
+
   // MPI_Allreduce in place, in chunks of at most INT_MAX elements.
   void all_reduce_raw(Tensor& t, MPI_Op op) {
     for_chunks(t, [&](char* p, int count, MPI_Datatype type) {
@@ -430,6 +487,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int size_ = 1;
   int rank_ = 0;
+  bool check_ = false;  // STRATA_CHECK_COLLECTIVES=1
 };
 
 }  // namespace

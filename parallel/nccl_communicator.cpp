@@ -16,7 +16,9 @@
 //     all_reduce / reduce_scatter of floating dtypes with Sum/Avg take the rank-ordered path like
 //     MPI's: the ranks' values are gathered (ncclAllGather, or grouped send/recv of the chunks)
 //     and summed in rank order 0..n-1 in f32 (f64 for f64) with kernels::add, Avg then scaled by
-//     1/size (kernels::scale), rounded once to the dtype — identical bits on every rank.
+//     1/size (kernels::scale; may differ from MPI's division by one ulp when size is not a power
+//     of two), rounded once to the dtype — identical bits on every rank. all_reduce works in
+//     chunks of at most 2^26 gathered elements.
 // Errors: every NCCL call goes through STRATA_NCCL_CHECK (strata::Error of kind Comm with NCCL's
 // error string and last-error text). The watchdog (parallel/watchdog.h) tracks each collective
 // until a CUDA event recorded after it completes; on timeout abort_all runs ncclCommAbort on every
@@ -25,6 +27,7 @@
 // ncclCommSplit, ncclCommAbort); llm.c `multi_gpu_config_init`; megatron/training/determinism.py.
 #include "parallel/nccl_communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -151,10 +154,18 @@ class NcclCommunicator final : public Communicator {
     if (t.numel() == 0) return;
     Enqueue q(*this, "all_reduce");
     if (deterministic_ && is_floating(t.dtype()) && (op == ReduceOp::Sum || op == ReduceOp::Avg)) {
-      Tensor gathered = Tensor::empty({size_ * t.numel()}, t.dtype(), device_);
-      STRATA_NCCL_CHECK(ncclAllGather(t.data_ptr(), gathered.data_ptr(), t.numel(), nccl_type(t.dtype()), comm_,
-                                      q.stream));
-      ordered_sum(gathered, t.numel(), op == ReduceOp::Avg, t);
+      // In chunks of at most 2^26 gathered elements, so the gather buffer stays bounded.
+      const int64_t n = t.numel();
+      const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 26) / size_);
+      Tensor flat = t.flatten();
+      Tensor gathered = Tensor::empty({size_ * std::min(chunk, n)}, t.dtype(), device_);
+      for (int64_t off = 0; off < n; off += chunk) {
+        const int64_t m = std::min(chunk, n - off);
+        Tensor part = flat.narrow(0, off, m);
+        Tensor dest = gathered.narrow(0, 0, size_ * m);
+        STRATA_NCCL_CHECK(ncclAllGather(part.data_ptr(), dest.data_ptr(), m, nccl_type(t.dtype()), comm_, q.stream));
+        ordered_sum(dest, m, op == ReduceOp::Avg, part);
+      }
       return;
     }
     STRATA_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nop, comm_, q.stream));

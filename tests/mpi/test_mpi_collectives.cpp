@@ -234,5 +234,34 @@ TEST_CASE("mpi bad arguments are rejected with a message before communicating", 
   CHECK(one.item() == size);
 }
 
+TEST_CASE("mpi STRATA_CHECK_COLLECTIVES: ranks that disagree are rejected on every rank", "[mpi]") {
+  setenv("STRATA_CHECK_COLLECTIVES", "1", 1);
+  auto checked = world().split(0, world().rank());
+  unsetenv("STRATA_CHECK_COLLECTIVES");
+  const int me = checked->rank(), size = checked->size();
+  // Different element counts.
+  Tensor t = Tensor::zeros({me == 1 ? 5 : 4}, DType::F32);
+  CHECK_THROWS_WITH(checked->all_reduce(t, ReduceOp::Sum),
+                    Catch::Contains("the ranks disagree") && Catch::Contains("rank 1 called collective #1 with 5 elements"));
+  // Different collectives.
+  Tensor b = Tensor::zeros({4}, DType::F32);
+  if (me == 0) {
+    CHECK_THROWS_WITH(checked->broadcast(b, 0), Catch::Contains("broadcast on group world/split: the ranks disagree"));
+  } else {
+    CHECK_THROWS_WITH(checked->all_reduce(b, ReduceOp::Sum), Catch::Contains("the ranks disagree"));
+  }
+  // all_to_all_v: rank 0 expects 2 elements from rank 1, which sends 1.
+  std::vector<int64_t> send(size, 1), recv(size, 1);
+  if (me == 0) recv[1] = 2;
+  Tensor in = Tensor::zeros({size}, DType::F32), out = Tensor::zeros({size + 1}, DType::F32);
+  CHECK_THROWS_WITH(checked->all_to_all_v(in, send, out, recv),
+                    Catch::Contains("send and receive counts disagree") &&
+                        Catch::Contains(me == 0 ? "rank 1 sends 1 elements to rank 0 which expects 2" : "other ranks"));
+  // Agreeing calls go through.
+  Tensor ok = Tensor::full({3}, 1, DType::F32);
+  checked->all_reduce(ok, ReduceOp::Sum);
+  CHECK(ok.to_vector() == std::vector<double>(3, size));
+}
+
 }  // namespace
 }  // namespace strata

@@ -165,6 +165,10 @@ TEST_CASE("mpi init_distributed: joins the mpirun job", "[mpi]") {
   rt.world_host->all_reduce(t, ReduceOp::Sum);
   CHECK(t.to_vector() == std::vector<double>(2, rt.world_size * (rt.world_size + 1) / 2.0));
   CHECK(run_or_abort(rt, [] { return 3; }) == 3);
+  CHECK_FALSE(rt.world_host->deterministic());
+  DistributedRuntime det = init_distributed(parallel, Device::cpu(), /*deterministic=*/true);
+  CHECK(det.world_host->deterministic());
+  CHECK(det.world_host->split(0, rt.rank)->deterministic());
 }
 
 // ctest mpi_error_aborts_all_ranks: rank 1 throws; the others wait in a barrier; the job must end
