@@ -18,6 +18,7 @@ int strata_main(int argc, char** argv) {
   app.require_subcommand(1);
   register_bench(app);
   register_generate(app);
+  register_golden(app);
   register_preprocess(app);
   register_train(app);
   int rc = 0;
