@@ -36,11 +36,27 @@ fs::path case_root() {
   return p;
 }
 
-// A tiny case: 2 layers, hidden 32, 6 iterations of mock data.
+// A small byte-level corpus (400 paragraphs) as a Megatron .bin/.idx dataset under `dir`: building
+// the index of a few thousand tokens is instant, where mock data indexes 100000 documents.
+std::string tiny_corpus(const fs::path& dir) {
+  std::string text;
+  for (int i = 0; i < 400; ++i)
+    text += "paragraph " + std::to_string(i) + ": the quick brown fox jumps over " + std::to_string(i * 7 % 13) +
+            " lazy dogs\n\n";
+  std::ofstream(dir / "corpus.txt") << text;
+  const std::string prefix = (dir / "corpus").string();
+  CliResult r = run_cli({"preprocess", "--input", (dir / "corpus.txt").string(), "--output-prefix", prefix,
+                         "--tokenizer-type", "ByteLevelTokenizer", "--split-paragraphs", "--append-eod"});
+  REQUIRE(r.rc == 0);
+  return prefix + "_text_document";
+}
+
+// A tiny case: 2 layers, hidden 32, 6 iterations on tiny_corpus().
 std::string tiny_case(const std::string& name, const std::string& test_type, const std::string& extra = "") {
   const fs::path dir = case_root() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
+  const std::string corpus = tiny_corpus(dir);
   std::ofstream(dir / "model_config.yaml") << "ENV_VARS:\n  NVTE_ALLOW_NONDETERMINISTIC_ALGO: 0\n"
                                               "TEST_TYPE: " << test_type << "\nMODE: pretraining\n"
                                               "METRICS: [lm loss, num-zeros, iteration-time, mem-allocated-bytes]\n"
@@ -50,7 +66,7 @@ std::string tiny_case(const std::string& name, const std::string& test_type, con
                                               "training:\n  micro_batch_size: 2\n  global_batch_size: 2\n"
                                               "  train_iters: 6\n  eval_interval: 1000\n  eval_iters: 1\n"
                                               "optimizer:\n  lr: 1.0e-3\n"
-                                              "data:\n  mock_data: true\n"
+                                              "data:\n  data_path: [" << corpus << "]\n  split: \"90, 5, 5\"\n"
                                               "logging:\n  log_interval: 1\n  log_num_zeros_in_grad: true\n"
                                               "  tensorboard_dir: ${TENSORBOARD_PATH}\n"
                                            << extra;
@@ -108,6 +124,8 @@ TEST_CASE("cli golden: regenerate, run, and a one-ULP golden change fails", "[go
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains(golden_path));
   CHECK(r.out.find("iteration") == std::string::npos);
+  fs::remove_all(dir);
+  fs::remove_all(work_dir("regular"));
 }
 
 TEST_CASE("cli golden: ckpt-resume resumes from train_iters/2 and matches the golden values", "[golden]") {
@@ -129,6 +147,8 @@ TEST_CASE("cli golden: ckpt-resume resumes from train_iters/2 and matches the go
   // Run 2 started from iteration 3: its event file has no step ≤ 3.
   const auto resumed = golden::read_tensorboard_metrics(work_dir("resume") + "/tensorboard_resume", 6);
   CHECK(resumed.at("lm loss").start_step == 4);
+  fs::remove_all(dir);
+  fs::remove_all(work_dir("resume"));
 }
 
 TEST_CASE("cli golden: bad case files are rejected naming the file and key", "[golden]") {
@@ -145,6 +165,9 @@ TEST_CASE("cli golden: bad case files are rejected naming the file and key", "[g
   r = run_cli({"golden", "run", (case_root() / "nowhere").string()});
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("nowhere/model_config.yaml"));
+  fs::remove_all(case_root() / "badtype");
+  fs::remove_all(case_root() / "badfield");
+  fs::remove_all(work_dir("badfield"));
 }
 
 TEST_CASE("cli train: --help lists the usage and every config field with its default and doc", "[golden][cli_train]") {
@@ -207,5 +230,5 @@ TEST_CASE("metrics log: TensorBoard '<tag> vs samples' twins against consumed sa
     CHECK(by_tag[tag].size() == 2);
     CHECK(by_tag.count(std::string(tag) + " vs samples") == 0);
   }
-  fs::remove_all(tb);
+  fs::remove_all(case_root());
 }

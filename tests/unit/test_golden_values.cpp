@@ -8,15 +8,19 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include <unistd.h>
 
 #include "test_helpers.h"
+#include "training/config.h"
+#include "training/golden_case.h"
 #include "training/golden_values.h"
 
 using namespace strata;
 using namespace strata::golden;
 using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -77,7 +81,10 @@ TEST_CASE("golden: is_close is np.isclose with NaN read as +inf, and the rtol bo
   CHECK(is_close(1.5, 1.0, 0.5, 0.0));
   CHECK_FALSE(is_close(std::nextafter(1.5, 2.0), 1.0, 0.5, 0.0));
   CHECK(is_close(0.5, 1.0, 0.5, 0.0));
-  CHECK_FALSE(is_close(std::nextafter(0.5, 0.0), 1.0, 0.5, 0.0));
+  // One ULP below 0.5 the difference 1 − x = 0.5 + 2⁻⁵⁴ rounds back to 0.5 (as in numpy); two ULPs
+  // below, it is 0.5 + 2⁻⁵³ > 0.5.
+  CHECK(is_close(std::nextafter(0.5, 0.0), 1.0, 0.5, 0.0));
+  CHECK_FALSE(is_close(std::nextafter(std::nextafter(0.5, 0.0), 0.0), 1.0, 0.5, 0.0));
   // Asymmetric: the tolerance scales with the golden value.
   CHECK(is_close(2.0, 4.0, 0.5, 0.0));
   CHECK_FALSE(is_close(4.0, 2.0, 0.5, 0.0));
@@ -363,4 +370,68 @@ TEST_CASE("golden: metrics from TensorBoard scalars (whitelist, steps, step_inte
   CHECK(m.at("lm loss").step_interval == 1);
   CHECK(steps_after(m, 4).at("lm loss").values.size() == 2);
   CHECK(steps_after(m, 4).at("lm loss").start_step == 5);
+}
+
+TEST_CASE("golden: the committed GPT cases are what the issue asks for, with 50-step CPU goldens", "[golden]") {
+  const fs::path gpt = fs::path(__FILE__).parent_path().parent_path() / "functional" / "gpt";
+  std::map<std::string, StrataConfig> cfg;
+  std::map<std::string, GoldenCase> cases;
+  for (const char* name : {"gpt_layernorm_gelu_learned_tied_dropout", "gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied",
+                           "gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied_bf16",
+                           "gpt_layernorm_gelu_learned_tied_dropout_ckpt_resume"}) {
+    INFO(name);
+    const GoldenCase c = load_golden_case((gpt / name).string());
+    CHECK(c.name == name);
+    CHECK(c.mode == "pretraining");
+    CHECK_FALSE(c.allow_nondeterministic);
+    CHECK(c.metrics == std::vector<std::string>{"lm loss", "num-zeros", "iteration-time", "mem-allocated-bytes",
+                                                "mem-max-allocated-bytes"});
+    const StrataConfig s = case_config(c, {{"TENSORBOARD_PATH", "/tb"}, {"CHECKPOINT_SAVE_PATH", "/ck"},
+                                           {"CHECKPOINT_LOAD_PATH", "/ck"}}, "cpu");
+    CHECK(s.training.train_iters == 50);
+    CHECK(s.training.deterministic);
+    CHECK(s.training.device == "cpu");
+    CHECK(s.logging.tensorboard_dir == "/tb");
+    CHECK(s.logging.log_interval == 1);
+    CHECK(s.logging.log_num_zeros_in_grad);
+    CHECK(s.data.mock_data);
+    const GoldenValues g = read_golden_file(golden_file_path(c, "cpu"));
+    for (const std::string& m : c.metrics) {
+      INFO(m);
+      REQUIRE(g.count(m) == 1);
+      CHECK(g.at(m).values.size() == 50);
+      CHECK(g.at(m).full_precision);
+    }
+    // The loss falls over the 50 steps.
+    CHECK(g.at("lm loss").values.at(50) < g.at("lm loss").values.at(1) - 0.5);
+    cfg.emplace(name, s);
+    cases.emplace(name, c);
+  }
+  const ModelConfig& a = cfg.at("gpt_layernorm_gelu_learned_tied_dropout").model;
+  CHECK(a.normalization == Normalization::LayerNorm);
+  CHECK_FALSE(a.swiglu);
+  CHECK(a.position_embedding_type == PositionEmbeddingType::LearnedAbsolute);
+  CHECK_FALSE(a.untie_embeddings_and_output_weights);
+  CHECK((a.hidden_dropout == 0.1 && a.attention_dropout == 0.1));
+  const ModelConfig& b = cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").model;
+  CHECK(b.normalization == Normalization::RMSNorm);
+  CHECK(b.swiglu);
+  CHECK(b.position_embedding_type == PositionEmbeddingType::Rope);
+  CHECK(b.query_groups() < b.num_attention_heads);
+  CHECK(b.qk_layernorm);
+  CHECK(b.untie_embeddings_and_output_weights);
+  CHECK(cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").training.precision == Precision::Fp32);
+  // (c) is (b) in bf16, nothing else changed.
+  StrataConfig c16 = cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied_bf16");
+  CHECK(c16.training.precision == Precision::Bf16);
+  c16.training.precision = Precision::Fp32;
+  CHECK(c16.to_yaml() == cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").to_yaml());
+  // (d) is (a) as a ckpt-resume test saving every 25 iterations.
+  CHECK(cases.at("gpt_layernorm_gelu_learned_tied_dropout").test_type == "regular");
+  CHECK(cases.at("gpt_layernorm_gelu_learned_tied_dropout_ckpt_resume").test_type == "ckpt-resume");
+  StrataConfig d = cfg.at("gpt_layernorm_gelu_learned_tied_dropout_ckpt_resume");
+  CHECK(d.checkpoint.save_interval == 25);
+  CHECK((d.checkpoint.save == "/ck" && d.checkpoint.load == "/ck"));
+  d.checkpoint = CheckpointConfig{};
+  CHECK(d.to_yaml() == cfg.at("gpt_layernorm_gelu_learned_tied_dropout").to_yaml());
 }
