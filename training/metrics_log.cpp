@@ -67,6 +67,22 @@ std::string format_validation_log(const std::string& prefix, double loss, double
          fmt_c("lm loss PPL: %.6E | ", ppl);
 }
 
+bool has_samples_twin(const std::string& tag) {
+  static const char* const kIterationOnly[] = {"iteration-time",          "throughput",          "mem-reserved-bytes",
+                                               "mem-allocated-bytes",     "mem-max-allocated-bytes",
+                                               "mem-allocated-count",     "max_attention_logit", "samples vs steps"};
+  for (const char* t : kIterationOnly)
+    if (tag == t) return false;
+  const std::string suffix = " vs samples";
+  return !(tag.size() >= suffix.size() && tag.compare(tag.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
+
+void add_scalar_with_samples_twin(MetricsSink& sink, const std::string& tag, double value, int64_t iteration,
+                                  int64_t consumed_samples) {
+  sink.add_scalar(tag, value, iteration);
+  if (has_samples_twin(tag)) sink.add_scalar(tag + " vs samples", value, consumed_samples);
+}
+
 namespace {
 class TensorBoardSink : public MetricsSink {
  public:

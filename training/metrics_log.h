@@ -52,6 +52,16 @@ class MetricsSink {
   virtual void flush() {}
 };
 
+// Megatron's training_log / evaluate_and_print_results write most scalars twice: `<tag>` against
+// the iteration and `<tag> vs samples` against the consumed training samples (learning-rate,
+// batch-size, every loss key, loss-scale, world-size, grad-norm, num-zeros, params-norm, the
+// validation tags). Timing, throughput and memory tags (iteration-time, throughput, mem-*,
+// max_attention_logit) are written against the iteration only.
+bool has_samples_twin(const std::string& tag);
+// Writes `tag` at `iteration`, and `tag + " vs samples"` at `consumed_samples` when it has a twin.
+void add_scalar_with_samples_twin(MetricsSink& sink, const std::string& tag, double value, int64_t iteration,
+                                  int64_t consumed_samples);
+
 // TensorBoard event files in `dir` (core/formats/tfevents.h). Returns null (with a warning)
 // when the tfevents writer is not part of this build.
 std::unique_ptr<MetricsSink> make_tensorboard_sink(const std::string& dir);

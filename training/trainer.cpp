@@ -273,15 +273,17 @@ TrainResult Trainer::train() {
       if (f.mfu_percent) rec["mfu"] = *f.mfu_percent;
       if (!std::isfinite(o.opt.grad_norm)) rec["grad-norm"] = nullptr;  // JSON has no NaN
       for (MetricsSink* s : sinks_) {
-        if (interval_advanced > 0) s->add_scalar("lm loss", avg_loss, iteration_);
-        s->add_scalar("learning-rate", *f.learning_rate, iteration_);
-        s->add_scalar("grad-norm", o.opt.grad_norm, iteration_);
-        if (f.num_zeros) s->add_scalar("num-zeros", *f.num_zeros, iteration_);
-        s->add_scalar("iteration-time", f.elapsed_ms_per_iteration / 1000.0, iteration_);
-        s->add_scalar("mem-allocated-bytes", static_cast<double>(mem.allocated_bytes), iteration_);
-        s->add_scalar("mem-max-allocated-bytes", static_cast<double>(mem.max_allocated_bytes), iteration_);
-        s->add_scalar("loss-scale", f.loss_scale, iteration_);
-        s->add_scalar("batch-size", static_cast<double>(global_batch_size_), iteration_);
+        // Each tag against the iteration, and its "<tag> vs samples" twin (metrics_log.h).
+        auto put = [&](const char* tag, double v) { add_scalar_with_samples_twin(*s, tag, v, iteration_, consumed_samples_); };
+        if (interval_advanced > 0) put("lm loss", avg_loss);
+        put("learning-rate", *f.learning_rate);
+        put("grad-norm", o.opt.grad_norm);
+        if (f.num_zeros) put("num-zeros", *f.num_zeros);
+        put("iteration-time", f.elapsed_ms_per_iteration / 1000.0);
+        put("mem-allocated-bytes", static_cast<double>(mem.allocated_bytes));
+        put("mem-max-allocated-bytes", static_cast<double>(mem.max_allocated_bytes));
+        put("loss-scale", f.loss_scale);
+        put("batch-size", static_cast<double>(global_batch_size_));
         s->write_record(rec);
         s->flush();
       }
@@ -296,8 +298,8 @@ TrainResult Trainer::train() {
       result.validations.push_back({iteration_, e});
       out() << format_validation_log("iteration " + std::to_string(iteration_), e.loss, e.ppl) << std::endl;
       for (MetricsSink* s : sinks_) {
-        s->add_scalar("lm loss validation", e.loss, iteration_);
-        s->add_scalar("lm loss validation ppl", e.ppl, iteration_);
+        add_scalar_with_samples_twin(*s, "lm loss validation", e.loss, iteration_, consumed_samples_);
+        add_scalar_with_samples_twin(*s, "lm loss validation ppl", e.ppl, iteration_, consumed_samples_);
         s->write_record({{"iteration", iteration_}, {"lm loss validation", e.loss}, {"lm loss validation ppl", e.ppl}});
       }
       interval_start = Clock::now();  // evaluation time is not iteration time

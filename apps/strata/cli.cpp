@@ -19,6 +19,7 @@ int strata_main(int argc, char** argv) {
   register_bench(app);
   register_generate(app);
   register_plan(app);
+  register_golden(app);
   register_preprocess(app);
   register_train(app);
   int rc = 0;

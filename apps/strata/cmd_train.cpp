@@ -1,4 +1,5 @@
-// `strata train --config FILE [section.field=value ...] [--print-config] [--validate-only] [--help-config]`:
+// `strata train --config FILE [section.field=value ...] [--print-config] [--validate-only] [--help-config]`
+// (`--help` prints the usage and the same field table as --help-config):
 // loads the StrataConfig (training/config.h), applies the overrides, validates it with the launched
 // world size, prints Megatron's argument table and calls training::run (training/run.h). Config
 // errors exit 1 with "strata: error: ConfigError: section.field: ..." before anything is allocated.
@@ -46,6 +47,8 @@ void register_train(CLI::App& app) {
   train->add_flag("--print-config", o->print_config, "print the resolved config as YAML and exit");
   train->add_flag("--validate-only", o->validate_only, "validate the config and exit 0 (valid) or 1 (invalid)");
   train->add_flag("--help-config", o->help_config, "list every config field with its type, default and doc");
+  // `strata train --help`: the usage above, then every config field with its default and doc.
+  train->footer([] { return "\n" + StrataConfig::help_text(); });
   add_runner(train, [o] {
     if (o->help_config) {
       std::printf("%s", StrataConfig::help_text().c_str());

@@ -1,0 +1,123 @@
+// `strata golden run <case-dir> [--platform cpu] [--work-dir D] [--resume-in-process]` trains a
+// golden-value case (training/golden_case.h), reads back its TensorBoard event files and compares
+// them with <case-dir>/golden_values_<platform>.json by Megatron's rules (training/golden_values.h);
+// prints a per-metric report and exits 1 on a mismatch.
+// `strata golden regenerate <case-dir> [...]` trains the case twice, requires the two runs to be
+// bit-identical, and rewrites the golden file from the first at full precision.
+// Reference: Megatron-LM tests/functional_tests/shell_test_utils/run_ci_test.sh; docs/golden_values.md.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/strata/commands.h"
+#include "core/error.h"
+#include "training/golden_case.h"
+#include "training/golden_values.h"
+
+extern char** environ;
+
+namespace strata::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct GoldenOpts {
+  std::string case_dir;
+  std::string platform = "cpu";
+  std::string work_dir;
+  bool resume_in_process = false;
+};
+
+// `strata train --config FILE` in a new process (this executable), for the resumed run.
+int train_in_new_process(const std::string& config_path) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<std::string> args = {"strata", "train", "--config", config_path};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int err = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ);
+  STRATA_CHECK_KIND(ErrorKind::Runtime, err == 0, "strata golden: cannot start `strata train --config ", config_path,
+                    "`: ", std::strerror(err));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    STRATA_CHECK_KIND(ErrorKind::Runtime, errno == EINTR, "strata golden: waitpid failed: ", std::strerror(errno));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+golden::RunOptions run_options(const GoldenOpts& o, const golden::GoldenCase& c, const std::string& sub) {
+  golden::RunOptions r;
+  r.platform = o.platform;
+  const std::string base = o.work_dir.empty() ? (fs::path("out") / "golden" / c.name).string() : o.work_dir;
+  r.work_dir = sub.empty() ? base : (fs::path(base) / sub).string();
+  if (!o.resume_in_process) r.train_in_new_process = train_in_new_process;
+  return r;
+}
+
+void add_common(CLI::App* cmd, const std::shared_ptr<GoldenOpts>& o) {
+  cmd->add_option("case_dir", o->case_dir, "the case directory (holds model_config.yaml)")->required();
+  cmd->add_option("--platform", o->platform, "golden file platform: golden_values_<platform>.json (cpu, h200)")
+      ->capture_default_str();
+  cmd->add_option("--work-dir", o->work_dir, "where the run writes (default out/golden/<case>)");
+  cmd->add_flag("--resume-in-process", o->resume_in_process,
+                "ckpt-resume: run the resumed half in this process instead of a new `strata train` process");
+}
+
+int golden_run(const GoldenOpts& o) {
+  const golden::GoldenCase c = golden::load_golden_case(o.case_dir);
+  const std::string golden_path = golden::golden_file_path(c, o.platform);
+  const golden::GoldenValues golden = golden::read_golden_file(golden_path);  // fail before training
+  const golden::CaseRun run = golden::run_golden_case(c, run_options(o, c, ""));
+  const golden::CaseVerdict v = golden::check_case_run(c, run, golden, o.platform);
+  std::printf("\n golden values: %s\n%s", golden_path.c_str(), v.report.c_str());
+  std::fflush(stdout);
+  return v.passed ? 0 : 1;
+}
+
+int golden_regenerate(const GoldenOpts& o) {
+  const golden::GoldenCase c = golden::load_golden_case(o.case_dir);
+  const golden::CaseRun first = golden::run_golden_case(c, run_options(o, c, "run1"));
+  const golden::CaseRun second = golden::run_golden_case(c, run_options(o, c, "run2"));
+  const golden::CaseVerdict v = golden::check_repeatability(c, first, second, o.platform);
+  std::printf("\n%s", v.report.c_str());
+  if (!v.passed) {
+    std::fprintf(stderr, "strata golden regenerate: two runs of %s differ; golden values not written\n",
+                 c.name.c_str());
+    return 1;
+  }
+  const std::string path = golden::golden_file_path(c, o.platform);
+  golden::write_golden_file(path, first.values);
+  std::printf(" wrote %s (%zu metrics, steps 1-%lld)\n", path.c_str(), first.values.size(),
+              static_cast<long long>(first.train_iters));
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+void register_golden(CLI::App& app) {
+  CLI::App* golden = app.add_subcommand("golden", "golden-value regression tests (docs/golden_values.md)");
+  golden->require_subcommand(1);
+  auto run_opts = std::make_shared<GoldenOpts>();
+  CLI::App* run = golden->add_subcommand("run", "train a case and compare its TensorBoard metrics with the golden file");
+  add_common(run, run_opts);
+  add_runner(run, [run_opts] { return golden_run(*run_opts); });
+
+  auto regen_opts = std::make_shared<GoldenOpts>();
+  CLI::App* regen = golden->add_subcommand("regenerate", "train a case twice and rewrite its golden file");
+  add_common(regen, regen_opts);
+  add_runner(regen, [regen_opts] { return golden_regenerate(*regen_opts); });
+}
+
+}  // namespace strata::app

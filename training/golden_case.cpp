@@ -1,0 +1,252 @@
+// Golden-value test cases: model_config.yaml, runs and verdicts (see golden_case.h).
+// Reference: Megatron-LM tests/functional_tests/shell_test_utils/run_ci_test.sh,
+// python_test_utils/test_pretraining_{regular,resume_checkpoint}_pipeline.py.
+#include "training/golden_case.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "core/error.h"
+#include "training/checkpoint.h"
+#include "training/run.h"
+
+namespace strata::golden {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  STRATA_CHECK_KIND(ErrorKind::Io, f.good(), "golden case: cannot open ", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool is_metadata_key(const std::string& key) {
+  for (char c : key)
+    if (c >= 'a' && c <= 'z') return false;
+  return true;
+}
+
+std::string scalar_text(const YAML::Node& n, const std::string& where) {
+  STRATA_CHECK_KIND(ErrorKind::Config, n.IsScalar(), where, ": expected a scalar");
+  return n.Scalar();
+}
+
+std::string config_path(const GoldenCase& c) { return (fs::path(c.dir) / "model_config.yaml").string(); }
+
+YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    STRATA_CHECK_KIND(ErrorKind::Config, false, source, ": not valid YAML: ", e.what());
+  }
+  return {};
+}
+
+}  // namespace
+
+GoldenCase load_golden_case(const std::string& dir) {
+  GoldenCase c;
+  c.dir = dir;
+  c.name = fs::path(dir).lexically_normal().filename().string();
+  if (c.name.empty()) c.name = fs::path(dir).lexically_normal().parent_path().filename().string();
+  const std::string path = config_path(c);
+  c.config_text = read_text(path);
+  const YAML::Node root = parse_yaml(c.config_text, path);
+  STRATA_CHECK_KIND(ErrorKind::Config, root.IsMap(), path, ": expected a map of sections and test metadata");
+  c.metrics = default_checked_metrics();
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (!is_metadata_key(key)) continue;
+    const std::string where = path + ": " + key;
+    if (key == "TEST_TYPE") {
+      c.test_type = scalar_text(kv.second, where);
+      STRATA_CHECK_KIND(ErrorKind::Config, c.test_type == "regular" || c.test_type == "ckpt-resume", where,
+                        ": '", c.test_type, "' is not supported (regular, ckpt-resume)");
+    } else if (key == "MODE") {
+      c.mode = scalar_text(kv.second, where);
+      STRATA_CHECK_KIND(ErrorKind::Config, c.mode == "pretraining", where, ": '", c.mode,
+                        "' is not supported (pretraining)");
+    } else if (key == "METRICS") {
+      STRATA_CHECK_KIND(ErrorKind::Config, kv.second.IsSequence(), where, ": expected a list of metric names");
+      c.metrics.clear();
+      for (const auto& m : kv.second) c.metrics.push_back(scalar_text(m, where));
+    } else if (key == "ENV_VARS") {
+      STRATA_CHECK_KIND(ErrorKind::Config, kv.second.IsMap(), where, ": expected a map");
+      for (const auto& e : kv.second) c.env_vars[e.first.as<std::string>()] = scalar_text(e.second, where);
+    } else if (key == "MODEL_ARGS") {
+      STRATA_CHECK_KIND(ErrorKind::Config, false, where,
+                        ": Megatron command-line flags are not read; write the Strata config sections instead");
+    }
+    // LAUNCHER, N_REPEAT, BEFORE_SCRIPT, … are Megatron CI metadata with no Strata meaning.
+  }
+  auto flag = [&](const char* k) {
+    auto it = c.env_vars.find(k);
+    return it != c.env_vars.end() && it->second == "1";
+  };
+  c.allow_nondeterministic = flag("NVTE_ALLOW_NONDETERMINISTIC_ALGO") || flag("NON_DETERMINSTIC_RESULTS");
+  return c;
+}
+
+std::string golden_file_path(const GoldenCase& c, const std::string& platform) {
+  return (fs::path(c.dir) / ("golden_values_" + platform + ".json")).string();
+}
+
+StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::string>& placeholders,
+                         const std::string& platform) {
+  const std::string path = config_path(c);
+  std::string text = c.config_text;
+  for (size_t p = text.find("${"); p != std::string::npos; p = text.find("${", p)) {
+    const size_t e = text.find('}', p);
+    STRATA_CHECK_KIND(ErrorKind::Config, e != std::string::npos, path, ": unterminated ${ placeholder");
+    const std::string name = text.substr(p + 2, e - p - 2);
+    auto it = placeholders.find(name);
+    STRATA_CHECK_KIND(ErrorKind::Config, it != placeholders.end(), path, ": placeholder ${", name,
+                      "} is not available in this run (TENSORBOARD_PATH, CHECKPOINT_SAVE_PATH, CHECKPOINT_LOAD_PATH)");
+    text.replace(p, e - p + 1, it->second);
+    p += it->second.size();
+  }
+  const YAML::Node root = parse_yaml(text, path);
+  YAML::Node sections(YAML::NodeType::Map);
+  for (const auto& kv : root)
+    if (!is_metadata_key(kv.first.as<std::string>())) sections[kv.first.as<std::string>()] = kv.second;
+  StrataConfig cfg;
+  StrataConfig::table().untyped().decode_yaml(sections, &cfg, path);
+  cfg.training.device = platform == "cpu" ? "cpu" : "cuda";
+  cfg.validate(1);
+  return cfg;
+}
+
+std::vector<std::string> record_only_metrics(const std::string& platform) {
+  if (platform == "cpu") return {"iteration-time", "mem-allocated-bytes", "mem-max-allocated-bytes"};
+  return {};
+}
+
+namespace {
+
+int train_in_process(const StrataConfig& cfg) {
+  std::printf("%s", cfg.argument_table().c_str());
+  std::fflush(stdout);
+  return training::run(cfg);
+}
+
+void write_config_file(const std::string& path, const StrataConfig& cfg) {
+  std::ofstream f(path, std::ios::binary);
+  f << cfg.to_yaml();
+  STRATA_CHECK_KIND(ErrorKind::Io, f.good(), "golden: cannot write ", path);
+}
+
+}  // namespace
+
+CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
+  STRATA_CHECK(!options.work_dir.empty(), "golden: the work directory is not set");
+  const fs::path work = fs::absolute(options.work_dir);
+  CaseRun run;
+  run.tensorboard_dir = (work / "tensorboard").string();
+  run.resume_tensorboard_dir = (work / "tensorboard_resume").string();
+  const std::string ckpt = (work / "checkpoints").string();
+  for (const std::string& d : {run.tensorboard_dir, run.resume_tensorboard_dir, ckpt}) fs::remove_all(d);
+  fs::create_directories(work);
+  for (const auto& [k, v] : c.env_vars) ::setenv(k.c_str(), v.c_str(), /*overwrite=*/0);
+
+  std::map<std::string, std::string> ph = {
+      {"TENSORBOARD_PATH", run.tensorboard_dir}, {"CHECKPOINT_SAVE_PATH", ckpt}, {"CHECKPOINT_LOAD_PATH", ckpt}};
+  const StrataConfig cfg = case_config(c, ph, options.platform);
+  run.train_iters = cfg.training.train_iters;
+  STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging.tensorboard_dir.has_value(), config_path(c),
+                    ": logging.tensorboard_dir must be ${TENSORBOARD_PATH} (the runner reads the event files)");
+  STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging.log_interval == 1, config_path(c),
+                    ": logging.log_interval must be 1 (one value per step, as Megatron's --log-interval 1)");
+  if (c.test_type == "ckpt-resume") {
+    STRATA_CHECK_KIND(ErrorKind::Config, cfg.checkpoint.save == ckpt && cfg.checkpoint.load == ckpt &&
+                                             cfg.checkpoint.save_interval.has_value(),
+                      config_path(c),
+                      ": ckpt-resume needs checkpoint.save: ${CHECKPOINT_SAVE_PATH}, checkpoint.load: "
+                      "${CHECKPOINT_LOAD_PATH} and checkpoint.save_interval");
+    run.resume_iteration = cfg.training.train_iters / 2;
+    STRATA_CHECK_KIND(ErrorKind::Config, run.resume_iteration > 0 && run.resume_iteration % *cfg.checkpoint.save_interval == 0,
+                      config_path(c), ": checkpoint.save_interval (", *cfg.checkpoint.save_interval,
+                      ") must divide training.train_iters/2 (", run.resume_iteration, ")");
+  }
+
+  int rc = train_in_process(cfg);
+  STRATA_CHECK_KIND(ErrorKind::Runtime, rc == 0, "golden case ", c.name, ": training exited with ", rc);
+  run.values = read_tensorboard_metrics(run.tensorboard_dir, run.train_iters);
+
+  if (c.test_type == "ckpt-resume") {
+    // Megatron's run_ci_test.sh between the two runs: drop the last checkpoint, point the tracker
+    // at the middle one.
+    fs::remove_all(fs::path(ckpt) / checkpoint_dir_name(run.train_iters));
+    STRATA_CHECK_KIND(ErrorKind::Runtime, fs::is_directory(fs::path(ckpt) / checkpoint_dir_name(run.resume_iteration)),
+                      "golden case ", c.name, ": run 1 wrote no checkpoint at iteration ", run.resume_iteration);
+    {
+      std::ofstream t(fs::path(ckpt) / kTrackerFile, std::ios::binary | std::ios::trunc);
+      t << run.resume_iteration;
+    }
+    StrataConfig cfg2 = cfg;
+    cfg2.logging.tensorboard_dir = run.resume_tensorboard_dir;
+    if (options.train_in_new_process) {
+      const std::string path = (work / "resume_config.yaml").string();
+      write_config_file(path, cfg2);
+      rc = options.train_in_new_process(path);
+    } else {
+      rc = train_in_process(cfg2);
+    }
+    STRATA_CHECK_KIND(ErrorKind::Runtime, rc == 0, "golden case ", c.name, ": the resumed run exited with ", rc);
+    run.resumed = steps_after(read_tensorboard_metrics(run.resume_tensorboard_dir, run.train_iters), run.resume_iteration);
+  }
+  return run;
+}
+
+CaseVerdict check_case_run(const GoldenCase& c, const CaseRun& run, const GoldenValues& golden,
+                           const std::string& platform) {
+  CompareOptions o;
+  o.allow_nondeterministic = c.allow_nondeterministic;
+  o.record_only = record_only_metrics(platform);
+  CaseVerdict v;
+  std::vector<CheckResult> r = compare(golden, run.values, c.metrics, o);
+  v.passed = all_passed(r);
+  v.report = format_report(r, c.name + " (" + c.test_type + ", " + platform + "): run vs golden values");
+  if (run.resumed) {
+    const std::string after = "steps > " + std::to_string(run.resume_iteration);
+    r = compare(steps_after(run.values, run.resume_iteration), *run.resumed, c.metrics, o);
+    v.passed = all_passed(r) && v.passed;
+    v.report += format_report(r, c.name + ": resumed run vs first run (" + after + ")");
+    r = compare(steps_after(golden, run.resume_iteration), *run.resumed, c.metrics, o);
+    v.passed = all_passed(r) && v.passed;
+    v.report += format_report(r, c.name + ": resumed run vs golden values (" + after + ")");
+  }
+  return v;
+}
+
+CaseVerdict check_repeatability(const GoldenCase& c, const CaseRun& first, const CaseRun& second,
+                                const std::string& platform) {
+  // Deterministic checks only, whatever ENV_VARS says: goldens are committed from a reproducible run.
+  CompareOptions o;
+  o.record_only = record_only_metrics(platform);
+  auto deterministic_only = [](std::vector<CheckResult> r) {
+    std::erase_if(r, [](const CheckResult& x) { return x.kind != CheckKind::Deterministic; });
+    return r;
+  };
+  CaseVerdict v;
+  std::vector<CheckResult> r = deterministic_only(compare(first.values, second.values, c.metrics, o));
+  v.passed = all_passed(r);
+  v.report = format_report(r, c.name + ": second run vs first run");
+  if (first.resumed && second.resumed) {
+    r = deterministic_only(compare(steps_after(first.values, first.resume_iteration), *first.resumed, c.metrics, o));
+    v.passed = all_passed(r) && v.passed;
+    v.report += format_report(r, c.name + ": resumed run vs first run");
+  }
+  return v;
+}
+
+}  // namespace strata::golden
