@@ -144,7 +144,8 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o) {
   return j;
 }
 
-json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads) {
+// The reference models only the GPT-2-style architecture in fp32 without dropout.
+void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOptions& o) {
   const ModelConfig& m = cfg.model;
   STRATA_CHECK(m.normalization == Normalization::LayerNorm && !m.swiglu && !m.qk_layernorm &&
                    m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute &&
@@ -157,6 +158,10 @@ json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads)
                "bench train --reference torch: set model.hidden_dropout=0 and model.attention_dropout=0 (the "
                "reference has no dropout)");
   STRATA_CHECK(cfg.training.precision == Precision::Fp32, "bench train --reference torch: training.precision must be fp32");
+}
+
+json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads) {
+  const ModelConfig& m = cfg.model;
   const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
   const std::string script = o.torch_script.empty() ? default_torch_script() : o.torch_script;
   std::ostringstream cmd;
@@ -223,6 +228,7 @@ int run_train_benchmark(const BenchTrainOptions& o) {
   STRATA_CHECK(o.reference.empty() || o.reference == "torch", "bench train: --reference must be 'torch', got '",
                o.reference, "'");
   const StrataConfig cfg = bench_config(o);
+  if (o.reference == "torch") check_torch_reference_applies(cfg, o);
   const int threads = omp_get_max_threads();
   const ModelConfig& m = cfg.model;
   std::printf("bench train: %s, %lld layers, hidden %lld, %lld heads, vocab %lld, seq %lld, batch %lld, %s, "

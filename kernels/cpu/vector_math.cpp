@@ -1,7 +1,7 @@
 // The row functions of kernels/cpu/vector_math.h, each compiled for AVX-512, AVX2 and the x86-64
-// baseline (GCC target_clones: the loader picks the best the machine has). Without FMA
-// contraction (-ffp-contract=off for kernels/cpu) every clone computes exactly the inline
-// versions' values; only the vector width differs.
+// baseline (GCC target_clones: the loader picks the best the machine has). This file is built
+// without FMA contraction (-ffp-contract=off, CMakeLists.txt), so every clone computes exactly
+// the inline versions' values; only the vector width differs.
 #include "kernels/cpu/vector_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
