@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/observe.h"
+#include "core/phase_timer.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/gemm.h"
 
@@ -95,7 +96,12 @@ std::unique_ptr<ForwardContext> GPTModel::make_context(int64_t step, int64_t mic
 Tensor GPTModel::run_decoder(const Tensor& tokens, int64_t position_offset, const layers::DropoutKeys& keys,
                              KVCache* cache, Context* ctx) {
   if (ctx) ctx->layers.assign(layers_.size(), {});
-  Tensor x = embedding_->forward(tokens, position_offset, keys, ctx ? &ctx->embedding : nullptr);
+  Tensor x;
+  {
+    phase_timer::Scope t("forward/embedding");
+    x = embedding_->forward(tokens, position_offset, keys, ctx ? &ctx->embedding : nullptr);
+  }
+  phase_timer::Scope t("forward/layers");
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layers_[i]->forward(x, keys, position_offset, cache ? &cache->layers[i] : nullptr,
                             ctx ? &ctx->layers[i] : nullptr);
@@ -103,9 +109,22 @@ Tensor GPTModel::run_decoder(const Tensor& tokens, int64_t position_offset, cons
   return final_norm_->forward(x, ctx ? &ctx->final_norm : nullptr);
 }
 
-Tensor GPTModel::output_logits(const Tensor& hidden) {
+Tensor GPTModel::output_logits(const Tensor& hidden, bool reuse_buffer) {
+  phase_timer::Scope t("forward/output_gemm");
   const int64_t n = hidden.numel() / cfg_.hidden_size;
-  Tensor logits = Tensor::empty({n, padded_vocab_}, hidden.dtype(), hidden.device());
+  const Shape shape{n, padded_vocab_};
+  Tensor logits;
+  // The largest activation ([tokens, padded vocab]): training reuses one buffer from step to step
+  // (a fresh one of this size is a new mapping and a page fault per 4 KiB) when no context still
+  // holds the previous step's.
+  if (reuse_buffer && logits_buffer_.defined() && logits_buffer_.shape() == shape &&
+      logits_buffer_.dtype() == hidden.dtype() && logits_buffer_.device() == hidden.device() &&
+      logits_buffer_.storage().use_count() == 1) {
+    logits = logits_buffer_;
+  } else {
+    logits = Tensor::empty(shape, hidden.dtype(), hidden.device());
+    if (reuse_buffer) logits_buffer_ = logits;
+  }
   kernels::linear_forward(hidden.reshape({n, cfg_.hidden_size}), output_weight().value, nullptr, logits);
   return logits;
 }
@@ -136,14 +155,17 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   targets = targets.to(dev);
 
   Tensor hidden = run_decoder(batch.tokens, 0, keys, nullptr, ctx).reshape({s * b, cfg_.hidden_size});
-  Tensor logits = output_logits(hidden);
+  Tensor logits = output_logits(hidden, /*reuse_buffer=*/true);
   observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, padded_vocab_}), "s,b,v");
 
   const DType st = stat_dtype(opt_.dtype);
   Tensor loss = Tensor::empty({s * b}, st, dev);
   Tensor row_max = Tensor::empty({s * b}, st, dev);
   Tensor sum_exp = Tensor::empty({s * b}, st, dev);
-  kernels::cross_entropy_forward(logits, targets, loss, row_max, sum_exp, /*vocab_start=*/0);
+  {
+    phase_timer::Scope t("forward/cross_entropy");
+    kernels::cross_entropy_forward(logits, targets, loss, row_max, sum_exp, /*vocab_start=*/0);
+  }
 
   ctx->hidden = hidden;
   ctx->logits = logits;
@@ -164,20 +186,32 @@ void GPTModel::backward(ForwardContext& base, const Tensor& dlosses) {
                "GPTModel::backward: dlosses ", dlosses.shape().str(), " must be [b, s] = [", b, ", ", s, "]");
   const DType st = stat_dtype(opt_.dtype);
   Tensor dl = dlosses.to(opt_.device).to(st).transpose(0, 1).reshape({s * b});
-  Tensor dlogits = Tensor::empty(ctx->logits.shape(), ctx->logits.dtype(), ctx->logits.device());
-  kernels::cross_entropy_backward(ctx->logits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits, 0);
-  ctx->logits = Tensor();  // release the largest activation early
+  // dlogits overwrite the logits in place (the kernel reads each element before writing it).
+  Tensor dlogits = ctx->logits;
+  ctx->logits = Tensor();
+  {
+    phase_timer::Scope t("backward/cross_entropy");
+    kernels::cross_entropy_backward(dlogits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits, 0);
+  }
 
   Parameter& w = output_weight();
   Tensor dh = Tensor::empty(ctx->hidden.shape(), ctx->hidden.dtype(), ctx->hidden.device());
-  kernels::linear_backward(ctx->hidden, w.value, dlogits, &dh, &w.main_grad, nullptr, /*accumulate_grads=*/true);
+  {
+    phase_timer::Scope t("backward/output_gemm");
+    kernels::linear_backward(ctx->hidden, w.value, dlogits, &dh, &w.main_grad, nullptr, /*accumulate_grads=*/true);
+  }
   dlogits = Tensor();
 
-  Tensor dx = final_norm_->backward(ctx->final_norm, dh.reshape({s, b, cfg_.hidden_size}));
-  for (size_t i = layers_.size(); i-- > 0;) {
-    dx = layers_[i]->backward(ctx->layers[i], dx);
-    ctx->layers[i] = {};
+  Tensor dx;
+  {
+    phase_timer::Scope t("backward/layers");
+    dx = final_norm_->backward(ctx->final_norm, dh.reshape({s, b, cfg_.hidden_size}));
+    for (size_t i = layers_.size(); i-- > 0;) {
+      dx = layers_[i]->backward(ctx->layers[i], dx);
+      ctx->layers[i] = {};
+    }
   }
+  phase_timer::Scope t("backward/embedding");
   embedding_->backward(ctx->embedding, dx);
   ctx->has_forward = false;
   ctx->hidden = Tensor();

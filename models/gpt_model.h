@@ -76,8 +76,9 @@ class GPTModel : public LanguageModel {
   // tokens [b, s] -> final hidden [s, b, h] (after the final norm).
   Tensor run_decoder(const Tensor& tokens, int64_t position_offset, const layers::DropoutKeys& keys,
                      KVCache* cache, Context* ctx);
-  // hidden [s, b, h] -> logits [s·b, padded_vocab]
-  Tensor output_logits(const Tensor& hidden);
+  // hidden [s, b, h] -> logits [s·b, padded_vocab]; reuse_buffer: into logits_buffer_ when no
+  // one else holds it (training forwards; generation returns its logits to the caller).
+  Tensor output_logits(const Tensor& hidden, bool reuse_buffer = false);
 
   ModelConfig cfg_;
   GPTModelOptions opt_;
@@ -87,6 +88,7 @@ class GPTModel : public LanguageModel {
   std::vector<std::unique_ptr<layers::TransformerLayer>> layers_;
   std::unique_ptr<layers::Norm> final_norm_;
   Parameter output_layer_;  // untied only
+  Tensor logits_buffer_;    // the training forwards' logits (and then dlogits), kept across steps
 };
 
 // The model dtype of a precision: Fp32 → F32, Bf16 → BF16.

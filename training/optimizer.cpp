@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "kernels/reduce.h"
 
 namespace strata {
@@ -66,7 +67,10 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
 
   // Global grad norm (Megatron get_grad_norm_fp32; the DP all-reduce is the identity at size 1).
   Tensor sumsq = Tensor::zeros({1}, DType::F64, dev);
-  kernels::grad_sum_of_squares(grads, sumsq);
+  {
+    phase_timer::Scope t("optimizer/grad_norm");
+    kernels::grad_sum_of_squares(grads, sumsq);
+  }
   r.grad_norm = std::sqrt(sumsq.item());
 
   if (!std::isfinite(r.grad_norm)) {
@@ -105,6 +109,7 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   cfg.beta2 = settings_.beta2;
   cfg.eps = settings_.eps;
   cfg.weight_decay = settings_.weight_decay;
+  phase_timer::Scope t("optimizer/adamw");
   for (size_t i = 0; i < states_.size(); ++i) {
     ParamState& s = states_[i];
     const double wd_mult = s.param->no_weight_decay ? 0.0 : 1.0;

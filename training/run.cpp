@@ -35,7 +35,9 @@ double peak_flops(Device device, Precision precision) {
 
 }  // namespace
 
-int run(const StrataConfig& validated) {
+int run(const StrataConfig& validated) { return run_training(validated).exit_code; }
+
+TrainResult run_training(const StrataConfig& validated, const RunHooks& hooks) {
   StrataConfig cfg = validated;
   const Device device = resolve_device(cfg.training.device);
   std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(cfg);
@@ -74,6 +76,8 @@ int run(const StrataConfig& validated) {
 
   GPTModel model(cfg, device);
   TrainerOptions options;
+  options.sinks = hooks.sinks;
+  options.log_stream = hooks.log_stream;
   const std::vector<Parameter*> params = model.parameters();
   const double fpt = gpt_flops_per_token(cfg, params);
   options.flops_per_token = [fpt] { return fpt; };
@@ -83,8 +87,7 @@ int run(const StrataConfig& validated) {
   log::info("GPT model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
 
   Trainer trainer(cfg, model, train, valid.get(), options);
-  TrainResult result = trainer.train();
-  return result.exit_code;
+  return trainer.train();
 }
 
 }  // namespace strata::training

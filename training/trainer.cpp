@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/phase_timer.h"
 #include "training/checkpoint.h"
 #include "training/signals.h"
 
@@ -99,7 +100,10 @@ TensorFileIO& Trainer::tensor_io() {
 
 Trainer::StepOutcome Trainer::train_step(double lr) {
   StepOutcome o;
-  optimizer_->zero_grad();
+  {
+    phase_timer::Scope t("zero_grad");
+    optimizer_->zero_grad();
+  }
   const Device device = params_.front()->value.device();
   const int64_t step = iteration_ + 1;
 
@@ -117,7 +121,11 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   for (int64_t mb = 0; mb < num_micro_batches_; ++mb) {
     const Batch& batch = batches[static_cast<size_t>(mb)];
     std::unique_ptr<ForwardContext> ctx = model_.make_context(step, mb, /*training=*/true);
-    const Tensor losses = model_.forward(*ctx, batch);
+    Tensor losses;
+    {
+      phase_timer::Scope t("forward");
+      losses = model_.forward(*ctx, batch);
+    }
     const auto [sum, valid] = masked_sum(losses, batch.loss_mask);
     double scale;
     if (cfg_.training.calculate_per_token_loss) {
@@ -127,11 +135,15 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
       scale = 1.0 / (std::max(valid, 1.0) * static_cast<double>(num_micro_batches_));
       loss_sum += sum / std::max(valid, 1.0);
     }
-    model_.backward(*ctx, scaled_mask(batch.loss_mask, scale, device));
+    {
+      phase_timer::Scope t("backward");
+      model_.backward(*ctx, scaled_mask(batch.loss_mask, scale, device));
+    }
     o.tokens += batch.tokens.numel();
   }
   o.loss = cfg_.training.calculate_per_token_loss ? loss_sum / std::max(global_valid, 1.0)
                                                   : loss_sum / static_cast<double>(num_micro_batches_);
+  phase_timer::Scope t("optimizer");
   o.opt = optimizer_->step(lr);
   return o;
 }

@@ -1,8 +1,11 @@
 // `strata bench ops`: device report, op benchmarks (apps/strata/bench_ops.cpp) and, with --check,
 // the op sweep against the CPU float64 reference (tests/sweep).
+// `strata bench train`: training-step throughput, optionally against the PyTorch reference
+// (apps/strata/bench_train.cpp).
 #include <cstdio>
 
 #include "apps/strata/bench_ops.h"
+#include "apps/strata/bench_train.h"
 #include "apps/strata/commands.h"
 #include "core/device.h"
 #include "sweep.h"
@@ -47,6 +50,23 @@ void register_bench(CLI::App& app) {
     }
     return rc;
   });
+
+  CLI::App* train = bench->add_subcommand(
+      "train", "training-step throughput of the real trainer (tokens/s, step time, peak memory), optionally "
+               "against the PyTorch eager reference of the same GPT");
+  auto t = std::make_shared<BenchTrainOptions>();
+  train->add_option("--config", t->config, "the run config (YAML), e.g. configs/bench_gpt_cpu.yaml")->required();
+  train->add_option("overrides", t->overrides, "section.field=value overrides, values parsed as YAML");
+  train->add_option("--iters", t->iters, "timed steps")->capture_default_str();
+  train->add_option("--warmup", t->warmup, "untimed steps before them")->capture_default_str();
+  train->add_option("--repeat", t->repeat, "run ours and the reference back to back this many times")
+      ->capture_default_str();
+  train->add_option("--reference", t->reference, "torch: also run scripts/bench/gpt_train_torch.py");
+  train->add_option("--json", t->json_out, "write the results as JSON to this file");
+  train->add_flag("--phases", t->phases, "print where the timed steps spend their time (phase timers)");
+  train->add_option("--python", t->python, "the Python with torch for --reference torch")->capture_default_str();
+  train->add_option("--torch-script", t->torch_script, "the reference script (default: the source tree's)");
+  add_runner(train, [t] { return run_train_benchmark(*t); });
 }
 
 }  // namespace strata::app

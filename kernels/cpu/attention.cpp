@@ -5,16 +5,31 @@
 //   dV = P_dropᵀ·dO.
 // Storage type T, math in acc_t<T>. OpenMP over (b, head) in forward and over (b, kv head) in
 // backward, each thread owning its outputs; the q heads of a GQA group and the query rows are
-// summed in a fixed order, so results do not depend on the thread count.
+// summed in a fixed order, so results do not depend on the thread count. f32 dot products use
+// the fixed 16-lane order of kernels/cpu/vector_math.h (vectorized, still input-determined).
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/attention_math.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace strata::kernels::cpu {
 namespace {
+
+// Σ_c a[c]·b[c] over d elements in acc: the 16-lane order for f32, sequential otherwise.
+template <typename T, typename acc = acc_t<T>>
+acc dot_row(const T* a, const T* b, int64_t d) {
+  if constexpr (std::is_same_v<T, float>) {
+    return vmath::dot_f32(a, b, d);
+  } else {
+    acc s = 0;
+    for (int64_t c = 0; c < d; ++c) s += convert<acc>(a[c]) * convert<acc>(b[c]);
+    return s;
+  }
+}
 
 struct Shape4 {
   int64_t sq, sk, b, hq, hkv, d, group;
@@ -73,8 +88,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
           continue;
         }
         const T* krow = kp + s.ki(j, bb, hk);
-        acc dot = 0;
-        for (int64_t c = 0; c < s.d; ++c) dot += convert<acc>(qrow[c]) * convert<acc>(krow[c]);
+        const acc dot = dot_row<T>(qrow, krow, s.d);
         score[j] = scale * dot;
         mx = std::max(mx, score[j]);
       }
@@ -94,7 +108,9 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
         acc pj = score[j] / sum;
         if (mp.dropout_p > 0) pj *= static_cast<acc>(attn::dropout_factor(mp, bb, h, i, j));
         const T* vrow = vp + s.ki(j, bb, hk);
-        for (int64_t c = 0; c < s.d; ++c) o[c] += pj * convert<acc>(vrow[c]);
+        acc* od = o.data();
+#pragma omp simd
+        for (int64_t c = 0; c < s.d; ++c) od[c] += pj * convert<acc>(vrow[c]);
       }
       for (int64_t c = 0; c < s.d; ++c) orow[c] = convert<T>(o[c]);
       lse.set(s.li(bb, h, i), static_cast<double>(mx + std::log(sum)));
@@ -144,19 +160,17 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
           if (!attn::visible(mp, i, j)) continue;
           const T* krow = kp + s.ki(j, bb, hk);
           const T* vrow = vp + s.ki(j, bb, hk);
-          acc dot = 0, dpd = 0;
-          for (int64_t c = 0; c < s.d; ++c) {
-            dot += convert<acc>(qrow[c]) * convert<acc>(krow[c]);
-            dpd += convert<acc>(dorow[c]) * convert<acc>(vrow[c]);
-          }
+          const acc dot = dot_row<T>(qrow, krow, s.d), dpd = dot_row<T>(dorow, vrow, s.d);
           const acc pij = std::exp(scale * dot - static_cast<acc>(lse_i));
           const acc f = mp.dropout_p > 0 ? static_cast<acc>(attn::dropout_factor(mp, bb, h, i, j)) : acc(1);
           const acc pdrop = pij * f;             // probability after dropout
           const acc ds = pij * (dpd * f - Di);   // dL/dS
           acc* dkj = &dk_acc[j * s.d];
           acc* dvj = &dv_acc[j * s.d];
+          acc* dqr = dq_row.data();
+#pragma omp simd
           for (int64_t c = 0; c < s.d; ++c) {
-            dq_row[c] += ds * convert<acc>(krow[c]);
+            dqr[c] += ds * convert<acc>(krow[c]);
             dkj[c] += ds * convert<acc>(qrow[c]);
             dvj[c] += pdrop * convert<acc>(dorow[c]);
           }

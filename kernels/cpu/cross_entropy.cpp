@@ -1,10 +1,15 @@
 // CPU fused softmax cross-entropy (kernels/cross_entropy.h): the readable reference. One row at a
 // time (OpenMP over rows), each row reduced in a fixed order (blocked sums for sum_exp) in the statistics type
-// (f32 for f32/bf16/f16 logits, f64 for f64). Reference: Megatron-Core VocabParallelCrossEntropy.
+// (f32 for f32/bf16/f16 logits, f64 for f64). f32 logits take the vectorized path of
+// kernels/cpu/vector_math.h (vmath::exp_f32, fixed 16-lane partial sums inside each block): the
+// same blocked structure, a different but equally fixed summation order, independent of the
+// thread count. Reference: Megatron-Core VocabParallelCrossEntropy.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "kernels/cpu/vector_math.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cross_entropy_math.h"
 
@@ -18,6 +23,7 @@ void dispatch_logits(const Tensor& logits, const char* op, F&& f) {
 
 template <typename T, typename S = acc_t<T>>
 S row_max_of(const T* row, int64_t v) {
+  if constexpr (std::is_same_v<T, float>) return vmath::row_max(row, v);
   S m = -std::numeric_limits<S>::infinity();
   for (int64_t j = 0; j < v; ++j) m = std::max(m, convert<S>(row[j]));
   return m;
@@ -38,7 +44,11 @@ void row_sum_exp(const T* row, int64_t v, S m, int64_t target, int64_t vocab_sta
   S s = S(0);
   for (int64_t j0 = 0; j0 < v; j0 += kSumBlock) {
     S b = S(0);
-    for (int64_t j = j0; j < std::min(v, j0 + kSumBlock); ++j) b += std::exp(convert<S>(row[j]) - m);
+    if constexpr (std::is_same_v<T, float>) {
+      b = vmath::row_sum_exp(row + j0, std::min(kSumBlock, v - j0), m);
+    } else {
+      for (int64_t j = j0; j < std::min(v, j0 + kSumBlock); ++j) b += std::exp(convert<S>(row[j]) - m);
+    }
     s += b;
   }
   *sum_exp = s;
@@ -138,6 +148,14 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
       }
       const S inv = S(1) / se[i], g = dl[i], mi = m[i];
       const int64_t c = ce::local_target(t[i], vocab_start, v);
+      if constexpr (std::is_same_v<scalar_t, float>) {
+        // Every column as a non-target (vectorized; element j is read before it is written, so
+        // drow == row is fine), then the target column again from its saved logit (the same p).
+        const float xc = c >= 0 ? row[c] : 0.0f;
+        vmath::row_softmax_grad(row, drow, v, mi, inv, uniform, g);
+        if (c >= 0) drow[c] = (vmath::exp_f32(xc - mi) * inv - uniform - on_target) * g;
+        continue;
+      }
       for (int64_t j = 0; j < v; ++j) {
         S p = std::exp(convert<S>(row[j]) - mi) * inv;
         S d = p - uniform - (j == c ? on_target : S(0));

@@ -3,11 +3,20 @@
 // (or kept in f32 when c is f32). Batches loop over cblas calls. Also the linear layer's bias add
 // and bias gradient (column sums in a fixed order). Reference: BLAS sgemm semantics (beta = 0 does
 // not read C), Megatron-Core LinearWithGradAccumulation (wgrad accumulated into f32 main_grad).
-// OpenBLAS splits a GEMM over m and n, never k, so results do not depend on the thread count.
+// Threading: OpenBLAS runs single-threaded and a large GEMM is split over our OpenMP threads by
+// blocks of rows of C (or of columns, whichever dimension is larger), one cblas call per block —
+// one thread pool in the process instead of OpenBLAS's spinning pthreads competing with the
+// OpenMP workers of the other kernels (on a 2-core machine that contention doubled the step
+// time). Blocks never split k, so every element of C is computed by the same sequence of
+// operations whatever the thread count. STRATA_GEMM_THREADS=openblas restores OpenBLAS's own
+// threading (for comparison).
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "kernels/gemm.h"
@@ -26,6 +35,51 @@ void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const float*
               static_cast<float>(alpha), a, lda, b, ldb, static_cast<float>(beta), c, ldc);
 }
 
+// True when our OpenMP threads split the GEMMs (OpenBLAS then runs single-threaded).
+bool split_over_openmp() {
+  static const bool split = [] {
+    const char* e = std::getenv("STRATA_GEMM_THREADS");
+    const bool openblas = e && std::strcmp(e, "openblas") == 0;
+    if (!openblas) openblas_set_num_threads(1);
+    return !openblas;
+  }();
+  return split;
+}
+
+// Below this many multiply-adds a GEMM runs on one thread (a parallel region costs more).
+constexpr double kParallelMacs = 1 << 21;
+// Row/column blocks are multiples of this (whole micro-kernel tiles).
+constexpr int64_t kBlockAlign = 64;
+
+// One row-major GEMM, split over the OpenMP threads by blocks of C's rows (m >= n) or columns.
+template <typename T>
+void split_blas(bool ta, bool tb, int m, int n, int k, double alpha, const T* a, int lda, const T* b, int ldb,
+                double beta, T* c, int ldc) {
+  const int threads = omp_get_max_threads();
+  const double macs = static_cast<double>(m) * n * k;
+  if (!split_over_openmp() || threads <= 1 || macs < kParallelMacs || omp_in_parallel()) {
+    blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const bool by_rows = m >= n;
+  const int64_t dim = by_rows ? m : n;
+  const int64_t per = (dim + threads - 1) / threads;
+  const int64_t block = std::max<int64_t>(kBlockAlign, (per + kBlockAlign - 1) / kBlockAlign * kBlockAlign);
+  const int64_t blocks = (dim + block - 1) / block;
+#pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(std::min<int64_t>(threads, blocks)))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t s = blk * block;
+    const int len = static_cast<int>(std::min(block, dim - s));
+    if (by_rows) {  // rows s.. of C: rows of op(A)
+      const T* as = ta ? a + s : a + s * lda;
+      blas_gemm(ta, tb, len, n, k, alpha, as, lda, b, ldb, beta, c + s * ldc, ldc);
+    } else {  // columns s.. of C: columns of op(B)
+      const T* bs = tb ? b + s * ldb : b + s;
+      blas_gemm(ta, tb, m, len, k, alpha, a, lda, bs, ldb, beta, c + s, ldc);
+    }
+  }
+}
+
 // Batched row-major GEMM on f64 or f32 buffers of the same type.
 template <typename T>
 void batched_blas(const GemmDims& d, bool ta, bool tb, const T* a, const T* b, T* c, double alpha, double beta) {
@@ -35,8 +89,8 @@ void batched_blas(const GemmDims& d, bool ta, bool tb, const T* a, const T* b, T
   // Row-major leading dimensions = the stored matrices' column counts.
   const int lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
   for (int64_t i = 0; i < d.batch; ++i)
-    blas_gemm(ta, tb, m, n, k, alpha, a + i * d.stride_a(), lda, b + i * d.stride_b(), ldb, beta,
-              c + i * d.stride_c(), ldc);
+    split_blas(ta, tb, m, n, k, alpha, a + i * d.stride_a(), lda, b + i * d.stride_b(), ldb, beta,
+               c + i * d.stride_c(), ldc);
 }
 
 // c = beta · c (k = 0: the product is empty).

@@ -1,8 +1,10 @@
 // CPU optimizer kernels (kernels/optimizer.h): the readable reference.
 // AdamW: elementwise, math in acc_t<scalar_t> (float for f32, double for f64) via
-// kernels/optimizer_math.h. Sum of squares: the grads are cut into fixed chunks of kChunk
-// elements (independent of the thread count), each chunk summed sequentially in double, then the
-// chunk sums added in order, so the result is bitwise identical for any number of threads.
+// kernels/optimizer_math.h; the loop without a bf16 model copy is vectorized (same operations,
+// same values). Sum of squares: the grads are cut into fixed chunks of kChunk elements
+// (independent of the thread count), each chunk summed in double in kSumLanes interleaved lanes
+// (then the lanes in order), then the chunk sums added in order, so the result is bitwise
+// identical for any number of threads.
 // Reference: PyTorch torch.optim.AdamW, Megatron-Core optimizer/clip_grads.py.
 #include <cmath>
 
@@ -13,6 +15,7 @@ namespace strata::kernels::cpu {
 namespace {
 constexpr int64_t kChunk = 1 << 16;
 constexpr int64_t kParallelMin = 32768;
+constexpr int kSumLanes = 8;  // grad_sum_of_squares: partial sums per chunk
 
 template <typename T>
 const T* ptr(const Tensor& t) {
@@ -32,6 +35,18 @@ void adamw_loop(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, 
   const T* g = ptr<T>(grad);
   T* m = mut_ptr<T>(exp_avg);
   T* v = mut_ptr<T>(exp_avg_sq);
+  if (!model) {
+    // Elementwise and independent: vectorized (the same operations, so the same values).
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      acc mi = convert<acc>(m[i]), vi = convert<acc>(v[i]);
+      acc pi = adamw::update<acc>(convert<acc>(p[i]), convert<acc>(g[i]), mi, vi, c);
+      p[i] = convert<T>(pi);
+      m[i] = convert<T>(mi);
+      v[i] = convert<T>(vi);
+    }
+    return;
+  }
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     acc mi = convert<acc>(m[i]), vi = convert<acc>(v[i]);
@@ -39,7 +54,7 @@ void adamw_loop(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, 
     p[i] = convert<T>(pi);
     m[i] = convert<T>(mi);
     v[i] = convert<T>(vi);
-    if (model) model[i] = convert<TM>(p[i]);
+    model[i] = convert<TM>(p[i]);
   }
 }
 }  // namespace
@@ -82,8 +97,18 @@ void grad_sum_of_squares(const std::vector<Tensor>& grads, const Tensor& out) {
     partial[k] = dispatch_float(grads[ch.tensor].dtype(), "grad_sum_of_squares", [&](auto tag_) {
       STRATA_SCALAR(tag_);
       const scalar_t* g = ptr<scalar_t>(grads[ch.tensor]) + ch.start;
+      // kSumLanes running sums (element i into lane i mod kSumLanes, each lane in order), then
+      // the lanes in order, then the tail: a fixed order the compiler can vectorize.
+      double lane[kSumLanes] = {};
+      int64_t i = 0;
+      for (; i + kSumLanes <= ch.len; i += kSumLanes)
+        for (int l = 0; l < kSumLanes; ++l) {
+          const double x = convert<double>(g[i + l]);
+          lane[l] += x * x;
+        }
       double s = 0.0;
-      for (int64_t i = 0; i < ch.len; ++i) {
+      for (int l = 0; l < kSumLanes; ++l) s += lane[l];
+      for (; i < ch.len; ++i) {
         const double x = convert<double>(g[i]);
         s += x * x;
       }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "kernels/attention.h"
 #include "kernels/rotary.h"
 
@@ -87,7 +88,10 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   Tensor out = Tensor::empty({s, b, np_, hn_}, x.dtype(), x.device());
   const DType lse_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor lse = Tensor::empty({b, np_, s}, lse_dtype, x.device());
-  kernels::attention_forward(q, k_all, v_all, out, lse, p);
+  {
+    phase_timer::Scope t("forward/layers/attention/core");
+    kernels::attention_forward(q, k_all, v_all, out, lse, p);
+  }
   Tensor y = linear_proj.forward(out.reshape({s, b, np_ * hn_}));
   if (saved) {
     STRATA_CHECK(!run.cache, linear_qkv.weight.name, ": a KV-cache forward saves no activations");
@@ -103,7 +107,10 @@ Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
   Tensor dq = empty_like_shape(sv.q, sv.q.shape());
   Tensor dk = empty_like_shape(sv.k, sv.k.shape());
   Tensor dv = empty_like_shape(sv.v, sv.v.shape());
-  kernels::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params);
+  {
+    phase_timer::Scope t("backward/layers/attention/core");
+    kernels::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params);
+  }
   if (rope_) {
     kernels::RotaryOptions ro = rotary_options(sv.position_offset);
     kernels::rotary_backward(dq, dq, ro);

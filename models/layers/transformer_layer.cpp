@@ -3,6 +3,7 @@
 #include "models/layers/transformer_layer.h"
 
 #include "core/observe.h"
+#include "core/phase_timer.h"
 #include "kernels/elementwise.h"
 
 namespace strata::layers {
@@ -37,7 +38,11 @@ Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64
   Saved& sv = saved ? *saved : local;
   const bool keep = saved != nullptr;
 
-  Tensor h1 = input_layernorm.forward(x, keep ? &sv.input_norm : nullptr);
+  Tensor h1;
+  {
+    phase_timer::Scope t("forward/layers/norms");
+    h1 = input_layernorm.forward(x, keep ? &sv.input_norm : nullptr);
+  }
   SelfAttention::Run run;
   if (keys.training && attention_dropout_ > 0.0) {
     run.dropout_p = attention_dropout_;
@@ -46,12 +51,24 @@ Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64
   }
   run.position_offset = position_offset;
   run.cache = cache;
-  Tensor a = self_attention.forward(h1, run, keep ? &sv.attention : nullptr);
+  Tensor a;
+  {
+    phase_timer::Scope t("forward/layers/attention");
+    a = self_attention.forward(h1, run, keep ? &sv.attention : nullptr);
+  }
   sv.attention_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, a);
   Tensor x2 = add(x, apply_dropout(a, sv.attention_dropout));
 
-  Tensor h2 = pre_mlp_layernorm.forward(x2, keep ? &sv.pre_mlp_norm : nullptr);
-  Tensor m = mlp.forward(h2, keep ? &sv.mlp : nullptr);
+  Tensor h2;
+  {
+    phase_timer::Scope t("forward/layers/norms");
+    h2 = pre_mlp_layernorm.forward(x2, keep ? &sv.pre_mlp_norm : nullptr);
+  }
+  Tensor m;
+  {
+    phase_timer::Scope t("forward/layers/mlp");
+    m = mlp.forward(h2, keep ? &sv.mlp : nullptr);
+  }
   sv.mlp_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, m);
   Tensor y = add(x2, apply_dropout(m, sv.mlp_dropout));
   observe(name_, "layer_output", ObserveKind::LayerOutput, y, "s,b,h");
@@ -60,10 +77,21 @@ Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64
 
 Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
   // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
-  Tensor dh2 = mlp.backward(sv.mlp, apply_dropout_backward(dy, sv.mlp_dropout));
-  Tensor dx2 = add(dy, pre_mlp_layernorm.backward(sv.pre_mlp_norm, dh2));
+  Tensor dh2, dx2, dh1, dx;
+  {
+    phase_timer::Scope t("backward/layers/mlp");
+    dh2 = mlp.backward(sv.mlp, apply_dropout_backward(dy, sv.mlp_dropout));
+  }
+  {
+    phase_timer::Scope t("backward/layers/norms");
+    dx2 = add(dy, pre_mlp_layernorm.backward(sv.pre_mlp_norm, dh2));
+  }
   // x2 = x + drop(attn(norm1(x))): dx = dx2 + norm1ᵀ(attnᵀ(dropᵀ(dx2)))
-  Tensor dh1 = self_attention.backward(sv.attention, apply_dropout_backward(dx2, sv.attention_dropout));
+  {
+    phase_timer::Scope t("backward/layers/attention");
+    dh1 = self_attention.backward(sv.attention, apply_dropout_backward(dx2, sv.attention_dropout));
+  }
+  phase_timer::Scope t("backward/layers/norms");
   return add(dx2, input_layernorm.backward(sv.input_norm, dh1));
 }
 

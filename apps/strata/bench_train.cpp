@@ -1,0 +1,295 @@
+// `strata bench train` (apps/strata/bench_train.h): runs warmup + iters steps of the real trainer
+// through training::run_training with a sink that records each iteration's time, then (with
+// --reference torch) scripts/bench/gpt_train_torch.py with the same model, batch, optimizer and
+// thread count, and prints both and their ratio. Repeats alternate ours and the reference so
+// that load from other processes hits both alike; the median ratio is reported.
+#include "apps/strata/bench_train.h"
+
+#include <sys/resource.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/phase_timer.h"
+#include "data/tokenizer.h"
+#include "training/config.h"
+#include "training/metrics_log.h"
+#include "training/run.h"
+
+namespace strata::app {
+namespace {
+
+using nlohmann::json;
+
+// Records "iteration-time" (seconds) of every iteration.
+class StepTimeSink : public MetricsSink {
+ public:
+  void add_scalar(const std::string& tag, double value, int64_t step) override {
+    if (tag == "iteration-time") ms.push_back(value * 1000.0);
+  }
+  std::vector<double> ms;
+};
+
+// The config of the benchmark: the user's, with train_iters = warmup + iters, a log line every
+// step (the sink needs every iteration's time), no evaluation, checkpoints or metric files, and
+// mock data when the config names no data.
+StrataConfig bench_config(const BenchTrainOptions& o) {
+  StrataConfig cfg = StrataConfig::load(o.config, o.overrides);
+  cfg.training.train_iters = o.warmup + o.iters;
+  cfg.training.eval_iters = 0;
+  cfg.training.exit_interval.reset();
+  cfg.training.exit_duration_in_mins.reset();
+  cfg.logging.log_interval = 1;
+  cfg.logging.tensorboard_dir.reset();
+  cfg.logging.metrics_jsonl.reset();
+  cfg.checkpoint.save.reset();
+  cfg.checkpoint.load.reset();
+  cfg.checkpoint.save_interval.reset();
+  if (cfg.data.data_path.empty()) cfg.data.mock_data = true;
+  cfg.validate(1);
+  if (!cfg.model.vocab_size) {
+    cfg.model.vocab_size = data::build_tokenizer(cfg)->vocab_size();
+    cfg.validate(1);
+  }
+  return cfg;
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+std::string default_torch_script() {
+  namespace fs = std::filesystem;
+  // This file is apps/strata/bench_train.cpp of the source tree (__FILE__ is absolute in our builds).
+  const fs::path from_source = fs::path(__FILE__).parent_path() / ".." / ".." / "scripts" / "bench" / "gpt_train_torch.py";
+  if (fs::exists(from_source)) return fs::weakly_canonical(from_source).string();
+  return "scripts/bench/gpt_train_torch.py";
+}
+
+// Shell-quotes one argument.
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o) {
+  const Device device = resolve_device(cfg.training.device);
+  StepTimeSink sink;
+  std::ostringstream quiet;  // the per-iteration log lines
+  training::RunHooks hooks;
+  hooks.sinks = {&sink};
+  hooks.log_stream = &quiet;
+  reset_peak_memory_stats(device);
+  phase_timer::reset();
+  // The phase timers skip the warm-up steps: enabled from the first timed step by the sink's count.
+  struct PhaseSwitch : MetricsSink {
+    int warmup;
+    explicit PhaseSwitch(int w) : warmup(w) {}
+    void add_scalar(const std::string& tag, double, int64_t step) override {
+      if (tag == "iteration-time" && step == warmup) {
+        phase_timer::reset();
+        phase_timer::set_enabled(true);
+      }
+    }
+  } phase_switch(o.warmup);
+  if (o.phases) {
+    hooks.sinks.push_back(&phase_switch);
+    if (o.warmup == 0) phase_timer::set_enabled(true);
+  }
+  const TrainResult r = training::run_training(cfg, hooks);
+  phase_timer::set_enabled(false);
+  STRATA_CHECK(r.exit_code == 0, "bench train: training exited with code ", r.exit_code);
+  STRATA_CHECK(static_cast<int>(sink.ms.size()) == o.warmup + o.iters, "bench train: expected ",
+               o.warmup + o.iters, " iteration times, got ", sink.ms.size());
+  const std::vector<double> timed(sink.ms.begin() + o.warmup, sink.ms.end());
+  const StepTimes st = step_time_stats(timed);
+  const int64_t tokens = cfg.training.global_batch_size.value_or(cfg.training.micro_batch_size) * cfg.model.seq_length;
+  const MemoryStats mem = memory_stats(device);
+  json j = {{"impl", "strata"},
+            {"device", device.str()},
+            {"threads", omp_get_max_threads()},
+            {"tokens_per_step", tokens},
+            {"iters", o.iters},
+            {"warmup", o.warmup},
+            {"median_ms", st.median_ms},
+            {"p90_ms", st.p90_ms},
+            {"mean_ms", st.mean_ms},
+            {"tokens_per_second", st.median_ms > 0 ? tokens * 1000.0 / st.median_ms : 0.0},
+            {"peak_allocated_bytes", mem.max_allocated_bytes},
+            {"initial_loss", r.losses.empty() ? NAN : r.losses.front()},
+            {"final_loss", r.losses.empty() ? NAN : r.losses.back()},
+            {"step_ms", timed}};
+  if (device.is_cpu()) j["peak_rss_bytes"] = peak_rss_bytes();
+  if (o.phases) {
+    json ph = json::array();
+    for (const auto& t : phase_timer::totals())
+      ph.push_back({{"phase", t.name}, {"ms_per_step", t.ms / std::max(1, o.iters)}, {"calls_per_step",
+                    static_cast<double>(t.calls) / std::max(1, o.iters)}});
+    j["phases"] = ph;
+  }
+  return j;
+}
+
+// The reference models only the GPT-2-style architecture in fp32 without dropout.
+void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOptions& o) {
+  const ModelConfig& m = cfg.model;
+  STRATA_CHECK(m.normalization == Normalization::LayerNorm && !m.swiglu && !m.qk_layernorm &&
+                   m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute &&
+                   !m.untie_embeddings_and_output_weights && m.add_bias_linear && !m.apply_layernorm_1p &&
+                   m.query_groups() == m.num_attention_heads,
+               "bench train --reference torch: the PyTorch reference is the GPT-2-style model (model.normalization "
+               "LayerNorm, no swiglu/qk_layernorm/GQA, position_embedding_type learned_absolute, tied output, "
+               "add_bias_linear); ", o.config, " asks for another architecture");
+  STRATA_CHECK(m.hidden_dropout == 0.0 && m.attention_dropout == 0.0,
+               "bench train --reference torch: set model.hidden_dropout=0 and model.attention_dropout=0 (the "
+               "reference has no dropout)");
+  STRATA_CHECK(cfg.training.precision == Precision::Fp32, "bench train --reference torch: training.precision must be fp32");
+}
+
+json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads) {
+  const ModelConfig& m = cfg.model;
+  const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
+  const std::string script = o.torch_script.empty() ? default_torch_script() : o.torch_script;
+  std::ostringstream cmd;
+  cmd << "OMP_NUM_THREADS=" << threads << " " << quoted(o.python) << " " << quoted(script)
+      << " --layers " << m.num_layers << " --hidden " << m.hidden_size << " --heads " << m.num_attention_heads
+      << " --ffn " << m.ffn() << " --vocab " << padded << " --real-vocab " << *m.vocab_size << " --seq "
+      << m.seq_length << " --max-positions " << m.max_positions() << " --batch "
+      << cfg.training.global_batch_size.value_or(cfg.training.micro_batch_size) << " --eps " << m.layernorm_epsilon
+      << (m.openai_gelu ? " --tanh-gelu" : "") << " --init-std " << m.init_method_std << " --lr "
+      << cfg.optimizer.lr.value_or(1e-4) << " --beta1 " << cfg.optimizer.adam_beta1 << " --beta2 "
+      << cfg.optimizer.adam_beta2 << " --adam-eps " << cfg.optimizer.adam_eps << " --weight-decay "
+      << cfg.optimizer.weight_decay << " --clip-grad " << cfg.optimizer.clip_grad << " --iters " << o.iters
+      << " --warmup " << o.warmup << " --threads " << threads << " --seed " << cfg.training.seed;
+  std::fflush(stdout);
+  FILE* p = popen(cmd.str().c_str(), "r");
+  STRATA_CHECK(p != nullptr, "bench train: cannot start ", o.python, " ", script);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  STRATA_CHECK(status == 0, "bench train: the PyTorch reference failed (", cmd.str(), "), exit status ", status,
+               "; output: ", out, " (is python3-torch installed? scripts/setup.sh --bench)");
+  const size_t brace = out.rfind("\n{");
+  const std::string line = out.substr(brace == std::string::npos ? 0 : brace + 1);
+  try {
+    return json::parse(line);
+  } catch (const std::exception& e) {
+    STRATA_CHECK(false, "bench train: cannot parse the PyTorch reference's output '", out, "': ", e.what());
+  }
+  return {};
+}
+
+void print_result(const json& j) {
+  std::printf("%-7s %8.1f ms/step median  %8.1f p90  %9.0f tokens/s  initial loss %.4f", j["impl"].get<std::string>().c_str(),
+              j["median_ms"].get<double>(), j["p90_ms"].get<double>(), j["tokens_per_second"].get<double>(),
+              j["initial_loss"].get<double>());
+  if (j.contains("peak_rss_bytes")) std::printf("  peak RSS %.0f MiB", j["peak_rss_bytes"].get<double>() / 1048576.0);
+  if (j.contains("peak_allocated_bytes") && j["impl"] == "strata")
+    std::printf("  peak allocated %.0f MiB", j["peak_allocated_bytes"].get<double>() / 1048576.0);
+  std::printf("\n");
+}
+
+}  // namespace
+
+StepTimes step_time_stats(std::vector<double> ms) {
+  StepTimes s;
+  if (ms.empty()) return s;
+  std::sort(ms.begin(), ms.end());
+  s.median_ms = ms[ms.size() / 2];
+  const size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(ms.size())));
+  s.p90_ms = ms[std::min(ms.size() - 1, rank == 0 ? 0 : rank - 1)];
+  double sum = 0;
+  for (double v : ms) sum += v;
+  s.mean_ms = sum / static_cast<double>(ms.size());
+  return s;
+}
+
+int run_train_benchmark(const BenchTrainOptions& o) {
+  STRATA_CHECK(!o.config.empty(), "bench train: --config FILE is required");
+  STRATA_CHECK(o.iters >= 1, "bench train: --iters must be >= 1, got ", o.iters);
+  STRATA_CHECK(o.warmup >= 0, "bench train: --warmup must be >= 0, got ", o.warmup);
+  STRATA_CHECK(o.repeat >= 1, "bench train: --repeat must be >= 1, got ", o.repeat);
+  STRATA_CHECK(o.reference.empty() || o.reference == "torch", "bench train: --reference must be 'torch', got '",
+               o.reference, "'");
+  const StrataConfig cfg = bench_config(o);
+  if (o.reference == "torch") check_torch_reference_applies(cfg, o);
+  const int threads = omp_get_max_threads();
+  const ModelConfig& m = cfg.model;
+  std::printf("bench train: %s, %lld layers, hidden %lld, %lld heads, vocab %lld, seq %lld, batch %lld, %s, "
+              "%d threads, %d warm-up + %d timed steps%s\n",
+              o.config.c_str(), (long long)m.num_layers, (long long)m.hidden_size, (long long)m.num_attention_heads,
+              (long long)*m.vocab_size, (long long)m.seq_length,
+              (long long)cfg.training.global_batch_size.value_or(cfg.training.micro_batch_size),
+              cfg.training.precision == Precision::Bf16 ? "bf16" : "fp32", threads, o.warmup, o.iters,
+              cfg.data.mock_data ? ", mock data" : "");
+
+  json runs = json::array();
+  std::vector<double> ratios;
+  bool ok = true;
+  const double ln_vocab = std::log(static_cast<double>(padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1)));
+  auto check_initial_loss = [&](const json& j) {
+    const double l0 = j["initial_loss"].get<double>();
+    // Init std 0.02 gives logits of std ~0.3: the initial loss is ln(V) + O(0.1).
+    if (!(std::abs(l0 - ln_vocab) < 0.25)) {
+      std::printf("  FAIL: %s initial loss %.4f is not within 0.25 of ln(padded vocab) = %.4f\n",
+                  j["impl"].get<std::string>().c_str(), l0, ln_vocab);
+      ok = false;
+    }
+  };
+  for (int rep = 0; rep < o.repeat; ++rep) {
+    if (o.repeat > 1) std::printf("repeat %d/%d\n", rep + 1, o.repeat);
+    json ours = run_ours(cfg, o);
+    print_result(ours);
+    check_initial_loss(ours);
+    if (o.phases && ours.contains("phases")) {
+      for (const auto& ph : ours["phases"])
+        std::printf("    %-36s %8.2f ms/step  (%g calls)\n", ph["phase"].get<std::string>().c_str(),
+                    ph["ms_per_step"].get<double>(), ph["calls_per_step"].get<double>());
+    }
+    json run = {{"strata", ours}};
+    if (o.reference == "torch") {
+      json ref = run_torch(cfg, o, threads);
+      print_result(ref);
+      check_initial_loss(ref);
+      const double ratio = ref["median_ms"].get<double>() / ours["median_ms"].get<double>();
+      std::printf("  throughput ratio strata / torch: %.3f\n", ratio);
+      ratios.push_back(ratio);
+      run["torch"] = ref;
+      run["ratio"] = ratio;
+    }
+    runs.push_back(run);
+    std::fflush(stdout);
+  }
+  json result = {{"config", o.config}, {"threads", threads}, {"ln_vocab", ln_vocab}, {"runs", runs}};
+  if (!ratios.empty()) {
+    std::vector<double> r = ratios;
+    std::sort(r.begin(), r.end());
+    result["median_ratio"] = r[r.size() / 2];
+    std::printf("median throughput ratio strata / torch over %zu runs: %.3f\n", r.size(), r[r.size() / 2]);
+  }
+  result["ok"] = ok;
+  if (!o.json_out.empty()) {
+    std::ofstream f(o.json_out);
+    STRATA_CHECK(f.good(), "bench train: cannot write --json ", o.json_out);
+    f << result.dump(2) << "\n";
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace strata::app

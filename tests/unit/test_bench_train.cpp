@@ -1,0 +1,127 @@
+// `strata bench train` (apps/strata/bench_train.h) and the phase timers (core/phase_timer.h):
+// step-time statistics on hand-computed lists; a tiny GPT benchmarked through the command line
+// (JSON fields, the right number of step times, initial loss ≈ ln(padded vocab), the per-phase
+// breakdown covering forward/backward/optimizer and nested under the step time); phase timers
+// off by default; bad options rejected with a message naming them.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/strata/bench_train.h"
+#include "cli_test_helpers.h"
+#include "core/phase_timer.h"
+#include "test_helpers.h"
+
+using namespace strata;
+using Catch::Matchers::Contains;
+using strata::test::CliResult;
+using strata::test::run_cli;
+
+namespace {
+std::filesystem::path temp_dir() {
+  auto d = std::filesystem::temp_directory_path() / ("strata_test_bench_" + std::to_string(getpid()));
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// 1 layer, hidden 32, vocab 300 (padded to 384), seq 16, batch 2, mock byte-level tokens.
+std::string tiny_config() {
+  const auto p = temp_dir() / "tiny.yaml";
+  std::ofstream(p) << "model:\n  num_layers: 1\n  hidden_size: 32\n  num_attention_heads: 2\n  seq_length: 16\n"
+                      "  vocab_size: 300\n  hidden_dropout: 0.0\n  attention_dropout: 0.0\n"
+                      "training:\n  micro_batch_size: 2\n  global_batch_size: 2\n  device: cpu\n"
+                      "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n"
+                      "checkpoint:\n  save: /nonexistent/never/written\n  save_interval: 1\n";
+  return p.string();
+}
+}  // namespace
+
+TEST_CASE("bench train: step-time median and p90", "[bench]") {
+  app::StepTimes s = app::step_time_stats({5, 1, 4, 2, 3});
+  CHECK(s.median_ms == 3);
+  CHECK(s.p90_ms == 5);  // nearest rank: ceil(0.9·5) = 5th
+  CHECK(s.mean_ms == 3);
+  s = app::step_time_stats({10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120});
+  CHECK(s.median_ms == 70);  // upper middle of an even count
+  CHECK(s.p90_ms == 110);    // ceil(0.9·12) = 11th
+  s = app::step_time_stats({});
+  CHECK(s.median_ms == 0);
+}
+
+TEST_CASE("bench train: a tiny GPT through the command line, JSON and phases", "[bench]") {
+  const std::string json_path = (temp_dir() / "bench.json").string();
+  CliResult r = run_cli({"bench", "train", "--config", tiny_config(), "--iters", "3", "--warmup", "1", "--phases",
+                         "--json", json_path});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("ms/step median"));
+  nlohmann::json j;
+  std::ifstream(json_path) >> j;
+  REQUIRE(j["runs"].size() == 1);
+  const auto& s = j["runs"][0]["strata"];
+  CHECK(s["tokens_per_step"] == 32);
+  CHECK(s["step_ms"].size() == 3);
+  CHECK(s["median_ms"].get<double>() > 0);
+  CHECK(s["p90_ms"].get<double>() >= s["median_ms"].get<double>());
+  CHECK(s["tokens_per_second"].get<double>() == Approx(32 * 1000.0 / s["median_ms"].get<double>()));
+  CHECK(std::abs(s["initial_loss"].get<double>() - std::log(384.0)) < 0.25);
+  CHECK(j["ln_vocab"].get<double>() == Approx(std::log(384.0)));
+  CHECK(s["peak_rss_bytes"].get<double>() > 0);
+  CHECK(j["ok"] == true);
+  // Phases: the three parts of a step, each no longer than the whole step, nested ones no
+  // longer than their parent.
+  std::map<std::string, double> ph;
+  for (const auto& p : s["phases"]) ph[p["phase"].get<std::string>()] = p["ms_per_step"].get<double>();
+  for (const char* name : {"zero_grad", "forward", "backward", "optimizer", "forward/output_gemm",
+                           "forward/cross_entropy", "backward/layers", "optimizer/adamw"})
+    CHECK(ph.count(name) == 1);
+  const double mean = s["mean_ms"].get<double>();
+  CHECK(ph["forward"] + ph["backward"] + ph["optimizer"] <= 1.05 * mean + 0.5);
+  CHECK(ph["forward/layers"] <= ph["forward"] * 1.001 + 1e-3);
+  CHECK(ph["optimizer/adamw"] <= ph["optimizer"] * 1.001 + 1e-3);
+  CHECK_FALSE(phase_timer::enabled());
+}
+
+TEST_CASE("bench train: bad options are rejected", "[bench]") {
+  CliResult r = run_cli({"bench", "train", "--config", tiny_config(), "--reference", "jax"});
+  CHECK(r.rc != 0);
+  CHECK_THAT(r.out + r.err, Contains("--reference must be 'torch'"));
+  r = run_cli({"bench", "train", "--config", tiny_config(), "--iters", "0"});
+  CHECK(r.rc != 0);
+  CHECK_THAT(r.out + r.err, Contains("--iters must be >= 1"));
+  r = run_cli({"bench", "train", "--config", tiny_config(), "model.num_layrs=2"});
+  CHECK(r.rc != 0);
+  CHECK_THAT(r.out + r.err, Contains("num_layers"));
+  // The torch reference only models the GPT-2-style architecture.
+  r = run_cli({"bench", "train", "--config", tiny_config(), "model.normalization=RMSNorm", "--reference", "torch"});
+  CHECK(r.rc != 0);
+  CHECK_THAT(r.out + r.err, Contains("GPT-2-style"));
+}
+
+TEST_CASE("phase timers: off by default, totals per name while on", "[bench]") {
+  phase_timer::reset();
+  REQUIRE_FALSE(phase_timer::enabled());
+  { phase_timer::Scope t("test/off"); }
+  CHECK(phase_timer::totals().empty());
+  phase_timer::set_enabled(true);
+  for (int i = 0; i < 3; ++i) {
+    phase_timer::Scope t("test/sleep");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  phase_timer::add("test/manual", 1.5);
+  phase_timer::set_enabled(false);
+  const auto t = phase_timer::totals();
+  REQUIRE(t.size() == 2);
+  CHECK(t[0].name == "test/sleep");
+  CHECK(t[0].calls == 3);
+  CHECK(t[0].ms >= 6.0);
+  CHECK(t[1].name == "test/manual");
+  CHECK(t[1].ms == 1.5);
+  phase_timer::reset();
+  CHECK(phase_timer::totals().empty());
+}
