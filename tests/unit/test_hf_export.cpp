@@ -2,9 +2,11 @@
 // training/hf_export.h): export → import round trips are bit-identical (Llama and GPT-2, f32 and
 // bf16, tied and untied); exported directories give the logits of an independent numpy
 // implementation of transformers' LlamaForCausalLM / GPT2LMHeadModel (tests/hf/hf_reference.py,
-// float64, skipped when /usr/bin/python3 has no numpy); family detection and bad inputs (wrong
-// family, missing / extra / wrong-shaped tensors, corrupt safetensors) name the field, tensor or
-// file; the CLI end to end (export, import, generate --score, train with finetune).
+// float64, skipped when /usr/bin/python3 has no numpy) and, where torch + transformers are
+// installed (not in CI), of transformers itself (tests/hf/hf_transformers_logits.py), which also
+// writes random models with save_pretrained for import; family detection names the field.
+// Bad inputs and the CLI: test_hf_import.cpp.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,42 +37,72 @@ namespace {
 
 bool numpy_available() { return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0; }
 
-// Logits [s][padded vocab] from tests/hf/hf_reference.py for `ids`.
-std::vector<std::vector<double>> reference_logits(const fs::path& hf_dir, const std::string& ids) {
-  const fs::path script = fs::path(__FILE__).parent_path().parent_path() / "hf" / "hf_reference.py";
-  REQUIRE(fs::exists(script));
-  const std::string cmd = "/usr/bin/python3 " + script.string() + " " + hf_dir.string() + " " + ids + " 2>&1";
+fs::path hf_script(const char* name) { return fs::path(__FILE__).parent_path().parent_path() / "hf" / name; }
+
+// Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
+// missing), else its stdout (the test fails on any other non-zero exit).
+std::optional<std::string> run_script(const char* script, const std::string& args) {
+  REQUIRE(fs::exists(hf_script(script)));
+  const std::string cmd = "/usr/bin/python3 " + hf_script(script).string() + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = pclose(p);
-  INFO(out);
-  REQUIRE(rc == 0);
-  return nlohmann::json::parse(out).at("logits").get<std::vector<std::vector<double>>>();
+  const int status = pclose(p);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return std::nullopt;
+  INFO(cmd << "\n" << out);
+  REQUIRE(status == 0);
+  return out;
 }
 
-void check_against_reference(GPTModel& model, const fs::path& hf_dir) {
-  const std::vector<int64_t> ids = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5};
+// Logits [s][padded vocab] of the HF directory for `ids` from tests/hf/<script>.
+std::optional<std::vector<std::vector<double>>> script_logits(const char* script, const fs::path& hf_dir,
+                                                              const std::vector<int64_t>& ids) {
   std::string ids_text;
   for (int64_t i : ids) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(i);
-  const auto ref = reference_logits(hf_dir, ids_text);
-  const Tensor ours = model.logits_for(Tensor::from_data(ids, Shape{1, static_cast<int64_t>(ids.size())}), nullptr, 0);
-  const int64_t v = ours.size(2);
-  REQUIRE(ref.size() == ids.size());
-  REQUIRE(static_cast<int64_t>(ref[0].size()) == model.padded_vocab());
-  const std::vector<double> o = ours.to_vector();
-  double max_diff = 0, max_abs = 0;
-  for (size_t t = 0; t < ids.size(); ++t)
+  const std::optional<std::string> out = run_script(script, hf_dir.string() + " " + ids_text);
+  if (!out) return std::nullopt;
+  // transformers may log warnings before the JSON line: parse the last line.
+  std::string line = *out;
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  line = line.substr(line.find_last_of('\n') == std::string::npos ? 0 : line.find_last_of('\n') + 1);
+  return nlohmann::json::parse(line).at("logits").get<std::vector<std::vector<double>>>();
+}
+
+// max |a - b| over the first `v` columns of s rows; b row-major [s, v].
+double max_logit_diff(const std::vector<std::vector<double>>& a, const std::vector<double>& b, int64_t v,
+                      double* max_abs = nullptr) {
+  double d = 0, m = 0;
+  for (size_t t = 0; t < a.size(); ++t)
     for (int64_t j = 0; j < v; ++j) {
-      max_diff = std::max(max_diff, std::abs(o[t * v + j] - ref[t][j]));
-      max_abs = std::max(max_abs, std::abs(ref[t][j]));
+      d = std::max(d, std::abs(a[t][static_cast<size_t>(j)] - b[t * static_cast<size_t>(v) + static_cast<size_t>(j)]));
+      m = std::max(m, std::abs(a[t][static_cast<size_t>(j)]));
     }
-  INFO("max |ours - reference| = " << max_diff << ", max |logit| = " << max_abs);
+  if (max_abs) *max_abs = m;
+  return d;
+}
+
+const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5};
+
+void check_against_reference(GPTModel& model, const fs::path& hf_dir) {
+  const auto ref = script_logits("hf_reference.py", hf_dir, kIds);
+  REQUIRE(ref.has_value());
+  const Tensor ours = model.logits_for(Tensor::from_data(kIds, Shape{1, static_cast<int64_t>(kIds.size())}), nullptr, 0);
+  REQUIRE(ref->size() == kIds.size());
+  REQUIRE(static_cast<int64_t>((*ref)[0].size()) == model.padded_vocab());
+  double max_abs = 0;
+  const double diff = max_logit_diff(*ref, ours.to_vector(), ours.size(2), &max_abs);
+  INFO("max |ours - numpy reference| = " << diff << ", max |logit| = " << max_abs);
   CHECK(max_abs > 0.5);  // the comparison is not between near-zero logits
-  CHECK(max_diff < 1e-4);
+  CHECK(diff < 1e-4);
+  // transformers itself, where it is installed (not in CI): the same logits from from_pretrained.
+  if (const auto tf = script_logits("hf_transformers_logits.py", hf_dir, kIds)) {
+    const double d = max_logit_diff(*tf, ours.to_vector(), ours.size(2));
+    INFO("max |ours - transformers| = " << d);
+    CHECK(d < 1e-4);
+  }
 }
 
 std::map<std::string, Tensor> read_model_file(const fs::path& ckpt_iter_dir) {
@@ -202,5 +235,31 @@ TEST_CASE("hf: exported models match a numpy transformers reference (f32)", "[hf
     CHECK(cj.at("activation_function") == "gelu");
     check_against_reference(*model, dir / "hf");
     fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("hf: models written by transformers' save_pretrained import with its logits (when installed)", "[hf]") {
+  for (const char* family : {"llama", "gpt2"}) {
+    DYNAMIC_SECTION(family) {
+      const fs::path dir = fresh_dir(std::string("tf_") + family);
+      if (!run_script("hf_transformers_logits.py", std::string("--make-random ") + family + " " + (dir / "hf").string())) {
+        WARN("SKIPPED: /usr/bin/python3 has no torch + transformers");
+        fs::remove_all(dir);
+        return;
+      }
+      const std::vector<int64_t> ids = {1, 5, 9, 33, 2, 95, 0, 60};
+      const auto tf = script_logits("hf_transformers_logits.py", dir / "hf", ids);
+      REQUIRE(tf.has_value());
+      hf::import_checkpoint((dir / "hf").string(), (dir / "ckpt").string(), {"training.device=cpu"});
+      generation::LoadedModel lm = generation::load_for_inference((dir / "ckpt").string());
+      const Tensor ours =
+          lm.model->logits_for(Tensor::from_data(ids, Shape{1, static_cast<int64_t>(ids.size())}), nullptr, 0);
+      REQUIRE(ours.size(2) == 96);
+      double max_abs = 0;
+      const double d = max_logit_diff(*tf, ours.to_vector(), 96, &max_abs);
+      INFO("max |ours - transformers| = " << d << ", max |logit| = " << max_abs);
+      CHECK(d < 1e-4);
+      fs::remove_all(dir);
+    }
   }
 }
