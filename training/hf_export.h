@@ -1,6 +1,6 @@
 // `strata export --format hf` and `strata import --hf`: a Strata checkpoint ⇄ a Hugging Face model
 // directory (config.json + model.safetensors [+ generation_config.json, vocab.json, merges.txt])
-// for LlamaForCausalLM and GPT2LMHeadModel. Names, layouts and config keys: training/hf_format.h.
+// for LlamaForCausalLM, Qwen3ForCausalLM and GPT2LMHeadModel. Names, layouts and config keys: training/hf_format.h.
 //
 // Export reads the checkpoint's manifest config, checks that the model matches a family before
 // allocating anything, loads the weights (checksums verified) and writes the HF tensors in the

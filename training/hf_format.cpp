@@ -13,8 +13,24 @@ namespace strata::hf {
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-const char* to_string(Family f) { return f == Family::Llama ? "llama" : "gpt2"; }
-const char* architecture_name(Family f) { return f == Family::Llama ? "LlamaForCausalLM" : "GPT2LMHeadModel"; }
+const char* to_string(Family f) {
+  switch (f) {
+    case Family::Llama: return "llama";
+    case Family::GPT2: return "gpt2";
+    case Family::Qwen3: return "qwen3";
+  }
+  STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
+  return "";
+}
+const char* architecture_name(Family f) {
+  switch (f) {
+    case Family::Llama: return "LlamaForCausalLM";
+    case Family::GPT2: return "GPT2LMHeadModel";
+    case Family::Qwen3: return "Qwen3ForCausalLM";
+  }
+  STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
+  return "";
+}
 
 namespace {
 
@@ -78,20 +94,23 @@ Family family_of(const json& j, const std::string& file) {
   const std::string type = opt_string(j, "model_type", "", file);
   if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) return Family::Llama;
   if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2")) return Family::GPT2;
+  if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3")) return Family::Qwen3;
   STRATA_THROW(file, ": architectures ", arch.empty() ? "(none)" : arch, " / model_type '", type,
-               "' is neither LlamaForCausalLM (llama) nor GPT2LMHeadModel (gpt2), the families strata import reads");
+               "' is neither LlamaForCausalLM (llama), Qwen3ForCausalLM (qwen3) nor GPT2LMHeadModel (gpt2), the "
+               "families strata import reads");
 }
 
 }  // namespace
 
 std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
   std::ostringstream why;
-  if (m.qk_layernorm) {
-    why << "model.qk_layernorm=true has no " << architecture_name(f)
-        << " equivalent (Qwen3-style q_norm/k_norm export is not implemented)";
+  if (f == Family::Qwen3 && !m.qk_layernorm) {
+    why << "model.qk_layernorm=false: Qwen3 has q_norm/k_norm";
+  } else if (f != Family::Qwen3 && m.qk_layernorm) {
+    why << "model.qk_layernorm=true has no " << architecture_name(f) << " equivalent (Qwen3ForCausalLM has)";
   } else if (m.apply_residual_connection_post_layernorm) {
     why << "model.apply_residual_connection_post_layernorm=true is not " << architecture_name(f) << "'s residual";
-  } else if (f == Family::Llama) {
+  } else if (f != Family::GPT2) {
     if (m.normalization != Normalization::RMSNorm)
       why << "model.normalization=" << strata::to_string(m.normalization) << " is not Llama's RMSNorm";
     else if (!m.swiglu)
@@ -128,6 +147,11 @@ std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
 }
 
 Family family_for(const ModelConfig& m) {
+  if (m.qk_layernorm) {
+    const auto qwen3 = incompatibility(m, Family::Qwen3);
+    if (!qwen3) return Family::Qwen3;
+    STRATA_THROW("export --format hf: the model is not Qwen3ForCausalLM (the family with q/k norms): ", *qwen3);
+  }
   const auto llama = incompatibility(m, Family::Llama);
   if (!llama) return Family::Llama;
   const auto gpt2 = incompatibility(m, Family::GPT2);
@@ -143,7 +167,7 @@ ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
   ojson j;
   j["architectures"] = ojson::array({architecture_name(f)});
   j["model_type"] = to_string(f);
-  if (f == Family::Llama) {
+  if (f != Family::GPT2) {
     j["hidden_size"] = m.hidden_size;
     j["intermediate_size"] = m.ffn();
     j["num_attention_heads"] = m.num_attention_heads;
@@ -160,6 +184,7 @@ ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
     j["attention_dropout"] = m.attention_dropout;
     j["initializer_range"] = m.init_method_std;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+    if (f == Family::Qwen3) j["use_sliding_window"] = false;
   } else {
     j["n_embd"] = m.hidden_size;
     j["n_layer"] = m.num_layers;
@@ -212,7 +237,7 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
   m.vocab_size = get_int(j, "vocab_size", file);
   m.hidden_dropout = 0.0;
   m.attention_dropout = 0.0;
-  if (r.family == Family::Llama) {
+  if (r.family != Family::GPT2) {
     m.hidden_size = get_int(j, "hidden_size", file);
     m.ffn_hidden_size = get_int(j, "intermediate_size", file);
     m.num_attention_heads = get_int(j, "num_attention_heads", file);
@@ -240,6 +265,10 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     m.attention_dropout = opt_double(j, "attention_dropout", 0.0, file);
     m.max_position_embeddings = get_int(j, "max_position_embeddings", file);
     m.untie_embeddings_and_output_weights = !opt_bool(j, "tie_word_embeddings", false, file);  // Llama's default
+    if (r.family == Family::Qwen3) {
+      m.qk_layernorm = true;
+      STRATA_CHECK(!opt_bool(j, "use_sliding_window", false, file), file, ": use_sliding_window=true is not supported");
+    }
   } else {
     m.hidden_size = get_int(j, "n_embd", file);
     m.num_layers = get_int(j, "n_layer", file);

@@ -9,6 +9,8 @@
 //          [q_1..q_{np/ng}, k, v] are split into q_proj / k_proj / v_proj; with non-interleaved
 //          RoPE Megatron's q/k channel order is HF's rotate_half order, so no permutation (checked
 //          numerically against tests/hf/hf_reference.py). linear_fc1 = [gate | up] halves.
+//   Qwen3  (Qwen3ForCausalLM, model_type "qwen3"): Llama plus qk_layernorm — per-head RMSNorm of q
+//          and k before RoPE (self_attn.q_norm / k_norm), Megatron's q_layernorm / k_layernorm.
 //   GPT-2  (GPT2LMHeadModel, model_type "gpt2"): LayerNorm, GeLU (tanh: "gelu_new"; erf: "gelu"),
 //          learned absolute positions, biases, MHA, tied (or untied with lm_head.weight). Conv1D
 //          weights are stored [in, out] (transposed); c_attn is [q all heads | k | v].
@@ -16,7 +18,7 @@
 // vocab_size in config.json is Megatron's padded vocabulary (the embedding rows); the unpadded
 // size, make_vocab_size_divisible_by, seq_length, tokenizer and hidden_dropout ride along in a
 // "strata" object that import uses when present (transformers keeps unknown config keys).
-// Reference: transformers models/llama/{configuration,modeling}_llama.py,
+// Reference: transformers models/llama/{configuration,modeling}_llama.py, models/qwen3/modeling_qwen3.py,
 // models/gpt2/{configuration,modeling}_gpt2.py (Conv1D in pytorch_utils.py), Megatron-LM
 // tools/checkpoint/{loader_llama_mistral,saver_megatron}.py (the same name maps).
 #pragma once
@@ -31,9 +33,9 @@
 
 namespace strata::hf {
 
-enum class Family { Llama, GPT2 };
-const char* to_string(Family f);           // "llama" | "gpt2" (model_type)
-const char* architecture_name(Family f);   // "LlamaForCausalLM" | "GPT2LMHeadModel"
+enum class Family { Llama, GPT2, Qwen3 };
+const char* to_string(Family f);           // "llama" | "gpt2" | "qwen3" (model_type)
+const char* architecture_name(Family f);   // "LlamaForCausalLM" | "GPT2LMHeadModel" | "Qwen3ForCausalLM"
 
 // Why a finalized model config cannot be exported as `f` ("model.normalization=LayerNorm is not
 // Llama's RMSNorm"), or nullopt when it can.

@@ -1,5 +1,5 @@
-// Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / GPT-2
-// names (training/hf_format.h: to_hf_tensors, from_hf_tensors).
+// Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
+// GPT-2 names (training/hf_format.h: to_hf_tensors, from_hf_tensors).
 // Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
 // repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
 // c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
@@ -17,12 +17,13 @@ namespace {
 
 struct Dims {
   int64_t h, np, ng, hn, ffn, pv, max_pos, layers;
-  bool tied, one_p;
+  bool tied, one_p, qk_norm;
 };
 
 Dims dims_of(const ModelConfig& m, int64_t padded_vocab) {
   return Dims{m.hidden_size, m.num_attention_heads, m.query_groups(), m.head_dim(), m.ffn(), padded_vocab,
-              m.max_positions(), m.num_layers, !m.untie_embeddings_and_output_weights, m.apply_layernorm_1p};
+              m.max_positions(), m.num_layers, !m.untie_embeddings_and_output_weights, m.apply_layernorm_1p,
+              m.qk_layernorm};
 }
 
 std::string mlayer(int64_t i) { return "decoder.layers." + std::to_string(i) + "."; }
@@ -77,7 +78,7 @@ Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& 
 // The HF tensors a config implies, with their shapes.
 std::map<std::string, Shape> hf_shapes(Family f, const Dims& d) {
   std::map<std::string, Shape> s;
-  if (f == Family::Llama) {
+  if (f != Family::GPT2) {
     s["model.embed_tokens.weight"] = {d.pv, d.h};
     for (int64_t i = 0; i < d.layers; ++i) {
       const std::string p = llayer(i);
@@ -86,6 +87,10 @@ std::map<std::string, Shape> hf_shapes(Family f, const Dims& d) {
       s[p + "self_attn.k_proj.weight"] = {d.ng * d.hn, d.h};
       s[p + "self_attn.v_proj.weight"] = {d.ng * d.hn, d.h};
       s[p + "self_attn.o_proj.weight"] = {d.h, d.np * d.hn};
+      if (d.qk_norm) {
+        s[p + "self_attn.q_norm.weight"] = {d.hn};
+        s[p + "self_attn.k_norm.weight"] = {d.hn};
+      }
       s[p + "post_attention_layernorm.weight"] = {d.h};
       s[p + "mlp.gate_proj.weight"] = {d.ffn, d.h};
       s[p + "mlp.up_proj.weight"] = {d.ffn, d.h};
@@ -124,8 +129,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // HF name as a *ForCausalLM state dict spells it; empty for buffers that carry no weights.
 std::string canonical_hf_name(const std::string& name, Family f) {
   if (f == Family::GPT2 && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))) return "";
-  if (f == Family::Llama && ends_with(name, ".rotary_emb.inv_freq")) return "";
-  const std::string base = f == Family::Llama ? "model." : "transformer.";
+  if (f != Family::GPT2 && ends_with(name, ".rotary_emb.inv_freq")) return "";
+  const std::string base = f != Family::GPT2 ? "model." : "transformer.";
   if (name.rfind(base, 0) == 0 || name.rfind("lm_head.", 0) == 0) return name;
   return base + name;  // a base-model (LlamaModel / GPT2Model) checkpoint
 }
@@ -151,7 +156,7 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
   const Dims d = dims_of(m, emb.size(0));
   auto norm_w = [&](const std::string& name) { return d.one_p ? plus(get(name), 1.0) : get(name); };
   std::map<std::string, Tensor> out;
-  if (f == Family::Llama) {
+  if (f != Family::GPT2) {
     out["model.embed_tokens.weight"] = emb;
     for (int64_t i = 0; i < d.layers; ++i) {
       const std::string mp = mlayer(i), hp = llayer(i);
@@ -161,6 +166,10 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
       out[hp + "self_attn.k_proj.weight"] = qkv.k;
       out[hp + "self_attn.v_proj.weight"] = qkv.v;
       out[hp + "self_attn.o_proj.weight"] = get(mp + "self_attention.linear_proj.weight");
+      if (d.qk_norm) {
+        out[hp + "self_attn.q_norm.weight"] = norm_w(mp + "self_attention.q_layernorm.weight");
+        out[hp + "self_attn.k_norm.weight"] = norm_w(mp + "self_attention.k_layernorm.weight");
+      }
       out[hp + "post_attention_layernorm.weight"] = norm_w(mp + "mlp.linear_fc1.layer_norm_weight");
       const Tensor& fc1 = get(mp + "mlp.linear_fc1.weight");
       out[hp + "mlp.gate_proj.weight"] = fc1.narrow(0, 0, d.ffn).contiguous().clone();
@@ -207,7 +216,7 @@ std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f,
   finalize_model_config(m);
   const Dims d = dims_of(m, padded_vocab);
   const std::map<std::string, Shape> want = hf_shapes(f, d);
-  const std::string embed_name = f == Family::Llama ? "model.embed_tokens.weight" : "transformer.wte.weight";
+  const std::string embed_name = f != Family::GPT2 ? "model.embed_tokens.weight" : "transformer.wte.weight";
 
   std::map<std::string, Tensor> hf;
   for (const auto& [raw, t] : hf_in) {
@@ -234,7 +243,7 @@ std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f,
 
   std::map<std::string, Tensor> out;
   out["embedding.word_embeddings.weight"] = hf.at(embed_name);
-  if (f == Family::Llama) {
+  if (f != Family::GPT2) {
     for (int64_t i = 0; i < d.layers; ++i) {
       const std::string mp = mlayer(i), hp = llayer(i);
       out[mp + "self_attention.linear_qkv.layer_norm_weight"] = hf.at(hp + "input_layernorm.weight");
@@ -242,6 +251,10 @@ std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f,
           hf.at(hp + "self_attn.q_proj.weight"), hf.at(hp + "self_attn.k_proj.weight"),
           hf.at(hp + "self_attn.v_proj.weight"), d);
       out[mp + "self_attention.linear_proj.weight"] = hf.at(hp + "self_attn.o_proj.weight");
+      if (d.qk_norm) {
+        out[mp + "self_attention.q_layernorm.weight"] = hf.at(hp + "self_attn.q_norm.weight");
+        out[mp + "self_attention.k_layernorm.weight"] = hf.at(hp + "self_attn.k_norm.weight");
+      }
       out[mp + "mlp.linear_fc1.layer_norm_weight"] = hf.at(hp + "post_attention_layernorm.weight");
       out[mp + "mlp.linear_fc1.weight"] = cat0({hf.at(hp + "mlp.gate_proj.weight"), hf.at(hp + "mlp.up_proj.weight")});
       out[mp + "mlp.linear_fc2.weight"] = hf.at(hp + "mlp.down_proj.weight");

@@ -1,7 +1,7 @@
 // `strata export --load DIR --format hf --out OUT [--iteration N]`: writes a Hugging Face model
 // directory (config.json, model.safetensors, generation_config.json; vocab.json + merges.txt for
-// a GPT-2 BPE tokenizer) from a Strata checkpoint, as LlamaForCausalLM or GPT2LMHeadModel,
-// whichever the model config matches. The logic is in training/hf_export.h.
+// a GPT-2 BPE tokenizer) from a Strata checkpoint, as LlamaForCausalLM, Qwen3ForCausalLM or
+// GPT2LMHeadModel, whichever the model config matches. The logic is in training/hf_export.h.
 // Reference: Megatron-LM tools/checkpoint/convert.py (saver for HF), transformers save_pretrained.
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +21,7 @@ void register_export(CLI::App& app) {
       "Families (chosen from the checkpoint's model config):\n"
       "  LlamaForCausalLM  RMSNorm, swiglu, rope (rotary_interleaved=false, rotary_percent=1),\n"
       "                    add_bias_linear=false, GQA, tied or untied\n"
+      "  Qwen3ForCausalLM  the same with qk_layernorm=true (q_norm / k_norm)\n"
       "  GPT2LMHeadModel   LayerNorm, GeLU (openai_gelu → gelu_new, else gelu), learned_absolute,\n"
       "                    add_bias_linear=true, no GQA, tied or untied\n"
       "A model matching neither is an error naming the field. Tensors keep the checkpoint's dtype\n"

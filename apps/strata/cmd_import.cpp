@@ -1,8 +1,9 @@
 // `strata import --hf DIR --save OUT [--config-override section.field=value ...]`: reads a Hugging
-// Face LlamaForCausalLM or GPT2LMHeadModel directory (config.json + model.safetensors or sharded
-// safetensors) and writes a weights-only Strata checkpoint (OUT/iter_0000000, tracker "0") that
-// `strata generate --load OUT` and `strata train checkpoint.load=OUT checkpoint.finetune=true`
-// read. The logic is in training/hf_export.h.
+// Face LlamaForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel directory (config.json +
+// model.safetensors or sharded safetensors) and writes a weights-only Strata checkpoint
+// (OUT/iter_0000000, tracker "0") that `strata generate --load OUT` and
+// `strata train checkpoint.load=OUT checkpoint.finetune=true` read. The logic is in
+// training/hf_export.h.
 // Reference: Megatron-LM tools/checkpoint/convert.py (loader_llama_mistral.py, saver_megatron.py).
 #include <cstdio>
 #include <filesystem>
@@ -19,9 +20,10 @@ namespace strata::app {
 void register_import(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("import", "import a Hugging Face model directory as a Strata checkpoint");
   cmd->footer(
-      "Reads config.json (architectures LlamaForCausalLM or GPT2LMHeadModel) and model.safetensors\n"
-      "(or model.safetensors.index.json and its shards). Missing, extra or wrong-shaped tensors are\n"
-      "errors naming the tensor and the file. bf16 tensors give training.precision=bf16, f32/f16 fp32.\n"
+      "Reads config.json (architectures LlamaForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel) and\n"
+      "model.safetensors (or model.safetensors.index.json and its shards). Missing, extra or\n"
+      "wrong-shaped tensors are errors naming the tensor and the file. All-bf16 tensors give\n"
+      "training.precision=bf16, otherwise fp32 (f16 is widened).\n"
       "Tokenizer: vocab.json + merges.txt in DIR → GPT2BPETokenizer (copied to OUT); else the one a\n"
       "strata export recorded; else NullTokenizer (use --prompt-ids). model.seq_length defaults to\n"
       "max_position_embeddings; model.make_vocab_size_divisible_by to 1 (vocab_size as in config.json);\n"

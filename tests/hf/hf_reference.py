@@ -2,14 +2,16 @@
 """Independent numerical reference for `strata export --format hf` (used by tests/unit/test_hf_export.cpp).
 
 Reads a Hugging Face model directory (config.json + model.safetensors, parsed here with the
-standard library and numpy only) and runs the forward pass of transformers' GPT2LMHeadModel or
-LlamaForCausalLM in float64, the way transformers computes it:
+standard library and numpy only) and runs the forward pass of transformers' GPT2LMHeadModel,
+LlamaForCausalLM or Qwen3ForCausalLM in float64, the way transformers computes it:
   Llama: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), q/k/v/o_proj, RoPE with rotate_half
          (inv_freq = theta^(-arange(0, d, 2)/d), cos/sin of cat(freqs, freqs)), GQA by repeat_kv,
          causal softmax(q k^T / sqrt(d)), SwiGLU MLP down(silu(gate(x)) * up(x)), lm_head or tied.
+  Qwen3: Llama plus q_norm / k_norm (RMSNorm over the head dim of q and k, before RoPE).
   GPT-2: LayerNorm, Conv1D (x @ W + b with W [in, out]), c_attn split q | k | v, causal attention
          scaled by 1/sqrt(d), gelu_new (tanh) / gelu (erf) MLP, learned positions, tied lm_head.
-Reference: transformers models/llama/modeling_llama.py, models/gpt2/modeling_gpt2.py,
+Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py,
+models/gpt2/modeling_gpt2.py,
 pytorch_utils.py (Conv1D), activations.py (NewGELUActivation).
 
 Usage: hf_reference.py DIR 1,2,3   → prints {"logits": [[v0, v1, ...], ...]} (one row per id)
@@ -95,6 +97,9 @@ def llama_forward(cfg, t, ids):
         q = (a @ g(p + "self_attn.q_proj.weight").T).reshape(s, nh, hd).transpose(1, 0, 2)
         k = (a @ g(p + "self_attn.k_proj.weight").T).reshape(s, nkv, hd).transpose(1, 0, 2)
         v = (a @ g(p + "self_attn.v_proj.weight").T).reshape(s, nkv, hd).transpose(1, 0, 2)
+        if cfg.get("model_type") == "qwen3":  # Qwen3Attention: per-head RMSNorm of q and k before RoPE
+            q = rmsnorm(q, g(p + "self_attn.q_norm.weight"), eps)
+            k = rmsnorm(k, g(p + "self_attn.k_norm.weight"), eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = np.repeat(k, nh // nkv, axis=0)  # repeat_kv
@@ -156,7 +161,7 @@ def main():
         cfg = json.load(f)
     t = read_safetensors(os.path.join(d, "model.safetensors"))
     arch = (cfg.get("architectures") or [""])[0]
-    if arch == "LlamaForCausalLM" or cfg.get("model_type") == "llama":
+    if arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") or cfg.get("model_type") in ("llama", "qwen3"):
         logits = llama_forward(cfg, t, ids)
     elif arch == "GPT2LMHeadModel" or cfg.get("model_type") == "gpt2":
         logits = gpt2_forward(cfg, t, ids)

@@ -1,5 +1,5 @@
 // Helpers for the Hugging Face export/import tests (test_hf_export.cpp, test_hf_import.cpp): small
-// Llama / GPT-2 configs and random checkpoints of them.
+// Llama / Qwen3 / GPT-2 configs and random checkpoints of them.
 #pragma once
 #include <unistd.h>
 
@@ -39,7 +39,8 @@ inline StrataConfig family_config(hf::Family f, bool tied, Precision precision) 
   m.init_method_std = 0.3;
   m.layernorm_epsilon = 1e-5;
   m.untie_embeddings_and_output_weights = !tied;
-  if (f == hf::Family::Llama) {
+  if (f != hf::Family::GPT2) {
+    m.qk_layernorm = f == hf::Family::Qwen3;
     m.normalization = Normalization::RMSNorm;
     m.swiglu = true;
     m.position_embedding_type = PositionEmbeddingType::Rope;

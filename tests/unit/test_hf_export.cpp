@@ -132,15 +132,19 @@ TEST_CASE("hf: family detection names the field that prevents export", "[hf]") {
   CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.rotary_interleaved=true"));
   c = family_config(hf::Family::Llama, true, Precision::Fp32);
   c.model.qk_layernorm = true;
-  CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.qk_layernorm=true"));
+  CHECK(hf::family_for(finalized(c)) == hf::Family::Qwen3);
+  c = family_config(hf::Family::GPT2, true, Precision::Fp32);
+  c.model.qk_layernorm = true;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)),
+                    Contains("not Qwen3ForCausalLM") && Contains("model.normalization=LayerNorm"));
   c = family_config(hf::Family::GPT2, true, Precision::Fp32);
   c.model.num_query_groups = 2;
   c.model.group_query_attention = true;
   CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.num_query_groups=2"));
 }
 
-TEST_CASE("hf: export then import is bit-identical (Llama, GPT-2; f32, bf16; tied, untied)", "[hf]") {
-  for (hf::Family f : {hf::Family::Llama, hf::Family::GPT2})
+TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2; f32, bf16; tied, untied)", "[hf]") {
+  for (hf::Family f : {hf::Family::Llama, hf::Family::Qwen3, hf::Family::GPT2})
     for (Precision prec : {Precision::Fp32, Precision::Bf16})
       for (bool tied : {true, false}) {
         DYNAMIC_SECTION(hf::to_string(f) << (prec == Precision::Bf16 ? " bf16" : " f32") << (tied ? " tied" : " untied")) {
@@ -213,6 +217,17 @@ TEST_CASE("hf: exported models match a numpy transformers reference (f32)", "[hf
     cfg.model.num_query_groups = 4;
     auto model = save_random_checkpoint(cfg, dir / "ckpt", 22);
     hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+    check_against_reference(*model, dir / "hf");
+    fs::remove_all(dir);
+  }
+  SECTION("Qwen3: q_norm / k_norm, GQA, untied, apply_layernorm_1p") {
+    const fs::path dir = fresh_dir("ref_qwen3");
+    StrataConfig cfg = family_config(hf::Family::Qwen3, false, Precision::Fp32);
+    cfg.model.apply_layernorm_1p = true;
+    auto model = save_random_checkpoint(cfg, dir / "ckpt", 25);
+    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+    const auto cj = nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json"));
+    CHECK(cj.at("architectures")[0] == "Qwen3ForCausalLM");
     check_against_reference(*model, dir / "hf");
     fs::remove_all(dir);
   }
