@@ -5,7 +5,7 @@ Loads DIR with transformers.AutoModelForCausalLM (float64, eager attention) and 
 {"logits": [[...], ...]} for the given ids, the same JSON as hf_reference.py, so a test can compare
 Strata, the numpy reference and transformers on one export. With --make-random {gpt2,llama} OUT it
 instead writes a small random model with save_pretrained (safetensors), for import tests.
-Exits 77 when torch or transformers is not importable (the caller skips).
+Exits 77 when torch or transformers is not importable, or too old for the model (the caller skips).
 
 Usage: hf_transformers_logits.py DIR 1,2,3
        hf_transformers_logits.py --make-random llama OUT
@@ -44,6 +44,14 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     ids = [int(v) for v in sys.argv[2].split(",")]
+    with open(sys.argv[1] + "/config.json") as f:
+        cfg = json.load(f)
+    if cfg.get("model_type") not in transformers.models.auto.configuration_auto.CONFIG_MAPPING:
+        sys.exit(77)  # this transformers predates the family (Qwen3 needs >= 4.51)
+    if "head_dim" in cfg:  # older transformers derive head_dim from hidden_size / heads
+        probe = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(sys.argv[1]))
+        if probe.model.layers[0].self_attn.q_proj.weight.shape[0] != cfg["num_attention_heads"] * cfg["head_dim"]:
+            sys.exit(77)
     model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float64,
                                                               attn_implementation="eager")
     model.eval()
