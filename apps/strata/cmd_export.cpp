@@ -24,7 +24,7 @@ void register_export(CLI::App& app) {
       "  Qwen3ForCausalLM  the same with qk_layernorm=true (q_norm / k_norm)\n"
       "  GPT2LMHeadModel   LayerNorm, GeLU (openai_gelu → gelu_new, else gelu), learned_absolute,\n"
       "                    add_bias_linear=true, no GQA, tied or untied\n"
-      "A model matching neither is an error naming the field. Tensors keep the checkpoint's dtype\n"
+      "A model matching none is an error naming the field. Tensors keep the checkpoint's dtype\n"
       "(bf16 → torch_dtype bfloat16). config.json vocab_size is the padded vocabulary; the rest of\n"
       "the Strata config needed to import it back is kept under the \"strata\" key.\n"
       "Example: strata export --load runs/gpt --format hf --out hf/gpt\n"

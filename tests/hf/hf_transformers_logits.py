@@ -13,6 +13,10 @@ Usage: hf_transformers_logits.py DIR 1,2,3
 import json
 import sys
 
+import importlib.util
+
+if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+    sys.exit(77)  # checked before importing: importing torch alone takes seconds
 try:
     import torch
     import transformers

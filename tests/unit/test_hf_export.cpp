@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -35,7 +36,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool numpy_available() { return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0; }
+bool numpy_available() {
+  static const bool available = std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+  return available;
+}
 
 fs::path hf_script(const char* name) { return fs::path(__FILE__).parent_path().parent_path() / "hf" / name; }
 
@@ -103,6 +107,22 @@ void check_against_reference(GPTModel& model, const fs::path& hf_dir) {
     INFO("max |ours - transformers| = " << d);
     CHECK(d < 1e-4);
   }
+}
+
+// Exports a random model of `cfg` and compares its logits with the numpy reference (and
+// transformers where installed).
+void reference_case(StrataConfig cfg, const std::string& name, uint64_t seed,
+                    const std::function<void(const nlohmann::json&)>& check_config = {}) {
+  if (!numpy_available()) {
+    WARN("SKIPPED: /usr/bin/python3 has no numpy (apt-get install python3-numpy)");
+    return;
+  }
+  const fs::path dir = fresh_dir("ref_" + name);
+  auto model = save_random_checkpoint(cfg, dir / "ckpt", seed);
+  hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+  if (check_config) check_config(nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json")));
+  check_against_reference(*model, dir / "hf");
+  fs::remove_all(dir);
 }
 
 std::map<std::string, Tensor> read_model_file(const fs::path& ckpt_iter_dir) {
@@ -194,63 +214,37 @@ TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2; f32, bf
       }
 }
 
-TEST_CASE("hf: exported models match a numpy transformers reference (f32)", "[hf]") {
-  if (!numpy_available()) {
-    WARN("SKIPPED: /usr/bin/python3 has no numpy (apt-get install python3-numpy)");
-    return;
-  }
-  SECTION("Llama: GQA, head_dim != hidden/heads, untied, apply_layernorm_1p") {
-    const fs::path dir = fresh_dir("ref_llama");
-    StrataConfig cfg = family_config(hf::Family::Llama, false, Precision::Fp32);
-    cfg.model.kv_channels = 12;
-    cfg.model.apply_layernorm_1p = true;
-    cfg.model.rotary_base = 500;
-    auto model = save_random_checkpoint(cfg, dir / "ckpt", 21);
-    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
-    check_against_reference(*model, dir / "hf");
-    fs::remove_all(dir);
-  }
-  SECTION("Llama: tied, MHA") {
-    const fs::path dir = fresh_dir("ref_llama_tied");
-    StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
-    cfg.model.group_query_attention = false;
-    cfg.model.num_query_groups = 4;
-    auto model = save_random_checkpoint(cfg, dir / "ckpt", 22);
-    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
-    check_against_reference(*model, dir / "hf");
-    fs::remove_all(dir);
-  }
-  SECTION("Qwen3: q_norm / k_norm, GQA, untied, apply_layernorm_1p") {
-    const fs::path dir = fresh_dir("ref_qwen3");
-    StrataConfig cfg = family_config(hf::Family::Qwen3, false, Precision::Fp32);
-    cfg.model.apply_layernorm_1p = true;
-    auto model = save_random_checkpoint(cfg, dir / "ckpt", 25);
-    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
-    const auto cj = nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json"));
-    CHECK(cj.at("architectures")[0] == "Qwen3ForCausalLM");
-    check_against_reference(*model, dir / "hf");
-    fs::remove_all(dir);
-  }
-  SECTION("GPT-2: gelu_new, tied") {
-    const fs::path dir = fresh_dir("ref_gpt2");
-    StrataConfig cfg = family_config(hf::Family::GPT2, true, Precision::Fp32);
-    auto model = save_random_checkpoint(cfg, dir / "ckpt", 23);
-    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
-    check_against_reference(*model, dir / "hf");
-    fs::remove_all(dir);
-  }
-  SECTION("GPT-2: erf gelu, untied, apply_layernorm_1p") {
-    const fs::path dir = fresh_dir("ref_gpt2_untied");
-    StrataConfig cfg = family_config(hf::Family::GPT2, false, Precision::Fp32);
-    cfg.model.openai_gelu = false;
-    cfg.model.apply_layernorm_1p = true;
-    auto model = save_random_checkpoint(cfg, dir / "ckpt", 24);
-    hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
-    const auto cj = nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json"));
-    CHECK(cj.at("activation_function") == "gelu");
-    check_against_reference(*model, dir / "hf");
-    fs::remove_all(dir);
-  }
+TEST_CASE("hf reference: Llama with GQA, head_dim unlike hidden/heads, untied, apply_layernorm_1p", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::Llama, false, Precision::Fp32);
+  cfg.model.kv_channels = 12;
+  cfg.model.apply_layernorm_1p = true;
+  cfg.model.rotary_base = 500;
+  reference_case(cfg, "llama", 21, [](const nlohmann::json& j) { CHECK(j.at("head_dim") == 12); });
+}
+
+TEST_CASE("hf reference: Llama tied, MHA", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
+  cfg.model.group_query_attention = false;
+  cfg.model.num_query_groups = 4;
+  reference_case(cfg, "llama_tied", 22);
+}
+
+TEST_CASE("hf reference: Qwen3 q_norm / k_norm, GQA, untied, apply_layernorm_1p", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::Qwen3, false, Precision::Fp32);
+  cfg.model.apply_layernorm_1p = true;
+  reference_case(cfg, "qwen3", 25,
+                 [](const nlohmann::json& j) { CHECK(j.at("architectures")[0] == "Qwen3ForCausalLM"); });
+}
+
+TEST_CASE("hf reference: GPT-2 gelu_new, tied", "[hf]") {
+  reference_case(family_config(hf::Family::GPT2, true, Precision::Fp32), "gpt2", 23);
+}
+
+TEST_CASE("hf reference: GPT-2 erf gelu, untied, apply_layernorm_1p", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::GPT2, false, Precision::Fp32);
+  cfg.model.openai_gelu = false;
+  cfg.model.apply_layernorm_1p = true;
+  reference_case(cfg, "gpt2_untied", 24, [](const nlohmann::json& j) { CHECK(j.at("activation_function") == "gelu"); });
 }
 
 TEST_CASE("hf: models written by transformers' save_pretrained import with its logits (when installed)", "[hf]") {

@@ -195,7 +195,7 @@ TEST_CASE("hf cli: export, import, generate --score and finetune from the import
   nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir / "out" / "iter_0000000" / "manifest.json"));
   std::ofstream(dir / "imported.yaml") << manifest.at("config").get<std::string>();
   r = run_cli({"train", "--config", (dir / "imported.yaml").string(), "checkpoint.load=" + out,
-               "checkpoint.finetune=true", "training.train_iters=2", "training.micro_batch_size=2",
+               "checkpoint.finetune=true", "training.train_iters=1", "training.micro_batch_size=2",
                "training.global_batch_size=2", "training.eval_iters=0", "logging.log_interval=1",
                "training.device=cpu"});
   INFO(r.out << r.err);
