@@ -20,14 +20,17 @@
 #include <string>
 #include <vector>
 
-#include "hf_test_helpers.h"
 #include "core/formats/safetensors.h"
+#include "hf_test_helpers.h"
 #include "models/gpt_model.h"
 #include "test_helpers.h"
 #include "training/checkpoint.h"
 #include "training/generation.h"
 #include "training/hf_export.h"
 #include "training/tensor_file.h"
+#if __has_include("strata_source_dir.h")
+#include "strata_source_dir.h"
+#endif
 
 using namespace strata;
 using namespace strata::test;
@@ -41,7 +44,15 @@ bool numpy_available() {
   return available;
 }
 
-fs::path hf_script(const char* name) { return fs::path(__FILE__).parent_path().parent_path() / "hf" / name; }
+// tests/hf/<name> in the source tree (STRATA_SOURCE_DIR where the build generates it, else
+// through __FILE__).
+fs::path hf_script(const char* name) {
+#if __has_include("strata_source_dir.h")
+  return fs::path(STRATA_SOURCE_DIR) / "tests" / "hf" / name;
+#else
+  return fs::path(__FILE__).parent_path().parent_path() / "hf" / name;
+#endif
+}
 
 // Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
 // missing), else its stdout (the test fails on any other non-zero exit).
