@@ -3,7 +3,7 @@
 # The CUDA toolkit, cuBLAS, cuDNN and NCCL are expected under /usr/local/cuda when present;
 # without them the build is CPU-only.
 #   scripts/setup.sh           build + test dependencies
-#   scripts/setup.sh --bench   also the Python reference stack (numpy, torch, matplotlib)
+#   scripts/setup.sh --bench   also the Python reference stack (torch, matplotlib)
 set -euo pipefail
 
 packages=(
@@ -11,9 +11,10 @@ packages=(
   libopenmpi-dev openmpi-bin
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 nlohmann-json3-dev
   libopenblas-dev
+  python3-numpy  # tests/hf/hf_reference.py (the numpy transformers reference of the HF export tests)
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-numpy python3-matplotlib python3-torch)
+  packages+=(python3-matplotlib python3-torch)
 fi
 
 missing=()

@@ -17,9 +17,11 @@ int strata_main(int argc, char** argv) {
   CLI::App app{"strata: train, evaluate and inspect large language models"};
   app.require_subcommand(1);
   register_bench(app);
+  register_export(app);
   register_generate(app);
   register_plan(app);
   register_golden(app);
+  register_import(app);
   register_preprocess(app);
   register_train(app);
   int rc = 0;

@@ -8,9 +8,11 @@
 namespace strata::app {
 
 void register_bench(CLI::App& app);
+void register_export(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_golden(CLI::App& app);
+void register_import(CLI::App& app);
 void register_preprocess(CLI::App& app);
 void register_train(CLI::App& app);
 

@@ -1,0 +1,56 @@
+// `strata export --load DIR --format hf --out OUT [--iteration N]`: writes a Hugging Face model
+// directory (config.json, model.safetensors, generation_config.json; vocab.json + merges.txt for
+// a GPT-2 BPE tokenizer) from a Strata checkpoint, as LlamaForCausalLM, Qwen3ForCausalLM or
+// GPT2LMHeadModel, whichever the model config matches. The logic is in training/hf_export.h.
+// Reference: Megatron-LM tools/checkpoint/convert.py (saver for HF), transformers save_pretrained.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "apps/strata/commands.h"
+#include "core/error.h"
+#include "training/hf_export.h"
+
+namespace strata::app {
+
+void register_export(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("export", "export a checkpoint as a Hugging Face model directory");
+  cmd->footer(
+      "Families (chosen from the checkpoint's model config):\n"
+      "  LlamaForCausalLM  RMSNorm, swiglu, rope (rotary_interleaved=false, rotary_percent=1),\n"
+      "                    add_bias_linear=false, GQA, tied or untied\n"
+      "  Qwen3ForCausalLM  the same with qk_layernorm=true (q_norm / k_norm)\n"
+      "  GPT2LMHeadModel   LayerNorm, GeLU (openai_gelu → gelu_new, else gelu), learned_absolute,\n"
+      "                    add_bias_linear=true, no GQA, tied or untied\n"
+      "A model matching none is an error naming the field. Tensors keep the checkpoint's dtype\n"
+      "(bf16 → torch_dtype bfloat16). config.json vocab_size is the padded vocabulary; the rest of\n"
+      "the Strata config needed to import it back is kept under the \"strata\" key.\n"
+      "Example: strata export --load runs/gpt --format hf --out hf/gpt\n"
+      "         python3 -c \"import transformers as t; t.AutoModelForCausalLM.from_pretrained('hf/gpt')\"");
+  struct Opts {
+    std::string load, format, out;
+    std::optional<int64_t> iteration;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--load", o->load, "checkpoint directory (holds latest_checkpointed_iteration.txt)")->required();
+  cmd->add_option("--format", o->format, "output format: hf")->required();
+  cmd->add_option("--out", o->out, "output directory (created; existing files are replaced)")->required();
+  cmd->add_option("--iteration", o->iteration, "iteration to export (default: the tracker's latest)");
+  add_runner(cmd, [o] {
+    STRATA_CHECK(o->format == "hf", "strata export: --format '", o->format, "' is not supported (hf)");
+    try {
+      const hf::ExportResult r = hf::export_checkpoint(o->load, o->out, o->iteration);
+      std::printf("exported iteration %lld as %s (%s) to %s:", static_cast<long long>(r.iteration),
+                  hf::architecture_name(r.family), dtype_name(r.dtype), o->out.c_str());
+      for (const std::string& f : r.files) std::printf(" %s", f.c_str());
+      std::printf("\n");
+    } catch (const std::filesystem::filesystem_error& e) {
+      STRATA_THROW("strata export: ", e.what());
+    }
+    return 0;
+  });
+}
+
+}  // namespace strata::app

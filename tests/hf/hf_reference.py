@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""Independent numerical reference for `strata export --format hf` (used by tests/unit/test_hf_export.cpp).
+
+Reads a Hugging Face model directory (config.json + model.safetensors, parsed here with the
+standard library and numpy only) and runs the forward pass of transformers' GPT2LMHeadModel,
+LlamaForCausalLM or Qwen3ForCausalLM in float64, the way transformers computes it:
+  Llama: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), q/k/v/o_proj, RoPE with rotate_half
+         (inv_freq = theta^(-arange(0, d, 2)/d), cos/sin of cat(freqs, freqs)), GQA by repeat_kv,
+         causal softmax(q k^T / sqrt(d)), SwiGLU MLP down(silu(gate(x)) * up(x)), lm_head or tied.
+  Qwen3: Llama plus q_norm / k_norm (RMSNorm over the head dim of q and k, before RoPE).
+  GPT-2: LayerNorm, Conv1D (x @ W + b with W [in, out]), c_attn split q | k | v, causal attention
+         scaled by 1/sqrt(d), gelu_new (tanh) / gelu (erf) MLP, learned positions, tied lm_head.
+Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py,
+models/gpt2/modeling_gpt2.py,
+pytorch_utils.py (Conv1D), activations.py (NewGELUActivation).
+
+Usage: hf_reference.py DIR 1,2,3   → prints {"logits": [[v0, v1, ...], ...]} (one row per id)
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        buf = data[b:e]
+        dt = info["dtype"]
+        if dt == "F32":
+            a = np.frombuffer(buf, dtype="<f4")
+        elif dt == "F64":
+            a = np.frombuffer(buf, dtype="<f8")
+        elif dt == "F16":
+            a = np.frombuffer(buf, dtype="<f2")
+        elif dt == "BF16":
+            a = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError("%s: dtype %s not handled" % (name, dt))
+        out[name] = a.astype(np.float64).reshape(info["shape"])
+    return out
+
+
+def softmax_causal(scores):
+    # scores [heads, s, s]
+    s = scores.shape[-1]
+    mask = np.triu(np.ones((s, s), dtype=bool), k=1)
+    scores = np.where(mask[None], -np.inf, scores)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
+
+
+def layernorm(x, w, b, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def rotate_half(x):
+    d = x.shape[-1] // 2
+    return np.concatenate([-x[..., d:], x[..., :d]], axis=-1)
+
+
+def llama_forward(cfg, t, ids):
+    g = lambda n: t[n] if n in t else t[n[len("model."):]]
+    h = cfg["hidden_size"]
+    nh = cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads") or nh
+    hd = cfg.get("head_dim") or h // nh
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta = cfg.get("rope_theta", 10000.0)
+    s = len(ids)
+    x = g("model.embed_tokens.weight")[ids]
+    inv_freq = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    freqs = np.arange(s, dtype=np.float64)[:, None] * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], axis=-1)  # [s, hd]
+    cos, sin = np.cos(emb)[None], np.sin(emb)[None]
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        a = rmsnorm(x, g(p + "input_layernorm.weight"), eps)
+        q = (a @ g(p + "self_attn.q_proj.weight").T).reshape(s, nh, hd).transpose(1, 0, 2)
+        k = (a @ g(p + "self_attn.k_proj.weight").T).reshape(s, nkv, hd).transpose(1, 0, 2)
+        v = (a @ g(p + "self_attn.v_proj.weight").T).reshape(s, nkv, hd).transpose(1, 0, 2)
+        if cfg.get("model_type") == "qwen3":  # Qwen3Attention: per-head RMSNorm of q and k before RoPE
+            q = rmsnorm(q, g(p + "self_attn.q_norm.weight"), eps)
+            k = rmsnorm(k, g(p + "self_attn.k_norm.weight"), eps)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = np.repeat(k, nh // nkv, axis=0)  # repeat_kv
+        v = np.repeat(v, nh // nkv, axis=0)
+        pr = softmax_causal(q @ k.transpose(0, 2, 1) / math.sqrt(hd))
+        o = (pr @ v).transpose(1, 0, 2).reshape(s, nh * hd)
+        x = x + o @ g(p + "self_attn.o_proj.weight").T
+        m = rmsnorm(x, g(p + "post_attention_layernorm.weight"), eps)
+        gate = m @ g(p + "mlp.gate_proj.weight").T
+        up = m @ g(p + "mlp.up_proj.weight").T
+        x = x + ((gate / (1.0 + np.exp(-gate))) * up) @ g(p + "mlp.down_proj.weight").T
+    x = rmsnorm(x, g("model.norm.weight"), eps)
+    head = t.get("lm_head.weight")
+    if head is None or cfg.get("tie_word_embeddings", False):
+        head = g("model.embed_tokens.weight")
+    return x @ head.T
+
+
+def gpt2_forward(cfg, t, ids):
+    g = lambda n: t[n] if n in t else t[n[len("transformer."):]]
+    h = cfg["n_embd"]
+    nh = cfg["n_head"]
+    hd = h // nh
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    act_name = cfg.get("activation_function", "gelu_new")
+    if act_name in ("gelu_new", "gelu_pytorch_tanh"):
+        act = lambda z: 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z ** 3)))
+    elif act_name == "gelu":
+        erf = np.vectorize(math.erf)
+        act = lambda z: 0.5 * z * (1.0 + erf(z / math.sqrt(2.0)))
+    else:
+        raise ValueError("activation_function " + act_name)
+    s = len(ids)
+    x = g("transformer.wte.weight")[ids] + g("transformer.wpe.weight")[np.arange(s)]
+    for i in range(cfg["n_layer"]):
+        p = "transformer.h.%d." % i
+        a = layernorm(x, g(p + "ln_1.weight"), g(p + "ln_1.bias"), eps)
+        qkv = a @ g(p + "attn.c_attn.weight") + g(p + "attn.c_attn.bias")  # Conv1D
+        q, k, v = (z.reshape(s, nh, hd).transpose(1, 0, 2) for z in np.split(qkv, 3, axis=-1))
+        pr = softmax_causal(q @ k.transpose(0, 2, 1) / math.sqrt(hd))
+        o = (pr @ v).transpose(1, 0, 2).reshape(s, h)
+        x = x + o @ g(p + "attn.c_proj.weight") + g(p + "attn.c_proj.bias")
+        m = layernorm(x, g(p + "ln_2.weight"), g(p + "ln_2.bias"), eps)
+        f = act(m @ g(p + "mlp.c_fc.weight") + g(p + "mlp.c_fc.bias"))
+        x = x + f @ g(p + "mlp.c_proj.weight") + g(p + "mlp.c_proj.bias")
+    x = layernorm(x, g("transformer.ln_f.weight"), g("transformer.ln_f.bias"), eps)
+    head = t.get("lm_head.weight")
+    if head is None or cfg.get("tie_word_embeddings", True):
+        head = g("transformer.wte.weight")
+    return x @ head.T
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    d = sys.argv[1]
+    ids = [int(v) for v in sys.argv[2].split(",")]
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    t = read_safetensors(os.path.join(d, "model.safetensors"))
+    arch = (cfg.get("architectures") or [""])[0]
+    if arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") or cfg.get("model_type") in ("llama", "qwen3"):
+        logits = llama_forward(cfg, t, ids)
+    elif arch == "GPT2LMHeadModel" or cfg.get("model_type") == "gpt2":
+        logits = gpt2_forward(cfg, t, ids)
+    else:
+        sys.exit("unknown architecture " + arch)
+    json.dump({"logits": logits.tolist()}, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+// Tests of `strata export --format hf` / `strata import --hf` (training/hf_format.h,
+// training/hf_export.h): export → import round trips are bit-identical (Llama and GPT-2, f32 and
+// bf16, tied and untied); exported directories give the logits of an independent numpy
+// implementation of transformers' LlamaForCausalLM / GPT2LMHeadModel (tests/hf/hf_reference.py,
+// float64, skipped when /usr/bin/python3 has no numpy) and, where torch + transformers are
+// installed (not in CI), of transformers itself (tests/hf/hf_transformers_logits.py), which also
+// writes random models with save_pretrained for import; family detection names the field.
+// Bad inputs and the CLI: test_hf_import.cpp.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/formats/safetensors.h"
+#include "hf_test_helpers.h"
+#include "models/gpt_model.h"
+#include "test_helpers.h"
+#include "training/checkpoint.h"
+#include "training/generation.h"
+#include "training/hf_export.h"
+#include "training/tensor_file.h"
+#if __has_include("strata_source_dir.h")
+#include "strata_source_dir.h"
+#endif
+
+using namespace strata;
+using namespace strata::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool numpy_available() {
+  static const bool available = std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+  return available;
+}
+
+// tests/hf/<name> in the source tree (STRATA_SOURCE_DIR where the build generates it, else
+// through __FILE__).
+fs::path hf_script(const char* name) {
+#if __has_include("strata_source_dir.h")
+  return fs::path(STRATA_SOURCE_DIR) / "tests" / "hf" / name;
+#else
+  return fs::path(__FILE__).parent_path().parent_path() / "hf" / name;
+#endif
+}
+
+// Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
+// missing), else its stdout (the test fails on any other non-zero exit).
+std::optional<std::string> run_script(const char* script, const std::string& args) {
+  REQUIRE(fs::exists(hf_script(script)));
+  const std::string cmd = "/usr/bin/python3 " + hf_script(script).string() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return std::nullopt;
+  INFO(cmd << "\n" << out);
+  REQUIRE(status == 0);
+  return out;
+}
+
+// Logits [s][padded vocab] of the HF directory for `ids` from tests/hf/<script>.
+std::optional<std::vector<std::vector<double>>> script_logits(const char* script, const fs::path& hf_dir,
+                                                              const std::vector<int64_t>& ids) {
+  std::string ids_text;
+  for (int64_t i : ids) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(i);
+  const std::optional<std::string> out = run_script(script, hf_dir.string() + " " + ids_text);
+  if (!out) return std::nullopt;
+  // transformers may log warnings before the JSON line: parse the last line.
+  std::string line = *out;
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  line = line.substr(line.find_last_of('\n') == std::string::npos ? 0 : line.find_last_of('\n') + 1);
+  return nlohmann::json::parse(line).at("logits").get<std::vector<std::vector<double>>>();
+}
+
+// max |a - b| over the first `v` columns of s rows; b row-major [s, v].
+double max_logit_diff(const std::vector<std::vector<double>>& a, const std::vector<double>& b, int64_t v,
+                      double* max_abs = nullptr) {
+  double d = 0, m = 0;
+  for (size_t t = 0; t < a.size(); ++t)
+    for (int64_t j = 0; j < v; ++j) {
+      d = std::max(d, std::abs(a[t][static_cast<size_t>(j)] - b[t * static_cast<size_t>(v) + static_cast<size_t>(j)]));
+      m = std::max(m, std::abs(a[t][static_cast<size_t>(j)]));
+    }
+  if (max_abs) *max_abs = m;
+  return d;
+}
+
+const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5};
+
+void check_against_reference(GPTModel& model, const fs::path& hf_dir) {
+  const auto ref = script_logits("hf_reference.py", hf_dir, kIds);
+  REQUIRE(ref.has_value());
+  const Tensor ours = model.logits_for(Tensor::from_data(kIds, Shape{1, static_cast<int64_t>(kIds.size())}), nullptr, 0);
+  REQUIRE(ref->size() == kIds.size());
+  REQUIRE(static_cast<int64_t>((*ref)[0].size()) == model.padded_vocab());
+  double max_abs = 0;
+  const double diff = max_logit_diff(*ref, ours.to_vector(), ours.size(2), &max_abs);
+  INFO("max |ours - numpy reference| = " << diff << ", max |logit| = " << max_abs);
+  CHECK(max_abs > 0.5);  // the comparison is not between near-zero logits
+  CHECK(diff < 1e-4);
+  // transformers itself, where it is installed (not in CI): the same logits from from_pretrained.
+  if (const auto tf = script_logits("hf_transformers_logits.py", hf_dir, kIds)) {
+    const double d = max_logit_diff(*tf, ours.to_vector(), ours.size(2));
+    INFO("max |ours - transformers| = " << d);
+    CHECK(d < 1e-4);
+  }
+}
+
+// Exports a random model of `cfg` and compares its logits with the numpy reference (and
+// transformers where installed).
+void reference_case(StrataConfig cfg, const std::string& name, uint64_t seed,
+                    const std::function<void(const nlohmann::json&)>& check_config = {}) {
+  if (!numpy_available()) {
+    WARN("SKIPPED: /usr/bin/python3 has no numpy (apt-get install python3-numpy)");
+    return;
+  }
+  const fs::path dir = fresh_dir("ref_" + name);
+  auto model = save_random_checkpoint(cfg, dir / "ckpt", seed);
+  hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+  if (check_config) check_config(nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json")));
+  check_against_reference(*model, dir / "hf");
+  fs::remove_all(dir);
+}
+
+std::map<std::string, Tensor> read_model_file(const fs::path& ckpt_iter_dir) {
+  return formats::read_safetensors((ckpt_iter_dir / "model.safetensors").string()).tensors;
+}
+
+}  // namespace
+
+TEST_CASE("hf: family detection names the field that prevents export", "[hf]") {
+  auto finalized = [](StrataConfig c) {
+    c.validate(1);
+    return c.model;
+  };
+  CHECK(hf::family_for(finalized(family_config(hf::Family::Llama, true, Precision::Fp32))) == hf::Family::Llama);
+  CHECK(hf::family_for(finalized(family_config(hf::Family::GPT2, true, Precision::Fp32))) == hf::Family::GPT2);
+
+  StrataConfig c = family_config(hf::Family::GPT2, true, Precision::Fp32);
+  c.model.position_embedding_type = PositionEmbeddingType::Rope;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)),
+                    Contains("model.position_embedding_type=rope is not GPT-2's learned_absolute") &&
+                        Contains("model.normalization=LayerNorm is not Llama's RMSNorm"));
+  c = family_config(hf::Family::Llama, true, Precision::Fp32);
+  c.model.swiglu = false;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.swiglu=false is not Llama's SwiGLU MLP"));
+  c = family_config(hf::Family::Llama, true, Precision::Fp32);
+  c.model.rotary_interleaved = true;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.rotary_interleaved=true"));
+  c = family_config(hf::Family::Llama, true, Precision::Fp32);
+  c.model.qk_layernorm = true;
+  CHECK(hf::family_for(finalized(c)) == hf::Family::Qwen3);
+  c = family_config(hf::Family::GPT2, true, Precision::Fp32);
+  c.model.qk_layernorm = true;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)),
+                    Contains("not Qwen3ForCausalLM") && Contains("model.normalization=LayerNorm"));
+  c = family_config(hf::Family::GPT2, true, Precision::Fp32);
+  c.model.num_query_groups = 2;
+  c.model.group_query_attention = true;
+  CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.num_query_groups=2"));
+}
+
+TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2; f32, bf16; tied, untied)", "[hf]") {
+  for (hf::Family f : {hf::Family::Llama, hf::Family::Qwen3, hf::Family::GPT2})
+    for (Precision prec : {Precision::Fp32, Precision::Bf16})
+      for (bool tied : {true, false}) {
+        DYNAMIC_SECTION(hf::to_string(f) << (prec == Precision::Bf16 ? " bf16" : " f32") << (tied ? " tied" : " untied")) {
+          const fs::path dir = fresh_dir("roundtrip");
+          StrataConfig cfg = family_config(f, tied, prec);
+          auto model = save_random_checkpoint(cfg, dir / "ckpt", 11);
+          const hf::ExportResult ex = hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+          CHECK(ex.family == f);
+          CHECK(ex.iteration == 7);
+          const auto cj = nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json"));
+          CHECK(cj.at("torch_dtype") == (prec == Precision::Bf16 ? "bfloat16" : "float32"));
+          CHECK(cj.at("vocab_size") == 320);  // the padded vocabulary
+          CHECK(cj.at("tie_word_embeddings") == tied);
+          CHECK(cj.at("eos_token_id") == 256);
+          const auto hf_tensors = formats::read_safetensors((dir / "hf" / "model.safetensors").string());
+          CHECK(hf_tensors.metadata.at("format") == "pt");
+          CHECK(hf_tensors.tensors.count("lm_head.weight") == (tied ? 0u : 1u));
+          for (const auto& [name, t] : hf_tensors.tensors) CHECK(t.dtype() == model_dtype(prec));
+
+          const hf::ImportResult im = hf::import_checkpoint((dir / "hf").string(), (dir / "imported").string());
+          CHECK(im.family == f);
+          CHECK(im.checkpoint_dir == (dir / "imported" / "iter_0000000").string());
+          CHECK(im.config.training.precision == prec);
+          CHECK(*im.config.model.vocab_size == 257);
+          CHECK(im.config.model.make_vocab_size_divisible_by == 64);
+          CHECK(im.config.model.seq_length == 16);
+          CHECK(im.config.model.query_groups() == cfg.model.query_groups());
+          CHECK(im.config.model.ffn() == cfg.model.ffn());
+          CHECK(im.config.model.untie_embeddings_and_output_weights == !tied);
+          CHECK(im.config.data.tokenizer_type == TokenizerType::ByteLevelTokenizer);
+          const auto a = read_model_file(dir / "ckpt" / "iter_0000007");
+          const auto b = read_model_file(dir / "imported" / "iter_0000000");
+          REQUIRE(a.size() == b.size());
+          for (const auto& [name, t] : a) {
+            INFO(name);
+            REQUIRE(b.count(name));
+            CHECK(b.at(name).dtype() == t.dtype());
+            CHECK(b.at(name).shape() == t.shape());
+            CHECK(std::memcmp(b.at(name).data_ptr(), t.contiguous().data_ptr(), t.nbytes()) == 0);
+          }
+          // The imported checkpoint loads for generation and computes the same logits.
+          generation::LoadedModel lm = generation::load_for_inference((dir / "imported").string(), {"training.device=cpu"});
+          const Tensor ids = Tensor::from_data(std::vector<int64_t>{1, 2, 3, 4}, Shape{1, 4});
+          CHECK(test::max_abs_diff(lm.model->logits_for(ids, nullptr, 0), model->logits_for(ids, nullptr, 0)) == 0.0);
+          fs::remove_all(dir);
+        }
+      }
+}
+
+TEST_CASE("hf reference: Llama with GQA, head_dim unlike hidden/heads, untied, apply_layernorm_1p", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::Llama, false, Precision::Fp32);
+  cfg.model.kv_channels = 12;
+  cfg.model.apply_layernorm_1p = true;
+  cfg.model.rotary_base = 500;
+  reference_case(cfg, "llama", 21, [](const nlohmann::json& j) { CHECK(j.at("head_dim") == 12); });
+}
+
+TEST_CASE("hf reference: Llama tied, MHA", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
+  cfg.model.group_query_attention = false;
+  cfg.model.num_query_groups = 4;
+  reference_case(cfg, "llama_tied", 22);
+}
+
+TEST_CASE("hf reference: Qwen3 q_norm / k_norm, GQA, untied, apply_layernorm_1p", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::Qwen3, false, Precision::Fp32);
+  cfg.model.apply_layernorm_1p = true;
+  reference_case(cfg, "qwen3", 25,
+                 [](const nlohmann::json& j) { CHECK(j.at("architectures")[0] == "Qwen3ForCausalLM"); });
+}
+
+TEST_CASE("hf reference: GPT-2 gelu_new, tied", "[hf]") {
+  reference_case(family_config(hf::Family::GPT2, true, Precision::Fp32), "gpt2", 23);
+}
+
+TEST_CASE("hf reference: GPT-2 erf gelu, untied, apply_layernorm_1p", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::GPT2, false, Precision::Fp32);
+  cfg.model.openai_gelu = false;
+  cfg.model.apply_layernorm_1p = true;
+  reference_case(cfg, "gpt2_untied", 24, [](const nlohmann::json& j) { CHECK(j.at("activation_function") == "gelu"); });
+}
+
+TEST_CASE("hf: models written by transformers' save_pretrained import with its logits (when installed)", "[hf]") {
+  for (const char* family : {"llama", "gpt2"}) {
+    DYNAMIC_SECTION(family) {
+      const fs::path dir = fresh_dir(std::string("tf_") + family);
+      if (!run_script("hf_transformers_logits.py", std::string("--make-random ") + family + " " + (dir / "hf").string())) {
+        WARN("SKIPPED: /usr/bin/python3 has no torch + transformers");
+        fs::remove_all(dir);
+        return;
+      }
+      const std::vector<int64_t> ids = {1, 5, 9, 33, 2, 95, 0, 60};
+      const auto tf = script_logits("hf_transformers_logits.py", dir / "hf", ids);
+      REQUIRE(tf.has_value());
+      hf::import_checkpoint((dir / "hf").string(), (dir / "ckpt").string(), {"training.device=cpu"});
+      generation::LoadedModel lm = generation::load_for_inference((dir / "ckpt").string());
+      const Tensor ours =
+          lm.model->logits_for(Tensor::from_data(ids, Shape{1, static_cast<int64_t>(ids.size())}), nullptr, 0);
+      REQUIRE(ours.size(2) == 96);
+      double max_abs = 0;
+      const double d = max_logit_diff(*tf, ours.to_vector(), 96, &max_abs);
+      INFO("max |ours - transformers| = " << d << ", max |logit| = " << max_abs);
+      CHECK(d < 1e-4);
+      fs::remove_all(dir);
+    }
+  }
+}

@@ -1,0 +1,208 @@
+// Tests of `strata import --hf` bad inputs and of the export/import CLI: wrong family, missing /
+// extra / wrong-shaped tensors, an untied lm_head under tie_word_embeddings, corrupt or missing
+// files (each message names the tensor or file); base-model names and HF buffers accepted;
+// `strata export` / `strata import` / `strata generate --score` / `strata train … finetune` end to end.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_test_helpers.h"
+#include "core/formats/safetensors.h"
+#include "hf_test_helpers.h"
+#include "training/hf_export.h"
+
+using namespace strata;
+using namespace strata::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// An exported HF directory of a random model of family f (f32).
+fs::path exported(hf::Family f, bool tied, const std::string& name) {
+  const fs::path dir = fresh_dir(name);
+  StrataConfig cfg = family_config(f, tied, Precision::Fp32);
+  save_random_checkpoint(cfg, dir / "ckpt", 5);
+  hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+  return dir;
+}
+
+// Rewrites hf/model.safetensors after `edit` changes its tensors.
+template <typename Edit>
+void edit_tensors(const fs::path& hf_dir, Edit edit) {
+  const std::string path = (hf_dir / "model.safetensors").string();
+  std::map<std::string, Tensor> t;
+  for (auto& [n, v] : formats::read_safetensors(path).tensors) t[n] = v.clone();
+  edit(t);
+  formats::write_safetensors(path, t, {{"format", "pt"}});
+}
+
+void edit_config(const fs::path& hf_dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(hf_dir / "config.json"));
+  edit(j);
+  std::ofstream(hf_dir / "config.json") << j.dump(2);
+}
+
+}  // namespace
+
+TEST_CASE("hf import: missing, extra and wrong-shaped tensors name the tensor and the file", "[hf]") {
+  const fs::path dir = exported(hf::Family::Llama, false, "bad_tensors");
+  const fs::path hf_dir = dir / "hf";
+  const std::string save = (dir / "out").string();
+  const std::string file = (hf_dir / "model.safetensors").string();
+  const fs::path backup = dir / "model.safetensors.orig";
+  fs::copy_file(hf_dir / "model.safetensors", backup);
+  auto restore = [&] { fs::copy_file(backup, hf_dir / "model.safetensors", fs::copy_options::overwrite_existing); };
+
+  edit_tensors(hf_dir, [](auto& t) { t.erase("model.layers.1.mlp.up_proj.weight"); });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save),
+                    Contains(file) && Contains("tensor 'model.layers.1.mlp.up_proj.weight' is missing"));
+  restore();
+  edit_tensors(hf_dir, [](auto& t) { t["model.layers.0.self_attn.k_proj.weight"] = Tensor::zeros({8, 32}, DType::F32); });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save),
+                    Contains(file) && Contains("tensor 'model.layers.0.self_attn.k_proj.weight' has shape [8, 32]") &&
+                        Contains("[16, 32]"));
+  restore();
+  edit_tensors(hf_dir, [](auto& t) { t["model.layers.2.mlp.up_proj.weight"] = Tensor::zeros({2}, DType::F32); });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save),
+                    Contains(file) && Contains("unexpected tensor 'model.layers.2.mlp.up_proj.weight'"));
+  restore();
+  // The file's own layer count disagrees with config.json.
+  edit_config(hf_dir, [](auto& j) { j["num_hidden_layers"] = 3; });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save),
+                    Contains("tensor 'model.layers.2.input_layernorm.weight' is missing"));
+  edit_config(hf_dir, [](auto& j) { j["num_hidden_layers"] = 2; });
+  // HF buffers and base-model names are accepted.
+  edit_tensors(hf_dir, [](auto& t) {
+    t["model.layers.0.self_attn.rotary_emb.inv_freq"] = Tensor::zeros({4}, DType::F32);
+    t["norm.weight"] = t.at("model.norm.weight");
+    t.erase("model.norm.weight");
+  });
+  CHECK_NOTHROW(hf::import_checkpoint(hf_dir.string(), save));
+  CHECK(fs::exists(dir / "out" / "iter_0000000" / "model.safetensors"));
+  CHECK(*read_checkpoint_tracker(save) == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf import: corrupt files, wrong family and bad config.json", "[hf]") {
+  const fs::path dir = exported(hf::Family::GPT2, true, "bad_files");
+  const fs::path hf_dir = dir / "hf";
+  const std::string save = (dir / "out").string();
+  const std::string file = (hf_dir / "model.safetensors").string();
+
+  // A tied lm_head that is not the embedding table.
+  edit_tensors(hf_dir, [](auto& t) { t["lm_head.weight"] = Tensor::zeros({320, 32}, DType::F32); });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save),
+                    Contains("'lm_head.weight' differs from 'transformer.wte.weight'"));
+  // An equal one is the usual tied duplicate: accepted, as are GPT-2's attention-mask buffers.
+  edit_tensors(hf_dir, [](auto& t) {
+    t["lm_head.weight"] = t.at("transformer.wte.weight");
+    t["transformer.h.0.attn.bias"] = Tensor::zeros({1, 1, 16, 16}, DType::F32);
+  });
+  CHECK_NOTHROW(hf::import_checkpoint(hf_dir.string(), save));
+
+  // Truncated safetensors.
+  fs::resize_file(file, fs::file_size(file) - 10);
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save), Contains(file));
+  fs::remove(file);
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save), Contains("has no model.safetensors"));
+
+  edit_config(hf_dir, [](auto& j) { j["architectures"] = {"MistralForCausalLM"}; j["model_type"] = "mistral"; });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save),
+                    Contains("config.json") && Contains("MistralForCausalLM") && Contains("neither"));
+  edit_config(hf_dir, [](auto& j) {
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["activation_function"] = "relu";
+  });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save), Contains("activation_function 'relu'"));
+  edit_config(hf_dir, [](auto& j) {
+    j["activation_function"] = "gelu_new";
+    j.erase("n_embd");
+  });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save), Contains("config key 'n_embd' is missing"));
+  std::ofstream(hf_dir / "config.json") << "{not json";
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save), Contains("config.json is not valid JSON"));
+  fs::remove(hf_dir / "config.json");
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save), Contains("config.json is missing"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf: a Llama config.json without strata's hints imports with HF's vocabulary", "[hf]") {
+  const fs::path dir = exported(hf::Family::Llama, true, "plain_llama");
+  const fs::path hf_dir = dir / "hf";
+  edit_config(hf_dir, [](auto& j) {
+    j.erase("strata");
+    j.erase("head_dim");
+    j["eos_token_id"] = {256, 255};
+  });
+  const hf::ImportResult r = hf::import_checkpoint(hf_dir.string(), (dir / "out").string(),
+                                                   {"training.device=cpu", "model.seq_length=8"});
+  CHECK(*r.config.model.vocab_size == 320);
+  CHECK(r.config.model.make_vocab_size_divisible_by == 1);
+  CHECK(r.config.model.seq_length == 8);
+  CHECK(r.config.model.max_positions() == 16);
+  CHECK(r.config.model.query_groups() == 2);
+  CHECK(r.config.model.head_dim() == 8);
+  CHECK(r.config.data.tokenizer_type == TokenizerType::NullTokenizer);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf cli: export, import, generate --score and finetune from the import", "[hf]") {
+  const fs::path dir = fresh_dir("cli");
+  StrataConfig cfg = family_config(hf::Family::GPT2, true, Precision::Fp32);
+  save_random_checkpoint(cfg, dir / "ckpt", 9);
+  const std::string ckpt = (dir / "ckpt").string(), hf_dir = (dir / "hf").string(), out = (dir / "out").string();
+
+  CliResult r = run_cli({"export", "--help"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("LlamaForCausalLM") && Contains("GPT2LMHeadModel") && Contains("--iteration"));
+  r = run_cli({"import", "--help"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("--config-override") && Contains("iter_0000000"));
+
+  r = run_cli({"export", "--load", ckpt, "--format", "onnx", "--out", hf_dir});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("--format 'onnx' is not supported"));
+  r = run_cli({"export", "--load", ckpt, "--format", "hf", "--out", hf_dir, "--iteration", "3"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("iter_0000003"));
+  r = run_cli({"export", "--load", (dir / "none").string(), "--format", "hf", "--out", hf_dir});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("is not a directory"));
+
+  r = run_cli({"export", "--load", ckpt, "--format", "hf", "--out", hf_dir, "--iteration", "7"});
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("GPT2LMHeadModel") && Contains("model.safetensors"));
+  r = run_cli({"import", "--hf", hf_dir, "--save", out, "--config-override", "training.device=cpu"});
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("iter_0000000"));
+
+  r = run_cli({"generate", "--load", ckpt, "--prompt-ids", "1,2,3,4", "--score"});
+  REQUIRE(r.rc == 0);
+  const auto want = nlohmann::json::parse(r.out);
+  r = run_cli({"generate", "--load", out, "--prompt-ids", "1,2,3,4", "--score"});
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(nlohmann::json::parse(r.out) == want);  // same weights, same numbers
+
+  // The imported checkpoint's own config trains from it with finetune (no optimizer state needed).
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir / "out" / "iter_0000000" / "manifest.json"));
+  std::ofstream(dir / "imported.yaml") << manifest.at("config").get<std::string>();
+  r = run_cli({"train", "--config", (dir / "imported.yaml").string(), "checkpoint.load=" + out,
+               "checkpoint.finetune=true", "training.train_iters=1", "training.micro_batch_size=2",
+               "training.global_batch_size=2", "training.eval_iters=0", "logging.log_interval=1",
+               "training.device=cpu"});
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  r = run_cli({"train", "--config", (dir / "imported.yaml").string(), "checkpoint.load=" + out,
+               "training.train_iters=2", "training.device=cpu"});
+  CHECK(r.rc != 0);
+  CHECK_THAT(r.err, Contains("no optimizer state"));
+  fs::remove_all(dir);
+}

@@ -1,0 +1,52 @@
+// `strata export --format hf` and `strata import --hf`: a Strata checkpoint ⇄ a Hugging Face model
+// directory (config.json + model.safetensors [+ generation_config.json, vocab.json, merges.txt])
+// for LlamaForCausalLM, Qwen3ForCausalLM and GPT2LMHeadModel. Names, layouts and config keys: training/hf_format.h.
+//
+// Export reads the checkpoint's manifest config, checks that the model matches a family before
+// allocating anything, loads the weights (checksums verified) and writes the HF tensors in the
+// checkpoint's dtype (bf16 → torch_dtype "bfloat16", f32 → "float32") with safetensors metadata
+// {"format": "pt"} (what transformers expects). GPT-2 BPE tokenizer files are copied along.
+//
+// Import reads config.json and model.safetensors (or the shards listed in
+// model.safetensors.index.json), builds the StrataConfig (bf16 tensors → training.precision=bf16,
+// f32/f16 → fp32), applies the overrides and writes a weights-only checkpoint at iteration 0:
+// <save>/iter_0000000/ + latest_checkpointed_iteration.txt "0". Megatron's own converters write a
+// `release/` directory with the tracker text "release"; Strata uses the numbered layout so that
+// `strata generate --load` and `strata train checkpoint.load=… checkpoint.finetune=true` (which
+// skips the missing optimizer state) read it like any checkpoint. Tokenizer: vocab.json +
+// merges.txt in the HF directory → GPT2BPETokenizer (copied next to the checkpoint); else the
+// tokenizer recorded by a Strata export; else NullTokenizer (prompts as ids).
+// Reference: Megatron-LM tools/checkpoint/convert.py (loader_llama_mistral.py, saver_megatron.py),
+// transformers PreTrainedModel.save_pretrained / from_pretrained file names.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/config.h"
+#include "training/hf_format.h"
+
+namespace strata::hf {
+
+struct ExportResult {
+  Family family = Family::Llama;
+  int64_t iteration = 0;
+  DType dtype = DType::F32;
+  std::vector<std::string> files;  // written, relative to the output directory
+};
+// Exports the tracker's iteration (or `iteration`) under load_dir into out_dir.
+ExportResult export_checkpoint(const std::string& load_dir, const std::string& out_dir,
+                               std::optional<int64_t> iteration = std::nullopt);
+
+struct ImportResult {
+  Family family = Family::Llama;
+  StrataConfig config;          // validated; saved in the checkpoint manifest
+  std::string checkpoint_dir;   // <save>/iter_0000000
+};
+// Imports the HF directory hf_dir into a Strata checkpoint under save_dir. `overrides`:
+// "section.field=value" applied to the config built from config.json.
+ImportResult import_checkpoint(const std::string& hf_dir, const std::string& save_dir,
+                               const std::vector<std::string>& overrides = {});
+
+}  // namespace strata::hf

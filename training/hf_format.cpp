@@ -1,0 +1,317 @@
+// Hugging Face family detection and config.json mapping (training/hf_format.h); the tensor maps
+// are in training/hf_tensor_map.cpp.
+// Reference: transformers LlamaConfig (configuration_llama.py), GPT2Config (configuration_gpt2.py),
+// GenerationConfig (generation/configuration_utils.py).
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "training/hf_format.h"
+
+namespace strata::hf {
+
+using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+const char* to_string(Family f) {
+  switch (f) {
+    case Family::Llama: return "llama";
+    case Family::GPT2: return "gpt2";
+    case Family::Qwen3: return "qwen3";
+  }
+  STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
+  return "";
+}
+const char* architecture_name(Family f) {
+  switch (f) {
+    case Family::Llama: return "LlamaForCausalLM";
+    case Family::GPT2: return "GPT2LMHeadModel";
+    case Family::Qwen3: return "Qwen3ForCausalLM";
+  }
+  STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
+  return "";
+}
+
+namespace {
+
+std::string bool_str(bool b) { return b ? "true" : "false"; }
+
+const char* torch_dtype_name(DType d) {
+  STRATA_CHECK(d == DType::F32 || d == DType::BF16, "export --format hf: dtype ", dtype_name(d),
+               " has no torch_dtype here (f32 or bf16)");
+  return d == DType::BF16 ? "bfloat16" : "float32";
+}
+
+// ---- reading config.json --------------------------------------------------------------------
+
+const json& need(const json& j, const char* key, const std::string& file) {
+  STRATA_CHECK(j.contains(key) && !j.at(key).is_null(), file, ": config key '", key, "' is missing");
+  return j.at(key);
+}
+int64_t get_int(const json& j, const char* key, const std::string& file) {
+  const json& v = need(j, key, file);
+  STRATA_CHECK(v.is_number_integer(), file, ": config key '", key, "' must be an integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+std::optional<int64_t> opt_int(const json& j, const char* key, const std::string& file) {
+  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return get_int(j, key, file);
+}
+double get_double(const json& j, const char* key, const std::string& file) {
+  const json& v = need(j, key, file);
+  STRATA_CHECK(v.is_number(), file, ": config key '", key, "' must be a number, got ", v.dump());
+  return v.get<double>();
+}
+double opt_double(const json& j, const char* key, double dflt, const std::string& file) {
+  if (!j.contains(key) || j.at(key).is_null()) return dflt;
+  return get_double(j, key, file);
+}
+bool opt_bool(const json& j, const char* key, bool dflt, const std::string& file) {
+  if (!j.contains(key) || j.at(key).is_null()) return dflt;
+  STRATA_CHECK(j.at(key).is_boolean(), file, ": config key '", key, "' must be true or false, got ", j.at(key).dump());
+  return j.at(key).get<bool>();
+}
+std::string opt_string(const json& j, const char* key, const std::string& dflt, const std::string& file) {
+  if (!j.contains(key) || j.at(key).is_null()) return dflt;
+  STRATA_CHECK(j.at(key).is_string(), file, ": config key '", key, "' must be a string, got ", j.at(key).dump());
+  return j.at(key).get<std::string>();
+}
+
+// The first eos id ("eos_token_id" may be a list in newer Llama configs).
+std::optional<int64_t> eos_of(const json& j) {
+  if (!j.contains("eos_token_id")) return std::nullopt;
+  const json& v = j.at("eos_token_id");
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();
+  return std::nullopt;
+}
+
+Family family_of(const json& j, const std::string& file) {
+  std::string arch;
+  if (j.contains("architectures") && j.at("architectures").is_array() && !j.at("architectures").empty() &&
+      j.at("architectures")[0].is_string())
+    arch = j.at("architectures")[0].get<std::string>();
+  const std::string type = opt_string(j, "model_type", "", file);
+  if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) return Family::Llama;
+  if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2")) return Family::GPT2;
+  if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3")) return Family::Qwen3;
+  STRATA_THROW(file, ": architectures ", arch.empty() ? "(none)" : arch, " / model_type '", type,
+               "' is neither LlamaForCausalLM (llama), Qwen3ForCausalLM (qwen3) nor GPT2LMHeadModel (gpt2), the "
+               "families strata import reads");
+}
+
+}  // namespace
+
+std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
+  std::ostringstream why;
+  if (f == Family::Qwen3 && !m.qk_layernorm) {
+    why << "model.qk_layernorm=false: Qwen3 has q_norm/k_norm";
+  } else if (f != Family::Qwen3 && m.qk_layernorm) {
+    why << "model.qk_layernorm=true has no " << architecture_name(f) << " equivalent (Qwen3ForCausalLM has)";
+  } else if (m.apply_residual_connection_post_layernorm) {
+    why << "model.apply_residual_connection_post_layernorm=true is not " << architecture_name(f) << "'s residual";
+  } else if (f != Family::GPT2) {
+    if (m.normalization != Normalization::RMSNorm)
+      why << "model.normalization=" << strata::to_string(m.normalization) << " is not Llama's RMSNorm";
+    else if (!m.swiglu)
+      why << "model.swiglu=false is not Llama's SwiGLU MLP";
+    else if (m.position_embedding_type != PositionEmbeddingType::Rope)
+      why << "model.position_embedding_type=" << strata::to_string(m.position_embedding_type) << " is not Llama's rope";
+    else if (m.rotary_interleaved)
+      why << "model.rotary_interleaved=true is not Llama's rotate_half RoPE";
+    else if (m.rotary_percent != 1.0)
+      why << "model.rotary_percent=" << m.rotary_percent << " is not Llama's full rotary (1.0)";
+    else if (m.add_bias_linear)
+      why << "model.add_bias_linear=true: Llama's linear layers have no biases";
+    else if (m.add_qkv_bias)
+      why << "model.add_qkv_bias=true: Llama's q/k/v projections have no biases";
+  } else {
+    if (m.normalization != Normalization::LayerNorm)
+      why << "model.normalization=" << strata::to_string(m.normalization) << " is not GPT-2's LayerNorm";
+    else if (m.swiglu)
+      why << "model.swiglu=true is not GPT-2's GeLU MLP";
+    else if (m.position_embedding_type != PositionEmbeddingType::LearnedAbsolute)
+      why << "model.position_embedding_type=" << strata::to_string(m.position_embedding_type)
+          << " is not GPT-2's learned_absolute";
+    else if (!m.add_bias_linear)
+      why << "model.add_bias_linear=false: GPT-2's linear layers have biases";
+    else if (m.query_groups() != m.num_attention_heads)
+      why << "model.num_query_groups=" << m.query_groups() << " (GQA) is not GPT-2's multi-head attention ("
+          << m.num_attention_heads << " heads)";
+    else if (m.head_dim() * m.num_attention_heads != m.hidden_size)
+      why << "model.kv_channels=" << m.head_dim() << " is not GPT-2's hidden_size / num_attention_heads";
+  }
+  const std::string s = why.str();
+  if (s.empty()) return std::nullopt;
+  return s;
+}
+
+Family family_for(const ModelConfig& m) {
+  if (m.qk_layernorm) {
+    const auto qwen3 = incompatibility(m, Family::Qwen3);
+    if (!qwen3) return Family::Qwen3;
+    STRATA_THROW("export --format hf: the model is not Qwen3ForCausalLM (the family with q/k norms): ", *qwen3);
+  }
+  const auto llama = incompatibility(m, Family::Llama);
+  if (!llama) return Family::Llama;
+  const auto gpt2 = incompatibility(m, Family::GPT2);
+  if (!gpt2) return Family::GPT2;
+  // Name the family the config is closest to first (by its normalization).
+  if (m.normalization == Normalization::RMSNorm)
+    STRATA_THROW("export --format hf: the model is not LlamaForCausalLM: ", *llama, " (nor GPT2LMHeadModel: ", *gpt2, ")");
+  STRATA_THROW("export --format hf: the model is not GPT2LMHeadModel: ", *gpt2, " (nor LlamaForCausalLM: ", *llama, ")");
+}
+
+ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
+  const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
+  ojson j;
+  j["architectures"] = ojson::array({architecture_name(f)});
+  j["model_type"] = to_string(f);
+  if (f != Family::GPT2) {
+    j["hidden_size"] = m.hidden_size;
+    j["intermediate_size"] = m.ffn();
+    j["num_attention_heads"] = m.num_attention_heads;
+    j["num_key_value_heads"] = m.query_groups();
+    j["head_dim"] = m.head_dim();
+    j["num_hidden_layers"] = m.num_layers;
+    j["hidden_act"] = "silu";
+    j["rms_norm_eps"] = m.layernorm_epsilon;
+    j["rope_theta"] = static_cast<double>(m.rotary_base);
+    j["rope_scaling"] = nullptr;
+    j["max_position_embeddings"] = m.max_positions();
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["attention_dropout"] = m.attention_dropout;
+    j["initializer_range"] = m.init_method_std;
+    j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+    if (f == Family::Qwen3) j["use_sliding_window"] = false;
+  } else {
+    j["n_embd"] = m.hidden_size;
+    j["n_layer"] = m.num_layers;
+    j["n_head"] = m.num_attention_heads;
+    j["n_inner"] = m.ffn();
+    j["n_positions"] = m.max_positions();
+    j["n_ctx"] = m.max_positions();
+    j["activation_function"] = m.openai_gelu ? "gelu_new" : "gelu";
+    j["layer_norm_epsilon"] = m.layernorm_epsilon;
+    j["resid_pdrop"] = m.hidden_dropout;
+    j["embd_pdrop"] = m.hidden_dropout;
+    j["attn_pdrop"] = m.attention_dropout;
+    j["initializer_range"] = m.init_method_std;
+    j["scale_attn_weights"] = true;
+    j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+  }
+  // Megatron's padded vocabulary: the embedding and output rows (make_vocab_size_divisible_by);
+  // ids >= the tokenizer's vocabulary are never produced by it.
+  j["vocab_size"] = padded;
+  if (info.bos_id) j["bos_token_id"] = *info.bos_id;
+  if (info.eos_id) j["eos_token_id"] = *info.eos_id;
+  j["torch_dtype"] = torch_dtype_name(info.dtype);
+  j["use_cache"] = true;
+  j["strata"] = {{"vocab_size", *m.vocab_size},
+                 {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
+                 {"seq_length", m.seq_length},
+                 {"hidden_dropout", m.hidden_dropout},
+                 {"tokenizer_type", info.tokenizer_type}};
+  return j;
+}
+
+ojson generation_config_json(const InferenceConfig& inf, const ExportInfo& info) {
+  ojson j;
+  if (info.bos_id) j["bos_token_id"] = *info.bos_id;
+  if (info.eos_id) j["eos_token_id"] = *info.eos_id;
+  j["do_sample"] = inf.temperature > 0.0;
+  if (inf.temperature > 0.0) j["temperature"] = inf.temperature;
+  j["top_k"] = inf.top_k;                                                // 0: off in both
+  j["top_p"] = (inf.top_p <= 0.0 || inf.top_p >= 1.0) ? 1.0 : inf.top_p;  // HF's "off" is 1.0
+  j["max_new_tokens"] = inf.max_new_tokens;
+  return j;
+}
+
+ImportedConfig model_config_from_json(const json& j, const std::string& file) {
+  STRATA_CHECK(j.is_object(), file, ": not a JSON object");
+  ImportedConfig r;
+  r.family = family_of(j, file);
+  ModelConfig& m = r.model;
+  m.make_vocab_size_divisible_by = 1;
+  m.vocab_size = get_int(j, "vocab_size", file);
+  m.hidden_dropout = 0.0;
+  m.attention_dropout = 0.0;
+  if (r.family != Family::GPT2) {
+    m.hidden_size = get_int(j, "hidden_size", file);
+    m.ffn_hidden_size = get_int(j, "intermediate_size", file);
+    m.num_attention_heads = get_int(j, "num_attention_heads", file);
+    m.num_layers = get_int(j, "num_hidden_layers", file);
+    const std::optional<int64_t> kv = opt_int(j, "num_key_value_heads", file);
+    m.num_query_groups = kv.value_or(m.num_attention_heads);
+    m.group_query_attention = *m.num_query_groups != m.num_attention_heads;
+    if (auto hd = opt_int(j, "head_dim", file)) m.kv_channels = *hd;
+    m.normalization = Normalization::RMSNorm;
+    m.layernorm_epsilon = opt_double(j, "rms_norm_eps", 1e-6, file);
+    m.swiglu = true;
+    m.position_embedding_type = PositionEmbeddingType::Rope;
+    const double theta = opt_double(j, "rope_theta", 10000.0, file);
+    STRATA_CHECK(theta == std::floor(theta) && theta > 0, file, ": rope_theta ", theta,
+                 " is not a positive integer (model.rotary_base is an integer)");
+    m.rotary_base = static_cast<int64_t>(theta);
+    STRATA_CHECK(!j.contains("rope_scaling") || j.at("rope_scaling").is_null(), file,
+                 ": rope_scaling ", j.value("rope_scaling", json()).dump(), " is not supported (plain RoPE only)");
+    const std::string act = opt_string(j, "hidden_act", "silu", file);
+    STRATA_CHECK(act == "silu", file, ": hidden_act '", act, "' is not supported (Llama's silu → SwiGLU)");
+    STRATA_CHECK(!opt_bool(j, "attention_bias", false, file), file, ": attention_bias=true is not supported");
+    STRATA_CHECK(!opt_bool(j, "mlp_bias", false, file), file, ": mlp_bias=true is not supported");
+    m.add_bias_linear = false;
+    m.add_qkv_bias = false;
+    m.attention_dropout = opt_double(j, "attention_dropout", 0.0, file);
+    m.max_position_embeddings = get_int(j, "max_position_embeddings", file);
+    m.untie_embeddings_and_output_weights = !opt_bool(j, "tie_word_embeddings", false, file);  // Llama's default
+    if (r.family == Family::Qwen3) {
+      m.qk_layernorm = true;
+      STRATA_CHECK(!opt_bool(j, "use_sliding_window", false, file), file, ": use_sliding_window=true is not supported");
+    }
+  } else {
+    m.hidden_size = get_int(j, "n_embd", file);
+    m.num_layers = get_int(j, "n_layer", file);
+    m.num_attention_heads = get_int(j, "n_head", file);
+    m.ffn_hidden_size = opt_int(j, "n_inner", file).value_or(4 * m.hidden_size);
+    m.max_position_embeddings = get_int(j, "n_positions", file);
+    const std::string act = opt_string(j, "activation_function", "gelu_new", file);
+    STRATA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu", file, ": activation_function '",
+                 act, "' is not supported (gelu_new, gelu_pytorch_tanh or gelu)");
+    m.openai_gelu = act != "gelu";
+    m.layernorm_epsilon = opt_double(j, "layer_norm_epsilon", 1e-5, file);
+    m.hidden_dropout = opt_double(j, "resid_pdrop", 0.1, file);
+    m.attention_dropout = opt_double(j, "attn_pdrop", 0.1, file);
+    STRATA_CHECK(opt_bool(j, "scale_attn_weights", true, file), file, ": scale_attn_weights=false is not supported");
+    STRATA_CHECK(!opt_bool(j, "scale_attn_by_inverse_layer_idx", false, file), file,
+                 ": scale_attn_by_inverse_layer_idx=true is not supported");
+    STRATA_CHECK(!opt_bool(j, "add_cross_attention", false, file), file, ": add_cross_attention=true is not supported");
+    m.normalization = Normalization::LayerNorm;
+    m.swiglu = false;
+    m.position_embedding_type = PositionEmbeddingType::LearnedAbsolute;
+    m.add_bias_linear = true;
+    m.untie_embeddings_and_output_weights = !opt_bool(j, "tie_word_embeddings", true, file);
+  }
+  m.init_method_std = opt_double(j, "initializer_range", 0.02, file);
+  m.seq_length = *m.max_position_embeddings;
+  r.eos_id = eos_of(j);
+  // Strata's own export records what config.json cannot express; restore it.
+  if (j.contains("strata") && j.at("strata").is_object()) {
+    const json& s = j.at("strata");
+    const std::string sf = file + " (\"strata\")";
+    const int64_t padded = *m.vocab_size;
+    m.vocab_size = get_int(s, "vocab_size", sf);
+    m.make_vocab_size_divisible_by = get_int(s, "make_vocab_size_divisible_by", sf);
+    STRATA_CHECK(*m.vocab_size > 0 && m.make_vocab_size_divisible_by > 0 &&
+                     padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1) == padded,
+                 sf, ": vocab_size ", *m.vocab_size, " padded to a multiple of ", m.make_vocab_size_divisible_by,
+                 " is not the config's vocab_size ", padded);
+    m.seq_length = get_int(s, "seq_length", sf);
+    m.hidden_dropout = opt_double(s, "hidden_dropout", m.hidden_dropout, sf);
+    const std::string tok = opt_string(s, "tokenizer_type", "", sf);
+    if (!tok.empty()) r.tokenizer_type = tok;
+  }
+  return r;
+}
+
+}  // namespace strata::hf

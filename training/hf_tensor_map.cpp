@@ -1,0 +1,290 @@
+// Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
+// GPT-2 names (training/hf_format.h: to_hf_tensors, from_hf_tensors).
+// Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
+// repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
+// c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
+// (get_query_key_value_tensors: linear_qkv rows [ng, np/ng + 2, hn]), mlp.py (glu: [gate | up]).
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "core/error.h"
+#include "training/hf_format.h"
+
+namespace strata::hf {
+
+namespace {
+
+struct Dims {
+  int64_t h, np, ng, hn, ffn, pv, max_pos, layers;
+  bool tied, one_p, qk_norm;
+};
+
+Dims dims_of(const ModelConfig& m, int64_t padded_vocab) {
+  return Dims{m.hidden_size, m.num_attention_heads, m.query_groups(), m.head_dim(), m.ffn(), padded_vocab,
+              m.max_positions(), m.num_layers, !m.untie_embeddings_and_output_weights, m.apply_layernorm_1p,
+              m.qk_layernorm};
+}
+
+std::string mlayer(int64_t i) { return "decoder.layers." + std::to_string(i) + "."; }
+std::string llayer(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+std::string glayer(int64_t i) { return "transformer.h." + std::to_string(i) + "."; }
+
+// Concatenation along dim 0 (same trailing shape and dtype).
+Tensor cat0(const std::vector<Tensor>& parts) {
+  Shape s = parts.at(0).shape();
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.size(0);
+  s[0] = rows;
+  Tensor out = Tensor::empty(s, parts[0].dtype());
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    out.narrow(0, at, p.size(0)).copy_(p);
+    at += p.size(0);
+  }
+  return out;
+}
+
+Tensor plus(const Tensor& t, double d) {
+  std::vector<double> v = t.to_vector();
+  for (double& x : v) x += d;
+  return Tensor::from_vector(v, t.shape(), t.dtype());
+}
+
+// Megatron linear_qkv weight [ng·(per+2)·hn, in] (or bias [ng·(per+2)·hn]) → q [np·hn, …],
+// k [ng·hn, …], v [ng·hn, …].
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv split_qkv(const Tensor& w, const Dims& d) {
+  const int64_t per = d.np / d.ng, rest = w.numel() / (d.ng * (per + 2) * d.hn);
+  Tensor w3 = w.contiguous().reshape({d.ng, per + 2, d.hn * rest});
+  auto part = [&](int64_t start, int64_t n, int64_t rows) {
+    Shape s = w.dim() == 2 ? Shape{rows, rest} : Shape{rows};
+    return w3.narrow(1, start, n).contiguous().clone().reshape(s);
+  };
+  return Qkv{part(0, per, d.np * d.hn), part(per, 1, d.ng * d.hn), part(per + 1, 1, d.ng * d.hn)};
+}
+Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d) {
+  const int64_t per = d.np / d.ng, rest = q.numel() / (d.np * d.hn);
+  Tensor w3 = Tensor::empty({d.ng, per + 2, d.hn * rest}, q.dtype());
+  w3.narrow(1, 0, per).copy_(q.contiguous().reshape({d.ng, per, d.hn * rest}));
+  w3.narrow(1, per, 1).copy_(k.contiguous().reshape({d.ng, 1, d.hn * rest}));
+  w3.narrow(1, per + 1, 1).copy_(v.contiguous().reshape({d.ng, 1, d.hn * rest}));
+  Shape s = q.dim() == 2 ? Shape{d.ng * (per + 2) * d.hn, rest} : Shape{d.ng * (per + 2) * d.hn};
+  return w3.reshape(s);
+}
+
+// The HF tensors a config implies, with their shapes.
+std::map<std::string, Shape> hf_shapes(Family f, const Dims& d) {
+  std::map<std::string, Shape> s;
+  if (f != Family::GPT2) {
+    s["model.embed_tokens.weight"] = {d.pv, d.h};
+    for (int64_t i = 0; i < d.layers; ++i) {
+      const std::string p = llayer(i);
+      s[p + "input_layernorm.weight"] = {d.h};
+      s[p + "self_attn.q_proj.weight"] = {d.np * d.hn, d.h};
+      s[p + "self_attn.k_proj.weight"] = {d.ng * d.hn, d.h};
+      s[p + "self_attn.v_proj.weight"] = {d.ng * d.hn, d.h};
+      s[p + "self_attn.o_proj.weight"] = {d.h, d.np * d.hn};
+      if (d.qk_norm) {
+        s[p + "self_attn.q_norm.weight"] = {d.hn};
+        s[p + "self_attn.k_norm.weight"] = {d.hn};
+      }
+      s[p + "post_attention_layernorm.weight"] = {d.h};
+      s[p + "mlp.gate_proj.weight"] = {d.ffn, d.h};
+      s[p + "mlp.up_proj.weight"] = {d.ffn, d.h};
+      s[p + "mlp.down_proj.weight"] = {d.h, d.ffn};
+    }
+    s["model.norm.weight"] = {d.h};
+  } else {
+    s["transformer.wte.weight"] = {d.pv, d.h};
+    s["transformer.wpe.weight"] = {d.max_pos, d.h};
+    for (int64_t i = 0; i < d.layers; ++i) {
+      const std::string p = glayer(i);
+      for (const char* ln : {"ln_1.", "ln_2."}) {
+        s[p + ln + "weight"] = {d.h};
+        s[p + ln + "bias"] = {d.h};
+      }
+      s[p + "attn.c_attn.weight"] = {d.h, 3 * d.h};
+      s[p + "attn.c_attn.bias"] = {3 * d.h};
+      s[p + "attn.c_proj.weight"] = {d.h, d.h};
+      s[p + "attn.c_proj.bias"] = {d.h};
+      s[p + "mlp.c_fc.weight"] = {d.h, d.ffn};
+      s[p + "mlp.c_fc.bias"] = {d.ffn};
+      s[p + "mlp.c_proj.weight"] = {d.ffn, d.h};
+      s[p + "mlp.c_proj.bias"] = {d.h};
+    }
+    s["transformer.ln_f.weight"] = {d.h};
+    s["transformer.ln_f.bias"] = {d.h};
+  }
+  if (!d.tied) s["lm_head.weight"] = {d.pv, d.h};
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// HF name as a *ForCausalLM state dict spells it; empty for buffers that carry no weights.
+std::string canonical_hf_name(const std::string& name, Family f) {
+  if (f == Family::GPT2 && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"))) return "";
+  if (f != Family::GPT2 && ends_with(name, ".rotary_emb.inv_freq")) return "";
+  const std::string base = f != Family::GPT2 ? "model." : "transformer.";
+  if (name.rfind(base, 0) == 0 || name.rfind("lm_head.", 0) == 0) return name;
+  return base + name;  // a base-model (LlamaModel / GPT2Model) checkpoint
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
+                                            const std::map<std::string, Tensor>& mg) {
+  ModelConfig m = m_in;
+  finalize_model_config(m);
+  auto get = [&](const std::string& name) -> const Tensor& {
+    auto it = mg.find(name);
+    STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
+    return it->second;
+  };
+  const Tensor& emb = get("embedding.word_embeddings.weight");
+  const Dims d = dims_of(m, emb.size(0));
+  auto norm_w = [&](const std::string& name) { return d.one_p ? plus(get(name), 1.0) : get(name); };
+  std::map<std::string, Tensor> out;
+  if (f != Family::GPT2) {
+    out["model.embed_tokens.weight"] = emb;
+    for (int64_t i = 0; i < d.layers; ++i) {
+      const std::string mp = mlayer(i), hp = llayer(i);
+      out[hp + "input_layernorm.weight"] = norm_w(mp + "self_attention.linear_qkv.layer_norm_weight");
+      Qkv qkv = split_qkv(get(mp + "self_attention.linear_qkv.weight"), d);
+      out[hp + "self_attn.q_proj.weight"] = qkv.q;
+      out[hp + "self_attn.k_proj.weight"] = qkv.k;
+      out[hp + "self_attn.v_proj.weight"] = qkv.v;
+      out[hp + "self_attn.o_proj.weight"] = get(mp + "self_attention.linear_proj.weight");
+      if (d.qk_norm) {
+        out[hp + "self_attn.q_norm.weight"] = norm_w(mp + "self_attention.q_layernorm.weight");
+        out[hp + "self_attn.k_norm.weight"] = norm_w(mp + "self_attention.k_layernorm.weight");
+      }
+      out[hp + "post_attention_layernorm.weight"] = norm_w(mp + "mlp.linear_fc1.layer_norm_weight");
+      const Tensor& fc1 = get(mp + "mlp.linear_fc1.weight");
+      out[hp + "mlp.gate_proj.weight"] = fc1.narrow(0, 0, d.ffn).contiguous().clone();
+      out[hp + "mlp.up_proj.weight"] = fc1.narrow(0, d.ffn, d.ffn).contiguous().clone();
+      out[hp + "mlp.down_proj.weight"] = get(mp + "mlp.linear_fc2.weight");
+    }
+    out["model.norm.weight"] = norm_w("decoder.final_layernorm.weight");
+  } else {
+    out["transformer.wte.weight"] = emb;
+    out["transformer.wpe.weight"] = get("embedding.position_embeddings.weight");
+    for (int64_t i = 0; i < d.layers; ++i) {
+      const std::string mp = mlayer(i), hp = glayer(i);
+      out[hp + "ln_1.weight"] = norm_w(mp + "self_attention.linear_qkv.layer_norm_weight");
+      out[hp + "ln_1.bias"] = get(mp + "self_attention.linear_qkv.layer_norm_bias");
+      Qkv w = split_qkv(get(mp + "self_attention.linear_qkv.weight"), d);
+      Qkv b = split_qkv(get(mp + "self_attention.linear_qkv.bias"), d);
+      out[hp + "attn.c_attn.weight"] = cat0({w.q, w.k, w.v}).transpose(0, 1);  // Conv1D: [in, out]
+      out[hp + "attn.c_attn.bias"] = cat0({b.q, b.k, b.v});
+      out[hp + "attn.c_proj.weight"] = get(mp + "self_attention.linear_proj.weight").transpose(0, 1);
+      out[hp + "attn.c_proj.bias"] = get(mp + "self_attention.linear_proj.bias");
+      out[hp + "ln_2.weight"] = norm_w(mp + "mlp.linear_fc1.layer_norm_weight");
+      out[hp + "ln_2.bias"] = get(mp + "mlp.linear_fc1.layer_norm_bias");
+      out[hp + "mlp.c_fc.weight"] = get(mp + "mlp.linear_fc1.weight").transpose(0, 1);
+      out[hp + "mlp.c_fc.bias"] = get(mp + "mlp.linear_fc1.bias");
+      out[hp + "mlp.c_proj.weight"] = get(mp + "mlp.linear_fc2.weight").transpose(0, 1);
+      out[hp + "mlp.c_proj.bias"] = get(mp + "mlp.linear_fc2.bias");
+    }
+    out["transformer.ln_f.weight"] = norm_w("decoder.final_layernorm.weight");
+    out["transformer.ln_f.bias"] = get("decoder.final_layernorm.bias");
+  }
+  if (!d.tied) out["lm_head.weight"] = get("output_layer.weight");
+  // Every tensor must have the shape the config implies (a checkpoint/config mismatch is a bug
+  // upstream, but say which tensor).
+  for (const auto& [name, shape] : hf_shapes(f, d)) {
+    STRATA_CHECK(out.at(name).shape() == shape, "export --format hf: tensor '", name, "' has shape ",
+                 out.at(name).shape().str(), ", the config implies ", shape.str());
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f, int64_t padded_vocab,
+                                              const std::map<std::string, Tensor>& hf_in, const std::string& file) {
+  ModelConfig m = m_in;
+  finalize_model_config(m);
+  const Dims d = dims_of(m, padded_vocab);
+  const std::map<std::string, Shape> want = hf_shapes(f, d);
+  const std::string embed_name = f != Family::GPT2 ? "model.embed_tokens.weight" : "transformer.wte.weight";
+
+  std::map<std::string, Tensor> hf;
+  for (const auto& [raw, t] : hf_in) {
+    const std::string name = canonical_hf_name(raw, f);
+    if (name.empty()) continue;
+    STRATA_CHECK(!hf.count(name), file, ": tensor '", raw, "' appears twice (as '", name, "')");
+    hf[name] = t;
+  }
+  if (d.tied && hf.count("lm_head.weight")) {
+    STRATA_CHECK(hf.count(embed_name) && same_bytes(hf.at("lm_head.weight"), hf.at(embed_name)), file,
+                 ": tensor 'lm_head.weight' differs from '", embed_name,
+                 "' but tie_word_embeddings is true (set it to false in config.json for an untied model)");
+    hf.erase("lm_head.weight");
+  }
+  for (const auto& [name, shape] : want) {
+    auto it = hf.find(name);
+    STRATA_CHECK(it != hf.end(), file, ": tensor '", name, "' is missing");
+    STRATA_CHECK(it->second.shape() == shape, file, ": tensor '", name, "' has shape ", it->second.shape().str(),
+                 ", config.json implies ", shape.str());
+  }
+  for (const auto& [name, t] : hf)
+    STRATA_CHECK(want.count(name), file, ": unexpected tensor '", name, "' (shape ", t.shape().str(), ") for a ",
+                 architecture_name(f), " with this config.json");
+
+  std::map<std::string, Tensor> out;
+  out["embedding.word_embeddings.weight"] = hf.at(embed_name);
+  if (f != Family::GPT2) {
+    for (int64_t i = 0; i < d.layers; ++i) {
+      const std::string mp = mlayer(i), hp = llayer(i);
+      out[mp + "self_attention.linear_qkv.layer_norm_weight"] = hf.at(hp + "input_layernorm.weight");
+      out[mp + "self_attention.linear_qkv.weight"] = merge_qkv(
+          hf.at(hp + "self_attn.q_proj.weight"), hf.at(hp + "self_attn.k_proj.weight"),
+          hf.at(hp + "self_attn.v_proj.weight"), d);
+      out[mp + "self_attention.linear_proj.weight"] = hf.at(hp + "self_attn.o_proj.weight");
+      if (d.qk_norm) {
+        out[mp + "self_attention.q_layernorm.weight"] = hf.at(hp + "self_attn.q_norm.weight");
+        out[mp + "self_attention.k_layernorm.weight"] = hf.at(hp + "self_attn.k_norm.weight");
+      }
+      out[mp + "mlp.linear_fc1.layer_norm_weight"] = hf.at(hp + "post_attention_layernorm.weight");
+      out[mp + "mlp.linear_fc1.weight"] = cat0({hf.at(hp + "mlp.gate_proj.weight"), hf.at(hp + "mlp.up_proj.weight")});
+      out[mp + "mlp.linear_fc2.weight"] = hf.at(hp + "mlp.down_proj.weight");
+    }
+    out["decoder.final_layernorm.weight"] = hf.at("model.norm.weight");
+  } else {
+    out["embedding.position_embeddings.weight"] = hf.at("transformer.wpe.weight");
+    for (int64_t i = 0; i < d.layers; ++i) {
+      const std::string mp = mlayer(i), hp = glayer(i);
+      out[mp + "self_attention.linear_qkv.layer_norm_weight"] = hf.at(hp + "ln_1.weight");
+      out[mp + "self_attention.linear_qkv.layer_norm_bias"] = hf.at(hp + "ln_1.bias");
+      const Tensor w = hf.at(hp + "attn.c_attn.weight").transpose(0, 1);  // [3h, h] = [q; k; v]
+      const Tensor b = hf.at(hp + "attn.c_attn.bias");
+      auto third = [&](const Tensor& t, int64_t j) { return t.narrow(0, j * d.h, d.h).contiguous(); };
+      out[mp + "self_attention.linear_qkv.weight"] = merge_qkv(third(w, 0), third(w, 1), third(w, 2), d);
+      out[mp + "self_attention.linear_qkv.bias"] = merge_qkv(third(b, 0), third(b, 1), third(b, 2), d);
+      out[mp + "self_attention.linear_proj.weight"] = hf.at(hp + "attn.c_proj.weight").transpose(0, 1);
+      out[mp + "self_attention.linear_proj.bias"] = hf.at(hp + "attn.c_proj.bias");
+      out[mp + "mlp.linear_fc1.layer_norm_weight"] = hf.at(hp + "ln_2.weight");
+      out[mp + "mlp.linear_fc1.layer_norm_bias"] = hf.at(hp + "ln_2.bias");
+      out[mp + "mlp.linear_fc1.weight"] = hf.at(hp + "mlp.c_fc.weight").transpose(0, 1);
+      out[mp + "mlp.linear_fc1.bias"] = hf.at(hp + "mlp.c_fc.bias");
+      out[mp + "mlp.linear_fc2.weight"] = hf.at(hp + "mlp.c_proj.weight").transpose(0, 1);
+      out[mp + "mlp.linear_fc2.bias"] = hf.at(hp + "mlp.c_proj.bias");
+    }
+    out["decoder.final_layernorm.weight"] = hf.at("transformer.ln_f.weight");
+    out["decoder.final_layernorm.bias"] = hf.at("transformer.ln_f.bias");
+  }
+  if (!d.tied) out["output_layer.weight"] = hf.at("lm_head.weight");
+  return out;
+}
+
+}  // namespace strata::hf
