@@ -57,6 +57,13 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   pipeline_ = options_.pipeline;
   if (pipeline_.chunks.empty()) pipeline_.chunks = {&model_};
   STRATA_CHECK(pipeline_.chunks.front() == &model_, "trainer: TrainerOptions.pipeline.chunks[0] must be the model");
+  STRATA_CHECK(pipeline_.pp.size() == 1 || (!cfg_.checkpoint.save && !cfg_.checkpoint.load),
+               "trainer: checkpoint.save / checkpoint.load with parallel.pipeline_model_parallel_size > 1 are not "
+               "supported yet (each pipeline rank holds part of the parameters)");
+  if (pipeline_.pp.size() == 1)
+    for (LanguageModel* chunk : pipeline_.chunks)
+      STRATA_CHECK(chunk->is_first_stage() && chunk->is_last_stage(),
+                   "trainer: the model is a pipeline stage; set TrainerOptions.pipeline (training/pipeline_setup.h)");
   for (LanguageModel* chunk : pipeline_.chunks) {
     for (Parameter* p : chunk->parameters()) params_.push_back(p);
     if (options_.init_parameters) chunk->init_parameters(static_cast<uint64_t>(cfg_.training.seed));
