@@ -8,6 +8,7 @@
 #include "core/phase_timer.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/gemm.h"
+#include "parallel/pipeline_layout.h"
 
 namespace strata {
 
@@ -44,8 +45,33 @@ GPTModelOptions options_from(const StrataConfig& cfg, Device device) {
 DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 }  // namespace
 
-GPTModel::GPTModel(const StrataConfig& cfg, Device device, const ParallelGroups& groups)
-    : GPTModel(cfg.model, options_from(cfg, device), groups) {}
+namespace {
+GPTModelOptions chunk_options(const StrataConfig& cfg, Device device, const ParallelGroups& groups, int64_t chunk) {
+  GPTModelOptions o = options_from(cfg, device);
+  if (groups.pp.size() > 1 || chunk != 0) {
+    STRATA_CHECK(groups.pp.size() == cfg.parallel.pipeline_model_parallel_size, "GPTModel: the pipeline group has ",
+                 groups.pp.size(), " ranks but parallel.pipeline_model_parallel_size is ",
+                 cfg.parallel.pipeline_model_parallel_size);
+    const PipelineChunkLayout l = pipeline_chunk_layout(cfg.parallel, cfg.model.num_layers, groups.pp.rank(), chunk);
+    o.first_layer = l.first_layer;
+    o.num_layers = l.num_layers;
+    o.pre_process = l.pre_process;
+    o.post_process = l.post_process;
+  }
+  return o;
+}
+}  // namespace
+
+GPTModel::GPTModel(const StrataConfig& cfg, Device device, const ParallelGroups& groups, int64_t chunk)
+    : GPTModel(cfg.model, chunk_options(cfg, device, groups, chunk), groups) {}
+
+std::vector<std::unique_ptr<GPTModel>> make_gpt_model_chunks(const StrataConfig& cfg, Device device,
+                                                             const ParallelGroups& groups) {
+  std::vector<std::unique_ptr<GPTModel>> chunks;
+  const int64_t n = groups.pp.size() > 1 ? num_model_chunks(cfg.parallel) : 1;
+  for (int64_t c = 0; c < n; ++c) chunks.push_back(std::make_unique<GPTModel>(cfg, device, groups, c));
+  return chunks;
+}
 
 GPTModel::GPTModel(const ModelConfig& cfg_in, const GPTModelOptions& options, const ParallelGroups& groups)
     : cfg_(finalized(cfg_in)), opt_(options), groups_(groups) {
@@ -53,32 +79,58 @@ GPTModel::GPTModel(const ModelConfig& cfg_in, const GPTModelOptions& options, co
                "GPTModel: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
   STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
                "GPTModel: model.vocab_size must be set (resolved from the tokenizer)");
-  STRATA_CHECK(groups_.tp.size() == 1 && groups_.pp.size() == 1 && groups_.cp.size() == 1,
-               "GPTModel: tensor, pipeline and context parallelism are not implemented yet");
+  STRATA_CHECK(groups_.tp.size() == 1 && groups_.cp.size() == 1,
+               "GPTModel: tensor and context parallelism are not implemented yet");
   padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, groups_.tp.size());
   const LayerEnv env{opt_.dtype, opt_.device};
-  embedding_ = std::make_unique<layers::VocabEmbedding>(cfg_, padded_vocab_, env, groups_.tp);
-  for (int64_t i = 0; i < cfg_.num_layers; ++i)
+  // Pipeline stage (whole model by default).
+  if (opt_.num_layers < 0) {
+    STRATA_CHECK(opt_.first_layer == 0, "GPTModel: first_layer ", opt_.first_layer, " needs num_layers to be set");
+    opt_.num_layers = cfg_.num_layers;
+  }
+  STRATA_CHECK(opt_.first_layer >= 0 && opt_.first_layer + opt_.num_layers <= cfg_.num_layers, "GPTModel: layers [",
+               opt_.first_layer, ", ", opt_.first_layer + opt_.num_layers, ") outside model.num_layers ",
+               cfg_.num_layers);
+  if (opt_.pre_process) embedding_ = std::make_unique<layers::VocabEmbedding>(cfg_, padded_vocab_, env, groups_.tp);
+  for (int64_t i = opt_.first_layer; i < opt_.first_layer + opt_.num_layers; ++i)
     layers_.push_back(std::make_unique<layers::TransformerLayer>(i, cfg_, env, groups_));
-  final_norm_ = std::make_unique<layers::Norm>("decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
-                                               cfg_.hidden_size, cfg_, env);
-  if (!tied()) {
-    output_layer_ =
-        layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_.hidden_size}, env, cfg_.init_method_std);
+  if (opt_.post_process) {
+    final_norm_ = std::make_unique<layers::Norm>("decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
+                                                 cfg_.hidden_size, cfg_, env);
+    if (!tied()) {
+      output_layer_ = layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_.hidden_size}, env,
+                                             cfg_.init_method_std);
+    } else if (!opt_.pre_process) {
+      // Megatron: the last stage's copy of the word embeddings; same name and init rule, so it
+      // starts equal to the first stage's table; gradients summed in finalize_model_grads.
+      output_layer_ = layers::make_parameter("embedding.word_embeddings.weight", Shape{padded_vocab_, cfg_.hidden_size},
+                                             env, cfg_.init_method_std);
+      output_layer_.shared_copy = true;
+    }
   }
 }
 
 GPTModel::~GPTModel() = default;
 
-Parameter& GPTModel::output_weight() { return tied() ? embedding_->word_embeddings : output_layer_; }
+Parameter& GPTModel::output_weight() {
+  STRATA_CHECK(opt_.post_process, "GPTModel: this pipeline stage has no output layer");
+  return tied() && embedding_ ? embedding_->word_embeddings : output_layer_;
+}
 
 std::vector<Parameter*> GPTModel::parameters() {
   std::vector<Parameter*> out;
-  embedding_->collect(out);
+  if (embedding_) embedding_->collect(out);
   for (auto& l : layers_) l->collect(out);
-  final_norm_->collect(out);
-  if (!tied()) out.push_back(&output_layer_);
+  if (final_norm_) final_norm_->collect(out);
+  if (opt_.post_process && (!tied() || !embedding_)) out.push_back(&output_layer_);
   return out;
+}
+
+std::vector<Parameter*> GPTModel::embedding_group_parameters() {
+  if (!tied() || (opt_.pre_process && opt_.post_process)) return {};
+  if (opt_.pre_process) return {&embedding_->word_embeddings};
+  if (opt_.post_process) return {&output_layer_};
+  return {};
 }
 
 void GPTModel::init_parameters(uint64_t seed) {
@@ -93,19 +145,23 @@ std::unique_ptr<ForwardContext> GPTModel::make_context(int64_t step, int64_t mic
   return ctx;
 }
 
-Tensor GPTModel::run_decoder(const Tensor& tokens, int64_t position_offset, const layers::DropoutKeys& keys,
-                             KVCache* cache, Context* ctx) {
+Tensor GPTModel::run_layers(Tensor x, int64_t position_offset, const layers::DropoutKeys& keys, KVCache* cache,
+                            Context* ctx) {
   if (ctx) ctx->layers.assign(layers_.size(), {});
-  Tensor x;
-  {
-    phase_timer::Scope t("forward/embedding");
-    x = embedding_->forward(tokens, position_offset, keys, ctx ? &ctx->embedding : nullptr);
-  }
   phase_timer::Scope t("forward/layers");
   for (size_t i = 0; i < layers_.size(); ++i) {
     x = layers_[i]->forward(x, keys, position_offset, cache ? &cache->layers[i] : nullptr,
                             ctx ? &ctx->layers[i] : nullptr);
   }
+  return x;
+}
+
+Tensor GPTModel::run_decoder(const Tensor& tokens, int64_t position_offset, const layers::DropoutKeys& keys,
+                             KVCache* cache, Context* ctx) {
+  STRATA_CHECK(opt_.pre_process && opt_.post_process,
+               "GPTModel: generation needs the whole model (pipeline parallelism is for training)");
+  Tensor x = embedding_->forward(tokens, position_offset, keys, ctx ? &ctx->embedding : nullptr);
+  x = run_layers(x, position_offset, keys, cache, ctx);
   return final_norm_->forward(x, ctx ? &ctx->final_norm : nullptr);
 }
 
@@ -147,6 +203,25 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   keys.global_batch = opt_.global_batch_size > 0 ? opt_.global_batch_size : b;
   keys.batch_offset = opt_.global_batch_size > 0 ? batch.first_sample_index % opt_.global_batch_size : 0;
 
+  Tensor x;
+  if (opt_.pre_process) {
+    phase_timer::Scope t("forward/embedding");
+    x = embedding_->forward(batch.tokens, 0, keys, &ctx->embedding);
+  } else {
+    x = ctx->input_hidden;
+    STRATA_CHECK(x.defined() && x.dim() == 3 && x.size(0) == s && x.size(1) == b && x.size(2) == cfg_.hidden_size,
+                 "GPTModel::forward: a pipeline stage after the first needs ctx.input_hidden [s, b, h] = [", s, ", ",
+                 b, ", ", cfg_.hidden_size, "]", x.defined() ? ", got " + x.shape().str() : std::string());
+    x = x.to(dev).to(opt_.dtype);
+  }
+  x = run_layers(x, 0, keys, nullptr, ctx);
+  ctx->s = s;
+  ctx->b = b;
+  if (!opt_.post_process) {
+    ctx->has_forward = true;
+    return x;  // [s, b, h]
+  }
+
   Tensor targets = batch.labels.to(Device::cpu()).transpose(0, 1).reshape({s * b});
   for (double t : targets.to_vector()) {
     STRATA_CHECK(t < static_cast<double>(*cfg_.vocab_size), "GPTModel::forward: label ", static_cast<int64_t>(t),
@@ -154,7 +229,7 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   }
   targets = targets.to(dev);
 
-  Tensor hidden = run_decoder(batch.tokens, 0, keys, nullptr, ctx).reshape({s * b, cfg_.hidden_size});
+  Tensor hidden = final_norm_->forward(x, &ctx->final_norm).reshape({s * b, cfg_.hidden_size});
   Tensor logits = output_logits(hidden, /*reuse_buffer=*/true);
   observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, padded_vocab_}), "s,b,v");
 
@@ -172,8 +247,6 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   ctx->targets = targets;
   ctx->row_max = row_max;
   ctx->sum_exp = sum_exp;
-  ctx->s = s;
-  ctx->b = b;
   ctx->has_forward = true;
   return loss.reshape({s, b}).transpose(0, 1);  // [b, s]
 }
@@ -181,6 +254,37 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
 void GPTModel::backward(ForwardContext& base, const Tensor& dlosses) {
   auto* ctx = dynamic_cast<Context*>(&base);
   STRATA_CHECK(ctx != nullptr && ctx->has_forward, "GPTModel::backward: no saved forward in this context");
+  const int64_t s = ctx->s, b = ctx->b;
+  Tensor dx;
+  if (opt_.post_process) {
+    dx = loss_backward(*ctx, dlosses);
+  } else {
+    STRATA_CHECK(dlosses.dim() == 3 && dlosses.size(0) == s && dlosses.size(1) == b &&
+                     dlosses.size(2) == cfg_.hidden_size,
+                 "GPTModel::backward: d(output hidden) ", dlosses.shape().str(), " must be [s, b, h] = [", s, ", ", b,
+                 ", ", cfg_.hidden_size, "]");
+    dx = dlosses.to(opt_.device).to(opt_.dtype);
+  }
+  {
+    phase_timer::Scope t("backward/layers");
+    for (size_t i = layers_.size(); i-- > 0;) {
+      dx = layers_[i]->backward(ctx->layers[i], dx);
+      ctx->layers[i] = {};
+    }
+  }
+  if (opt_.pre_process) {
+    phase_timer::Scope t("backward/embedding");
+    embedding_->backward(ctx->embedding, dx);
+  } else {
+    ctx->input_hidden_grad = dx;
+    ctx->input_hidden = Tensor();
+  }
+  ctx->has_forward = false;
+  ctx->hidden = Tensor();
+}
+
+Tensor GPTModel::loss_backward(Context& c, const Tensor& dlosses) {
+  Context* ctx = &c;
   const int64_t s = ctx->s, b = ctx->b;
   STRATA_CHECK(dlosses.dim() == 2 && dlosses.size(0) == b && dlosses.size(1) == s,
                "GPTModel::backward: dlosses ", dlosses.shape().str(), " must be [b, s] = [", b, ", ", s, "]");
@@ -202,19 +306,8 @@ void GPTModel::backward(ForwardContext& base, const Tensor& dlosses) {
   }
   dlogits = Tensor();
 
-  Tensor dx;
-  {
-    phase_timer::Scope t("backward/layers");
-    dx = final_norm_->backward(ctx->final_norm, dh.reshape({s, b, cfg_.hidden_size}));
-    for (size_t i = layers_.size(); i-- > 0;) {
-      dx = layers_[i]->backward(ctx->layers[i], dx);
-      ctx->layers[i] = {};
-    }
-  }
-  phase_timer::Scope t("backward/embedding");
-  embedding_->backward(ctx->embedding, dx);
-  ctx->has_forward = false;
-  ctx->hidden = Tensor();
+  phase_timer::Scope t("backward/final_norm");
+  return final_norm_->backward(ctx->final_norm, dh.reshape({s, b, cfg_.hidden_size}));
 }
 
 KVCache GPTModel::make_kv_cache(int64_t batch, int64_t max_seq) const {

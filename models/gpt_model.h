@@ -32,12 +32,24 @@ struct GPTModelOptions {
   Device device = Device::cpu();
   uint64_t seed = 1234;        // keys dropout masks (training.seed)
   int64_t global_batch_size = 0;  // samples per step; 0: the micro-batch is the whole global batch
+  // Pipeline stage / model chunk (parallel/pipeline_layout.h): layers [first_layer, first_layer +
+  // num_layers) of the global model (num_layers < 0: all of them), the embedding when
+  // pre_process, final norm + output layer + loss when post_process. With tied embeddings a
+  // post_process chunk without pre_process holds a copy of the word embeddings (Megatron
+  // LanguageModule.setup_embeddings_and_output_layer), initialised equal to them.
+  int64_t first_layer = 0;
+  int64_t num_layers = -1;
+  bool pre_process = true;
+  bool post_process = true;
 };
 
 class GPTModel : public LanguageModel {
  public:
   // From a validated config: model section, training.precision / seed / global_batch_size.
-  GPTModel(const StrataConfig& cfg, Device device, const ParallelGroups& groups = ParallelGroups::single_process());
+  // With groups.pp larger than 1: model chunk `chunk` of this rank's pipeline stage
+  // (parallel.virtual_pipeline_model_parallel_size chunks per stage).
+  GPTModel(const StrataConfig& cfg, Device device, const ParallelGroups& groups = ParallelGroups::single_process(),
+           int64_t chunk = 0);
   // From a model section (finalized here; vocab_size must be set) and explicit options.
   GPTModel(const ModelConfig& cfg, const GPTModelOptions& options,
            const ParallelGroups& groups = ParallelGroups::single_process());
@@ -50,6 +62,9 @@ class GPTModel : public LanguageModel {
   Tensor forward(ForwardContext& ctx, const Batch& batch) override;
   // dlosses: [b, s] -> adds every parameter's gradient into main_grad.
   void backward(ForwardContext& ctx, const Tensor& dlosses) override;
+  bool is_first_stage() const override { return opt_.pre_process; }
+  bool is_last_stage() const override { return opt_.post_process; }
+  std::vector<Parameter*> embedding_group_parameters() override;
 
   // A KV cache for generation with `batch` sequences of up to `max_seq` positions.
   KVCache make_kv_cache(int64_t batch, int64_t max_seq) const;
@@ -64,11 +79,15 @@ class GPTModel : public LanguageModel {
   Device device() const { return opt_.device; }
   int64_t padded_vocab() const { return padded_vocab_; }
   bool tied() const { return !cfg_.untie_embeddings_and_output_weights; }
-  // The output projection weight [padded_vocab, h]: the word embeddings when tied.
+  // The output projection weight [padded_vocab, h]: the word embeddings when tied (their copy on
+  // a last pipeline stage). post_process only.
   Parameter& output_weight();
 
   layers::VocabEmbedding& embedding() { return *embedding_; }
+  // Local layer i (global index first_layer() + i).
   layers::TransformerLayer& layer(size_t i) { return *layers_.at(i); }
+  size_t num_local_layers() const { return layers_.size(); }
+  int64_t first_layer() const { return opt_.first_layer; }
   layers::Norm& final_layernorm() { return *final_norm_; }
 
  private:
@@ -76,6 +95,10 @@ class GPTModel : public LanguageModel {
   // tokens [b, s] -> final hidden [s, b, h] (after the final norm).
   Tensor run_decoder(const Tensor& tokens, int64_t position_offset, const layers::DropoutKeys& keys,
                      KVCache* cache, Context* ctx);
+  // x [s, b, h] through this stage's layers.
+  Tensor run_layers(Tensor x, int64_t position_offset, const layers::DropoutKeys& keys, KVCache* cache, Context* ctx);
+  // Cross-entropy, output layer and final norm backward: dlosses [b, s] -> d(last layer output) [s, b, h].
+  Tensor loss_backward(Context& ctx, const Tensor& dlosses);
   // hidden [s, b, h] -> logits [s·b, padded_vocab]; reuse_buffer: into logits_buffer_ when no
   // one else holds it (training forwards; generation returns its logits to the caller).
   Tensor output_logits(const Tensor& hidden, bool reuse_buffer = false);
@@ -87,9 +110,13 @@ class GPTModel : public LanguageModel {
   std::unique_ptr<layers::VocabEmbedding> embedding_;
   std::vector<std::unique_ptr<layers::TransformerLayer>> layers_;
   std::unique_ptr<layers::Norm> final_norm_;
-  Parameter output_layer_;  // untied only
+  Parameter output_layer_;  // untied, or the tied copy on a last stage without the embedding
   Tensor logits_buffer_;    // the training forwards' logits (and then dlogits), kept across steps
 };
+
+// The model chunks of this rank (one without a virtual pipeline), in virtual-stage order.
+std::vector<std::unique_ptr<GPTModel>> make_gpt_model_chunks(const StrataConfig& cfg, Device device,
+                                                             const ParallelGroups& groups);
 
 // The model dtype of a precision: Fp32 → F32, Bf16 → BF16.
 DType model_dtype(Precision precision);

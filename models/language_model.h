@@ -29,6 +29,11 @@ class ForwardContext {
   int64_t step = 0;          // training iteration (1-based), keys dropout
   int64_t micro_batch = 0;   // index within the step
   bool training = true;      // dropout on, activations saved
+  // Pipeline stages (Megatron input_tensor / output_tensor_grad): a stage that is not the first
+  // reads its input hidden [s, b, h] from here (the schedule sets it before forward); a stage
+  // that is not the first leaves d(input hidden) [s, b, h] here after backward.
+  Tensor input_hidden;
+  Tensor input_hidden_grad;
 };
 
 class LanguageModel {
@@ -45,10 +50,20 @@ class LanguageModel {
   virtual std::unique_ptr<ForwardContext> make_context(int64_t step, int64_t micro_batch, bool training) = 0;
 
   // Forward one micro-batch: per-token cross-entropy losses [b, s] (f32, on the model's device),
-  // NOT yet masked or averaged (the trainer applies loss_mask and the normalisation).
+  // NOT yet masked or averaged (the trainer applies loss_mask and the normalisation). A pipeline
+  // stage that is not the last returns its output hidden [s, b, h] instead.
   virtual Tensor forward(ForwardContext& ctx, const Batch& batch) = 0;
-  // Backward from dL/d(per-token loss) [b, s] f32; ADDS into every Parameter::main_grad.
+  // Backward from dL/d(per-token loss) [b, s] f32 (a stage that is not the last: from
+  // d(output hidden) [s, b, h]); ADDS into every Parameter::main_grad.
   virtual void backward(ForwardContext& ctx, const Tensor& dlosses) = 0;
+
+  // Pipeline stage of this model (chunk): whether it embeds the tokens (Megatron pre_process) and
+  // whether it computes the loss (post_process). A whole model is both.
+  virtual bool is_first_stage() const { return true; }
+  virtual bool is_last_stage() const { return true; }
+  // Parameters whose gradients are summed over the embedding group (first + last pipeline stage)
+  // after backward: the tied word embeddings and their copy on the last stage (empty otherwise).
+  virtual std::vector<Parameter*> embedding_group_parameters() { return {}; }
 };
 
 }  // namespace strata

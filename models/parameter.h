@@ -22,6 +22,9 @@ struct Parameter {
   bool no_weight_decay = false;  // biases and 1-d parameters (norm weights): Megatron's rule
   double init_std = 0.0;     // N(0, init_std) at init (0: constant init, see init_value)
   double init_value = 0.0;   // constant init value when init_std == 0 (norm gamma = 1, bias = 0)
+  // A copy of a parameter another rank owns (Megatron param.shared: the tied word embeddings on the
+  // last pipeline stage): kept equal to it, counted once in the grad norm (by the owner).
+  bool shared_copy = false;
 };
 
 // Initialise a parameter from the counter-based RNG keyed by (seed, hash(name)) so every shard of

@@ -309,6 +309,14 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
     throw ConfigError("training.global_batch_size", str(*training.global_batch_size) +
                                                         " is not divisible by training.micro_batch_size (" + str(mbs) +
                                                         ") x data-parallel size (" + str(dp) + ")");
+  // Megatron validate_args: the interleaved schedule runs micro-batches in groups of pp.
+  if (parallel.virtual_pipeline_model_parallel_size &&
+      (*training.global_batch_size / (mbs * dp)) % parallel.pipeline_model_parallel_size != 0)
+    throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
+                      "the interleaved schedule needs the number of micro-batches (" +
+                          str(*training.global_batch_size / (mbs * dp)) +
+                          ") to be divisible by parallel.pipeline_model_parallel_size (" +
+                          str(parallel.pipeline_model_parallel_size) + ")");
   if (training.exit_on_nan && !training.check_for_nan_in_loss_and_grad)
     throw ConfigError("training.exit_on_nan", "needs training.check_for_nan_in_loss_and_grad");
   if (model.fp32_residual_connection && training.precision == Precision::Fp32)

@@ -66,10 +66,15 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   for (ParamState& s : states_) grads.push_back(s.param->main_grad.flatten());
 
   // Global grad norm (Megatron get_grad_norm_fp32; the DP all-reduce is the identity at size 1).
+  // Shared copies are counted by their owner; the sum of squares is summed over model-parallel ranks.
+  std::vector<Tensor> norm_grads;
+  for (size_t i = 0; i < states_.size(); ++i)
+    if (!states_[i].param->shared_copy) norm_grads.push_back(grads[i]);
   Tensor sumsq = Tensor::zeros({1}, DType::F64, dev);
   {
     phase_timer::Scope t("optimizer/grad_norm");
-    kernels::grad_sum_of_squares(grads, sumsq);
+    if (!norm_grads.empty()) kernels::grad_sum_of_squares(norm_grads, sumsq);
+    if (mp_.size() > 1) mp_.all_reduce(sumsq);
   }
   r.grad_norm = std::sqrt(sumsq.item());
 
@@ -87,9 +92,14 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   if (settings_.count_zeros) {
     Tensor z = Tensor::zeros({1}, DType::I64, dev);
     int64_t total = 0;
-    for (const Tensor& g : grads) {
+    for (const Tensor& g : norm_grads) {
       kernels::count_zeros(g, z);
       total += static_cast<int64_t>(z.item());
+    }
+    if (mp_.size() > 1) {
+      Tensor t = Tensor::full({1}, static_cast<double>(total), DType::F64, dev);
+      mp_.all_reduce(t);
+      total = static_cast<int64_t>(t.item());
     }
     r.num_zeros = static_cast<double>(total);
   }

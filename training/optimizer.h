@@ -56,6 +56,11 @@ class AdamWOptimizer {
   // counter advances only when the step is not skipped.
   OptimizerStepResult step(double lr);
 
+  // The model-parallel group (tp × pp) the grad norm's sum of squares and the zero count are
+  // summed over (Megatron get_grad_norm_fp32 over the model-parallel group); shared copies
+  // (Parameter::shared_copy) are left out of both, so every parameter counts once.
+  void set_model_parallel_group(ProcessGroup mp) { mp_ = std::move(mp); }
+
   // Copy the master weights from the current Parameter values (after loading weights only).
   void reset_masters_from_values();
 
@@ -68,6 +73,7 @@ class AdamWOptimizer {
   std::vector<ParamState> states_;
   AdamWSettings settings_;
   ProcessGroup dp_;
+  ProcessGroup mp_ = ProcessGroup::single("mp");
   int64_t step_count_ = 0;
 };
 

@@ -55,10 +55,23 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   STRATA_CHECK(cfg_.training.global_batch_size.has_value(), "trainer: the config is not validated");
   num_micro_batches_ = cfg_.num_micro_batches();
   global_batch_size_ = *cfg_.training.global_batch_size;
-  params_ = model_.parameters();
+  pipeline_ = options_.pipeline;
+  if (pipeline_.chunks.empty()) pipeline_.chunks = {&model_};
+  STRATA_CHECK(pipeline_.chunks.front() == &model_, "trainer: TrainerOptions.pipeline.chunks[0] must be the model");
+  STRATA_CHECK(pipeline_.pp.size() == 1 || (!cfg_.checkpoint.save && !cfg_.checkpoint.load),
+               "trainer: checkpoint.save / checkpoint.load with parallel.pipeline_model_parallel_size > 1 are not "
+               "supported yet (each pipeline rank holds part of the parameters)");
+  if (pipeline_.pp.size() == 1)
+    for (LanguageModel* chunk : pipeline_.chunks)
+      STRATA_CHECK(chunk->is_first_stage() && chunk->is_last_stage(),
+                   "trainer: the model is a pipeline stage; set TrainerOptions.pipeline (training/pipeline_setup.h)");
+  for (LanguageModel* chunk : pipeline_.chunks) {
+    for (Parameter* p : chunk->parameters()) params_.push_back(p);
+    if (options_.init_parameters) chunk->init_parameters(static_cast<uint64_t>(cfg_.training.seed));
+  }
   STRATA_CHECK(!params_.empty(), "trainer: the model has no parameters");
-  if (options_.init_parameters) model_.init_parameters(static_cast<uint64_t>(cfg_.training.seed));
   optimizer_ = std::make_unique<AdamWOptimizer>(params_, adam_settings(cfg_));
+  optimizer_->set_model_parallel_group(options_.model_parallel);
 
   if (cfg_.logging.tensorboard_dir)
     if (auto s = make_tensorboard_sink(*cfg_.logging.tensorboard_dir)) owned_sinks_.push_back(std::move(s));
@@ -117,15 +130,15 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   }
 
   // A micro-batch without valid tokens contributes 0 (Megatron would divide by zero).
+  // The loss function runs on the last pipeline stage (every micro-batch's forward then backward
+  // without pipelining); the schedule is the layout's (training/schedules.h).
   double loss_sum = 0.0;
-  for (int64_t mb = 0; mb < num_micro_batches_; ++mb) {
+  ScheduleStep sched;
+  sched.step = step;
+  sched.num_micro_batches = num_micro_batches_;
+  sched.batch = [&](int64_t mb) -> const Batch& { return batches[static_cast<size_t>(mb)]; };
+  sched.loss_func = [&](int64_t mb, const Tensor& losses) {
     const Batch& batch = batches[static_cast<size_t>(mb)];
-    std::unique_ptr<ForwardContext> ctx = model_.make_context(step, mb, /*training=*/true);
-    Tensor losses;
-    {
-      phase_timer::Scope t("forward");
-      losses = model_.forward(*ctx, batch);
-    }
     const auto [sum, valid] = masked_sum(losses, batch.loss_mask);
     double scale;
     if (cfg_.training.calculate_per_token_loss) {
@@ -135,11 +148,15 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
       scale = 1.0 / (std::max(valid, 1.0) * static_cast<double>(num_micro_batches_));
       loss_sum += sum / std::max(valid, 1.0);
     }
-    {
-      phase_timer::Scope t("backward");
-      model_.backward(*ctx, scaled_mask(batch.loss_mask, scale, device));
-    }
-    o.tokens += batch.tokens.numel();
+    return scaled_mask(batch.loss_mask, scale, device);
+  };
+  forward_backward(pipeline_, sched);
+  finalize_model_grads(pipeline_);
+  for (const Batch& batch : batches) o.tokens += batch.tokens.numel();
+  if (pipeline_.pp.size() > 1) {  // the last stage computed the loss (Megatron logs it there)
+    Tensor t = Tensor::full({1}, loss_sum, DType::F64);
+    pipeline_.pp.broadcast(t, pipeline_.pp.size() - 1);
+    loss_sum = t.item();
   }
   o.loss = cfg_.training.calculate_per_token_loss ? loss_sum / std::max(global_valid, 1.0)
                                                   : loss_sum / static_cast<double>(num_micro_batches_);
@@ -153,13 +170,26 @@ EvalResult Trainer::evaluate(int64_t index) {
   double sum = 0.0, valid = 0.0;
   for (int64_t k = 0; k < cfg_.training.eval_iters; ++k) {
     const int64_t step = index * cfg_.training.eval_iters + k + 1;
-    for (int64_t mb = 0; mb < num_micro_batches_; ++mb) {
-      const Batch batch = valid_data_->next_microbatch(step, mb);
-      std::unique_ptr<ForwardContext> ctx = model_.make_context(step, mb, /*training=*/false);
-      const auto [s, n] = masked_sum(model_.forward(*ctx, batch), batch.loss_mask);
+    std::vector<Batch> batches;
+    for (int64_t mb = 0; mb < num_micro_batches_; ++mb) batches.push_back(valid_data_->next_microbatch(step, mb));
+    ScheduleStep sched;
+    sched.step = step;
+    sched.num_micro_batches = num_micro_batches_;
+    sched.forward_only = true;
+    sched.batch = [&](int64_t mb) -> const Batch& { return batches[static_cast<size_t>(mb)]; };
+    sched.loss_func = [&](int64_t mb, const Tensor& losses) {
+      const auto [s, n] = masked_sum(losses, batches[static_cast<size_t>(mb)].loss_mask);
       sum += s;
       valid += n;
-    }
+      return Tensor();
+    };
+    forward_backward(pipeline_, sched);
+  }
+  if (pipeline_.pp.size() > 1) {  // computed on the last stage
+    Tensor t = Tensor::from_vector({sum, valid}, {2}, DType::F64);
+    pipeline_.pp.broadcast(t, pipeline_.pp.size() - 1);
+    sum = t.to_vector()[0];
+    valid = t.to_vector()[1];
   }
   EvalResult r;
   r.loss = sum / std::max(valid, 1.0);

@@ -26,6 +26,7 @@
 #include "training/lr_schedule.h"
 #include "training/metrics_log.h"
 #include "training/optimizer.h"
+#include "training/schedules.h"
 #include "training/tensor_file.h"
 
 namespace strata {
@@ -43,6 +44,12 @@ struct TrainerOptions {
   std::ostream* log_stream = nullptr;
   // Initialise the parameters from training.seed before loading (false: the caller did).
   bool init_parameters = true;
+  // Pipeline parallelism: this rank's model chunks (chunks[0] must be the trainer's model), the
+  // pipeline and embedding groups and the activation shape (training/schedules.h). Empty chunks:
+  // the model alone, no pipelining.
+  PipelineLayout pipeline;
+  // The group the grad norm is summed over (tp × pp; Megatron's model-parallel group).
+  ProcessGroup model_parallel = ProcessGroup::single("mp");
 };
 
 struct EvalResult {
@@ -99,6 +106,7 @@ class Trainer {
   BatchSource& train_data_;
   BatchSource* valid_data_;
   TrainerOptions options_;
+  PipelineLayout pipeline_;  // chunks: {&model_} without pipelining
   std::vector<Parameter*> params_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   LrSchedule schedule_;

@@ -1,0 +1,59 @@
+// Forward/backward schedules of one training step over a rank's model chunks, after Megatron-Core:
+// no pipelining (each micro-batch's forward then backward: the single-stage loop),
+// 1F1B without interleaving, and the interleaved (virtual pipeline) schedule, with point-to-point
+// activations and gradients [s, b, h] over the pipeline group (batch_send_recv; shapes known, no
+// shape exchange), plus finalize_model_grads (the tied-embedding gradient all-reduce over the
+// embedding group). The order each rank runs is exactly pipeline_schedule_order()
+// (training/schedule_order.h).
+// Reference: megatron/core/pipeline_parallel/schedules.py (forward_backward_no_pipelining,
+// forward_backward_pipelining_without_interleaving, forward_backward_pipelining_with_interleaving),
+// p2p_communication.py (_communicate), distributed/finalize_model_grads.py
+// (_allreduce_embedding_grads).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "models/language_model.h"
+#include "parallel/process_group.h"
+#include "training/schedule_order.h"
+
+namespace strata {
+
+// What the schedules need of the layout: this rank's model chunks and its groups.
+struct PipelineLayout {
+  std::vector<LanguageModel*> chunks;  // in virtual-stage order; one without a virtual pipeline
+  ProcessGroup pp = ProcessGroup::single("pp");
+  ProcessGroup embedding = ProcessGroup::single("embedding");  // first + last stage (tied embeddings)
+  int64_t hidden_size = 0;                 // h of the [s, b, h] activations sent between stages
+  DType activation_dtype = DType::F32;     // their dtype (the model dtype)
+  Device device = Device::cpu();           // where they live
+  int64_t num_chunks() const { return static_cast<int64_t>(chunks.size()); }
+  bool is_last_rank() const { return pp.rank() == pp.size() - 1; }
+};
+
+// One step's micro-batches and the loss function.
+struct ScheduleStep {
+  int64_t step = 1;                 // iteration (keys dropout)
+  int64_t num_micro_batches = 1;
+  bool forward_only = false;        // evaluation: no backward, no activations kept past a stage
+  std::function<const Batch&(int64_t micro_batch)> batch;
+  // Called on the last stage with micro-batch mb's per-token losses [b, s]; returns dL/d(losses)
+  // [b, s] for the backward (ignored when forward_only) and accumulates whatever is reported.
+  std::function<Tensor(int64_t micro_batch, const Tensor& losses)> loss_func;
+  std::vector<PipelineOp>* trace = nullptr;  // when set, the passes this rank ran, in order
+  double* compute_seconds = nullptr;         // when set, += wall time spent in forward/backward passes
+};
+
+void forward_backward_no_pipelining(const PipelineLayout& layout, const ScheduleStep& step);
+void forward_backward_pipelining_without_interleaving(const PipelineLayout& layout, const ScheduleStep& step);
+void forward_backward_pipelining_with_interleaving(const PipelineLayout& layout, const ScheduleStep& step);
+// The schedule of the layout (Megatron get_forward_backward_func): no pipelining at pp 1,
+// interleaving with more than one chunk, 1F1B otherwise.
+void forward_backward(const PipelineLayout& layout, const ScheduleStep& step);
+
+// After backward: sums the gradients of the tied word embeddings (first stage) and their copy
+// (last stage) over the embedding group, so both stages apply the same update.
+void finalize_model_grads(const PipelineLayout& layout);
+
+}  // namespace strata
