@@ -1,6 +1,11 @@
-// training::run (training/run.h): Megatron's pretrain() on one process — tokenizer (for the
-// vocabulary size), datasets (indexed .bin/.idx blends or mock data, split train/valid/test),
-// the GPT model, and the Trainer loop. Reference: megatron/training/training.py (pretrain),
+// training::run (training/run.h): Megatron's pretrain() — joins the launched job (init_distributed:
+// one process, or every rank of `mpirun -np N strata train …`), builds the process groups of the
+// parallel layout, the tokenizer (for the vocabulary size), the datasets (indexed .bin/.idx blends
+// or mock data, split train/valid/test; each data-parallel rank reads its micro-batches), the GPT
+// model with the groups, and the Trainer loop. An error on any rank aborts every rank with the
+// rank in the message (run_or_abort). Log lines come from the last rank (Megatron's
+// print_rank_last); other ranks log warnings and errors only.
+// Reference: megatron/training/training.py (pretrain), initialize.py (initialize_megatron),
 // pretrain_gpt.py (train_valid_test_datasets_provider).
 #include "training/run.h"
 
@@ -11,6 +16,8 @@
 #include "data/blended_dataset.h"
 #include "data/tokenizer.h"
 #include "models/gpt_model.h"
+#include "parallel/distributed.h"
+#include "parallel/nccl_communicator.h"
 #include "training/dataset_batch_source.h"
 #include "training/trainer.h"
 
@@ -33,15 +40,35 @@ double peak_flops(Device device, Precision precision) {
   return precision == Precision::Bf16 ? 989e12 : 67e12;
 }
 
-}  // namespace
+// The groups of a pure data-parallel layout (world = dp = dp_cp). Replaced by the rank grid's
+// build_parallel_groups (parallel/rank_grid.h) once it is merged.
+ParallelGroups build_groups(const StrataConfig& cfg, const DistributedRuntime& rt) {
+  if (rt.world_size == 1) return ParallelGroups::single_process();
+  STRATA_CHECK_KIND(ErrorKind::Config, cfg.parallel.model_parallel_size() == 1,
+                    "parallel: this build runs data parallelism only (tensor, pipeline and context parallel sizes 1)");
+  ParallelGroups g;
+  g.world_size = rt.world_size;
+  g.global_rank = rt.rank;
+  std::vector<int> all(static_cast<size_t>(rt.world_size));
+  for (int r = 0; r < rt.world_size; ++r) all[static_cast<size_t>(r)] = r;
+  g.world = ProcessGroup("world", all, rt.rank, rt.world_host, rt.world_device);
+  g.dp = ProcessGroup("dp", all, rt.rank, rt.world_host, rt.world_device);
+  g.dp_cp = ProcessGroup("dp_cp", all, rt.rank, rt.world_host, rt.world_device);
+  for (ProcessGroup* s : {&g.tp, &g.cp, &g.ep, &g.pp, &g.tp_cp, &g.mp, &g.embedding, &g.position_embedding,
+                          &g.expert_tp, &g.expert_dp, &g.tp_ep})
+    *s = ProcessGroup::single(s->name(), rt.rank);
+  return g;
+}
 
-int run(const StrataConfig& validated) {
-  StrataConfig cfg = validated;
-  const Device device = resolve_device(cfg.training.device);
+int run_on_rank(StrataConfig cfg, const DistributedRuntime& rt) {
+  const Device device = rt.device;
+  const ParallelGroups groups = build_groups(cfg, rt);
+  const bool last_rank = rt.rank == rt.world_size - 1;
+  if (!last_rank) log::set_level("warn");
   std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(cfg);
   if (!cfg.model.vocab_size) {
     cfg.model.vocab_size = tokenizer->vocab_size();
-    cfg.validate(1);
+    cfg.validate(cfg.parallel.world_size);
   }
   log::info("tokenizer {}: vocab size {} (eod {}); device {}", tokenizer->name(), tokenizer->vocab_size(),
             tokenizer->eod(), device.str());
@@ -66,14 +93,18 @@ int run(const StrataConfig& validated) {
                     "data.split: the training split of '", cfg.data.split, "' is empty");
 
   const int64_t nmb = cfg.num_micro_batches();
-  DatasetBatchSource train(datasets[0], cfg.training.micro_batch_size, nmb, tokenizer->eod(), cfg.data.eod_mask_loss);
+  // Megatron's sampler: micro-batches split over the dp group (cp ranks share their samples).
+  const int64_t dp_rank = groups.dp.rank(), dp_size = groups.dp.size();
+  DatasetBatchSource train(datasets[0], cfg.training.micro_batch_size, nmb, tokenizer->eod(), cfg.data.eod_mask_loss,
+                           dp_rank, dp_size);
   std::unique_ptr<DatasetBatchSource> valid;
   if (datasets[1] && evals > 0)
     valid = std::make_unique<DatasetBatchSource>(datasets[1], cfg.training.micro_batch_size, nmb, tokenizer->eod(),
-                                                 cfg.data.eod_mask_loss);
+                                                 cfg.data.eod_mask_loss, dp_rank, dp_size);
 
-  GPTModel model(cfg, device);
+  GPTModel model(cfg, device, groups);
   TrainerOptions options;
+  options.groups = groups;
   const std::vector<Parameter*> params = model.parameters();
   const double fpt = gpt_flops_per_token(cfg, params);
   options.flops_per_token = [fpt] { return fpt; };
@@ -83,8 +114,29 @@ int run(const StrataConfig& validated) {
   log::info("GPT model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
 
   Trainer trainer(cfg, model, train, valid.get(), options);
+  log::info("layout: world {} = tp {} x cp {} x pp {} x dp {}; optimizer state {} bytes on this rank{}", rt.world_size,
+            cfg.parallel.tensor_model_parallel_size, cfg.parallel.context_parallel_size,
+            cfg.parallel.pipeline_model_parallel_size, dp_size, trainer.optimizer().state_bytes(),
+            cfg.parallel.use_distributed_optimizer ? " (distributed optimizer: sharded over dp)" : "");
   TrainResult result = trainer.train();
+  if (rt.world_size > 1 && result.train_step_seconds > 0)
+    log::info("communication: {:.1f}% of the train-step time in data-parallel collectives",
+              100.0 * result.communication_seconds / result.train_step_seconds);
   return result.exit_code;
+}
+
+}  // namespace
+
+int run(const StrataConfig& validated) {
+  const Device device = resolve_device(validated.training.device);
+  if (validated.training.deterministic && device.is_cuda()) nccl_prepare_deterministic_env();
+  DistributedRuntime rt = init_distributed(validated.parallel, device);
+  log::set_rank(rt.rank, rt.world_size);
+  if (validated.training.deterministic) {  // rank-ordered sums (parallel/communicator.h)
+    if (rt.world_host) rt.world_host->set_deterministic(true);
+    if (rt.world_device) rt.world_device->set_deterministic(true);
+  }
+  return run_or_abort(rt, [&] { return run_on_rank(validated, rt); });
 }
 
 }  // namespace strata::training
