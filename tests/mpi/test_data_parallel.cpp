@@ -10,8 +10,10 @@
 //     element owned once), so one rank holds ~1/N;
 //   - a checkpoint saved at iteration 5 under DP + distributed optimizer (the canonical global
 //     layout) resumes in a single-process run with the baseline's losses for steps 6..10;
-//   - bf16: DP losses within 1e-3 relative of the bf16 baseline (the gradient sums round in a
+//   - bf16, DP and DP + distributed optimizer: losses within 1e-3 relative of the bf16 baseline (the gradient sums round in a
 //     different order, and bf16 parameters amplify it);
+//   - calculate_per_token_loss (token count and gradients summed over dp): the same losses and
+//     step-1 gradients within 1e-5;
 //   - the log line comes only from the last rank;
 //   - the communication share of a step is printed (docs/parallelism.md).
 #include <filesystem>
@@ -172,6 +174,18 @@ TEST_CASE("data parallel: DP and DP + distributed optimizer give the single-rank
   }
 }
 
+TEST_CASE("data parallel: calculate_per_token_loss sums the token count and the gradients over dp",
+          "[mpi][data_parallel]") {
+  const int64_t n = mpitest::world().size();
+  const std::string flag = "training.calculate_per_token_loss=true";
+  const Run base = train(dp_config(1, {flag}), ParallelGroups::single_process());
+  const Run base1 = train(dp_config(1, {flag, "training.train_iters=1"}), ParallelGroups::single_process());
+  const Run dp = train(dp_config(n, {flag}), data_parallel_groups());
+  const Run dp1 = train(dp_config(n, {flag, "training.train_iters=1"}), data_parallel_groups());
+  check_losses(dp.result.losses, base.result.losses, 1e-5);
+  CHECK(worst_relative(dp1.grads, base1.grads) <= 1e-5);
+}
+
 TEST_CASE("data parallel: a distributed-optimizer checkpoint resumes on one rank", "[mpi][data_parallel]") {
   const int64_t n = mpitest::world().size();
   const ParallelGroups groups = data_parallel_groups();
@@ -201,12 +215,17 @@ TEST_CASE("data parallel: a distributed-optimizer checkpoint resumes on one rank
 TEST_CASE("data parallel: bf16 DP stays close to the bf16 single-rank run", "[mpi][data_parallel]") {
   const int64_t n = mpitest::world().size();
   const Run base = train(dp_config(1, {"training.precision=bf16"}), ParallelGroups::single_process());
-  const Run dp = train(dp_config(n, {"training.precision=bf16"}), data_parallel_groups());
-  double worst = 0;
-  for (size_t i = 0; i < dp.result.losses.size(); ++i)
-    worst = std::max(worst, std::abs(dp.result.losses[i] - base.result.losses[i]) / base.result.losses[i]);
-  if (data_parallel_groups().global_rank == 0) std::printf("data parallel bf16: worst loss relative difference %.3g\n", worst);
-  CHECK(worst <= 1e-3);  // observed ≤ 7.2e-5 at np 2, 3, 4
+  for (const char* dist : {"false", "true"}) {
+    INFO("use_distributed_optimizer=" << dist);
+    const Run dp = train(dp_config(n, {"training.precision=bf16", std::string("parallel.use_distributed_optimizer=") + dist}),
+                         data_parallel_groups());
+    double worst = 0;
+    for (size_t i = 0; i < dp.result.losses.size(); ++i)
+      worst = std::max(worst, std::abs(dp.result.losses[i] - base.result.losses[i]) / base.result.losses[i]);
+    if (data_parallel_groups().global_rank == 0)
+      std::printf("data parallel bf16 (distributed optimizer %s): worst loss relative difference %.3g\n", dist, worst);
+    CHECK(worst <= 1e-3);  // observed ≤ 7.2e-5 at np 2, 3, 4 (plain DP)
+  }
 }
 
 }  // namespace strata
