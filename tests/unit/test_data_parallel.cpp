@@ -9,6 +9,7 @@
 #include "training/optimizer.h"
 
 using namespace strata;
+using strata::test::max_abs_diff;
 
 TEST_CASE("data parallel: sampler assignment (mbs 2, 2 micro-batches, dp 2)", "[data_parallel]") {
   // global batch 8: step 1 holds samples 0..7, step 2 holds 8..15.
