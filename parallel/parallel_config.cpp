@@ -39,6 +39,13 @@ config::SectionFields<ParallelConfig> parallel_config_fields() {
         "(needs tensor_model_parallel_size > 1).");
   f.add("use_distributed_optimizer", &P::use_distributed_optimizer,
         "Shard optimizer state and master weights over the data-parallel group (ZeRO-1).");
+  f.add("overlap_grad_reduce", &P::overlap_grad_reduce,
+        "Reduce gradients in buckets as the backward pass finishes them (overlapped on GPU). false: one "
+        "bucket, reduced after the backward of the last micro-batch.");
+  f.add("ddp_bucket_size", &P::ddp_bucket_size,
+        "Gradient bucket size in elements with overlap_grad_reduce. null: max(40000000, 1000000 x "
+        "data-parallel size) (Megatron).")
+      .check(positive());
   f.add("distributed_timeout_minutes", &P::distributed_timeout_minutes, "Timeout of collective operations, in minutes.")
       .check(positive());
   f.add("world_size", &P::world_size,

@@ -23,6 +23,8 @@ struct ParallelConfig {
   std::optional<int64_t> expert_tensor_parallel_size;  // null → tensor_model_parallel_size
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;             // buckets reduced as the backward finishes them (GPU)
+  std::optional<int64_t> ddp_bucket_size;       // elements; null → Megatron's default
   int64_t distributed_timeout_minutes = 10;
   std::optional<int64_t> world_size;  // null → the number of launched processes (MPI)
 

@@ -6,13 +6,22 @@
 
 namespace strata {
 
+int64_t pretraining_sample_index(int64_t step, int64_t micro_batch, int64_t row, int64_t micro_batch_size,
+                                 int64_t num_micro_batches, int64_t dp_rank, int64_t dp_size) {
+  const int64_t global_batch = num_micro_batches * micro_batch_size * dp_size;
+  return (step - 1) * global_batch + micro_batch * micro_batch_size * dp_size + dp_rank * micro_batch_size + row;
+}
+
 MockBatchSource::MockBatchSource(int64_t vocab_size, int64_t seq_length, int64_t micro_batch_size,
-                                 int64_t num_micro_batches, uint64_t seed, uint64_t stream)
-    : vocab_(vocab_size), seq_(seq_length), mbs_(micro_batch_size), num_mb_(num_micro_batches), seed_(seed),
-      stream_(stream) {
+                                 int64_t num_micro_batches, uint64_t seed, uint64_t stream, int64_t dp_rank,
+                                 int64_t dp_size)
+    : vocab_(vocab_size), seq_(seq_length), mbs_(micro_batch_size), num_mb_(num_micro_batches), dp_rank_(dp_rank),
+      dp_size_(dp_size), seed_(seed), stream_(stream) {
   STRATA_CHECK(vocab_size > 0 && seq_length > 0 && micro_batch_size > 0 && num_micro_batches > 0,
                "MockBatchSource: sizes must be positive (vocab ", vocab_size, ", seq ", seq_length, ", mbs ",
                micro_batch_size, ", micro-batches ", num_micro_batches, ")");
+  STRATA_CHECK(dp_size > 0 && dp_rank >= 0 && dp_rank < dp_size, "MockBatchSource: data-parallel rank ", dp_rank,
+               " outside [0, ", dp_size, ")");
 }
 
 Batch MockBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
@@ -20,7 +29,7 @@ Batch MockBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
   STRATA_CHECK(micro_batch >= 0 && micro_batch < num_mb_, "MockBatchSource: micro-batch ", micro_batch,
                " outside [0, ", num_mb_, ")");
   Batch b;
-  b.first_sample_index = ((step - 1) * num_mb_ + micro_batch) * mbs_;
+  b.first_sample_index = pretraining_sample_index(step, micro_batch, 0, mbs_, num_mb_, dp_rank_, dp_size_);
   b.tokens = Tensor::empty({mbs_, seq_}, DType::I64);
   b.labels = Tensor::empty({mbs_, seq_}, DType::I64);
   b.loss_mask = Tensor::full({mbs_, seq_}, 1.0, DType::F32);

@@ -10,6 +10,14 @@
 
 namespace strata {
 
+// Megatron's MegatronPretrainingSampler: each step consumes global_batch_size = num_micro_batches ·
+// micro_batch_size · dp_size consecutive samples; micro-batch k of dp rank r holds the global-batch
+// samples [k·mbs·dp + r·mbs, k·mbs·dp + (r+1)·mbs). Returns the global (whole-run) index of row
+// `row` of micro-batch `micro_batch` (0-based) of step `step` (1-based) on dp rank `dp_rank`.
+// dp_size 1 gives ((step-1)·num_micro_batches + micro_batch)·mbs + row.
+int64_t pretraining_sample_index(int64_t step, int64_t micro_batch, int64_t row, int64_t micro_batch_size,
+                                 int64_t num_micro_batches, int64_t dp_rank = 0, int64_t dp_size = 1);
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
@@ -19,16 +27,17 @@ class BatchSource {
 
 // Synthetic samples: sample g (global index) is seq_length + 1 tokens drawn uniformly from
 // [0, vocab_size) by Philox keyed by (seed, stream); tokens = sample[0:s], labels = sample[1:s+1],
-// loss_mask all ones. Sample index of (step, mb) row r: ((step-1)·num_micro_batches + mb)·b + r.
+// loss_mask all ones. Sample index of (step, mb) row r: pretraining_sample_index (data-parallel
+// rank dp_rank of dp_size; num_micro_batches is per rank).
 class MockBatchSource : public BatchSource {
  public:
   // stream distinguishes splits (train 0, validation 1, ...).
   MockBatchSource(int64_t vocab_size, int64_t seq_length, int64_t micro_batch_size, int64_t num_micro_batches,
-                  uint64_t seed, uint64_t stream = 0);
+                  uint64_t seed, uint64_t stream = 0, int64_t dp_rank = 0, int64_t dp_size = 1);
   Batch next_microbatch(int64_t step, int64_t micro_batch) override;
 
  private:
-  int64_t vocab_, seq_, mbs_, num_mb_;
+  int64_t vocab_, seq_, mbs_, num_mb_, dp_rank_, dp_size_;
   uint64_t seed_, stream_;
 };
 

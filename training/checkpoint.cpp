@@ -93,7 +93,8 @@ std::optional<int64_t> read_checkpoint_tracker(const std::string& dir) {
 }
 
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
-                            const std::vector<Parameter*>& params, AdamWOptimizer* opt, TensorFileIO& io) {
+                            const std::vector<Parameter*>& params, AdamWOptimizer* opt, TensorFileIO& io,
+                            bool write_tracker) {
   STRATA_CHECK(!save_dir.empty(), "checkpoint: empty save directory");
   const fs::path root(save_dir);
   fs::create_directories(root);
@@ -117,7 +118,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
 
   if (opt) {
     std::map<std::string, Tensor> optim;
-    for (ParamState& s : opt->states()) {
+    for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed optimizer: gathered)
       const Shape& shape = s.param->value.shape();
       optim["optimizer.exp_avg." + s.param->name] = host_copy(s.exp_avg, shape);
       optim["optimizer.exp_avg_sq." + s.param->name] = host_copy(s.exp_avg_sq, shape);
@@ -161,12 +162,18 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
   fsync_path(root, true);
 
   // Tracker last, atomically.
+  if (write_tracker) write_checkpoint_tracker(save_dir, state.iteration);
+  return final_dir.string();
+}
+
+void write_checkpoint_tracker(const std::string& save_dir, int64_t iteration) {
+  const fs::path root(save_dir);
+  fs::create_directories(root);
   const fs::path tracker_tmp = root / (std::string(kTrackerFile) + ".tmp");
-  write_text_file(tracker_tmp, std::to_string(state.iteration));
+  write_text_file(tracker_tmp, std::to_string(iteration));
   fsync_path(tracker_tmp, false);
   fs::rename(tracker_tmp, root / kTrackerFile);
   fsync_path(root, true);
-  return final_dir.string();
 }
 
 CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<Parameter*>& params,
@@ -237,7 +244,7 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
                    " has no optimizer state (set checkpoint.no_load_optim to load weights only)");
       const std::string optim_file = "optimizer" + io.extension();
       const TensorFileContents optim = read_file(optim_file);
-      for (ParamState& s : opt->states()) {
+      for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed: prepared, then scattered)
         load_into(s.exp_avg, optim.tensors, "optimizer.exp_avg." + s.param->name, optim_file);
         load_into(s.exp_avg_sq, optim.tensors, "optimizer.exp_avg_sq." + s.param->name, optim_file);
         const std::string master = "optimizer.master." + s.param->name;

@@ -48,10 +48,14 @@ std::string checkpoint_dir_name(int64_t iteration);
 // The iteration in <dir>/latest_checkpointed_iteration.txt, or nullopt when there is none.
 std::optional<int64_t> read_checkpoint_tracker(const std::string& dir);
 
-// Saves params (and opt's state when opt is not null) as iteration state.iteration under save_dir.
-// Returns the final iteration directory.
+// Saves params (and opt's state when opt is not null; its checkpoint_states()) as iteration
+// state.iteration under save_dir, then the tracker unless write_tracker is false (multi-rank saves
+// write it once, after a barrier: write_checkpoint_tracker). Returns the final iteration directory.
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
-                            const std::vector<Parameter*>& params, AdamWOptimizer* opt, TensorFileIO& io);
+                            const std::vector<Parameter*>& params, AdamWOptimizer* opt, TensorFileIO& io,
+                            bool write_tracker = true);
+// Writes <save_dir>/latest_checkpointed_iteration.txt (temporary file, fsync, rename).
+void write_checkpoint_tracker(const std::string& save_dir, int64_t iteration);
 
 // Loads the tracker's iteration (or `iteration` when given) from load_dir into params (and opt).
 // Returns the saved state (iteration/consumed samples zeroed under finetune). Throws when the

@@ -8,10 +8,13 @@
 namespace strata {
 
 DatasetBatchSource::DatasetBatchSource(std::shared_ptr<const data::SampleDataset> dataset, int64_t micro_batch_size,
-                                       int64_t num_micro_batches, int64_t eod_token, bool eod_mask_loss)
+                                       int64_t num_micro_batches, int64_t eod_token, bool eod_mask_loss,
+                                       int64_t dp_rank, int64_t dp_size)
     : dataset_(std::move(dataset)), mbs_(micro_batch_size), num_mb_(num_micro_batches), eod_(eod_token),
-      eod_mask_loss_(eod_mask_loss) {
+      dp_rank_(dp_rank), dp_size_(dp_size), eod_mask_loss_(eod_mask_loss) {
   STRATA_CHECK(dataset_ && dataset_->size() > 0, "data: the dataset split is empty");
+  STRATA_CHECK(dp_size > 0 && dp_rank >= 0 && dp_rank < dp_size, "data: data-parallel rank ", dp_rank,
+               " outside [0, ", dp_size, ")");
 }
 
 Batch DatasetBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
@@ -20,7 +23,7 @@ Batch DatasetBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
   b.tokens = Tensor::empty({mbs_, s}, DType::I64);
   b.labels = Tensor::empty({mbs_, s}, DType::I64);
   b.loss_mask = Tensor::empty({mbs_, s}, DType::F32);
-  b.first_sample_index = ((step - 1) * num_mb_ + micro_batch) * mbs_;
+  b.first_sample_index = pretraining_sample_index(step, micro_batch, 0, mbs_, num_mb_, dp_rank_, dp_size_);
   std::vector<int64_t> sample(len);
   int64_t* tok = b.tokens.data<int64_t>();
   int64_t* lab = b.labels.data<int64_t>();

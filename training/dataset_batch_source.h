@@ -1,6 +1,7 @@
 // A BatchSource over a GPT sample dataset (data/gpt_dataset.h): micro-batch `mb` of iteration
-// `step` holds the samples ((step-1)·num_micro_batches + mb)·micro_batch_size + r, r < mbs, of the
-// dataset (wrapping at its end); tokens = sample[0:s], labels = sample[1:s+1], loss_mask 1, or 0
+// `step` on data-parallel rank dp_rank of dp_size holds the samples pretraining_sample_index(step,
+// mb, r, …), r < mbs, of the dataset (Megatron's MegatronPretrainingSampler; wrapping at its end;
+// num_micro_batches is per rank); tokens = sample[0:s], labels = sample[1:s+1], loss_mask 1, or 0
 // where the label is the EOD token when data.eod_mask_loss (Megatron get_ltor_masks_and_position_ids).
 #pragma once
 #include <memory>
@@ -13,12 +14,13 @@ namespace strata {
 class DatasetBatchSource : public BatchSource {
  public:
   DatasetBatchSource(std::shared_ptr<const data::SampleDataset> dataset, int64_t micro_batch_size,
-                     int64_t num_micro_batches, int64_t eod_token, bool eod_mask_loss);
+                     int64_t num_micro_batches, int64_t eod_token, bool eod_mask_loss, int64_t dp_rank = 0,
+                     int64_t dp_size = 1);
   Batch next_microbatch(int64_t step, int64_t micro_batch) override;
 
  private:
   std::shared_ptr<const data::SampleDataset> dataset_;
-  int64_t mbs_, num_mb_, eod_;
+  int64_t mbs_, num_mb_, eod_, dp_rank_, dp_size_;
   bool eod_mask_loss_;
 };
 

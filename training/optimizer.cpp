@@ -1,11 +1,13 @@
 // AdamW with f32 master weights, global grad norm, clipping and NaN skip (see optimizer.h).
 #include "training/optimizer.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "kernels/reduce.h"
+#include "training/grad_buffer.h"
 
 namespace strata {
 
@@ -13,10 +15,9 @@ namespace {
 Tensor flat_f32_zeros(const Tensor& like) { return Tensor::zeros({like.numel()}, DType::F32, like.device()); }
 }  // namespace
 
-AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings, ProcessGroup dp)
-    : settings_(settings), dp_(std::move(dp)) {
-  STRATA_CHECK(dp_.size() == 1, "AdamWOptimizer: data-parallel size ", dp_.size(),
-               " is not supported yet (single rank)");
+AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings, ProcessGroup dp,
+                               const GradBuffer* sharding)
+    : params_(params), settings_(settings), dp_(std::move(dp)), sharding_(sharding) {
   STRATA_CHECK(settings.clip_grad >= 0, "AdamWOptimizer: clip_grad must be >= 0, got ", settings.clip_grad);
   for (Parameter* p : params) {
     STRATA_CHECK(p != nullptr, "AdamWOptimizer: null parameter");
@@ -25,6 +26,13 @@ AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettin
     STRATA_CHECK(p->value.dtype() == DType::F32 || p->value.dtype() == DType::BF16 || p->value.dtype() == DType::F16,
                  "AdamWOptimizer: parameter ", p->name, " has dtype ", dtype_name(p->value.dtype()),
                  " (expected f32, bf16 or f16)");
+  }
+  zero_grad();
+  if (sharding_ != nullptr) {  // distributed optimizer: states for the owned segments only
+    build_sharded_states(params);
+    return;
+  }
+  for (Parameter* p : params) {
     ParamState s;
     s.param = p;
     s.separate_master = p->value.dtype() != DType::F32;
@@ -34,12 +42,11 @@ AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettin
     s.exp_avg_sq = flat_f32_zeros(p->value);
     states_.push_back(std::move(s));
   }
-  zero_grad();
 }
 
 void AdamWOptimizer::zero_grad() {
-  for (ParamState& s : states_) {
-    Parameter& p = *s.param;
+  for (Parameter* pp : params_) {
+    Parameter& p = *pp;
     if (!p.main_grad.defined()) {
       p.main_grad = Tensor::zeros(p.value.shape(), DType::F32, p.value.device());
     } else {
@@ -54,19 +61,20 @@ void AdamWOptimizer::zero_grad() {
 
 void AdamWOptimizer::reset_masters_from_values() {
   for (ParamState& s : states_)
-    if (s.separate_master) s.master.copy_(s.param->value.flatten());
+    if (s.separate_master) s.master.copy_(s.param->value.flatten().narrow(0, s.offset, s.master.numel()));
 }
 
 OptimizerStepResult AdamWOptimizer::step(double lr) {
   OptimizerStepResult r;
-  if (states_.empty()) return r;
-  const Device dev = states_.front().param->value.device();
+  if (params_.empty()) return r;
+  const Device dev = params_.front()->value.device();
   std::vector<Tensor> grads;
   grads.reserve(states_.size());
-  for (ParamState& s : states_) grads.push_back(s.param->main_grad.flatten());
+  for (ParamState& s : states_) grads.push_back(s.param->main_grad.flatten().narrow(0, s.offset, s.master.numel()));
 
-  // Global grad norm (Megatron get_grad_norm_fp32; the DP all-reduce is the identity at size 1).
-  // Shared copies are counted by their owner; the sum of squares is summed over model-parallel ranks.
+  // Global grad norm (Megatron get_grad_norm_fp32). Distributed optimizer: each rank's owned
+  // segments, summed over dp. Shared copies (tied embeddings on the last stage) are counted by
+  // their owner; the sum of squares is summed over model-parallel ranks.
   std::vector<Tensor> norm_grads;
   for (size_t i = 0; i < states_.size(); ++i)
     if (!states_[i].param->shared_copy) norm_grads.push_back(grads[i]);
@@ -74,14 +82,19 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   {
     phase_timer::Scope t("optimizer/grad_norm");
     if (!norm_grads.empty()) kernels::grad_sum_of_squares(norm_grads, sumsq);
-    if (mp_.size() > 1) mp_.all_reduce(sumsq);
+    if (distributed() && dp_.size() > 1) {
+      const auto t0 = std::chrono::steady_clock::now();
+      dp_.all_reduce(sumsq, ReduceOp::Sum);
+      comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (mp_.size() > 1) mp_.all_reduce(sumsq, ReduceOp::Sum);
   }
   r.grad_norm = std::sqrt(sumsq.item());
 
   if (!std::isfinite(r.grad_norm)) {
     r.skipped = true;
     for (ParamState& s : states_) {
-      if (kernels::has_non_finite(s.param->main_grad)) {
+      if (kernels::has_non_finite(grads[static_cast<size_t>(&s - states_.data())])) {
         r.first_non_finite = s.param->name;
         break;
       }
@@ -96,9 +109,10 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
       kernels::count_zeros(g, z);
       total += static_cast<int64_t>(z.item());
     }
-    if (mp_.size() > 1) {
-      Tensor t = Tensor::full({1}, static_cast<double>(total), DType::F64, dev);
-      mp_.all_reduce(t);
+    if (distributed() || mp_.size() > 1) {
+      Tensor t = Tensor::from_vector({static_cast<double>(total)}, {1}, DType::F64, Device::cpu());
+      if (distributed()) dp_.all_reduce(t, ReduceOp::Sum);
+      if (mp_.size() > 1) mp_.all_reduce(t, ReduceOp::Sum);
       total = static_cast<int64_t>(t.item());
     }
     r.num_zeros = static_cast<double>(total);
@@ -124,14 +138,33 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
     ParamState& s = states_[i];
     const double wd_mult = s.param->no_weight_decay ? 0.0 : 1.0;
     if (s.separate_master) {
-      Tensor model_param = s.param->value.flatten();
+      Tensor model_param = s.param->value.flatten().narrow(0, s.offset, s.master.numel());
       kernels::adamw_step(s.master, grads[i], s.exp_avg, s.exp_avg_sq, cfg, step_count_, wd_mult, grad_scale,
                           &model_param);
     } else {
       kernels::adamw_step(s.master, grads[i], s.exp_avg, s.exp_avg_sq, cfg, step_count_, wd_mult, grad_scale);
     }
   }
+  if (distributed() && dp_.size() > 1) {
+    const auto t0 = std::chrono::steady_clock::now();
+    all_gather_parameters();
+    comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   return r;
+}
+
+int64_t AdamWOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const ParamState& s : states_)
+    bytes += static_cast<int64_t>(s.exp_avg.nbytes() + s.exp_avg_sq.nbytes() + (s.separate_master ? s.master.nbytes() : 0));
+  return bytes;
+}
+
+std::vector<ParamState>& AdamWOptimizer::checkpoint_states() {
+  if (!distributed()) return states_;
+  STRATA_INTERNAL_ASSERT(!checkpoint_states_.empty(),
+                         "AdamWOptimizer: checkpoint states read before gather/prepare_checkpoint_states()");
+  return checkpoint_states_;
 }
 
 }  // namespace strata

@@ -1,10 +1,17 @@
-// AdamW over a model's Parameters with Megatron-Core DistributedOptimizer semantics (one rank now):
+// AdamW over a model's Parameters with Megatron-Core DistributedOptimizer semantics:
 // f32 master weights (the Parameter::value itself under fp32; a separate f32 copy under bf16,
 // written back to the bf16 value by every step), f32 exp_avg / exp_avg_sq, no weight decay for
 // Parameter::no_weight_decay, the global gradient norm with clipping (Megatron clip_grad), the
 // number of zeros in the gradients, and skipping the step when the norm is not finite.
 // Reference: megatron/core/optimizer/distrib_optimizer.py, optimizer.py (MixedPrecisionOptimizer.step),
 // clip_grads.py (get_grad_norm_fp32, clip_grad_by_total_norm_fp32, count_zeros_fp32).
+// Data parallelism: without a distributed optimizer the gradients arrive all-reduced (GradBuffer)
+// and every dp rank runs the same full update. With one (parallel.use_distributed_optimizer,
+// ZeRO-1; training/distributed_optimizer.cpp) each dp rank holds f32 masters and Adam moments
+// only for the elements of the GradBuffer it owns (its chunk of every bucket): one ParamState per
+// (parameter, owned segment); the grad norm and zero count are summed over the owned segments and
+// all-reduced over dp; after the update every bucket's owned parameter chunk is all-gathered into
+// every rank's parameter values.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,6 +22,8 @@
 #include "parallel/process_group.h"
 
 namespace strata {
+
+class GradBuffer;
 
 struct AdamWSettings {
   double beta1 = 0.9;
@@ -36,6 +45,7 @@ struct OptimizerStepResult {
 // Parameter::value when that is f32).
 struct ParamState {
   Parameter* param = nullptr;
+  int64_t offset = 0; // first element of the flattened parameter this state covers (distributed: a segment)
   Tensor master;      // [numel] f32
   Tensor exp_avg;     // [numel] f32
   Tensor exp_avg_sq;  // [numel] f32
@@ -45,9 +55,11 @@ struct ParamState {
 class AdamWOptimizer {
  public:
   // params: every trainable parameter, in the model's fixed order; values must be initialised
-  // (separate masters are copied from them). dp: the data-parallel group (size 1 for now).
+  // (separate masters are copied from them). dp: the data-parallel group (dp × cp).
+  // sharding: the GradBuffer of these parameters when it was built for the distributed optimizer
+  // (the states then cover its owned ranges only); null: full states.
   AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings,
-                 ProcessGroup dp = ProcessGroup::single("dp"));
+                 ProcessGroup dp = ProcessGroup::single("dp"), const GradBuffer* sharding = nullptr);
 
   // Zero every Parameter::main_grad (allocating it as f32 zeros if undefined).
   void zero_grad();
@@ -64,16 +76,42 @@ class AdamWOptimizer {
   // Copy the master weights from the current Parameter values (after loading weights only).
   void reset_masters_from_values();
 
+  // Bytes of optimizer state held by this rank: Adam moments plus separate f32 masters.
+  int64_t state_bytes() const;
+  bool distributed() const { return sharding_ != nullptr; }
+
+  // Checkpoint view of the state: full-size ParamStates, one per parameter, in parameter order.
+  // Without sharding these are states() themselves. With sharding: gather_checkpoint_states()
+  // (collective over dp) assembles them from every rank's segments; prepare_checkpoint_states()
+  // allocates them (zeros) for loading, then scatter_checkpoint_states() copies this rank's
+  // segments from them and releases them.
+  std::vector<ParamState>& checkpoint_states();
+  void gather_checkpoint_states();
+  void prepare_checkpoint_states();
+  void scatter_checkpoint_states();
+  void release_checkpoint_states() { checkpoint_states_.clear(); }
+  // Seconds spent in data-parallel collectives (norm all-reduce, parameter all-gather).
+  double communication_seconds() const { return comm_seconds_; }
+
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }
   std::vector<ParamState>& states() { return states_; }
   const AdamWSettings& settings() const { return settings_; }
 
  private:
+  // Distributed optimizer (distributed_optimizer.cpp).
+  void build_sharded_states(const std::vector<Parameter*>& params);
+  void all_gather_parameters();
+  std::vector<ParamState> full_states(bool zeros) const;
+
+  std::vector<Parameter*> params_;
   std::vector<ParamState> states_;
   AdamWSettings settings_;
   ProcessGroup dp_;
   ProcessGroup mp_ = ProcessGroup::single("mp");
+  const GradBuffer* sharding_ = nullptr;
+  std::vector<ParamState> checkpoint_states_;  // full-size (sharded optimizer only)
+  double comm_seconds_ = 0.0;
   int64_t step_count_ = 0;
 };
 

@@ -1,6 +1,11 @@
-// training::run (training/run.h): Megatron's pretrain() on one process — tokenizer (for the
-// vocabulary size), datasets (indexed .bin/.idx blends or mock data, split train/valid/test),
-// the GPT model, and the Trainer loop. Reference: megatron/training/training.py (pretrain),
+// training::run (training/run.h): Megatron's pretrain() — joins the launched job (init_distributed:
+// one process, or every rank of `mpirun -np N strata train …`), builds the process groups of the
+// parallel layout, the tokenizer (for the vocabulary size), the datasets (indexed .bin/.idx blends
+// or mock data, split train/valid/test; each data-parallel rank reads its micro-batches), the GPT
+// model with the groups, and the Trainer loop. An error on any rank aborts every rank with the
+// rank in the message (run_or_abort). Log lines come from the last rank (Megatron's
+// print_rank_last); other ranks log warnings and errors only.
+// Reference: megatron/training/training.py (pretrain), initialize.py (initialize_megatron),
 // pretrain_gpt.py (train_valid_test_datasets_provider).
 #include "training/run.h"
 
@@ -11,7 +16,11 @@
 #include "data/blended_dataset.h"
 #include "data/tokenizer.h"
 #include "models/gpt_model.h"
+#include "parallel/distributed.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/rank_grid.h"
 #include "training/dataset_batch_source.h"
+#include "training/pipeline_setup.h"
 #include "training/trainer.h"
 
 namespace strata::training {
@@ -33,17 +42,15 @@ double peak_flops(Device device, Precision precision) {
   return precision == Precision::Bf16 ? 989e12 : 67e12;
 }
 
-}  // namespace
-
-int run(const StrataConfig& validated) { return run_training(validated).exit_code; }
-
-TrainResult run_training(const StrataConfig& validated, const RunHooks& hooks) {
-  StrataConfig cfg = validated;
-  const Device device = resolve_device(cfg.training.device);
+TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const RunHooks& hooks) {
+  const Device device = rt.device;
+  const ParallelGroups groups = build_parallel_groups(cfg.parallel, rt.world_host, rt.world_device);
+  const bool last_rank = rt.rank == rt.world_size - 1;
+  if (!last_rank) log::set_level("warn");
   std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(cfg);
   if (!cfg.model.vocab_size) {
     cfg.model.vocab_size = tokenizer->vocab_size();
-    cfg.validate(1);
+    cfg.validate(cfg.parallel.world_size);
   }
   log::info("tokenizer {}: vocab size {} (eod {}); device {}", tokenizer->name(), tokenizer->vocab_size(),
             tokenizer->eod(), device.str());
@@ -68,17 +75,27 @@ TrainResult run_training(const StrataConfig& validated, const RunHooks& hooks) {
                     "data.split: the training split of '", cfg.data.split, "' is empty");
 
   const int64_t nmb = cfg.num_micro_batches();
-  DatasetBatchSource train(datasets[0], cfg.training.micro_batch_size, nmb, tokenizer->eod(), cfg.data.eod_mask_loss);
+  // Megatron's sampler: micro-batches split over the dp group (cp ranks share their samples).
+  const int64_t dp_rank = groups.dp.rank(), dp_size = groups.dp.size();
+  DatasetBatchSource train(datasets[0], cfg.training.micro_batch_size, nmb, tokenizer->eod(), cfg.data.eod_mask_loss,
+                           dp_rank, dp_size);
   std::unique_ptr<DatasetBatchSource> valid;
   if (datasets[1] && evals > 0)
     valid = std::make_unique<DatasetBatchSource>(datasets[1], cfg.training.micro_batch_size, nmb, tokenizer->eod(),
-                                                 cfg.data.eod_mask_loss);
+                                                 cfg.data.eod_mask_loss, dp_rank, dp_size);
 
-  GPTModel model(cfg, device);
+  // This rank's model chunks (one without pipeline parallelism; vpp with interleaving).
+  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, device, groups);
+  GPTModel& model = *chunks.front();
   TrainerOptions options;
+  options.pipeline = make_pipeline_layout(chunks, groups);
+  options.model_parallel = groups.mp;
   options.sinks = hooks.sinks;
   options.log_stream = hooks.log_stream;
-  const std::vector<Parameter*> params = model.parameters();
+  options.groups = groups;
+  std::vector<Parameter*> params;
+  for (const auto& c : chunks)
+    for (Parameter* p : c->parameters()) params.push_back(p);
   const double fpt = gpt_flops_per_token(cfg, params);
   options.flops_per_token = [fpt] { return fpt; };
   options.peak_flops_per_second = peak_flops(device, cfg.training.precision);
@@ -87,7 +104,43 @@ TrainResult run_training(const StrataConfig& validated, const RunHooks& hooks) {
   log::info("GPT model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
 
   Trainer trainer(cfg, model, train, valid.get(), options);
-  return trainer.train();
+  log::info("layout: world {} = tp {} x cp {} x pp {} x dp {}; optimizer state {} bytes on this rank{}", rt.world_size,
+            cfg.parallel.tensor_model_parallel_size, cfg.parallel.context_parallel_size,
+            cfg.parallel.pipeline_model_parallel_size, dp_size, trainer.optimizer().state_bytes(),
+            cfg.parallel.use_distributed_optimizer ? " (distributed optimizer: sharded over dp)" : "");
+  TrainResult result = trainer.train();
+  if (rt.world_size > 1 && result.train_step_seconds > 0)
+    log::info("communication: {:.1f}% of the train-step time in data-parallel collectives",
+              100.0 * result.communication_seconds / result.train_step_seconds);
+  return result;
+}
+
+// Joins the launched job (one process, or every rank under mpirun), with deterministic
+// (rank-ordered) collectives when training.deterministic is set.
+DistributedRuntime join_job(const StrataConfig& validated) {
+  const Device device = resolve_device(validated.training.device);
+  if (validated.training.deterministic && device.is_cuda()) nccl_prepare_deterministic_env();
+  DistributedRuntime rt = init_distributed(validated.parallel, device);
+  log::set_rank(rt.rank, rt.world_size);
+  if (validated.training.deterministic) {  // rank-ordered sums (parallel/communicator.h)
+    if (rt.world_host) rt.world_host->set_deterministic(true);
+    if (rt.world_device) rt.world_device->set_deterministic(true);
+  }
+  return rt;
+}
+
+}  // namespace
+
+int run(const StrataConfig& validated) { return run_training(validated).exit_code; }
+
+TrainResult run_training(const StrataConfig& validated, const RunHooks& hooks) {
+  DistributedRuntime rt = join_job(validated);
+  TrainResult result;
+  result.exit_code = run_or_abort(rt, [&] {
+    result = run_on_rank(validated, rt, hooks);
+    return result.exit_code;
+  });
+  return result;
 }
 
 }  // namespace strata::training

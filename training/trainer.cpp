@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <ostream>
+#include <streambuf>
 
 #include "core/allocator.h"
 #include "core/error.h"
@@ -28,6 +30,26 @@ std::pair<double, double> masked_sum(const Tensor& losses, const Tensor& mask) {
     n += m[i];
   }
   return {s, n};
+}
+
+// Where non-logging ranks print: nowhere.
+struct NullBuffer : std::streambuf {
+  int overflow(int c) override { return c; }
+};
+std::ostream& null_stream() {
+  static NullBuffer buf;
+  static std::ostream os(&buf);
+  return os;
+}
+
+// Sums (or averages) a few host doubles over a group; identity for a group of one.
+std::vector<double> reduce_values(const ProcessGroup& g, std::vector<double> v, ReduceOp op, double& seconds) {
+  if (g.size() == 1) return v;
+  const auto t0 = Clock::now();
+  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64, Device::cpu());
+  g.all_reduce(t, op);
+  seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  return t.to_vector();
 }
 
 Tensor scaled_mask(const Tensor& mask, double scale, Device device) {
@@ -70,14 +92,24 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
     if (options_.init_parameters) chunk->init_parameters(static_cast<uint64_t>(cfg_.training.seed));
   }
   STRATA_CHECK(!params_.empty(), "trainer: the model has no parameters");
-  optimizer_ = std::make_unique<AdamWOptimizer>(params_, adam_settings(cfg_));
+  // ---- data parallelism: gradient buffer (Megatron DDP) and the (distributed) optimizer ----
+  const ProcessGroup& dp = options_.groups.dp_cp;
+  GradBufferOptions gbo;
+  gbo.distributed_optimizer = cfg_.parallel.use_distributed_optimizer;
+  gbo.bucket_size = default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce, dp.size());
+  grad_buffer_ = std::make_unique<GradBuffer>(params_, dp, gbo);
+  optimizer_ = std::make_unique<AdamWOptimizer>(params_, adam_settings(cfg_), dp,
+                                                gbo.distributed_optimizer ? grad_buffer_.get() : nullptr);
   optimizer_->set_model_parallel_group(options_.model_parallel);
+  logging_rank_ = options_.groups.global_rank == options_.groups.world_size - 1;
 
-  if (cfg_.logging.tensorboard_dir)
-    if (auto s = make_tensorboard_sink(*cfg_.logging.tensorboard_dir)) owned_sinks_.push_back(std::move(s));
-  if (cfg_.logging.metrics_jsonl) owned_sinks_.push_back(make_jsonl_sink(*cfg_.logging.metrics_jsonl));
-  for (auto& s : owned_sinks_) sinks_.push_back(s.get());
-  for (MetricsSink* s : options_.sinks) sinks_.push_back(s);
+  if (logging_rank_) {
+    if (cfg_.logging.tensorboard_dir)
+      if (auto s = make_tensorboard_sink(*cfg_.logging.tensorboard_dir)) owned_sinks_.push_back(std::move(s));
+    if (cfg_.logging.metrics_jsonl) owned_sinks_.push_back(make_jsonl_sink(*cfg_.logging.metrics_jsonl));
+    for (auto& s : owned_sinks_) sinks_.push_back(s.get());
+    for (MetricsSink* s : options_.sinks) sinks_.push_back(s);
+  }
 
   if (cfg_.checkpoint.load) {
     const std::string& dir = *cfg_.checkpoint.load;
@@ -88,7 +120,11 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
       lo.load_optimizer = !cfg_.checkpoint.no_load_optim;
       lo.load_rng = !cfg_.checkpoint.no_load_rng;
       lo.finetune = cfg_.checkpoint.finetune;
+      // Distributed optimizer: the state is read at full size, then this rank keeps its segments.
+      const bool reads_optimizer = lo.load_optimizer && !lo.finetune;
+      if (reads_optimizer) optimizer_->prepare_checkpoint_states();
       const CheckpointState st = load_checkpoint(dir, params_, optimizer_.get(), tensor_io(), lo);
+      if (reads_optimizer) optimizer_->scatter_checkpoint_states();
       iteration_ = start_iteration_ = st.iteration;
       consumed_samples_ = st.consumed_train_samples;
       skipped_iterations_ = st.num_skipped_iterations;
@@ -104,7 +140,10 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
 
 Trainer::~Trainer() = default;
 
-std::ostream& Trainer::out() { return options_.log_stream ? *options_.log_stream : std::cout; }
+std::ostream& Trainer::out() {
+  if (!logging_rank_) return null_stream();
+  return options_.log_stream ? *options_.log_stream : std::cout;
+}
 
 TensorFileIO& Trainer::tensor_io() {
   if (!options_.tensor_io) options_.tensor_io = make_default_tensor_file_io();
@@ -115,10 +154,11 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   StepOutcome o;
   {
     phase_timer::Scope t("zero_grad");
-    optimizer_->zero_grad();
+    grad_buffer_->zero();  // every main_grad (views into the buffer)
   }
   const Device device = params_.front()->value.device();
   const int64_t step = iteration_ + 1;
+  const ProcessGroup& dp = options_.groups.dp_cp;
 
   // The valid-token counts are needed before the first backward; batches are small host tensors.
   std::vector<Batch> batches;
@@ -128,6 +168,8 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
     batches.push_back(train_data_.next_microbatch(step, mb));
     global_valid += masked_sum(batches.back().loss_mask, batches.back().loss_mask).second;
   }
+  // Megatron: with calculate_per_token_loss the token count is summed over dp × cp.
+  if (cfg_.training.calculate_per_token_loss) global_valid = reduce_values(dp, {global_valid}, ReduceOp::Sum, comm_seconds_)[0];
 
   // A micro-batch without valid tokens contributes 0 (Megatron would divide by zero).
   // The loss function runs on the last pipeline stage (every micro-batch's forward then backward
@@ -151,15 +193,25 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
     return scaled_mask(batch.loss_mask, scale, device);
   };
   forward_backward(pipeline_, sched);
+  for (const Batch& batch : batches) o.tokens += batch.tokens.numel() * dp.size();  // the whole global batch
+  // Megatron finalize_model_grads: gradients averaged over dp × cp (per-token loss: summed, the
+  // scale already divides by the global token count; on GPU the buckets would start as
+  // register_grad_ready() reports them), then the tied embedding copies' gradients summed over
+  // the embedding group.
+  grad_buffer_->set_reduce_op(cfg_.training.calculate_per_token_loss ? ReduceOp::Sum : ReduceOp::Avg);
+  grad_buffer_->finish_grad_sync();
   finalize_model_grads(pipeline_);
-  for (const Batch& batch : batches) o.tokens += batch.tokens.numel();
   if (pipeline_.pp.size() > 1) {  // the last stage computed the loss (Megatron logs it there)
     Tensor t = Tensor::full({1}, loss_sum, DType::F64);
     pipeline_.pp.broadcast(t, pipeline_.pp.size() - 1);
     loss_sum = t.item();
   }
-  o.loss = cfg_.training.calculate_per_token_loss ? loss_sum / std::max(global_valid, 1.0)
-                                                  : loss_sum / static_cast<double>(num_micro_batches_);
+  // The reported loss is the dp average (per-token: global sum / global count).
+  if (cfg_.training.calculate_per_token_loss) {
+    o.loss = reduce_values(dp, {loss_sum}, ReduceOp::Sum, comm_seconds_)[0] / std::max(global_valid, 1.0);
+  } else {
+    o.loss = reduce_values(dp, {loss_sum / static_cast<double>(num_micro_batches_)}, ReduceOp::Avg, comm_seconds_)[0];
+  }
   phase_timer::Scope t("optimizer");
   o.opt = optimizer_->step(lr);
   return o;
@@ -191,6 +243,9 @@ EvalResult Trainer::evaluate(int64_t index) {
     sum = t.to_vector()[0];
     valid = t.to_vector()[1];
   }
+  const std::vector<double> totals = reduce_values(options_.groups.dp_cp, {sum, valid}, ReduceOp::Sum, comm_seconds_);
+  sum = totals[0];
+  valid = totals[1];
   EvalResult r;
   r.loss = sum / std::max(valid, 1.0);
   r.ppl = std::exp(std::min(20.0, r.loss));
@@ -208,7 +263,21 @@ void Trainer::save_checkpoint() {
   st.seed = static_cast<uint64_t>(cfg_.training.seed);
   st.config_yaml = cfg_.to_yaml();
   const auto t0 = Clock::now();
-  const std::string dir = strata::save_checkpoint(*cfg_.checkpoint.save, st, params_, optimizer_.get(), tensor_io());
+  // Collective: the distributed optimizer's shards are gathered on every dp rank; dp rank 0 writes
+  // (one copy per model-parallel shard); the tracker is written by rank 0 after a barrier, so it
+  // never names an iteration some rank has not finished writing.
+  optimizer_->gather_checkpoint_states();
+  const ProcessGroup& world = options_.groups.world;
+  std::string dir = *cfg_.checkpoint.save + "/" + checkpoint_dir_name(iteration_);
+  if (options_.groups.dp_cp.rank() == 0)
+    dir = strata::save_checkpoint(*cfg_.checkpoint.save, st, params_, optimizer_.get(), tensor_io(),
+                                  /*write_tracker=*/world.size() == 1);
+  optimizer_->release_checkpoint_states();
+  if (world.size() > 1) {
+    world.barrier();
+    if (world.rank() == 0) write_checkpoint_tracker(*cfg_.checkpoint.save, iteration_);
+    world.barrier();
+  }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   out() << " saved checkpoint at iteration " << iteration_ << " to " << dir << " (" << ms << " ms)" << std::endl;
   last_saved_iteration_ = iteration_;
@@ -239,18 +308,34 @@ TrainResult Trainer::train() {
   };
   auto should_save = [&]() { return cfg_.checkpoint.save.has_value() && last_saved_iteration_ != iteration_; };
 
+  const ProcessGroup& world = options_.groups.world;
   while (iteration_ < train_iters) {
-    // Step boundary: a stop signal saves and exits cleanly.
-    if (stop_signal_received()) {
+    // Step boundary: a stop signal saves and exits cleanly. With several ranks every rank must
+    // stop at the same step (a signal may reach only some of them): agree over the world.
+    bool stop = stop_signal_received();
+    int signal_number = stop ? stop_signal_number() : 0;
+    if (world.size() > 1) {
+      double ignored = 0.0;
+      const std::vector<double> any =
+          reduce_values(world, {stop ? 1.0 : 0.0, static_cast<double>(signal_number)}, ReduceOp::Max, ignored);
+      stop = any[0] > 0.0;
+      signal_number = static_cast<int>(any[1]);
+    }
+    if (stop) {
       result.stopped_by_signal = true;
-      result.stop_signal = stop_signal_number();
+      result.stop_signal = signal_number;
       out() << " received signal " << result.stop_signal << ", stopping at iteration " << iteration_ << std::endl;
       if (should_save()) save_checkpoint();
       return finish(0);
     }
 
     const double lr = schedule_.lr(iteration_);  // Megatron: iteration i uses lr(i - 1)
+    const auto step_start = Clock::now();
+    const double comm_before = comm_seconds_ + grad_buffer_->communication_seconds() + optimizer_->communication_seconds();
     const StepOutcome o = train_step(lr);
+    result.train_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+    result.communication_seconds +=
+        comm_seconds_ + grad_buffer_->communication_seconds() + optimizer_->communication_seconds() - comm_before;
     ++iteration_;
     consumed_samples_ += global_batch_size_;
     ++interval_iters;
@@ -293,8 +378,10 @@ TrainResult Trainer::train() {
       const double tps = secs > 0 ? static_cast<double>(interval_tokens) / secs : 0.0;
       f.tokens_per_second = tps;
       const double flops = options_.flops_per_token ? options_.flops_per_token() : 0.0;
-      if (cfg_.logging.log_throughput && flops > 0) f.throughput_tflops_per_gpu = flops * tps / 1e12;
-      if (flops > 0 && options_.peak_flops_per_second > 0) f.mfu_percent = 100.0 * flops * tps / options_.peak_flops_per_second;
+      const double per_device = tps / static_cast<double>(std::max(1, options_.groups.world_size));
+      if (cfg_.logging.log_throughput && flops > 0) f.throughput_tflops_per_gpu = flops * per_device / 1e12;
+      if (flops > 0 && options_.peak_flops_per_second > 0)
+        f.mfu_percent = 100.0 * flops * per_device / options_.peak_flops_per_second;
       out() << format_iteration_log(f, std::chrono::system_clock::now()) << std::endl;
 
       const MemoryStats mem = memory_stats(device);
@@ -353,9 +440,13 @@ TrainResult Trainer::train() {
 
     const bool exit_iter = cfg_.training.exit_interval && *cfg_.training.exit_interval > 0 &&
                            iteration_ % *cfg_.training.exit_interval == 0;
-    const bool exit_time =
+    bool exit_time =
         cfg_.training.exit_duration_in_mins &&
         std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0 > *cfg_.training.exit_duration_in_mins;
+    if (cfg_.training.exit_duration_in_mins && world.size() > 1) {  // every rank exits at the same step
+      double ignored = 0.0;
+      exit_time = reduce_values(world, {exit_time ? 1.0 : 0.0}, ReduceOp::Max, ignored)[0] > 0.0;
+    }
     if (exit_iter || exit_time) {
       out() << " exiting at iteration " << iteration_ << (exit_iter ? " (exit_interval)" : " (exit_duration_in_mins)")
             << std::endl;

@@ -1,4 +1,4 @@
-// The training loop on one process (data-parallel size 1), against the LanguageModel interface:
+// The training loop against the LanguageModel interface:
 // per iteration, num_micro_batches × (forward → masked loss → backward) accumulating into the
 // parameters' main grads, then one optimizer step (global grad norm, clipping, AdamW; a
 // NaN/Inf norm skips the step); Megatron's log line and metric sinks every log_interval;
@@ -10,6 +10,13 @@
 // calculate_per_token_loss the loss is the mean over the valid tokens of the whole global batch,
 // dL/dloss_i = mask_i / (valid tokens of the global batch). The two agree when every
 // micro-batch has the same number of valid tokens.
+// Data parallelism (Megatron DDP, options.groups.dp_cp > 1): each rank runs its own micro-batches
+// (the batch sources are built with its dp rank), the gradients live in a GradBuffer and are
+// averaged over dp × cp after the last backward (summed with calculate_per_token_loss, whose
+// valid-token count is summed over dp × cp first); the reported loss is the dp average. The log
+// line, TensorBoard and JSONL come from the last rank (Megatron's print_rank_last); checkpoints are
+// written by dp rank 0 (the distributed optimizer's state gathered first, so the files hold the
+// global tensors) and the tracker by rank 0 after a barrier.
 // Reference: megatron/training/training.py (train, train_step, training_log, evaluate,
 // save_checkpoint_and_time), megatron/core/pipeline_parallel/schedules.py.
 #pragma once
@@ -27,6 +34,7 @@
 #include "training/metrics_log.h"
 #include "training/optimizer.h"
 #include "training/schedules.h"
+#include "training/grad_buffer.h"
 #include "training/tensor_file.h"
 
 namespace strata {
@@ -50,6 +58,8 @@ struct TrainerOptions {
   PipelineLayout pipeline;
   // The group the grad norm is summed over (tp × pp; Megatron's model-parallel group).
   ProcessGroup model_parallel = ProcessGroup::single("mp");
+  // The process groups of this rank (data parallelism uses dp_cp, logging the world rank).
+  ParallelGroups groups = ParallelGroups::single_process();
 };
 
 struct EvalResult {
@@ -69,6 +79,8 @@ struct TrainResult {
   bool stopped_by_signal = false;
   int stop_signal = 0;
   std::vector<int64_t> saved_iterations;  // checkpoints written by this call
+  double train_step_seconds = 0.0;       // wall time inside train steps (this call)
+  double communication_seconds = 0.0;    // of which in data-parallel collectives
 };
 
 class Trainer {
@@ -89,6 +101,7 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   int64_t consumed_train_samples() const { return consumed_samples_; }
   AdamWOptimizer& optimizer() { return *optimizer_; }
+  GradBuffer* grad_buffer() { return grad_buffer_.get(); }  // null without data parallelism state
   const LrSchedule& lr_schedule() const { return schedule_; }
 
  private:
@@ -108,7 +121,10 @@ class Trainer {
   TrainerOptions options_;
   PipelineLayout pipeline_;  // chunks: {&model_} without pipelining
   std::vector<Parameter*> params_;
+  std::unique_ptr<GradBuffer> grad_buffer_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
+  bool logging_rank_ = true;       // the last world rank prints and writes metrics
+  double comm_seconds_ = 0.0;      // trainer-side collectives (loss, token counts)
   LrSchedule schedule_;
   std::vector<std::unique_ptr<MetricsSink>> owned_sinks_;
   std::vector<MetricsSink*> sinks_;

@@ -1,0 +1,121 @@
+// GradBuffer (training/grad_buffer.h): layout, buckets, and their reduction over data parallelism.
+#include "training/grad_buffer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace strata {
+
+namespace {
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+}  // namespace
+
+int64_t default_ddp_bucket_size(std::optional<int64_t> configured, bool overlap_grad_reduce, int64_t dp_size) {
+  if (!overlap_grad_reduce) return 0;  // Megatron: bucket_size = None → one bucket
+  if (configured) return *configured;
+  return std::max<int64_t>(40000000, 1000000 * dp_size);
+}
+
+GradBuffer::GradBuffer(const std::vector<Parameter*>& params, ProcessGroup dp, const GradBufferOptions& options)
+    : params_(params), dp_(std::move(dp)), options_(options) {
+  STRATA_CHECK(!params_.empty(), "GradBuffer: no parameters");
+  STRATA_CHECK(options_.bucket_size >= 0, "GradBuffer: bucket size must be >= 0, got ", options_.bucket_size);
+  const bool dist = options_.distributed_optimizer;
+  const int64_t dp_size = dp_.size();
+  const int64_t bucket_divisor = dist ? std::lcm<int64_t>(dp_size, 128) : 1;
+  const Device device = params_.front()->value.device();
+
+  offsets_.assign(params_.size(), 0);
+  bucket_of_param_.assign(params_.size(), 0);
+  int64_t cursor = 0;
+  GradBucket current;
+  auto close_bucket = [&]() {
+    cursor = round_up(cursor, bucket_divisor);
+    current.numel = cursor - current.offset;
+    current.shard_numel = dist ? current.numel / dp_size : current.numel;
+    buckets_.push_back(current);
+    current = GradBucket{};
+    current.offset = cursor;
+  };
+  // Reverse model order: the backward pass finishes the last parameters first.
+  for (size_t k = params_.size(); k-- > 0;) {
+    Parameter* p = params_[k];
+    STRATA_CHECK(p != nullptr && p->value.defined(), "GradBuffer: parameter ", k, " has no value");
+    STRATA_CHECK(p->value.device() == device, "GradBuffer: parameter ", p->name, " is on ", p->value.device().str(),
+                 ", the others on ", device.str());
+    if (dist) cursor = round_up(cursor, 64);
+    offsets_[k] = cursor;
+    cursor += p->value.numel();
+    current.params.push_back(k);
+    bucket_of_param_[k] = buckets_.size();
+    if (options_.bucket_size > 0 && cursor - current.offset >= options_.bucket_size && k > 0) close_bucket();
+  }
+  close_bucket();
+
+  data_ = Tensor::zeros({cursor}, DType::F32, device);
+  for (size_t k = 0; k < params_.size(); ++k)
+    params_[k]->main_grad = data_.narrow(0, offsets_[k], params_[k]->value.numel()).view(params_[k]->value.shape());
+  pending_.assign(buckets_.size(), 0);
+  reduced_.assign(buckets_.size(), false);
+  zero();
+}
+
+std::pair<int64_t, int64_t> GradBuffer::owned_range(size_t bucket) const {
+  const GradBucket& b = buckets_.at(bucket);
+  if (!options_.distributed_optimizer) return {b.offset, b.offset + b.numel};
+  const int64_t begin = b.offset + static_cast<int64_t>(dp_.rank()) * b.shard_numel;
+  return {begin, begin + b.shard_numel};
+}
+
+void GradBuffer::zero() {
+  data_.zero_();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    pending_[b] = static_cast<int64_t>(buckets_[b].params.size());
+    reduced_[b] = false;
+  }
+}
+
+void GradBuffer::register_grad_ready(size_t i) {
+  STRATA_CHECK(i < params_.size(), "GradBuffer::register_grad_ready: parameter index ", i, " out of range");
+  const size_t b = bucket_of_param_[i];
+  STRATA_INTERNAL_ASSERT(pending_[b] > 0, "GradBuffer: parameter ", params_[i]->name, " marked ready twice");
+  if (--pending_[b] == 0) reduce_bucket(b);
+}
+
+void GradBuffer::finish_grad_sync() {
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!reduced_[b]) reduce_bucket(b);
+}
+
+void GradBuffer::reduce_bucket(size_t b) {
+  reduced_[b] = true;
+  if (dp_.size() == 1) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const GradBucket& bucket = buckets_[b];
+  Tensor whole = data_.narrow(0, bucket.offset, bucket.numel);
+  if (options_.distributed_optimizer) {
+    Tensor shard = Tensor::empty({bucket.shard_numel}, DType::F32, data_.device());
+    dp_.reduce_scatter(whole, shard, op_);
+    const auto [begin, end] = owned_range(b);
+    data_.narrow(0, begin, end - begin).copy_(shard);
+  } else {
+    dp_.all_reduce(whole, op_);
+  }
+  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void GradBuffer::all_gather_grads() {
+  if (!options_.distributed_optimizer || dp_.size() == 1) return;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const auto [begin, end] = owned_range(b);
+    const Tensor shard = data_.narrow(0, begin, end - begin).clone();
+    Tensor whole = Tensor::empty({buckets_[b].numel}, DType::F32, data_.device());
+    dp_.all_gather(shard, whole);
+    data_.narrow(0, buckets_[b].offset, buckets_[b].numel).copy_(whole);
+  }
+}
+
+}  // namespace strata
