@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "strata_source_dir.h"
 #include "cli_test_helpers.h"
 #include "test_helpers.h"
 
@@ -15,7 +16,7 @@ using strata::test::run_cli;
 
 namespace {
 std::string repo_config(const std::string& name) {
-  return (std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "configs" / name).string();
+  return (std::filesystem::path(STRATA_SOURCE_DIR) / "configs" / name).string();
 }
 }  // namespace
 

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "strata_source_dir.h"
 #include "test_helpers.h"
 #include "training/config.h"
 #include "training/golden_case.h"
@@ -373,7 +374,7 @@ TEST_CASE("golden: metrics from TensorBoard scalars (whitelist, steps, step_inte
 }
 
 TEST_CASE("golden: the committed GPT cases are what the issue asks for, with 50-step CPU goldens", "[golden]") {
-  const fs::path gpt = fs::path(__FILE__).parent_path().parent_path() / "functional" / "gpt";
+  const fs::path gpt = fs::path(STRATA_SOURCE_DIR) / "tests" / "functional" / "gpt";
   std::map<std::string, StrataConfig> cfg;
   std::map<std::string, GoldenCase> cases;
   for (const char* name : {"gpt_layernorm_gelu_learned_tied_dropout", "gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied",

@@ -44,14 +44,9 @@ bool numpy_available() {
   return available;
 }
 
-// tests/hf/<name> in the source tree (STRATA_SOURCE_DIR where the build generates it, else
-// through __FILE__).
+// tests/hf/<name> in the source tree.
 fs::path hf_script(const char* name) {
-#if __has_include("strata_source_dir.h")
   return fs::path(STRATA_SOURCE_DIR) / "tests" / "hf" / name;
-#else
-  return fs::path(__FILE__).parent_path().parent_path() / "hf" / name;
-#endif
 }
 
 // Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
