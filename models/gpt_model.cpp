@@ -7,6 +7,7 @@
 #include "core/observe.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/gemm.h"
+#include "parallel/tensor_parallel.h"
 
 namespace strata {
 
@@ -19,8 +20,9 @@ struct GPTModel::Context : ForwardContext {
   layers::VocabEmbedding::Saved embedding;
   std::vector<layers::TransformerLayer::Saved> layers;
   layers::Norm::Saved final_norm;
-  Tensor hidden;    // [s·b, h] output of the final norm (input of the output layer)
-  Tensor logits;    // [s·b, padded_vocab]
+  Tensor hidden;    // [s·b, h] output of the final norm (input of the output layer; gathered
+                    // along the sequence under sequence parallelism)
+  Tensor logits;    // [s·b, padded_vocab / tp]
   Tensor targets;   // [s·b] i64, row (t, b) = labels[b, t]
   Tensor row_max, sum_exp;  // [s·b] cross-entropy statistics
   int64_t s = 0, b = 0;
@@ -38,6 +40,7 @@ GPTModelOptions options_from(const StrataConfig& cfg, Device device) {
   o.device = device;
   o.seed = static_cast<uint64_t>(cfg.training.seed);
   o.global_batch_size = cfg.training.global_batch_size.value_or(0);
+  o.sequence_parallel = cfg.parallel.sequence_parallel;
   return o;
 }
 DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
@@ -52,18 +55,29 @@ GPTModel::GPTModel(const ModelConfig& cfg_in, const GPTModelOptions& options, co
                "GPTModel: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
   STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
                "GPTModel: model.vocab_size must be set (resolved from the tokenizer)");
-  STRATA_CHECK(groups_.tp.size() == 1 && groups_.pp.size() == 1 && groups_.cp.size() == 1,
-               "GPTModel: tensor, pipeline and context parallelism are not implemented yet");
-  padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, groups_.tp.size());
-  const LayerEnv env{opt_.dtype, opt_.device};
+  STRATA_CHECK(groups_.pp.size() == 1 && groups_.cp.size() == 1,
+               "GPTModel: pipeline and context parallelism are not implemented yet");
+  const int64_t tp = groups_.tp.size();
+  STRATA_CHECK(!opt_.sequence_parallel || tp > 1, "GPTModel: parallel.sequence_parallel needs tensor_model_parallel_size > 1");
+  padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, tp);
+  const LayerEnv env{opt_.dtype, opt_.device, opt_.sequence_parallel && tp > 1};
+  const ProcessGroup sp_group = env.sequence_parallel ? groups_.tp : ProcessGroup::single("tp");
   embedding_ = std::make_unique<layers::VocabEmbedding>(cfg_, padded_vocab_, env, groups_.tp);
   for (int64_t i = 0; i < cfg_.num_layers; ++i)
     layers_.push_back(std::make_unique<layers::TransformerLayer>(i, cfg_, env, groups_));
   final_norm_ = std::make_unique<layers::Norm>("decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
-                                               cfg_.hidden_size, cfg_, env);
+                                               cfg_.hidden_size, cfg_, env, sp_group);
   if (!tied()) {
     output_layer_ =
         layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_.hidden_size}, env, cfg_.init_method_std);
+    if (tp > 1) {  // column-parallel over the vocabulary: the same rows as the embedding shard
+      const int64_t rows = padded_vocab_ / tp;
+      output_layer_.value = Tensor::zeros({rows, cfg_.hidden_size}, env.dtype, env.device);
+      output_layer_.main_grad = Tensor::zeros({rows, cfg_.hidden_size}, env.grad_dtype(), env.device);
+      output_layer_.slice =
+          GlobalSlice::shard(Shape{padded_vocab_, cfg_.hidden_size}, 0, groups_.tp.rank(), static_cast<int>(tp));
+      output_layer_.tensor_parallel = true;
+    }
   }
 }
 
@@ -105,7 +119,8 @@ Tensor GPTModel::run_decoder(const Tensor& tokens, int64_t position_offset, cons
 
 Tensor GPTModel::output_logits(const Tensor& hidden) {
   const int64_t n = hidden.numel() / cfg_.hidden_size;
-  Tensor logits = Tensor::empty({n, padded_vocab_}, hidden.dtype(), hidden.device());
+  const int64_t v_local = output_weight().value.size(0);
+  Tensor logits = Tensor::empty({n, v_local}, hidden.dtype(), hidden.device());
   kernels::linear_forward(hidden.reshape({n, cfg_.hidden_size}), output_weight().value, nullptr, logits);
   return logits;
 }
@@ -120,6 +135,10 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   STRATA_CHECK(s <= cfg_.max_positions(), "GPTModel::forward: sequence length ", s,
                " exceeds max_position_embeddings ", cfg_.max_positions());
   const Device dev = opt_.device;
+  const ProcessGroup& tpg = groups_.tp;
+  const bool sp = opt_.sequence_parallel && tpg.size() > 1;
+  STRATA_CHECK(!sp || s % tpg.size() == 0, "GPTModel::forward: sequence length ", s,
+               " is not divisible by the tensor-parallel size ", tpg.size(), " (sequence parallelism)");
 
   layers::DropoutKeys keys;
   keys.seed = opt_.seed;
@@ -127,6 +146,10 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   keys.training = ctx->training;
   keys.global_batch = opt_.global_batch_size > 0 ? opt_.global_batch_size : b;
   keys.batch_offset = opt_.global_batch_size > 0 ? batch.first_sample_index % opt_.global_batch_size : 0;
+  if (sp) {  // hidden states are rows [r·s/tp, (r+1)·s/tp) of the sequence
+    keys.global_seq = s;
+    keys.seq_offset = tpg.rank() * (s / tpg.size());
+  }
 
   Tensor targets = batch.labels.to(Device::cpu()).transpose(0, 1).reshape({s * b});
   for (double t : targets.to_vector()) {
@@ -135,15 +158,29 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   }
   targets = targets.to(dev);
 
-  Tensor hidden = run_decoder(batch.tokens, 0, keys, nullptr, ctx).reshape({s * b, cfg_.hidden_size});
+  Tensor hidden = run_decoder(batch.tokens, 0, keys, nullptr, ctx);
+  if (sp) hidden = tp::gather_dim0(hidden, tpg);  // output layer: column-parallel, all-gather x
+  hidden = hidden.reshape({s * b, cfg_.hidden_size});
   Tensor logits = output_logits(hidden);
-  observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, padded_vocab_}), "s,b,v");
+  observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, logits.size(1)}), "s,b,v");
 
   const DType st = stat_dtype(opt_.dtype);
   Tensor loss = Tensor::empty({s * b}, st, dev);
   Tensor row_max = Tensor::empty({s * b}, st, dev);
   Tensor sum_exp = Tensor::empty({s * b}, st, dev);
-  kernels::cross_entropy_forward(logits, targets, loss, row_max, sum_exp, /*vocab_start=*/0);
+  if (tpg.size() == 1) {
+    kernels::cross_entropy_forward(logits, targets, loss, row_max, sum_exp, /*vocab_start=*/0);
+  } else {
+    // Vocab-parallel cross entropy (Megatron VocabParallelCrossEntropy): global max, then the
+    // global sum of exp and the target logit (held by one rank), then the loss on every rank.
+    Tensor target_logit = Tensor::empty({s * b}, st, dev);
+    kernels::cross_entropy_max(logits, row_max);
+    tpg.all_reduce(row_max, ReduceOp::Max);
+    kernels::cross_entropy_sum_exp(logits, targets, row_max, sum_exp, target_logit, embedding_->vocab_start());
+    tpg.all_reduce(sum_exp, ReduceOp::Sum);
+    tpg.all_reduce(target_logit, ReduceOp::Sum);
+    kernels::cross_entropy_loss(row_max, sum_exp, target_logit, loss);
+  }
 
   ctx->hidden = hidden;
   ctx->logits = logits;
@@ -165,15 +202,21 @@ void GPTModel::backward(ForwardContext& base, const Tensor& dlosses) {
   const DType st = stat_dtype(opt_.dtype);
   Tensor dl = dlosses.to(opt_.device).to(st).transpose(0, 1).reshape({s * b});
   Tensor dlogits = Tensor::empty(ctx->logits.shape(), ctx->logits.dtype(), ctx->logits.device());
-  kernels::cross_entropy_backward(ctx->logits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits, 0);
+  const ProcessGroup& tpg = groups_.tp;
+  kernels::cross_entropy_backward(ctx->logits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits,
+                                  embedding_->vocab_start(), 0.0, padded_vocab_);
   ctx->logits = Tensor();  // release the largest activation early
 
   Parameter& w = output_weight();
   Tensor dh = Tensor::empty(ctx->hidden.shape(), ctx->hidden.dtype(), ctx->hidden.device());
   kernels::linear_backward(ctx->hidden, w.value, dlogits, &dh, &w.main_grad, nullptr, /*accumulate_grads=*/true);
   dlogits = Tensor();
+  // Column-parallel output layer: dx summed over tp (sequence parallel: reduce-scattered).
+  Tensor dhs = dh.reshape({s, b, cfg_.hidden_size});
+  if (tpg.size() > 1)
+    dhs = opt_.sequence_parallel ? tp::reduce_scatter_dim0(dhs, tpg) : tp::all_reduce_sum(dhs, tpg);
 
-  Tensor dx = final_norm_->backward(ctx->final_norm, dh.reshape({s, b, cfg_.hidden_size}));
+  Tensor dx = final_norm_->backward(ctx->final_norm, dhs);
   for (size_t i = layers_.size(); i-- > 0;) {
     dx = layers_[i]->backward(ctx->layers[i], dx);
     ctx->layers[i] = {};
@@ -199,6 +242,8 @@ KVCache GPTModel::make_kv_cache(int64_t batch, int64_t max_seq) const {
 
 Tensor GPTModel::logits_for(const Tensor& tokens, KVCache* cache, int64_t position_offset) {
   STRATA_CHECK(tokens.dim() == 2, "GPTModel::logits_for: tokens must be [b, s], got ", tokens.shape().str());
+  STRATA_CHECK(groups_.tp.size() == 1, "GPTModel::logits_for: generation with tensor parallelism (tp size ",
+               groups_.tp.size(), ") is not supported; load the checkpoint at tensor_model_parallel_size 1");
   STRATA_CHECK(cache || position_offset == 0, "GPTModel::logits_for: position_offset ", position_offset,
                " needs a KV cache holding the earlier positions");
   if (cache) {

@@ -5,6 +5,10 @@
 // Precision: f32, or bf16 (bf16 parameter values and activations, f32 main grads, f32
 // softmax statistics and loss); f64 is accepted for reference checks (f64 grads and losses).
 // Parameter names are Megatron-Core GPTModel state-dict names (TE-fused layer norms).
+// Tensor parallelism (groups.tp): vocab-parallel embedding, column/row-parallel layers, the output
+// layer column-parallel over the vocabulary (tied: the embedding shard), vocab-parallel cross
+// entropy; with sequence_parallel the activations between TP regions are [s/tp, b, h] shards.
+// Losses and gradients equal the unsharded model's (see docs/parallelism.md).
 // Reference: Megatron-Core models/gpt/gpt_model.py, transformer/transformer_block.py,
 // tensor_parallel/cross_entropy.py; llm.c gpt2_forward/gpt2_backward.
 #pragma once
@@ -32,6 +36,7 @@ struct GPTModelOptions {
   Device device = Device::cpu();
   uint64_t seed = 1234;        // keys dropout masks (training.seed)
   int64_t global_batch_size = 0;  // samples per step; 0: the micro-batch is the whole global batch
+  bool sequence_parallel = false;  // parallel.sequence_parallel (needs groups.tp.size() > 1)
 };
 
 class GPTModel : public LanguageModel {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/reduce.h"
+#include "parallel/tensor_parallel.h"
 
 namespace strata {
 
@@ -12,8 +13,9 @@ namespace {
 Tensor flat_f32_zeros(const Tensor& like) { return Tensor::zeros({like.numel()}, DType::F32, like.device()); }
 }  // namespace
 
-AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings, ProcessGroup dp)
-    : settings_(settings), dp_(std::move(dp)) {
+AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings, ProcessGroup dp,
+                               ProcessGroup mp, int tensor_parallel_rank)
+    : settings_(settings), dp_(std::move(dp)), mp_(std::move(mp)), tp_rank_(tensor_parallel_rank) {
   STRATA_CHECK(dp_.size() == 1, "AdamWOptimizer: data-parallel size ", dp_.size(),
                " is not supported yet (single rank)");
   STRATA_CHECK(settings.clip_grad >= 0, "AdamWOptimizer: clip_grad must be >= 0, got ", settings.clip_grad);
@@ -64,9 +66,14 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   grads.reserve(states_.size());
   for (ParamState& s : states_) grads.push_back(s.param->main_grad.flatten());
 
-  // Global grad norm (Megatron get_grad_norm_fp32; the DP all-reduce is the identity at size 1).
+  // Global grad norm (Megatron get_grad_norm_fp32): tensor-parallel duplicates counted once, the
+  // sum of squares summed over the model-parallel group (identity at size 1).
+  std::vector<Tensor> norm_grads;
+  for (size_t i = 0; i < states_.size(); ++i)
+    if (tp::counts_in_grad_norm(*states_[i].param, tp_rank_)) norm_grads.push_back(grads[i]);
   Tensor sumsq = Tensor::zeros({1}, DType::F64, dev);
-  kernels::grad_sum_of_squares(grads, sumsq);
+  kernels::grad_sum_of_squares(norm_grads, sumsq);
+  if (mp_.size() > 1) mp_.all_reduce(sumsq, ReduceOp::Sum);
   r.grad_norm = std::sqrt(sumsq.item());
 
   if (!std::isfinite(r.grad_norm)) {
@@ -83,9 +90,14 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   if (settings_.count_zeros) {
     Tensor z = Tensor::zeros({1}, DType::I64, dev);
     int64_t total = 0;
-    for (const Tensor& g : grads) {
+    for (const Tensor& g : norm_grads) {
       kernels::count_zeros(g, z);
       total += static_cast<int64_t>(z.item());
+    }
+    if (mp_.size() > 1) {
+      Tensor t = Tensor::full({1}, static_cast<double>(total), DType::F64, dev);
+      mp_.all_reduce(t, ReduceOp::Sum);
+      total = static_cast<int64_t>(t.item());
     }
     r.num_zeros = static_cast<double>(total);
   }

@@ -46,8 +46,12 @@ class AdamWOptimizer {
  public:
   // params: every trainable parameter, in the model's fixed order; values must be initialised
   // (separate masters are copied from them). dp: the data-parallel group (size 1 for now).
+  // mp: the model-parallel group (tp × pp) the grad norm and num-zeros are summed over;
+  // tensor_parallel_rank: this rank's tp rank — replicated parameters (!Parameter::tensor_parallel)
+  // count only on tp rank 0 (Megatron param_is_not_tensor_parallel_duplicate).
   AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings,
-                 ProcessGroup dp = ProcessGroup::single("dp"));
+                 ProcessGroup dp = ProcessGroup::single("dp"), ProcessGroup mp = ProcessGroup::single("mp"),
+                 int tensor_parallel_rank = 0);
 
   // Zero every Parameter::main_grad (allocating it as f32 zeros if undefined).
   void zero_grad();
@@ -68,6 +72,8 @@ class AdamWOptimizer {
   std::vector<ParamState> states_;
   AdamWSettings settings_;
   ProcessGroup dp_;
+  ProcessGroup mp_;
+  int tp_rank_ = 0;
   int64_t step_count_ = 0;
 };
 
