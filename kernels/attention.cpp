@@ -57,6 +57,8 @@ void check_params(const char* op, const AttentionParams& p, const Dims& d) {
                ": position offsets must be >= 0, got q ", p.q_position_offset, ", k ", p.k_position_offset);
   STRATA_CHECK(p.global_seq_len >= 0 && p.global_batch_offset >= 0, op,
                ": global_seq_len and global_batch_offset must be >= 0");
+  STRATA_CHECK(p.head_offset >= 0 && (p.global_heads == 0 || p.head_offset + d.hq <= p.global_heads), op,
+               ": heads [", p.head_offset, ", ", p.head_offset + d.hq, ") do not fit global_heads ", p.global_heads);
   if (p.dropout_p > 0) {
     const int64_t g = p.global_seq_len > 0 ? p.global_seq_len : d.sk;
     STRATA_CHECK(p.q_position_offset + d.sq <= g && p.k_position_offset + d.sk <= g, op,

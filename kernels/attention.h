@@ -23,10 +23,14 @@ struct AttentionParams {
   double dropout_p = 0;            // attention dropout on the probabilities (Megatron attention_dropout)
   philox::Key dropout_key{};       // mask element for (b, head, q_pos, k_pos) drawn at global index
                                    // ((b*heads + head)*global_seq + q_pos)*global_seq + k_pos
+                                   // (b, head, heads: global under data/tensor parallelism)
   int64_t q_position_offset = 0;   // global position of q row 0 (context parallel, KV-cache decoding)
   int64_t k_position_offset = 0;   // global position of k row 0; causal keeps k_pos <= q_pos
   int64_t global_seq_len = 0;      // for the dropout index; 0 -> the local k length
   int64_t global_batch_offset = 0; // added to b in the dropout index (b_global = b + offset)
+  int64_t global_heads = 0;        // tensor parallelism: query heads of the unsharded layer in the
+                                   // dropout index (0 -> the local hq)
+  int64_t head_offset = 0;         // global index of local head 0 (head_global = head + offset)
 };
 
 // softmax_scale, or 1/sqrt(head_dim) when it is 0.

@@ -20,6 +20,7 @@ struct MaskParams {
   int64_t heads = 0;                   // number of query heads (hq) in the dropout index
   int64_t global_seq = 0;              // sequence length of the dropout index
   int64_t batch_offset = 0;
+  int64_t head_offset = 0;             // global index of local head 0 (tensor parallelism)
 };
 
 // Key j (local) is visible to query row i (local).
@@ -32,7 +33,7 @@ STRATA_HD bool visible(const MaskParams& m, int64_t i, int64_t j) {
 STRATA_HD double dropout_factor(const MaskParams& m, int64_t b, int64_t head, int64_t i, int64_t j) {
   const uint64_t G = static_cast<uint64_t>(m.global_seq);
   const uint64_t row = static_cast<uint64_t>(b + m.batch_offset) * static_cast<uint64_t>(m.heads) +
-                       static_cast<uint64_t>(head);
+                       static_cast<uint64_t>(head + m.head_offset);
   const uint64_t index = (row * G + static_cast<uint64_t>(m.q_offset + i)) * G +
                          static_cast<uint64_t>(m.k_offset + j);
   return static_cast<double>(philox::uniform(m.key, index)) < m.dropout_p ? 0.0 : m.keep_scale;
@@ -47,7 +48,8 @@ inline MaskParams make_mask_params(const AttentionParams& p, int64_t heads, int6
   m.dropout_p = p.dropout_p;
   m.keep_scale = p.dropout_p > 0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
   m.key = p.dropout_key;
-  m.heads = heads;
+  m.heads = p.global_heads > 0 ? p.global_heads : heads;
+  m.head_offset = p.head_offset;
   m.global_seq = p.global_seq_len > 0 ? p.global_seq_len : sk;
   m.batch_offset = p.global_batch_offset;
   return m;

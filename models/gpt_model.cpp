@@ -9,6 +9,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/gemm.h"
 #include "parallel/pipeline_layout.h"
+#include "parallel/tensor_parallel.h"
 
 namespace strata {
 
@@ -21,8 +22,9 @@ struct GPTModel::Context : ForwardContext {
   layers::VocabEmbedding::Saved embedding;
   std::vector<layers::TransformerLayer::Saved> layers;
   layers::Norm::Saved final_norm;
-  Tensor hidden;    // [s·b, h] output of the final norm (input of the output layer)
-  Tensor logits;    // [s·b, padded_vocab]
+  Tensor hidden;    // [s·b, h] output of the final norm (input of the output layer; gathered
+                    // along the sequence under sequence parallelism)
+  Tensor logits;    // [s·b, padded_vocab / tp]
   Tensor targets;   // [s·b] i64, row (t, b) = labels[b, t]
   Tensor row_max, sum_exp;  // [s·b] cross-entropy statistics
   int64_t s = 0, b = 0;
@@ -40,6 +42,7 @@ GPTModelOptions options_from(const StrataConfig& cfg, Device device) {
   o.device = device;
   o.seed = static_cast<uint64_t>(cfg.training.seed);
   o.global_batch_size = cfg.training.global_batch_size.value_or(0);
+  o.sequence_parallel = cfg.parallel.sequence_parallel;
   return o;
 }
 DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
@@ -79,10 +82,12 @@ GPTModel::GPTModel(const ModelConfig& cfg_in, const GPTModelOptions& options, co
                "GPTModel: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
   STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
                "GPTModel: model.vocab_size must be set (resolved from the tokenizer)");
-  STRATA_CHECK(groups_.tp.size() == 1 && groups_.cp.size() == 1,
-               "GPTModel: tensor and context parallelism are not implemented yet");
-  padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, groups_.tp.size());
-  const LayerEnv env{opt_.dtype, opt_.device};
+  STRATA_CHECK(groups_.cp.size() == 1, "GPTModel: context parallelism is not implemented yet");
+  const int64_t tp = groups_.tp.size();
+  STRATA_CHECK(!opt_.sequence_parallel || tp > 1, "GPTModel: parallel.sequence_parallel needs tensor_model_parallel_size > 1");
+  padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, tp);
+  const LayerEnv env{opt_.dtype, opt_.device, opt_.sequence_parallel && tp > 1};
+  const ProcessGroup sp_group = env.sequence_parallel ? groups_.tp : ProcessGroup::single("tp");
   // Pipeline stage (whole model by default).
   if (opt_.num_layers < 0) {
     STRATA_CHECK(opt_.first_layer == 0, "GPTModel: first_layer ", opt_.first_layer, " needs num_layers to be set");
@@ -96,16 +101,27 @@ GPTModel::GPTModel(const ModelConfig& cfg_in, const GPTModelOptions& options, co
     layers_.push_back(std::make_unique<layers::TransformerLayer>(i, cfg_, env, groups_));
   if (opt_.post_process) {
     final_norm_ = std::make_unique<layers::Norm>("decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
-                                                 cfg_.hidden_size, cfg_, env);
+                                                 cfg_.hidden_size, cfg_, env, sp_group);
+    // Column-parallel over the vocabulary: the same rows as the embedding shard.
+    auto shard_vocab_rows = [&](Parameter& p) {
+      if (tp == 1) return;
+      const int64_t rows = padded_vocab_ / tp;
+      p.value = Tensor::zeros({rows, cfg_.hidden_size}, env.dtype, env.device);
+      p.main_grad = Tensor::zeros({rows, cfg_.hidden_size}, env.grad_dtype(), env.device);
+      p.slice = GlobalSlice::shard(Shape{padded_vocab_, cfg_.hidden_size}, 0, groups_.tp.rank(), static_cast<int>(tp));
+      p.tensor_parallel = true;
+    };
     if (!tied()) {
       output_layer_ = layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_.hidden_size}, env,
                                              cfg_.init_method_std);
+      shard_vocab_rows(output_layer_);
     } else if (!opt_.pre_process) {
       // Megatron: the last stage's copy of the word embeddings; same name and init rule, so it
       // starts equal to the first stage's table; gradients summed in finalize_model_grads.
       output_layer_ = layers::make_parameter("embedding.word_embeddings.weight", Shape{padded_vocab_, cfg_.hidden_size},
                                              env, cfg_.init_method_std);
       output_layer_.shared_copy = true;
+      shard_vocab_rows(output_layer_);
     }
   }
 }
@@ -168,7 +184,8 @@ Tensor GPTModel::run_decoder(const Tensor& tokens, int64_t position_offset, cons
 Tensor GPTModel::output_logits(const Tensor& hidden, bool reuse_buffer) {
   phase_timer::Scope t("forward/output_gemm");
   const int64_t n = hidden.numel() / cfg_.hidden_size;
-  const Shape shape{n, padded_vocab_};
+  const int64_t v_local = output_weight().value.size(0);  // padded_vocab / tp
+  const Shape shape{n, v_local};
   Tensor logits;
   // The largest activation ([tokens, padded vocab]): training reuses one buffer from step to step
   // (a fresh one of this size is a new mapping and a page fault per 4 KiB) when no context still
@@ -195,6 +212,10 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   STRATA_CHECK(s <= cfg_.max_positions(), "GPTModel::forward: sequence length ", s,
                " exceeds max_position_embeddings ", cfg_.max_positions());
   const Device dev = opt_.device;
+  const ProcessGroup& tpg = groups_.tp;
+  const bool sp = opt_.sequence_parallel && tpg.size() > 1;
+  STRATA_CHECK(!sp || s % tpg.size() == 0, "GPTModel::forward: sequence length ", s,
+               " is not divisible by the tensor-parallel size ", tpg.size(), " (sequence parallelism)");
 
   layers::DropoutKeys keys;
   keys.seed = opt_.seed;
@@ -202,6 +223,10 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   keys.training = ctx->training;
   keys.global_batch = opt_.global_batch_size > 0 ? opt_.global_batch_size : b;
   keys.batch_offset = opt_.global_batch_size > 0 ? batch.first_sample_index % opt_.global_batch_size : 0;
+  if (sp) {  // hidden states are rows [r·s/tp, (r+1)·s/tp) of the sequence
+    keys.global_seq = s;
+    keys.seq_offset = tpg.rank() * (s / tpg.size());
+  }
 
   Tensor x;
   if (opt_.pre_process) {
@@ -209,8 +234,9 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
     x = embedding_->forward(batch.tokens, 0, keys, &ctx->embedding);
   } else {
     x = ctx->input_hidden;
-    STRATA_CHECK(x.defined() && x.dim() == 3 && x.size(0) == s && x.size(1) == b && x.size(2) == cfg_.hidden_size,
-                 "GPTModel::forward: a pipeline stage after the first needs ctx.input_hidden [s, b, h] = [", s, ", ",
+    const int64_t s_local = sp ? s / tpg.size() : s;  // sequence parallel: this rank's rows
+    STRATA_CHECK(x.defined() && x.dim() == 3 && x.size(0) == s_local && x.size(1) == b && x.size(2) == cfg_.hidden_size,
+                 "GPTModel::forward: a pipeline stage after the first needs ctx.input_hidden [s, b, h] = [", s_local, ", ",
                  b, ", ", cfg_.hidden_size, "]", x.defined() ? ", got " + x.shape().str() : std::string());
     x = x.to(dev).to(opt_.dtype);
   }
@@ -229,9 +255,11 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   }
   targets = targets.to(dev);
 
-  Tensor hidden = final_norm_->forward(x, &ctx->final_norm).reshape({s * b, cfg_.hidden_size});
+  Tensor hidden = final_norm_->forward(x, &ctx->final_norm);
+  if (sp) hidden = tp::gather_dim0(hidden, tpg);  // output layer: column-parallel, all-gather x
+  hidden = hidden.reshape({s * b, cfg_.hidden_size});
   Tensor logits = output_logits(hidden, /*reuse_buffer=*/true);
-  observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, padded_vocab_}), "s,b,v");
+  observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, logits.size(1)}), "s,b,v");
 
   const DType st = stat_dtype(opt_.dtype);
   Tensor loss = Tensor::empty({s * b}, st, dev);
@@ -239,7 +267,19 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   Tensor sum_exp = Tensor::empty({s * b}, st, dev);
   {
     phase_timer::Scope t("forward/cross_entropy");
-    kernels::cross_entropy_forward(logits, targets, loss, row_max, sum_exp, /*vocab_start=*/0);
+    if (tpg.size() == 1) {
+      kernels::cross_entropy_forward(logits, targets, loss, row_max, sum_exp, /*vocab_start=*/0);
+    } else {
+      // Vocab-parallel cross entropy (Megatron VocabParallelCrossEntropy): global max, then the
+      // global sum of exp and the target logit (held by one rank), then the loss on every rank.
+      Tensor target_logit = Tensor::empty({s * b}, st, dev);
+      kernels::cross_entropy_max(logits, row_max);
+      tpg.all_reduce(row_max, ReduceOp::Max);
+      kernels::cross_entropy_sum_exp(logits, targets, row_max, sum_exp, target_logit, vocab_start());
+      tpg.all_reduce(sum_exp, ReduceOp::Sum);
+      tpg.all_reduce(target_logit, ReduceOp::Sum);
+      kernels::cross_entropy_loss(row_max, sum_exp, target_logit, loss);
+    }
   }
 
   ctx->hidden = hidden;
@@ -293,9 +333,11 @@ Tensor GPTModel::loss_backward(Context& c, const Tensor& dlosses) {
   // dlogits overwrite the logits in place (the kernel reads each element before writing it).
   Tensor dlogits = ctx->logits;
   ctx->logits = Tensor();
+  const ProcessGroup& tpg = groups_.tp;
   {
     phase_timer::Scope t("backward/cross_entropy");
-    kernels::cross_entropy_backward(dlogits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits, 0);
+    kernels::cross_entropy_backward(dlogits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits, vocab_start(), 0.0,
+                                    padded_vocab_);
   }
 
   Parameter& w = output_weight();
@@ -305,9 +347,13 @@ Tensor GPTModel::loss_backward(Context& c, const Tensor& dlosses) {
     kernels::linear_backward(ctx->hidden, w.value, dlogits, &dh, &w.main_grad, nullptr, /*accumulate_grads=*/true);
   }
   dlogits = Tensor();
+  // Column-parallel output layer: dx summed over tp (sequence parallel: reduce-scattered).
+  Tensor dhs = dh.reshape({s, b, cfg_.hidden_size});
+  if (tpg.size() > 1)
+    dhs = opt_.sequence_parallel ? tp::reduce_scatter_dim0(dhs, tpg) : tp::all_reduce_sum(dhs, tpg);
 
   phase_timer::Scope t("backward/final_norm");
-  return final_norm_->backward(ctx->final_norm, dh.reshape({s, b, cfg_.hidden_size}));
+  return final_norm_->backward(ctx->final_norm, dhs);
 }
 
 KVCache GPTModel::make_kv_cache(int64_t batch, int64_t max_seq) const {
@@ -326,6 +372,8 @@ KVCache GPTModel::make_kv_cache(int64_t batch, int64_t max_seq) const {
 
 Tensor GPTModel::logits_for(const Tensor& tokens, KVCache* cache, int64_t position_offset) {
   STRATA_CHECK(tokens.dim() == 2, "GPTModel::logits_for: tokens must be [b, s], got ", tokens.shape().str());
+  STRATA_CHECK(groups_.tp.size() == 1, "GPTModel::logits_for: generation with tensor parallelism (tp size ",
+               groups_.tp.size(), ") is not supported; load the checkpoint at tensor_model_parallel_size 1");
   STRATA_CHECK(cache || position_offset == 0, "GPTModel::logits_for: position_offset ", position_offset,
                " needs a KV cache holding the earlier positions");
   if (cache) {

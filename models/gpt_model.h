@@ -5,6 +5,10 @@
 // Precision: f32, or bf16 (bf16 parameter values and activations, f32 main grads, f32
 // softmax statistics and loss); f64 is accepted for reference checks (f64 grads and losses).
 // Parameter names are Megatron-Core GPTModel state-dict names (TE-fused layer norms).
+// Tensor parallelism (groups.tp): vocab-parallel embedding, column/row-parallel layers, the output
+// layer column-parallel over the vocabulary (tied: the embedding shard), vocab-parallel cross
+// entropy; with sequence_parallel the activations between TP regions are [s/tp, b, h] shards.
+// Losses and gradients equal the unsharded model's (see docs/parallelism.md).
 // Reference: Megatron-Core models/gpt/gpt_model.py, transformer/transformer_block.py,
 // tensor_parallel/cross_entropy.py; llm.c gpt2_forward/gpt2_backward.
 #pragma once
@@ -41,6 +45,7 @@ struct GPTModelOptions {
   int64_t num_layers = -1;
   bool pre_process = true;
   bool post_process = true;
+  bool sequence_parallel = false;  // parallel.sequence_parallel (needs groups.tp.size() > 1)
 };
 
 class GPTModel : public LanguageModel {
@@ -78,6 +83,8 @@ class GPTModel : public LanguageModel {
   DType dtype() const { return opt_.dtype; }
   Device device() const { return opt_.device; }
   int64_t padded_vocab() const { return padded_vocab_; }
+  // First global vocabulary row of this rank's output-layer / embedding shard (0 without TP).
+  int64_t vocab_start() const { return padded_vocab_ / groups_.tp.size() * groups_.tp.rank(); }
   bool tied() const { return !cfg_.untie_embeddings_and_output_weights; }
   // The output projection weight [padded_vocab, h]: the word embeddings when tied (their copy on
   // a last pipeline stage). post_process only.

@@ -2,8 +2,12 @@
 // `name` is the canonical global name (ARCHITECTURE decision 7: Megatron-Core's state-dict names,
 // e.g. "embedding.word_embeddings.weight", "decoder.layers.3.self_attention.linear_qkv.weight",
 // "decoder.final_layernorm.weight", "output_layer.weight"), identical under every parallel layout;
-// `global_shape` and `slice` say which part of the global tensor this rank holds (the whole tensor
-// until tensor/pipeline parallelism lands).
+// `global_shape` and `slice` say which part of the global tensor this rank holds.
+// Tensor-parallel shards (parallel/tensor_parallel.h): `tensor_parallel` marks a parameter split
+// over the tp group (Megatron's tensor_model_parallel attribute); replicated ones are identical on
+// every tp rank. A shard is usually one block of the global tensor (`slice`); a SwiGLU linear_fc1
+// shard is two ([gate_r; up_r]): then `blocks` lists them in order — the local value is their
+// concatenation along dim 0, each block an equal part of it, and `slice` is blocks[0].
 #pragma once
 #include <string>
 #include <vector>
@@ -19,6 +23,8 @@ struct Parameter {
   Tensor main_grad;          // f32 gradient, accumulated over micro-batches (Megatron main_grad)
   Shape global_shape;        // shape of the unsharded parameter
   GlobalSlice slice;         // this rank's part of it (GlobalSlice::whole() when unsharded)
+  std::vector<GlobalSlice> blocks;  // several blocks along dim 0 (SwiGLU fc1 under tp); else empty
+  bool tensor_parallel = false;     // sharded over the tp group (else replicated on every tp rank)
   bool no_weight_decay = false;  // biases and 1-d parameters (norm weights): Megatron's rule
   double init_std = 0.0;     // N(0, init_std) at init (0: constant init, see init_value)
   double init_value = 0.0;   // constant init value when init_std == 0 (norm gamma = 1, bias = 0)
@@ -30,7 +36,12 @@ struct Parameter {
 // Initialise a parameter from the counter-based RNG keyed by (seed, hash(name)) so every shard of
 // it draws its slice of the global tensor (ARCHITECTURE decision 3).
 inline void init_parameter(Parameter& p, uint64_t seed) {
-  if (p.init_std > 0) {
+  if (p.init_std > 0 && !p.blocks.empty()) {
+    const int64_t rows = p.value.size(0) / static_cast<int64_t>(p.blocks.size());
+    for (size_t i = 0; i < p.blocks.size(); ++i)
+      fill_normal(p.value.narrow(0, static_cast<int64_t>(i) * rows, rows),
+                  philox::Key{seed, philox::stream_id(p.name.c_str())}, 0.0, p.init_std, p.blocks[i]);
+  } else if (p.init_std > 0) {
     fill_normal(p.value, philox::Key{seed, philox::stream_id(p.name.c_str())}, 0.0, p.init_std, p.slice);
   } else {
     p.value.fill_(p.init_value);

@@ -8,6 +8,7 @@
 #include "core/phase_timer.h"
 #include "kernels/reduce.h"
 #include "training/grad_buffer.h"
+#include "parallel/tensor_parallel.h"
 
 namespace strata {
 
@@ -73,11 +74,13 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   for (ParamState& s : states_) grads.push_back(s.param->main_grad.flatten().narrow(0, s.offset, s.master.numel()));
 
   // Global grad norm (Megatron get_grad_norm_fp32). Distributed optimizer: each rank's owned
-  // segments, summed over dp. Shared copies (tied embeddings on the last stage) are counted by
-  // their owner; the sum of squares is summed over model-parallel ranks.
+  // segments, summed over dp. Tensor-parallel duplicates (replicated parameters on tp ranks > 0)
+  // and shared copies (tied embeddings on the last stage) are not counted; the sum of squares is
+  // summed over the model-parallel group.
   std::vector<Tensor> norm_grads;
   for (size_t i = 0; i < states_.size(); ++i)
-    if (!states_[i].param->shared_copy) norm_grads.push_back(grads[i]);
+    if (!states_[i].param->shared_copy && tp::counts_in_grad_norm(*states_[i].param, tp_rank_))
+      norm_grads.push_back(grads[i]);
   Tensor sumsq = Tensor::zeros({1}, DType::F64, dev);
   {
     phase_timer::Scope t("optimizer/grad_norm");

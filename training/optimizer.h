@@ -71,7 +71,13 @@ class AdamWOptimizer {
   // The model-parallel group (tp × pp) the grad norm's sum of squares and the zero count are
   // summed over (Megatron get_grad_norm_fp32 over the model-parallel group); shared copies
   // (Parameter::shared_copy) are left out of both, so every parameter counts once.
-  void set_model_parallel_group(ProcessGroup mp) { mp_ = std::move(mp); }
+  // mp: the model-parallel group (tp × pp) the grad norm and num-zeros are summed over;
+  // tensor_parallel_rank: replicated parameters (!Parameter::tensor_parallel) count only on tp
+  // rank 0 (Megatron param_is_not_tensor_parallel_duplicate).
+  void set_model_parallel_group(ProcessGroup mp, int tensor_parallel_rank = 0) {
+    mp_ = std::move(mp);
+    tp_rank_ = tensor_parallel_rank;
+  }
 
   // Copy the master weights from the current Parameter values (after loading weights only).
   void reset_masters_from_values();
@@ -109,6 +115,7 @@ class AdamWOptimizer {
   AdamWSettings settings_;
   ProcessGroup dp_;
   ProcessGroup mp_ = ProcessGroup::single("mp");
+  int tp_rank_ = 0;
   const GradBuffer* sharding_ = nullptr;
   std::vector<ParamState> checkpoint_states_;  // full-size (sharded optimizer only)
   double comm_seconds_ = 0.0;

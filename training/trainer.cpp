@@ -100,7 +100,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   grad_buffer_ = std::make_unique<GradBuffer>(params_, dp, gbo);
   optimizer_ = std::make_unique<AdamWOptimizer>(params_, adam_settings(cfg_), dp,
                                                 gbo.distributed_optimizer ? grad_buffer_.get() : nullptr);
-  optimizer_->set_model_parallel_group(options_.model_parallel);
+  optimizer_->set_model_parallel_group(options_.model_parallel, options_.groups.tp.rank());
   logging_rank_ = options_.groups.global_rank == options_.groups.world_size - 1;
 
   if (logging_rank_) {

@@ -1,6 +1,10 @@
 // GPT input embedding: word embeddings over the padded vocabulary (+ learned absolute position
 // embeddings when position_embedding_type = learned_absolute), then embedding dropout with
-// p = hidden_dropout. Output in Megatron's [s, b, h] layout. The word-embedding table doubles as
+// p = hidden_dropout. Output in Megatron's [s, b, h] layout. Tensor parallelism
+// (VocabParallelEmbedding): each rank holds rows [r·V/tp, (r+1)·V/tp) of the padded table, looks
+// up the ids in its range (zeros elsewhere) and the partial outputs are all-reduced over tp
+// (sequence parallel: reduce-scattered, output [s/tp, b, h]; positions, embedding dropout and the
+// position-embedding gradient, summed over tp, then refer to the local rows). The word-embedding table doubles as
 // the output layer weight when embeddings are tied.
 // Reference: Megatron-Core models/common/embeddings/language_model_embedding.py
 // (LanguageModelEmbedding), tensor_parallel/layers.py (VocabParallelEmbedding).
@@ -28,6 +32,7 @@ class VocabEmbedding {
   // dy: [s, b, h]: adds the word (and position) embedding gradients into main_grad.
   void backward(const Saved& saved, const Tensor& dy);
   void collect(std::vector<Parameter*>& out);
+  int64_t vocab_start() const { return vocab_start_; }
 
   Parameter word_embeddings;      // [padded_vocab, h]
   Parameter position_embeddings;  // [max_position_embeddings, h], learned_absolute only
@@ -36,6 +41,8 @@ class VocabEmbedding {
  private:
   int64_t h_, vocab_, padded_vocab_, max_positions_;
   double dropout_p_;
+  bool sequence_parallel_ = false;
+  int64_t vocab_start_ = 0;  // first global row of this rank's word-embedding shard
   ProcessGroup tp_;
 };
 

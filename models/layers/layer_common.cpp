@@ -42,8 +42,11 @@ DropoutSpec DropoutKeys::hidden(double p, int64_t layer, DropoutSite site, const
                batch_offset, " with ", x.size(1), " samples does not fit a global batch of ", gb);
   d.p = p;
   d.key = key(layer, site);
-  d.slice.global_shape = Shape{x.size(0), gb, x.size(2)};
-  d.slice.start = Shape{0, batch_offset, 0};
+  const int64_t gs = global_seq > 0 ? global_seq : x.size(0);
+  STRATA_CHECK(seq_offset >= 0 && seq_offset + x.size(0) <= gs, "hidden dropout: sequence rows at offset ",
+               seq_offset, " with ", x.size(0), " positions do not fit a sequence of ", gs);
+  d.slice.global_shape = Shape{gs, gb, x.size(2)};
+  d.slice.start = Shape{seq_offset, batch_offset, 0};
   return d;
 }
 

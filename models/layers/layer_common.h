@@ -20,6 +20,9 @@ namespace strata::layers {
 struct LayerEnv {
   DType dtype = DType::F32;
   Device device = Device::cpu();
+  // Sequence parallelism (tp > 1): activations between the tensor-parallel regions are
+  // [s/tp, b, h] shards of the sequence; norms run on them and reduce their gradients over tp.
+  bool sequence_parallel = false;
   DType grad_dtype() const { return dtype == DType::F64 ? DType::F64 : DType::F32; }
 };
 
@@ -53,6 +56,10 @@ struct DropoutKeys {
   int64_t batch_offset = 0;  // index of this micro-batch's sample 0 within the global batch
   int64_t global_batch = 0;  // samples per step (>= batch_offset + b)
   bool training = false;     // dropout only while training
+  // Sequence parallelism: hidden states are rows [seq_offset, seq_offset + s) of a sequence of
+  // global_seq positions (0: the local s), so shards draw the unsharded run's masks.
+  int64_t seq_offset = 0;
+  int64_t global_seq = 0;
   // Stream id of (step, layer, site): FNV-1a over the three integers.
   philox::Key key(int64_t layer, DropoutSite site) const;
   // Hidden dropout on a [s, b, h] activation of `layer` at `site`.

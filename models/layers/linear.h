@@ -1,7 +1,17 @@
-// Linear layer y = x·wᵀ + b with w in [out, in] (Megatron-Core ColumnParallelLinear /
-// RowParallelLinear at tensor-parallel size 1; the tp group is kept for sharding later).
+// Linear layer y = x·wᵀ + b with w in [out, in], replicated or tensor-parallel with Megatron-Core
+// ColumnParallelLinear / RowParallelLinear semantics over the tp group:
+//   Column: weight [out/tp, in] (rows of the global weight), bias [out/tp], output sharded on the
+//           last dim. Forward: identity on x (sequence parallel: all-gather x along the sequence,
+//           dim 0). Backward: dx all-reduced over tp (sequence parallel: reduce-scattered).
+//           `chunks` > 1 splits the global output into that many equal chunks and shards each
+//           (SwiGLU linear_fc1: [gate; up] → each rank holds [gate_r; up_r]).
+//   Row:    weight [out, in/tp] (columns), input sharded on the last dim, bias [out] replicated
+//           and added after the reduction. Forward: all-reduce y (sequence parallel:
+//           reduce-scatter along the sequence). Backward: dy all-gathered along the sequence under
+//           sequence parallel (so the bias gradient is the full one on every rank).
+//   Replicated: plain linear (tp size 1: bit-identical to the unsharded layer).
 // Backward accumulates dw, db into the parameters' main_grad (f32, f64 for an f64 model).
-// Reference: Megatron-Core tensor_parallel/layers.py, llm.c matmul_forward/matmul_backward.
+// Reference: Megatron-Core tensor_parallel/layers.py, mappings.py; llm.c matmul_forward/backward.
 #pragma once
 #include <string>
 #include <vector>
@@ -11,14 +21,19 @@
 
 namespace strata::layers {
 
+enum class TensorParallelMode { Replicated, Column, Row };
+
 class Linear {
  public:
-  // weight: [out, in] N(0, init_std); bias: [out] zeros when has_bias.
+  // in/out: global sizes. weight: [out, in] N(0, init_std) (this rank's shard of it); bias: zeros.
+  // Column/Row with tp size 1 behave as Replicated. env.sequence_parallel selects the sequence-
+  // parallel mappings (Column/Row only, tp > 1).
   Linear(const std::string& prefix, int64_t in, int64_t out, bool has_bias, double init_std, const LayerEnv& env,
-         const ProcessGroup& tp);
-  // x: [..., in] -> y: [..., out]
+         const ProcessGroup& tp, TensorParallelMode mode = TensorParallelMode::Replicated, int64_t chunks = 1);
+  // x: [..., in_features] -> y: [..., out_features] (sequence parallel: x and y are [s, b, ·]
+  // with the sequence sharded where the mode says).
   Tensor forward(const Tensor& x) const;
-  // x: [..., in] (the forward input), dy: [..., out] -> dx: [..., in] (undefined if !need_dx);
+  // x: the forward input, dy: like the forward output -> dx: like x (undefined if !need_dx);
   // adds dw, db into main_grad.
   Tensor backward(const Tensor& x, const Tensor& dy, bool need_dx = true);
   void collect(std::vector<Parameter*>& out);
@@ -26,10 +41,13 @@ class Linear {
   Parameter weight;
   Parameter bias;  // undefined value when !has_bias
   bool has_bias = false;
-  int64_t in_features = 0, out_features = 0;
+  int64_t in_features = 0, out_features = 0;  // this rank's weight shape [out_features, in_features]
 
  private:
+  bool sharded() const { return mode_ != TensorParallelMode::Replicated && tp_.size() > 1; }
   ProcessGroup tp_;
+  TensorParallelMode mode_ = TensorParallelMode::Replicated;
+  bool sequence_parallel_ = false;
 };
 
 }  // namespace strata::layers

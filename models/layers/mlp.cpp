@@ -10,12 +10,13 @@ namespace strata::layers {
 
 MLP::MLP(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp)
     : linear_fc1(prefix + ".linear_fc1", cfg.hidden_size, cfg.swiglu ? 2 * cfg.ffn() : cfg.ffn(), cfg.add_bias_linear,
-                 cfg.init_method_std, env, tp),
+                 cfg.init_method_std, env, tp, TensorParallelMode::Column, cfg.swiglu ? 2 : 1),
       linear_fc2(prefix + ".linear_fc2", cfg.ffn(), cfg.hidden_size, cfg.add_bias_linear,
-                 cfg.init_method_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers)), env, tp),
+                 cfg.init_method_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers)), env, tp,
+                 TensorParallelMode::Row),
       swiglu_(cfg.swiglu),
       openai_gelu_(cfg.openai_gelu),
-      ffn_(cfg.ffn()) {}
+      ffn_(linear_fc2.in_features) {}
 
 Tensor MLP::forward(const Tensor& x, Saved* saved) const {
   Tensor f = linear_fc1.forward(x);

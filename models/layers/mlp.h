@@ -1,6 +1,9 @@
 // MLP block of a GPT layer: linear_fc1 → activation → linear_fc2. Activation: GeLU (exact erf, as
 // Megatron's default F.gelu; tanh approximation with openai_gelu) or SwiGLU, where fc1 produces
 // [..., 2·ffn] = [gate | up] halves and the activation is silu(gate)·up (kernels::swiglu).
+// Tensor parallelism: linear_fc1 column-parallel (SwiGLU: each rank holds [gate_r; up_r], two
+// blocks of the global [2·ffn, h] weight), linear_fc2 row-parallel; the activation runs on the
+// rank's ffn/tp columns.
 // Reference: Megatron-Core transformer/mlp.py (MLP, glu), fusions/fused_bias_swiglu.py.
 #pragma once
 #include <string>
@@ -34,7 +37,7 @@ class MLP {
  private:
   bool swiglu_;
   bool openai_gelu_;
-  int64_t ffn_;
+  int64_t ffn_;  // this rank's ffn columns (ffn / tp)
 };
 
 }  // namespace strata::layers

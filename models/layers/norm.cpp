@@ -2,13 +2,18 @@
 #include "models/layers/norm.h"
 
 #include "core/error.h"
+#include "kernels/elementwise.h"
 #include "kernels/norm.h"
 
 namespace strata::layers {
 
 Norm::Norm(const std::string& weight_name, const std::string& bias_name, int64_t h, const ModelConfig& cfg,
-           const LayerEnv& env)
-    : kind_(cfg.normalization), h_(h), eps_(cfg.layernorm_epsilon), one_p_(cfg.apply_layernorm_1p) {
+           const LayerEnv& env, const ProcessGroup& sequence_parallel_group)
+    : kind_(cfg.normalization),
+      h_(h),
+      eps_(cfg.layernorm_epsilon),
+      one_p_(cfg.apply_layernorm_1p),
+      sp_(sequence_parallel_group) {
   weight = make_parameter(weight_name, Shape{h}, env, 0.0, one_p_ ? 0.0 : 1.0);
   if (kind_ == Normalization::LayerNorm) bias = make_parameter(bias_name, Shape{h}, env, 0.0, 0.0);
 }
@@ -36,11 +41,24 @@ Tensor Norm::backward(const Saved& s, const Tensor& dy) {
   Tensor dy2 = dy.contiguous().reshape(s.x.shape());
   Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
   kernels::NormOptions opt{eps_, one_p_};
+  const bool reduce = sp_.size() > 1;
+  // Sequence parallel: the local rows' gradients into zeroed buffers, summed over tp, then added.
+  Tensor dw = reduce ? Tensor::zeros(weight.main_grad.shape(), weight.main_grad.dtype(), dy.device()) : weight.main_grad;
+  Tensor db;
+  if (kind_ == Normalization::LayerNorm)
+    db = reduce ? Tensor::zeros(bias.main_grad.shape(), bias.main_grad.dtype(), dy.device()) : bias.main_grad;
   if (kind_ == Normalization::LayerNorm) {
-    kernels::layernorm_backward(dy2, s.x, weight.value, s.mean, s.rstd, dx, weight.main_grad, bias.main_grad, opt,
-                                /*accumulate=*/true);
+    kernels::layernorm_backward(dy2, s.x, weight.value, s.mean, s.rstd, dx, dw, db, opt, /*accumulate=*/true);
   } else {
-    kernels::rmsnorm_backward(dy2, s.x, weight.value, s.rstd, dx, weight.main_grad, opt, /*accumulate=*/true);
+    kernels::rmsnorm_backward(dy2, s.x, weight.value, s.rstd, dx, dw, opt, /*accumulate=*/true);
+  }
+  if (reduce) {
+    sp_.all_reduce(dw, ReduceOp::Sum);
+    kernels::add(weight.main_grad, dw, weight.main_grad);
+    if (db.defined()) {
+      sp_.all_reduce(db, ReduceOp::Sum);
+      kernels::add(bias.main_grad, db, bias.main_grad);
+    }
   }
   return dx.reshape(dy.shape());
 }

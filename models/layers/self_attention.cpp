@@ -16,22 +16,31 @@ SelfAttention::SelfAttention(const std::string& prefix, const ModelConfig& cfg, 
                              const ProcessGroup& tp)
     : linear_qkv(prefix + ".linear_qkv", cfg.hidden_size,
                  cfg.head_dim() * (cfg.num_attention_heads + 2 * cfg.query_groups()),
-                 cfg.add_bias_linear || cfg.add_qkv_bias, cfg.init_method_std, env, tp),
+                 cfg.add_bias_linear || cfg.add_qkv_bias, cfg.init_method_std, env, tp, TensorParallelMode::Column),
       linear_proj(prefix + ".linear_proj", cfg.head_dim() * cfg.num_attention_heads, cfg.hidden_size,
                   cfg.add_bias_linear, cfg.init_method_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers)),
-                  env, tp),
+                  env, tp, TensorParallelMode::Row),
       h_(cfg.hidden_size),
-      np_(cfg.num_attention_heads),
-      ng_(cfg.query_groups()),
+      np_(cfg.num_attention_heads / tp.size()),
+      ng_(cfg.query_groups() / tp.size()),
       hn_(cfg.head_dim()),
+      global_heads_(cfg.num_attention_heads),
+      head_offset_(static_cast<int64_t>(tp.rank()) * (cfg.num_attention_heads / tp.size())),
       rope_(cfg.position_embedding_type == PositionEmbeddingType::Rope),
       rotary_percent_(cfg.rotary_percent),
       rotary_base_(static_cast<double>(cfg.rotary_base)),
       rotary_interleaved_(cfg.rotary_interleaved) {
+  STRATA_CHECK(cfg.num_attention_heads % tp.size() == 0 && cfg.query_groups() % tp.size() == 0, prefix,
+               ": num_attention_heads ", cfg.num_attention_heads, " and num_query_groups ", cfg.query_groups(),
+               " must be divisible by the tensor-parallel size ", tp.size());
   STRATA_CHECK(np_ % ng_ == 0, prefix, ": num_attention_heads ", np_, " not divisible by num_query_groups ", ng_);
   if (cfg.qk_layernorm) {
-    q_layernorm = std::make_unique<Norm>(prefix + ".q_layernorm.weight", prefix + ".q_layernorm.bias", hn_, cfg, env);
-    k_layernorm = std::make_unique<Norm>(prefix + ".k_layernorm.weight", prefix + ".k_layernorm.bias", hn_, cfg, env);
+    // Shared over the heads, which tp splits: their gradients are summed over tp.
+    const ProcessGroup reduce = tp.size() > 1 ? tp : ProcessGroup::single("tp");
+    q_layernorm =
+        std::make_unique<Norm>(prefix + ".q_layernorm.weight", prefix + ".q_layernorm.bias", hn_, cfg, env, reduce);
+    k_layernorm =
+        std::make_unique<Norm>(prefix + ".k_layernorm.weight", prefix + ".k_layernorm.bias", hn_, cfg, env, reduce);
   }
 }
 
@@ -47,9 +56,11 @@ kernels::RotaryOptions SelfAttention::rotary_options(int64_t position_offset) co
 Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) const {
   STRATA_CHECK(x.dim() == 3 && x.size(2) == h_, linear_qkv.weight.name, ": input ", x.shape().str(),
                " must be [s, b, ", h_, "]");
-  const int64_t s = x.size(0), b = x.size(1), per = np_ / ng_;
+  // Sequence parallel: x holds s/tp rows, linear_qkv gathers them (qkv covers the whole sequence).
+  Tensor qkv_flat = linear_qkv.forward(x);
+  const int64_t s = qkv_flat.size(0), b = x.size(1), per = np_ / ng_;
   // [s, b, ng·(per+2)·hn] viewed as [s, b, ng, per + 2, hn]: per group its queries, key, value.
-  Tensor qkv = linear_qkv.forward(x).reshape({s, b, ng_, per + 2, hn_});
+  Tensor qkv = qkv_flat.reshape({s, b, ng_, per + 2, hn_});
   Tensor q = qkv.narrow(3, 0, per).contiguous().reshape({s, b, np_, hn_});
   Tensor k = qkv.narrow(3, per, 1).contiguous().reshape({s, b, ng_, hn_});
   Tensor v = qkv.narrow(3, per + 1, 1).contiguous().reshape({s, b, ng_, hn_});
@@ -68,6 +79,8 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   p.dropout_p = run.dropout_p;
   p.dropout_key = run.dropout_key;
   p.global_batch_offset = run.global_batch_offset;
+  p.global_heads = global_heads_;  // tp: this rank's heads are [head_offset, head_offset + np)
+  p.head_offset = head_offset_;
   Tensor k_all = k, v_all = v;
   if (run.cache) {
     LayerKVCache& c = *run.cache;
@@ -102,7 +115,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
 
 Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
   STRATA_CHECK(sv.x.defined(), linear_qkv.weight.name, ": backward without a saved forward");
-  const int64_t s = sv.x.size(0), b = sv.x.size(1), per = np_ / ng_;
+  const int64_t s = sv.q.size(0), b = sv.q.size(1), per = np_ / ng_;
   Tensor dout = linear_proj.backward(sv.out.reshape({s, b, np_ * hn_}), dy).reshape({s, b, np_, hn_});
   Tensor dq = empty_like_shape(sv.q, sv.q.shape());
   Tensor dk = empty_like_shape(sv.k, sv.k.shape());

@@ -3,7 +3,10 @@
 // group: its np/ng query heads, then its key head, then its value head), optional qkv bias,
 // optional q_layernorm / k_layernorm (per head, over hn, before RoPE), rotary embedding on q and k,
 // causal GQA attention (kernels::attention_*) with attention dropout, linear_proj (+ bias).
-// Layout [s, b, h] throughout. Reference: Megatron-Core transformer/attention.py
+// Layout [s, b, h] throughout. Tensor parallelism: heads and query groups split over tp —
+// linear_qkv column-parallel (rank r holds query groups [r·ng/tp, (r+1)·ng/tp), one contiguous
+// block of rows of the per-group layout), linear_proj row-parallel, q/k layernorm replicated
+// (their gradients summed over tp), attention dropout keyed by the global head index. Reference: Megatron-Core transformer/attention.py
 // (SelfAttention.get_query_key_value_tensors), models/common/embeddings/rotary_pos_embedding.py.
 #pragma once
 #include <memory>
@@ -64,7 +67,8 @@ class SelfAttention {
 
  private:
   kernels::RotaryOptions rotary_options(int64_t position_offset) const;
-  int64_t h_, np_, ng_, hn_;
+  int64_t h_, np_, ng_, hn_;  // np_, ng_: this rank's heads and query groups (global / tp)
+  int64_t global_heads_, head_offset_;
   bool rope_;
   double rotary_percent_, rotary_base_;
   bool rotary_interleaved_;

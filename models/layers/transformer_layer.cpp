@@ -11,6 +11,11 @@ namespace strata::layers {
 namespace {
 std::string layer_prefix(int64_t i) { return "decoder.layers." + std::to_string(i); }
 
+// The group a norm on sequence shards reduces its gradients over (size 1 without sequence parallel).
+ProcessGroup sequence_parallel_group(const LayerEnv& env, const ParallelGroups& groups) {
+  return env.sequence_parallel && groups.tp.size() > 1 ? groups.tp : ProcessGroup::single("tp");
+}
+
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = empty_like_shape(a, a.shape());
   kernels::add(a, b, out);
@@ -21,10 +26,12 @@ Tensor add(const Tensor& a, const Tensor& b) {
 TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env,
                                    const ParallelGroups& groups)
     : input_layernorm(layer_prefix(index) + ".self_attention.linear_qkv.layer_norm_weight",
-                      layer_prefix(index) + ".self_attention.linear_qkv.layer_norm_bias", cfg.hidden_size, cfg, env),
+                      layer_prefix(index) + ".self_attention.linear_qkv.layer_norm_bias", cfg.hidden_size, cfg, env,
+                      sequence_parallel_group(env, groups)),
       self_attention(layer_prefix(index) + ".self_attention", cfg, env, groups.tp),
       pre_mlp_layernorm(layer_prefix(index) + ".mlp.linear_fc1.layer_norm_weight",
-                        layer_prefix(index) + ".mlp.linear_fc1.layer_norm_bias", cfg.hidden_size, cfg, env),
+                        layer_prefix(index) + ".mlp.linear_fc1.layer_norm_bias", cfg.hidden_size, cfg, env,
+                        sequence_parallel_group(env, groups)),
       mlp(layer_prefix(index) + ".mlp", cfg, env, groups.tp),
       index_(index),
       name_(layer_prefix(index)),

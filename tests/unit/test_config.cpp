@@ -205,6 +205,10 @@ TEST_CASE("config: bad configs fail in validate() naming the field", "[config]")
        2,
        "model.seq_length: 130 is not divisible by 2 x parallel.context_parallel_size"},
       {{"parallel.sequence_parallel=true"}, {}, "parallel.sequence_parallel: needs"},
+      {{"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true", "model.seq_length=127"},
+       2,
+       "model.seq_length: 127 is not divisible by parallel.tensor_model_parallel_size (2), needed by "
+       "parallel.sequence_parallel"},
       {{"optimizer.lr=1e-4", "optimizer.min_lr=1e-3"}, {}, "optimizer.min_lr"},
       {{"optimizer.lr=null"}, {}, "optimizer.lr: required"},
       {{"optimizer.lr_warmup_iters=2000", "training.train_iters=1000"}, {}, "optimizer.lr_warmup_iters"},
