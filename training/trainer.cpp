@@ -80,6 +80,9 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   pipeline_ = options_.pipeline;
   if (pipeline_.chunks.empty()) pipeline_.chunks = {&model_};
   STRATA_CHECK(pipeline_.chunks.front() == &model_, "trainer: TrainerOptions.pipeline.chunks[0] must be the model");
+  STRATA_CHECK(options_.groups.tp.size() == 1 || (!cfg_.checkpoint.save && !cfg_.checkpoint.load),
+               "trainer: checkpoint.save / checkpoint.load with parallel.tensor_model_parallel_size > 1 are not "
+               "supported yet (each tensor-parallel rank holds part of the parameters)");
   STRATA_CHECK(pipeline_.pp.size() == 1 || (!cfg_.checkpoint.save && !cfg_.checkpoint.load),
                "trainer: checkpoint.save / checkpoint.load with parallel.pipeline_model_parallel_size > 1 are not "
                "supported yet (each pipeline rank holds part of the parameters)");
