@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -58,6 +59,13 @@ inline CliResult run_cli(std::vector<std::string> args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// A per-process scratch directory under the system temp dir: <tmp>/<prefix><pid>, created.
+inline std::filesystem::path process_temp_dir(const std::string& prefix) {
+  auto d = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));
+  std::filesystem::create_directories(d);
+  return d;
 }
 
 }  // namespace strata::test

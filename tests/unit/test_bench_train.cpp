@@ -23,11 +23,7 @@ using strata::test::CliResult;
 using strata::test::run_cli;
 
 namespace {
-std::filesystem::path temp_dir() {
-  auto d = std::filesystem::temp_directory_path() / ("strata_test_bench_" + std::to_string(getpid()));
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::filesystem::path temp_dir() { return strata::test::process_temp_dir("strata_test_bench_"); }
 
 // 1 layer, hidden 32, vocab 300 (padded to 384), seq 16, batch 2, mock byte-level tokens.
 std::string tiny_config() {

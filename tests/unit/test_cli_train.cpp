@@ -25,11 +25,7 @@ using strata::test::run_cli;
 namespace {
 
 
-std::filesystem::path temp_dir() {
-  auto d = std::filesystem::temp_directory_path() / ("strata_test_cli_" + std::to_string(getpid()));
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::filesystem::path temp_dir() { return strata::test::process_temp_dir("strata_test_cli_"); }
 
 std::string write_file(const std::string& name, const std::string& text) {
   const auto p = temp_dir() / name;
