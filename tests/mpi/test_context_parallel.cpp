@@ -8,7 +8,7 @@
 //   - layout equivalence of a tiny GPT trained by the real Trainer (f32, hidden and attention
 //     dropout 0.1, 10 steps): CP2 (np 2) with LayerNorm/GeLU/learned positions/tied and with
 //     RMSNorm/SwiGLU/GQA/RoPE/qk-norm/untied, for both cp_comm_type values; CP2×TP2 with sequence
-//     parallelism and CP2×DP2 (np 4). Losses within 1e-5 relative of the single-rank run, gradients
+//     parallelism, CP2×DP2 and CP2×PP2 (np 4). Losses within 1e-5 relative of the single-rank run, gradients
 //     after step 1 (gathered over tp to global tensors) within 1e-5 of the tensor's largest
 //     element, grad norms within 1e-5 relative.
 // Tags: [cp] needs 2 ranks (ctest mpi_cp_np2), [cp4] 4 ranks (mpi_cp_np4).
@@ -230,6 +230,11 @@ TEST_CASE("cp layout equivalence: CP2 x TP2 with sequence parallelism", "[cp4]")
 
 TEST_CASE("cp layout equivalence: CP2 x DP2", "[cp4]") {
   check_equivalence(kGelu, {"parallel.context_parallel_size=2", "parallel.cp_comm_type=p2p"});
+}
+
+TEST_CASE("cp layout equivalence: CP2 x PP2 (stages exchange the local shard)", "[cp4]") {
+  check_equivalence(kSwiglu, {"parallel.context_parallel_size=2", "parallel.pipeline_model_parallel_size=2",
+                              "parallel.cp_comm_type=all_gather"});
 }
 
 TEST_CASE("cp generation is rejected with a clear error", "[cp]") {
