@@ -191,7 +191,7 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   sched.batch = [&](int64_t mb) -> const Batch& { return batches[static_cast<size_t>(mb)]; };
   sched.loss_func = [&](int64_t mb, const Tensor& losses) {
     const Batch& batch = batches[static_cast<size_t>(mb)];
-    const auto [sum, valid] = masked_sum(losses, batch.loss_mask);
+    const double sum = masked_sum(losses, batch.loss_mask).first;
     double scale;
     if (cfg_.training.calculate_per_token_loss) {
       scale = 1.0 / std::max(global_valid, 1.0);
@@ -200,7 +200,6 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
       // Megatron: the loss of the whole sequence (token count summed over cp), times cp because
       // the gradients are averaged over dp × cp; this rank's share of the loss sum.
       const double seq_valid = std::max(mb_valid[static_cast<size_t>(mb)], 1.0);
-      (void)valid;
       scale = static_cast<double>(cpg.size()) / (seq_valid * static_cast<double>(num_micro_batches_));
       loss_sum += sum / seq_valid;
     }
