@@ -43,6 +43,7 @@ GPTModelOptions options_from(const StrataConfig& cfg, Device device) {
   o.seed = static_cast<uint64_t>(cfg.training.seed);
   o.global_batch_size = cfg.training.global_batch_size.value_or(0);
   o.sequence_parallel = cfg.parallel.sequence_parallel;
+  o.cp_comm_type = cfg.parallel.cp_comm_type;
   return o;
 }
 DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
@@ -82,11 +83,10 @@ GPTModel::GPTModel(const ModelConfig& cfg_in, const GPTModelOptions& options, co
                "GPTModel: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
   STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
                "GPTModel: model.vocab_size must be set (resolved from the tokenizer)");
-  STRATA_CHECK(groups_.cp.size() == 1, "GPTModel: context parallelism is not implemented yet");
   const int64_t tp = groups_.tp.size();
   STRATA_CHECK(!opt_.sequence_parallel || tp > 1, "GPTModel: parallel.sequence_parallel needs tensor_model_parallel_size > 1");
   padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, tp);
-  const LayerEnv env{opt_.dtype, opt_.device, opt_.sequence_parallel && tp > 1};
+  const LayerEnv env{opt_.dtype, opt_.device, opt_.sequence_parallel && tp > 1, opt_.cp_comm_type};
   const ProcessGroup sp_group = env.sequence_parallel ? groups_.tp : ProcessGroup::single("tp");
   // Pipeline stage (whole model by default).
   if (opt_.num_layers < 0) {
@@ -176,6 +176,8 @@ Tensor GPTModel::run_decoder(const Tensor& tokens, int64_t position_offset, cons
                              KVCache* cache, Context* ctx) {
   STRATA_CHECK(opt_.pre_process && opt_.post_process,
                "GPTModel: generation needs the whole model (pipeline parallelism is for training)");
+  STRATA_CHECK(groups_.cp.size() == 1, "GPTModel: generation with context parallelism (cp size ", groups_.cp.size(),
+               ") is not supported; load the checkpoint at context_parallel_size 1");
   Tensor x = embedding_->forward(tokens, position_offset, keys, ctx ? &ctx->embedding : nullptr);
   x = run_layers(x, position_offset, keys, cache, ctx);
   return final_norm_->forward(x, ctx ? &ctx->final_norm : nullptr);
@@ -208,8 +210,12 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
   STRATA_CHECK(batch.tokens.dim() == 2 && batch.labels.defined() && batch.labels.shape() == batch.tokens.shape(),
                "GPTModel::forward: tokens ", batch.tokens.shape().str(), " and labels must both be [b, s]");
   STRATA_CHECK(batch.labels.dtype() == DType::I64, "GPTModel::forward: labels must be i64");
+  // s: this rank's sequence (context parallelism: its two chunks of a sequence of s·cp tokens).
   const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
-  STRATA_CHECK(s <= cfg_.max_positions(), "GPTModel::forward: sequence length ", s,
+  const int cp = groups_.cp.size();
+  STRATA_CHECK(cp == 1 || s % 2 == 0, "GPTModel::forward: a context-parallel rank's sequence of ", s,
+               " tokens must be two equal chunks (split the batch with cp::split_batch)");
+  STRATA_CHECK(s * cp <= cfg_.max_positions(), "GPTModel::forward: sequence length ", s * cp,
                " exceeds max_position_embeddings ", cfg_.max_positions());
   const Device dev = opt_.device;
   const ProcessGroup& tpg = groups_.tp;
@@ -227,6 +233,8 @@ Tensor GPTModel::forward(ForwardContext& base, const Batch& batch) {
     keys.global_seq = s;
     keys.seq_offset = tpg.rank() * (s / tpg.size());
   }
+  keys.cp_size = cp;  // the (local) sequence above is cp rank r's chunks r and 2cp−1−r
+  keys.cp_rank = groups_.cp.rank();
 
   Tensor x;
   if (opt_.pre_process) {
@@ -374,6 +382,8 @@ Tensor GPTModel::logits_for(const Tensor& tokens, KVCache* cache, int64_t positi
   STRATA_CHECK(tokens.dim() == 2, "GPTModel::logits_for: tokens must be [b, s], got ", tokens.shape().str());
   STRATA_CHECK(groups_.tp.size() == 1, "GPTModel::logits_for: generation with tensor parallelism (tp size ",
                groups_.tp.size(), ") is not supported; load the checkpoint at tensor_model_parallel_size 1");
+  STRATA_CHECK(groups_.cp.size() == 1, "GPTModel::logits_for: generation with context parallelism (cp size ",
+               groups_.cp.size(), ") is not supported; load the checkpoint at context_parallel_size 1");
   STRATA_CHECK(cache || position_offset == 0, "GPTModel::logits_for: position_offset ", position_offset,
                " needs a KV cache holding the earlier positions");
   if (cache) {

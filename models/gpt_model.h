@@ -8,6 +8,9 @@
 // Tensor parallelism (groups.tp): vocab-parallel embedding, column/row-parallel layers, the output
 // layer column-parallel over the vocabulary (tied: the embedding shard), vocab-parallel cross
 // entropy; with sequence_parallel the activations between TP regions are [s/tp, b, h] shards.
+// Context parallelism (groups.cp): forward takes this cp rank's part of the batch
+// (parallel/context_parallel.h split_batch: chunks r and 2cp−1−r of every sequence) and returns the
+// per-token losses of those tokens; positions, dropout masks and attention use global positions.
 // Losses and gradients equal the unsharded model's (see docs/parallelism.md).
 // Reference: Megatron-Core models/gpt/gpt_model.py, transformer/transformer_block.py,
 // tensor_parallel/cross_entropy.py; llm.c gpt2_forward/gpt2_backward.
@@ -46,6 +49,7 @@ struct GPTModelOptions {
   bool pre_process = true;
   bool post_process = true;
   bool sequence_parallel = false;  // parallel.sequence_parallel (needs groups.tp.size() > 1)
+  CpCommType cp_comm_type = CpCommType::AllGather;  // parallel.cp_comm_type (groups.cp.size() > 1)
 };
 
 class GPTModel : public LanguageModel {

@@ -29,6 +29,9 @@ config::SectionFields<ParallelConfig> parallel_config_fields() {
   f.add("context_parallel_size", &P::context_parallel_size,
         "Context-parallel group size (cp): the sequence is split over cp ranks.")
       .check(positive());
+  f.add_enum("cp_comm_type", &P::cp_comm_type, kCpCommTypeNames,
+             "Context-parallel K/V exchange: all_gather (K, V all-gathered over cp) or p2p (ring of batched "
+             "send/recv with log-sum-exp merging of partial attention).");
   f.add("expert_model_parallel_size", &P::expert_model_parallel_size, "Expert-parallel group size (ep) for MoE.")
       .check(positive());
   f.add("expert_tensor_parallel_size", &P::expert_tensor_parallel_size,

@@ -12,6 +12,13 @@
 
 namespace strata {
 
+// How context-parallel attention exchanges K and V (Megatron/TE cp_comm_type; parallel/context_parallel.h).
+enum class CpCommType { AllGather, P2P };
+inline constexpr config::EnumName<CpCommType> kCpCommTypeNames[] = {
+    {CpCommType::AllGather, "all_gather"},
+    {CpCommType::P2P, "p2p"},
+};
+
 struct ParallelConfig {
   int64_t tensor_model_parallel_size = 1;
   int64_t pipeline_model_parallel_size = 1;
@@ -19,6 +26,7 @@ struct ParallelConfig {
   std::optional<int64_t> num_layers_in_first_pipeline_stage;    // null → even split
   std::optional<int64_t> num_layers_in_last_pipeline_stage;     // null → even split
   int64_t context_parallel_size = 1;
+  CpCommType cp_comm_type = CpCommType::AllGather;
   int64_t expert_model_parallel_size = 1;
   std::optional<int64_t> expert_tensor_parallel_size;  // null → tensor_model_parallel_size
   bool sequence_parallel = false;

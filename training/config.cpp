@@ -297,6 +297,11 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
     throw ConfigError("model.seq_length", str(model.seq_length) +
                                               " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel");
+  // Context + sequence parallelism: each cp rank's s/cp tokens are split again over tp.
+  if (parallel.sequence_parallel && cp > 1 && (model.seq_length / cp) % tp != 0)
+    throw ConfigError("model.seq_length", str(model.seq_length) + " / parallel.context_parallel_size (" + str(cp) +
+                                              ") is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
+                                              "), needed by parallel.sequence_parallel with context parallelism");
   if (parallel.expert_model_parallel_size > 1)
     throw ConfigError(
         "parallel.expert_model_parallel_size",

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/phase_timer.h"
+#include "parallel/context_parallel.h"
 #include "training/checkpoint.h"
 #include "training/signals.h"
 
@@ -167,10 +168,16 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   std::vector<Batch> batches;
   batches.reserve(static_cast<size_t>(num_micro_batches_));
   double global_valid = 0.0;
+  // Context parallelism (Megatron get_batch_on_this_cp_rank): every cp rank reads the same
+  // micro-batch and keeps its two sequence chunks; each micro-batch's token count is summed over cp.
+  const ProcessGroup& cpg = options_.groups.cp;
+  std::vector<double> mb_valid;
   for (int64_t mb = 0; mb < num_micro_batches_; ++mb) {
-    batches.push_back(train_data_.next_microbatch(step, mb));
-    global_valid += masked_sum(batches.back().loss_mask, batches.back().loss_mask).second;
+    batches.push_back(cp::split_batch(train_data_.next_microbatch(step, mb), cpg.size(), cpg.rank()));
+    mb_valid.push_back(masked_sum(batches.back().loss_mask, batches.back().loss_mask).second);
+    global_valid += mb_valid.back();
   }
+  mb_valid = reduce_values(cpg, mb_valid, ReduceOp::Sum, comm_seconds_);
   // Megatron: with calculate_per_token_loss the token count is summed over dp × cp.
   if (cfg_.training.calculate_per_token_loss) global_valid = reduce_values(dp, {global_valid}, ReduceOp::Sum, comm_seconds_)[0];
 
@@ -184,14 +191,17 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   sched.batch = [&](int64_t mb) -> const Batch& { return batches[static_cast<size_t>(mb)]; };
   sched.loss_func = [&](int64_t mb, const Tensor& losses) {
     const Batch& batch = batches[static_cast<size_t>(mb)];
-    const auto [sum, valid] = masked_sum(losses, batch.loss_mask);
+    const double sum = masked_sum(losses, batch.loss_mask).first;
     double scale;
     if (cfg_.training.calculate_per_token_loss) {
       scale = 1.0 / std::max(global_valid, 1.0);
       loss_sum += sum;
     } else {
-      scale = 1.0 / (std::max(valid, 1.0) * static_cast<double>(num_micro_batches_));
-      loss_sum += sum / std::max(valid, 1.0);
+      // Megatron: the loss of the whole sequence (token count summed over cp), times cp because
+      // the gradients are averaged over dp × cp; this rank's share of the loss sum.
+      const double seq_valid = std::max(mb_valid[static_cast<size_t>(mb)], 1.0);
+      scale = static_cast<double>(cpg.size()) / (seq_valid * static_cast<double>(num_micro_batches_));
+      loss_sum += sum / seq_valid;
     }
     return scaled_mask(batch.loss_mask, scale, device);
   };
@@ -204,6 +214,9 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   grad_buffer_->set_reduce_op(cfg_.training.calculate_per_token_loss ? ReduceOp::Sum : ReduceOp::Avg);
   grad_buffer_->finish_grad_sync();
   finalize_model_grads(pipeline_);
+  // Context parallelism: each cp rank holds its tokens' part of the loss (per-token loss: summed over dp × cp below).
+  if (!cfg_.training.calculate_per_token_loss)
+    loss_sum = reduce_values(cpg, {loss_sum}, ReduceOp::Sum, comm_seconds_)[0];
   if (pipeline_.pp.size() > 1) {  // the last stage computed the loss (Megatron logs it there)
     Tensor t = Tensor::full({1}, loss_sum, DType::F64);
     pipeline_.pp.broadcast(t, pipeline_.pp.size() - 1);
@@ -226,7 +239,9 @@ EvalResult Trainer::evaluate(int64_t index) {
   for (int64_t k = 0; k < cfg_.training.eval_iters; ++k) {
     const int64_t step = index * cfg_.training.eval_iters + k + 1;
     std::vector<Batch> batches;
-    for (int64_t mb = 0; mb < num_micro_batches_; ++mb) batches.push_back(valid_data_->next_microbatch(step, mb));
+    for (int64_t mb = 0; mb < num_micro_batches_; ++mb)  // context parallelism: this cp rank's chunks
+      batches.push_back(cp::split_batch(valid_data_->next_microbatch(step, mb), options_.groups.cp.size(),
+                                        options_.groups.cp.rank()));
     ScheduleStep sched;
     sched.step = step;
     sched.num_micro_batches = num_micro_batches_;

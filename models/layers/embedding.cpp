@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace strata::layers {
@@ -63,11 +64,16 @@ Tensor VocabEmbedding::forward(const Tensor& tokens, int64_t position_offset, co
   y = y.reshape({s_local * b, h_});
   Tensor pos;
   if (learned_positions) {
-    STRATA_CHECK(position_offset >= 0 && position_offset + s <= max_positions_, "embedding: positions [",
-                 position_offset, ", ", position_offset + s, ") exceed max_position_embeddings ", max_positions_);
+    // Context parallelism: the tokens are this cp rank's two chunks of a sequence of s·cp positions.
+    const int64_t s_global = s * keys.cp_size;
+    STRATA_CHECK(position_offset >= 0 && position_offset + s_global <= max_positions_, "embedding: positions [",
+                 position_offset, ", ", position_offset + s_global, ") exceed max_position_embeddings ", max_positions_);
     std::vector<int64_t> p(static_cast<size_t>(s_local * b));
-    for (int64_t t = 0; t < s_local; ++t)
-      for (int64_t i = 0; i < b; ++i) p[static_cast<size_t>(t * b + i)] = position_offset + first + t;
+    for (int64_t t = 0; t < s_local; ++t) {
+      const int64_t row = first + t;
+      const int64_t g = keys.cp_size > 1 ? cp::global_position(row, s, keys.cp_size, keys.cp_rank) : row;
+      for (int64_t i = 0; i < b; ++i) p[static_cast<size_t>(t * b + i)] = position_offset + g;
+    }
     pos = Tensor::from_data(p, Shape{s_local * b}, dev);
     Tensor pe = Tensor::empty({s_local * b, h_}, y.dtype(), dev);
     kernels::embedding_forward(pos, position_embeddings.value, pe);

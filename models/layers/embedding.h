@@ -4,7 +4,8 @@
 // (VocabParallelEmbedding): each rank holds rows [r·V/tp, (r+1)·V/tp) of the padded table, looks
 // up the ids in its range (zeros elsewhere) and the partial outputs are all-reduced over tp
 // (sequence parallel: reduce-scattered, output [s/tp, b, h]; positions, embedding dropout and the
-// position-embedding gradient, summed over tp, then refer to the local rows). The word-embedding table doubles as
+// position-embedding gradient, summed over tp, then refer to the local rows). Context parallelism
+// (keys.cp_size > 1): the tokens are a cp rank's two sequence chunks; positions are their global ones. The word-embedding table doubles as
 // the output layer weight when embeddings are tied.
 // Reference: Megatron-Core models/common/embeddings/language_model_embedding.py
 // (LanguageModelEmbedding), tensor_parallel/layers.py (VocabParallelEmbedding).

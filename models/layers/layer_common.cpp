@@ -45,22 +45,52 @@ DropoutSpec DropoutKeys::hidden(double p, int64_t layer, DropoutSite site, const
   const int64_t gs = global_seq > 0 ? global_seq : x.size(0);
   STRATA_CHECK(seq_offset >= 0 && seq_offset + x.size(0) <= gs, "hidden dropout: sequence rows at offset ",
                seq_offset, " with ", x.size(0), " positions do not fit a sequence of ", gs);
-  d.slice.global_shape = Shape{gs, gb, x.size(2)};
-  d.slice.start = Shape{seq_offset, batch_offset, 0};
+  if (cp_size == 1) {
+    d.slice.global_shape = Shape{gs, gb, x.size(2)};
+    d.slice.start = Shape{seq_offset, batch_offset, 0};
+    return d;
+  }
+  // Context parallelism: local rows [seq_offset, seq_offset + s) of the two chunks, in global positions.
+  STRATA_CHECK(gs % 2 == 0, "hidden dropout: a context-parallel local sequence of ", gs, " rows is not two chunks");
+  const int64_t c = gs / 2, end = seq_offset + x.size(0);
+  const Shape global{gs * cp_size, gb, x.size(2)};
+  auto piece = [&](int64_t local_row) {
+    const int64_t g = local_row < c ? cp_rank * c + local_row : (2 * cp_size - 1 - cp_rank) * c + (local_row - c);
+    return GlobalSlice{global, Shape{g, batch_offset, 0}};
+  };
+  d.slice = piece(seq_offset);
+  if (seq_offset < c && end > c) {
+    d.split_row = c - seq_offset;
+    d.slice2 = piece(c);
+  }
   return d;
 }
 
 Tensor apply_dropout(const Tensor& x, const DropoutSpec& d) {
   if (!d.active()) return x;
   Tensor y = empty_like_shape(x, x.shape());
-  kernels::dropout_forward(x, y, d.p, d.key, d.slice);
+  if (d.split_row < 0) {
+    kernels::dropout_forward(x, y, d.p, d.key, d.slice);
+    return y;
+  }
+  const Tensor xc = x.contiguous();
+  const int64_t k = d.split_row, n = x.size(0) - k;
+  kernels::dropout_forward(xc.narrow(0, 0, k), y.narrow(0, 0, k), d.p, d.key, d.slice);
+  kernels::dropout_forward(xc.narrow(0, k, n), y.narrow(0, k, n), d.p, d.key, d.slice2);
   return y;
 }
 
 Tensor apply_dropout_backward(const Tensor& dy, const DropoutSpec& d) {
   if (!d.active()) return dy;
   Tensor dx = empty_like_shape(dy, dy.shape());
-  kernels::dropout_backward(dy, dx, d.p, d.key, d.slice);
+  if (d.split_row < 0) {
+    kernels::dropout_backward(dy, dx, d.p, d.key, d.slice);
+    return dx;
+  }
+  const Tensor dyc = dy.contiguous();
+  const int64_t k = d.split_row, n = dy.size(0) - k;
+  kernels::dropout_backward(dyc.narrow(0, 0, k), dx.narrow(0, 0, k), d.p, d.key, d.slice);
+  kernels::dropout_backward(dyc.narrow(0, k, n), dx.narrow(0, k, n), d.p, d.key, d.slice2);
   return dx;
 }
 

@@ -11,6 +11,7 @@
 #include "core/random.h"
 #include "core/tensor.h"
 #include "models/parameter.h"
+#include "parallel/parallel_config.h"
 
 namespace strata::layers {
 
@@ -23,6 +24,8 @@ struct LayerEnv {
   // Sequence parallelism (tp > 1): activations between the tensor-parallel regions are
   // [s/tp, b, h] shards of the sequence; norms run on them and reduce their gradients over tp.
   bool sequence_parallel = false;
+  // Context parallelism (the cp group given to the layers): how attention exchanges K and V.
+  CpCommType cp_comm_type = CpCommType::AllGather;
   DType grad_dtype() const { return dtype == DType::F64 ? DType::F64 : DType::F32; }
 };
 
@@ -37,10 +40,14 @@ inline Tensor empty_like_shape(const Tensor& t, const Shape& shape) {
 }
 
 // One dropout application: keep decisions drawn from (key, global index within `slice`).
+// Context parallelism: a rank's rows can be two pieces of the global sequence; then rows
+// [0, split_row) draw from `slice` and rows [split_row, s) from `slice2`.
 struct DropoutSpec {
   double p = 0.0;
   philox::Key key{};
   GlobalSlice slice = GlobalSlice::whole();
+  GlobalSlice slice2 = GlobalSlice::whole();
+  int64_t split_row = -1;  // < 0: one piece
   bool active() const { return p > 0.0; }
 };
 
@@ -60,6 +67,11 @@ struct DropoutKeys {
   // global_seq positions (0: the local s), so shards draw the unsharded run's masks.
   int64_t seq_offset = 0;
   int64_t global_seq = 0;
+  // Context parallelism: the sequence above (global_seq rows, or the local s) is cp rank
+  // cp_rank's local sequence, chunks cp_rank and 2·cp_size−1−cp_rank of a global sequence of
+  // global_seq·cp_size positions (parallel/context_parallel.h); masks are drawn there.
+  int cp_size = 1;
+  int cp_rank = 0;
   // Stream id of (step, layer, site): FNV-1a over the three integers.
   philox::Key key(int64_t layer, DropoutSite site) const;
   // Hidden dropout on a [s, b, h] activation of `layer` at `site`.

@@ -9,11 +9,12 @@
 #include "core/phase_timer.h"
 #include "kernels/attention.h"
 #include "kernels/rotary.h"
+#include "parallel/context_parallel.h"
 
 namespace strata::layers {
 
 SelfAttention::SelfAttention(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env,
-                             const ProcessGroup& tp)
+                             const ProcessGroup& tp, const ProcessGroup& cp)
     : linear_qkv(prefix + ".linear_qkv", cfg.hidden_size,
                  cfg.head_dim() * (cfg.num_attention_heads + 2 * cfg.query_groups()),
                  cfg.add_bias_linear || cfg.add_qkv_bias, cfg.init_method_std, env, tp, TensorParallelMode::Column),
@@ -29,7 +30,9 @@ SelfAttention::SelfAttention(const std::string& prefix, const ModelConfig& cfg, 
       rope_(cfg.position_embedding_type == PositionEmbeddingType::Rope),
       rotary_percent_(cfg.rotary_percent),
       rotary_base_(static_cast<double>(cfg.rotary_base)),
-      rotary_interleaved_(cfg.rotary_interleaved) {
+      rotary_interleaved_(cfg.rotary_interleaved),
+      cp_(cp),
+      cp_comm_type_(env.cp_comm_type) {
   STRATA_CHECK(cfg.num_attention_heads % tp.size() == 0 && cfg.query_groups() % tp.size() == 0, prefix,
                ": num_attention_heads ", cfg.num_attention_heads, " and num_query_groups ", cfg.query_groups(),
                " must be divisible by the tensor-parallel size ", tp.size());
@@ -53,6 +56,10 @@ kernels::RotaryOptions SelfAttention::rotary_options(int64_t position_offset) co
   return o;
 }
 
+Tensor SelfAttention::cp_positions(int64_t s, Device device) const {
+  return Tensor::from_data(cp::global_positions(s, cp_.size(), cp_.rank()), Shape{s}, device);
+}
+
 Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) const {
   STRATA_CHECK(x.dim() == 3 && x.size(2) == h_, linear_qkv.weight.name, ": input ", x.shape().str(),
                " must be [s, b, ", h_, "]");
@@ -69,8 +76,16 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
     q = q_layernorm->forward(q, saved ? &qn : nullptr);
     k = k_layernorm->forward(k, saved ? &kn : nullptr);
   }
+  const bool cp = cp_.size() > 1;
+  STRATA_CHECK(!cp || !run.cache, linear_qkv.weight.name,
+               ": KV-cache generation with context parallelism is not supported (use context_parallel_size 1)");
   if (rope_) {
     kernels::RotaryOptions ro = rotary_options(run.position_offset);
+    Tensor positions;
+    if (cp) {  // the local rows' global positions
+      positions = cp_positions(s, x.device());
+      ro.positions = &positions;
+    }
     kernels::rotary_forward(q, q, ro);
     kernels::rotary_forward(k, k, ro);
   }
@@ -103,7 +118,10 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   Tensor lse = Tensor::empty({b, np_, s}, lse_dtype, x.device());
   {
     phase_timer::Scope t("forward/layers/attention/core");
-    kernels::attention_forward(q, k_all, v_all, out, lse, p);
+    if (cp)
+      cp::attention_forward(q, k_all, v_all, out, lse, p, cp_, cp_comm_type_);
+    else
+      kernels::attention_forward(q, k_all, v_all, out, lse, p);
   }
   Tensor y = linear_proj.forward(out.reshape({s, b, np_ * hn_}));
   if (saved) {
@@ -122,10 +140,18 @@ Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
   Tensor dv = empty_like_shape(sv.v, sv.v.shape());
   {
     phase_timer::Scope t("backward/layers/attention/core");
-    kernels::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params);
+    if (cp_.size() > 1)
+      cp::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params, cp_, cp_comm_type_);
+    else
+      kernels::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params);
   }
   if (rope_) {
     kernels::RotaryOptions ro = rotary_options(sv.position_offset);
+    Tensor positions;
+    if (cp_.size() > 1) {
+      positions = cp_positions(s, dy.device());
+      ro.positions = &positions;
+    }
     kernels::rotary_backward(dq, dq, ro);
     kernels::rotary_backward(dk, dk, ro);
   }

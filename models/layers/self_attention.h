@@ -6,7 +6,10 @@
 // Layout [s, b, h] throughout. Tensor parallelism: heads and query groups split over tp —
 // linear_qkv column-parallel (rank r holds query groups [r·ng/tp, (r+1)·ng/tp), one contiguous
 // block of rows of the per-group layout), linear_proj row-parallel, q/k layernorm replicated
-// (their gradients summed over tp), attention dropout keyed by the global head index. Reference: Megatron-Core transformer/attention.py
+// (their gradients summed over tp), attention dropout keyed by the global head index.
+// Context parallelism (cp group of more than one rank): x holds this rank's two sequence chunks;
+// RoPE uses their global positions and the core attention runs over the sharded sequence
+// (parallel/context_parallel.h, K/V exchange env.cp_comm_type). Reference: Megatron-Core transformer/attention.py
 // (SelfAttention.get_query_key_value_tensors), models/common/embeddings/rotary_pos_embedding.py.
 #pragma once
 #include <memory>
@@ -50,7 +53,8 @@ class SelfAttention {
   };
 
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
-  SelfAttention(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp);
+  SelfAttention(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp,
+                const ProcessGroup& cp = ProcessGroup::single("cp"));
   // x: [s, b, h] -> [s, b, h]; saves into *saved when not null (not with a cache).
   Tensor forward(const Tensor& x, const Run& run, Saved* saved) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
@@ -67,11 +71,15 @@ class SelfAttention {
 
  private:
   kernels::RotaryOptions rotary_options(int64_t position_offset) const;
+  // Context parallelism: global positions [s] (i64, on `device`) of the s local rows.
+  Tensor cp_positions(int64_t s, Device device) const;
   int64_t h_, np_, ng_, hn_;  // np_, ng_: this rank's heads and query groups (global / tp)
   int64_t global_heads_, head_offset_;
   bool rope_;
   double rotary_percent_, rotary_base_;
   bool rotary_interleaved_;
+  ProcessGroup cp_;
+  CpCommType cp_comm_type_;
 };
 
 }  // namespace strata::layers

@@ -28,7 +28,7 @@ TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const 
     : input_layernorm(layer_prefix(index) + ".self_attention.linear_qkv.layer_norm_weight",
                       layer_prefix(index) + ".self_attention.linear_qkv.layer_norm_bias", cfg.hidden_size, cfg, env,
                       sequence_parallel_group(env, groups)),
-      self_attention(layer_prefix(index) + ".self_attention", cfg, env, groups.tp),
+      self_attention(layer_prefix(index) + ".self_attention", cfg, env, groups.tp, groups.cp),
       pre_mlp_layernorm(layer_prefix(index) + ".mlp.linear_fc1.layer_norm_weight",
                         layer_prefix(index) + ".mlp.linear_fc1.layer_norm_bias", cfg.hidden_size, cfg, env,
                         sequence_parallel_group(env, groups)),

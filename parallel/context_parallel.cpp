@@ -1,0 +1,340 @@
+// Context parallelism: the load-balanced sequence split and attention over sequence shards with
+// an all-gather or a ring exchange of K and V (see context_parallel.h).
+// Reference: Megatron-Core utils.py get_batch_on_this_cp_rank; transformer_engine
+// pytorch/attention.py AttnFuncWithCPAndKVAllGather, AttnFuncWithCPAndKVP2P (flash_attn_fwd_out_correction).
+#include "parallel/context_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/elementwise.h"
+#include "parallel/tensor_parallel.h"
+
+namespace strata::cp {
+
+namespace {
+
+DType stat_dtype(const Tensor& q) { return q.dtype() == DType::F64 ? DType::F64 : DType::F32; }
+
+// Global chunk index of local chunk i (0 or 1) of rank r.
+int64_t chunk_of(int i, int cp_size, int cp_rank) { return i == 0 ? cp_rank : 2 * cp_size - 1 - cp_rank; }
+
+Shape with_dim(const Shape& s, int dim, int64_t n) {
+  Shape out = s;
+  out[dim] = n;
+  return out;
+}
+
+void check_local(const Tensor& q, int cp_size, int cp_rank) {
+  STRATA_CHECK(q.dim() == 4, "context-parallel attention: q must be [s_local, b, np, hn], got ", q.shape().str());
+  STRATA_CHECK(q.size(0) % 2 == 0, "context-parallel attention: the local sequence (", q.size(0),
+               " rows) must hold two equal chunks (seq_length divisible by 2 x context_parallel_size)");
+  STRATA_INTERNAL_ASSERT(cp_size >= 1 && cp_rank >= 0 && cp_rank < cp_size);
+}
+
+kernels::AttentionParams chunk_params(const kernels::AttentionParams& p, int64_t q_off, int64_t k_off, int64_t s) {
+  kernels::AttentionParams c = p;
+  c.q_position_offset = q_off;
+  c.k_position_offset = k_off;
+  c.global_seq_len = s;
+  return c;
+}
+
+// acc ← acc ⊕ part over query rows [row0, row0 + c) (online softmax: rescale both by their
+// log-sum-exp against the combined one). out_* [rows, b, np, hn], lse_acc [b, np, L], lse_p [b, np, c].
+template <typename A>
+void combine(const Tensor& out_acc, const Tensor& lse_acc, const Tensor& out_p, const Tensor& lse_p, int64_t row0) {
+  const int64_t L = lse_acc.size(2), c = lse_p.size(2), b = out_p.size(1), np = out_p.size(2), hn = out_p.size(3);
+  A* oa = out_acc.data<A>();
+  A* la = lse_acc.data<A>();
+  const A* op = out_p.data<A>();
+  const A* lp = lse_p.data<A>();
+  const A neg_inf = -std::numeric_limits<A>::infinity();
+  for (int64_t bb = 0; bb < b; ++bb)
+    for (int64_t h = 0; h < np; ++h)
+      for (int64_t t = 0; t < c; ++t) {
+        const A part = lp[(bb * np + h) * c + t];
+        if (part == neg_inf) continue;  // this block has no visible key for the row
+        A& acc = la[(bb * np + h) * L + row0 + t];
+        const A m = std::max(acc, part);
+        const A lse = m + std::log(std::exp(acc - m) + std::exp(part - m));
+        const A wa = acc == neg_inf ? A(0) : std::exp(acc - lse), wp = std::exp(part - lse);
+        A* o = oa + (((row0 + t) * b + bb) * np + h) * hn;
+        const A* p = op + ((t * b + bb) * np + h) * hn;
+        for (int64_t d = 0; d < hn; ++d) o[d] = wa * o[d] + wp * p[d];
+        acc = lse;
+      }
+}
+
+// Global-order tensor [s, ...] -> the ranks' local sequences concatenated in rank order.
+Tensor to_rank_order(const Tensor& global, int cp_size) {
+  const int64_t L = global.size(0) / cp_size;
+  Tensor out = Tensor::empty(global.shape(), global.dtype(), global.device());
+  for (int r = 0; r < cp_size; ++r) out.narrow(0, r * L, L).copy_(split_sequence(global, 0, cp_size, r));
+  return out;
+}
+
+// Rank-order tensor (an all-gather of the local sequences) -> global order.
+Tensor from_rank_order(const Tensor& gathered, int cp_size) {
+  const int64_t L = gathered.size(0) / cp_size;
+  std::vector<Tensor> shards;
+  for (int r = 0; r < cp_size; ++r) shards.push_back(gathered.narrow(0, r * L, L));
+  return merge_sequence(shards, 0);
+}
+
+}  // namespace
+
+int64_t global_position(int64_t row, int64_t local_len, int cp_size, int cp_rank) {
+  const int64_t c = local_len / 2;
+  return row < c ? cp_rank * c + row : (2 * cp_size - 1 - cp_rank) * c + (row - c);
+}
+
+std::vector<int64_t> global_positions(int64_t local_len, int cp_size, int cp_rank) {
+  std::vector<int64_t> p(static_cast<size_t>(local_len));
+  for (int64_t i = 0; i < local_len; ++i) p[static_cast<size_t>(i)] = global_position(i, local_len, cp_size, cp_rank);
+  return p;
+}
+
+Tensor split_sequence(const Tensor& t, int dim, int cp_size, int cp_rank) {
+  STRATA_CHECK(dim >= 0 && dim < t.dim(), "split_sequence: dim ", dim, " outside a ", t.dim(), "-d tensor");
+  STRATA_CHECK(cp_size >= 1 && cp_rank >= 0 && cp_rank < cp_size, "split_sequence: cp rank ", cp_rank, " of ", cp_size);
+  const int64_t s = t.size(dim);
+  STRATA_CHECK(s % (2 * cp_size) == 0, "split_sequence: sequence length ", s,
+               " is not divisible by 2 x context_parallel_size (", 2 * cp_size, ")");
+  if (cp_size == 1) return t.contiguous();
+  const int64_t c = s / (2 * cp_size);
+  Tensor out = Tensor::empty(with_dim(t.shape(), dim, 2 * c), t.dtype(), t.device());
+  out.narrow(dim, 0, c).copy_(t.narrow(dim, cp_rank * c, c));
+  out.narrow(dim, c, c).copy_(t.narrow(dim, (2 * cp_size - 1 - cp_rank) * c, c));
+  return out;
+}
+
+Tensor merge_sequence(const std::vector<Tensor>& shards, int dim) {
+  STRATA_CHECK(!shards.empty(), "merge_sequence: no shards");
+  const int cp_size = static_cast<int>(shards.size());
+  const int64_t L = shards[0].size(dim);
+  STRATA_CHECK(L % 2 == 0, "merge_sequence: a local sequence of ", L, " rows is not two equal chunks");
+  const int64_t c = L / 2;
+  Tensor out = Tensor::empty(with_dim(shards[0].shape(), dim, L * cp_size), shards[0].dtype(), shards[0].device());
+  for (int r = 0; r < cp_size; ++r) {
+    STRATA_CHECK(shards[static_cast<size_t>(r)].shape() == shards[0].shape(), "merge_sequence: shard ", r, " is ",
+                 shards[static_cast<size_t>(r)].shape().str(), ", shard 0 is ", shards[0].shape().str());
+    for (int i = 0; i < 2; ++i)
+      out.narrow(dim, chunk_of(i, cp_size, r) * c, c).copy_(shards[static_cast<size_t>(r)].narrow(dim, i * c, c));
+  }
+  return out;
+}
+
+Batch split_batch(const Batch& batch, int cp_size, int cp_rank) {
+  if (cp_size == 1) return batch;
+  Batch out;
+  out.tokens = split_sequence(batch.tokens, 1, cp_size, cp_rank);
+  out.labels = split_sequence(batch.labels, 1, cp_size, cp_rank);
+  out.loss_mask = split_sequence(batch.loss_mask, 1, cp_size, cp_rank);
+  out.first_sample_index = batch.first_sample_index;
+  return out;
+}
+
+// ---- all-gather scheme -------------------------------------------------------------------------
+
+void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
+                      const Tensor& softmax_lse, const kernels::AttentionParams& p, int cp_size, int cp_rank) {
+  check_local(q, cp_size, cp_rank);
+  const int64_t L = q.size(0), c = L / 2, s = L * cp_size, b = q.size(1), np = q.size(2);
+  STRATA_CHECK(k_global.size(0) == s && v_global.size(0) == s, "context-parallel attention: global K/V have ",
+               k_global.size(0), " rows, expected ", s);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t g = chunk_of(i, cp_size, cp_rank);
+    const int64_t kend = p.causal ? (g + 1) * c : s;  // causal: the keys up to this chunk's end
+    Tensor lse = Tensor::empty({b, np, c}, softmax_lse.dtype(), q.device());
+    kernels::attention_forward(q.narrow(0, i * c, c), k_global.narrow(0, 0, kend), v_global.narrow(0, 0, kend),
+                               out.narrow(0, i * c, c), lse, chunk_params(p, g * c, 0, s));
+    softmax_lse.narrow(2, i * c, c).copy_(lse);
+  }
+}
+
+void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
+                       const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_global,
+                       const Tensor& dv_global, const kernels::AttentionParams& p, int cp_size, int cp_rank) {
+  check_local(q, cp_size, cp_rank);
+  const int64_t L = q.size(0), c = L / 2, s = L * cp_size;
+  Tensor(dk_global).zero_();
+  Tensor(dv_global).zero_();
+  for (int i = 0; i < 2; ++i) {
+    const int64_t g = chunk_of(i, cp_size, cp_rank);
+    const int64_t kend = p.causal ? (g + 1) * c : s;
+    Tensor kp = k_global.narrow(0, 0, kend), vp = v_global.narrow(0, 0, kend);
+    Tensor dk = Tensor::empty(kp.shape(), kp.dtype(), kp.device());
+    Tensor dv = Tensor::empty(vp.shape(), vp.dtype(), vp.device());
+    kernels::attention_backward(q.narrow(0, i * c, c), kp, vp, out.narrow(0, i * c, c), dout.narrow(0, i * c, c),
+                                softmax_lse.narrow(2, i * c, c).contiguous(), dq.narrow(0, i * c, c), dk, dv,
+                                chunk_params(p, g * c, 0, s));
+    Tensor dkg = dk_global.narrow(0, 0, kend), dvg = dv_global.narrow(0, 0, kend);
+    kernels::add(dkg, dk, dkg);
+    kernels::add(dvg, dv, dvg);
+  }
+}
+
+// ---- ring scheme -------------------------------------------------------------------------------
+
+RingAccumulator make_ring_accumulator(const Tensor& q) {
+  const DType st = stat_dtype(q);
+  RingAccumulator a;
+  a.out = Tensor::zeros(q.shape(), st, Device::cpu());
+  a.lse = Tensor::full({q.size(1), q.size(2), q.size(0)}, -std::numeric_limits<double>::infinity(), st, Device::cpu());
+  return a;
+}
+
+void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src, RingAccumulator& acc,
+                        const kernels::AttentionParams& p, int cp_size, int cp_rank) {
+  check_local(q, cp_size, cp_rank);
+  const int64_t L = q.size(0), c = L / 2, s = L * cp_size, b = q.size(1), np = q.size(2);
+  STRATA_CHECK(k_block.size(0) == L && v_block.size(0) == L, "context-parallel attention: KV block of ",
+               k_block.size(0), " rows, expected ", L);
+  const DType st = stat_dtype(q);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t gq = chunk_of(i, cp_size, cp_rank);
+    for (int j = 0; j < 2; ++j) {
+      const int64_t gk = chunk_of(j, cp_size, src);
+      if (p.causal && gk > gq) continue;  // a later chunk: every key masked
+      kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s);
+      cp.causal = p.causal && gk == gq;  // the diagonal chunk is causal, earlier chunks are whole
+      Tensor o = Tensor::empty({c, b, np, q.size(3)}, q.dtype(), q.device());
+      Tensor lse = Tensor::empty({b, np, c}, st, q.device());
+      kernels::attention_forward(q.narrow(0, i * c, c), k_block.narrow(0, j * c, c), v_block.narrow(0, j * c, c), o,
+                                 lse, cp);
+      Tensor oh = o.to(Device::cpu()).to(st).contiguous(), lh = lse.to(Device::cpu()).contiguous();
+      if (st == DType::F64)
+        combine<double>(acc.out, acc.lse, oh, lh, i * c);
+      else
+        combine<float>(acc.out, acc.lse, oh, lh, i * c);
+    }
+  }
+}
+
+void ring_finish(const RingAccumulator& acc, const Tensor& out, const Tensor& softmax_lse) {
+  Tensor(out).copy_(acc.out);
+  Tensor(softmax_lse).copy_(acc.lse);
+}
+
+void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src, const Tensor& out,
+                         const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_block,
+                         const Tensor& dv_block, const kernels::AttentionParams& p, int cp_size, int cp_rank) {
+  check_local(q, cp_size, cp_rank);
+  const int64_t L = q.size(0), c = L / 2, s = L * cp_size;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t gq = chunk_of(i, cp_size, cp_rank);
+    Tensor lse = softmax_lse.narrow(2, i * c, c).contiguous();
+    for (int j = 0; j < 2; ++j) {
+      const int64_t gk = chunk_of(j, cp_size, src);
+      if (p.causal && gk > gq) continue;
+      kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s);
+      cp.causal = p.causal && gk == gq;
+      Tensor kj = k_block.narrow(0, j * c, c), vj = v_block.narrow(0, j * c, c);
+      Tensor dqi = dq.narrow(0, i * c, c), dkj = dk_block.narrow(0, j * c, c), dvj = dv_block.narrow(0, j * c, c);
+      Tensor tq = Tensor::empty(dqi.shape(), dq.dtype(), dq.device());
+      Tensor tk = Tensor::empty(dkj.shape(), dk_block.dtype(), dk_block.device());
+      Tensor tv = Tensor::empty(dvj.shape(), dv_block.dtype(), dv_block.device());
+      kernels::attention_backward(q.narrow(0, i * c, c), kj, vj, out.narrow(0, i * c, c), dout.narrow(0, i * c, c), lse,
+                                  tq, tk, tv, cp);
+      kernels::add(dqi, tq, dqi);
+      kernels::add(dkj, tk, dkj);
+      kernels::add(dvj, tv, dvj);
+    }
+  }
+}
+
+// ---- with communication ------------------------------------------------------------------------
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& softmax_lse,
+                       const kernels::AttentionParams& p, const ProcessGroup& cp, CpCommType type) {
+  const int n = cp.size(), r = cp.rank();
+  if (n == 1) {
+    kernels::attention_forward(q, k, v, out, softmax_lse, p);
+    return;
+  }
+  STRATA_CHECK(p.q_position_offset == 0 && p.k_position_offset == 0,
+               "context-parallel attention: position offsets (KV-cache decoding) are not supported with cp > 1");
+  if (type == CpCommType::AllGather) {
+    Tensor kg = from_rank_order(tp::gather_dim0(k.contiguous(), cp), n);
+    Tensor vg = from_rank_order(tp::gather_dim0(v.contiguous(), cp), n);
+    gathered_forward(q, kg, vg, out, softmax_lse, p, n, r);
+    return;
+  }
+  RingAccumulator acc = make_ring_accumulator(q);
+  Tensor kb = k.contiguous(), vb = v.contiguous();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int i = 0; i < n; ++i) {
+    const int src = (r + n - i) % n;
+    Tensor kn, vn;
+    if (i + 1 < n) {  // pass the block on (blocking batched exchange, then compute)
+      kn = Tensor::empty(kb.shape(), kb.dtype(), kb.device());
+      vn = Tensor::empty(vb.shape(), vb.dtype(), vb.device());
+      std::vector<PointToPoint> ops = {PointToPoint::send(kb, next, 0), PointToPoint::send(vb, next, 1),
+                                       PointToPoint::recv(kn, prev, 0), PointToPoint::recv(vn, prev, 1)};
+      cp.batch_send_recv(ops);
+    }
+    ring_block_forward(q, kb, vb, src, acc, p, n, r);
+    kb = kn;
+    vb = vn;
+  }
+  ring_finish(acc, out, softmax_lse);
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const kernels::AttentionParams& p, const ProcessGroup& cp, CpCommType type) {
+  const int n = cp.size(), r = cp.rank();
+  if (n == 1) {
+    kernels::attention_backward(q, k, v, out, dout, softmax_lse, dq, dk, dv, p);
+    return;
+  }
+  Tensor dout_c = dout.contiguous();
+  if (type == CpCommType::AllGather) {
+    Tensor kg = from_rank_order(tp::gather_dim0(k.contiguous(), cp), n);
+    Tensor vg = from_rank_order(tp::gather_dim0(v.contiguous(), cp), n);
+    Tensor dkg = Tensor::empty(kg.shape(), kg.dtype(), kg.device());
+    Tensor dvg = Tensor::empty(vg.shape(), vg.dtype(), vg.device());
+    gathered_backward(q, kg, vg, out, dout_c, softmax_lse, dq, dkg, dvg, p, n, r);
+    Tensor(dk).copy_(tp::reduce_scatter_dim0(to_rank_order(dkg, n), cp));
+    Tensor(dv).copy_(tp::reduce_scatter_dim0(to_rank_order(dvg, n), cp));
+    return;
+  }
+  Tensor(dq).zero_();
+  Tensor kb = k.contiguous(), vb = v.contiguous();
+  Tensor dkb = Tensor::zeros(k.shape(), dk.dtype(), dk.device());
+  Tensor dvb = Tensor::zeros(v.shape(), dv.dtype(), dv.device());
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int i = 0; i < n; ++i) {
+    const int src = (r + n - i) % n;
+    ring_block_backward(q, kb, vb, src, out, dout_c, softmax_lse, dq, dkb, dvb, p, n, r);
+    // The block moves on with its gradient accumulator; after n moves each accumulator is home.
+    std::vector<PointToPoint> ops;
+    Tensor kn, vn;
+    Tensor dkn = Tensor::empty(dkb.shape(), dkb.dtype(), dkb.device());
+    Tensor dvn = Tensor::empty(dvb.shape(), dvb.dtype(), dvb.device());
+    ops.push_back(PointToPoint::send(dkb, next, 2));
+    ops.push_back(PointToPoint::send(dvb, next, 3));
+    ops.push_back(PointToPoint::recv(dkn, prev, 2));
+    ops.push_back(PointToPoint::recv(dvn, prev, 3));
+    if (i + 1 < n) {
+      kn = Tensor::empty(kb.shape(), kb.dtype(), kb.device());
+      vn = Tensor::empty(vb.shape(), vb.dtype(), vb.device());
+      ops.push_back(PointToPoint::send(kb, next, 0));
+      ops.push_back(PointToPoint::send(vb, next, 1));
+      ops.push_back(PointToPoint::recv(kn, prev, 0));
+      ops.push_back(PointToPoint::recv(vn, prev, 1));
+    }
+    cp.batch_send_recv(ops);
+    kb = kn;
+    vb = vn;
+    dkb = dkn;
+    dvb = dvn;
+  }
+  Tensor(dk).copy_(dkb);
+  Tensor(dv).copy_(dvb);
+}
+
+}  // namespace strata::cp
