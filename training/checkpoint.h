@@ -61,6 +61,11 @@ struct CheckpointLoadOptions {
   bool load_optimizer = true;  // false: no_load_optim
   bool load_rng = true;        // false: no_load_rng (keep this run's seed)
   bool finetune = false;       // weights only; iteration and consumed samples restart at 0
+  // Weights-only readers (export, generate) in one process: the vocabulary-padded tensors
+  // (word embeddings, output layer) may have another number of padding rows than the model (the
+  // padding is make_vocab_size_divisible_by · tp of the saving layout); the common rows are loaded
+  // and any extra model rows zeroed. Training keeps this off: padded logits enter the softmax.
+  bool vocab_padding_may_differ = false;
 };
 
 // "iter_0000100" (Megatron's iter_{:07d}).

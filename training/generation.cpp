@@ -204,6 +204,7 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;
   lo.load_rng = false;
+  lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
   load_checkpoint(dir, lm.model->parameters(), nullptr, *io, lo, *iteration);
   return lm;
 }

@@ -134,6 +134,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;
   lo.load_rng = false;
+  lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
   load_checkpoint(load_dir, model.parameters(), nullptr, *io, lo, *iteration);
   std::map<std::string, Tensor> mg;
   for (Parameter* p : model.parameters()) mg[p->name] = p->value;

@@ -76,7 +76,7 @@ Parameter make_param(const std::string& name, const Shape& local, const Shape& g
 
 // A version-2 checkpoint written by hand at iteration 1: `w` (global 8×6) saved by two
 // "tensor-parallel ranks" as column pieces [0:8, 0:3] and [0:8, 3:6].
-fs::path write_tp2_checkpoint(const std::string& name) {
+fs::path write_tp2_checkpoint(const std::string& name, const std::string& tensor = "w") {
   const fs::path dir = temp_dir(name);
   const fs::path it = dir / "iter_0000001";
   fs::create_directories(it);
@@ -85,13 +85,13 @@ fs::path write_tp2_checkpoint(const std::string& name) {
   json pieces = json::array();
   for (int r = 0; r < 2; ++r) {
     const std::string f = "model_rank_000" + std::to_string(r) + io.extension();
-    io.write((it / f).string(), {{"w", global_box(0, 8, 3 * r, 3)}}, {});
+    io.write((it / f).string(), {{tensor, global_box(0, 8, 3 * r, 3)}}, {});
     uint64_t size = 0;
     const uint32_t crc = crc32c_file((it / f).string(), &size);
     files[f] = {{"crc32c", hex32(crc)}, {"bytes", size}};
-    pieces.push_back({{"file", f}, {"key", "w"}, {"offsets", {0, 3 * r}}, {"shape", {8, 3}}});
+    pieces.push_back({{"file", f}, {"key", tensor}, {"offsets", {0, 3 * r}}, {"shape", {8, 3}}});
   }
-  tensors["w"] = {{"shape", {8, 6}}, {"dtype", "f32"}, {"pieces", pieces}};
+  tensors[tensor] = {{"shape", {8, 6}}, {"dtype", "f32"}, {"pieces", pieces}};
   json m = {{"format", "strata-checkpoint"}, {"version", 2}, {"iteration", 1}, {"consumed_samples", 4},
             {"optimizer", {{"step_count", 1}, {"saved", false}}}, {"rng", {{"seed", 7}}},
             {"data", {{"num_evaluations", 0}}}, {"config", ""}, {"tensors", tensors}, {"files", files}};
@@ -212,6 +212,29 @@ TEST_CASE("checkpoint shards: bad shard files, shapes and manifests are rejected
   std::ofstream(d2 / "iter_0000001" / "manifest.json", std::ios::trunc) << m.dump();
   CHECK_THROWS_WITH(load_params(d2, {&whole}), Catch::Contains("manifest.json") && Catch::Contains("version 3"));
   fs::remove_all(d2);
+}
+
+TEST_CASE("checkpoint shards: weights-only readers accept another vocabulary padding", "[checkpoint_shards]") {
+  const std::string emb = "embedding.word_embeddings.weight";
+  const fs::path dir = write_tp2_checkpoint("vocab", emb);
+  TestSafetensorsIO io;
+  CheckpointLoadOptions lo;
+  lo.load_optimizer = false;
+  Parameter more = make_param(emb, {10, 6}, {10, 6});  // padded to 10 rows here, 8 in the checkpoint
+  CHECK_THROWS_WITH(load_checkpoint(dir.string(), {&more}, nullptr, io, lo),
+                    Catch::Contains(emb) && Catch::Contains("[8, 6]") && Catch::Contains("[10, 6]"));
+  lo.vocab_padding_may_differ = true;
+  more.value.fill_(5.0);
+  load_checkpoint(dir.string(), {&more}, nullptr, io, lo);
+  std::vector<double> want = global_box(0, 8, 0, 6).to_vector();
+  want.resize(60, 0.0);  // the rows the checkpoint lacks are zeroed
+  CHECK(more.value.to_vector() == want);
+  Parameter fewer = make_param(emb, {6, 6}, {6, 6});
+  load_checkpoint(dir.string(), {&fewer}, nullptr, io, lo);
+  CHECK(fewer.value.to_vector() == global_box(0, 6, 0, 6).to_vector());
+  Parameter other = make_param(emb, {8, 5}, {8, 5});  // the hidden size must still match
+  CHECK_THROWS_WITH(load_checkpoint(dir.string(), {&other}, nullptr, io, lo), Catch::Contains("[8, 5]"));
+  fs::remove_all(dir);
 }
 
 namespace {
