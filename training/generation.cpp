@@ -195,6 +195,7 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   LoadedModel lm;
   lm.iteration = *iteration;
   lm.config = StrataConfig::from_yaml_text(yaml, overrides, manifest_path.string() + " (config)");
+  lm.config.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); generation runs in one process
   lm.tokenizer = data::build_tokenizer(lm.config);
   if (!lm.config.model.vocab_size) lm.config.model.vocab_size = lm.tokenizer->vocab_size();
   lm.config.validate(1);

@@ -113,6 +113,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   STRATA_CHECK(!yaml.empty(), "export --format hf: ", manifest_path.string(), " holds no config");
 
   StrataConfig cfg = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
+  cfg.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); export runs in one process
   std::unique_ptr<data::Tokenizer> tok = try_tokenizer(cfg);
   if (!cfg.model.vocab_size) {
     STRATA_CHECK(tok != nullptr, "export --format hf: the checkpoint config has no model.vocab_size and its "

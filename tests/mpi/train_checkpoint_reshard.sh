@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # train_checkpoint_reshard.sh STRATA MPIRUN_SH WORKDIR: sharded checkpoints through the real CLI.
-# `mpirun -np 4 strata train` at TP2×PP2 (Llama-shaped tiny GPT, mock data, vocabulary 120 padded
-# to 128·tp = 256 rows) saves at iteration 4; passes when the iteration directory holds one model
+# `mpirun -np 4 strata train` at TP2×PP2 (Llama-shaped tiny GPT, mock data, byte-level vocabulary
+# of 257 padded to a multiple of 128·tp: 512 rows) saves at iteration 4; passes when the iteration directory holds one model
 # file per tensor-parallel/pipeline rank plus a version-2 manifest, the tracker names 4, a
 # single-process `strata train` resumes from it (TP1×PP1; make_vocab_size_divisible_by=256 keeps
-# the 256 padded rows, the same global model) to iteration 6, `mpirun -np 2 strata train` resumes
+# the 512 padded rows, the same global model) to iteration 6, `mpirun -np 2 strata train` resumes
 # from it at DP2 with the distributed optimizer, and `strata export --format hf` exports it from one
-# process (its tp-1 model pads to 128 rows: the weights-only reader takes the common rows).
+# process (its tp-1 model pads to 384 rows: the weights-only reader takes the common rows).
 set -euo pipefail
 strata=$1; mpirun_sh=$2; work=$3
 rm -rf "$work"; mkdir -p "$work"
 printf 'data:\n  mock_data: true\n' >"$work/run.yaml"
-common=(model.vocab_size=120 model.num_layers=4 model.hidden_size=32 model.num_attention_heads=4 model.seq_length=16
+common=(model.num_layers=4 model.hidden_size=32 model.num_attention_heads=4 model.seq_length=16
   model.max_position_embeddings=16 model.hidden_dropout=0.1 model.attention_dropout=0.1
   model.normalization=RMSNorm model.swiglu=true model.ffn_hidden_size=64 model.position_embedding_type=rope
   model.add_bias_linear=false model.untie_embeddings_and_output_weights=true
