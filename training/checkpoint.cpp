@@ -1,9 +1,12 @@
-// Megatron-layout checkpoints with a JSON manifest and CRC-32C checksums (see checkpoint.h).
+// Megatron-layout sharded checkpoints with a JSON manifest and CRC-32C checksums (see checkpoint.h):
+// the collective save (per-rank shard files, manifest merged by rank 0) and the layout-independent
+// load (version 2 pieces, version 1 whole tensors).
 #include "training/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "training/checkpoint_pieces.h"
 #include "training/checksum.h"
 
 namespace strata {
@@ -54,18 +58,86 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-Tensor host_copy(const Tensor& t, const Shape& shape) { return t.to(Device::cpu()).contiguous().reshape(shape).clone(); }
+Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()).contiguous().clone(); }
 
-// Copy a checkpoint tensor into dst (any dtype/device), checking the element count.
-void load_into(Tensor dst, const std::map<std::string, Tensor>& tensors, const std::string& name,
-               const std::string& file) {
-  auto it = tensors.find(name);
-  STRATA_CHECK(it != tensors.end(), "checkpoint: tensor '", name, "' is missing from ", file);
-  STRATA_CHECK(it->second.numel() == dst.numel(), "checkpoint: tensor '", name, "' in ", file, " has shape ",
-               it->second.shape().str(), ", the model expects ", dst.numel(), " elements (",
-               dst.shape().str(), ")");
-  dst.copy_(it->second.contiguous().reshape(dst.shape()));
+std::string rank_file(const char* stem, int rank, const std::string& ext) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s_rank_%04d", stem, rank);
+  return buf + ext;
 }
+
+json box_json(const TensorBox& b) { return {{"offsets", b.offsets}, {"shape", b.shape}}; }
+
+// The pieces one rank writes: file contents and their manifest entries ("tensors" fragment).
+struct ShardWriter {
+  std::string file;
+  std::map<std::string, Tensor> tensors;
+  json* table = nullptr;
+  // Adds t (shaped like p.value) as the pieces of global tensor `name` (p's boxes).
+  void add(const std::string& name, const Parameter& p, const Tensor& t) {
+    const std::vector<LocalRegion> regions = parameter_regions(p, t);
+    json& entry = (*table)[name];
+    if (entry.is_null()) {
+      entry["shape"] = parameter_global_shape(p).vec();
+      entry["dtype"] = dtype_name(t.dtype());
+      entry["pieces"] = json::array();
+    }
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const std::string key = regions.size() == 1 ? name : name + "#" + std::to_string(i);
+      STRATA_CHECK(!tensors.count(key), "checkpoint: duplicate tensor ", key);
+      tensors[key] = host_copy(regions[i].local);
+      json piece = box_json(regions[i].box);
+      piece["file"] = file;
+      piece["key"] = key;
+      entry["pieces"].push_back(piece);
+    }
+  }
+};
+
+// Merges the per-rank fragments into one "tensors" table and checks every global tensor is
+// covered exactly once (pieces of one tensor never overlap, so their sizes must add up).
+json merge_fragments(const std::vector<json>& fragments, json& files) {
+  json tensors = json::object();
+  for (const json& f : fragments) {
+    for (auto it = f.at("files").begin(); it != f.at("files").end(); ++it) files[it.key()] = it.value();
+    for (auto it = f.at("tensors").begin(); it != f.at("tensors").end(); ++it) {
+      json& e = tensors[it.key()];
+      if (e.is_null()) {
+        e = it.value();
+        continue;
+      }
+      STRATA_CHECK(e.at("shape") == it.value().at("shape") && e.at("dtype") == it.value().at("dtype"),
+                   "checkpoint: ranks disagree on the global shape or dtype of ", it.key(), ": ",
+                   e.at("shape").dump(), " ", e.at("dtype").dump(), " vs ", it.value().at("shape").dump(), " ",
+                   it.value().at("dtype").dump());
+      for (const json& piece : it.value().at("pieces")) e["pieces"].push_back(piece);
+    }
+  }
+  for (auto it = tensors.begin(); it != tensors.end(); ++it) {
+    int64_t global = 1, covered = 0;
+    for (int64_t d : it.value().at("shape")) global *= d;
+    for (const json& piece : it.value().at("pieces")) {
+      int64_t n = 1;
+      for (int64_t d : piece.at("shape")) n *= d;
+      covered += n;
+    }
+    STRATA_CHECK(covered == global, "checkpoint: the saved pieces of ", it.key(), " cover ", covered, " of ",
+                 global, " elements (a parameter is owned by no rank, or by several)");
+  }
+  return tensors;
+}
+
+// One global tensor of a checkpoint: its shape and the pieces it is stored as.
+struct Piece {
+  std::string file, key;
+  TensorBox box;
+};
+struct TensorEntry {
+  std::vector<int64_t> shape;
+  std::vector<Piece> pieces;
+};
+
+std::string shape_str(const std::vector<int64_t>& s) { return Shape(s).str(); }
 
 }  // namespace
 
@@ -94,75 +166,103 @@ std::optional<int64_t> read_checkpoint_tracker(const std::string& dir) {
 
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
                             const std::vector<Parameter*>& params, AdamWOptimizer* opt, TensorFileIO& io,
-                            bool write_tracker) {
+                            bool write_tracker, const CheckpointSaveLayout& layout) {
   STRATA_CHECK(!save_dir.empty(), "checkpoint: empty save directory");
+  const ProcessGroup& world = layout.world;
+  const int rank = world.rank(), nranks = world.size();
+  auto barrier = [&] {
+    if (nranks > 1) world.barrier();
+  };
   const fs::path root(save_dir);
-  fs::create_directories(root);
   const std::string name = checkpoint_dir_name(state.iteration);
   const fs::path final_dir = root / name;
   const fs::path tmp_dir = root / (name + ".tmp");
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
+  if (rank == 0) {
+    fs::create_directories(root);
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
+  }
+  barrier();
 
-  const std::string file_meta_iter = std::to_string(state.iteration);
-  const std::map<std::string, std::string> meta{{"format", kCheckpointFormat}, {"iteration", file_meta_iter}};
-
-  std::map<std::string, Tensor> model;
+  // ---- this rank's pieces: what it uniquely owns ----
+  const std::map<std::string, std::string> meta{{"format", kCheckpointFormat},
+                                                {"iteration", std::to_string(state.iteration)}};
+  auto owns = [&](const Parameter& p) {
+    return layout.dp_rank == 0 && !p.shared_copy && (p.tensor_parallel || layout.tp_rank == 0);
+  };
+  json fragment = {{"tensors", json::object()}, {"files", json::object()}};
+  ShardWriter model{rank_file("model", rank, io.extension()), {}, &fragment["tensors"]};
+  ShardWriter optim{rank_file("optimizer", rank, io.extension()), {}, &fragment["tensors"]};
+  std::map<std::string, int> seen;
   for (Parameter* p : params) {
-    STRATA_CHECK(!model.count(p->name), "checkpoint: duplicate parameter name ", p->name);
-    model[p->name] = host_copy(p->value, p->value.shape());
+    STRATA_CHECK(!seen[p->name]++, "checkpoint: duplicate parameter name ", p->name);
+    if (owns(*p)) model.add(p->name, *p, p->value);
   }
-  const std::string model_file = "model" + io.extension();
-  io.write((tmp_dir / model_file).string(), model, meta);
-  std::vector<std::string> files{model_file};
-
   if (opt) {
-    std::map<std::string, Tensor> optim;
     for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed optimizer: gathered)
-      const Shape& shape = s.param->value.shape();
-      optim["optimizer.exp_avg." + s.param->name] = host_copy(s.exp_avg, shape);
-      optim["optimizer.exp_avg_sq." + s.param->name] = host_copy(s.exp_avg_sq, shape);
-      if (s.separate_master) optim["optimizer.master." + s.param->name] = host_copy(s.master, shape);
+      const Parameter& p = *s.param;
+      if (!owns(p)) continue;
+      const Shape& shape = p.value.shape();
+      optim.add("optimizer.exp_avg." + p.name, p, s.exp_avg.reshape(shape));
+      optim.add("optimizer.exp_avg_sq." + p.name, p, s.exp_avg_sq.reshape(shape));
+      if (s.separate_master) optim.add("optimizer.master." + p.name, p, s.master.reshape(shape));
     }
-    const std::string optim_file = "optimizer" + io.extension();
-    io.write((tmp_dir / optim_file).string(), optim, meta);
-    files.push_back(optim_file);
   }
-
-  json manifest;
-  manifest["format"] = kCheckpointFormat;
-  manifest["version"] = kCheckpointVersion;
-  manifest["iteration"] = state.iteration;
-  manifest["consumed_samples"] = state.consumed_train_samples;
-  manifest["optimizer"] = {{"step_count", state.optimizer_step_count},
-                           {"saved", opt != nullptr},
-                           {"num_skipped_iterations", state.num_skipped_iterations}};
-  manifest["rng"] = {{"kind", "philox-counter"}, {"seed", state.seed}};
-  manifest["data"] = {{"consumed_train_samples", state.consumed_train_samples},
-                      {"num_evaluations", state.num_evaluations}};
-  manifest["config"] = state.config_yaml;
-  json jfiles = json::object();
-  json jparams = json::array();
-  for (Parameter* p : params) jparams.push_back(p->name);
-  manifest["parameters"] = jparams;
-  for (const std::string& f : files) {
-    const fs::path fp = tmp_dir / f;
+  for (ShardWriter* w : {&model, &optim}) {
+    if (w->tensors.empty()) continue;
+    const fs::path fp = tmp_dir / w->file;
+    io.write(fp.string(), w->tensors, meta);
     fsync_path(fp, false);
     uint64_t size = 0;
     const uint32_t crc = crc32c_file(fp.string(), &size);
-    jfiles[f] = {{"crc32c", hex32(crc)}, {"bytes", size}};
+    fragment["files"][w->file] = {{"crc32c", hex32(crc)}, {"bytes", size}};
   }
-  manifest["files"] = jfiles;
-  write_text_file(tmp_dir / kManifestFile, manifest.dump(2) + "\n");
-  fsync_path(tmp_dir / kManifestFile, false);
-  fsync_path(tmp_dir, true);
+  const fs::path fragment_path = tmp_dir / ("shard_rank_" + std::to_string(rank) + ".json");
+  write_text_file(fragment_path, fragment.dump());
+  fsync_path(fragment_path, false);
+  barrier();
 
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);
-  fs::rename(tmp_dir, final_dir);
-  fsync_path(root, true);
-
-  // Tracker last, atomically.
-  if (write_tracker) write_checkpoint_tracker(save_dir, state.iteration);
+  // ---- rank 0: the manifest, then the rename ----
+  if (rank == 0) {
+    std::vector<json> fragments;
+    for (int r = 0; r < nranks; ++r) {
+      const fs::path fp = tmp_dir / ("shard_rank_" + std::to_string(r) + ".json");
+      STRATA_CHECK(fs::exists(fp), "checkpoint: rank ", r, " wrote no ", fp.string());
+      fragments.push_back(json::parse(read_text_file(fp)));
+      fs::remove(fp);
+    }
+    json jfiles = json::object();
+    const json tensors = merge_fragments(fragments, jfiles);
+    json manifest;
+    manifest["format"] = kCheckpointFormat;
+    manifest["version"] = kCheckpointVersion;
+    manifest["iteration"] = state.iteration;
+    manifest["consumed_samples"] = state.consumed_train_samples;
+    manifest["optimizer"] = {{"step_count", state.optimizer_step_count},
+                             {"saved", opt != nullptr},
+                             {"num_skipped_iterations", state.num_skipped_iterations}};
+    manifest["rng"] = {{"kind", "philox-counter"}, {"seed", state.seed}};
+    manifest["data"] = {{"consumed_train_samples", state.consumed_train_samples},
+                        {"num_evaluations", state.num_evaluations}};
+    manifest["config"] = state.config_yaml;
+    manifest["saved_world_size"] = nranks;
+    json jparams = json::array();
+    for (auto it = tensors.begin(); it != tensors.end(); ++it)
+      if (it.key().rfind("optimizer.", 0) != 0) jparams.push_back(it.key());
+    manifest["parameters"] = jparams;
+    manifest["tensors"] = tensors;
+    manifest["files"] = jfiles;
+    write_text_file(tmp_dir / kManifestFile, manifest.dump(1) + "\n");
+    fsync_path(tmp_dir / kManifestFile, false);
+    fsync_path(tmp_dir, true);
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    fs::rename(tmp_dir, final_dir);
+    fsync_path(root, true);
+  }
+  barrier();
+  // Tracker last, atomically, once every rank's files are in place.
+  if (write_tracker && rank == 0) write_checkpoint_tracker(save_dir, state.iteration);
+  if (write_tracker) barrier();
   return final_dir.string();
 }
 
@@ -193,40 +293,111 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
   }
   STRATA_CHECK(manifest.value("format", std::string()) == kCheckpointFormat, "checkpoint: ",
                manifest_path.string(), " is not a ", kCheckpointFormat, " manifest");
-  STRATA_CHECK(manifest.value("version", 0) == kCheckpointVersion, "checkpoint: ", manifest_path.string(),
-               " has version ", manifest.value("version", 0), ", this build reads version ", kCheckpointVersion);
-
-  // Verify every listed file before reading any tensor.
+  const int version = manifest.value("version", 0);
+  STRATA_CHECK(version == 1 || version == 2, "checkpoint: ", manifest_path.string(), " has version ", version,
+               ", this build reads versions 1 and 2");
   const json& jfiles = manifest.at("files");
-  for (auto it = jfiles.begin(); it != jfiles.end(); ++it) {
-    const fs::path fp = dir / it.key();
+
+  // Shard files, read on first use (only those holding pieces this rank needs), each verified
+  // against the manifest's size and CRC-32C first.
+  std::map<std::string, TensorFileContents> cache;
+  auto file_tensors = [&](const std::string& f) -> const std::map<std::string, Tensor>& {
+    auto hit = cache.find(f);
+    if (hit != cache.end()) return hit->second.tensors;
+    STRATA_CHECK(jfiles.contains(f), "checkpoint: ", f, " is not listed in ", manifest_path.string());
+    const fs::path fp = dir / f;
     STRATA_CHECK(fs::exists(fp), "checkpoint: file ", fp.string(), " listed in the manifest is missing");
     uint64_t size = 0;
     const uint32_t crc = crc32c_file(fp.string(), &size);
-    const uint64_t want_size = it.value().at("bytes").get<uint64_t>();
+    const uint64_t want_size = jfiles.at(f).at("bytes").get<uint64_t>();
     STRATA_CHECK(size == want_size, "checkpoint: file ", fp.string(), " is truncated or corrupt: ", size,
                  " bytes, the manifest says ", want_size);
-    const std::string want_crc = it.value().at("crc32c").get<std::string>();
+    const std::string want_crc = jfiles.at(f).at("crc32c").get<std::string>();
     STRATA_CHECK(hex32(crc) == want_crc, "checkpoint: checksum mismatch in ", fp.string(), ": crc32c ",
                  hex32(crc), ", the manifest says ", want_crc);
-  }
-
-  auto read_file = [&](const std::string& f) {
-    STRATA_CHECK(jfiles.contains(f), "checkpoint: ", f, " is not listed in ", manifest_path.string());
-    const std::string path = (dir / f).string();
+    TensorFileContents c;
     try {
-      return io.read(path);
+      c = io.read(fp.string());
     } catch (const std::exception& e) {
       const std::string msg = e.what();
-      if (msg.find(path) != std::string::npos) throw;
-      STRATA_CHECK(false, "checkpoint: cannot read ", path, ": ", msg);
+      if (msg.find(fp.string()) != std::string::npos) throw;
+      STRATA_CHECK(false, "checkpoint: cannot read ", fp.string(), ": ", msg);
     }
-    return TensorFileContents{};
+    return cache.emplace(f, std::move(c)).first->second.tensors;
   };
 
-  const std::string model_file = "model" + io.extension();
-  const TensorFileContents model = read_file(model_file);
-  for (Parameter* p : params) load_into(p->value, model.tensors, p->name, model_file);
+  // The table of global tensors: version 2 lists it; version 1 is every tensor of model<ext> /
+  // optimizer<ext> whole (one piece each).
+  std::map<std::string, TensorEntry> table;
+  auto add_whole_tensors = [&](const std::string& f) {
+    for (const auto& [key, t] : file_tensors(f)) {
+      TensorEntry e;
+      e.shape = t.shape().vec();
+      e.pieces.push_back({f, key, {std::vector<int64_t>(e.shape.size(), 0), e.shape}});
+      table[key] = std::move(e);
+    }
+  };
+  if (version == 2) {
+    try {
+      for (auto it = manifest.at("tensors").begin(); it != manifest.at("tensors").end(); ++it) {
+        TensorEntry e;
+        e.shape = it.value().at("shape").get<std::vector<int64_t>>();
+        for (const json& jp : it.value().at("pieces")) {
+          Piece piece{jp.at("file").get<std::string>(), jp.at("key").get<std::string>(),
+                      {jp.at("offsets").get<std::vector<int64_t>>(), jp.at("shape").get<std::vector<int64_t>>()}};
+          STRATA_CHECK(piece.box.offsets.size() == e.shape.size() && piece.box.shape.size() == e.shape.size(),
+                       "checkpoint: ", manifest_path.string(), ": a piece of ", it.key(), " has ",
+                       piece.box.shape.size(), " dimensions, the tensor ", e.shape.size());
+          e.pieces.push_back(std::move(piece));
+        }
+        table[it.key()] = std::move(e);
+      }
+    } catch (const json::exception& e) {
+      STRATA_CHECK(false, "checkpoint: ", manifest_path.string(), " has a malformed tensor table: ", e.what());
+    }
+  } else {
+    add_whole_tensors("model" + io.extension());
+  }
+
+  // Fills t (shaped like p.value: the value or an optimizer state) with its boxes of global
+  // tensor `name` from every piece that intersects them.
+  auto load_tensor = [&](const std::string& name, const Parameter& p, const Tensor& t) {
+    auto it = table.find(name);
+    STRATA_CHECK(it != table.end(), "checkpoint: tensor '", name, "' is missing from ", dir.string());
+    const TensorEntry& e = it->second;
+    const Shape want = parameter_global_shape(p);
+    // Another vocabulary padding (weights-only readers): only dimension 0 of a vocab tensor differs.
+    const bool vocab_rows = options.vocab_padding_may_differ && Shape(e.shape) != want && want.ndim() == 2 &&
+                            e.shape.size() == 2 && e.shape[1] == want[1] &&
+                            (p.name == "embedding.word_embeddings.weight" || p.name == "output_layer.weight");
+    STRATA_CHECK(Shape(e.shape) == want || vocab_rows, "checkpoint: tensor '", name, "' has global shape ",
+                 shape_str(e.shape), " in ", dir.string(), ", the model expects ", want.str());
+    for (const LocalRegion& r : parameter_regions(p, t)) {
+      int64_t expected = r.box.numel();
+      if (vocab_rows) {
+        Tensor(r.local).fill_(0.0);  // a view: zeroes the rows the checkpoint lacks
+        const int64_t rows = std::max<int64_t>(0, std::min(r.box.offsets[0] + r.box.shape[0], e.shape[0]) - r.box.offsets[0]);
+        expected = rows * r.box.shape[1];
+      }
+      int64_t covered = 0;
+      for (const Piece& piece : e.pieces) {
+        if (!intersect_boxes(piece.box, r.box)) continue;
+        const auto& tensors = file_tensors(piece.file);
+        auto src = tensors.find(piece.key);
+        STRATA_CHECK(src != tensors.end(), "checkpoint: tensor '", piece.key, "' is missing from ",
+                     (dir / piece.file).string());
+        STRATA_CHECK(src->second.shape() == Shape(piece.box.shape), "checkpoint: tensor '", piece.key, "' in ",
+                     (dir / piece.file).string(), " has shape ", src->second.shape().str(), ", the manifest says ",
+                     shape_str(piece.box.shape));
+        covered += copy_box_intersection(src->second, piece.box, r.local, r.box);
+      }
+      STRATA_CHECK(covered == expected, "checkpoint: the pieces of '", name, "' in ", manifest_path.string(),
+                   " cover ", covered, " of the ", expected, " elements of ", r.box.str());
+    }
+  };
+
+  for (Parameter* p : params) load_tensor(p->name, *p, p->value);
+  cache.clear();  // the model files are no longer needed
 
   CheckpointState st;
   st.iteration = manifest.at("iteration").get<int64_t>();
@@ -242,18 +413,17 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     if (options.load_optimizer && !options.finetune) {
       STRATA_CHECK(saved_optim, "checkpoint: ", dir.string(),
                    " has no optimizer state (set checkpoint.no_load_optim to load weights only)");
-      const std::string optim_file = "optimizer" + io.extension();
-      const TensorFileContents optim = read_file(optim_file);
+      if (version == 1) add_whole_tensors("optimizer" + io.extension());
       for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed: prepared, then scattered)
-        load_into(s.exp_avg, optim.tensors, "optimizer.exp_avg." + s.param->name, optim_file);
-        load_into(s.exp_avg_sq, optim.tensors, "optimizer.exp_avg_sq." + s.param->name, optim_file);
-        const std::string master = "optimizer.master." + s.param->name;
-        if (s.separate_master && optim.tensors.count(master))
-          load_into(s.master, optim.tensors, master, optim_file);
+        const Parameter& p = *s.param;
+        const Shape& shape = p.value.shape();
+        load_tensor("optimizer.exp_avg." + p.name, p, s.exp_avg.reshape(shape));
+        load_tensor("optimizer.exp_avg_sq." + p.name, p, s.exp_avg_sq.reshape(shape));
+        const std::string master = "optimizer.master." + p.name;
+        if (table.count(master))  // (also bf16 saved, fp32 loaded: the f32 master is the value)
+          load_tensor(master, p, s.master.reshape(shape));
         else if (s.separate_master)
-          s.master.copy_(s.param->value.flatten());
-        else if (optim.tensors.count(master))  // saved under bf16, loaded under fp32: take the f32 master
-          load_into(s.master, optim.tensors, master, optim_file);
+          s.master.copy_(p.value.flatten());
       }
       opt->set_step_count(st.optimizer_step_count);
     } else {

@@ -195,6 +195,7 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   LoadedModel lm;
   lm.iteration = *iteration;
   lm.config = StrataConfig::from_yaml_text(yaml, overrides, manifest_path.string() + " (config)");
+  lm.config.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); generation runs in one process
   lm.tokenizer = data::build_tokenizer(lm.config);
   if (!lm.config.model.vocab_size) lm.config.model.vocab_size = lm.tokenizer->vocab_size();
   lm.config.validate(1);
@@ -204,6 +205,7 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;
   lo.load_rng = false;
+  lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
   load_checkpoint(dir, lm.model->parameters(), nullptr, *io, lo, *iteration);
   return lm;
 }

@@ -113,6 +113,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   STRATA_CHECK(!yaml.empty(), "export --format hf: ", manifest_path.string(), " holds no config");
 
   StrataConfig cfg = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
+  cfg.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); export runs in one process
   std::unique_ptr<data::Tokenizer> tok = try_tokenizer(cfg);
   if (!cfg.model.vocab_size) {
     STRATA_CHECK(tok != nullptr, "export --format hf: the checkpoint config has no model.vocab_size and its "
@@ -134,6 +135,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;
   lo.load_rng = false;
+  lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
   load_checkpoint(load_dir, model.parameters(), nullptr, *io, lo, *iteration);
   std::map<std::string, Tensor> mg;
   for (Parameter* p : model.parameters()) mg[p->name] = p->value;

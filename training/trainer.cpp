@@ -81,12 +81,6 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   pipeline_ = options_.pipeline;
   if (pipeline_.chunks.empty()) pipeline_.chunks = {&model_};
   STRATA_CHECK(pipeline_.chunks.front() == &model_, "trainer: TrainerOptions.pipeline.chunks[0] must be the model");
-  STRATA_CHECK(options_.groups.tp.size() == 1 || (!cfg_.checkpoint.save && !cfg_.checkpoint.load),
-               "trainer: checkpoint.save / checkpoint.load with parallel.tensor_model_parallel_size > 1 are not "
-               "supported yet (each tensor-parallel rank holds part of the parameters)");
-  STRATA_CHECK(pipeline_.pp.size() == 1 || (!cfg_.checkpoint.save && !cfg_.checkpoint.load),
-               "trainer: checkpoint.save / checkpoint.load with parallel.pipeline_model_parallel_size > 1 are not "
-               "supported yet (each pipeline rank holds part of the parameters)");
   if (pipeline_.pp.size() == 1)
     for (LanguageModel* chunk : pipeline_.chunks)
       STRATA_CHECK(chunk->is_first_stage() && chunk->is_last_stage(),
@@ -281,21 +275,20 @@ void Trainer::save_checkpoint() {
   st.seed = static_cast<uint64_t>(cfg_.training.seed);
   st.config_yaml = cfg_.to_yaml();
   const auto t0 = Clock::now();
-  // Collective: the distributed optimizer's shards are gathered on every dp rank; dp rank 0 writes
-  // (one copy per model-parallel shard); the tracker is written by rank 0 after a barrier, so it
-  // never names an iteration some rank has not finished writing.
-  optimizer_->gather_checkpoint_states();
+  // Collective (sharded checkpoint, training/checkpoint.h): the distributed optimizer's shards are
+  // gathered within dp to the tp/pp shard; every rank writes the pieces it uniquely owns (dp rank 0;
+  // replicated parameters from tp rank 0); rank 0 writes the manifest and, after a barrier, the tracker.
   const ProcessGroup& world = options_.groups.world;
-  std::string dir = *cfg_.checkpoint.save + "/" + checkpoint_dir_name(iteration_);
-  if (options_.groups.dp_cp.rank() == 0)
-    dir = strata::save_checkpoint(*cfg_.checkpoint.save, st, params_, optimizer_.get(), tensor_io(),
-                                  /*write_tracker=*/world.size() == 1);
+  STRATA_CHECK(pipeline_.pp.size() == 1 || world.size() > 1,
+               "trainer: checkpoint.save under pipeline parallelism needs TrainerOptions.groups (the world group)");
+  optimizer_->gather_checkpoint_states();
+  CheckpointSaveLayout layout;
+  layout.world = world;
+  layout.tp_rank = options_.groups.tp.rank();
+  layout.dp_rank = options_.groups.dp_cp.rank();
+  const std::string dir =
+      strata::save_checkpoint(*cfg_.checkpoint.save, st, params_, optimizer_.get(), tensor_io(), true, layout);
   optimizer_->release_checkpoint_states();
-  if (world.size() > 1) {
-    world.barrier();
-    if (world.rank() == 0) write_checkpoint_tracker(*cfg_.checkpoint.save, iteration_);
-    world.barrier();
-  }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   out() << " saved checkpoint at iteration " << iteration_ << " to " << dir << " (" << ms << " ms)" << std::endl;
   last_saved_iteration_ = iteration_;

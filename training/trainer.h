@@ -15,8 +15,9 @@
 // averaged over dp × cp after the last backward (summed with calculate_per_token_loss, whose
 // valid-token count is summed over dp × cp first); the reported loss is the dp average. The log
 // line, TensorBoard and JSONL come from the last rank (Megatron's print_rank_last); checkpoints are
-// written by dp rank 0 (the distributed optimizer's state gathered first, so the files hold the
-// global tensors) and the tracker by rank 0 after a barrier.
+// sharded (training/checkpoint.h): every rank writes the pieces of the global tensors it uniquely
+// owns (the distributed optimizer's state gathered within dp first), rank 0 the manifest and, after
+// a barrier, the tracker; any layout loads them.
 // Reference: megatron/training/training.py (train, train_step, training_log, evaluate,
 // save_checkpoint_and_time), megatron/core/pipeline_parallel/schedules.py.
 #pragma once

@@ -25,7 +25,9 @@ done
 records=$(grep -c '"lm loss"' "$work/metrics.jsonl" || true)
 if [[ $records -ne 4 ]]; then echo "FAIL: metrics.jsonl has $records loss records (expected 4)"; exit 1; fi
 if [[ "$(cat "$work/ckpt/latest_checkpointed_iteration.txt")" != "4" ]]; then echo "FAIL: tracker does not name iteration 4"; exit 1; fi
-for f in model.safetensors optimizer.safetensors manifest.json; do
+for f in model_rank_0000.safetensors optimizer_rank_0000.safetensors manifest.json; do
   [[ -f "$work/ckpt/iter_0000004/$f" ]] || { echo "FAIL: iter_0000004/$f missing"; exit 1; }
 done
+# Sharded checkpoint: the dp replica (rank 1) writes nothing.
+[[ ! -e "$work/ckpt/iter_0000004/model_rank_0001.safetensors" ]] || { echo "FAIL: dp rank 1 wrote a replica"; exit 1; }
 echo "PASS"

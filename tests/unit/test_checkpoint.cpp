@@ -82,22 +82,22 @@ TEST_CASE("checkpoint: Megatron layout, tracker and manifest", "[checkpoint]") {
 
   const nlohmann::json m = nlohmann::json::parse(read_all(dir / "iter_0000010" / "manifest.json"));
   CHECK(m["format"] == "strata-checkpoint");
-  CHECK(m["version"] == 1);
+  CHECK(m["version"] == 2);
   CHECK(m["iteration"] == 10);
   CHECK(m["consumed_samples"] == 60);
   CHECK(m["optimizer"]["step_count"] == 10);
   CHECK(m["rng"]["seed"] == cfg.training.seed);
   CHECK(m["config"] == cfg.to_yaml());
-  CHECK(m["files"].contains("model.safetensors"));
-  CHECK(m["files"].contains("optimizer.safetensors"));
-  CHECK(m["files"]["model.safetensors"]["crc32c"].get<std::string>().size() == 8);
+  CHECK(m["files"].contains("model_rank_0000.safetensors"));
+  CHECK(m["files"].contains("optimizer_rank_0000.safetensors"));
+  CHECK(m["files"]["model_rank_0000.safetensors"]["crc32c"].get<std::string>().size() == 8);
 
   TestSafetensorsIO io;
-  const TensorFileContents model_file = io.read((dir / "iter_0000020" / "model.safetensors").string());
+  const TensorFileContents model_file = io.read((dir / "iter_0000020" / "model_rank_0000.safetensors").string());
   CHECK(model_file.tensors.count("embedding.word_embeddings.weight"));
   CHECK(model_file.tensors.count("output_layer.bias"));
   CHECK(model_file.tensors.at("output_layer.bias").to_vector() == r.params[1]);
-  const TensorFileContents optim = io.read((dir / "iter_0000020" / "optimizer.safetensors").string());
+  const TensorFileContents optim = io.read((dir / "iter_0000020" / "optimizer_rank_0000.safetensors").string());
   CHECK(optim.tensors.count("optimizer.exp_avg.embedding.word_embeddings.weight"));
   CHECK(optim.tensors.count("optimizer.exp_avg_sq.output_layer.bias"));
   CHECK_FALSE(optim.tensors.count("optimizer.master.output_layer.bias"));  // fp32: master is the value
@@ -131,7 +131,7 @@ TEST_CASE("checkpoint: resume is bit-exact (f32 and bf16, with dropout)", "[chec
     CHECK(resumed.params == full.params);
     if (dt == DType::BF16) {
       TestSafetensorsIO io;
-      const auto optim = io.read((dir / "iter_0000010" / "optimizer.safetensors").string());
+      const auto optim = io.read((dir / "iter_0000010" / "optimizer_rank_0000.safetensors").string());
       CHECK(optim.tensors.count("optimizer.master.embedding.word_embeddings.weight"));
       CHECK(optim.tensors.at("optimizer.master.output_layer.bias").dtype() == DType::F32);
     }
@@ -203,24 +203,24 @@ TEST_CASE("checkpoint: corrupt or truncated shards are detected with the file na
   REQUIRE_NOTHROW(load());
 
   // Flip one byte of the model shard's data.
-  const fs::path model_file = it / "model.safetensors";
+  const fs::path model_file = it / "model_rank_0000.safetensors";
   std::string bytes = read_all(model_file);
   bytes[bytes.size() - 3] ^= 0x40;
   std::ofstream(model_file, std::ios::binary | std::ios::trunc) << bytes;
   const std::string e1 = error_of(load);
-  CHECK_THAT(e1, Catch::Contains("model.safetensors") && Catch::Contains("checksum"));
+  CHECK_THAT(e1, Catch::Contains("model_rank_0000.safetensors") && Catch::Contains("checksum"));
 
   // Restore it, then truncate the optimizer shard.
   bytes[bytes.size() - 3] ^= 0x40;
   std::ofstream(model_file, std::ios::binary | std::ios::trunc) << bytes;
   REQUIRE_NOTHROW(load());
-  const fs::path optim_file = it / "optimizer.safetensors";
+  const fs::path optim_file = it / "optimizer_rank_0000.safetensors";
   fs::resize_file(optim_file, fs::file_size(optim_file) - 10);
-  CHECK_THAT(error_of(load), Catch::Contains("optimizer.safetensors") && Catch::Contains("truncated"));
+  CHECK_THAT(error_of(load), Catch::Contains("optimizer_rank_0000.safetensors") && Catch::Contains("truncated"));
 
   // A tensor file that is missing altogether.
   fs::remove(optim_file);
-  CHECK_THAT(error_of(load), Catch::Contains("optimizer.safetensors") && Catch::Contains("missing"));
+  CHECK_THAT(error_of(load), Catch::Contains("optimizer_rank_0000.safetensors") && Catch::Contains("missing"));
 
   // A bad tracker.
   std::ofstream(dir / "latest_checkpointed_iteration.txt", std::ios::trunc) << "abc";
@@ -235,7 +235,8 @@ TEST_CASE("checkpoint: a parameter of the wrong shape is rejected by name", "[ch
   BigramModel other(kVocab + 1);
   TestSafetensorsIO io;
   CHECK_THROWS_WITH(load_checkpoint(dir.string(), other.parameters(), nullptr, io, {}),
-                    Catch::Contains("embedding.word_embeddings.weight") && Catch::Contains("model.safetensors"));
+                    Catch::Contains("embedding.word_embeddings.weight") && Catch::Contains("global shape") &&
+                        Catch::Contains("[13, 13]") && Catch::Contains("[14, 14]"));
   fs::remove_all(dir);
 }
 

@@ -132,7 +132,7 @@ void reference_case(StrataConfig cfg, const std::string& name, uint64_t seed,
 }
 
 std::map<std::string, Tensor> read_model_file(const fs::path& ckpt_iter_dir) {
-  return formats::read_safetensors((ckpt_iter_dir / "model.safetensors").string()).tensors;
+  return formats::read_safetensors((ckpt_iter_dir / "model_rank_0000.safetensors").string()).tensors;
 }
 
 }  // namespace

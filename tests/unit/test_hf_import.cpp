@@ -83,7 +83,7 @@ TEST_CASE("hf import: missing, extra and wrong-shaped tensors name the tensor an
     t.erase("model.norm.weight");
   });
   CHECK_NOTHROW(hf::import_checkpoint(hf_dir.string(), save));
-  CHECK(fs::exists(dir / "out" / "iter_0000000" / "model.safetensors"));
+  CHECK(fs::exists(dir / "out" / "iter_0000000" / "model_rank_0000.safetensors"));
   CHECK(*read_checkpoint_tracker(save) == 0);
   fs::remove_all(dir);
 }

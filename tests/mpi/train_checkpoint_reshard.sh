@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# train_checkpoint_reshard.sh STRATA MPIRUN_SH WORKDIR: sharded checkpoints through the real CLI.
+# `mpirun -np 4 strata train` at TP2×PP2 (Llama-shaped tiny GPT, mock data, byte-level vocabulary
+# of 257 padded to a multiple of 128·tp: 512 rows) saves at iteration 4; passes when the iteration directory holds one model
+# file per tensor-parallel/pipeline rank plus a version-2 manifest, the tracker names 4, a
+# single-process `strata train` resumes from it (TP1×PP1; make_vocab_size_divisible_by=256 keeps
+# the 512 padded rows, the same global model) to iteration 6, `mpirun -np 2 strata train` resumes
+# from it at DP2 with the distributed optimizer, and `strata export --format hf` exports it from one
+# process (its tp-1 model pads to 384 rows: the weights-only reader takes the common rows).
+set -euo pipefail
+strata=$1; mpirun_sh=$2; work=$3
+rm -rf "$work"; mkdir -p "$work"
+printf 'data:\n  mock_data: true\n' >"$work/run.yaml"
+common=(model.num_layers=4 model.hidden_size=32 model.num_attention_heads=4 model.seq_length=16
+  model.max_position_embeddings=16 model.hidden_dropout=0.1 model.attention_dropout=0.1
+  model.normalization=RMSNorm model.swiglu=true model.ffn_hidden_size=64 model.position_embedding_type=rope
+  model.add_bias_linear=false model.untie_embeddings_and_output_weights=true
+  training.micro_batch_size=2 training.global_batch_size=8 training.device=cpu
+  training.eval_interval=1000 training.eval_iters=1 optimizer.lr=1.0e-3 logging.log_interval=1)
+fail() { echo "FAIL: $1"; exit 1; }
+"$mpirun_sh" -np 4 "$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=4 \
+  parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2 \
+  checkpoint.save="$work/ckpt" checkpoint.save_interval=4 >"$work/save.txt" 2>&1 \
+  || { cat "$work/save.txt"; fail "mpirun -np 4 strata train (TP2xPP2, save) exited non-zero"; }
+[[ "$(cat "$work/ckpt/latest_checkpointed_iteration.txt")" == "4" ]] || fail "tracker does not name iteration 4"
+for r in 0 1 2 3; do
+  [[ -f "$work/ckpt/iter_0000004/model_rank_000$r.safetensors" ]] || fail "model_rank_000$r.safetensors missing"
+done
+grep -q '"version": 2' "$work/ckpt/iter_0000004/manifest.json" || fail "manifest is not version 2"
+"$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 \
+  model.make_vocab_size_divisible_by=256 checkpoint.load="$work/ckpt" >"$work/tp1.txt" 2>&1 || { cat "$work/tp1.txt"; fail "strata train (TP1, load) exited non-zero"; }
+grep -q "loaded checkpoint from .* at iteration 4" "$work/tp1.txt" || { cat "$work/tp1.txt"; fail "TP1 run did not load iteration 4"; }
+grep -qE "iteration +6/ +6 \|" "$work/tp1.txt" || { cat "$work/tp1.txt"; fail "TP1 run did not reach iteration 6"; }
+"$mpirun_sh" -np 2 "$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 \
+  model.make_vocab_size_divisible_by=256 parallel.use_distributed_optimizer=true checkpoint.load="$work/ckpt" >"$work/dp2.txt" 2>&1 \
+  || { cat "$work/dp2.txt"; fail "mpirun -np 2 strata train (DP2, load) exited non-zero"; }
+grep -qE "iteration +6/ +6 \|" "$work/dp2.txt" || { cat "$work/dp2.txt"; fail "DP2 run did not reach iteration 6"; }
+"$strata" export --load "$work/ckpt" --format hf --out "$work/hf" >"$work/export.txt" 2>&1 \
+  || { cat "$work/export.txt"; fail "strata export --format hf exited non-zero"; }
+[[ -f "$work/hf/model.safetensors" ]] || fail "export wrote no model.safetensors"
+echo "PASS"
