@@ -1,5 +1,6 @@
-// Layout equivalence of the combined layouts under mpirun (issue 4): TP2×PP2 and TP2×DP2 (with and
-// without the distributed optimizer) on 4 ranks ([combined4], ctest mpi_combined_np4), and
+// Layout equivalence of the combined layouts under mpirun (issue 4): TP2×PP2, TP2×DP2 (with and
+// without the distributed optimizer) and PP2×DP2 with the distributed optimizer and tied
+// embeddings on 4 ranks ([combined4], ctest mpi_combined_np4), and
 // TP2×PP2×DP2 with sequence parallelism and the distributed optimizer, also with virtual pipeline
 // stages, on 8 ranks ([combined8], ctest mpi_combined_np8). The groups are the real ones,
 // build_parallel_groups() over MPI_COMM_WORLD in Megatron's tp-cp-ep-dp-pp order, and the run is
@@ -15,6 +16,7 @@
 // Reference: Megatron-Core parallel_state.py (the groups), training.py (train_step),
 // distributed/finalize_model_grads.py.
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -146,6 +148,12 @@ TEST_CASE("combined layouts: TP2 x PP2 with sequence parallelism, untied embeddi
                4);
 }
 
+// The tied word embedding is all-reduced over the first and last stage after the distributed
+// optimizer's reduce-scatter: both stages must own the same rows of it (its own bucket).
+TEST_CASE("combined layouts: PP2 x DP2 with the distributed optimizer, tied embeddings", "[combined4]") {
+  check_layout({"parallel.pipeline_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}, 4);
+}
+
 TEST_CASE("combined layouts: TP2 x DP2 matches the single-rank run", "[combined4]") {
   check_layout({"parallel.tensor_model_parallel_size=2"}, 4);
 }
@@ -167,6 +175,18 @@ TEST_CASE("combined layouts: TP2 x PP2 x DP2 with virtual pipeline stages (VPP2)
                 "parallel.virtual_pipeline_model_parallel_size=2", "parallel.sequence_parallel=true",
                 "parallel.use_distributed_optimizer=true"},
                8);
+}
+
+// Any layout, for investigating one: STRATA_LAYOUT="parallel.a=1,parallel.b=2" scripts/mpirun.sh -np N
+// strata_mpi_tests "[.combined_layout]".
+TEST_CASE("combined layouts: the layout in STRATA_LAYOUT", "[.combined_layout]") {
+  const char* env = std::getenv("STRATA_LAYOUT");
+  REQUIRE(env != nullptr);
+  std::vector<std::string> layout;
+  std::stringstream ss(env);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) layout.push_back(item);
+  check_layout(layout, mpitest::world().size());
 }
 
 }  // namespace
