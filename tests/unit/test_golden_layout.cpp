@@ -33,6 +33,7 @@ const char* kModel =
     "model:\n  num_layers: 2\n  hidden_size: 32\n  num_attention_heads: 4\n  seq_length: 16\n"
     "  max_position_embeddings: 16\n  vocab_size: 128\n"
     "training:\n  micro_batch_size: 2\n  global_batch_size: 4\n  train_iters: 2\n"
+    "optimizer:\n  lr: 1.0e-3\n"
     "data:\n  mock_data: true\n"
     "logging:\n  log_interval: 1\n  tensorboard_dir: ${TENSORBOARD_PATH}\n";
 
@@ -47,16 +48,16 @@ TEST_CASE("golden layout: the ranks a case needs come from its parallel section"
   CHECK(case_world_size(load_golden_case(tp_pp)) == 4);
   const std::string cp = write_case("cp2", std::string(kModel) + "parallel:\n  context_parallel_size: 2\n");
   CHECK(case_world_size(load_golden_case(cp)) == 2);
-  // Data parallelism is declared through world_size: tp 2 × dp 3.
+  // Data parallelism is declared through world_size: tp 2 × dp 2.
   const std::string dp = write_case(
-      "tp2dp3", std::string(kModel) + "parallel:\n  tensor_model_parallel_size: 2\n  world_size: 6\n");
-  CHECK(case_world_size(load_golden_case(dp)) == 6);
+      "tp2dp2", std::string(kModel) + "parallel:\n  tensor_model_parallel_size: 2\n  world_size: 4\n");
+  CHECK(case_world_size(load_golden_case(dp)) == 4);
 
   // The config validates for the layout's ranks (dp = world / (tp·pp·cp)), and not for one.
   const golden::GoldenCase c = load_golden_case(dp);
   const std::map<std::string, std::string> ph = {{"TENSORBOARD_PATH", "/tmp/tb"}};
-  const StrataConfig cfg = golden::case_config(c, ph, "cpu", 6);
-  CHECK(data_parallel_size(cfg.parallel) == 3);
+  const StrataConfig cfg = golden::case_config(c, ph, "cpu", 4);
+  CHECK(data_parallel_size(cfg.parallel) == 2);
   CHECK_THROWS_WITH(golden::case_config(c, ph, "cpu", 1), Contains("world_size"));
 
   // The committed TP2×PP2 case needs 4 ranks (the same rule as tests/CMakeLists.txt's).
