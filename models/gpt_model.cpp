@@ -307,10 +307,13 @@ void GPTModel::backward(ForwardContext& base, const Tensor& dlosses) {
   if (opt_.post_process) {
     dx = loss_backward(*ctx, dlosses);
   } else {
-    STRATA_CHECK(dlosses.dim() == 3 && dlosses.size(0) == s && dlosses.size(1) == b &&
+    // Sequence parallel: the next stage sends the gradient of this rank's rows only.
+    const int64_t tp = groups_.tp.size();
+    const int64_t s_local = opt_.sequence_parallel && tp > 1 ? s / tp : s;
+    STRATA_CHECK(dlosses.dim() == 3 && dlosses.size(0) == s_local && dlosses.size(1) == b &&
                      dlosses.size(2) == cfg_.hidden_size,
-                 "GPTModel::backward: d(output hidden) ", dlosses.shape().str(), " must be [s, b, h] = [", s, ", ", b,
-                 ", ", cfg_.hidden_size, "]");
+                 "GPTModel::backward: d(output hidden) ", dlosses.shape().str(), " must be [s, b, h] = [", s_local,
+                 ", ", b, ", ", cfg_.hidden_size, "]");
     dx = dlosses.to(opt_.device).to(opt_.dtype);
   }
   {

@@ -85,6 +85,7 @@ class GPTModel : public LanguageModel {
 
   const ModelConfig& config() const { return cfg_; }
   DType dtype() const { return opt_.dtype; }
+  const GPTModelOptions& options() const { return opt_; }
   Device device() const { return opt_.device; }
   int64_t padded_vocab() const { return padded_vocab_; }
   // First global vocabulary row of this rank's output-layer / embedding shard (0 without TP).

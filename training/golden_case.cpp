@@ -13,6 +13,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "training/checkpoint.h"
 #include "training/run.h"
 
@@ -50,6 +51,17 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
     STRATA_CHECK_KIND(ErrorKind::Config, false, source, ": not valid YAML: ", e.what());
   }
   return {};
+}
+
+// The Strata sections (lower-case keys) of a case's text, decoded but not validated.
+StrataConfig decode_sections(const std::string& text, const std::string& path) {
+  const YAML::Node root = parse_yaml(text, path);
+  YAML::Node sections(YAML::NodeType::Map);
+  for (const auto& kv : root)
+    if (!is_metadata_key(kv.first.as<std::string>())) sections[kv.first.as<std::string>()] = kv.second;
+  StrataConfig cfg;
+  StrataConfig::table().untyped().decode_yaml(sections, &cfg, path);
+  return cfg;
 }
 
 }  // namespace
@@ -102,7 +114,7 @@ std::string golden_file_path(const GoldenCase& c, const std::string& platform) {
 }
 
 StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::string>& placeholders,
-                         const std::string& platform) {
+                         const std::string& platform, int64_t world_size) {
   const std::string path = config_path(c);
   std::string text = c.config_text;
   for (size_t p = text.find("${"); p != std::string::npos; p = text.find("${", p)) {
@@ -115,15 +127,27 @@ StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::s
     text.replace(p, e - p + 1, it->second);
     p += it->second.size();
   }
-  const YAML::Node root = parse_yaml(text, path);
-  YAML::Node sections(YAML::NodeType::Map);
-  for (const auto& kv : root)
-    if (!is_metadata_key(kv.first.as<std::string>())) sections[kv.first.as<std::string>()] = kv.second;
-  StrataConfig cfg;
-  StrataConfig::table().untyped().decode_yaml(sections, &cfg, path);
+  StrataConfig cfg = decode_sections(text, path);
   cfg.training.device = platform == "cpu" ? "cpu" : "cuda";
-  cfg.validate(1);
+  cfg.validate(world_size);
   return cfg;
+}
+
+int64_t case_world_size(const GoldenCase& c) {
+  // Placeholders stay unsubstituted: they are plain strings to the decoder, and only `parallel` is read.
+  const ParallelConfig& p = decode_sections(c.config_text, config_path(c)).parallel;
+  return p.world_size.value_or(p.model_parallel_size());
+}
+
+void GoldenJob::barrier() const {
+  if (world && world->size() > 1) world->barrier();
+}
+
+bool GoldenJob::agree(bool passed) const {
+  if (!world || world->size() == 1) return passed;
+  Tensor t = Tensor::full({1}, passed ? 1.0 : 0.0, DType::I32);
+  world->broadcast(t, world->size() - 1);
+  return t.item() != 0.0;
 }
 
 std::vector<std::string> record_only_metrics(const std::string& platform) {
@@ -133,9 +157,13 @@ std::vector<std::string> record_only_metrics(const std::string& platform) {
 
 namespace {
 
-int train_in_process(const StrataConfig& cfg) {
-  std::printf("%s", cfg.argument_table().c_str());
-  std::fflush(stdout);
+// Every rank of the job trains; the metrics rank prints the argument table (as `strata train`'s
+// logging rank does).
+int train_in_process(const StrataConfig& cfg, const GoldenJob& job) {
+  if (job.is_metrics_rank()) {
+    std::printf("%s", cfg.argument_table().c_str());
+    std::fflush(stdout);
+  }
   return training::run(cfg);
 }
 
@@ -150,17 +178,28 @@ void write_config_file(const std::string& path, const StrataConfig& cfg) {
 CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
   STRATA_CHECK(!options.work_dir.empty(), "golden: the work directory is not set");
   const fs::path work = fs::absolute(options.work_dir);
+  const GoldenJob& job = options.job;
+  // Before anything is written: the launched ranks must be the layout's (the same check on every rank).
+  const int64_t needed = case_world_size(c);
+  STRATA_CHECK_KIND(ErrorKind::Config, needed == job.size(), config_path(c), ": the parallel section needs ",
+                    needed, " ranks but ", job.size(),
+                    " were launched; run it as `scripts/mpirun.sh -np ", needed, " strata golden … ", c.dir,
+                    "` (parallel.world_size, or tensor × context × pipeline model parallel sizes)");
   CaseRun run;
+  run.has_metrics = job.is_metrics_rank();
   run.tensorboard_dir = (work / "tensorboard").string();
   run.resume_tensorboard_dir = (work / "tensorboard_resume").string();
   const std::string ckpt = (work / "checkpoints").string();
-  for (const std::string& d : {run.tensorboard_dir, run.resume_tensorboard_dir, ckpt}) fs::remove_all(d);
-  fs::create_directories(work);
+  if (job.rank() == 0) {  // one rank prepares the shared work directory
+    for (const std::string& d : {run.tensorboard_dir, run.resume_tensorboard_dir, ckpt}) fs::remove_all(d);
+    fs::create_directories(work);
+  }
+  job.barrier();
   for (const auto& [k, v] : c.env_vars) ::setenv(k.c_str(), v.c_str(), /*overwrite=*/0);
 
   std::map<std::string, std::string> ph = {
       {"TENSORBOARD_PATH", run.tensorboard_dir}, {"CHECKPOINT_SAVE_PATH", ckpt}, {"CHECKPOINT_LOAD_PATH", ckpt}};
-  const StrataConfig cfg = case_config(c, ph, options.platform);
+  const StrataConfig cfg = case_config(c, ph, options.platform, job.size());
   run.train_iters = cfg.training.train_iters;
   STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging.tensorboard_dir.has_value(), config_path(c),
                     ": logging.tensorboard_dir must be ${TENSORBOARD_PATH} (the runner reads the event files)");
@@ -178,31 +217,37 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
                       ") must divide training.train_iters/2 (", run.resume_iteration, ")");
   }
 
-  int rc = train_in_process(cfg);
+  int rc = train_in_process(cfg, job);
   STRATA_CHECK_KIND(ErrorKind::Runtime, rc == 0, "golden case ", c.name, ": training exited with ", rc);
-  run.values = read_tensorboard_metrics(run.tensorboard_dir, run.train_iters);
+  job.barrier();  // the metrics rank's event file is closed
+  if (run.has_metrics) run.values = read_tensorboard_metrics(run.tensorboard_dir, run.train_iters);
 
   if (c.test_type == "ckpt-resume") {
     // Megatron's run_ci_test.sh between the two runs: drop the last checkpoint, point the tracker
     // at the middle one.
-    fs::remove_all(fs::path(ckpt) / checkpoint_dir_name(run.train_iters));
-    STRATA_CHECK_KIND(ErrorKind::Runtime, fs::is_directory(fs::path(ckpt) / checkpoint_dir_name(run.resume_iteration)),
-                      "golden case ", c.name, ": run 1 wrote no checkpoint at iteration ", run.resume_iteration);
-    {
+    if (job.rank() == 0) {
+      fs::remove_all(fs::path(ckpt) / checkpoint_dir_name(run.train_iters));
+      STRATA_CHECK_KIND(ErrorKind::Runtime,
+                        fs::is_directory(fs::path(ckpt) / checkpoint_dir_name(run.resume_iteration)), "golden case ",
+                        c.name, ": run 1 wrote no checkpoint at iteration ", run.resume_iteration);
       std::ofstream t(fs::path(ckpt) / kTrackerFile, std::ios::binary | std::ios::trunc);
       t << run.resume_iteration;
     }
+    job.barrier();
     StrataConfig cfg2 = cfg;
     cfg2.logging.tensorboard_dir = run.resume_tensorboard_dir;
-    if (options.train_in_new_process) {
+    if (options.train_in_new_process && job.size() == 1) {
       const std::string path = (work / "resume_config.yaml").string();
       write_config_file(path, cfg2);
       rc = options.train_in_new_process(path);
     } else {
-      rc = train_in_process(cfg2);
+      rc = train_in_process(cfg2, job);
     }
     STRATA_CHECK_KIND(ErrorKind::Runtime, rc == 0, "golden case ", c.name, ": the resumed run exited with ", rc);
-    run.resumed = steps_after(read_tensorboard_metrics(run.resume_tensorboard_dir, run.train_iters), run.resume_iteration);
+    job.barrier();
+    if (run.has_metrics)
+      run.resumed =
+          steps_after(read_tensorboard_metrics(run.resume_tensorboard_dir, run.train_iters), run.resume_iteration);
   }
   return run;
 }

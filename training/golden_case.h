@@ -6,16 +6,22 @@
 // `ckpt-resume` (spec §7.6): run 1 trains all train_iters saving every save_interval; then
 // iter_<train_iters> is deleted and the tracker set to train_iters/2; run 2 resumes from there
 // into a separate TensorBoard directory (in a new process by default).
+// A case declares its layout in its `parallel` section (tp 2, pp 2 → 4 ranks; dp > 1 through
+// parallel.world_size) and runs under `scripts/mpirun.sh -np N strata golden run <case>`: every
+// rank trains its part, the last rank logs the metrics (Megatron's print_rank_last) and decides
+// the verdict, which every rank then returns (GoldenJob::agree), so all exit codes are the same.
 // Reference: Megatron-LM tests/functional_tests/shell_test_utils/run_ci_test.sh,
 // tests/functional_tests/test_cases/*/model_config.yaml.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "parallel/communicator.h"
 #include "training/config.h"
 #include "training/golden_values.h"
 
@@ -40,9 +46,28 @@ std::string golden_file_path(const GoldenCase& c, const std::string& platform);
 
 // The case's StrataConfig with Megatron's placeholders ${TENSORBOARD_PATH},
 // ${CHECKPOINT_SAVE_PATH}, ${CHECKPOINT_LOAD_PATH} substituted, training.device set for the
-// platform ("cpu" → cpu, else cuda), validated for one process. Config errors name the file.
+// platform ("cpu" → cpu, else cuda), validated for `world_size` processes, which must be the
+// case's case_world_size(). Config errors name the file.
 StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::string>& placeholders,
-                         const std::string& platform);
+                         const std::string& platform, int64_t world_size = 1);
+
+// The number of ranks the case's layout needs: parallel.world_size when set, else
+// tp·cp·pp (data-parallel size 1). Reads only the `parallel` section.
+int64_t case_world_size(const GoldenCase& c);
+
+// The job a case runs in: this process alone (world null), or every rank of
+// `mpirun -np N strata golden …` (world = an MPI world communicator; the caller keeps MPI
+// initialised for the whole command, e.g. with init_distributed).
+struct GoldenJob {
+  std::shared_ptr<Communicator> world;
+  int rank() const { return world ? world->rank() : 0; }
+  int size() const { return world ? world->size() : 1; }
+  // The rank that logs the metrics (the last one, Megatron's print_rank_last) and judges the run.
+  bool is_metrics_rank() const { return rank() == size() - 1; }
+  void barrier() const;
+  // The metrics rank's `passed`, on every rank (collective).
+  bool agree(bool passed) const;
+};
 
 // Metrics recorded but not compared on `platform`: iteration-time and mem-* on the CPU (timing and
 // host allocator statistics are not reproducible there); none elsewhere (Megatron: rtol 0.05).
@@ -53,18 +78,23 @@ struct RunOptions {
   std::string work_dir;  // required; <work>/tensorboard, checkpoints, tensorboard_resume are replaced
   // Runs one `strata train --config FILE`: used for run 2 of ckpt-resume. Null: run it in this
   // process (tests); the command passes a function that starts a new `strata` process.
+  // Under mpirun the resumed run is always in this process (a child process is not an MPI rank).
   std::function<int(const std::string& config_path)> train_in_new_process;
+  GoldenJob job;  // the ranks running the case (default: this process alone)
 };
 
 struct CaseRun {
   int64_t train_iters = 0;
+  bool has_metrics = true;              // false on ranks other than the metrics rank (values empty)
   GoldenValues values;                  // run 1, steps 1..train_iters
   std::optional<GoldenValues> resumed;  // ckpt-resume: run 2, steps > resume_iteration
   int64_t resume_iteration = 0;
   std::string tensorboard_dir, resume_tensorboard_dir;
 };
 
-// Trains the case as configured and extracts every whitelisted metric from its event files.
+// Trains the case as configured and extracts every whitelisted metric from its event files (on
+// the metrics rank). Collective over options.job; the launched world size must equal
+// case_world_size() (else a config error naming the file and the mpirun line to use).
 CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options);
 
 // The checks of `strata golden run`: run 1 vs the golden values; for ckpt-resume also run 2 vs run

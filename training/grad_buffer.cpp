@@ -46,12 +46,16 @@ GradBuffer::GradBuffer(const std::vector<Parameter*>& params, ProcessGroup dp, c
     STRATA_CHECK(p != nullptr && p->value.defined(), "GradBuffer: parameter ", k, " has no value");
     STRATA_CHECK(p->value.device() == device, "GradBuffer: parameter ", p->name, " is on ", p->value.device().str(),
                  ", the others on ", device.str());
+    const bool alone =
+        dist && std::find(options_.own_bucket.begin(), options_.own_bucket.end(), p) != options_.own_bucket.end();
+    if (alone && !current.params.empty()) close_bucket();
     if (dist) cursor = round_up(cursor, 64);
     offsets_[k] = cursor;
     cursor += p->value.numel();
     current.params.push_back(k);
     bucket_of_param_[k] = buckets_.size();
-    if (options_.bucket_size > 0 && cursor - current.offset >= options_.bucket_size && k > 0) close_bucket();
+    if ((alone || (options_.bucket_size > 0 && cursor - current.offset >= options_.bucket_size)) && k > 0)
+      close_bucket();
   }
   close_bucket();
 

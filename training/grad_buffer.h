@@ -35,6 +35,11 @@ int64_t default_ddp_bucket_size(std::optional<int64_t> configured, bool overlap_
 struct GradBufferOptions {
   int64_t bucket_size = 0;              // elements per bucket; 0: one bucket
   bool distributed_optimizer = false;   // reduce-scatter + padding (see the file comment)
+  // Distributed optimizer: these parameters get a bucket of their own — the tied word embedding on
+  // the first and last pipeline stage, so both stages' dp ranks own the same rows of it and the
+  // embedding-group all-reduce after the reduce-scatter adds reduced rows to reduced rows
+  // (Megatron param_and_grad_buffer _does_param_require_new_bucket, `shared_embedding`).
+  std::vector<const Parameter*> own_bucket;
 };
 
 struct GradBucket {

@@ -25,6 +25,7 @@ inline PipelineLayout make_pipeline_layout(const std::vector<std::unique_ptr<GPT
     l.hidden_size = chunks.front()->config().hidden_size;
     l.activation_dtype = chunks.front()->dtype();
     l.device = chunks.front()->device();
+    if (chunks.front()->options().sequence_parallel) l.sequence_shards = groups.tp.size();
   }
   return l;
 }

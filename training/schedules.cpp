@@ -137,12 +137,12 @@ class Runner {
     if (step_.compute_seconds)
       *step_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // A receive buffer [s, b, h]: every micro-batch of a step has the shape of micro-batch 0.
+  // A receive buffer [s / sequence_shards, b, h]: every micro-batch of a step has the shape of micro-batch 0.
   Tensor buffer() {
     const Batch& b = step_.batch(0);
     STRATA_CHECK(layout_.hidden_size > 0, "pipeline schedule: PipelineLayout.hidden_size is not set");
-    return Tensor::empty({b.tokens.size(1), b.tokens.size(0), layout_.hidden_size}, layout_.activation_dtype,
-                         layout_.device);
+    return Tensor::empty({b.tokens.size(1) / layout_.sequence_shards, b.tokens.size(0), layout_.hidden_size},
+                         layout_.activation_dtype, layout_.device);
   }
 
   const PipelineLayout& layout_;

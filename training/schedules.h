@@ -26,6 +26,9 @@ struct PipelineLayout {
   ProcessGroup pp = ProcessGroup::single("pp");
   ProcessGroup embedding = ProcessGroup::single("embedding");  // first + last stage (tied embeddings)
   int64_t hidden_size = 0;                 // h of the [s, b, h] activations sent between stages
+  // The activations sent hold s / sequence_shards rows: tp under sequence parallelism (each tp
+  // rank sends its sequence shard; Megatron get_tensor_shapes: seq_length // tp).
+  int64_t sequence_shards = 1;
   DType activation_dtype = DType::F32;     // their dtype (the model dtype)
   Device device = Device::cpu();           // where they live
   int64_t num_chunks() const { return static_cast<int64_t>(chunks.size()); }

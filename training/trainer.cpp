@@ -95,6 +95,9 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   GradBufferOptions gbo;
   gbo.distributed_optimizer = cfg_.parallel.use_distributed_optimizer;
   gbo.bucket_size = default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce, dp.size());
+  if (pipeline_.embedding.size() > 1)  // tied embeddings across stages: a bucket of their own (grad_buffer.h)
+    for (LanguageModel* chunk : pipeline_.chunks)
+      for (Parameter* p : chunk->embedding_group_parameters()) gbo.own_bucket.push_back(p);
   grad_buffer_ = std::make_unique<GradBuffer>(params_, dp, gbo);
   optimizer_ = std::make_unique<AdamWOptimizer>(params_, adam_settings(cfg_), dp,
                                                 gbo.distributed_optimizer ? grad_buffer_.get() : nullptr);

@@ -4,6 +4,10 @@
 // prints a per-metric report and exits 1 on a mismatch.
 // `strata golden regenerate <case-dir> [...]` trains the case twice, requires the two runs to be
 // bit-identical, and rewrites the golden file from the first at full precision.
+// Under `scripts/mpirun.sh -np N strata golden run|regenerate <case>` (N = the case's layout, its
+// `parallel` section) the command joins the job once (init_distributed keeps MPI up across the
+// runs), every rank trains, the last rank reads the metrics, prints the report, writes the golden
+// file (regenerate) and decides; every rank exits with its verdict. An error on one rank aborts all.
 // Reference: Megatron-LM tests/functional_tests/shell_test_utils/run_ci_test.sh; docs/golden_values.md.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -13,12 +17,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
+#include "parallel/distributed.h"
+#include "parallel/parallel_config.h"
 #include "training/golden_case.h"
 #include "training/golden_values.h"
 
@@ -56,8 +63,10 @@ int train_in_new_process(const std::string& config_path) {
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-golden::RunOptions run_options(const GoldenOpts& o, const golden::GoldenCase& c, const std::string& sub) {
+golden::RunOptions run_options(const GoldenOpts& o, const golden::GoldenCase& c, const std::string& sub,
+                               const golden::GoldenJob& job) {
   golden::RunOptions r;
+  r.job = job;
   r.platform = o.platform;
   const std::string base = o.work_dir.empty() ? (fs::path("out") / "golden" / c.name).string() : o.work_dir;
   r.work_dir = sub.empty() ? base : (fs::path(base) / sub).string();
@@ -74,34 +83,55 @@ void add_common(CLI::App* cmd, const std::shared_ptr<GoldenOpts>& o) {
                 "ckpt-resume: run the resumed half in this process instead of a new `strata train` process");
 }
 
+// Runs body as every rank of the launched job (one process without a launcher): MPI stays
+// initialised until body returns, and an exception on one rank aborts all of them.
+int in_job(const std::function<int(const golden::GoldenJob&)>& body) {
+  const DistributedRuntime rt = init_distributed(ParallelConfig{}, Device::cpu());
+  golden::GoldenJob job;
+  if (rt.world_size > 1) job.world = rt.world_host;
+  return run_or_abort(rt, [&] { return body(job); });
+}
+
 int golden_run(const GoldenOpts& o) {
   const golden::GoldenCase c = golden::load_golden_case(o.case_dir);
   const std::string golden_path = golden::golden_file_path(c, o.platform);
   const golden::GoldenValues golden = golden::read_golden_file(golden_path);  // fail before training
-  const golden::CaseRun run = golden::run_golden_case(c, run_options(o, c, ""));
-  const golden::CaseVerdict v = golden::check_case_run(c, run, golden, o.platform);
-  std::printf("\n golden values: %s\n%s", golden_path.c_str(), v.report.c_str());
-  std::fflush(stdout);
-  return v.passed ? 0 : 1;
+  return in_job([&](const golden::GoldenJob& job) {
+    const golden::CaseRun run = golden::run_golden_case(c, run_options(o, c, "", job));
+    bool passed = false;
+    if (run.has_metrics) {  // the last rank: it logged the metrics
+      const golden::CaseVerdict v = golden::check_case_run(c, run, golden, o.platform);
+      std::printf("\n golden values: %s\n%s", golden_path.c_str(), v.report.c_str());
+      std::fflush(stdout);
+      passed = v.passed;
+    }
+    return job.agree(passed) ? 0 : 1;
+  });
 }
 
 int golden_regenerate(const GoldenOpts& o) {
   const golden::GoldenCase c = golden::load_golden_case(o.case_dir);
-  const golden::CaseRun first = golden::run_golden_case(c, run_options(o, c, "run1"));
-  const golden::CaseRun second = golden::run_golden_case(c, run_options(o, c, "run2"));
-  const golden::CaseVerdict v = golden::check_repeatability(c, first, second, o.platform);
-  std::printf("\n%s", v.report.c_str());
-  if (!v.passed) {
-    std::fprintf(stderr, "strata golden regenerate: two runs of %s differ; golden values not written\n",
-                 c.name.c_str());
-    return 1;
-  }
-  const std::string path = golden::golden_file_path(c, o.platform);
-  golden::write_golden_file(path, first.values);
-  std::printf(" wrote %s (%zu metrics, steps 1-%lld)\n", path.c_str(), first.values.size(),
-              static_cast<long long>(first.train_iters));
-  std::fflush(stdout);
-  return 0;
+  return in_job([&](const golden::GoldenJob& job) {
+    const golden::CaseRun first = golden::run_golden_case(c, run_options(o, c, "run1", job));
+    const golden::CaseRun second = golden::run_golden_case(c, run_options(o, c, "run2", job));
+    bool passed = false;
+    if (first.has_metrics) {
+      const golden::CaseVerdict v = golden::check_repeatability(c, first, second, o.platform);
+      std::printf("\n%s", v.report.c_str());
+      passed = v.passed;
+      if (!v.passed) {
+        std::fprintf(stderr, "strata golden regenerate: two runs of %s differ; golden values not written\n",
+                     c.name.c_str());
+      } else {
+        const std::string path = golden::golden_file_path(c, o.platform);
+        golden::write_golden_file(path, first.values);
+        std::printf(" wrote %s (%zu metrics, steps 1-%lld)\n", path.c_str(), first.values.size(),
+                    static_cast<long long>(first.train_iters));
+      }
+      std::fflush(stdout);
+    }
+    return job.agree(passed) ? 0 : 1;
+  });
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 // Shared helpers for the multi-rank tests: the world MPI communicator and per-rank inputs that
-// every rank can recompute for every other rank (so expected results are computed locally).
+// every rank can recompute for every other rank (so expected results are computed locally); the
+// relative error the layout-equivalence tests bound (max |a − b| / max |b|).
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -36,6 +39,17 @@ inline Tensor rank_tensor(int rank, int64_t n, DType dtype, int64_t first = 0) {
 inline bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.numel() == b.numel() &&
          std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
+}
+
+// max |a − b| / max(max |b|, floor): a tensor's error relative to its largest entry.
+inline double relative_error(const std::vector<double>& a, const std::vector<double>& b, double floor = 1e-6) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0.0, scale = floor;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return diff / scale;
 }
 
 }  // namespace strata::mpitest

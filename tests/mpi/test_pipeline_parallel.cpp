@@ -93,16 +93,6 @@ RunResult train(const StrataConfig& cfg, const ParallelGroups& groups) {
   return r;
 }
 
-// max |a − b| / max(max |b|, 1e-6)
-double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
-  double diff = 0.0, scale = 1e-6;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return diff / scale;
-}
-
 void check_equivalence(const std::vector<std::string>& layout) {
   const int world = world_comm()->size();
   const ParallelGroups groups = pipeline_groups();
@@ -135,7 +125,7 @@ void check_equivalence(const std::vector<std::string>& layout) {
   for (const auto& [name, g] : p1.grads) {
     INFO(name);
     REQUIRE(b1.grads.count(name) == 1);
-    const double e = rel_error(g, b1.grads.at(name));
+    const double e = mpitest::relative_error(g, b1.grads.at(name));
     worst = std::max(worst, e);
     CHECK(e <= 1e-5);
   }
