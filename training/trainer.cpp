@@ -211,6 +211,14 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   // during the backward and are waited for here), then the tied embedding copies' gradients
   // summed over the embedding group.
   grad_buffer_->finish_grad_sync();
+  if (grad_buffer_->distributed_optimizer() && pipeline_.embedding.size() > 1) {
+    // Distributed optimizer: only this rank's chunk of each bucket is reduced, and the stages'
+    // buffers place the tied embedding differently; make its whole gradient reduced first.
+    std::vector<Parameter*> tied;
+    for (LanguageModel* chunk : pipeline_.chunks)
+      for (Parameter* p : chunk->embedding_group_parameters()) tied.push_back(p);
+    grad_buffer_->all_gather_grads(tied);
+  }
   finalize_model_grads(pipeline_);
   if (pipeline_.pp.size() > 1) {  // the last stage computed the loss (Megatron logs it there)
     Tensor t = Tensor::full({1}, loss_sum, DType::F64);
