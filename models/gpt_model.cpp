@@ -304,8 +304,22 @@ void GPTModel::backward(ForwardContext& base, const Tensor& dlosses) {
   STRATA_CHECK(ctx != nullptr && ctx->has_forward, "GPTModel::backward: no saved forward in this context");
   const int64_t s = ctx->s, b = ctx->b;
   Tensor dx;
+  // Overlapped gradient reduction: report each module's parameters once its backward has written
+  // them (the tied output weight is the embedding's, reported after the embedding backward).
+  auto report = [&](auto& module) {
+    if (!ctx->grads_ready) return;
+    std::vector<Parameter*> ps;
+    module.collect(ps);
+    ctx->grads_ready(ps);
+  };
   if (opt_.post_process) {
     dx = loss_backward(*ctx, dlosses);
+    if (ctx->grads_ready) {
+      std::vector<Parameter*> ps;
+      final_norm_->collect(ps);
+      if (!tied() || !embedding_) ps.push_back(&output_layer_);
+      ctx->grads_ready(ps);
+    }
   } else {
     // Sequence parallel: the next stage sends the gradient of this rank's rows only.
     const int64_t tp = groups_.tp.size();
@@ -321,11 +335,13 @@ void GPTModel::backward(ForwardContext& base, const Tensor& dlosses) {
     for (size_t i = layers_.size(); i-- > 0;) {
       dx = layers_[i]->backward(ctx->layers[i], dx);
       ctx->layers[i] = {};
+      report(*layers_[i]);
     }
   }
   if (opt_.pre_process) {
     phase_timer::Scope t("backward/embedding");
     embedding_->backward(ctx->embedding, dx);
+    report(*embedding_);
   } else {
     ctx->input_hidden_grad = dx;
     ctx->input_hidden = Tensor();

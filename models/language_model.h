@@ -4,6 +4,7 @@
 // several contexts alive; recompute drops and re-runs them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -34,6 +35,11 @@ class ForwardContext {
   // that is not the first leaves d(input hidden) [s, b, h] here after backward.
   Tensor input_hidden;
   Tensor input_hidden_grad;
+  // Overlapped gradient reduction (Megatron's per-parameter grad hooks, overlap_grad_reduce): when
+  // set, backward calls it with the parameters whose main_grad it has finished writing, as soon
+  // as it has (a layer's parameters right after that layer's backward), each parameter once. The
+  // schedule sets it on the context of each chunk's last micro-batch only (training/schedules.h).
+  std::function<void(const std::vector<Parameter*>&)> grads_ready;
 };
 
 class LanguageModel {
@@ -54,7 +60,8 @@ class LanguageModel {
   // stage that is not the last returns its output hidden [s, b, h] instead.
   virtual Tensor forward(ForwardContext& ctx, const Batch& batch) = 0;
   // Backward from dL/d(per-token loss) [b, s] f32 (a stage that is not the last: from
-  // d(output hidden) [s, b, h]); ADDS into every Parameter::main_grad.
+  // d(output hidden) [s, b, h]); ADDS into every Parameter::main_grad. Reports finished
+  // parameters through ctx.grads_ready when it is set (every parameter exactly once).
   virtual void backward(ForwardContext& ctx, const Tensor& dlosses) = 0;
 
   // Pipeline stage of this model (chunk): whether it embeds the tokens (Megatron pre_process) and

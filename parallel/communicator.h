@@ -36,6 +36,25 @@ struct PointToPoint {
   static PointToPoint recv(Tensor t, int peer, int tag = 0) { return {Kind::Recv, std::move(t), peer, tag}; }
 };
 
+// A collective started asynchronously (torch.distributed's async_op=True work handle, which
+// Megatron's DDP keeps per bucket). wait() completes it: afterwards the output holds the result
+// on the host (MPI), or — on a device communicator — the calling thread's current stream is
+// ordered after it (kernels enqueued later see the result; no host synchronisation). Until
+// wait() returns, the tensors given to the call must stay alive and unmodified (the handle
+// keeps their storage referenced). wait() may be called more than once; a handle destroyed
+// without wait() waits in its destructor (errors then are logged, not thrown).
+class CommWork {
+ public:
+  virtual ~CommWork() = default;
+  virtual void wait() = 0;
+  // Drives progress without blocking (MPI_Test); true once the operation is complete (wait()
+  // then does only the local finishing work, e.g. the rank-ordered sum in deterministic mode).
+  virtual bool test() { return false; }
+};
+
+// A handle whose work already ran (the blocking fallback): wait() and test() return at once.
+std::unique_ptr<CommWork> completed_comm_work();
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -63,6 +82,17 @@ class Communicator {
   // All sends and receives start together and complete before return (no ordering deadlock).
   virtual void batch_send_recv(std::vector<PointToPoint>& ops) = 0;
   virtual void barrier() = 0;
+
+  // Asynchronous all_reduce / reduce_scatter (same semantics and arguments as the blocking ones,
+  // including deterministic mode's rank-ordered sums): start the collective and return its
+  // handle. Every rank must start the same asynchronous collectives in the same order, like the
+  // blocking ones. The default runs the blocking collective and returns a completed handle (the
+  // self communicator; dtypes a backend does not start asynchronously). MPI: MPI_Iallreduce /
+  // MPI_Ireduce_scatter_block, or in deterministic mode MPI_Iallgather / MPI_Ialltoall with the
+  // ordered sum in wait(). NCCL: the collective on the communicator's communication stream after
+  // an event of the current stream; wait() makes the current stream wait for it.
+  virtual std::unique_ptr<CommWork> all_reduce_async(Tensor& t, ReduceOp op);
+  virtual std::unique_ptr<CommWork> reduce_scatter_async(const Tensor& input, Tensor& output, ReduceOp op);
 
   // A new communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split /
   // ncclCommSplit). Collective over this communicator. color < 0: this rank joins none (returns

@@ -13,6 +13,10 @@
 //     reduce_scatter exchanges the chunks with MPI_Alltoall and sums rank r's chunk the same way.
 //     Every rank does the same arithmetic, so the result is bit-identical on every rank and to a
 //     sequential sum. Max/Min and integer sums are exact in any order and use MPI's reductions.
+//   Asynchronous all_reduce / reduce_scatter (Communicator::*_async, for overlapped gradient
+//     reduction): MPI_Iallreduce / MPI_Ireduce_scatter_block; in deterministic mode an ordered
+//     nonblocking scheme — MPI_Iallgather / MPI_Ialltoall start at once and wait() does the
+//     rank-ordered sum, so the bits equal the blocking path's. test() drives MPI progress.
 //   Counts: MPI 4.1 counts and displacements are int. all_reduce, broadcast and point-to-point
 //     messages above INT_MAX elements are sent in chunks; the gathers, scatters and all-to-alls
 //     reject them with an error naming the collective.
@@ -31,11 +35,14 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/logging.h"
+#include "parallel/communicator_checks.h"
 #include "parallel/distributed.h"
 #include "parallel/watchdog.h"
 
@@ -91,10 +98,8 @@ MPI_Datatype mpi_type(DType t) {
 }
 
 MPI_Op mpi_op(ReduceOp op, DType t, const char* collective) {
-  if (t == DType::Bool) {
-    STRATA_CHECK(op != ReduceOp::Avg, collective, ": avg of a bool tensor is undefined (use sum, max or min)");
-    return op == ReduceOp::Min ? MPI_LAND : MPI_LOR;
-  }
+  comm_checks::reduce_op(op, t, collective);
+  if (t == DType::Bool) return op == ReduceOp::Min ? MPI_LAND : MPI_LOR;
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg: return MPI_SUM;
@@ -117,12 +122,7 @@ void check_host(const Tensor& t, const char* collective, const char* name) {
   check_contiguous(t, collective, name);
 }
 
-void check_same_dtype(const Tensor& a, const Tensor& b, const char* collective) {
-  STRATA_CHECK(a.dtype() == b.dtype(), collective, ": input is ", dtype_name(a.dtype()), ", output ",
-               dtype_name(b.dtype()));
-}
-
-char* bytes(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+using comm_checks::bytes;
 
 // Divides every element by `size` in the tensor's dtype (f32 for the f32 stand-in of 16-bit types).
 void divide_in_place(Tensor& t, int size) {
@@ -149,6 +149,55 @@ void ordered_sum(const Acc* gathered, int parts, int64_t m, Acc* out, bool avera
     out[i] = average ? static_cast<Acc>(s / static_cast<Acc>(parts)) : s;
   }
 }
+
+// An asynchronous MPI collective: its requests, the tensors they read or write (kept alive), and
+// the local finishing work run once they complete (the ordered sum, Avg's division, a copy back).
+class MpiWork final : public CommWork {
+ public:
+  MpiWork(const char* collective, std::string label) : collective_(collective), label_(std::move(label)) {}
+  ~MpiWork() override {
+    if (done_) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log::error("{} on group {}: abandoned asynchronous collective failed: {}", collective_, label_, e.what());
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    if (!complete_) {
+      CollectiveScope scope(collective_, label_);
+      if (!requests_.empty()) {
+        STRATA_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+      }
+      complete_ = true;
+    }
+    done_ = true;  // before finish(): an exception there must not re-run it from the destructor
+    if (finish_) finish_();
+    keep_.clear();
+  }
+  bool test() override {
+    if (complete_ || done_) return true;
+    int flag = 0;
+    if (requests_.empty()) {
+      flag = 1;
+    } else {
+      STRATA_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag, MPI_STATUSES_IGNORE));
+    }
+    complete_ = flag != 0;
+    return complete_;
+  }
+
+  std::vector<MPI_Request> requests_;
+  std::vector<Tensor> keep_;
+  std::function<void()> finish_;
+
+ private:
+  const char* collective_;
+  std::string label_;
+  bool complete_ = false;
+  bool done_ = false;
+};
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -193,9 +242,7 @@ class MpiCommunicator final : public Communicator {
     CollectiveScope scope("reduce_scatter", label_);
     check_host(input, "reduce_scatter", "input");
     check_host(output, "reduce_scatter", "output");
-    check_same_dtype(input, output, "reduce_scatter");
-    STRATA_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input has ", input.numel(),
-                 " elements, expected size·output = ", size_, "·", output.numel());
+    comm_checks::reduce_scatter(input, output, size_);
     const MPI_Op mop = mpi_op(op, input.dtype(), "reduce_scatter");
     agree("reduce_scatter", 2, output.numel(), input.dtype(), static_cast<int64_t>(op));
     const int n = to_int(output.numel(), "reduce_scatter", "output count");
@@ -226,21 +273,105 @@ class MpiCommunicator final : public Communicator {
     if (average) divide_in_place(output, size_);
   }
 
+  // Asynchronous all_reduce: MPI_Iallreduce in place (Avg divides in wait()); deterministic mode
+  // (floating Sum/Avg): MPI_Iallgather of every rank's values, the rank-ordered sum in wait()
+  // (bit-identical to the blocking path). Started synchronously instead (completed handle):
+  // bf16/f16 (reduced through an f32 copy), more than INT_MAX elements, and deterministic sums
+  // whose gathered values would exceed 2^26 elements (the blocking path gathers in bounded
+  // chunks).
+  std::unique_ptr<CommWork> all_reduce_async(Tensor& t, ReduceOp op) override {
+    check_host(t, "all_reduce", "t");
+    const MPI_Op mop = mpi_op(op, t.dtype(), "all_reduce");
+    const bool average = op == ReduceOp::Avg;
+    const bool ordered = deterministic_ && is_floating(t.dtype()) && (op == ReduceOp::Sum || average);
+    const int64_t n = t.numel();
+    if (n == 0 || is_half(t.dtype()) || n > INT_MAX || (ordered && n * size_ > kAsyncGatheredElements)) {
+      all_reduce(t, op);
+      return completed_comm_work();
+    }
+    agree("all_reduce_async", 8, n, t.dtype(), static_cast<int64_t>(op));
+    auto work = std::make_unique<MpiWork>("all_reduce", label_);
+    work->requests_.emplace_back();
+    work->keep_.push_back(t);
+    const MPI_Datatype type = mpi_type(t.dtype());
+    if (ordered) {
+      Tensor gathered = Tensor::empty({n * size_}, t.dtype());
+      work->keep_.push_back(gathered);
+      STRATA_MPI_CHECK(MPI_Iallgather(t.data_ptr(), static_cast<int>(n), type, gathered.data_ptr(),
+                                      static_cast<int>(n), type, comm_, &work->requests_.back()));
+      const int parts = size_;
+      work->finish_ = [t, gathered, n, parts, average]() mutable {
+        if (t.dtype() == DType::F64) {
+          ordered_sum(gathered.data<double>(), parts, n, t.data<double>(), average);
+        } else {
+          ordered_sum(gathered.data<float>(), parts, n, t.data<float>(), average);
+        }
+      };
+    } else {
+      STRATA_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(n), type, mop, comm_,
+                                      &work->requests_.back()));
+      const int parts = size_;
+      if (average) work->finish_ = [t, parts]() mutable { divide_in_place(t, parts); };
+    }
+    return work;
+  }
+
+  // Asynchronous reduce_scatter: MPI_Ireduce_scatter_block (Avg divides in wait()); deterministic
+  // mode (floating Sum/Avg): MPI_Ialltoall of the chunks, the rank-ordered sum of this rank's
+  // chunk in wait(). bf16/f16 start synchronously (completed handle).
+  std::unique_ptr<CommWork> reduce_scatter_async(const Tensor& input, Tensor& output, ReduceOp op) override {
+    check_host(input, "reduce_scatter", "input");
+    check_host(output, "reduce_scatter", "output");
+    comm_checks::reduce_scatter(input, output, size_);
+    STRATA_CHECK(!comm_checks::overlap(input, output), "reduce_scatter: input and output overlap");
+    const MPI_Op mop = mpi_op(op, input.dtype(), "reduce_scatter");
+    const int n = to_int(output.numel(), "reduce_scatter", "output count");
+    to_int(input.numel(), "reduce_scatter", "input count");
+    if (n == 0 || is_half(input.dtype())) {
+      reduce_scatter(input, output, op);
+      return completed_comm_work();
+    }
+    agree("reduce_scatter_async", 9, output.numel(), input.dtype(), static_cast<int64_t>(op));
+    const bool average = op == ReduceOp::Avg;
+    const bool ordered = deterministic_ && is_floating(input.dtype()) && (op == ReduceOp::Sum || average);
+    auto work = std::make_unique<MpiWork>("reduce_scatter", label_);
+    work->requests_.emplace_back();
+    work->keep_ = {input, output};
+    const MPI_Datatype type = mpi_type(input.dtype());
+    const int parts = size_;
+    if (ordered) {
+      Tensor chunks = Tensor::empty({input.numel()}, input.dtype());
+      work->keep_.push_back(chunks);
+      STRATA_MPI_CHECK(MPI_Ialltoall(input.data_ptr(), n, type, chunks.data_ptr(), n, type, comm_,
+                                     &work->requests_.back()));
+      work->finish_ = [output, chunks, n, parts, average]() mutable {
+        if (output.dtype() == DType::F64) {
+          ordered_sum(chunks.data<double>(), parts, n, output.data<double>(), average);
+        } else {
+          ordered_sum(chunks.data<float>(), parts, n, output.data<float>(), average);
+        }
+      };
+    } else {
+      STRATA_MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), n, type, mop, comm_,
+                                                 &work->requests_.back()));
+      if (average) work->finish_ = [output, parts]() mutable { divide_in_place(output, parts); };
+    }
+    return work;
+  }
+
   void all_gather(const Tensor& input, Tensor& output) override {
     CollectiveScope scope("all_gather", label_);
     check_host(input, "all_gather", "input");
     check_host(output, "all_gather", "output");
-    check_same_dtype(input, output, "all_gather");
-    STRATA_CHECK(output.numel() == input.numel() * size_, "all_gather: output has ", output.numel(),
-                 " elements, expected size·input = ", size_, "·", input.numel());
+    comm_checks::all_gather(input, output, size_);
     const int n = to_int(input.numel(), "all_gather", "input count");
     to_int(output.numel(), "all_gather", "output count");
     agree("all_gather", 3, input.numel(), input.dtype(), 0);
     if (n == 0) return;
     const MPI_Datatype type = mpi_type(input.dtype());
     // Megatron gathers into a buffer whose rank-th chunk is the input: MPI_IN_PLACE.
-    const bool inplace = in_place(input, output, static_cast<int64_t>(rank_) * n);
-    Tensor staged = inplace ? Tensor() : unaliased(input, output);
+    const bool inplace = comm_checks::at_offset(input, output, static_cast<int64_t>(rank_) * n);
+    Tensor staged = inplace ? Tensor() : comm_checks::unaliased(input, output);
     STRATA_MPI_CHECK(MPI_Allgather(inplace ? MPI_IN_PLACE : staged.data_ptr(), n, type, output.data_ptr(), n, type,
                                    comm_));
   }
@@ -249,26 +380,19 @@ class MpiCommunicator final : public Communicator {
     CollectiveScope scope("all_gather_v", label_);
     check_host(input, "all_gather_v", "input");
     check_host(output, "all_gather_v", "output");
-    check_same_dtype(input, output, "all_gather_v");
-    STRATA_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for ", size_,
-                 " ranks");
-    STRATA_CHECK(counts[rank_] == input.numel(), "all_gather_v: counts[", rank_, "] = ", counts[rank_],
-                 " but this rank's input has ", input.numel(), " elements");
+    const int64_t total = comm_checks::all_gather_v(input, output, counts, size_, rank_);
     std::vector<int> recv_counts(size_), displs(size_);
-    int64_t total = 0;
+    int64_t displacement = 0;
     for (int r = 0; r < size_; ++r) {
-      STRATA_CHECK(counts[r] >= 0, "all_gather_v: counts[", r, "] = ", counts[r], " is negative");
       recv_counts[r] = to_int(counts[r], "all_gather_v", "count");
-      displs[r] = to_int(total, "all_gather_v", "displacement");
-      total += counts[r];
+      displs[r] = to_int(displacement, "all_gather_v", "displacement");
+      displacement += counts[r];
     }
-    STRATA_CHECK(output.numel() == total, "all_gather_v: output has ", output.numel(), " elements, counts sum to ",
-                 total);
     uint64_t counts_hash = 0;
     for (int64_t c : counts) counts_hash = counts_hash * 1000003u + static_cast<uint64_t>(c);
     agree("all_gather_v", 4, total, input.dtype(), static_cast<int64_t>(counts_hash >> 1));
     const MPI_Datatype type = mpi_type(input.dtype());
-    Tensor staged = unaliased(input, output);
+    Tensor staged = comm_checks::unaliased(input, output);
     STRATA_MPI_CHECK(MPI_Allgatherv(staged.data_ptr(), recv_counts[rank_], type, output.data_ptr(), recv_counts.data(),
                                     displs.data(), type, comm_));
   }
@@ -277,17 +401,13 @@ class MpiCommunicator final : public Communicator {
     CollectiveScope scope("all_to_all", label_);
     check_host(input, "all_to_all", "input");
     check_host(output, "all_to_all", "output");
-    check_same_dtype(input, output, "all_to_all");
-    STRATA_CHECK(input.numel() % size_ == 0, "all_to_all: input has ", input.numel(),
-                 " elements, not divisible by the group size ", size_);
-    STRATA_CHECK(output.numel() == input.numel(), "all_to_all: output has ", output.numel(), " elements, input ",
-                 input.numel());
+    comm_checks::all_to_all(input, output, size_);
     const int n = to_int(input.numel() / size_, "all_to_all", "chunk count");
     to_int(input.numel(), "all_to_all", "input count");
     agree("all_to_all", 5, input.numel(), input.dtype(), 0);
     if (n == 0) return;
     const MPI_Datatype type = mpi_type(input.dtype());
-    Tensor staged = unaliased(input, output);
+    Tensor staged = comm_checks::unaliased(input, output);
     STRATA_MPI_CHECK(MPI_Alltoall(staged.data_ptr(), n, type, output.data_ptr(), n, type, comm_));
   }
 
@@ -296,14 +416,10 @@ class MpiCommunicator final : public Communicator {
     CollectiveScope scope("all_to_all_v", label_);
     check_host(input, "all_to_all_v", "input");
     check_host(output, "all_to_all_v", "output");
-    check_same_dtype(input, output, "all_to_all_v");
-    STRATA_CHECK(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,
-                 "all_to_all_v: ", send_counts.size(), " send counts and ", recv_counts.size(), " receive counts for ",
-                 size_, " ranks");
+    comm_checks::all_to_all_v(input, send_counts, output, recv_counts, size_);
     std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
     int64_t send_total = 0, recv_total = 0;
     for (int r = 0; r < size_; ++r) {
-      STRATA_CHECK(send_counts[r] >= 0 && recv_counts[r] >= 0, "all_to_all_v: negative count for rank ", r);
       sc[r] = to_int(send_counts[r], "all_to_all_v", "send count");
       rc[r] = to_int(recv_counts[r], "all_to_all_v", "receive count");
       sd[r] = to_int(send_total, "all_to_all_v", "send displacement");
@@ -311,14 +427,10 @@ class MpiCommunicator final : public Communicator {
       send_total += send_counts[r];
       recv_total += recv_counts[r];
     }
-    STRATA_CHECK(send_total <= input.numel(), "all_to_all_v: send counts sum to ", send_total, " but input has ",
-                 input.numel(), " elements");
-    STRATA_CHECK(recv_total <= output.numel(), "all_to_all_v: receive counts sum to ", recv_total,
-                 " but output has ", output.numel(), " elements");
     agree("all_to_all_v", 6, 0, input.dtype(), 0);
     if (check_) agree_exchange(send_counts, recv_counts);
     const MPI_Datatype type = mpi_type(input.dtype());
-    Tensor staged = unaliased(input, output);
+    Tensor staged = comm_checks::unaliased(input, output);
     STRATA_MPI_CHECK(MPI_Alltoallv(staged.data_ptr(), sc.data(), sd.data(), type, output.data_ptr(), rc.data(),
                                    rd.data(), type, comm_));
   }
@@ -326,7 +438,7 @@ class MpiCommunicator final : public Communicator {
   void broadcast(Tensor& t, int root) override {
     CollectiveScope scope("broadcast", label_);
     check_host(t, "broadcast", "t");
-    STRATA_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside a group of ", size_, " ranks");
+    comm_checks::root(root, size_, "broadcast");
     agree("broadcast", 7, t.numel(), t.dtype(), root);
     for_chunks(t, [&](char* p, int count, MPI_Datatype type) {
       STRATA_MPI_CHECK(MPI_Bcast(p, count, type, root, comm_));
@@ -468,21 +580,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // True when input is exactly output's elements [offset, offset + input.numel()).
-  static bool in_place(const Tensor& input, const Tensor& output, int64_t offset) {
-    return input.storage() == output.storage() &&
-           bytes(input) == bytes(output) + offset * static_cast<int64_t>(output.element_size());
-  }
-
-  // MPI forbids overlapping send and receive buffers: a copy of input when it shares storage with
-  // output, else input itself.
-  static Tensor unaliased(const Tensor& input, const Tensor& output) {
-    if (input.storage() != output.storage() || input.numel() == 0 || output.numel() == 0) return input;
-    const char* a = bytes(input);
-    const char* b = bytes(output);
-    const bool overlap = a < b + output.nbytes() && b < a + input.nbytes();
-    return overlap ? input.clone() : input;
-  }
+  static constexpr int64_t kAsyncGatheredElements = int64_t{1} << 26;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int size_ = 1;

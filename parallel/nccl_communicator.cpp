@@ -11,6 +11,9 @@
 //   dtypes: f64, f32, bf16, f16, i64, i32, u8 natively; bool as u8 (sum and max: logical or via
 //     ncclMax, min: logical and via ncclMin). Avg: ncclAvg for floating dtypes; integer Avg is
 //     rejected (use Sum).
+//   all_reduce_async / reduce_scatter_async: on a communication stream of the communicator that
+//     first waits on an event of the current stream; wait() makes the current stream wait on the
+//     communication stream's event (see the methods).
 //   Deterministic mode: nccl_prepare_deterministic_env() sets NCCL_ALGO=Ring, NCCL_PROTO=Simple
 //     before the communicator is created (the ring order is fixed for a fixed layout), and
 //     all_reduce / reduce_scatter of floating dtypes with Sum/Avg take the rank-ordered path like
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/communicator_checks.h"
 
 #if STRATA_WITH_NCCL
 #include <cuda_runtime.h>
@@ -102,10 +106,8 @@ ncclDataType_t nccl_type(DType t) {
 }
 
 ncclRedOp_t nccl_op(ReduceOp op, DType t, const char* collective) {
-  if (t == DType::Bool) {
-    STRATA_CHECK(op != ReduceOp::Avg, collective, ": avg of a bool tensor is undefined (use sum, max or min)");
-    return op == ReduceOp::Min ? ncclMin : ncclMax;
-  }
+  comm_checks::reduce_op(op, t, collective);
+  if (t == DType::Bool) return op == ReduceOp::Min ? ncclMin : ncclMax;
   switch (op) {
     case ReduceOp::Sum: return ncclSum;
     case ReduceOp::Max: return ncclMax;
@@ -125,12 +127,52 @@ void check_device(const Tensor& t, Device device, const char* collective, const 
   check_contiguous(t, collective, name);
 }
 
-void check_same_dtype(const Tensor& a, const Tensor& b, const char* collective) {
-  STRATA_CHECK(a.dtype() == b.dtype(), collective, ": input is ", dtype_name(a.dtype()), ", output ",
-               dtype_name(b.dtype()));
-}
+using comm_checks::bytes;
+using comm_checks::unaliased;
 
-char* bytes(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+// An asynchronous NCCL collective enqueued on the communicator's communication stream: an event
+// recorded there after it; wait() makes the calling thread's current stream wait for that event
+// (cudaStreamWaitEvent, no host synchronisation), then releases the tensors it kept alive — their
+// memory is reused only by work ordered after the wait. test() queries the event.
+class NcclWork final : public CommWork {
+ public:
+  NcclWork(Device device, cudaStream_t comm_stream, std::vector<Tensor> keep) : device_(device), keep_(std::move(keep)) {
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    STRATA_CUDA_CHECK(cudaEventRecord(done_, comm_stream));
+  }
+  ~NcclWork() override {
+    if (!waited_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+    if (done_ != nullptr) cudaEventDestroy(done_);
+  }
+  void wait() override {
+    if (waited_) return;
+    STRATA_CUDA_CHECK(cudaSetDevice(device_.index));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(Stream::current(device_).handle()), done_, 0));
+    waited_ = true;
+    keep_.clear();
+  }
+  bool test() override {
+    if (waited_) return true;
+    const cudaError_t rc = cudaEventQuery(done_);
+    if (rc == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    STRATA_CUDA_CHECK(rc);
+    return true;
+  }
+
+ private:
+  Device device_;
+  cudaEvent_t done_ = nullptr;
+  std::vector<Tensor> keep_;
+  bool waited_ = false;
+};
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -174,9 +216,7 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override {
     check_device(input, device_, "reduce_scatter", "input");
     check_device(output, device_, "reduce_scatter", "output");
-    check_same_dtype(input, output, "reduce_scatter");
-    STRATA_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input has ", input.numel(),
-                 " elements, expected size·output = ", size_, "·", output.numel());
+    comm_checks::reduce_scatter(input, output, size_);
     const ncclRedOp_t nop = nccl_op(op, input.dtype(), "reduce_scatter");
     const size_t n = static_cast<size_t>(output.numel());
     if (n == 0) return;
@@ -198,12 +238,51 @@ class NcclCommunicator final : public Communicator {
                                         q.stream));
   }
 
+  // Asynchronous all_reduce / reduce_scatter (Megatron overlap_grad_reduce with
+  // CUDA_DEVICE_MAX_CONNECTIONS=1): the communication stream first waits on an event recorded on
+  // the current (compute) stream, so the collective reads the gradients the kernels enqueued so
+  // far wrote; the collective runs there while later kernels run on the compute stream; wait()
+  // orders the compute stream after it. Deterministic mode's rank-ordered sums (gather + ordered
+  // kernels) are enqueued on the current stream instead (ordered, not overlapped; completed handle).
+  std::unique_ptr<CommWork> all_reduce_async(Tensor& t, ReduceOp op) override {
+    check_device(t, device_, "all_reduce", "t");
+    const ncclRedOp_t nop = nccl_op(op, t.dtype(), "all_reduce");
+    if (t.numel() == 0 || ordered(t.dtype(), op)) {
+      all_reduce(t, op);
+      return completed_comm_work();
+    }
+    cudaStream_t comm = enter_comm_stream();
+    StreamGuard guard(comm_stream_);
+    {
+      Enqueue q(*this, "all_reduce_async");
+      STRATA_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), nop, comm_, q.stream));
+    }
+    return std::make_unique<NcclWork>(device_, comm, std::vector<Tensor>{t});
+  }
+
+  std::unique_ptr<CommWork> reduce_scatter_async(const Tensor& input, Tensor& output, ReduceOp op) override {
+    check_device(input, device_, "reduce_scatter", "input");
+    check_device(output, device_, "reduce_scatter", "output");
+    comm_checks::reduce_scatter(input, output, size_);
+    const ncclRedOp_t nop = nccl_op(op, input.dtype(), "reduce_scatter");
+    if (output.numel() == 0 || ordered(input.dtype(), op)) {
+      reduce_scatter(input, output, op);
+      return completed_comm_work();
+    }
+    cudaStream_t comm = enter_comm_stream();
+    StreamGuard guard(comm_stream_);
+    {
+      Enqueue q(*this, "reduce_scatter_async");
+      STRATA_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
+                                          nccl_type(input.dtype()), nop, comm_, q.stream));
+    }
+    return std::make_unique<NcclWork>(device_, comm, std::vector<Tensor>{input, output});
+  }
+
   void all_gather(const Tensor& input, Tensor& output) override {
     check_device(input, device_, "all_gather", "input");
     check_device(output, device_, "all_gather", "output");
-    check_same_dtype(input, output, "all_gather");
-    STRATA_CHECK(output.numel() == input.numel() * size_, "all_gather: output has ", output.numel(),
-                 " elements, expected size·input = ", size_, "·", input.numel());
+    comm_checks::all_gather(input, output, size_);
     if (input.numel() == 0) return;
     Tensor send = unaliased(input, output, static_cast<int64_t>(rank_) * input.numel());
     Enqueue q(*this, "all_gather");
@@ -214,15 +293,7 @@ class NcclCommunicator final : public Communicator {
   void all_gather_v(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) override {
     check_device(input, device_, "all_gather_v", "input");
     check_device(output, device_, "all_gather_v", "output");
-    check_same_dtype(input, output, "all_gather_v");
-    STRATA_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for ", size_,
-                 " ranks");
-    STRATA_CHECK(counts[rank_] == input.numel(), "all_gather_v: counts[", rank_, "] = ", counts[rank_],
-                 " but this rank's input has ", input.numel(), " elements");
-    for (int r = 0; r < size_; ++r) STRATA_CHECK(counts[r] >= 0, "all_gather_v: counts[", r, "] is negative");
-    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-    STRATA_CHECK(output.numel() == total, "all_gather_v: output has ", output.numel(), " elements, counts sum to ",
-                 total);
+    comm_checks::all_gather_v(input, output, counts, size_, rank_);
     Tensor send = unaliased(input, output, -1);
     const size_t es = input.element_size();
     Enqueue q(*this, "all_gather_v");
@@ -243,11 +314,7 @@ class NcclCommunicator final : public Communicator {
   void all_to_all(const Tensor& input, Tensor& output) override {
     check_device(input, device_, "all_to_all", "input");
     check_device(output, device_, "all_to_all", "output");
-    check_same_dtype(input, output, "all_to_all");
-    STRATA_CHECK(input.numel() % size_ == 0, "all_to_all: input has ", input.numel(),
-                 " elements, not divisible by the group size ", size_);
-    STRATA_CHECK(output.numel() == input.numel(), "all_to_all: output has ", output.numel(), " elements, input ",
-                 input.numel());
+    comm_checks::all_to_all(input, output, size_);
     const int64_t n = input.numel() / size_;
     std::vector<int64_t> counts(size_, n);
     exchange(input, counts, output, counts, "all_to_all");
@@ -257,26 +324,13 @@ class NcclCommunicator final : public Communicator {
                     const std::vector<int64_t>& recv_counts) override {
     check_device(input, device_, "all_to_all_v", "input");
     check_device(output, device_, "all_to_all_v", "output");
-    check_same_dtype(input, output, "all_to_all_v");
-    STRATA_CHECK(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,
-                 "all_to_all_v: ", send_counts.size(), " send counts and ", recv_counts.size(), " receive counts for ",
-                 size_, " ranks");
-    int64_t send_total = 0, recv_total = 0;
-    for (int r = 0; r < size_; ++r) {
-      STRATA_CHECK(send_counts[r] >= 0 && recv_counts[r] >= 0, "all_to_all_v: negative count for rank ", r);
-      send_total += send_counts[r];
-      recv_total += recv_counts[r];
-    }
-    STRATA_CHECK(send_total <= input.numel(), "all_to_all_v: send counts sum to ", send_total, " but input has ",
-                 input.numel(), " elements");
-    STRATA_CHECK(recv_total <= output.numel(), "all_to_all_v: receive counts sum to ", recv_total,
-                 " but output has ", output.numel(), " elements");
+    comm_checks::all_to_all_v(input, send_counts, output, recv_counts, size_);
     exchange(input, send_counts, output, recv_counts, "all_to_all_v");
   }
 
   void broadcast(Tensor& t, int root) override {
     check_device(t, device_, "broadcast", "t");
-    STRATA_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside a group of ", size_, " ranks");
+    comm_checks::root(root, size_, "broadcast");
     if (t.numel() == 0) return;
     Enqueue q(*this, "broadcast");
     STRATA_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.dtype()), root, comm_, q.stream));
@@ -381,19 +435,28 @@ class NcclCommunicator final : public Communicator {
     STRATA_NCCL_CHECK(ncclGroupEnd());
   }
 
-  // input itself when it does not overlap output, or is exactly output's elements starting at
-  // `in_place_offset` (NCCL's in-place all-gather); else a copy.
-  static Tensor unaliased(const Tensor& input, const Tensor& output, int64_t in_place_offset) {
-    if (input.storage() != output.storage() || input.numel() == 0 || output.numel() == 0) return input;
-    const char* a = bytes(input);
-    const char* b = bytes(output);
-    if (in_place_offset >= 0 && a == b + in_place_offset * static_cast<int64_t>(output.element_size())) return input;
-    const bool overlap = a < b + output.nbytes() && b < a + input.nbytes();
-    return overlap ? input.clone() : input;
+  bool ordered(DType t, ReduceOp op) const {
+    return deterministic_ && is_floating(t) && (op == ReduceOp::Sum || op == ReduceOp::Avg);
+  }
+
+  // The communication stream (created on first use), made to wait for the work enqueued so far on
+  // the current stream; returns its handle.
+  cudaStream_t enter_comm_stream() {
+    STRATA_CUDA_CHECK(cudaSetDevice(device_.index));
+    if (comm_stream_.handle() == nullptr) comm_stream_ = Stream::create(device_);
+    auto compute = static_cast<cudaStream_t>(Stream::current(device_).handle());
+    auto comm = static_cast<cudaStream_t>(comm_stream_.handle());
+    cudaEvent_t ready = nullptr;
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    STRATA_CUDA_CHECK(cudaEventRecord(ready, compute));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(comm, ready, 0));
+    STRATA_CUDA_CHECK(cudaEventDestroy(ready));  // released once the wait is satisfied
+    return comm;
   }
 
   ncclComm_t comm_ = nullptr;
   Device device_;
+  Stream comm_stream_;  // asynchronous collectives; created on first use
   int size_ = 1;
   int rank_ = 0;
   uint64_t abort_hook_ = 0;

@@ -72,6 +72,12 @@ void ProcessGroup::batch_send_recv(std::vector<PointToPoint>& ops) const {
   if (ops.empty()) return;
   comm(ops.front().tensor.device().type).batch_send_recv(ops);
 }
+std::unique_ptr<CommWork> ProcessGroup::all_reduce_async(Tensor& t, ReduceOp op) const {
+  return comm(t.device().type).all_reduce_async(t, op);
+}
+std::unique_ptr<CommWork> ProcessGroup::reduce_scatter_async(const Tensor& input, Tensor& output, ReduceOp op) const {
+  return comm(input.device().type).reduce_scatter_async(input, output, op);
+}
 void ProcessGroup::barrier() const {
   if (host_ != nullptr) host_->barrier();
 }

@@ -46,6 +46,11 @@ class ProcessGroup {
   void broadcast(Tensor& t, int root) const;
   void batch_send_recv(std::vector<PointToPoint>& ops) const;  // all tensors on one device
   void barrier() const;
+  // Asynchronous all_reduce / reduce_scatter (Communicator::*_async; a group of one without
+  // communicators returns a completed handle).
+  std::unique_ptr<CommWork> all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum) const;
+  std::unique_ptr<CommWork> reduce_scatter_async(const Tensor& input, Tensor& output,
+                                                 ReduceOp op = ReduceOp::Sum) const;
 
  private:
   std::string name_ = "world";

@@ -1,6 +1,7 @@
 // The communicator of a group of one rank (parallel/communicator.h): all_reduce and broadcast are
 // identities (Avg divides by 1), gathers, scatters and all-to-all are copies, a batched
-// point-to-point exchange may only pair a send with a receive to itself.
+// point-to-point exchange may only pair a send with a receive to itself. Also the blocking
+// fallback of the asynchronous collectives every backend inherits (Communicator::*_async).
 #include <algorithm>
 
 #include "core/error.h"
@@ -16,6 +17,25 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::Min: return "min";
   }
   return "?";
+}
+
+namespace {
+struct CompletedWork final : CommWork {
+  void wait() override {}
+  bool test() override { return true; }
+};
+}  // namespace
+
+std::unique_ptr<CommWork> completed_comm_work() { return std::make_unique<CompletedWork>(); }
+
+std::unique_ptr<CommWork> Communicator::all_reduce_async(Tensor& t, ReduceOp op) {
+  all_reduce(t, op);
+  return completed_comm_work();
+}
+
+std::unique_ptr<CommWork> Communicator::reduce_scatter_async(const Tensor& input, Tensor& output, ReduceOp op) {
+  reduce_scatter(input, output, op);
+  return completed_comm_work();
 }
 
 namespace {

@@ -5,7 +5,8 @@
 #   1. device report (nvidia-smi)
 #   2. binaries: the carried gpu_bundle/ (built here for sm_90), else a build there for sm_90
 #   3. op sweep: every op x dtype x shape on CUDA against the float64 CPU reference
-#   4. GPU unit tests, then the CPU unit tests on that machine
+#   4. GPU unit tests, the single-GPU NCCL communicator test ([nccl]), then the CPU unit tests on
+#      that machine
 #   5. op benchmarks (GEMM vs cublasLtMatmul at 8192^3, attention fwd+bwd at s=4096 d=128, memory-
 #      bound ops vs device copy) and the PyTorch reference on the same shapes
 #   6. compute-sanitizer memcheck over the quick sweep
@@ -36,6 +37,10 @@ grep -E " FAIL" "$OUT/sweep.log" | head -20 > "$OUT/sweep_failures.txt"
 
 timeout 120 "$bin/strata_gpu_tests" > "$OUT/gpu_tests.log" 2>&1
 rc=$?; note "gpu unit tests" "rc=$rc $(grep -E 'test cases|All tests' "$OUT/gpu_tests.log" | tail -1)"
+# The NCCL communicator on one GPU (tests/gpu/test_nccl_communicator_gpu.cpp): blocking and
+# asynchronous (communication-stream) collectives against host values; also part of the run above.
+timeout 60 "$bin/strata_gpu_tests" "[nccl]" > "$OUT/gpu_nccl.log" 2>&1
+rc=$?; note "nccl 1-rank communicator" "rc=$rc $(grep -E 'test cases|All tests' "$OUT/gpu_nccl.log" | tail -1)"
 timeout 120 "$bin/strata_unit_tests" > "$OUT/unit_tests.log" 2>&1
 rc=$?; note "cpu unit tests (there)" "rc=$rc $(grep -E 'test cases|All tests' "$OUT/unit_tests.log" | tail -1)"
 

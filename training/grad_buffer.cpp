@@ -63,8 +63,24 @@ GradBuffer::GradBuffer(const std::vector<Parameter*>& params, ProcessGroup dp, c
   for (size_t k = 0; k < params_.size(); ++k)
     params_[k]->main_grad = data_.narrow(0, offsets_[k], params_[k]->value.numel()).view(params_[k]->value.shape());
   pending_.assign(buckets_.size(), 0);
-  reduced_.assign(buckets_.size(), false);
+  started_.assign(buckets_.size(), false);
+  work_.resize(buckets_.size());
+  shards_.resize(buckets_.size());
+  start_time_.resize(buckets_.size());
+  complete_.assign(buckets_.size(), false);
+  for (size_t k = 0; k < params_.size(); ++k) index_of_[params_[k]] = k;
   zero();
+}
+
+GradBuffer::~GradBuffer() {
+  // A step abandoned by an exception: complete the collectives in flight before their buffers go.
+  for (auto& w : work_) {
+    if (!w) continue;
+    try {
+      w->wait();
+    } catch (...) {
+    }
+  }
 }
 
 std::pair<int64_t, int64_t> GradBuffer::owned_range(size_t bucket) const {
@@ -75,29 +91,58 @@ std::pair<int64_t, int64_t> GradBuffer::owned_range(size_t bucket) const {
 }
 
 void GradBuffer::zero() {
+  for (const auto& w : work_)
+    STRATA_INTERNAL_ASSERT(w == nullptr, "GradBuffer::zero: a bucket reduction is still in flight (finish_grad_sync first)");
   data_.zero_();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     pending_[b] = static_cast<int64_t>(buckets_[b].params.size());
-    reduced_[b] = false;
+    started_[b] = false;
   }
+  started_early_step_ = 0;
 }
 
 void GradBuffer::register_grad_ready(size_t i) {
   STRATA_CHECK(i < params_.size(), "GradBuffer::register_grad_ready: parameter index ", i, " out of range");
   const size_t b = bucket_of_param_[i];
   STRATA_INTERNAL_ASSERT(pending_[b] > 0, "GradBuffer: parameter ", params_[i]->name, " marked ready twice");
-  if (--pending_[b] == 0) reduce_bucket(b);
+  poll_in_flight();
+  if (--pending_[b] == 0) {
+    start_bucket(b);
+    ++started_early_step_;
+    ++started_early_total_;
+  }
+}
+
+void GradBuffer::register_grad_ready(const Parameter* p) {
+  auto it = index_of_.find(p);
+  STRATA_CHECK(it != index_of_.end(), "GradBuffer::register_grad_ready: parameter ", p ? p->name : std::string("null"),
+               " is not in this buffer");
+  register_grad_ready(it->second);
 }
 
 void GradBuffer::finish_grad_sync() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!work_[b]) continue;
+    const auto t0 = Clock::now();
+    work_[b]->wait();
+    const auto t1 = Clock::now();
+    comm_seconds_ += std::chrono::duration<double>(t1 - t0).count();
+    if (!complete_[b]) inflight_seconds_ += std::chrono::duration<double>(t1 - start_time_[b]).count();
+    work_[b].reset();
+    if (options_.distributed_optimizer) {
+      const auto [begin, end] = owned_range(b);
+      data_.narrow(0, begin, end - begin).copy_(shards_[b]);
+      shards_[b] = Tensor();
+    }
+  }
   for (size_t b = 0; b < buckets_.size(); ++b)
-    if (!reduced_[b]) reduce_bucket(b);
+    if (!started_[b]) reduce_bucket(b);
 }
 
 void GradBuffer::reduce_bucket(size_t b) {
-  reduced_[b] = true;
+  started_[b] = true;
   if (dp_.size() == 1) return;
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   const GradBucket& bucket = buckets_[b];
   Tensor whole = data_.narrow(0, bucket.offset, bucket.numel);
   if (options_.distributed_optimizer) {
@@ -108,12 +153,56 @@ void GradBuffer::reduce_bucket(size_t b) {
   } else {
     dp_.all_reduce(whole, op_);
   }
-  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  comm_seconds_ += seconds;
+  inflight_seconds_ += seconds;
 }
 
-void GradBuffer::all_gather_grads() {
-  if (!options_.distributed_optimizer || dp_.size() == 1) return;
+void GradBuffer::start_bucket(size_t b) {
+  started_[b] = true;
+  if (dp_.size() == 1) return;
+  const auto t0 = Clock::now();
+  const GradBucket& bucket = buckets_[b];
+  Tensor whole = data_.narrow(0, bucket.offset, bucket.numel);
+  if (options_.distributed_optimizer) {
+    shards_[b] = Tensor::empty({bucket.shard_numel}, DType::F32, data_.device());
+    work_[b] = dp_.reduce_scatter_async(whole, shards_[b], op_);
+  } else {
+    work_[b] = dp_.all_reduce_async(whole, op_);
+  }
+  complete_[b] = false;
+  start_time_[b] = t0;
+  comm_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void GradBuffer::poll_in_flight() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!work_[b] || complete_[b]) continue;
+    const auto t0 = Clock::now();
+    const bool done = work_[b]->test();
+    const auto t1 = Clock::now();
+    comm_seconds_ += std::chrono::duration<double>(t1 - t0).count();
+    if (done) {
+      complete_[b] = true;
+      inflight_seconds_ += std::chrono::duration<double>(t1 - start_time_[b]).count();
+    }
+  }
+}
+
+void GradBuffer::all_gather_grads() { all_gather_grads(params_); }
+
+void GradBuffer::all_gather_grads(const std::vector<Parameter*>& params) {
+  for (const auto& w : work_)
+    STRATA_INTERNAL_ASSERT(w == nullptr, "GradBuffer::all_gather_grads: call finish_grad_sync first");
+  if (!options_.distributed_optimizer || dp_.size() == 1) return;
+  std::vector<bool> wanted(buckets_.size(), false);
+  for (const Parameter* p : params) {
+    auto it = index_of_.find(p);
+    STRATA_CHECK(it != index_of_.end(), "GradBuffer::all_gather_grads: parameter ", p->name, " is not in this buffer");
+    wanted[bucket_of_param_[it->second]] = true;
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!wanted[b]) continue;
     const auto [begin, end] = owned_range(b);
     const Tensor shard = data_.narrow(0, begin, end - begin).clone();
     Tensor whole = Tensor::empty({buckets_[b].numel}, DType::F32, data_.device());

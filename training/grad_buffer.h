@@ -10,16 +10,25 @@
 // bucket to a multiple of lcm(dp, 128), so the chunks are equal (Megatron _pad_start_of_param /
 // _pad_end_of_bucket). Averaging: ReduceOp::Avg (grads averaged over dp, the default loss) or
 // ReduceOp::Sum (calculate_per_token_loss, the scale already divides by the global token count).
-// Overlap hook: register_grad_ready(i) marks parameter i's gradient final; a bucket whose
-// parameters are all final is reduced at once (on GPU this is where an asynchronous collective on
-// a communication stream starts, overlapping the rest of the backward); finish_grad_sync() reduces
-// every bucket not yet reduced. The CPU trainer calls finish_grad_sync() after the backward.
-// Deterministic mode is the communicator's (rank-ordered sums).
+// Overlapped reduction (Megatron overlap_grad_reduce, see docs/parallelism.md "Overlapped gradient
+// reduction"): register_grad_ready(i) marks parameter i's gradient final for this step (the
+// trainer calls it from the backward of the last micro-batch, training/schedules.h); a bucket whose
+// parameters are all final starts its reduction at once as an asynchronous collective
+// (Communicator::all_reduce_async / reduce_scatter_async: MPI nonblocking collectives on CPU, the
+// communication stream on GPU), overlapping the rest of the backward. finish_grad_sync() starts
+// the buckets not yet started and waits for all of them (Megatron start_grad_sync /
+// finish_grad_sync). Without overlap nothing registers and finish_grad_sync() reduces every
+// bucket after the backward. The result is the same either way: bit-identical in deterministic
+// mode (the communicator's rank-ordered sums), within rounding of the MPI algorithm otherwise.
 // Reference: megatron/core/distributed/param_and_grad_buffer.py (_ParamAndGradBuffer,
 // _ParamAndGradBucketGroup.start_grad_sync/finish_grad_sync), distributed_data_parallel.py (bucket
 // size default max(40000000, 1000000·dp), one bucket without overlap_grad_reduce).
 #pragma once
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <memory>
+#include <unordered_map>
 #include <optional>
 #include <vector>
 
@@ -54,6 +63,9 @@ class GradBuffer {
   // params: the model's parameters in model order (main_grad is replaced by a view into the
   // buffer). dp: the data-parallel group the gradients are reduced over (dp × cp).
   GradBuffer(const std::vector<Parameter*>& params, ProcessGroup dp, const GradBufferOptions& options);
+  ~GradBuffer();
+  GradBuffer(const GradBuffer&) = delete;
+  GradBuffer& operator=(const GradBuffer&) = delete;
 
   const Tensor& data() const { return data_; }   // [numel] f32
   int64_t numel() const { return data_.numel(); }
@@ -70,19 +82,41 @@ class GradBuffer {
   void zero();
   // Reduction used by the next sync (Avg by default).
   void set_reduce_op(ReduceOp op) { op_ = op; }
-  // Parameter i's gradient is final for this step; reduces its bucket when that was the last one.
+  // Parameter i's gradient is final for this step; starts its bucket's asynchronous reduction
+  // when that was the bucket's last one. Also polls the buckets in flight (MPI progress).
   void register_grad_ready(size_t i);
-  // Reduces every bucket not yet reduced (all-reduce or reduce-scatter).
+  // The same for a parameter given by address (must be one of the constructor's).
+  void register_grad_ready(const Parameter* p);
+  // Waits for the buckets in flight, then reduces the buckets not started with the blocking
+  // collective (all-reduce, or reduce-scatter into this rank's chunk), in bucket order.
   void finish_grad_sync();
   // Distributed optimizer: all-gather the owned chunks so the whole buffer holds the reduced
   // gradients (for checks and tests; training does not need it).
   void all_gather_grads();
+  // The same for the buckets holding `params` only (collective over dp: every rank passes the same
+  // parameters). Used before the tied-embedding all-reduce over the pipeline's embedding group,
+  // which sums whole gradients whose owned ranges differ between the stages' buffer layouts.
+  void all_gather_grads(const std::vector<Parameter*>& params);
 
-  // Seconds spent in collectives since construction (communication share of a step).
+  // Seconds since construction that the caller was blocked in gradient collectives: starting
+  // them and waiting for them (the exposed, non-overlapped communication time).
   double communication_seconds() const { return comm_seconds_; }
+  // Seconds since construction that gradient collectives were in flight, each bucket from its
+  // start to the moment it was seen complete (by a poll or its wait): the total communication
+  // time, of which communication_seconds() was exposed.
+  double communication_inflight_seconds() const { return inflight_seconds_; }
+  // Buckets whose reduction started before finish_grad_sync() in the last step (from
+  // register_grad_ready during the backward), and in all steps since construction.
+  int64_t buckets_started_early_last_step() const { return started_early_step_; }
+  // Buckets whose reduction has started this step (in flight or done).
+  int64_t buckets_started() const { return static_cast<int64_t>(std::count(started_.begin(), started_.end(), true)); }
+  int64_t buckets_started_early_total() const { return started_early_total_; }
 
  private:
-  void reduce_bucket(size_t b);
+  using Clock = std::chrono::steady_clock;
+  void start_bucket(size_t b);
+  void reduce_bucket(size_t b);  // blocking
+  void poll_in_flight();
 
   std::vector<Parameter*> params_;
   ProcessGroup dp_;
@@ -93,8 +127,16 @@ class GradBuffer {
   std::vector<size_t> bucket_of_param_;
   std::vector<GradBucket> buckets_;
   std::vector<int64_t> pending_;   // per bucket: parameters not yet ready
-  std::vector<bool> reduced_;      // per bucket
+  std::vector<bool> started_;      // per bucket: reduction started this step
+  std::vector<std::unique_ptr<CommWork>> work_;  // per bucket: its collective in flight
+  std::vector<Tensor> shards_;     // per bucket (distributed optimizer): the reduce-scatter output
+  std::vector<Clock::time_point> start_time_;    // per bucket
+  std::vector<bool> complete_;     // per bucket: seen complete (in-flight time accounted)
+  std::unordered_map<const Parameter*, size_t> index_of_;
   double comm_seconds_ = 0.0;
+  double inflight_seconds_ = 0.0;
+  int64_t started_early_step_ = 0;
+  int64_t started_early_total_ = 0;
 };
 
 }  // namespace strata

@@ -32,6 +32,7 @@ class Runner {
     vpp_ = layout.num_chunks();
     inputs_.resize(static_cast<size_t>(vpp_));
     output_grads_.resize(static_cast<size_t>(vpp_));
+    backwards_.assign(static_cast<size_t>(vpp_), 0);
   }
 
   int64_t pp() const { return pp_; }
@@ -91,6 +92,9 @@ class Runner {
       grad = q.front();
       q.pop_front();
     }
+    // Megatron: the grad sync is enabled only for the last micro-batch of each chunk.
+    const int64_t done = ++backwards_[static_cast<size_t>(c)];
+    if (step_.grad_ready && done == step_.num_micro_batches) ctx->grads_ready = step_.grad_ready;
     const auto t0 = std::chrono::steady_clock::now();
     {
       phase_timer::Scope t("backward");
@@ -151,6 +155,7 @@ class Runner {
   std::vector<std::deque<Tensor>> inputs_, output_grads_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ForwardContext>> contexts_;
   std::map<std::pair<int64_t, int64_t>, Tensor> dlosses_;
+  std::vector<int64_t> backwards_;  // per chunk: backward passes run this step
 };
 
 // Forward only (evaluation): micro-batches in order, each through the chunks in order; every rank

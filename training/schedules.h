@@ -46,6 +46,11 @@ struct ScheduleStep {
   std::function<Tensor(int64_t micro_batch, const Tensor& losses)> loss_func;
   std::vector<PipelineOp>* trace = nullptr;  // when set, the passes this rank ran, in order
   double* compute_seconds = nullptr;         // when set, += wall time spent in forward/backward passes
+  // Overlapped gradient reduction: when set, the backward of each chunk's last micro-batch reports
+  // the parameters it finished through it (ForwardContext::grads_ready); the earlier micro-batches'
+  // backwards report nothing (Megatron enables the grad sync on the last micro-batch only, no_sync
+  // on the others). Every parameter of every chunk is reported exactly once per step.
+  std::function<void(const std::vector<Parameter*>&)> grad_ready;
 };
 
 void forward_backward_no_pipelining(const PipelineLayout& layout, const ScheduleStep& step);

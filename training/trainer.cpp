@@ -202,14 +202,30 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
     }
     return scaled_mask(batch.loss_mask, scale, device);
   };
+  // Overlapped gradient reduction (parallel.overlap_grad_reduce, Megatron DDP's grad hooks): the
+  // last micro-batch's backward reports each parameter as it finishes it, and a bucket starts its
+  // asynchronous reduction once all its parameters are reported (training/grad_buffer.h).
+  grad_buffer_->set_reduce_op(cfg_.training.calculate_per_token_loss ? ReduceOp::Sum : ReduceOp::Avg);
+  if (cfg_.parallel.overlap_grad_reduce) {
+    sched.grad_ready = [this](const std::vector<Parameter*>& ps) {
+      for (const Parameter* p : ps) grad_buffer_->register_grad_ready(p);
+    };
+  }
   forward_backward(pipeline_, sched);
   for (const Batch& batch : batches) o.tokens += batch.tokens.numel() * dp.size();  // the whole global batch
   // Megatron finalize_model_grads: gradients averaged over dp × cp (per-token loss: summed, the
-  // scale already divides by the global token count; on GPU the buckets would start as
-  // register_grad_ready() reports them), then the tied embedding copies' gradients summed over
-  // the embedding group.
-  grad_buffer_->set_reduce_op(cfg_.training.calculate_per_token_loss ? ReduceOp::Sum : ReduceOp::Avg);
+  // scale already divides by the global token count; with overlap_grad_reduce the buckets started
+  // during the backward and are waited for here), then the tied embedding copies' gradients
+  // summed over the embedding group.
   grad_buffer_->finish_grad_sync();
+  if (grad_buffer_->distributed_optimizer() && pipeline_.embedding.size() > 1) {
+    // Distributed optimizer: only this rank's chunk of each bucket is reduced, and the stages'
+    // buffers place the tied embedding differently; make its whole gradient reduced first.
+    std::vector<Parameter*> tied;
+    for (LanguageModel* chunk : pipeline_.chunks)
+      for (Parameter* p : chunk->embedding_group_parameters()) tied.push_back(p);
+    grad_buffer_->all_gather_grads(tied);
+  }
   finalize_model_grads(pipeline_);
   // Context parallelism: each cp rank holds its tokens' part of the loss (per-token loss: summed over dp × cp below).
   if (!cfg_.training.calculate_per_token_loss)
@@ -310,6 +326,7 @@ TrainResult Trainer::train() {
   // Accumulated since the last log line (Megatron's total_loss_dict).
   double interval_loss = 0.0;
   int64_t interval_advanced = 0, interval_skipped = 0, interval_iters = 0, interval_tokens = 0;
+  double interval_grad_exposed = 0.0, interval_grad_inflight = 0.0;  // gradient reduction (dp > 1)
   auto interval_start = Clock::now();
 
   auto finish = [&](int code) {
@@ -346,10 +363,19 @@ TrainResult Trainer::train() {
     const double lr = schedule_.lr(iteration_);  // Megatron: iteration i uses lr(i - 1)
     const auto step_start = Clock::now();
     const double comm_before = comm_seconds_ + grad_buffer_->communication_seconds() + optimizer_->communication_seconds();
+    const double grad_exposed_before = grad_buffer_->communication_seconds();
+    const double grad_inflight_before = grad_buffer_->communication_inflight_seconds();
     const StepOutcome o = train_step(lr);
     result.train_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
     result.communication_seconds +=
         comm_seconds_ + grad_buffer_->communication_seconds() + optimizer_->communication_seconds() - comm_before;
+    const double grad_exposed = grad_buffer_->communication_seconds() - grad_exposed_before;
+    const double grad_inflight = grad_buffer_->communication_inflight_seconds() - grad_inflight_before;
+    result.grad_reduce_exposed_seconds += grad_exposed;
+    result.grad_reduce_seconds += grad_inflight;
+    result.grad_buckets_started_early += grad_buffer_->buckets_started_early_last_step();
+    interval_grad_exposed += grad_exposed;
+    interval_grad_inflight += grad_inflight;
     ++iteration_;
     consumed_samples_ += global_batch_size_;
     ++interval_iters;
@@ -397,6 +423,15 @@ TrainResult Trainer::train() {
       if (flops > 0 && options_.peak_flops_per_second > 0)
         f.mfu_percent = 100.0 * flops * per_device / options_.peak_flops_per_second;
       out() << format_iteration_log(f, std::chrono::system_clock::now()) << std::endl;
+      // Data parallelism: how much of the gradient reduction the backward hid (overlap_grad_reduce).
+      const bool data_parallel = options_.groups.dp_cp.size() > 1;
+      if (data_parallel) {
+        const double per_iter = 1000.0 / static_cast<double>(interval_iters);
+        out() << " grad reduce: exposed " << interval_grad_exposed * per_iter << " ms of "
+              << interval_grad_inflight * per_iter << " ms in flight per iteration ("
+              << grad_buffer_->buckets().size() << " buckets, "
+              << grad_buffer_->buckets_started_early_last_step() << " started during the backward)" << std::endl;
+      }
 
       const MemoryStats mem = memory_stats(device);
       nlohmann::json rec = {{"iteration", iteration_},
@@ -413,6 +448,10 @@ TrainResult Trainer::train() {
                             {"nan-iterations", interval_skipped},
                             {"tokens-per-second", tps}};
       if (f.num_zeros) rec["num-zeros"] = *f.num_zeros;
+      if (data_parallel) {
+        rec["grad-reduce-exposed-time"] = interval_grad_exposed / static_cast<double>(interval_iters);
+        rec["grad-reduce-time"] = interval_grad_inflight / static_cast<double>(interval_iters);
+      }
       if (f.mfu_percent) rec["mfu"] = *f.mfu_percent;
       if (!std::isfinite(o.opt.grad_norm)) rec["grad-norm"] = nullptr;  // JSON has no NaN
       for (MetricsSink* s : sinks_) {
@@ -432,6 +471,7 @@ TrainResult Trainer::train() {
       }
       interval_loss = 0.0;
       interval_advanced = interval_skipped = interval_iters = interval_tokens = 0;
+      interval_grad_exposed = interval_grad_inflight = 0.0;
       interval_start = Clock::now();
     }
 

@@ -82,6 +82,12 @@ struct TrainResult {
   std::vector<int64_t> saved_iterations;  // checkpoints written by this call
   double train_step_seconds = 0.0;       // wall time inside train steps (this call)
   double communication_seconds = 0.0;    // of which in data-parallel collectives
+  // Gradient reduction over dp × cp (training/grad_buffer.h): seconds it was in flight, of which
+  // exposed (the rank blocked in it; with overlap_grad_reduce the rest ran under the backward),
+  // and the buckets whose reduction started during a backward (overlap_grad_reduce).
+  double grad_reduce_seconds = 0.0;
+  double grad_reduce_exposed_seconds = 0.0;
+  int64_t grad_buckets_started_early = 0;
 };
 
 class Trainer {
