@@ -189,20 +189,11 @@ void GradBuffer::poll_in_flight() {
   }
 }
 
-void GradBuffer::all_gather_grads() { all_gather_grads(params_); }
-
-void GradBuffer::all_gather_grads(const std::vector<Parameter*>& params) {
+void GradBuffer::all_gather_grads() {
   for (const auto& w : work_)
     STRATA_INTERNAL_ASSERT(w == nullptr, "GradBuffer::all_gather_grads: call finish_grad_sync first");
   if (!options_.distributed_optimizer || dp_.size() == 1) return;
-  std::vector<bool> wanted(buckets_.size(), false);
-  for (const Parameter* p : params) {
-    auto it = index_of_.find(p);
-    STRATA_CHECK(it != index_of_.end(), "GradBuffer::all_gather_grads: parameter ", p->name, " is not in this buffer");
-    wanted[bucket_of_param_[it->second]] = true;
-  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (!wanted[b]) continue;
     const auto [begin, end] = owned_range(b);
     const Tensor shard = data_.narrow(0, begin, end - begin).clone();
     Tensor whole = Tensor::empty({buckets_[b].numel}, DType::F32, data_.device());

@@ -93,10 +93,6 @@ class GradBuffer {
   // Distributed optimizer: all-gather the owned chunks so the whole buffer holds the reduced
   // gradients (for checks and tests; training does not need it).
   void all_gather_grads();
-  // The same for the buckets holding `params` only (collective over dp: every rank passes the same
-  // parameters). Used before the tied-embedding all-reduce over the pipeline's embedding group,
-  // which sums whole gradients whose owned ranges differ between the stages' buffer layouts.
-  void all_gather_grads(const std::vector<Parameter*>& params);
 
   // Seconds since construction that the caller was blocked in gradient collectives: starting
   // them and waiting for them (the exposed, non-overlapped communication time).

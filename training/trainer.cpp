@@ -218,14 +218,8 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   // during the backward and are waited for here), then the tied embedding copies' gradients
   // summed over the embedding group.
   grad_buffer_->finish_grad_sync();
-  if (grad_buffer_->distributed_optimizer() && pipeline_.embedding.size() > 1) {
-    // Distributed optimizer: only this rank's chunk of each bucket is reduced, and the stages'
-    // buffers place the tied embedding differently; make its whole gradient reduced first.
-    std::vector<Parameter*> tied;
-    for (LanguageModel* chunk : pipeline_.chunks)
-      for (Parameter* p : chunk->embedding_group_parameters()) tied.push_back(p);
-    grad_buffer_->all_gather_grads(tied);
-  }
+  // (The tied embedding has a bucket of its own, so with the distributed optimizer both stages'
+  // dp ranks own the same rows of it: finalize_model_grads sums reduced rows with reduced rows.)
   finalize_model_grads(pipeline_);
   // Context parallelism: each cp rank holds its tokens' part of the loss (per-token loss: summed over dp × cp below).
   if (!cfg_.training.calculate_per_token_loss)
