@@ -8,7 +8,8 @@
 #   4. GPU unit tests, the single-GPU NCCL communicator test ([nccl]), then the CPU unit tests on
 #      that machine
 #   5. op benchmarks (GEMM vs cublasLtMatmul at 8192^3, attention fwd+bwd at s=4096 d=128, memory-
-#      bound ops vs device copy) and the PyTorch reference on the same shapes
+#      bound ops vs device copy) and the PyTorch reference on the same shapes; a single-GPU
+#      training-step benchmark (strata bench train on cuda vs PyTorch eager, GPT-2-small shape)
 #   6. compute-sanitizer memcheck over the quick sweep
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,6 +49,14 @@ timeout 180 "$bin/strata" bench ops --bench-json "$OUT/bench.json" > "$OUT/bench
 rc=$?; note "op benchmarks" "rc=$rc (bench.log)"
 timeout 120 python3 scripts/bench/attention_torch.py > "$OUT/torch_reference.jsonl" 2>&1
 note "torch reference" "rc=$? (torch_reference.jsonl)"
+# Single-GPU training step (issue 4): a GPT-2-small-shaped model (12 layers, hidden 768, seq 1024,
+# batch 8, fp32, no dropout) in Strata's trainer and in PyTorch eager on the same GPU, alternated.
+timeout 240 "$bin/strata" bench train --config configs/bench_gpt_cpu.yaml training.device=cuda \
+  model.num_layers=12 model.hidden_size=768 model.num_attention_heads=12 model.seq_length=1024 \
+  model.max_position_embeddings=1024 training.micro_batch_size=8 training.global_batch_size=8 \
+  --iters 10 --warmup 3 --repeat 2 --reference torch --python "$(command -v python3)" \
+  --json "$OUT/bench_train_gpu.json" > "$OUT/bench_train_gpu.log" 2>&1
+note "bench train (1 GPU vs torch)" "rc=$? $(grep -E 'ratio|median' "$OUT/bench_train_gpu.log" | tail -1)"
 
 if command -v compute-sanitizer > /dev/null; then
   timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$bin/strata_op_sweep" --quick --backend cuda \
@@ -58,6 +67,7 @@ fi
 echo "==== benchmarks ===="
 grep -vE "^\[" "$OUT/bench.log" | tail -20
 cat "$OUT/torch_reference.jsonl"
+grep -vE "^\[" "$OUT/bench_train_gpu.log" | tail -8
 echo "==== sweep failures (first 20) ===="
 cat "$OUT/sweep_failures.txt"
 echo "==== summary ===="

@@ -174,7 +174,8 @@ json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads)
       << cfg.optimizer.lr.value_or(1e-4) << " --beta1 " << cfg.optimizer.adam_beta1 << " --beta2 "
       << cfg.optimizer.adam_beta2 << " --adam-eps " << cfg.optimizer.adam_eps << " --weight-decay "
       << cfg.optimizer.weight_decay << " --clip-grad " << cfg.optimizer.clip_grad << " --iters " << o.iters
-      << " --warmup " << o.warmup << " --threads " << threads << " --seed " << cfg.training.seed;
+      << " --warmup " << o.warmup << " --threads " << threads << " --seed " << cfg.training.seed << " --device "
+      << quoted(resolve_device(cfg.training.device).str());
   std::fflush(stdout);
   FILE* p = popen(cmd.str().c_str(), "r");
   STRATA_CHECK(p != nullptr, "bench train: cannot start ", o.python, " ", script);
@@ -199,8 +200,10 @@ void print_result(const json& j) {
   std::printf("%-7s %8.1f ms/step median  %8.1f p90  %9.0f tokens/s  initial loss %.4f", j["impl"].get<std::string>().c_str(),
               j["median_ms"].get<double>(), j["p90_ms"].get<double>(), j["tokens_per_second"].get<double>(),
               j["initial_loss"].get<double>());
-  if (j.contains("peak_rss_bytes")) std::printf("  peak RSS %.0f MiB", j["peak_rss_bytes"].get<double>() / 1048576.0);
-  if (j.contains("peak_allocated_bytes") && j["impl"] == "strata")
+  const bool on_gpu = j.contains("device") && j["device"].get<std::string>().rfind("cuda", 0) == 0;
+  if (j.contains("peak_rss_bytes") && !on_gpu)
+    std::printf("  peak RSS %.0f MiB", j["peak_rss_bytes"].get<double>() / 1048576.0);
+  if (j.contains("peak_allocated_bytes") && (j["impl"] == "strata" || on_gpu))
     std::printf("  peak allocated %.0f MiB", j["peak_allocated_bytes"].get<double>() / 1048576.0);
   std::printf("\n");
 }

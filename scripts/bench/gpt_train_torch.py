@@ -5,8 +5,8 @@ layer, biases), the same init (N(0, init_std); attention and MLP output projecti
 N(0, init_std / sqrt(2 * num_layers)); LayerNorm 1/0; biases 0), the same loss (mean token
 cross-entropy over the padded vocabulary, as Megatron computes it) and the same AdamW
 (betas, eps, weight decay on >= 2-d parameters only, global-norm clipping), in fp32 eager mode
-on the CPU. Times `--iters` training steps after `--warmup` and prints one JSON object:
-median and p90 step time, tokens/s, peak RSS, the initial loss and ln(vocab).
+on the CPU or, with --device cuda, on the GPU (TF32 off, so both sides do fp32 GEMMs). Times `--iters` training steps after `--warmup` and prints one JSON object:
+median and p90 step time, tokens/s, peak RSS (and peak CUDA allocation), the initial loss and ln(vocab).
 
 Run by `strata bench train` with the model/batch/thread settings of its config; also usable alone:
   OMP_NUM_THREADS=2 python3 scripts/bench/gpt_train_torch.py --layers 4 --hidden 256 --heads 4 \\
@@ -103,12 +103,18 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="0: torch's default")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     a = p.parse_args()
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    model = GPT(a)
+    model = GPT(a).to(dev)
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
@@ -116,7 +122,9 @@ def main():
                             lr=a.lr, betas=(a.beta1, a.beta2), eps=a.adam_eps)
     g = torch.Generator().manual_seed(a.seed)
     data = torch.randint(0, a.real_vocab or a.vocab, (a.batch, a.seq + 1), generator=g)
-    tokens, labels = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    tokens, labels = data[:, :-1].contiguous().to(dev), data[:, 1:].contiguous().to(dev)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
 
     losses, times = [], []
     for it in range(a.warmup + a.iters):
@@ -127,7 +135,7 @@ def main():
         if a.clip_grad > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_grad)
         opt.step()
-        lv = loss.item()
+        lv = loss.item()  # a device synchronisation on cuda, as Strata's step reads its loss
         dt = time.perf_counter() - t0
         losses.append(lv)
         if it >= a.warmup:
@@ -142,6 +150,7 @@ def main():
         "params": n_params, "tokens_per_step": a.batch * a.seq, "iters": a.iters, "warmup": a.warmup,
         "median_ms": median, "p90_ms": p90, "tokens_per_second": a.batch * a.seq * 1000.0 / median,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "device": str(dev), "peak_allocated_bytes": torch.cuda.max_memory_allocated(dev) if cuda else 0,
         "initial_loss": losses[0], "final_loss": losses[-1], "ln_vocab": math.log(a.vocab), "finite": ok}))
     return 0 if ok else 1
 
