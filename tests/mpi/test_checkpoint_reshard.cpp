@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "models/gpt_model.h"
+#include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/rank_grid.h"
@@ -57,18 +58,7 @@ ParallelGroups groups_for(const StrataConfig& cfg, const std::shared_ptr<Communi
 }
 
 std::vector<double> train(const StrataConfig& cfg, const ParallelGroups& groups) {
-  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
-  std::ostringstream log;
-  TrainerOptions opt;
-  opt.log_stream = &log;
-  opt.pipeline = make_pipeline_layout(chunks, groups);
-  opt.model_parallel = groups.mp;
-  opt.groups = groups;
-  Trainer trainer(cfg, *chunks.front(), data, nullptr, opt);
-  const TrainResult r = trainer.train();
-  return r.losses;
+  return mpitest::train_layout(cfg, groups, kVocab, /*gather_grads=*/false).losses;
 }
 
 const std::vector<std::string> kTP2PP2 = {"parallel.tensor_model_parallel_size=2",

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "models/gpt_model.h"
+#include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/rank_grid.h"
@@ -59,24 +60,11 @@ struct RunResult {
 
 // Trains `cfg` with this rank's part of the layout in `groups`, as training/run.cpp does.
 RunResult train(const StrataConfig& cfg, const ParallelGroups& groups) {
-  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
-  std::ostringstream log;
-  TrainerOptions opt;
-  opt.log_stream = &log;
-  opt.pipeline = make_pipeline_layout(chunks, groups);
-  opt.model_parallel = groups.mp;
-  opt.groups = groups;
-  Trainer trainer(cfg, *chunks.front(), data, nullptr, opt);
-  const TrainResult t = trainer.train();
+  mpitest::LayoutRun t = mpitest::train_layout(cfg, groups, kVocab);
   RunResult r;
   r.losses = t.losses;
   r.grad_norms = t.grad_norms;
-  trainer.grad_buffer()->all_gather_grads();  // distributed optimizer: the whole reduced gradients
-  for (auto& c : chunks)
-    for (Parameter* p : c->parameters())
-      if (!p->shared_copy) r.grads[p->name] = tp::gather_parameter(*p, p->main_grad, groups.tp).to_vector();
+  for (auto& [name, g] : t.grads) r.grads[name] = g.to_vector();
   return r;
 }
 

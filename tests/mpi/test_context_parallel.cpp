@@ -18,6 +18,7 @@
 
 #include "kernels/attention.h"
 #include "models/gpt_model.h"
+#include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/context_parallel.h"
 #include "parallel/rank_grid.h"
@@ -148,26 +149,8 @@ struct Run {
 };
 
 Run train(const StrataConfig& cfg, const ParallelGroups& groups) {
-  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
-  // Megatron's sampler: the dp group's rank and size (the cp ranks of a replica read the same samples).
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
-  std::ostringstream log;
-  TrainerOptions opt;
-  opt.log_stream = &log;
-  opt.pipeline = make_pipeline_layout(chunks, groups);
-  opt.model_parallel = groups.mp;
-  opt.groups = groups;
-  Trainer trainer(cfg, *chunks.front(), data, nullptr, opt);
-  Run r;
-  const TrainResult t = trainer.train();
-  r.losses = t.losses;
-  r.grad_norms = t.grad_norms;
-  trainer.grad_buffer()->all_gather_grads();
-  for (auto& c : chunks)
-    for (Parameter* p : c->parameters())
-      if (!p->shared_copy) r.grads[p->name] = tp::gather_parameter(*p, p->main_grad, groups.tp).clone();
-  return r;
+  mpitest::LayoutRun t = mpitest::train_layout(cfg, groups, kVocab);
+  return Run{std::move(t.losses), std::move(t.grad_norms), std::move(t.grads)};
 }
 
 void check_equivalence(const std::vector<std::string>& model, const std::vector<std::string>& layout) {

@@ -1,0 +1,55 @@
+// Shared by the layout-equivalence tests: trains a config with this rank's part of a parallel
+// layout, wired as training/run.cpp wires `strata train` (model chunks, pipeline layout, model-
+// parallel group, Megatron's sampler at the dp group's rank and size over mock data), and returns
+// the losses, grad norms and, optionally, the final gradients gathered to global tensors.
+#pragma once
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/gpt_model.h"
+#include "parallel/process_group.h"
+#include "parallel/tensor_parallel.h"
+#include "training/batch_source.h"
+#include "training/pipeline_setup.h"
+#include "training/trainer.h"
+
+namespace strata::mpitest {
+
+struct LayoutRun {
+  std::vector<double> losses, grad_norms;
+  // name → the gradient after the last step as a global tensor: distributed-optimizer shards
+  // all-gathered over dp, tensor-parallel shards gathered over tp; shared copies left out.
+  std::map<std::string, Tensor> grads;
+};
+
+// Mock tokens below `vocab`; every rank of a dp replica (its tp, cp and pp ranks) reads the same samples.
+inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& groups, int64_t vocab,
+                              bool gather_grads = true) {
+  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
+  MockBatchSource data(vocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
+                       static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
+  std::ostringstream log;
+  TrainerOptions opt;
+  opt.log_stream = &log;
+  opt.pipeline = make_pipeline_layout(chunks, groups);
+  opt.model_parallel = groups.mp;
+  opt.groups = groups;
+  Trainer trainer(cfg, *chunks.front(), data, nullptr, opt);
+  const TrainResult t = trainer.train();
+  LayoutRun r;
+  r.losses = t.losses;
+  r.grad_norms = t.grad_norms;
+  if (gather_grads) {
+    trainer.grad_buffer()->all_gather_grads();  // collective over dp (a no-op without the distributed optimizer)
+    for (auto& c : chunks)
+      for (Parameter* p : c->parameters())
+        if (!p->shared_copy) r.grads[p->name] = tp::gather_parameter(*p, p->main_grad, groups.tp).clone();
+  }
+  return r;
+}
+
+}  // namespace strata::mpitest
