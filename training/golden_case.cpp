@@ -133,9 +133,13 @@ StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::s
   return cfg;
 }
 
-int64_t case_world_size(const GoldenCase& c) {
+ParallelConfig case_parallel_config(const GoldenCase& c) {
   // Placeholders stay unsubstituted: they are plain strings to the decoder, and only `parallel` is read.
-  const ParallelConfig& p = decode_sections(c.config_text, config_path(c)).parallel;
+  return decode_sections(c.config_text, config_path(c)).parallel;
+}
+
+int64_t case_world_size(const GoldenCase& c) {
+  const ParallelConfig p = case_parallel_config(c);
   return p.world_size.value_or(p.model_parallel_size());
 }
 

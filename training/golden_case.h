@@ -54,6 +54,9 @@ StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::s
 // The number of ranks the case's layout needs: parallel.world_size when set, else
 // tp·cp·pp (data-parallel size 1). Reads only the `parallel` section.
 int64_t case_world_size(const GoldenCase& c);
+// The case's `parallel` section as written (not finalized): what joining the job needs
+// (distributed_timeout_minutes for the watchdog).
+ParallelConfig case_parallel_config(const GoldenCase& c);
 
 // The job a case runs in: this process alone (world null), or every rank of
 // `mpirun -np N strata golden …` (world = an MPI world communicator; the caller keeps MPI

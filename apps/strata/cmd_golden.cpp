@@ -84,9 +84,12 @@ void add_common(CLI::App* cmd, const std::shared_ptr<GoldenOpts>& o) {
 }
 
 // Runs body as every rank of the launched job (one process without a launcher): MPI stays
-// initialised until body returns, and an exception on one rank aborts all of them.
-int in_job(const std::function<int(const golden::GoldenJob&)>& body) {
-  const DistributedRuntime rt = init_distributed(ParallelConfig{}, Device::cpu());
+// initialised until body returns, and an exception on one rank aborts all of them. The watchdog
+// uses the case's parallel.distributed_timeout_minutes.
+int in_job(const golden::GoldenCase& c, const std::function<int(const golden::GoldenJob&)>& body) {
+  ParallelConfig parallel;
+  parallel.distributed_timeout_minutes = golden::case_parallel_config(c).distributed_timeout_minutes;
+  const DistributedRuntime rt = init_distributed(parallel, Device::cpu());
   golden::GoldenJob job;
   if (rt.world_size > 1) job.world = rt.world_host;
   return run_or_abort(rt, [&] { return body(job); });
@@ -96,7 +99,7 @@ int golden_run(const GoldenOpts& o) {
   const golden::GoldenCase c = golden::load_golden_case(o.case_dir);
   const std::string golden_path = golden::golden_file_path(c, o.platform);
   const golden::GoldenValues golden = golden::read_golden_file(golden_path);  // fail before training
-  return in_job([&](const golden::GoldenJob& job) {
+  return in_job(c, [&](const golden::GoldenJob& job) {
     const golden::CaseRun run = golden::run_golden_case(c, run_options(o, c, "", job));
     bool passed = false;
     if (run.has_metrics) {  // the last rank: it logged the metrics
@@ -111,7 +114,7 @@ int golden_run(const GoldenOpts& o) {
 
 int golden_regenerate(const GoldenOpts& o) {
   const golden::GoldenCase c = golden::load_golden_case(o.case_dir);
-  return in_job([&](const golden::GoldenJob& job) {
+  return in_job(c, [&](const golden::GoldenJob& job) {
     const golden::CaseRun first = golden::run_golden_case(c, run_options(o, c, "run1", job));
     const golden::CaseRun second = golden::run_golden_case(c, run_options(o, c, "run2", job));
     bool passed = false;

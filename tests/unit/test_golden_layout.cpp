@@ -52,6 +52,10 @@ TEST_CASE("golden layout: the ranks a case needs come from its parallel section"
   const std::string dp = write_case(
       "tp2dp2", std::string(kModel) + "parallel:\n  tensor_model_parallel_size: 2\n  world_size: 4\n");
   CHECK(case_world_size(load_golden_case(dp)) == 4);
+  // The watchdog's timeout comes from the case (default 10 minutes when the case is silent).
+  const std::string timeout = write_case("timeout", std::string(kModel) + "parallel:\n  distributed_timeout_minutes: 3\n");
+  CHECK(golden::case_parallel_config(load_golden_case(timeout)).distributed_timeout_minutes == 3);
+  CHECK(golden::case_parallel_config(load_golden_case(tp_pp)).distributed_timeout_minutes == 10);
 
   // The config validates for the layout's ranks (dp = world / (tp·pp·cp)), and not for one.
   const golden::GoldenCase c = load_golden_case(dp);
