@@ -6,7 +6,8 @@
 # single-process `strata train` resumes from it (TP1×PP1; make_vocab_size_divisible_by=256 keeps
 # the 512 padded rows, the same global model) to iteration 6, `mpirun -np 2 strata train` resumes
 # from it at DP2 with the distributed optimizer, and `strata export --format hf` exports it from one
-# process (its tp-1 model pads to 384 rows: the weights-only reader takes the common rows).
+# process (its tp-1 model pads to 384 rows: the weights-only reader takes the common rows); a CP2
+# run (ring exchange) loading it continues with the TP1 run's losses.
 set -euo pipefail
 strata=$1; mpirun_sh=$2; work=$3
 rm -rf "$work"; mkdir -p "$work"
@@ -35,6 +36,17 @@ grep -qE "iteration +6/ +6 \|" "$work/tp1.txt" || { cat "$work/tp1.txt"; fail "T
   model.make_vocab_size_divisible_by=256 parallel.use_distributed_optimizer=true checkpoint.load="$work/ckpt" >"$work/dp2.txt" 2>&1 \
   || { cat "$work/dp2.txt"; fail "mpirun -np 2 strata train (DP2, load) exited non-zero"; }
 grep -qE "iteration +6/ +6 \|" "$work/dp2.txt" || { cat "$work/dp2.txt"; fail "DP2 run did not reach iteration 6"; }
+# Context parallelism reads the same checkpoint: CP2 (ring K/V exchange) continues with the TP1
+# run's losses (within 1e-5 relative; the printed values have 7 significant digits).
+"$mpirun_sh" -np 2 "$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 \
+  model.make_vocab_size_divisible_by=256 parallel.context_parallel_size=2 parallel.cp_comm_type=p2p \
+  checkpoint.load="$work/ckpt" >"$work/cp2.txt" 2>&1 \
+  || { cat "$work/cp2.txt"; fail "mpirun -np 2 strata train (CP2, load) exited non-zero"; }
+losses() { grep -oE "lm loss: [0-9.E+-]+" "$1" | awk '{print $3}'; }
+[[ $(losses "$work/cp2.txt" | wc -l) -eq 2 ]] || { cat "$work/cp2.txt"; fail "CP2 run did not log iterations 5 and 6"; }
+paste <(losses "$work/tp1.txt") <(losses "$work/cp2.txt") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1)) { print "loss " NR ": TP1 " $1 " CP2 " $2; bad = 1 } }
+  END { exit bad }' || fail "CP2 losses differ from the TP1 run after loading the TP2xPP2 checkpoint"
 "$strata" export --load "$work/ckpt" --format hf --out "$work/hf" >"$work/export.txt" 2>&1 \
   || { cat "$work/export.txt"; fail "strata export --format hf exited non-zero"; }
 [[ -f "$work/hf/model.safetensors" ]] || fail "export wrote no model.safetensors"
