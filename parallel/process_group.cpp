@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 
 namespace strata {
 
@@ -14,6 +15,19 @@ int position_of(const std::vector<int>& ranks, int my_rank, const std::string& n
   return static_cast<int>(it - ranks.begin());
 }
 
+// "comm/<group kind>" as a string literal (phase timers keep the pointer); groups named otherwise
+// (tests' hand-made groups) share "comm/other".
+const char* phase_name(const std::string& group) {
+  static const char* const kNames[][2] = {
+      {"world", "comm/world"}, {"tp", "comm/tp"}, {"cp", "comm/cp"}, {"dp", "comm/dp"}, {"dp_cp", "comm/dp_cp"},
+      {"tp_cp", "comm/tp_cp"}, {"pp", "comm/pp"}, {"mp", "comm/mp"}, {"embedding", "comm/embedding"},
+      {"position_embedding", "comm/position_embedding"}, {"ep", "comm/ep"}, {"expert_tp", "comm/expert_tp"},
+      {"expert_dp", "comm/expert_dp"}, {"tp_ep", "comm/tp_ep"}};
+  for (const auto& n : kNames)
+    if (group == n[0]) return n[1];
+  return "comm/other";
+}
+
 Communicator& self_communicator(DeviceType device) {
   static std::shared_ptr<Communicator> cpu = make_self_communicator(DeviceType::CPU);
   static std::shared_ptr<Communicator> cuda = make_self_communicator(DeviceType::CUDA);
@@ -22,7 +36,7 @@ Communicator& self_communicator(DeviceType device) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::string name, std::vector<int> ranks, int my_rank)
-    : name_(std::move(name)), ranks_(std::move(ranks)) {
+    : name_(std::move(name)), phase_(phase_name(name_)), ranks_(std::move(ranks)) {
   index_ = position_of(ranks_, my_rank, name_);
   STRATA_INTERNAL_ASSERT(ranks_.size() == 1, "group ", name_, " of ", ranks_.size(),
                          " ranks needs a communicator");
@@ -30,7 +44,8 @@ ProcessGroup::ProcessGroup(std::string name, std::vector<int> ranks, int my_rank
 
 ProcessGroup::ProcessGroup(std::string name, std::vector<int> ranks, int my_rank, std::shared_ptr<Communicator> host,
                            std::shared_ptr<Communicator> device)
-    : name_(std::move(name)), ranks_(std::move(ranks)), host_(std::move(host)), device_(std::move(device)) {
+    : name_(std::move(name)), phase_(phase_name(name_)), ranks_(std::move(ranks)), host_(std::move(host)),
+      device_(std::move(device)) {
   index_ = position_of(ranks_, my_rank, name_);
   STRATA_INTERNAL_ASSERT(host_ != nullptr, "group ", name_, ": no host communicator");
   STRATA_INTERNAL_ASSERT(host_->size() == size() && host_->rank() == index_, "group ", name_,
@@ -50,26 +65,41 @@ Communicator& ProcessGroup::comm(DeviceType device) const {
   return *host_;
 }
 
-void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) const { comm(t.device().type).all_reduce(t, op); }
+// Blocking collectives are timed under phase_ when phase timers are on (`strata bench train
+// --phases`: the communication share of a step per parallel dimension). Host time: on CUDA it
+// measures the enqueue, not the transfer.
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) const {
+  const phase_timer::Scope scope(phase_);
+  comm(t.device().type).all_reduce(t, op);
+}
 void ProcessGroup::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) const {
+  const phase_timer::Scope scope(phase_);
   comm(input.device().type).reduce_scatter(input, output, op);
 }
 void ProcessGroup::all_gather(const Tensor& input, Tensor& output) const {
+  const phase_timer::Scope scope(phase_);
   comm(input.device().type).all_gather(input, output);
 }
 void ProcessGroup::all_gather_v(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) const {
+  const phase_timer::Scope scope(phase_);
   comm(input.device().type).all_gather_v(input, output, counts);
 }
 void ProcessGroup::all_to_all(const Tensor& input, Tensor& output) const {
+  const phase_timer::Scope scope(phase_);
   comm(input.device().type).all_to_all(input, output);
 }
 void ProcessGroup::all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, Tensor& output,
                                 const std::vector<int64_t>& recv_counts) const {
+  const phase_timer::Scope scope(phase_);
   comm(input.device().type).all_to_all_v(input, send_counts, output, recv_counts);
 }
-void ProcessGroup::broadcast(Tensor& t, int root) const { comm(t.device().type).broadcast(t, root); }
+void ProcessGroup::broadcast(Tensor& t, int root) const {
+  const phase_timer::Scope scope(phase_);
+  comm(t.device().type).broadcast(t, root);
+}
 void ProcessGroup::batch_send_recv(std::vector<PointToPoint>& ops) const {
   if (ops.empty()) return;
+  const phase_timer::Scope scope(phase_);
   comm(ops.front().tensor.device().type).batch_send_recv(ops);
 }
 std::unique_ptr<CommWork> ProcessGroup::all_reduce_async(Tensor& t, ReduceOp op) const {

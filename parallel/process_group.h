@@ -54,6 +54,7 @@ class ProcessGroup {
 
  private:
   std::string name_ = "world";
+  const char* phase_ = "comm/world";  // phase-timer name of this group's collectives (core/phase_timer.h)
   std::vector<int> ranks_;
   int index_ = 0;
   std::shared_ptr<Communicator> host_;    // null: size-1 group (self)

@@ -20,6 +20,7 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "parallel/distributed.h"
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "data/tokenizer.h"
@@ -57,10 +58,12 @@ StrataConfig bench_config(const BenchTrainOptions& o) {
   cfg.checkpoint.load.reset();
   cfg.checkpoint.save_interval.reset();
   if (cfg.data.data_path.empty()) cfg.data.mock_data = true;
-  cfg.validate(1);
+  // Under mpirun every rank benchmarks its part of the layout (the world size is the launched one).
+  const int64_t world = launched_world_size().value_or(1);
+  cfg.validate(world);
   if (!cfg.model.vocab_size) {
     cfg.model.vocab_size = data::build_tokenizer(cfg)->vocab_size();
-    cfg.validate(1);
+    cfg.validate(world);
   }
   return cfg;
 }
@@ -113,6 +116,8 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o) {
   const TrainResult r = training::run_training(cfg, hooks);
   phase_timer::set_enabled(false);
   STRATA_CHECK(r.exit_code == 0, "bench train: training exited with code ", r.exit_code);
+  // Under mpirun only the last rank logs the iteration times (and times the phases).
+  if (sink.ms.empty() && launched_world_size().value_or(1) > 1) return json{{"impl", "strata"}, {"metrics_rank", false}};
   STRATA_CHECK(static_cast<int>(sink.ms.size()) == o.warmup + o.iters, "bench train: expected ",
                o.warmup + o.iters, " iteration times, got ", sink.ms.size());
   const std::vector<double> timed(sink.ms.begin() + o.warmup, sink.ms.end());
@@ -231,6 +236,8 @@ int run_train_benchmark(const BenchTrainOptions& o) {
   STRATA_CHECK(o.reference.empty() || o.reference == "torch", "bench train: --reference must be 'torch', got '",
                o.reference, "'");
   const StrataConfig cfg = bench_config(o);
+  STRATA_CHECK(o.reference.empty() || launched_world_size().value_or(1) == 1,
+               "bench train: --reference torch compares one process; run it without mpirun");
   if (o.reference == "torch") check_torch_reference_applies(cfg, o);
   const int threads = omp_get_max_threads();
   const ModelConfig& m = cfg.model;
@@ -255,9 +262,14 @@ int run_train_benchmark(const BenchTrainOptions& o) {
       ok = false;
     }
   };
+  bool metrics_rank = true;
   for (int rep = 0; rep < o.repeat; ++rep) {
     if (o.repeat > 1) std::printf("repeat %d/%d\n", rep + 1, o.repeat);
     json ours = run_ours(cfg, o);
+    if (!ours.value("metrics_rank", true)) {  // a rank without the metrics: nothing to print or write
+      metrics_rank = false;
+      continue;
+    }
     print_result(ours);
     check_initial_loss(ours);
     if (o.phases && ours.contains("phases")) {
@@ -287,7 +299,7 @@ int run_train_benchmark(const BenchTrainOptions& o) {
     std::printf("median throughput ratio strata / torch over %zu runs: %.3f\n", r.size(), r[r.size() / 2]);
   }
   result["ok"] = ok;
-  if (!o.json_out.empty()) {
+  if (!o.json_out.empty() && metrics_rank) {
     std::ofstream f(o.json_out);
     STRATA_CHECK(f.good(), "bench train: cannot write --json ", o.json_out);
     f << result.dump(2) << "\n";

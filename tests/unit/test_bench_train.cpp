@@ -15,6 +15,7 @@
 #include "apps/strata/bench_train.h"
 #include "cli_test_helpers.h"
 #include "core/phase_timer.h"
+#include "parallel/process_group.h"
 #include "test_helpers.h"
 
 using namespace strata;
@@ -120,4 +121,28 @@ TEST_CASE("phase timers: off by default, totals per name while on", "[bench]") {
   CHECK(t[1].ms == 1.5);
   phase_timer::reset();
   CHECK(phase_timer::totals().empty());
+}
+
+TEST_CASE("phase timers: collectives are timed per group kind", "[bench]") {
+  phase_timer::reset();
+  phase_timer::set_enabled(true);
+  const ProcessGroup cp = ProcessGroup::single("cp");
+  const ProcessGroup dp_cp = ProcessGroup::single("dp_cp");
+  const ProcessGroup custom = ProcessGroup::single("my_group");
+  Tensor t = Tensor::full({4}, 1.0, DType::F32);
+  cp.all_reduce(t);
+  cp.broadcast(t, 0);
+  dp_cp.all_reduce(t);
+  custom.all_reduce(t);
+  std::vector<PointToPoint> none;
+  cp.batch_send_recv(none);  // nothing to exchange: not a call
+  phase_timer::set_enabled(false);
+  const auto totals = phase_timer::totals();
+  REQUIRE(totals.size() == 3);
+  CHECK(totals[0].name == "comm/cp");
+  CHECK(totals[0].calls == 2);
+  CHECK(totals[1].name == "comm/dp_cp");
+  CHECK(totals[2].name == "comm/other");
+  CHECK(t.to_vector() == std::vector<double>(4, 1.0));  // one rank: the sum is the tensor itself
+  phase_timer::reset();
 }
