@@ -17,10 +17,11 @@
 namespace strata::mpitest {
 
 // A duplicate of MPI_COMM_WORLD, created once (label "world").
-inline Communicator& world() {
+inline std::shared_ptr<Communicator> world_comm() {
   static std::shared_ptr<Communicator> comm = make_mpi_world_communicator();
-  return *comm;
+  return comm;
 }
+inline Communicator& world() { return *world_comm(); }
 
 // Small integers in [-5, 5]: sums over ≤ 8 ranks are exact in every dtype (bf16 included).
 inline double value(int rank, int64_t i) { return static_cast<double>((rank * 7 + i * 3) % 11) - 5.0; }

@@ -30,10 +30,7 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kVocab = 128;
 
-std::shared_ptr<Communicator> world_comm() {
-  static std::shared_ptr<Communicator> comm = make_mpi_world_communicator();
-  return comm;
-}
+using mpitest::world_comm;
 
 // The config of a layout on `world` ranks; vocab padding 64·tp gives 128 rows at tp 1 and 2, so
 // every layout has the same global model.

@@ -73,7 +73,7 @@ void check_layout(const std::vector<std::string>& layout, int expected_world) {
   const int world = mpitest::world().size();
   REQUIRE(world == expected_world);
   const StrataConfig cfg = layout_config(layout, world);
-  const ParallelGroups groups = build_parallel_groups(cfg.parallel, make_mpi_world_communicator());
+  const ParallelGroups groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
   std::vector<std::string> one = layout;
   one.push_back("training.train_iters=1");
   const StrataConfig cfg1 = layout_config(one, world);

@@ -32,10 +32,7 @@ namespace {
 
 constexpr int64_t kVocab = 128;
 
-std::shared_ptr<Communicator> world_comm() {
-  static std::shared_ptr<Communicator> comm = make_mpi_world_communicator();
-  return comm;
-}
+using mpitest::world_comm;
 
 // The whole world as one cp group.
 ProcessGroup world_cp() {

@@ -28,10 +28,7 @@ namespace {
 
 constexpr int64_t kVocab = 128;
 
-std::shared_ptr<Communicator> world_comm() {
-  static std::shared_ptr<Communicator> comm = make_mpi_world_communicator();
-  return comm;
-}
+using mpitest::world_comm;
 
 // The groups of a pure pipeline layout over the whole world (pp = world size).
 ParallelGroups pipeline_groups() {
