@@ -24,6 +24,9 @@ struct LayoutRun {
   // name → the gradient after the last step as a global tensor: distributed-optimizer shards
   // all-gathered over dp, tensor-parallel shards gathered over tp; shared copies left out.
   std::map<std::string, Tensor> grads;
+  TrainResult result;     // everything Trainer::train() returned
+  int64_t buckets = 0;    // gradient buckets of this rank's buffer
+  std::string log;        // the trainer's log lines
 };
 
 // Mock tokens below `vocab`; every rank of a dp replica (its tp, cp and pp ranks) reads the same samples.
@@ -43,6 +46,9 @@ inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& gro
   LayoutRun r;
   r.losses = t.losses;
   r.grad_norms = t.grad_norms;
+  r.result = t;
+  r.buckets = static_cast<int64_t>(trainer.grad_buffer()->buckets().size());
+  r.log = log.str();
   if (gather_grads) {
     trainer.grad_buffer()->all_gather_grads();  // collective over dp (a no-op without the distributed optimizer)
     for (auto& c : chunks)

@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "models/gpt_model.h"
+#include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/rank_grid.h"
@@ -74,24 +75,12 @@ struct Run {
 
 Run train(const StrataConfig& cfg, bool deterministic) {
   const ParallelGroups groups = build_parallel_groups(cfg.parallel, world_comm(deterministic));
-  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed), 0, groups.dp_cp.rank(), groups.dp_cp.size());
-  std::ostringstream log;
-  TrainerOptions opt;
-  opt.log_stream = &log;
-  opt.groups = groups;
-  opt.pipeline = make_pipeline_layout(chunks, groups);
-  opt.model_parallel = groups.mp;
-  Trainer trainer(cfg, *chunks.front(), data, nullptr, opt);
+  mpitest::LayoutRun t = mpitest::train_layout(cfg, groups, kVocab);
   Run r;
-  r.result = trainer.train();
-  trainer.grad_buffer()->all_gather_grads();  // distributed optimizer: whole reduced gradients
-  for (auto& c : chunks)
-    for (Parameter* p : c->parameters())
-      if (!p->shared_copy) r.grads[p->name] = p->main_grad.to_vector();
-  r.buckets = static_cast<int64_t>(trainer.grad_buffer()->buckets().size());
-  r.log = log.str();
+  r.result = std::move(t.result);
+  for (const auto& [name, g] : t.grads) r.grads[name] = g.to_vector();
+  r.buckets = t.buckets;
+  r.log = std::move(t.log);
   return r;
 }
 
