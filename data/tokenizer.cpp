@@ -88,8 +88,8 @@ std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::option
   STRATA_THROW("build_tokenizer: unknown tokenizer type");
 }
 
-std::unique_ptr<Tokenizer> build_tokenizer(const StrataConfig& cfg) {
-  return build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file, cfg.data.merge_file, cfg.model.vocab_size);
+std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size) {
+  return build_tokenizer(data.tokenizer_type, data.vocab_file, data.merge_file, vocab_size);
 }
 
 }  // namespace strata::data

@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "training/config.h"
+#include "data/data_config.h"
 
 namespace strata::data {
 
@@ -99,7 +99,8 @@ class GPT2BPETokenizer final : public Tokenizer {
 std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::optional<std::string>& vocab_file = {},
                                            const std::optional<std::string>& merge_file = {},
                                            std::optional<int64_t> vocab_size = {});
-std::unique_ptr<Tokenizer> build_tokenizer(const StrataConfig& cfg);  // from data.* and model.vocab_size
+// From the data section (tokenizer_type, vocab_file, merge_file) and model.vocab_size.
+std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size);
 
 // ---- GPT-2 building blocks (exposed for tests) --------------------------------------------------
 

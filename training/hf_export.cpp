@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "core/formats/safetensors.h"
 #include "data/tokenizer.h"
-#include "models/gpt_model.h"
 #include "training/checkpoint.h"
+#include "training/model_factory.h"
 #include "training/tensor_file.h"
 
 namespace strata::hf {
@@ -56,7 +56,7 @@ void write_text(const fs::path& p, const std::string& text) {
 // The tokenizer of a config, or null when it cannot be built (e.g. moved BPE files).
 std::unique_ptr<data::Tokenizer> try_tokenizer(const StrataConfig& cfg) {
   try {
-    return data::build_tokenizer(cfg);
+    return data::build_tokenizer(cfg.data, cfg.model.vocab_size);
   } catch (const std::exception&) {
     return nullptr;
   }
@@ -127,10 +127,8 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   r.family = family;
   r.iteration = *iteration;
   r.dtype = model_dtype(cfg.training.precision);
-  GPTModelOptions mo;
-  mo.dtype = r.dtype;
-  mo.device = Device::cpu();
-  GPTModel model(cfg.model, mo);
+  std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
+  LanguageModel& model = *model_ptr;
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;
@@ -203,10 +201,8 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   // Names and shapes are checked here, before the model is allocated.
   const std::map<std::string, Tensor> mg = from_hf_tensors(cfg.model, ic.family, padded, hf_tensors, file);
 
-  GPTModelOptions mo;
-  mo.dtype = model_dtype(cfg.training.precision);
-  mo.device = Device::cpu();
-  GPTModel model(cfg.model, mo);
+  std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
+  LanguageModel& model = *model_ptr;
   for (Parameter* p : model.parameters()) {
     auto it = mg.find(p->name);
     STRATA_CHECK(it != mg.end(), "import --hf: no tensor in ", file, " maps to parameter '", p->name, "'");

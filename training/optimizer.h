@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "kernels/optimizer.h"
-#include "models/parameter.h"
+#include "core/parameter.h"
 #include "parallel/process_group.h"
 
 namespace strata {

@@ -17,7 +17,7 @@
 
 #include "apps/strata/cli.h"
 #include "core/philox.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "cli_test_helpers.h"
 #include "test_helpers.h"
 #include "training/generation.h"

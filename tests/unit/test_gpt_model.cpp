@@ -9,8 +9,9 @@
 #include <string>
 
 #include "core/observe.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
+#include "training/model_factory.h"
 
 namespace strata {
 namespace {
@@ -418,7 +419,8 @@ TEST_CASE("gpt_model: built from a validated StrataConfig (precision, vocab padd
       "  seq_length: 8\ntraining:\n  precision: bf16\n  micro_batch_size: 2\n  seed: 9\n"
       "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n");
   cfg.validate();
-  GPTModel model(cfg, Device::cpu());
+  auto model_holder = make_gpt_model(cfg, Device::cpu());
+  GPTModel& model = *model_holder;
   CHECK(model.dtype() == DType::BF16);
   CHECK(model.padded_vocab() == 256);  // make_vocab_size_divisible_by 128
   CHECK(model.embedding().word_embeddings.value.shape() == Shape{256, 16});

@@ -22,7 +22,7 @@
 
 #include "core/formats/safetensors.h"
 #include "hf_test_helpers.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 #include "training/checkpoint.h"
 #include "training/generation.h"
@@ -30,6 +30,7 @@
 #include "training/tensor_file.h"
 #if __has_include("strata_source_dir.h")
 #include "strata_source_dir.h"
+#include "training/model_factory.h"
 #endif
 
 using namespace strata;
