@@ -39,7 +39,7 @@ DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 LanguageModelShell::LanguageModelShell(const ModelConfig& cfg_in, const LanguageModelOptions& options,
                                        const ParallelGroups& groups, const LanguageModelParts& parts)
-    : cfg_(finalized(cfg_in)), opt_(options), groups_(groups) {
+    : cfg_(finalized(cfg_in)), opt_(options), groups_(groups), aux_loss_names_(parts.aux_loss_names) {
   STRATA_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F64,
                "language model: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
   STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
@@ -121,6 +121,12 @@ ResidualStreamShape LanguageModelShell::residual_stream() const {
   r.dtype = opt_.dtype;
   r.device = opt_.device;
   return r;
+}
+
+std::vector<std::string> LanguageModelShell::loss_names() const {
+  std::vector<std::string> names = {kLmLossName};
+  names.insert(names.end(), aux_loss_names_.begin(), aux_loss_names_.end());
+  return names;
 }
 
 void LanguageModelShell::init_parameters(uint64_t seed) {

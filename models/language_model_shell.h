@@ -51,13 +51,16 @@ struct LanguageModelOptions {
   CpCommType cp_comm_type = CpCommType::AllGather;  // parallel.cp_comm_type (groups.cp.size() > 1)
 };
 
-// What the shell asks the concrete model for: its block for layers [first, first + count), and the
-// canonical name prefix of the final norm ("decoder.final_layernorm" for GPT).
+// What the shell asks the concrete model for: its block for layers [first, first + count), the
+// canonical name prefix of the final norm ("decoder.final_layernorm" for GPT), and the names of
+// the auxiliary losses its layers add through the loss channel (the whole model's, from the
+// config: e.g. MoE's load_balancing_loss), logged after "lm loss".
 struct LanguageModelParts {
   std::function<std::unique_ptr<Block>(const ModelConfig& cfg, const layers::LayerEnv& env,
                                        const ParallelGroups& groups, int64_t first, int64_t count)>
       make_block;
   std::string final_norm_prefix = "decoder.final_layernorm";
+  std::vector<std::string> aux_loss_names;
 };
 
 class LanguageModelShell : public LanguageModel {
@@ -74,6 +77,7 @@ class LanguageModelShell : public LanguageModel {
   // f64 model) and the layers' auxiliary losses; a stage before the last: its output [s, b, h].
   ForwardOutput forward_pass(ForwardContext& ctx, const Batch& batch) override;
   void backward_pass(ForwardContext& ctx, const BackwardInput& grads) override;
+  std::vector<std::string> loss_names() const override;
   bool is_first_stage() const override { return opt_.pre_process; }
   bool is_last_stage() const override { return opt_.post_process; }
   std::vector<Parameter*> embedding_group_parameters() override;
@@ -121,6 +125,7 @@ class LanguageModelShell : public LanguageModel {
   ModelConfig cfg_;
   LanguageModelOptions opt_;
   ParallelGroups groups_;
+  std::vector<std::string> aux_loss_names_;
   int64_t padded_vocab_ = 0;
   std::unique_ptr<layers::VocabEmbedding> embedding_;
   std::unique_ptr<Block> block_;

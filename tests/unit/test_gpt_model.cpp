@@ -86,9 +86,13 @@ double weighted_loss(GPTModel& m, const Batch& batch, const Tensor& w, int64_t s
   return test::dot(m.forward(*ctx, batch), w);
 }
 
-void check_model_gradients(ModelConfig cfg) {
+// specs: one per layer (empty: every layer attention + MLP).
+void check_model_gradients(ModelConfig cfg, const std::vector<layers::TransformerLayerSpec>& specs = {}) {
   cfg.init_method_std = 0.2;  // large enough that every block is clearly non-linear
-  GPTModel model(cfg, opts(DType::F64));
+  GPTModelOptions o = opts(DType::F64);
+  o.layer_specs = specs;
+  if (!specs.empty()) cfg.num_layers = static_cast<int64_t>(specs.size());
+  GPTModel model(cfg, o);
   model.init_parameters(5);
   // Norm weights and biases away from their constant init, so their gradients are generic.
   for (Parameter* p : model.parameters()) {
@@ -150,6 +154,15 @@ TEST_CASE("gpt_model: f64 finite differences, config (a) LayerNorm/GeLU/learned/
 
 TEST_CASE("gpt_model: f64 finite differences, config (b) RMSNorm/SwiGLU/RoPE/GQA/qk-norm/untied", "[gpt_model]") {
   check_model_gradients(config_b());
+}
+
+TEST_CASE("gpt_model: f64 finite differences with attention-only and MLP-only layer specs", "[gpt_model][layer_specs]") {
+  // '*' attention only, '-' MLP only, 'T' both (the hybrid stack's layer symbols), both configs.
+  for (const char* pattern : {"*-T", "-*", "**--"}) {
+    INFO(pattern);
+    check_model_gradients(config_a(), layers::layer_specs_from_pattern(pattern));
+    check_model_gradients(config_b(), layers::layer_specs_from_pattern(pattern));
+  }
 }
 
 TEST_CASE("gpt_model: bf16 loss and gradients close to f32", "[gpt_model]") {
