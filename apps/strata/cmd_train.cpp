@@ -1,12 +1,12 @@
 // `strata train --config FILE [section.field=value ...] [--print-config] [--validate-only] [--help-config]`
 // (`--help` prints the usage and the same field table as --help-config):
 // loads the StrataConfig (training/config.h), applies the overrides, validates it with the launched
-// world size, prints Megatron's argument table and calls training::run (training/run.h). Config
-// errors exit 1 with "strata: error: ConfigError: section.field: ..." before anything is allocated.
+// world size (launched_world_size, parallel/distributed.h), prints Megatron's argument table and
+// calls training::run (training/run.h). Config errors exit 1 with
+// "strata: error: ConfigError: section.field: ..." before anything is allocated.
 // Reference: megatron/training/arguments.py (parse_args, validate_args, _print_args),
 // megatron/training/training.py (pretrain).
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,25 +14,11 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
+#include "parallel/distributed.h"
 #include "training/config.h"
 #include "training/run.h"
 
 namespace strata::app {
-namespace {
-
-// The number of processes the launcher started: mpirun/srun/torchrun environment, else 1.
-int64_t launched_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}) {
-    if (const char* v = std::getenv(var)) {
-      char* end = nullptr;
-      const long n = std::strtol(v, &end, 10);
-      if (end != v && *end == '\0' && n > 0) return n;
-    }
-  }
-  return 1;
-}
-
-}  // namespace
 
 void register_train(CLI::App& app) {
   CLI::App* train = app.add_subcommand("train", "train a model from a YAML config (docs/config.md)");
@@ -57,7 +43,7 @@ void register_train(CLI::App& app) {
     STRATA_CHECK(!o->config.empty(), "strata train: --config FILE is required (see --help-config for the fields)");
     // Decoding and validation are pure: nothing is allocated before the config is known good.
     StrataConfig cfg = StrataConfig::load(o->config, o->overrides);
-    cfg.validate(launched_world_size());
+    cfg.validate(launched_world_size());  // parallel/distributed.h: null when not launched
     if (o->print_config) {
       std::printf("%s", cfg.to_yaml().c_str());
       return 0;
@@ -66,6 +52,10 @@ void register_train(CLI::App& app) {
       std::printf("strata train: %s is valid\n", o->config.c_str());
       return 0;
     }
+    // A multi-task Slurm job's batch script (no srun) would train alone instead of on its ranks.
+    if (auto tasks = slurm_tasks_outside_step())
+      STRATA_THROW_KIND(ErrorKind::Config, "this process runs in a Slurm allocation of ", *tasks,
+                        " tasks (SLURM_NTASKS) but was not started by srun: run `srun strata train …`");
     std::printf("%s", cfg.argument_table().c_str());
     std::fflush(stdout);
     return training::run(cfg);

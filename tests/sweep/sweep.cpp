@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -18,8 +19,26 @@ std::vector<OpEntry>& registry() {
   return r;
 }
 
-Registrar::Registrar(const char* name, std::vector<DType> dtypes, CaseFn fn) {
-  registry().push_back({name, std::move(fn), std::move(dtypes)});
+Registrar::Registrar(const char* file, const char* name, std::vector<DType> dtypes, CaseFn fn)
+    : Registrar(file, name, std::move(dtypes), "", std::move(fn)) {}
+
+Registrar::Registrar(const char* file, const char* name, std::vector<DType> dtypes, const char* covers, CaseFn fn) {
+  std::vector<std::string> names;
+  std::istringstream in(covers);
+  for (std::string fn_name; in >> fn_name;) names.push_back(fn_name);
+  // __FILE__ as the compiler saw it (relative to the build directory): keep it from tests/sweep/.
+  std::string path = file;
+  if (const size_t at = path.rfind("tests/sweep/"); at != std::string::npos) path = path.substr(at);
+  registry().push_back({name, std::move(fn), std::move(dtypes), std::move(names), path});
+}
+
+void print_registry() {
+  for (const OpEntry& op : registry()) {
+    std::string dtypes, covers;
+    for (DType dt : op.dtypes) dtypes += (dtypes.empty() ? "" : ",") + std::string(dtype_name(dt));
+    for (const std::string& c : op.covers) covers += (covers.empty() ? "" : " ") + c;
+    std::printf("%s\t%s\t%s\t%s\n", op.name.c_str(), dtypes.c_str(), op.file.c_str(), covers.c_str());
+  }
 }
 
 double Context::bound(double f32, double bf16, double f16) const {
