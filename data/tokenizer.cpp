@@ -1,6 +1,7 @@
 // ByteLevelTokenizer, NullTokenizer and build_tokenizer (data/tokenizer.h); the GPT-2 BPE
 // tokenizer is in data/tokenizer_gpt2.cpp.
-// Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer, _NullTokenizer).
+// Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer),
+// megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer).
 #include "data/tokenizer.h"
 
 #include <cctype>
@@ -33,7 +34,7 @@ std::string ByteLevelTokenizer::decode(const std::vector<int64_t>& ids) const {
 
 // ---- NullTokenizer ------------------------------------------------------------------------------
 
-NullTokenizer::NullTokenizer(int64_t vocab_size_without_eod) : n_(vocab_size_without_eod) {
+NullTokenizer::NullTokenizer(int64_t vocab_size) : n_(vocab_size) {
   STRATA_CHECK(n_ > 0, "NullTokenizer: vocab_size must be > 0, got ", n_);
 }
 
@@ -90,6 +91,21 @@ std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::option
 
 std::unique_ptr<Tokenizer> build_tokenizer(const StrataConfig& cfg) {
   return build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file, cfg.data.merge_file, cfg.model.vocab_size);
+}
+
+void check_vocab_fits(const StrataConfig& cfg, const Tokenizer& tokenizer) {
+  if (!cfg.model.vocab_size || *cfg.model.vocab_size >= tokenizer.vocab_size()) return;
+  throw config::ConfigError("model.vocab_size",
+                            std::to_string(*cfg.model.vocab_size) + " is smaller than the tokenizer's vocabulary (" +
+                                tokenizer.name() + ": " + std::to_string(tokenizer.vocab_size()) + " ids, EOD " +
+                                std::to_string(tokenizer.eod()) + "); set it to at least " +
+                                std::to_string(tokenizer.vocab_size()) + " or null (taken from the tokenizer)");
+}
+
+std::unique_ptr<Tokenizer> build_checked_tokenizer(const StrataConfig& cfg) {
+  std::unique_ptr<Tokenizer> t = build_tokenizer(cfg);
+  check_vocab_fits(cfg, *t);
+  return t;
 }
 
 }  // namespace strata::data
