@@ -1,7 +1,8 @@
 // `strata train --config FILE [section.field=value ...] [--print-config] [--validate-only] [--help-config]`
 // (`--help` prints the usage and the same field table as --help-config):
 // loads the StrataConfig (training/config.h), applies the overrides, validates it with the launched
-// world size, prints Megatron's argument table and calls training::run (training/run.h). Config
+// world size (--validate-only and --print-config without a launcher: parallel.world_size as given),
+// checks model.vocab_size against the tokenizer and the checkpoint paths, prints Megatron's argument table and calls training::run (training/run.h). Config
 // errors exit 1 with "strata: error: ConfigError: section.field: ..." before anything is allocated.
 // Reference: megatron/training/arguments.py (parse_args, validate_args, _print_args),
 // megatron/training/training.py (pretrain).
@@ -14,14 +15,16 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
+#include "training/checkpoint_paths.h"
 #include "training/config.h"
 #include "training/run.h"
 
 namespace strata::app {
 namespace {
 
-// The number of processes the launcher started: mpirun/srun/torchrun environment, else 1.
-int64_t launched_world_size() {
+// The number of processes the launcher started (mpirun/srun/torchrun environment); null without one.
+std::optional<int64_t> launched_world_size() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}) {
     if (const char* v = std::getenv(var)) {
       char* end = nullptr;
@@ -29,7 +32,7 @@ int64_t launched_world_size() {
       if (end != v && *end == '\0' && n > 0) return n;
     }
   }
-  return 1;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -57,11 +60,17 @@ void register_train(CLI::App& app) {
     STRATA_CHECK(!o->config.empty(), "strata train: --config FILE is required (see --help-config for the fields)");
     // Decoding and validation are pure: nothing is allocated before the config is known good.
     StrataConfig cfg = StrataConfig::load(o->config, o->overrides);
-    cfg.validate(launched_world_size());
+    // Checking without running: parallel.world_size may describe a layout other than this launch
+    // (`--validate-only parallel.world_size=8` on one process). Under a launcher it must match.
+    const bool dry = o->print_config || o->validate_only;
+    const std::optional<int64_t> launched = launched_world_size();
+    cfg.validate(dry ? launched : launched.value_or(1));
     if (o->print_config) {
       std::printf("%s", cfg.to_yaml().c_str());
       return 0;
     }
+    data::build_checked_tokenizer(cfg);  // model.vocab_size against the tokenizer, before allocation
+    training::check_checkpoint_paths(cfg, /*create_save=*/false);
     if (o->validate_only) {
       std::printf("strata train: %s is valid\n", o->config.c_str());
       return 0;
