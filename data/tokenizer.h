@@ -9,7 +9,8 @@
 //                       Megatron-Core's NullTokenizer(vocab_size): the EOD id is inside the
 //                       vocabulary, so model.vocab_size = N holds every id it produces).
 // Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer,
-// _GPT2BPETokenizer), megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer) and megatron/training/tokenizer/gpt2_tokenization.py (from
+// _GPT2BPETokenizer), megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer)
+// and megatron/training/tokenizer/gpt2_tokenization.py (from
 // openai/gpt-2 src/encoder.py: bytes_to_unicode, get_pairs, bpe).
 //
 // Use:

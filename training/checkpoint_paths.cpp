@@ -37,7 +37,8 @@ void check_save(const fs::path& save, bool create) {
   if (!create) {
     const fs::path base = nearest_existing(save);
     if (base.empty() || !fs::is_directory(base, ec))
-      throw ConfigError("checkpoint.save", quoted(save) + " cannot be created: " + quoted(base) + " is not a directory");
+      throw ConfigError("checkpoint.save",
+                        quoted(save) + " cannot be created: " + quoted(base) + " is not a directory");
     if (::access(base.c_str(), W_OK | X_OK) != 0)
       throw ConfigError("checkpoint.save", quoted(save) + " cannot be created: " + quoted(base) + " is not writable");
     return;

@@ -217,7 +217,8 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
 
   const int64_t padded = padded_vocab_size(*cfg.model.vocab_size, cfg.model.make_vocab_size_divisible_by, 1);
   // Names and shapes are checked here, before the model is allocated.
-  const std::map<std::string, Tensor> mg = from_hf_tensors(cfg.model, ic.family, ic.file_vocab, padded, hf_tensors, file);
+  const std::map<std::string, Tensor> mg =
+      from_hf_tensors(cfg.model, ic.family, ic.file_vocab, padded, hf_tensors, file);
 
   GPTModelOptions mo;
   mo.dtype = model_dtype(cfg.training.precision);

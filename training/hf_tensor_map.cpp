@@ -168,8 +168,8 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
   // Megatron's padding rows would change every probability.
   const int64_t vocab = *m.vocab_size;
   auto real_rows = [&](const Tensor& t) {
-    STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0), " rows is smaller than the vocabulary ",
-                 vocab);
+    STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0),
+                 " rows is smaller than the vocabulary ", vocab);
     return t.narrow(0, 0, vocab).contiguous().clone();
   };
   const Tensor emb = real_rows(get("embedding.word_embeddings.weight"));

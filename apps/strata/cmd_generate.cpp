@@ -98,9 +98,12 @@ void register_generate(CLI::App& app) {
   gen->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, comma-separated (1,2,3)");
   SamplingFlags& f = o->flags;
   gen->add_option("--max-new-tokens", f.max_new_tokens, "tokens to generate, > 0 (default inference.max_new_tokens)");
-  gen->add_option("--temperature", f.temperature, "sampling temperature >= 0, 0 = greedy (default inference.temperature)");
-  gen->add_option("--top-k", f.top_k, "keep the k most likely tokens, 0 = off (default inference.top_k; replaces its top_p)");
-  gen->add_option("--top-p", f.top_p, "nucleus filtering in [0, 1], 0 = off (default inference.top_p; replaces its top_k)");
+  gen->add_option("--temperature", f.temperature,
+                  "sampling temperature >= 0, 0 = greedy (default inference.temperature)");
+  gen->add_option("--top-k", f.top_k,
+                  "keep the k most likely tokens, 0 = off (default inference.top_k; replaces its top_p)");
+  gen->add_option("--top-p", f.top_p,
+                  "nucleus filtering in [0, 1], 0 = off (default inference.top_p; replaces its top_k)");
   gen->add_option("--seed", f.seed, "sampling seed >= 0 (default inference.random_seed, else training.seed)");
   gen->add_flag("--score", o->score, "print the prompt tokens' log-probabilities as JSON instead of generating");
   gen->add_option("--config-override", o->overrides, "section.field=value applied to the checkpoint's config")

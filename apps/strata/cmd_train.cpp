@@ -2,7 +2,8 @@
 // (`--help` prints the usage and the same field table as --help-config):
 // loads the StrataConfig (training/config.h), applies the overrides, validates it with the launched
 // world size (--validate-only and --print-config without a launcher: parallel.world_size as given),
-// checks model.vocab_size against the tokenizer and the checkpoint paths, prints Megatron's argument table and calls training::run (training/run.h). Config
+// checks model.vocab_size against the tokenizer and the checkpoint paths (training/checkpoint_paths.h),
+// prints Megatron's argument table and calls training::run (training/run.h). Config
 // errors exit 1 with "strata: error: ConfigError: section.field: ..." before anything is allocated.
 // Reference: megatron/training/arguments.py (parse_args, validate_args, _print_args),
 // megatron/training/training.py (pretrain).

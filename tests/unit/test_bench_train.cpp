@@ -156,7 +156,8 @@ TEST_CASE("bench ops: --filter matches the printed names and fails when nothing 
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, Contains("activation.gelu_tanh") && Contains("activation.gelu_erf"));
   CHECK_THAT(r.out, !Contains("activation.silu") && !Contains("softmax"));
-  r = run_cli({"bench", "ops", "--check", "--quick", "--backend", "cpu", "--no-bench", "--filter", "activation.nosuch"});
+  r = run_cli(
+      {"bench", "ops", "--check", "--quick", "--backend", "cpu", "--no-bench", "--filter", "activation.nosuch"});
   CHECK(r.rc != 0);
   CHECK_THAT(r.err, Contains("--filter 'activation.nosuch' matches no case"));
   // The benchmarks honour the filter: only the matching rows are measured and printed.

@@ -114,7 +114,8 @@ TEST_CASE("cli preprocess: plain text with the byte-level tokenizer", "[cli_trai
   CHECK(r.rc != 0);  // missing required options: CLI11's usage error
 }
 
-TEST_CASE("cli train: NullTokenizer's EOD is inside model.vocab_size, as Megatron's (preprocess, then train)", "[cli_train]") {
+TEST_CASE("cli train: NullTokenizer's EOD is inside model.vocab_size, as Megatron's (preprocess, then train)",
+          "[cli_train]") {
   // Mock data draws ids up to the tokenizer's EOD: with vocab 256 that is 255, inside the model.
   const std::string good = write_file("good_null.yaml", kGood);
   const std::vector<std::string> small = {"model.seq_length=16", "model.hidden_size=32", "training.train_iters=2",
@@ -204,7 +205,8 @@ TEST_CASE("cli train: checkpoint paths are checked before any training", "[cli_t
     CliResult r = train(extra);
     INFO(r.out << r.err);
     CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("strata: error: ConfigError: checkpoint.save: '" + a_file + "' exists and is not a directory"));
+    CHECK_THAT(r.err, Contains("strata: error: ConfigError: checkpoint.save: '" + a_file +
+                               "' exists and is not a directory"));
     CHECK_THAT(r.out, !Contains("iteration        1/"));
   }
   // A save directory under a file cannot be created.

@@ -283,7 +283,8 @@ TEST_CASE("config: inf and nan are refused for every float field, before allocat
         const std::string v = list ? std::string("[") + bad + "]" : std::string(bad);
         INFO(f.path() << "=" << v);
         const std::string err = error_of([&] { base({f.path() + "=" + v}).validate(1); });
-        CHECK_THAT(err, Catch::Matchers::Contains("ConfigError: " + f.path() + ": ") && Catch::Matchers::Contains("finite"));
+        CHECK_THAT(err, Catch::Matchers::Contains("ConfigError: " + f.path() + ": ") &&
+                            Catch::Matchers::Contains("finite"));
       }
       ++checked;
     }

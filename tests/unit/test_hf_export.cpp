@@ -250,11 +250,13 @@ TEST_CASE("hf: transformers' scores of the export equal strata generate --score 
         save_random_checkpoint(cfg, dir / "ckpt", 31);
         hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
         // The reference: log_softmax over every row of the exported lm_head, as transformers does.
-        const std::optional<std::string> out = run_script("hf_reference.py", "--score " + (dir / "hf").string() + " " + ids_text);
+        const std::optional<std::string> out =
+            run_script("hf_reference.py", "--score " + (dir / "hf").string() + " " + ids_text);
         REQUIRE(out.has_value());
         const auto ref = nlohmann::json::parse(*out);
         CHECK(ref.at("vocab") == 257);
-        const CliResult r = run_cli({"generate", "--load", (dir / "ckpt").string(), "--prompt-ids", ids_text, "--score"});
+        const CliResult r =
+            run_cli({"generate", "--load", (dir / "ckpt").string(), "--prompt-ids", ids_text, "--score"});
         INFO(r.err);
         REQUIRE(r.rc == 0);
         const auto ours = nlohmann::json::parse(r.out);

@@ -254,7 +254,8 @@ TEST_CASE("trainer: masked loss normalisation in both Megatron modes", "[trainer
   CHECK(std::abs(per_token - mean_of_means) > 1e-6);  // the masks differ per micro-batch
 }
 
-TEST_CASE("trainer: without the NaN check a non-finite step is applied, as Megatron's bf16/fp32 optimizer", "[trainer]") {
+TEST_CASE("trainer: without the NaN check a non-finite step is applied, as Megatron's bf16/fp32 optimizer",
+          "[trainer]") {
   Parameter a = make_param("a", {1.0, 1.0});
   Parameter b = make_param("b", {1.0});
   AdamWSettings s;
