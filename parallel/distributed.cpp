@@ -114,7 +114,7 @@ void remove_abort_hook(uint64_t id) {
 }
 
 void abort_all(const std::string& message, int exit_code) {
-  std::fprintf(stderr, "strata: rank %d: %s\n", g_rank, message.c_str());
+  std::fprintf(stderr, "strata: error: rank %d: %s\n", g_rank, message.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
   std::map<uint64_t, std::function<void()>> hooks;

@@ -66,7 +66,7 @@ bool mpi_built();
 // True between MPI_Init and MPI_Finalize.
 bool mpi_initialized();
 
-// Prints "strata: rank R: <message>" to stderr, runs the abort hooks (ncclCommAbort …), then
+// Prints "strata: error: rank R: <message>" to stderr, runs the abort hooks (ncclCommAbort …), then
 // MPI_Abort(MPI_COMM_WORLD, exit_code) when MPI is initialised, else _Exit(exit_code).
 [[noreturn]] void abort_all(const std::string& message, int exit_code = 1);
 // Hooks run by abort_all before MPI_Abort (the NCCL communicators register ncclCommAbort).

@@ -63,8 +63,10 @@ config::SectionFields<TrainingConfig> training_fields() {
   f.add("eval_iters", &T::eval_iters, "Validation micro-batch steps per evaluation (0: no evaluation).")
       .check(non_negative());
   f.add("check_for_nan_in_loss_and_grad", &T::check_for_nan_in_loss_and_grad,
-        "Check the loss and gradient norm for NaN/Inf each step; a non-finite step is skipped, counted "
-        "and logged with the first parameter whose gradient is not finite.");
+        "Check the gradient norm for NaN/Inf each step; a non-finite step is skipped, counted and logged "
+        "with the first parameter whose gradient is not finite (Megatron stops instead: see exit_on_nan). "
+        "false: no check, as Megatron with bf16/fp32 (it skips only under fp16's loss scaler, which "
+        "Strata does not have): the step is applied with the non-finite gradients.");
   f.add("exit_on_nan", &T::exit_on_nan,
         "Exit with an error at the first non-finite step instead of skipping it (needs "
         "check_for_nan_in_loss_and_grad).");
@@ -115,7 +117,7 @@ config::SectionFields<DataConfig> data_fields() {
   f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
   f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
              "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file) or "
-             "NullTokenizer (token ids as text; needs model.vocab_size).");
+             "NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron).");
   f.add("vocab_file", &D::vocab_file, "GPT-2 BPE vocab.json (GPT2BPETokenizer).");
   f.add("merge_file", &D::merge_file, "GPT-2 BPE merges.txt (GPT2BPETokenizer).");
   f.add("eod_mask_loss", &D::eod_mask_loss, "Exclude end-of-document tokens from the loss.");
@@ -125,8 +127,13 @@ config::SectionFields<DataConfig> data_fields() {
 config::SectionFields<CheckpointConfig> checkpoint_fields() {
   using C = CheckpointConfig;
   config::SectionFields<C> f;
-  f.add("save", &C::save, "Directory to save checkpoints to. null: no checkpoints.");
-  f.add("load", &C::load, "Directory to load a checkpoint from (its latest iteration). null: start from scratch.");
+  f.add("save", &C::save,
+        "Directory to save checkpoints to; created and checked writable when training starts, before the "
+        "first step (--validate-only checks it can be created). null: no checkpoints.");
+  f.add("load", &C::load,
+        "Directory to load a checkpoint from (its latest iteration). A path that does not exist is an error "
+        "(unless it is also checkpoint.save: a job's first run); an existing directory without a checkpoint "
+        "trains from scratch with a warning. null: start from scratch.");
   f.add("save_interval", &C::save_interval, "Save every this many steps (needs save). null: only at the end.")
       .check(positive());
   f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");

@@ -174,9 +174,16 @@ std::string ScoreResult::to_json() const {
   return j.dump();
 }
 
-LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides) {
+LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides,
+                               std::optional<int64_t> iteration) {
   STRATA_CHECK(fs::is_directory(dir), "generate: --load ", dir, " is not a directory");
-  const std::optional<int64_t> iteration = read_checkpoint_tracker(dir);
+  if (iteration) {
+    STRATA_CHECK(*iteration >= 0, "generate: --iteration must be >= 0, got ", *iteration);
+    STRATA_CHECK(fs::is_directory(fs::path(dir) / checkpoint_dir_name(*iteration)), "generate: no checkpoint at "
+                 "iteration ", *iteration, " under ", dir, " (", checkpoint_dir_name(*iteration), " is missing)");
+  } else {
+    iteration = read_checkpoint_tracker(dir);
+  }
   STRATA_CHECK(iteration.has_value(), "generate: no checkpoint under ", dir, " (", kTrackerFile,
                " is missing); train with checkpoint.save set first");
   const fs::path manifest_path = fs::path(dir) / checkpoint_dir_name(*iteration) / "manifest.json";
@@ -197,7 +204,7 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   lm.iteration = *iteration;
   lm.config = StrataConfig::from_yaml_text(yaml, overrides, manifest_path.string() + " (config)");
   lm.config.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); generation runs in one process
-  lm.tokenizer = data::build_tokenizer(lm.config.data, lm.config.model.vocab_size);
+  lm.tokenizer = data::build_checked_tokenizer(lm.config.data, lm.config.model.vocab_size);
   if (!lm.config.model.vocab_size) lm.config.model.vocab_size = lm.tokenizer->vocab_size();
   lm.config.validate(1);
   const Device device = resolve_device(lm.config.training.device);

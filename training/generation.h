@@ -72,10 +72,12 @@ struct LoadedModel {
   std::unique_ptr<LanguageModel> model;
   int64_t iteration = 0;
 };
-// Reads <dir>/latest_checkpointed_iteration.txt and the manifest's config, applies `overrides`
-// ("section.field=value"), builds the tokenizer and the model (training/model_factory.h) on training.device and loads the
-// model weights only (no optimizer). Throws with a clear message when there is no checkpoint.
-LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides = {});
+// Reads <dir>/latest_checkpointed_iteration.txt (or takes `iteration`) and the manifest's
+// config, applies `overrides` ("section.field=value"), builds the tokenizer (model.vocab_size
+// checked against it) and the model (training/model_factory.h) on training.device and loads the model weights only (no
+// optimizer). Throws with a clear message when there is no checkpoint (at that iteration).
+LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides = {},
+                               std::optional<int64_t> iteration = std::nullopt);
 
 // The sampling defaults of the config's inference section (random_seed null → training.seed).
 GenerateOptions options_from_config(const StrataConfig& cfg);

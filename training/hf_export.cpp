@@ -96,6 +96,21 @@ std::map<std::string, Tensor> read_hf_tensors(const fs::path& dir, std::string& 
   STRATA_THROW("import --hf: ", dir.string(), " has no model.safetensors or model.safetensors.index.json");
 }
 
+// An import writes iteration 0 and the tracker: refuse a directory that holds a run already, whose
+// tracker it would rewrite (resuming that run would then fail).
+void check_save_dir_free(const fs::path& save) {
+  std::error_code ec;
+  if (!fs::exists(save, ec)) return;
+  STRATA_CHECK(fs::is_directory(save, ec), "import --hf: --save ", save.string(), " exists and is not a directory");
+  std::string found = fs::exists(save / kTrackerFile, ec) ? kTrackerFile : "";
+  for (const auto& e : fs::directory_iterator(save, ec)) {
+    if (!found.empty()) break;
+    if (e.is_directory() && e.path().filename().string().rfind("iter_", 0) == 0) found = e.path().filename().string();
+  }
+  STRATA_CHECK(found.empty(), "import --hf: --save ", save.string(), " already holds a checkpoint (", found,
+               "); choose another directory, or pass --force to write iteration 0 there and point its tracker at it");
+}
+
 }  // namespace
 
 ExportResult export_checkpoint(const std::string& load_dir, const std::string& out_dir,
@@ -161,9 +176,10 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
 }
 
 ImportResult import_checkpoint(const std::string& hf_dir, const std::string& save_dir,
-                               const std::vector<std::string>& overrides) {
+                               const std::vector<std::string>& overrides, bool force) {
   STRATA_CHECK(fs::is_directory(hf_dir), "import --hf: ", hf_dir, " is not a directory");
   STRATA_CHECK(!save_dir.empty(), "import --hf: --save DIR is required");
+  if (!force) check_save_dir_free(save_dir);
   const fs::path dir(hf_dir);
   const fs::path config_path = dir / "config.json";
   STRATA_CHECK(fs::exists(config_path), "import --hf: ", config_path.string(), " is missing");
@@ -199,7 +215,8 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
 
   const int64_t padded = padded_vocab_size(*cfg.model.vocab_size, cfg.model.make_vocab_size_divisible_by, 1);
   // Names and shapes are checked here, before the model is allocated.
-  const std::map<std::string, Tensor> mg = from_hf_tensors(cfg.model, ic.family, padded, hf_tensors, file);
+  const std::map<std::string, Tensor> mg =
+      from_hf_tensors(cfg.model, ic.family, ic.file_vocab, padded, hf_tensors, file);
 
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;

@@ -163,7 +163,6 @@ Family family_for(const ModelConfig& m) {
 }
 
 ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
-  const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
   ojson j;
   j["architectures"] = ojson::array({architecture_name(f)});
   j["model_type"] = to_string(f);
@@ -201,9 +200,8 @@ ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
     j["scale_attn_weights"] = true;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
   }
-  // Megatron's padded vocabulary: the embedding and output rows (make_vocab_size_divisible_by);
-  // ids >= the tokenizer's vocabulary are never produced by it.
-  j["vocab_size"] = padded;
+  // The real vocabulary: the rows written (Megatron's padding is dropped; hf_format.h).
+  j["vocab_size"] = *m.vocab_size;
   if (info.bos_id) j["bos_token_id"] = *info.bos_id;
   if (info.eos_id) j["eos_token_id"] = *info.eos_id;
   j["torch_dtype"] = torch_dtype_name(info.dtype);
@@ -235,6 +233,7 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
   ModelConfig& m = r.model;
   m.make_vocab_size_divisible_by = 1;
   m.vocab_size = get_int(j, "vocab_size", file);
+  r.file_vocab = *m.vocab_size;
   m.hidden_dropout = 0.0;
   m.attention_dropout = 0.0;
   if (r.family != Family::GPT2) {
@@ -299,13 +298,15 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
   if (j.contains("strata") && j.at("strata").is_object()) {
     const json& s = j.at("strata");
     const std::string sf = file + " (\"strata\")";
-    const int64_t padded = *m.vocab_size;
+    const int64_t rows = r.file_vocab;
     m.vocab_size = get_int(s, "vocab_size", sf);
     m.make_vocab_size_divisible_by = get_int(s, "make_vocab_size_divisible_by", sf);
+    // The file holds the real vocabulary, or (exports before the padding was dropped) the padded one.
     STRATA_CHECK(*m.vocab_size > 0 && m.make_vocab_size_divisible_by > 0 &&
-                     padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1) == padded,
-                 sf, ": vocab_size ", *m.vocab_size, " padded to a multiple of ", m.make_vocab_size_divisible_by,
-                 " is not the config's vocab_size ", padded);
+                     (rows == *m.vocab_size ||
+                      padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1) == rows),
+                 sf, ": vocab_size ", *m.vocab_size, " (padded to a multiple of ", m.make_vocab_size_divisible_by,
+                 ") does not match the config's vocab_size ", rows);
     m.seq_length = get_int(s, "seq_length", sf);
     m.hidden_dropout = opt_double(s, "hidden_dropout", m.hidden_dropout, sf);
     const std::string tok = opt_string(s, "tokenizer_type", "", sf);

@@ -18,6 +18,7 @@
 #include "parallel/distributed.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_grid.h"
+#include "training/checkpoint_paths.h"
 #include "training/dataset_batch_source.h"
 #include "training/model_factory.h"
 #include "training/pipeline_setup.h"
@@ -44,11 +45,12 @@ double peak_flops(Device device, Precision precision) {
 }
 
 TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const RunHooks& hooks) {
+  check_checkpoint_paths(cfg, /*create_save=*/true);  // before anything is allocated or trained
   const Device device = rt.device;
   const ParallelGroups groups = build_parallel_groups(cfg.parallel, rt.world_host, rt.world_device);
   const bool last_rank = rt.rank == rt.world_size - 1;
   if (!last_rank) log::set_level("warn");
-  std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(cfg.data, cfg.model.vocab_size);
+  std::unique_ptr<data::Tokenizer> tokenizer = data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);
   if (!cfg.model.vocab_size) {
     cfg.model.vocab_size = tokenizer->vocab_size();
     cfg.validate(cfg.parallel.world_size);

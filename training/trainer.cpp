@@ -39,6 +39,7 @@ AdamWSettings adam_settings(const StrataConfig& cfg) {
   s.weight_decay = cfg.optimizer.weight_decay;
   s.clip_grad = cfg.optimizer.clip_grad;
   s.count_zeros = cfg.logging.log_num_zeros_in_grad;
+  s.skip_non_finite = cfg.training.check_for_nan_in_loss_and_grad;
   return s;
 }
 }  // namespace

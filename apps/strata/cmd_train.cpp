@@ -1,7 +1,9 @@
 // `strata train --config FILE [section.field=value ...] [--print-config] [--validate-only] [--help-config]`
 // (`--help` prints the usage and the same field table as --help-config):
 // loads the StrataConfig (training/config.h), applies the overrides, validates it with the launched
-// world size (launched_world_size, parallel/distributed.h), prints Megatron's argument table and
+// world size (launched_world_size, parallel/distributed.h; --validate-only and --print-config
+// without a launcher: parallel.world_size as given), checks model.vocab_size against the tokenizer
+// and the checkpoint paths (training/checkpoint_paths.h), prints Megatron's argument table and
 // calls training::run (training/run.h). Config errors exit 1 with
 // "strata: error: ConfigError: section.field: ..." before anything is allocated.
 // Reference: megatron/training/arguments.py (parse_args, validate_args, _print_args),
@@ -14,7 +16,9 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "parallel/distributed.h"
+#include "training/checkpoint_paths.h"
 #include "training/config.h"
 #include "training/run.h"
 
@@ -43,11 +47,17 @@ void register_train(CLI::App& app) {
     STRATA_CHECK(!o->config.empty(), "strata train: --config FILE is required (see --help-config for the fields)");
     // Decoding and validation are pure: nothing is allocated before the config is known good.
     StrataConfig cfg = StrataConfig::load(o->config, o->overrides);
-    cfg.validate(launched_world_size());  // parallel/distributed.h: null when not launched
+    // Checking without running: parallel.world_size may describe a layout other than this launch
+    // (`--validate-only parallel.world_size=8` on one process). Under a launcher it must match.
+    const bool dry = o->print_config || o->validate_only;
+    const std::optional<int64_t> launched = launched_world_size();
+    cfg.validate(dry ? launched : launched.value_or(1));
     if (o->print_config) {
       std::printf("%s", cfg.to_yaml().c_str());
       return 0;
     }
+    data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // model.vocab_size against the tokenizer, before allocation
+    training::check_checkpoint_paths(cfg, /*create_save=*/false);
     if (o->validate_only) {
       std::printf("strata train: %s is valid\n", o->config.c_str());
       return 0;

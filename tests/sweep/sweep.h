@@ -25,6 +25,7 @@ struct Context {
   bool quick = false;        // fewer / smaller shapes
   std::vector<Result>* results = nullptr;
   std::string current_op;
+  std::string filter;        // record only cases whose printed name ("op.what") contains this
 
   // Error bound for this dtype: f32 / f64 bound, bf16 and f16 bounds.
   double bound(double f32, double bf16, double f16) const;
@@ -59,8 +60,9 @@ struct Registrar {
 // functions (space-separated). `strata_op_sweep --list`; read by scripts/check_op_registry.py.
 void print_registry();
 
-// Runs every registered op (optionally filtered by substring) on each available backend.
-// Returns 0 when all cases pass, 1 on any failure, 77 when nothing could run.
+// Runs every registered op on each available backend; `filter` keeps the cases whose printed name
+// ("activation.gelu_tanh.fwd": family, case) contains it. Returns 0 when all cases pass, 1 on any
+// failure, 2 when a filter matches no case, 77 when no backend could run.
 struct Options {
   std::vector<std::string> backends = {"cpu", "cuda"};
   std::string filter;
