@@ -53,6 +53,11 @@ std::vector<std::unique_ptr<LanguageModel>> make_model_chunks(const StrataConfig
   return chunks;
 }
 
+std::vector<std::string> model_loss_names(const StrataConfig& cfg) {
+  (void)cfg;  // GPT: the LM loss only (MoE adds its auxiliary losses from the config)
+  return {kLmLossName};
+}
+
 std::unique_ptr<LanguageModel> make_model(const StrataConfig& cfg, Device device) {
   return make_gpt_model(cfg, device);
 }

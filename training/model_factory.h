@@ -30,6 +30,10 @@ std::vector<std::unique_ptr<LanguageModel>> make_model_chunks(const StrataConfig
 // The whole model on one rank (generation, export, import, tools).
 std::unique_ptr<LanguageModel> make_model(const StrataConfig& cfg, Device device);
 
+// Every named loss the config's model reports (LanguageModel::loss_names() of the model
+// make_model would build), without building it: the golden-value runner extracts and checks them.
+std::vector<std::string> model_loss_names(const StrataConfig& cfg);
+
 // The GPT model of a config (tests and tools that need GPT's own accessors).
 std::unique_ptr<GPTModel> make_gpt_model(const StrataConfig& cfg, Device device,
                                          const ParallelGroups& groups = ParallelGroups::single_process(),

@@ -12,6 +12,7 @@
 #include "models/language_model_shell.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
+#include "training/model_factory.h"
 #include "training/trainer.h"
 
 namespace strata {
@@ -230,4 +231,13 @@ TEST_CASE("loss channel: a loss the model did not declare is an error naming it"
   CHECK_THROWS_WITH(losses.on_forward(0, {extra}), Catch::Contains("'surprise'") && Catch::Contains("loss_names()"));
 }
 
+}  // namespace strata
+
+namespace strata {
+TEST_CASE("loss channel: the factory's loss names are the built model's", "[loss_channel]") {
+  const StrataConfig cfg = test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
+                                              "model.vocab_size=50", "model.make_vocab_size_divisible_by=8"});
+  CHECK(make_model(cfg, Device::cpu())->loss_names() == model_loss_names(cfg));
+  CHECK(model_loss_names(cfg) == std::vector<std::string>{"lm loss"});
+}
 }  // namespace strata
