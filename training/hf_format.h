@@ -1,6 +1,6 @@
-// Hugging Face model formats for `strata export --format hf` / `strata import --hf`: which HF family
-// a Megatron GPT config matches, the config.json mapping in both directions, and the tensor name
-// and layout maps between Megatron-Core canonical names and HF names. Pure functions over host
+// Hugging Face model formats for `strata export --format hf` / `strata import --hf`: the config.json
+// mapping in both directions (the families and the tensor name and layout maps between Megatron-Core
+// GPT names and HF names are the GPT model's: models/gpt/hf_families.h). Pure functions over host
 // tensors and JSON (no files); training/hf_export.h does the file work.
 //
 // Families:
@@ -32,20 +32,11 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "models/gpt/hf_families.h"
 #include "models/model_config.h"
 #include "training/config.h"
 
 namespace strata::hf {
-
-enum class Family { Llama, GPT2, Qwen3 };
-const char* to_string(Family f);           // "llama" | "gpt2" | "qwen3" (model_type)
-const char* architecture_name(Family f);   // "LlamaForCausalLM" | "GPT2LMHeadModel" | "Qwen3ForCausalLM"
-
-// Why a finalized model config cannot be exported as `f` ("model.normalization=LayerNorm is not
-// Llama's RMSNorm"), or nullopt when it can.
-std::optional<std::string> incompatibility(const ModelConfig& m, Family f);
-// The family a finalized model config matches; throws naming the field that prevents each.
-Family family_for(const ModelConfig& m);
 
 // What config.json needs besides the model section.
 struct ExportInfo {
@@ -68,17 +59,5 @@ struct ImportedConfig {
   int64_t file_vocab = 0;  // config.json vocab_size: the embedding (and lm_head) rows in the file
 };
 ImportedConfig model_config_from_json(const nlohmann::json& config, const std::string& file);
-
-// Megatron canonical tensors (GPTModel::parameters() names and shapes) → HF tensors (same dtype).
-std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m, Family f,
-                                            const std::map<std::string, Tensor>& megatron);
-// HF tensors → Megatron canonical tensors. Accepts names without the base-model prefix
-// ("h.0.attn.c_attn.weight", "layers.0…"), ignores HF buffers (GPT-2 attn.bias / attn.masked_bias,
-// Llama rotary_emb.inv_freq) and a tied lm_head.weight equal to the embeddings. Missing, extra and
-// wrong-shaped tensors are errors naming the tensor and `file`. `file_vocab`: the embedding rows
-// in the file (config.json vocab_size); `padded_vocab`: the model's rows (Megatron's padding),
-// reached by repeating the last row.
-std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m, Family f, int64_t file_vocab, int64_t padded_vocab,
-                                              const std::map<std::string, Tensor>& hf, const std::string& file);
 
 }  // namespace strata::hf

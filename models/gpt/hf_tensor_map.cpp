@@ -1,5 +1,5 @@
 // Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
-// GPT-2 names (training/hf_format.h: to_hf_tensors, from_hf_tensors).
+// GPT-2 names (models/gpt/hf_families.h: to_hf_tensors, from_hf_tensors).
 // Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
 // repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
 // c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "training/hf_format.h"
+#include "models/gpt/hf_families.h"
 
 namespace strata::hf {
 
