@@ -25,12 +25,6 @@ std::string str(double x) {
   return config::python_repr(config::Value(x));
 }
 
-bool parse_number(const std::string& s, double& out) {
-  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  if (b == std::string::npos) return false;
-  auto r = std::from_chars(s.data() + b, s.data() + e + 1, out);
-  return r.ec == std::errc() && r.ptr == s.data() + e + 1;
-}
 
 config::Validator device_spec() {
   return config::custom("auto, cpu, cuda or cuda:N", [](const config::Value& v) -> std::string {
@@ -225,45 +219,51 @@ int64_t StrataConfig::num_micro_batches() const {
   return *training.global_batch_size / (training.micro_batch_size * data_parallel_size());
 }
 
-void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
-  table().check_fields(*this);
-  finalize_model_config(model);
-  finalize_parallel_config(parallel, launched_world_size);
+namespace {
 
-  // ---- model × parallel ----
-  const int64_t tp = parallel.tensor_model_parallel_size, cp = parallel.context_parallel_size;
-  if (model.num_attention_heads % tp != 0)
+// ---- cross-field rules, grouped by the section that owns them (Megatron validate_args) ----
+
+// The model's rules that involve the parallel layout: heads, query groups and FFN split over tp,
+// layers over pipeline stages, the sequence over cp and sp, expert parallelism.
+void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
+  const int64_t tp = p.tensor_model_parallel_size, cp = p.context_parallel_size;
+  if (m.num_attention_heads % tp != 0)
     throw ConfigError(
         "model.num_attention_heads",
-        str(model.num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  if (model.query_groups() % tp != 0)
+        str(m.num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (m.query_groups() % tp != 0)
     throw ConfigError(
         "model.num_query_groups",
-        str(model.query_groups()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  if (model.ffn() % tp != 0)
+        str(m.query_groups()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (m.ffn() % tp != 0)
     throw ConfigError("model.ffn_hidden_size",
-                      str(model.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  layers_per_pipeline_stage(parallel, model.num_layers);
-  if (cp > 1 && model.seq_length % (2 * cp) != 0)
-    throw ConfigError("model.seq_length", str(model.seq_length) +
+                      str(m.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  layers_per_pipeline_stage(p, m.num_layers);
+  if (cp > 1 && m.seq_length % (2 * cp) != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) +
                                               " is not divisible by 2 x parallel.context_parallel_size (" +
                                               str(2 * cp) + "), needed by load-balanced causal context parallelism");
-  if (parallel.sequence_parallel && model.seq_length % tp != 0)
-    throw ConfigError("model.seq_length", str(model.seq_length) +
+  if (p.sequence_parallel && m.seq_length % tp != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) +
                                               " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel");
   // Context + sequence parallelism: each cp rank's s/cp tokens are split again over tp.
-  if (parallel.sequence_parallel && cp > 1 && (model.seq_length / cp) % tp != 0)
-    throw ConfigError("model.seq_length", str(model.seq_length) + " / parallel.context_parallel_size (" + str(cp) +
+  if (p.sequence_parallel && cp > 1 && (m.seq_length / cp) % tp != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) + " / parallel.context_parallel_size (" + str(cp) +
                                               ") is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel with context parallelism");
-  if (parallel.expert_model_parallel_size > 1)
+  if (p.expert_model_parallel_size > 1)
     throw ConfigError(
         "parallel.expert_model_parallel_size",
-        str(parallel.expert_model_parallel_size) + " > 1 needs MoE layers (model.num_moe_experts), not supported yet");
+        str(p.expert_model_parallel_size) + " > 1 needs MoE layers (model.num_moe_experts), not supported yet");
+}
 
-  // ---- training ----
-  const int64_t dp = data_parallel_size(), mbs = training.micro_batch_size;
+// Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.
+void validate_training(StrataConfig& c) {
+  TrainingConfig& training = c.training;
+  const ParallelConfig& parallel = c.parallel;
+  const ModelConfig& model = c.model;
+  const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
   if (!training.global_batch_size) training.global_batch_size = mbs * dp;
   if (*training.global_batch_size % (mbs * dp) != 0)
     throw ConfigError("training.global_batch_size", str(*training.global_batch_size) +
@@ -283,8 +283,10 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
     throw ConfigError("model.fp32_residual_connection", "only applies with training.precision bf16");
   // Extension point: deterministic-mode contradictions (non-deterministic attention backward,
   // atomics-based MoE dispatch …) are refused here as those options arrive.
+}
 
-  // ---- optimizer ----
+// Learning-rate schedule: the peak lr, min lr, warmup, decay and WSD lengths.
+void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& training) {
   if (!optimizer.lr) throw ConfigError("optimizer.lr", "required (the peak learning rate, e.g. 3.0e-4)");
   if (optimizer.min_lr > *optimizer.lr)
     throw ConfigError("optimizer.min_lr",
@@ -304,8 +306,10 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
                                                             " is longer than optimizer.lr_decay_iters minus warmup (" +
                                                             str(decay - warmup) + ")");
   }
+}
 
-  // ---- data ----
+// Data sources, blend and split strings, tokenizer files.
+void validate_data(const DataConfig& data, const ModelConfig& model) {
   if (data.mock_data && !data.data_path.empty())
     throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
   if (!data.mock_data && data.data_path.empty())
@@ -324,17 +328,33 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   }
   if (data.tokenizer_type == TokenizerType::NullTokenizer && !model.vocab_size)
     throw ConfigError("model.vocab_size", "required with data.tokenizer_type NullTokenizer");
+}
 
-  // ---- checkpoint ----
+void validate_checkpoint(const CheckpointConfig& checkpoint) {
   if (checkpoint.save_interval && !checkpoint.save)
     throw ConfigError("checkpoint.save_interval", "needs checkpoint.save (the directory to save to)");
   if (checkpoint.finetune && !checkpoint.load)
     throw ConfigError("checkpoint.finetune", "needs checkpoint.load (the checkpoint to start from)");
+}
 
-  // ---- inference ----
+void validate_inference(InferenceConfig& inference, const TrainingConfig& training) {
   if (inference.top_k > 0 && inference.top_p > 0)
     throw ConfigError("inference.top_p", "cannot be combined with inference.top_k > 0; use one of them");
   if (!inference.random_seed) inference.random_seed = training.seed;
+}
+
+}  // namespace
+
+void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
+  table().check_fields(*this);
+  finalize_model_config(model);
+  finalize_parallel_config(parallel, launched_world_size);
+  validate_model_layout(model, parallel);
+  validate_training(*this);
+  validate_optimizer(optimizer, training);
+  validate_data(data, model);
+  validate_checkpoint(checkpoint);
+  validate_inference(inference, training);
 }
 
 std::string StrataConfig::to_yaml() const {
