@@ -4,12 +4,14 @@
 // NaN/Inf norm skips the step); Megatron's log line and metric sinks every log_interval;
 // validation every eval_interval; checkpoints every save_interval, on SIGTERM/SIGINT (at the
 // next step boundary, then exit 0) and at the end; resume from checkpoint.load.
-// Loss (Megatron pretrain_gpt loss_func + schedules.forward_step): by default each micro-batch's
-// loss is the mean over its valid tokens and the step's loss the mean over micro-batches, so
+// Losses come through the loss channel (models/loss.h): every named loss of the model
+// (LanguageModel::loss_names(), "lm loss" first) is normalised by training/step_losses.h
+// (Megatron pretrain_gpt loss_func + schedules.forward_step: by default each micro-batch's loss
+// is the mean over its valid tokens and the step's loss the mean over micro-batches, so
 // dL/dloss_i = mask_i / (valid tokens of its micro-batch · num_micro_batches); with
 // calculate_per_token_loss the loss is the mean over the valid tokens of the whole global batch,
-// dL/dloss_i = mask_i / (valid tokens of the global batch). The two agree when every
-// micro-batch has the same number of valid tokens.
+// dL/dloss_i = mask_i / (valid tokens of the global batch); per-micro-batch auxiliary losses are
+// averaged over micro-batches) and logged under its name.
 // Data parallelism (Megatron DDP, options.groups.dp_cp > 1): each rank runs its own micro-batches
 // (the batch sources are built with its dp rank), the gradients live in a GradBuffer and are
 // averaged over dp × cp after the last backward (summed with calculate_per_token_loss, whose

@@ -41,18 +41,6 @@ std::unique_ptr<GPTModel> model_of(const ModelConfig& cfg, const std::string& pa
   return std::make_unique<GPTModel>(cfg, o);
 }
 
-Batch batch_of(int64_t b, int64_t s, int64_t vocab) {
-  std::vector<int64_t> tok(static_cast<size_t>(b * s)), lab(tok.size());
-  for (size_t i = 0; i < tok.size(); ++i) {
-    tok[i] = static_cast<int64_t>((i * 7 + 3) % static_cast<size_t>(vocab));
-    lab[i] = static_cast<int64_t>((i * 11 + 5) % static_cast<size_t>(vocab));
-  }
-  Batch batch;
-  batch.tokens = Tensor::from_data(tok, Shape{b, s});
-  batch.labels = Tensor::from_data(lab, Shape{b, s});
-  batch.loss_mask = Tensor::full({b, s}, 1.0, DType::F32);
-  return batch;
-}
 
 // The name a parameter of the full layer 0 has in the split stack ('*' layer 0, '-' layer 1).
 std::string split_name(const std::string& full) {
@@ -100,7 +88,7 @@ TEST_CASE("layer specs: a full layer equals attention-only then MLP-only with th
       REQUIRE(by_name.count(split_name(p->name)) == 1);
       by_name[split_name(p->name)]->value.copy_(p->value);
     }
-    const Batch batch = batch_of(2, 8, 40);
+    const Batch batch = test::fixed_batch(2, 8, 40);
     auto c1 = full->make_context(1, 0, true);
     auto c2 = split->make_context(1, 0, true);
     const Tensor l1 = full->forward(*c1, batch), l2 = split->forward(*c2, batch);
@@ -136,7 +124,7 @@ TEST_CASE("layer specs: names of attention-only and MLP-only layers, pattern err
   REQUIRE(cache.layers.size() == 2);
   CHECK(cache.layers[0].k.defined());
   CHECK_FALSE(cache.layers[1].k.defined());
-  const Batch batch = batch_of(1, 8, 40);
+  const Batch batch = test::fixed_batch(1, 8, 40);
   const Tensor whole = m->logits_for(batch.tokens, nullptr, 0);
   const Tensor first = m->logits_for(batch.tokens.narrow(1, 0, 5).contiguous(), &cache, 0);
   const Tensor rest = m->logits_for(batch.tokens.narrow(1, 5, 3).contiguous(), &cache, 5);

@@ -100,18 +100,6 @@ ModelConfig model_config() {
   return m;
 }
 
-Batch batch_of(int64_t b, int64_t s, int64_t vocab) {
-  std::vector<int64_t> tok(static_cast<size_t>(b * s)), lab(tok.size());
-  for (size_t i = 0; i < tok.size(); ++i) {
-    tok[i] = static_cast<int64_t>((i * 7 + 3) % static_cast<size_t>(vocab));
-    lab[i] = static_cast<int64_t>((i * 11 + 5) % static_cast<size_t>(vocab));
-  }
-  Batch batch;
-  batch.tokens = Tensor::from_data(tok, Shape{b, s});
-  batch.labels = Tensor::from_data(lab, Shape{b, s});
-  batch.loss_mask = Tensor::full({b, s}, 1.0, DType::F32);
-  return batch;
-}
 
 Parameter& find(LanguageModel& m, const std::string& name) {
   for (Parameter* p : m.parameters())
@@ -128,7 +116,7 @@ TEST_CASE("loss channel: an auxiliary loss's gradient reaches its parameter (f64
   LanguageModelShell model(model_config(), o, ParallelGroups::single_process(), penalty_parts());
   model.init_parameters(4);
   CHECK(model.loss_names() == std::vector<std::string>{"lm loss", "weight_penalty"});
-  Batch batch = batch_of(2, 8, 50);
+  Batch batch = test::fixed_batch(2, 8, 50);
   Tensor w = test::random_tensor({2, 8}, 9, 0.5, 1.5);
   const double aux_weight = 0.8;  // d(objective)/d(weight_penalty)
   auto objective = [&] {
@@ -224,7 +212,7 @@ TEST_CASE("loss channel: the trainer logs every named loss (log line, JSONL, Ten
 }
 
 TEST_CASE("loss channel: a loss the model did not declare is an error naming it", "[loss_channel]") {
-  std::vector<Batch> batches = {batch_of(1, 4, 10)};
+  std::vector<Batch> batches = {test::fixed_batch(1, 4, 10)};
   double comm = 0;
   StepLosses losses({"lm loss"}, batches, false, LossGroups{}, Device::cpu(), comm);
   NamedLoss extra{"surprise", LossReduction::PerMicroBatch, Tensor::full({1}, 1.0, DType::F64)};
