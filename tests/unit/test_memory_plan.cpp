@@ -1,4 +1,4 @@
-// Layout planning (parallel/memory_plan.h): parameter counts against the real GPTModel, tp
+// Layout planning (training/memory_plan.h): parameter counts against the real GPTModel, tp
 // sharding sums, the 12h² + 13h layer count, pipeline layer ranges (Megatron's interleaving
 // docstring, uneven stages), Korthikanti et al.'s activation formula on hand-computed numbers,
 // in-flight micro-batches, bubble fraction and the per-rank memory arithmetic.
