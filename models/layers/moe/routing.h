@@ -7,6 +7,8 @@
 // pre, sigmoid, sqrtsoftplus, k > 1 normalisation + 1e-20, scaling factor, expert bias for
 // selection only, group-limited selection); capacity and token dropping (§6.3); the aux losses
 // from the unbiased normalised scores and a plain top-k map (§6.4); tokens-per-expert counts.
+// Precision: Megatron computes the scores in fp32 even for fp64 logits; this reference keeps double
+// throughout (what the f64 finite-difference tests need) and rounds only the outputs.
 //
 // Tie-breaking (torch.topk leaves it open): equal scores select the LOWER expert id first, equal
 // group scores the lower group id, and capacity keeps equal-keyed tokens with the LOWER token
