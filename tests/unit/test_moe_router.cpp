@@ -685,3 +685,80 @@ TEST_CASE("router option checks name the fields", "[moe_router]") {
   bad.moe_router_enable_expert_bias = true;
   CHECK_THROWS_AS(TopKRouter("decoder.layers.0.mlp", bad, env), Error);
 }
+
+namespace {
+
+// Rank 0 of a 2-rank group whose peer's contributions the test supplies: all_reduce(sum) adds the
+// peer tensor of the same size (the per-expert counts [E], or the per-sequence counts [b·E]).
+class PeerCommunicator : public Communicator {
+ public:
+  std::vector<Vec> peers;
+  int size() const override { return 2; }
+  int rank() const override { return 0; }
+  const char* backend() const override { return "peer"; }
+  DeviceType device_type() const override { return DeviceType::CPU; }
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    REQUIRE(op == ReduceOp::Sum);
+    for (const Vec& p : peers)
+      if (static_cast<int64_t>(p.size()) == t.numel()) {
+        Vec v = t.to_vector();
+        for (size_t i = 0; i < v.size(); ++i) v[i] += p[i];
+        t.copy_(Tensor::from_vector(v, t.shape(), t.dtype()));
+        return;
+      }
+    FAIL("no peer contribution of " << t.numel() << " values");
+  }
+  void reduce_scatter(const Tensor&, Tensor&, ReduceOp) override { FAIL("unused"); }
+  void all_gather(const Tensor&, Tensor&) override { FAIL("unused"); }
+  void all_gather_v(const Tensor&, Tensor&, const std::vector<int64_t>&) override { FAIL("unused"); }
+  void all_to_all(const Tensor&, Tensor&) override { FAIL("unused"); }
+  void all_to_all_v(const Tensor&, const std::vector<int64_t>&, Tensor&, const std::vector<int64_t>&) override {
+    FAIL("unused");
+  }
+  void broadcast(Tensor&, int) override { FAIL("unused"); }
+  void batch_send_recv(std::vector<PointToPoint>&) override { FAIL("unused"); }
+  void barrier() override {}
+  std::shared_ptr<Communicator> split(int, int) override { return nullptr; }
+};
+
+}  // namespace
+
+TEST_CASE("router losses over a 2-rank group: the ranks' partial losses sum to the whole batch's", "[moe_router]") {
+  // Sequence-sharded (tp×cp) halves: rank r holds rows [r·S/2, (r+1)·S/2) of every sequence.
+  const int64_t S = 6, B = 3, E = 6, half = S / 2;
+  RouterOptions o = make_options(E, 2);
+  o.moe_router_load_balancing_type = {"aux_loss", "seq_aux_loss", "global_aux_loss"};
+  o.moe_aux_loss_coeff = {0.01, 0.02, 0.03};
+  o.moe_z_loss_coeff = 1e-3;
+  const Vec l = random_vec(S * B * E, 81);
+  const Vec l0(l.begin(), l.begin() + half * B * E), l1(l.begin() + half * B * E, l.end());
+  const RoutingOutput whole = run_route(o, l, S, B, {}, {});
+  // local counts of each half (softmax without bias or groups: the aux map is the routing map)
+  auto counts = [&](const RoutingOutput& r, int64_t cols) {
+    const Vec m = r.routing_map.to_vector();
+    Vec c(cols, 0.0);
+    for (size_t i = 0; i < m.size(); ++i) c[i % cols] += m[i];
+    return c;
+  };
+  const RoutingOutput alone0 = run_route(o, l0, half, B, {}, {}), alone1 = run_route(o, l1, half, B, {}, {});
+  RoutingLosses sum{};
+  for (int r = 0; r < 2; ++r) {
+    const RoutingOutput& peer = r == 0 ? alone1 : alone0;
+    auto comm = std::make_shared<PeerCommunicator>();
+    comm->peers = {counts(peer, E), counts(peer, B * E)};
+    RouterGroups groups{ProcessGroup("tp_cp", {0, 1}, 0, comm), ProcessGroup("tp_dp_cp", {0, 1}, 0, comm)};
+    RoutingInput in;
+    in.logits = f64(r == 0 ? l0 : l1, {half * B, E});
+    in.seq_length = half, in.batch = B;
+    GlobalAuxLossTracker tracker;
+    const RoutingOutput out = route(o, in, groups, &tracker, nullptr);
+    sum.aux_loss += out.losses.aux_loss;
+    sum.seq_aux_loss += out.losses.seq_aux_loss;
+    sum.global_aux_loss += out.losses.global_aux_loss;
+    sum.z_loss += out.losses.z_loss;
+  }
+  CHECK(sum.aux_loss == Approx(whole.losses.aux_loss).epsilon(1e-12));
+  CHECK(sum.seq_aux_loss == Approx(whole.losses.seq_aux_loss).epsilon(1e-12));
+  CHECK(sum.global_aux_loss == Approx(whole.losses.global_aux_loss).epsilon(1e-12));
+  CHECK(sum.z_loss == Approx(whole.losses.z_loss).epsilon(1e-12));  // coeff / |tp×cp| per rank
+}
