@@ -762,3 +762,55 @@ TEST_CASE("router losses over a 2-rank group: the ranks' partial losses sum to t
   CHECK(sum.global_aux_loss == Approx(whole.losses.global_aux_loss).epsilon(1e-12));
   CHECK(sum.z_loss == Approx(whole.losses.z_loss).epsilon(1e-12));  // coeff / |tp×cp| per rank
 }
+
+TEST_CASE("router backward from d(top_probs) [T, k] equals the dense d(probs) [T, E] form", "[moe_router]") {
+  RouterOptions o = make_options(6, 2);
+  o.moe_expert_capacity_factor = 0.75;
+  o.moe_aux_loss_coeff = {0.1};
+  RoutingInput in;
+  in.logits = f64(random_vec(15 * 6, 91), {15, 6});
+  GlobalAuxLossTracker tr;
+  RoutingSaved saved;
+  const RoutingOutput out = route(o, in, RouterGroups{}, &tr, &saved);
+  REQUIRE(!out.dropped.empty());
+  const Vec idx = out.top_indices.to_vector(), g = test::random_tensor({15, 2}, 92).to_vector();
+  Vec dense(15 * 6, 0.0);
+  for (int64_t t = 0; t < 15; ++t)
+    for (int64_t j = 0; j < 2; ++j) dense[t * 6 + int64_t(idx[t * 2 + j])] = g[t * 2 + j];
+  const RoutingLossGrads dl{0.5, 0, 0, 0};
+  CHECK(route_backward_topk(saved, f64(g, {15, 2}), dl).to_vector() ==
+        route_backward(saved, f64(dense, {15, 6}), dl).to_vector());
+}
+
+TEST_CASE("router dtypes: an f32 model with fp64 or fp32 router dtype matches the f64 router", "[moe_router]") {
+  RouterOptions o = make_options(8, 2);
+  o.moe_aux_loss_coeff = {0.1};
+  o.moe_z_loss_coeff = 0.01;
+  LayerEnv e64, e32;
+  e64.dtype = DType::F64;
+  e32.dtype = DType::F32;
+  const Tensor x = test::random_tensor({3, 2, 6}, 95);
+  const Tensor R = test::random_tensor({6, 8}, 96);
+  auto run = [&](const LayerEnv& env, RouterDType rd, Tensor& dx, Tensor& dW) {
+    RouterOptions oo = o;
+    oo.moe_router_dtype = rd;
+    TopKRouter router("decoder.layers.0.mlp", oo, env);
+    init_parameter(router.weight, 97);
+    RouterState st;
+    const RoutingOutput out = router.forward(x.to(env.dtype), RouterRun{}, &st);
+    dx = router.backward(st, R, {1.0, 0, 0, 1.0});
+    dW = router.weight.main_grad.clone();
+    return out.probs;
+  };
+  Tensor dx64, dW64, dx, dW;
+  const Tensor p64 = run(e64, RouterDType::Fp64, dx64, dW64);
+  for (RouterDType rd : {RouterDType::Fp64, RouterDType::Fp32, RouterDType::Input}) {
+    const Tensor p = run(e32, rd, dx, dW);
+    CHECK(p.dtype() == (rd == RouterDType::Fp64 ? DType::F64 : DType::F32));
+    CHECK(dx.dtype() == DType::F32);
+    CHECK(dW.dtype() == DType::F32);
+    CHECK(test::normalized_error(p, p64) < 1e-6);
+    CHECK(test::normalized_error(dx, dx64) < 1e-5);
+    CHECK(test::normalized_error(dW, dW64) < 1e-5);
+  }
+}

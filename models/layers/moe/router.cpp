@@ -122,7 +122,7 @@ Tensor TopKRouter::backward(const RouterState& saved, const Tensor& dprobs, cons
   const Tensor w = weight.value.to(xr.dtype());
   Tensor dxr = Tensor::empty(xr.shape(), xr.dtype(), xr.device());
   const DType mg = weight.main_grad.dtype();
-  if (mg == xr.dtype() || mg == DType::F32) {
+  if (mg == xr.dtype() || (mg == DType::F32 && xr.dtype() != DType::F64)) {  // linear_backward's dw dtypes
     kernels::linear_backward(xr, w, dlogits, &dxr, &weight.main_grad, nullptr, true);
   } else {
     Tensor dw = Tensor::zeros(weight.main_grad.shape(), xr.dtype(), xr.device());

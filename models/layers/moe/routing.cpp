@@ -268,6 +268,16 @@ Tensor route_backward(const RoutingSaved& s, const Tensor& dprobs, const Routing
   return Tensor::from_vector(dl, {T, E}, s.dtype);
 }
 
+Tensor route_backward_topk(const RoutingSaved& s, const Tensor& dtop, const RoutingLossGrads& grads) {
+  STRATA_CHECK(dtop.dim() == 2 && dtop.size(0) == s.T && dtop.size(1) == s.k,
+               "router backward: d(top_probs) must be [", s.T, ", ", s.k, "], got ", dtop.shape().str());
+  const std::vector<double> g = dtop.to_vector();
+  std::vector<double> dense(static_cast<size_t>(s.T * s.E), 0.0);
+  for (int64_t t = 0; t < s.T; ++t)
+    for (int64_t j = 0; j < s.k; ++j) dense[t * s.E + s.top_indices[t * s.k + j]] = g[t * s.k + j];
+  return route_backward(s, Tensor::from_vector(dense, {s.T, s.E}, DType::F64), grads);
+}
+
 Tensor updated_expert_bias(const Tensor& counts, const Tensor& bias, double rate) {
   STRATA_CHECK(counts.numel() == bias.numel(), "expert bias update: ", counts.numel(), " counts for ", bias.numel(),
                " experts");

@@ -108,6 +108,9 @@ RoutingOutput route(const RouterOptions& o, const RoutingInput& in, const Router
 
 // dprobs: [T, E] d(objective)/d(probs) -> d(logits): [T, E] in the logits dtype.
 Tensor route_backward(const RoutingSaved& saved, const Tensor& dprobs, const RoutingLossGrads& dl);
+// The same from d(top_probs): [T, k] at top_indices (pairs dropped by capacity get no gradient;
+// pad-to-capacity slots have constant zero probs) -> d(logits): [T, E].
+Tensor route_backward_topk(const RoutingSaved& saved, const Tensor& dtop_probs, const RoutingLossGrads& dl);
 
 // Expert capacity ceil(T·k / E · capacity_factor) (Megatron's get_capacity).
 int64_t expert_capacity(int64_t tokens, int64_t topk, int64_t experts, double capacity_factor);
