@@ -544,6 +544,9 @@ TEST_CASE("router forced load balancing: random logits, straight-through gradien
   RouterState st;
   const RoutingOutput oa = a.forward(x, run, &st);
   CHECK(oa.probs.to_vector() == b.forward(x, run, nullptr).probs.to_vector());  // independent of W
+  // the observed logits are the gating output x·Wᵀ, not the random ones
+  const Tensor want = a.gating(x.reshape({8, 6}));
+  CHECK(oa.logits.to_vector() == want.to_vector());
   // straight through: dx = d(logits) · W with d(logits) the routing backward of the random logits
   const Tensor R = test::random_tensor({8, 8}, 4);
   const Tensor dlogits = route_backward(st.routing, R, {});

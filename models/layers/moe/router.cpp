@@ -90,7 +90,8 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
     kernels::mul(xr, jitter.to(x.device()), jx);  // x [T, H] · U(1-eps, 1+eps) [T, H]
     xr = jx;
   }
-  Tensor logits = gating(xr);  // [T, E] router dtype
+  const Tensor gated = gating(xr);  // [T, E] router dtype
+  Tensor logits = gated;
   if (options_.moe_router_force_load_balancing)  // benchmark only: random logits, straight-through grad
     logits = draw(run, kForceSite, Shape{s, b, E}, true, 0.0, 1.0).reshape({T, E}).to(rd);
 
@@ -103,6 +104,7 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
   in.mode = run.mode;
   RouterState st;
   RoutingOutput out = route(options_, in, groups_, &global_tracker_, saved ? &st.routing : nullptr);
+  out.logits = gated;
   if (run.mode == RoutingMode::Training && options_.moe_router_enable_expert_bias)
     kernels::axpy(1.0, out.tokens_per_expert.to(DType::F32).to(env_.device), local_tokens_per_expert_);
   if (saved) {

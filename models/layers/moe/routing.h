@@ -79,11 +79,13 @@ struct RoutingOutput {
   Tensor top_indices;  // [T, k] i64: the selected experts, descending selection score
   Tensor top_probs;    // [T, k] logits dtype: their probabilities before capacity
   Tensor top_kept;     // [T, k] u8: 1 = the pair survived capacity (all 1 without capacity)
-  std::vector<std::pair<int64_t, int64_t>> dropped;  // (token, expert) selected but over capacity
+  std::vector<std::pair<int64_t, int64_t>> dropped;  // (token, expert) selected but over capacity, token order
   Tensor tokens_per_expert;  // [E] f64: Σ routing_map over non-padding tokens (local)
   int64_t capacity = -1;     // expert capacity (-1: no capacity factor / inference)
   int64_t valid_tokens = 0;  // local non-padding tokens
   RoutingLosses losses;
+  Tensor logits;  // [T, E] router dtype: the gating output before forced balancing (TopKRouter only;
+                  //   Megatron's router_logits observation point)
 };
 
 // What route_backward needs (host copies; the reference recomputes the cheap parts).
