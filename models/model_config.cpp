@@ -1,6 +1,7 @@
 // The `model` config section: field declarations and the model-only rules (models/model_config.h).
 // Reference: megatron/training/arguments.py (validate_args, _add_network_size_args),
-// megatron/core/transformer/transformer_config.py (__post_init__).
+// megatron/core/transformer/transformer_config.py (__post_init__). The MoE fields and rules are
+// in models/moe_config.cpp.
 #include "models/model_config.h"
 
 #include <string>
@@ -81,6 +82,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
         "Compute the attention softmax in fp32 under bf16 precision.");
   f.add("fp32_residual_connection", &M::fp32_residual_connection,
         "Keep the residual stream in fp32 under bf16 precision.");
+  add_moe_fields(f);
   return f;
 }
 
@@ -145,6 +147,7 @@ void finalize_model_config(ModelConfig& m) {
   if (m.apply_residual_connection_post_layernorm)
     throw ConfigError("model.apply_residual_connection_post_layernorm",
                       "true is not supported yet (Strata builds pre-norm GPT layers only)");
+  finalize_moe_config(m);
 }
 
 }  // namespace strata

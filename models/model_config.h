@@ -1,5 +1,6 @@
 // ModelConfig: the `model` config section — the fields of Megatron-Core's TransformerConfig (plus
-// the GPT-level vocabulary, sequence and position-embedding arguments) for a dense GPT.
+// the GPT-level vocabulary, sequence and position-embedding arguments), and the mixture-of-experts
+// fields (num_experts, moe_*; rules in models/moe_config.cpp).
 // Reference: megatron/core/transformer/transformer_config.py, megatron/training/arguments.py
 // (_add_network_size_args, validate_args: ffn_hidden_size, kv_channels and query-group rules),
 // megatron/training/tokenizer/tokenizer.py (_vocab_size_with_padding).
@@ -8,8 +9,11 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/config_table.h"
+#include "models/moe_config.h"
 
 namespace strata {
 
@@ -72,9 +76,39 @@ struct ModelConfig {
   bool attention_softmax_in_fp32 = true;
   bool fp32_residual_connection = false;
 
+  // ---- mixture of experts (models/moe_config.h; Megatron's names, defaults and rules) ----
+  std::optional<int64_t> num_experts;          // Megatron --num-experts; null → a dense model
+  std::optional<int64_t> moe_ffn_hidden_size;  // null → ffn_hidden_size
+  std::vector<std::string> moe_layer_freq = {"1"};  // an int N, a 0/1 list, or "([0]*1+[1]*3)"
+  int64_t moe_router_topk = 2;
+  MoeScoreFunction moe_router_score_function = MoeScoreFunction::Softmax;
+  bool moe_router_pre_softmax = false;
+  std::optional<int64_t> moe_router_num_groups;
+  std::optional<int64_t> moe_router_group_topk;
+  std::optional<double> moe_router_topk_scaling_factor;
+  std::optional<MoeRouterDtype> moe_router_dtype;
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
+  std::vector<std::string> moe_router_load_balancing_type = {"aux_loss"};
+  std::vector<double> moe_aux_loss_coeff = {0.0};
+  std::optional<double> moe_z_loss_coeff;
+  std::optional<double> moe_input_jitter_eps;
+  std::optional<double> moe_expert_capacity_factor;  // null → dropless
+  MoeTokenDropPolicy moe_token_drop_policy = MoeTokenDropPolicy::Probs;
+  bool moe_pad_expert_input_to_capacity = false;
+  bool moe_router_force_load_balancing = false;
+  std::optional<int64_t> moe_shared_expert_intermediate_size;  // null → no shared expert
+  bool moe_shared_expert_gate = false;
+  bool moe_apply_probs_on_input = false;
+  MoeTokenDispatcherType moe_token_dispatcher_type = MoeTokenDispatcherType::AllGather;
+  bool moe_grouped_gemm = false;
+  bool moe_per_layer_logging = false;
+
+  // Resolved by finalize_moe_config() from moe_layer_freq (not a config field): 1 = MoE layer.
+  std::vector<int64_t> moe_layer_map;
+
   // Extension points (declare the member here, bind it in model_config_fields(), check it in
-  // finalize_model_config()): MoE (num_moe_experts, moe_router_topk, moe_ffn_hidden_size,
-  // moe_aux_loss_coeff …), mHC (mhc_*), MTP (mtp_num_layers, mtp_loss_scaling_factor),
+  // finalize_model_config()): mHC (mhc_*), MTP (mtp_num_layers, mtp_loss_scaling_factor),
   // recompute (recompute_granularity, recompute_method, recompute_num_layers).
 
   // Resolved values; valid after finalize_model_config() (an internal error before).
@@ -82,6 +116,15 @@ struct ModelConfig {
   int64_t query_groups() const { return resolved(num_query_groups); }
   int64_t head_dim() const { return resolved(kv_channels); }
   int64_t max_positions() const { return resolved(max_position_embeddings); }
+
+  // MoE (valid after finalize_model_config()).
+  bool is_moe() const { return num_experts.has_value(); }
+  // Whether layer `layer` (0-based, over the whole model) has an MoE MLP: false for a dense model.
+  bool is_moe_layer(int64_t layer) const;
+  // The experts' FFN size: moe_ffn_hidden_size, which defaults to ffn_hidden_size.
+  int64_t moe_ffn() const { return resolved(moe_ffn_hidden_size); }
+  // The active load-balancing losses (type not `none`, coefficient > 0), in the configured order.
+  std::vector<MoeLoadBalancingLoss> moe_load_balancing_losses() const;
 
  private:
   static int64_t resolved(const std::optional<int64_t>& v) {
@@ -101,7 +144,7 @@ int64_t default_ffn_hidden_size(int64_t hidden_size, bool swiglu);
 int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_by, int64_t tensor_model_parallel_size);
 
 // Resolves the null defaults (ffn_hidden_size, num_query_groups, kv_channels,
-// max_position_embeddings) and checks the rules that need only the model section. Pure; throws
+// max_position_embeddings, moe_ffn_hidden_size, the MoE layer map) and checks the rules that need only the model section. Pure; throws
 // config::ConfigError naming the field. Idempotent. Rules that involve the parallel layout
 // (heads % tp …) are checked by StrataConfig::validate.
 void finalize_model_config(ModelConfig& m);

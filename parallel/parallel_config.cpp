@@ -32,10 +32,13 @@ config::SectionFields<ParallelConfig> parallel_config_fields() {
   f.add_enum("cp_comm_type", &P::cp_comm_type, kCpCommTypeNames,
              "Context-parallel K/V exchange: all_gather (K, V all-gathered over cp) or p2p (ring of batched "
              "send/recv with log-sum-exp merging of partial attention).");
-  f.add("expert_model_parallel_size", &P::expert_model_parallel_size, "Expert-parallel group size (ep) for MoE.")
+  f.add("expert_model_parallel_size", &P::expert_model_parallel_size,
+        "Expert-parallel group size (ep): the routed experts of each MoE layer are split over ep ranks "
+        "(model.num_experts divisible by ep). 1 for a dense model.")
       .check(positive());
   f.add("expert_tensor_parallel_size", &P::expert_tensor_parallel_size,
-        "Tensor-parallel size inside experts (etp). null: tensor_model_parallel_size.")
+        "Tensor-parallel size inside the experts (etp): each expert's FFN (model.moe_ffn_hidden_size) is split "
+        "over etp ranks; world_size must be divisible by etp x ep x pp. null: tensor_model_parallel_size.")
       .check(positive());
   f.add("sequence_parallel", &P::sequence_parallel,
         "Shard norms and dropout activations along the sequence over the tensor-parallel group "

@@ -1,0 +1,336 @@
+// Mixture-of-experts config (models/moe_config.h): the moe_layer_freq parser, the MoE field
+// table and Megatron's MoE rules, each a ConfigError naming the fields.
+// Reference: megatron/core/transformer/transformer_config.py (__post_init__: moe_ffn_hidden_size,
+// expert bias score functions, top-1 post-softmax, group-limited routing, list lengths, capacity,
+// padding, shared experts, bias with ETP), megatron/training/arguments.py (moe_freq_type,
+// _eval_pattern, validate_args: expert parallelism), megatron/core/transformer/moe/router.py
+// (sinkhorn, quantile balancing), experts.py (probs on input needs top-1), shared_experts.py (no
+// bias), moe_layer.py (MoE with tp > 1 needs sequence parallelism in training).
+#include "models/moe_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "models/model_config.h"
+#include "parallel/parallel_config.h"
+
+namespace strata {
+
+using config::ConfigError;
+
+const char* to_string(MoeScoreFunction f) {
+  return config::enum_to_string<MoeScoreFunction>(kMoeScoreFunctionNames, f);
+}
+const char* to_string(MoeRouterDtype d) {
+  return config::enum_to_string<MoeRouterDtype>(kMoeRouterDtypeNames, d);
+}
+const char* to_string(MoeTokenDropPolicy p) {
+  return config::enum_to_string<MoeTokenDropPolicy>(kMoeTokenDropPolicyNames, p);
+}
+const char* to_string(MoeTokenDispatcherType t) {
+  return config::enum_to_string<MoeTokenDispatcherType>(kMoeTokenDispatcherTypeNames, t);
+}
+
+namespace {
+
+constexpr const char* kFreqField = "model.moe_layer_freq";
+constexpr int64_t kMaxPatternLength = int64_t{1} << 20;
+
+std::string str(int64_t x) {
+  return std::to_string(x);
+}
+
+struct PatternError {
+  std::string message;
+};
+
+// expr := term ('+' term)* ; term := atom ('*' atom)* ; atom := INT | '[' INT (',' INT)* ']' | '(' expr ')'
+// A value is an integer or a list; list + list concatenates, list * int repeats, int op int is arithmetic.
+class PatternParser {
+ public:
+  explicit PatternParser(const std::string& text) : s_(text) {}
+
+  std::vector<int64_t> parse() {
+    Val v = expr();
+    skip_space();
+    if (pos_ != s_.size()) fail(std::string("unexpected '") + s_[pos_] + "'");
+    if (!v.is_list) fail("the pattern is the integer " + str(v.n), false);
+    return v.list;
+  }
+
+ private:
+  struct Val {
+    bool is_list = false;
+    int64_t n = 0;
+    std::vector<int64_t> list;
+  };
+
+  [[noreturn]] void fail(const std::string& what, bool at = true) const {
+    throw PatternError{"cannot parse the pattern '" + s_ + "': " + what +
+                       (at ? " at position " + str(static_cast<int64_t>(pos_)) : "") +
+                       " (expected lists of integers joined by + and repeated by *, e.g. ([0]*1+[1]*3))"};
+  }
+  void skip_space() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool eat(char c) {
+    skip_space();
+    if (pos_ < s_.size() && s_[pos_] == c) return ++pos_, true;
+    return false;
+  }
+  void expect(char c) {
+    if (!eat(c)) fail(std::string("expected '") + c + "'");
+  }
+  int64_t integer() {
+    skip_space();
+    size_t start = pos_;
+    int64_t x = 0;
+    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
+      x = x * 10 + (s_[pos_++] - '0');
+      if (x > kMaxPatternLength) fail("integer too large (more than " + str(kMaxPatternLength) + ")");
+    }
+    if (pos_ == start) {
+      if (pos_ == s_.size()) fail("unexpected end");
+      fail(std::string("unexpected '") + s_[pos_] + "'");
+    }
+    return x;
+  }
+  Val expr() {
+    Val v = term();
+    while (eat('+')) {
+      Val r = term();
+      if (v.is_list != r.is_list) fail("cannot add a list and an integer");
+      if (v.is_list)
+        v.list.insert(v.list.end(), r.list.begin(), r.list.end());
+      else
+        v.n += r.n;
+      check_size(v);
+    }
+    return v;
+  }
+  Val term() {
+    Val v = atom();
+    while (eat('*')) {
+      Val r = atom();
+      if (v.is_list && r.is_list) fail("cannot multiply two lists");
+      if (!v.is_list && !r.is_list) {
+        if (r.n != 0 && v.n > kMaxPatternLength / r.n) fail("integer too large");
+        v.n *= r.n;
+        continue;
+      }
+      Val& list = v.is_list ? v : r;
+      int64_t times = v.is_list ? r.n : v.n;
+      if (times != 0 && static_cast<int64_t>(list.list.size()) > kMaxPatternLength / times)
+        fail("the list is longer than " + str(kMaxPatternLength));
+      std::vector<int64_t> out;
+      for (int64_t i = 0; i < times; ++i) out.insert(out.end(), list.list.begin(), list.list.end());
+      v.is_list = true;
+      v.list = std::move(out);
+    }
+    return v;
+  }
+  Val atom() {
+    Val v;
+    if (eat('(')) {
+      v = expr();
+      expect(')');
+    } else if (eat('[')) {
+      v.is_list = true;
+      if (!eat(']')) {
+        do v.list.push_back(integer());
+        while (eat(','));
+        expect(']');
+      }
+    } else {
+      v.n = integer();
+    }
+    return v;
+  }
+  void check_size(const Val& v) const {
+    if (static_cast<int64_t>(v.list.size()) > kMaxPatternLength || v.n > kMaxPatternLength)
+      fail("the value is larger than " + str(kMaxPatternLength), false);
+  }
+
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+bool parse_plain_int(const std::string& text, int64_t& out) {
+  size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t");
+  if (b == std::string::npos) return false;
+  std::string t = text.substr(b, e - b + 1);
+  size_t digits = (t[0] == '-' || t[0] == '+') ? 1 : 0;
+  if (t.size() == digits || t.size() > 12 || t.find_first_not_of("0123456789", digits) != std::string::npos)
+    return false;
+  out = std::stoll(t);
+  return true;
+}
+
+// The per-layer 0/1 map, or the problem ("" when fine). num_layers < 0: syntax only.
+std::string layer_freq_problem(const std::vector<std::string>& value, int64_t num_layers, std::vector<int64_t>& map) {
+  map.clear();
+  if (value.empty()) return "is empty; give an int N (every N-th layer is MoE), a 0/1 list or a pattern";
+  int64_t n = 0;
+  if (value.size() == 1 && value[0].find('[') == std::string::npos) {
+    if (!parse_plain_int(value[0], n))
+      return "'" + value[0] + "' is neither an integer nor a pattern such as ([0]*1+[1]*3)";
+    if (n < 1) return "must be >= 1 (layer i is an MoE layer iff i % N == 0), got " + str(n);
+    for (int64_t i = 0; i < num_layers; ++i) map.push_back(i % n == 0 ? 1 : 0);
+    return "";
+  }
+  if (value.size() == 1) {
+    try {
+      map = PatternParser(value[0]).parse();
+    } catch (const PatternError& e) { return e.message; }
+  } else {
+    for (const auto& v : value) {
+      if (!parse_plain_int(v, n)) return "the list entry '" + v + "' is not an integer (a list holds 0 or 1 per layer)";
+      map.push_back(n);
+    }
+  }
+  for (size_t i = 0; i < map.size(); ++i)
+    if (map[i] != 0 && map[i] != 1)
+      return "entry " + str(static_cast<int64_t>(i)) + " is " + str(map[i]) + "; entries are 0 (dense) or 1 (MoE)";
+  if (num_layers >= 0 && static_cast<int64_t>(map.size()) != num_layers)
+    return "has " + str(static_cast<int64_t>(map.size())) + " entries but model.num_layers is " + str(num_layers) +
+           "; a list needs one entry per layer";
+  return "";
+}
+
+const std::set<std::string> kLoadBalancingTypes = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
+
+std::string load_balancing_type_problem(const config::Value& v) {
+  for (const auto& t : std::get<std::vector<std::string>>(v)) {
+    if (t == "sinkhorn" || t == "quantile_balancing")
+      return "'" + t + "' (Megatron's " + t + " routing) is not implemented in Strata; use aux_loss, seq_aux_loss, "
+             "global_aux_loss or none";
+    if (!kLoadBalancingTypes.count(t)) {
+      std::string hint = config::closest_match(t, {kLoadBalancingTypes.begin(), kLoadBalancingTypes.end()});
+      return "'" + t + "' is not one of aux_loss, seq_aux_loss, global_aux_loss, none" +
+             (hint.empty() ? "" : "; did you mean '" + hint + "'?");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void add_moe_fields(config::SectionFields<ModelConfig>& f) {
+  using M = ModelConfig;
+  using config::custom;
+  using config::in_range;
+  using config::non_negative;
+  using config::positive;
+  f.add("num_experts", &M::num_experts,
+        "Number of routed experts of each MoE layer (Megatron --num-experts). null: a dense model.")
+      .check(positive());
+  f.add("moe_ffn_hidden_size", &M::moe_ffn_hidden_size, "FFN hidden size of each routed expert. null: ffn_hidden_size.")
+      .check(positive());
+  f.add("moe_layer_freq", &M::moe_layer_freq,
+        "Which layers are MoE: an int N (layer i is MoE iff i % N == 0; 1: every layer), a list of 0/1 per "
+        "layer such as [0, 1, 1], or Megatron's pattern string such as \"([0]*1+[1]*3)\". A one-element list "
+        "is read as the int N.")
+      .check(custom("an int N >= 1, a 0/1 list of num_layers entries, or a pattern \"([a]*n+[b]*m...)\"",
+                    [](const config::Value& v) {
+                      std::vector<int64_t> map;
+                      return layer_freq_problem(std::get<std::vector<std::string>>(v), -1, map);
+                    }));
+  f.add("moe_router_topk", &M::moe_router_topk, "Number of experts each token is routed to (k).").check(positive());
+  f.add_enum("moe_router_score_function", &M::moe_router_score_function, kMoeScoreFunctionNames,
+             "Router score function: softmax, sigmoid (DeepSeek-V3) or sqrtsoftplus.");
+  f.add("moe_router_pre_softmax", &M::moe_router_pre_softmax,
+        "With softmax scores: softmax over all experts before the top-k (weights not renormalized) instead "
+        "of a softmax over the k selected logits. Required with moe_router_topk 1.");
+  f.add("moe_router_num_groups", &M::moe_router_num_groups,
+        "Group-limited routing: the experts split into this many equal groups. null: no groups.")
+      .check(positive());
+  f.add("moe_router_group_topk", &M::moe_router_group_topk,
+        "Group-limited routing: groups selected per token (by the sum of their top k/group_topk scores). "
+        "Needs moe_router_num_groups.")
+      .check(positive());
+  f.add("moe_router_topk_scaling_factor", &M::moe_router_topk_scaling_factor,
+        "Factor applied to the routing weights after normalization. null: 1.")
+      .check(positive());
+  f.add_enum("moe_router_dtype", &M::moe_router_dtype, kMoeRouterDtypeNames,
+             "Data type of the gating GEMM output and the routing math. null: the model's precision.");
+  f.add("moe_router_enable_expert_bias", &M::moe_router_enable_expert_bias,
+        "Aux-loss-free load balancing: a per-expert bias added to the scores for expert selection only, "
+        "updated after each optimizer step. Needs sigmoid or sqrtsoftplus scores.");
+  f.add("moe_router_bias_update_rate", &M::moe_router_bias_update_rate,
+        "Step of the expert-bias update: bias += rate * sign(mean count - expert count).")
+      .check(non_negative());
+  f.add("moe_router_load_balancing_type", &M::moe_router_load_balancing_type,
+        "Load-balancing loss(es): aux_loss (micro-batch, GShard/Switch), seq_aux_loss (per sequence, "
+        "DeepSeek-V2), global_aux_loss (global batch) or none; one value or a list.")
+      .check(custom("each aux_loss, seq_aux_loss, global_aux_loss or none", load_balancing_type_problem));
+  f.add("moe_aux_loss_coeff", &M::moe_aux_loss_coeff,
+        "Coefficient of each load-balancing loss: one value, or a list as long as "
+        "moe_router_load_balancing_type. A loss with coefficient 0 is off.")
+      .check(non_negative());
+  f.add("moe_z_loss_coeff", &M::moe_z_loss_coeff, "Coefficient of the router z-loss (1e-3 is a start). null: off.")
+      .check(positive());
+  f.add("moe_input_jitter_eps", &M::moe_input_jitter_eps,
+        "Multiply the router input by uniform noise in [1-eps, 1+eps] in training. null: off.")
+      .check(in_range(0, false, 1, false));
+  f.add("moe_expert_capacity_factor", &M::moe_expert_capacity_factor,
+        "Expert capacity ceil(tokens*k/num_experts * factor); tokens over it are dropped. null: dropless.")
+      .check(positive());
+  f.add_enum("moe_token_drop_policy", &M::moe_token_drop_policy, kMoeTokenDropPolicyNames,
+             "Which tokens an expert over capacity keeps: probs (the highest routing weights) or position "
+             "(the earliest tokens).");
+  f.add("moe_pad_expert_input_to_capacity", &M::moe_pad_expert_input_to_capacity,
+        "Pad every expert's input to exactly its capacity. Needs moe_expert_capacity_factor.");
+  f.add("moe_router_force_load_balancing", &M::moe_router_force_load_balancing,
+        "Benchmark only: replace the router logits by random normal values (near-uniform load), with a "
+        "straight-through gradient.");
+  f.add("moe_shared_expert_intermediate_size", &M::moe_shared_expert_intermediate_size,
+        "Total FFN size of the shared experts (number of shared experts x their size), run on every token "
+        "and added to the routed output. null: no shared expert.")
+      .check(positive());
+  f.add("moe_shared_expert_gate", &M::moe_shared_expert_gate,
+        "Scale the shared experts' output by a learned sigmoid gate. Needs moe_shared_expert_intermediate_size.");
+  f.add("moe_apply_probs_on_input", &M::moe_apply_probs_on_input,
+        "Apply the routing weight to the expert input instead of after the activation. Needs moe_router_topk 1.");
+  f.add_enum("moe_token_dispatcher_type", &M::moe_token_dispatcher_type, kMoeTokenDispatcherTypeNames,
+             "Token dispatcher: allgather (tokens all-gathered over the expert-parallel group) or alltoall "
+             "(uneven all-to-all of the routed tokens).");
+  f.add("moe_grouped_gemm", &M::moe_grouped_gemm,
+        "Run the local experts as one grouped GEMM instead of one GEMM per expert.");
+  f.add("moe_per_layer_logging", &M::moe_per_layer_logging,
+        "Log the load-balancing and z-losses of every MoE layer, not only their average.");
+}
+
+std::vector<int64_t> parse_moe_layer_pattern(const std::string& text, const std::string& field) {
+  try {
+    return PatternParser(text).parse();
+  } catch (const PatternError& e) { throw ConfigError(field, e.message); }
+}
+
+std::vector<int64_t> resolve_moe_layer_freq(const std::vector<std::string>& value, int64_t num_layers) {
+  std::vector<int64_t> map;
+  std::string problem = layer_freq_problem(value, num_layers, map);
+  if (!problem.empty()) throw ConfigError(kFreqField, problem);
+  return map;
+}
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (!num_experts) return false;
+  STRATA_INTERNAL_ASSERT(static_cast<int64_t>(moe_layer_map.size()) == num_layers,
+                         "ModelConfig read before finalize_model_config()");
+  STRATA_INTERNAL_ASSERT(layer >= 0 && layer < num_layers, "layer ", layer, " out of range");
+  return moe_layer_map[static_cast<size_t>(layer)] == 1;
+}
+
+std::vector<MoeLoadBalancingLoss> ModelConfig::moe_load_balancing_losses() const {
+  std::vector<MoeLoadBalancingLoss> out;
+  if (!num_experts) return out;
+  for (size_t i = 0; i < moe_router_load_balancing_type.size(); ++i) {
+    const std::string& type = moe_router_load_balancing_type[i];
+    double coeff = moe_aux_loss_coeff.at(i);  // the lengths match (finalize_moe_config)
+    if (type != "none" && coeff > 0) out.push_back({type, coeff});
+  }
+  return out;
+}
+
+}  // namespace strata
