@@ -1,0 +1,68 @@
+// The MoE layer in a transformer layer's MLP slot (Megatron-Core MoELayer): the TopKRouter picks
+// k experts per token; tokens are permuted into per-expert blocks, run through grouped expert MLPs
+// (linear_fc1 → GeLU or SwiGLU → × routing probability → linear_fc2; with
+// moe_apply_probs_on_input the probability scales the input instead), and unpermuted back,
+// summing a token's k outputs; an optional shared expert (with an optional sigmoid gate) is added.
+// The router's losses go through the loss channel (models/loss.h) as per-micro-batch losses
+// named as Megatron's MoE tracker logs them: load_balancing_loss, seq_load_balancing_loss,
+// global_load_balancing_loss, z_loss — each logged as loss / coefficient averaged over the
+// model's MoE layers, its gradient scaled like Megatron's MoEAuxLossAutoScaler (1 / micro-batches).
+// Parameter names are Megatron-Core's: <prefix>.router.weight,
+// <prefix>.experts.linear_fc1.weight<E> / linear_fc2.weight<E> (E the GLOBAL expert id),
+// <prefix>.shared_experts.linear_fc1.weight / linear_fc2.weight / gate_weight.
+// This revision runs every expert on the rank (expert_model_parallel_size 1, tensor parallel 1);
+// the all-to-all and all-gather dispatchers over the expert-parallel group are the next step.
+// Reference: Megatron-Core transformer/moe/moe_layer.py (MoELayer.forward), experts.py
+// (TEGroupedMLP: probs applied after the activation), shared_experts.py (SharedExpertMLP, gate),
+// token_dispatcher.py (MoEAllGatherTokenDispatcher on one rank), moe_utils.py (permute, unpermute).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/layers/mlp.h"
+#include "models/layers/mlp_slot.h"
+#include "models/layers/moe/router.h"
+#include "models/model_config.h"
+#include "parallel/process_group.h"
+
+namespace strata::layers::moe {
+
+// The loss-channel names of a config's MoE losses (empty for a dense model), in log order.
+std::vector<std::string> moe_loss_names(const ModelConfig& cfg);
+// The router options of a finalized model config.
+RouterOptions router_options(const ModelConfig& cfg);
+
+class MoELayer : public MlpSlot {
+ public:
+  // prefix: "decoder.layers.{i}.mlp".
+  MoELayer(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups);
+  ~MoELayer() override;
+
+  Tensor forward(const Tensor& x, const SlotRun& run, std::unique_ptr<SlotState>* saved) const override;
+  Tensor backward(const SlotState& saved, const Tensor& dy) override;
+  void collect(std::vector<Parameter*>& out) override;
+  MlpKind kind() const override { return MlpKind::MoE; }
+  // End of a global batch: the router's global_aux_loss running sums restart.
+  void end_of_step() override { router.reset_global_aux_loss_tracker(); }
+
+  TopKRouter router;
+  std::vector<Parameter> fc1, fc2;  // per (local) expert: [ffn or 2·ffn, h], [h, ffn]
+  std::unique_ptr<MLP> shared_experts;
+  Parameter shared_gate;  // [1, h] (moe_shared_expert_gate)
+
+ private:
+  struct State;
+  // x2d [T, H] → experts' combined output [T, H] (saves into st when not null).
+  Tensor run_experts(const Tensor& x2d, const RoutingOutput& r, State* st) const;
+  Tensor experts_backward(const State& st, const Tensor& dout, Tensor& dtop_probs);
+  Tensor shared_forward(const Tensor& x, State* st) const;
+  Tensor shared_backward(const State& st, const Tensor& dy);
+  void add_losses(const RoutingOutput& r, AuxLossChannel& aux, State* st) const;
+
+  int64_t num_experts_, ffn_, hidden_, moe_layers_;
+  bool swiglu_, openai_gelu_, probs_on_input_;
+  double tp_cp_size_ = 1.0;
+};
+
+}  // namespace strata::layers::moe
