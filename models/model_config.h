@@ -77,8 +77,8 @@ struct ModelConfig {
   bool fp32_residual_connection = false;
 
   // ---- mixture of experts (models/moe_config.h; Megatron's names, defaults and rules) ----
-  std::optional<int64_t> num_experts;          // Megatron --num-experts; null → a dense model
-  std::optional<int64_t> moe_ffn_hidden_size;  // null → ffn_hidden_size
+  std::optional<int64_t> num_experts;               // Megatron --num-experts; null → a dense model
+  std::optional<int64_t> moe_ffn_hidden_size;       // null → ffn_hidden_size
   std::vector<std::string> moe_layer_freq = {"1"};  // an int N, a 0/1 list, or "([0]*1+[1]*3)"
   int64_t moe_router_topk = 2;
   MoeScoreFunction moe_router_score_function = MoeScoreFunction::Softmax;
@@ -144,9 +144,9 @@ int64_t default_ffn_hidden_size(int64_t hidden_size, bool swiglu);
 int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_by, int64_t tensor_model_parallel_size);
 
 // Resolves the null defaults (ffn_hidden_size, num_query_groups, kv_channels,
-// max_position_embeddings, moe_ffn_hidden_size, the MoE layer map) and checks the rules that need only the model section. Pure; throws
-// config::ConfigError naming the field. Idempotent. Rules that involve the parallel layout
-// (heads % tp …) are checked by StrataConfig::validate.
+// max_position_embeddings, moe_ffn_hidden_size, the MoE layer map) and checks the rules that need
+// only the model section. Pure; throws config::ConfigError naming the field. Idempotent. Rules that
+// involve the parallel layout (heads % tp, experts % ep …) are checked by StrataConfig::validate.
 void finalize_model_config(ModelConfig& m);
 
 }  // namespace strata

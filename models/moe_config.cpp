@@ -182,7 +182,9 @@ std::string layer_freq_problem(const std::vector<std::string>& value, int64_t nu
   if (value.size() == 1) {
     try {
       map = PatternParser(value[0]).parse();
-    } catch (const PatternError& e) { return e.message; }
+    } catch (const PatternError& e) {
+      return e.message;
+    }
   } else {
     for (const auto& v : value) {
       if (!parse_plain_int(v, n)) return "the list entry '" + v + "' is not an integer (a list holds 0 or 1 per layer)";
@@ -203,7 +205,8 @@ const std::set<std::string> kLoadBalancingTypes = {"aux_loss", "seq_aux_loss", "
 std::string load_balancing_type_problem(const config::Value& v) {
   for (const auto& t : std::get<std::vector<std::string>>(v)) {
     if (t == "sinkhorn" || t == "quantile_balancing")
-      return "'" + t + "' (Megatron's " + t + " routing) is not implemented in Strata; use aux_loss, seq_aux_loss, "
+      return "'" + t + "' (Megatron's " + t +
+             " routing) is not implemented in Strata; use aux_loss, seq_aux_loss, "
              "global_aux_loss or none";
     if (!kLoadBalancingTypes.count(t)) {
       std::string hint = config::closest_match(t, {kLoadBalancingTypes.begin(), kLoadBalancingTypes.end()});
@@ -214,12 +217,11 @@ std::string load_balancing_type_problem(const config::Value& v) {
   return "";
 }
 
-}  // namespace
-
-void add_moe_fields(config::SectionFields<ModelConfig>& f) {
+// num_experts, moe_ffn_hidden_size, moe_layer_freq and the router's fields (topk, scores, groups,
+// dtype, expert bias, load-balancing losses).
+void add_router_fields(config::SectionFields<ModelConfig>& f) {
   using M = ModelConfig;
   using config::custom;
-  using config::in_range;
   using config::non_negative;
   using config::positive;
   f.add("num_experts", &M::num_experts,
@@ -268,6 +270,13 @@ void add_moe_fields(config::SectionFields<ModelConfig>& f) {
         "Coefficient of each load-balancing loss: one value, or a list as long as "
         "moe_router_load_balancing_type. A loss with coefficient 0 is off.")
       .check(non_negative());
+}
+
+// z-loss, jitter, capacity and dropping, shared experts, dispatch and logging.
+void add_expert_fields(config::SectionFields<ModelConfig>& f) {
+  using M = ModelConfig;
+  using config::in_range;
+  using config::positive;
   f.add("moe_z_loss_coeff", &M::moe_z_loss_coeff, "Coefficient of the router z-loss (1e-3 is a start). null: off.")
       .check(positive());
   f.add("moe_input_jitter_eps", &M::moe_input_jitter_eps,
@@ -301,10 +310,19 @@ void add_moe_fields(config::SectionFields<ModelConfig>& f) {
         "Log the load-balancing and z-losses of every MoE layer, not only their average.");
 }
 
+}  // namespace
+
+void add_moe_fields(config::SectionFields<ModelConfig>& f) {
+  add_router_fields(f);
+  add_expert_fields(f);
+}
+
 std::vector<int64_t> parse_moe_layer_pattern(const std::string& text, const std::string& field) {
   try {
     return PatternParser(text).parse();
-  } catch (const PatternError& e) { throw ConfigError(field, e.message); }
+  } catch (const PatternError& e) {
+    throw ConfigError(field, e.message);
+  }
 }
 
 std::vector<int64_t> resolve_moe_layer_freq(const std::vector<std::string>& value, int64_t num_layers) {

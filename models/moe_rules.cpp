@@ -29,8 +29,10 @@ void check_dense_model(const ModelConfig& m) {
   for (const auto& f : fields.fields()) {
     if (f.name.rfind("moe_", 0) != 0) continue;
     if (f.get(&m) != f.default_value)
-      throw ConfigError("model." + f.name, "is set but model.num_experts is null (a dense model); set "
-                                           "model.num_experts or remove model." + f.name);
+      throw ConfigError("model." + f.name,
+                        "is set but model.num_experts is null (a dense model); set "
+                        "model.num_experts or remove model." +
+                            f.name);
   }
 }
 
@@ -73,10 +75,10 @@ void check_load_balancing(const ModelConfig& m) {
   const auto& coeffs = m.moe_aux_loss_coeff;
   if (types.empty()) throw ConfigError("model.moe_router_load_balancing_type", "is empty; use none for no loss");
   if (types.size() != coeffs.size())
-    throw ConfigError("model.moe_aux_loss_coeff",
-                      "has " + str(static_cast<int64_t>(coeffs.size())) +
-                          " value(s) but model.moe_router_load_balancing_type has " +
-                          str(static_cast<int64_t>(types.size())) + "; give one coefficient per type");
+    throw ConfigError("model.moe_aux_loss_coeff", "has " + str(static_cast<int64_t>(coeffs.size())) +
+                                                      " value(s) but model.moe_router_load_balancing_type has " +
+                                                      str(static_cast<int64_t>(types.size())) +
+                                                      "; give one coefficient per type");
   std::set<std::string> seen;
   for (const auto& t : types)
     if (!seen.insert(t).second)  // Strata: the loss would be counted twice under one log name
@@ -128,21 +130,22 @@ void validate_moe_layout(const ModelConfig& m, const ParallelConfig& p) {
     return;
   }
   if (*m.num_experts % ep != 0)
-    throw ConfigError("model.num_experts", str(*m.num_experts) +
-                                               " is not divisible by parallel.expert_model_parallel_size (" + str(ep) +
-                                               ")");
+    throw ConfigError(
+        "model.num_experts",
+        str(*m.num_experts) + " is not divisible by parallel.expert_model_parallel_size (" + str(ep) + ")");
   if (m.moe_ffn() % etp != 0)
-    throw ConfigError("model.moe_ffn_hidden_size", str(m.moe_ffn()) +
-                                                       " is not divisible by parallel.expert_tensor_parallel_size (" +
-                                                       str(etp) + ")");
+    throw ConfigError(
+        "model.moe_ffn_hidden_size",
+        str(m.moe_ffn()) + " is not divisible by parallel.expert_tensor_parallel_size (" + str(etp) + ")");
   if (m.moe_shared_expert_intermediate_size && *m.moe_shared_expert_intermediate_size % tp != 0)
     throw ConfigError("model.moe_shared_expert_intermediate_size",
                       str(*m.moe_shared_expert_intermediate_size) +
                           " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
   if (m.add_bias_linear && etp != 1)
     throw ConfigError("parallel.expert_tensor_parallel_size",
-                      str(etp) + " > 1 with model.add_bias_linear: expert biases need expert_tensor_parallel_size 1; "
-                                 "set model.add_bias_linear to false or parallel.expert_tensor_parallel_size to 1");
+                      str(etp) +
+                          " > 1 with model.add_bias_linear: expert biases need expert_tensor_parallel_size 1; "
+                          "set model.add_bias_linear to false or parallel.expert_tensor_parallel_size to 1");
   if (tp > 1 && !p.sequence_parallel)
     throw ConfigError("parallel.sequence_parallel",
                       "MoE layers with parallel.tensor_model_parallel_size " + str(tp) + " > 1 need it true");

@@ -5,7 +5,6 @@
 // its fields. The rules run through finalize_model_config / validate_moe_layout, without the
 // temporary "MoE layers are not built yet" guard of StrataConfig::validate (tested last).
 #include <catch2/catch.hpp>
-
 #include <functional>
 
 #include "training/config.h"
@@ -24,7 +23,9 @@ StrataConfig base(const std::vector<std::string>& overrides = {}) {
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const ConfigError& e) { return e.what(); }
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
   return "(no ConfigError)";
 }
 
@@ -131,20 +132,35 @@ TEST_CASE("moe config: every field parses from YAML", "[moe_config]") {
 }
 
 TEST_CASE("moe config: every field parses from a key=value override", "[moe_config]") {
-  StrataConfig c = base({"model.num_experts=16", "model.moe_ffn_hidden_size=64", "model.moe_layer_freq=2",
-                         "model.moe_router_topk=1", "model.moe_router_score_function=sqrtsoftplus",
-                         "model.moe_router_pre_softmax=true", "model.moe_router_num_groups=8",
-                         "model.moe_router_group_topk=1", "model.moe_router_topk_scaling_factor=1.5",
-                         "model.moe_router_dtype=fp32", "model.moe_router_enable_expert_bias=true",
-                         "model.moe_router_bias_update_rate=0.002", "model.moe_router_load_balancing_type=aux_loss",
-                         "model.moe_aux_loss_coeff=0.01", "model.moe_z_loss_coeff=0.0001",
-                         "model.moe_input_jitter_eps=0.1", "model.moe_expert_capacity_factor=1.0",
-                         "model.moe_token_drop_policy=probs", "model.moe_pad_expert_input_to_capacity=true",
-                         "model.moe_router_force_load_balancing=true", "model.add_bias_linear=false",
-                         "model.moe_shared_expert_intermediate_size=256", "model.moe_shared_expert_gate=true",
-                         "model.moe_apply_probs_on_input=true", "model.moe_token_dispatcher_type=alltoall",
-                         "model.moe_grouped_gemm=true", "model.moe_per_layer_logging=true",
-                         "parallel.expert_model_parallel_size=4", "parallel.expert_tensor_parallel_size=1",
+  StrataConfig c = base({"model.num_experts=16",
+                         "model.moe_ffn_hidden_size=64",
+                         "model.moe_layer_freq=2",
+                         "model.moe_router_topk=1",
+                         "model.moe_router_score_function=sqrtsoftplus",
+                         "model.moe_router_pre_softmax=true",
+                         "model.moe_router_num_groups=8",
+                         "model.moe_router_group_topk=1",
+                         "model.moe_router_topk_scaling_factor=1.5",
+                         "model.moe_router_dtype=fp32",
+                         "model.moe_router_enable_expert_bias=true",
+                         "model.moe_router_bias_update_rate=0.002",
+                         "model.moe_router_load_balancing_type=aux_loss",
+                         "model.moe_aux_loss_coeff=0.01",
+                         "model.moe_z_loss_coeff=0.0001",
+                         "model.moe_input_jitter_eps=0.1",
+                         "model.moe_expert_capacity_factor=1.0",
+                         "model.moe_token_drop_policy=probs",
+                         "model.moe_pad_expert_input_to_capacity=true",
+                         "model.moe_router_force_load_balancing=true",
+                         "model.add_bias_linear=false",
+                         "model.moe_shared_expert_intermediate_size=256",
+                         "model.moe_shared_expert_gate=true",
+                         "model.moe_apply_probs_on_input=true",
+                         "model.moe_token_dispatcher_type=alltoall",
+                         "model.moe_grouped_gemm=true",
+                         "model.moe_per_layer_logging=true",
+                         "parallel.expert_model_parallel_size=4",
+                         "parallel.expert_tensor_parallel_size=1",
                          "parallel.world_size=4"});
   StrataConfig::table().check_fields(c);
   finalize_model_config(c.model);
@@ -208,14 +224,16 @@ TEST_CASE("moe config: moe_layer_freq as an int, a list and Megatron's pattern s
 TEST_CASE("moe config: moe_layer_freq errors name the field and the problem", "[moe_config]") {
   auto err = [](const std::string& value, int64_t layers = 4) {
     return error_of([&] {
-      finalized_model({"model.num_experts=4", "model.num_layers=" + std::to_string(layers),
-                       "model.moe_layer_freq=" + value});
+      finalized_model(
+          {"model.num_experts=4", "model.num_layers=" + std::to_string(layers), "model.moe_layer_freq=" + value});
     });
   };
   const std::string f = "ConfigError: model.moe_layer_freq: ";
-  CHECK(err("'([0]*1+[1]*3'").rfind(f + "cannot parse the pattern '([0]*1+[1]*3': expected ')' at position 12", 0) == 0);
-  CHECK(err("'([0]*1+[1]*x)'").rfind(f + "cannot parse the pattern '([0]*1+[1]*x)': unexpected 'x' at position 11", 0) ==
+  CHECK(err("'([0]*1+[1]*3'").rfind(f + "cannot parse the pattern '([0]*1+[1]*3': expected ')' at position 12", 0) ==
         0);
+  CHECK(
+      err("'([0]*1+[1]*x)'").rfind(f + "cannot parse the pattern '([0]*1+[1]*x)': unexpected 'x' at position 11", 0) ==
+      0);
   CHECK(err("'([0]+1)'").find("cannot add a list and an integer") != std::string::npos);
   CHECK(err("'[1]*[2]'").find("cannot multiply two lists") != std::string::npos);
   CHECK(err("'[1,]*4'").find("unexpected ']' at position 3") != std::string::npos);
@@ -238,9 +256,9 @@ TEST_CASE("moe config: moe_layer_freq errors name the field and the problem", "[
 }
 
 TEST_CASE("moe config: the active load-balancing losses and their coefficients", "[moe_config]") {
-  ModelConfig m = finalized_model({"model.num_experts=4",
-                                   "model.moe_router_load_balancing_type=[aux_loss, seq_aux_loss, none, global_aux_loss]",
-                                   "model.moe_aux_loss_coeff=[0.01, 0, 0.5, 0.002]"});
+  ModelConfig m = finalized_model(
+      {"model.num_experts=4", "model.moe_router_load_balancing_type=[aux_loss, seq_aux_loss, none, global_aux_loss]",
+       "model.moe_aux_loss_coeff=[0.01, 0, 0.5, 0.002]"});
   auto losses = m.moe_load_balancing_losses();
   REQUIRE(losses.size() == 2);
   CHECK(losses[0].type == "aux_loss");
@@ -248,8 +266,8 @@ TEST_CASE("moe config: the active load-balancing losses and their coefficients",
   CHECK(losses[1].type == "global_aux_loss");
   CHECK(losses[1].coeff == 0.002);
   CHECK(finalized_model({"model.num_experts=4"}).moe_load_balancing_losses().empty());  // coeff 0.0
-  CHECK(finalized_model({"model.num_experts=4", "model.moe_router_load_balancing_type=none",
-                         "model.moe_aux_loss_coeff=1.0"})
+  CHECK(finalized_model(
+            {"model.num_experts=4", "model.moe_router_load_balancing_type=none", "model.moe_aux_loss_coeff=1.0"})
             .moe_load_balancing_losses()
             .empty());
 }
@@ -284,11 +302,13 @@ TEST_CASE("moe config: each model-section rejection names its fields", "[moe_con
       {{"model.moe_router_load_balancing_type=aux_los"},
        "model.moe_router_load_balancing_type: 'aux_los' is not one of aux_loss, seq_aux_loss, global_aux_loss, none; "
        "did you mean 'aux_loss'?"},
-      {{"model.moe_apply_probs_on_input=true"}, "model.moe_apply_probs_on_input: needs model.moe_router_topk 1 (it is 2)"},
+      {{"model.moe_apply_probs_on_input=true"},
+       "model.moe_apply_probs_on_input: needs model.moe_router_topk 1 (it is 2)"},
       {{"model.moe_shared_expert_intermediate_size=64"},
        "model.moe_shared_expert_intermediate_size: shared experts have no biases; set model.add_bias_linear to false"},
       {{"model.moe_router_score_function=softmaxx"}, "model.moe_router_score_function: 'softmaxx' is not one of"},
-      {{"model.moe_token_dispatcher_type=flex"}, "model.moe_token_dispatcher_type: 'flex' is not one of allgather, alltoall"},
+      {{"model.moe_token_dispatcher_type=flex"},
+       "model.moe_token_dispatcher_type: 'flex' is not one of allgather, alltoall"},
       {{"model.moe_router_dtype=bf16"}, "model.moe_router_dtype: 'bf16' is not one of fp32, fp64"},
       {{"model.num_experts=0"}, "model.num_experts: must be > 0, got 0"},
       {{"model.moe_router_topk=0"}, "model.moe_router_topk: must be > 0"},
@@ -298,7 +318,8 @@ TEST_CASE("moe config: each model-section rejection names its fields", "[moe_con
       {{"model.moe_expert_capacity_factor=-1"}, "model.moe_expert_capacity_factor: must be > 0"},
       {{"model.moe_ffn_hidden_size=0"}, "model.moe_ffn_hidden_size: must be > 0"},
       // Strata's rules (options Megatron ignores or that would route nonsensically).
-      {{"model.moe_router_num_groups=2"}, "model.moe_router_num_groups: has no effect without model.moe_router_group_topk"},
+      {{"model.moe_router_num_groups=2"},
+       "model.moe_router_num_groups: has no effect without model.moe_router_group_topk"},
       {{"model.moe_router_num_groups=2", "model.moe_router_group_topk=2", "model.moe_router_topk=1",
         "model.moe_router_pre_softmax=true"},
        "model.moe_router_group_topk: 2 exceeds model.moe_router_topk (1)"},
@@ -309,7 +330,8 @@ TEST_CASE("moe config: each model-section rejection names its fields", "[moe_con
        "model.moe_router_load_balancing_type: lists 'aux_loss' twice"},
       {{"model.moe_token_drop_policy=position"},
        "model.moe_token_drop_policy: position has no effect without model.moe_expert_capacity_factor"},
-      {{"model.moe_shared_expert_gate=true"}, "model.moe_shared_expert_gate: needs model.moe_shared_expert_intermediate_size"},
+      {{"model.moe_shared_expert_gate=true"},
+       "model.moe_shared_expert_gate: needs model.moe_shared_expert_intermediate_size"},
   };
   for (const auto& b : bad) {
     std::vector<std::string> o = {"model.num_experts=4"};
@@ -320,11 +342,14 @@ TEST_CASE("moe config: each model-section rejection names its fields", "[moe_con
     CHECK(what.rfind("ConfigError: " + b.expected, 0) == 0);
   }
   // The accepted neighbours of those rules.
-  CHECK_NOTHROW(finalized_model({"model.num_experts=4", "model.moe_router_topk=1", "model.moe_router_pre_softmax=true"}));
-  CHECK_NOTHROW(finalized_model({"model.num_experts=4", "model.moe_router_topk=1", "model.moe_router_score_function=sigmoid",
-                                 "model.moe_router_enable_expert_bias=true"}));
-  CHECK_NOTHROW(finalized_model({"model.num_experts=8", "model.moe_router_num_groups=4", "model.moe_router_group_topk=2",
-                                 "model.moe_router_topk=4", "model.moe_router_score_function=sigmoid"}));
+  CHECK_NOTHROW(
+      finalized_model({"model.num_experts=4", "model.moe_router_topk=1", "model.moe_router_pre_softmax=true"}));
+  CHECK_NOTHROW(
+      finalized_model({"model.num_experts=4", "model.moe_router_topk=1", "model.moe_router_score_function=sigmoid",
+                       "model.moe_router_enable_expert_bias=true"}));
+  CHECK_NOTHROW(
+      finalized_model({"model.num_experts=8", "model.moe_router_num_groups=4", "model.moe_router_group_topk=2",
+                       "model.moe_router_topk=4", "model.moe_router_score_function=sigmoid"}));
 }
 
 TEST_CASE("moe config: MoE fields on a dense model are rejected by name", "[moe_config]") {
@@ -335,8 +360,10 @@ TEST_CASE("moe config: MoE fields on a dense model are rejected by name", "[moe_
     INFO(o);
     std::string field = o.substr(0, o.find('='));
     CHECK(error_of([&] { finalized_model({o}); }) ==
-          "ConfigError: " + field + ": is set but model.num_experts is null (a dense model); set model.num_experts or "
-                                    "remove " + field);
+          "ConfigError: " + field +
+              ": is set but model.num_experts is null (a dense model); set model.num_experts or "
+              "remove " +
+              field);
   }
 }
 
@@ -368,10 +395,10 @@ TEST_CASE("moe config: the parallel-layout rules name their fields", "[moe_confi
     CHECK(error_of([&] { check_layout(o); }).rfind("ConfigError: " + expected, 0) == 0);
   }
   // EP4 x ETP2 x TP2 with sequence parallelism and no biases is a valid MoE layout.
-  CHECK_NOTHROW(check_layout({"model.num_experts=8", "model.add_bias_linear=false",
-                              "parallel.expert_model_parallel_size=4", "parallel.expert_tensor_parallel_size=2",
-                              "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
-                              "parallel.world_size=8"}));
+  CHECK_NOTHROW(
+      check_layout({"model.num_experts=8", "model.add_bias_linear=false", "parallel.expert_model_parallel_size=4",
+                    "parallel.expert_tensor_parallel_size=2", "parallel.tensor_model_parallel_size=2",
+                    "parallel.sequence_parallel=true", "parallel.world_size=8"}));
 }
 
 TEST_CASE("moe config: StrataConfig::validate refuses num_experts until the MoE layer exists", "[moe_config]") {
@@ -383,22 +410,41 @@ TEST_CASE("moe config: StrataConfig::validate refuses num_experts until the MoE 
   StrataConfig broken = base({"model.num_experts=8", "model.moe_router_enable_expert_bias=true"});
   CHECK(error_of([&] { broken.validate(); }).rfind("ConfigError: model.moe_router_enable_expert_bias:", 0) == 0);
   StrataConfig dense_ep = base({"parallel.expert_model_parallel_size=2"});
-  CHECK(error_of([&] { dense_ep.validate(2); }).rfind("ConfigError: parallel.expert_model_parallel_size: 2 > 1 needs MoE", 0) ==
-        0);
+  CHECK(error_of([&] {
+          dense_ep.validate(2);
+        }).rfind("ConfigError: parallel.expert_model_parallel_size: 2 > 1 needs MoE", 0) == 0);
   StrataConfig dense = base();
   CHECK_NOTHROW(dense.validate());
 }
 
 TEST_CASE("moe config: --help documents every MoE field", "[moe_config]") {
   std::string help = StrataConfig::help_text();
-  for (const char* name :
-       {"num_experts", "moe_ffn_hidden_size", "moe_layer_freq", "moe_router_topk", "moe_router_score_function",
-        "moe_router_pre_softmax", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
-        "moe_router_dtype", "moe_router_enable_expert_bias", "moe_router_bias_update_rate",
-        "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_input_jitter_eps",
-        "moe_expert_capacity_factor", "moe_token_drop_policy", "moe_pad_expert_input_to_capacity",
-        "moe_router_force_load_balancing", "moe_shared_expert_intermediate_size", "moe_shared_expert_gate",
-        "moe_apply_probs_on_input", "moe_token_dispatcher_type", "moe_grouped_gemm", "moe_per_layer_logging"}) {
+  for (const char* name : {"num_experts",
+                           "moe_ffn_hidden_size",
+                           "moe_layer_freq",
+                           "moe_router_topk",
+                           "moe_router_score_function",
+                           "moe_router_pre_softmax",
+                           "moe_router_num_groups",
+                           "moe_router_group_topk",
+                           "moe_router_topk_scaling_factor",
+                           "moe_router_dtype",
+                           "moe_router_enable_expert_bias",
+                           "moe_router_bias_update_rate",
+                           "moe_router_load_balancing_type",
+                           "moe_aux_loss_coeff",
+                           "moe_z_loss_coeff",
+                           "moe_input_jitter_eps",
+                           "moe_expert_capacity_factor",
+                           "moe_token_drop_policy",
+                           "moe_pad_expert_input_to_capacity",
+                           "moe_router_force_load_balancing",
+                           "moe_shared_expert_intermediate_size",
+                           "moe_shared_expert_gate",
+                           "moe_apply_probs_on_input",
+                           "moe_token_dispatcher_type",
+                           "moe_grouped_gemm",
+                           "moe_per_layer_logging"}) {
     INFO(name);
     CHECK(help.find("  model." + std::string(name) + " (") != std::string::npos);
   }
