@@ -173,6 +173,7 @@ config::ConfigTable<StrataConfig> build_table() {
   t.add_section("checkpoint", &StrataConfig::checkpoint, "Saving and loading checkpoints.", checkpoint_fields());
   t.add_section("logging", &StrataConfig::logging, "Log line, TensorBoard and JSONL metrics.", logging_fields());
   t.add_section("inference", &StrataConfig::inference, "Text generation (strata generate).", inference_fields());
+  t.set_megatron_rules(megatron_flag_rules());
   return t;
 }
 
@@ -246,18 +247,28 @@ const config::ConfigTable<StrataConfig>& StrataConfig::table() {
   return t;
 }
 
-StrataConfig StrataConfig::load(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+StrataConfig StrataConfig::load(const std::string& yaml_path, const std::vector<std::string>& args,
+                                std::vector<std::string>* no_effect, const std::vector<std::string>& own_flags) {
   StrataConfig cfg;
   if (!yaml_path.empty()) table().load_file(yaml_path, cfg);
-  for (const auto& o : overrides) cfg.apply_override(o);
+  table().apply_command_line(args, cfg, no_effect, own_flags);
   return cfg;
+}
+
+std::string no_effect_flags_line(const std::vector<std::string>& flags) {
+  if (flags.empty()) return "";
+  std::string out =
+      "strata: Megatron flags accepted without effect (they choose Megatron's implementation and change no "
+      "numbers):";
+  for (size_t i = 0; i < flags.size(); ++i) out += (i ? ", " : " ") + flags[i];
+  return out;
 }
 
 StrataConfig StrataConfig::from_yaml_text(const std::string& text, const std::vector<std::string>& overrides,
                                           const std::string& source) {
   StrataConfig cfg;
   table().decode_yaml_text(text, cfg, source);
-  for (const auto& o : overrides) cfg.apply_override(o);
+  table().apply_command_line(overrides, cfg, nullptr);
   return cfg;
 }
 
@@ -422,8 +433,10 @@ std::string StrataConfig::reference_markdown() {
          "- `null` defaults are Megatron's `None`: the value is derived from other fields when the config\n"
          "  is validated (the doc says how), and the resolved config (`--print-config`) shows the result.\n"
          "- Validation is pure and runs before any allocation or communication; every error names the\n"
-         "  field as `section.field`.\n" +
-         table().markdown();
+         "  field as `section.field`.\n"
+         "- Megatron-LM's command-line flags work as they are (`--num-layers 4 --bf16 --lr 3e-4`); each\n"
+         "  field's flags are in its table, the exceptions in \"Megatron command-line flags\" at the end.\n" +
+         table().markdown() + config::MegatronFlags(table().untyped()).markdown();
 }
 
 }  // namespace strata
