@@ -21,10 +21,9 @@ void clear_runners() { runners().clear(); }
 void accept_config_args(CLI::App* sub) {
   // CLI11 keeps every argument it does not recognise, in order; StrataConfig::load reads them.
   sub->allow_extras();
-  sub->footer(
-      "\nAfter the options: section.field=value overrides and Megatron-LM flags (--num-layers 4 --bf16 "
-      "--lr 3e-4 ...), applied over the YAML file in the order given (docs/config.md)." +
-      sub->get_footer());
+  sub->description(sub->get_description() +
+                   "\nAfter the options: section.field=value overrides and Megatron-LM flags (--num-layers 4 "
+                   "--bf16 --lr 3e-4 ...), applied over the YAML file in the order given (docs/config.md).");
 }
 
 std::vector<std::string> config_args(CLI::App* sub) {
