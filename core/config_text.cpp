@@ -224,14 +224,17 @@ static std::string md_escape(const std::string& s) {
 
 // The command-line flags of a field: `--x`, `--no-x` (= false), `--bf16` (= bf16).
 static std::string flags_text(const MegatronFlags& flags, const FieldSpec& f) {
-  std::vector<std::string> out;
+  std::vector<std::string> out, negations;
   for (const auto& e : flags.entries()) {
     if (e.path() != f.path()) continue;
     if (e.kind == FlagEntry::Kind::Field && (e.arity != FlagArity::Switch || e.value == "true"))
       out.push_back("`" + e.flag + "`");
+    else if (e.kind == FlagEntry::Kind::Field && e.by_name)
+      negations.push_back("`" + e.flag + "`");
     else if (e.kind == FlagEntry::Kind::Field || e.kind == FlagEntry::Kind::Constant)
       out.push_back("`" + e.flag + "` (= " + e.value + ")");
   }
+  if (!negations.empty()) out.push_back(join(negations, " / ") + " (= false)");
   return join(out, ", ");
 }
 
