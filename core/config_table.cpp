@@ -446,6 +446,10 @@ void FieldTable::check_fields(const void* root) const {
     for (const auto& f : sec.fields) {
       Value v = f.get(obj);
       if (std::holds_alternative<std::monostate>(v)) continue;
+      // No float field means anything with inf or nan (YAML's .inf / .nan): refuse them all here,
+      // whatever the field's own rules, before anything is allocated.
+      const std::string non_finite = check_numbers(v, [](double x) { return std::isfinite(x); }, "a finite number");
+      if (!non_finite.empty()) throw ConfigError(f.path(), non_finite);
       for (const auto& val : f.validators) {
         std::string problem = val.check(v);
         if (!problem.empty()) throw ConfigError(f.path(), problem);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/config_table.h"
+
 namespace strata::data {
 
 namespace {
@@ -106,6 +108,24 @@ void BlendedDataset::sample(int64_t i, int64_t* out) const {
   datasets_[dataset_index_[i]]->sample(dataset_sample_index_[i], out);
 }
 
+namespace {
+// The GPTDataset of one split, after checking that its documents hold enough tokens: an empty
+// split is a data.split error naming the split (GPTDataset itself only knows the documents).
+std::shared_ptr<const SampleDataset> split_dataset(const std::shared_ptr<const DocumentSource>& source,
+                                                   DocumentRange range, const GPTDatasetConfig& gpt, int split,
+                                                   const std::string& split_text) {
+  int64_t tokens = 0;
+  for (int64_t d = range.begin; d < range.end && tokens < 2; ++d) tokens += source->document_length(d);
+  if (tokens < 2)
+    throw config::ConfigError(
+        "data.split", "'" + split_text + "' gives the " + split_name(static_cast<Split>(split)) + " split of " +
+                          source->name() + " documents [" + std::to_string(range.begin) + ", " +
+                          std::to_string(range.end) + "), which hold " + std::to_string(tokens) +
+                          " tokens (at least 2 are needed); give that split a larger share, or 0 for none");
+  return std::make_shared<GPTDataset>(source, range, gpt);
+}
+}  // namespace
+
 std::array<std::shared_ptr<const SampleDataset>, 3> build_gpt_datasets(const GPTDataConfig& config) {
   std::vector<std::shared_ptr<const DocumentSource>> sources;
   std::vector<double> weights;
@@ -130,7 +150,7 @@ std::array<std::shared_ptr<const SampleDataset>, 3> build_gpt_datasets(const GPT
       auto range = split_document_ranges(config.split, sources[0]->num_documents())[s];
       if (!range) continue;
       gpt.num_samples = target;
-      out[s] = std::make_shared<GPTDataset>(sources[0], *range, gpt);
+      out[s] = split_dataset(sources[0], *range, gpt, s, config.split);
       continue;
     }
     std::vector<int64_t> sizes = blended_dataset_sizes(weights, target);
@@ -139,7 +159,7 @@ std::array<std::shared_ptr<const SampleDataset>, 3> build_gpt_datasets(const GPT
       auto range = split_document_ranges(config.split, sources[d]->num_documents())[s];
       if (!range) break;
       gpt.num_samples = sizes[d];
-      parts.push_back(std::make_shared<GPTDataset>(sources[d], *range, gpt));
+      parts.push_back(split_dataset(sources[d], *range, gpt, s, config.split));
     }
     if (parts.size() == sources.size()) out[s] = std::make_shared<BlendedDataset>(parts, weights, target);
   }

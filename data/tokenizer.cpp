@@ -1,6 +1,7 @@
 // ByteLevelTokenizer, NullTokenizer and build_tokenizer (data/tokenizer.h); the GPT-2 BPE
 // tokenizer is in data/tokenizer_gpt2.cpp.
-// Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer, _NullTokenizer).
+// Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer),
+// megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer).
 #include "data/tokenizer.h"
 
 #include <cctype>
@@ -33,7 +34,7 @@ std::string ByteLevelTokenizer::decode(const std::vector<int64_t>& ids) const {
 
 // ---- NullTokenizer ------------------------------------------------------------------------------
 
-NullTokenizer::NullTokenizer(int64_t vocab_size_without_eod) : n_(vocab_size_without_eod) {
+NullTokenizer::NullTokenizer(int64_t vocab_size) : n_(vocab_size) {
   STRATA_CHECK(n_ > 0, "NullTokenizer: vocab_size must be > 0, got ", n_);
 }
 
@@ -88,8 +89,23 @@ std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::option
   STRATA_THROW("build_tokenizer: unknown tokenizer type");
 }
 
-std::unique_ptr<Tokenizer> build_tokenizer(const StrataConfig& cfg) {
-  return build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file, cfg.data.merge_file, cfg.model.vocab_size);
+std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size) {
+  return build_tokenizer(data.tokenizer_type, data.vocab_file, data.merge_file, vocab_size);
+}
+
+void check_vocab_fits(std::optional<int64_t> model_vocab_size, const Tokenizer& tokenizer) {
+  if (!model_vocab_size || *model_vocab_size >= tokenizer.vocab_size()) return;
+  throw config::ConfigError("model.vocab_size",
+                            std::to_string(*model_vocab_size) + " is smaller than the tokenizer's vocabulary (" +
+                                tokenizer.name() + ": " + std::to_string(tokenizer.vocab_size()) + " ids, EOD " +
+                                std::to_string(tokenizer.eod()) + "); set it to at least " +
+                                std::to_string(tokenizer.vocab_size()) + " or null (taken from the tokenizer)");
+}
+
+std::unique_ptr<Tokenizer> build_checked_tokenizer(const DataConfig& data, std::optional<int64_t> model_vocab_size) {
+  std::unique_ptr<Tokenizer> t = build_tokenizer(data, model_vocab_size);
+  check_vocab_fits(model_vocab_size, *t);
+  return t;
 }
 
 }  // namespace strata::data

@@ -5,9 +5,12 @@
 //                       scanner, data/tokenizer_gpt2.cpp), merges applied by rank, EOD is the id of
 //                       "<|endoftext|>". Like Megatron's GPT2Tokenizer, "<|endoftext|>" inside the
 //                       text is NOT special: it is encoded as ordinary text.
-//   NullTokenizer       ids written as text ("1 2 3"), vocab_size = N + 1, EOD = N.
+//   NullTokenizer       ids written as text ("1 2 3"), vocab_size = N, EOD = N - 1 (current
+//                       Megatron-Core's NullTokenizer(vocab_size): the EOD id is inside the
+//                       vocabulary, so model.vocab_size = N holds every id it produces).
 // Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer,
-// _GPT2BPETokenizer, _NullTokenizer) and megatron/training/tokenizer/gpt2_tokenization.py (from
+// _GPT2BPETokenizer), megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer)
+// and megatron/training/tokenizer/gpt2_tokenization.py (from
 // openai/gpt-2 src/encoder.py: bytes_to_unicode, get_pairs, bpe).
 //
 // Use:
@@ -25,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "training/config.h"
+#include "data/data_config.h"
 
 namespace strata::data {
 
@@ -52,12 +55,12 @@ class ByteLevelTokenizer final : public Tokenizer {
 
 class NullTokenizer final : public Tokenizer {
  public:
-  explicit NullTokenizer(int64_t vocab_size_without_eod);
+  explicit NullTokenizer(int64_t vocab_size);  // ids 0 .. vocab_size - 1, EOD = vocab_size - 1
   // "1 2 3" → {1, 2, 3}: whitespace-separated decimal ids in [0, vocab_size()).
   std::vector<int64_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;  // {1, 2, 3} → "1 2 3"
-  int64_t vocab_size() const override { return n_ + 1; }
-  int64_t eod() const override { return n_; }
+  int64_t vocab_size() const override { return n_; }
+  int64_t eod() const override { return n_ - 1; }
   std::string name() const override { return "NullTokenizer"; }
 
  private:
@@ -95,11 +98,19 @@ class GPT2BPETokenizer final : public Tokenizer {
 };
 
 // Megatron's build_tokenizer: the tokenizer named by `type`. GPT2BPETokenizer needs the two files;
-// NullTokenizer needs vocab_size (the size without EOD, as Megatron's --vocab-size).
+// NullTokenizer needs vocab_size (Megatron's --vocab-size: the whole vocabulary, EOD included).
 std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::optional<std::string>& vocab_file = {},
                                            const std::optional<std::string>& merge_file = {},
                                            std::optional<int64_t> vocab_size = {});
-std::unique_ptr<Tokenizer> build_tokenizer(const StrataConfig& cfg);  // from data.* and model.vocab_size
+// From the data section (tokenizer_type, vocab_file, merge_file) and model.vocab_size.
+std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size);
+
+// A model vocabulary (model.vocab_size, when set) smaller than the tokenizer's would meet ids
+// outside the embedding; throws config::ConfigError naming model.vocab_size and the tokenizer's
+// size. Called before anything is allocated (train, --validate-only, generate, export).
+void check_vocab_fits(std::optional<int64_t> model_vocab_size, const Tokenizer& tokenizer);
+// build_tokenizer(data, model_vocab_size) + check_vocab_fits.
+std::unique_ptr<Tokenizer> build_checked_tokenizer(const DataConfig& data, std::optional<int64_t> model_vocab_size);
 
 // ---- GPT-2 building blocks (exposed for tests) --------------------------------------------------
 

@@ -37,7 +37,8 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("kv_channels", &M::kv_channels, "Per-head dimension. null: hidden_size / num_attention_heads.")
       .check(positive());
   f.add("vocab_size", &M::vocab_size,
-        "Vocabulary size before padding. null: taken from the tokenizer (required with NullTokenizer).")
+        "Vocabulary size before padding, at least the tokenizer's. null: taken from the tokenizer (required "
+        "with NullTokenizer).")
       .check(positive());
   f.add("make_vocab_size_divisible_by", &M::make_vocab_size_divisible_by,
         "Pad the vocabulary to a multiple of this value times tensor_model_parallel_size.")

@@ -127,16 +127,6 @@ Tensor merge_sequence(const std::vector<Tensor>& shards, int dim) {
   return out;
 }
 
-Batch split_batch(const Batch& batch, int cp_size, int cp_rank) {
-  if (cp_size == 1) return batch;
-  Batch out;
-  out.tokens = split_sequence(batch.tokens, 1, cp_size, cp_rank);
-  out.labels = split_sequence(batch.labels, 1, cp_size, cp_rank);
-  out.loss_mask = split_sequence(batch.loss_mask, 1, cp_size, cp_rank);
-  out.first_sample_index = batch.first_sample_index;
-  return out;
-}
-
 // ---- all-gather scheme -------------------------------------------------------------------------
 
 void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,

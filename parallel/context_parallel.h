@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "models/language_model.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_group.h"
 
@@ -43,8 +42,6 @@ std::vector<int64_t> global_positions(int64_t local_len, int cp_size, int cp_ran
 Tensor split_sequence(const Tensor& t, int dim, int cp_size, int cp_rank);
 // The inverse: shards[r] is rank r's local sequence along `dim`; returns the global sequence.
 Tensor merge_sequence(const std::vector<Tensor>& shards, int dim);
-// tokens, labels, loss_mask [b, s] -> [b, s/cp] (this rank's chunks); first_sample_index kept.
-Batch split_batch(const Batch& batch, int cp_size, int cp_rank);
 
 // Attention of this rank's queries over the whole (sharded) sequence. p: the unsharded call's
 // parameters (causal, dropout, batch/head offsets); global positions and global_seq_len are set

@@ -31,6 +31,15 @@ std::optional<int64_t> env_count(const char* var) {
   return n;
 }
 
+// The launchers' environment variables (parallel/distributed.h), in the order they are read.
+// count: the value is the number of launched processes (PMIX_RANK is a rank, not a count).
+struct LauncherVar {
+  const char* name;
+  bool count;
+};
+constexpr LauncherVar kLauncherVars[] = {
+    {"OMPI_COMM_WORLD_SIZE", true}, {"PMI_SIZE", true}, {"PMIX_RANK", false}, {"SLURM_STEP_NUM_TASKS", true}};
+
 std::mutex g_hooks_mutex;
 std::map<uint64_t, std::function<void()>> g_hooks;
 uint64_t g_next_hook = 1;
@@ -70,17 +79,25 @@ bool mpi_initialized() {
 }
 
 bool launched_by_mpi_launcher() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS"}) {
-    const char* v = std::getenv(var);
+  for (const LauncherVar& var : kLauncherVars) {
+    const char* v = std::getenv(var.name);
     if (v != nullptr && *v != '\0') return true;
   }
   return false;
 }
 
 std::optional<int64_t> launched_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
-    if (auto n = env_count(var)) return n;
+  for (const LauncherVar& var : kLauncherVars) {
+    if (!var.count) continue;
+    if (auto n = env_count(var.name)) return n;
   }
+  return std::nullopt;
+}
+
+std::optional<int64_t> slurm_tasks_outside_step() {
+  if (launched_by_mpi_launcher()) return std::nullopt;
+  auto n = env_count("SLURM_NTASKS");
+  if (n && *n > 1) return n;
   return std::nullopt;
 }
 
@@ -97,7 +114,7 @@ void remove_abort_hook(uint64_t id) {
 }
 
 void abort_all(const std::string& message, int exit_code) {
-  std::fprintf(stderr, "strata: rank %d: %s\n", g_rank, message.c_str());
+  std::fprintf(stderr, "strata: error: rank %d: %s\n", g_rank, message.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
   std::map<uint64_t, std::function<void()>> hooks;

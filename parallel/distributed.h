@@ -51,15 +51,22 @@ DistributedRuntime init_distributed(const ParallelConfig& parallel, Device devic
 
 // True when a launcher's environment variable (file comment) is set.
 bool launched_by_mpi_launcher();
-// The launcher's process count (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS), else null.
+// The number of processes the launcher started: the first of OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+// SLURM_STEP_NUM_TASKS holding a positive integer; null when there is none (one process, or a
+// launcher that sets only PMIX_RANK). The one reading of the launched world size: `strata train`
+// validates the config with it, init_distributed checks MPI_COMM_WORLD against it.
 std::optional<int64_t> launched_world_size();
+// SLURM_NTASKS (> 1) when no launcher variable is set: the process runs in a multi-task Slurm
+// allocation (e.g. the batch script itself) without srun, where `strata train` refuses to train
+// alone. Else null.
+std::optional<int64_t> slurm_tasks_outside_step();
 
 // True when this binary has the MPI communicator (CMake STRATA_MPI).
 bool mpi_built();
 // True between MPI_Init and MPI_Finalize.
 bool mpi_initialized();
 
-// Prints "strata: rank R: <message>" to stderr, runs the abort hooks (ncclCommAbort …), then
+// Prints "strata: error: rank R: <message>" to stderr, runs the abort hooks (ncclCommAbort …), then
 // MPI_Abort(MPI_COMM_WORLD, exit_code) when MPI is initialised, else _Exit(exit_code).
 [[noreturn]] void abort_all(const std::string& message, int exit_code = 1);
 // Hooks run by abort_all before MPI_Abort (the NCCL communicators register ncclCommAbort).

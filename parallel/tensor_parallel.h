@@ -8,7 +8,7 @@
 // tensor_parallel/layers.py (param_is_not_tensor_parallel_duplicate).
 #pragma once
 #include "core/tensor.h"
-#include "models/parameter.h"
+#include "core/parameter.h"
 #include "parallel/process_group.h"
 
 namespace strata::tp {

@@ -369,7 +369,7 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     // Another vocabulary padding (weights-only readers): only dimension 0 of a vocab tensor differs.
     const bool vocab_rows = options.vocab_padding_may_differ && Shape(e.shape) != want && want.ndim() == 2 &&
                             e.shape.size() == 2 && e.shape[1] == want[1] &&
-                            (p.name == "embedding.word_embeddings.weight" || p.name == "output_layer.weight");
+                            p.vocab_rows;
     STRATA_CHECK(Shape(e.shape) == want || vocab_rows, "checkpoint: tensor '", name, "' has global shape ",
                  shape_str(e.shape), " in ", dir.string(), ", the model expects ", want.str());
     for (const LocalRegion& r : parameter_regions(p, t)) {

@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "models/parameter.h"
+#include "core/parameter.h"
 #include "parallel/process_group.h"
 #include "training/optimizer.h"
 #include "training/tensor_file.h"

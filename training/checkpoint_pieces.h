@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/parameter.h"
+#include "core/parameter.h"
 
 namespace strata {
 

@@ -25,12 +25,6 @@ std::string str(double x) {
   return config::python_repr(config::Value(x));
 }
 
-bool parse_number(const std::string& s, double& out) {
-  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  if (b == std::string::npos) return false;
-  auto r = std::from_chars(s.data() + b, s.data() + e + 1, out);
-  return r.ec == std::errc() && r.ptr == s.data() + e + 1;
-}
 
 config::Validator device_spec() {
   return config::custom("auto, cpu, cuda or cuda:N", [](const config::Value& v) -> std::string {
@@ -63,8 +57,10 @@ config::SectionFields<TrainingConfig> training_fields() {
   f.add("eval_iters", &T::eval_iters, "Validation micro-batch steps per evaluation (0: no evaluation).")
       .check(non_negative());
   f.add("check_for_nan_in_loss_and_grad", &T::check_for_nan_in_loss_and_grad,
-        "Check the loss and gradient norm for NaN/Inf each step; a non-finite step is skipped, counted "
-        "and logged with the first parameter whose gradient is not finite.");
+        "Check the gradient norm for NaN/Inf each step; a non-finite step is skipped, counted and logged "
+        "with the first parameter whose gradient is not finite (Megatron stops instead: see exit_on_nan). "
+        "false: no check, as Megatron with bf16/fp32 (it skips only under fp16's loss scaler, which "
+        "Strata does not have): the step is applied with the non-finite gradients.");
   f.add("exit_on_nan", &T::exit_on_nan,
         "Exit with an error at the first non-finite step instead of skipping it (needs "
         "check_for_nan_in_loss_and_grad).");
@@ -115,7 +111,7 @@ config::SectionFields<DataConfig> data_fields() {
   f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
   f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
              "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file) or "
-             "NullTokenizer (token ids as text; needs model.vocab_size).");
+             "NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron).");
   f.add("vocab_file", &D::vocab_file, "GPT-2 BPE vocab.json (GPT2BPETokenizer).");
   f.add("merge_file", &D::merge_file, "GPT-2 BPE merges.txt (GPT2BPETokenizer).");
   f.add("eod_mask_loss", &D::eod_mask_loss, "Exclude end-of-document tokens from the loss.");
@@ -125,8 +121,13 @@ config::SectionFields<DataConfig> data_fields() {
 config::SectionFields<CheckpointConfig> checkpoint_fields() {
   using C = CheckpointConfig;
   config::SectionFields<C> f;
-  f.add("save", &C::save, "Directory to save checkpoints to. null: no checkpoints.");
-  f.add("load", &C::load, "Directory to load a checkpoint from (its latest iteration). null: start from scratch.");
+  f.add("save", &C::save,
+        "Directory to save checkpoints to; created and checked writable when training starts, before the "
+        "first step (--validate-only checks it can be created). null: no checkpoints.");
+  f.add("load", &C::load,
+        "Directory to load a checkpoint from (its latest iteration). A path that does not exist is an error "
+        "(unless it is also checkpoint.save: a job's first run); an existing directory without a checkpoint "
+        "trains from scratch with a warning. null: start from scratch.");
   f.add("save_interval", &C::save_interval, "Save every this many steps (needs save). null: only at the end.")
       .check(positive());
   f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");
@@ -187,58 +188,6 @@ int64_t OptimizerConfig::warmup_iters() const {
   return lr_warmup_iters;
 }
 
-std::vector<DataConfig::Blend> DataConfig::blend() const {
-  std::vector<Blend> out;
-  if (data_path.empty()) return out;
-  double first;
-  if (!parse_number(data_path[0], first)) {
-    for (const auto& p : data_path) {
-      double x;
-      if (parse_number(p, x))
-        throw ConfigError("data.data_path", "'" + p +
-                                                "' looks like a weight but the list starts with a prefix; "
-                                                "write [prefix, …] or [weight, prefix, weight, prefix, …]");
-      out.push_back({p, 1.0});
-    }
-  } else {
-    if (data_path.size() % 2 != 0)
-      throw ConfigError("data.data_path", "a weighted list is [weight, prefix, weight, prefix, …]; got " +
-                                              str(static_cast<int64_t>(data_path.size())) + " entries");
-    for (size_t i = 0; i < data_path.size(); i += 2) {
-      double w;
-      if (!parse_number(data_path[i], w) || !(w > 0) || !std::isfinite(w))
-        throw ConfigError("data.data_path", "weight '" + data_path[i] + "' (entry " + str(static_cast<int64_t>(i)) +
-                                                ") must be a number > 0");
-      out.push_back({data_path[i + 1], w});
-    }
-  }
-  double total = 0;
-  for (const auto& b : out) total += b.weight;
-  for (auto& b : out) b.weight /= total;
-  return out;
-}
-
-std::vector<double> DataConfig::split_fractions() const {
-  std::vector<double> parts;
-  std::stringstream ss(split);
-  std::string item;
-  char sep = split.find('/') != std::string::npos ? '/' : ',';
-  while (std::getline(ss, item, sep)) {
-    double x;
-    if (!parse_number(item, x) || !(x >= 0) || !std::isfinite(x))
-      throw ConfigError("data.split",
-                        "'" + split + "': '" + item + "' is not a number >= 0 (expected e.g. \"969, 30, 1\")");
-    parts.push_back(x);
-  }
-  if (parts.empty() || parts.size() > 3)
-    throw ConfigError("data.split", "'" + split + "' must have 1 to 3 comma-separated parts (train, valid, test)");
-  double total = 0;
-  for (double x : parts) total += x;
-  if (!(total > 0)) throw ConfigError("data.split", "'" + split + "' sums to 0");
-  parts.resize(3, 0.0);
-  for (double& x : parts) x /= total;
-  return parts;
-}
 
 // ---- StrataConfig --------------------------------------------------------------------------------
 
@@ -281,45 +230,51 @@ int64_t StrataConfig::num_micro_batches() const {
   return *training.global_batch_size / (training.micro_batch_size * data_parallel_size());
 }
 
-void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
-  table().check_fields(*this);
-  finalize_model_config(model);
-  finalize_parallel_config(parallel, launched_world_size);
+namespace {
 
-  // ---- model × parallel ----
-  const int64_t tp = parallel.tensor_model_parallel_size, cp = parallel.context_parallel_size;
-  if (model.num_attention_heads % tp != 0)
+// ---- cross-field rules, grouped by the section that owns them (Megatron validate_args) ----
+
+// The model's rules that involve the parallel layout: heads, query groups and FFN split over tp,
+// layers over pipeline stages, the sequence over cp and sp, expert parallelism.
+void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
+  const int64_t tp = p.tensor_model_parallel_size, cp = p.context_parallel_size;
+  if (m.num_attention_heads % tp != 0)
     throw ConfigError(
         "model.num_attention_heads",
-        str(model.num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  if (model.query_groups() % tp != 0)
+        str(m.num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (m.query_groups() % tp != 0)
     throw ConfigError(
         "model.num_query_groups",
-        str(model.query_groups()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  if (model.ffn() % tp != 0)
+        str(m.query_groups()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (m.ffn() % tp != 0)
     throw ConfigError("model.ffn_hidden_size",
-                      str(model.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  layers_per_pipeline_stage(parallel, model.num_layers);
-  if (cp > 1 && model.seq_length % (2 * cp) != 0)
-    throw ConfigError("model.seq_length", str(model.seq_length) +
+                      str(m.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  layers_per_pipeline_stage(p, m.num_layers);
+  if (cp > 1 && m.seq_length % (2 * cp) != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) +
                                               " is not divisible by 2 x parallel.context_parallel_size (" +
                                               str(2 * cp) + "), needed by load-balanced causal context parallelism");
-  if (parallel.sequence_parallel && model.seq_length % tp != 0)
-    throw ConfigError("model.seq_length", str(model.seq_length) +
+  if (p.sequence_parallel && m.seq_length % tp != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) +
                                               " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel");
   // Context + sequence parallelism: each cp rank's s/cp tokens are split again over tp.
-  if (parallel.sequence_parallel && cp > 1 && (model.seq_length / cp) % tp != 0)
-    throw ConfigError("model.seq_length", str(model.seq_length) + " / parallel.context_parallel_size (" + str(cp) +
+  if (p.sequence_parallel && cp > 1 && (m.seq_length / cp) % tp != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) + " / parallel.context_parallel_size (" + str(cp) +
                                               ") is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel with context parallelism");
-  if (parallel.expert_model_parallel_size > 1)
+  if (p.expert_model_parallel_size > 1)
     throw ConfigError(
         "parallel.expert_model_parallel_size",
-        str(parallel.expert_model_parallel_size) + " > 1 needs MoE layers (model.num_moe_experts), not supported yet");
+        str(p.expert_model_parallel_size) + " > 1 needs MoE layers (model.num_moe_experts), not supported yet");
+}
 
-  // ---- training ----
-  const int64_t dp = data_parallel_size(), mbs = training.micro_batch_size;
+// Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.
+void validate_training(StrataConfig& c) {
+  TrainingConfig& training = c.training;
+  const ParallelConfig& parallel = c.parallel;
+  const ModelConfig& model = c.model;
+  const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
   if (!training.global_batch_size) training.global_batch_size = mbs * dp;
   if (*training.global_batch_size % (mbs * dp) != 0)
     throw ConfigError("training.global_batch_size", str(*training.global_batch_size) +
@@ -339,8 +294,10 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
     throw ConfigError("model.fp32_residual_connection", "only applies with training.precision bf16");
   // Extension point: deterministic-mode contradictions (non-deterministic attention backward,
   // atomics-based MoE dispatch …) are refused here as those options arrive.
+}
 
-  // ---- optimizer ----
+// Learning-rate schedule: the peak lr, min lr, warmup, decay and WSD lengths.
+void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& training) {
   if (!optimizer.lr) throw ConfigError("optimizer.lr", "required (the peak learning rate, e.g. 3.0e-4)");
   if (optimizer.min_lr > *optimizer.lr)
     throw ConfigError("optimizer.min_lr",
@@ -360,8 +317,10 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
                                                             " is longer than optimizer.lr_decay_iters minus warmup (" +
                                                             str(decay - warmup) + ")");
   }
+}
 
-  // ---- data ----
+// Data sources, blend and split strings, tokenizer files.
+void validate_data(const DataConfig& data, const ModelConfig& model) {
   if (data.mock_data && !data.data_path.empty())
     throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
   if (!data.mock_data && data.data_path.empty())
@@ -380,17 +339,33 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   }
   if (data.tokenizer_type == TokenizerType::NullTokenizer && !model.vocab_size)
     throw ConfigError("model.vocab_size", "required with data.tokenizer_type NullTokenizer");
+}
 
-  // ---- checkpoint ----
+void validate_checkpoint(const CheckpointConfig& checkpoint) {
   if (checkpoint.save_interval && !checkpoint.save)
     throw ConfigError("checkpoint.save_interval", "needs checkpoint.save (the directory to save to)");
   if (checkpoint.finetune && !checkpoint.load)
     throw ConfigError("checkpoint.finetune", "needs checkpoint.load (the checkpoint to start from)");
+}
 
-  // ---- inference ----
+void validate_inference(InferenceConfig& inference, const TrainingConfig& training) {
   if (inference.top_k > 0 && inference.top_p > 0)
     throw ConfigError("inference.top_p", "cannot be combined with inference.top_k > 0; use one of them");
   if (!inference.random_seed) inference.random_seed = training.seed;
+}
+
+}  // namespace
+
+void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
+  table().check_fields(*this);
+  finalize_model_config(model);
+  finalize_parallel_config(parallel, launched_world_size);
+  validate_model_layout(model, parallel);
+  validate_training(*this);
+  validate_optimizer(optimizer, training);
+  validate_data(data, model);
+  validate_checkpoint(checkpoint);
+  validate_inference(inference, training);
 }
 
 std::string StrataConfig::to_yaml() const {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/config_table.h"
+#include "data/data_config.h"
 #include "models/model_config.h"
 #include "parallel/parallel_config.h"
 
@@ -40,12 +41,6 @@ inline constexpr config::EnumName<WsdDecayStyle> kWsdDecayStyleNames[] = {{WsdDe
                                                                           {WsdDecayStyle::Linear, "linear"},
                                                                           {WsdDecayStyle::Cosine, "cosine"},
                                                                           {WsdDecayStyle::MinusSqrt, "minus_sqrt"}};
-
-enum class TokenizerType { NullTokenizer, ByteLevelTokenizer, GPT2BPETokenizer };
-inline constexpr config::EnumName<TokenizerType> kTokenizerTypeNames[] = {
-    {TokenizerType::NullTokenizer, "NullTokenizer"},
-    {TokenizerType::ByteLevelTokenizer, "ByteLevelTokenizer"},
-    {TokenizerType::GPT2BPETokenizer, "GPT2BPETokenizer"}};
 
 struct TrainingConfig {
   int64_t micro_batch_size = 1;
@@ -83,26 +78,6 @@ struct OptimizerConfig {
   // Iterations of linear warmup after validate(): lr_warmup_iters, or
   // lr_warmup_fraction × lr_decay_iters (Megatron's OptimizerParamScheduler setup).
   int64_t warmup_iters() const;
-};
-
-struct DataConfig {
-  std::vector<std::string> data_path;
-  std::string split = "969, 30, 1";
-  bool mock_data = false;
-  TokenizerType tokenizer_type = TokenizerType::ByteLevelTokenizer;
-  std::optional<std::string> vocab_file;
-  std::optional<std::string> merge_file;
-  bool eod_mask_loss = false;
-
-  // One dataset of a blend: a path prefix (".bin"/".idx" appended) and its weight.
-  struct Blend {
-    std::string prefix;
-    double weight;
-  };
-  // data_path as (prefix, weight) pairs: "a b" → weights 1 each; "0.3 a 0.7 b" → the given weights.
-  std::vector<Blend> blend() const;
-  // split as train/valid/test fractions summing to 1 ("969, 30, 1"; missing parts are 0).
-  std::vector<double> split_fractions() const;
 };
 
 struct CheckpointConfig {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "training/checkpoint.h"
+#include "training/model_factory.h"
 #include "training/tensor_file.h"
 
 namespace strata::generation {
@@ -55,12 +56,12 @@ Tensor token_tensor(const std::vector<int64_t>& ids, Device device) {
   return Tensor::from_data(ids, Shape{1, static_cast<int64_t>(ids.size())}, device);
 }
 
-void check_ids(const GPTModel& model, const std::vector<int64_t>& prompt) {
+void check_ids(const LanguageModel& model, const std::vector<int64_t>& prompt) {
   STRATA_CHECK(!prompt.empty(), "generate: the prompt is empty");
-  const int64_t v = *model.config().vocab_size;
+  const int64_t v = model.vocab_size();
   for (int64_t t : prompt)
     STRATA_CHECK(t >= 0 && t < v, "generate: prompt token ", t, " is outside the vocabulary [0, ", v, ")");
-  const int64_t max_pos = model.config().max_positions();
+  const int64_t max_pos = model.max_positions();
   STRATA_CHECK(static_cast<int64_t>(prompt.size()) <= max_pos, "generate: the prompt has ", prompt.size(),
                " tokens, more than the model's ", max_pos, " positions (model.max_position_embeddings)");
 }
@@ -114,14 +115,14 @@ int64_t sample_token(const std::vector<double>& logits, const SamplingOptions& o
   return last;  // rounding: u beyond the accumulated sum
 }
 
-std::vector<int64_t> generate(GPTModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& opt) {
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& opt) {
   check_ids(model, prompt);
   STRATA_CHECK(opt.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", opt.max_new_tokens);
   const int64_t n = static_cast<int64_t>(prompt.size());
-  const int64_t new_tokens = std::min(opt.max_new_tokens, model.config().max_positions() - n);
+  const int64_t new_tokens = std::min(opt.max_new_tokens, model.max_positions() - n);
   std::vector<int64_t> out;
   if (new_tokens <= 0) return out;
-  KVCache cache = model.make_kv_cache(1, n + new_tokens);
+  InferenceCache cache = model.make_inference_cache(1, n + new_tokens);
   std::vector<double> logits = last_row(model.logits_for(token_tensor(prompt, model.device()), &cache, 0));
   for (int64_t step = 0; step < new_tokens; ++step) {
     const int64_t tok = sample_token(logits, opt.sampling, step);
@@ -143,7 +144,7 @@ std::vector<double> log_softmax(const std::vector<double>& logits) {
   return out;
 }
 
-ScoreResult score(GPTModel& model, const std::vector<int64_t>& prompt) {
+ScoreResult score(LanguageModel& model, const std::vector<int64_t>& prompt) {
   check_ids(model, prompt);
   const int64_t n = static_cast<int64_t>(prompt.size());
   const std::vector<double> all = model.logits_for(token_tensor(prompt, model.device()), nullptr, 0).to_vector();
@@ -173,9 +174,16 @@ std::string ScoreResult::to_json() const {
   return j.dump();
 }
 
-LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides) {
+LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides,
+                               std::optional<int64_t> iteration) {
   STRATA_CHECK(fs::is_directory(dir), "generate: --load ", dir, " is not a directory");
-  const std::optional<int64_t> iteration = read_checkpoint_tracker(dir);
+  if (iteration) {
+    STRATA_CHECK(*iteration >= 0, "generate: --iteration must be >= 0, got ", *iteration);
+    STRATA_CHECK(fs::is_directory(fs::path(dir) / checkpoint_dir_name(*iteration)), "generate: no checkpoint at "
+                 "iteration ", *iteration, " under ", dir, " (", checkpoint_dir_name(*iteration), " is missing)");
+  } else {
+    iteration = read_checkpoint_tracker(dir);
+  }
   STRATA_CHECK(iteration.has_value(), "generate: no checkpoint under ", dir, " (", kTrackerFile,
                " is missing); train with checkpoint.save set first");
   const fs::path manifest_path = fs::path(dir) / checkpoint_dir_name(*iteration) / "manifest.json";
@@ -196,11 +204,11 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   lm.iteration = *iteration;
   lm.config = StrataConfig::from_yaml_text(yaml, overrides, manifest_path.string() + " (config)");
   lm.config.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); generation runs in one process
-  lm.tokenizer = data::build_tokenizer(lm.config);
+  lm.tokenizer = data::build_checked_tokenizer(lm.config.data, lm.config.model.vocab_size);
   if (!lm.config.model.vocab_size) lm.config.model.vocab_size = lm.tokenizer->vocab_size();
   lm.config.validate(1);
   const Device device = resolve_device(lm.config.training.device);
-  lm.model = std::make_unique<GPTModel>(lm.config, device);
+  lm.model = make_model(lm.config, device);
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;

@@ -1,4 +1,4 @@
-// Text generation and scoring with a trained GPTModel (`strata generate`): KV-cached sampling
+// Text generation and scoring with a trained language model (`strata generate`): KV-cached sampling
 // (prefill the prompt, then one token at a time) with temperature, top-k and top-p (nucleus)
 // filtering, reproducible through the counter-based RNG (philox::uniform keyed by (seed, stream
 // "generate"), element = step index); and scoring (log-probability of every prompt token given its
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "models/gpt_model.h"
+#include "models/language_model.h"
 #include "training/config.h"
 
 namespace strata::generation {
@@ -50,7 +50,7 @@ struct GenerateOptions {
 // Generates up to max_new_tokens after `prompt` (batch 1) with a KV cache sized prompt + new
 // tokens; returns the new tokens only. Throws when the prompt is empty or does not fit the
 // model's positions; max_new_tokens is clipped to the positions left.
-std::vector<int64_t> generate(GPTModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& opt);
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& opt);
 
 struct ScoreResult {
   std::vector<int64_t> tokens;
@@ -60,7 +60,7 @@ struct ScoreResult {
   std::string to_json() const;  // {"tokens":[...],"logprobs":[null,...],"sum_logprob":..,"perplexity":..}
 };
 // log p(token_i | tokens_<i) for every prompt token from one full forward.
-ScoreResult score(GPTModel& model, const std::vector<int64_t>& prompt);
+ScoreResult score(LanguageModel& model, const std::vector<int64_t>& prompt);
 
 // log-softmax of one row in double.
 std::vector<double> log_softmax(const std::vector<double>& logits);
@@ -69,13 +69,15 @@ std::vector<double> log_softmax(const std::vector<double>& logits);
 struct LoadedModel {
   StrataConfig config;  // the checkpoint's resolved config with the overrides applied
   std::unique_ptr<data::Tokenizer> tokenizer;
-  std::unique_ptr<GPTModel> model;
+  std::unique_ptr<LanguageModel> model;
   int64_t iteration = 0;
 };
-// Reads <dir>/latest_checkpointed_iteration.txt and the manifest's config, applies `overrides`
-// ("section.field=value"), builds the tokenizer and the GPTModel on training.device and loads the
-// model weights only (no optimizer). Throws with a clear message when there is no checkpoint.
-LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides = {});
+// Reads <dir>/latest_checkpointed_iteration.txt (or takes `iteration`) and the manifest's
+// config, applies `overrides` ("section.field=value"), builds the tokenizer (model.vocab_size
+// checked against it) and the model (training/model_factory.h) on training.device and loads the model weights only (no
+// optimizer). Throws with a clear message when there is no checkpoint (at that iteration).
+LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides = {},
+                               std::optional<int64_t> iteration = std::nullopt);
 
 // The sampling defaults of the config's inference section (random_seed null → training.seed).
 GenerateOptions options_from_config(const StrataConfig& cfg);

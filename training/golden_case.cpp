@@ -3,6 +3,7 @@
 // python_test_utils/test_pretraining_{regular,resume_checkpoint}_pipeline.py.
 #include "training/golden_case.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "training/checkpoint.h"
+#include "training/model_factory.h"
 #include "training/run.h"
 
 namespace strata::golden {
@@ -205,6 +207,12 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
       {"TENSORBOARD_PATH", run.tensorboard_dir}, {"CHECKPOINT_SAVE_PATH", ckpt}, {"CHECKPOINT_LOAD_PATH", ckpt}};
   const StrataConfig cfg = case_config(c, ph, options.platform, job.size());
   run.train_iters = cfg.training.train_iters;
+  // Extracted: Megatron's metrics, the case's METRICS and every named loss of the model.
+  run.loss_names = model_loss_names(cfg);
+  std::vector<std::string> extracted = extracted_metric_names();
+  for (const std::vector<std::string>* more : std::initializer_list<const std::vector<std::string>*>{&c.metrics, &run.loss_names})
+    for (const std::string& m : *more)
+      if (std::find(extracted.begin(), extracted.end(), m) == extracted.end()) extracted.push_back(m);
   STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging.tensorboard_dir.has_value(), config_path(c),
                     ": logging.tensorboard_dir must be ${TENSORBOARD_PATH} (the runner reads the event files)");
   STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging.log_interval == 1, config_path(c),
@@ -224,7 +232,7 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
   int rc = train_in_process(cfg, job);
   STRATA_CHECK_KIND(ErrorKind::Runtime, rc == 0, "golden case ", c.name, ": training exited with ", rc);
   job.barrier();  // the metrics rank's event file is closed
-  if (run.has_metrics) run.values = read_tensorboard_metrics(run.tensorboard_dir, run.train_iters);
+  if (run.has_metrics) run.values = read_tensorboard_metrics(run.tensorboard_dir, run.train_iters, extracted);
 
   if (c.test_type == "ckpt-resume") {
     // Megatron's run_ci_test.sh between the two runs: drop the last checkpoint, point the tracker
@@ -251,7 +259,8 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
     job.barrier();
     if (run.has_metrics)
       run.resumed =
-          steps_after(read_tensorboard_metrics(run.resume_tensorboard_dir, run.train_iters), run.resume_iteration);
+          steps_after(read_tensorboard_metrics(run.resume_tensorboard_dir, run.train_iters, extracted),
+                      run.resume_iteration);
   }
   return run;
 }
@@ -261,6 +270,7 @@ CaseVerdict check_case_run(const GoldenCase& c, const CaseRun& run, const Golden
   CompareOptions o;
   o.allow_nondeterministic = c.allow_nondeterministic;
   o.record_only = record_only_metrics(platform);
+  o.loss_names = run.loss_names;
   CaseVerdict v;
   std::vector<CheckResult> r = compare(golden, run.values, c.metrics, o);
   v.passed = all_passed(r);
@@ -282,6 +292,7 @@ CaseVerdict check_repeatability(const GoldenCase& c, const CaseRun& first, const
   // Deterministic checks only, whatever ENV_VARS says: goldens are committed from a reproducible run.
   CompareOptions o;
   o.record_only = record_only_metrics(platform);
+  o.loss_names = first.loss_names;
   auto deterministic_only = [](std::vector<CheckResult> r) {
     std::erase_if(r, [](const CheckResult& x) { return x.kind != CheckKind::Deterministic; });
     return r;

@@ -93,6 +93,7 @@ struct CaseRun {
   std::optional<GoldenValues> resumed;  // ckpt-resume: run 2, steps > resume_iteration
   int64_t resume_iteration = 0;
   std::string tensorboard_dir, resume_tensorboard_dir;
+  std::vector<std::string> loss_names;  // the model's named losses (extracted and checked as losses)
 };
 
 // Trains the case as configured and extracts every whitelisted metric from its event files (on

@@ -221,9 +221,10 @@ GoldenValues steps_after(const GoldenValues& values, int64_t after_step) {
 
 // ---- comparison -----------------------------------------------------------------------------------
 
-std::vector<Check> check_thresholds(const std::string& metric) {
+std::vector<Check> check_thresholds(const std::string& metric, const std::vector<std::string>& loss_names) {
   const Check det{CheckKind::Deterministic, 0.0, 0.0};
-  if (metric == "lm loss" || metric == "mtp_1 loss" || metric == "mtp_2 loss" || metric == "total loss" ||
+  const bool named_loss = std::find(loss_names.begin(), loss_names.end(), metric) != loss_names.end();
+  if (named_loss || metric == "lm loss" || metric == "mtp_1 loss" || metric == "mtp_2 loss" || metric == "total loss" ||
       metric == "generated_tokens" || metric == "logprobs")
     return {det, {CheckKind::Approximate, 0.05, 0.0}};
   if (metric == "num-zeros") return {det, {CheckKind::Approximate, 0.20, 0.0}};
@@ -313,7 +314,7 @@ std::vector<CheckResult> compare(const GoldenValues& golden, const GoldenValues&
                                  const std::vector<std::string>& checked_metrics, const CompareOptions& options) {
   std::vector<CheckResult> results;
   for (const std::string& metric : checked_metrics) {
-    const std::vector<Check> checks = check_thresholds(metric);
+    const std::vector<Check> checks = check_thresholds(metric, options.loss_names);
     const bool record_only =
         std::find(options.record_only.begin(), options.record_only.end(), metric) != options.record_only.end();
     if (checks.empty()) {

@@ -74,7 +74,8 @@ struct Check {
 // Megatron's CHECK_THRESHOLDS: lm/mtp/total loss: Deterministic + Approximate(rtol 0.05);
 // num-zeros: Deterministic + Approximate(rtol 0.2); iteration-time, mem-allocated-bytes,
 // mem-max-allocated-bytes: Approximate(rtol 0.05) only. Unknown metric: empty.
-std::vector<Check> check_thresholds(const std::string& metric);
+// A metric in `loss_names` (a named loss of the model) gets the loss checks.
+std::vector<Check> check_thresholds(const std::string& metric, const std::vector<std::string>& loss_names = {});
 
 // min(max(N // 100, 1), 50): how many points an approximate check of N points may miss.
 int64_t allowed_failures(int64_t n_points);
@@ -109,6 +110,9 @@ struct CompareOptions {
   bool allow_nondeterministic = false;
   // Metrics recorded but not compared (on the CPU: iteration-time and mem-*).
   std::vector<std::string> record_only;
+  // The run's named losses (the loss channel, LanguageModel::loss_names(): "lm loss", MoE's
+  // load_balancing_loss …): each is checked like "lm loss".
+  std::vector<std::string> loss_names;
 };
 
 // Megatron's pipeline(): for each metric of `checked_metrics`, its checks from check_thresholds().

@@ -32,7 +32,7 @@
 #include <optional>
 #include <vector>
 
-#include "models/parameter.h"
+#include "core/parameter.h"
 #include "parallel/process_group.h"
 
 namespace strata {

@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "core/formats/safetensors.h"
 #include "data/tokenizer.h"
-#include "models/gpt_model.h"
 #include "training/checkpoint.h"
+#include "training/model_factory.h"
 #include "training/tensor_file.h"
 
 namespace strata::hf {
@@ -56,7 +56,7 @@ void write_text(const fs::path& p, const std::string& text) {
 // The tokenizer of a config, or null when it cannot be built (e.g. moved BPE files).
 std::unique_ptr<data::Tokenizer> try_tokenizer(const StrataConfig& cfg) {
   try {
-    return data::build_tokenizer(cfg);
+    return data::build_tokenizer(cfg.data, cfg.model.vocab_size);
   } catch (const std::exception&) {
     return nullptr;
   }
@@ -96,6 +96,21 @@ std::map<std::string, Tensor> read_hf_tensors(const fs::path& dir, std::string& 
   STRATA_THROW("import --hf: ", dir.string(), " has no model.safetensors or model.safetensors.index.json");
 }
 
+// An import writes iteration 0 and the tracker: refuse a directory that holds a run already, whose
+// tracker it would rewrite (resuming that run would then fail).
+void check_save_dir_free(const fs::path& save) {
+  std::error_code ec;
+  if (!fs::exists(save, ec)) return;
+  STRATA_CHECK(fs::is_directory(save, ec), "import --hf: --save ", save.string(), " exists and is not a directory");
+  std::string found = fs::exists(save / kTrackerFile, ec) ? kTrackerFile : "";
+  for (const auto& e : fs::directory_iterator(save, ec)) {
+    if (!found.empty()) break;
+    if (e.is_directory() && e.path().filename().string().rfind("iter_", 0) == 0) found = e.path().filename().string();
+  }
+  STRATA_CHECK(found.empty(), "import --hf: --save ", save.string(), " already holds a checkpoint (", found,
+               "); choose another directory, or pass --force to write iteration 0 there and point its tracker at it");
+}
+
 }  // namespace
 
 ExportResult export_checkpoint(const std::string& load_dir, const std::string& out_dir,
@@ -127,10 +142,8 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   r.family = family;
   r.iteration = *iteration;
   r.dtype = model_dtype(cfg.training.precision);
-  GPTModelOptions mo;
-  mo.dtype = r.dtype;
-  mo.device = Device::cpu();
-  GPTModel model(cfg.model, mo);
+  std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
+  LanguageModel& model = *model_ptr;
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;
@@ -163,9 +176,10 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
 }
 
 ImportResult import_checkpoint(const std::string& hf_dir, const std::string& save_dir,
-                               const std::vector<std::string>& overrides) {
+                               const std::vector<std::string>& overrides, bool force) {
   STRATA_CHECK(fs::is_directory(hf_dir), "import --hf: ", hf_dir, " is not a directory");
   STRATA_CHECK(!save_dir.empty(), "import --hf: --save DIR is required");
+  if (!force) check_save_dir_free(save_dir);
   const fs::path dir(hf_dir);
   const fs::path config_path = dir / "config.json";
   STRATA_CHECK(fs::exists(config_path), "import --hf: ", config_path.string(), " is missing");
@@ -201,12 +215,11 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
 
   const int64_t padded = padded_vocab_size(*cfg.model.vocab_size, cfg.model.make_vocab_size_divisible_by, 1);
   // Names and shapes are checked here, before the model is allocated.
-  const std::map<std::string, Tensor> mg = from_hf_tensors(cfg.model, ic.family, padded, hf_tensors, file);
+  const std::map<std::string, Tensor> mg =
+      from_hf_tensors(cfg.model, ic.family, ic.file_vocab, padded, hf_tensors, file);
 
-  GPTModelOptions mo;
-  mo.dtype = model_dtype(cfg.training.precision);
-  mo.device = Device::cpu();
-  GPTModel model(cfg.model, mo);
+  std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
+  LanguageModel& model = *model_ptr;
   for (Parameter* p : model.parameters()) {
     auto it = mg.find(p->name);
     STRATA_CHECK(it != mg.end(), "import --hf: no tensor in ", file, " maps to parameter '", p->name, "'");

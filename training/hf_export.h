@@ -45,8 +45,10 @@ struct ImportResult {
   std::string checkpoint_dir;   // <save>/iter_0000000
 };
 // Imports the HF directory hf_dir into a Strata checkpoint under save_dir. `overrides`:
-// "section.field=value" applied to the config built from config.json.
+// "section.field=value" applied to the config built from config.json. A save_dir that already
+// holds a checkpoint (a tracker file or an iter_* directory) is refused before anything is read
+// or written unless `force` (then its tracker is rewritten to 0, the other iterations are left).
 ImportResult import_checkpoint(const std::string& hf_dir, const std::string& save_dir,
-                               const std::vector<std::string>& overrides = {});
+                               const std::vector<std::string>& overrides = {}, bool force = false);
 
 }  // namespace strata::hf

@@ -13,25 +13,6 @@ namespace strata::hf {
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-const char* to_string(Family f) {
-  switch (f) {
-    case Family::Llama: return "llama";
-    case Family::GPT2: return "gpt2";
-    case Family::Qwen3: return "qwen3";
-  }
-  STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
-  return "";
-}
-const char* architecture_name(Family f) {
-  switch (f) {
-    case Family::Llama: return "LlamaForCausalLM";
-    case Family::GPT2: return "GPT2LMHeadModel";
-    case Family::Qwen3: return "Qwen3ForCausalLM";
-  }
-  STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
-  return "";
-}
-
 namespace {
 
 std::string bool_str(bool b) { return b ? "true" : "false"; }
@@ -102,68 +83,7 @@ Family family_of(const json& j, const std::string& file) {
 
 }  // namespace
 
-std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
-  std::ostringstream why;
-  if (f == Family::Qwen3 && !m.qk_layernorm) {
-    why << "model.qk_layernorm=false: Qwen3 has q_norm/k_norm";
-  } else if (f != Family::Qwen3 && m.qk_layernorm) {
-    why << "model.qk_layernorm=true has no " << architecture_name(f) << " equivalent (Qwen3ForCausalLM has)";
-  } else if (m.apply_residual_connection_post_layernorm) {
-    why << "model.apply_residual_connection_post_layernorm=true is not " << architecture_name(f) << "'s residual";
-  } else if (f != Family::GPT2) {
-    if (m.normalization != Normalization::RMSNorm)
-      why << "model.normalization=" << strata::to_string(m.normalization) << " is not Llama's RMSNorm";
-    else if (!m.swiglu)
-      why << "model.swiglu=false is not Llama's SwiGLU MLP";
-    else if (m.position_embedding_type != PositionEmbeddingType::Rope)
-      why << "model.position_embedding_type=" << strata::to_string(m.position_embedding_type) << " is not Llama's rope";
-    else if (m.rotary_interleaved)
-      why << "model.rotary_interleaved=true is not Llama's rotate_half RoPE";
-    else if (m.rotary_percent != 1.0)
-      why << "model.rotary_percent=" << m.rotary_percent << " is not Llama's full rotary (1.0)";
-    else if (m.add_bias_linear)
-      why << "model.add_bias_linear=true: Llama's linear layers have no biases";
-    else if (m.add_qkv_bias)
-      why << "model.add_qkv_bias=true: Llama's q/k/v projections have no biases";
-  } else {
-    if (m.normalization != Normalization::LayerNorm)
-      why << "model.normalization=" << strata::to_string(m.normalization) << " is not GPT-2's LayerNorm";
-    else if (m.swiglu)
-      why << "model.swiglu=true is not GPT-2's GeLU MLP";
-    else if (m.position_embedding_type != PositionEmbeddingType::LearnedAbsolute)
-      why << "model.position_embedding_type=" << strata::to_string(m.position_embedding_type)
-          << " is not GPT-2's learned_absolute";
-    else if (!m.add_bias_linear)
-      why << "model.add_bias_linear=false: GPT-2's linear layers have biases";
-    else if (m.query_groups() != m.num_attention_heads)
-      why << "model.num_query_groups=" << m.query_groups() << " (GQA) is not GPT-2's multi-head attention ("
-          << m.num_attention_heads << " heads)";
-    else if (m.head_dim() * m.num_attention_heads != m.hidden_size)
-      why << "model.kv_channels=" << m.head_dim() << " is not GPT-2's hidden_size / num_attention_heads";
-  }
-  const std::string s = why.str();
-  if (s.empty()) return std::nullopt;
-  return s;
-}
-
-Family family_for(const ModelConfig& m) {
-  if (m.qk_layernorm) {
-    const auto qwen3 = incompatibility(m, Family::Qwen3);
-    if (!qwen3) return Family::Qwen3;
-    STRATA_THROW("export --format hf: the model is not Qwen3ForCausalLM (the family with q/k norms): ", *qwen3);
-  }
-  const auto llama = incompatibility(m, Family::Llama);
-  if (!llama) return Family::Llama;
-  const auto gpt2 = incompatibility(m, Family::GPT2);
-  if (!gpt2) return Family::GPT2;
-  // Name the family the config is closest to first (by its normalization).
-  if (m.normalization == Normalization::RMSNorm)
-    STRATA_THROW("export --format hf: the model is not LlamaForCausalLM: ", *llama, " (nor GPT2LMHeadModel: ", *gpt2, ")");
-  STRATA_THROW("export --format hf: the model is not GPT2LMHeadModel: ", *gpt2, " (nor LlamaForCausalLM: ", *llama, ")");
-}
-
 ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
-  const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
   ojson j;
   j["architectures"] = ojson::array({architecture_name(f)});
   j["model_type"] = to_string(f);
@@ -201,9 +121,8 @@ ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
     j["scale_attn_weights"] = true;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
   }
-  // Megatron's padded vocabulary: the embedding and output rows (make_vocab_size_divisible_by);
-  // ids >= the tokenizer's vocabulary are never produced by it.
-  j["vocab_size"] = padded;
+  // The real vocabulary: the rows written (Megatron's padding is dropped; hf_format.h).
+  j["vocab_size"] = *m.vocab_size;
   if (info.bos_id) j["bos_token_id"] = *info.bos_id;
   if (info.eos_id) j["eos_token_id"] = *info.eos_id;
   j["torch_dtype"] = torch_dtype_name(info.dtype);
@@ -235,6 +154,7 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
   ModelConfig& m = r.model;
   m.make_vocab_size_divisible_by = 1;
   m.vocab_size = get_int(j, "vocab_size", file);
+  r.file_vocab = *m.vocab_size;
   m.hidden_dropout = 0.0;
   m.attention_dropout = 0.0;
   if (r.family != Family::GPT2) {
@@ -299,13 +219,15 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
   if (j.contains("strata") && j.at("strata").is_object()) {
     const json& s = j.at("strata");
     const std::string sf = file + " (\"strata\")";
-    const int64_t padded = *m.vocab_size;
+    const int64_t rows = r.file_vocab;
     m.vocab_size = get_int(s, "vocab_size", sf);
     m.make_vocab_size_divisible_by = get_int(s, "make_vocab_size_divisible_by", sf);
+    // The file holds the real vocabulary, or (exports before the padding was dropped) the padded one.
     STRATA_CHECK(*m.vocab_size > 0 && m.make_vocab_size_divisible_by > 0 &&
-                     padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1) == padded,
-                 sf, ": vocab_size ", *m.vocab_size, " padded to a multiple of ", m.make_vocab_size_divisible_by,
-                 " is not the config's vocab_size ", padded);
+                     (rows == *m.vocab_size ||
+                      padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1) == rows),
+                 sf, ": vocab_size ", *m.vocab_size, " (padded to a multiple of ", m.make_vocab_size_divisible_by,
+                 ") does not match the config's vocab_size ", rows);
     m.seq_length = get_int(s, "seq_length", sf);
     m.hidden_dropout = opt_double(s, "hidden_dropout", m.hidden_dropout, sf);
     const std::string tok = opt_string(s, "tokenizer_type", "", sf);

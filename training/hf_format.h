@@ -1,6 +1,6 @@
-// Hugging Face model formats for `strata export --format hf` / `strata import --hf`: which HF family
-// a Megatron GPT config matches, the config.json mapping in both directions, and the tensor name
-// and layout maps between Megatron-Core canonical names and HF names. Pure functions over host
+// Hugging Face model formats for `strata export --format hf` / `strata import --hf`: the config.json
+// mapping in both directions (the families and the tensor name and layout maps between Megatron-Core
+// GPT names and HF names are the GPT model's: models/gpt/hf_families.h). Pure functions over host
 // tensors and JSON (no files); training/hf_export.h does the file work.
 //
 // Families:
@@ -15,9 +15,13 @@
 //          learned absolute positions, biases, MHA, tied (or untied with lm_head.weight). Conv1D
 //          weights are stored [in, out] (transposed); c_attn is [q all heads | k | v].
 // apply_layernorm_1p checkpoints store gamma - 1; export writes gamma (adds 1).
-// vocab_size in config.json is Megatron's padded vocabulary (the embedding rows); the unpadded
-// size, make_vocab_size_divisible_by, seq_length, tokenizer and hidden_dropout ride along in a
-// "strata" object that import uses when present (transformers keeps unknown config keys).
+// vocab_size in config.json and the rows of the embedding and lm_head are the real vocabulary
+// (model.vocab_size, the tokenizer's size unless set larger): transformers' log-softmax runs over
+// every row, so Megatron's padding rows are dropped on export and re-added on import (copies of
+// the last row, as Megatron's converter pads). make_vocab_size_divisible_by, seq_length,
+// tokenizer and hidden_dropout ride along in a "strata" object that import uses when present
+// (transformers keeps unknown config keys). Exports written before this change (config.json
+// vocab_size = the padded vocabulary) still import.
 // Reference: transformers models/llama/{configuration,modeling}_llama.py, models/qwen3/modeling_qwen3.py,
 // models/gpt2/{configuration,modeling}_gpt2.py (Conv1D in pytorch_utils.py), Megatron-LM
 // tools/checkpoint/{loader_llama_mistral,saver_megatron}.py (the same name maps).
@@ -28,20 +32,11 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "models/gpt/hf_families.h"
 #include "models/model_config.h"
 #include "training/config.h"
 
 namespace strata::hf {
-
-enum class Family { Llama, GPT2, Qwen3 };
-const char* to_string(Family f);           // "llama" | "gpt2" | "qwen3" (model_type)
-const char* architecture_name(Family f);   // "LlamaForCausalLM" | "GPT2LMHeadModel" | "Qwen3ForCausalLM"
-
-// Why a finalized model config cannot be exported as `f` ("model.normalization=LayerNorm is not
-// Llama's RMSNorm"), or nullopt when it can.
-std::optional<std::string> incompatibility(const ModelConfig& m, Family f);
-// The family a finalized model config matches; throws naming the field that prevents each.
-Family family_for(const ModelConfig& m);
 
 // What config.json needs besides the model section.
 struct ExportInfo {
@@ -49,7 +44,7 @@ struct ExportInfo {
   std::optional<int64_t> bos_id, eos_id;
   std::string tokenizer_type;        // recorded in the "strata" object
 };
-// config.json for a finalized model config (vocab_size: the padded vocabulary).
+// config.json for a finalized model config (vocab_size: model.vocab_size, unpadded).
 nlohmann::ordered_json config_json(const ModelConfig& m, Family f, const ExportInfo& info);
 // generation_config.json from the tokenizer ids and the inference section.
 nlohmann::ordered_json generation_config_json(const InferenceConfig& inf, const ExportInfo& info);
@@ -61,17 +56,8 @@ struct ImportedConfig {
   ModelConfig model;
   std::optional<std::string> tokenizer_type;  // from the "strata" object
   std::optional<int64_t> eos_id;
+  int64_t file_vocab = 0;  // config.json vocab_size: the embedding (and lm_head) rows in the file
 };
 ImportedConfig model_config_from_json(const nlohmann::json& config, const std::string& file);
-
-// Megatron canonical tensors (GPTModel::parameters() names and shapes) → HF tensors (same dtype).
-std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m, Family f,
-                                            const std::map<std::string, Tensor>& megatron);
-// HF tensors → Megatron canonical tensors. Accepts names without the base-model prefix
-// ("h.0.attn.c_attn.weight", "layers.0…"), ignores HF buffers (GPT-2 attn.bias / attn.masked_bias,
-// Llama rotary_emb.inv_freq) and a tied lm_head.weight equal to the embeddings. Missing, extra and
-// wrong-shaped tensors are errors naming the tensor and `file`. `padded_vocab`: embedding rows.
-std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m, Family f, int64_t padded_vocab,
-                                              const std::map<std::string, Tensor>& hf, const std::string& file);
 
 }  // namespace strata::hf

@@ -94,7 +94,7 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   }
   r.grad_norm = std::sqrt(sumsq.item());
 
-  if (!std::isfinite(r.grad_norm)) {
+  if (settings_.skip_non_finite && !std::isfinite(r.grad_norm)) {
     r.skipped = true;
     for (ParamState& s : states_) {
       if (kernels::has_non_finite(grads[static_cast<size_t>(&s - states_.data())])) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "kernels/optimizer.h"
-#include "models/parameter.h"
+#include "core/parameter.h"
 #include "parallel/process_group.h"
 
 namespace strata {
@@ -32,10 +32,14 @@ struct AdamWSettings {
   double weight_decay = 0.01;
   double clip_grad = 1.0;        // 0: no clipping
   bool count_zeros = false;      // compute num-zeros (one extra pass over the grads)
+  // true: a non-finite grad norm skips the step (training.check_for_nan_in_loss_and_grad).
+  // false: no check, as Megatron's bf16/fp32 optimizers (no loss scaler): the step is applied
+  // with the non-finite gradients (clipping as Megatron: a NaN coefficient is not < 1, so none).
+  bool skip_non_finite = true;
 };
 
 struct OptimizerStepResult {
-  bool skipped = false;           // grad norm not finite: parameters untouched
+  bool skipped = false;           // grad norm not finite (and skip_non_finite): parameters untouched
   double grad_norm = 0.0;         // before clipping (Megatron reports this)
   double num_zeros = 0.0;         // zeros in the (unclipped) gradients; 0 unless counted
   std::string first_non_finite;   // name of the first parameter with a NaN/Inf gradient (skipped only)

@@ -1,6 +1,6 @@
-// Wiring for pipeline-parallel GPT training: the PipelineLayout (training/schedules.h) of this
-// rank's GPT model chunks and groups, so `strata train` (and tests) set up PP in one call:
-//   auto chunks = make_gpt_model_chunks(cfg, device, groups);
+// Wiring for pipeline-parallel training: the PipelineLayout (training/schedules.h) of this rank's
+// model chunks and groups, so `strata train` (and tests) set up PP in one call:
+//   auto chunks = make_model_chunks(cfg, device, groups);       // training/model_factory.h
 //   options.pipeline = make_pipeline_layout(chunks, groups);
 //   options.model_parallel = groups.mp;
 //   Trainer trainer(cfg, *chunks.front(), data, valid, options);
@@ -9,24 +9,19 @@
 #include <memory>
 #include <vector>
 
-#include "models/gpt_model.h"
+#include "models/language_model.h"
 #include "parallel/process_group.h"
 #include "training/schedules.h"
 
 namespace strata {
 
-inline PipelineLayout make_pipeline_layout(const std::vector<std::unique_ptr<GPTModel>>& chunks,
-                                           const ParallelGroups& groups) {
+// Chunks of any LanguageModel type (GPTModel, LanguageModel …).
+template <class Model>
+PipelineLayout make_pipeline_layout(const std::vector<std::unique_ptr<Model>>& chunks, const ParallelGroups& groups) {
   PipelineLayout l;
   for (const auto& c : chunks) l.chunks.push_back(c.get());
   l.pp = groups.pp;
   l.embedding = groups.embedding;
-  if (!chunks.empty()) {
-    l.hidden_size = chunks.front()->config().hidden_size;
-    l.activation_dtype = chunks.front()->dtype();
-    l.device = chunks.front()->device();
-    if (chunks.front()->options().sequence_parallel) l.sequence_shards = groups.tp.size();
-  }
   return l;
 }
 

@@ -2,7 +2,7 @@
 // one process, or every rank of `mpirun -np N strata train …`), builds the process groups of the
 // parallel layout, the tokenizer (for the vocabulary size), the datasets (indexed .bin/.idx blends
 // or mock data, split train/valid/test; each data-parallel rank reads its micro-batches), the GPT
-// model with the groups, and the Trainer loop. An error on any rank aborts every rank with the
+// model chunks from the model factory, and the Trainer loop. An error on any rank aborts every rank with the
 // rank in the message (run_or_abort). Log lines come from the last rank (Megatron's
 // print_rank_last); other ranks log warnings and errors only.
 // Reference: megatron/training/training.py (pretrain), initialize.py (initialize_megatron),
@@ -15,23 +15,25 @@
 #include "core/logging.h"
 #include "data/blended_dataset.h"
 #include "data/tokenizer.h"
-#include "models/gpt_model.h"
 #include "parallel/distributed.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_grid.h"
+#include "training/checkpoint_paths.h"
 #include "training/dataset_batch_source.h"
+#include "training/model_factory.h"
 #include "training/pipeline_setup.h"
 #include "training/trainer.h"
 
 namespace strata::training {
 namespace {
 
-// Model FLOPs per token for forward + backward: 6·N (weights) + 12·L·h·s (attention scores and
-// context, causal masking not discounted) — the PaLM / Megatron convention for MFU.
-double gpt_flops_per_token(const StrataConfig& cfg, const std::vector<Parameter*>& params) {
+// Model FLOPs per token for forward + backward: 6·N (weights multiplied by activations; lookup
+// tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
+// masking not discounted) — the PaLM / Megatron convention for MFU.
+double model_flops_per_token(const StrataConfig& cfg, const std::vector<Parameter*>& params) {
   double n = 0;
   for (const Parameter* p : params)
-    if (p->name != "embedding.position_embeddings.weight") n += static_cast<double>(p->value.numel());
+    if (p->counted_in_model_flops) n += static_cast<double>(p->value.numel());
   const auto& m = cfg.model;
   return 6.0 * n + 12.0 * m.num_layers * m.hidden_size * m.seq_length;
 }
@@ -43,11 +45,12 @@ double peak_flops(Device device, Precision precision) {
 }
 
 TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const RunHooks& hooks) {
+  check_checkpoint_paths(cfg, /*create_save=*/true);  // before anything is allocated or trained
   const Device device = rt.device;
   const ParallelGroups groups = build_parallel_groups(cfg.parallel, rt.world_host, rt.world_device);
   const bool last_rank = rt.rank == rt.world_size - 1;
   if (!last_rank) log::set_level("warn");
-  std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(cfg);
+  std::unique_ptr<data::Tokenizer> tokenizer = data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);
   if (!cfg.model.vocab_size) {
     cfg.model.vocab_size = tokenizer->vocab_size();
     cfg.validate(cfg.parallel.world_size);
@@ -85,8 +88,8 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
                                                  cfg.data.eod_mask_loss, dp_rank, dp_size);
 
   // This rank's model chunks (one without pipeline parallelism; vpp with interleaving).
-  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, device, groups);
-  GPTModel& model = *chunks.front();
+  std::vector<std::unique_ptr<LanguageModel>> chunks = make_model_chunks(cfg, device, groups);
+  LanguageModel& model = *chunks.front();
   TrainerOptions options;
   options.pipeline = make_pipeline_layout(chunks, groups);
   options.model_parallel = groups.mp;
@@ -96,12 +99,12 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   std::vector<Parameter*> params;
   for (const auto& c : chunks)
     for (Parameter* p : c->parameters()) params.push_back(p);
-  const double fpt = gpt_flops_per_token(cfg, params);
+  const double fpt = model_flops_per_token(cfg, params);
   options.flops_per_token = [fpt] { return fpt; };
   options.peak_flops_per_second = peak_flops(device, cfg.training.precision);
   int64_t n_params = 0;
   for (const Parameter* p : params) n_params += p->value.numel();
-  log::info("GPT model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
+  log::info("model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
 
   Trainer trainer(cfg, model, train, valid.get(), options);
   log::info("layout: world {} = tp {} x cp {} x pp {} x dp {}; optimizer state {} bytes on this rank{}", rt.world_size,

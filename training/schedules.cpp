@@ -42,8 +42,8 @@ class Runner {
   bool last_rank() const { return rank_ == pp_ - 1; }
   LanguageModel& chunk(int64_t c) { return *layout_.chunks[static_cast<size_t>(c)]; }
 
-  // Forward of micro-batch mb through chunk c; returns the output hidden to send (undefined on
-  // the last stage, where the loss function runs instead).
+  // Forward of micro-batch mb through chunk c; returns the output stream to send (undefined on
+  // the last stage). The loss function runs on every loss the chunk reported.
   Tensor forward(int64_t c, int64_t mb) {
     LanguageModel& m = chunk(c);
     std::unique_ptr<ForwardContext> ctx = m.make_context(step_.step, mb, /*training=*/!step_.forward_only);
@@ -54,22 +54,22 @@ class Runner {
       q.pop_front();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    Tensor out;
+    ForwardOutput out;
     {
       phase_timer::Scope t("forward");
-      out = m.forward(*ctx, step_.batch(mb));
+      out = m.forward_pass(*ctx, step_.batch(mb));
     }
     add_time(t0);
     if (step_.trace) step_.trace->push_back({PipelineOp::Kind::Forward, mb, c});
-    if (m.is_last_stage()) {
-      Tensor dl = step_.loss_func(mb, out);
-      if (!step_.forward_only) dlosses_[{c, mb}] = dl;
-      out = Tensor();
-    } else {
-      out = out.contiguous();
+    std::vector<Tensor> grads;
+    if (!out.losses.empty()) grads = step_.loss_func(mb, out.losses);
+    if (!step_.forward_only) {
+      STRATA_INTERNAL_ASSERT(grads.size() == out.losses.size(), "pipeline schedule: ", grads.size(),
+                             " loss gradients for ", out.losses.size(), " losses");
+      loss_grads_[{c, mb}] = std::move(grads);
+      contexts_[{c, mb}] = std::move(ctx);
     }
-    if (!step_.forward_only) contexts_[{c, mb}] = std::move(ctx);
-    return out;
+    return m.is_last_stage() ? Tensor() : out.stage_output.contiguous();
   }
 
   // Backward of micro-batch mb through chunk c; returns d(input hidden) to send (undefined on the
@@ -80,16 +80,15 @@ class Runner {
     STRATA_INTERNAL_ASSERT(it != contexts_.end());
     std::unique_ptr<ForwardContext> ctx = std::move(it->second);
     contexts_.erase(it);
-    Tensor grad;
-    if (m.is_last_stage()) {
-      auto d = dlosses_.find({c, mb});
-      STRATA_INTERNAL_ASSERT(d != dlosses_.end());
-      grad = d->second;
-      dlosses_.erase(d);
-    } else {
+    BackwardInput in;
+    auto d = loss_grads_.find({c, mb});
+    STRATA_INTERNAL_ASSERT(d != loss_grads_.end());
+    in.loss_grads = std::move(d->second);
+    loss_grads_.erase(d);
+    if (!m.is_last_stage()) {
       auto& q = output_grads_[static_cast<size_t>(c)];
       STRATA_INTERNAL_ASSERT(!q.empty());
-      grad = q.front();
+      in.stage_output_grad = q.front();
       q.pop_front();
     }
     // Megatron: the grad sync is enabled only for the last micro-batch of each chunk.
@@ -98,7 +97,7 @@ class Runner {
     const auto t0 = std::chrono::steady_clock::now();
     {
       phase_timer::Scope t("backward");
-      m.backward(*ctx, grad);
+      m.backward_pass(*ctx, in);
     }
     add_time(t0);
     if (step_.trace) step_.trace->push_back({PipelineOp::Kind::Backward, mb, c});
@@ -131,7 +130,7 @@ class Runner {
   void push_output_grad(int64_t c, const Tensor& t) { output_grads_[static_cast<size_t>(c)].push_back(t); }
 
   void finish() const {
-    STRATA_INTERNAL_ASSERT(contexts_.empty() && dlosses_.empty());
+    STRATA_INTERNAL_ASSERT(contexts_.empty() && loss_grads_.empty());
     for (const auto& q : inputs_) STRATA_INTERNAL_ASSERT(q.empty());
     for (const auto& q : output_grads_) STRATA_INTERNAL_ASSERT(q.empty());
   }
@@ -141,12 +140,13 @@ class Runner {
     if (step_.compute_seconds)
       *step_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // A receive buffer [s / sequence_shards, b, h]: every micro-batch of a step has the shape of micro-batch 0.
+  // A receive buffer of the chunks' residual stream [s / sequence_shards, b, n·h]: every
+  // micro-batch of a step has the shape of micro-batch 0, every chunk the same stream.
   Tensor buffer() {
     const Batch& b = step_.batch(0);
-    STRATA_CHECK(layout_.hidden_size > 0, "pipeline schedule: PipelineLayout.hidden_size is not set");
-    return Tensor::empty({b.tokens.size(1) / layout_.sequence_shards, b.tokens.size(0), layout_.hidden_size},
-                         layout_.activation_dtype, layout_.device);
+    const ResidualStreamShape r = layout_.chunks.front()->residual_stream();
+    STRATA_CHECK(r.hidden_size > 0, "pipeline schedule: the model reports no residual-stream width");
+    return Tensor::empty(r.activation_shape(b.tokens.size(1), b.tokens.size(0)), r.dtype, r.device);
   }
 
   const PipelineLayout& layout_;
@@ -154,7 +154,7 @@ class Runner {
   int64_t pp_ = 1, rank_ = 0, vpp_ = 1;
   std::vector<std::deque<Tensor>> inputs_, output_grads_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ForwardContext>> contexts_;
-  std::map<std::pair<int64_t, int64_t>, Tensor> dlosses_;
+  std::map<std::pair<int64_t, int64_t>, std::vector<Tensor>> loss_grads_;
   std::vector<int64_t> backwards_;  // per chunk: backward passes run this step
 };
 

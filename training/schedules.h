@@ -25,12 +25,8 @@ struct PipelineLayout {
   std::vector<LanguageModel*> chunks;  // in virtual-stage order; one without a virtual pipeline
   ProcessGroup pp = ProcessGroup::single("pp");
   ProcessGroup embedding = ProcessGroup::single("embedding");  // first + last stage (tied embeddings)
-  int64_t hidden_size = 0;                 // h of the [s, b, h] activations sent between stages
-  // The activations sent hold s / sequence_shards rows: tp under sequence parallelism (each tp
-  // rank sends its sequence shard; Megatron get_tensor_shapes: seq_length // tp).
-  int64_t sequence_shards = 1;
-  DType activation_dtype = DType::F32;     // their dtype (the model dtype)
-  Device device = Device::cpu();           // where they live
+  // The activations sent between stages are the chunks' residual streams
+  // (LanguageModel::residual_stream(): [s / sequence_shards, b, n·h], Megatron get_tensor_shapes).
   int64_t num_chunks() const { return static_cast<int64_t>(chunks.size()); }
   bool is_last_rank() const { return pp.rank() == pp.size() - 1; }
 };
@@ -41,9 +37,11 @@ struct ScheduleStep {
   int64_t num_micro_batches = 1;
   bool forward_only = false;        // evaluation: no backward, no activations kept past a stage
   std::function<const Batch&(int64_t micro_batch)> batch;
-  // Called on the last stage with micro-batch mb's per-token losses [b, s]; returns dL/d(losses)
-  // [b, s] for the backward (ignored when forward_only) and accumulates whatever is reported.
-  std::function<Tensor(int64_t micro_batch, const Tensor& losses)> loss_func;
+  // Called after every forward of micro-batch mb with the losses that chunk reported (the loss
+  // channel, models/loss.h: "lm loss" on the last stage, auxiliary losses on any stage); returns
+  // one gradient per loss for the backward (ignored when forward_only) and accumulates whatever
+  // is reported.
+  std::function<std::vector<Tensor>(int64_t micro_batch, const std::vector<NamedLoss>& losses)> loss_func;
   std::vector<PipelineOp>* trace = nullptr;  // when set, the passes this rank ran, in order
   double* compute_seconds = nullptr;         // when set, += wall time spent in forward/backward passes
   // Overlapped gradient reduction: when set, the backward of each chunk's last micro-batch reports

@@ -4,12 +4,14 @@
 // NaN/Inf norm skips the step); Megatron's log line and metric sinks every log_interval;
 // validation every eval_interval; checkpoints every save_interval, on SIGTERM/SIGINT (at the
 // next step boundary, then exit 0) and at the end; resume from checkpoint.load.
-// Loss (Megatron pretrain_gpt loss_func + schedules.forward_step): by default each micro-batch's
-// loss is the mean over its valid tokens and the step's loss the mean over micro-batches, so
+// Losses come through the loss channel (models/loss.h): every named loss of the model
+// (LanguageModel::loss_names(), "lm loss" first) is normalised by training/step_losses.h
+// (Megatron pretrain_gpt loss_func + schedules.forward_step: by default each micro-batch's loss
+// is the mean over its valid tokens and the step's loss the mean over micro-batches, so
 // dL/dloss_i = mask_i / (valid tokens of its micro-batch · num_micro_batches); with
 // calculate_per_token_loss the loss is the mean over the valid tokens of the whole global batch,
-// dL/dloss_i = mask_i / (valid tokens of the global batch). The two agree when every
-// micro-batch has the same number of valid tokens.
+// dL/dloss_i = mask_i / (valid tokens of the global batch); per-micro-batch auxiliary losses are
+// averaged over micro-batches) and logged under its name.
 // Data parallelism (Megatron DDP, options.groups.dp_cp > 1): each rank runs its own micro-batches
 // (the batch sources are built with its dp rank), the gradients live in a GradBuffer and are
 // averaged over dp × cp after the last backward (summed with calculate_per_token_loss, whose
@@ -21,6 +23,7 @@
 // Reference: megatron/training/training.py (train, train_step, training_log, evaluate,
 // save_checkpoint_and_time), megatron/core/pipeline_parallel/schedules.py.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -35,6 +38,7 @@
 #include "training/metrics_log.h"
 #include "training/optimizer.h"
 #include "training/schedules.h"
+#include "training/step_losses.h"
 #include "training/grad_buffer.h"
 #include "training/tensor_file.h"
 
@@ -64,7 +68,8 @@ struct TrainerOptions {
 };
 
 struct EvalResult {
-  double loss = 0.0;  // mean over valid tokens
+  double loss = 0.0;  // the LM loss: mean over valid tokens
+  std::vector<std::pair<std::string, double>> losses;  // every per-token loss (name, mean), LM loss first
   double ppl = 0.0;   // exp(min(20, loss)) (Megatron)
 };
 
@@ -72,7 +77,8 @@ struct TrainResult {
   int exit_code = 0;                     // 0: done or stopped by a signal; 1: exit_on_nan
   int64_t start_iteration = 0;           // iteration loaded from the checkpoint (0: fresh)
   int64_t final_iteration = 0;
-  std::vector<double> losses;            // loss of each iteration run by this call, in order
+  std::vector<std::string> loss_names;   // the model's named losses (log line, JSONL, TensorBoard)
+  std::vector<double> losses;            // LM loss of each iteration run by this call, in order
   std::vector<double> grad_norms;        // grad norm of each iteration run by this call
   std::vector<std::pair<int64_t, EvalResult>> validations;  // (iteration, result)
   int64_t skipped_iterations = 0;        // in the whole run (including before a resume)
@@ -113,11 +119,23 @@ class Trainer {
 
  private:
   struct StepOutcome {
-    double loss = 0.0;
+    double loss = 0.0;  // the LM loss
+    std::vector<std::pair<std::string, double>> losses;  // every named loss, loss_names_ order
     int64_t tokens = 0;
     OptimizerStepResult opt;
   };
+  struct Interval;  // what the log line averages (trainer_loop.cpp)
   StepOutcome train_step(double lr);
+  LossGroups loss_groups() const;
+  // The loop's parts (trainer_loop.cpp).
+  bool stop_requested(TrainResult& result);
+  StepOutcome timed_step(TrainResult& result, Interval& iv);
+  bool account_skip(const StepOutcome& o, TrainResult& result, Interval& iv);  // true: exit_on_nan
+  IterationLog iteration_log(const StepOutcome& o, const Interval& iv, double secs) const;
+  void write_metrics(const IterationLog& f, const Interval& iv);
+  void log_interval(const StepOutcome& o, Interval& iv);
+  void run_validation(TrainResult& result);
+  bool exit_due(std::chrono::steady_clock::time_point run_start);
   TensorFileIO& tensor_io();
   std::ostream& out();
 
@@ -128,6 +146,7 @@ class Trainer {
   TrainerOptions options_;
   PipelineLayout pipeline_;  // chunks: {&model_} without pipelining
   std::vector<Parameter*> params_;
+  std::vector<std::string> loss_names_;  // model_.loss_names(): "lm loss" first
   std::unique_ptr<GradBuffer> grad_buffer_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   bool logging_rank_ = true;       // the last world rank prints and writes metrics

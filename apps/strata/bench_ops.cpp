@@ -157,16 +157,54 @@ std::vector<Row> bench_memory_bound(Device dev, bool quick) {
   return rows;
 }
 
+// The benchmark families and the op names (first column) their rows print.
+struct BenchFamily {
+  std::vector<Row> (*run)(Device, bool);
+  std::vector<std::string> ops;
+};
+const std::vector<BenchFamily>& bench_families() {
+  static const std::vector<BenchFamily> f = {{bench_gemm, {"gemm"}},
+                                             {bench_attention, {"attention_fwd", "attention_fwd_bwd"}},
+                                             {bench_memory_bound, {"layernorm_fwd", "softmax_fwd"}}};
+  return f;
+}
+
+bool matches(const std::string& op, const std::string& filter) {
+  return filter.empty() || op.find(filter) != std::string::npos;
+}
+
 }  // namespace
 
 int run_op_benchmarks(const BenchOpsOptions& opts) {
+  std::vector<std::string> names;
+  bool any = false;
+  for (const BenchFamily& f : bench_families())
+    for (const std::string& op : f.ops) {
+      names.push_back(op);
+      any = any || matches(op, opts.filter);
+    }
+  if (!any) {
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    if (opts.no_match_ok) {
+      std::printf("bench: --filter '%s' matches no benchmark (names: %s)\n", opts.filter.c_str(), list.c_str());
+      return 0;
+    }
+    std::fprintf(stderr, "strata: error: bench ops: --filter '%s' matches no benchmark (names: %s)\n",
+                 opts.filter.c_str(), list.c_str());
+    return 1;
+  }
   std::vector<Device> devices = {Device::cpu()};
   if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
   std::vector<Row> all;
   std::printf("%-22s %-7s %-30s %13s %18s\n", "op", "device", "shape", "median", "rate");
   for (Device dev : devices) {
-    for (auto fn : {bench_gemm, bench_attention, bench_memory_bound}) {
-      for (const Row& r : fn(dev, opts.quick || dev.is_cpu())) {
+    for (const BenchFamily& f : bench_families()) {
+      bool wanted = false;
+      for (const std::string& op : f.ops) wanted = wanted || matches(op, opts.filter);
+      if (!wanted) continue;  // not measured at all
+      for (const Row& r : f.run(dev, opts.quick || dev.is_cpu())) {
+        if (!matches(r.op, opts.filter)) continue;
         print_row(r);
         all.push_back(r);
       }

@@ -65,7 +65,7 @@ StrataConfig bench_config(const BenchTrainOptions& o) {
   const int64_t world = launched_world_size().value_or(1);
   cfg.validate(world);
   if (!cfg.model.vocab_size) {
-    cfg.model.vocab_size = data::build_tokenizer(cfg)->vocab_size();
+    cfg.model.vocab_size = data::build_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();
     cfg.validate(world);
   }
   return cfg;

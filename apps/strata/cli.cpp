@@ -1,16 +1,29 @@
 // strata_main (apps/strata/cli.h): registers every subcommand (apps/strata/cmd_*.cpp), parses the
-// command line with CLI11 and runs the chosen subcommand, turning strata::Error into exit code 1.
+// command line with CLI11 and runs the chosen subcommand. No exception leaves it: strata::Error,
+// std::filesystem errors, any other std::exception and anything else thrown become one
+// `strata: error: …` line on stderr and exit code 1 (CLI11 usage errors keep CLI11's codes).
 #include "apps/strata/cli.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <new>
+#include <string>
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
 
 namespace strata::app {
+
+namespace {
+int report_error(const std::string& what) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "strata: error: %s\n", what.c_str());
+  return 1;
+}
+}  // namespace
 
 int strata_main(int argc, char** argv) {
   clear_runners();  // strata_main may run more than once in a process (tests)
@@ -31,9 +44,15 @@ int strata_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     rc = app.exit(e);
   } catch (const strata::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "strata: error: %s\n", e.what());
-    rc = 1;
+    rc = report_error(e.what());
+  } catch (const std::filesystem::filesystem_error& e) {
+    rc = report_error(std::string("filesystem: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    rc = report_error("out of host memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    rc = report_error(e.what());
+  } catch (...) {
+    rc = report_error("unknown exception");
   }
   std::cout.flush();
   std::fflush(stdout);

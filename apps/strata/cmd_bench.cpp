@@ -25,7 +25,9 @@ void register_bench(CLI::App& app) {
   ops->add_flag("--check", o->check, "run the op sweep (every op x dtype x shape against the f64 CPU reference)");
   ops->add_flag("--quick", o->quick, "fewer and smaller shapes");
   ops->add_option("--backend", o->backend, "cpu or cuda (default: both where available)");
-  ops->add_option("--filter", o->filter, "only ops whose name contains this");
+  ops->add_option("--filter", o->filter,
+                  "only cases and benchmarks whose printed name contains this (e.g. gelu, attention_fwd); "
+                  "an error when nothing matches");
   ops->add_option("--json", o->json, "write sweep results as JSON to this file");
   ops->add_flag("--no-bench", o->no_bench, "skip the op benchmarks");
   ops->add_option("--bench-json", o->bench_json, "write benchmark results as JSON to this file");
@@ -45,6 +47,8 @@ void register_bench(CLI::App& app) {
       BenchOpsOptions bo;
       bo.quick = o->quick;
       bo.json_out = o->bench_json;
+      bo.filter = o->filter;
+      bo.no_match_ok = o->check;  // the sweep already failed if the filter matched none of its cases
       int brc = run_op_benchmarks(bo);
       if (rc == 0) rc = brc;
     }

@@ -25,8 +25,10 @@ void register_export(CLI::App& app) {
       "  GPT2LMHeadModel   LayerNorm, GeLU (openai_gelu → gelu_new, else gelu), learned_absolute,\n"
       "                    add_bias_linear=true, no GQA, tied or untied\n"
       "A model matching none is an error naming the field. Tensors keep the checkpoint's dtype\n"
-      "(bf16 → torch_dtype bfloat16). config.json vocab_size is the padded vocabulary; the rest of\n"
-      "the Strata config needed to import it back is kept under the \"strata\" key.\n"
+      "(bf16 → torch_dtype bfloat16). The embedding and lm_head keep the real vocabulary only\n"
+      "(config.json vocab_size = model.vocab_size, the tokenizer's): transformers' softmax runs over\n"
+      "every row, so Megatron's padding rows are dropped and it scores as `generate --score`. The\n"
+      "rest of the Strata config needed to import it back is kept under the \"strata\" key.\n"
       "Example: strata export --load runs/gpt --format hf --out hf/gpt\n"
       "         python3 -c \"import transformers as t; t.AutoModelForCausalLM.from_pretrained('hf/gpt')\"");
   struct Opts {

@@ -1,10 +1,14 @@
-// `strata generate --load DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]
+// `strata generate --load DIR [--iteration N] (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]
 //  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--score] [--config-override k=v ...]`:
-// loads the latest checkpoint under DIR (model weights only) and prints the prompt and its
-// continuation as text, or with --score the JSON log-probabilities of the prompt tokens.
-// Defaults come from the checkpoint config's inference section. The logic is in
+// loads the latest checkpoint under DIR (or iteration N; model weights only) and prints the
+// prompt and its continuation as text, or with --score the JSON log-probabilities of the prompt
+// tokens. Defaults come from the checkpoint config's inference section; the flags obey that
+// section's rules (temperature >= 0 with 0 greedy, top_k >= 0, top_p in [0, 1], not both filters),
+// and a --max-new-tokens beyond the model's positions is said on stderr. The logic is in
 // training/generation.h.
 // Reference: Megatron-LM tools/run_text_generation_server.py, megatron/inference/text_generation.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -40,6 +44,41 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+// The sampling flags checked as the config's inference section checks its fields (CLI errors
+// name the flag). A filter given on the command line replaces the config's other filter.
+struct SamplingFlags {
+  std::optional<int64_t> max_new_tokens, top_k, seed;
+  std::optional<double> temperature, top_p;
+};
+void check_flags(const SamplingFlags& f) {
+  if (f.temperature)
+    STRATA_CHECK(std::isfinite(*f.temperature) && *f.temperature >= 0, "strata generate: --temperature must be >= 0 "
+                 "(0: greedy), got ", *f.temperature);
+  if (f.top_k) STRATA_CHECK(*f.top_k >= 0, "strata generate: --top-k must be >= 0 (0: off), got ", *f.top_k);
+  if (f.top_p)
+    STRATA_CHECK(std::isfinite(*f.top_p) && *f.top_p >= 0 && *f.top_p <= 1,
+                 "strata generate: --top-p must be in [0, 1] (0: off), got ", *f.top_p);
+  STRATA_CHECK(!(f.top_k && f.top_p && *f.top_k > 0 && *f.top_p > 0),
+               "strata generate: --top-k and --top-p cannot be combined; use one of them");
+  if (f.max_new_tokens)
+    STRATA_CHECK(*f.max_new_tokens > 0, "strata generate: --max-new-tokens must be > 0, got ", *f.max_new_tokens);
+  if (f.seed) STRATA_CHECK(*f.seed >= 0, "strata generate: --seed must be >= 0, got ", *f.seed);
+}
+
+void apply_flags(const SamplingFlags& f, generation::GenerateOptions& go) {
+  if (f.max_new_tokens) go.max_new_tokens = *f.max_new_tokens;
+  if (f.temperature) go.sampling.temperature = *f.temperature;
+  if (f.top_k) {
+    go.sampling.top_k = *f.top_k;
+    if (*f.top_k > 0) go.sampling.top_p = 0.0;  // the chosen filter replaces the config's top_p
+  }
+  if (f.top_p) {
+    go.sampling.top_p = *f.top_p;
+    if (*f.top_p > 0) go.sampling.top_k = 0;
+  }
+  if (f.seed) go.sampling.seed = static_cast<uint64_t>(*f.seed);
+}
+
 }  // namespace
 
 void register_generate(CLI::App& app) {
@@ -47,20 +86,25 @@ void register_generate(CLI::App& app) {
   struct Opts {
     std::string load;
     std::optional<std::string> prompt, prompt_ids;
-    std::optional<int64_t> max_new_tokens, top_k, seed;
-    std::optional<double> temperature, top_p;
+    SamplingFlags flags;
+    std::optional<int64_t> iteration;
     bool score = false;
     std::vector<std::string> overrides;
   };
   auto o = std::make_shared<Opts>();
   gen->add_option("--load", o->load, "checkpoint directory (holds latest_checkpointed_iteration.txt)");
+  gen->add_option("--iteration", o->iteration, "iteration to load (default: the tracker's latest)");
   gen->add_option("--prompt", o->prompt, "prompt text (encoded with the checkpoint's tokenizer)");
   gen->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, comma-separated (1,2,3)");
-  gen->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (default inference.max_new_tokens)");
-  gen->add_option("--temperature", o->temperature, "sampling temperature, 0 = greedy (default inference.temperature)");
-  gen->add_option("--top-k", o->top_k, "keep the k most likely tokens, 0 = off (default inference.top_k)");
-  gen->add_option("--top-p", o->top_p, "nucleus filtering, 0 = off (default inference.top_p)");
-  gen->add_option("--seed", o->seed, "sampling seed (default inference.random_seed, else training.seed)");
+  SamplingFlags& f = o->flags;
+  gen->add_option("--max-new-tokens", f.max_new_tokens, "tokens to generate, > 0 (default inference.max_new_tokens)");
+  gen->add_option("--temperature", f.temperature,
+                  "sampling temperature >= 0, 0 = greedy (default inference.temperature)");
+  gen->add_option("--top-k", f.top_k,
+                  "keep the k most likely tokens, 0 = off (default inference.top_k; replaces its top_p)");
+  gen->add_option("--top-p", f.top_p,
+                  "nucleus filtering in [0, 1], 0 = off (default inference.top_p; replaces its top_k)");
+  gen->add_option("--seed", f.seed, "sampling seed >= 0 (default inference.random_seed, else training.seed)");
   gen->add_flag("--score", o->score, "print the prompt tokens' log-probabilities as JSON instead of generating");
   gen->add_option("--config-override", o->overrides, "section.field=value applied to the checkpoint's config")
       ->expected(1, -1);
@@ -68,9 +112,10 @@ void register_generate(CLI::App& app) {
     STRATA_CHECK(!o->load.empty(), "strata generate: --load DIR is required");
     STRATA_CHECK(o->prompt.has_value() != o->prompt_ids.has_value(),
                  "strata generate: give exactly one of --prompt TEXT and --prompt-ids 1,2,3");
+    check_flags(o->flags);  // before the checkpoint is read
     std::vector<int64_t> ids;
     if (o->prompt_ids) ids = parse_ids(*o->prompt_ids);
-    generation::LoadedModel lm = generation::load_for_inference(o->load, o->overrides);
+    generation::LoadedModel lm = generation::load_for_inference(o->load, o->overrides, o->iteration);
     if (o->prompt) ids = lm.tokenizer->encode(*o->prompt);
     STRATA_CHECK(!ids.empty(), "strata generate: the prompt has no tokens");
     if (o->score) {
@@ -78,12 +123,16 @@ void register_generate(CLI::App& app) {
       return 0;
     }
     generation::GenerateOptions go = generation::options_from_config(lm.config);
-    if (o->max_new_tokens) go.max_new_tokens = *o->max_new_tokens;
-    if (o->temperature) go.sampling.temperature = *o->temperature;
-    if (o->top_k) go.sampling.top_k = *o->top_k;
-    if (o->top_p) go.sampling.top_p = *o->top_p;
-    if (o->seed) go.sampling.seed = static_cast<uint64_t>(*o->seed);
+    apply_flags(o->flags, go);
     go.eod = lm.tokenizer->eod();
+    const int64_t positions = lm.model->max_positions();
+    const int64_t room = positions - static_cast<int64_t>(ids.size());
+    if (go.max_new_tokens > room)
+      std::fprintf(stderr,
+                   "strata generate: warning: %lld new tokens asked for, but the model has %lld positions "
+                   "(model.max_position_embeddings) and the prompt takes %lld: generating at most %lld\n",
+                   static_cast<long long>(go.max_new_tokens), static_cast<long long>(positions),
+                   static_cast<long long>(ids.size()), static_cast<long long>(std::max<int64_t>(room, 0)));
     std::vector<int64_t> all = ids;
     for (int64_t t : generation::generate(*lm.model, ids, go)) all.push_back(t);
     std::printf("%s\n", lm.tokenizer->decode(all).c_str());

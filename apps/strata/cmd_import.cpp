@@ -1,8 +1,9 @@
-// `strata import --hf DIR --save OUT [--config-override section.field=value ...]`: reads a Hugging
+// `strata import --hf DIR --save OUT [--force] [--config-override section.field=value ...]`: reads a Hugging
 // Face LlamaForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel directory (config.json +
 // model.safetensors or sharded safetensors) and writes a weights-only Strata checkpoint
 // (OUT/iter_0000000, tracker "0") that `strata generate --load OUT` and
-// `strata train checkpoint.load=OUT checkpoint.finetune=true` read. The logic is in
+// `strata train checkpoint.load=OUT checkpoint.finetune=true` read. An OUT that already holds a
+// checkpoint is refused unless --force (its tracker would be rewritten). The logic is in
 // training/hf_export.h.
 // Reference: Megatron-LM tools/checkpoint/convert.py (loader_llama_mistral.py, saver_megatron.py).
 #include <cstdio>
@@ -26,24 +27,28 @@ void register_import(CLI::App& app) {
       "training.precision=bf16, otherwise fp32 (f16 is widened).\n"
       "Tokenizer: vocab.json + merges.txt in DIR → GPT2BPETokenizer (copied to OUT); else the one a\n"
       "strata export recorded; else NullTokenizer (use --prompt-ids). model.seq_length defaults to\n"
-      "max_position_embeddings; model.make_vocab_size_divisible_by to 1 (vocab_size as in config.json);\n"
+      "max_position_embeddings; model.make_vocab_size_divisible_by to 1 (vocab_size as in config.json;\n"
+      "a strata export's padding is restored, the padding rows copies of the last row as Megatron pads);\n"
       "data.mock_data=true and optimizer.lr=1e-5 so the saved config validates (override them).\n"
       "The checkpoint is iteration 0 (iter_0000000) without optimizer state; train from it with\n"
       "checkpoint.load=OUT checkpoint.finetune=true and a model section matching OUT's manifest.\n"
+      "An OUT that already holds a checkpoint (tracker or iter_*) is refused unless --force.\n"
       "Example: strata import --hf hf/gpt2 --save runs/gpt2 --config-override training.device=cpu\n"
       "         strata generate --load runs/gpt2 --prompt 'Hello' --max-new-tokens 20");
   struct Opts {
     std::string hf, save;
     std::vector<std::string> overrides;
+    bool force = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--hf", o->hf, "Hugging Face model directory")->required();
-  cmd->add_option("--save", o->save, "checkpoint directory to write")->required();
+  cmd->add_option("--save", o->save, "checkpoint directory to write (refused if it holds a checkpoint)")->required();
+  cmd->add_flag("--force", o->force, "write into a --save directory that already holds a checkpoint");
   cmd->add_option("--config-override", o->overrides, "section.field=value applied to the imported config")
       ->expected(1, -1);
   add_runner(cmd, [o] {
     try {
-      const hf::ImportResult r = hf::import_checkpoint(o->hf, o->save, o->overrides);
+      const hf::ImportResult r = hf::import_checkpoint(o->hf, o->save, o->overrides, o->force);
       std::printf("imported %s (%s) into %s\n", hf::architecture_name(r.family),
                   r.config.training.precision == Precision::Bf16 ? "bf16" : "fp32", r.checkpoint_dir.c_str());
     } catch (const std::filesystem::filesystem_error& e) {

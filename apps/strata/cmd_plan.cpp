@@ -16,7 +16,7 @@
 #include "apps/strata/commands.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "parallel/memory_plan.h"
+#include "training/memory_plan.h"
 #include "parallel/rank_grid.h"
 #include "training/config.h"
 
@@ -195,7 +195,7 @@ void register_plan(CLI::App& app) {
     cfg.validate(std::nullopt);
     if (!cfg.model.vocab_size) {
       try {
-        cfg.model.vocab_size = data::build_tokenizer(cfg)->vocab_size();
+        cfg.model.vocab_size = data::build_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();
       } catch (const Error& e) {
         STRATA_THROW("strata plan: model.vocab_size is null and the tokenizer could not be built (", e.what(),
                      "); set model.vocab_size=N to plan without the tokenizer files");

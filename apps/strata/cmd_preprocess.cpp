@@ -85,7 +85,8 @@ void register_preprocess(CLI::App& app) {
       ->required();
   pre->add_option("--vocab-file", a->vocab_file, "GPT-2 vocab.json");
   pre->add_option("--merge-file", a->merge_file, "GPT-2 merges.txt");
-  pre->add_option("--vocab-size", a->vocab_size, "NullTokenizer: vocabulary size without EOD");
+  pre->add_option("--vocab-size", a->vocab_size,
+                  "NullTokenizer: vocabulary size, EOD included (EOD = vocab-size - 1, as Megatron's)");
   pre->add_option("--json-keys", a->json_keys, "JSONL keys to tokenize (default: text)");
   pre->add_flag("--split-paragraphs", a->split_paragraphs, "plain text: one document per blank-line-separated paragraph");
   pre->add_flag("--append-eod", a->append_eod, "append the end-of-document token to every document");

@@ -1,13 +1,15 @@
 // `strata train --config FILE [section.field=value | Megatron flag ...] [--print-config] [--validate-only]
 // [--help-config]` (`--help` prints the usage and the same field table as --help-config):
 // loads the StrataConfig (training/config.h), applies the overrides and Megatron flags in order
-// (core/megatron_flags.h; flags without effect are listed in one line), validates it with the launched
-// world size, prints Megatron's argument table and calls training::run (training/run.h). Config
-// errors exit 1 with "strata: error: ConfigError: section.field: ..." before anything is allocated.
+// (core/megatron_flags.h; flags without effect are listed in one line), validates it with the
+// launched world size (launched_world_size, parallel/distributed.h; --validate-only and
+// --print-config without a launcher: parallel.world_size as given), checks model.vocab_size
+// against the tokenizer and the checkpoint paths (training/checkpoint_paths.h), prints Megatron's
+// argument table and calls training::run (training/run.h). Config errors exit 1 with
+// "strata: error: ConfigError: section.field: ..." before anything is allocated.
 // Reference: megatron/training/arguments.py (parse_args, validate_args, _print_args),
 // megatron/training/training.py (pretrain).
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,25 +17,13 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
+#include "parallel/distributed.h"
+#include "training/checkpoint_paths.h"
 #include "training/config.h"
 #include "training/run.h"
 
 namespace strata::app {
-namespace {
-
-// The number of processes the launcher started: mpirun/srun/torchrun environment, else 1.
-int64_t launched_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}) {
-    if (const char* v = std::getenv(var)) {
-      char* end = nullptr;
-      const long n = std::strtol(v, &end, 10);
-      if (end != v && *end == '\0' && n > 0) return n;
-    }
-  }
-  return 1;
-}
-
-}  // namespace
 
 void register_train(CLI::App& app) {
   CLI::App* train = app.add_subcommand("train", "train a model from a YAML config (docs/config.md)");
@@ -58,16 +48,26 @@ void register_train(CLI::App& app) {
     // Decoding and validation are pure: nothing is allocated before the config is known good.
     std::vector<std::string> no_effect;
     StrataConfig cfg = StrataConfig::load(o->config, config_args(train), &no_effect, own_flags(train));
-    cfg.validate(launched_world_size());
+    // Checking without running: parallel.world_size may describe a layout other than this launch
+    // (`--validate-only parallel.world_size=8` on one process). Under a launcher it must match.
+    const bool dry = o->print_config || o->validate_only;
+    const std::optional<int64_t> launched = launched_world_size();
+    cfg.validate(dry ? launched : launched.value_or(1));
     report_no_effect_flags(no_effect);
     if (o->print_config) {
       std::printf("%s", cfg.to_yaml().c_str());
       return 0;
     }
+    data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // model.vocab_size against the tokenizer, before allocation
+    training::check_checkpoint_paths(cfg, /*create_save=*/false);
     if (o->validate_only) {
       std::printf("strata train: %s is valid\n", o->config.c_str());
       return 0;
     }
+    // A multi-task Slurm job's batch script (no srun) would train alone instead of on its ranks.
+    if (auto tasks = slurm_tasks_outside_step())
+      STRATA_THROW_KIND(ErrorKind::Config, "this process runs in a Slurm allocation of ", *tasks,
+                        " tasks (SLURM_NTASKS) but was not started by srun: run `srun strata train …`");
     std::printf("%s", cfg.argument_table().c_str());
     std::fflush(stdout);
     return training::run(cfg);

@@ -22,8 +22,8 @@ VocabEmbedding::VocabEmbedding(const ModelConfig& cfg, int64_t padded_vocab, con
       tp_(tp) {
   STRATA_CHECK(padded_vocab % tp.size() == 0, "embedding: padded vocabulary ", padded_vocab,
                " is not divisible by the tensor-parallel size ", tp.size());
-  word_embeddings =
-      make_parameter("embedding.word_embeddings.weight", Shape{padded_vocab, h_}, env, cfg.init_method_std);
+  word_embeddings = make_parameter(kWordEmbeddingsName, Shape{padded_vocab, h_}, env, cfg.init_method_std);
+  word_embeddings.vocab_rows = true;
   if (tp.size() > 1) {  // VocabParallelEmbedding: rows [vocab_start, vocab_start + padded_vocab/tp)
     const int64_t rows = padded_vocab / tp.size();
     vocab_start_ = rows * tp.rank();
@@ -35,6 +35,7 @@ VocabEmbedding::VocabEmbedding(const ModelConfig& cfg, int64_t padded_vocab, con
   if (learned_positions) {
     position_embeddings = make_parameter("embedding.position_embeddings.weight", Shape{max_positions_, h_}, env,
                                          cfg.init_method_std);
+    position_embeddings.counted_in_model_flops = false;  // a lookup table, multiplied by nothing
   }
 }
 

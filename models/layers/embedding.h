@@ -21,6 +21,8 @@ namespace strata::layers {
 
 class VocabEmbedding {
  public:
+  // The word-embedding table's canonical name (also the tied output layer's copy on a last stage).
+  static constexpr const char* kWordEmbeddingsName = "embedding.word_embeddings.weight";
   struct Saved {
     Tensor ids;        // [s·b] i64 on the model device, row (t, b) = tokens[b, t]
     Tensor positions;  // [s·b] i64 position of row (t, b) (learned_absolute only)

@@ -10,7 +10,7 @@
 #include "core/philox.h"
 #include "core/random.h"
 #include "core/tensor.h"
-#include "models/parameter.h"
+#include "core/parameter.h"
 #include "parallel/parallel_config.h"
 
 namespace strata::layers {

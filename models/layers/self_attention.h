@@ -20,17 +20,12 @@
 #include "kernels/rotary.h"
 #include "models/layers/layer_common.h"
 #include "models/layers/linear.h"
+#include "models/inference_cache.h"
 #include "models/layers/norm.h"
 #include "models/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {
-
-// One layer's KV cache for generation: k, v: [max_s, b, ng, hn]; `length` positions filled.
-struct LayerKVCache {
-  Tensor k, v;
-  int64_t length = 0;
-};
 
 class SelfAttention {
  public:

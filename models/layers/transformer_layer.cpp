@@ -1,7 +1,8 @@
-// One pre-norm GPT transformer layer (see transformer_layer.h).
+// One pre-norm transformer layer from a spec (see transformer_layer.h).
 // Reference: Megatron-Core transformer/transformer_layer.py (TransformerLayer.forward).
 #include "models/layers/transformer_layer.h"
 
+#include "core/error.h"
 #include "core/observe.h"
 #include "core/phase_timer.h"
 #include "kernels/elementwise.h"
@@ -21,34 +22,56 @@ Tensor add(const Tensor& a, const Tensor& b) {
   kernels::add(a, b, out);
   return out;
 }
+
+template <class T>
+T& present(const std::unique_ptr<T>& p, const std::string& layer, const char* what) {
+  STRATA_INTERNAL_ASSERT(p != nullptr, layer, " has no ", what, " (layer spec)");
+  return *p;
+}
 }  // namespace
 
 TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env,
-                                   const ParallelGroups& groups)
-    : input_layernorm(layer_prefix(index) + ".self_attention.linear_qkv.layer_norm_weight",
-                      layer_prefix(index) + ".self_attention.linear_qkv.layer_norm_bias", cfg.hidden_size, cfg, env,
-                      sequence_parallel_group(env, groups)),
-      self_attention(layer_prefix(index) + ".self_attention", cfg, env, groups.tp, groups.cp),
-      pre_mlp_layernorm(layer_prefix(index) + ".mlp.linear_fc1.layer_norm_weight",
-                        layer_prefix(index) + ".mlp.linear_fc1.layer_norm_bias", cfg.hidden_size, cfg, env,
-                        sequence_parallel_group(env, groups)),
-      mlp(layer_prefix(index) + ".mlp", cfg, env, groups.tp),
+                                   const ParallelGroups& groups, const TransformerLayerSpec& spec)
+    : spec_(spec),
       index_(index),
       name_(layer_prefix(index)),
       hidden_dropout_(cfg.hidden_dropout),
-      attention_dropout_(cfg.attention_dropout) {}
+      attention_dropout_(cfg.attention_dropout) {
+  STRATA_CHECK(spec.self_attention || spec.mlp, name_, ": a layer spec needs attention, an MLP or both");
+  const ProcessGroup sp = sequence_parallel_group(env, groups);
+  if (spec.self_attention) {
+    input_layernorm_ = std::make_unique<Norm>(name_ + ".self_attention.linear_qkv.layer_norm_weight",
+                                              name_ + ".self_attention.linear_qkv.layer_norm_bias", cfg.hidden_size,
+                                              cfg, env, sp);
+    self_attention_ = std::make_unique<SelfAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp);
+  }
+  if (spec.mlp) {
+    pre_mlp_layernorm_ = std::make_unique<Norm>(name_ + ".mlp.linear_fc1.layer_norm_weight",
+                                                name_ + ".mlp.linear_fc1.layer_norm_bias", cfg.hidden_size, cfg, env,
+                                                sp);
+    mlp_ = make_mlp_slot(spec.mlp_kind, name_ + ".mlp", cfg, env, groups);
+  }
+}
 
-Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
-                                 LayerKVCache* cache, Saved* saved) const {
-  observe(name_, "residual_in", ObserveKind::ResidualIn, x, "s,b,h");
-  Saved local;
-  Saved& sv = saved ? *saved : local;
-  const bool keep = saved != nullptr;
+Norm& TransformerLayer::input_layernorm() { return present(input_layernorm_, name_, "input_layernorm"); }
+SelfAttention& TransformerLayer::self_attention() { return present(self_attention_, name_, "self_attention"); }
+const SelfAttention& TransformerLayer::self_attention() const {
+  return present(self_attention_, name_, "self_attention");
+}
+Norm& TransformerLayer::pre_mlp_layernorm() { return present(pre_mlp_layernorm_, name_, "pre_mlp_layernorm"); }
+MlpSlot& TransformerLayer::mlp_slot() { return present(mlp_, name_, "mlp"); }
+MLP& TransformerLayer::mlp() {
+  auto* dense = dynamic_cast<DenseMlpSlot*>(&mlp_slot());
+  STRATA_INTERNAL_ASSERT(dense != nullptr, name_, ": the MLP slot is not a dense MLP");
+  return dense->mlp;
+}
 
+Tensor TransformerLayer::attention_branch(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
+                                          LayerKVCache* cache, Saved& sv, bool keep) const {
   Tensor h1;
   {
     phase_timer::Scope t("forward/layers/norms");
-    h1 = input_layernorm.forward(x, keep ? &sv.input_norm : nullptr);
+    h1 = input_layernorm_->forward(x, keep ? &sv.input_norm : nullptr);
   }
   SelfAttention::Run run;
   if (keys.training && attention_dropout_ > 0.0) {
@@ -61,52 +84,76 @@ Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64
   Tensor a;
   {
     phase_timer::Scope t("forward/layers/attention");
-    a = self_attention.forward(h1, run, keep ? &sv.attention : nullptr);
+    a = self_attention_->forward(h1, run, keep ? &sv.attention : nullptr);
   }
   sv.attention_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, a);
-  Tensor x2 = add(x, apply_dropout(a, sv.attention_dropout));
+  return add(x, apply_dropout(a, sv.attention_dropout));
+}
 
+Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
+                                    AuxLossChannel* aux) const {
   Tensor h2;
   {
     phase_timer::Scope t("forward/layers/norms");
-    h2 = pre_mlp_layernorm.forward(x2, keep ? &sv.pre_mlp_norm : nullptr);
+    h2 = pre_mlp_layernorm_->forward(x, keep ? &sv.pre_mlp_norm : nullptr);
   }
   Tensor m;
   {
     phase_timer::Scope t("forward/layers/mlp");
-    m = mlp.forward(h2, keep ? &sv.mlp : nullptr);
+    m = mlp_->forward(h2, SlotRun{index_, &keys, aux}, keep ? &sv.mlp : nullptr);
   }
   sv.mlp_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, m);
-  Tensor y = add(x2, apply_dropout(m, sv.mlp_dropout));
+  return add(x, apply_dropout(m, sv.mlp_dropout));
+}
+
+Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
+                                 LayerKVCache* cache, Saved* saved, AuxLossChannel* aux) const {
+  observe(name_, "residual_in", ObserveKind::ResidualIn, x, "s,b,h");
+  Saved local;
+  Saved& sv = saved ? *saved : local;
+  const bool keep = saved != nullptr;
+  Tensor y = x;
+  if (spec_.self_attention) y = attention_branch(y, keys, position_offset, cache, sv, keep);
+  if (spec_.mlp) y = mlp_branch(y, keys, sv, keep, aux);
   observe(name_, "layer_output", ObserveKind::LayerOutput, y, "s,b,h");
   return y;
 }
 
 Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
-  // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
-  Tensor dh2, dx2, dh1, dx;
-  {
-    phase_timer::Scope t("backward/layers/mlp");
-    dh2 = mlp.backward(sv.mlp, apply_dropout_backward(dy, sv.mlp_dropout));
-  }
-  {
+  Tensor dx = dy;
+  if (spec_.mlp) {
+    // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
+    STRATA_CHECK(sv.mlp != nullptr, name_, ": backward without a saved forward");
+    Tensor dh2;
+    {
+      phase_timer::Scope t("backward/layers/mlp");
+      dh2 = mlp_->backward(*sv.mlp, apply_dropout_backward(dx, sv.mlp_dropout));
+    }
     phase_timer::Scope t("backward/layers/norms");
-    dx2 = add(dy, pre_mlp_layernorm.backward(sv.pre_mlp_norm, dh2));
+    dx = add(dx, pre_mlp_layernorm_->backward(sv.pre_mlp_norm, dh2));
   }
-  // x2 = x + drop(attn(norm1(x))): dx = dx2 + norm1ᵀ(attnᵀ(dropᵀ(dx2)))
-  {
-    phase_timer::Scope t("backward/layers/attention");
-    dh1 = self_attention.backward(sv.attention, apply_dropout_backward(dx2, sv.attention_dropout));
+  if (spec_.self_attention) {
+    // x2 = x + drop(attn(norm1(x))): dx = dx2 + norm1ᵀ(attnᵀ(dropᵀ(dx2)))
+    Tensor dh1;
+    {
+      phase_timer::Scope t("backward/layers/attention");
+      dh1 = self_attention_->backward(sv.attention, apply_dropout_backward(dx, sv.attention_dropout));
+    }
+    phase_timer::Scope t("backward/layers/norms");
+    dx = add(dx, input_layernorm_->backward(sv.input_norm, dh1));
   }
-  phase_timer::Scope t("backward/layers/norms");
-  return add(dx2, input_layernorm.backward(sv.input_norm, dh1));
+  return dx;
 }
 
 void TransformerLayer::collect(std::vector<Parameter*>& out) {
-  input_layernorm.collect(out);
-  self_attention.collect(out);
-  pre_mlp_layernorm.collect(out);
-  mlp.collect(out);
+  if (spec_.self_attention) {
+    input_layernorm_->collect(out);
+    self_attention_->collect(out);
+  }
+  if (spec_.mlp) {
+    pre_mlp_layernorm_->collect(out);
+    mlp_->collect(out);
+  }
 }
 
 }  // namespace strata::layers

@@ -1,16 +1,21 @@
-// One pre-norm GPT transformer layer (Megatron-Core TransformerLayer with TE-fused norms):
-//   x = x + dropout(linear_proj(attention(input_layernorm(x))))      hidden_dropout, site AttentionOutput
-//   x = x + dropout(linear_fc2(act(linear_fc1(pre_mlp_layernorm(x)))))  hidden_dropout, site MlpOutput
-// The norms carry the TE names linear_qkv.layer_norm_{weight,bias} and
-// mlp.linear_fc1.layer_norm_{weight,bias}. Observation sites: ResidualIn and LayerOutput, owner
-// "decoder.layers.{i}", dims "s,b,h". Reference: Megatron-Core transformer/transformer_layer.py,
-// fusions/fused_bias_dropout.py.
+// One pre-norm transformer layer assembled from a TransformerLayerSpec (Megatron-Core
+// TransformerLayer with TE-fused norms and IdentityOp defaults for absent submodules):
+//   spec.self_attention: x = x + dropout(linear_proj(attention(input_layernorm(x))))   site AttentionOutput
+//   spec.mlp:            x = x + dropout(mlp_slot(pre_mlp_layernorm(x)))              site MlpOutput
+// (hidden_dropout both). The full GPT layer has both branches; attention-only and MLP-only layers
+// (the hybrid stack's `*` and `-`) have one. The norms carry the TE names
+// self_attention.linear_qkv.layer_norm_{weight,bias} and mlp.linear_fc1.layer_norm_{weight,bias}.
+// Observation sites: ResidualIn and LayerOutput, owner "decoder.layers.{i}" (global i), dims
+// "s,b,h". Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
+// models/hybrid/hybrid_layer_specs.py (attention-only / MLP-only layers).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "models/layers/layer_common.h"
-#include "models/layers/mlp.h"
+#include "models/layers/layer_spec.h"
+#include "models/layers/mlp_slot.h"
 #include "models/layers/norm.h"
 #include "models/layers/self_attention.h"
 #include "models/model_config.h"
@@ -25,30 +30,48 @@ class TransformerLayer {
     SelfAttention::Saved attention;
     DropoutSpec attention_dropout;
     Norm::Saved pre_mlp_norm;
-    MLP::Saved mlp;
+    std::unique_ptr<SlotState> mlp;
     DropoutSpec mlp_dropout;
   };
-  // index: layer number i (0-based) in canonical names and dropout keys.
-  TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups);
+  // index: global layer number i (0-based) in canonical names and dropout keys.
+  TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
+                   const TransformerLayerSpec& spec = TransformerLayerSpec::full());
   // x: [s, b, h] -> [s, b, h]. position_offset: position of token 0 (RoPE, KV cache);
-  // cache: generation only (no saved state).
+  // cache: generation only (no saved state); aux: the micro-batch's auxiliary-loss channel.
   Tensor forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
-                 Saved* saved) const;
+                 Saved* saved, AuxLossChannel* aux = nullptr) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
   Tensor backward(const Saved& saved, const Tensor& dy);
   void collect(std::vector<Parameter*>& out);
 
   const std::string& name() const { return name_; }
+  const TransformerLayerSpec& spec() const { return spec_; }
+  int64_t index() const { return index_; }
+  bool has_attention() const { return spec_.self_attention; }
+  bool has_mlp() const { return spec_.mlp; }
 
-  Norm input_layernorm;
-  SelfAttention self_attention;
-  Norm pre_mlp_layernorm;
-  MLP mlp;
+  // The submodules (an internal error when the spec has no such branch).
+  Norm& input_layernorm();
+  SelfAttention& self_attention();
+  const SelfAttention& self_attention() const;
+  Norm& pre_mlp_layernorm();
+  MlpSlot& mlp_slot();
+  MLP& mlp();  // the dense MLP of the slot
 
  private:
+  // x + dropout(attention(norm(x))) and x + dropout(mlp(norm(x))).
+  Tensor attention_branch(const Tensor& x, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
+                          Saved& sv, bool keep) const;
+  Tensor mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep, AuxLossChannel* aux) const;
+
+  TransformerLayerSpec spec_;
   int64_t index_;
   std::string name_;
   double hidden_dropout_, attention_dropout_;
+  std::unique_ptr<Norm> input_layernorm_;
+  std::unique_ptr<SelfAttention> self_attention_;
+  std::unique_ptr<Norm> pre_mlp_layernorm_;
+  std::unique_ptr<MlpSlot> mlp_;
 };
 
 }  // namespace strata::layers

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 
 using namespace strata;
 

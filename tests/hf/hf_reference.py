@@ -14,7 +14,10 @@ Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qw
 models/gpt2/modeling_gpt2.py,
 pytorch_utils.py (Conv1D), activations.py (NewGELUActivation).
 
-Usage: hf_reference.py DIR 1,2,3   → prints {"logits": [[v0, v1, ...], ...]} (one row per id)
+Usage: hf_reference.py DIR 1,2,3           → prints {"logits": [[v0, v1, ...], ...]} (one row per id)
+       hf_reference.py --score DIR 1,2,3   → prints {"logprobs": [null, lp1, ...], "vocab": V}: what
+         transformers gives for each token given its prefix, log_softmax over every column of the
+         logits (every row of lm_head / the tied embedding, as the exported file holds them).
 """
 import json
 import math
@@ -152,11 +155,20 @@ def gpt2_forward(cfg, t, ids):
     return x @ head.T
 
 
+def log_softmax(x):
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    score = bool(args) and args[0] == "--score"
+    if score:
+        args = args[1:]
+    if len(args) != 2:
         sys.exit(__doc__)
-    d = sys.argv[1]
-    ids = [int(v) for v in sys.argv[2].split(",")]
+    d = args[0]
+    ids = [int(v) for v in args[1].split(",")]
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     t = read_safetensors(os.path.join(d, "model.safetensors"))
@@ -167,6 +179,13 @@ def main():
         logits = gpt2_forward(cfg, t, ids)
     else:
         sys.exit("unknown architecture " + arch)
+    if score:
+        lp = log_softmax(logits)
+        out = {"logprobs": [None] + [float(lp[i - 1, ids[i]]) for i in range(1, len(ids))],
+               "vocab": int(logits.shape[-1])}
+        json.dump(out, sys.stdout)
+        sys.stdout.write("\n")
+        return
     json.dump({"logits": logits.tolist()}, sys.stdout)
     sys.stdout.write("\n")
 

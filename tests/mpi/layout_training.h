@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "parallel/process_group.h"
 #include "parallel/tensor_parallel.h"
 #include "training/batch_source.h"
 #include "training/pipeline_setup.h"
 #include "training/trainer.h"
+#include "training/model_factory.h"
 
 namespace strata::mpitest {
 

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"

@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "kernels/attention.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/context_parallel.h"
@@ -26,6 +26,7 @@
 #include "training/batch_source.h"
 #include "training/pipeline_setup.h"
 #include "training/trainer.h"
+#include "training/model_factory.h"
 
 namespace strata {
 namespace {
@@ -221,7 +222,8 @@ TEST_CASE("cp layout equivalence: CP2 x PP2 (stages exchange the local shard)", 
 
 TEST_CASE("cp generation is rejected with a clear error", "[cp]") {
   const StrataConfig cfg = cp_config(world_comm()->size(), kGelu, {"parallel.context_parallel_size=2"});
-  GPTModel model(cfg, Device::cpu(), groups_for(cfg));
+  auto model_holder = make_gpt_model(cfg, Device::cpu(), groups_for(cfg));
+  GPTModel& model = *model_holder;
   model.init_parameters(1);
   CHECK_THROWS_WITH(model.logits_for(Tensor::zeros({1, 4}, DType::I64), nullptr, 0),
                     Catch::Contains("generation with context parallelism"));

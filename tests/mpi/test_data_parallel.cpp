@@ -20,12 +20,13 @@
 #include <numeric>
 #include <sstream>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"
 #include "training/batch_source.h"
 #include "training/checkpoint.h"
 #include "training/trainer.h"
+#include "training/model_factory.h"
 
 namespace strata {
 namespace {
@@ -81,7 +82,8 @@ struct Run {
 };
 
 Run train(const StrataConfig& cfg, const ParallelGroups& groups) {
-  GPTModel model(cfg, Device::cpu(), groups);
+  auto model_holder = make_gpt_model(cfg, Device::cpu(), groups);
+  GPTModel& model = *model_holder;
   MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
                        static_cast<uint64_t>(cfg.training.seed), 0, groups.dp_cp.rank(), groups.dp_cp.size());
   std::ostringstream log;

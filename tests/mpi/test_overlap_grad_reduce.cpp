@@ -24,7 +24,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"
@@ -32,6 +32,7 @@
 #include "training/batch_source.h"
 #include "training/pipeline_setup.h"
 #include "training/trainer.h"
+#include "training/model_factory.h"
 
 namespace strata {
 namespace {
@@ -89,7 +90,8 @@ Run train(const StrataConfig& cfg, bool deterministic) {
 // reported the word embeddings (the last parameters it finishes).
 int64_t buckets_started_before_backward_end(const StrataConfig& cfg, bool deterministic, int64_t* buckets) {
   const ParallelGroups groups = build_parallel_groups(cfg.parallel, world_comm(deterministic));
-  GPTModel model(cfg, Device::cpu(), groups);
+  auto model_holder = make_gpt_model(cfg, Device::cpu(), groups);
+  GPTModel& model = *model_holder;
   model.init_parameters(1);
   GradBufferOptions gbo;
   gbo.bucket_size = default_ddp_bucket_size(cfg.parallel.ddp_bucket_size, true, groups.dp_cp.size());

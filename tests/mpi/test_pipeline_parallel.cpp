@@ -14,7 +14,7 @@
 #include <map>
 #include <sstream>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/pipeline_layout.h"
@@ -22,6 +22,7 @@
 #include "training/pipeline_setup.h"
 #include "training/schedules.h"
 #include "training/trainer.h"
+#include "training/model_factory.h"
 
 namespace strata {
 namespace {
@@ -168,7 +169,6 @@ ScheduleRun run_schedule(const StrataConfig& cfg, const ParallelGroups& groups) 
   }
   layout.pp = groups.pp;
   layout.embedding = groups.embedding;
-  layout.hidden_size = cfg.model.hidden_size;
   MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
   std::vector<Batch> batches;
   for (int64_t mb = 0; mb < cfg.num_micro_batches(); ++mb) batches.push_back(data.next_microbatch(1, mb));
@@ -176,7 +176,9 @@ ScheduleRun run_schedule(const StrataConfig& cfg, const ParallelGroups& groups) 
   ScheduleStep step;
   step.num_micro_batches = cfg.num_micro_batches();
   step.batch = [&](int64_t mb) -> const Batch& { return batches[static_cast<size_t>(mb)]; };
-  step.loss_func = [&](int64_t mb, const Tensor&) { return batches[static_cast<size_t>(mb)].loss_mask; };
+  step.loss_func = [&](int64_t mb, const std::vector<NamedLoss>&) {
+    return std::vector<Tensor>{batches[static_cast<size_t>(mb)].loss_mask};
+  };
   step.trace = &r.trace;
   step.compute_seconds = &r.compute_s;
   groups.pp.barrier();

@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "models/layers/linear.h"
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"

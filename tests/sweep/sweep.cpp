@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -18,8 +19,26 @@ std::vector<OpEntry>& registry() {
   return r;
 }
 
-Registrar::Registrar(const char* name, std::vector<DType> dtypes, CaseFn fn) {
-  registry().push_back({name, std::move(fn), std::move(dtypes)});
+Registrar::Registrar(const char* file, const char* name, std::vector<DType> dtypes, CaseFn fn)
+    : Registrar(file, name, std::move(dtypes), "", std::move(fn)) {}
+
+Registrar::Registrar(const char* file, const char* name, std::vector<DType> dtypes, const char* covers, CaseFn fn) {
+  std::vector<std::string> names;
+  std::istringstream in(covers);
+  for (std::string fn_name; in >> fn_name;) names.push_back(fn_name);
+  // __FILE__ as the compiler saw it (relative to the build directory): keep it from tests/sweep/.
+  std::string path = file;
+  if (const size_t at = path.rfind("tests/sweep/"); at != std::string::npos) path = path.substr(at);
+  registry().push_back({name, std::move(fn), std::move(dtypes), std::move(names), path});
+}
+
+void print_registry() {
+  for (const OpEntry& op : registry()) {
+    std::string dtypes, covers;
+    for (DType dt : op.dtypes) dtypes += (dtypes.empty() ? "" : ",") + std::string(dtype_name(dt));
+    for (const std::string& c : op.covers) covers += (covers.empty() ? "" : " ") + c;
+    std::printf("%s\t%s\t%s\t%s\n", op.name.c_str(), dtypes.c_str(), op.file.c_str(), covers.c_str());
+  }
 }
 
 double Context::bound(double f32, double bf16, double f16) const {
@@ -40,6 +59,7 @@ void Context::compare(const std::string& what, const Shape& shape, const Tensor&
                       double bnd) {
   Result r;
   r.op = current_op + (what.empty() ? "" : "." + what);
+  if (!filter.empty() && r.op.find(filter) == std::string::npos) return;  // not a case the filter asks for
   r.backend = device.str();
   r.dtype = dtype_name(dtype);
   r.shape = shape.str();
@@ -65,6 +85,24 @@ void Context::compare(const std::string& what, const Shape& shape, const Tensor&
   results->push_back(r);
 }
 
+namespace {
+// Whether family `name`'s cases ("name.what") can contain `filter`: the filter lies inside the
+// family name, names this family ("activation.gelu"), or names no family and so may lie inside
+// any family's case names ("gelu": every family runs, compare() keeps the matching cases).
+bool family_may_match(const std::string& name, const std::string& filter) {
+  if (name.find(filter) != std::string::npos || filter.rfind(name + ".", 0) == 0) return true;
+  for (const OpEntry& op : registry())
+    if (filter.rfind(op.name + ".", 0) == 0) return false;  // it names another family
+  return true;
+}
+
+std::string family_names() {
+  std::string list;
+  for (const OpEntry& op : registry()) list += (list.empty() ? "" : ", ") + op.name + ".*";
+  return list;
+}
+}  // namespace
+
 int run(const Options& opts) {
   std::vector<Result> results;
   int backends_run = 0;
@@ -79,7 +117,9 @@ int run(const Options& opts) {
     }
     ++backends_run;
     for (const OpEntry& op : registry()) {
-      if (!opts.filter.empty() && op.name.find(opts.filter) == std::string::npos) continue;
+      // The filter matches the printed case names ("activation.gelu_tanh.fwd"): a family runs
+      // when a case of it could match and compare() keeps the matching cases.
+      if (!opts.filter.empty() && !family_may_match(op.name, opts.filter)) continue;
       for (DType dt : op.dtypes) {
         if (dev.is_cpu() && dt == DType::F64) continue;  // the reference itself
         Context c;
@@ -88,6 +128,7 @@ int run(const Options& opts) {
         c.quick = opts.quick;
         c.results = &results;
         c.current_op = op.name;
+        c.filter = opts.filter;
         try {
           op.run(c);
         } catch (const std::exception& e) {
@@ -120,6 +161,11 @@ int run(const Options& opts) {
   }
   std::printf("sweep: %zu passed, %d failed\n", results.size() - failed, failed);
   if (backends_run == 0) return 77;
+  if (!opts.filter.empty() && results.empty()) {
+    std::fprintf(stderr, "sweep: error: --filter '%s' matches no case (the names printed in the first column: %s)\n",
+                 opts.filter.c_str(), family_names().c_str());
+    return 2;
+  }
   return failed ? 1 : 0;
 }
 

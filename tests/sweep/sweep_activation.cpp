@@ -25,7 +25,9 @@ void unary_case(sweep::Context& c, const char* name, const Shape& s, bool halves
 }
 }  // namespace
 
-STRATA_SWEEP_OP("activation", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("activation", kFloat,
+                "gelu_forward gelu_backward silu_forward silu_backward swiglu_forward swiglu_backward",
+                [](sweep::Context& c) {
   std::vector<Shape> shapes = {Shape{1, 2}, Shape{37, 130}};
   if (!c.quick) shapes.push_back(Shape{64, 4098});
   for (const Shape& s : shapes) {

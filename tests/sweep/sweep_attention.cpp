@@ -62,7 +62,7 @@ void attention_case(sweep::Context& c, const Case& cs) {
 }
 }  // namespace
 
-STRATA_SWEEP_OP("attention", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("attention", kFloat, "attention_forward attention_backward", [](sweep::Context& c) {
   std::vector<Case> cases = {
       {1, 1, 1, 2, 2, 64},                            // s = 1
       {77, 77, 2, 4, 2, 64, true, 0, 0, true},        // odd s, GQA, determinism

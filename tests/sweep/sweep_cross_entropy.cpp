@@ -65,7 +65,10 @@ void run_case(sweep::Context& c, const Case& k) {
 }
 }  // namespace
 
-STRATA_SWEEP_OP("cross_entropy", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("cross_entropy", kFloat,
+                "cross_entropy_max cross_entropy_sum_exp cross_entropy_loss cross_entropy_forward "
+                "cross_entropy_backward",
+                [](sweep::Context& c) {
   std::vector<Case> cases = {
       {1, 7, 0, 7},
       {37, 130, 0, 130},

@@ -30,7 +30,7 @@ void run_case(sweep::Context& c, const Shape& global, int shard_dim, int parts, 
 }
 }  // namespace
 
-STRATA_SWEEP_OP("dropout", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("dropout", kFloat, "dropout_forward dropout_backward", [](sweep::Context& c) {
   run_case(c, Shape{1, 1}, 0, 1, 0.1);
   run_case(c, Shape{7, 131}, 0, 1, 0.1);
   run_case(c, Shape{1, 65537}, 0, 1, 0.5);

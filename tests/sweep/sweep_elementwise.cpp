@@ -66,7 +66,7 @@ void elementwise_case(sweep::Context& c, const Shape& s) {
 }
 }  // namespace
 
-STRATA_SWEEP_OP("elementwise", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("elementwise", kFloat, "add mul mul_backward scale axpy add_bias bias_grad", [](sweep::Context& c) {
   std::vector<Shape> shapes = {Shape{1, 5}, Shape{37, 130}, Shape{3, 4099}, Shape{2, 3, 7}};
   if (!c.quick) {
     shapes.push_back(Shape{2048, 4096});      // activations of a 2k-token micro-batch, h = 4096

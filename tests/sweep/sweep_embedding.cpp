@@ -43,7 +43,7 @@ void run_case(sweep::Context& c, const Case& k) {
 }
 }  // namespace
 
-STRATA_SWEEP_OP("embedding", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("embedding", kFloat, "embedding_forward embedding_backward", [](sweep::Context& c) {
   std::vector<Case> cases = {
       {1, 1, 1, 0, 1, DType::I64, false},
       {37, 13, 130, 0, 13, DType::I32, false},

@@ -84,7 +84,7 @@ void linear_case(sweep::Context& c, const Shape& xs, int64_t out) {
 }
 }  // namespace
 
-STRATA_SWEEP_OP("gemm", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("gemm", kFloat, "gemm", [](sweep::Context& c) {
   std::vector<GemmCase> cases;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
@@ -107,7 +107,7 @@ STRATA_SWEEP_OP("gemm", kFloat, [](sweep::Context& c) {
   for (const GemmCase& g : cases) gemm_case(c, g);
 });
 
-STRATA_SWEEP_OP("linear", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("linear", kFloat, "linear_forward linear_backward", [](sweep::Context& c) {
   linear_case(c, {7, 13}, 5);
   linear_case(c, {1, 4097}, 3);
   linear_case(c, {2, 3, 9}, 1);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "sweep.h"
 
 using namespace strata;

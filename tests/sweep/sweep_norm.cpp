@@ -61,7 +61,8 @@ void norm_case(sweep::Context& c, bool layernorm, const Shape& s, bool zero_cent
 }
 }  // namespace
 
-STRATA_SWEEP_OP("norm", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("norm", kFloat,
+                "layernorm_forward layernorm_backward rmsnorm_forward rmsnorm_backward", [](sweep::Context& c) {
   std::vector<Shape> shapes = {Shape{1, 3}, Shape{37, 257}, Shape{3, 5000}, Shape{2, 3, 40}};
   if (!c.quick) {
     shapes.push_back(Shape{4096, 4096});  // Megatron hidden 4096

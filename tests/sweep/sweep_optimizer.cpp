@@ -27,7 +27,7 @@ Tensor concat_flat(const std::vector<Tensor>& ts) {
 }  // namespace
 
 // Master weights are f32 (f64 for reference runs); the model copy is bf16.
-STRATA_SWEEP_OP("adamw", (std::vector<DType>{DType::F64, DType::F32}), [](sweep::Context& c) {
+STRATA_SWEEP_OP("adamw", (std::vector<DType>{DType::F64, DType::F32}), "adamw_step", [](sweep::Context& c) {
   std::vector<int64_t> sizes = {1, 37, 4099};
   if (!c.quick) sizes.push_back((int64_t(1) << 22) + 3);
   AdamWConfig cfg;
@@ -57,7 +57,7 @@ STRATA_SWEEP_OP("adamw", (std::vector<DType>{DType::F64, DType::F32}), [](sweep:
 
 // Grads of every float dtype; out in f32 and f64.
 STRATA_SWEEP_OP("grad_norm", (std::vector<DType>{DType::F64, DType::F32, DType::BF16, DType::F16}),
-                [](sweep::Context& c) {
+                "grad_sum_of_squares clip_grad_norm", [](sweep::Context& c) {
   std::vector<Shape> shapes = {Shape{1}, Shape{37, 130}, Shape{0}, Shape{4099}, Shape{3, 5, 7}};
   if (!c.quick) {
     shapes.push_back(Shape{2048, 4096});
@@ -96,7 +96,7 @@ STRATA_SWEEP_OP("grad_norm", (std::vector<DType>{DType::F64, DType::F32, DType::
 });
 
 STRATA_SWEEP_OP("has_non_finite", (std::vector<DType>{DType::F64, DType::F32, DType::BF16, DType::F16}),
-                [](sweep::Context& c) {
+                "has_non_finite", [](sweep::Context& c) {
   std::vector<int64_t> sizes = {1, 4099};
   if (!c.quick) sizes.push_back((int64_t(1) << 22) + 5);
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();

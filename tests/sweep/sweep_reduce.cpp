@@ -65,7 +65,7 @@ void sum_rows_case(sweep::Context& c, const Shape& s) {
 }
 }  // namespace
 
-STRATA_SWEEP_OP("reduce", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("reduce", kFloat, "sum max sum_of_squares count_zeros sum_rows", [](sweep::Context& c) {
   std::vector<int64_t> sizes = {1, 7, 1000, 4097, 70001};
   if (!c.quick) {
     sizes.push_back(8'000'003);            // a bf16 gradient bucket

@@ -45,7 +45,7 @@ void rotary_case(sweep::Context& c, const Shape& s, double pct, bool interleaved
 }
 }  // namespace
 
-STRATA_SWEEP_OP("rotary", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("rotary", kFloat, "rotary_forward rotary_backward", [](sweep::Context& c) {
   rotary_case(c, Shape{1, 1, 1, 2}, 1.0, false, 1, false);
   rotary_case(c, Shape{17, 1, 5, 10}, 1.0, true, 0, false);
   rotary_case(c, Shape{5, 3, 1, 6}, 0.4, false, 3, false);

@@ -30,7 +30,7 @@ void softmax_case(sweep::Context& c, const Shape& s, double scale, bool causal) 
 }
 }  // namespace
 
-STRATA_SWEEP_OP("softmax", kFloat, [](sweep::Context& c) {
+STRATA_SWEEP_OP("softmax", kFloat, "softmax_forward softmax_backward", [](sweep::Context& c) {
   softmax_case(c, Shape{3, 1}, 1.0, false);
   softmax_case(c, Shape{1, 3}, 1.0, false);
   softmax_case(c, Shape{37, 257}, 0.125, false);

@@ -7,11 +7,12 @@
 #include <memory>
 #include <string>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 #include "training/checkpoint.h"
 #include "training/hf_format.h"
 #include "training/tensor_file.h"
+#include "training/model_factory.h"
 
 namespace strata::test {
 
@@ -67,7 +68,7 @@ inline StrataConfig family_config(hf::Family f, bool tied, Precision precision) 
 // iteration 7 under dir.
 inline std::unique_ptr<GPTModel> save_random_checkpoint(StrataConfig& cfg, const fs::path& dir, uint64_t seed) {
   cfg.validate(1);
-  auto model = std::make_unique<GPTModel>(cfg, Device::cpu());
+  auto model = make_gpt_model(cfg, Device::cpu());
   model->init_parameters(seed);
   uint64_t k = seed * 100;
   for (Parameter* p : model->parameters()) {

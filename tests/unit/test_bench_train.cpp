@@ -2,7 +2,8 @@
 // step-time statistics on hand-computed lists; a tiny GPT benchmarked through the command line
 // (JSON fields, the right number of step times, initial loss ≈ ln(padded vocab), the per-phase
 // breakdown covering forward/backward/optimizer and nested under the step time); phase timers
-// off by default; bad options rejected with a message naming them.
+// off by default; bad options rejected with a message naming them. `strata bench ops --filter`
+// matches the printed case and benchmark names and fails when it matches nothing.
 #include <unistd.h>
 
 #include <filesystem>
@@ -145,4 +146,27 @@ TEST_CASE("phase timers: collectives are timed per group kind", "[bench]") {
   CHECK(totals[2].name == "comm/other");
   CHECK(t.to_vector() == std::vector<double>(4, 1.0));  // one rank: the sum is the tensor itself
   phase_timer::reset();
+}
+
+TEST_CASE("bench ops: --filter matches the printed names and fails when nothing matches", "[bench]") {
+  // The sweep: "activation.gelu" is what the first column prints; only those cases run.
+  CliResult r = run_cli({"bench", "ops", "--check", "--quick", "--backend", "cpu", "--no-bench", "--filter",
+                         "activation.gelu"});
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("activation.gelu_tanh") && Contains("activation.gelu_erf"));
+  CHECK_THAT(r.out, !Contains("activation.silu") && !Contains("softmax"));
+  r = run_cli(
+      {"bench", "ops", "--check", "--quick", "--backend", "cpu", "--no-bench", "--filter", "activation.nosuch"});
+  CHECK(r.rc != 0);
+  CHECK_THAT(r.err, Contains("--filter 'activation.nosuch' matches no case"));
+  // The benchmarks honour the filter: only the matching rows are measured and printed.
+  r = run_cli({"bench", "ops", "--quick", "--filter", "softmax_fwd"});
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("softmax_fwd"));
+  CHECK_THAT(r.out, !Contains("layernorm_fwd") && !Contains("attention_fwd") && !Contains("gemm "));
+  r = run_cli({"bench", "ops", "--quick", "--filter", "gelu"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: bench ops: --filter 'gelu' matches no benchmark"));
 }

@@ -221,6 +221,7 @@ TEST_CASE("checkpoint shards: weights-only readers accept another vocabulary pad
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;
   Parameter more = make_param(emb, {10, 6}, {10, 6});  // padded to 10 rows here, 8 in the checkpoint
+  more.vocab_rows = true;  // the model marks its vocabulary tables (Parameter::vocab_rows)
   CHECK_THROWS_WITH(load_checkpoint(dir.string(), {&more}, nullptr, io, lo),
                     Catch::Contains(emb) && Catch::Contains("[8, 6]") && Catch::Contains("[10, 6]"));
   lo.vocab_padding_may_differ = true;
@@ -230,9 +231,11 @@ TEST_CASE("checkpoint shards: weights-only readers accept another vocabulary pad
   want.resize(60, 0.0);  // the rows the checkpoint lacks are zeroed
   CHECK(more.value.to_vector() == want);
   Parameter fewer = make_param(emb, {6, 6}, {6, 6});
+  fewer.vocab_rows = true;
   load_checkpoint(dir.string(), {&fewer}, nullptr, io, lo);
   CHECK(fewer.value.to_vector() == global_box(0, 6, 0, 6).to_vector());
   Parameter other = make_param(emb, {8, 5}, {8, 5});  // the hidden size must still match
+  other.vocab_rows = true;
   CHECK_THROWS_WITH(load_checkpoint(dir.string(), {&other}, nullptr, io, lo), Catch::Contains("[8, 5]"));
   fs::remove_all(dir);
 }

@@ -113,3 +113,137 @@ TEST_CASE("cli preprocess: plain text with the byte-level tokenizer", "[cli_trai
   r = run_cli({"preprocess", "--input", input});
   CHECK(r.rc != 0);  // missing required options: CLI11's usage error
 }
+
+TEST_CASE("cli train: NullTokenizer's EOD is inside model.vocab_size, as Megatron's (preprocess, then train)",
+          "[cli_train]") {
+  // Mock data draws ids up to the tokenizer's EOD: with vocab 256 that is 255, inside the model.
+  const std::string good = write_file("good_null.yaml", kGood);
+  const std::vector<std::string> small = {"model.seq_length=16", "model.hidden_size=32", "training.train_iters=2",
+                                          "training.eval_iters=0", "logging.log_interval=1", "training.device=cpu"};
+  std::vector<std::string> args = {"train", "--config", good, "data.tokenizer_type=NullTokenizer",
+                                   "model.vocab_size=256"};
+  args.insert(args.end(), small.begin(), small.end());
+  CliResult r = run_cli(args);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("iteration        2/"));
+
+  // The documented flow: preprocess --vocab-size 1000 --append-eod, then train with model.vocab_size=1000.
+  std::string ids;
+  for (int d = 0; d < 40; ++d) {
+    for (int t = 0; t < 30; ++t) ids += std::to_string((d * 37 + t * 11) % 999) + " ";
+    ids += "\n\n";
+  }
+  const std::string input = write_file("ids.txt", ids);
+  const std::string prefix = (temp_dir() / "null" / "ids").string();
+  r = run_cli({"preprocess", "--input", input, "--output-prefix", prefix, "--tokenizer-type", "NullTokenizer",
+               "--vocab-size", "1000", "--split-paragraphs", "--append-eod"});
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("40 documents, 1240 tokens"));  // 30 ids + EOD 999 each
+  const std::string data_yaml = write_file("null_data.yaml", "optimizer:\n  lr: 1.0e-3\nmodel:\n  num_layers: 2\n"
+                                                             "  hidden_size: 32\n  num_attention_heads: 4\n");
+  args = {"train", "--config", data_yaml, "data.data_path=[" + prefix + "_text_document]",
+          "data.tokenizer_type=NullTokenizer", "model.vocab_size=1000", "data.split=1"};
+  args.insert(args.end(), small.begin(), small.end());
+  r = run_cli(args);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("eod 999") || Contains("iteration        2/"));
+}
+
+TEST_CASE("cli train: a model vocabulary smaller than the tokenizer's is refused before allocation", "[cli_train]") {
+  const std::string good = write_file("good_vocab.yaml", kGood);
+  for (const char* extra : {"--validate-only", "training.train_iters=1"}) {
+    CliResult r = run_cli({"train", "--config", good, "model.vocab_size=100", extra});
+    INFO(extra << "\n" << r.err);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("strata: error: ConfigError: model.vocab_size: 100 is smaller than the tokenizer's "
+                               "vocabulary (ByteLevelTokenizer: 257 ids"));
+    CHECK_THAT(r.out, !Contains("iteration"));
+  }
+  CHECK(run_cli({"train", "--config", good, "model.vocab_size=257", "--validate-only"}).rc == 0);
+}
+
+TEST_CASE("cli train: --validate-only checks a parallel.world_size other than this launch", "[cli_train]") {
+  const std::string good = write_file("good_world.yaml", kGood);
+  CliResult r = run_cli({"train", "--config", good, "parallel.world_size=3", "--validate-only"});
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("is valid"));
+  r = run_cli({"train", "--config", good, "parallel.world_size=4", "parallel.tensor_model_parallel_size=2",
+               "--print-config"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("world_size: 4"));
+  // A layout that does not divide is still an error naming the field.
+  r = run_cli({"train", "--config", good, "parallel.world_size=3", "parallel.tensor_model_parallel_size=2",
+               "--validate-only"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("ConfigError: parallel.world_size: 3 is not divisible"));
+}
+
+TEST_CASE("cli train: checkpoint paths are checked before any training", "[cli_train]") {
+  namespace fs = std::filesystem;
+  const std::string good = write_file("good_ckpt.yaml", kGood);
+  const std::vector<std::string> run = {"model.seq_length=16", "model.hidden_size=32", "training.train_iters=2",
+                                        "training.eval_iters=0", "logging.log_interval=1", "training.device=cpu"};
+  auto train = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--config", good};
+    args.insert(args.end(), run.begin(), run.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  const fs::path base = temp_dir() / "ckpt_paths";
+  fs::remove_all(base);
+  fs::create_directories(base);
+  const std::string a_file = write_file("ckpt_paths_file.txt", "not a directory");
+
+  // 1. checkpoint.save at an existing file: refused at the start (and by --validate-only), nothing trained.
+  for (bool dry : {true, false}) {
+    std::vector<std::string> extra = {"checkpoint.save=" + a_file};
+    if (dry) extra.push_back("--validate-only");
+    CliResult r = train(extra);
+    INFO(r.out << r.err);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("strata: error: ConfigError: checkpoint.save: '" + a_file +
+                               "' exists and is not a directory"));
+    CHECK_THAT(r.out, !Contains("iteration        1/"));
+  }
+  // A save directory under a file cannot be created.
+  CliResult r = train({"checkpoint.save=" + a_file + "/sub"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("ConfigError: checkpoint.save: "));
+  CHECK_THAT(r.out, !Contains("iteration        1/"));
+
+  // 2. checkpoint.load: a typo (missing path) is an error, a file is an error, an empty directory warns.
+  r = train({"checkpoint.load=" + (base / "no_such_run").string()});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("ConfigError: checkpoint.load: '" + (base / "no_such_run").string() + "' does not exist"));
+  r = train({"checkpoint.load=" + (base / "no_such_run").string(), "--validate-only"});
+  CHECK(r.rc == 1);
+  r = train({"checkpoint.load=" + a_file});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("ConfigError: checkpoint.load: '" + a_file + "' is not a directory"));
+  fs::create_directories(base / "empty");
+  r = train({"checkpoint.load=" + (base / "empty").string()});
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out + r.err, Contains("training from scratch"));
+  // 3. The first run of a job whose save equals load: the directory does not exist yet.
+  const std::string job = (base / "job").string();
+  r = train({"checkpoint.save=" + job, "checkpoint.load=" + job});
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(fs::exists(fs::path(job) / "latest_checkpointed_iteration.txt"));
+  fs::remove_all(base);
+}
+
+TEST_CASE("cli: an exception from the standard library reaches the user as strata: error", "[cli_train]") {
+  // create_directories under a regular file throws std::filesystem::filesystem_error.
+  const std::string input = write_file("fs_corpus.txt", "some text\n");
+  const std::string a_file = write_file("fs_blocker", "x");
+  CliResult r = run_cli({"preprocess", "--input", input, "--output-prefix", a_file + "/sub/out", "--tokenizer-type",
+                         "ByteLevelTokenizer"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: "));
+}

@@ -273,6 +273,26 @@ TEST_CASE("config: bad configs fail in validate() naming the field", "[config]")
   }
 }
 
+TEST_CASE("config: inf and nan are refused for every float field, before allocation", "[config]") {
+  int checked = 0;
+  for (const config::SectionSpec& sec : StrataConfig::table().sections())
+    for (const config::FieldSpec& f : sec.fields) {
+      const bool list = f.type == config::FieldType::DoubleList;
+      if (f.type != config::FieldType::Double && !list) continue;
+      for (const char* bad : {".inf", "-.inf", ".nan"}) {
+        const std::string v = list ? std::string("[") + bad + "]" : std::string(bad);
+        INFO(f.path() << "=" << v);
+        const std::string err = error_of([&] { base({f.path() + "=" + v}).validate(1); });
+        CHECK_THAT(err, Catch::Matchers::Contains("ConfigError: " + f.path() + ": ") &&
+                            Catch::Matchers::Contains("finite"));
+      }
+      ++checked;
+    }
+  CHECK(checked >= 10);  // lr, min_lr, betas, eps, dropouts, init std, … (the table has them all)
+  CHECK(error_of([] { base({"optimizer.lr=.inf"}).validate(1); }) ==
+        "ConfigError: optimizer.lr: must be a finite number, got inf");
+}
+
 TEST_CASE("config: decoding errors name the field, the type and a suggestion", "[config]") {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"model.num_layers=four", "model.num_layers: expected int64, got 'four'"},

@@ -14,6 +14,7 @@
 #include "parallel/context_parallel.h"
 #include "test_helpers.h"
 #include "training/config.h"
+#include "models/batch.h"
 
 using namespace strata;
 using strata::test::max_abs_diff;

@@ -17,7 +17,7 @@
 
 #include "apps/strata/cli.h"
 #include "core/philox.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "cli_test_helpers.h"
 #include "test_helpers.h"
 #include "training/generation.h"
@@ -272,5 +272,39 @@ TEST_CASE("cli generate: train 3 steps with mock data, then generate and score",
   r = run_cli({"generate", "--prompt-ids", "1"});
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("--load DIR is required"));
+
+  // The sampling flags follow the inference section's rules.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--top-p", "2"}, "--top-p must be in [0, 1]"},
+      {{"--top-p", "-0.1"}, "--top-p must be in [0, 1]"},
+      {{"--top-k", "-5"}, "--top-k must be >= 0"},
+      {{"--temperature", "-1"}, "--temperature must be >= 0"},
+      {{"--top-k", "5", "--top-p", "0.5"}, "--top-k and --top-p cannot be combined"},
+      {{"--max-new-tokens", "0"}, "--max-new-tokens must be > 0"},
+      {{"--seed", "-3"}, "--seed must be >= 0"},
+  };
+  for (const auto& [flags, msg] : bad) {
+    std::vector<std::string> args = {"generate", "--load", ckpt, "--prompt-ids", "1,2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    r = run_cli(args);
+    INFO(flags[0] << " " << flags[1]);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("strata: error: ") && Contains(msg));
+  }
+  // More new tokens than the 32 positions leave: said on stderr, the output stops at the limit.
+  r = run_cli({"generate", "--load", ckpt, "--prompt-ids", "1,2,3", "--max-new-tokens", "100", "--temperature", "0"});
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.err, Contains("100 new tokens asked for, but the model has 32 positions") &&
+                        Contains("generating at most 29"));
+  r = run_cli({"generate", "--load", ckpt, "--prompt-ids", "1,2,3", "--max-new-tokens", "5"});
+  CHECK(r.err.find("positions") == std::string::npos);
+  // --iteration: an iteration that exists, and one that does not.
+  r = run_cli({"generate", "--load", ckpt, "--iteration", "3", "--prompt", "abc", "--score"});
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(nlohmann::json::parse(r.out) == j);
+  r = run_cli({"generate", "--load", ckpt, "--iteration", "2", "--prompt", "abc", "--score"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("no checkpoint at iteration 2") && Contains("iter_0000002"));
   fs::remove_all(dir);
 }

@@ -68,6 +68,12 @@ TEST_CASE("golden: Megatron's CHECK_THRESHOLDS and allowed failures", "[golden]"
     CHECK((c[0].kind == CheckKind::Approximate && c[0].rtol == 0.05));
   }
   CHECK(check_thresholds("grad-norm").empty());
+  // A named loss of the model (the loss channel) is checked like "lm loss".
+  CHECK(check_thresholds("load_balancing_loss").empty());
+  auto named = check_thresholds("load_balancing_loss", {"lm loss", "load_balancing_loss"});
+  REQUIRE(named.size() == 2);
+  CHECK(named[0].kind == CheckKind::Deterministic);
+  CHECK((named[1].kind == CheckKind::Approximate && named[1].rtol == 0.05));
   // min(max(N // 100, 1), 50)
   CHECK(allowed_failures(1) == 1);
   CHECK(allowed_failures(50) == 1);

@@ -315,6 +315,14 @@ TEST_CASE("gpt dataset: blended datasets from indexed files, mock documents", "[
   int differ = 0;
   for (int64_t d = 0; d < 1000; ++d) differ += other.document_length(d) != docs.document_length(d);
   CHECK(differ > 500);
+  // A split whose share rounds to no documents names the split and data.split.
+  GPTDataConfig few = mock;
+  few.mock_config.num_documents = 10;
+  few.split = "969, 30, 1";
+  few.num_samples = {4, 2, 0};
+  CHECK_THROWS_WITH(build_gpt_datasets(few),
+                    Catch::Contains("ConfigError: data.split: '969, 30, 1' gives the valid split of mock documents "
+                                    "[10, 10), which hold 0 tokens"));
 }
 
 TEST_CASE("npy: exact bytes, round trip, corrupt files, Megatron index cache", "[gpt_dataset][npy]") {

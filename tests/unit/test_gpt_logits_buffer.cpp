@@ -4,7 +4,7 @@
 // are the caller's own tensor.
 #include <vector>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 
 namespace strata {

@@ -9,8 +9,9 @@
 #include <string>
 
 #include "core/observe.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
+#include "training/model_factory.h"
 
 namespace strata {
 namespace {
@@ -85,9 +86,13 @@ double weighted_loss(GPTModel& m, const Batch& batch, const Tensor& w, int64_t s
   return test::dot(m.forward(*ctx, batch), w);
 }
 
-void check_model_gradients(ModelConfig cfg) {
+// specs: one per layer (empty: every layer attention + MLP).
+void check_model_gradients(ModelConfig cfg, const std::vector<layers::TransformerLayerSpec>& specs = {}) {
   cfg.init_method_std = 0.2;  // large enough that every block is clearly non-linear
-  GPTModel model(cfg, opts(DType::F64));
+  GPTModelOptions o = opts(DType::F64);
+  o.layer_specs = specs;
+  if (!specs.empty()) cfg.num_layers = static_cast<int64_t>(specs.size());
+  GPTModel model(cfg, o);
   model.init_parameters(5);
   // Norm weights and biases away from their constant init, so their gradients are generic.
   for (Parameter* p : model.parameters()) {
@@ -149,6 +154,15 @@ TEST_CASE("gpt_model: f64 finite differences, config (a) LayerNorm/GeLU/learned/
 
 TEST_CASE("gpt_model: f64 finite differences, config (b) RMSNorm/SwiGLU/RoPE/GQA/qk-norm/untied", "[gpt_model]") {
   check_model_gradients(config_b());
+}
+
+TEST_CASE("gpt_model: f64 finite differences with attention-only and MLP-only layer specs", "[gpt_model][layer_specs]") {
+  // '*' attention only, '-' MLP only, 'T' both (the hybrid stack's layer symbols), both configs.
+  for (const char* pattern : {"*-T", "-*", "**--"}) {
+    INFO(pattern);
+    check_model_gradients(config_a(), layers::layer_specs_from_pattern(pattern));
+    check_model_gradients(config_b(), layers::layer_specs_from_pattern(pattern));
+  }
 }
 
 TEST_CASE("gpt_model: bf16 loss and gradients close to f32", "[gpt_model]") {
@@ -418,7 +432,8 @@ TEST_CASE("gpt_model: built from a validated StrataConfig (precision, vocab padd
       "  seq_length: 8\ntraining:\n  precision: bf16\n  micro_batch_size: 2\n  seed: 9\n"
       "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n");
   cfg.validate();
-  GPTModel model(cfg, Device::cpu());
+  auto model_holder = make_gpt_model(cfg, Device::cpu());
+  GPTModel& model = *model_holder;
   CHECK(model.dtype() == DType::BF16);
   CHECK(model.padded_vocab() == 256);  // make_vocab_size_divisible_by 128
   CHECK(model.embedding().word_embeddings.value.shape() == Shape{256, 16});

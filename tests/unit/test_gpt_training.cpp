@@ -4,11 +4,12 @@
 #include <filesystem>
 #include <sstream>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/checkpoint.h"
 #include "training/trainer.h"
+#include "training/model_factory.h"
 
 using namespace strata;
 using namespace strata::test;
@@ -31,7 +32,8 @@ struct GptRun {
 };
 
 GptRun run_gpt(const StrataConfig& cfg) {
-  GPTModel model(cfg, Device::cpu());
+  auto model_holder = make_gpt_model(cfg, Device::cpu());
+  GPTModel& model = *model_holder;
   MockBatchSource train(kGptVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
                         static_cast<uint64_t>(cfg.training.seed));
   std::ostringstream log;

@@ -1,4 +1,4 @@
-// Shared helpers for unit tests: random tensors, error measures, finite-difference gradients.
+// Shared helpers for unit tests: random tensors, error measures, finite-difference gradients, a fixed batch.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -8,6 +8,7 @@
 
 #include "core/random.h"
 #include "core/tensor.h"
+#include "models/batch.h"
 
 namespace strata::test {
 
@@ -72,6 +73,21 @@ inline void check_gradient(const char* what, const Tensor& analytic, const Tenso
   double err = normalized_error(analytic, numeric);
   INFO(what << ": normalized error " << err << " (bound " << tol << ")");
   CHECK(err <= tol);
+}
+
+// A [b, s] batch with tokens (7i + 3) mod vocab and labels (11i + 5) mod vocab (i the flat index)
+// and every token counted: a fixed, non-trivial micro-batch for model tests.
+inline Batch fixed_batch(int64_t b, int64_t s, int64_t vocab) {
+  std::vector<int64_t> tok(static_cast<size_t>(b * s)), lab(tok.size());
+  for (size_t i = 0; i < tok.size(); ++i) {
+    tok[i] = static_cast<int64_t>((i * 7 + 3) % static_cast<size_t>(vocab));
+    lab[i] = static_cast<int64_t>((i * 11 + 5) % static_cast<size_t>(vocab));
+  }
+  Batch batch;
+  batch.tokens = Tensor::from_data(tok, Shape{b, s});
+  batch.labels = Tensor::from_data(lab, Shape{b, s});
+  batch.loss_mask = Tensor::full({b, s}, 1.0, DType::F32);
+  return batch;
 }
 
 }  // namespace strata::test

@@ -4,7 +4,9 @@
 // implementation of transformers' LlamaForCausalLM / GPT2LMHeadModel (tests/hf/hf_reference.py,
 // float64, skipped when /usr/bin/python3 has no numpy) and, where torch + transformers are
 // installed (not in CI), of transformers itself (tests/hf/hf_transformers_logits.py), which also
-// writes random models with save_pretrained for import; family detection names the field.
+// writes random models with save_pretrained for import; the exported vocabulary is the real one, so
+// the reference's log-softmax over every lm_head row equals `strata generate --score`; family
+// detection names the field.
 // Bad inputs and the CLI: test_hf_import.cpp.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,9 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_helpers.h"
 #include "core/formats/safetensors.h"
 #include "hf_test_helpers.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 #include "training/checkpoint.h"
 #include "training/generation.h"
@@ -30,6 +33,7 @@
 #include "training/tensor_file.h"
 #if __has_include("strata_source_dir.h")
 #include "strata_source_dir.h"
+#include "training/model_factory.h"
 #endif
 
 using namespace strata;
@@ -101,7 +105,7 @@ void check_against_reference(GPTModel& model, const fs::path& hf_dir) {
   REQUIRE(ref.has_value());
   const Tensor ours = model.logits_for(Tensor::from_data(kIds, Shape{1, static_cast<int64_t>(kIds.size())}), nullptr, 0);
   REQUIRE(ref->size() == kIds.size());
-  REQUIRE(static_cast<int64_t>((*ref)[0].size()) == model.padded_vocab());
+  REQUIRE(static_cast<int64_t>((*ref)[0].size()) == *model.config().vocab_size);  // the real vocabulary only
   double max_abs = 0;
   const double diff = max_logit_diff(*ref, ours.to_vector(), ours.size(2), &max_abs);
   INFO("max |ours - numpy reference| = " << diff << ", max |logit| = " << max_abs);
@@ -182,12 +186,16 @@ TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2; f32, bf
           CHECK(ex.iteration == 7);
           const auto cj = nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json"));
           CHECK(cj.at("torch_dtype") == (prec == Precision::Bf16 ? "bfloat16" : "float32"));
-          CHECK(cj.at("vocab_size") == 320);  // the padded vocabulary
+          CHECK(cj.at("vocab_size") == 257);  // the tokenizer's vocabulary, not Megatron's padded 320
           CHECK(cj.at("tie_word_embeddings") == tied);
           CHECK(cj.at("eos_token_id") == 256);
           const auto hf_tensors = formats::read_safetensors((dir / "hf" / "model.safetensors").string());
           CHECK(hf_tensors.metadata.at("format") == "pt");
           CHECK(hf_tensors.tensors.count("lm_head.weight") == (tied ? 0u : 1u));
+          for (const auto& [name, t] : hf_tensors.tensors)
+            if (name.find("embed_tokens") != std::string::npos || name.find("wte") != std::string::npos ||
+                name == "lm_head.weight")
+              CHECK(t.size(0) == 257);
           for (const auto& [name, t] : hf_tensors.tensors) CHECK(t.dtype() == model_dtype(prec));
 
           const hf::ImportResult im = hf::import_checkpoint((dir / "hf").string(), (dir / "imported").string());
@@ -209,7 +217,14 @@ TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2; f32, bf
             REQUIRE(b.count(name));
             CHECK(b.at(name).dtype() == t.dtype());
             CHECK(b.at(name).shape() == t.shape());
-            CHECK(std::memcmp(b.at(name).data_ptr(), t.contiguous().data_ptr(), t.nbytes()) == 0);
+            const bool vocab_rows = name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+            // The vocabulary tensors: the 257 real rows bit-identical; the padding (320 rows) is
+            // re-created on import as copies of the last real row, as Megatron's converter pads.
+            const Tensor ta = vocab_rows ? t.narrow(0, 0, 257).contiguous() : t.contiguous();
+            const Tensor tb = vocab_rows ? b.at(name).narrow(0, 0, 257).contiguous() : b.at(name).contiguous();
+            CHECK(std::memcmp(tb.data_ptr(), ta.data_ptr(), ta.nbytes()) == 0);
+            if (vocab_rows)
+              CHECK(test::max_abs_diff(b.at(name).narrow(0, 300, 1), b.at(name).narrow(0, 256, 1)) == 0.0);
           }
           // The imported checkpoint loads for generation and computes the same logits.
           generation::LoadedModel lm = generation::load_for_inference((dir / "imported").string(), {"training.device=cpu"});
@@ -218,6 +233,49 @@ TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2; f32, bf
           fs::remove_all(dir);
         }
       }
+}
+
+TEST_CASE("hf: transformers' scores of the export equal strata generate --score (every family, tied and untied)",
+          "[hf]") {
+  if (!numpy_available()) {
+    WARN("SKIPPED: /usr/bin/python3 has no numpy (apt-get install python3-numpy)");
+    return;
+  }
+  std::string ids_text;
+  for (int64_t i : kIds) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(i);
+  for (hf::Family f : {hf::Family::Llama, hf::Family::Qwen3, hf::Family::GPT2})
+    for (bool tied : {true, false}) {
+      DYNAMIC_SECTION(hf::to_string(f) << (tied ? " tied" : " untied")) {
+        const fs::path dir = fresh_dir("score");
+        StrataConfig cfg = family_config(f, tied, Precision::Fp32);  // vocab 257 padded to 320
+        save_random_checkpoint(cfg, dir / "ckpt", 31);
+        hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+        // The reference: log_softmax over every row of the exported lm_head, as transformers does.
+        const std::optional<std::string> out =
+            run_script("hf_reference.py", "--score " + (dir / "hf").string() + " " + ids_text);
+        REQUIRE(out.has_value());
+        const auto ref = nlohmann::json::parse(*out);
+        CHECK(ref.at("vocab") == 257);
+        const CliResult r =
+            run_cli({"generate", "--load", (dir / "ckpt").string(), "--prompt-ids", ids_text, "--score"});
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        const auto ours = nlohmann::json::parse(r.out);
+        REQUIRE(ours.at("logprobs").size() == kIds.size());
+        REQUIRE(ref.at("logprobs").size() == kIds.size());
+        CHECK(ref.at("logprobs")[0].is_null());
+        double diff = 0, spread = 0;
+        for (size_t i = 1; i < kIds.size(); ++i) {
+          const double a = ours.at("logprobs")[i].get<double>(), b = ref.at("logprobs")[i].get<double>();
+          diff = std::max(diff, std::abs(a - b));
+          spread = std::max(spread, std::abs(b));
+        }
+        INFO("max |--score - transformers' log-probability| = " << diff);
+        CHECK(spread > 1.0);  // real log-probabilities, not all near 0
+        CHECK(diff < 1e-5);
+        fs::remove_all(dir);
+      }
+    }
 }
 
 TEST_CASE("hf reference: Llama with GQA, head_dim unlike hidden/heads, untied, apply_layernorm_1p", "[hf]") {

@@ -95,7 +95,7 @@ TEST_CASE("hf import: corrupt files, wrong family and bad config.json", "[hf]") 
   const std::string file = (hf_dir / "model.safetensors").string();
 
   // A tied lm_head that is not the embedding table.
-  edit_tensors(hf_dir, [](auto& t) { t["lm_head.weight"] = Tensor::zeros({320, 32}, DType::F32); });
+  edit_tensors(hf_dir, [](auto& t) { t["lm_head.weight"] = Tensor::zeros({257, 32}, DType::F32); });
   CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), save),
                     Contains("'lm_head.weight' differs from 'transformer.wte.weight'"));
   // An equal one is the usual tied duplicate: accepted, as are GPT-2's attention-mask buffers.
@@ -104,6 +104,7 @@ TEST_CASE("hf import: corrupt files, wrong family and bad config.json", "[hf]") 
     t["transformer.h.0.attn.bias"] = Tensor::zeros({1, 1, 16, 16}, DType::F32);
   });
   CHECK_NOTHROW(hf::import_checkpoint(hf_dir.string(), save));
+  fs::remove_all(save);  // a save directory holding a checkpoint is refused (tested below)
 
   // Truncated safetensors.
   fs::resize_file(file, fs::file_size(file) - 10);
@@ -141,13 +142,35 @@ TEST_CASE("hf: a Llama config.json without strata's hints imports with HF's voca
   });
   const hf::ImportResult r = hf::import_checkpoint(hf_dir.string(), (dir / "out").string(),
                                                    {"training.device=cpu", "model.seq_length=8"});
-  CHECK(*r.config.model.vocab_size == 320);
+  CHECK(*r.config.model.vocab_size == 257);  // config.json vocab_size: the real vocabulary
   CHECK(r.config.model.make_vocab_size_divisible_by == 1);
   CHECK(r.config.model.seq_length == 8);
   CHECK(r.config.model.max_positions() == 16);
   CHECK(r.config.model.query_groups() == 2);
   CHECK(r.config.model.head_dim() == 8);
   CHECK(r.config.data.tokenizer_type == TokenizerType::NullTokenizer);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf import: an export with the padded vocabulary (before it was dropped) still imports", "[hf]") {
+  const fs::path dir = exported(hf::Family::Llama, false, "old_padded");
+  const fs::path hf_dir = dir / "hf";
+  // Rewrite it as exports used to be: 320 rows (257 real + padding) and vocab_size 320.
+  edit_tensors(hf_dir, [](auto& t) {
+    for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+      Tensor padded = Tensor::zeros({320, 32}, DType::F32);
+      padded.narrow(0, 0, 257).copy_(t.at(name));
+      t[name] = padded;
+    }
+  });
+  edit_config(hf_dir, [](auto& j) { j["vocab_size"] = 320; });
+  const hf::ImportResult r = hf::import_checkpoint(hf_dir.string(), (dir / "out").string());
+  CHECK(*r.config.model.vocab_size == 257);
+  CHECK(r.config.model.make_vocab_size_divisible_by == 64);
+  // A config.json vocabulary that is neither the real nor the padded size is an error.
+  edit_config(hf_dir, [](auto& j) { j["vocab_size"] = 300; });
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), (dir / "out2").string()),
+                    Contains("does not match the config's vocab_size 300"));
   fs::remove_all(dir);
 }
 
@@ -182,6 +205,22 @@ TEST_CASE("hf cli: export, import, generate --score and finetune from the import
   INFO(r.err);
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Contains("iter_0000000"));
+  // A directory that holds a run already: refused (its tracker would be rewritten), unless --force.
+  r = run_cli({"import", "--hf", hf_dir, "--save", ckpt});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ") && Contains("already holds a checkpoint") && Contains("--force"));
+  CHECK(*read_checkpoint_tracker(ckpt) == 7);  // untouched
+  CHECK_FALSE(fs::exists(dir / "ckpt" / "iter_0000000"));
+  fs::create_directories(dir / "iters_only" / "iter_0000100");
+  r = run_cli({"import", "--hf", hf_dir, "--save", (dir / "iters_only").string()});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("already holds a checkpoint (iter_0000100)"));
+  r = run_cli({"import", "--hf", hf_dir, "--save", (dir / "iters_only").string(), "--force"});
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(*read_checkpoint_tracker((dir / "iters_only").string()) == 0);
+  fs::create_directories(dir / "empty_dir");
+  CHECK(run_cli({"import", "--hf", hf_dir, "--save", (dir / "empty_dir").string()}).rc == 0);  // empty: fine
 
   r = run_cli({"generate", "--load", ckpt, "--prompt-ids", "1,2,3,4", "--score"});
   REQUIRE(r.rc == 0);

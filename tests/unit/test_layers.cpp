@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 
 namespace strata {
@@ -67,17 +67,17 @@ Vec reference_losses(GPTModel& m, const Tensor& tokens, const Tensor& labels) {
   const bool ln = cfg.normalization == Normalization::LayerNorm;
   Vec tok = tokens.to_vector(), lab = labels.to_vector();
   auto& L = m.layer(0);
-  auto& A = L.self_attention;
+  auto& A = L.self_attention();
   const Vec E = vals(m.embedding().word_embeddings);
   Vec P;
   if (m.embedding().learned_positions) P = vals(m.embedding().position_embeddings);
   auto opt = [](const Parameter& p, bool on) { return on ? vals(p) : Vec{}; };
-  const Vec n1w = vals(L.input_layernorm.weight), n1b = opt(L.input_layernorm.bias, ln);
-  const Vec n2w = vals(L.pre_mlp_layernorm.weight), n2b = opt(L.pre_mlp_layernorm.bias, ln);
+  const Vec n1w = vals(L.input_layernorm().weight), n1b = opt(L.input_layernorm().bias, ln);
+  const Vec n2w = vals(L.pre_mlp_layernorm().weight), n2b = opt(L.pre_mlp_layernorm().bias, ln);
   const Vec qkvw = vals(A.linear_qkv.weight), qkvb = opt(A.linear_qkv.bias, A.linear_qkv.has_bias);
   const Vec pw = vals(A.linear_proj.weight), pb = opt(A.linear_proj.bias, A.linear_proj.has_bias);
-  const Vec f1w = vals(L.mlp.linear_fc1.weight), f1b = opt(L.mlp.linear_fc1.bias, L.mlp.linear_fc1.has_bias);
-  const Vec f2w = vals(L.mlp.linear_fc2.weight), f2b = opt(L.mlp.linear_fc2.bias, L.mlp.linear_fc2.has_bias);
+  const Vec f1w = vals(L.mlp().linear_fc1.weight), f1b = opt(L.mlp().linear_fc1.bias, L.mlp().linear_fc1.has_bias);
+  const Vec f2w = vals(L.mlp().linear_fc2.weight), f2b = opt(L.mlp().linear_fc2.bias, L.mlp().linear_fc2.has_bias);
   const Vec fw = vals(m.final_layernorm().weight), fb = opt(m.final_layernorm().bias, ln);
   const Vec W = vals(m.output_weight());
   Vec qw, kw, qb, kb;

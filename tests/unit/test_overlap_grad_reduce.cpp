@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "parallel/communicator.h"
 #include "test_helpers.h"
 #include "training/grad_buffer.h"
@@ -134,7 +134,9 @@ TEST_CASE("overlap: the schedule reports on each chunk's last micro-batch only",
   step.num_micro_batches = 3;
   step.trace = &trace;
   step.batch = [&](int64_t mb) -> const Batch& { return batches[static_cast<size_t>(mb)]; };
-  step.loss_func = [&](int64_t, const Tensor& losses) { return Tensor::full(losses.shape(), 0.02, DType::F32); };
+  step.loss_func = [&](int64_t, const std::vector<NamedLoss>& losses) {
+    return std::vector<Tensor>{Tensor::full(losses.at(0).value.shape(), 0.02, DType::F32)};
+  };
   step.grad_ready = [&](const std::vector<Parameter*>& ps) {
     CHECK(trace.size() == 5);  // forward/backward of micro-batches 0, 1 and the forward of 2 ran
     for (Parameter* p : ps) {

@@ -180,17 +180,19 @@ TEST_CASE("tokenizer: byte-level and null tokenizers", "[tokenizer]") {
   CHECK(b.decode({72, 105, 256}) == "Hi");  // EOD decodes to nothing
   CHECK_THROWS_WITH(b.decode({257}), Contains("outside [0, 257)"));
 
+  // Megatron-Core's NullTokenizer(vocab_size): the EOD id is the last id of the vocabulary.
   NullTokenizer n(100);
-  CHECK(n.vocab_size() == 101);
-  CHECK(n.eod() == 100);
+  CHECK(n.vocab_size() == 100);
+  CHECK(n.eod() == 99);
   CHECK(n.encode(" 1 2\n 3  99 ") == std::vector<int64_t>{1, 2, 3, 99});
   CHECK(n.decode({1, 2, 3}) == "1 2 3");
   CHECK_THROWS_WITH(n.encode("1 x"), Contains("'x' is not a decimal token id"));
-  CHECK_THROWS_WITH(n.encode("101"), Contains("outside [0, 101)"));
+  CHECK_THROWS_WITH(n.encode("100"), Contains("outside [0, 100)"));
 
   auto t = build_tokenizer(TokenizerType::NullTokenizer, {}, {}, 50);
   CHECK(t->name() == "NullTokenizer");
-  CHECK(t->vocab_size() == 51);
+  CHECK(t->vocab_size() == 50);
+  CHECK(t->eod() == 49);
   CHECK(build_tokenizer(TokenizerType::GPT2BPETokenizer, kVocab, kMerges)->vocab_size() == 457);
   CHECK_THROWS_WITH(build_tokenizer(TokenizerType::NullTokenizer), Contains("NullTokenizer needs a vocab size"));
   CHECK_THROWS_WITH(build_tokenizer(TokenizerType::GPT2BPETokenizer, kVocab),

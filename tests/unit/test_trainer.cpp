@@ -254,6 +254,41 @@ TEST_CASE("trainer: masked loss normalisation in both Megatron modes", "[trainer
   CHECK(std::abs(per_token - mean_of_means) > 1e-6);  // the masks differ per micro-batch
 }
 
+TEST_CASE("trainer: without the NaN check a non-finite step is applied, as Megatron's bf16/fp32 optimizer",
+          "[trainer]") {
+  Parameter a = make_param("a", {1.0, 1.0});
+  Parameter b = make_param("b", {1.0});
+  AdamWSettings s;
+  s.clip_grad = 0.0;
+  s.skip_non_finite = false;  // training.check_for_nan_in_loss_and_grad=false
+  AdamWOptimizer opt({&a, &b}, s);
+  a.main_grad.fill_(0.5);
+  b.main_grad.fill_(std::numeric_limits<double>::infinity());
+  OptimizerStepResult r = opt.step(0.1);
+  CHECK_FALSE(r.skipped);
+  CHECK_FALSE(std::isfinite(r.grad_norm));
+  CHECK(opt.step_count() == 1);
+  CHECK(std::isnan(b.value.to_vector()[0]));      // inf / sqrt(inf): the update poisons b
+  CHECK(a.value.to_vector()[0] < 1.0 - 0.05);     // a took its ordinary step (lr 0.1)
+}
+
+TEST_CASE("trainer: check_for_nan_in_loss_and_grad=false neither checks nor skips", "[trainer]") {
+  BigramModel nan_model(kVocab);
+  nan_model.nan_step = 3;
+  const Run a = run_training(tiny_config({"training.train_iters=5", "training.check_for_nan_in_loss_and_grad=false"}),
+                             nan_model);
+  CHECK(a.result.exit_code == 0);
+  CHECK(a.result.skipped_iterations == 0);
+  CHECK(a.result.first_non_finite_param.empty());
+  CHECK(std::isnan(a.result.grad_norms[2]));
+  CHECK(a.log.find("number of skipped iterations:   0 |") != std::string::npos);
+  CHECK(a.log.find("number of skipped iterations:   1 |") == std::string::npos);
+  bool any_nan = false;
+  for (const auto& p : a.params)
+    for (double x : p) any_nan = any_nan || std::isnan(x);
+  CHECK(any_nan);  // the NaN step reached the parameters, as in Megatron without the check
+}
+
 TEST_CASE("trainer: same-seed runs are bitwise identical and the loss decreases", "[trainer]") {
   StrataConfig cfg = tiny_config();
   BigramModel m1(kVocab), m2(kVocab);

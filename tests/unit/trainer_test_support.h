@@ -57,7 +57,7 @@ class BigramModel : public LanguageModel {
     c->key = philox::Key{seed, philox::stream_id("bigram.dropout") ^ static_cast<uint64_t>(step * 1000003 + mb)};
     return c;
   }
-  Tensor forward(ForwardContext& base, const Batch& batch) override {
+  ForwardOutput forward_pass(ForwardContext& base, const Batch& batch) override {
     Ctx& c = static_cast<Ctx&>(base);
     if (c.training && c.step == signal_step) std::raise(signal_number);
     const int64_t n = batch.tokens.numel();
@@ -73,10 +73,13 @@ class BigramModel : public LanguageModel {
     c.row_max = Tensor::empty({n}, DType::F32);
     c.sum_exp = Tensor::empty({n}, DType::F32);
     kernels::cross_entropy_forward(c.logits, c.targets, loss, c.row_max, c.sum_exp);
-    return loss.reshape(batch.tokens.shape());
+    ForwardOutput out;
+    out.losses.push_back({kLmLossName, LossReduction::PerToken, loss.reshape(batch.tokens.shape())});
+    return out;
   }
-  void backward(ForwardContext& base, const Tensor& dlosses) override {
+  void backward_pass(ForwardContext& base, const BackwardInput& grads) override {
     Ctx& c = static_cast<Ctx&>(base);
+    const Tensor& dlosses = grads.loss_grads.at(0);
     const int64_t n = c.ids.numel();
     Tensor dlogits = Tensor::empty({n, vocab_}, DType::F32);
     kernels::cross_entropy_backward(c.logits, c.targets, c.row_max, c.sum_exp, dlosses.reshape({n}), dlogits);

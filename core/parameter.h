@@ -31,6 +31,12 @@ struct Parameter {
   // A copy of a parameter another rank owns (Megatron param.shared: the tied word embeddings on the
   // last pipeline stage): kept equal to it, counted once in the grad norm (by the owner).
   bool shared_copy = false;
+  // Dimension 0 is the padded vocabulary (word embeddings, output layer): readers may meet another
+  // padding (a checkpoint saved at another tp; an export that keeps only the real rows).
+  bool vocab_rows = false;
+  // Counted in the model FLOPs per token (6·N): false for tables read by index only (learned
+  // position embeddings).
+  bool counted_in_model_flops = true;
 };
 
 // Initialise a parameter from the counter-based RNG keyed by (seed, hash(name)) so every shard of

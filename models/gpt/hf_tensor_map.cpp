@@ -1,5 +1,5 @@
 // Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
-// GPT-2 names (training/hf_format.h: to_hf_tensors, from_hf_tensors).
+// GPT-2 names (models/gpt/hf_families.h: to_hf_tensors, from_hf_tensors).
 // Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
 // repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
 // c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "training/hf_format.h"
+#include "models/gpt/hf_families.h"
 
 namespace strata::hf {
 
@@ -141,6 +141,18 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 
+// `t` [v, h] grown to [rows, h] with copies of its last row, as Megatron's checkpoint saver pads a
+// converted vocabulary (tools/checkpoint/saver_base.py pad_weight). The padding ids are never
+// produced by the tokenizer and generation drops their logits.
+Tensor pad_rows(const Tensor& t, int64_t rows) {
+  if (t.size(0) == rows) return t;
+  Tensor out = Tensor::empty({rows, t.size(1)}, t.dtype());
+  out.narrow(0, 0, t.size(0)).copy_(t);
+  const Tensor last = t.narrow(0, t.size(0) - 1, 1);
+  for (int64_t r = t.size(0); r < rows; ++r) out.narrow(0, r, 1).copy_(last);
+  return out;
+}
+
 }  // namespace
 
 std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
@@ -152,8 +164,16 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
     STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
     return it->second;
   };
-  const Tensor& emb = get("embedding.word_embeddings.weight");
-  const Dims d = dims_of(m, emb.size(0));
+  // Only the real vocabulary leaves: transformers' log-softmax runs over every row of lm_head, so
+  // Megatron's padding rows would change every probability.
+  const int64_t vocab = *m.vocab_size;
+  auto real_rows = [&](const Tensor& t) {
+    STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0),
+                 " rows is smaller than the vocabulary ", vocab);
+    return t.narrow(0, 0, vocab).contiguous().clone();
+  };
+  const Tensor emb = real_rows(get("embedding.word_embeddings.weight"));
+  const Dims d = dims_of(m, vocab);
   auto norm_w = [&](const std::string& name) { return d.one_p ? plus(get(name), 1.0) : get(name); };
   std::map<std::string, Tensor> out;
   if (f != Family::GPT2) {
@@ -200,7 +220,7 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
     out["transformer.ln_f.weight"] = norm_w("decoder.final_layernorm.weight");
     out["transformer.ln_f.bias"] = get("decoder.final_layernorm.bias");
   }
-  if (!d.tied) out["lm_head.weight"] = get("output_layer.weight");
+  if (!d.tied) out["lm_head.weight"] = real_rows(get("output_layer.weight"));
   // Every tensor must have the shape the config implies (a checkpoint/config mismatch is a bug
   // upstream, but say which tensor).
   for (const auto& [name, shape] : hf_shapes(f, d)) {
@@ -210,11 +230,15 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
   return out;
 }
 
-std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f, int64_t padded_vocab,
-                                              const std::map<std::string, Tensor>& hf_in, const std::string& file) {
+std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f, int64_t file_vocab,
+                                              int64_t padded_vocab, const std::map<std::string, Tensor>& hf_in,
+                                              const std::string& file) {
   ModelConfig m = m_in;
   finalize_model_config(m);
-  const Dims d = dims_of(m, padded_vocab);
+  STRATA_CHECK(file_vocab <= padded_vocab, file, ": vocab_size ", file_vocab,
+               " is larger than the model's padded vocabulary ", padded_vocab, " (model.vocab_size ", *m.vocab_size,
+               ", model.make_vocab_size_divisible_by ", m.make_vocab_size_divisible_by, ")");
+  const Dims d = dims_of(m, file_vocab);
   const std::map<std::string, Shape> want = hf_shapes(f, d);
   const std::string embed_name = f != Family::GPT2 ? "model.embed_tokens.weight" : "transformer.wte.weight";
 
@@ -242,7 +266,7 @@ std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f,
                  architecture_name(f), " with this config.json");
 
   std::map<std::string, Tensor> out;
-  out["embedding.word_embeddings.weight"] = hf.at(embed_name);
+  out["embedding.word_embeddings.weight"] = pad_rows(hf.at(embed_name), padded_vocab);
   if (f != Family::GPT2) {
     for (int64_t i = 0; i < d.layers; ++i) {
       const std::string mp = mlayer(i), hp = llayer(i);
@@ -283,7 +307,7 @@ std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f,
     out["decoder.final_layernorm.weight"] = hf.at("transformer.ln_f.weight");
     out["decoder.final_layernorm.bias"] = hf.at("transformer.ln_f.bias");
   }
-  if (!d.tied) out["output_layer.weight"] = hf.at("lm_head.weight");
+  if (!d.tied) out["output_layer.weight"] = pad_rows(hf.at("lm_head.weight"), padded_vocab);
   return out;
 }
 

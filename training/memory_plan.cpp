@@ -1,7 +1,7 @@
 // Parameter counts, memory estimate and pipeline bubble of a layout (parallel/memory_plan.h).
 // Reference: megatron/training/theoretical_memory_usage.py; Korthikanti et al. 2022 (activation
 // memory); Megatron-Core tensor_parallel/layers.py (which tensors are split over tp).
-#include "parallel/memory_plan.h"
+#include "training/memory_plan.h"
 
 #include <algorithm>
 

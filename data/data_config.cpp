@@ -1,0 +1,75 @@
+// DataConfig's blend and split parsing (see data_config.h).
+#include "data/data_config.h"
+
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+namespace strata {
+
+namespace {
+using config::ConfigError;
+std::string str(int64_t x) { return std::to_string(x); }
+// A whole string that is a number (surrounding spaces allowed).
+bool parse_number(const std::string& s, double& out) {
+  const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  if (b == std::string::npos) return false;
+  auto r = std::from_chars(s.data() + b, s.data() + e + 1, out);
+  return r.ec == std::errc() && r.ptr == s.data() + e + 1;
+}
+}  // namespace
+
+std::vector<DataConfig::Blend> DataConfig::blend() const {
+  std::vector<Blend> out;
+  if (data_path.empty()) return out;
+  double first;
+  if (!parse_number(data_path[0], first)) {
+    for (const auto& p : data_path) {
+      double x;
+      if (parse_number(p, x))
+        throw ConfigError("data.data_path", "'" + p +
+                                                "' looks like a weight but the list starts with a prefix; "
+                                                "write [prefix, …] or [weight, prefix, weight, prefix, …]");
+      out.push_back({p, 1.0});
+    }
+  } else {
+    if (data_path.size() % 2 != 0)
+      throw ConfigError("data.data_path", "a weighted list is [weight, prefix, weight, prefix, …]; got " +
+                                              str(static_cast<int64_t>(data_path.size())) + " entries");
+    for (size_t i = 0; i < data_path.size(); i += 2) {
+      double w;
+      if (!parse_number(data_path[i], w) || !(w > 0) || !std::isfinite(w))
+        throw ConfigError("data.data_path", "weight '" + data_path[i] + "' (entry " + str(static_cast<int64_t>(i)) +
+                                                ") must be a number > 0");
+      out.push_back({data_path[i + 1], w});
+    }
+  }
+  double total = 0;
+  for (const auto& b : out) total += b.weight;
+  for (auto& b : out) b.weight /= total;
+  return out;
+}
+
+std::vector<double> DataConfig::split_fractions() const {
+  std::vector<double> parts;
+  std::stringstream ss(split);
+  std::string item;
+  char sep = split.find('/') != std::string::npos ? '/' : ',';
+  while (std::getline(ss, item, sep)) {
+    double x;
+    if (!parse_number(item, x) || !(x >= 0) || !std::isfinite(x))
+      throw ConfigError("data.split",
+                        "'" + split + "': '" + item + "' is not a number >= 0 (expected e.g. \"969, 30, 1\")");
+    parts.push_back(x);
+  }
+  if (parts.empty() || parts.size() > 3)
+    throw ConfigError("data.split", "'" + split + "' must have 1 to 3 comma-separated parts (train, valid, test)");
+  double total = 0;
+  for (double x : parts) total += x;
+  if (!(total > 0)) throw ConfigError("data.split", "'" + split + "' sums to 0");
+  parts.resize(3, 0.0);
+  for (double& x : parts) x /= total;
+  return parts;
+}
+
+}  // namespace strata

@@ -1,0 +1,42 @@
+// DataConfig: the `data` config section (Megatron's data and tokenizer arguments: data_path
+// blends, split, mock data, tokenizer type and files, eod_mask_loss), with the parsing of its
+// blend and split strings. Declared here, below models/ and training/, so the data pipeline and
+// the tokenizers take it without depending on the whole run configuration.
+// Reference: megatron/training/arguments.py (_add_data_args, _add_tokenizer_args),
+// megatron/core/datasets/utils.py (get_blend_from_list), blended_megatron_dataset_config.py (split).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config_table.h"
+
+namespace strata {
+
+enum class TokenizerType { NullTokenizer, ByteLevelTokenizer, GPT2BPETokenizer };
+inline constexpr config::EnumName<TokenizerType> kTokenizerTypeNames[] = {
+    {TokenizerType::NullTokenizer, "NullTokenizer"},
+    {TokenizerType::ByteLevelTokenizer, "ByteLevelTokenizer"},
+    {TokenizerType::GPT2BPETokenizer, "GPT2BPETokenizer"}};
+
+struct DataConfig {
+  std::vector<std::string> data_path;
+  std::string split = "969, 30, 1";
+  bool mock_data = false;
+  TokenizerType tokenizer_type = TokenizerType::ByteLevelTokenizer;
+  std::optional<std::string> vocab_file;
+  std::optional<std::string> merge_file;
+  bool eod_mask_loss = false;
+
+  // One dataset of a blend: a path prefix (".bin"/".idx" appended) and its weight.
+  struct Blend {
+    std::string prefix;
+    double weight;
+  };
+  // data_path as (prefix, weight) pairs: "a b" → weights 1 each; "0.3 a 0.7 b" → the given weights.
+  std::vector<Blend> blend() const;
+  // split as train/valid/test fractions summing to 1 ("969, 30, 1"; missing parts are 0).
+  std::vector<double> split_fractions() const;
+};
+
+}  // namespace strata

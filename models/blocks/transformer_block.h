@@ -1,0 +1,44 @@
+// TransformerBlock: layers [first_layer, first_layer + n) of a model, each a TransformerLayer
+// assembled from its spec (full, attention-only or MLP-only; the MLP slot dense now, MoE next),
+// run in order over the residual stream [s, b, h]. The block loop is where observation sites
+// fire per layer and where activation recompute will replay layers.
+// Reference: Megatron-Core transformer/transformer_block.py (TransformerBlock, _get_block_submodules,
+// the layer loop in forward).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "models/blocks/block.h"
+#include "models/layers/layer_spec.h"
+#include "models/layers/transformer_layer.h"
+#include "models/model_config.h"
+#include "parallel/process_group.h"
+
+namespace strata {
+
+class TransformerBlock : public Block {
+ public:
+  // specs: one per layer of the block (global layers first_layer …).
+  TransformerBlock(int64_t first_layer, const std::vector<layers::TransformerLayerSpec>& specs, const ModelConfig& cfg,
+                   const layers::LayerEnv& env, const ParallelGroups& groups);
+
+  Tensor forward(const Tensor& x, const BlockRun& run, std::unique_ptr<State>* saved) override;
+  Tensor backward(State& saved, const Tensor& dy, const GradsReadyFn* grads_ready) override;
+  void collect(std::vector<Parameter*>& out) override;
+  void add_caches(InferenceCache& cache, int64_t batch, int64_t max_seq) const override;
+  int64_t num_layers() const override { return static_cast<int64_t>(layers_.size()); }
+  int64_t first_layer() const override { return first_layer_; }
+
+  // Local layer i (global first_layer() + i).
+  layers::TransformerLayer& layer(size_t i) { return *layers_.at(i); }
+  const layers::TransformerLayer& layer(size_t i) const { return *layers_.at(i); }
+
+ private:
+  struct Saved;
+  int64_t first_layer_;
+  DType dtype_;
+  Device device_;
+  std::vector<std::unique_ptr<layers::TransformerLayer>> layers_;
+};
+
+}  // namespace strata

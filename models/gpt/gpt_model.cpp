@@ -1,0 +1,29 @@
+// GPTModel (see gpt_model.h): the shell with a TransformerBlock of this stage's layers.
+// Reference: Megatron-Core models/gpt/gpt_model.py (GPTModel.__init__: TransformerBlock(spec)).
+#include "models/gpt/gpt_model.h"
+
+#include "core/error.h"
+
+namespace strata {
+
+namespace {
+LanguageModelParts gpt_parts(const std::vector<layers::TransformerLayerSpec>& specs) {
+  LanguageModelParts parts;
+  parts.final_norm_prefix = "decoder.final_layernorm";
+  parts.make_block = [specs](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+                             int64_t first, int64_t count) -> std::unique_ptr<Block> {
+    STRATA_CHECK(specs.empty() || static_cast<int64_t>(specs.size()) == cfg.num_layers, "GPTModel: ", specs.size(),
+                 " layer specs for model.num_layers ", cfg.num_layers);
+    std::vector<layers::TransformerLayerSpec> stage;
+    for (int64_t i = first; i < first + count; ++i)
+      stage.push_back(specs.empty() ? layers::TransformerLayerSpec::full() : specs[static_cast<size_t>(i)]);
+    return std::make_unique<TransformerBlock>(first, stage, cfg, env, groups);
+  };
+  return parts;
+}
+}  // namespace
+
+GPTModel::GPTModel(const ModelConfig& cfg, const GPTModelOptions& options, const ParallelGroups& groups)
+    : LanguageModelShell(cfg, options, groups, gpt_parts(options.layer_specs)) {}
+
+}  // namespace strata

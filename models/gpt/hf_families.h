@@ -1,0 +1,40 @@
+// The Hugging Face families a Megatron-Core GPT model exports to and imports from, and the tensor
+// name and layout maps between GPTModel's canonical parameter names and HF names (pure functions
+// over host tensors; training/hf_format.h maps config.json, training/hf_export.h does the files).
+// The family notes (QKV split per query group, SwiGLU halves, Conv1D transposes, real-vocabulary
+// rows) are in training/hf_format.h.
+// Reference: transformers models/llama, models/qwen3, models/gpt2; Megatron-LM
+// tools/checkpoint/{loader_llama_mistral,saver_megatron}.py.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+#include "models/model_config.h"
+
+namespace strata::hf {
+
+enum class Family { Llama, GPT2, Qwen3 };
+const char* to_string(Family f);           // "llama" | "gpt2" | "qwen3" (model_type)
+const char* architecture_name(Family f);   // "LlamaForCausalLM" | "GPT2LMHeadModel" | "Qwen3ForCausalLM"
+
+// Why a finalized model config cannot be exported as `f` ("model.normalization=LayerNorm is not
+// Llama's RMSNorm"), or nullopt when it can.
+std::optional<std::string> incompatibility(const ModelConfig& m, Family f);
+// The family a finalized model config matches; throws naming the field that prevents each.
+Family family_for(const ModelConfig& m);
+
+// Megatron canonical tensors (GPTModel::parameters() names and shapes) → HF tensors (same dtype).
+std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m, Family f,
+                                            const std::map<std::string, Tensor>& megatron);
+// HF tensors → Megatron canonical tensors. Accepts names without the base-model prefix
+// ("h.0.attn.c_attn.weight", "layers.0…"), ignores HF buffers (GPT-2 attn.bias / attn.masked_bias,
+// Llama rotary_emb.inv_freq) and a tied lm_head.weight equal to the embeddings. Missing, extra and
+// wrong-shaped tensors are errors naming the tensor and `file`. `file_vocab`: the embedding rows
+// in the file (config.json vocab_size); `padded_vocab`: the model's rows (Megatron's padding),
+// reached by repeating the last row.
+std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m, Family f, int64_t file_vocab, int64_t padded_vocab,
+                                              const std::map<std::string, Tensor>& hf, const std::string& file);
+
+}  // namespace strata::hf

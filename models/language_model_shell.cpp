@@ -1,0 +1,400 @@
+// LanguageModelShell (see language_model_shell.h). Reference: Megatron-Core
+// models/gpt/gpt_model.py (GPTModel.forward: embedding → decoder → final_layernorm → output_layer →
+// compute_language_model_loss with the fused vocab-parallel cross entropy, labels [b, s] and the
+// loss transposed back to [b, s]), common/language_module/language_module.py.
+#include "models/language_model_shell.h"
+
+#include "core/error.h"
+#include "core/observe.h"
+#include "core/phase_timer.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/gemm.h"
+#include "parallel/tensor_parallel.h"
+
+namespace strata {
+
+using layers::LayerEnv;
+
+// What one micro-batch's forward saved for its backward.
+struct LanguageModelShell::Context : ForwardContext {
+  layers::VocabEmbedding::Saved embedding;
+  std::unique_ptr<Block::State> block;
+  layers::Norm::Saved final_norm;
+  Tensor hidden;    // [s·b, h] output of the final norm (input of the output layer; gathered
+                    // along the sequence under sequence parallelism)
+  Tensor logits;    // [s·b, padded_vocab / tp]
+  Tensor targets;   // [s·b] i64, row (t, b) = labels[b, t]
+  Tensor row_max, sum_exp;  // [s·b] cross-entropy statistics
+  int64_t s = 0, b = 0;
+  bool has_forward = false;
+};
+
+namespace {
+ModelConfig finalized(ModelConfig cfg) {
+  finalize_model_config(cfg);
+  return cfg;
+}
+DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+}  // namespace
+
+LanguageModelShell::LanguageModelShell(const ModelConfig& cfg_in, const LanguageModelOptions& options,
+                                       const ParallelGroups& groups, const LanguageModelParts& parts)
+    : cfg_(finalized(cfg_in)), opt_(options), groups_(groups), aux_loss_names_(parts.aux_loss_names) {
+  STRATA_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F64,
+               "language model: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
+  STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
+               "language model: model.vocab_size must be set (resolved from the tokenizer)");
+  const int64_t tp = groups_.tp.size();
+  STRATA_CHECK(!opt_.sequence_parallel || tp > 1,
+               "language model: parallel.sequence_parallel needs tensor_model_parallel_size > 1");
+  padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, tp);
+  const LayerEnv env{opt_.dtype, opt_.device, opt_.sequence_parallel && tp > 1, opt_.cp_comm_type};
+  const ProcessGroup sp_group = env.sequence_parallel ? groups_.tp : ProcessGroup::single("tp");
+  // Pipeline stage (whole model by default).
+  if (opt_.num_layers < 0) {
+    STRATA_CHECK(opt_.first_layer == 0, "language model: first_layer ", opt_.first_layer,
+                 " needs num_layers to be set");
+    opt_.num_layers = cfg_.num_layers;
+  }
+  STRATA_CHECK(opt_.first_layer >= 0 && opt_.first_layer + opt_.num_layers <= cfg_.num_layers,
+               "language model: layers [", opt_.first_layer, ", ", opt_.first_layer + opt_.num_layers,
+               ") outside model.num_layers ", cfg_.num_layers);
+  if (opt_.pre_process) embedding_ = std::make_unique<layers::VocabEmbedding>(cfg_, padded_vocab_, env, groups_.tp);
+  block_ = parts.make_block(cfg_, env, groups_, opt_.first_layer, opt_.num_layers);
+  STRATA_INTERNAL_ASSERT(block_ && block_->num_layers() == opt_.num_layers, "language model: the block has the wrong layers");
+  if (!opt_.post_process) return;
+  final_norm_ = std::make_unique<layers::Norm>(parts.final_norm_prefix + ".weight", parts.final_norm_prefix + ".bias",
+                                               cfg_.hidden_size, cfg_, env, sp_group);
+  // Column-parallel over the vocabulary: the same rows as the embedding shard.
+  auto shard_vocab_rows = [&](Parameter& p) {
+    if (tp == 1) return;
+    const int64_t rows = padded_vocab_ / tp;
+    p.value = Tensor::zeros({rows, cfg_.hidden_size}, env.dtype, env.device);
+    p.main_grad = Tensor::zeros({rows, cfg_.hidden_size}, env.grad_dtype(), env.device);
+    p.slice = GlobalSlice::shard(Shape{padded_vocab_, cfg_.hidden_size}, 0, groups_.tp.rank(), static_cast<int>(tp));
+    p.tensor_parallel = true;
+  };
+  if (!tied()) {
+    output_layer_ = layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_.hidden_size}, env,
+                                           cfg_.init_method_std);
+    output_layer_.vocab_rows = true;
+    shard_vocab_rows(output_layer_);
+  } else if (!opt_.pre_process) {
+    // Megatron: the last stage's copy of the word embeddings; same name and init rule, so it
+    // starts equal to the first stage's table; gradients summed in finalize_model_grads.
+    output_layer_ = layers::make_parameter(layers::VocabEmbedding::kWordEmbeddingsName, Shape{padded_vocab_, cfg_.hidden_size}, env,
+                                           cfg_.init_method_std);
+    output_layer_.shared_copy = true;
+    output_layer_.vocab_rows = true;
+    shard_vocab_rows(output_layer_);
+  }
+}
+
+LanguageModelShell::~LanguageModelShell() = default;
+
+Parameter& LanguageModelShell::output_weight() {
+  STRATA_CHECK(opt_.post_process, "language model: this pipeline stage has no output layer");
+  return tied() && embedding_ ? embedding_->word_embeddings : output_layer_;
+}
+
+std::vector<Parameter*> LanguageModelShell::parameters() {
+  std::vector<Parameter*> out;
+  if (embedding_) embedding_->collect(out);
+  block_->collect(out);
+  if (final_norm_) final_norm_->collect(out);
+  if (opt_.post_process && (!tied() || !embedding_)) out.push_back(&output_layer_);
+  return out;
+}
+
+std::vector<Parameter*> LanguageModelShell::embedding_group_parameters() {
+  if (!tied() || (opt_.pre_process && opt_.post_process)) return {};
+  if (opt_.pre_process) return {&embedding_->word_embeddings};
+  if (opt_.post_process) return {&output_layer_};
+  return {};
+}
+
+ResidualStreamShape LanguageModelShell::residual_stream() const {
+  ResidualStreamShape r;
+  r.num_streams = 1;
+  r.hidden_size = cfg_.hidden_size;
+  r.sequence_shards = opt_.sequence_parallel ? groups_.tp.size() : 1;
+  r.dtype = opt_.dtype;
+  r.device = opt_.device;
+  return r;
+}
+
+std::vector<std::string> LanguageModelShell::loss_names() const {
+  std::vector<std::string> names = {kLmLossName};
+  names.insert(names.end(), aux_loss_names_.begin(), aux_loss_names_.end());
+  return names;
+}
+
+void LanguageModelShell::init_parameters(uint64_t seed) {
+  for (Parameter* p : parameters()) init_parameter(*p, seed);
+}
+
+std::unique_ptr<ForwardContext> LanguageModelShell::make_context(int64_t step, int64_t micro_batch, bool training) {
+  auto ctx = std::make_unique<Context>();
+  ctx->step = step;
+  ctx->micro_batch = micro_batch;
+  ctx->training = training;
+  return ctx;
+}
+
+Tensor LanguageModelShell::output_logits(const Tensor& hidden, bool reuse_buffer) {
+  phase_timer::Scope t("forward/output_gemm");
+  const int64_t n = hidden.numel() / cfg_.hidden_size;
+  const int64_t v_local = output_weight().value.size(0);  // padded_vocab / tp
+  const Shape shape{n, v_local};
+  Tensor logits;
+  // The largest activation ([tokens, padded vocab]): training reuses one buffer from step to step
+  // (a fresh one of this size is a new mapping and a page fault per 4 KiB) when no context still
+  // holds the previous step's.
+  if (reuse_buffer && logits_buffer_.defined() && logits_buffer_.shape() == shape &&
+      logits_buffer_.dtype() == hidden.dtype() && logits_buffer_.device() == hidden.device() &&
+      logits_buffer_.storage().use_count() == 1) {
+    logits = logits_buffer_;
+  } else {
+    logits = Tensor::empty(shape, hidden.dtype(), hidden.device());
+    if (reuse_buffer) logits_buffer_ = logits;
+  }
+  kernels::linear_forward(hidden.reshape({n, cfg_.hidden_size}), output_weight().value, nullptr, logits);
+  return logits;
+}
+
+layers::DropoutKeys LanguageModelShell::dropout_keys(const ForwardContext& ctx, const Batch& batch) const {
+  const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
+  const ProcessGroup& tpg = groups_.tp;
+  layers::DropoutKeys keys;
+  keys.seed = opt_.seed;
+  keys.step = ctx.step;
+  keys.training = ctx.training;
+  keys.global_batch = opt_.global_batch_size > 0 ? opt_.global_batch_size : b;
+  keys.batch_offset = opt_.global_batch_size > 0 ? batch.first_sample_index % opt_.global_batch_size : 0;
+  if (opt_.sequence_parallel && tpg.size() > 1) {  // hidden states are rows [r·s/tp, (r+1)·s/tp) of the sequence
+    keys.global_seq = s;
+    keys.seq_offset = tpg.rank() * (s / tpg.size());
+  }
+  keys.cp_size = groups_.cp.size();  // the (local) sequence above is cp rank r's chunks r and 2cp−1−r
+  keys.cp_rank = groups_.cp.rank();
+  return keys;
+}
+
+Tensor LanguageModelShell::stage_input(Context& ctx, const Batch& batch, const layers::DropoutKeys& keys) {
+  if (opt_.pre_process) {
+    phase_timer::Scope t("forward/embedding");
+    return embedding_->forward(batch.tokens, 0, keys, &ctx.embedding);
+  }
+  const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
+  const Shape want = residual_stream().activation_shape(s, b);  // sequence parallel: this rank's rows
+  const Tensor& x = ctx.input_hidden;
+  STRATA_CHECK(x.defined() && x.shape() == want, "language model: a pipeline stage after the first needs "
+               "ctx.input_hidden [s, b, h] = ", want.str(), x.defined() ? ", got " + x.shape().str() : std::string());
+  return x.to(opt_.device).to(opt_.dtype);
+}
+
+ForwardOutput LanguageModelShell::forward_pass(ForwardContext& base, const Batch& batch) {
+  auto* ctx = dynamic_cast<Context*>(&base);
+  STRATA_CHECK(ctx != nullptr, "language model forward: context was not made by this model");
+  STRATA_CHECK(batch.tokens.dim() == 2 && batch.labels.defined() && batch.labels.shape() == batch.tokens.shape(),
+               "language model forward: tokens ", batch.tokens.shape().str(), " and labels must both be [b, s]");
+  STRATA_CHECK(batch.labels.dtype() == DType::I64, "language model forward: labels must be i64");
+  // s: this rank's sequence (context parallelism: its two chunks of a sequence of s·cp tokens).
+  const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
+  const int cp = groups_.cp.size();
+  STRATA_CHECK(cp == 1 || s % 2 == 0, "language model forward: a context-parallel rank's sequence of ", s,
+               " tokens must be two equal chunks (split the batch with cp::split_batch)");
+  STRATA_CHECK(s * cp <= cfg_.max_positions(), "language model forward: sequence length ", s * cp,
+               " exceeds max_position_embeddings ", cfg_.max_positions());
+  const ProcessGroup& tpg = groups_.tp;
+  const bool sp = opt_.sequence_parallel && tpg.size() > 1;
+  STRATA_CHECK(!sp || s % tpg.size() == 0, "language model forward: sequence length ", s,
+               " is not divisible by the tensor-parallel size ", tpg.size(), " (sequence parallelism)");
+
+  ctx->aux_losses.clear();
+  BlockRun run;
+  run.keys = dropout_keys(*ctx, batch);
+  run.aux = &ctx->aux_losses;
+  Tensor x = stage_input(*ctx, batch, run.keys);
+  x = block_->forward(x, run, &ctx->block);
+  ctx->s = s;
+  ctx->b = b;
+  ctx->has_forward = true;
+  ForwardOutput out;
+  if (!opt_.post_process) {
+    out.stage_output = x;  // [s, b, h]
+  } else {
+    Tensor loss = lm_loss(*ctx, x, batch);
+    out.losses.push_back({kLmLossName, LossReduction::PerToken, loss.reshape({s, b}).transpose(0, 1)});  // [b, s]
+  }
+  for (const NamedLoss& l : ctx->aux_losses.losses()) out.losses.push_back(l);
+  return out;
+}
+
+Tensor LanguageModelShell::lm_loss(Context& c, const Tensor& x, const Batch& batch) {
+  Context* ctx = &c;
+  const int64_t s = ctx->s, b = ctx->b;
+  const Device dev = opt_.device;
+  const ProcessGroup& tpg = groups_.tp;
+  Tensor targets = batch.labels.to(Device::cpu()).transpose(0, 1).reshape({s * b});
+  for (double t : targets.to_vector()) {
+    STRATA_CHECK(t < static_cast<double>(*cfg_.vocab_size), "language model forward: label ",
+                 static_cast<int64_t>(t), " outside the vocabulary [0, ", *cfg_.vocab_size, ")");
+  }
+  targets = targets.to(dev);
+
+  Tensor hidden = final_norm_->forward(x, &ctx->final_norm);
+  if (opt_.sequence_parallel && tpg.size() > 1) hidden = tp::gather_dim0(hidden, tpg);  // column-parallel output layer
+  hidden = hidden.reshape({s * b, cfg_.hidden_size});
+  Tensor logits = output_logits(hidden, /*reuse_buffer=*/true);
+  observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, logits.size(1)}), "s,b,v");
+
+  const DType st = stat_dtype(opt_.dtype);
+  Tensor loss = Tensor::empty({s * b}, st, dev);
+  Tensor row_max = Tensor::empty({s * b}, st, dev);
+  Tensor sum_exp = Tensor::empty({s * b}, st, dev);
+  {
+    phase_timer::Scope t("forward/cross_entropy");
+    if (tpg.size() == 1) {
+      kernels::cross_entropy_forward(logits, targets, loss, row_max, sum_exp, /*vocab_start=*/0);
+    } else {
+      // Vocab-parallel cross entropy (Megatron VocabParallelCrossEntropy): global max, then the
+      // global sum of exp and the target logit (held by one rank), then the loss on every rank.
+      Tensor target_logit = Tensor::empty({s * b}, st, dev);
+      kernels::cross_entropy_max(logits, row_max);
+      tpg.all_reduce(row_max, ReduceOp::Max);
+      kernels::cross_entropy_sum_exp(logits, targets, row_max, sum_exp, target_logit, vocab_start());
+      tpg.all_reduce(sum_exp, ReduceOp::Sum);
+      tpg.all_reduce(target_logit, ReduceOp::Sum);
+      kernels::cross_entropy_loss(row_max, sum_exp, target_logit, loss);
+    }
+  }
+  ctx->hidden = hidden;
+  ctx->logits = logits;
+  ctx->targets = targets;
+  ctx->row_max = row_max;
+  ctx->sum_exp = sum_exp;
+  return loss;
+}
+
+void LanguageModelShell::report_grads(Context& ctx, std::vector<Parameter*> ps) const {
+  if (ctx.grads_ready) ctx.grads_ready(ps);
+}
+
+void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput& grads) {
+  auto* ctx = dynamic_cast<Context*>(&base);
+  STRATA_CHECK(ctx != nullptr && ctx->has_forward, "language model backward: no saved forward in this context");
+  const int64_t s = ctx->s, b = ctx->b;
+  const size_t n_lm = opt_.post_process ? 1 : 0;
+  const size_t n_aux = ctx->aux_losses.losses().size();
+  STRATA_CHECK(grads.loss_grads.size() == n_lm + n_aux, "language model backward: ", grads.loss_grads.size(),
+               " loss gradients for ", n_lm + n_aux, " losses");
+  ctx->aux_losses.set_grads(std::vector<Tensor>(grads.loss_grads.begin() + static_cast<std::ptrdiff_t>(n_lm),
+                                                grads.loss_grads.end()));
+  Tensor dx;
+  // Overlapped gradient reduction: report each module's parameters once its backward has written
+  // them (the tied output weight is the embedding's, reported after the embedding backward).
+  if (opt_.post_process) {
+    dx = loss_backward(*ctx, grads.loss_grads.front());
+    if (ctx->grads_ready) {
+      std::vector<Parameter*> ps;
+      final_norm_->collect(ps);
+      if (!tied() || !embedding_) ps.push_back(&output_layer_);
+      report_grads(*ctx, ps);
+    }
+  } else {
+    // Sequence parallel: the next stage sends the gradient of this rank's rows only.
+    const Tensor& d = grads.stage_output_grad;
+    const Shape want = residual_stream().activation_shape(s, b);
+    STRATA_CHECK(d.defined() && d.shape() == want, "language model backward: d(output hidden) ",
+                 d.defined() ? d.shape().str() : std::string("(none)"), " must be [s, b, h] = ", want.str());
+    dx = d.to(opt_.device).to(opt_.dtype);
+  }
+  const GradsReadyFn* ready = ctx->grads_ready ? &ctx->grads_ready : nullptr;
+  dx = block_->backward(*ctx->block, dx, ready);
+  ctx->block.reset();
+  if (opt_.pre_process) {
+    phase_timer::Scope t("backward/embedding");
+    embedding_->backward(ctx->embedding, dx);
+    if (ctx->grads_ready) {
+      std::vector<Parameter*> ps;
+      embedding_->collect(ps);
+      report_grads(*ctx, ps);
+    }
+  } else {
+    ctx->input_hidden_grad = dx;
+    ctx->input_hidden = Tensor();
+  }
+  ctx->has_forward = false;
+  ctx->hidden = Tensor();
+}
+
+Tensor LanguageModelShell::loss_backward(Context& c, const Tensor& dlosses) {
+  Context* ctx = &c;
+  const int64_t s = ctx->s, b = ctx->b;
+  STRATA_CHECK(dlosses.dim() == 2 && dlosses.size(0) == b && dlosses.size(1) == s, "language model backward: dlosses ",
+               dlosses.shape().str(), " must be [b, s] = [", b, ", ", s, "]");
+  const DType st = stat_dtype(opt_.dtype);
+  Tensor dl = dlosses.to(opt_.device).to(st).transpose(0, 1).reshape({s * b});
+  // dlogits overwrite the logits in place (the kernel reads each element before writing it).
+  Tensor dlogits = ctx->logits;
+  ctx->logits = Tensor();
+  const ProcessGroup& tpg = groups_.tp;
+  {
+    phase_timer::Scope t("backward/cross_entropy");
+    kernels::cross_entropy_backward(dlogits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits, vocab_start(), 0.0,
+                                    padded_vocab_);
+  }
+  Parameter& w = output_weight();
+  Tensor dh = Tensor::empty(ctx->hidden.shape(), ctx->hidden.dtype(), ctx->hidden.device());
+  {
+    phase_timer::Scope t("backward/output_gemm");
+    kernels::linear_backward(ctx->hidden, w.value, dlogits, &dh, &w.main_grad, nullptr, /*accumulate_grads=*/true);
+  }
+  dlogits = Tensor();
+  // Column-parallel output layer: dx summed over tp (sequence parallel: reduce-scattered).
+  Tensor dhs = dh.reshape({s, b, cfg_.hidden_size});
+  if (tpg.size() > 1)
+    dhs = opt_.sequence_parallel ? tp::reduce_scatter_dim0(dhs, tpg) : tp::all_reduce_sum(dhs, tpg);
+  phase_timer::Scope t("backward/final_norm");
+  return final_norm_->backward(ctx->final_norm, dhs);
+}
+
+InferenceCache LanguageModelShell::make_inference_cache(int64_t batch, int64_t max_seq) const {
+  STRATA_CHECK(batch > 0 && max_seq > 0, "make_kv_cache: batch ", batch, " and max_seq ", max_seq,
+               " must be positive");
+  InferenceCache c;
+  block_->add_caches(c, batch, max_seq);
+  return c;
+}
+
+Tensor LanguageModelShell::logits_for(const Tensor& tokens, InferenceCache* cache, int64_t position_offset) {
+  STRATA_CHECK(tokens.dim() == 2, "logits_for: tokens must be [b, s], got ", tokens.shape().str());
+  STRATA_CHECK(groups_.tp.size() == 1, "logits_for: generation with tensor parallelism (tp size ",
+               groups_.tp.size(), ") is not supported; load the checkpoint at tensor_model_parallel_size 1");
+  STRATA_CHECK(groups_.cp.size() == 1, "logits_for: generation with context parallelism (cp size ",
+               groups_.cp.size(), ") is not supported; load the checkpoint at context_parallel_size 1");
+  STRATA_CHECK(opt_.pre_process && opt_.post_process,
+               "logits_for: generation needs the whole model (pipeline parallelism is for training)");
+  STRATA_CHECK(cache || position_offset == 0, "logits_for: position_offset ", position_offset,
+               " needs a KV cache holding the earlier positions");
+  if (cache) {
+    STRATA_CHECK(static_cast<int64_t>(cache->layers.size()) == block_->num_layers(), "logits_for: KV cache has ",
+                 cache->layers.size(), " layers, the model ", block_->num_layers());
+    STRATA_CHECK(cache->length() == position_offset, "logits_for: KV cache holds ", cache->length(),
+                 " positions but position_offset is ", position_offset);
+  }
+  const int64_t b = tokens.size(0), s = tokens.size(1);
+  BlockRun run;  // keys.training = false: no dropout
+  run.position_offset = position_offset;
+  run.cache = cache;
+  Tensor x = embedding_->forward(tokens, position_offset, run.keys, nullptr);
+  x = block_->forward(x, run, nullptr);
+  Tensor hidden = final_norm_->forward(x, nullptr);
+  if (cache) cache->positions += s;
+  Tensor logits = output_logits(hidden).reshape({s, b, padded_vocab_});
+  observe("output_layer", "logits", ObserveKind::Logits, logits, "s,b,v");
+  return logits.narrow(2, 0, *cfg_.vocab_size).transpose(0, 1);  // [b, s, vocab]
+}
+
+}  // namespace strata

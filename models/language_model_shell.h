@@ -1,0 +1,137 @@
+// LanguageModelShell: the parts every decoder language model shares, written once — the
+// vocab-parallel embedding (first stage), one Block per pipeline stage/model chunk (a
+// TransformerBlock for GPT; a HybridStack later), the final norm, the output layer tied to the word
+// embeddings unless untie_embeddings_and_output_weights, the fused vocab-parallel cross entropy
+// (last stage), the pipeline-stage plumbing (input/output residual streams) and the tied-weight
+// copy on the last stage — behind the LanguageModel interface, with explicit forward/backward
+// through per-micro-batch saved activations and KV-cached generation (logits_for).
+// A model (GPTModel, the hybrid model later) is this shell plus the block it builds.
+// Precision: f32, or bf16 (bf16 parameter values and activations, f32 main grads, f32
+// softmax statistics and loss); f64 is accepted for reference checks (f64 grads and losses).
+// Tensor parallelism (groups.tp): vocab-parallel embedding, the output layer column-parallel over
+// the vocabulary (tied: the embedding shard), vocab-parallel cross entropy; with sequence_parallel
+// the activations between TP regions are [s/tp, b, h] shards.
+// Context parallelism (groups.cp): forward takes this cp rank's part of the batch
+// (parallel/context_parallel.h split_batch: chunks r and 2cp−1−r of every sequence) and returns the
+// per-token losses of those tokens; positions, dropout masks and attention use global positions.
+// Reference: Megatron-Core models/common/language_module/language_module.py (LanguageModule:
+// setup_embeddings_and_output_layer, compute_language_model_loss), models/gpt/gpt_model.py
+// (forward), tensor_parallel/cross_entropy.py; llm.c gpt2_forward/gpt2_backward.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/blocks/block.h"
+#include "models/language_model.h"
+#include "models/layers/embedding.h"
+#include "models/layers/norm.h"
+#include "models/model_config.h"
+#include "parallel/parallel_config.h"
+#include "parallel/process_group.h"
+
+namespace strata {
+
+struct LanguageModelOptions {
+  DType dtype = DType::F32;  // F32 | BF16 (precision) | F64 (reference checks)
+  Device device = Device::cpu();
+  uint64_t seed = 1234;        // keys dropout masks (training.seed)
+  int64_t global_batch_size = 0;  // samples per step; 0: the micro-batch is the whole global batch
+  // Pipeline stage / model chunk (parallel/pipeline_layout.h): layers [first_layer, first_layer +
+  // num_layers) of the global model (num_layers < 0: all of them), the embedding when
+  // pre_process, final norm + output layer + loss when post_process. With tied embeddings a
+  // post_process chunk without pre_process holds a copy of the word embeddings (Megatron
+  // LanguageModule.setup_embeddings_and_output_layer), initialised equal to them.
+  int64_t first_layer = 0;
+  int64_t num_layers = -1;
+  bool pre_process = true;
+  bool post_process = true;
+  bool sequence_parallel = false;  // parallel.sequence_parallel (needs groups.tp.size() > 1)
+  CpCommType cp_comm_type = CpCommType::AllGather;  // parallel.cp_comm_type (groups.cp.size() > 1)
+};
+
+// What the shell asks the concrete model for: its block for layers [first, first + count), the
+// canonical name prefix of the final norm ("decoder.final_layernorm" for GPT), and the names of
+// the auxiliary losses its layers add through the loss channel (the whole model's, from the
+// config: e.g. MoE's load_balancing_loss), logged after "lm loss".
+struct LanguageModelParts {
+  std::function<std::unique_ptr<Block>(const ModelConfig& cfg, const layers::LayerEnv& env,
+                                       const ParallelGroups& groups, int64_t first, int64_t count)>
+      make_block;
+  std::string final_norm_prefix = "decoder.final_layernorm";
+  std::vector<std::string> aux_loss_names;
+};
+
+class LanguageModelShell : public LanguageModel {
+ public:
+  // cfg: a model section (finalized here; vocab_size must be set).
+  LanguageModelShell(const ModelConfig& cfg, const LanguageModelOptions& options, const ParallelGroups& groups,
+                     const LanguageModelParts& parts);
+  ~LanguageModelShell() override;
+
+  std::vector<Parameter*> parameters() override;
+  void init_parameters(uint64_t seed) override;
+  std::unique_ptr<ForwardContext> make_context(int64_t step, int64_t micro_batch, bool training) override;
+  // batch.tokens, batch.labels: [b, s] i64 -> "lm loss" per-token losses [b, s] (f32; f64 for an
+  // f64 model) and the layers' auxiliary losses; a stage before the last: its output [s, b, h].
+  ForwardOutput forward_pass(ForwardContext& ctx, const Batch& batch) override;
+  void backward_pass(ForwardContext& ctx, const BackwardInput& grads) override;
+  std::vector<std::string> loss_names() const override;
+  bool is_first_stage() const override { return opt_.pre_process; }
+  bool is_last_stage() const override { return opt_.post_process; }
+  std::vector<Parameter*> embedding_group_parameters() override;
+  ResidualStreamShape residual_stream() const override;
+
+  InferenceCache make_inference_cache(int64_t batch, int64_t max_seq) const override;
+  Tensor logits_for(const Tensor& tokens, InferenceCache* cache, int64_t position_offset) override;
+  int64_t vocab_size() const override { return *cfg_.vocab_size; }
+  int64_t max_positions() const override { return cfg_.max_positions(); }
+  Device device() const override { return opt_.device; }
+  DType dtype() const override { return opt_.dtype; }
+
+  // A KV cache for generation (make_inference_cache under the name generation used first).
+  InferenceCache make_kv_cache(int64_t batch, int64_t max_seq) const { return make_inference_cache(batch, max_seq); }
+
+  const ModelConfig& config() const { return cfg_; }
+  const LanguageModelOptions& options() const { return opt_; }
+  int64_t padded_vocab() const { return padded_vocab_; }
+  // First global vocabulary row of this rank's output-layer / embedding shard (0 without TP).
+  int64_t vocab_start() const { return padded_vocab_ / groups_.tp.size() * groups_.tp.rank(); }
+  bool tied() const { return !cfg_.untie_embeddings_and_output_weights; }
+  // The output projection weight [padded_vocab, h]: the word embeddings when tied (their copy on
+  // a last pipeline stage). post_process only.
+  Parameter& output_weight();
+
+  layers::VocabEmbedding& embedding() { return *embedding_; }
+  Block& block() { return *block_; }
+  int64_t first_layer() const { return opt_.first_layer; }
+  layers::Norm& final_layernorm() { return *final_norm_; }
+
+ private:
+  struct Context;
+  layers::DropoutKeys dropout_keys(const ForwardContext& ctx, const Batch& batch) const;
+  // The stage's input stream: the embedding (first stage) or ctx.input_hidden.
+  Tensor stage_input(Context& ctx, const Batch& batch, const layers::DropoutKeys& keys);
+  // Final norm, output layer and vocab-parallel cross entropy: x [s, b, h] -> per-token losses [s·b].
+  Tensor lm_loss(Context& ctx, const Tensor& x, const Batch& batch);
+  // Cross-entropy, output layer and final norm backward: dlosses [b, s] -> d(last layer output) [s, b, h].
+  Tensor loss_backward(Context& ctx, const Tensor& dlosses);
+  // hidden [s, b, h] -> logits [s·b, padded_vocab]; reuse_buffer: into logits_buffer_ when no
+  // one else holds it (training forwards; generation returns its logits to the caller).
+  Tensor output_logits(const Tensor& hidden, bool reuse_buffer = false);
+  void report_grads(Context& ctx, std::vector<Parameter*> ps) const;
+
+  ModelConfig cfg_;
+  LanguageModelOptions opt_;
+  ParallelGroups groups_;
+  std::vector<std::string> aux_loss_names_;
+  int64_t padded_vocab_ = 0;
+  std::unique_ptr<layers::VocabEmbedding> embedding_;
+  std::unique_ptr<Block> block_;
+  std::unique_ptr<layers::Norm> final_norm_;
+  Parameter output_layer_;  // untied, or the tied copy on a last stage without the embedding
+  Tensor logits_buffer_;    // the training forwards' logits (and then dlogits), kept across steps
+};
+
+}  // namespace strata

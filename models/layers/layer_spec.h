@@ -1,0 +1,36 @@
+// The submodule spec a transformer layer is assembled from (Megatron-Core's
+// TransformerLayerSubmodules with IdentityOp defaults): an optional input norm + self-attention
+// branch and an optional pre-MLP norm + MLP-slot branch, each added to the residual stream through
+// hidden dropout. The full GPT layer has both; the hybrid stack's attention-only (`*`) and
+// MLP-only (`-`) layers are specs of the same layer. The MLP slot takes a dense MLP now; the MoE
+// layer is the next choice (MlpKind), so hybrid `E` layers reuse it unchanged.
+// Reference: Megatron-Core transformer/transformer_layer.py (TransformerLayerSubmodules),
+// models/gpt/gpt_layer_specs.py, models/hybrid/hybrid_layer_specs.py.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace strata::layers {
+
+// What fills a layer's MLP slot.
+enum class MlpKind {
+  Dense,  // linear_fc1 → activation → linear_fc2 (models/layers/mlp.h)
+};
+
+struct TransformerLayerSpec {
+  bool self_attention = true;  // input_layernorm + self_attention (+ dropout, residual add)
+  bool mlp = true;             // pre_mlp_layernorm + the MLP slot (+ dropout, residual add)
+  MlpKind mlp_kind = MlpKind::Dense;
+
+  static TransformerLayerSpec full() { return {}; }
+  static TransformerLayerSpec attention_only() { return {true, false, MlpKind::Dense}; }
+  static TransformerLayerSpec mlp_only() { return {false, true, MlpKind::Dense}; }
+  // Megatron's hybrid pattern symbol of this spec: '*' attention only, '-' MLP only, 'T' both.
+  char symbol() const { return self_attention && mlp ? 'T' : self_attention ? '*' : '-'; }
+};
+
+// Specs from a pattern of symbols ('T' full layer, '*' attention only, '-' MLP only); any other
+// symbol is an error naming its position.
+std::vector<TransformerLayerSpec> layer_specs_from_pattern(const std::string& pattern);
+
+}  // namespace strata::layers

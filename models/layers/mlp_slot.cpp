@@ -1,0 +1,53 @@
+// The MLP slot and the layer-spec helpers (see mlp_slot.h, layer_spec.h).
+#include "models/layers/mlp_slot.h"
+
+#include "core/error.h"
+
+namespace strata::layers {
+
+namespace {
+struct DenseState : SlotState {
+  MLP::Saved mlp;
+};
+}  // namespace
+
+Tensor DenseMlpSlot::forward(const Tensor& x, const SlotRun& /*run*/, std::unique_ptr<SlotState>* saved) const {
+  if (!saved) return mlp.forward(x, nullptr);
+  auto st = std::make_unique<DenseState>();
+  Tensor y = mlp.forward(x, &st->mlp);
+  *saved = std::move(st);
+  return y;
+}
+
+Tensor DenseMlpSlot::backward(const SlotState& saved, const Tensor& dy) {
+  const auto* st = dynamic_cast<const DenseState*>(&saved);
+  STRATA_INTERNAL_ASSERT(st != nullptr, "DenseMlpSlot::backward: the saved state is not a dense MLP's");
+  return mlp.backward(st->mlp, dy);
+}
+
+std::unique_ptr<MlpSlot> make_mlp_slot(MlpKind kind, const std::string& prefix, const ModelConfig& cfg,
+                                       const LayerEnv& env, const ParallelGroups& groups) {
+  switch (kind) {
+    case MlpKind::Dense:
+      return std::make_unique<DenseMlpSlot>(prefix, cfg, env, groups.tp);
+  }
+  STRATA_INTERNAL_ASSERT(false, "make_mlp_slot: unknown MlpKind");
+  return nullptr;
+}
+
+std::vector<TransformerLayerSpec> layer_specs_from_pattern(const std::string& pattern) {
+  std::vector<TransformerLayerSpec> specs;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    switch (pattern[i]) {
+      case 'T': specs.push_back(TransformerLayerSpec::full()); break;
+      case '*': specs.push_back(TransformerLayerSpec::attention_only()); break;
+      case '-': specs.push_back(TransformerLayerSpec::mlp_only()); break;
+      default:
+        STRATA_CHECK(false, "layer pattern '", pattern, "': symbol '", pattern[i], "' at position ", i,
+                     " is not a layer ('T' attention + MLP, '*' attention only, '-' MLP only)");
+    }
+  }
+  return specs;
+}
+
+}  // namespace strata::layers

@@ -1,0 +1,84 @@
+// The trainer's side of the loss channel (models/loss.h) for one step or one validation pass:
+// the loss function the pipeline schedule calls after each forward (it accumulates every named
+// loss and returns each loss's gradient) and the reduction of the accumulated values over cp,
+// pp and dp into the logged values, one per loss name, in the model's loss_names() order.
+// Normalisation (Megatron pretrain_gpt loss_func + schedules.forward_step):
+//  - PerToken losses (lm loss, later mtp_k loss): by default each micro-batch's loss is the mean
+//    over its valid tokens (the token count summed over cp) and the step's loss the mean over
+//    micro-batches: d/dloss_i = scale · cp · mask_i / (valid tokens of its micro-batch ·
+//    num_micro_batches); with calculate_per_token_loss the mean over the global batch's valid
+//    tokens: d/dloss_i = scale · mask_i / (valid tokens of the global batch).
+//  - PerMicroBatch losses (MoE auxiliary losses): the mean over micro-batches, d/dvalue =
+//    scale / num_micro_batches (Megatron's MoEAuxLossAutoScaler main_loss_backward_scale).
+// Logged values: summed over cp (their tokens' parts) and over pipeline stages (each stage
+// reports its own layers' part; the LM loss exists on the last stage only), then the dp average
+// (per-token loss: global sum / global count).
+// Reference: megatron/training/training.py (train_step: losses_reduced), pretrain_gpt.py
+// (loss_func), core/transformer/moe/moe_utils.py (aux-loss tracker reduction).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/language_model.h"
+#include "parallel/process_group.h"
+
+namespace strata {
+
+// The process groups the logged losses are reduced over.
+struct LossGroups {
+  ProcessGroup cp = ProcessGroup::single("cp");
+  ProcessGroup pp = ProcessGroup::single("pp");
+  ProcessGroup dp = ProcessGroup::single("dp_cp");  // dp × cp
+};
+
+class StepLosses {
+ public:
+  // names: every loss the model reports (LanguageModel::loss_names()); batches: this rank's
+  // micro-batches of the step (its cp chunks); their valid-token counts are summed over cp (and,
+  // with per_token_loss, the global count over dp × cp) here.
+  StepLosses(std::vector<std::string> names, const std::vector<Batch>& batches, bool per_token_loss,
+             const LossGroups& groups, Device device, double& comm_seconds);
+
+  // The schedule's loss function for micro-batch mb: accumulates, returns one gradient per loss.
+  std::vector<Tensor> on_forward(int64_t mb, const std::vector<NamedLoss>& losses);
+  // The logged value of every name (after the step; collective over cp, pp and dp).
+  std::vector<std::pair<std::string, double>> reduce();
+  double global_valid_tokens() const { return global_valid_; }
+
+ private:
+  size_t index_of(const std::string& name) const;
+
+  std::vector<std::string> names_;
+  const std::vector<Batch>& batches_;
+  bool per_token_;
+  LossGroups groups_;
+  Device device_;
+  double& comm_seconds_;
+  std::vector<double> mb_valid_;  // per micro-batch, summed over cp
+  double global_valid_ = 0.0;     // this rank's (per-token loss: over dp × cp)
+  std::vector<double> sums_;      // per name
+  std::vector<bool> per_token_names_;  // per name: reported as PerToken
+};
+
+// A validation pass: Σ loss·mask and Σ mask of every per-token loss, reduced over pp and dp × cp
+// into mean losses (Megatron evaluate: "<name> validation").
+class ValidationLosses {
+ public:
+  explicit ValidationLosses(std::vector<std::string> names) : names_(std::move(names)), sums_(names_.size(), 0.0), counts_(names_.size(), 0.0) {}
+  void on_forward(const Batch& batch, const std::vector<NamedLoss>& losses);
+  // (name, mean over valid tokens) of every per-token loss seen on any rank.
+  std::vector<std::pair<std::string, double>> reduce(const LossGroups& groups, double& comm_seconds);
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<double> sums_, counts_;
+};
+
+// Σ loss_i · mask_i and Σ mask_i on the host, in index order (deterministic).
+std::pair<double, double> masked_sum(const Tensor& losses, const Tensor& mask);
+// Sums (or averages) a few host doubles over a group; identity for a group of one.
+std::vector<double> reduce_values(const ProcessGroup& g, std::vector<double> v, ReduceOp op, double& seconds);
+
+}  // namespace strata

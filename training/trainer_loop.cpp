@@ -1,0 +1,262 @@
+// The training loop of the Trainer (see trainer.h): Trainer::train and its parts — the
+// stop-signal agreement at step boundaries, per-step bookkeeping, Megatron's log line and the
+// metric sinks every log_interval (one list of named losses from the loss channel), validation,
+// checkpoints and the exit conditions.
+// Reference: megatron/training/training.py (train, training_log, evaluate_and_print_results,
+// save_checkpoint_and_time, the exit_interval / exit_duration_in_mins checks).
+#include <chrono>
+#include <cmath>
+#include <ostream>
+
+#include "core/allocator.h"
+#include "core/logging.h"
+#include "training/signals.h"
+#include "training/step_losses.h"
+#include "training/trainer.h"
+
+namespace strata {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+}
+
+// Accumulated since the last log line (Megatron's total_loss_dict).
+struct Trainer::Interval {
+  std::vector<double> loss_sums;  // per loss name, over the advanced iterations
+  int64_t advanced = 0, skipped = 0, iters = 0, tokens = 0;
+  double grad_exposed = 0.0, grad_inflight = 0.0;  // gradient reduction (dp > 1)
+  Clock::time_point start = Clock::now();
+  void reset(size_t num_losses) {
+    *this = Interval{};
+    loss_sums.assign(num_losses, 0.0);
+  }
+};
+
+bool Trainer::stop_requested(TrainResult& result) {
+  // Step boundary: a stop signal saves and exits cleanly. With several ranks every rank must
+  // stop at the same step (a signal may reach only some of them): agree over the world.
+  bool stop = stop_signal_received();
+  int signal_number = stop ? stop_signal_number() : 0;
+  const ProcessGroup& world = options_.groups.world;
+  if (world.size() > 1) {
+    double ignored = 0.0;
+    const std::vector<double> any =
+        reduce_values(world, {stop ? 1.0 : 0.0, static_cast<double>(signal_number)}, ReduceOp::Max, ignored);
+    stop = any[0] > 0.0;
+    signal_number = static_cast<int>(any[1]);
+  }
+  if (!stop) return false;
+  result.stopped_by_signal = true;
+  result.stop_signal = signal_number;
+  out() << " received signal " << result.stop_signal << ", stopping at iteration " << iteration_ << std::endl;
+  return true;
+}
+
+Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
+  const double lr = schedule_.lr(iteration_);  // Megatron: iteration i uses lr(i - 1)
+  const auto step_start = Clock::now();
+  auto comm_total = [&] {
+    return comm_seconds_ + grad_buffer_->communication_seconds() + optimizer_->communication_seconds();
+  };
+  const double comm_before = comm_total();
+  const double grad_exposed_before = grad_buffer_->communication_seconds();
+  const double grad_inflight_before = grad_buffer_->communication_inflight_seconds();
+  const StepOutcome o = train_step(lr);
+  result.train_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+  result.communication_seconds += comm_total() - comm_before;
+  const double grad_exposed = grad_buffer_->communication_seconds() - grad_exposed_before;
+  const double grad_inflight = grad_buffer_->communication_inflight_seconds() - grad_inflight_before;
+  result.grad_reduce_exposed_seconds += grad_exposed;
+  result.grad_reduce_seconds += grad_inflight;
+  result.grad_buckets_started_early += grad_buffer_->buckets_started_early_last_step();
+  iv.grad_exposed += grad_exposed;
+  iv.grad_inflight += grad_inflight;
+  ++iteration_;
+  consumed_samples_ += global_batch_size_;
+  ++iv.iters;
+  iv.tokens += o.tokens;
+  result.losses.push_back(o.loss);
+  result.grad_norms.push_back(o.opt.grad_norm);
+  return o;
+}
+
+bool Trainer::account_skip(const StepOutcome& o, TrainResult& result, Interval& iv) {
+  if (!o.opt.skipped) {
+    for (size_t k = 0; k < o.losses.size(); ++k) iv.loss_sums[k] += o.losses[k].second;
+    ++iv.advanced;
+    return false;
+  }
+  ++skipped_iterations_;
+  ++iv.skipped;
+  if (result.first_non_finite_param.empty()) result.first_non_finite_param = o.opt.first_non_finite;
+  log::warn("iteration {}: grad norm is {}, skipping the step; first parameter with a non-finite gradient: {}",
+            iteration_, o.opt.grad_norm, o.opt.first_non_finite.empty() ? "(none found)" : o.opt.first_non_finite);
+  if (!cfg_.training.exit_on_nan) return false;
+  log::error("training.exit_on_nan: stopping at iteration {} (non-finite grad norm in {})", iteration_,
+             o.opt.first_non_finite);
+  return true;
+}
+
+IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, double secs) const {
+  IterationLog f;
+  f.iteration = iteration_;
+  f.train_iters = cfg_.training.train_iters;
+  f.consumed_samples = consumed_samples_;
+  f.elapsed_ms_per_iteration = secs * 1000.0 / static_cast<double>(iv.iters);
+  f.learning_rate = schedule_.lr(iteration_);  // Megatron logs the lr after the scheduler step
+  f.global_batch_size = global_batch_size_;
+  for (size_t k = 0; k < loss_names_.size(); ++k)
+    f.losses.push_back({loss_names_[k], iv.loss_sums[k] / static_cast<double>(std::max<int64_t>(1, iv.advanced))});
+  f.loss_scale = 1.0;
+  f.grad_norm = o.opt.grad_norm;
+  if (cfg_.logging.log_num_zeros_in_grad) f.num_zeros = o.opt.num_zeros;
+  f.skipped_iterations = iv.skipped;
+  f.nan_iterations = iv.skipped;
+  const double tps = secs > 0 ? static_cast<double>(iv.tokens) / secs : 0.0;
+  f.tokens_per_second = tps;
+  const double flops = options_.flops_per_token ? options_.flops_per_token() : 0.0;
+  const double per_device = tps / static_cast<double>(std::max(1, options_.groups.world_size));
+  if (cfg_.logging.log_throughput && flops > 0) f.throughput_tflops_per_gpu = flops * per_device / 1e12;
+  if (flops > 0 && options_.peak_flops_per_second > 0)
+    f.mfu_percent = 100.0 * flops * per_device / options_.peak_flops_per_second;
+  return f;
+}
+
+void Trainer::write_metrics(const IterationLog& f, const Interval& iv) {
+  const MemoryStats mem = memory_stats(params_.front()->value.device());
+  const double grad_norm = *f.grad_norm;
+  nlohmann::json rec = {{"iteration", iteration_},
+                        {"consumed_samples", consumed_samples_},
+                        {"learning-rate", *f.learning_rate},
+                        {"grad-norm", grad_norm},
+                        {"loss-scale", f.loss_scale},
+                        {"batch-size", global_batch_size_},
+                        {"iteration-time", f.elapsed_ms_per_iteration / 1000.0},
+                        {"mem-allocated-bytes", mem.allocated_bytes},
+                        {"mem-max-allocated-bytes", mem.max_allocated_bytes},
+                        {"skipped-iterations", iv.skipped},
+                        {"nan-iterations", iv.skipped},
+                        {"tokens-per-second", *f.tokens_per_second}};
+  for (const auto& [name, value] : f.losses) rec[name] = value;
+  if (f.num_zeros) rec["num-zeros"] = *f.num_zeros;
+  if (options_.groups.dp_cp.size() > 1) {
+    rec["grad-reduce-exposed-time"] = iv.grad_exposed / static_cast<double>(iv.iters);
+    rec["grad-reduce-time"] = iv.grad_inflight / static_cast<double>(iv.iters);
+  }
+  if (f.mfu_percent) rec["mfu"] = *f.mfu_percent;
+  if (!std::isfinite(grad_norm)) rec["grad-norm"] = nullptr;  // JSON has no NaN
+  for (MetricsSink* s : sinks_) {
+    // Each tag against the iteration, and its "<tag> vs samples" twin (metrics_log.h).
+    auto put = [&](const std::string& tag, double v) {
+      add_scalar_with_samples_twin(*s, tag.c_str(), v, iteration_, consumed_samples_);
+    };
+    if (iv.advanced > 0)
+      for (const auto& [name, value] : f.losses) put(name, value);
+    put("learning-rate", *f.learning_rate);
+    put("grad-norm", grad_norm);
+    if (f.num_zeros) put("num-zeros", *f.num_zeros);
+    put("iteration-time", f.elapsed_ms_per_iteration / 1000.0);
+    put("mem-allocated-bytes", static_cast<double>(mem.allocated_bytes));
+    put("mem-max-allocated-bytes", static_cast<double>(mem.max_allocated_bytes));
+    put("loss-scale", f.loss_scale);
+    put("batch-size", static_cast<double>(global_batch_size_));
+    s->write_record(rec);
+    s->flush();
+  }
+}
+
+void Trainer::log_interval(const StepOutcome& o, Interval& iv) {
+  const double secs = std::chrono::duration<double>(Clock::now() - iv.start).count();
+  const IterationLog f = iteration_log(o, iv, secs);
+  out() << format_iteration_log(f, std::chrono::system_clock::now()) << std::endl;
+  // Data parallelism: how much of the gradient reduction the backward hid (overlap_grad_reduce).
+  if (options_.groups.dp_cp.size() > 1) {
+    const double per_iter = 1000.0 / static_cast<double>(iv.iters);
+    out() << " grad reduce: exposed " << iv.grad_exposed * per_iter << " ms of " << iv.grad_inflight * per_iter
+          << " ms in flight per iteration (" << grad_buffer_->buckets().size() << " buckets, "
+          << grad_buffer_->buckets_started_early_last_step() << " started during the backward)" << std::endl;
+  }
+  write_metrics(f, iv);
+  iv.reset(loss_names_.size());
+}
+
+void Trainer::run_validation(TrainResult& result) {
+  const EvalResult e = evaluate(num_evaluations_++);
+  result.validations.push_back({iteration_, e});
+  out() << format_validation_log("iteration " + std::to_string(iteration_), e.loss, e.ppl) << std::endl;
+  nlohmann::json rec = {{"iteration", iteration_}};
+  for (const auto& [name, loss] : e.losses) {
+    const double ppl = std::exp(std::min(20.0, loss));
+    rec[name + " validation"] = loss;
+    rec[name + " validation ppl"] = ppl;
+    for (MetricsSink* s : sinks_) {
+      add_scalar_with_samples_twin(*s, (name + " validation").c_str(), loss, iteration_, consumed_samples_);
+      add_scalar_with_samples_twin(*s, (name + " validation ppl").c_str(), ppl, iteration_, consumed_samples_);
+    }
+  }
+  for (MetricsSink* s : sinks_) s->write_record(rec);
+}
+
+bool Trainer::exit_due(Clock::time_point run_start) {
+  const bool exit_iter = cfg_.training.exit_interval && *cfg_.training.exit_interval > 0 &&
+                         iteration_ % *cfg_.training.exit_interval == 0;
+  bool exit_time =
+      cfg_.training.exit_duration_in_mins &&
+      std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0 > *cfg_.training.exit_duration_in_mins;
+  const ProcessGroup& world = options_.groups.world;
+  if (cfg_.training.exit_duration_in_mins && world.size() > 1) {  // every rank exits at the same step
+    double ignored = 0.0;
+    exit_time = reduce_values(world, {exit_time ? 1.0 : 0.0}, ReduceOp::Max, ignored)[0] > 0.0;
+  }
+  if (!exit_iter && !exit_time) return false;
+  out() << " exiting at iteration " << iteration_ << (exit_iter ? " (exit_interval)" : " (exit_duration_in_mins)")
+        << std::endl;
+  return true;
+}
+
+TrainResult Trainer::train() {
+  StopSignalGuard guard;
+  TrainResult result;
+  result.start_iteration = start_iteration_;
+  result.loss_names = loss_names_;
+  const int64_t log_interval_iters = std::max<int64_t>(1, cfg_.logging.log_interval);
+  const auto run_start = Clock::now();
+  Interval iv;
+  iv.reset(loss_names_.size());
+
+  auto finish = [&](int code) {
+    for (MetricsSink* s : sinks_) s->flush();
+    result.exit_code = code;
+    result.final_iteration = iteration_;
+    result.skipped_iterations = skipped_iterations_;
+    result.saved_iterations = saved_iterations_;
+    return result;
+  };
+  auto should_save = [&]() { return cfg_.checkpoint.save.has_value() && last_saved_iteration_ != iteration_; };
+
+  while (iteration_ < cfg_.training.train_iters) {
+    if (stop_requested(result)) {
+      if (should_save()) save_checkpoint();
+      return finish(0);
+    }
+    const StepOutcome o = timed_step(result, iv);
+    if (account_skip(o, result, iv)) return finish(1);
+    if (iteration_ % log_interval_iters == 0) log_interval(o, iv);
+    if (valid_data_ && cfg_.training.eval_interval > 0 && cfg_.training.eval_iters > 0 &&
+        iteration_ % cfg_.training.eval_interval == 0) {
+      run_validation(result);
+      iv.start = Clock::now();  // evaluation time is not iteration time
+    }
+    if (cfg_.checkpoint.save && cfg_.checkpoint.save_interval && *cfg_.checkpoint.save_interval > 0 &&
+        iteration_ % *cfg_.checkpoint.save_interval == 0)
+      save_checkpoint();
+    if (exit_due(run_start)) {
+      if (should_save()) save_checkpoint();
+      return finish(0);
+    }
+  }
+  if (should_save() && iteration_ > 0) save_checkpoint();
+  return finish(0);
+}
+
+}  // namespace strata
