@@ -320,6 +320,10 @@ void FieldTable::unknown_key(const std::string& section, const std::string& key,
   for (const auto& sec : sections_)
     for (const auto& f : sec.fields)
       if (hint.empty() && normalized_key(f.name) == normalized_key(key)) hint = f.path();
+  if (hint.empty()) {  // a Megatron flag spelled as a field: training.bf16 → training.precision=bf16
+    std::string megatron = MegatronFlags(*this).hint_for_key(section, key);
+    if (!megatron.empty()) throw ConfigError(path, "unknown key '" + path + "'" + megatron + where);
+  }
   if (hint.empty()) {
     std::vector<std::string> names;
     for (const auto& f : s->fields) names.push_back(f.name);
@@ -406,6 +410,28 @@ void FieldTable::set_value(const std::string& section, const std::string& field,
   const FieldSpec* f = find(section, field);
   STRATA_INTERNAL_ASSERT(f, "set_value of an undeclared field ", section, ".", field);
   f->set(find_section(section)->access(root), v);
+}
+
+void FieldTable::set_from_text(const std::string& section, const std::string& field,
+                               const std::vector<std::string>& values, bool as_list, void* root,
+                               const std::string& where) const {
+  const FieldSpec* f = find(section, field);
+  STRATA_INTERNAL_ASSERT(f, "set_from_text of an undeclared field ", section, ".", field);
+  YAML::Node node;
+  if (as_list) {
+    node = YAML::Node(YAML::NodeType::Sequence);
+    for (const auto& v : values) node.push_back(YAML::Node(v));
+  } else {
+    STRATA_INTERNAL_ASSERT(values.size() == 1, "set_from_text of a scalar takes one value");
+    node = YAML::Node(values[0]);
+  }
+  decode_field(*f, node, find_section(section)->access(root), where);
+}
+
+void FieldTable::apply_command_line(const std::vector<std::string>& args, void* root,
+                                    std::vector<std::string>* no_effect,
+                                    const std::vector<std::string>& extra_flags) const {
+  MegatronFlags(*this).apply(args, root, no_effect, extra_flags);
 }
 
 Value FieldTable::get_value(const std::string& section, const std::string& field, const void* root) const {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/megatron_flags.h"
 
 namespace YAML {
 class Node;
@@ -245,8 +246,19 @@ class FieldTable {
   void load_file(const std::string& path, void* root) const;
   void apply_override(const std::string& assignment, void* root) const;  // "section.field=value"
   void set_value(const std::string& section, const std::string& field, const Value& v, void* root) const;
+  // Sets a field from command-line text: one scalar, or (as_list) the elements of a list, each
+  // decoded with the field's type; `where` names the origin in messages ("flag '--lr 3e-4'").
+  void set_from_text(const std::string& section, const std::string& field, const std::vector<std::string>& values,
+                     bool as_list, void* root, const std::string& where) const;
   Value get_value(const std::string& section, const std::string& field, const void* root) const;
   void check_fields(const void* root) const;  // every per-field validator
+
+  // Megatron flags that do not map onto a field by name (core/megatron_flags.h).
+  void set_megatron_rules(std::vector<MegatronFlagRule> rules) { megatron_rules_ = std::move(rules); }
+  const std::vector<MegatronFlagRule>& megatron_rules() const { return megatron_rules_; }
+  // `section.field=value` overrides and Megatron flags, applied in order (MegatronFlags::apply).
+  void apply_command_line(const std::vector<std::string>& args, void* root, std::vector<std::string>* no_effect,
+                          const std::vector<std::string>& extra_flags = {}) const;
 
   std::string to_yaml(const void* root) const;
   std::string help_text() const;
@@ -260,6 +272,7 @@ class FieldTable {
   void decode_field(const FieldSpec& f, const YAML::Node& node, void* section_obj, const std::string& where) const;
   [[noreturn]] void unknown_key(const std::string& section, const std::string& key, const std::string& where) const;
   std::vector<SectionSpec> sections_;
+  std::vector<MegatronFlagRule> megatron_rules_;
 };
 
 // The typed table over a root struct whose members are section structs.
@@ -295,6 +308,11 @@ class ConfigTable {
     return table_.get_value(section, field, &r);
   }
   void check_fields(const Root& r) const { table_.check_fields(&r); }
+  void set_megatron_rules(std::vector<MegatronFlagRule> rules) { table_.set_megatron_rules(std::move(rules)); }
+  void apply_command_line(const std::vector<std::string>& args, Root& r, std::vector<std::string>* no_effect,
+                          const std::vector<std::string>& extra_flags = {}) const {
+    table_.apply_command_line(args, &r, no_effect, extra_flags);
+  }
   std::string to_yaml(const Root& r) const { return table_.to_yaml(&r); }
   std::string help_text() const { return table_.help_text(); }
   std::string markdown() const { return table_.markdown(); }

@@ -222,16 +222,64 @@ static std::string md_escape(const std::string& s) {
   return out;
 }
 
+// The command-line flags of a field: `--x`, `--no-x` (= false), `--bf16` (= bf16).
+static std::string flags_text(const MegatronFlags& flags, const FieldSpec& f) {
+  std::vector<std::string> out, negations;
+  for (const auto& e : flags.entries()) {
+    if (e.path() != f.path()) continue;
+    if (e.kind == FlagEntry::Kind::Field && (e.arity != FlagArity::Switch || e.value == "true"))
+      out.push_back("`" + e.flag + "`");
+    else if (e.kind == FlagEntry::Kind::Field && e.by_name)
+      negations.push_back("`" + e.flag + "`");
+    else if (e.kind == FlagEntry::Kind::Field || e.kind == FlagEntry::Kind::Constant)
+      out.push_back("`" + e.flag + "` (= " + e.value + ")");
+  }
+  if (!negations.empty()) out.push_back(join(negations, " / ") + " (= false)");
+  return join(out, ", ");
+}
+
 std::string FieldTable::markdown() const {
+  const MegatronFlags flags(*this);
   std::string out;
   for (const auto& sec : sections_) {
     out += "\n## `" + sec.name + "`\n\n" + md_escape(sec.doc) + "\n\n";
-    out += "| field | type | default | allowed | description |\n| --- | --- | --- | --- | --- |\n";
+    out += "| field | type | default | allowed | flags | description |\n| --- | --- | --- | --- | --- | --- |\n";
     for (const auto& f : sec.fields)
       out += "| `" + f.path() + "` | " + md_escape(f.type_text()) + " | `" + md_escape(yaml_scalar(f.default_value)) +
-             "` | " + md_escape(rules_text(f)) + " | " + md_escape(f.doc) + " |\n";
+             "` | " + md_escape(rules_text(f)) + " | " + md_escape(flags_text(flags, f)) + " | " + md_escape(f.doc) +
+             " |\n";
   }
   return out;
+}
+
+std::string MegatronFlags::markdown() const {
+  std::string none, unsupported;
+  auto row = [&](const FlagEntry& e, const char* star) {
+    const char* value = e.arity == FlagArity::One ? " X" : e.arity == FlagArity::List ? " X …" : "";
+    std::string r = "| `" + e.flag + star + value + "` | " + md_escape(e.note) + " |\n";
+    if (e.kind == FlagEntry::Kind::NoEffect) none += r;
+    if (e.kind == FlagEntry::Kind::Unsupported) unsupported += r;
+  };
+  for (const auto& e : entries_) row(e, "");
+  for (const auto& e : prefixes_) row(e, "*");
+  return "\n## Megatron command-line flags\n\n"
+         "`strata train`, `strata plan` and `strata bench train` accept a Megatron-LM launch script's arguments\n"
+         "after `--config F`, mixed with `section.field=value` overrides; all apply on top of the YAML file in\n"
+         "the order given. Each field's flags are in the tables above: `--` and the field name with dashes;\n"
+         "a bool field is a switch (true), `--no-<name>` and `--disable-<name>` set it to false (Megatron's\n"
+         "store_false spelling, e.g. `--disable-bias-linear`). A list field takes the following arguments up\n"
+         "to the next flag (`--data-path 0.3 a 0.7 b`); `--flag=value` works too. Abbreviations are not\n"
+         "accepted (Megatron's parser sets allow_abbrev=False); an unknown flag is an error naming the\n"
+         "closest accepted one, and `training.bf16=true` (a flag spelled as a field) names the field to use.\n\n"
+         "### Accepted without effect\n\n"
+         "They choose Megatron's implementation and change no numbers; the run lists them in one line.\n\n"
+         "| flag | what it selects in Megatron |\n| --- | --- |\n" +
+         none +
+         "\n### Not supported\n\n"
+         "Megatron features Strata does not have: each is an error naming the feature (`*`: every flag with\n"
+         "this prefix). Once a field of the flag's name exists, the flag sets it instead.\n\n"
+         "| flag | feature |\n| --- | --- |\n" +
+         unsupported;
 }
 
 static std::string lower(std::string s) {

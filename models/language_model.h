@@ -95,6 +95,9 @@ class LanguageModel {
   // Parameters whose gradients are summed over the embedding group (first + last pipeline stage)
   // after backward: the tied word embeddings and their copy on the last stage (empty otherwise).
   virtual std::vector<Parameter*> embedding_group_parameters() { return {}; }
+  // Called by the trainer after each optimizer step (the end of a global batch; Megatron's
+  // finalize_model_grads / reset_model_temporary_tensors): per-step state restarts.
+  virtual void end_of_step() {}
   // What crosses pipeline stages (the p2p buffers' shape and dtype); a model that is never split
   // into stages may keep the default (width 0, refused by the pipeline schedules).
   virtual ResidualStreamShape residual_stream() const { return {}; }

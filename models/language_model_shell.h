@@ -82,6 +82,7 @@ class LanguageModelShell : public LanguageModel {
   bool is_last_stage() const override { return opt_.post_process; }
   std::vector<Parameter*> embedding_group_parameters() override;
   ResidualStreamShape residual_stream() const override;
+  void end_of_step() override { block_->end_of_step(); }
 
   InferenceCache make_inference_cache(int64_t batch, int64_t max_seq) const override;
   Tensor logits_for(const Tensor& tokens, InferenceCache* cache, int64_t position_offset) override;

@@ -47,7 +47,7 @@ struct ForwardOutput {
   // ([s/sp, b, n·h], models/residual_stream.h); undefined on the last stage.
   Tensor stage_output;
   // Every loss this chunk computed for the micro-batch (the last stage: "lm loss" first; any stage
-  // may add auxiliary losses). Names are unique within one output.
+  // may add auxiliary losses). Entries may share a name (one per MoE layer): the trainer sums them.
   std::vector<NamedLoss> losses;
 
   const NamedLoss* find(const std::string& name) const {

@@ -3,7 +3,7 @@
 # The CUDA toolkit, cuBLAS, cuDNN and NCCL are expected under /usr/local/cuda when present;
 # without them the build is CPU-only.
 #   scripts/setup.sh           build + test dependencies
-#   scripts/setup.sh --bench   also the Python reference stack (torch, matplotlib)
+#   scripts/setup.sh --bench   also the Python reference stack (torch)
 set -euo pipefail
 
 packages=(
@@ -12,9 +12,10 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 nlohmann-json3-dev
   libopenblas-dev
   python3-numpy  # tests/hf/hf_reference.py (the numpy transformers reference of the HF export tests)
+  python3-matplotlib  # scripts/plot_metrics.py (the main job's loss.png, the plot_metrics test)
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-matplotlib python3-torch)
+  packages+=(python3-torch)
 fi
 
 missing=()

@@ -174,6 +174,7 @@ config::ConfigTable<StrataConfig> build_table() {
   t.add_section("checkpoint", &StrataConfig::checkpoint, "Saving and loading checkpoints.", checkpoint_fields());
   t.add_section("logging", &StrataConfig::logging, "Log line, TensorBoard and JSONL metrics.", logging_fields());
   t.add_section("inference", &StrataConfig::inference, "Text generation (strata generate).", inference_fields());
+  t.set_megatron_rules(megatron_flag_rules());
   return t;
 }
 
@@ -195,18 +196,28 @@ const config::ConfigTable<StrataConfig>& StrataConfig::table() {
   return t;
 }
 
-StrataConfig StrataConfig::load(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+StrataConfig StrataConfig::load(const std::string& yaml_path, const std::vector<std::string>& args,
+                                std::vector<std::string>* no_effect, const std::vector<std::string>& own_flags) {
   StrataConfig cfg;
   if (!yaml_path.empty()) table().load_file(yaml_path, cfg);
-  for (const auto& o : overrides) cfg.apply_override(o);
+  table().apply_command_line(args, cfg, no_effect, own_flags);
   return cfg;
+}
+
+std::string no_effect_flags_line(const std::vector<std::string>& flags) {
+  if (flags.empty()) return "";
+  std::string out =
+      "strata: Megatron flags accepted without effect (they choose Megatron's implementation and change no "
+      "numbers):";
+  for (size_t i = 0; i < flags.size(); ++i) out += (i ? ", " : " ") + flags[i];
+  return out;
 }
 
 StrataConfig StrataConfig::from_yaml_text(const std::string& text, const std::vector<std::string>& overrides,
                                           const std::string& source) {
   StrataConfig cfg;
   table().decode_yaml_text(text, cfg, source);
-  for (const auto& o : overrides) cfg.apply_override(o);
+  table().apply_command_line(overrides, cfg, nullptr);
   return cfg;
 }
 
@@ -225,9 +236,23 @@ namespace {
 
 // Temporary: the MoE layer (router, dispatchers, experts) is not built yet, so a config with
 // num_experts is refused after all its MoE rules passed. Delete this function when the layer lands.
-void check_moe_supported(const ModelConfig& m) {
-  if (m.num_experts)
-    throw ConfigError("model.num_experts", "MoE layers are not built yet (set model.num_experts to null)");
+// What the MoE layer of this revision runs (models/layers/moe/moe_layer.h): every expert on the
+// rank, no tensor, expert or context parallelism yet, no expert biases, no expert-bias balancing.
+// Each refusal names the field; the rest of Megatron's MoE rules are in models/moe_rules.cpp.
+void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
+  if (!m.num_experts) return;
+  auto refuse = [](const char* field, const std::string& why) { throw ConfigError(field, why); };
+  if (p.tensor_model_parallel_size > 1)
+    refuse("parallel.tensor_model_parallel_size", "MoE layers run with tensor parallel size 1 in this revision");
+  if (p.expert_model_parallel_size > 1)
+    refuse("parallel.expert_model_parallel_size", "expert parallelism (the all-to-all and all-gather "
+           "dispatchers over the expert-parallel group) is not built yet; use 1");
+  if (p.context_parallel_size > 1)
+    refuse("parallel.context_parallel_size", "MoE layers run with context parallel size 1 in this revision");
+  if (m.add_bias_linear) refuse("model.add_bias_linear", "the MoE experts have no biases; set it false");
+  if (m.moe_router_enable_expert_bias)
+    refuse("model.moe_router_enable_expert_bias", "aux-loss-free expert-bias balancing is not built yet");
+  if (m.moe_per_layer_logging) refuse("model.moe_per_layer_logging", "per-layer MoE logging is not built yet");
 }
 
 // The model's rules that involve the parallel layout: heads, query groups and FFN split over tp,
@@ -260,7 +285,7 @@ void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
                                               ") is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel with context parallelism");
   validate_moe_layout(m, p);
-  check_moe_supported(m);
+  check_moe_supported(m, p);
 }
 
 // Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.
@@ -402,8 +427,10 @@ std::string StrataConfig::reference_markdown() {
          "- `null` defaults are Megatron's `None`: the value is derived from other fields when the config\n"
          "  is validated (the doc says how), and the resolved config (`--print-config`) shows the result.\n"
          "- Validation is pure and runs before any allocation or communication; every error names the\n"
-         "  field as `section.field`.\n" +
-         table().markdown();
+         "  field as `section.field`.\n"
+         "- Megatron-LM's command-line flags work as they are (`--num-layers 4 --bf16 --lr 3e-4`); each\n"
+         "  field's flags are in its table, the exceptions in \"Megatron command-line flags\" at the end.\n" +
+         table().markdown() + config::MegatronFlags(table().untyped()).markdown();
 }
 
 }  // namespace strata

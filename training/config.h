@@ -1,6 +1,7 @@
 // StrataConfig: the whole run configuration — every section (model, parallel, training, optimizer,
 // data, checkpoint, logging, inference) in one typed struct, declared once in the config table —
-// with loading (YAML file + `section.field=value` overrides), cross-field validation, `--help`
+// with loading (YAML file + `section.field=value` overrides and Megatron's command-line flags),
+// cross-field validation, `--help`
 // text, the generated reference docs/config.md, `to_yaml()` and Megatron's argument table.
 // Reference: megatron/training/arguments.py (argument names, defaults and validate_args),
 // megatron/training/yaml_arguments.py; ARCHITECTURE decision 5.
@@ -106,6 +107,12 @@ struct InferenceConfig {
   std::optional<int64_t> random_seed;  // null → training.seed
 };
 
+// The Megatron flags that do not map onto a field by name (training/megatron_flags.cpp).
+std::vector<config::MegatronFlagRule> megatron_flag_rules();
+
+// "strata: accepted Megatron flags without effect in Strata (...): --use-mcore-models, …" or "".
+std::string no_effect_flags_line(const std::vector<std::string>& flags);
+
 struct StrataConfig {
   ModelConfig model;
   ParallelConfig parallel;
@@ -119,9 +126,14 @@ struct StrataConfig {
   // The one table of every field (built once).
   static const config::ConfigTable<StrataConfig>& table();
 
-  // Defaults, then the YAML file (if `yaml_path` is not empty), then the overrides in order.
+  // Defaults, then the YAML file (if `yaml_path` is not empty), then the command-line arguments in
+  // order: `section.field=value` overrides and Megatron flags (`--num-layers 4 --bf16`,
+  // core/megatron_flags.h). Flags accepted without effect are appended to `no_effect`;
+  // `own_flags` (the subcommand's options) join the "did you mean" candidates.
   // Decoding checks names and types only; call validate() next.
-  static StrataConfig load(const std::string& yaml_path, const std::vector<std::string>& overrides = {});
+  static StrataConfig load(const std::string& yaml_path, const std::vector<std::string>& args = {},
+                           std::vector<std::string>* no_effect = nullptr,
+                           const std::vector<std::string>& own_flags = {});
   static StrataConfig from_yaml_text(const std::string& text, const std::vector<std::string>& overrides = {},
                                      const std::string& source = "<yaml>");
   void apply_override(const std::string& assignment);  // "section.field=value"

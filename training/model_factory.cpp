@@ -2,6 +2,7 @@
 #include "training/model_factory.h"
 
 #include "core/error.h"
+#include "models/layers/moe/moe_layer.h"
 #include "parallel/pipeline_layout.h"
 
 namespace strata {
@@ -54,8 +55,11 @@ std::vector<std::unique_ptr<LanguageModel>> make_model_chunks(const StrataConfig
 }
 
 std::vector<std::string> model_loss_names(const StrataConfig& cfg) {
-  (void)cfg;  // GPT: the LM loss only (MoE adds its auxiliary losses from the config)
-  return {kLmLossName};
+  std::vector<std::string> names = {kLmLossName};
+  ModelConfig m = cfg.model;
+  finalize_model_config(m);
+  for (const std::string& n : layers::moe::moe_loss_names(m)) names.push_back(n);  // MoE router losses
+  return names;
 }
 
 std::unique_ptr<LanguageModel> make_model(const StrataConfig& cfg, Device device) {

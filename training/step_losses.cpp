@@ -104,14 +104,17 @@ std::vector<std::pair<std::string, double>> StepLosses::reduce() {
   for (size_t k = 0; k < names_.size(); ++k) {
     double v = sums_[k];
     // Per-token losses: each cp rank holds its tokens' part (with per-token loss: summed over dp × cp below).
-    // (Per-micro-batch losses are whole on every cp rank: averaged over dp × cp with the rest.)
-    if (!per_token_ && per_token_name[k] > 0.0) v = reduce_values(groups_.cp, {v}, ReduceOp::Sum, comm_seconds_)[0];
+    // Per-micro-batch losses (MoE's router losses) are partial over cp too: summed the same way.
+    if (!per_token_ || per_token_name[k] == 0.0) v = reduce_values(groups_.cp, {v}, ReduceOp::Sum, comm_seconds_)[0];
     // Each pipeline stage holds its layers' part (the LM loss: the last stage; Megatron logs it there).
     v = reduce_values(groups_.pp, {v}, ReduceOp::Sum, comm_seconds_)[0];
     // The reported loss is the dp average (per-token: global sum / global count).
     if (per_token_) {
-      v = reduce_values(groups_.dp, {v}, ReduceOp::Sum, comm_seconds_)[0];
-      v = per_token_name[k] > 0.0 ? v / std::max(global_valid_, 1.0) : v / nmb / static_cast<double>(groups_.dp.size());
+      if (per_token_name[k] > 0.0) {
+        v = reduce_values(groups_.dp, {v}, ReduceOp::Sum, comm_seconds_)[0] / std::max(global_valid_, 1.0);
+      } else {
+        v = reduce_values(groups_.dp, {v / nmb}, ReduceOp::Avg, comm_seconds_)[0];
+      }
     } else {
       v = reduce_values(groups_.dp, {v / nmb}, ReduceOp::Avg, comm_seconds_)[0];
     }

@@ -11,8 +11,9 @@
 //  - PerMicroBatch losses (MoE auxiliary losses): the mean over micro-batches, d/dvalue =
 //    scale / num_micro_batches (Megatron's MoEAuxLossAutoScaler main_loss_backward_scale).
 // Logged values: summed over cp (their tokens' parts) and over pipeline stages (each stage
-// reports its own layers' part; the LM loss exists on the last stage only), then the dp average
-// (per-token loss: global sum / global count).
+// reports its own layers' part; the LM loss exists on the last stage only; entries of the same
+// name, one per MoE layer, are summed), then the dp average (per-token loss: global sum / global
+// count).
 // Reference: megatron/training/training.py (train_step: losses_reduced), pretrain_gpt.py
 // (loss_func), core/transformer/moe/moe_utils.py (aux-loss tracker reduction).
 #pragma once

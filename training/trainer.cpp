@@ -185,6 +185,7 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   o.loss = o.losses.front().second;  // the LM loss (loss_names() starts with it)
   phase_timer::Scope t("optimizer");
   o.opt = optimizer_->step(lr);
+  for (LanguageModel* chunk : pipeline_.chunks) chunk->end_of_step();  // e.g. MoE global_aux_loss sums
   return o;
 }
 

@@ -4,6 +4,7 @@
 // thread count, and prints both and their ratio. Repeats alternate ours and the reference so
 // that load from other processes hits both alike; the median ratio is reported.
 #include "apps/strata/bench_train.h"
+#include "apps/strata/commands.h"
 
 #include <sys/resource.h>
 #include <omp.h>
@@ -46,7 +47,9 @@ class StepTimeSink : public MetricsSink {
 // step (the sink needs every iteration's time), no evaluation, checkpoints or metric files, and
 // mock data when the config names no data.
 StrataConfig bench_config(const BenchTrainOptions& o) {
-  StrataConfig cfg = StrataConfig::load(o.config, o.overrides);
+  std::vector<std::string> no_effect;
+  StrataConfig cfg = StrataConfig::load(o.config, o.overrides, &no_effect, o.own_flags);
+  report_no_effect_flags(no_effect);
   cfg.training.train_iters = o.warmup + o.iters;
   cfg.training.eval_iters = 0;
   cfg.training.exit_interval.reset();

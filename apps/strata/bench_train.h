@@ -11,7 +11,8 @@ namespace strata::app {
 
 struct BenchTrainOptions {
   std::string config;                  // YAML run config
-  std::vector<std::string> overrides;  // section.field=value
+  std::vector<std::string> overrides;  // section.field=value and Megatron flags, in order
+  std::vector<std::string> own_flags;  // the subcommand's options (for "did you mean")
   int iters = 10;                      // timed steps
   int warmup = 2;                      // untimed steps first
   int repeat = 1;                      // ours + reference, back to back, this many times

@@ -60,7 +60,6 @@ void register_bench(CLI::App& app) {
                "against the PyTorch eager reference of the same GPT");
   auto t = std::make_shared<BenchTrainOptions>();
   train->add_option("--config", t->config, "the run config (YAML), e.g. configs/bench_gpt_cpu.yaml")->required();
-  train->add_option("overrides", t->overrides, "section.field=value overrides, values parsed as YAML");
   train->add_option("--iters", t->iters, "timed steps")->capture_default_str();
   train->add_option("--warmup", t->warmup, "untimed steps before them")->capture_default_str();
   train->add_option("--repeat", t->repeat, "run ours and the reference back to back this many times")
@@ -70,7 +69,12 @@ void register_bench(CLI::App& app) {
   train->add_flag("--phases", t->phases, "print where the timed steps spend their time (phase timers)");
   train->add_option("--python", t->python, "the Python with torch for --reference torch")->capture_default_str();
   train->add_option("--torch-script", t->torch_script, "the reference script (default: the source tree's)");
-  add_runner(train, [t] { return run_train_benchmark(*t); });
+  accept_config_args(train);
+  add_runner(train, [t, train] {
+    t->overrides = config_args(train);
+    t->own_flags = own_flags(train);
+    return run_train_benchmark(*t);
+  });
 }
 
 }  // namespace strata::app

@@ -177,19 +177,20 @@ void register_plan(CLI::App& app) {
   struct Opts {
     std::string config;
     int64_t world_size = 0;
-    std::vector<std::string> overrides;
     bool json = false;
     std::optional<int64_t> rank;
   };
   auto o = std::make_shared<Opts>();
   plan->add_option("--config", o->config, "the run config (YAML)")->required();
   plan->add_option("--world-size", o->world_size, "the number of ranks (GPUs) to plan for")->required();
-  plan->add_option("overrides", o->overrides, "section.field=value overrides, values parsed as YAML");
+  accept_config_args(plan);
   plan->add_flag("--json", o->json, "print the plan as JSON");
   plan->add_option("--rank", o->rank, "also print this rank's coordinates and process groups");
-  add_runner(plan, [o] {
+  add_runner(plan, [o, plan] {
     STRATA_CHECK(o->world_size > 0, "strata plan: --world-size must be positive (got ", o->world_size, ")");
-    StrataConfig cfg = StrataConfig::load(o->config, o->overrides);
+    std::vector<std::string> no_effect;
+    StrataConfig cfg = StrataConfig::load(o->config, config_args(plan), &no_effect, own_flags(plan));
+    report_no_effect_flags(no_effect);
     cfg.parallel.world_size = o->world_size;  // --world-size wins over the file's parallel.world_size
     cfg.validate(std::nullopt);
     if (!cfg.model.vocab_size) {

@@ -1,10 +1,11 @@
-// `strata train --config FILE [section.field=value ...] [--print-config] [--validate-only] [--help-config]`
-// (`--help` prints the usage and the same field table as --help-config):
-// loads the StrataConfig (training/config.h), applies the overrides, validates it with the launched
-// world size (launched_world_size, parallel/distributed.h; --validate-only and --print-config
-// without a launcher: parallel.world_size as given), checks model.vocab_size against the tokenizer
-// and the checkpoint paths (training/checkpoint_paths.h), prints Megatron's argument table and
-// calls training::run (training/run.h). Config errors exit 1 with
+// `strata train --config FILE [section.field=value | Megatron flag ...] [--print-config] [--validate-only]
+// [--help-config]` (`--help` prints the usage and the same field table as --help-config):
+// loads the StrataConfig (training/config.h), applies the overrides and Megatron flags in order
+// (core/megatron_flags.h; flags without effect are listed in one line), validates it with the
+// launched world size (launched_world_size, parallel/distributed.h; --validate-only and
+// --print-config without a launcher: parallel.world_size as given), checks model.vocab_size
+// against the tokenizer and the checkpoint paths (training/checkpoint_paths.h), prints Megatron's
+// argument table and calls training::run (training/run.h). Config errors exit 1 with
 // "strata: error: ConfigError: section.field: ..." before anything is allocated.
 // Reference: megatron/training/arguments.py (parse_args, validate_args, _print_args),
 // megatron/training/training.py (pretrain).
@@ -28,30 +29,31 @@ void register_train(CLI::App& app) {
   CLI::App* train = app.add_subcommand("train", "train a model from a YAML config (docs/config.md)");
   struct Opts {
     std::string config;
-    std::vector<std::string> overrides;
     bool print_config = false, validate_only = false, help_config = false;
   };
   auto o = std::make_shared<Opts>();
   train->add_option("--config", o->config, "the run config (YAML), e.g. configs/gpt_tiny.yaml");
-  train->add_option("overrides", o->overrides, "section.field=value overrides, values parsed as YAML");
+  accept_config_args(train);
   train->add_flag("--print-config", o->print_config, "print the resolved config as YAML and exit");
   train->add_flag("--validate-only", o->validate_only, "validate the config and exit 0 (valid) or 1 (invalid)");
   train->add_flag("--help-config", o->help_config, "list every config field with its type, default and doc");
   // `strata train --help`: the usage above, then every config field with its default and doc.
   train->footer([] { return "\n" + StrataConfig::help_text(); });
-  add_runner(train, [o] {
+  add_runner(train, [o, train] {
     if (o->help_config) {
       std::printf("%s", StrataConfig::help_text().c_str());
       return 0;
     }
     STRATA_CHECK(!o->config.empty(), "strata train: --config FILE is required (see --help-config for the fields)");
     // Decoding and validation are pure: nothing is allocated before the config is known good.
-    StrataConfig cfg = StrataConfig::load(o->config, o->overrides);
+    std::vector<std::string> no_effect;
+    StrataConfig cfg = StrataConfig::load(o->config, config_args(train), &no_effect, own_flags(train));
     // Checking without running: parallel.world_size may describe a layout other than this launch
     // (`--validate-only parallel.world_size=8` on one process). Under a launcher it must match.
     const bool dry = o->print_config || o->validate_only;
     const std::optional<int64_t> launched = launched_world_size();
     cfg.validate(dry ? launched : launched.value_or(1));
+    report_no_effect_flags(no_effect);
     if (o->print_config) {
       std::printf("%s", cfg.to_yaml().c_str());
       return 0;

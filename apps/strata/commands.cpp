@@ -1,7 +1,10 @@
-// Runner table for subcommands (apps/strata/commands.h).
+// Runner table for subcommands and the config-argument helpers (apps/strata/commands.h).
 #include "apps/strata/commands.h"
 
+#include <cstdio>
 #include <vector>
+
+#include "training/config.h"
 
 namespace strata::app {
 namespace {
@@ -14,6 +17,30 @@ std::vector<std::pair<CLI::App*, std::function<int()>>>& runners() {
 void add_runner(CLI::App* sub, std::function<int()> run) { runners().emplace_back(sub, std::move(run)); }
 
 void clear_runners() { runners().clear(); }
+
+void accept_config_args(CLI::App* sub) {
+  // CLI11 keeps every argument it does not recognise, in order; StrataConfig::load reads them.
+  sub->allow_extras();
+  sub->description(sub->get_description() +
+                   "\nAfter the options: section.field=value overrides and Megatron-LM flags (--num-layers 4 "
+                   "--bf16 --lr 3e-4 ...), applied over the YAML file in the order given (docs/config.md).");
+}
+
+std::vector<std::string> config_args(CLI::App* sub) {
+  return sub->remaining();
+}
+
+std::vector<std::string> own_flags(CLI::App* sub) {
+  std::vector<std::string> out;
+  for (const CLI::Option* opt : sub->get_options())
+    for (const auto& name : opt->get_lnames()) out.push_back("--" + name);
+  return out;
+}
+
+void report_no_effect_flags(const std::vector<std::string>& flags) {
+  std::string line = no_effect_flags_line(flags);
+  if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+}
 
 int run_selected(CLI::App& app) {
   for (auto& [sub, run] : runners())

@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace strata::app {
 
@@ -20,5 +22,13 @@ void register_train(CLI::App& app);
 void add_runner(CLI::App* sub, std::function<int()> run);
 int run_selected(CLI::App& app);
 void clear_runners();  // forget the runners of a finished parse (strata_main)
+
+// Lets `sub` take a run config's command-line arguments after its own options: `section.field=value`
+// overrides and Megatron-LM flags (`--num-layers 4 --bf16`), kept in the order given.
+void accept_config_args(CLI::App* sub);
+std::vector<std::string> config_args(CLI::App* sub);  // after parsing, for StrataConfig::load
+std::vector<std::string> own_flags(CLI::App* sub);    // the subcommand's option names, for "did you mean"
+// Prints the one line listing the accepted Megatron flags without effect (to stderr), if any.
+void report_no_effect_flags(const std::vector<std::string>& flags);
 
 }  // namespace strata::app

@@ -52,6 +52,8 @@ class Block {
   virtual int64_t num_layers() const = 0;
   // Global number of this block's first layer (pipeline stages hold a range of the model's layers).
   virtual int64_t first_layer() const = 0;
+  // After the optimizer step (end of a global batch): the layers' per-step state restarts.
+  virtual void end_of_step() {}
 };
 
 }  // namespace strata

@@ -28,6 +28,9 @@ class TransformerBlock : public Block {
   void add_caches(InferenceCache& cache, int64_t batch, int64_t max_seq) const override;
   int64_t num_layers() const override { return static_cast<int64_t>(layers_.size()); }
   int64_t first_layer() const override { return first_layer_; }
+  void end_of_step() override {
+    for (auto& l : layers_) l->end_of_step();
+  }
 
   // Local layer i (global first_layer() + i).
   layers::TransformerLayer& layer(size_t i) { return *layers_.at(i); }

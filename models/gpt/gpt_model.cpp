@@ -3,20 +3,25 @@
 #include "models/gpt/gpt_model.h"
 
 #include "core/error.h"
+#include "models/layers/moe/moe_layer.h"
 
 namespace strata {
 
 namespace {
-LanguageModelParts gpt_parts(const std::vector<layers::TransformerLayerSpec>& specs) {
+LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::TransformerLayerSpec>& specs) {
   LanguageModelParts parts;
   parts.final_norm_prefix = "decoder.final_layernorm";
+  finalize_model_config(cfg);
+  parts.aux_loss_names = layers::moe::moe_loss_names(cfg);  // the MoE layers' router losses
   parts.make_block = [specs](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                              int64_t first, int64_t count) -> std::unique_ptr<Block> {
     STRATA_CHECK(specs.empty() || static_cast<int64_t>(specs.size()) == cfg.num_layers, "GPTModel: ", specs.size(),
                  " layer specs for model.num_layers ", cfg.num_layers);
     std::vector<layers::TransformerLayerSpec> stage;
-    for (int64_t i = first; i < first + count; ++i)
+    for (int64_t i = first; i < first + count; ++i) {
       stage.push_back(specs.empty() ? layers::TransformerLayerSpec::full() : specs[static_cast<size_t>(i)]);
+      if (cfg.is_moe_layer(i)) stage.back().mlp_kind = layers::MlpKind::MoE;  // model.moe_layer_freq
+    }
     return std::make_unique<TransformerBlock>(first, stage, cfg, env, groups);
   };
   return parts;
@@ -24,6 +29,6 @@ LanguageModelParts gpt_parts(const std::vector<layers::TransformerLayerSpec>& sp
 }  // namespace
 
 GPTModel::GPTModel(const ModelConfig& cfg, const GPTModelOptions& options, const ParallelGroups& groups)
-    : LanguageModelShell(cfg, options, groups, gpt_parts(options.layer_specs)) {}
+    : LanguageModelShell(cfg, options, groups, gpt_parts(cfg, options.layer_specs)) {}
 
 }  // namespace strata

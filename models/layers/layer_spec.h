@@ -15,6 +15,7 @@ namespace strata::layers {
 // What fills a layer's MLP slot.
 enum class MlpKind {
   Dense,  // linear_fc1 → activation → linear_fc2 (models/layers/mlp.h)
+  MoE,    // router + grouped experts (+ shared expert) (models/layers/moe/moe_layer.h)
 };
 
 struct TransformerLayerSpec {

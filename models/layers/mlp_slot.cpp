@@ -2,6 +2,7 @@
 #include "models/layers/mlp_slot.h"
 
 #include "core/error.h"
+#include "models/layers/moe/moe_layer.h"
 
 namespace strata::layers {
 
@@ -30,6 +31,8 @@ std::unique_ptr<MlpSlot> make_mlp_slot(MlpKind kind, const std::string& prefix, 
   switch (kind) {
     case MlpKind::Dense:
       return std::make_unique<DenseMlpSlot>(prefix, cfg, env, groups.tp);
+    case MlpKind::MoE:
+      return std::make_unique<moe::MoELayer>(prefix, cfg, env, groups);
   }
   STRATA_INTERNAL_ASSERT(false, "make_mlp_slot: unknown MlpKind");
   return nullptr;

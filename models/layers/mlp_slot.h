@@ -41,6 +41,9 @@ class MlpSlot {
   virtual Tensor backward(const SlotState& saved, const Tensor& dy) = 0;
   virtual void collect(std::vector<Parameter*>& out) = 0;
   virtual MlpKind kind() const = 0;
+  // After the optimizer step, at the end of a global batch (per-step state such as MoE's
+  // global_aux_loss running sums restarts).
+  virtual void end_of_step() {}
 };
 
 // The dense MLP in the slot.

@@ -43,6 +43,9 @@ class TransformerLayer {
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
   Tensor backward(const Saved& saved, const Tensor& dy);
   void collect(std::vector<Parameter*>& out);
+  void end_of_step() {
+    if (mlp_) mlp_->end_of_step();
+  }
 
   const std::string& name() const { return name_; }
   const TransformerLayerSpec& spec() const { return spec_; }

@@ -401,11 +401,15 @@ TEST_CASE("moe config: the parallel-layout rules name their fields", "[moe_confi
                     "parallel.sequence_parallel=true", "parallel.world_size=8"}));
 }
 
-TEST_CASE("moe config: StrataConfig::validate refuses num_experts until the MoE layer exists", "[moe_config]") {
-  StrataConfig ok = base({"model.num_experts=8", "parallel.expert_model_parallel_size=2", "parallel.world_size=2",
-                          "model.moe_router_load_balancing_type=seq_aux_loss", "model.moe_aux_loss_coeff=0.001"});
-  CHECK(error_of([&] { ok.validate(); }) ==
-        "ConfigError: model.num_experts: MoE layers are not built yet (set model.num_experts to null)");
+TEST_CASE("moe config: StrataConfig::validate refuses what this revision's MoE layer does not run", "[moe_config]") {
+  StrataConfig ep = base({"model.num_experts=8", "parallel.expert_model_parallel_size=2", "parallel.world_size=2",
+                          "model.moe_router_load_balancing_type=seq_aux_loss", "model.moe_aux_loss_coeff=0.001",
+                          "model.add_bias_linear=false"});
+  CHECK(error_of([&] { ep.validate(); }).rfind("ConfigError: parallel.expert_model_parallel_size: expert parallelism", 0) == 0);
+  StrataConfig bias = base({"model.num_experts=8"});
+  CHECK(error_of([&] { bias.validate(); }).rfind("ConfigError: model.add_bias_linear: the MoE experts have no biases", 0) == 0);
+  StrataConfig ok = base({"model.num_experts=8", "model.add_bias_linear=false", "model.moe_aux_loss_coeff=0.01"});
+  CHECK_NOTHROW(ok.validate());
   // A broken MoE config gets its own error first, not the guard's.
   StrataConfig broken = base({"model.num_experts=8", "model.moe_router_enable_expert_bias=true"});
   CHECK(error_of([&] { broken.validate(); }).rfind("ConfigError: model.moe_router_enable_expert_bias:", 0) == 0);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "kernels/activation.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/moe.h"
 

@@ -1,0 +1,100 @@
+// `strata train` / `strata plan` with Megatron-LM flags on the command line (core/megatron_flags.h):
+// configs/gpt_tiny.yaml plus a Megatron-style argument list trains for 2 iterations and saves, the
+// flags without effect are listed in one line, and the errors reach the user as
+// "strata: error: ConfigError: ..." with exit code 1 (unknown flag with a suggestion that includes
+// the subcommand's own options, unsupported feature).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_test_helpers.h"
+#include "strata_source_dir.h"
+
+using Catch::Matchers::Contains;
+using strata::test::CliResult;
+using strata::test::run_cli;
+namespace fs = std::filesystem;
+
+namespace {
+const fs::path kRepo = fs::path(STRATA_SOURCE_DIR);
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("cli train: gpt_tiny.yaml with Megatron flags trains", "[cli_train][megatron_flags]") {
+  const fs::path dir = strata::test::process_temp_dir("strata_test_megatron_flags_") / "run";
+  fs::remove_all(dir);
+  const std::string save = (dir / "ckpt").string(), jsonl = (dir / "metrics.jsonl").string();
+  CliResult r = run_cli({"train", "--config", (kRepo / "configs/gpt_tiny.yaml").string(),
+                         // Megatron's spelling, as a launch script passes it
+                         "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length",
+                         "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size",
+                         "4", "--train-iters", "2", "--lr", "3e-4", "--lr-warmup-iters", "0", "--min-lr", "0",
+                         "--bf16", "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+                         "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--data-path",
+                         "--mock-data", "--eval-interval", "2", "--eval-iters", "1", "--log-interval", "1", "--save",
+                         save, "--save-interval", "2", "--tensorboard-dir", (dir / "tb").string(),
+                         "--use-mcore-models", "--transformer-impl", "local", "--distributed-backend", "nccl",
+                         // mixed with Strata's overrides
+                         "logging.metrics_jsonl=" + jsonl, "training.device=cpu"});
+  INFO(r.out);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.err, Contains("strata: Megatron flags accepted without effect (they choose Megatron's implementation "
+                             "and change no numbers): --use-mcore-models, --transformer-impl local, "
+                             "--distributed-backend nccl\n"));
+  auto arg = [](const std::string& name, const std::string& value) {
+    return "\n  " + name + " " + std::string(48 - name.size(), '.') + " " + value + "\n";
+  };
+  CHECK_THAT(r.out, Contains(arg("num_layers", "2")));
+  CHECK_THAT(r.out, Contains(arg("precision", "bf16")));
+  CHECK_THAT(r.out, Contains(arg("add_bias_linear", "False")));
+  CHECK_THAT(r.out, Contains(arg("untie_embeddings_and_output_weights", "True")));
+  CHECK_THAT(r.out, Contains(arg("lr", "0.0003")));
+  // Two iterations trained and logged, one evaluation, a checkpoint at iteration 2.
+  std::vector<nlohmann::json> recs = read_jsonl(jsonl);
+  int train = 0, valid = 0;
+  for (const auto& j : recs) {
+    if (j.contains("lm loss")) ++train;
+    if (j.contains("lm loss validation")) ++valid;
+  }
+  CHECK(train == 2);
+  CHECK(valid == 1);
+  std::ifstream tracker(fs::path(save) / "latest_checkpointed_iteration.txt");
+  std::string it;
+  tracker >> it;
+  CHECK(it == "2");
+}
+
+TEST_CASE("cli train and plan: Megatron flag errors exit 1 with the message", "[cli_train][megatron_flags]") {
+  const std::string cfg = (kRepo / "configs/gpt_tiny.yaml").string();
+  CliResult r = run_cli({"train", "--config", cfg, "--fp16", "--validate-only"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ConfigError: --fp16: not supported by Strata: fp16 mixed precision"));
+  r = run_cli({"train", "--config", cfg, "--print-confg"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("unknown flag '--print-confg'; did you mean '--print-config'?"));
+  r = run_cli({"train", "--config", cfg, "training.bf16=true", "--validate-only"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("did you mean 'training.precision=bf16'?"));
+  // plan takes the same flags: tp 2 x pp 2 of gpt_tiny on 8 ranks.
+  r = run_cli({"plan", "--config", cfg, "--world-size", "8", "--tensor-model-parallel-size", "2",
+               "--pipeline-model-parallel-size", "2", "--global-batch-size", "16", "--json", "--use-mcore-models"});
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["grid"]["tp"] == 2);
+  CHECK(j["grid"]["pp"] == 2);
+  CHECK_THAT(r.err, Contains("--use-mcore-models"));
+}

@@ -1,0 +1,253 @@
+// The MoE layer in the MLP slot (models/layers/moe/moe_layer.h), through a whole GPTModel:
+// its output equals a direct f64 computation Σ_k p_k · expert_k(x) + gate · shared(x) from the
+// router's own choice; f64 finite differences of the whole objective (LM loss and the router
+// losses through the loss channel) for every parameter, with softmax/sigmoid, SwiGLU/GeLU, shared
+// experts with and without the gate, probabilities on the input, capacity with dropping;
+// Megatron-Core parameter names; KV-cached generation; and a tiny MoE model trains under the
+// Trainer with the router losses logged by name.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "models/gpt/gpt_model.h"
+#include "models/layers/moe/moe_layer.h"
+#include "test_helpers.h"
+#include "trainer_test_support.h"
+#include "training/model_factory.h"
+#include "training/trainer.h"
+
+namespace strata {
+namespace {
+
+ModelConfig moe_config(const std::vector<std::string>& extra = {}) {
+  ModelConfig m;
+  m.num_layers = 2;
+  m.hidden_size = 8;
+  m.num_attention_heads = 2;
+  m.vocab_size = 24;
+  m.make_vocab_size_divisible_by = 8;
+  m.seq_length = 6;
+  m.hidden_dropout = 0.0;
+  m.attention_dropout = 0.0;
+  m.add_bias_linear = false;
+  m.init_method_std = 0.3;
+  m.num_experts = 4;
+  m.moe_ffn_hidden_size = 6;
+  m.moe_router_topk = 2;
+  m.moe_aux_loss_coeff = {0.1};
+  m.moe_z_loss_coeff = 0.01;
+  for (const std::string& e : extra) {
+    if (e == "swiglu") {
+      m.swiglu = true;
+      m.ffn_hidden_size = 16;
+    }
+    if (e == "sigmoid") m.moe_router_score_function = MoeScoreFunction::Sigmoid;
+    if (e == "shared") m.moe_shared_expert_intermediate_size = 5;
+    if (e == "gate") m.moe_shared_expert_gate = true;
+    if (e == "on_input") {
+      m.moe_router_topk = 1;
+      m.moe_router_pre_softmax = true;
+      m.moe_apply_probs_on_input = true;
+    }
+    if (e == "capacity") m.moe_expert_capacity_factor = 0.5;
+    if (e == "seq_aux") {
+      m.moe_router_load_balancing_type = {"aux_loss", "seq_aux_loss"};
+      m.moe_aux_loss_coeff = {0.1, 0.05};
+    }
+    if (e == "dense_first") m.moe_layer_freq = {"[0, 1]"};
+  }
+  return m;
+}
+
+std::unique_ptr<GPTModel> f64_model(const ModelConfig& cfg) {
+  GPTModelOptions o;
+  o.dtype = DType::F64;
+  auto m = std::make_unique<GPTModel>(cfg, o);
+  m->init_parameters(11);
+  return m;
+}
+
+using Vec = std::vector<double>;
+
+// Σ_k p·expert(x) + shared for one token, written out from the definitions.
+Vec expert_mlp(const Vec& x, const Parameter& w1, const Parameter& w2, bool swiglu, double in_scale, double out_scale) {
+  const int64_t H = static_cast<int64_t>(x.size()), F = w2.value.size(1);
+  const Vec a = w1.value.to_vector(), b = w2.value.to_vector();
+  auto row = [&](int64_t o) {
+    double s = 0;
+    for (int64_t i = 0; i < H; ++i) s += a[static_cast<size_t>(o * H + i)] * x[static_cast<size_t>(i)] * in_scale;
+    return s;
+  };
+  Vec act(static_cast<size_t>(F));
+  for (int64_t f = 0; f < F; ++f) {
+    if (swiglu) {
+      const double g = row(f), u = row(F + f);
+      act[static_cast<size_t>(f)] = g / (1 + std::exp(-g)) * u * out_scale;
+    } else {
+      const double h = row(f);
+      act[static_cast<size_t>(f)] = 0.5 * h * (1 + std::erf(h / std::sqrt(2.0))) * out_scale;
+    }
+  }
+  Vec y(static_cast<size_t>(H), 0.0);
+  for (int64_t o = 0; o < H; ++o)
+    for (int64_t f = 0; f < F; ++f) y[static_cast<size_t>(o)] += b[static_cast<size_t>(o * F + f)] * act[static_cast<size_t>(f)];
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("moe layer: output equals the direct sum over the chosen experts (f64)", "[moe_layer]") {
+  for (const std::vector<std::string>& extra :
+       std::vector<std::vector<std::string>>{{}, {"swiglu", "sigmoid"}, {"on_input"}, {"shared", "gate"}}) {
+    INFO("options " << extra.size());
+    ModelConfig cfg = moe_config(extra);
+    finalize_model_config(cfg);
+    layers::LayerEnv env{DType::F64, Device::cpu(), false, CpCommType::AllGather};
+    layers::moe::MoELayer moe("decoder.layers.0.mlp", cfg, env, ParallelGroups::single_process());
+    for (Parameter* p : [&] { std::vector<Parameter*> v; moe.collect(v); return v; }()) init_parameter(*p, 5);
+    const int64_t s = 3, b = 2, H = 8, T = s * b;
+    Tensor x = test::random_tensor({s, b, H}, 7, -1.0, 1.0, DType::F64);
+    layers::DropoutKeys keys;
+    keys.training = true;
+    AuxLossChannel aux;
+    Tensor out = moe.forward(x, layers::SlotRun{0, &keys, &aux}, nullptr);
+    // The router's choice, recomputed by the router alone.
+    layers::moe::RouterRun rr;
+    rr.keys = &keys;
+    const layers::moe::RoutingOutput r = moe.router.forward(x, rr, nullptr);
+    const Vec xs = x.to_vector(), got = out.to_vector(), idx = r.top_indices.to_vector(), pr = r.top_probs.to_vector();
+    const int64_t k = cfg.moe_router_topk;
+    double worst = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const Vec xt(xs.begin() + t * H, xs.begin() + (t + 1) * H);
+      Vec want(static_cast<size_t>(H), 0.0);
+      for (int64_t j = 0; j < k; ++j) {
+        const auto e = static_cast<size_t>(idx[static_cast<size_t>(t * k + j)]);
+        const double p = pr[static_cast<size_t>(t * k + j)];
+        const Vec y = expert_mlp(xt, moe.fc1[e], moe.fc2[e], cfg.swiglu, cfg.moe_apply_probs_on_input ? p : 1.0,
+                                 cfg.moe_apply_probs_on_input ? 1.0 : p);
+        for (int64_t h = 0; h < H; ++h) want[static_cast<size_t>(h)] += y[static_cast<size_t>(h)];
+      }
+      if (moe.shared_experts) {
+        const Vec y = expert_mlp(xt, moe.shared_experts->linear_fc1.weight, moe.shared_experts->linear_fc2.weight,
+                                 cfg.swiglu, 1.0, 1.0);
+        double g = 1.0;
+        if (cfg.moe_shared_expert_gate) {
+          const Vec gw = moe.shared_gate.value.to_vector();
+          double z = 0;
+          for (int64_t h = 0; h < H; ++h) z += gw[static_cast<size_t>(h)] * xt[static_cast<size_t>(h)];
+          g = 1 / (1 + std::exp(-z));
+        }
+        for (int64_t h = 0; h < H; ++h) want[static_cast<size_t>(h)] += g * y[static_cast<size_t>(h)];
+      }
+      for (int64_t h = 0; h < H; ++h)
+        worst = std::max(worst, std::abs(want[static_cast<size_t>(h)] - got[static_cast<size_t>(t * H + h)]));
+    }
+    CHECK(worst < 1e-12);
+    // Training forwards report the router losses through the channel, logged as loss / coefficient.
+    REQUIRE(aux.losses().size() == 2);
+    CHECK(aux.losses()[0].name == "load_balancing_loss");
+    CHECK(aux.losses()[0].value.to_vector()[0] == Approx(r.losses.aux_loss / 0.1 / 2.0).epsilon(1e-12));
+    CHECK(aux.losses()[1].name == "z_loss");
+    CHECK(aux.losses()[1].value.to_vector()[0] == Approx(r.losses.z_loss / 0.01 / 2.0).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("moe layer: f64 finite differences of the whole objective (LM loss + router losses)", "[moe_layer]") {
+  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+           {}, {"swiglu", "sigmoid", "seq_aux"}, {"on_input"}, {"shared", "gate"}, {"capacity"}, {"dense_first"}}) {
+    INFO("case with " << extra.size() << " options" << (extra.empty() ? "" : ", first " + extra[0]));
+    auto model = f64_model(moe_config(extra));
+    const Batch batch = test::fixed_batch(2, 6, 24);
+    const Tensor w = test::random_tensor({2, 6}, 3, 0.5, 1.5);
+    auto objective = [&](ForwardOutput* keep, std::unique_ptr<ForwardContext>* ctx_out) {
+      auto ctx = model->make_context(1, 0, true);
+      ForwardOutput out = model->forward_pass(*ctx, batch);
+      double v = test::dot(out.losses[0].value, w);
+      for (size_t i = 1; i < out.losses.size(); ++i) v += 0.7 * out.losses[i].value.to_vector()[0];
+      if (keep) *keep = out;
+      if (ctx_out) *ctx_out = std::move(ctx);
+      return v;
+    };
+    for (Parameter* p : model->parameters()) p->main_grad.zero_();
+    ForwardOutput out;
+    std::unique_ptr<ForwardContext> ctx;
+    objective(&out, &ctx);
+    CHECK(out.losses.size() >= 3);  // lm loss + the router losses of every MoE layer
+    BackwardInput in;
+    in.loss_grads.push_back(w);
+    for (size_t i = 1; i < out.losses.size(); ++i) in.loss_grads.push_back(Tensor::full({1}, 0.7, DType::F64));
+    model->backward_pass(*ctx, in);
+    for (Parameter* p : model->parameters()) {
+      const Vec g = p->main_grad.to_vector();
+      double* x = p->value.data<double>();
+      double num = 0, den = 0;
+      for (int64_t i : {int64_t{0}, p->value.numel() / 2, p->value.numel() - 1}) {
+        const double h = 1e-6, orig = x[i];
+        x[i] = orig + h;
+        const double lp = objective(nullptr, nullptr);
+        x[i] = orig - h;
+        const double lm = objective(nullptr, nullptr);
+        x[i] = orig;
+        const double fd = (lp - lm) / (2 * h);
+        num += (fd - g[static_cast<size_t>(i)]) * (fd - g[static_cast<size_t>(i)]);
+        den += fd * fd;
+      }
+      INFO(p->name << ": normalized error " << std::sqrt(num) / std::max(std::sqrt(den), 1e-6));
+      CHECK(std::sqrt(num) <= 1e-6 * std::max(std::sqrt(den), 1e-3));
+    }
+  }
+}
+
+TEST_CASE("moe layer: Megatron-Core names, dense/MoE mix, generation with the KV cache", "[moe_layer]") {
+  auto model = f64_model(moe_config({"shared", "gate", "dense_first"}));
+  std::vector<std::string> names;
+  for (Parameter* p : model->parameters()) names.push_back(p->name);
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  CHECK(has("decoder.layers.0.mlp.linear_fc1.weight"));  // moe_layer_freq [0, 1]: layer 0 dense
+  CHECK(has("decoder.layers.1.mlp.router.weight"));
+  CHECK(has("decoder.layers.1.mlp.experts.linear_fc1.weight0"));
+  CHECK(has("decoder.layers.1.mlp.experts.linear_fc2.weight3"));
+  CHECK(has("decoder.layers.1.mlp.shared_experts.linear_fc1.weight"));
+  CHECK(has("decoder.layers.1.mlp.shared_experts.gate_weight"));
+  CHECK_FALSE(has("decoder.layers.1.mlp.linear_fc1.weight"));
+  CHECK(model->loss_names() == std::vector<std::string>{"lm loss", "load_balancing_loss", "z_loss"});
+  const Batch batch = test::fixed_batch(1, 6, 24);
+  const Tensor whole = model->logits_for(batch.tokens, nullptr, 0);
+  InferenceCache cache = model->make_kv_cache(1, 6);
+  model->logits_for(batch.tokens.narrow(1, 0, 4).contiguous(), &cache, 0);
+  const Tensor rest = model->logits_for(batch.tokens.narrow(1, 4, 2).contiguous(), &cache, 4);
+  CHECK(test::max_abs_diff(rest, whole.narrow(1, 4, 2).contiguous()) < 1e-12);
+}
+
+TEST_CASE("moe layer: a tiny MoE model trains; router losses logged by name; bitwise reproducible", "[moe_layer]") {
+  const StrataConfig cfg = test::tiny_config(
+      {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
+       "model.make_vocab_size_divisible_by=8", "model.add_bias_linear=false", "model.num_experts=4",
+       "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2", "model.moe_aux_loss_coeff=0.01",
+       "model.moe_z_loss_coeff=0.001", "training.train_iters=10"});
+  auto run = [&](std::string* log_text) {
+    auto model = make_model(cfg, Device::cpu());
+    MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+    std::ostringstream log;
+    TrainerOptions opt;
+    opt.log_stream = &log;
+    Trainer trainer(cfg, *model, train, nullptr, opt);
+    TrainResult r = trainer.train();
+    if (log_text) *log_text = log.str();
+    return r;
+  };
+  std::string log;
+  const TrainResult a = run(&log), b = run(nullptr);
+  REQUIRE(a.losses.size() == 10);
+  CHECK(a.losses == b.losses);
+  CHECK(a.loss_names == std::vector<std::string>{"lm loss", "load_balancing_loss", "z_loss"});
+  INFO(log);
+  CHECK(log.find("| load_balancing_loss: ") != std::string::npos);
+  CHECK(log.find("| z_loss: ") != std::string::npos);
+  CHECK(a.losses.back() < a.losses.front());
+  CHECK(model_loss_names(cfg) == a.loss_names);
+}
+
+}  // namespace strata
