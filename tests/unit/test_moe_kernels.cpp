@@ -378,3 +378,30 @@ TEST_CASE("moe kernels: identical results for 1, 2 and 3 OpenMP threads", "[moe_
     CHECK(results[2] == results[0]);
   }
 }
+
+TEST_CASE("moe kernels: bad arguments name the tensor", "[moe_kernels][errors]") {
+  const MoeRouting r = moe_routing(Tensor::from_data<int64_t>({0, 1, 1, 0}, {2, 2}), nullptr, 2);
+  const Tensor x = f64({2, 3});
+  CHECK_THROWS_WITH(moe_permute_forward(x, r.row_map, f64({3, 3})), Catch::Contains("row_map has shape [4], expected [3]"));
+  CHECK_THROWS_WITH(moe_permute_forward(x, r.row_map, Tensor::empty({4, 3}, DType::F32)), Catch::Contains("dtype mismatch"));
+  CHECK_THROWS_WITH(moe_permute_backward(f64({4, 3}), r.pair_rows, f64({3, 3})), Catch::Contains("pair_rows has shape [2, 2], expected [3, k]"));
+  CHECK_THROWS_WITH(moe_unpermute_forward(f64({4, 3}), r.pair_rows, &x, f64({2, 3})), Catch::Contains("probs has shape [2, 3], expected [4]"));
+  const Tensor p = f64({4});
+  CHECK_THROWS_WITH(moe_unpermute_backward(x, f64({4, 3}), r.row_map, nullptr, f64({4, 3}), &p),
+                    Catch::Contains("dprobs needs probs"));
+  CHECK_THROWS_WITH(moe_scale_rows_forward(x, Tensor::empty({2}, DType::BF16), x), Catch::Contains("scale must be f32 or f64"));
+  // A table entry outside [-1, rows) is reported on the CPU.
+  const Tensor bad_map = Tensor::from_data<int64_t>({0, 2, -1, 1}, {4});
+  CHECK_THROWS_WITH(moe_permute_forward(x, bad_map, f64({4, 3})), Catch::Contains("row_map entry 1 = 2 is outside [-1, 2)"));
+  // Grouped GEMM: gradient dtypes, one for all experts.
+  const Tensor xb = Tensor::empty({2, 3}, DType::BF16), dyb = Tensor::empty({2, 2}, DType::BF16);
+  const std::vector<Tensor> wb = {Tensor::empty({2, 3}, DType::BF16), Tensor::empty({2, 3}, DType::BF16)};
+  CHECK_THROWS_WITH(moe_grouped_linear_backward(xb, wb, dyb, {1, 1}, nullptr,
+                                                {Tensor::empty({2, 3}, DType::F32), wb[1].clone()}, false),
+                    Catch::Contains("dw[1] has dtype bf16 but dw[0] has f32"));
+  CHECK_THROWS_WITH(moe_grouped_linear_backward(x, {f64({2, 3}), f64({2, 3})}, f64({2, 2}), {1, 1}, nullptr,
+                                                {f64({2, 3}), Tensor::empty({2, 3}, DType::F32)}, false),
+                    Catch::Contains("dw[1] has dtype f32, expected f64"));
+  CHECK_THROWS_WITH(moe_grouped_linear_forward(x, {f64({2, 3}), f64({2, 4})}, {1, 1}, f64({2, 2})),
+                    Catch::Contains("w[1] has shape [2, 4], expected [2, 3]"));
+}
