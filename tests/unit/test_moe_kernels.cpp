@@ -192,6 +192,26 @@ TEST_CASE("moe kernels: round trips", "[moe_kernels]") {
   }
 }
 
+TEST_CASE("moe kernels: probabilities on the input equal probabilities on the output for linear experts",
+          "[moe_kernels]") {
+  // moe_apply_probs_on_input (Megatron: top-1): scale the permuted rows, run the experts,
+  // unpermute without probabilities. For linear experts W·(p·x) = p·(W·x).
+  const int64_t tokens = 19, experts = 3, h = 6, f = 5;
+  const MoeRouting r = moe_routing(random_top(tokens, 1, experts, 71), nullptr, experts);
+  const int64_t n = r.rows();
+  const Tensor x = random_tensor({tokens, h}, 72), w = random_tensor({experts, f, h}, 73);
+  Tensor pp = f64({n}), xp = f64({n, h}), scaled = f64({n, h}), y = f64({n, f});
+  moe_permute_probs_forward(random_tensor({tokens, 1}, 74, 0, 1), r.pair_rows, pp);
+  moe_permute_forward(x, r.row_map, xp);
+  moe_scale_rows_forward(xp, pp, scaled);
+  moe_grouped_linear_forward(scaled, w, r.rows_per_expert, y);
+  Tensor on_input = f64({tokens, f}), on_output = f64({tokens, f});
+  moe_unpermute_forward(y, r.pair_rows, nullptr, on_input);
+  moe_grouped_linear_forward(xp, w, r.rows_per_expert, y);
+  moe_unpermute_forward(y, r.pair_rows, &pp, on_output);
+  CHECK(normalized_error(on_input, on_output) <= 1e-14);
+}
+
 TEST_CASE("moe kernels: gradients match finite differences (f64)", "[moe_kernels][grad]") {
   const int64_t tokens = 6, k = 2, experts = 3, h = 4;
   const Tensor top = random_top(tokens, k, experts, 21), keep = random_keep(tokens, k, 0.25, 22);
