@@ -115,7 +115,10 @@ void moe_grouped_linear_backward(const Tensor& x, const std::vector<Tensor>& w, 
     const std::string name = "dw[" + std::to_string(e) + "]";
     check_args(op, {{"x", &x}, {name.c_str(), &dw[e]}});
     STRATA_CHECK(dw[e].dtype() == x.dtype() || (dw[e].dtype() == DType::F32 && x.dtype() != DType::F64), op, ": ",
-                 name, " has dtype ", dtype_name(dw[e].dtype()), ", expected ", dtype_name(x.dtype()), " or f32");
+                 name, " has dtype ", dtype_name(dw[e].dtype()), ", expected ", dtype_name(x.dtype()),
+                 x.dtype() == DType::F64 || x.dtype() == DType::F32 ? "" : " or f32");
+    STRATA_CHECK(dw[e].dtype() == dw[0].dtype(), op, ": ", name, " has dtype ", dtype_name(dw[e].dtype()),
+                 " but dw[0] has ", dtype_name(dw[0].dtype()), "; all expert gradients share one dtype");
     STRATA_CHECK(dw[e].shape() == w[e].shape(), op, ": ", name, " has shape ", dw[e].shape().str(), ", expected ",
                  w[e].shape().str());
   }

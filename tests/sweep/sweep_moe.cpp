@@ -239,8 +239,8 @@ STRATA_SWEEP_OP("moe_rows", kFloat,
                   rows_case(c, {0, 2, 3}, 8);
                   rows_case(c, {300, 1, 4}, 4099);  // k = 1, long rows
                   if (!c.quick) {
-                    rows_case(c, {4096, 8, 64, 0.0}, 1024);
-                    rows_case(c, {4096, 2, 8, 0.1, 1100}, 2048);
+                    rows_case(c, {2048, 8, 64, 0.0}, 512);
+                    rows_case(c, {2048, 2, 8, 0.1, 560}, 1024);
                   }
                 });
 
@@ -251,7 +251,7 @@ STRATA_SWEEP_OP("moe_grouped_linear", kFloat, "moe_grouped_linear_forward moe_gr
                   grouped_case(c, {{0, 0}, 16, 8});  // no rows at all
                   grouped_case(c, {{5, 12, 0, 7, 30, 1}, 33, 17});  // odd sizes
                   if (!c.quick) {
-                    grouped_case(c, {{900, 1300, 0, 1100, 700, 1024, 1200, 2000}, 1024, 2816});  // fc1
-                    grouped_case(c, {{900, 1300, 0, 1100, 700, 1024, 1200, 2000}, 1408, 1024});  // fc2
+                    grouped_case(c, {{500, 700, 0, 600, 300, 524, 672, 800}, 1024, 1536});  // fc1 (SwiGLU 2 × 768)
+                    grouped_case(c, {{500, 700, 0, 600, 300, 524, 672, 800}, 768, 1024});   // fc2
                   }
                 });

@@ -192,6 +192,26 @@ TEST_CASE("moe kernels: round trips", "[moe_kernels]") {
   }
 }
 
+TEST_CASE("moe kernels: probabilities on the input equal probabilities on the output for linear experts",
+          "[moe_kernels]") {
+  // moe_apply_probs_on_input (Megatron: top-1): scale the permuted rows, run the experts,
+  // unpermute without probabilities. For linear experts W·(p·x) = p·(W·x).
+  const int64_t tokens = 19, experts = 3, h = 6, f = 5;
+  const MoeRouting r = moe_routing(random_top(tokens, 1, experts, 71), nullptr, experts);
+  const int64_t n = r.rows();
+  const Tensor x = random_tensor({tokens, h}, 72), w = random_tensor({experts, f, h}, 73);
+  Tensor pp = f64({n}), xp = f64({n, h}), scaled = f64({n, h}), y = f64({n, f});
+  moe_permute_probs_forward(random_tensor({tokens, 1}, 74, 0, 1), r.pair_rows, pp);
+  moe_permute_forward(x, r.row_map, xp);
+  moe_scale_rows_forward(xp, pp, scaled);
+  moe_grouped_linear_forward(scaled, w, r.rows_per_expert, y);
+  Tensor on_input = f64({tokens, f}), on_output = f64({tokens, f});
+  moe_unpermute_forward(y, r.pair_rows, nullptr, on_input);
+  moe_grouped_linear_forward(xp, w, r.rows_per_expert, y);
+  moe_unpermute_forward(y, r.pair_rows, &pp, on_output);
+  CHECK(normalized_error(on_input, on_output) <= 1e-14);
+}
+
 TEST_CASE("moe kernels: gradients match finite differences (f64)", "[moe_kernels][grad]") {
   const int64_t tokens = 6, k = 2, experts = 3, h = 4;
   const Tensor top = random_top(tokens, k, experts, 21), keep = random_keep(tokens, k, 0.25, 22);
@@ -377,4 +397,31 @@ TEST_CASE("moe kernels: identical results for 1, 2 and 3 OpenMP threads", "[moe_
     CHECK(results[1] == results[0]);
     CHECK(results[2] == results[0]);
   }
+}
+
+TEST_CASE("moe kernels: bad arguments name the tensor", "[moe_kernels][errors]") {
+  const MoeRouting r = moe_routing(Tensor::from_data<int64_t>({0, 1, 1, 0}, {2, 2}), nullptr, 2);
+  const Tensor x = f64({2, 3});
+  CHECK_THROWS_WITH(moe_permute_forward(x, r.row_map, f64({3, 3})), Catch::Contains("row_map has shape [4], expected [3]"));
+  CHECK_THROWS_WITH(moe_permute_forward(x, r.row_map, Tensor::empty({4, 3}, DType::F32)), Catch::Contains("dtype mismatch"));
+  CHECK_THROWS_WITH(moe_permute_backward(f64({4, 3}), r.pair_rows, f64({3, 3})), Catch::Contains("pair_rows has shape [2, 2], expected [3, k]"));
+  CHECK_THROWS_WITH(moe_unpermute_forward(f64({4, 3}), r.pair_rows, &x, f64({2, 3})), Catch::Contains("probs has shape [2, 3], expected [4]"));
+  const Tensor p = f64({4});
+  CHECK_THROWS_WITH(moe_unpermute_backward(x, f64({4, 3}), r.row_map, nullptr, f64({4, 3}), &p),
+                    Catch::Contains("dprobs needs probs"));
+  CHECK_THROWS_WITH(moe_scale_rows_forward(x, Tensor::empty({2}, DType::BF16), x), Catch::Contains("scale must be f32 or f64"));
+  // A table entry outside [-1, rows) is reported on the CPU.
+  const Tensor bad_map = Tensor::from_data<int64_t>({0, 2, -1, 1}, {4});
+  CHECK_THROWS_WITH(moe_permute_forward(x, bad_map, f64({4, 3})), Catch::Contains("row_map entry 1 = 2 is outside [-1, 2)"));
+  // Grouped GEMM: gradient dtypes, one for all experts.
+  const Tensor xb = Tensor::empty({2, 3}, DType::BF16), dyb = Tensor::empty({2, 2}, DType::BF16);
+  const std::vector<Tensor> wb = {Tensor::empty({2, 3}, DType::BF16), Tensor::empty({2, 3}, DType::BF16)};
+  CHECK_THROWS_WITH(moe_grouped_linear_backward(xb, wb, dyb, {1, 1}, nullptr,
+                                                {Tensor::empty({2, 3}, DType::F32), wb[1].clone()}, false),
+                    Catch::Contains("dw[1] has dtype bf16 but dw[0] has f32"));
+  CHECK_THROWS_WITH(moe_grouped_linear_backward(x, {f64({2, 3}), f64({2, 3})}, f64({2, 2}), {1, 1}, nullptr,
+                                                {f64({2, 3}), Tensor::empty({2, 3}, DType::F32)}, false),
+                    Catch::Contains("dw[1] has dtype f32, expected f64"));
+  CHECK_THROWS_WITH(moe_grouped_linear_forward(x, {f64({2, 3}), f64({2, 4})}, {1, 1}, f64({2, 2})),
+                    Catch::Contains("w[1] has shape [2, 4], expected [2, 3]"));
 }
