@@ -142,6 +142,27 @@ TEST_CASE("combined layouts: PP2 x DP2 with the distributed optimizer, tied embe
   check_layout({"parallel.pipeline_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}, 4);
 }
 
+// MoE layers (router losses through the loss channel, summed over pipeline stages): the layout
+// gives the single-rank losses and gradients.
+const std::vector<std::string> kMoe = {"model.add_bias_linear=false", "model.num_experts=4",
+                                       "model.moe_ffn_hidden_size=32", "model.moe_router_topk=2",
+                                       "model.moe_aux_loss_coeff=0.01", "model.moe_z_loss_coeff=0.001",
+                                       "model.moe_layer_freq=[0, 1, 1, 0]"};
+std::vector<std::string> with_moe(std::vector<std::string> layout) {
+  layout.insert(layout.end(), kMoe.begin(), kMoe.end());
+  return layout;
+}
+
+TEST_CASE("combined layouts: MoE, PP2 x DP2 with the distributed optimizer", "[combined4]") {
+  check_layout(with_moe({"parallel.pipeline_model_parallel_size=2", "parallel.use_distributed_optimizer=true"}), 4);
+}
+
+TEST_CASE("combined layouts: MoE with shared experts, DP4", "[combined4]") {
+  check_layout(with_moe({"model.moe_shared_expert_intermediate_size=16", "model.moe_shared_expert_gate=true",
+                         "model.moe_router_load_balancing_type=seq_aux_loss"}),
+               4);
+}
+
 TEST_CASE("combined layouts: TP2 x DP2 matches the single-rank run", "[combined4]") {
   check_layout({"parallel.tensor_model_parallel_size=2"}, 4);
 }

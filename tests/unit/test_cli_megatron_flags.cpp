@@ -98,3 +98,31 @@ TEST_CASE("cli train and plan: Megatron flag errors exit 1 with the message", "[
   CHECK(j["grid"]["pp"] == 2);
   CHECK_THAT(r.err, Contains("--use-mcore-models"));
 }
+
+TEST_CASE("cli train: moe_tiny.yaml with Megatron's MoE flags trains, logs the router losses, generates",
+          "[cli_train][moe_layer]") {
+  const fs::path dir = strata::test::process_temp_dir("strata_test_moe_cli_") / "run";
+  fs::remove_all(dir);
+  const std::string save = (dir / "ckpt").string(), jsonl = (dir / "metrics.jsonl").string();
+  CliResult r = run_cli({"train", "--config", (kRepo / "configs/moe_tiny.yaml").string(), "--num-layers", "2",
+                         "--hidden-size", "32", "--ffn-hidden-size", "64", "--seq-length", "16",
+                         "--max-position-embeddings", "16", "--num-experts", "4", "--moe-ffn-hidden-size", "32",
+                         "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.02", "--train-iters", "3",
+                         "--micro-batch-size", "2", "--global-batch-size", "4", "--data-path", "--mock-data",
+                         "--eval-iters", "0", "--log-interval", "1", "--save", save, "--save-interval", "3",
+                         "--lr-warmup-iters", "0", "logging.metrics_jsonl=" + jsonl,
+                         "logging.tensorboard_dir=" + (dir / "tb").string(), "training.device=cpu"});
+  INFO(r.out);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("| load_balancing_loss: ") && Contains("| z_loss: "));
+  const std::vector<nlohmann::json> recs = read_jsonl(jsonl);
+  REQUIRE(recs.size() == 3);
+  CHECK(recs[0].contains("load_balancing_loss"));
+  CHECK(recs[0]["load_balancing_loss"].get<double>() > 0.5);  // E·Σ f·P ≈ 1 when balanced, ≥ 1 always
+  CliResult g = run_cli({"generate", "--load", save, "--prompt", "abc", "--score"});
+  INFO(g.err);
+  CHECK(g.rc == 0);
+  CHECK_THAT(g.out, Contains("\"logprobs\":[null,"));
+  fs::remove_all(dir);
+}
