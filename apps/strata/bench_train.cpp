@@ -155,6 +155,8 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o) {
 // The reference models only the GPT-2-style architecture in fp32 without dropout.
 void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOptions& o) {
   const ModelConfig& m = cfg.model;
+  STRATA_CHECK(!m.num_experts, "bench train --reference torch: the PyTorch reference is a dense GPT; model.num_experts "
+               "is set (an MoE reference comes with expert parallelism); run without --reference");
   STRATA_CHECK(m.normalization == Normalization::LayerNorm && !m.swiglu && !m.qk_layernorm &&
                    m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute &&
                    !m.untie_embeddings_and_output_weights && m.add_bias_linear && !m.apply_layernorm_1p &&

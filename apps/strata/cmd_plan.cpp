@@ -193,6 +193,10 @@ void register_plan(CLI::App& app) {
     report_no_effect_flags(no_effect);
     cfg.parallel.world_size = o->world_size;  // --world-size wins over the file's parallel.world_size
     cfg.validate(std::nullopt);
+    // The memory plan counts dense layers; expert parameters per EP/ETP rank come with expert parallelism.
+    STRATA_CHECK_KIND(ErrorKind::Config, !cfg.model.num_experts, "strata plan: model.num_experts is set, and the "
+                      "plan does not count MoE layers yet (their per-rank expert parameters arrive with expert "
+                      "parallelism); the config itself validated");
     if (!cfg.model.vocab_size) {
       try {
         cfg.model.vocab_size = data::build_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();

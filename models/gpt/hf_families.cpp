@@ -26,7 +26,10 @@ const char* architecture_name(Family f) {
 
 std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
   std::ostringstream why;
-  if (f == Family::Qwen3 && !m.qk_layernorm) {
+  if (m.num_experts) {
+    why << "model.num_experts is set: " << architecture_name(f)
+        << " is a dense model (MixtralForCausalLM / Qwen3MoeForCausalLM export is not built yet)";
+  } else if (f == Family::Qwen3 && !m.qk_layernorm) {
     why << "model.qk_layernorm=false: Qwen3 has q_norm/k_norm";
   } else if (f != Family::Qwen3 && m.qk_layernorm) {
     why << "model.qk_layernorm=true has no " << architecture_name(f) << " equivalent (Qwen3ForCausalLM has)";

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "models/gpt/gpt_model.h"
+#include "models/gpt/hf_families.h"
 #include "models/layers/moe/moe_layer.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
@@ -213,6 +214,8 @@ TEST_CASE("moe layer: Megatron-Core names, dense/MoE mix, generation with the KV
   CHECK(has("decoder.layers.1.mlp.shared_experts.gate_weight"));
   CHECK_FALSE(has("decoder.layers.1.mlp.linear_fc1.weight"));
   CHECK(model->loss_names() == std::vector<std::string>{"lm loss", "load_balancing_loss", "z_loss"});
+  // No dense HF family holds experts: export names the field instead of dropping them.
+  CHECK_THROWS_WITH(hf::family_for(model->config()), Catch::Contains("model.num_experts is set"));
   const Batch batch = test::fixed_batch(1, 6, 24);
   const Tensor whole = model->logits_for(batch.tokens, nullptr, 0);
   InferenceCache cache = model->make_kv_cache(1, 6);
