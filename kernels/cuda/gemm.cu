@@ -16,9 +16,23 @@
 
 #include "core/cuda/cuda_utils.h"
 #include "core/stream.h"
+#include "kernels/cuda/blas_handle.h"
 #include "kernels/gemm.h"
 
 namespace strata::kernels::cuda {
+
+cublasHandle_t blas_handle(int device, cudaStream_t stream) {
+  thread_local std::map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cublasHandle_t h = nullptr;
+    STRATA_CUBLAS_CHECK(cublasCreate(&h));
+    it = handles.emplace(device, h).first;
+  }
+  STRATA_CUBLAS_CHECK(cublasSetStream(it->second, stream));
+  return it->second;
+}
+
 namespace {
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
@@ -45,18 +59,6 @@ cublasLtHandle_t lt_handle(int device) {
   return h;
 }
 
-// cuBLAS handles are not meant to be shared between threads that set different streams.
-cublasHandle_t blas_handle(int device, cudaStream_t stream) {
-  thread_local std::map<int, cublasHandle_t> handles;
-  auto it = handles.find(device);
-  if (it == handles.end()) {
-    cublasHandle_t h = nullptr;
-    STRATA_CUBLAS_CHECK(cublasCreate(&h));
-    it = handles.emplace(device, h).first;
-  }
-  STRATA_CUBLAS_CHECK(cublasSetStream(it->second, stream));
-  return it->second;
-}
 
 // Work on one stream is ordered, so each (device, stream) gets its own workspace.
 void* workspace(int device, cudaStream_t stream) {

@@ -15,6 +15,7 @@
 
 #include "core/cuda/cuda_utils.h"
 #include "core/stream.h"
+#include "kernels/cuda/blas_handle.h"
 #include "kernels/moe.h"
 
 namespace strata::kernels::cuda {
@@ -27,18 +28,6 @@ cudaDataType_t cuda_type(DType t) {
     case DType::F16: return CUDA_R_16F;
     default: STRATA_THROW("moe_grouped_linear: no cuBLAS type for dtype ", dtype_name(t));
   }
-}
-
-cublasHandle_t blas_handle(int device, cudaStream_t stream) {
-  thread_local std::map<int, cublasHandle_t> handles;
-  auto it = handles.find(device);
-  if (it == handles.end()) {
-    cublasHandle_t h = nullptr;
-    STRATA_CUBLAS_CHECK(cublasCreate(&h));
-    it = handles.emplace(device, h).first;
-  }
-  STRATA_CUBLAS_CHECK(cublasSetStream(it->second, stream));
-  return it->second;
 }
 
 int to_int(int64_t v, const char* what) {
