@@ -25,6 +25,11 @@ struct Parameter {
   GlobalSlice slice;         // this rank's part of it (GlobalSlice::whole() when unsharded)
   std::vector<GlobalSlice> blocks;  // several blocks along dim 0 (SwiGLU fc1 under tp); else empty
   bool tensor_parallel = false;     // sharded over the tp group (else replicated on every tp rank)
+  // An expert's weight (Megatron allreduce=False): held by one expert-parallel rank, its gradient
+  // reduced over the expert-data-parallel group (not dp × cp), sharded by the distributed optimizer
+  // over that group, written to checkpoints by expert-dp rank 0. With tensor_parallel it is split
+  // over the expert-tp group instead of tp.
+  bool expert_parallel = false;
   bool no_weight_decay = false;  // biases and 1-d parameters (norm weights): Megatron's rule
   double init_std = 0.0;     // N(0, init_std) at init (0: constant init, see init_value)
   double init_value = 0.0;   // constant init value when init_std == 0 (norm gamma = 1, bias = 0)

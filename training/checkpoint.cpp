@@ -188,6 +188,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
   const std::map<std::string, std::string> meta{{"format", kCheckpointFormat},
                                                 {"iteration", std::to_string(state.iteration)}};
   auto owns = [&](const Parameter& p) {
+    if (p.expert_parallel) return layout.expert_dp_rank == 0 && (p.tensor_parallel || layout.expert_tp_rank == 0);
     return layout.dp_rank == 0 && !p.shared_copy && (p.tensor_parallel || layout.tp_rank == 0);
   };
   json fragment = {{"tensors", json::object()}, {"files", json::object()}};

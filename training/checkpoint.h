@@ -78,6 +78,10 @@ struct CheckpointSaveLayout {
   ProcessGroup world = ProcessGroup::single("world");  // every rank calls save_checkpoint
   int tp_rank = 0;  // replicated (!Parameter::tensor_parallel) parameters are written by tp rank 0
   int dp_rank = 0;  // data-parallel (× cp) replicas: only dp rank 0 writes
+  // Experts (Parameter::expert_parallel): replicas over the expert-data-parallel group, written
+  // by its rank 0; an expert not split over expert tp only from expert-tp rank 0.
+  int expert_dp_rank = 0;
+  int expert_tp_rank = 0;
 };
 
 // Saves params (and opt's state when opt is not null: its checkpoint_states(), so a distributed

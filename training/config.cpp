@@ -244,11 +244,6 @@ void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
   auto refuse = [](const char* field, const std::string& why) { throw ConfigError(field, why); };
   if (p.tensor_model_parallel_size > 1)
     refuse("parallel.tensor_model_parallel_size", "MoE layers run with tensor parallel size 1 in this revision");
-  if (p.expert_model_parallel_size > 1)
-    refuse("parallel.expert_model_parallel_size", "expert parallelism (the all-to-all and all-gather "
-           "dispatchers over the expert-parallel group) is not built yet; use 1");
-  if (p.context_parallel_size > 1)
-    refuse("parallel.context_parallel_size", "MoE layers run with context parallel size 1 in this revision");
   if (m.add_bias_linear) refuse("model.add_bias_linear", "the MoE experts have no biases; set it false");
   if (m.moe_router_enable_expert_bias)
     refuse("model.moe_router_enable_expert_bias", "aux-loss-free expert-bias balancing is not built yet");

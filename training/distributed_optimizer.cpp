@@ -13,12 +13,15 @@
 
 namespace strata {
 
-void AdamWOptimizer::build_sharded_states(const std::vector<Parameter*>& params) {
-  const GradBuffer& buf = *sharding_;
+void AdamWOptimizer::build_sharded_states(size_t group) {
+  const OptimizerParamGroup& grp = groups_[group];
+  const std::vector<Parameter*>& params = grp.params;
+  const ProcessGroup& dp = grp.dp;
+  const GradBuffer& buf = *grp.sharding;
   STRATA_CHECK(buf.distributed_optimizer(), "AdamWOptimizer: the GradBuffer was not built for the distributed optimizer");
   STRATA_CHECK(buf.num_params() == params.size(), "AdamWOptimizer: the GradBuffer holds ", buf.num_params(),
                " parameters, the optimizer ", params.size());
-  STRATA_CHECK(buf.group().size() == dp_.size() && buf.group().rank() == dp_.rank(),
+  STRATA_CHECK(buf.group().size() == dp.size() && buf.group().rank() == dp.rank(),
                "AdamWOptimizer: the GradBuffer's group differs from the optimizer's data-parallel group");
   for (size_t b = 0; b < buf.buckets().size(); ++b) {
     const auto [begin, end] = buf.owned_range(b);
@@ -31,6 +34,7 @@ void AdamWOptimizer::build_sharded_states(const std::vector<Parameter*>& params)
       if (lo >= hi) continue;
       ParamState s;
       s.param = p;
+      s.group = group;
       s.offset = lo - pbeg;
       s.separate_master = p->value.dtype() != DType::F32;
       const Tensor segment = p->value.flatten().narrow(0, s.offset, hi - lo);
@@ -43,9 +47,12 @@ void AdamWOptimizer::build_sharded_states(const std::vector<Parameter*>& params)
   }
 }
 
-void AdamWOptimizer::all_gather_parameters() {
-  const GradBuffer& buf = *sharding_;
-  if (dp_.size() == 1) return;
+namespace {
+// One group's updated owned chunks all-gathered into every rank's parameter values.
+void all_gather_group(const OptimizerParamGroup& grp) {
+  const GradBuffer& buf = *grp.sharding;
+  const ProcessGroup& dp = grp.dp;
+  if (dp.size() == 1) return;
   for (size_t b = 0; b < buf.buckets().size(); ++b) {
     const GradBucket& bucket = buf.buckets()[b];
     const auto [begin, end] = buf.owned_range(b);
@@ -62,7 +69,7 @@ void AdamWOptimizer::all_gather_parameters() {
       if (lo < hi) mine.narrow(0, lo - begin, hi - lo).copy_(p.value.flatten().narrow(0, lo - pbeg, hi - lo));
     }
     Tensor all = Tensor::empty({bucket.numel}, dtype, device);
-    dp_.all_gather(mine, all);
+    dp.all_gather(mine, all);
     for (size_t k : bucket.params) {
       Parameter& p = buf.param(k);
       Tensor dst = p.value.flatten();
@@ -70,20 +77,28 @@ void AdamWOptimizer::all_gather_parameters() {
     }
   }
 }
+}  // namespace
+
+void AdamWOptimizer::all_gather_parameters() {
+  for (const OptimizerParamGroup& grp : groups_) all_gather_group(grp);
+}
 
 std::vector<ParamState> AdamWOptimizer::full_states(bool zeros) const {
   // One full-size state per parameter, in parameter order, filled with this rank's segments.
   std::vector<ParamState> full;
   full.reserve(params_.size());
-  for (Parameter* p : params_) {
-    ParamState f;
-    f.param = p;
-    f.separate_master = p->value.dtype() != DType::F32;
-    // A non-separate master is the f32 value itself (as in the unsharded optimizer).
-    f.master = f.separate_master ? Tensor::zeros({p->value.numel()}, DType::F32, p->value.device()) : p->value.flatten();
-    f.exp_avg = Tensor::zeros({p->value.numel()}, DType::F32, p->value.device());
-    f.exp_avg_sq = Tensor::zeros({p->value.numel()}, DType::F32, p->value.device());
-    full.push_back(std::move(f));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (Parameter* p : groups_[g].params) {
+      ParamState f;
+      f.param = p;
+      f.group = g;
+      f.separate_master = p->value.dtype() != DType::F32;
+      // A non-separate master is the f32 value itself (as in the unsharded optimizer).
+      f.master = f.separate_master ? Tensor::zeros({p->value.numel()}, DType::F32, p->value.device()) : p->value.flatten();
+      f.exp_avg = Tensor::zeros({p->value.numel()}, DType::F32, p->value.device());
+      f.exp_avg_sq = Tensor::zeros({p->value.numel()}, DType::F32, p->value.device());
+      full.push_back(std::move(f));
+    }
   }
   if (zeros) return full;
   for (const ParamState& s : states_) {
@@ -102,9 +117,10 @@ void AdamWOptimizer::gather_checkpoint_states() {
   // global tensors (exact: x + 0 = x).
   checkpoint_states_ = full_states(/*zeros=*/false);
   for (ParamState& f : checkpoint_states_) {
-    if (f.separate_master) dp_.all_reduce(f.master, ReduceOp::Sum);
-    dp_.all_reduce(f.exp_avg, ReduceOp::Sum);
-    dp_.all_reduce(f.exp_avg_sq, ReduceOp::Sum);
+    const ProcessGroup& dp = groups_[f.group].dp;
+    if (f.separate_master) dp.all_reduce(f.master, ReduceOp::Sum);
+    dp.all_reduce(f.exp_avg, ReduceOp::Sum);
+    dp.all_reduce(f.exp_avg_sq, ReduceOp::Sum);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/elementwise.h"
 
 namespace strata {
 
@@ -139,8 +140,15 @@ void GradBuffer::finish_grad_sync() {
     if (!started_[b]) reduce_bucket(b);
 }
 
+void GradBuffer::apply_gradient_scale(size_t b) {
+  if (options_.gradient_scale == 1.0) return;
+  Tensor whole = data_.narrow(0, buckets_[b].offset, buckets_[b].numel);
+  kernels::scale(whole, options_.gradient_scale, whole);
+}
+
 void GradBuffer::reduce_bucket(size_t b) {
   started_[b] = true;
+  apply_gradient_scale(b);
   if (dp_.size() == 1) return;
   const auto t0 = Clock::now();
   const GradBucket& bucket = buckets_[b];
@@ -160,6 +168,7 @@ void GradBuffer::reduce_bucket(size_t b) {
 
 void GradBuffer::start_bucket(size_t b) {
   started_[b] = true;
+  apply_gradient_scale(b);
   if (dp_.size() == 1) return;
   const auto t0 = Clock::now();
   const GradBucket& bucket = buckets_[b];

@@ -49,6 +49,10 @@ struct GradBufferOptions {
   // embedding-group all-reduce after the reduce-scatter adds reduced rows to reduced rows
   // (Megatron param_and_grad_buffer _does_param_require_new_bucket, `shared_embedding`).
   std::vector<const Parameter*> own_bucket;
+  // Every bucket is multiplied by this before its reduction (Megatron's gradient_scaling_factor):
+  // the expert buffer sums over the expert-data-parallel group after scaling by 1 / |dp × cp|,
+  // because an expert's gradient already holds the tokens of its whole expert-parallel group.
+  double gradient_scale = 1.0;
 };
 
 struct GradBucket {
@@ -87,6 +91,7 @@ class GradBuffer {
   void register_grad_ready(size_t i);
   // The same for a parameter given by address (must be one of the constructor's).
   void register_grad_ready(const Parameter* p);
+  bool holds(const Parameter* p) const { return index_of_.count(p) != 0; }
   // Waits for the buckets in flight, then reduces the buckets not started with the blocking
   // collective (all-reduce, or reduce-scatter into this rank's chunk), in bucket order.
   void finish_grad_sync();
@@ -112,6 +117,7 @@ class GradBuffer {
   using Clock = std::chrono::steady_clock;
   void start_bucket(size_t b);
   void reduce_bucket(size_t b);  // blocking
+  void apply_gradient_scale(size_t b);
   void poll_in_flight();
 
   std::vector<Parameter*> params_;

@@ -18,24 +18,40 @@ Tensor flat_f32_zeros(const Tensor& like) { return Tensor::zeros({like.numel()},
 
 AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings, ProcessGroup dp,
                                const GradBuffer* sharding)
-    : params_(params), settings_(settings), dp_(std::move(dp)), sharding_(sharding) {
+    : AdamWOptimizer(settings, {OptimizerParamGroup{std::move(params), std::move(dp), sharding, {}, 0}}) {}
+
+AdamWOptimizer::AdamWOptimizer(const AdamWSettings& settings, std::vector<OptimizerParamGroup> groups)
+    : groups_(std::move(groups)), settings_(settings) {
   STRATA_CHECK(settings.clip_grad >= 0, "AdamWOptimizer: clip_grad must be >= 0, got ", settings.clip_grad);
-  for (Parameter* p : params) {
-    STRATA_CHECK(p != nullptr, "AdamWOptimizer: null parameter");
-    STRATA_CHECK(p->value.defined(), "AdamWOptimizer: parameter ", p->name, " has no value");
-    STRATA_CHECK(p->value.is_contiguous(), "AdamWOptimizer: parameter ", p->name, " is not contiguous");
-    STRATA_CHECK(p->value.dtype() == DType::F32 || p->value.dtype() == DType::BF16 || p->value.dtype() == DType::F16,
-                 "AdamWOptimizer: parameter ", p->name, " has dtype ", dtype_name(p->value.dtype()),
-                 " (expected f32, bf16 or f16)");
+  STRATA_CHECK(!groups_.empty(), "AdamWOptimizer: no parameter groups");
+  for (const OptimizerParamGroup& g : groups_) {
+    STRATA_CHECK((g.sharding != nullptr) == (groups_.front().sharding != nullptr),
+                 "AdamWOptimizer: either every parameter group is sharded (distributed optimizer) or none");
+    for (Parameter* p : g.params) {
+      STRATA_CHECK(p != nullptr, "AdamWOptimizer: null parameter");
+      STRATA_CHECK(p->value.defined(), "AdamWOptimizer: parameter ", p->name, " has no value");
+      STRATA_CHECK(p->value.is_contiguous(), "AdamWOptimizer: parameter ", p->name, " is not contiguous");
+      STRATA_CHECK(p->value.dtype() == DType::F32 || p->value.dtype() == DType::BF16 || p->value.dtype() == DType::F16,
+                   "AdamWOptimizer: parameter ", p->name, " has dtype ", dtype_name(p->value.dtype()),
+                   " (expected f32, bf16 or f16)");
+      params_.push_back(p);
+    }
   }
   zero_grad();
-  if (sharding_ != nullptr) {  // distributed optimizer: states for the owned segments only
-    build_sharded_states(params);
-    return;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].sharding != nullptr) {
+      build_sharded_states(g);  // distributed optimizer: states for the owned segments only
+    } else {
+      build_full_states(g);
+    }
   }
-  for (Parameter* p : params) {
+}
+
+void AdamWOptimizer::build_full_states(size_t group) {
+  for (Parameter* p : groups_[group].params) {
     ParamState s;
     s.param = p;
+    s.group = group;
     s.separate_master = p->value.dtype() != DType::F32;
     s.master = s.separate_master ? p->value.to(DType::F32).flatten().contiguous() : p->value.flatten();
     if (s.separate_master && s.master.storage() == p->value.storage()) s.master = s.master.clone();
@@ -43,6 +59,23 @@ AdamWOptimizer::AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettin
     s.exp_avg_sq = flat_f32_zeros(p->value);
     states_.push_back(std::move(s));
   }
+}
+
+double AdamWOptimizer::reduce_over_groups(const std::vector<double>& per_group) {
+  double total = 0.0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const OptimizerParamGroup& grp = groups_[g];
+    Tensor t = Tensor::from_vector({per_group[g]}, {1}, DType::F64, Device::cpu());
+    if (grp.sharding != nullptr && grp.dp.size() > 1) {
+      const auto t0 = std::chrono::steady_clock::now();
+      grp.dp.all_reduce(t, ReduceOp::Sum);
+      comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    for (const ProcessGroup& n : grp.norm_groups)
+      if (n.size() > 1) n.all_reduce(t, ReduceOp::Sum);
+    total += t.item();
+  }
+  return total;
 }
 
 void AdamWOptimizer::zero_grad() {
@@ -73,26 +106,30 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   grads.reserve(states_.size());
   for (ParamState& s : states_) grads.push_back(s.param->main_grad.flatten().narrow(0, s.offset, s.master.numel()));
 
-  // Global grad norm (Megatron get_grad_norm_fp32). Distributed optimizer: each rank's owned
-  // segments, summed over dp. Tensor-parallel duplicates (replicated parameters on tp ranks > 0)
-  // and shared copies (tied embeddings on the last stage) are not counted; the sum of squares is
-  // summed over the model-parallel group.
-  std::vector<Tensor> norm_grads;
-  for (size_t i = 0; i < states_.size(); ++i)
-    if (!states_[i].param->shared_copy && tp::counts_in_grad_norm(*states_[i].param, tp_rank_))
-      norm_grads.push_back(grads[i]);
-  Tensor sumsq = Tensor::zeros({1}, DType::F64, dev);
+  // Global grad norm (Megatron get_grad_norm_fp32; ChainedOptimizer over the dense and expert
+  // groups). Distributed optimizer: each rank's owned segments, summed over the group's dp.
+  // Tensor-parallel duplicates (replicated parameters on tp ranks > 0) and shared copies (tied
+  // embeddings on the last stage) are not counted; each group's sum of squares is then summed
+  // over its norm groups (model parallel).
+  std::vector<std::vector<size_t>> norm_grads(groups_.size());
+  for (size_t i = 0; i < states_.size(); ++i) {
+    const ParamState& s = states_[i];
+    if (!s.param->shared_copy && tp::counts_in_grad_norm(*s.param, groups_[s.group].tp_rank))
+      norm_grads[s.group].push_back(i);
+  }
   {
     phase_timer::Scope t("optimizer/grad_norm");
-    if (!norm_grads.empty()) kernels::grad_sum_of_squares(norm_grads, sumsq);
-    if (distributed() && dp_.size() > 1) {
-      const auto t0 = std::chrono::steady_clock::now();
-      dp_.all_reduce(sumsq, ReduceOp::Sum);
-      comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> sumsq(groups_.size(), 0.0);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (norm_grads[g].empty()) continue;
+      std::vector<Tensor> gs;
+      for (size_t i : norm_grads[g]) gs.push_back(grads[i]);
+      Tensor acc = Tensor::zeros({1}, DType::F64, dev);
+      kernels::grad_sum_of_squares(gs, acc);
+      sumsq[g] = acc.item();
     }
-    if (mp_.size() > 1) mp_.all_reduce(sumsq, ReduceOp::Sum);
+    r.grad_norm = std::sqrt(reduce_over_groups(sumsq));
   }
-  r.grad_norm = std::sqrt(sumsq.item());
 
   if (settings_.skip_non_finite && !std::isfinite(r.grad_norm)) {
     r.skipped = true;
@@ -107,18 +144,13 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
 
   if (settings_.count_zeros) {
     Tensor z = Tensor::zeros({1}, DType::I64, dev);
-    int64_t total = 0;
-    for (const Tensor& g : norm_grads) {
-      kernels::count_zeros(g, z);
-      total += static_cast<int64_t>(z.item());
-    }
-    if (distributed() || mp_.size() > 1) {
-      Tensor t = Tensor::from_vector({static_cast<double>(total)}, {1}, DType::F64, Device::cpu());
-      if (distributed()) dp_.all_reduce(t, ReduceOp::Sum);
-      if (mp_.size() > 1) mp_.all_reduce(t, ReduceOp::Sum);
-      total = static_cast<int64_t>(t.item());
-    }
-    r.num_zeros = static_cast<double>(total);
+    std::vector<double> zeros(groups_.size(), 0.0);
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (size_t i : norm_grads[g]) {
+        kernels::count_zeros(grads[i], z);
+        zeros[g] += z.item();
+      }
+    r.num_zeros = reduce_over_groups(zeros);
   }
 
   // Megatron clip_grad_by_total_norm_fp32: coeff = max_norm / (norm + 1e-6), applied when < 1.
@@ -148,7 +180,7 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
       kernels::adamw_step(s.master, grads[i], s.exp_avg, s.exp_avg_sq, cfg, step_count_, wd_mult, grad_scale);
     }
   }
-  if (distributed() && dp_.size() > 1) {
+  if (distributed()) {
     const auto t0 = std::chrono::steady_clock::now();
     all_gather_parameters();
     comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -45,6 +45,19 @@ struct OptimizerStepResult {
   std::string first_non_finite;   // name of the first parameter with a NaN/Inf gradient (skipped only)
 };
 
+// Parameters whose gradients are reduced (and, with the distributed optimizer, states sharded)
+// over one data-parallel group: Megatron's dense and expert parameter groups (the members of its
+// ChainedOptimizer), stepped together with one global grad norm and one clipping coefficient.
+struct OptimizerParamGroup {
+  std::vector<Parameter*> params;
+  ProcessGroup dp = ProcessGroup::single("dp");  // dp × cp (dense) or expert dp (experts)
+  const GradBuffer* sharding = nullptr;          // the group's GradBuffer (distributed optimizer)
+  // The grad norm's sum of squares and the zero count of this group are summed over these groups
+  // in order (after dp when sharded): dense {tp × pp}; experts {expert tp × ep, pp}.
+  std::vector<ProcessGroup> norm_groups;
+  int tp_rank = 0;  // replicated parameters (!tensor_parallel) count only on tp rank 0
+};
+
 // Optimizer state of one parameter. master is the f32 weight the update runs on (aliases
 // Parameter::value when that is f32).
 struct ParamState {
@@ -54,6 +67,7 @@ struct ParamState {
   Tensor exp_avg;     // [numel] f32
   Tensor exp_avg_sq;  // [numel] f32
   bool separate_master = false;  // true when value is bf16/f16 (master is its own tensor)
+  size_t group = 0;              // index of its OptimizerParamGroup
 };
 
 class AdamWOptimizer {
@@ -64,6 +78,8 @@ class AdamWOptimizer {
   // (the states then cover its owned ranges only); null: full states.
   AdamWOptimizer(std::vector<Parameter*> params, const AdamWSettings& settings,
                  ProcessGroup dp = ProcessGroup::single("dp"), const GradBuffer* sharding = nullptr);
+  // Several parameter groups (each parameter in exactly one); all sharded or none.
+  AdamWOptimizer(const AdamWSettings& settings, std::vector<OptimizerParamGroup> groups);
 
   // Zero every Parameter::main_grad (allocating it as f32 zeros if undefined).
   void zero_grad();
@@ -78,9 +94,10 @@ class AdamWOptimizer {
   // mp: the model-parallel group (tp × pp) the grad norm and num-zeros are summed over;
   // tensor_parallel_rank: replicated parameters (!Parameter::tensor_parallel) count only on tp
   // rank 0 (Megatron param_is_not_tensor_parallel_duplicate).
+  // (One-group optimizers; several groups give their norm groups in OptimizerParamGroup.)
   void set_model_parallel_group(ProcessGroup mp, int tensor_parallel_rank = 0) {
-    mp_ = std::move(mp);
-    tp_rank_ = tensor_parallel_rank;
+    groups_.front().norm_groups = {std::move(mp)};
+    groups_.front().tp_rank = tensor_parallel_rank;
   }
 
   // Copy the master weights from the current Parameter values (after loading weights only).
@@ -88,7 +105,8 @@ class AdamWOptimizer {
 
   // Bytes of optimizer state held by this rank: Adam moments plus separate f32 masters.
   int64_t state_bytes() const;
-  bool distributed() const { return sharding_ != nullptr; }
+  bool distributed() const { return groups_.front().sharding != nullptr; }
+  const std::vector<OptimizerParamGroup>& groups() const { return groups_; }
 
   // Checkpoint view of the state: full-size ParamStates, one per parameter, in parameter order.
   // Without sharding these are states() themselves. With sharding: gather_checkpoint_states()
@@ -109,18 +127,18 @@ class AdamWOptimizer {
   const AdamWSettings& settings() const { return settings_; }
 
  private:
+  void build_full_states(size_t group);
+  // Σ over groups of each group's value, each summed over its dp (when sharded) and norm groups.
+  double reduce_over_groups(const std::vector<double>& per_group);
   // Distributed optimizer (distributed_optimizer.cpp).
-  void build_sharded_states(const std::vector<Parameter*>& params);
+  void build_sharded_states(size_t group);
   void all_gather_parameters();
   std::vector<ParamState> full_states(bool zeros) const;
 
-  std::vector<Parameter*> params_;
+  std::vector<OptimizerParamGroup> groups_;
+  std::vector<Parameter*> params_;  // every group's, in group order
   std::vector<ParamState> states_;
   AdamWSettings settings_;
-  ProcessGroup dp_;
-  ProcessGroup mp_ = ProcessGroup::single("mp");
-  int tp_rank_ = 0;
-  const GradBuffer* sharding_ = nullptr;
   std::vector<ParamState> checkpoint_states_;  // full-size (sharded optimizer only)
   double comm_seconds_ = 0.0;
   int64_t step_count_ = 0;

@@ -72,7 +72,14 @@ std::vector<Tensor> StepLosses::on_forward(int64_t mb, const std::vector<NamedLo
     const size_t k = index_of(l.name);
     if (l.reduction == LossReduction::PerMicroBatch) {
       sums_[k] += l.value.to(Device::cpu()).to_vector().at(0);
-      grads.push_back(Tensor::full({1}, l.scale / nmb, DType::F64));
+      // Megatron's MoEAuxLossAutoScaler scale: cp / micro-batches (each cp rank's router loss is
+      // its part of the sequence's, and gradients are averaged over dp × cp); with per-token
+      // loss the router multiplies its loss by its tokens · |tp × cp| (the micro-batch's tokens)
+      // and the gradients are divided by the global token count instead.
+      const double cp = static_cast<double>(groups_.cp.size());
+      const double g = per_token_ ? static_cast<double>(batch.tokens.numel()) * cp / std::max(global_valid_, 1.0)
+                                  : cp / nmb;
+      grads.push_back(Tensor::full({1}, l.scale * g, DType::F64));
       continue;
     }
     per_token_names_[k] = true;

@@ -66,18 +66,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   loss_names_ = model_.loss_names();
   STRATA_CHECK(!loss_names_.empty() && loss_names_.front() == kLmLossName, "trainer: the model's first loss must be '",
                kLmLossName, "'");
-  // ---- data parallelism: gradient buffer (Megatron DDP) and the (distributed) optimizer ----
-  const ProcessGroup& dp = options_.groups.dp_cp;
-  GradBufferOptions gbo;
-  gbo.distributed_optimizer = cfg_.parallel.use_distributed_optimizer;
-  gbo.bucket_size = default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce, dp.size());
-  if (pipeline_.embedding.size() > 1)  // tied embeddings across stages: a bucket of their own (grad_buffer.h)
-    for (LanguageModel* chunk : pipeline_.chunks)
-      for (Parameter* p : chunk->embedding_group_parameters()) gbo.own_bucket.push_back(p);
-  grad_buffer_ = std::make_unique<GradBuffer>(params_, dp, gbo);
-  optimizer_ = std::make_unique<AdamWOptimizer>(params_, adam_settings(cfg_), dp,
-                                                gbo.distributed_optimizer ? grad_buffer_.get() : nullptr);
-  optimizer_->set_model_parallel_group(options_.model_parallel, options_.groups.tp.rank());
+  build_gradient_buffers_and_optimizer();
   logging_rank_ = options_.groups.global_rank == options_.groups.world_size - 1;
 
   if (logging_rank_) {
@@ -115,6 +104,37 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   }
 }
 
+// Megatron DDP: one gradient buffer over dp × cp for the dense parameters and, when this stage has
+// experts, one over the expert-data-parallel group for theirs (Parameter::expert_parallel), scaled
+// by 1 / |dp × cp| before the sum (an expert's gradient already holds its whole expert-parallel
+// group's tokens); the optimizer steps both groups with one grad norm (Megatron ChainedOptimizer).
+void Trainer::build_gradient_buffers_and_optimizer() {
+  const ParallelGroups& g = options_.groups;
+  std::vector<Parameter*> dense, experts;
+  for (Parameter* p : params_) (p->expert_parallel ? experts : dense).push_back(p);
+  GradBufferOptions gbo;
+  gbo.distributed_optimizer = cfg_.parallel.use_distributed_optimizer;
+  gbo.bucket_size =
+      default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce, g.dp_cp.size());
+  GradBufferOptions ebo = gbo;
+  if (pipeline_.embedding.size() > 1)  // tied embeddings across stages: a bucket of their own (grad_buffer.h)
+    for (LanguageModel* chunk : pipeline_.chunks)
+      for (Parameter* p : chunk->embedding_group_parameters()) gbo.own_bucket.push_back(p);
+  grad_buffer_ = std::make_unique<GradBuffer>(dense, g.dp_cp, gbo);
+  std::vector<OptimizerParamGroup> groups(1);
+  groups[0] = {dense, g.dp_cp, gbo.distributed_optimizer ? grad_buffer_.get() : nullptr, {options_.model_parallel},
+               g.tp.rank()};
+  if (!experts.empty()) {
+    ebo.bucket_size = default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce,
+                                              g.expert_dp.size());
+    if (!cfg_.training.calculate_per_token_loss) ebo.gradient_scale = 1.0 / static_cast<double>(g.dp_cp.size());
+    expert_grad_buffer_ = std::make_unique<GradBuffer>(experts, g.expert_dp, ebo);
+    groups.push_back({experts, g.expert_dp, ebo.distributed_optimizer ? expert_grad_buffer_.get() : nullptr,
+                      {g.tp_ep, g.pp}, g.expert_tp.rank()});
+  }
+  optimizer_ = std::make_unique<AdamWOptimizer>(adam_settings(cfg_), std::move(groups));
+}
+
 Trainer::~Trainer() = default;
 
 std::ostream& Trainer::out() {
@@ -139,7 +159,8 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   StepOutcome o;
   {
     phase_timer::Scope t("zero_grad");
-    grad_buffer_->zero();  // every main_grad (views into the buffer)
+    grad_buffer_->zero();  // every main_grad (views into the buffers)
+    if (expert_grad_buffer_) expert_grad_buffer_->zero();
   }
   const Device device = params_.front()->value.device();
   const int64_t step = iteration_ + 1;
@@ -166,9 +187,16 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   // last micro-batch's backward reports each parameter as it finishes it, and a bucket starts its
   // asynchronous reduction once all its parameters are reported (training/grad_buffer.h).
   grad_buffer_->set_reduce_op(cfg_.training.calculate_per_token_loss ? ReduceOp::Sum : ReduceOp::Avg);
+  if (expert_grad_buffer_) expert_grad_buffer_->set_reduce_op(ReduceOp::Sum);  // scaled by 1 / |dp × cp| first
   if (cfg_.parallel.overlap_grad_reduce) {
     sched.grad_ready = [this](const std::vector<Parameter*>& ps) {
-      for (const Parameter* p : ps) grad_buffer_->register_grad_ready(p);
+      for (const Parameter* p : ps) {
+        if (expert_grad_buffer_ && expert_grad_buffer_->holds(p)) {
+          expert_grad_buffer_->register_grad_ready(p);
+        } else {
+          grad_buffer_->register_grad_ready(p);
+        }
+      }
     };
   }
   forward_backward(pipeline_, sched);
@@ -178,6 +206,7 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   // during the backward and are waited for here), then the tied embedding copies' gradients
   // summed over the embedding group.
   grad_buffer_->finish_grad_sync();
+  if (expert_grad_buffer_) expert_grad_buffer_->finish_grad_sync();  // experts: over expert dp
   // (The tied embedding has a bucket of its own, so with the distributed optimizer both stages'
   // dp ranks own the same rows of it: finalize_model_grads sums reduced rows with reduced rows.)
   finalize_model_grads(pipeline_);
@@ -238,6 +267,8 @@ void Trainer::save_checkpoint() {
   layout.world = world;
   layout.tp_rank = options_.groups.tp.rank();
   layout.dp_rank = options_.groups.dp_cp.rank();
+  layout.expert_dp_rank = options_.groups.expert_dp.rank();
+  layout.expert_tp_rank = options_.groups.expert_tp.rank();
   const std::string dir =
       strata::save_checkpoint(*cfg_.checkpoint.save, st, params_, optimizer_.get(), tensor_io(), true, layout);
   optimizer_->release_checkpoint_states();

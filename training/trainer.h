@@ -114,10 +114,12 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   int64_t consumed_train_samples() const { return consumed_samples_; }
   AdamWOptimizer& optimizer() { return *optimizer_; }
-  GradBuffer* grad_buffer() { return grad_buffer_.get(); }  // null without data parallelism state
+  GradBuffer* grad_buffer() { return grad_buffer_.get(); }  // the dense parameters' (dp × cp)
+  GradBuffer* expert_grad_buffer() { return expert_grad_buffer_.get(); }  // experts' (expert dp); null: none
   const LrSchedule& lr_schedule() const { return schedule_; }
 
  private:
+  void build_gradient_buffers_and_optimizer();
   struct StepOutcome {
     double loss = 0.0;  // the LM loss
     std::vector<std::pair<std::string, double>> losses;  // every named loss, loss_names_ order
@@ -148,6 +150,7 @@ class Trainer {
   std::vector<Parameter*> params_;
   std::vector<std::string> loss_names_;  // model_.loss_names(): "lm loss" first
   std::unique_ptr<GradBuffer> grad_buffer_;
+  std::unique_ptr<GradBuffer> expert_grad_buffer_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   bool logging_rank_ = true;       // the last world rank prints and writes metrics
   double comm_seconds_ = 0.0;      // trainer-side collectives (loss, token counts)

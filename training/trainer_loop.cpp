@@ -55,17 +55,24 @@ bool Trainer::stop_requested(TrainResult& result) {
 Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
   const double lr = schedule_.lr(iteration_);  // Megatron: iteration i uses lr(i - 1)
   const auto step_start = Clock::now();
-  auto comm_total = [&] {
-    return comm_seconds_ + grad_buffer_->communication_seconds() + optimizer_->communication_seconds();
+  // Both gradient buffers (dense over dp × cp, experts over expert dp).
+  auto grad_exposed_total = [&] {
+    return grad_buffer_->communication_seconds() +
+           (expert_grad_buffer_ ? expert_grad_buffer_->communication_seconds() : 0.0);
   };
+  auto grad_inflight_total = [&] {
+    return grad_buffer_->communication_inflight_seconds() +
+           (expert_grad_buffer_ ? expert_grad_buffer_->communication_inflight_seconds() : 0.0);
+  };
+  auto comm_total = [&] { return comm_seconds_ + grad_exposed_total() + optimizer_->communication_seconds(); };
   const double comm_before = comm_total();
-  const double grad_exposed_before = grad_buffer_->communication_seconds();
-  const double grad_inflight_before = grad_buffer_->communication_inflight_seconds();
+  const double grad_exposed_before = grad_exposed_total();
+  const double grad_inflight_before = grad_inflight_total();
   const StepOutcome o = train_step(lr);
   result.train_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
   result.communication_seconds += comm_total() - comm_before;
-  const double grad_exposed = grad_buffer_->communication_seconds() - grad_exposed_before;
-  const double grad_inflight = grad_buffer_->communication_inflight_seconds() - grad_inflight_before;
+  const double grad_exposed = grad_exposed_total() - grad_exposed_before;
+  const double grad_inflight = grad_inflight_total() - grad_inflight_before;
   result.grad_reduce_exposed_seconds += grad_exposed;
   result.grad_reduce_seconds += grad_inflight;
   result.grad_buckets_started_early += grad_buffer_->buckets_started_early_last_step();

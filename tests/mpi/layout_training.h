@@ -52,9 +52,12 @@ inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& gro
   r.log = log.str();
   if (gather_grads) {
     trainer.grad_buffer()->all_gather_grads();  // collective over dp (a no-op without the distributed optimizer)
+    if (trainer.expert_grad_buffer()) trainer.expert_grad_buffer()->all_gather_grads();  // over expert dp
     for (auto& c : chunks)
       for (Parameter* p : c->parameters())
-        if (!p->shared_copy) r.grads[p->name] = tp::gather_parameter(*p, p->main_grad, groups.tp).clone();
+        if (!p->shared_copy)
+          r.grads[p->name] =
+              tp::gather_parameter(*p, p->main_grad, p->expert_parallel ? groups.expert_tp : groups.tp).clone();
   }
   return r;
 }

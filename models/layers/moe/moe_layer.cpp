@@ -97,11 +97,12 @@ struct MoELayer::State : SlotState {
   Shape x_shape;
   RouterState router;
   Tensor top_indices;  // [T, k] i64
-  kernels::MoeRouting tables;
-  Tensor probs;       // [N] f32 (f64 model: f64): each permuted row's routing probability
-  Tensor xp, xin;     // [N, H] permuted tokens; the experts' input (× probs with probs on input)
-  Tensor h1, act;     // [N, fc1 out], [N, F]
-  Tensor a2, y;       // [N, F] fc2 input (× probs after the activation), [N, H]
+  std::unique_ptr<DispatchState> dispatch;
+  std::vector<int64_t> rows_per_expert;  // [local experts]
+  Tensor probs;       // [M] f32 (f64 model: f64): each dispatched row's routing probability
+  Tensor xp, xin;     // [M, H] dispatched tokens; the experts' input (× probs with probs on input)
+  Tensor h1, act;     // [M, fc1 out], [M, F]
+  Tensor a2;          // [M, F] fc2 input (× probs after the activation)
   MLP::Saved shared;
   Tensor x2d, shared_out, gate;  // [T, H], [T, H] before the gate, [T] σ(x·g)
   const AuxLossChannel* aux = nullptr;
@@ -119,15 +120,24 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
       openai_gelu_(cfg.openai_gelu),
       probs_on_input_(cfg.moe_apply_probs_on_input),
       tp_cp_size_(static_cast<double>(groups.tp_cp.size())) {
-  STRATA_CHECK(groups.tp.size() == 1 && groups.ep.size() == 1, prefix,
-               ": MoE layers run with tensor_model_parallel_size 1 and expert_model_parallel_size 1 in this revision");
+  STRATA_CHECK(groups.tp.size() == 1, prefix, ": MoE layers run with tensor_model_parallel_size 1 in this revision");
+  const int ep = groups.ep.size();
+  STRATA_CHECK(num_experts_ % ep == 0, prefix, ": ", num_experts_, " experts are not divisible by the expert-parallel size ", ep);
+  local_experts_ = num_experts_ / ep;
+  expert_start_ = groups.ep.rank() * local_experts_;
+  dispatcher_ = make_token_dispatcher(cfg.moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll
+                                          ? DispatcherKind::AllToAll
+                                          : DispatcherKind::AllGather,
+                                      num_experts_, groups.ep);
   const int64_t fc1_out = swiglu_ ? 2 * ffn_ : ffn_;
   const double out_std = cfg.init_method_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
-  for (int64_t e = 0; e < num_experts_; ++e) {
-    fc1.push_back(make_parameter(prefix + ".experts.linear_fc1.weight" + std::to_string(e), {fc1_out, hidden_}, env,
+  for (int64_t j = 0; j < local_experts_; ++j) {  // names carry the GLOBAL expert id
+    const std::string e = std::to_string(expert_start_ + j);
+    fc1.push_back(make_parameter(prefix + ".experts.linear_fc1.weight" + e, {fc1_out, hidden_}, env,
                                  cfg.init_method_std));
-    fc2.push_back(make_parameter(prefix + ".experts.linear_fc2.weight" + std::to_string(e), {hidden_, ffn_}, env,
-                                 out_std));
+    fc2.push_back(make_parameter(prefix + ".experts.linear_fc2.weight" + e, {hidden_, ffn_}, env, out_std));
+    fc1.back().expert_parallel = true;
+    fc2.back().expert_parallel = true;
   }
   if (cfg.moe_shared_expert_intermediate_size) {
     shared_experts = std::make_unique<MLP>(prefix + ".shared_experts", shared_expert_config(cfg), env, groups.tp);
@@ -147,27 +157,21 @@ void MoELayer::collect(std::vector<Parameter*>& out) {
 }
 
 Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* st) const {
+  std::unique_ptr<DispatchState> ds;
+  DispatchedRows d = dispatcher_->dispatch(x2d, r, router.options().moe_pad_expert_input_to_capacity, ds);
   phase_timer::Scope t("forward/layers/moe/experts");
-  kernels::MoeRoutingOptions ro;
-  if (router.options().moe_pad_expert_input_to_capacity) ro.capacity = r.capacity;
-  kernels::MoeRouting tab = kernels::moe_routing(r.top_indices, &r.top_kept, num_experts_, ro);
-  const int64_t N = tab.rows(), T = x2d.size(0);
-  const DType pd = x2d.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  Tensor probs = Tensor::empty({N}, pd, x2d.device());
-  kernels::moe_permute_probs_forward(r.top_probs.to(pd).to(x2d.device()), tab.pair_rows, probs);
-  Tensor xp = empty_rows(N, hidden_, x2d);
-  kernels::moe_permute_forward(x2d, tab.row_map, xp);  // [T, H] -> [N, H]
-  Tensor xin = xp;
+  const int64_t M = d.rows.size(0);
+  Tensor xin = d.rows;
   if (probs_on_input_) {
-    xin = empty_rows(N, hidden_, x2d);
-    kernels::moe_scale_rows_forward(xp, probs, xin);
+    xin = empty_rows(M, hidden_, x2d);
+    kernels::moe_scale_rows_forward(d.rows, d.probs, xin);
   }
   std::vector<Tensor> w1, w2;
   for (const Parameter& p : fc1) w1.push_back(p.value);
   for (const Parameter& p : fc2) w2.push_back(p.value);
-  Tensor h1 = empty_rows(N, fc1.front().value.size(0), x2d);
-  kernels::moe_grouped_linear_forward(xin, w1, tab.rows_per_expert, h1);  // [N, H] -> [N, F or 2F]
-  Tensor act = empty_rows(N, ffn_, x2d);
+  Tensor h1 = empty_rows(M, fc1.front().value.size(0), x2d);
+  kernels::moe_grouped_linear_forward(xin, w1, d.rows_per_expert, h1);  // [M, H] -> [M, F or 2F]
+  Tensor act = empty_rows(M, ffn_, x2d);
   if (swiglu_) {
     kernels::swiglu_forward(h1, act);
   } else {
@@ -175,23 +179,22 @@ Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* s
   }
   Tensor a2 = act;
   if (!probs_on_input_) {  // Megatron: the probability multiplies the activation
-    a2 = empty_rows(N, ffn_, x2d);
-    kernels::moe_scale_rows_forward(act, probs, a2);
+    a2 = empty_rows(M, ffn_, x2d);
+    kernels::moe_scale_rows_forward(act, d.probs, a2);
   }
-  Tensor y = empty_rows(N, hidden_, x2d);
-  kernels::moe_grouped_linear_forward(a2, w2, tab.rows_per_expert, y);  // [N, F] -> [N, H]
-  Tensor out = empty_rows(T, hidden_, x2d);
-  kernels::moe_unpermute_forward(y, tab.pair_rows, nullptr, out);  // [N, H] -> [T, H]
+  Tensor y = empty_rows(M, hidden_, x2d);
+  kernels::moe_grouped_linear_forward(a2, w2, d.rows_per_expert, y);  // [M, F] -> [M, H]
+  Tensor out = dispatcher_->combine(y, *ds);                             // [M, H] -> [T, H]
   if (st) {
     st->top_indices = r.top_indices;
-    st->tables = std::move(tab);
-    st->probs = probs;
-    st->xp = xp;
+    st->dispatch = std::move(ds);
+    st->rows_per_expert = d.rows_per_expert;
+    st->probs = d.probs;
+    st->xp = d.rows;
     st->xin = xin;
     st->h1 = h1;
     st->act = act;
     st->a2 = a2;
-    st->y = y;
   }
   return out;
 }
@@ -266,11 +269,9 @@ Tensor MoELayer::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<Sl
 }
 
 Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& dtop_probs) {
+  Tensor dy = dispatcher_->combine_backward(dout, *st.dispatch);  // [T, H] -> [M, H]
   phase_timer::Scope t("backward/layers/moe/experts");
-  const kernels::MoeRouting& tab = st.tables;
-  const int64_t N = tab.rows(), T = dout.size(0);
-  Tensor dy = empty_rows(N, hidden_, st.y);
-  kernels::moe_unpermute_backward(dout, st.y, tab.row_map, nullptr, dy, nullptr);
+  const int64_t M = dy.size(0);
   std::vector<Tensor> w1, w2, g1, g2;
   for (Parameter& p : fc1) {
     w1.push_back(p.value);
@@ -280,32 +281,28 @@ Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& d
     w2.push_back(p.value);
     g2.push_back(p.main_grad);
   }
-  Tensor da2 = empty_rows(N, ffn_, st.a2);
-  kernels::moe_grouped_linear_backward(st.a2, w2, dy, tab.rows_per_expert, &da2, g2, /*accumulate=*/true);
-  Tensor dprobs = Tensor::zeros({N}, st.probs.dtype(), st.probs.device());
+  Tensor da2 = empty_rows(M, ffn_, st.a2);
+  kernels::moe_grouped_linear_backward(st.a2, w2, dy, st.rows_per_expert, &da2, g2, /*accumulate=*/true);
+  Tensor dprobs = Tensor::zeros({M}, st.probs.dtype(), st.probs.device());
   Tensor dact = da2;
   if (!probs_on_input_) {
-    dact = empty_rows(N, ffn_, st.act);
+    dact = empty_rows(M, ffn_, st.act);
     kernels::moe_scale_rows_backward(st.act, st.probs, da2, dact, &dprobs);
   }
-  Tensor dh1 = empty_rows(N, st.h1.size(1), st.h1);
+  Tensor dh1 = empty_rows(M, st.h1.size(1), st.h1);
   if (swiglu_) {
     kernels::swiglu_backward(st.h1, dact, dh1);
   } else {
     kernels::gelu_backward(st.h1, dact, dh1, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
   }
-  Tensor dxin = empty_rows(N, hidden_, st.xin);
-  kernels::moe_grouped_linear_backward(st.xin, w1, dh1, tab.rows_per_expert, &dxin, g1, /*accumulate=*/true);
+  Tensor dxin = empty_rows(M, hidden_, st.xin);
+  kernels::moe_grouped_linear_backward(st.xin, w1, dh1, st.rows_per_expert, &dxin, g1, /*accumulate=*/true);
   Tensor dxp = dxin;
   if (probs_on_input_) {
-    dxp = empty_rows(N, hidden_, st.xp);
+    dxp = empty_rows(M, hidden_, st.xp);
     kernels::moe_scale_rows_backward(st.xp, st.probs, dxin, dxp, &dprobs);
   }
-  Tensor dx = empty_rows(T, hidden_, dout);
-  kernels::moe_permute_backward(dxp, tab.pair_rows, dx);  // [N, H] -> [T, H]
-  dtop_probs = Tensor::empty(st.top_indices.shape(), dprobs.dtype(), dprobs.device());
-  kernels::moe_permute_probs_backward(dprobs, tab.pair_rows, dtop_probs);  // [N] -> [T, k]
-  return dx;
+  return dispatcher_->dispatch_backward(dxp, dprobs, *st.dispatch, dtop_probs);  // -> [T, H], [T, k]
 }
 
 Tensor MoELayer::shared_backward(const State& st, const Tensor& dy) {

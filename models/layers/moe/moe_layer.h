@@ -10,8 +10,10 @@
 // Parameter names are Megatron-Core's: <prefix>.router.weight,
 // <prefix>.experts.linear_fc1.weight<E> / linear_fc2.weight<E> (E the GLOBAL expert id),
 // <prefix>.shared_experts.linear_fc1.weight / linear_fc2.weight / gate_weight.
-// This revision runs every expert on the rank (expert_model_parallel_size 1, tensor parallel 1);
-// the all-to-all and all-gather dispatchers over the expert-parallel group are the next step.
+// Expert parallelism: the experts are split contiguously over the expert-parallel group (rank r
+// holds global experts [r·E/ep, (r+1)·E/ep)); the token dispatcher (token_dispatcher.h,
+// moe_token_dispatcher_type alltoall | allgather) moves the routed rows to them and back. Expert
+// weights are Parameter::expert_parallel (gradients reduced over the expert-data-parallel group).
 // Reference: Megatron-Core transformer/moe/moe_layer.py (MoELayer.forward), experts.py
 // (TEGroupedMLP: probs applied after the activation), shared_experts.py (SharedExpertMLP, gate),
 // token_dispatcher.py (MoEAllGatherTokenDispatcher on one rank), moe_utils.py (permute, unpermute).
@@ -23,6 +25,7 @@
 #include "models/layers/mlp.h"
 #include "models/layers/mlp_slot.h"
 #include "models/layers/moe/router.h"
+#include "models/layers/moe/token_dispatcher.h"
 #include "models/model_config.h"
 #include "parallel/process_group.h"
 
@@ -47,7 +50,9 @@ class MoELayer : public MlpSlot {
   void end_of_step() override { router.reset_global_aux_loss_tracker(); }
 
   TopKRouter router;
-  std::vector<Parameter> fc1, fc2;  // per (local) expert: [ffn or 2·ffn, h], [h, ffn]
+  std::vector<Parameter> fc1, fc2;  // per local expert: [ffn or 2·ffn, h], [h, ffn]
+  int64_t local_experts() const { return local_experts_; }
+  int64_t expert_start() const { return expert_start_; }  // global id of the first local expert
   std::unique_ptr<MLP> shared_experts;
   Parameter shared_gate;  // [1, h] (moe_shared_expert_gate)
 
@@ -61,6 +66,8 @@ class MoELayer : public MlpSlot {
   void add_losses(const RoutingOutput& r, AuxLossChannel& aux, State* st) const;
 
   int64_t num_experts_, ffn_, hidden_, moe_layers_;
+  int64_t local_experts_ = 0, expert_start_ = 0;
+  std::unique_ptr<TokenDispatcher> dispatcher_;
   bool swiglu_, openai_gelu_, probs_on_input_;
   double tp_cp_size_ = 1.0;
 };
