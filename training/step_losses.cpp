@@ -113,6 +113,7 @@ std::vector<std::pair<std::string, double>> StepLosses::reduce() {
     // Per-token losses: each cp rank holds its tokens' part (with per-token loss: summed over dp × cp below).
     // Per-micro-batch losses (MoE's router losses) are partial over cp too: summed the same way.
     if (!per_token_ || per_token_name[k] == 0.0) v = reduce_values(groups_.cp, {v}, ReduceOp::Sum, comm_seconds_)[0];
+    if (per_token_name[k] == 0.0) v = reduce_values(groups_.tp, {v}, ReduceOp::Sum, comm_seconds_)[0];
     // Each pipeline stage holds its layers' part (the LM loss: the last stage; Megatron logs it there).
     v = reduce_values(groups_.pp, {v}, ReduceOp::Sum, comm_seconds_)[0];
     // The reported loss is the dp average (per-token: global sum / global count).

@@ -30,6 +30,9 @@ namespace strata {
 // The process groups the logged losses are reduced over.
 struct LossGroups {
   ProcessGroup cp = ProcessGroup::single("cp");
+  // Per-micro-batch losses (the MoE router's) are partial over tp × cp: each tp rank routes its
+  // sequence-parallel shard (Megatron's MoE tracker sums them over tp × cp).
+  ProcessGroup tp = ProcessGroup::single("tp");
   ProcessGroup pp = ProcessGroup::single("pp");
   ProcessGroup dp = ProcessGroup::single("dp_cp");  // dp × cp
 };

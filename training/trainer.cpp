@@ -150,6 +150,7 @@ TensorFileIO& Trainer::tensor_io() {
 LossGroups Trainer::loss_groups() const {
   LossGroups g;
   g.cp = options_.groups.cp;
+  g.tp = options_.groups.tp;
   g.pp = pipeline_.pp;
   g.dp = options_.groups.dp_cp;
   return g;

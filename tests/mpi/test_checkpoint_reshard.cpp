@@ -6,6 +6,7 @@
 // uninterrupted run's losses for iterations 6–10 within 1e-6 relative. And back: checkpoints saved
 // at TP1×PP1 and at DP2 with the distributed optimizer load at TP2×PP2 and continue with their
 // source run's losses. Also: the TP2×PP2 manifest lists fc1 as pieces and writes replicas once.
+// MoE: saved at EP2×TP2, loaded at EP1 and EP4.
 // Reference: megatron/core/dist_checkpointing (save/load with a different parallel layout).
 #include <cmath>
 #include <cstdio>
@@ -172,6 +173,52 @@ TEST_CASE("checkpoint reshard: TP1xPP1 and DP2 + distributed optimizer -> TP2xPP
     fs::remove_all(d1);
     fs::remove_all(d2);
     std::printf("  checkpoint reshard to TP2xPP2: worst loss relative error %.3g\n", worst_rel);
+  }
+}
+
+// Experts: saved at EP2 × TP2 (expert_tensor_parallel_size 1, sequence parallel, distributed
+// optimizer), each expert written once under its global id by expert-dp rank 0; resumed at EP1
+// (every rank alone) and at EP4 × DP4 with the source run's losses.
+TEST_CASE("checkpoint reshard: MoE EP2xTP2 -> EP1, EP4", "[ckpt_reshard]") {
+  auto comm = world_comm();
+  REQUIRE(comm->size() == 4);
+  const std::vector<std::string> moe = {"model.add_bias_linear=false", "model.num_experts=8",
+                                        "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2",
+                                        "model.moe_aux_loss_coeff=0.01", "model.moe_layer_freq=[0, 1, 1, 0]",
+                                        "model.moe_token_dispatcher_type=alltoall"};
+  const std::vector<std::string> ep2tp2 = {"parallel.expert_model_parallel_size=2",
+                                           "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+                                           "parallel.expert_tensor_parallel_size=1",
+                                           "parallel.use_distributed_optimizer=true"};
+  const StrataConfig c4 = gpt_config(4, with(moe, ep2tp2));
+  const ParallelGroups g4 = groups_for(c4, comm);
+  const fs::path dir = fresh_shared_dir("moe_ep2tp2", g4.world);
+  const std::vector<double> source = train(
+      gpt_config(4, with(with(moe, ep2tp2), {"checkpoint.save=" + dir.string(), "checkpoint.save_interval=5"})), g4);
+  REQUIRE(source.size() == 10);
+  track_iteration_5(dir, g4.world);
+  if (g4.world.rank() == 0) {
+    std::ifstream in(dir / "iter_0000005" / "manifest.json");
+    const nlohmann::json m = nlohmann::json::parse(in);
+    for (int e = 0; e < 8; ++e) {
+      const std::string w = "decoder.layers.1.mlp.experts.linear_fc1.weight" + std::to_string(e);
+      INFO(w);
+      REQUIRE(m["tensors"].contains(w));
+      CHECK(m["tensors"][w]["pieces"].size() == 1);
+      CHECK(m["tensors"]["optimizer.exp_avg." + w]["pieces"].size() == 1);
+    }
+    CHECK(m["tensors"]["decoder.layers.1.mlp.router.weight"]["pieces"].size() == 1);
+  }
+  check_continues("MoE EP2xTP2 -> EP1",
+                  train(gpt_config(1, with(moe, {"checkpoint.load=" + dir.string()})), ParallelGroups::single_process()),
+                  source);
+  const StrataConfig c_ep4 =
+      gpt_config(4, with(moe, {"checkpoint.load=" + dir.string(), "parallel.expert_model_parallel_size=4"}));
+  check_continues("MoE EP2xTP2 -> EP4", train(c_ep4, groups_for(c_ep4, comm)), source);
+  g4.world.barrier();
+  if (g4.world.rank() == 0) {
+    fs::remove_all(dir);
+    std::printf("  checkpoint reshard MoE EP2xTP2 -> EP1, EP4: worst loss relative error %.3g\n", worst_rel);
   }
 }
 

@@ -69,5 +69,27 @@ TEST_CASE("expert parallelism: EP2 x CP2 matches EP1", "[ep4]") {
   }
 }
 
+// Tensor parallelism with sequence parallelism (Megatron requires it for MoE): each tp rank routes
+// its sequence shard; the router and shared-expert gate gradients are summed over tp.
+TEST_CASE("expert parallelism: EP2 x TP2 (expert_tensor_parallel_size 1) matches EP1", "[ep4]") {
+  for (const char* d : kDispatchers) {
+    INFO(d);
+    check_layout(moe({"parallel.expert_model_parallel_size=2", "parallel.tensor_model_parallel_size=2",
+                      "parallel.sequence_parallel=true", "parallel.expert_tensor_parallel_size=1",
+                      "model.moe_shared_expert_intermediate_size=16", "model.moe_shared_expert_gate=true"},
+                     d),
+                 4);
+  }
+}
+
+// (global_aux_loss is not layout-independent by definition: its running token counts after a
+// micro-batch hold every dp rank's micro-batches so far, so it is left out of these checks.)
+TEST_CASE("expert parallelism: TP2 x DP2 with experts replicated over tp matches EP1", "[ep4]") {
+  check_layout(moe({"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+                    "parallel.expert_tensor_parallel_size=1"},
+                   "alltoall"),
+               4);
+}
+
 }  // namespace
 }  // namespace strata

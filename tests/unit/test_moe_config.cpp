@@ -408,7 +408,12 @@ TEST_CASE("moe config: StrataConfig::validate refuses what this revision's MoE l
   CHECK_NOTHROW(ep.validate());  // expert parallelism runs (tests/mpi/test_expert_parallel.cpp)
   StrataConfig tp = base({"model.num_experts=8", "parallel.tensor_model_parallel_size=2", "parallel.world_size=2",
                           "parallel.sequence_parallel=true", "model.add_bias_linear=false"});
-  CHECK(error_of([&] { tp.validate(); }).rfind("ConfigError: parallel.tensor_model_parallel_size: MoE layers run", 0) == 0);
+  // expert_tensor_parallel_size defaults to the tp size; experts split over expert tp are refused.
+  CHECK(error_of([&] { tp.validate(); }).rfind("ConfigError: parallel.expert_tensor_parallel_size: expert tensor", 0) == 0);
+  StrataConfig tp_etp1 = base({"model.num_experts=8", "parallel.tensor_model_parallel_size=2", "parallel.world_size=2",
+                               "parallel.sequence_parallel=true", "model.add_bias_linear=false",
+                               "parallel.expert_tensor_parallel_size=1"});
+  CHECK_NOTHROW(tp_etp1.validate());
   StrataConfig bias = base({"model.num_experts=8"});
   CHECK(error_of([&] { bias.validate(); }).rfind("ConfigError: model.add_bias_linear: the MoE experts have no biases", 0) == 0);
   StrataConfig ok = base({"model.num_experts=8", "model.add_bias_linear=false", "model.moe_aux_loss_coeff=0.01"});

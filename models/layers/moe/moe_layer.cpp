@@ -111,7 +111,9 @@ struct MoELayer::State : SlotState {
 
 MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env,
                    const ParallelGroups& groups)
-    : router(prefix, router_options(cfg), env, RouterGroups{groups.tp_cp, groups.dp_cp}),
+    : router(prefix, router_options(cfg), env,
+             RouterGroups{groups.tp_cp, groups.tp_dp_cp,
+                          env.sequence_parallel ? groups.tp : ProcessGroup::single("tp")}),
       num_experts_(cfg.num_experts.value_or(0)),
       ffn_(cfg.moe_ffn()),
       hidden_(cfg.hidden_size),
@@ -120,7 +122,11 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
       openai_gelu_(cfg.openai_gelu),
       probs_on_input_(cfg.moe_apply_probs_on_input),
       tp_cp_size_(static_cast<double>(groups.tp_cp.size())) {
-  STRATA_CHECK(groups.tp.size() == 1, prefix, ": MoE layers run with tensor_model_parallel_size 1 in this revision");
+  STRATA_CHECK(groups.tp.size() == 1 || env.sequence_parallel, prefix,
+               ": MoE layers with tensor parallelism need sequence parallelism");
+  STRATA_CHECK(groups.expert_tp.size() == 1, prefix,
+               ": expert tensor parallelism (expert_tensor_parallel_size > 1) is not built yet");
+  if (env.sequence_parallel) sequence_parallel_ = groups.tp;
   const int ep = groups.ep.size();
   STRATA_CHECK(num_experts_ % ep == 0, prefix, ": ", num_experts_, " experts are not divisible by the expert-parallel size ", ep);
   local_experts_ = num_experts_ / ep;
@@ -317,7 +323,14 @@ Tensor MoELayer::shared_backward(const State& st, const Tensor& dy) {
   for (size_t i = 0; i < g.size(); ++i) dg[i] *= g[i] * (1.0 - g[i]);  // σ'(z) = σ(1 − σ)
   Tensor dz = Tensor::from_vector(dg, {T, 1}, st.x2d.dtype(), st.x2d.device());
   Tensor dx_gate = empty_rows(T, hidden_, st.x2d);
-  kernels::linear_backward(st.x2d, shared_gate.value, dz, &dx_gate, &shared_gate.main_grad, nullptr, true);
+  if (sequence_parallel_.size() > 1) {  // replicated gate, different tokens per tp rank: sum the shards'
+    Tensor dg = Tensor::zeros(shared_gate.main_grad.shape(), shared_gate.main_grad.dtype(), dz.device());
+    kernels::linear_backward(st.x2d, shared_gate.value, dz, &dx_gate, &dg, nullptr, false);
+    sequence_parallel_.all_reduce(dg, ReduceOp::Sum);
+    kernels::axpy(1.0, dg, shared_gate.main_grad);
+  } else {
+    kernels::linear_backward(st.x2d, shared_gate.value, dz, &dx_gate, &shared_gate.main_grad, nullptr, true);
+  }
   Tensor dx = shared_experts->backward(st.shared, ds.reshape(dy.shape()));
   Tensor sum = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
   kernels::add(dx, dx_gate.reshape(dx.shape()), sum);

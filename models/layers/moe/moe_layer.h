@@ -68,6 +68,7 @@ class MoELayer : public MlpSlot {
   int64_t num_experts_, ffn_, hidden_, moe_layers_;
   int64_t local_experts_ = 0, expert_start_ = 0;
   std::unique_ptr<TokenDispatcher> dispatcher_;
+  ProcessGroup sequence_parallel_ = ProcessGroup::single("tp");  // tp under sequence parallelism
   bool swiglu_, openai_gelu_, probs_on_input_;
   double tp_cp_size_ = 1.0;
 };

@@ -124,11 +124,13 @@ Tensor TopKRouter::backward(const RouterState& saved, const Tensor& dprobs, cons
   const Tensor w = weight.value.to(xr.dtype());
   Tensor dxr = Tensor::empty(xr.shape(), xr.dtype(), xr.device());
   const DType mg = weight.main_grad.dtype();
-  if (mg == xr.dtype() || (mg == DType::F32 && xr.dtype() != DType::F64)) {  // linear_backward's dw dtypes
+  const bool sp = groups_.sequence_parallel.size() > 1;
+  if (!sp && (mg == xr.dtype() || (mg == DType::F32 && xr.dtype() != DType::F64))) {  // linear_backward's dw dtypes
     kernels::linear_backward(xr, w, dlogits, &dxr, &weight.main_grad, nullptr, true);
   } else {
     Tensor dw = Tensor::zeros(weight.main_grad.shape(), xr.dtype(), xr.device());
     kernels::linear_backward(xr, w, dlogits, &dxr, &dw, nullptr, false);
+    if (sp) groups_.sequence_parallel.all_reduce(dw, ReduceOp::Sum);  // this micro-batch's, over the shards
     kernels::axpy(1.0, dw, weight.main_grad);
   }
   if (saved.jitter.defined()) {

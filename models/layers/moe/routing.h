@@ -35,6 +35,9 @@ namespace strata::layers::moe {
 struct RouterGroups {
   ProcessGroup tp_cp = ProcessGroup::single("tp_cp");
   ProcessGroup tp_dp_cp = ProcessGroup::single("tp_dp_cp");
+  // tp under sequence parallelism: its ranks route different tokens with the same router weight,
+  // whose gradient is summed over them (Megatron's sequence_parallel parameter attribute).
+  ProcessGroup sequence_parallel = ProcessGroup::single("tp");
 };
 
 // Running per-expert token counts of global_aux_loss over the micro-batches of one global batch
