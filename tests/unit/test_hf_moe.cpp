@@ -6,6 +6,8 @@
 // capacity factor that the export ignores); every MoE option the families cannot express is an
 // export error naming the field; bad MoE config.json keys and missing expert tensors are import
 // errors naming the key or tensor.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -46,19 +48,31 @@ std::string ids_text() {
   return s;
 }
 
-// Exports a random checkpoint of cfg; the numpy reference's log-probabilities of the export must
-// equal `strata generate --score` of the checkpoint within 1e-5. Returns the export's notes.
-std::vector<std::string> score_case(StrataConfig cfg, const std::string& name, uint64_t seed,
-                                    const std::function<void(const nlohmann::json&)>& check_config) {
-  const fs::path dir = fresh_dir("moe_score_" + name);
-  save_random_checkpoint(cfg, dir / "ckpt", seed);
-  const hf::ExportResult ex = hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
-  check_config(read_json(dir / "hf" / "config.json"));
-  const std::optional<std::string> out = run_script("hf_reference.py", "--score " + (dir / "hf").string() + " " + ids_text());
+// log_softmax of each row of logits [s][V] at the next id: what transformers' scores are.
+std::vector<double> scores_of(const std::vector<std::vector<double>>& logits) {
+  std::vector<double> out;
+  for (size_t i = 1; i < kIds.size(); ++i) {
+    const std::vector<double>& row = logits.at(i - 1);
+    const double mx = *std::max_element(row.begin(), row.end());
+    double sum = 0;
+    for (double v : row) sum += std::exp(v - mx);
+    out.push_back(row.at(static_cast<size_t>(kIds[i])) - mx - std::log(sum));
+  }
+  return out;
+}
+
+// Exports the checkpoint under ckpt to hf_dir; the numpy reference's log-probabilities of the
+// export (and transformers' where installed) must equal `strata generate --score` of the checkpoint
+// within 1e-5. Returns the export's notes.
+std::vector<std::string> compare_scores(const fs::path& ckpt, const fs::path& hf_dir, const std::string& name,
+                                        const std::function<void(const nlohmann::json&)>& check_config) {
+  const hf::ExportResult ex = hf::export_checkpoint(ckpt.string(), hf_dir.string());
+  check_config(read_json(hf_dir / "config.json"));
+  const std::optional<std::string> out = run_script("hf_reference.py", "--score " + hf_dir.string() + " " + ids_text());
   REQUIRE(out.has_value());
   const auto ref = nlohmann::json::parse(*out);
   CHECK(ref.at("vocab") == 257);
-  const CliResult r = run_cli({"generate", "--load", (dir / "ckpt").string(), "--prompt-ids", ids_text(), "--score"});
+  const CliResult r = run_cli({"generate", "--load", ckpt.string(), "--prompt-ids", ids_text(), "--score"});
   INFO(r.err);
   REQUIRE(r.rc == 0);
   const auto ours = nlohmann::json::parse(r.out);
@@ -73,8 +87,29 @@ std::vector<std::string> score_case(StrataConfig cfg, const std::string& name, u
   INFO(name << ": max |--score - transformers' log-probability| = " << diff << ", max |log-probability| = " << spread);
   CHECK(spread > 1.0);
   CHECK(diff < 1e-5);
-  fs::remove_all(dir);
+  // transformers itself, where it is installed (not in CI).
+  if (const auto tf = run_script("hf_transformers_logits.py", hf_dir.string() + " " + ids_text())) {
+    std::string line = *tf;
+    while (!line.empty() && line.back() == '\n') line.pop_back();
+    line = line.substr(line.find_last_of('\n') == std::string::npos ? 0 : line.find_last_of('\n') + 1);
+    const std::vector<double> tfs =
+        scores_of(nlohmann::json::parse(line).at("logits").get<std::vector<std::vector<double>>>());
+    double d = 0;
+    for (size_t i = 1; i < kIds.size(); ++i) d = std::max(d, std::abs(tfs[i - 1] - ours.at("logprobs")[i].get<double>()));
+    INFO(name << ": max |--score - transformers (installed)| = " << d);
+    CHECK(d < 1e-5);
+  }
   return ex.notes;
+}
+
+// The same for a random checkpoint of cfg.
+std::vector<std::string> score_case(StrataConfig cfg, const std::string& name, uint64_t seed,
+                                    const std::function<void(const nlohmann::json&)>& check_config) {
+  const fs::path dir = fresh_dir("moe_score_" + name);
+  save_random_checkpoint(cfg, dir / "ckpt", seed);
+  std::vector<std::string> notes = compare_scores(dir / "ckpt", dir / "hf", name, check_config);
+  fs::remove_all(dir);
+  return notes;
 }
 
 // The finalized model section of a family's test config, then `edit` (after finalizing, so a
@@ -212,6 +247,32 @@ TEST_CASE("hf moe reference: transformers' scores of Mixtral / Qwen3-MoE exports
     CHECK_THAT(notes[0], Contains("model.moe_expert_capacity_factor=0.5 is training-only") &&
                              Contains("without dropping"));
   }
+}
+
+TEST_CASE("hf moe reference: a trained moe_tiny model (3 steps, Megatron's MoE flags) exports as Mixtral with "
+          "transformers' scores", "[hf][moe_layer]") {
+  if (!numpy_available()) {
+    WARN("SKIPPED: /usr/bin/python3 has no numpy (apt-get install python3-numpy)");
+    return;
+  }
+  const fs::path dir = fresh_dir("moe_trained");
+  const fs::path repo = fs::path(STRATA_SOURCE_DIR);
+  const CliResult r = run_cli({"train", "--config", (repo / "configs/moe_tiny.yaml").string(), "--num-layers", "2",
+                               "--hidden-size", "32", "--ffn-hidden-size", "64", "--seq-length", "16",
+                               "--max-position-embeddings", "16", "--num-experts", "4", "--moe-ffn-hidden-size", "32",
+                               "--moe-router-topk", "2", "--train-iters", "3", "--micro-batch-size", "2",
+                               "--global-batch-size", "4", "--data-path", "--mock-data", "--eval-iters", "0",
+                               "--log-interval", "1", "--save", (dir / "ckpt").string(), "--save-interval", "3",
+                               "--lr-warmup-iters", "0", "--lr", "3e-2", "logging.tensorboard_dir=",
+                               "logging.metrics_jsonl=", "training.device=cpu"});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  compare_scores(dir / "ckpt", dir / "hf", "moe_tiny trained", [](const nlohmann::json& j) {
+    CHECK(j.at("architectures")[0] == "MixtralForCausalLM");
+    CHECK(j.at("num_local_experts") == 4);
+    CHECK(j.at("router_aux_loss_coef") == 0.01);  // moe_tiny.yaml's aux_loss coefficient
+  });
+  fs::remove_all(dir);
 }
 
 TEST_CASE("hf moe: each MoE option the families cannot express is an export error naming the field", "[hf]") {
