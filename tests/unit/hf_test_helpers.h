@@ -8,6 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <memory>
 #include <string>
@@ -59,6 +63,19 @@ inline std::optional<std::string> run_script(const char* script, const std::stri
   INFO(cmd << "\n" << out);
   REQUIRE(status == 0);
   return out;
+}
+
+inline nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(std::ifstream(p)); }
+
+inline std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void edit_hf_config(const fs::path& hf_dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = read_json(hf_dir / "config.json");
+  edit(j);
+  std::ofstream(hf_dir / "config.json") << j.dump(2);
 }
 
 // A small validated config of each family (ByteLevelTokenizer: vocab 257, padded to 320).
