@@ -15,6 +15,7 @@
 #include "core/formats/safetensors.h"
 #include "data/tokenizer.h"
 #include "training/checkpoint.h"
+#include "training/hf_moe_format.h"
 #include "training/model_factory.h"
 #include "training/tensor_file.h"
 
@@ -142,6 +143,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   r.family = family;
   r.iteration = *iteration;
   r.dtype = model_dtype(cfg.training.precision);
+  if (is_moe(family)) r.notes = detail::moe_export_notes(cfg.model);
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();

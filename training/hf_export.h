@@ -1,6 +1,8 @@
 // `strata export --format hf` and `strata import --hf`: a Strata checkpoint ⇄ a Hugging Face model
 // directory (config.json + model.safetensors [+ generation_config.json, vocab.json, merges.txt])
-// for LlamaForCausalLM, Qwen3ForCausalLM and GPT2LMHeadModel. Names, layouts and config keys: training/hf_format.h.
+// for LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel and the mixture-of-experts
+// MixtralForCausalLM and Qwen3MoeForCausalLM. Names, layouts and config keys: training/hf_format.h
+// (MoE: training/hf_moe_format.h, models/gpt/hf_moe_map.h).
 //
 // Export reads the checkpoint's manifest config, checks that the model matches a family before
 // allocating anything, loads the weights (checksums verified) and writes the HF tensors in the
@@ -34,6 +36,7 @@ struct ExportResult {
   int64_t iteration = 0;
   DType dtype = DType::F32;
   std::vector<std::string> files;  // written, relative to the output directory
+  std::vector<std::string> notes;  // settings the export ignores (MoE training-only options), one line each
 };
 // Exports the tracker's iteration (or `iteration`) under load_dir into out_dir.
 ExportResult export_checkpoint(const std::string& load_dir, const std::string& out_dir,

@@ -7,55 +7,21 @@
 
 #include "core/error.h"
 #include "training/hf_format.h"
+#include "training/hf_json_read.h"
+#include "training/hf_moe_format.h"
 
 namespace strata::hf {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
+using namespace detail;
 
 namespace {
-
-std::string bool_str(bool b) { return b ? "true" : "false"; }
 
 const char* torch_dtype_name(DType d) {
   STRATA_CHECK(d == DType::F32 || d == DType::BF16, "export --format hf: dtype ", dtype_name(d),
                " has no torch_dtype here (f32 or bf16)");
   return d == DType::BF16 ? "bfloat16" : "float32";
-}
-
-// ---- reading config.json --------------------------------------------------------------------
-
-const json& need(const json& j, const char* key, const std::string& file) {
-  STRATA_CHECK(j.contains(key) && !j.at(key).is_null(), file, ": config key '", key, "' is missing");
-  return j.at(key);
-}
-int64_t get_int(const json& j, const char* key, const std::string& file) {
-  const json& v = need(j, key, file);
-  STRATA_CHECK(v.is_number_integer(), file, ": config key '", key, "' must be an integer, got ", v.dump());
-  return v.get<int64_t>();
-}
-std::optional<int64_t> opt_int(const json& j, const char* key, const std::string& file) {
-  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  return get_int(j, key, file);
-}
-double get_double(const json& j, const char* key, const std::string& file) {
-  const json& v = need(j, key, file);
-  STRATA_CHECK(v.is_number(), file, ": config key '", key, "' must be a number, got ", v.dump());
-  return v.get<double>();
-}
-double opt_double(const json& j, const char* key, double dflt, const std::string& file) {
-  if (!j.contains(key) || j.at(key).is_null()) return dflt;
-  return get_double(j, key, file);
-}
-bool opt_bool(const json& j, const char* key, bool dflt, const std::string& file) {
-  if (!j.contains(key) || j.at(key).is_null()) return dflt;
-  STRATA_CHECK(j.at(key).is_boolean(), file, ": config key '", key, "' must be true or false, got ", j.at(key).dump());
-  return j.at(key).get<bool>();
-}
-std::string opt_string(const json& j, const char* key, const std::string& dflt, const std::string& file) {
-  if (!j.contains(key) || j.at(key).is_null()) return dflt;
-  STRATA_CHECK(j.at(key).is_string(), file, ": config key '", key, "' must be a string, got ", j.at(key).dump());
-  return j.at(key).get<std::string>();
 }
 
 // The first eos id ("eos_token_id" may be a list in newer Llama configs).
@@ -76,9 +42,11 @@ Family family_of(const json& j, const std::string& file) {
   if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) return Family::Llama;
   if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2")) return Family::GPT2;
   if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3")) return Family::Qwen3;
+  if (arch == "MixtralForCausalLM" || (arch.empty() && type == "mixtral")) return Family::Mixtral;
+  if (arch == "Qwen3MoeForCausalLM" || (arch.empty() && type == "qwen3_moe")) return Family::Qwen3Moe;
   STRATA_THROW(file, ": architectures ", arch.empty() ? "(none)" : arch, " / model_type '", type,
-               "' is neither LlamaForCausalLM (llama), Qwen3ForCausalLM (qwen3) nor GPT2LMHeadModel (gpt2), the "
-               "families strata import reads");
+               "' is neither LlamaForCausalLM (llama), Qwen3ForCausalLM (qwen3), MixtralForCausalLM (mixtral), "
+               "Qwen3MoeForCausalLM (qwen3_moe) nor GPT2LMHeadModel (gpt2), the families strata import reads");
 }
 
 }  // namespace
@@ -89,7 +57,7 @@ ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
   j["model_type"] = to_string(f);
   if (f != Family::GPT2) {
     j["hidden_size"] = m.hidden_size;
-    j["intermediate_size"] = m.ffn();
+    j["intermediate_size"] = f == Family::Mixtral ? m.moe_ffn() : m.ffn();  // Mixtral: the experts' size
     j["num_attention_heads"] = m.num_attention_heads;
     j["num_key_value_heads"] = m.query_groups();
     j["head_dim"] = m.head_dim();
@@ -104,7 +72,9 @@ ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
     j["attention_dropout"] = m.attention_dropout;
     j["initializer_range"] = m.init_method_std;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
-    if (f == Family::Qwen3) j["use_sliding_window"] = false;
+    if (has_qk_norm(f)) j["use_sliding_window"] = false;
+    if (f == Family::Mixtral) j["sliding_window"] = nullptr;
+    if (is_moe(f)) moe_config_json(m, f, j);
   } else {
     j["n_embd"] = m.hidden_size;
     j["n_layer"] = m.num_layers;
@@ -132,6 +102,10 @@ ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
                  {"seq_length", m.seq_length},
                  {"hidden_dropout", m.hidden_dropout},
                  {"tokenizer_type", info.tokenizer_type}};
+  if (is_moe(f)) {
+    j["strata"]["moe"] = moe_strata_json(m);
+    if (f == Family::Mixtral) j["strata"]["ffn_hidden_size"] = m.ffn();  // no dense layer holds it
+  }
   return j;
 }
 
@@ -157,7 +131,7 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
   r.file_vocab = *m.vocab_size;
   m.hidden_dropout = 0.0;
   m.attention_dropout = 0.0;
-  if (r.family != Family::GPT2) {
+  if (is_llama_like(r.family)) {
     m.hidden_size = get_int(j, "hidden_size", file);
     m.ffn_hidden_size = get_int(j, "intermediate_size", file);
     m.num_attention_heads = get_int(j, "num_attention_heads", file);
@@ -185,10 +159,17 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     m.attention_dropout = opt_double(j, "attention_dropout", 0.0, file);
     m.max_position_embeddings = get_int(j, "max_position_embeddings", file);
     m.untie_embeddings_and_output_weights = !opt_bool(j, "tie_word_embeddings", false, file);  // Llama's default
-    if (r.family == Family::Qwen3) {
+    if (has_qk_norm(r.family)) {
       m.qk_layernorm = true;
       STRATA_CHECK(!opt_bool(j, "use_sliding_window", false, file), file, ": use_sliding_window=true is not supported");
     }
+    if (r.family == Family::Mixtral) {
+      const std::optional<int64_t> window = opt_int(j, "sliding_window", file);
+      STRATA_CHECK(!window || *window >= *m.max_position_embeddings, file, ": sliding_window ", window.value_or(0),
+                   " is shorter than max_position_embeddings ", *m.max_position_embeddings,
+                   " (strata attends over the whole causal context)");
+    }
+    if (is_moe(r.family)) moe_config_from_json(j, r.family, file, m);
   } else {
     m.hidden_size = get_int(j, "n_embd", file);
     m.num_layers = get_int(j, "n_layer", file);
@@ -232,6 +213,8 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     m.hidden_dropout = opt_double(s, "hidden_dropout", m.hidden_dropout, sf);
     const std::string tok = opt_string(s, "tokenizer_type", "", sf);
     if (!tok.empty()) r.tokenizer_type = tok;
+    if (r.family == Family::Mixtral) m.ffn_hidden_size = opt_int(s, "ffn_hidden_size", sf).value_or(*m.ffn_hidden_size);
+    if (is_moe(r.family) && s.contains("moe")) moe_strata_from_json(s.at("moe"), sf + " \"moe\"", m);
   }
   return r;
 }

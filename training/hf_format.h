@@ -14,6 +14,12 @@
 //   GPT-2  (GPT2LMHeadModel, model_type "gpt2"): LayerNorm, GeLU (tanh: "gelu_new"; erf: "gelu"),
 //          learned absolute positions, biases, MHA, tied (or untied with lm_head.weight). Conv1D
 //          weights are stored [in, out] (transposed); c_attn is [q all heads | k | v].
+//   Mixtral (MixtralForCausalLM, "mixtral"): Llama with every MLP a sparse MoE block
+//          (block_sparse_moe: gate + experts w1/w3/w2); Megatron's softmax router with
+//          moe_router_pre_softmax=false. Qwen3-MoE (Qwen3MoeForCausalLM, "qwen3_moe"): Qwen3 with
+//          MoE layers (mlp.gate + mlp.experts.e.*) where moe_layer_freq says, dense ones elsewhere
+//          (mlp_only_layers); norm_topk_prob = !moe_router_pre_softmax. Which MoE options export
+//          refuses: models/gpt/hf_families.cpp; the MoE keys: training/hf_moe_format.h.
 // apply_layernorm_1p checkpoints store gamma - 1; export writes gamma (adds 1).
 // vocab_size in config.json and the rows of the embedding and lm_head are the real vocabulary
 // (model.vocab_size, the tokenizer's size unless set larger): transformers' log-softmax runs over
@@ -23,6 +29,7 @@
 // (transformers keeps unknown config keys). Exports written before this change (config.json
 // vocab_size = the padded vocabulary) still import.
 // Reference: transformers models/llama/{configuration,modeling}_llama.py, models/qwen3/modeling_qwen3.py,
+// models/mixtral/, models/qwen3_moe/,
 // models/gpt2/{configuration,modeling}_gpt2.py (Conv1D in pytorch_utils.py), Megatron-LM
 // tools/checkpoint/{loader_llama_mistral,saver_megatron}.py (the same name maps).
 #pragma once

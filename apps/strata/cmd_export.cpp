@@ -1,7 +1,7 @@
 // `strata export --load DIR --format hf --out OUT [--iteration N]`: writes a Hugging Face model
 // directory (config.json, model.safetensors, generation_config.json; vocab.json + merges.txt for
-// a GPT-2 BPE tokenizer) from a Strata checkpoint, as LlamaForCausalLM, Qwen3ForCausalLM or
-// GPT2LMHeadModel, whichever the model config matches. The logic is in training/hf_export.h.
+// a GPT-2 BPE tokenizer) from a Strata checkpoint, as LlamaForCausalLM, Qwen3ForCausalLM,
+// GPT2LMHeadModel, MixtralForCausalLM or Qwen3MoeForCausalLM, whichever the model config matches. The logic is in training/hf_export.h.
 // Reference: Megatron-LM tools/checkpoint/convert.py (saver for HF), transformers save_pretrained.
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +24,13 @@ void register_export(CLI::App& app) {
       "  Qwen3ForCausalLM  the same with qk_layernorm=true (q_norm / k_norm)\n"
       "  GPT2LMHeadModel   LayerNorm, GeLU (openai_gelu → gelu_new, else gelu), learned_absolute,\n"
       "                    add_bias_linear=true, no GQA, tied or untied\n"
+      "  MixtralForCausalLM   Llama with every layer MoE (num_experts): softmax router,\n"
+      "                    moe_router_pre_softmax=false (top-k weights renormalised), SwiGLU experts\n"
+      "  Qwen3MoeForCausalLM  Qwen3 with MoE layers (dense ones where moe_layer_freq is 0):\n"
+      "                    softmax router, norm_topk_prob = !moe_router_pre_softmax\n"
+      "  MoE options neither expresses (sigmoid/sqrtsoftplus scores, expert bias, groups,\n"
+      "  moe_router_topk_scaling_factor != 1, shared experts, moe_apply_probs_on_input) are errors;\n"
+      "  capacity/dropping settings are training-only and ignored (a note says so).\n"
       "A model matching none is an error naming the field. Tensors keep the checkpoint's dtype\n"
       "(bf16 → torch_dtype bfloat16). The embedding and lm_head keep the real vocabulary only\n"
       "(config.json vocab_size = model.vocab_size, the tokenizer's): transformers' softmax runs over\n"
@@ -48,6 +55,7 @@ void register_export(CLI::App& app) {
                   hf::architecture_name(r.family), dtype_name(r.dtype), o->out.c_str());
       for (const std::string& f : r.files) std::printf(" %s", f.c_str());
       std::printf("\n");
+      for (const std::string& n : r.notes) std::printf("note: %s\n", n.c_str());
     } catch (const std::filesystem::filesystem_error& e) {
       STRATA_THROW("strata export: ", e.what());
     }

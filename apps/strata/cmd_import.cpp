@@ -1,5 +1,6 @@
 // `strata import --hf DIR --save OUT [--force] [--config-override section.field=value ...]`: reads a Hugging
-// Face LlamaForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel directory (config.json +
+// Face LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, MixtralForCausalLM or
+// Qwen3MoeForCausalLM directory (config.json +
 // model.safetensors or sharded safetensors) and writes a weights-only Strata checkpoint
 // (OUT/iter_0000000, tracker "0") that `strata generate --load OUT` and
 // `strata train checkpoint.load=OUT checkpoint.finetune=true` read. An OUT that already holds a
@@ -21,7 +22,8 @@ namespace strata::app {
 void register_import(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("import", "import a Hugging Face model directory as a Strata checkpoint");
   cmd->footer(
-      "Reads config.json (architectures LlamaForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel) and\n"
+      "Reads config.json (architectures LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel,\n"
+      "MixtralForCausalLM or Qwen3MoeForCausalLM) and\n"
       "model.safetensors (or model.safetensors.index.json and its shards). Missing, extra or\n"
       "wrong-shaped tensors are errors naming the tensor and the file. All-bf16 tensors give\n"
       "training.precision=bf16, otherwise fp32 (f16 is widened).\n"
@@ -30,6 +32,10 @@ void register_import(CLI::App& app) {
       "max_position_embeddings; model.make_vocab_size_divisible_by to 1 (vocab_size as in config.json;\n"
       "a strata export's padding is restored, the padding rows copies of the last row as Megatron pads);\n"
       "data.mock_data=true and optimizer.lr=1e-5 so the saved config validates (override them).\n"
+      "MoE: num_experts, moe_router_topk, moe_ffn_hidden_size, moe_router_pre_softmax\n"
+      "(= !norm_topk_prob; Mixtral renormalises) and moe_layer_freq (Qwen3-MoE's mlp_only_layers /\n"
+      "decoder_sparse_step) come from config.json; the aux_loss coefficient is router_aux_loss_coef\n"
+      "when output_router_logits is true, else 0; a strata export's training-only MoE options return.\n"
       "The checkpoint is iteration 0 (iter_0000000) without optimizer state; train from it with\n"
       "checkpoint.load=OUT checkpoint.finetune=true and a model section matching OUT's manifest.\n"
       "An OUT that already holds a checkpoint (tracker or iter_*) is refused unless --force.\n"

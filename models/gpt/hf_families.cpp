@@ -1,5 +1,19 @@
 // The GPT model's Hugging Face families (see hf_families.h): names and which configs each accepts.
+// MoE families: transformers' MixtralSparseMoeBlock takes a softmax over all router logits, keeps
+// the top k and renormalises them to sum 1 — exactly a softmax over the k selected logits, which
+// is Megatron's post-softmax top-k (moe_router_pre_softmax=false). Qwen3MoeSparseMoeBlock does the
+// same with norm_topk_prob=true and keeps the unnormalised top-k softmax probabilities with
+// norm_topk_prob=false (Megatron's moe_router_pre_softmax=true). Both weight each expert's output
+// (Megatron multiplies the activation before the bias-free linear_fc2: the same product), have no
+// shared experts, no expert bias, no group-limited routing and no scaling factor, and never drop
+// tokens (capacity settings are training-only in Strata too: `strata generate` routes without
+// dropping, so they are ignored at export). Qwen3-MoE mixes dense and MoE layers (mlp_only_layers);
+// every Mixtral layer is MoE.
+// Reference: transformers models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py;
+// Megatron-Core transformer/moe/moe_utils.py (topk_routing_with_score_function).
 #include "models/gpt/hf_families.h"
+
+#include <sstream>
 
 #include "core/error.h"
 
@@ -10,6 +24,8 @@ const char* to_string(Family f) {
     case Family::Llama: return "llama";
     case Family::GPT2: return "gpt2";
     case Family::Qwen3: return "qwen3";
+    case Family::Mixtral: return "mixtral";
+    case Family::Qwen3Moe: return "qwen3_moe";
   }
   STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
   return "";
@@ -19,23 +35,59 @@ const char* architecture_name(Family f) {
     case Family::Llama: return "LlamaForCausalLM";
     case Family::GPT2: return "GPT2LMHeadModel";
     case Family::Qwen3: return "Qwen3ForCausalLM";
+    case Family::Mixtral: return "MixtralForCausalLM";
+    case Family::Qwen3Moe: return "Qwen3MoeForCausalLM";
   }
   STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
   return "";
 }
+bool is_moe(Family f) { return f == Family::Mixtral || f == Family::Qwen3Moe; }
+bool has_qk_norm(Family f) { return f == Family::Qwen3 || f == Family::Qwen3Moe; }
+bool is_llama_like(Family f) { return f != Family::GPT2; }
 
-std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
+namespace {
+
+// The MoE options of a finalized MoE config that family f (Mixtral or Qwen3Moe) cannot express.
+std::string moe_incompatibility(const ModelConfig& m, Family f) {
   std::ostringstream why;
-  if (m.num_experts) {
-    why << "model.num_experts is set: " << architecture_name(f)
-        << " is a dense model (MixtralForCausalLM / Qwen3MoeForCausalLM export is not built yet)";
-  } else if (f == Family::Qwen3 && !m.qk_layernorm) {
-    why << "model.qk_layernorm=false: Qwen3 has q_norm/k_norm";
-  } else if (f != Family::Qwen3 && m.qk_layernorm) {
-    why << "model.qk_layernorm=true has no " << architecture_name(f) << " equivalent (Qwen3ForCausalLM has)";
-  } else if (m.apply_residual_connection_post_layernorm) {
-    why << "model.apply_residual_connection_post_layernorm=true is not " << architecture_name(f) << "'s residual";
-  } else if (f != Family::GPT2) {
+  const char* arch = architecture_name(f);
+  if (m.moe_router_score_function != MoeScoreFunction::Softmax) {
+    why << "model.moe_router_score_function=" << strata::to_string(m.moe_router_score_function) << ": " << arch
+        << " routes by a softmax over the router logits";
+  } else if (m.moe_router_enable_expert_bias) {
+    why << "model.moe_router_enable_expert_bias=true: " << arch << " has no expert bias";
+  } else if (m.moe_router_num_groups || m.moe_router_group_topk) {
+    why << "model.moe_router_num_groups=" << m.moe_router_num_groups.value_or(0)
+        << " (group-limited routing) has no " << arch << " equivalent";
+  } else if (m.moe_router_topk_scaling_factor && *m.moe_router_topk_scaling_factor != 1.0) {
+    why << "model.moe_router_topk_scaling_factor=" << *m.moe_router_topk_scaling_factor << ": " << arch
+        << " does not scale the routing weights";
+  } else if (m.moe_shared_expert_intermediate_size) {
+    why << "model.moe_shared_expert_intermediate_size=" << *m.moe_shared_expert_intermediate_size << ": " << arch
+        << " has no shared experts";
+  } else if (m.moe_apply_probs_on_input) {
+    why << "model.moe_apply_probs_on_input=true: " << arch << " weights the experts' outputs, not their inputs";
+  } else if (m.moe_router_force_load_balancing) {
+    why << "model.moe_router_force_load_balancing=true: a benchmark mode (random routing) no " << arch
+        << " computes";
+  } else if (f == Family::Mixtral && m.moe_router_pre_softmax) {
+    why << "model.moe_router_pre_softmax=true: MixtralForCausalLM renormalises the top-k weights (a softmax over "
+           "the k selected logits); Qwen3MoeForCausalLM with norm_topk_prob=false routes pre-softmax";
+  } else if (f == Family::Mixtral) {
+    for (int64_t i = 0; i < m.num_layers; ++i)
+      if (!m.is_moe_layer(i)) {
+        why << "model.moe_layer_freq makes layer " << i << " dense: every MixtralForCausalLM layer is an MoE layer "
+            << "(Qwen3MoeForCausalLM mixes dense layers)";
+        break;
+      }
+  }
+  return why.str();
+}
+
+// The Llama-like (RMSNorm, SwiGLU, RoPE, no biases) and GPT-2 checks.
+std::string architecture_incompatibility(const ModelConfig& m, Family f) {
+  std::ostringstream why;
+  if (is_llama_like(f)) {
     if (m.normalization != Normalization::RMSNorm)
       why << "model.normalization=" << strata::to_string(m.normalization) << " is not Llama's RMSNorm";
     else if (!m.swiglu)
@@ -66,12 +118,52 @@ std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
     else if (m.head_dim() * m.num_attention_heads != m.hidden_size)
       why << "model.kv_channels=" << m.head_dim() << " is not GPT-2's hidden_size / num_attention_heads";
   }
+  return why.str();
+}
+
+}  // namespace
+
+std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
+  std::ostringstream why;
+  if (m.num_experts && !is_moe(f)) {
+    why << "model.num_experts is set: " << architecture_name(f)
+        << " is a dense model (MixtralForCausalLM and Qwen3MoeForCausalLM are the MoE families)";
+  } else if (!m.num_experts && is_moe(f)) {
+    why << "model.num_experts is not set: " << architecture_name(f) << " is a mixture-of-experts model";
+  } else if (has_qk_norm(f) && !m.qk_layernorm) {
+    why << "model.qk_layernorm=false: " << (is_moe(f) ? "Qwen3-MoE" : "Qwen3") << " has q_norm/k_norm";
+  } else if (!has_qk_norm(f) && m.qk_layernorm) {
+    why << "model.qk_layernorm=true has no " << architecture_name(f) << " equivalent ("
+        << (is_moe(f) ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") << " has)";
+  } else if (m.apply_residual_connection_post_layernorm) {
+    why << "model.apply_residual_connection_post_layernorm=true is not " << architecture_name(f) << "'s residual";
+  } else {
+    why << architecture_incompatibility(m, f);
+    if (why.str().empty() && is_moe(f)) why << moe_incompatibility(m, f);
+  }
   const std::string s = why.str();
   if (s.empty()) return std::nullopt;
   return s;
 }
 
+namespace {
+
+Family moe_family_for(const ModelConfig& m) {
+  if (m.qk_layernorm) {
+    const auto qwen = incompatibility(m, Family::Qwen3Moe);
+    if (!qwen) return Family::Qwen3Moe;
+    STRATA_THROW("export --format hf: the model is not Qwen3MoeForCausalLM (the MoE family with q/k norms): ", *qwen);
+  }
+  const auto mixtral = incompatibility(m, Family::Mixtral);
+  if (!mixtral) return Family::Mixtral;
+  STRATA_THROW("export --format hf: the model is not MixtralForCausalLM: ", *mixtral,
+               " (nor Qwen3MoeForCausalLM: ", *incompatibility(m, Family::Qwen3Moe), ")");
+}
+
+}  // namespace
+
 Family family_for(const ModelConfig& m) {
+  if (m.num_experts) return moe_family_for(m);
   if (m.qk_layernorm) {
     const auto qwen3 = incompatibility(m, Family::Qwen3);
     if (!qwen3) return Family::Qwen3;

@@ -3,8 +3,10 @@
 // over host tensors; training/hf_format.h maps config.json, training/hf_export.h does the files).
 // The family notes (QKV split per query group, SwiGLU halves, Conv1D transposes, real-vocabulary
 // rows) are in training/hf_format.h.
-// Reference: transformers models/llama, models/qwen3, models/gpt2; Megatron-LM
-// tools/checkpoint/{loader_llama_mistral,saver_megatron}.py.
+// The mixture-of-experts families (Mixtral, Qwen3-MoE) map the MoE layers' router and experts
+// (models/gpt/hf_moe_map.h; which Strata MoE options each can express: hf_families.cpp).
+// Reference: transformers models/llama, models/qwen3, models/gpt2, models/mixtral, models/qwen3_moe;
+// Megatron-LM tools/checkpoint/{loader_llama_mistral,loader_mixtral_hf,saver_megatron}.py.
 #pragma once
 #include <map>
 #include <optional>
@@ -15,12 +17,15 @@
 
 namespace strata::hf {
 
-enum class Family { Llama, GPT2, Qwen3 };
-const char* to_string(Family f);           // "llama" | "gpt2" | "qwen3" (model_type)
-const char* architecture_name(Family f);   // "LlamaForCausalLM" | "GPT2LMHeadModel" | "Qwen3ForCausalLM"
+enum class Family { Llama, GPT2, Qwen3, Mixtral, Qwen3Moe };
+const char* to_string(Family f);           // model_type: "llama" | "gpt2" | "qwen3" | "mixtral" | "qwen3_moe"
+const char* architecture_name(Family f);   // "LlamaForCausalLM" | … | "MixtralForCausalLM" | "Qwen3MoeForCausalLM"
+bool is_moe(Family f);                     // Mixtral, Qwen3Moe
+bool has_qk_norm(Family f);                // Qwen3, Qwen3Moe (q_norm / k_norm)
+bool is_llama_like(Family f);              // every family but GPT-2: RMSNorm, SwiGLU, RoPE, model.layers.N
 
 // Why a finalized model config cannot be exported as `f` ("model.normalization=LayerNorm is not
-// Llama's RMSNorm"), or nullopt when it can.
+// Llama's RMSNorm", "model.moe_router_score_function=sigmoid: …"), or nullopt when it can.
 std::optional<std::string> incompatibility(const ModelConfig& m, Family f);
 // The family a finalized model config matches; throws naming the field that prevents each.
 Family family_for(const ModelConfig& m);
@@ -30,7 +35,8 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m, Family f,
                                             const std::map<std::string, Tensor>& megatron);
 // HF tensors → Megatron canonical tensors. Accepts names without the base-model prefix
 // ("h.0.attn.c_attn.weight", "layers.0…"), ignores HF buffers (GPT-2 attn.bias / attn.masked_bias,
-// Llama rotary_emb.inv_freq) and a tied lm_head.weight equal to the embeddings. Missing, extra and
+// Llama rotary_emb.inv_freq) and a tied lm_head.weight equal to the embeddings. MoE families: the
+// layer map (which layers are MoE) is the finalized m's. Missing, extra and
 // wrong-shaped tensors are errors naming the tensor and `file`. `file_vocab`: the embedding rows
 // in the file (config.json vocab_size); `padded_vocab`: the model's rows (Megatron's padding),
 // reached by repeating the last row.

@@ -1,5 +1,6 @@
 // Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
-// GPT-2 names (models/gpt/hf_families.h: to_hf_tensors, from_hf_tensors).
+// Mixtral / Qwen3-MoE / GPT-2 names (models/gpt/hf_families.h: to_hf_tensors, from_hf_tensors); the
+// MLP half of the Llama-like layers (dense or MoE) is models/gpt/hf_moe_map.h.
 // Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
 // repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
 // c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
@@ -10,28 +11,13 @@
 
 #include "core/error.h"
 #include "models/gpt/hf_families.h"
+#include "models/gpt/hf_moe_map.h"
 
 namespace strata::hf {
 
-namespace {
+namespace detail {
 
-struct Dims {
-  int64_t h, np, ng, hn, ffn, pv, max_pos, layers;
-  bool tied, one_p, qk_norm;
-};
-
-Dims dims_of(const ModelConfig& m, int64_t padded_vocab) {
-  return Dims{m.hidden_size, m.num_attention_heads, m.query_groups(), m.head_dim(), m.ffn(), padded_vocab,
-              m.max_positions(), m.num_layers, !m.untie_embeddings_and_output_weights, m.apply_layernorm_1p,
-              m.qk_layernorm};
-}
-
-std::string mlayer(int64_t i) { return "decoder.layers." + std::to_string(i) + "."; }
-std::string llayer(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
-std::string glayer(int64_t i) { return "transformer.h." + std::to_string(i) + "."; }
-
-// Concatenation along dim 0 (same trailing shape and dtype).
-Tensor cat0(const std::vector<Tensor>& parts) {
+Tensor cat_rows(const std::vector<Tensor>& parts) {
   Shape s = parts.at(0).shape();
   int64_t rows = 0;
   for (const Tensor& p : parts) rows += p.size(0);
@@ -44,6 +30,36 @@ Tensor cat0(const std::vector<Tensor>& parts) {
   }
   return out;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::cat_rows;
+using detail::MlpDims;
+
+struct Dims {
+  int64_t h, np, ng, hn, ffn, pv, max_pos, layers;
+  bool tied, one_p, qk_norm;
+  std::vector<MlpDims> mlp;  // per layer: dense (experts 0) or MoE
+};
+
+Dims dims_of(const ModelConfig& m, int64_t padded_vocab) {
+  Dims d{m.hidden_size, m.num_attention_heads, m.query_groups(), m.head_dim(), m.ffn(), padded_vocab,
+         m.max_positions(), m.num_layers, !m.untie_embeddings_and_output_weights, m.apply_layernorm_1p,
+         m.qk_layernorm, {}};
+  for (int64_t i = 0; i < m.num_layers; ++i) {
+    if (m.is_moe_layer(i))
+      d.mlp.push_back(MlpDims{m.hidden_size, m.moe_ffn(), *m.num_experts});
+    else
+      d.mlp.push_back(MlpDims{m.hidden_size, m.ffn(), 0});
+  }
+  return d;
+}
+
+std::string mlayer(int64_t i) { return "decoder.layers." + std::to_string(i) + "."; }
+std::string llayer(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
+std::string glayer(int64_t i) { return "transformer.h." + std::to_string(i) + "."; }
 
 Tensor plus(const Tensor& t, double d) {
   std::vector<double> v = t.to_vector();
@@ -92,9 +108,7 @@ std::map<std::string, Shape> hf_shapes(Family f, const Dims& d) {
         s[p + "self_attn.k_norm.weight"] = {d.hn};
       }
       s[p + "post_attention_layernorm.weight"] = {d.h};
-      s[p + "mlp.gate_proj.weight"] = {d.ffn, d.h};
-      s[p + "mlp.up_proj.weight"] = {d.ffn, d.h};
-      s[p + "mlp.down_proj.weight"] = {d.h, d.ffn};
+      detail::mlp_hf_shapes(f, p, d.mlp[static_cast<size_t>(i)], s);
     }
     s["model.norm.weight"] = {d.h};
   } else {
@@ -191,10 +205,7 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
         out[hp + "self_attn.k_norm.weight"] = norm_w(mp + "self_attention.k_layernorm.weight");
       }
       out[hp + "post_attention_layernorm.weight"] = norm_w(mp + "mlp.linear_fc1.layer_norm_weight");
-      const Tensor& fc1 = get(mp + "mlp.linear_fc1.weight");
-      out[hp + "mlp.gate_proj.weight"] = fc1.narrow(0, 0, d.ffn).contiguous().clone();
-      out[hp + "mlp.up_proj.weight"] = fc1.narrow(0, d.ffn, d.ffn).contiguous().clone();
-      out[hp + "mlp.down_proj.weight"] = get(mp + "mlp.linear_fc2.weight");
+      detail::mlp_to_hf(f, mp, hp, d.mlp[static_cast<size_t>(i)], get, out);
     }
     out["model.norm.weight"] = norm_w("decoder.final_layernorm.weight");
   } else {
@@ -206,8 +217,8 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
       out[hp + "ln_1.bias"] = get(mp + "self_attention.linear_qkv.layer_norm_bias");
       Qkv w = split_qkv(get(mp + "self_attention.linear_qkv.weight"), d);
       Qkv b = split_qkv(get(mp + "self_attention.linear_qkv.bias"), d);
-      out[hp + "attn.c_attn.weight"] = cat0({w.q, w.k, w.v}).transpose(0, 1);  // Conv1D: [in, out]
-      out[hp + "attn.c_attn.bias"] = cat0({b.q, b.k, b.v});
+      out[hp + "attn.c_attn.weight"] = cat_rows({w.q, w.k, w.v}).transpose(0, 1);  // Conv1D: [in, out]
+      out[hp + "attn.c_attn.bias"] = cat_rows({b.q, b.k, b.v});
       out[hp + "attn.c_proj.weight"] = get(mp + "self_attention.linear_proj.weight").transpose(0, 1);
       out[hp + "attn.c_proj.bias"] = get(mp + "self_attention.linear_proj.bias");
       out[hp + "ln_2.weight"] = norm_w(mp + "mlp.linear_fc1.layer_norm_weight");
@@ -280,8 +291,7 @@ std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f,
         out[mp + "self_attention.k_layernorm.weight"] = hf.at(hp + "self_attn.k_norm.weight");
       }
       out[mp + "mlp.linear_fc1.layer_norm_weight"] = hf.at(hp + "post_attention_layernorm.weight");
-      out[mp + "mlp.linear_fc1.weight"] = cat0({hf.at(hp + "mlp.gate_proj.weight"), hf.at(hp + "mlp.up_proj.weight")});
-      out[mp + "mlp.linear_fc2.weight"] = hf.at(hp + "mlp.down_proj.weight");
+      detail::mlp_from_hf(f, mp, hp, d.mlp[static_cast<size_t>(i)], hf, out);
     }
     out["decoder.final_layernorm.weight"] = hf.at("model.norm.weight");
   } else {

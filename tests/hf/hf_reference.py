@@ -1,17 +1,25 @@
 #!/usr/bin/python3
-"""Independent numerical reference for `strata export --format hf` (used by tests/unit/test_hf_export.cpp).
+"""Independent numerical reference for `strata export --format hf` (tests/unit/test_hf_export.cpp, test_hf_moe.cpp).
 
 Reads a Hugging Face model directory (config.json + model.safetensors, parsed here with the
 standard library and numpy only) and runs the forward pass of transformers' GPT2LMHeadModel,
-LlamaForCausalLM or Qwen3ForCausalLM in float64, the way transformers computes it:
+LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM in float64, the way
+transformers computes it:
   Llama: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), q/k/v/o_proj, RoPE with rotate_half
          (inv_freq = theta^(-arange(0, d, 2)/d), cos/sin of cat(freqs, freqs)), GQA by repeat_kv,
          causal softmax(q k^T / sqrt(d)), SwiGLU MLP down(silu(gate(x)) * up(x)), lm_head or tied.
   Qwen3: Llama plus q_norm / k_norm (RMSNorm over the head dim of q and k, before RoPE).
+  Mixtral: Llama whose every MLP is MixtralSparseMoeBlock: router logits = x gate^T, softmax over
+         all experts, the top num_experts_per_tok kept and renormalised to sum 1; each chosen
+         expert's w2(silu(w1 x) * w3 x) times its weight, summed.
+  Qwen3-MoE: Qwen3 whose layer i is Qwen3MoeSparseMoeBlock iff i is not in mlp_only_layers and
+         (i + 1) % decoder_sparse_step == 0 (else the dense MLP of intermediate_size): the same
+         softmax top-k, renormalised only with norm_topk_prob, experts gate/up/down_proj of
+         moe_intermediate_size.
   GPT-2: LayerNorm, Conv1D (x @ W + b with W [in, out]), c_attn split q | k | v, causal attention
          scaled by 1/sqrt(d), gelu_new (tanh) / gelu (erf) MLP, learned positions, tied lm_head.
 Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py,
-models/gpt2/modeling_gpt2.py,
+models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py, models/gpt2/modeling_gpt2.py,
 pytorch_utils.py (Conv1D), activations.py (NewGELUActivation).
 
 Usage: hf_reference.py DIR 1,2,3           → prints {"logits": [[v0, v1, ...], ...]} (one row per id)
@@ -80,6 +88,45 @@ def rotate_half(x):
     return np.concatenate([-x[..., d:], x[..., :d]], axis=-1)
 
 
+def silu_mlp(x, w_gate, w_up, w_down):
+    gate = x @ w_gate.T
+    return ((gate / (1.0 + np.exp(-gate))) * (x @ w_up.T)) @ w_down.T
+
+
+def sparse_moe(x, g, prefix, names, num_experts, top_k, renormalise):
+    """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock on x [s, h]; names: (gate, up, down) of an expert."""
+    logits = x @ g(prefix + "gate.weight").T  # [s, E]
+    w = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    w = w / w.sum(axis=-1, keepdims=True)  # softmax over every expert
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        chosen = np.argsort(-w[t], kind="stable")[:top_k]  # torch.topk: the k largest
+        weights = w[t, chosen]
+        if renormalise:
+            weights = weights / weights.sum()
+        for e, we in zip(chosen, weights):
+            p = prefix + "experts.%d." % e
+            out[t] += we * silu_mlp(x[t:t + 1], g(p + names[0] + ".weight"), g(p + names[1] + ".weight"),
+                                    g(p + names[2] + ".weight"))[0]
+    return out
+
+
+def mlp_block(cfg, g, i, m):
+    """The MLP of decoder layer i on the normalised input m [s, h], as the family builds it."""
+    kind = cfg.get("model_type")
+    p = "model.layers.%d." % i
+    if kind == "mixtral":
+        return sparse_moe(m, g, p + "block_sparse_moe.", ("w1", "w3", "w2"), cfg["num_local_experts"],
+                          cfg.get("num_experts_per_tok", 2), True)
+    if kind == "qwen3_moe":
+        sparse = (i not in (cfg.get("mlp_only_layers") or []) and cfg["num_experts"] > 0
+                  and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+        if sparse:
+            return sparse_moe(m, g, p + "mlp.", ("gate_proj", "up_proj", "down_proj"), cfg["num_experts"],
+                              cfg.get("num_experts_per_tok", 8), cfg.get("norm_topk_prob", False))
+    return silu_mlp(m, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
+
+
 def llama_forward(cfg, t, ids):
     g = lambda n: t[n] if n in t else t[n[len("model."):]]
     h = cfg["hidden_size"]
@@ -100,7 +147,7 @@ def llama_forward(cfg, t, ids):
         q = (a @ g(p + "self_attn.q_proj.weight").T).reshape(s, nh, hd).transpose(1, 0, 2)
         k = (a @ g(p + "self_attn.k_proj.weight").T).reshape(s, nkv, hd).transpose(1, 0, 2)
         v = (a @ g(p + "self_attn.v_proj.weight").T).reshape(s, nkv, hd).transpose(1, 0, 2)
-        if cfg.get("model_type") == "qwen3":  # Qwen3Attention: per-head RMSNorm of q and k before RoPE
+        if cfg.get("model_type") in ("qwen3", "qwen3_moe"):  # Qwen3Attention: per-head RMSNorm of q and k before RoPE
             q = rmsnorm(q, g(p + "self_attn.q_norm.weight"), eps)
             k = rmsnorm(k, g(p + "self_attn.k_norm.weight"), eps)
         q = q * cos + rotate_half(q) * sin
@@ -111,9 +158,7 @@ def llama_forward(cfg, t, ids):
         o = (pr @ v).transpose(1, 0, 2).reshape(s, nh * hd)
         x = x + o @ g(p + "self_attn.o_proj.weight").T
         m = rmsnorm(x, g(p + "post_attention_layernorm.weight"), eps)
-        gate = m @ g(p + "mlp.gate_proj.weight").T
-        up = m @ g(p + "mlp.up_proj.weight").T
-        x = x + ((gate / (1.0 + np.exp(-gate))) * up) @ g(p + "mlp.down_proj.weight").T
+        x = x + mlp_block(cfg, g, i, m)
     x = rmsnorm(x, g("model.norm.weight"), eps)
     head = t.get("lm_head.weight")
     if head is None or cfg.get("tie_word_embeddings", False):
@@ -173,7 +218,8 @@ def main():
         cfg = json.load(f)
     t = read_safetensors(os.path.join(d, "model.safetensors"))
     arch = (cfg.get("architectures") or [""])[0]
-    if arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") or cfg.get("model_type") in ("llama", "qwen3"):
+    llama_like = ("LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM")
+    if arch in llama_like or cfg.get("model_type") in ("llama", "qwen3", "mixtral", "qwen3_moe"):
         logits = llama_forward(cfg, t, ids)
     elif arch == "GPT2LMHeadModel" or cfg.get("model_type") == "gpt2":
         logits = gpt2_forward(cfg, t, ids)

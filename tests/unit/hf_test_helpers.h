@@ -1,9 +1,18 @@
-// Helpers for the Hugging Face export/import tests (test_hf_export.cpp, test_hf_import.cpp): small
-// Llama / Qwen3 / GPT-2 configs and random checkpoints of them.
+// Helpers for the Hugging Face export/import tests (test_hf_export.cpp, test_hf_import.cpp,
+// test_hf_moe.cpp): small Llama / Qwen3 / GPT-2 / Mixtral / Qwen3-MoE configs, random checkpoints of
+// them, and running the scripts under tests/hf with /usr/bin/python3.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -13,6 +22,9 @@
 #include "training/hf_format.h"
 #include "training/tensor_file.h"
 #include "training/model_factory.h"
+#if __has_include("strata_source_dir.h")
+#include "strata_source_dir.h"
+#endif
 
 namespace strata::test {
 
@@ -23,6 +35,47 @@ inline fs::path fresh_dir(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
+}
+
+inline bool numpy_available() {
+  static const bool available = std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+  return available;
+}
+
+// tests/hf/<name> in the source tree.
+inline fs::path hf_script(const char* name) {
+  return fs::path(STRATA_SOURCE_DIR) / "tests" / "hf" / name;
+}
+
+// Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
+// missing), else its stdout (the test fails on any other non-zero exit).
+inline std::optional<std::string> run_script(const char* script, const std::string& args) {
+  REQUIRE(fs::exists(hf_script(script)));
+  const std::string cmd = "/usr/bin/python3 " + hf_script(script).string() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return std::nullopt;
+  INFO(cmd << "\n" << out);
+  REQUIRE(status == 0);
+  return out;
+}
+
+inline nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(std::ifstream(p)); }
+
+inline std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void edit_hf_config(const fs::path& hf_dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = read_json(hf_dir / "config.json");
+  edit(j);
+  std::ofstream(hf_dir / "config.json") << j.dump(2);
 }
 
 // A small validated config of each family (ByteLevelTokenizer: vocab 257, padded to 320).
@@ -41,7 +94,7 @@ inline StrataConfig family_config(hf::Family f, bool tied, Precision precision) 
   m.layernorm_epsilon = 1e-5;
   m.untie_embeddings_and_output_weights = !tied;
   if (f != hf::Family::GPT2) {
-    m.qk_layernorm = f == hf::Family::Qwen3;
+    m.qk_layernorm = hf::has_qk_norm(f);
     m.normalization = Normalization::RMSNorm;
     m.swiglu = true;
     m.position_embedding_type = PositionEmbeddingType::Rope;
@@ -61,6 +114,17 @@ inline StrataConfig family_config(hf::Family f, bool tied, Precision precision) 
   c.optimizer.lr = 1e-3;
   c.data.mock_data = true;
   c.model.vocab_size = 257;
+  if (hf::is_moe(f)) {
+    // 4 experts of FFN 24, top-2; Qwen3-MoE: layer 0 dense (FFN 48), layer 1 MoE. The router
+    // losses are on, so their (training-only) settings travel through config.json's "strata".
+    m.num_experts = 4;
+    m.moe_ffn_hidden_size = 24;
+    m.moe_router_topk = 2;
+    if (f == hf::Family::Qwen3Moe) m.moe_layer_freq = {"0", "1"};
+    m.moe_router_load_balancing_type = {"aux_loss"};
+    m.moe_aux_loss_coeff = {0.01};
+    m.moe_z_loss_coeff = 1e-3;
+  }
   return c;
 }
 

@@ -43,34 +43,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool numpy_available() {
-  static const bool available = std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
-  return available;
-}
-
-// tests/hf/<name> in the source tree.
-fs::path hf_script(const char* name) {
-  return fs::path(STRATA_SOURCE_DIR) / "tests" / "hf" / name;
-}
-
-// Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
-// missing), else its stdout (the test fails on any other non-zero exit).
-std::optional<std::string> run_script(const char* script, const std::string& args) {
-  REQUIRE(fs::exists(hf_script(script)));
-  const std::string cmd = "/usr/bin/python3 " + hf_script(script).string() + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return std::nullopt;
-  INFO(cmd << "\n" << out);
-  REQUIRE(status == 0);
-  return out;
-}
-
 // Logits [s][padded vocab] of the HF directory for `ids` from tests/hf/<script>.
 std::optional<std::vector<std::vector<double>>> script_logits(const char* script, const fs::path& hf_dir,
                                                               const std::vector<int64_t>& ids) {
