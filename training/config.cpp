@@ -242,10 +242,6 @@ namespace {
 void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
   if (!m.num_experts) return;
   auto refuse = [](const char* field, const std::string& why) { throw ConfigError(field, why); };
-  if (p.expert_tensor_parallel_size.value_or(p.tensor_model_parallel_size) > 1)
-    refuse("parallel.expert_tensor_parallel_size",
-           "expert tensor parallelism (experts split over expert_tp) is not built yet; set it to 1 (with "
-           "tensor_model_parallel_size > 1 it defaults to the tp size)");
   if (m.add_bias_linear) refuse("model.add_bias_linear", "the MoE experts have no biases; set it false");
   if (m.moe_router_enable_expert_bias)
     refuse("model.moe_router_enable_expert_bias", "aux-loss-free expert-bias balancing is not built yet");

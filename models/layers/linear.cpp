@@ -10,10 +10,9 @@
 
 namespace strata::layers {
 
-namespace {
 // Shard rows of a global [rows, ...] parameter into `chunks` equal chunks, rank r holding part r of
 // each: the local value is [rows/tp, ...] = the rank's part of chunk 0, then of chunk 1, ...
-void shard_rows(Parameter& p, const ProcessGroup& tp, int64_t chunks) {
+void shard_parameter_rows(Parameter& p, const ProcessGroup& tp, int64_t chunks) {
   const Shape global = p.global_shape;
   const int64_t chunk = global[0] / chunks, part = chunk / tp.size();
   Shape local = global;
@@ -33,7 +32,17 @@ void shard_rows(Parameter& p, const ProcessGroup& tp, int64_t chunks) {
   p.slice = p.blocks[0];
   if (chunks == 1) p.blocks.clear();
 }
-}  // namespace
+
+void shard_parameter_columns(Parameter& p, const ProcessGroup& tp) {
+  const Shape global = p.global_shape;
+  const int64_t n = tp.size();
+  STRATA_CHECK(global.ndim() == 2 && global[1] % n == 0, p.name, ": ", global.str(),
+               " columns are not divisible by the tensor-parallel size ", n);
+  p.value = Tensor::zeros({global[0], global[1] / n}, p.value.dtype(), p.value.device());
+  p.main_grad = Tensor::zeros({global[0], global[1] / n}, p.main_grad.dtype(), p.main_grad.device());
+  p.slice = GlobalSlice::shard(global, 1, tp.rank(), static_cast<int>(n));
+  p.tensor_parallel = true;
+}
 
 Linear::Linear(const std::string& prefix, int64_t in, int64_t out, bool has_bias_, double init_std,
                const LayerEnv& env, const ProcessGroup& tp, TensorParallelMode mode, int64_t chunks)
@@ -48,8 +57,8 @@ Linear::Linear(const std::string& prefix, int64_t in, int64_t out, bool has_bias
   if (mode == TensorParallelMode::Column) {
     STRATA_CHECK((out / chunks) % n == 0, prefix, ": output size ", out / chunks,
                  " is not divisible by the tensor-parallel size ", n);
-    shard_rows(weight, tp, chunks);
-    if (has_bias) shard_rows(bias, tp, chunks);
+    shard_parameter_rows(weight, tp, chunks);
+    if (has_bias) shard_parameter_rows(bias, tp, chunks);
     out_features = out / n;
   } else {
     STRATA_CHECK(in % n == 0, prefix, ": input size ", in, " is not divisible by the tensor-parallel size ", n);

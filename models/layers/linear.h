@@ -23,6 +23,12 @@ namespace strata::layers {
 
 enum class TensorParallelMode { Replicated, Column, Row };
 
+// A parameter made whole (make_parameter) turned into this rank's shard over `tp`: rows in
+// `chunks` equal chunks (column-parallel weights; SwiGLU fc1 holds [gate_r; up_r] as two blocks),
+// or columns (row-parallel weights). Value and main_grad are re-allocated (zeros).
+void shard_parameter_rows(Parameter& p, const ProcessGroup& tp, int64_t chunks);
+void shard_parameter_columns(Parameter& p, const ProcessGroup& tp);
+
 class Linear {
  public:
   // in/out: global sizes. weight: [out, in] N(0, init_std) (this rank's shard of it); bias: zeros.

@@ -102,7 +102,11 @@ inline void check_layout(const std::vector<std::string>& layout, int expected_wo
   // Every parameter lives on exactly one pipeline stage; every expert on one expert-parallel rank.
   int64_t experts = 0;
   for (const auto& [name, g] : par1.grads) experts += name.find(".experts.") != std::string::npos ? 1 : 0;
-  Tensor dense = Tensor::full({1}, static_cast<double>(par1.grads.size()) - static_cast<double>(experts), DType::I64);
+  if (groups.expert_tp.rank() != 0) experts = 0;  // the expert-tp shards of one expert count once
+  int64_t local_experts = 0;
+  for (const auto& [name, g] : par1.grads) local_experts += name.find(".experts.") != std::string::npos ? 1 : 0;
+  Tensor dense =
+      Tensor::full({1}, static_cast<double>(par1.grads.size()) - static_cast<double>(local_experts), DType::I64);
   Tensor expert = Tensor::full({1}, static_cast<double>(experts), DType::I64);
   groups.pp.all_reduce(dense);
   groups.pp.all_reduce(expert);

@@ -82,6 +82,19 @@ TEST_CASE("expert parallelism: EP2 x TP2 (expert_tensor_parallel_size 1) matches
   }
 }
 
+// Expert tensor parallelism: each expert split over the expert-tp group (fc1 rows, fc2 columns),
+// the group's dispatched rows gathered to every shard and the partial outputs summed back.
+TEST_CASE("expert parallelism: EP2 x TP2 (expert_tensor_parallel_size 2) matches EP1", "[ep4]") {
+  for (const char* d : kDispatchers) {
+    INFO(d);
+    check_layout(moe({"parallel.expert_model_parallel_size=2", "parallel.tensor_model_parallel_size=2",
+                      "parallel.sequence_parallel=true", "parallel.expert_tensor_parallel_size=2",
+                      "model.swiglu=true", "parallel.use_distributed_optimizer=true"},
+                     d),
+                 4);
+  }
+}
+
 // (global_aux_loss is not layout-independent by definition: its running token counts after a
 // micro-batch hold every dp rank's micro-batches so far, so it is left out of these checks.)
 TEST_CASE("expert parallelism: TP2 x DP2 with experts replicated over tp matches EP1", "[ep4]") {

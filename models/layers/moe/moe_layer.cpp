@@ -10,6 +10,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/moe.h"
+#include "models/layers/linear.h"
 
 namespace strata::layers::moe {
 
@@ -98,6 +99,7 @@ struct MoELayer::State : SlotState {
   RouterState router;
   Tensor top_indices;  // [T, k] i64
   std::unique_ptr<DispatchState> dispatch;
+  ExpertTpExchange::State expert_tp;
   std::vector<int64_t> rows_per_expert;  // [local experts]
   Tensor probs;       // [M] f32 (f64 model: f64): each dispatched row's routing probability
   Tensor xp, xin;     // [M, H] dispatched tokens; the experts' input (× probs with probs on input)
@@ -115,17 +117,18 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
              RouterGroups{groups.tp_cp, groups.tp_dp_cp,
                           env.sequence_parallel ? groups.tp : ProcessGroup::single("tp")}),
       num_experts_(cfg.num_experts.value_or(0)),
-      ffn_(cfg.moe_ffn()),
+      ffn_(cfg.moe_ffn() / groups.expert_tp.size()),
       hidden_(cfg.hidden_size),
       moe_layers_(count_moe_layers(cfg)),
       swiglu_(cfg.swiglu),
       openai_gelu_(cfg.openai_gelu),
       probs_on_input_(cfg.moe_apply_probs_on_input),
+      expert_tp_(groups.expert_tp),
       tp_cp_size_(static_cast<double>(groups.tp_cp.size())) {
   STRATA_CHECK(groups.tp.size() == 1 || env.sequence_parallel, prefix,
                ": MoE layers with tensor parallelism need sequence parallelism");
-  STRATA_CHECK(groups.expert_tp.size() == 1, prefix,
-               ": expert tensor parallelism (expert_tensor_parallel_size > 1) is not built yet");
+  STRATA_CHECK(cfg.moe_ffn() % groups.expert_tp.size() == 0, prefix, ": moe_ffn_hidden_size ", cfg.moe_ffn(),
+               " is not divisible by the expert tensor-parallel size ", groups.expert_tp.size());
   if (env.sequence_parallel) sequence_parallel_ = groups.tp;
   const int ep = groups.ep.size();
   STRATA_CHECK(num_experts_ % ep == 0, prefix, ": ", num_experts_, " experts are not divisible by the expert-parallel size ", ep);
@@ -135,13 +138,17 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
                                           ? DispatcherKind::AllToAll
                                           : DispatcherKind::AllGather,
                                       num_experts_, groups.ep);
-  const int64_t fc1_out = swiglu_ ? 2 * ffn_ : ffn_;
+  const int64_t ffn = cfg.moe_ffn(), fc1_out = swiglu_ ? 2 * ffn : ffn;
   const double out_std = cfg.init_method_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
   for (int64_t j = 0; j < local_experts_; ++j) {  // names carry the GLOBAL expert id
     const std::string e = std::to_string(expert_start_ + j);
     fc1.push_back(make_parameter(prefix + ".experts.linear_fc1.weight" + e, {fc1_out, hidden_}, env,
                                  cfg.init_method_std));
-    fc2.push_back(make_parameter(prefix + ".experts.linear_fc2.weight" + e, {hidden_, ffn_}, env, out_std));
+    fc2.push_back(make_parameter(prefix + ".experts.linear_fc2.weight" + e, {hidden_, ffn}, env, out_std));
+    if (expert_tp_.size() > 1) {  // expert tensor parallelism: fc1 by rows ([gate_r; up_r]), fc2 by columns
+      shard_parameter_rows(fc1.back(), groups.expert_tp, swiglu_ ? 2 : 1);
+      shard_parameter_columns(fc2.back(), groups.expert_tp);
+    }
     fc1.back().expert_parallel = true;
     fc2.back().expert_parallel = true;
   }
@@ -165,6 +172,9 @@ void MoELayer::collect(std::vector<Parameter*>& out) {
 Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* st) const {
   std::unique_ptr<DispatchState> ds;
   DispatchedRows d = dispatcher_->dispatch(x2d, r, router.options().moe_pad_expert_input_to_capacity, ds);
+  ExpertTpExchange::State xs;  // expert tensor parallelism: every shard runs the group's rows
+  d.rows = expert_tp_.gather_rows(d.rows, d.rows_per_expert, xs);
+  d.probs = expert_tp_.gather_like(d.probs, xs);
   phase_timer::Scope t("forward/layers/moe/experts");
   const int64_t M = d.rows.size(0);
   Tensor xin = d.rows;
@@ -190,10 +200,12 @@ Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* s
   }
   Tensor y = empty_rows(M, hidden_, x2d);
   kernels::moe_grouped_linear_forward(a2, w2, d.rows_per_expert, y);  // [M, F] -> [M, H]
+  y = expert_tp_.scatter_sum(y, xs);                                     // partial over the fc2 shards
   Tensor out = dispatcher_->combine(y, *ds);                             // [M, H] -> [T, H]
   if (st) {
     st->top_indices = r.top_indices;
     st->dispatch = std::move(ds);
+    st->expert_tp = std::move(xs);
     st->rows_per_expert = d.rows_per_expert;
     st->probs = d.probs;
     st->xp = d.rows;
@@ -275,7 +287,7 @@ Tensor MoELayer::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<Sl
 }
 
 Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& dtop_probs) {
-  Tensor dy = dispatcher_->combine_backward(dout, *st.dispatch);  // [T, H] -> [M, H]
+  Tensor dy = expert_tp_.gather_like(dispatcher_->combine_backward(dout, *st.dispatch), st.expert_tp);
   phase_timer::Scope t("backward/layers/moe/experts");
   const int64_t M = dy.size(0);
   std::vector<Tensor> w1, w2, g1, g2;
@@ -308,6 +320,9 @@ Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& d
     dxp = empty_rows(M, hidden_, st.xp);
     kernels::moe_scale_rows_backward(st.xp, st.probs, dxin, dxp, &dprobs);
   }
+  // Partial over the expert-tp shards: summed, this rank's rows kept.
+  dxp = expert_tp_.scatter_sum(dxp, st.expert_tp);
+  dprobs = expert_tp_.scatter_sum(dprobs, st.expert_tp);
   return dispatcher_->dispatch_backward(dxp, dprobs, *st.dispatch, dtop_probs);  // -> [T, H], [T, k]
 }
 

@@ -24,6 +24,7 @@
 
 #include "models/layers/mlp.h"
 #include "models/layers/mlp_slot.h"
+#include "models/layers/moe/expert_tp_exchange.h"
 #include "models/layers/moe/router.h"
 #include "models/layers/moe/token_dispatcher.h"
 #include "models/model_config.h"
@@ -70,6 +71,7 @@ class MoELayer : public MlpSlot {
   std::unique_ptr<TokenDispatcher> dispatcher_;
   ProcessGroup sequence_parallel_ = ProcessGroup::single("tp");  // tp under sequence parallelism
   bool swiglu_, openai_gelu_, probs_on_input_;
+  ExpertTpExchange expert_tp_;
   double tp_cp_size_ = 1.0;
 };
 
