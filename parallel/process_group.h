@@ -80,6 +80,7 @@ struct ParallelGroups {
   ProcessGroup expert_tp = ProcessGroup::single("expert_tp");
   ProcessGroup expert_dp = ProcessGroup::single("expert_dp");
   ProcessGroup tp_ep = ProcessGroup::single("tp_ep");          // expert-TP × EP (MoE token exchange)
+  ProcessGroup tp_dp_cp = ProcessGroup::single("tp_dp_cp");    // tp × cp × dp (MoE token counts)
   // Ranks off the first and last pipeline stage belong to no embedding group (and ranks off the
   // first stage to no position-embedding group): their `embedding` / `position_embedding` is then
   // a group of this rank alone, never used, and these flags are false.

@@ -59,6 +59,7 @@ const char* group_kind_name(GroupKind kind) {
     case GroupKind::ExpertTp: return "expert_tp";
     case GroupKind::ExpertDp: return "expert_dp";
     case GroupKind::TpEp: return "tp_ep";
+    case GroupKind::TpDpCp: return "tp_dp_cp";
   }
   return "?";
 }
@@ -68,7 +69,7 @@ const std::array<GroupKind, kNumGroupKinds>& group_build_order() {
       GroupKind::DpCp, GroupKind::Dp,        GroupKind::Cp,        GroupKind::Mp,
       GroupKind::Tp,   GroupKind::Pp,        GroupKind::Embedding, GroupKind::PositionEmbedding,
       GroupKind::TpCp, GroupKind::Ep,        GroupKind::ExpertTp,  GroupKind::TpEp,
-      GroupKind::ExpertDp};
+      GroupKind::ExpertDp, GroupKind::TpDpCp};
   return order;
 }
 
@@ -94,6 +95,7 @@ RankGrid::RankGrid(int world_size, int tp, int cp, int pp, int ep, std::optional
   groups_[index(GroupKind::DpCp)] = dec_groups(false, true, true, false);
   groups_[index(GroupKind::TpCp)] = dec_groups(true, true, false, false);
   groups_[index(GroupKind::Pp)] = dec_groups(false, false, false, true);
+  groups_[index(GroupKind::TpDpCp)] = dec_groups(true, true, true, false);
   groups_[index(GroupKind::Mp)] = dec_groups(true, false, false, true);
   groups_[index(GroupKind::Ep)] = exp_groups(false, true, false, false);
   groups_[index(GroupKind::ExpertTp)] = exp_groups(true, false, false, false);
@@ -216,6 +218,7 @@ ParallelGroups build_parallel_groups(const ParallelConfig& p, std::shared_ptr<Co
       case GroupKind::ExpertTp: return out.expert_tp;
       case GroupKind::ExpertDp: return out.expert_dp;
       case GroupKind::TpEp: return out.tp_ep;
+      case GroupKind::TpDpCp: return out.tp_dp_cp;
     }
     STRATA_INTERNAL_ASSERT(false, "unknown group kind");
     return out.tp;

@@ -5,7 +5,7 @@
 //   expert grid, order tp-ep-dp-pp with the expert tensor-parallel size etp:
 //       rank = etp_rank + etp·(ep_rank + ep·(edp_rank + edp·pp_rank))
 // — and every group kind (tp, cp, dp, dp_cp, tp_cp, pp, mp = tp-pp, embedding, position_embedding,
-// ep, expert_tp, expert_dp, tp_ep) is the set of ranks that differ only in the masked coordinates
+// ep, expert_tp, expert_dp, tp_ep, tp_dp_cp) is the set of ranks that differ only in the masked coordinates
 // (generate_masked_orthogonal_rank_groups). Both grids share the pp groups.
 // Pure functions of the sizes: no communication, O(world × kinds) to build, so a 1024-rank layout
 // is planned instantly. build_parallel_groups() turns the grid into ParallelGroups by splitting
@@ -46,12 +46,14 @@ enum class GroupKind {
   ExpertTp,           // expert grid: tp (size etp)
   ExpertDp,           // expert grid: dp
   TpEp,               // expert grid: tp × ep
+  TpDpCp,             // decoder tp × cp × dp (everything but pp: MoE token counts, expert bias)
 };
-inline constexpr int kNumGroupKinds = 13;
+inline constexpr int kNumGroupKinds = 14;
 const char* group_kind_name(GroupKind kind);  // "tp", "dp_cp", "expert_tp", … (ParallelGroups names)
 // The fixed order in which build_parallel_groups() creates communicators (Megatron's
 // initialize_model_parallel: dp_cp, dp, cp, mp, tp, pp with embedding and position embedding,
-// tp_cp, ep, expert_tp, tp_ep, expert_dp).
+// tp_cp, ep, expert_tp, tp_ep, expert_dp; then tp_dp_cp, Megatron's
+// get_tensor_and_data_parallel_group(with_context_parallel=True)).
 const std::array<GroupKind, kNumGroupKinds>& group_build_order();
 
 // One rank's coordinates in both grids.

@@ -62,6 +62,7 @@ std::vector<int> expected_group(const Layout& L, GroupKind kind, int r) {
     case GroupKind::ExpertTp: return range_stride(r - etp_rank, etp, 1);
     case GroupKind::ExpertDp: return range_stride(r - edp_rank * etp * ep, L.edp(), etp * ep);
     case GroupKind::TpEp: return range_stride(r - r % (etp * ep), etp * ep, 1);
+    case GroupKind::TpDpCp: return range_stride(pp_rank * stage, stage, 1);  // the whole stage
   }
   return {};
 }
@@ -81,6 +82,7 @@ int expected_size(const Layout& L, GroupKind kind) {
     case GroupKind::ExpertTp: return L.etp;
     case GroupKind::ExpertDp: return L.edp();
     case GroupKind::TpEp: return L.etp * L.ep;
+    case GroupKind::TpDpCp: return L.tp * L.cp * L.dp();
   }
   return 0;
 }
@@ -325,6 +327,7 @@ const ProcessGroup& group_in(const ParallelGroups& g, GroupKind k) {
     case GroupKind::ExpertTp: return g.expert_tp;
     case GroupKind::ExpertDp: return g.expert_dp;
     case GroupKind::TpEp: return g.tp_ep;
+    case GroupKind::TpDpCp: return g.tp_dp_cp;
   }
   return g.world;
 }
