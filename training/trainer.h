@@ -36,6 +36,7 @@
 #include "training/config.h"
 #include "training/lr_schedule.h"
 #include "training/metrics_log.h"
+#include "training/moe_accounting.h"
 #include "training/optimizer.h"
 #include "training/schedules.h"
 #include "training/step_losses.h"
@@ -116,6 +117,8 @@ class Trainer {
   AdamWOptimizer& optimizer() { return *optimizer_; }
   GradBuffer* grad_buffer() { return grad_buffer_.get(); }  // null without data parallelism state
   const LrSchedule& lr_schedule() const { return schedule_; }
+  // The MoE accounting (null for a dense model): the last step's per-layer expert load.
+  const MoeAccounting* moe_accounting() const { return moe_.get(); }
 
  private:
   struct StepOutcome {
@@ -126,6 +129,7 @@ class Trainer {
   };
   struct Interval;  // what the log line averages (trainer_loop.cpp)
   StepOutcome train_step(double lr);
+  void setup_moe_accounting();
   LossGroups loss_groups() const;
   // The loop's parts (trainer_loop.cpp).
   bool stop_requested(TrainResult& result);
@@ -149,6 +153,8 @@ class Trainer {
   std::vector<std::string> loss_names_;  // model_.loss_names(): "lm loss" first
   std::unique_ptr<GradBuffer> grad_buffer_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<MoeAccounting> moe_;     // MoE models only
+  std::vector<Parameter*> checkpointed_;   // params_ + untrained checkpointed buffers (expert_bias)
   bool logging_rank_ = true;       // the last world rank prints and writes metrics
   double comm_seconds_ = 0.0;      // trainer-side collectives (loss, token counts)
   LrSchedule schedule_;
