@@ -19,6 +19,7 @@ ExpertLoadStats expert_load_stats(int64_t layer, const std::vector<double>& coun
                " expert-parallel ranks");
   ExpertLoadStats s;
   s.layer = layer;
+  s.counts = counts;
   s.min = *std::min_element(counts.begin(), counts.end());
   s.max = *std::max_element(counts.begin(), counts.end());
   for (double c : counts) {
@@ -40,7 +41,7 @@ ExpertLoadStats expert_load_stats(int64_t layer, const std::vector<double>& coun
 }
 
 nlohmann::json to_json(const ExpertLoadStats& s) {
-  return {{"layer", s.layer},       {"tokens", s.tokens},
+  return {{"layer", s.layer},       {"tokens_per_expert", s.counts}, {"tokens", s.tokens},
           {"min", s.min},           {"max", s.max},
           {"mean", s.mean},         {"cv", s.cv},
           {"dead_experts", s.dead_experts}, {"ep_rank_tokens", s.ep_rank_tokens},

@@ -31,6 +31,7 @@ namespace strata {
 // The load of one MoE layer over one global batch (counts reduced over tp × cp × dp).
 struct ExpertLoadStats {
   int64_t layer = 0;          // global layer number (0-based)
+  std::vector<double> counts;  // [E] tokens per expert
   double tokens = 0;          // Σ counts: (token, expert) assignments after capacity, padding excluded
   double min = 0, max = 0, mean = 0;
   double cv = 0;              // coefficient of variation: population std / mean (0 when mean is 0)
@@ -41,7 +42,8 @@ struct ExpertLoadStats {
 
 // The statistics of one layer's counts [E] under expert_model_parallel_size ep (E % ep == 0).
 ExpertLoadStats expert_load_stats(int64_t layer, const std::vector<double>& counts, int64_t ep);
-// {"layer", "tokens", "min", "max", "mean", "cv", "dead_experts", "ep_rank_tokens", "ep_max_over_mean"}.
+// {"layer", "tokens_per_expert", "tokens", "min", "max", "mean", "cv", "dead_experts", "ep_rank_tokens",
+//  "ep_max_over_mean"}.
 nlohmann::json to_json(const ExpertLoadStats& s);
 
 // The parameters and the untrained checkpointed buffers (the routers' expert_bias) of some chunks.
