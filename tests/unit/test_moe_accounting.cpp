@@ -14,6 +14,7 @@
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/checkpoint.h"
+#include "training/generation.h"
 #include "training/model_factory.h"
 #include "training/moe_accounting.h"
 #include "training/trainer.h"
@@ -137,7 +138,8 @@ namespace {
 
 StrataConfig bias_config(const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {
-      "model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
+      // vocab 260: the byte-level tokenizer's 257 ids fit (generation rebuilds it); tokens stay below 50.
+      "model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=260",
       "model.make_vocab_size_divisible_by=8", "model.add_bias_linear=false", "model.num_experts=4",
       "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2", "model.moe_router_score_function=sigmoid",
       "model.moe_router_enable_expert_bias=true", "model.moe_router_bias_update_rate=0.01",
@@ -244,6 +246,11 @@ TEST_CASE("moe accounting: the expert bias is checkpointed and a resume is bit-e
   REQUIRE(resumed.result.losses.size() == 3);
   CHECK(resumed.result.losses == Vec(full.result.losses.begin() + 3, full.result.losses.end()));  // bitwise
   CHECK(resumed.bias == full.bias);
+  // Generation loads the bias too (inference routing selects experts with it).
+  const generation::LoadedModel lm = generation::load_for_inference(dir.string());
+  std::vector<MoeRouterRef> routers = lm.model->moe_routers();
+  REQUIRE(routers.size() == 1);
+  CHECK(routers[0].router->expert_bias.value.to_vector() == first.bias);
   fs::remove_all(dir);
 }
 
