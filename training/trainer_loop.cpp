@@ -56,7 +56,8 @@ Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
   const double lr = schedule_.lr(iteration_);  // Megatron: iteration i uses lr(i - 1)
   const auto step_start = Clock::now();
   auto comm_total = [&] {
-    return comm_seconds_ + grad_buffer_->communication_seconds() + optimizer_->communication_seconds();
+    return comm_seconds_ + grad_buffer_->communication_seconds() + optimizer_->communication_seconds() +
+           (moe_ ? moe_->communication_seconds() : 0.0);
   };
   const double comm_before = comm_total();
   const double grad_exposed_before = grad_buffer_->communication_seconds();
