@@ -21,6 +21,15 @@
 
 namespace strata {
 
+namespace layers::moe {
+class TopKRouter;
+}
+// An MoE router of a model chunk and its global layer number (0-based).
+struct MoeRouterRef {
+  int64_t layer = 0;
+  layers::moe::TopKRouter* router = nullptr;
+};
+
 // Per-micro-batch state: what forward saved for backward, plus the keys of this micro-batch.
 class ForwardContext {
  public:
@@ -98,6 +107,9 @@ class LanguageModel {
   // Called by the trainer after each optimizer step (the end of a global batch; Megatron's
   // finalize_model_grads / reset_model_temporary_tensors): per-step state restarts.
   virtual void end_of_step() {}
+  // The MoE routers of this model (chunk), in layer order: the trainer's per-step MoE accounting
+  // (expert-bias update, tokens-per-expert statistics) and their checkpointed buffers.
+  virtual std::vector<MoeRouterRef> moe_routers() { return {}; }
   // What crosses pipeline stages (the p2p buffers' shape and dtype); a model that is never split
   // into stages may keep the default (width 0, refused by the pipeline schedules).
   virtual ResidualStreamShape residual_stream() const { return {}; }

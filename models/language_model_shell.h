@@ -83,6 +83,7 @@ class LanguageModelShell : public LanguageModel {
   std::vector<Parameter*> embedding_group_parameters() override;
   ResidualStreamShape residual_stream() const override;
   void end_of_step() override { block_->end_of_step(); }
+  std::vector<MoeRouterRef> moe_routers() override { return block_->moe_routers(); }
 
   InferenceCache make_inference_cache(int64_t batch, int64_t max_seq) const override;
   Tensor logits_for(const Tensor& tokens, InferenceCache* cache, int64_t position_offset) override;

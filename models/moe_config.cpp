@@ -258,8 +258,9 @@ void add_router_fields(config::SectionFields<ModelConfig>& f) {
              "Data type of the gating GEMM output and the routing math. null: the model's precision.");
   f.add("moe_router_enable_expert_bias", &M::moe_router_enable_expert_bias,
         "Aux-loss-free load balancing: a per-expert bias added to the scores for expert selection only, "
-        "updated after each optimizer step. Needs sigmoid or sqrtsoftplus scores. Not built yet: true is a "
-        "config error.");
+        "updated after each global batch from the tokens per expert (counted over tp x cp x dp) by "
+        "moe_router_bias_update_rate x sign(mean - count); checkpointed, not trained. Needs sigmoid or "
+        "sqrtsoftplus scores.");
   f.add("moe_router_bias_update_rate", &M::moe_router_bias_update_rate,
         "Step of the expert-bias update: bias += rate * sign(mean count - expert count).")
       .check(non_negative());
@@ -308,8 +309,8 @@ void add_expert_fields(config::SectionFields<ModelConfig>& f) {
   f.add("moe_grouped_gemm", &M::moe_grouped_gemm,
         "Run the local experts as one grouped GEMM instead of one GEMM per expert.");
   f.add("moe_per_layer_logging", &M::moe_per_layer_logging,
-        "Log the load-balancing and z-losses of every MoE layer, not only their average. Not built yet: "
-        "true is a config error.");
+        "Also log the load-balancing and z-losses of every MoE layer (TensorBoard moe/<loss>_layer_<i>, "
+        "JSONL), not only their average over the MoE layers.");
 }
 
 }  // namespace

@@ -243,9 +243,6 @@ void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
   if (!m.num_experts) return;
   auto refuse = [](const char* field, const std::string& why) { throw ConfigError(field, why); };
   if (m.add_bias_linear) refuse("model.add_bias_linear", "the MoE experts have no biases; set it false");
-  if (m.moe_router_enable_expert_bias)
-    refuse("model.moe_router_enable_expert_bias", "aux-loss-free expert-bias balancing is not built yet");
-  if (m.moe_per_layer_logging) refuse("model.moe_per_layer_logging", "per-layer MoE logging is not built yet");
 }
 
 // The model's rules that involve the parallel layout: heads, query groups and FFN split over tp,

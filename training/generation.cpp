@@ -15,6 +15,7 @@
 #include "core/philox.h"
 #include "training/checkpoint.h"
 #include "training/model_factory.h"
+#include "training/moe_accounting.h"
 #include "training/tensor_file.h"
 
 namespace strata::generation {
@@ -214,7 +215,8 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   lo.load_optimizer = false;
   lo.load_rng = false;
   lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
-  load_checkpoint(dir, lm.model->parameters(), nullptr, *io, lo, *iteration);
+  // The parameters and the MoE routers' expert biases (inference routing selects with them).
+  load_checkpoint(dir, checkpoint_tensors({lm.model.get()}), nullptr, *io, lo, *iteration);
   return lm;
 }
 

@@ -6,11 +6,12 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "training/moe_plan.h"
 
 namespace strata {
 
 ParameterCount operator*(int64_t n, const ParameterCount& c) {
-  return {n * c.sharded, n * c.replicated};
+  return {n * c.sharded, n * c.replicated, n * c.expert};
 }
 
 namespace {
@@ -22,7 +23,7 @@ int64_t norm_params(const ModelConfig& m, int64_t n) {
 }
 }  // namespace
 
-GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp) {
+GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_t ep, int64_t etp) {
   STRATA_INTERNAL_ASSERT(m.vocab_size.has_value(), "gpt_parameter_counts needs model.vocab_size");
   STRATA_INTERNAL_ASSERT(tp > 0, "tp must be positive");
   const int64_t h = m.hidden_size, a = m.num_attention_heads, g = m.query_groups(), d = m.head_dim(), ffn = m.ffn();
@@ -42,12 +43,15 @@ GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp) {
   L.sharded += h * (d * a / tp);
   if (m.add_bias_linear) L.replicated += h;
   // mlp.linear_fc1 (column-parallel; gate and up with SwiGLU) with its fused layer norm
+  ParameterCount& M = c.dense_mlp;
   const int64_t fc1 = m.swiglu ? 2 * ffn : ffn;
-  L.replicated += norm_params(m, h);
-  L.sharded += fc1 / tp * h + (m.add_bias_linear ? fc1 / tp : 0);
+  M.replicated += norm_params(m, h);
+  M.sharded += fc1 / tp * h + (m.add_bias_linear ? fc1 / tp : 0);
   // mlp.linear_fc2 (row-parallel)
-  L.sharded += h * (ffn / tp);
-  if (m.add_bias_linear) L.replicated += h;
+  M.sharded += h * (ffn / tp);
+  if (m.add_bias_linear) M.replicated += h;
+  L += M;
+  if (m.num_experts) c.moe_layer = moe_layer_parameters(m, tp, ep, etp > 0 ? etp : tp, L, M);
 
   c.final_norm.replicated = norm_params(m, h);
   c.output_layer.sharded = c.padded_vocab / tp * h;  // untied, or the tied copy on the last stage
@@ -58,7 +62,9 @@ int64_t gpt_total_parameters(const ModelConfig& m) {
   const GptParameterCounts c = gpt_parameter_counts(m, 1);
   ParameterCount total = c.word_embeddings;
   total += c.position_embeddings;
-  total += m.num_layers * c.layer;
+  const int64_t moe = moe_layers_in(m, 0, m.num_layers);
+  total += (m.num_layers - moe) * c.layer;
+  total += moe * c.moe_layer;
   total += c.final_norm;
   if (m.untie_embeddings_and_output_weights) total += c.output_layer;
   return total.total();
@@ -136,12 +142,21 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   plan.model_parameters = gpt_total_parameters(m);
   plan.bubble_fraction = static_cast<double>(plan.pp - 1) / static_cast<double>(plan.vpp * plan.num_micro_batches);
 
-  const GptParameterCounts counts = gpt_parameter_counts(m, plan.tp);
+  const GptParameterCounts counts = gpt_parameter_counts(m, plan.tp, plan.ep, plan.etp);
   plan.padded_vocab = counts.padded_vocab;
   const int64_t e = plan.bf16 ? 2 : 4;
   plan.activations = activation_sizes(m, plan.tp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e,
                                       counts.padded_vocab);
+  plan.expert_dp = plan.world_size / (plan.etp * plan.ep * plan.pp);
+  if (m.num_experts) {
+    plan.num_experts = *m.num_experts;
+    plan.topk = m.moe_router_topk;
+    plan.local_experts = plan.num_experts / plan.ep;
+    plan.all_to_all_bytes_per_layer =
+        moe_all_to_all_bytes(m, plan.micro_batch_size, plan.tp, plan.cp, plan.sequence_parallel, plan.ep, e);
+  }
   const int64_t optimizer_shards = plan.distributed_optimizer ? plan.dp * plan.cp : 1;
+  const int64_t expert_shards = plan.distributed_optimizer ? plan.expert_dp : 1;
   const bool tied = !m.untie_embeddings_and_output_weights;
   const auto ranges = pipeline_layer_ranges(p, m.num_layers);
 
@@ -152,8 +167,13 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
     st.has_embedding = i == 0;
     st.has_output_layer = i == plan.pp - 1;
     int64_t layers = 0;
-    for (const auto& c : st.chunks) layers += c.count;
-    st.parameters = layers * counts.layer;
+    for (const auto& c : st.chunks) {
+      layers += c.count;
+      st.moe_layers += moe_layers_in(m, c.first, c.count);
+    }
+    st.parameters = (layers - st.moe_layers) * counts.layer;
+    st.parameters += st.moe_layers * counts.moe_layer;
+    st.all_to_all_bytes_per_step = st.moe_layers * plan.num_micro_batches * plan.all_to_all_bytes_per_layer;
     if (st.has_embedding) {
       st.parameters += counts.word_embeddings;
       st.parameters += counts.position_embeddings;
@@ -164,9 +184,11 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
     }
     const int64_t n = st.parameters.total();
     st.memory.weights = n * e;
-    st.memory.main_params = plan.bf16 ? 4 * ceil_div(n, optimizer_shards) : 0;
+    // The distributed optimizer's shard: dense state over dp × cp, expert state over expert dp.
+    const int64_t shard = ceil_div(st.parameters.dense(), optimizer_shards) + ceil_div(st.parameters.expert, expert_shards);
+    st.memory.main_params = plan.bf16 ? 4 * shard : 0;
     st.memory.grads = 4 * n;
-    st.memory.optimizer = 8 * ceil_div(n, optimizer_shards);
+    st.memory.optimizer = 8 * shard;
 
     st.in_flight = in_flight_micro_batches(i, plan.pp, plan.vpp, plan.num_micro_batches);
     const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk

@@ -13,12 +13,18 @@
 //   pipeline           embeddings on the first stage; final norm and output layer on the last;
 //                      with tied embeddings and pp > 1 the last stage holds its own copy of the
 //                      word embeddings as the output weight (Megatron's shared embedding).
+//   MoE layers         (model.moe_layer_freq) training/moe_plan.h: the router and shared experts
+//                      as dense parameters, E/ep local experts split over etp as expert ones;
+//                      the distributed optimizer shards dense state over dp·cp and expert state
+//                      over the expert-data-parallel group; plus the all-to-all bytes per step.
 // Activations (bytes per layer per micro-batch; Korthikanti et al. 2022, "Reducing Activation
 // Recomputation in Large Transformer Models", eq. 1–4 with e = bytes per activation element,
 // 1-byte dropout masks; e = 2 gives sbh(34 + 5as/h), and /t with sequence parallelism):
 //   sbh·((4e + 2)/(sp ? t : 1) + 12e/t) + a·s²·b·(2e + 1)/t,   s = seq_length/cp per rank;
 //   full recompute keeps only each layer's input: e·sbh (/t with sp), plus, at the peak, one
 //   layer's full activations while its forward is recomputed in backward.
+// (An MoE layer is estimated with the dense layer's formula: its expert activations depend on the
+// routing, so this is an approximation for MoE models.)
 // The last stage adds the output layer's input and f32 logits, 4·s·b·(h + v)/t (paper §4.3).
 // In flight (micro-batches whose activations a stage holds at its peak): 1F1B stage i holds
 // min(m, pp − i); interleaved holds min(m·vpp, 2(pp − i − 1) + (vpp − 1)·pp + 1) model chunks
@@ -36,14 +42,17 @@
 
 namespace strata {
 
-// Parameters one rank holds, split by how tensor parallelism treats them.
+// Parameters one rank holds, split by how tensor and expert parallelism treat them.
 struct ParameterCount {
   int64_t sharded = 0;     // this tp rank's shard of tensors split over tp
   int64_t replicated = 0;  // tensors every tp rank holds whole
-  int64_t total() const { return sharded + replicated; }
+  int64_t expert = 0;      // MoE experts: this rank's E/ep experts, each split over etp
+  int64_t dense() const { return sharded + replicated; }  // what dp × cp shares (distributed optimizer)
+  int64_t total() const { return sharded + replicated + expert; }
   ParameterCount& operator+=(const ParameterCount& o) {
     sharded += o.sharded;
     replicated += o.replicated;
+    expert += o.expert;
     return *this;
   }
 };
@@ -54,13 +63,16 @@ struct GptParameterCounts {
   int64_t padded_vocab = 0;          // padded to make_vocab_size_divisible_by·tp
   ParameterCount word_embeddings;    // first stage
   ParameterCount position_embeddings;  // first stage (learned_absolute only)
-  ParameterCount layer;              // one transformer layer
+  ParameterCount layer;              // one transformer layer (a dense one)
+  ParameterCount dense_mlp;          // of which the MLP: linear_fc1 with its fused norm, linear_fc2
+  ParameterCount moe_layer;          // one MoE layer (training/moe_plan.h; zero for a dense model)
   ParameterCount final_norm;         // last stage
   ParameterCount output_layer;       // last stage: untied, or the tied copy when pp > 1
 };
-GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp);
+// ep, etp: expert model / tensor parallel sizes (etp 0: tp), used by MoE layers only.
+GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_t ep = 1, int64_t etp = 0);
 
-// The whole model's parameter count on one rank (tp = pp = 1): what GPTModel allocates.
+// The whole model's parameter count on one rank (tp = pp = ep = 1): what GPTModel allocates.
 int64_t gpt_total_parameters(const ModelConfig& m);
 
 // Layers of one model chunk: global layer indices [first, first + count).
@@ -87,9 +99,9 @@ int64_t in_flight_micro_batches(int64_t stage, int64_t pp, int64_t vpp, int64_t 
 // Bytes on one rank.
 struct MemoryEstimate {
   int64_t weights = 0;      // parameters at the compute dtype
-  int64_t main_params = 0;  // f32 master copy (bf16 only); /dp·cp with the distributed optimizer
+  int64_t main_params = 0;  // f32 master copy (bf16 only); distributed optimizer: dense /dp·cp, experts /expert dp
   int64_t grads = 0;        // f32 main grads
-  int64_t optimizer = 0;    // Adam m and v, f32; /dp·cp with the distributed optimizer
+  int64_t optimizer = 0;    // Adam m and v, f32; sharded like main_params
   int64_t activations = 0;            // in-flight micro-batches, no recompute
   int64_t activations_recompute = 0;  // in-flight micro-batches, full recompute
   int64_t static_bytes() const { return weights + main_params + grads + optimizer; }
@@ -103,6 +115,8 @@ struct StagePlan {
   bool has_embedding = false, has_output_layer = false;
   ParameterCount parameters;       // on each rank of this stage
   int64_t in_flight = 0;           // micro-batches (or model chunks with vpp) held at the peak
+  int64_t moe_layers = 0;          // of its layers, MoE ones
+  int64_t all_to_all_bytes_per_step = 0;  // MoE token exchange sent by one rank per step
   MemoryEstimate memory;
 };
 
@@ -111,6 +125,11 @@ struct LayoutPlan {
   bool sequence_parallel = false, distributed_optimizer = false, bf16 = false;
   int64_t num_micro_batches = 1, micro_batch_size = 1, global_batch_size = 1;
   int64_t model_parameters = 0;  // the unsharded model (tp = pp = 1)
+  // MoE (num_experts set): experts, local experts per rank, expert-data-parallel size (world /
+  // (etp·ep·pp), the distributed optimizer's shards of expert state) and the bytes one rank sends
+  // per MoE layer and micro-batch (training/moe_plan.h).
+  int64_t num_experts = 0, topk = 0, local_experts = 0, expert_dp = 1;
+  int64_t all_to_all_bytes_per_layer = 0;
   int64_t padded_vocab = 0;      // at this tp
   ActivationSizes activations;
   double bubble_fraction = 0;

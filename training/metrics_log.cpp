@@ -67,7 +67,10 @@ std::string format_validation_log(const std::string& prefix, double loss, double
          fmt_c("lm loss PPL: %.6E | ", ppl);
 }
 
+bool is_per_layer_metric(const std::string& tag) { return tag.rfind("moe/", 0) == 0; }
+
 bool has_samples_twin(const std::string& tag) {
+  if (is_per_layer_metric(tag)) return false;
   static const char* const kIterationOnly[] = {"iteration-time",          "throughput",          "mem-reserved-bytes",
                                                "mem-allocated-bytes",     "mem-max-allocated-bytes",
                                                "mem-allocated-count",     "max_attention_logit", "samples vs steps"};

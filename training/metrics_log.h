@@ -25,6 +25,7 @@ struct IterationLog {
   std::optional<double> learning_rate;               // "None" when unknown
   int64_t global_batch_size = 0;
   std::vector<std::pair<std::string, double>> losses;  // ("lm loss", avg); printed when > 0
+  std::vector<std::pair<std::string, double>> per_layer;  // "moe/…_layer_i" losses: not printed
   double loss_scale = 1.0;
   std::optional<double> grad_norm;
   std::optional<double> num_zeros;                   // --log-num-zeros-in-grad
@@ -57,7 +58,10 @@ class MetricsSink {
 // batch-size, every loss key, loss-scale, world-size, grad-norm, num-zeros, params-norm, the
 // validation tags). Timing, throughput and memory tags (iteration-time, throughput, mem-*,
 // max_attention_logit) are written against the iteration only.
+// The MoE per-layer tags ("moe/<loss>_layer_<i>") are written against the iteration only.
 bool has_samples_twin(const std::string& tag);
+// A per-layer metric ("moe/" prefix: Megatron's tracker writes it to TensorBoard, not the log line).
+bool is_per_layer_metric(const std::string& tag);
 // Writes `tag` at `iteration`, and `tag + " vs samples"` at `consumed_samples` when it has a twin.
 void add_scalar_with_samples_twin(MetricsSink& sink, const std::string& tag, double value, int64_t iteration,
                                   int64_t consumed_samples);

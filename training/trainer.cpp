@@ -63,6 +63,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
     if (options_.init_parameters) chunk->init_parameters(static_cast<uint64_t>(cfg_.training.seed));
   }
   STRATA_CHECK(!params_.empty(), "trainer: the model has no parameters");
+  setup_moe_accounting();  // MoE: per-step token counts and expert bias (training/moe_accounting.h)
   loss_names_ = model_.loss_names();
   STRATA_CHECK(!loss_names_.empty() && loss_names_.front() == kLmLossName, "trainer: the model's first loss must be '",
                kLmLossName, "'");
@@ -89,7 +90,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
       // Distributed optimizer: the state is read at full size, then this rank keeps its segments.
       const bool reads_optimizer = lo.load_optimizer && !lo.finetune;
       if (reads_optimizer) optimizer_->prepare_checkpoint_states();
-      const CheckpointState st = load_checkpoint(dir, params_, optimizer_.get(), tensor_io(), lo);
+      const CheckpointState st = load_checkpoint(dir, checkpointed_, optimizer_.get(), tensor_io(), lo);
       if (reads_optimizer) optimizer_->scatter_checkpoint_states();
       iteration_ = start_iteration_ = st.iteration;
       consumed_samples_ = st.consumed_train_samples;
@@ -136,6 +137,14 @@ void Trainer::build_gradient_buffers_and_optimizer() {
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::setup_moe_accounting() {
+  checkpointed_ = checkpoint_tensors(pipeline_.chunks);  // the parameters, then the routers' expert biases
+  if (!cfg_.model.is_moe()) return;
+  moe_ = std::make_unique<MoeAccounting>(pipeline_.chunks, cfg_.model.num_layers, *cfg_.model.num_experts,
+                                         cfg_.parallel.expert_model_parallel_size, options_.groups.tp_dp_cp,
+                                         pipeline_.pp);
+}
 
 std::ostream& Trainer::out() {
   if (!logging_rank_) return null_stream();
@@ -215,6 +224,7 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   o.loss = o.losses.front().second;  // the LM loss (loss_names() starts with it)
   phase_timer::Scope t("optimizer");
   o.opt = optimizer_->step(lr);
+  if (moe_) moe_->end_of_step();  // expert bias and load statistics (skipped steps too, as Megatron)
   for (LanguageModel* chunk : pipeline_.chunks) chunk->end_of_step();  // e.g. MoE global_aux_loss sums
   return o;
 }
@@ -271,7 +281,7 @@ void Trainer::save_checkpoint() {
   layout.expert_dp_rank = options_.groups.expert_dp.rank();
   layout.expert_tp_rank = options_.groups.expert_tp.rank();
   const std::string dir =
-      strata::save_checkpoint(*cfg_.checkpoint.save, st, params_, optimizer_.get(), tensor_io(), true, layout);
+      strata::save_checkpoint(*cfg_.checkpoint.save, st, checkpointed_, optimizer_.get(), tensor_io(), true, layout);
   optimizer_->release_checkpoint_states();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   out() << " saved checkpoint at iteration " << iteration_ << " to " << dir << " (" << ms << " ms)" << std::endl;

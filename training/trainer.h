@@ -36,6 +36,7 @@
 #include "training/config.h"
 #include "training/lr_schedule.h"
 #include "training/metrics_log.h"
+#include "training/moe_accounting.h"
 #include "training/optimizer.h"
 #include "training/schedules.h"
 #include "training/step_losses.h"
@@ -117,6 +118,8 @@ class Trainer {
   GradBuffer* grad_buffer() { return grad_buffer_.get(); }  // the dense parameters' (dp × cp)
   GradBuffer* expert_grad_buffer() { return expert_grad_buffer_.get(); }  // experts' (expert dp); null: none
   const LrSchedule& lr_schedule() const { return schedule_; }
+  // The MoE accounting (null for a dense model): the last step's per-layer expert load.
+  const MoeAccounting* moe_accounting() const { return moe_.get(); }
 
  private:
   void build_gradient_buffers_and_optimizer();
@@ -128,6 +131,7 @@ class Trainer {
   };
   struct Interval;  // what the log line averages (trainer_loop.cpp)
   StepOutcome train_step(double lr);
+  void setup_moe_accounting();
   LossGroups loss_groups() const;
   // The loop's parts (trainer_loop.cpp).
   bool stop_requested(TrainResult& result);
@@ -152,6 +156,8 @@ class Trainer {
   std::unique_ptr<GradBuffer> grad_buffer_;
   std::unique_ptr<GradBuffer> expert_grad_buffer_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<MoeAccounting> moe_;     // MoE models only
+  std::vector<Parameter*> checkpointed_;   // params_ + untrained checkpointed buffers (expert_bias)
   bool logging_rank_ = true;       // the last world rank prints and writes metrics
   double comm_seconds_ = 0.0;      // trainer-side collectives (loss, token counts)
   LrSchedule schedule_;

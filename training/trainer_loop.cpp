@@ -64,7 +64,10 @@ Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
     return grad_buffer_->communication_inflight_seconds() +
            (expert_grad_buffer_ ? expert_grad_buffer_->communication_inflight_seconds() : 0.0);
   };
-  auto comm_total = [&] { return comm_seconds_ + grad_exposed_total() + optimizer_->communication_seconds(); };
+  auto comm_total = [&] {
+    return comm_seconds_ + grad_exposed_total() + optimizer_->communication_seconds() +
+           (moe_ ? moe_->communication_seconds() : 0.0);
+  };
   const double comm_before = comm_total();
   const double grad_exposed_before = grad_exposed_total();
   const double grad_inflight_before = grad_inflight_total();
@@ -112,8 +115,11 @@ IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, do
   f.elapsed_ms_per_iteration = secs * 1000.0 / static_cast<double>(iv.iters);
   f.learning_rate = schedule_.lr(iteration_);  // Megatron logs the lr after the scheduler step
   f.global_batch_size = global_batch_size_;
-  for (size_t k = 0; k < loss_names_.size(); ++k)
-    f.losses.push_back({loss_names_[k], iv.loss_sums[k] / static_cast<double>(std::max<int64_t>(1, iv.advanced))});
+  for (size_t k = 0; k < loss_names_.size(); ++k) {
+    const double v = iv.loss_sums[k] / static_cast<double>(std::max<int64_t>(1, iv.advanced));
+    // MoE per-layer losses (moe_per_layer_logging) go to TensorBoard and JSONL, not the log line.
+    (is_per_layer_metric(loss_names_[k]) ? f.per_layer : f.losses).push_back({loss_names_[k], v});
+  }
   f.loss_scale = 1.0;
   f.grad_norm = o.opt.grad_norm;
   if (cfg_.logging.log_num_zeros_in_grad) f.num_zeros = o.opt.num_zeros;
@@ -145,6 +151,12 @@ void Trainer::write_metrics(const IterationLog& f, const Interval& iv) {
                         {"nan-iterations", iv.skipped},
                         {"tokens-per-second", *f.tokens_per_second}};
   for (const auto& [name, value] : f.losses) rec[name] = value;
+  for (const auto& [name, value] : f.per_layer) rec[name] = value;
+  if (moe_ && !moe_->last_stats().empty()) {  // the logged iteration's expert load, per MoE layer
+    nlohmann::json load = nlohmann::json::array();
+    for (const ExpertLoadStats& s : moe_->last_stats()) load.push_back(to_json(s));
+    rec["moe-expert-load"] = load;
+  }
   if (f.num_zeros) rec["num-zeros"] = *f.num_zeros;
   if (options_.groups.dp_cp.size() > 1) {
     rec["grad-reduce-exposed-time"] = iv.grad_exposed / static_cast<double>(iv.iters);
@@ -157,8 +169,10 @@ void Trainer::write_metrics(const IterationLog& f, const Interval& iv) {
     auto put = [&](const std::string& tag, double v) {
       add_scalar_with_samples_twin(*s, tag.c_str(), v, iteration_, consumed_samples_);
     };
-    if (iv.advanced > 0)
+    if (iv.advanced > 0) {
       for (const auto& [name, value] : f.losses) put(name, value);
+      for (const auto& [name, value] : f.per_layer) put(name, value);
+    }
     put("learning-rate", *f.learning_rate);
     put("grad-norm", grad_norm);
     if (f.num_zeros) put("num-zeros", *f.num_zeros);

@@ -2,7 +2,8 @@
 // validates the run config for N ranks exactly as `strata train` does (no MPI, nothing
 // allocated), then prints the layout — the grid (tp, cp, ep, dp, pp, vpp, sp), the layers of
 // every pipeline stage and virtual chunk, the parameters and a memory estimate per rank (weights,
-// f32 main params, f32 grads, Adam state, activations with and without full recompute) and the
+// f32 main params, f32 grads, Adam state, activations with and without full recompute; MoE
+// models: expert parameters per EP/ETP rank and the all-to-all bytes per step) and the
 // pipeline bubble — as text or JSON; with --rank R also that rank's coordinates and groups.
 // The arithmetic is parallel/memory_plan.h and parallel/rank_grid.h; see docs/parallelism.md.
 // Reference: megatron/training/theoretical_memory_usage.py (report_theoretical_memory).
@@ -79,7 +80,8 @@ ordered_json rank_json(const RankGrid& grid, int rank) {
 
 ordered_json plan_json(const LayoutPlan& p) {
   auto params = [](const ParameterCount& c) {
-    return ordered_json{{"total", c.total()}, {"sharded", c.sharded}, {"replicated", c.replicated}};
+    return ordered_json{
+        {"total", c.total()}, {"sharded", c.sharded}, {"replicated", c.replicated}, {"expert", c.expert}};
   };
   ordered_json j;
   j["world_size"] = p.world_size;
@@ -97,6 +99,12 @@ ordered_json plan_json(const LayoutPlan& p) {
                                      {"full_recompute", p.activations.per_layer_recompute},
                                      {"output_layer", p.activations.output_layer}};
   j["pipeline_bubble_fraction"] = p.bubble_fraction;
+  if (p.num_experts > 0)
+    j["moe"] = {{"num_experts", p.num_experts},
+                {"topk", p.topk},
+                {"local_experts", p.local_experts},
+                {"expert_dp", p.expert_dp},
+                {"all_to_all_bytes_per_layer_micro_batch", p.all_to_all_bytes_per_layer}};
   ordered_json stages = ordered_json::array();
   for (const auto& s : p.stages) {
     ordered_json chunks = ordered_json::array();
@@ -108,6 +116,8 @@ ordered_json plan_json(const LayoutPlan& p) {
                       {"output_layer", s.has_output_layer},
                       {"parameters_per_rank", params(s.parameters)},
                       {"in_flight", s.in_flight},
+                      {"moe_layers", s.moe_layers},
+                      {"all_to_all_bytes_per_step", s.all_to_all_bytes_per_step},
                       {"memory_bytes_per_rank",
                        {{"weights", m.weights},
                         {"main_params", m.main_params},
@@ -143,6 +153,11 @@ void print_text(const std::string& config, const LayoutPlan& p, const ModelConfi
                      std::to_string(p.dp * p.cp) + " ranks")
                         .c_str()
                   : "optimizer state replicated on every data-parallel rank");
+  if (p.num_experts > 0)
+    std::printf("MoE: %lld experts, top-%lld; %lld local experts per ep rank (etp %lld); expert state sharded over "
+                "expert dp %lld; all-to-all %s sent per MoE layer per micro-batch\n",
+                (long long)p.num_experts, (long long)p.topk, (long long)p.local_experts, (long long)p.etp,
+                (long long)(p.distributed_optimizer ? p.expert_dp : 1), bytes_text(p.all_to_all_bytes_per_layer).c_str());
   std::printf("activations per layer per micro-batch: %s (full recompute %s); output layer %s\n\n",
               bytes_text(p.activations.per_layer).c_str(), bytes_text(p.activations.per_layer_recompute).c_str(),
               bytes_text(p.activations.output_layer).c_str());
@@ -151,9 +166,13 @@ void print_text(const std::string& config, const LayoutPlan& p, const ModelConfi
     if (s.has_embedding) extra += ", embedding";
     if (s.has_output_layer) extra += ", output layer";
     std::printf("stage %lld: layers %s%s\n", (long long)s.stage, chunks_text(s.chunks).c_str(), extra.c_str());
-    std::printf("  parameters per rank %s (%lld sharded over tp + %lld replicated)\n",
-                count_text(s.parameters.total()).c_str(), (long long)s.parameters.sharded,
-                (long long)s.parameters.replicated);
+    std::printf("  parameters per rank %s (%lld sharded over tp + %lld replicated", count_text(s.parameters.total()).c_str(),
+                (long long)s.parameters.sharded, (long long)s.parameters.replicated);
+    if (p.num_experts > 0)
+      std::printf(" + %lld expert; %lld MoE layers, all-to-all %s per step)\n", (long long)s.parameters.expert,
+                  (long long)s.moe_layers, bytes_text(s.all_to_all_bytes_per_step).c_str());
+    else
+      std::printf(")\n");
     const MemoryEstimate& e = s.memory;
     std::printf("  weights %s, main params %s, grads %s, Adam %s\n", bytes_text(e.weights).c_str(),
                 bytes_text(e.main_params).c_str(), bytes_text(e.grads).c_str(), bytes_text(e.optimizer).c_str());
@@ -193,10 +212,6 @@ void register_plan(CLI::App& app) {
     report_no_effect_flags(no_effect);
     cfg.parallel.world_size = o->world_size;  // --world-size wins over the file's parallel.world_size
     cfg.validate(std::nullopt);
-    // The memory plan counts dense layers; expert parameters per EP/ETP rank come with expert parallelism.
-    STRATA_CHECK_KIND(ErrorKind::Config, !cfg.model.num_experts, "strata plan: model.num_experts is set, and the "
-                      "plan does not count MoE layers yet (their per-rank expert parameters arrive with expert "
-                      "parallelism); the config itself validated");
     if (!cfg.model.vocab_size) {
       try {
         cfg.model.vocab_size = data::build_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();

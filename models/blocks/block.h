@@ -18,6 +18,7 @@
 #include "models/layers/layer_common.h"
 #include "models/loss.h"
 #include "core/parameter.h"
+#include "models/language_model.h"
 
 namespace strata {
 
@@ -54,6 +55,8 @@ class Block {
   virtual int64_t first_layer() const = 0;
   // After the optimizer step (end of a global batch): the layers' per-step state restarts.
   virtual void end_of_step() {}
+  // The MoE routers of the block's layers (global layer numbers), in layer order.
+  virtual std::vector<MoeRouterRef> moe_routers() { return {}; }
 };
 
 }  // namespace strata

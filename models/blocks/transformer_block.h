@@ -31,6 +31,12 @@ class TransformerBlock : public Block {
   void end_of_step() override {
     for (auto& l : layers_) l->end_of_step();
   }
+  std::vector<MoeRouterRef> moe_routers() override {
+    std::vector<MoeRouterRef> out;
+    for (auto& l : layers_)
+      if (layers::moe::TopKRouter* r = l->moe_router()) out.push_back({l->index(), r});
+    return out;
+  }
 
   // Local layer i (global first_layer() + i).
   layers::TransformerLayer& layer(size_t i) { return *layers_.at(i); }

@@ -20,6 +20,10 @@
 
 namespace strata::layers {
 
+namespace moe {
+class TopKRouter;
+}
+
 // What a slot's forward may use besides its input.
 struct SlotRun {
   int64_t layer = 0;                 // global layer number
@@ -44,6 +48,8 @@ class MlpSlot {
   // After the optimizer step, at the end of a global batch (per-step state such as MoE's
   // global_aux_loss running sums restarts).
   virtual void end_of_step() {}
+  // The slot's MoE router (null for a dense slot).
+  virtual moe::TopKRouter* moe_router() { return nullptr; }
 };
 
 // The dense MLP in the slot.

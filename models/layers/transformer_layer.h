@@ -46,6 +46,8 @@ class TransformerLayer {
   void end_of_step() {
     if (mlp_) mlp_->end_of_step();
   }
+  // The MoE router of the MLP slot (null: no MLP or a dense one).
+  moe::TopKRouter* moe_router() { return mlp_ ? mlp_->moe_router() : nullptr; }
 
   const std::string& name() const { return name_; }
   const TransformerLayerSpec& spec() const { return spec_; }

@@ -45,6 +45,7 @@ ParallelGroups data_parallel_groups() {
   g.world = ProcessGroup("world", all, g.global_rank, comm);
   g.dp = ProcessGroup("dp", all, g.global_rank, comm);
   g.dp_cp = ProcessGroup("dp_cp", all, g.global_rank, comm);
+  g.tp_dp_cp = ProcessGroup("tp_dp_cp", all, g.global_rank, comm);
   g.tp = ProcessGroup::single("tp", g.global_rank);
   g.cp = ProcessGroup::single("cp", g.global_rank);
   g.ep = ProcessGroup::single("ep", g.global_rank);

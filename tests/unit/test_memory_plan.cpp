@@ -1,11 +1,13 @@
 // Layout planning (training/memory_plan.h): parameter counts against the real GPTModel, tp
 // sharding sums, the 12h² + 13h layer count, pipeline layer ranges (Megatron's interleaving
 // docstring, uneven stages), Korthikanti et al.'s activation formula on hand-computed numbers,
-// in-flight micro-batches, bubble fraction and the per-rank memory arithmetic.
+// in-flight micro-batches, bubble fraction and the per-rank memory arithmetic; MoE layers (expert
+// parameters per EP/ETP rank, optimizer sharding over dp·cp and expert dp, all-to-all bytes).
 // Reference: Korthikanti et al. 2022 (eq. 1–4), megatron/core/parallel_state.py
 // (initialize_model_parallel docstring: virtual pipeline layer assignment).
 #include "models/gpt/gpt_model.h"
 #include "training/memory_plan.h"
+#include "training/moe_plan.h"
 #include "test_helpers.h"
 
 namespace strata {
@@ -231,6 +233,90 @@ TEST_CASE("memory plan: per-rank parameters and memory of a layout", "[memory_pl
   CHECK(p.stages[1].in_flight == 1);
   CHECK(p.stages[1].memory.activations == 4 * per_layer + 4 * 64 * 2 * (64 + 1024) / 2);
   CHECK(p.peak_stage(false).stage == 0);
+}
+
+}  // namespace strata
+
+namespace strata {
+
+TEST_CASE("memory plan: MoE models at tp=1 count what the real GPTModel allocates", "[memory_plan]") {
+  auto moe = [](std::function<void(ModelConfig&)> edit) {
+    return small([&](ModelConfig& m) {
+      m.add_bias_linear = false;
+      m.num_experts = 4;
+      m.moe_ffn_hidden_size = 24;
+      m.moe_router_topk = 2;
+      edit(m);
+    });
+  };
+  const std::vector<ModelConfig> variants = {
+      moe([](ModelConfig&) {}),  // LayerNorm, GeLU, every layer MoE
+      moe([](ModelConfig& m) {   // SwiGLU, RMSNorm, shared expert with its gate, dense first layer
+        m.swiglu = true;
+        m.normalization = Normalization::RMSNorm;
+        m.moe_shared_expert_intermediate_size = 40;
+        m.moe_shared_expert_gate = true;
+        m.moe_layer_freq = {"[0, 1, 1]"};
+      }),
+      moe([](ModelConfig& m) {  // sigmoid scores with the expert bias (a buffer, not a parameter), freq 2
+        m.moe_router_score_function = MoeScoreFunction::Sigmoid;
+        m.moe_router_enable_expert_bias = true;
+        m.moe_layer_freq = {"2"};
+      }),
+  };
+  for (const ModelConfig& m : variants) CHECK(gpt_total_parameters(m) == model_parameter_count(m));
+}
+
+TEST_CASE("memory plan: MoE per-rank parameters under EP, optimizer sharding and all-to-all bytes", "[memory_plan]") {
+  // h 64, 8 layers, MoE on layers 0, 2, 4, 6 (freq 2): 8 experts of F = 32 (GeLU), top-2; no biases.
+  StrataConfig cfg = run_config({"model.num_experts=8", "model.moe_ffn_hidden_size=32", "model.moe_router_topk=2",
+                                 "model.moe_layer_freq=2", "model.add_bias_linear=false", "parallel.world_size=8",
+                                 "training.precision=bf16", "parallel.use_distributed_optimizer=true"});
+  const LayoutPlan one = plan_layout(cfg);  // 8 ranks of dp: tp = ep = 1
+  const int64_t dense_tp1 = 256 + 3 * 4096 + 4096 + 2 * 16384;     // 2 LayerNorms, qkv, proj, fc1, fc2
+  const int64_t moe_tp1 = 256 + 4 * 4096 + 8 * 64 + 8 * 2 * 32 * 64;  // norms, attention, router, 8 experts
+  CHECK(one.model_parameters == 4 * dense_tp1 + 4 * moe_tp1 + 1024 * 64 + 64 * 64 + 128);
+  CHECK(one.stages[0].parameters.total() == one.model_parameters);
+  CHECK(one.stages[0].parameters.expert == 4 * 8 * 2 * 32 * 64);
+  CHECK(one.all_to_all_bytes_per_layer == 0);  // ep 1: nothing leaves the rank
+  // The layout the lead's expert parallelism will run: tp 2 with sp, ep 4, etp 1 (set after
+  // validation, which refuses ep > 1 in this revision).
+  cfg.parallel.tensor_model_parallel_size = 2;
+  cfg.parallel.sequence_parallel = true;
+  cfg.parallel.expert_model_parallel_size = 4;
+  cfg.parallel.expert_tensor_parallel_size = 1;
+  cfg.training.global_batch_size = 32;  // dp 4: 4 micro-batches of 2
+  const LayoutPlan p = plan_layout(cfg);
+  CHECK(p.dp == 4);
+  CHECK(p.expert_dp == 2);  // 8 / (etp 1 · ep 4 · pp 1)
+  CHECK(p.local_experts == 2);
+  const StagePlan& s = p.stages.at(0);
+  CHECK(s.moe_layers == 4);
+  // dense layer at tp 2: norms 256 replicated; qkv 6144 + proj 2048 + fc1 8192 + fc2 8192 sharded.
+  // MoE layer: the attention's 8192 sharded; 128 + 128 (norms) + 512 (router) replicated; 2 local
+  // experts of (32·64 + 64·32) expert parameters.
+  const int64_t dense_layer = 256 + 6144 + 2048 + 8192 + 8192, moe_dense = 8192 + 768, moe_expert = 2 * 2 * 32 * 64;
+  const int64_t emb = 1024 / 2 * 64, pos = 64 * 64, fnorm = 128;
+  CHECK(s.parameters.expert == 4 * moe_expert);
+  CHECK(s.parameters.dense() == 4 * dense_layer + 4 * moe_dense + emb + pos + fnorm);  // 172160
+  CHECK(s.parameters.dense() == 172160);
+  // bf16 weights, f32 grads; the distributed optimizer: dense state / (dp 4 · cp 1), expert / 2.
+  const int64_t n = 172160 + 32768, shard = 172160 / 4 + 32768 / 2;
+  CHECK(s.memory.weights == 2 * n);
+  CHECK(s.memory.grads == 4 * n);
+  CHECK(s.memory.main_params == 4 * shard);
+  CHECK(s.memory.optimizer == 8 * shard);
+  // All-to-all: tokens 2 · 64 / tp 2 (sp) = 64, top-2, h 64, 2 bytes, 4 passes, 3/4 leave the rank.
+  CHECK(p.all_to_all_bytes_per_layer == 4 * 64 * 2 * 64 * 2 * 3 / 4);
+  CHECK(p.all_to_all_bytes_per_layer == 49152);
+  CHECK(p.num_micro_batches == 4);
+  CHECK(s.all_to_all_bytes_per_step == 4 * 4 * 49152);  // 4 MoE layers x 4 micro-batches
+  // Expert tensor parallelism splits each expert's fc1 and fc2.
+  cfg.parallel.expert_tensor_parallel_size = 2;
+  const LayoutPlan e2 = plan_layout(cfg);
+  CHECK(e2.expert_dp == 1);
+  CHECK(e2.stages[0].parameters.expert == 4 * moe_expert / 2);
+  CHECK(moe_layers_in(cfg.model, 1, 4) == 2);  // layers 2 and 4
 }
 
 }  // namespace strata

@@ -417,6 +417,11 @@ TEST_CASE("moe config: StrataConfig::validate refuses what this revision's MoE l
   CHECK(error_of([&] { bias.validate(); }).rfind("ConfigError: model.add_bias_linear: the MoE experts have no biases", 0) == 0);
   StrataConfig ok = base({"model.num_experts=8", "model.add_bias_linear=false", "model.moe_aux_loss_coeff=0.01"});
   CHECK_NOTHROW(ok.validate());
+  // Aux-loss-free expert bias and per-layer logging are built (training/moe_accounting.h).
+  StrataConfig bias_ok = base({"model.num_experts=8", "model.add_bias_linear=false",
+                               "model.moe_router_score_function=sigmoid", "model.moe_router_enable_expert_bias=true",
+                               "model.moe_per_layer_logging=true", "model.moe_aux_loss_coeff=0.01"});
+  CHECK_NOTHROW(bias_ok.validate());
   // A broken MoE config gets its own error first, not the guard's.
   StrataConfig broken = base({"model.num_experts=8", "model.moe_router_enable_expert_bias=true"});
   CHECK(error_of([&] { broken.validate(); }).rfind("ConfigError: model.moe_router_enable_expert_bias:", 0) == 0);

@@ -85,12 +85,20 @@ RouterOptions router_options(const ModelConfig& cfg) {
   return o;
 }
 
+std::string per_layer_loss_name(const std::string& name, int64_t layer) {
+  return "moe/" + name + "_layer_" + std::to_string(layer);
+}
+
 std::vector<std::string> moe_loss_names(const ModelConfig& cfg) {
   std::vector<std::string> names;
   if (!cfg.is_moe()) return names;
   const RouterOptions o = router_options(cfg);
   for (size_t k = 0; k < std::size(kLossSlots); ++k)
     if (loss_coeff(o, k, 1.0) > 0) names.push_back(kLossSlots[k].name);
+  if (!cfg.moe_per_layer_logging) return names;
+  const size_t averaged = names.size();
+  for (size_t n = 0; n < averaged; ++n)  // Megatron's tracker writes every layer (dense ones 0)
+    for (int64_t i = 0; i < cfg.num_layers; ++i) names.push_back(per_layer_loss_name(names[n], i));
   return names;
 }
 
@@ -124,6 +132,7 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
       openai_gelu_(cfg.openai_gelu),
       probs_on_input_(cfg.moe_apply_probs_on_input),
       expert_tp_(groups.expert_tp),
+      per_layer_logging_(cfg.moe_per_layer_logging),
       tp_cp_size_(static_cast<double>(groups.tp_cp.size())) {
   STRATA_CHECK(groups.tp.size() == 1 || env.sequence_parallel, prefix,
                ": MoE layers with tensor parallelism need sequence parallelism");
@@ -255,6 +264,18 @@ void MoELayer::add_losses(const RoutingOutput& r, AuxLossChannel& aux, State* st
   }
 }
 
+// moe_per_layer_logging: each loss once more under this layer's name, loss / coefficient (the
+// average's summand times the MoE layer count), logged only: objective weight 0 and never read
+// back by the backward.
+void MoELayer::add_per_layer_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel& aux) const {
+  for (size_t k = 0; k < std::size(kLossSlots); ++k) {
+    const double c = loss_coeff(router.options(), k, tp_cp_size_);
+    if (c <= 0) continue;
+    aux.add(NamedLoss{per_layer_loss_name(kLossSlots[k].name, layer), LossReduction::PerMicroBatch,
+                      Tensor::full({1}, loss_value(r.losses, k) / c, DType::F64), 0.0});
+  }
+}
+
 Tensor MoELayer::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<SlotState>* saved) const {
   STRATA_CHECK(x.dim() == 3 && x.size(2) == hidden_, "MoE layer: x must be [s, b, ", hidden_, "], got ",
                x.shape().str());
@@ -278,6 +299,7 @@ Tensor MoELayer::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<Sl
     out = sum;
   }
   if (run.aux && rr.mode == RoutingMode::Training) add_losses(r, *run.aux, st.get());
+  if (run.aux && rr.mode == RoutingMode::Training && per_layer_logging_) add_per_layer_losses(r, run.layer, *run.aux);
   if (st) {
     st->x_shape = x.shape();
     st->aux = run.aux;

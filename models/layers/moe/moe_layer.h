@@ -32,8 +32,11 @@
 
 namespace strata::layers::moe {
 
-// The loss-channel names of a config's MoE losses (empty for a dense model), in log order.
+// The loss-channel names of a config's MoE losses (empty for a dense model), in log order; with
+// moe_per_layer_logging followed by "moe/<loss>_layer_<i>" for every loss and every layer i
+// (0-based, dense layers included, as Megatron's tracker writes them; logged, not trained).
 std::vector<std::string> moe_loss_names(const ModelConfig& cfg);
+std::string per_layer_loss_name(const std::string& name, int64_t layer);
 // The router options of a finalized model config.
 RouterOptions router_options(const ModelConfig& cfg);
 
@@ -49,6 +52,7 @@ class MoELayer : public MlpSlot {
   MlpKind kind() const override { return MlpKind::MoE; }
   // End of a global batch: the router's global_aux_loss running sums restart.
   void end_of_step() override { router.reset_global_aux_loss_tracker(); }
+  TopKRouter* moe_router() override { return &router; }
 
   TopKRouter router;
   std::vector<Parameter> fc1, fc2;  // per local expert: [ffn or 2·ffn, h], [h, ffn]
@@ -65,6 +69,7 @@ class MoELayer : public MlpSlot {
   Tensor shared_forward(const Tensor& x, State* st) const;
   Tensor shared_backward(const State& st, const Tensor& dy);
   void add_losses(const RoutingOutput& r, AuxLossChannel& aux, State* st) const;
+  void add_per_layer_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel& aux) const;
 
   int64_t num_experts_, ffn_, hidden_, moe_layers_;
   int64_t local_experts_ = 0, expert_start_ = 0;
@@ -72,6 +77,7 @@ class MoELayer : public MlpSlot {
   ProcessGroup sequence_parallel_ = ProcessGroup::single("tp");  // tp under sequence parallelism
   bool swiglu_, openai_gelu_, probs_on_input_;
   ExpertTpExchange expert_tp_;
+  bool per_layer_logging_ = false;
   double tp_cp_size_ = 1.0;
 };
 

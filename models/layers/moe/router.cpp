@@ -105,7 +105,7 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
   RouterState st;
   RoutingOutput out = route(options_, in, groups_, &global_tracker_, saved ? &st.routing : nullptr);
   out.logits = gated;
-  if (run.mode == RoutingMode::Training && options_.moe_router_enable_expert_bias)
+  if (run.mode == RoutingMode::Training)  // the expert bias and the load statistics (training/moe_accounting.h)
     kernels::axpy(1.0, out.tokens_per_expert.to(DType::F32).to(env_.device), local_tokens_per_expert_);
   if (saved) {
     st.input_shape = x.shape();

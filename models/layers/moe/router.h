@@ -52,7 +52,8 @@ class TopKRouter {
              RouterGroups groups = {});
 
   // x: [s, b, h] -> the routing of its s·b tokens ([s, b] order). Training mode accumulates the
-  // tokens-per-expert counts of the expert-bias update and the global_aux_loss running sums.
+  // tokens-per-expert counts (the expert-bias update and the trainer's load statistics) and the
+  // global_aux_loss running sums; evaluation and inference count nothing.
   RoutingOutput forward(const Tensor& x, const RouterRun& run, RouterState* saved) const;
   // dprobs: [T, E] -> dx: [s, b, h] (input dtype); d(W) is added into weight.main_grad.
   Tensor backward(const RouterState& saved, const Tensor& dprobs, const RoutingLossGrads& dl);
@@ -68,8 +69,9 @@ class TopKRouter {
   }
 
   // Tokens per expert [E] f32 (padding excluded) accumulated by training forwards since the last
-  // update (Megatron's local_tokens_per_expert).
+  // update (Megatron's local_tokens_per_expert; counted with or without the expert bias).
   const Tensor& local_tokens_per_expert() const { return local_tokens_per_expert_; }
+  void zero_local_tokens_per_expert() { local_tokens_per_expert_.fill_(0.0); }
   // After the optimizer step, counts [E] already reduced over tp×dp×cp:
   // expert_bias += rate · sign(mean(counts) − counts); the local counts are zeroed.
   void update_expert_bias(const Tensor& reduced_counts);
