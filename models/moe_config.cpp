@@ -307,7 +307,8 @@ void add_expert_fields(config::SectionFields<ModelConfig>& f) {
              "Token dispatcher: allgather (tokens all-gathered over the expert-parallel group) or alltoall "
              "(uneven all-to-all of the routed tokens).");
   f.add("moe_grouped_gemm", &M::moe_grouped_gemm,
-        "Run the local experts as one grouped GEMM instead of one GEMM per expert.");
+        "Accepted for Megatron launch scripts; changes nothing: the local experts always run through one "
+        "grouped expert GEMM (kernels/moe.h: one cublasGemmGroupedBatchedEx call on CUDA).");
   f.add("moe_per_layer_logging", &M::moe_per_layer_logging,
         "Also log the load-balancing and z-losses of every MoE layer (TensorBoard moe/<loss>_layer_<i>, "
         "JSONL), not only their average over the MoE layers.");

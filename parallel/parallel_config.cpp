@@ -34,13 +34,14 @@ config::SectionFields<ParallelConfig> parallel_config_fields() {
              "send/recv with log-sum-exp merging of partial attention).");
   f.add("expert_model_parallel_size", &P::expert_model_parallel_size,
         "Expert-parallel group size (ep): the routed experts of each MoE layer are split over ep ranks "
-        "(model.num_experts divisible by ep). 1 for a dense model. MoE layers run at 1 in this revision (the "
-        "expert-parallel dispatchers are not built yet; > 1 is a config error).")
+        "(model.num_experts divisible by ep; rank r holds experts [r*E/ep, (r+1)*E/ep)), the routed tokens moved "
+        "by model.moe_token_dispatcher_type; expert gradients are reduced over the expert-data-parallel group "
+        "world/(etp x ep x pp). 1 for a dense model.")
       .check(positive());
   f.add("expert_tensor_parallel_size", &P::expert_tensor_parallel_size,
         "Tensor-parallel size inside the experts (etp): each expert's FFN (model.moe_ffn_hidden_size) is split "
-        "over etp ranks; world_size must be divisible by etp x ep x pp. null: tensor_model_parallel_size. "
-        "MoE layers run with tensor parallel size 1 in this revision.")
+        "over etp ranks (linear_fc1 by rows, linear_fc2 by columns; the group's routed tokens gathered to every "
+        "shard); world_size must be divisible by etp x ep x pp. null: tensor_model_parallel_size.")
       .check(positive());
   f.add("sequence_parallel", &P::sequence_parallel,
         "Shard norms and dropout activations along the sequence over the tensor-parallel group "

@@ -234,11 +234,9 @@ namespace {
 
 // ---- cross-field rules, grouped by the section that owns them (Megatron validate_args) ----
 
-// Temporary: the MoE layer (router, dispatchers, experts) is not built yet, so a config with
-// num_experts is refused after all its MoE rules passed. Delete this function when the layer lands.
-// What the MoE layer of this revision runs (models/layers/moe/moe_layer.h): every expert on the
-// rank, no tensor, expert or context parallelism yet, no expert biases, no expert-bias balancing.
-// Each refusal names the field; the rest of Megatron's MoE rules are in models/moe_rules.cpp.
+// What the MoE layer (models/layers/moe/moe_layer.h) does not run, after all of Megatron's MoE
+// rules passed (models/moe_rules.cpp): expert biases (Megatron's TE grouped experts have none
+// either). Each refusal names the field.
 void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
   if (!m.num_experts) return;
   auto refuse = [](const char* field, const std::string& why) { throw ConfigError(field, why); };
