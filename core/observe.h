@@ -1,79 +1,192 @@
-// Tensor observation: a scoped, zero-cost hook (ARCHITECTURE decision 6).
-// Layers call observe(...) at fixed sites (residual entering each layer, layer output, output
-// logits; later MoE router tensors, MTP logits, mHC streams) and test is_observing(kind) before
-// building any derived tensor. With no observer installed both are a thread-local load and a
-// branch. Recompute runs inside an ObservationSuspended scope so each forward is seen once.
-// Observers (tensor metrics, router tracer, tensor dumper) arrive with the observation issue;
-// until then no observer is installed and every site is a no-op.
+// Tensor observation (ARCHITECTURE decision 6; Megatron-Core tensor_observation.py): layers emit
+// short-lived tensors at fixed sites to the observer of the current scope, with the 7-field
+// callback of Megatron's later revision (owner, name, source kind, tensor, tp_shard_dim,
+// sequence_dim, batch_dim).
+//   CaptureScope(observer, kinds)  installs an observer for a set of source kinds on this thread;
+//                                  a nested scope replaces the outer one and restores it on exit.
+//   SuspendScope                   nothing is observed inside (activation recompute).
+//   is_observing(kind)             true iff not suspended and the scope's kinds include `kind`:
+//                                  sites test it before building a derived tensor (the residual
+//                                  contribution, the normalised router scores, …).
+//   observe(owner, name, kind, t, tp_shard_dim, sequence_dim, batch_dim)
+//                                  notifies the observer when `kind` is observed. The tensor is
+//                                  valid during the call only: observers copy or reduce it there.
+// With no observer both calls are a thread-local load and a branch: no allocation, no copy, no
+// device synchronisation (tests/unit/test_observe.cpp counts allocations).
+// Owners are module names with GLOBAL layer numbers ("decoder.layers.3",
+// "decoder.layers.3.mlp.router", "output_layer"); names are local to the owner
+// ("residual_accumulator", "router_logits", …). The dims are dimension indices of the tensor:
+// tp_shard_dim the one split over tensor-parallel ranks (none: replicated over tp), sequence_dim
+// the sequence population (split over cp), batch_dim the batch population (split over dp).
+// ObservationContext (a second thread-local, set by the trainer and the generator) says which
+// iteration, micro-batch and phase the forward belongs to, for observers that record it.
+// Several observers share a step through ObserverFanout.
+// Reference: megatron/core/tensor_observation.py (capture_tensor_observations,
+// suspend_tensor_observations, is_observing_tensor, observe_tensor), spec §1.1–§1.4.
 #pragma once
 #include <cstdint>
-#include <functional>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 
 namespace strata {
 
-enum class ObserveKind : uint32_t {
-  ResidualIn = 1u << 0,    // hidden state entering a layer            [s, b, h]
-  LayerOutput = 1u << 1,   // hidden state leaving a layer             [s, b, h]
-  Contribution = 1u << 2,  // a sublayer's residual contribution       [s, b, h]
-  Logits = 1u << 3,        // output logits (vocab shard)              [s, b, v_local]
-  MtpLogits = 1u << 4,
-  RouterLogits = 1u << 5,
-  RouterScores = 1u << 6,
-  RouterDiagnostics = 1u << 7,
-  MhcStreams = 1u << 8,
+// Megatron's source kinds, plus Strata's router_input / router_top_indices / router_top_kept
+// (what the router tracer records).
+enum class SourceKind : uint32_t {
+  ResidualAccumulator = 0,   // hidden state entering a layer                     [s, b, h]
+  ResidualContribution = 1,  // layer output − layer input (only when observed)   [s, b, h]
+  OutputLogits = 2,          // output layer logits, this rank's vocab shard      [s, b, v/tp]
+  MtpLogits = 3,             // MTP head logits (the MTP issue's site)            [s, b, v/tp]
+  RouterLogits = 4,          // raw gating output, before forced balancing        [s, b, E] router dtype
+  RouterScores = 5,          // normalised scores over all experts (only when observed) [s, b, E] f32
+  RouterTopkProbs = 6,       // routed top-k probabilities before dropping, padding 0   [s, b, E]
+  RouterDiagnostics = 7,     // per local sequence, 7 channels (training only)    [b, 7, E] f32
+  RouterInput = 8,           // Strata: the router's input (after the pre-MLP norm, before jitter) [s, b, h]
+  RouterTopIndices = 9,      // Strata: selected experts, descending selection score [s·b, k] i64
+  RouterTopKept = 10,        // Strata: 1 = the pair survived capacity               [s·b, k] u8
+};
+inline constexpr int kNumSourceKinds = 11;
+// Megatron's names ("residual_accumulator", …; Strata's "router_input", "router_top_indices",
+// "router_top_kept"), and back (nullopt for an unknown name).
+const char* source_kind_name(SourceKind kind);
+std::optional<SourceKind> source_kind_from_name(std::string_view name);
+
+// A set of source kinds.
+class SourceKinds {
+ public:
+  constexpr SourceKinds() = default;
+  constexpr SourceKinds(std::initializer_list<SourceKind> kinds) {
+    for (SourceKind k : kinds) bits_ |= bit(k);
+  }
+  static constexpr SourceKinds all() { return SourceKinds((1u << kNumSourceKinds) - 1); }
+  constexpr bool contains(SourceKind k) const { return (bits_ & bit(k)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr SourceKinds operator|(SourceKinds o) const { return SourceKinds(bits_ | o.bits_); }
+  constexpr SourceKinds operator&(SourceKinds o) const { return SourceKinds(bits_ & o.bits_); }
+  constexpr bool operator==(const SourceKinds&) const = default;
+  constexpr uint32_t bits() const { return bits_; }
+
+ private:
+  constexpr explicit SourceKinds(uint32_t b) : bits_(b) {}
+  static constexpr uint32_t bit(SourceKind k) { return 1u << static_cast<uint32_t>(k); }
+  uint32_t bits_ = 0;
 };
 
-// owner: canonical module name ("decoder.layers.3"); name: site name ("residual_in");
-// dims: the layout of t ("s,b,h").
-using ObserverFn = std::function<void(std::string_view owner, std::string_view name, ObserveKind kind,
-                                      const Tensor& t, std::string_view dims)>;
+// One notification (the 7 fields of Megatron's callback).
+struct Observation {
+  std::string_view owner;
+  std::string_view name;
+  SourceKind kind;
+  const Tensor& tensor;
+  std::optional<int> tp_shard_dim, sequence_dim, batch_dim;
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_tensor(const Observation& o) = 0;
+};
+
+// Several observers in one scope: each receives the kinds it subscribed to, in insertion order.
+class ObserverFanout : public Observer {
+ public:
+  void add(Observer& observer, SourceKinds kinds) { members_.push_back({&observer, kinds}); }
+  SourceKinds kinds() const;  // the union (what the CaptureScope should select)
+  bool empty() const { return members_.empty(); }
+  void on_tensor(const Observation& o) override;
+
+ private:
+  struct Member {
+    Observer* observer;
+    SourceKinds kinds;
+  };
+  std::vector<Member> members_;
+};
+
+// Which forward is running (set by the trainer, the evaluator and the generator).
+enum class ObservationPhase { Train, Eval, Generate };
+const char* observation_phase_name(ObservationPhase p);  // "train" | "eval" | "generate"
+struct ObservationContext {
+  int64_t iteration = 0;    // training: the 0-based iteration; generation: the forward's step
+  int64_t micro_batch = 0;  // within the iteration
+  int model_chunk = 0;      // virtual-pipeline chunk
+  ObservationPhase phase = ObservationPhase::Train;
+};
 
 namespace detail {
 struct ObserverState {
-  const ObserverFn* fn = nullptr;
-  uint32_t mask = 0;
+  Observer* observer = nullptr;
+  SourceKinds kinds;
   bool suspended = false;
 };
 inline thread_local ObserverState t_observer;
+inline thread_local ObservationContext t_observation_context;
 }  // namespace detail
 
-inline bool is_observing(ObserveKind kind) {
-  const auto& s = detail::t_observer;
-  return (s.mask & static_cast<uint32_t>(kind)) != 0 && !s.suspended;
+inline bool is_observing(SourceKind kind) {
+  const detail::ObserverState& s = detail::t_observer;
+  return s.kinds.contains(kind) && !s.suspended;
 }
 
-inline void observe(std::string_view owner, std::string_view name, ObserveKind kind, const Tensor& t,
-                    std::string_view dims) {
-  if (is_observing(kind)) (*detail::t_observer.fn)(owner, name, kind, t, dims);
+inline void observe(std::string_view owner, std::string_view name, SourceKind kind, const Tensor& t,
+                    std::optional<int> tp_shard_dim = std::nullopt, std::optional<int> sequence_dim = std::nullopt,
+                    std::optional<int> batch_dim = std::nullopt) {
+  if (!is_observing(kind)) return;
+  detail::t_observer.observer->on_tensor(Observation{owner, name, kind, t, tp_shard_dim, sequence_dim, batch_dim});
 }
 
-// Installs an observer for the kinds in `mask` for the scope's lifetime (restores the previous).
-class ObserverScope {
- public:
-  ObserverScope(const ObserverFn& fn, uint32_t mask) : saved_(detail::t_observer) {
-    detail::t_observer.fn = &fn;
-    detail::t_observer.mask = mask;
-    detail::t_observer.suspended = false;
+// The [s, b, …] activations' dims: sequence 0, batch 1, tp-sharded along the sequence under
+// sequence parallelism (Megatron: tp_shard_dim 0 if sequence_parallel else None).
+struct ActivationDims {
+  std::optional<int> tp_shard_dim;
+  static ActivationDims of(bool sequence_parallel) {
+    return ActivationDims{sequence_parallel ? std::optional<int>(0) : std::nullopt};
   }
-  ~ObserverScope() { detail::t_observer = saved_; }
-  ObserverScope(const ObserverScope&) = delete;
-  ObserverScope& operator=(const ObserverScope&) = delete;
+};
+inline void observe_activation(std::string_view owner, std::string_view name, SourceKind kind, const Tensor& t,
+                               ActivationDims d) {
+  observe(owner, name, kind, t, d.tp_shard_dim, 0, 1);
+}
+
+class CaptureScope {
+ public:
+  CaptureScope(Observer& observer, SourceKinds kinds) : saved_(detail::t_observer) {
+    detail::t_observer = detail::ObserverState{&observer, kinds, false};
+  }
+  ~CaptureScope() { detail::t_observer = saved_; }
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
 
  private:
   detail::ObserverState saved_;
 };
 
-// Suspends observation (activation recompute) for the scope's lifetime.
-class ObservationSuspended {
+class SuspendScope {
  public:
-  ObservationSuspended() : was_(detail::t_observer.suspended) { detail::t_observer.suspended = true; }
-  ~ObservationSuspended() { detail::t_observer.suspended = was_; }
+  SuspendScope() : was_(detail::t_observer.suspended) { detail::t_observer.suspended = true; }
+  ~SuspendScope() { detail::t_observer.suspended = was_; }
+  SuspendScope(const SuspendScope&) = delete;
+  SuspendScope& operator=(const SuspendScope&) = delete;
 
  private:
   bool was_;
+};
+
+inline const ObservationContext& observation_context() { return detail::t_observation_context; }
+class ObservationContextScope {
+ public:
+  explicit ObservationContextScope(const ObservationContext& c) : saved_(detail::t_observation_context) {
+    detail::t_observation_context = c;
+  }
+  ~ObservationContextScope() { detail::t_observation_context = saved_; }
+  ObservationContextScope(const ObservationContextScope&) = delete;
+  ObservationContextScope& operator=(const ObservationContextScope&) = delete;
+
+ private:
+  ObservationContext saved_;
 };
 
 }  // namespace strata

@@ -247,7 +247,8 @@ Tensor LanguageModelShell::lm_loss(Context& c, const Tensor& x, const Batch& bat
   if (opt_.sequence_parallel && tpg.size() > 1) hidden = tp::gather_dim0(hidden, tpg);  // column-parallel output layer
   hidden = hidden.reshape({s * b, cfg_.hidden_size});
   Tensor logits = output_logits(hidden, /*reuse_buffer=*/true);
-  observe("output_layer", "logits", ObserveKind::Logits, logits.reshape({s, b, logits.size(1)}), "s,b,v");
+  // The vocab shard (dim 2), whole sequences (the output layer gathers a sequence-parallel input).
+  observe("output_layer", "output_logits", SourceKind::OutputLogits, logits.reshape({s, b, logits.size(1)}), 2, 0, 1);
 
   const DType st = stat_dtype(opt_.dtype);
   Tensor loss = Tensor::empty({s * b}, st, dev);
@@ -393,7 +394,7 @@ Tensor LanguageModelShell::logits_for(const Tensor& tokens, InferenceCache* cach
   Tensor hidden = final_norm_->forward(x, nullptr);
   if (cache) cache->positions += s;
   Tensor logits = output_logits(hidden).reshape({s, b, padded_vocab_});
-  observe("output_layer", "logits", ObserveKind::Logits, logits, "s,b,v");
+  observe("output_layer", "output_logits", SourceKind::OutputLogits, logits, 2, 0, 1);
   return logits.narrow(2, 0, *cfg_.vocab_size).transpose(0, 1);  // [b, s, vocab]
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/phase_timer.h"
+#include "models/blocks/layer_residuals.h"
 
 namespace strata {
 
@@ -13,7 +14,7 @@ struct TransformerBlock::Saved : Block::State {
 
 TransformerBlock::TransformerBlock(int64_t first_layer, const std::vector<layers::TransformerLayerSpec>& specs,
                                    const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups)
-    : first_layer_(first_layer), dtype_(env.dtype), device_(env.device) {
+    : first_layer_(first_layer), dtype_(env.dtype), device_(env.device), sequence_parallel_(env.sequence_parallel) {
   for (size_t i = 0; i < specs.size(); ++i)
     layers_.push_back(std::make_unique<layers::TransformerLayer>(first_layer + static_cast<int64_t>(i), cfg, env,
                                                                  groups, specs[i]));
@@ -33,8 +34,10 @@ Tensor TransformerBlock::forward(const Tensor& x_in, const BlockRun& run, std::u
   phase_timer::Scope t("forward/layers");
   Tensor x = x_in;
   for (size_t i = 0; i < layers_.size(); ++i) {
+    const Tensor in = x;
     x = layers_[i]->forward(x, run.keys, run.position_offset, run.cache ? &run.cache->layers[i] : nullptr,
                             sv ? &sv->layers[i] : nullptr, run.aux);
+    observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_);
   }
   return x;
 }

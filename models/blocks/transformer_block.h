@@ -47,6 +47,7 @@ class TransformerBlock : public Block {
   int64_t first_layer_;
   DType dtype_;
   Device device_;
+  bool sequence_parallel_ = false;  // the residual observations are tp-sharded along the sequence
   std::vector<std::unique_ptr<layers::TransformerLayer>> layers_;
 };
 

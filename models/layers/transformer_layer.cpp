@@ -3,7 +3,6 @@
 #include "models/layers/transformer_layer.h"
 
 #include "core/error.h"
-#include "core/observe.h"
 #include "core/phase_timer.h"
 #include "kernels/elementwise.h"
 
@@ -108,14 +107,12 @@ Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Sa
 
 Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
                                  LayerKVCache* cache, Saved* saved, AuxLossChannel* aux) const {
-  observe(name_, "residual_in", ObserveKind::ResidualIn, x, "s,b,h");
   Saved local;
   Saved& sv = saved ? *saved : local;
   const bool keep = saved != nullptr;
   Tensor y = x;
   if (spec_.self_attention) y = attention_branch(y, keys, position_offset, cache, sv, keep);
   if (spec_.mlp) y = mlp_branch(y, keys, sv, keep, aux);
-  observe(name_, "layer_output", ObserveKind::LayerOutput, y, "s,b,h");
   return y;
 }
 

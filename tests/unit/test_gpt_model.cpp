@@ -8,7 +8,6 @@
 #include <map>
 #include <string>
 
-#include "core/observe.h"
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 #include "training/model_factory.h"
@@ -381,46 +380,6 @@ TEST_CASE("gpt_model: bad arguments are rejected with a message", "[gpt_model]")
 }  // namespace strata
 
 namespace strata {
-
-TEST_CASE("gpt_model: observation sites (residual in, layer output, logits)", "[gpt_model]") {
-  GPTModelOptions o;
-  o.seed = 1;
-  ModelConfig cfg;
-  cfg.num_layers = 2;
-  cfg.hidden_size = 16;
-  cfg.num_attention_heads = 4;
-  cfg.vocab_size = 60;
-  cfg.make_vocab_size_divisible_by = 16;
-  cfg.seq_length = 8;
-  GPTModel model(cfg, o);
-  model.init_parameters(1);
-  std::vector<std::string> seen;
-  ObserverFn fn = [&seen](std::string_view owner, std::string_view name, ObserveKind, const Tensor& t,
-                          std::string_view dims) {
-    seen.push_back(std::string(owner) + "/" + std::string(name) + "/" + std::string(dims) + "/" + t.shape().str());
-  };
-  std::vector<int64_t> tok(16, 3);
-  Batch batch{Tensor::from_data(tok, Shape{2, 8}), Tensor::from_data(tok, Shape{2, 8}), Tensor(), 0};
-  {
-    ObserverScope scope(fn, static_cast<uint32_t>(ObserveKind::ResidualIn) |
-                                static_cast<uint32_t>(ObserveKind::LayerOutput) |
-                                static_cast<uint32_t>(ObserveKind::Logits));
-    auto ctx = model.make_context(1, 0, true);
-    model.forward(*ctx, batch);
-  }
-  std::vector<std::string> want;
-  for (int i = 0; i < 2; ++i) {
-    const std::string l = "decoder.layers." + std::to_string(i);
-    want.push_back(l + "/residual_in/s,b,h/" + Shape{8, 2, 16}.str());
-    want.push_back(l + "/layer_output/s,b,h/" + Shape{8, 2, 16}.str());
-  }
-  want.push_back("output_layer/logits/s,b,v/" + Shape{8, 2, 64}.str());
-  CHECK(seen == want);
-  seen.clear();
-  auto ctx = model.make_context(1, 0, true);
-  model.forward(*ctx, batch);  // no observer installed: nothing seen
-  CHECK(seen.empty());
-}
 
 }  // namespace strata
 

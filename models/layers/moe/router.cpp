@@ -7,6 +7,7 @@
 #include "core/random.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "models/layers/moe/router_observation.h"
 
 namespace strata::layers::moe {
 
@@ -45,7 +46,7 @@ Tensor padding_vector(const Tensor& mask, int64_t T) {
 
 TopKRouter::TopKRouter(const std::string& prefix, const RouterOptions& options, const LayerEnv& env,
                        RouterGroups groups)
-    : options_(options), env_(env), groups_(std::move(groups)) {
+    : options_(options), env_(env), groups_(std::move(groups)), owner_(prefix + ".router") {
   check_router_options(options_);
   const int64_t E = options_.num_moe_experts;
   weight = make_parameter(prefix + ".router.weight", {E, options_.hidden_size}, env, options_.init_method_std);
@@ -81,6 +82,15 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
                options_.hidden_size, "], got ", x.shape().str());
   const int64_t s = x.size(0), b = x.size(1), T = s * b, H = x.size(2), E = options_.num_moe_experts;
   const DType rd = router_dtype(x.dtype());
+  RouterObservation ob;  // observation sites (router_observation.h); each costs a branch when off
+  ob.owner = owner_;
+  ob.input = &x;
+  ob.s = s;
+  ob.b = b;
+  ob.training = run.mode == RoutingMode::Training;
+  ob.sequence_parallel = groups_.sequence_parallel.size() > 1;
+  ob.sequences_split = groups_.tp_cp.size() > 1;
+  observe_router_input(ob);
   Tensor xr = x.contiguous().reshape({T, H}).to(rd);
   Tensor jitter;
   const double eps = options_.moe_input_jitter_eps.value_or(0.0);
@@ -105,6 +115,11 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
   RouterState st;
   RoutingOutput out = route(options_, in, groups_, &global_tracker_, saved ? &st.routing : nullptr);
   out.logits = gated;
+  ob.gated = &gated;
+  ob.routing = &out;
+  ob.padding = in.padding_mask;
+  ob.expert_bias = in.expert_bias;
+  observe_router_outputs(options_, ob);
   if (run.mode == RoutingMode::Training)  // the expert bias and the load statistics (training/moe_accounting.h)
     kernels::axpy(1.0, out.tokens_per_expert.to(DType::F32).to(env_.device), local_tokens_per_expert_);
   if (saved) {

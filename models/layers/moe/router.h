@@ -86,6 +86,7 @@ class TopKRouter {
   RouterOptions options_;
   LayerEnv env_;
   RouterGroups groups_;
+  std::string owner_;  // "<prefix>.router": the observation sites' owner
   mutable Tensor local_tokens_per_expert_;  // [E] f32
   mutable GlobalAuxLossTracker global_tracker_;
 };

@@ -1,0 +1,144 @@
+// The router's observation sites (see router_observation.h).
+// Reference: Megatron-Core transformer/moe/router.py, moe_utils.py, router_diagnostics.py.
+#include "models/layers/moe/router_observation.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <vector>
+
+#include "core/error.h"
+#include "core/observe.h"
+#include "models/layers/moe/routing_detail.h"
+
+namespace strata::layers::moe {
+
+namespace {
+std::vector<uint8_t> padding_of(const Tensor& padding, int64_t T) {
+  std::vector<uint8_t> p(static_cast<size_t>(T), 0);
+  if (!padding.defined()) return p;
+  const std::vector<double> v = padding.to_vector();
+  for (int64_t t = 0; t < T; ++t) p[static_cast<size_t>(t)] = v[static_cast<size_t>(t)] != 0.0;
+  return p;
+}
+
+// One sequence's 7 channels (spec §1.5) into out [7, E].
+void sequence_channels(const std::vector<double>& scores, const std::vector<uint8_t>& aux,
+                       const std::vector<double>& actual, const std::vector<uint8_t>& pad,
+                       const std::vector<double>& bias, int64_t s, int64_t b, int64_t j, int64_t E, float* out) {
+  std::vector<double> mean(static_cast<size_t>(E)), aux_n(static_cast<size_t>(E)), act_n(static_cast<size_t>(E));
+  double valid = 0, aux_total = 0, act_total = 0, both = 0, margin_sum = 0, boundary = 0;
+  for (int64_t i = 0; i < s; ++i) {
+    const int64_t t = i * b + j;
+    if (pad[static_cast<size_t>(t)]) continue;
+    valid += 1;
+    double floor = 0, ceil = 0;
+    bool any_sel = false, any_unsel = false;
+    for (int64_t e = 0; e < E; ++e) {
+      const size_t k = static_cast<size_t>(t * E + e);
+      mean[static_cast<size_t>(e)] += scores[k];
+      const bool a = aux[k] != 0, c = actual[k] != 0.0;
+      aux_n[static_cast<size_t>(e)] += a;
+      act_n[static_cast<size_t>(e)] += c;
+      aux_total += a;
+      act_total += c;
+      both += (a && c);
+      if (a) {
+        floor = any_sel ? std::min(floor, scores[k]) : scores[k];
+        any_sel = true;
+      } else {
+        ceil = any_unsel ? std::max(ceil, scores[k]) : scores[k];
+        any_unsel = true;
+      }
+    }
+    if (any_sel && any_unsel) {
+      boundary += 1;
+      margin_sum += std::max(floor - ceil, 0.0) / std::max(floor, static_cast<double>(FLT_EPSILON));
+    }
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    out[0 * E + e] = static_cast<float>(mean[static_cast<size_t>(e)] / std::max(valid, 1.0));
+    out[1 * E + e] = static_cast<float>(aux_n[static_cast<size_t>(e)] / std::max(aux_total, 1.0));
+    out[2 * E + e] = static_cast<float>(act_n[static_cast<size_t>(e)] / std::max(act_total, 1.0));
+    out[3 * E + e] = static_cast<float>(bias.empty() ? 0.0 : bias[static_cast<size_t>(e)]);
+  }
+  out[4 * E] = static_cast<float>(both / std::max(aux_total, 1.0));
+  out[5 * E] = static_cast<float>(valid);
+  out[6 * E] = static_cast<float>(margin_sum / std::max(boundary, 1.0));
+}
+}  // namespace
+
+Tensor normalized_router_scores(const Tensor& logits, ScoreFunction f) {
+  const int64_t T = logits.size(0), E = logits.size(1);
+  const std::vector<double> l = logits.to_vector();
+  std::vector<double> out(l.size());
+  for (int64_t t = 0; t < T; ++t) detail::aux_scores_row(f, &l[static_cast<size_t>(t * E)], E, &out[static_cast<size_t>(t * E)]);
+  return Tensor::from_vector(out, {T, E}, DType::F32, logits.device());
+}
+
+Tensor dense_topk_probs(const Tensor& top_indices, const Tensor& top_probs, const Tensor& padding, int64_t experts) {
+  const int64_t T = top_indices.size(0), k = top_indices.size(1);
+  const std::vector<double> idx = top_indices.to_vector(), p = top_probs.to_vector();
+  const std::vector<uint8_t> pad = padding_of(padding, T);
+  std::vector<double> dense(static_cast<size_t>(T * experts), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    if (pad[static_cast<size_t>(t)]) continue;
+    for (int64_t j = 0; j < k; ++j)
+      dense[static_cast<size_t>(t * experts + static_cast<int64_t>(idx[static_cast<size_t>(t * k + j)]))] =
+          p[static_cast<size_t>(t * k + j)];
+  }
+  return Tensor::from_vector(dense, {T, experts}, top_probs.dtype(), top_probs.device());
+}
+
+Tensor router_diagnostics(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
+                          const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding) {
+  const int64_t T = s * b, E = o.num_moe_experts, k = o.moe_router_topk;
+  STRATA_CHECK(logits.size(0) == T && logits.size(1) == E, "router diagnostics: logits must be [", T, ", ", E, "]");
+  const std::vector<double> l = logits.to_vector(), actual = actual_map.to_vector();
+  const std::vector<uint8_t> pad = padding_of(padding, T);
+  std::vector<double> scores(static_cast<size_t>(T * E));
+  std::vector<uint8_t> aux(static_cast<size_t>(T * E), 0);
+  std::vector<int64_t> top(static_cast<size_t>(k));
+  for (int64_t t = 0; t < T; ++t) {
+    double* row = &scores[static_cast<size_t>(t * E)];
+    detail::aux_scores_row(o.moe_router_score_function, &l[static_cast<size_t>(t * E)], E, row);
+    detail::topk_desc(row, E, k, nullptr, top.data());  // plain top-k: no bias, no group limit
+    for (int64_t e : top) aux[static_cast<size_t>(t * E + e)] = 1;
+  }
+  const std::vector<double> bias = expert_bias.defined() ? expert_bias.to_vector() : std::vector<double>{};
+  Tensor out = Tensor::zeros({b, 7, E}, DType::F32);
+  for (int64_t j = 0; j < b; ++j)
+    sequence_channels(scores, aux, actual, pad, bias, s, b, j, E, out.data<float>() + j * 7 * E);
+  return out.to(logits.device());
+}
+
+void observe_router_input(const RouterObservation& r) {
+  if (!is_observing(SourceKind::RouterInput)) return;
+  observe_activation(r.owner, "router_input", SourceKind::RouterInput, *r.input, ActivationDims::of(r.sequence_parallel));
+}
+
+void observe_router_outputs(const RouterOptions& o, const RouterObservation& r) {
+  const ActivationDims dims = ActivationDims::of(r.sequence_parallel);
+  const int64_t E = o.num_moe_experts;
+  const RoutingOutput& out = *r.routing;
+  if (is_observing(SourceKind::RouterLogits))
+    observe_activation(r.owner, "router_logits", SourceKind::RouterLogits, r.gated->reshape({r.s, r.b, E}), dims);
+  if (is_observing(SourceKind::RouterScores))
+    observe_activation(r.owner, "router_scores", SourceKind::RouterScores,
+                       normalized_router_scores(*r.gated, o.moe_router_score_function).reshape({r.s, r.b, E}), dims);
+  if (is_observing(SourceKind::RouterTopkProbs))
+    observe_activation(r.owner, "router_topk_probs", SourceKind::RouterTopkProbs,
+                       dense_topk_probs(out.top_indices, out.top_probs, r.padding, E).reshape({r.s, r.b, E}), dims);
+  if (is_observing(SourceKind::RouterTopIndices))
+    observe(r.owner, "router_top_indices", SourceKind::RouterTopIndices, out.top_indices, dims.tp_shard_dim);
+  if (is_observing(SourceKind::RouterTopKept))
+    observe(r.owner, "router_top_kept", SourceKind::RouterTopKept, out.top_kept, dims.tp_shard_dim);
+  if (r.training && is_observing(SourceKind::RouterDiagnostics)) {
+    STRATA_CHECK(!r.sequences_split, r.owner, ": router_diagnostics needs whole local sequences; it is not "
+                 "available with sequence parallelism (tp > 1) or context parallelism (as in Megatron)");
+    observe(r.owner, "router_diagnostics", SourceKind::RouterDiagnostics,
+            router_diagnostics(o, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding), std::nullopt,
+            std::nullopt, 0);
+  }
+}
+
+}  // namespace strata::layers::moe
