@@ -5,6 +5,7 @@
 // linear_fc1 / linear_fc2 on the tokens_per_expert splits, wgrad into the f32 main_grad).
 #include <numeric>
 
+#include "core/phase_timer.h"
 #include "kernels/dispatch.h"
 #include "kernels/moe.h"
 
@@ -85,6 +86,7 @@ void cpu_backward(const Tensor& x, const std::vector<Tensor>& w, const Tensor& d
 void moe_grouped_linear_forward(const Tensor& x, const std::vector<Tensor>& w,
                                 const std::vector<int64_t>& rows_per_expert, const Tensor& y,
                                 const GemmOptions& options) {
+  phase_timer::Scope phase_("moe/grouped_gemm_fwd");
   const char* op = "moe_grouped_linear_forward";
   const GroupedDims d = check_grouped(op, x, w, rows_per_expert);
   check_out(op, "y", y, x, d.rows, d.out);
@@ -105,6 +107,7 @@ void moe_grouped_linear_forward(const Tensor& x, const Tensor& w, const std::vec
 void moe_grouped_linear_backward(const Tensor& x, const std::vector<Tensor>& w, const Tensor& dy,
                                  const std::vector<int64_t>& rows_per_expert, const Tensor* dx,
                                  const std::vector<Tensor>& dw, bool accumulate, const GemmOptions& options) {
+  phase_timer::Scope phase_("moe/grouped_gemm_bwd");
   const char* op = "moe_grouped_linear_backward";
   const GroupedDims d = check_grouped(op, x, w, rows_per_expert);
   check_out(op, "dy", dy, x, d.rows, d.out);
