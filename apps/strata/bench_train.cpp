@@ -258,6 +258,15 @@ void print_dispatch_share(const json& ours) {
                 step > 0 ? 100.0 * sum / step : 0.0, step);
 }
 
+// Peak memory of ours over the reference's: process RSS on the CPU, the allocators' peaks on a
+// GPU; 0 when either side lacks the number.
+double peak_memory_ratio(const json& ours, const json& ref) {
+  const bool gpu = ours.value("device", std::string()).rfind("cuda", 0) == 0;
+  const char* field = gpu ? "peak_allocated_bytes" : "peak_rss_bytes";
+  const double a = ours.value(field, 0.0), b = ref.value(field, 0.0);
+  return a > 0 && b > 0 ? a / b : 0.0;
+}
+
 // Both sides start from Strata's parameters and batches: their losses of the first steps agree to
 // f32 rounding (summation orders differ; Adam's first steps amplify that a little).
 constexpr double kLossTolerance = 2e-3;
@@ -365,6 +374,11 @@ int run_train_benchmark(const BenchTrainOptions& o) {
       ratios.push_back(ratio);
       run["torch"] = ref;
       run["ratio"] = ratio;
+      const double mem = peak_memory_ratio(ours, ref);
+      if (mem > 0) {
+        std::printf("  peak memory ratio strata / torch: %.3f\n", mem);
+        run["memory_ratio"] = mem;
+      }
     }
     runs.push_back(run);
     std::fflush(stdout);

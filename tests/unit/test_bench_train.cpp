@@ -199,16 +199,21 @@ TEST_CASE("bench ops: --filter matches the printed names and fails when nothing 
   CHECK_THAT(r.err, Contains("strata: error: bench ops: --filter 'gelu' matches no benchmark"));
 }
 
-TEST_CASE("bench train: an MoE GPT against the PyTorch reference, the losses of two steps agree", "[bench][moe]") {
+TEST_CASE("bench train: dense and MoE GPTs against the PyTorch reference, the losses of two steps agree",
+          "[bench][moe]") {
   if (!python_has_torch()) {
     WARN("SKIPPED: /usr/bin/python3 has no torch (scripts/setup.sh --bench)");
     return;
   }
   const std::string json_path = (temp_dir() / "bench_moe.json").string();
-  for (const char* extra : {"model.moe_router_score_function=softmax",
-                            "model.moe_router_score_function=sigmoid model.moe_shared_expert_intermediate_size=16 "
-                            "model.moe_shared_expert_gate=true model.moe_router_load_balancing_type=seq_aux_loss"}) {
-    std::vector<std::string> args = {"bench", "train", "--config", tiny_moe_config(), "--iters", "2", "--warmup", "0",
+  const std::pair<std::string, const char*> cases[] = {
+      {tiny_config(), "model.swiglu=true"},  // dense: linear_qkv reordered, biases, SwiGLU
+      {tiny_moe_config(), "model.moe_router_score_function=softmax"},
+      {tiny_moe_config(), "model.moe_router_score_function=sigmoid model.moe_shared_expert_intermediate_size=16 "
+                          "model.moe_shared_expert_gate=true model.moe_router_load_balancing_type=seq_aux_loss"}};
+  for (const auto& [config, extra] : cases) {
+    const bool moe = config == tiny_moe_config();
+    std::vector<std::string> args = {"bench", "train", "--config", config, "--iters", "2", "--warmup", "0",
                                      "--reference", "torch", "--torch-script", torch_script(), "--phases", "--json",
                                      json_path};
     std::istringstream words(extra);
@@ -217,7 +222,7 @@ TEST_CASE("bench train: an MoE GPT against the PyTorch reference, the losses of 
     INFO(extra << "\n" << r.out << r.err);
     REQUIRE(r.rc == 0);
     CHECK_THAT(r.out, Contains("losses strata / torch") && Contains("throughput ratio strata / torch"));
-    CHECK_THAT(r.out, Contains("dispatch share moe/permute/permute_fwd"));
+    if (moe) CHECK_THAT(r.out, Contains("dispatch share moe/permute/permute_fwd"));
     nlohmann::json j;
     std::ifstream(json_path) >> j;
     const auto& run = j["runs"][0];
@@ -230,6 +235,9 @@ TEST_CASE("bench train: an MoE GPT against the PyTorch reference, the losses of 
     for (size_t i = 0; i < 2; ++i) CHECK(ref[i] == Approx(ours[i]).margin(1e-4));
     CHECK(run["ratio"].get<double>() > 0);
     CHECK(run["torch"]["peak_rss_bytes"].get<double>() > 0);
+    CHECK(run["memory_ratio"].get<double>() ==
+          Approx(run["strata"]["peak_rss_bytes"].get<double>() / run["torch"]["peak_rss_bytes"].get<double>()));
+    CHECK_THAT(r.out, Contains("peak memory ratio strata / torch"));
     CHECK(j["ok"] == true);
   }
 }
