@@ -181,7 +181,8 @@ void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOpti
                    !m.untie_embeddings_and_output_weights && !m.apply_layernorm_1p &&
                    m.query_groups() == m.num_attention_heads,
                "bench train --reference torch: the PyTorch reference is the GPT-2-style model (model.normalization "
-               "LayerNorm, no qk_layernorm/GQA, position_embedding_type learned_absolute, tied output); ", o.config, " asks for another architecture");
+               "LayerNorm, no qk_layernorm/GQA, position_embedding_type learned_absolute, tied output); ", o.config,
+               " asks for another architecture");
   STRATA_CHECK(m.hidden_dropout == 0.0 && m.attention_dropout == 0.0,
                "bench train --reference torch: set model.hidden_dropout=0 and model.attention_dropout=0 (the "
                "reference has no dropout)");
@@ -198,7 +199,8 @@ json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads,
       << " --ffn " << m.ffn() << " --vocab " << padded << " --real-vocab " << *m.vocab_size << " --seq "
       << m.seq_length << " --max-positions " << m.max_positions() << " --batch "
       << cfg.training.global_batch_size.value_or(cfg.training.micro_batch_size) << " --eps " << m.layernorm_epsilon
-      << (m.openai_gelu ? " --tanh-gelu" : "") << (m.swiglu ? " --swiglu" : "") << (m.add_bias_linear ? "" : " --no-bias-linear") << " --init-std " << m.init_method_std << " --lr "
+      << (m.openai_gelu ? " --tanh-gelu" : "") << (m.swiglu ? " --swiglu" : "")
+      << (m.add_bias_linear ? "" : " --no-bias-linear") << " --init-std " << m.init_method_std << " --lr "
       << cfg.optimizer.lr.value_or(1e-4) << " --beta1 " << cfg.optimizer.adam_beta1 << " --beta2 "
       << cfg.optimizer.adam_beta2 << " --adam-eps " << cfg.optimizer.adam_eps << " --weight-decay "
       << cfg.optimizer.weight_decay << " --clip-grad " << cfg.optimizer.clip_grad << " --iters " << o.iters
@@ -237,25 +239,28 @@ void print_result(const json& j) {
   std::printf("\n");
 }
 
-// The dispatch phases of an MoE step (permute, all-to-all, unpermute: the layer's dispatch /
-// combine scopes and the kernels' moe/permute scopes) with their share of the mean step time.
+// The dispatch phases of an MoE step with their share of the mean step time: the layer's
+// dispatch / combine scopes (permute + all-to-all + unpermute, names containing "/moe/dispatch" or
+// "/moe/combine") and the permute kernels' scopes ("moe/permute/..."). The total sums the layer's
+// scopes when there are any (they contain the kernels'), else the kernels'.
 void print_dispatch_share(const json& ours) {
   const double step = ours["mean_ms"].get<double>();
-  double sum = 0;
+  double layer = 0, kernel = 0;
   bool any = false;
+  auto share = [step](double ms) { return step > 0 ? 100.0 * ms / step : 0.0; };
   for (const auto& ph : ours["phases"]) {
     const std::string name = ph["phase"].get<std::string>();
-    if (name.find("/moe/dispatch") == std::string::npos && name.find("/moe/combine") == std::string::npos &&
-        name.find("moe/permute") == std::string::npos)
-      continue;
+    const bool is_layer = name.find("/moe/dispatch") != std::string::npos || name.find("/moe/combine") != std::string::npos;
+    if (!is_layer && name.find("moe/permute") == std::string::npos) continue;
     const double ms = ph["ms_per_step"].get<double>();
-    std::printf("    dispatch share %-36s %6.2f%% of the step\n", name.c_str(), step > 0 ? 100.0 * ms / step : 0.0);
-    sum += ms;
+    std::printf("    dispatch share %-36s %6.2f%% of the step\n", name.c_str(), share(ms));
+    (is_layer ? layer : kernel) += ms;
     any = true;
   }
   if (any)
-    std::printf("    dispatch share, all of the above: %.2f ms/step, %.2f%% of the %.1f ms step\n", sum,
-                step > 0 ? 100.0 * sum / step : 0.0, step);
+    std::printf("    dispatch share, total (%s scopes): %.2f ms/step, %.2f%% of the %.1f ms step\n",
+                layer > 0 ? "dispatch/combine" : "moe/permute", layer > 0 ? layer : kernel,
+                share(layer > 0 ? layer : kernel), step);
 }
 
 // Peak memory of ours over the reference's: process RSS on the CPU, the allocators' peaks on a
