@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/phase_timer.h"
 #include "kernels/dispatch.h"
 
 namespace strata::kernels {
@@ -61,6 +62,7 @@ std::vector<int64_t> moe_rows_per_expert(const std::vector<int64_t>& tokens_per_
 
 MoeRouting moe_routing(const Tensor& top_indices, const Tensor* keep, int64_t num_experts,
                        const MoeRoutingOptions& options) {
+  phase_timer::Scope phase_("moe/permute/routing");
   const char* op = "moe_routing";
   check_args(op, {{"top_indices", &top_indices}});
   check_index(op, "top_indices", top_indices, {DType::I64, DType::I32});
@@ -92,6 +94,7 @@ MoeRouting moe_routing(const Tensor& top_indices, const Tensor* keep, int64_t nu
 }
 
 void moe_permute_forward(const Tensor& x, const Tensor& row_map, const Tensor& permuted) {
+  phase_timer::Scope phase_("moe/permute/permute_fwd");
   const char* op = "moe_permute_forward";
   check_args(op, {{"x", &x}, {"row_map", &row_map}, {"permuted", &permuted}});
   check_rows(op, "x", x);
@@ -104,6 +107,7 @@ void moe_permute_forward(const Tensor& x, const Tensor& row_map, const Tensor& p
 }
 
 void moe_permute_backward(const Tensor& dpermuted, const Tensor& pair_rows, const Tensor& dx) {
+  phase_timer::Scope phase_("moe/permute/permute_bwd");
   const char* op = "moe_permute_backward";
   check_args(op, {{"dpermuted", &dpermuted}, {"pair_rows", &pair_rows}, {"dx", &dx}});
   check_rows(op, "dpermuted", dpermuted);
@@ -116,6 +120,7 @@ void moe_permute_backward(const Tensor& dpermuted, const Tensor& pair_rows, cons
 }
 
 void moe_permute_probs_forward(const Tensor& probs, const Tensor& pair_rows, const Tensor& permuted_probs) {
+  phase_timer::Scope phase_("moe/permute/probs_fwd");
   const char* op = "moe_permute_probs_forward";
   check_args(op, {{"probs", &probs}, {"pair_rows", &pair_rows}, {"permuted_probs", &permuted_probs}});
   check_float(probs, op, "probs");
@@ -128,6 +133,7 @@ void moe_permute_probs_forward(const Tensor& probs, const Tensor& pair_rows, con
 }
 
 void moe_permute_probs_backward(const Tensor& dpermuted_probs, const Tensor& pair_rows, const Tensor& dprobs) {
+  phase_timer::Scope phase_("moe/permute/probs_bwd");
   const char* op = "moe_permute_probs_backward";
   check_args(op, {{"dpermuted_probs", &dpermuted_probs}, {"pair_rows", &pair_rows}, {"dprobs", &dprobs}});
   check_float(dprobs, op, "dprobs");
@@ -141,6 +147,7 @@ void moe_permute_probs_backward(const Tensor& dpermuted_probs, const Tensor& pai
 }
 
 void moe_unpermute_forward(const Tensor& y, const Tensor& pair_rows, const Tensor* probs, const Tensor& out) {
+  phase_timer::Scope phase_("moe/permute/unpermute_fwd");
   const char* op = "moe_unpermute_forward";
   check_args(op, {{"y", &y}, {"pair_rows", &pair_rows}, {"out", &out}});
   check_rows(op, "y", y);
@@ -157,6 +164,7 @@ void moe_unpermute_forward(const Tensor& y, const Tensor& pair_rows, const Tenso
 
 void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& row_map, const Tensor* probs,
                             const Tensor& dy, const Tensor* dprobs) {
+  phase_timer::Scope phase_("moe/permute/unpermute_bwd");
   const char* op = "moe_unpermute_backward";
   check_args(op, {{"dout", &dout}, {"y", &y}, {"row_map", &row_map}, {"dy", &dy}});
   check_rows(op, "dout", dout);
@@ -181,6 +189,7 @@ void moe_unpermute_backward(const Tensor& dout, const Tensor& y, const Tensor& r
 }
 
 void moe_scale_rows_forward(const Tensor& x, const Tensor& scale, const Tensor& out) {
+  phase_timer::Scope phase_("moe/scale_rows_fwd");
   const char* op = "moe_scale_rows_forward";
   check_args(op, {{"x", &x}, {"scale", &scale}, {"out", &out}});
   check_rows(op, "x", x);
@@ -192,6 +201,7 @@ void moe_scale_rows_forward(const Tensor& x, const Tensor& scale, const Tensor& 
 
 void moe_scale_rows_backward(const Tensor& x, const Tensor& scale, const Tensor& dout, const Tensor& dx,
                              const Tensor* dscale) {
+  phase_timer::Scope phase_("moe/scale_rows_bwd");
   const char* op = "moe_scale_rows_backward";
   check_args(op, {{"x", &x}, {"scale", &scale}, {"dout", &dout}, {"dx", &dx}});
   check_rows(op, "x", x);

@@ -111,6 +111,7 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
             cfg.parallel.tensor_model_parallel_size, cfg.parallel.context_parallel_size,
             cfg.parallel.pipeline_model_parallel_size, dp_size, trainer.optimizer().state_bytes(),
             cfg.parallel.use_distributed_optimizer ? " (distributed optimizer: sharded over dp)" : "");
+  if (hooks.before_training) hooks.before_training(params, train);
   TrainResult result = trainer.train();
   if (rt.world_size > 1 && result.train_step_seconds > 0)
     log::info("communication: {:.1f}% of the train-step time in data-parallel collectives",

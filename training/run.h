@@ -2,6 +2,7 @@
 // the model, data and optimizer from the config and runs the training loop (Megatron's pretrain()).
 // Reference: megatron/training/training.py (pretrain).
 #pragma once
+#include <functional>
 #include <iosfwd>
 #include <vector>
 
@@ -15,10 +16,14 @@ namespace strata::training {
 int run(const StrataConfig& cfg);
 
 // What a caller of run_training adds to the run (`strata bench train`: a sink that records every
-// iteration's time, and a quiet log stream).
+// iteration's time, a quiet log stream, and a look at the initial parameters and the training
+// batches for the PyTorch reference).
 struct RunHooks {
   std::vector<MetricsSink*> sinks;    // not owned; fed besides the configured sinks
   std::ostream* log_stream = nullptr;  // null: std::cout
+  // Called once before the first step with this rank's parameters (their initial values) and the
+  // training batch source (a pure function of (step, micro-batch): reading it changes nothing).
+  std::function<void(const std::vector<Parameter*>&, BatchSource&)> before_training;
 };
 
 // run() returning the trainer's result (losses, grad norms, ...) instead of the exit code.

@@ -1,12 +1,16 @@
 // `strata bench train` (apps/strata/bench_train.h): runs warmup + iters steps of the real trainer
 // through training::run_training with a sink that records each iteration's time, then (with
-// --reference torch) scripts/bench/gpt_train_torch.py with the same model, batch, optimizer and
-// thread count, and prints both and their ratio. Repeats alternate ours and the reference so
-// that load from other processes hits both alike; the median ratio is reported.
+// --reference torch) scripts/bench/gpt_train_torch.py with the same model (dense or MoE:
+// bench_train_moe.h), batch, optimizer and thread count, started from Strata's initial parameters
+// and batches, and prints both, their ratio and how far their losses of the first steps differ.
+// Repeats alternate ours and the reference so that load from other processes hits both alike; the
+// median ratio is reported.
 #include "apps/strata/bench_train.h"
+#include "apps/strata/bench_train_moe.h"
 #include "apps/strata/commands.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -77,12 +81,21 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
+// The source tree's scripts/bench/gpt_train_torch.py: next to the build directory of this binary
+// (build/strata -> ../scripts), else at __FILE__'s tree when that path is absolute (ccache's
+// base_dir makes it relative, and then it would name whatever tree the current directory is in),
+// else relative to the current directory.
 std::string default_torch_script() {
   namespace fs = std::filesystem;
-  // This file is apps/strata/bench_train.cpp of the source tree (__FILE__ is absolute in our builds).
-  const fs::path from_source = fs::path(__FILE__).parent_path() / ".." / ".." / "scripts" / "bench" / "gpt_train_torch.py";
-  if (fs::exists(from_source)) return fs::weakly_canonical(from_source).string();
-  return "scripts/bench/gpt_train_torch.py";
+  const fs::path rel = fs::path("scripts") / "bench" / "gpt_train_torch.py";
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (!ec) candidates.push_back(exe.parent_path() / ".." / rel);
+  if (fs::path(__FILE__).is_absolute()) candidates.push_back(fs::path(__FILE__).parent_path() / ".." / ".." / rel);
+  for (const fs::path& c : candidates)
+    if (fs::exists(c)) return fs::weakly_canonical(c).string();
+  return rel.string();
 }
 
 // Shell-quotes one argument.
@@ -92,13 +105,18 @@ std::string quoted(const std::string& s) {
   return q + "'";
 }
 
-json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o) {
+// init_file not empty: the run writes its initial parameters and batches there (the reference's start).
+json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o, const std::string& init_file) {
   const Device device = resolve_device(cfg.training.device);
   StepTimeSink sink;
   std::ostringstream quiet;  // the per-iteration log lines
   training::RunHooks hooks;
   hooks.sinks = {&sink};
   hooks.log_stream = &quiet;
+  if (!init_file.empty())
+    hooks.before_training = [&](const std::vector<Parameter*>& params, BatchSource& source) {
+      write_reference_init(init_file, params, source, o.warmup + o.iters);
+    };
   reset_peak_memory_stats(device);
   phase_timer::reset();
   // The phase timers skip the warm-up steps: enabled from the first timed step by the sink's count.
@@ -140,6 +158,7 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o) {
             {"peak_allocated_bytes", mem.max_allocated_bytes},
             {"initial_loss", r.losses.empty() ? NAN : r.losses.front()},
             {"final_loss", r.losses.empty() ? NAN : r.losses.back()},
+            {"losses", r.losses},
             {"step_ms", timed}};
   if (device.is_cpu()) j["peak_rss_bytes"] = peak_rss_bytes();
   if (o.phases) {
@@ -152,25 +171,25 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o) {
   return j;
 }
 
-// The reference models only the GPT-2-style architecture in fp32 without dropout.
+// The reference models only the GPT-2-style architecture (GeLU or SwiGLU MLPs, dense or MoE) in
+// fp32 without dropout.
 void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOptions& o) {
   const ModelConfig& m = cfg.model;
-  STRATA_CHECK(!m.num_experts, "bench train --reference torch: the PyTorch reference is a dense GPT; model.num_experts "
-               "is set (an MoE reference comes with expert parallelism); run without --reference");
-  STRATA_CHECK(m.normalization == Normalization::LayerNorm && !m.swiglu && !m.qk_layernorm &&
+  check_moe_reference_applies(cfg);
+  STRATA_CHECK(m.normalization == Normalization::LayerNorm && !m.qk_layernorm &&
                    m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute &&
-                   !m.untie_embeddings_and_output_weights && m.add_bias_linear && !m.apply_layernorm_1p &&
+                   !m.untie_embeddings_and_output_weights && !m.apply_layernorm_1p &&
                    m.query_groups() == m.num_attention_heads,
                "bench train --reference torch: the PyTorch reference is the GPT-2-style model (model.normalization "
-               "LayerNorm, no swiglu/qk_layernorm/GQA, position_embedding_type learned_absolute, tied output, "
-               "add_bias_linear); ", o.config, " asks for another architecture");
+               "LayerNorm, no qk_layernorm/GQA, position_embedding_type learned_absolute, tied output); ", o.config,
+               " asks for another architecture");
   STRATA_CHECK(m.hidden_dropout == 0.0 && m.attention_dropout == 0.0,
                "bench train --reference torch: set model.hidden_dropout=0 and model.attention_dropout=0 (the "
                "reference has no dropout)");
   STRATA_CHECK(cfg.training.precision == Precision::Fp32, "bench train --reference torch: training.precision must be fp32");
 }
 
-json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads) {
+json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads, const std::string& init_file) {
   const ModelConfig& m = cfg.model;
   const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
   const std::string script = o.torch_script.empty() ? default_torch_script() : o.torch_script;
@@ -180,12 +199,14 @@ json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads)
       << " --ffn " << m.ffn() << " --vocab " << padded << " --real-vocab " << *m.vocab_size << " --seq "
       << m.seq_length << " --max-positions " << m.max_positions() << " --batch "
       << cfg.training.global_batch_size.value_or(cfg.training.micro_batch_size) << " --eps " << m.layernorm_epsilon
-      << (m.openai_gelu ? " --tanh-gelu" : "") << " --init-std " << m.init_method_std << " --lr "
+      << (m.openai_gelu ? " --tanh-gelu" : "") << (m.swiglu ? " --swiglu" : "")
+      << (m.add_bias_linear ? "" : " --no-bias-linear") << " --init-std " << m.init_method_std << " --lr "
       << cfg.optimizer.lr.value_or(1e-4) << " --beta1 " << cfg.optimizer.adam_beta1 << " --beta2 "
       << cfg.optimizer.adam_beta2 << " --adam-eps " << cfg.optimizer.adam_eps << " --weight-decay "
       << cfg.optimizer.weight_decay << " --clip-grad " << cfg.optimizer.clip_grad << " --iters " << o.iters
       << " --warmup " << o.warmup << " --threads " << threads << " --seed " << cfg.training.seed << " --device "
-      << quoted(resolve_device(cfg.training.device).str());
+      << quoted(resolve_device(cfg.training.device).str()) << " --init-from " << quoted(init_file)
+      << moe_reference_args(cfg);
   std::fflush(stdout);
   FILE* p = popen(cmd.str().c_str(), "r");
   STRATA_CHECK(p != nullptr, "bench train: cannot start ", o.python, " ", script);
@@ -216,6 +237,59 @@ void print_result(const json& j) {
   if (j.contains("peak_allocated_bytes") && (j["impl"] == "strata" || on_gpu))
     std::printf("  peak allocated %.0f MiB", j["peak_allocated_bytes"].get<double>() / 1048576.0);
   std::printf("\n");
+}
+
+// The dispatch phases of an MoE step with their share of the mean step time: the layer's
+// dispatch / combine scopes (permute + all-to-all + unpermute, names containing "/moe/dispatch" or
+// "/moe/combine") and the permute kernels' scopes ("moe/permute/..."). The total sums the layer's
+// scopes when there are any (they contain the kernels'), else the kernels'.
+void print_dispatch_share(const json& ours) {
+  const double step = ours["mean_ms"].get<double>();
+  double layer = 0, kernel = 0;
+  bool any = false;
+  auto share = [step](double ms) { return step > 0 ? 100.0 * ms / step : 0.0; };
+  for (const auto& ph : ours["phases"]) {
+    const std::string name = ph["phase"].get<std::string>();
+    const bool is_layer = name.find("/moe/dispatch") != std::string::npos || name.find("/moe/combine") != std::string::npos;
+    if (!is_layer && name.find("moe/permute") == std::string::npos) continue;
+    const double ms = ph["ms_per_step"].get<double>();
+    std::printf("    dispatch share %-36s %6.2f%% of the step\n", name.c_str(), share(ms));
+    (is_layer ? layer : kernel) += ms;
+    any = true;
+  }
+  if (any)
+    std::printf("    dispatch share, total (%s scopes): %.2f ms/step, %.2f%% of the %.1f ms step\n",
+                layer > 0 ? "dispatch/combine" : "moe/permute", layer > 0 ? layer : kernel,
+                share(layer > 0 ? layer : kernel), step);
+}
+
+// Peak memory of ours over the reference's: process RSS on the CPU, the allocators' peaks on a
+// GPU; 0 when either side lacks the number.
+double peak_memory_ratio(const json& ours, const json& ref) {
+  const bool gpu = ours.value("device", std::string()).rfind("cuda", 0) == 0;
+  const char* field = gpu ? "peak_allocated_bytes" : "peak_rss_bytes";
+  const double a = ours.value(field, 0.0), b = ref.value(field, 0.0);
+  return a > 0 && b > 0 ? a / b : 0.0;
+}
+
+// Both sides start from Strata's parameters and batches: their losses of the first steps agree to
+// f32 rounding (summation orders differ; Adam's first steps amplify that a little).
+constexpr double kLossTolerance = 2e-3;
+bool compare_losses(const json& ours, const json& ref) {
+  const auto a = ours["losses"].get<std::vector<double>>(), b = ref["losses"].get<std::vector<double>>();
+  const size_t n = std::min<size_t>({a.size(), b.size(), 3});
+  double worst = 0;
+  std::printf("  losses strata / torch:");
+  for (size_t i = 0; i < n; ++i) {
+    std::printf("  step %zu %.5f / %.5f", i + 1, a[i], b[i]);
+    worst = std::max(worst, std::abs(a[i] - b[i]));
+  }
+  std::printf("  (max |diff| %.2e)\n", worst);
+  if (!(worst <= kLossTolerance) || n == 0) {
+    std::printf("  FAIL: the losses of the first steps differ by %.2e (> %.0e)\n", worst, kLossTolerance);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -270,7 +344,11 @@ int run_train_benchmark(const BenchTrainOptions& o) {
   bool metrics_rank = true;
   for (int rep = 0; rep < o.repeat; ++rep) {
     if (o.repeat > 1) std::printf("repeat %d/%d\n", rep + 1, o.repeat);
-    json ours = run_ours(cfg, o);
+    const std::string init_file =
+        o.reference == "torch" ? (std::filesystem::temp_directory_path() /
+                                  ("strata_bench_init_" + std::to_string(getpid()) + ".safetensors")).string()
+                               : std::string();
+    json ours = run_ours(cfg, o, init_file);
     if (!ours.value("metrics_rank", true)) {  // a rank without the metrics: nothing to print or write
       metrics_rank = false;
       continue;
@@ -281,17 +359,31 @@ int run_train_benchmark(const BenchTrainOptions& o) {
       for (const auto& ph : ours["phases"])
         std::printf("    %-36s %8.2f ms/step  (%g calls)\n", ph["phase"].get<std::string>().c_str(),
                     ph["ms_per_step"].get<double>(), ph["calls_per_step"].get<double>());
+      if (m.is_moe()) print_dispatch_share(ours);
     }
     json run = {{"strata", ours}};
     if (o.reference == "torch") {
-      json ref = run_torch(cfg, o, threads);
+      json ref;
+      try {
+        ref = run_torch(cfg, o, threads, init_file);
+      } catch (...) {
+        std::filesystem::remove(init_file);
+        throw;
+      }
+      std::filesystem::remove(init_file);
       print_result(ref);
       check_initial_loss(ref);
+      ok = compare_losses(ours, ref) && ok;
       const double ratio = ref["median_ms"].get<double>() / ours["median_ms"].get<double>();
       std::printf("  throughput ratio strata / torch: %.3f\n", ratio);
       ratios.push_back(ratio);
       run["torch"] = ref;
       run["ratio"] = ratio;
+      const double mem = peak_memory_ratio(ours, ref);
+      if (mem > 0) {
+        std::printf("  peak memory ratio strata / torch: %.3f\n", mem);
+        run["memory_ratio"] = mem;
+      }
     }
     runs.push_back(run);
     std::fflush(stdout);

@@ -1,7 +1,8 @@
 // `strata bench train`: training-step throughput of the real trainer (training::run_training on
 // the config, mock data unless the config gives data) — tokens/s, median and p90 step time, peak
-// memory — optionally with the PyTorch eager reference of the same GPT (scripts/bench/
-// gpt_train_torch.py) run in the same command, back to back, and the ratio of the two.
+// memory — optionally with the PyTorch eager reference of the same GPT, dense or MoE (scripts/bench/
+// gpt_train_torch.py, moe_torch.py) run in the same command, back to back, from Strata's initial
+// parameters and batches: the ratio of the two and the difference of their first losses.
 // Reference: llm.c's train_gpt2 timing, Megatron's iteration-time.
 #pragma once
 #include <string>
@@ -23,7 +24,8 @@ struct BenchTrainOptions {
   std::string torch_script;            // "": scripts/bench/gpt_train_torch.py of this source tree
 };
 
-// Returns the exit code: 0, or 1 when a run fails or an initial loss is not ≈ ln(vocab).
+// Returns the exit code: 0, or 1 when a run fails, an initial loss is not ≈ ln(vocab), or the
+// reference's losses of the first steps differ from ours by more than 2e-3.
 int run_train_benchmark(const BenchTrainOptions& options);
 
 // Step-time statistics of one run (milliseconds).

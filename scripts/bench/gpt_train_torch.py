@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """PyTorch eager reference for `strata bench train --reference torch`: the same GPT-2-style model
-(pre-norm LayerNorm, learned absolute positions, causal multi-head attention, GeLU MLP, tied output
-layer, biases), the same init (N(0, init_std); attention and MLP output projections
+(pre-norm LayerNorm, learned absolute positions, causal multi-head attention, GeLU or SwiGLU MLP or
+a mixture-of-experts layer (scripts/bench/moe_torch.py, --moe-*), tied output layer, biases), the
+same init (N(0, init_std); attention and MLP output projections
 N(0, init_std / sqrt(2 * num_layers)); LayerNorm 1/0; biases 0), the same loss (mean token
 cross-entropy over the padded vocabulary, as Megatron computes it) and the same AdamW
 (betas, eps, weight decay on >= 2-d parameters only, global-norm clipping), in fp32 eager mode
 on the CPU or, with --device cuda, on the GPU (TF32 off, so both sides do fp32 GEMMs). Times `--iters` training steps after `--warmup` and prints one JSON object:
-median and p90 step time, tokens/s, peak RSS (and peak CUDA allocation), the initial loss and ln(vocab).
+median and p90 step time, tokens/s, peak RSS (and peak CUDA allocation), every step's LM loss and
+ln(vocab). With --init-from FILE (what `strata bench train` passes) it starts from Strata's
+initial parameters and trains on Strata's batch of each step (scripts/bench/strata_init.py), so
+the losses of the first steps equal Strata's up to f32 rounding; the router losses are added to
+the objective, the LM loss (masked token mean) is what it reports.
 
 Run by `strata bench train` with the model/batch/thread settings of its config; also usable alone:
   OMP_NUM_THREADS=2 python3 scripts/bench/gpt_train_torch.py --layers 4 --hidden 256 --heads 4 \\
@@ -23,18 +28,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import moe_torch
+import strata_init
+
 
 class Block(nn.Module):
-    def __init__(self, h, heads, ffn, eps, tanh_gelu):
+    def __init__(self, h, heads, mlp, eps, bias):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(h, eps=eps)
-        self.qkv = nn.Linear(h, 3 * h)
-        self.proj = nn.Linear(h, h)
+        self.qkv = nn.Linear(h, 3 * h, bias=bias)
+        self.proj = nn.Linear(h, h, bias=bias)
         self.ln2 = nn.LayerNorm(h, eps=eps)
-        self.fc1 = nn.Linear(h, ffn)
-        self.fc2 = nn.Linear(ffn, h)
-        self.gelu_approx = "tanh" if tanh_gelu else "none"
+        self.mlp = mlp
 
     def attention(self, x):
         b, s, h = x.shape
@@ -47,9 +53,10 @@ class Block(nn.Module):
         y = (att @ v).transpose(1, 2).reshape(b, s, h)
         return self.proj(y)
 
-    def forward(self, x):
+    def forward(self, x):  # -> (x, router losses)
         x = x + self.attention(self.ln1(x))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate=self.gelu_approx))
+        y, aux = self.mlp(self.ln2(x))
+        return x + y, aux
 
 
 class GPT(nn.Module):
@@ -58,7 +65,10 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(a.vocab, a.hidden)
         self.wpe = nn.Embedding(a.max_positions or a.seq, a.hidden)
         ffn = a.ffn or 4 * a.hidden
-        self.blocks = nn.ModuleList(Block(a.hidden, a.heads, ffn, a.eps, a.tanh_gelu) for _ in range(a.layers))
+        moe = [c == "1" for c in a.moe_layers.split(",")] if a.moe_layers else [True] * a.layers
+        self.blocks = nn.ModuleList(
+            Block(a.hidden, a.heads, moe_torch.MoE(a.hidden, a) if a.moe_experts and moe[i]
+                  else moe_torch.MLP(a.hidden, ffn, a), a.eps, not a.no_bias_linear) for i in range(a.layers))
         self.ln_f = nn.LayerNorm(a.hidden, eps=a.eps)
         out_std = a.init_std / math.sqrt(2.0 * a.layers)
         for name, p in self.named_parameters():
@@ -69,14 +79,21 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, out_std)
             else:
                 nn.init.normal_(p, 0.0, a.init_std)
+        for blk in self.blocks:
+            if isinstance(blk.mlp, moe_torch.MoE):
+                blk.mlp.init_weights(a.init_std, out_std)
 
-    def forward(self, tokens, labels):
+    def forward(self, tokens, labels, mask):  # -> (LM loss, objective)
         b, s = tokens.shape
         x = self.wte(tokens) + self.wpe(torch.arange(s, device=tokens.device))
+        aux = x.new_zeros(())
         for blk in self.blocks:
-            x = blk(x)
+            x, a = blk(x)
+            aux = aux + a
         logits = self.ln_f(x) @ self.wte.weight.t()  # tied output layer
-        return F.cross_entropy(logits.view(b * s, -1), labels.reshape(b * s))
+        ce = F.cross_entropy(logits.view(b * s, -1), labels.reshape(b * s), reduction="none")
+        lm = (ce * mask.reshape(b * s)).sum() / mask.sum()
+        return lm, lm + aux
 
 
 def main():
@@ -92,6 +109,7 @@ def main():
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--eps", type=float, default=1e-5)
     p.add_argument("--tanh-gelu", action="store_true")
+    p.add_argument("--no-bias-linear", action="store_true", help="linear layers without biases (MoE models)")
     p.add_argument("--init-std", type=float, default=0.02)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--beta1", type=float, default=0.9)
@@ -104,6 +122,8 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="0: torch's default")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--init-from", default="", help="Strata's initial parameters and batches (safetensors)")
+    moe_torch.add_args(p)
     a = p.parse_args()
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
@@ -120,9 +140,13 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(a.beta1, a.beta2), eps=a.adam_eps)
-    g = torch.Generator().manual_seed(a.seed)
-    data = torch.randint(0, a.real_vocab or a.vocab, (a.batch, a.seq + 1), generator=g)
-    tokens, labels = data[:, :-1].contiguous().to(dev), data[:, 1:].contiguous().to(dev)
+    if a.init_from:
+        tokens, labels, masks = (t.to(dev) for t in strata_init.load(a.init_from, model, a.heads))
+    else:
+        g = torch.Generator().manual_seed(a.seed)
+        data = torch.randint(0, a.real_vocab or a.vocab, (a.batch, a.seq + 1), generator=g)
+        tokens, labels = data[:, :-1].unsqueeze(0).to(dev), data[:, 1:].unsqueeze(0).to(dev)
+        masks = torch.ones(1, a.batch, a.seq, device=dev)
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
 
@@ -130,8 +154,9 @@ def main():
     for it in range(a.warmup + a.iters):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(tokens, labels)
-        loss.backward()
+        step = it % tokens.shape[0]
+        loss, objective = model(tokens[step], labels[step], masks[step])
+        objective.backward()
         if a.clip_grad > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_grad)
         opt.step()
@@ -151,7 +176,7 @@ def main():
         "median_ms": median, "p90_ms": p90, "tokens_per_second": a.batch * a.seq * 1000.0 / median,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "device": str(dev), "peak_allocated_bytes": torch.cuda.max_memory_allocated(dev) if cuda else 0,
-        "initial_loss": losses[0], "final_loss": losses[-1], "ln_vocab": math.log(a.vocab), "finite": ok}))
+        "initial_loss": losses[0], "final_loss": losses[-1], "losses": losses, "ln_vocab": math.log(a.vocab), "finite": ok}))
     return 0 if ok else 1
 
 

@@ -2,12 +2,18 @@
 // step-time statistics on hand-computed lists; a tiny GPT benchmarked through the command line
 // (JSON fields, the right number of step times, initial loss ≈ ln(padded vocab), the per-phase
 // breakdown covering forward/backward/optimizer and nested under the step time); phase timers
-// off by default; bad options rejected with a message naming them. `strata bench ops --filter`
-// matches the printed case and benchmark names and fails when it matches nothing.
+// off by default; bad options rejected with a message naming them; a tiny MoE GPT against the
+// PyTorch reference (scripts/bench/moe_torch.py; skipped when /usr/bin/python3 has no torch): both
+// start from Strata's parameters and batches, so their losses of two steps agree; MoE options the
+// reference does not model are refused naming the field. `strata bench ops --filter` matches the
+// printed case and benchmark names and fails when it matches nothing.
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -17,6 +23,7 @@
 #include "cli_test_helpers.h"
 #include "core/phase_timer.h"
 #include "parallel/process_group.h"
+#include "strata_source_dir.h"
 #include "test_helpers.h"
 
 using namespace strata;
@@ -36,6 +43,27 @@ std::string tiny_config() {
                       "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n"
                       "checkpoint:\n  save: /nonexistent/never/written\n  save_interval: 1\n";
   return p.string();
+}
+// The tiny GPT as an MoE model: 4 GeLU experts of 32, softmax top-2, aux_loss and z-loss (large
+// coefficients, so a reference without them would train differently), no linear biases.
+std::string tiny_moe_config() {
+  const auto p = temp_dir() / "tiny_moe.yaml";
+  std::ofstream(p) << "model:\n  num_layers: 1\n  hidden_size: 32\n  num_attention_heads: 2\n  seq_length: 16\n"
+                      "  vocab_size: 300\n  hidden_dropout: 0.0\n  attention_dropout: 0.0\n  add_bias_linear: false\n"
+                      "  num_experts: 4\n  moe_ffn_hidden_size: 32\n  moe_router_topk: 2\n"
+                      "  moe_aux_loss_coeff: 0.5\n  moe_z_loss_coeff: 0.1\n"
+                      "training:\n  micro_batch_size: 2\n  global_batch_size: 2\n  device: cpu\n"
+                      "optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n";
+  return p.string();
+}
+
+bool python_has_torch() {
+  const int status = std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1");
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::string torch_script() {
+  return (std::filesystem::path(STRATA_SOURCE_DIR) / "scripts" / "bench" / "gpt_train_torch.py").string();
 }
 }  // namespace
 
@@ -169,4 +197,62 @@ TEST_CASE("bench ops: --filter matches the printed names and fails when nothing 
   r = run_cli({"bench", "ops", "--quick", "--filter", "gelu"});
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("strata: error: bench ops: --filter 'gelu' matches no benchmark"));
+}
+
+TEST_CASE("bench train: dense and MoE GPTs against the PyTorch reference, the losses of two steps agree",
+          "[bench][moe]") {
+  if (!python_has_torch()) {
+    WARN("SKIPPED: /usr/bin/python3 has no torch (scripts/setup.sh --bench)");
+    return;
+  }
+  const std::string json_path = (temp_dir() / "bench_moe.json").string();
+  const std::pair<std::string, const char*> cases[] = {
+      {tiny_config(), "model.swiglu=true"},  // dense: linear_qkv reordered, biases, SwiGLU
+      {tiny_moe_config(), "model.moe_router_score_function=softmax"},
+      {tiny_moe_config(), "model.moe_router_score_function=sigmoid model.moe_shared_expert_intermediate_size=16 "
+                          "model.moe_shared_expert_gate=true model.moe_router_load_balancing_type=seq_aux_loss"}};
+  for (const auto& [config, extra] : cases) {
+    const bool moe = config == tiny_moe_config();
+    std::vector<std::string> args = {"bench", "train", "--config", config, "--iters", "2", "--warmup", "0",
+                                     "--reference", "torch", "--torch-script", torch_script(), "--phases", "--json",
+                                     json_path};
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) args.push_back(w);
+    CliResult r = run_cli(args);
+    INFO(extra << "\n" << r.out << r.err);
+    REQUIRE(r.rc == 0);
+    CHECK_THAT(r.out, Contains("losses strata / torch") && Contains("throughput ratio strata / torch"));
+    if (moe) CHECK_THAT(r.out, Contains("dispatch share moe/permute/permute_fwd"));
+    nlohmann::json j;
+    std::ifstream(json_path) >> j;
+    const auto& run = j["runs"][0];
+    const auto ours = run["strata"]["losses"].get<std::vector<double>>();
+    const auto ref = run["torch"]["losses"].get<std::vector<double>>();
+    REQUIRE(ours.size() == 2);
+    REQUIRE(ref.size() == 2);
+    CHECK(std::abs(ours[0] - std::log(384.0)) < 0.25);
+    CHECK(ours[1] != ours[0]);  // step 2 sees the update of step 1 (router losses included)
+    for (size_t i = 0; i < 2; ++i) CHECK(ref[i] == Approx(ours[i]).margin(1e-4));
+    CHECK(run["ratio"].get<double>() > 0);
+    CHECK(run["torch"]["peak_rss_bytes"].get<double>() > 0);
+    CHECK(run["memory_ratio"].get<double>() ==
+          Approx(run["strata"]["peak_rss_bytes"].get<double>() / run["torch"]["peak_rss_bytes"].get<double>()));
+    CHECK_THAT(r.out, Contains("peak memory ratio strata / torch"));
+    CHECK(j["ok"] == true);
+  }
+}
+
+TEST_CASE("bench train: MoE options the PyTorch reference does not model are refused, naming the field", "[bench][moe]") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"model.moe_expert_capacity_factor=1.0", "model.moe_expert_capacity_factor"},
+      {"model.moe_input_jitter_eps=0.01", "model.moe_input_jitter_eps"},
+      {"model.moe_router_force_load_balancing=true", "model.moe_router_force_load_balancing"},
+      {"training.global_batch_size=4", "training.global_batch_size"}};
+  for (const auto& [override_, field] : cases) {
+    CliResult r = run_cli({"bench", "train", "--config", tiny_moe_config(), "--reference", "torch", override_});
+    INFO(override_ << "\n" << r.out << r.err);
+    CHECK(r.rc != 0);
+    CHECK_THAT(r.err, Contains(field) && Contains("the PyTorch MoE reference does not model"));
+    CHECK_THAT(r.out, !Contains("ms/step median"));  // refused before anything ran
+  }
 }
