@@ -4,6 +4,7 @@
 // rank are the same process, and the tags keep the two streams apart.
 #include "training/schedules.h"
 
+#include "core/observe.h"
 #include "core/phase_timer.h"
 
 #include <chrono>
@@ -57,6 +58,10 @@ class Runner {
     ForwardOutput out;
     {
       phase_timer::Scope t("forward");
+      ObservationContext oc = observation_context();  // the step's (run_observers.h), this forward's place
+      oc.micro_batch = mb;
+      oc.model_chunk = static_cast<int>(c);
+      ObservationContextScope scope(oc);
       out = m.forward_pass(*ctx, step_.batch(mb));
     }
     add_time(t0);

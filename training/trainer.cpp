@@ -167,6 +167,8 @@ LossGroups Trainer::loss_groups() const {
 
 Trainer::StepOutcome Trainer::train_step(double lr) {
   StepOutcome o;
+  // The run's observers (training/run_observers.h) for this iteration (0-based, as Megatron's tracer).
+  RunObservers::Step observed(observers_, ObservationContext{iteration_, 0, 0, ObservationPhase::Train});
   {
     phase_timer::Scope t("zero_grad");
     grad_buffer_->zero();  // every main_grad (views into the buffers)
@@ -238,6 +240,7 @@ EvalResult Trainer::evaluate(int64_t index) {
     for (int64_t mb = 0; mb < num_micro_batches_; ++mb)  // context parallelism: this cp rank's chunks
       batches.push_back(cp::split_batch(valid_data_->next_microbatch(step, mb), options_.groups.cp.size(),
                                         options_.groups.cp.rank()));
+    RunObservers::Step observed(observers_, ObservationContext{iteration_, 0, 0, ObservationPhase::Eval});
     ScheduleStep sched;
     sched.step = step;
     sched.num_micro_batches = num_micro_batches_;

@@ -41,6 +41,7 @@
 #include "training/schedules.h"
 #include "training/step_losses.h"
 #include "training/grad_buffer.h"
+#include "training/run_observers.h"
 #include "training/tensor_file.h"
 
 namespace strata {
@@ -117,6 +118,8 @@ class Trainer {
   AdamWOptimizer& optimizer() { return *optimizer_; }
   GradBuffer* grad_buffer() { return grad_buffer_.get(); }  // the dense parameters' (dp × cp)
   GradBuffer* expert_grad_buffer() { return expert_grad_buffer_.get(); }  // experts' (expert dp); null: none
+  // The run's observers (training/run_observers.h): add before train().
+  RunObservers& observers() { return observers_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
   // The MoE accounting (null for a dense model): the last step's per-layer expert load.
   const MoeAccounting* moe_accounting() const { return moe_.get(); }
@@ -155,6 +158,7 @@ class Trainer {
   std::vector<std::string> loss_names_;  // model_.loss_names(): "lm loss" first
   std::unique_ptr<GradBuffer> grad_buffer_;
   std::unique_ptr<GradBuffer> expert_grad_buffer_;
+  RunObservers observers_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   std::unique_ptr<MoeAccounting> moe_;     // MoE models only
   std::vector<Parameter*> checkpointed_;   // params_ + untrained checkpointed buffers (expert_bias)

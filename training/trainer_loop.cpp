@@ -246,6 +246,7 @@ TrainResult Trainer::train() {
   iv.reset(loss_names_.size());
 
   auto finish = [&](int code) {
+    observers_.finish();  // e.g. the router tracer's files complete (also on a stop by signal)
     for (MetricsSink* s : sinks_) s->flush();
     result.exit_code = code;
     result.final_iteration = iteration_;
