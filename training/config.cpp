@@ -146,6 +146,24 @@ config::SectionFields<LoggingConfig> logging_fields() {
   f.add("log_num_zeros_in_grad", &L::log_num_zeros_in_grad, "Log the number of zero gradient elements.");
   f.add("log_throughput", &L::log_throughput, "Log throughput (TFLOP/s per GPU) in the iteration line.");
   f.add("log_params_norm", &L::log_params_norm, "Log the L2 norm of the parameters.");
+  f.add("moe_routing_trace_path", &L::moe_routing_trace_path,
+        "Trace the MoE routers' top-k selections into this directory (router_trace_rank<R>.jsonl per rank, "
+        "docs/router_trace_tracer.md); needs MoE layers. null: no tracing.");
+  f.add("moe_routing_trace_max_training_iters", &L::moe_routing_trace_max_training_iters,
+        "Training iterations to trace (counted from the first traced one, so a resumed run traces); then the "
+        "tracer detaches. null: training.train_iters.")
+      .check(positive());
+  f.add("moe_routing_trace_max_inference_steps", &L::moe_routing_trace_max_inference_steps,
+        "Generation forwards to trace (the prompt, then each decode step). null: 10^9.")
+      .check(positive());
+  f.add("moe_routing_trace_capture_logits", &L::moe_routing_trace_capture_logits,
+        "Also write the raw router logits [T, E] as bf16 to logits_rank<R>.bin.");
+  f.add("moe_routing_trace_capture_hidden_states", &L::moe_routing_trace_capture_hidden_states,
+        "Also write the router inputs [T, H] (after the pre-MLP norm, before jitter) as bf16 to "
+        "hidden_states_rank<R>.bin.");
+  f.add("moe_routing_trace_dump_weights", &L::moe_routing_trace_dump_weights,
+        "Also write each traced router's weight, expert bias, score function and top-k (at its first traced "
+        "forward) to router_state_rank<R>.safetensors.");
   return f;
 }
 
@@ -355,6 +373,25 @@ void validate_checkpoint(const CheckpointConfig& checkpoint) {
     throw ConfigError("checkpoint.finetune", "needs checkpoint.load (the checkpoint to start from)");
 }
 
+// The router tracer (Megatron's moe_routing_trace_*): only for MoE models, options only with the path.
+void validate_logging(const LoggingConfig& l, const ModelConfig& model) {
+  if (l.moe_routing_trace_path) {
+    if (l.moe_routing_trace_path->empty()) throw ConfigError("logging.moe_routing_trace_path", "is empty");
+    if (!model.is_moe())
+      throw ConfigError("logging.moe_routing_trace_path", "traces MoE routers, but the model has none "
+                                                          "(model.num_experts is null)");
+    return;
+  }
+  const std::pair<const char*, bool> needs_path[] = {
+      {"logging.moe_routing_trace_max_training_iters", l.moe_routing_trace_max_training_iters.has_value()},
+      {"logging.moe_routing_trace_max_inference_steps", l.moe_routing_trace_max_inference_steps.has_value()},
+      {"logging.moe_routing_trace_capture_logits", l.moe_routing_trace_capture_logits},
+      {"logging.moe_routing_trace_capture_hidden_states", l.moe_routing_trace_capture_hidden_states},
+      {"logging.moe_routing_trace_dump_weights", l.moe_routing_trace_dump_weights}};
+  for (const auto& [field, set] : needs_path)
+    if (set) throw ConfigError(field, "needs logging.moe_routing_trace_path (the trace directory)");
+}
+
 void validate_inference(InferenceConfig& inference, const TrainingConfig& training) {
   if (inference.top_k > 0 && inference.top_p > 0)
     throw ConfigError("inference.top_p", "cannot be combined with inference.top_k > 0; use one of them");
@@ -372,6 +409,7 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   validate_optimizer(optimizer, training);
   validate_data(data, model);
   validate_checkpoint(checkpoint);
+  validate_logging(logging, model);
   validate_inference(inference, training);
 }
 

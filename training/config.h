@@ -96,7 +96,14 @@ struct LoggingConfig {
   bool log_num_zeros_in_grad = false;
   bool log_throughput = false;
   bool log_params_norm = false;
-  // Extension points: tensor_metrics, moe_routing_trace_* (ARCHITECTURE decision 6).
+  // The MoE router tracer (training/router_tracer.h; Megatron's LoggerConfig moe_routing_trace_*).
+  std::optional<std::string> moe_routing_trace_path;               // null: no tracing
+  std::optional<int64_t> moe_routing_trace_max_training_iters;     // null: training.train_iters
+  std::optional<int64_t> moe_routing_trace_max_inference_steps;    // null: 10^9
+  bool moe_routing_trace_capture_logits = false;
+  bool moe_routing_trace_capture_hidden_states = false;
+  bool moe_routing_trace_dump_weights = false;
+  // Extension point: tensor_metrics (ARCHITECTURE decision 6).
 };
 
 struct InferenceConfig {

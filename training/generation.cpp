@@ -124,12 +124,19 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   std::vector<int64_t> out;
   if (new_tokens <= 0) return out;
   InferenceCache cache = model.make_inference_cache(1, n + new_tokens);
-  std::vector<double> logits = last_row(model.logits_for(token_tensor(prompt, model.device()), &cache, 0));
+  RunObservers none;
+  RunObservers& observers = opt.observers ? *opt.observers : none;
+  int64_t forward = 0;  // the observation step of each forward
+  auto run = [&](const std::vector<int64_t>& ids, int64_t position) {
+    RunObservers::Step observed(observers, ObservationContext{forward++, 0, 0, ObservationPhase::Generate});
+    return last_row(model.logits_for(token_tensor(ids, model.device()), &cache, position));
+  };
+  std::vector<double> logits = run(prompt, 0);
   for (int64_t step = 0; step < new_tokens; ++step) {
     const int64_t tok = sample_token(logits, opt.sampling, step);
     out.push_back(tok);
     if ((opt.eod && tok == *opt.eod) || step + 1 == new_tokens) break;
-    logits = last_row(model.logits_for(token_tensor({tok}, model.device()), &cache, n + step));
+    logits = run({tok}, n + step);
   }
   return out;
 }

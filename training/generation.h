@@ -15,6 +15,7 @@
 #include "data/tokenizer.h"
 #include "models/language_model.h"
 #include "training/config.h"
+#include "training/run_observers.h"
 
 namespace strata::generation {
 
@@ -45,6 +46,10 @@ struct GenerateOptions {
   int64_t max_new_tokens = 64;
   SamplingOptions sampling;
   std::optional<int64_t> eod;  // stop after sampling this id (it is included in the output)
+  // The observers of the run (e.g. the router tracer): one RunObservers::Step per forward (the
+  // prompt, then each decode step), ObservationPhase::Generate, iteration = the forward's index.
+  // Null: none.
+  RunObservers* observers = nullptr;
 };
 
 // Generates up to max_new_tokens after `prompt` (batch 1) with a KV cache sized prompt + new

@@ -13,6 +13,7 @@
 #include "core/phase_timer.h"
 #include "parallel/context_parallel.h"
 #include "training/checkpoint.h"
+#include "training/router_tracer.h"
 #include "training/signals.h"
 #include "training/step_losses.h"
 
@@ -103,6 +104,9 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
             << (lo.finetune ? " (finetune: weights only, starting at iteration 0)" : "") << std::endl;
     }
   }
+  // logging.moe_routing_trace_path: the router tracer over every chunk's routers (training/router_tracer.h).
+  if (auto tracer = make_router_tracer(cfg_, pipeline_.chunks, options_.groups.global_rank))
+    observers_.add(std::move(tracer));
 }
 
 // Megatron DDP: one gradient buffer over dp × cp for the dense parameters and, when this stage has

@@ -18,6 +18,7 @@
 #include "apps/strata/commands.h"
 #include "core/error.h"
 #include "training/generation.h"
+#include "training/router_tracer.h"
 
 namespace strata::app {
 namespace {
@@ -133,8 +134,13 @@ void register_generate(CLI::App& app) {
                    "(model.max_position_embeddings) and the prompt takes %lld: generating at most %lld\n",
                    static_cast<long long>(go.max_new_tokens), static_cast<long long>(positions),
                    static_cast<long long>(ids.size()), static_cast<long long>(std::max<int64_t>(room, 0)));
+    // logging.moe_routing_trace_path (e.g. --config-override): trace the routers, one step per forward.
+    RunObservers observers;
+    if (auto tracer = make_router_tracer(lm.config, {lm.model.get()}, 0)) observers.add(std::move(tracer));
+    go.observers = &observers;
     std::vector<int64_t> all = ids;
     for (int64_t t : generation::generate(*lm.model, ids, go)) all.push_back(t);
+    observers.finish();
     std::printf("%s\n", lm.tokenizer->decode(all).c_str());
     return 0;
   });
