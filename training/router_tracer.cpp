@@ -140,20 +140,18 @@ SourceKinds RouterTracer::kinds_for(const ObservationContext& c) {
 
 void RouterTracer::on_tensor(const Observation& o) {
   Pending& p = *pending_;
+  if (o.kind == SourceKind::RouterInput || p.owner != o.owner) {  // a forward's first site
+    p = Pending{};
+    p.owner = o.owner;
+  }
   switch (o.kind) {
-    case SourceKind::RouterInput:  // the first site of a forward
-      *pending_ = Pending{};
-      p.owner = o.owner;
+    case SourceKind::RouterInput:
       p.hidden = append_bf16(o.tensor, p.hs);
       break;
     case SourceKind::RouterLogits:
       p.experts = append_bf16(o.tensor, p.logits);
       break;
     case SourceKind::RouterTopIndices: {
-      if (p.owner != o.owner) {  // no router_input observed: a new forward starts here
-        *pending_ = Pending{};
-        p.owner = o.owner;
-      }
       const Tensor idx = o.tensor.to(Device::cpu()).contiguous();
       p.tokens = idx.size(0);
       p.topk = idx.size(1);

@@ -95,6 +95,24 @@ TEST_CASE("router tracer: Megatron's schema text, Strata's extras and the bf16 s
   CHECK(got == bf16_bits({0.5, -1, 2, 0.25, 1, 1.5, -2, 0}));
   CHECK(tracer.traced_training_iters() == 1);  // evaluation does not count
   CHECK(tracer.traced_inference_steps() == 1);
+
+  // Logits alone (no router_input site observed): the logits still reach their record.
+  test::TempDir only("router_trace_logits_only");
+  o.dir = only.path().string();
+  o.capture_hidden_states = false;
+  RouterTracer logits_only(o, {});
+  RunObservers runs2;
+  runs2.add(logits_only);
+  forward_in(runs2, {1, 0, 0, ObservationPhase::Train}, 0, x1, {1, 1, 1, 1});
+  forward_in(runs2, {2, 0, 0, ObservationPhase::Train}, 0, x1, {1, 1, 1, 1});  // the same router again
+  logits_only.finish();
+  const std::string tail = R"("logit_offset": 16, "logit_bytes": 16, "logit_shape": [2, 4], )" + idx +
+                           R"("micro_batch": 0, "phase": "train"})" "\n";
+  const std::string text = read_text(only.file("router_trace_rank3.jsonl"));
+  CHECK(text.find("hs_") == std::string::npos);
+  CHECK(text.size() > tail.size());
+  CHECK(text.substr(text.size() - tail.size()) == tail);
+  CHECK(std::filesystem::file_size(only.file("logits_rank3.bin")) == 32);
 }
 
 TEST_CASE("router tracer: the captured-steps limits detach the tracer; off writes nothing", "[router_trace]") {
