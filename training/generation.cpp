@@ -210,7 +210,18 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
 
   LoadedModel lm;
   lm.iteration = *iteration;
-  lm.config = StrataConfig::from_yaml_text(yaml, overrides, manifest_path.string() + " (config)");
+  lm.config = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
+  // The training run's router-trace settings are not generation's (its trace would be truncated):
+  // generation traces only when the overrides ask (logging.moe_routing_trace_path=…).
+  const LoggingConfig untraced;
+  LoggingConfig& lg = lm.config.logging;
+  lg.moe_routing_trace_path = untraced.moe_routing_trace_path;
+  lg.moe_routing_trace_max_training_iters = untraced.moe_routing_trace_max_training_iters;
+  lg.moe_routing_trace_max_inference_steps = untraced.moe_routing_trace_max_inference_steps;
+  lg.moe_routing_trace_capture_logits = untraced.moe_routing_trace_capture_logits;
+  lg.moe_routing_trace_capture_hidden_states = untraced.moe_routing_trace_capture_hidden_states;
+  lg.moe_routing_trace_dump_weights = untraced.moe_routing_trace_dump_weights;
+  StrataConfig::table().apply_command_line(overrides, lm.config, nullptr);
   lm.config.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); generation runs in one process
   lm.tokenizer = data::build_checked_tokenizer(lm.config.data, lm.config.model.vocab_size);
   if (!lm.config.model.vocab_size) lm.config.model.vocab_size = lm.tokenizer->vocab_size();

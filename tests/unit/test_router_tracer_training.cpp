@@ -4,7 +4,7 @@
 // minus `dropped`) and, summed, the MoE accounting's counts of the step; the bf16 sidecars hold
 // the observed router inputs and logits rounded to bf16 at the recorded offsets; the dumped router
 // state is the weight at the first traced forward; evaluation records are tagged "eval"; a resumed
-// run traces; SIGTERM leaves complete lines; generation writes one record per MoE layer per
+// run traces (and generating from its checkpoint does not inherit the trace settings); SIGTERM leaves complete lines; generation writes one record per MoE layer per
 // forward with no phase.
 #include <catch2/catch.hpp>
 
@@ -187,7 +187,7 @@ TEST_CASE("router tracer: max iterations stop tracing; a resumed run traces", "[
   test::TempDir dir("router_trace_resume");
   const std::string trace = dir.file("trace"), ckpt = dir.file("ckpt");
   const StrataConfig first = test::tiny_config(moe_options(
-      {"training.train_iters=3", "checkpoint.save=" + ckpt, "logging.moe_routing_trace_path=" + trace,
+      {"training.train_iters=3", "checkpoint.save=" + ckpt, "data.tokenizer_type=NullTokenizer", "logging.moe_routing_trace_path=" + trace,
        "logging.moe_routing_trace_max_training_iters=2"}));
   const Run a = train(first);
   std::set<int64_t> steps;
@@ -201,6 +201,16 @@ TEST_CASE("router tracer: max iterations stop tracing; a resumed run traces", "[
   REQUIRE(b.result.start_iteration == 3);
   REQUIRE(b.records.size() == 4);  // the trace starts again (truncated): iteration 3 only
   for (const auto& rec : b.records) CHECK(rec["step"] == 3);
+
+  // Generating from the checkpoint does not take over the training run's trace settings (it would
+  // truncate that trace); it traces when the overrides ask.
+  const generation::LoadedModel plain = generation::load_for_inference(ckpt);
+  CHECK_FALSE(plain.config.logging.moe_routing_trace_path.has_value());
+  CHECK_FALSE(plain.config.logging.moe_routing_trace_max_training_iters.has_value());
+  const generation::LoadedModel traced =
+      generation::load_for_inference(ckpt, {"logging.moe_routing_trace_path=" + dir.file("gen")});
+  CHECK(traced.config.logging.moe_routing_trace_path == dir.file("gen"));
+  CHECK(formats::read_jsonl(trace + "/router_trace_rank0.jsonl").size() == 4);  // untouched
 }
 
 TEST_CASE("router tracer: SIGTERM stops the run with every record written, whole lines", "[router_trace]") {
