@@ -11,6 +11,7 @@
 #include "core/formats/safetensors.h"
 #include "core/half.h"
 #include "core/logging.h"
+#include "core/phase_timer.h"
 #include "models/layers/moe/router.h"
 
 namespace strata {
@@ -75,8 +76,18 @@ void put_shape(std::string& out, int64_t a, int64_t b) {
 
 // [s, b, n] (or [T, n]) -> its bf16 bytes as [T, n]; returns n.
 int64_t append_bf16(const Tensor& t, std::string& out) {
-  const Tensor h = t.to(DType::BF16).to(Device::cpu()).contiguous();
-  out.append(static_cast<const char*>(h.data_ptr()), h.nbytes());
+  const size_t at = out.size();
+  if (t.device().is_cpu() && t.dtype() == DType::F32 && t.is_contiguous()) {  // the common case, one pass
+    const float* f = t.data<float>();
+    out.resize(at + 2 * static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const uint16_t b = bfloat16(f[i]).bits;
+      std::memcpy(&out[at + 2 * static_cast<size_t>(i)], &b, 2);
+    }
+  } else {
+    const Tensor h = t.to(DType::BF16).to(Device::cpu()).contiguous();
+    out.append(static_cast<const char*>(h.data_ptr()), h.nbytes());
+  }
   return t.size(t.dim() - 1);
 }
 
@@ -139,6 +150,7 @@ SourceKinds RouterTracer::kinds_for(const ObservationContext& c) {
 }
 
 void RouterTracer::on_tensor(const Observation& o) {
+  phase_timer::Scope timed("forward/router_trace");  // `strata bench train --phases`
   Pending& p = *pending_;
   if (o.kind == SourceKind::RouterInput || p.owner != o.owner) {  // a forward's first site
     p = Pending{};
@@ -260,7 +272,10 @@ void RouterTracer::write_weights() {
 }
 
 void RouterTracer::end_step(const ObservationContext& c) {
-  flush();
+  {
+    phase_timer::Scope timed("router_trace/write");
+    flush();
+  }
   if (c.phase == ObservationPhase::Train) ++traced_train_;
   if (c.phase == ObservationPhase::Generate) ++traced_generate_;
   if ((c.phase == ObservationPhase::Train && traced_train_ >= o_.max_training_iters) ||
