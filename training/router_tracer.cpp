@@ -251,6 +251,10 @@ void RouterTracer::snapshot_weights(int64_t layer) {
     weights_[p + ".expert_bias"] = r.expert_bias.value.to(DType::F32).to(Device::cpu()).clone();
   weight_meta_[p + ".score_function"] = layers::moe::score_function_name(r.options().moe_router_score_function);
   weight_meta_[p + ".topk"] = std::to_string(r.options().moe_router_topk);
+  if (r.options().moe_router_num_groups) {  // group-limited routing (what a predictor needs to replay it)
+    weight_meta_[p + ".num_groups"] = std::to_string(*r.options().moe_router_num_groups);
+    weight_meta_[p + ".group_topk"] = std::to_string(r.options().moe_router_group_topk.value_or(0));
+  }
   weights_dirty_ = true;
 }
 

@@ -13,7 +13,8 @@
 //     recorded byte offsets, no header (capture_hidden_states / capture_logits).
 //   router_state_rank<R>.safetensors   (dump_weights) "<block>.<mtp_idx or ''>.<layer>.weight"
 //     [E, H] f32, ".expert_bias" [E] f32 when the router has one; metadata ".score_function",
-//     ".topk"; taken at each layer's first traced forward, like Megatron.
+//     ".topk" (and ".num_groups", ".group_topk" with group-limited routing); taken at each
+//     layer's first traced forward, like Megatron.
 // Differences from the reference: `layer` is the global 0-based layer (equal to Megatron's at
 // PP = 1); step is the 0-based training iteration (evaluation: the current one; generation: the
 // traced forward's counter); the limits count traced iterations / forwards, after which the

@@ -187,15 +187,20 @@ TEST_CASE("router tracer: max iterations stop tracing; a resumed run traces", "[
   test::TempDir dir("router_trace_resume");
   const std::string trace = dir.file("trace"), ckpt = dir.file("ckpt");
   const StrataConfig first = test::tiny_config(moe_options(
-      {"training.train_iters=3", "checkpoint.save=" + ckpt, "data.tokenizer_type=NullTokenizer", "logging.moe_routing_trace_path=" + trace,
+      {"training.train_iters=3", "checkpoint.save=" + ckpt, "data.tokenizer_type=NullTokenizer",
+       "model.moe_router_num_groups=2", "model.moe_router_group_topk=1", "logging.moe_routing_trace_dump_weights=true", "logging.moe_routing_trace_path=" + trace,
        "logging.moe_routing_trace_max_training_iters=2"}));
   const Run a = train(first);
   std::set<int64_t> steps;
   for (const auto& rec : a.records) steps.insert(rec["step"].get<int64_t>());
   CHECK(steps == std::set<int64_t>{0, 1});
   CHECK(a.records.size() == 8);
+  const formats::SafetensorsHeader state = formats::read_safetensors_header(trace + "/router_state_rank0.safetensors");
+  CHECK(state.metadata.at("decoder..1.num_groups") == "2");  // group-limited routing, for a predictor
+  CHECK(state.metadata.at("decoder..1.group_topk") == "1");
   const StrataConfig resumed = test::tiny_config(moe_options(
-      {"training.train_iters=5", "checkpoint.load=" + ckpt, "logging.moe_routing_trace_path=" + trace,
+      {"training.train_iters=5", "checkpoint.load=" + ckpt, "model.moe_router_num_groups=2",
+       "model.moe_router_group_topk=1", "logging.moe_routing_trace_path=" + trace,
        "logging.moe_routing_trace_max_training_iters=1"}));
   const Run b = train(resumed);
   REQUIRE(b.result.start_iteration == 3);
