@@ -5,10 +5,11 @@
                      [--n-values 1,2,4,...] [--top-k K] [--phase train|eval|all]
 
 Semantics of Megatron-LM's tools/moe_routing/analyze_routing_concentration.py (same table,
-aggregate, CSVs and PNGs; docs/router_trace.md, "Concentration"), computed in two streaming passes:
-pass 1 reads only each record's keys (which (rank, step) holds >= 2 layer keys, and the
-num_tokens of its last record, for --decode-only), pass 2 counts the top_indices of the accepted
-steps with numpy. Memory: per-layer counts and one entry per (rank, step), never the records.
+aggregate, CSVs and PNGs; docs/router_trace.md, "Concentration"), streaming: one pass counts the
+top_indices with numpy, holding a (rank, step)'s counts aside until its second layer key shows
+that it is a full pass; --decode-only needs two (pass 1 reads only each record's keys, to learn
+the num_tokens of each step's last record). Memory: per-layer counts and one small entry per
+(rank, step), never the records.
 Differences: --num-experts defaults to the router state's expert count, else the largest id
 seen + 1 (Megatron: 512); --phase (default train) drops Strata's evaluation records.
 """
@@ -69,11 +70,48 @@ def count(trace_dir, phase, accept):
     return {k: c.v for k, c in freq.items()}, tokens, acc, skipped
 
 
+def count_one_pass(trace_dir, phase):
+    """The default filter (>= 2 layer keys in the (rank, step)) in one pass: a step's counts wait
+    in `pending` only until its second layer key arrives; steps that never get one are skipped."""
+    freq, tokens, layer_topk, steps = {}, {}, {}, {}
+    acc = skipped = 0
+
+    def add(lk, top, into_freq, into_tokens):
+        into_freq.setdefault(lk, trace.Counts()).add(top)
+        into_tokens[lk] = into_tokens.get(lk, 0) + top.shape[0]
+
+    for meta, top in trace.iter_records(trace_dir):
+        if not trace.phase_ok(meta, phase):
+            continue
+        lk = trace.layer_key(meta)
+        if meta.get("topk") is not None and lk not in layer_topk:
+            layer_topk[lk] = meta["topk"]
+        s = steps.setdefault((meta["rank"], meta["step"]), [lk, {}, {}, 0])  # key, counts, tokens, records
+        if s[1] is not None and lk != s[0]:  # second layer key: the step is accepted
+            for k, c in s[1].items():
+                freq.setdefault(k, trace.Counts()).add_counts(c.v)
+                tokens[k] = tokens.get(k, 0) + s[2][k]
+            acc += s[3]
+            s[1] = s[2] = None
+        if s[1] is None:
+            acc += 1
+            if top.size:
+                add(lk, top, freq, tokens)
+        else:
+            s[3] += 1
+            if top.size:
+                add(lk, top, s[1], s[2])
+    skipped = sum(s[3] for s in steps.values() if s[1] is not None)
+    return {k: c.v for k, c in freq.items()}, tokens, acc, skipped, layer_topk
+
+
 def analyse(args):
-    steps, layer_topk = scan_steps(args.trace_dir, args.phase)
-    full = lambda r, s: steps[(r, s)][1]
-    decode = lambda r, s: steps[(r, s)][1] and steps[(r, s)][2] <= 64
-    freq, tokens, acc, skipped = count(args.trace_dir, args.phase, decode if args.decode_only else full)
+    if args.decode_only:
+        steps, layer_topk = scan_steps(args.trace_dir, args.phase)
+        decode = lambda r, s: steps[(r, s)][1] and steps[(r, s)][2] <= 64
+        freq, tokens, acc, skipped = count(args.trace_dir, args.phase, decode)
+    else:
+        freq, tokens, acc, skipped, layer_topk = count_one_pass(args.trace_dir, args.phase)
     keys = sorted(freq, key=trace.key_order)
     if not keys:
         return None

@@ -3,22 +3,24 @@
 One JSON object per line (Megatron-LM's megatron/core/transformer/moe/router_trace.py schema plus
 Strata's micro_batch / phase / dropped). Records are yielded one at a time; nothing keeps them.
 
-Fast path: `top_indices` ([T][k] ints) is cut out of the line as bytes and parsed by numpy
-(brackets blanked, then np.fromstring with ',' separators); the rest of the line, with
-`"top_indices": []`, goes through json.loads. A line the fast path cannot prove right (the parsed
-count differs from num_tokens * topk, a negative id, a shape it does not expect) is parsed again
-with json.loads as a whole, so the result is always that of json.loads.
+Fast path: the bytes of `top_indices` ([T][k] ints) are parsed by vectorised numpy (digit runs
+found by comparing neighbouring bytes, values summed digit by digit), without a Python object per
+id; the rest of the line, with `"top_indices": []`, goes through json.loads. The fast path takes
+a line only when it proves the list is [T][k] non-negative ints (see _parse_ids: no sign, point,
+quote or letter; T + 1 brackets of each kind; a ']' right after every k-th id, ',' after the
+others; '[' right before each row's first id); json.dumps' spelling and a compact writer's
+both pass. Any other line is parsed with json.loads as a whole. For a line that is valid JSON the
+result is therefore always json.loads' (np.asarray of its list); the fast path does not re-check
+JSON syntax the tracer already guarantees (leading zeros, say, would be read, not rejected).
 """
 import glob
 import json
 import os
 import re
-import warnings
 
 import numpy as np
 
 _KEY = b'"top_indices"'
-_BLANK = bytes.maketrans(b"[]", b"  ")
 _RANK_RE = re.compile(r"router_trace_rank(\d+)\.jsonl$")
 
 
@@ -88,16 +90,59 @@ def parse_line(line, indices=True):
     if not indices:
         return meta, None
     t, kk = meta.get("num_tokens"), meta.get("topk")
-    if not isinstance(t, int) or not isinstance(kk, int):
-        return _slow(line)
-    if t * kk == 0:
-        return _slow(line)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        arr = np.fromstring(line[j:k].translate(_BLANK), dtype=np.int64, sep=",")
-    if arr.size != t * kk or (arr.size and arr.min() < 0):
-        return _slow(line)
-    return meta, arr.reshape(t, kk)
+    arr = None
+    if isinstance(t, int) and isinstance(kk, int) and t > 0 and kk > 0:
+        arr = _parse_ids(line, j, k, t, kk)
+    return (meta, arr) if arr is not None else _slow(line)
+
+
+_AFTER = {}
+_LOW_FORBIDDEN = (b"-", b".", b'"', b"+")
+
+
+def _after(t, k):
+    """The byte expected right after each id of a [t][k] list: ']' after every k-th, else ','."""
+    if (t, k) not in _AFTER:
+        if len(_AFTER) > 64:
+            _AFTER.clear()
+        _AFTER[(t, k)] = np.where(np.tile(np.arange(k) == k - 1, t), 93, 44).astype(np.uint8)
+    return _AFTER[(t, k)]
+
+
+def _parse_ids(line, j, k, t, kk):
+    """int64 [t, kk] from line[j:k] ("[[3, 1], [0, 2]]"), or None when the shape is not proven.
+
+    Proof, for a line that is valid JSON: no byte of the list is a sign, point, quote or letter
+    (so it holds only non-negative integers, lists and whitespace); it opens with "[[", holds
+    t + 1 '[' and t + 1 ']' and t*kk digit runs, each followed directly by ']' when it is the last
+    of its row and by ',' otherwise; every row but the first opens with '[' right before its first
+    id. Then the t + 1 '[' are the outer list and the t rows, and row r holds ids r*kk .. r*kk+kk-1.
+    """
+    n = k - j
+    a = np.frombuffer(line, dtype=np.uint8, count=n, offset=j)
+    d = a - np.uint8(48)
+    isd = d < 10
+    edges = np.flatnonzero(isd[1:] != isd[:-1])  # the byte before each run, each run's last
+    if edges.size != 2 * t * kk or n < 5 or a[0] != 91 or a[1] != 91:
+        return None
+    if any(line.find(c, j, k) >= 0 for c in _LOW_FORBIDDEN):
+        return None
+    if np.count_nonzero(a > 57) != 2 * t + 2 or np.count_nonzero(a == 91) != t + 1:
+        return None
+    starts, ends = edges[0::2] + 1, edges[1::2]
+    if not np.array_equal(a[ends + 1], _after(t, kk)):
+        return None
+    if t > 1 and not (a[starts[kk::kk] - 1] == 91).all():
+        return None
+    ndig = ends - starts
+    longest = int(ndig.max())
+    if longest > 15:
+        return None
+    dt = np.int16 if longest <= 3 else np.int64
+    v = d[ends].astype(dt)
+    for p in range(1, longest + 1):
+        v += dt(10 ** p) * d[ends - p].astype(dt) * (ndig >= p)
+    return v.astype(np.int64).reshape(t, kk)
 
 
 def iter_file(path, indices=True):
@@ -130,7 +175,9 @@ class Counts:
         ids = np.asarray(ids).ravel()
         if ids.size == 0:
             return
-        b = np.bincount(ids, weights=weights, minlength=self.v.size)
+        self.add_counts(np.bincount(ids, weights=weights, minlength=self.v.size))
+
+    def add_counts(self, b):
         if b.size > self.v.size:
             self.v = np.concatenate([self.v, np.zeros(b.size - self.v.size, dtype=np.int64)])
-        self.v += b.astype(np.int64)
+        self.v[:b.size] += b.astype(np.int64)

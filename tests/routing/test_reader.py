@@ -79,6 +79,27 @@ def test_fast_path_equals_json():
     assert top.shape == (3, 2) and trace.parse_line(STRATA_LINES[1])[1].shape == (0, 2)
     # num_tokens disagrees with the list: json.loads' result, whatever the fast path parsed
     assert trace.parse_line(STRATA_LINES[3])[1].tolist() == [[1, 2], [3, 4]]
+    rng = np.random.default_rng(1)
+    for seps in ((", ", ": "), (",", ":")):
+        for hi in (10, 1000, 70000):
+            top = rng.integers(0, hi, size=(300, 6)).tolist()
+            line = json.dumps({"step": 1, "layer": 2, "rank": 0, "num_tokens": 300, "topk": 6,
+                               "top_indices": top, "micro_batch": 0}, separators=seps).encode()
+            j, k = trace._span(line)
+            assert trace._parse_ids(line, j, k, 300, 6).tolist() == top  # the fast path took it
+            assert trace.parse_line(line)[1].tolist() == top
+    for t, bad in ((2, b'[[1, 2, 3], [4]]}'), (2, b'[[1, 2], 3, [4]]}'), (2, b'[[1, 2], [3, true, 4]]}')):
+        line = b'{"step": 0, "layer": 0, "rank": 0, "num_tokens": %d, "topk": 2, "top_indices": %s' % (t, bad)
+        j, k = trace._span(line)
+        assert trace._parse_ids(line, j, k, t, 2) is None
+        try:
+            trace.parse_line(line)
+            raise AssertionError("accepted %r" % bad)
+        except ValueError:
+            pass
+    for ids in (b"[[-1, 2]]", b"[[1.0, 2]]", b"[[1e0, 2]]", b"[[1,\t2]]", b"[[ 1 , 2 ]]"):
+        line = b'{"step": 0, "layer": 0, "rank": 0, "num_tokens": 1, "topk": 2, "top_indices": %s}' % ids
+        assert trace.parse_line(line)[1].tolist() == json.loads(line)["top_indices"], ids
 
 
 def test_bf16():
