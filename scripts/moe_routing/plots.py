@@ -50,7 +50,7 @@ def coverage_curve(out_dir, sweep, curves, E):
 
 def expert_layer_heatmap(out_dir, mat, labels):
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(8, len(labels) * 0.2), 8))
+    fig, ax = plt.subplots(figsize=(min(24, max(8, len(labels) * 0.2)), 8))
     im = ax.imshow(mat, aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=90, fontsize=6)
@@ -80,7 +80,7 @@ def predictability(out_dir, rows):
 
 def layer_step_heatmap(out_dir, name, mat, labels, steps, title, cbar):
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(8, len(steps) * 0.15), max(4, len(labels) * 0.25)))
+    fig, ax = plt.subplots(figsize=(min(16, max(8, len(steps) * 0.15)), min(12, max(4, len(labels) * 0.25))))
     im = ax.imshow(mat, aspect="auto", cmap="magma", interpolation="nearest")
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize=6)
