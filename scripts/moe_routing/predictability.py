@@ -64,12 +64,13 @@ def sample_key(meta):
 
 
 def index_trace(trace_dir, phase):
-    """Pass 1: {sample: {layer key: (ordinal, meta)}} for records with hidden states; the last
+    """Pass 1: {sample: {layer key: (ordinal, sidecar keys)}} for records with hidden states; the last
     record of a (sample, layer) wins, as in Megatron. Also the number of records in all."""
     index, n = {}, 0
     for n, (meta, _) in enumerate(trace.iter_records(trace_dir, indices=False), 1):
         if "hs_offset" in meta and trace.phase_ok(meta, phase):
-            index.setdefault(sample_key(meta), {})[trace.layer_key(meta)] = (n, meta)
+            keep = {k: meta[k] for k in ("rank", "num_tokens", "hs_offset", "hs_bytes", "hs_shape")}
+            index.setdefault(sample_key(meta), {})[trace.layer_key(meta)] = (n, keep)
     return index, n
 
 

@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import re
+import sys
 
 import numpy as np
 
@@ -146,11 +147,21 @@ def _parse_ids(line, j, k, t, kk):
 
 
 def iter_file(path, indices=True):
-    """Yield (meta, top_indices) for each non-empty line of one JSONL file."""
+    """Yield (meta, top_indices) for each non-empty line of one JSONL file. A last line cut short
+    (no newline, not JSON: a run killed mid-write) is skipped with a warning; any other bad line
+    is an error naming the file and line."""
     with open(path, "rb") as f:
-        for line in f:
-            if line.strip():
-                yield parse_line(line, indices)
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = parse_line(line, indices)
+            except ValueError as e:
+                if not line.endswith(b"\n"):
+                    print("warning: %s:%d: skipping the cut-off last line" % (path, n), file=sys.stderr)
+                    return
+                raise ValueError("%s:%d: not a trace record (%s)" % (path, n, e))
+            yield rec
 
 
 def iter_records(trace_dir, indices=True):

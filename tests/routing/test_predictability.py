@@ -5,7 +5,8 @@ Routers are identities, so the predicted expert of a token is the one-hot positi
 state. d:0 -> d:1 predicts [4,4,4,4,0,0,0,0] against the recorded [6,4,2,2,2,0,0,0]: cosine 0.875,
 Spearman 28/sqrt(32*38) (average ranks), hot-1 overlap 1, 2 samples (two micro-batches; a third
 has 4 tokens at d:1 and 8 at d:0, so it is skipped there). d:1 -> d:2 is exact (1, 1, 1) over 3. The MTP layers m0:0, m0:1
-reuse layer numbers 0 and 1 and form their own pair. Unit checks of the router: sqrtsoftplus with
+reuse layer numbers 0 and 1 and form their own pair. routing.py all runs the three analyses, and
+still runs the others when predictability cannot (no router state). Unit checks of the router: sqrtsoftplus with
 an expert bias (where Megatron's fallthrough to raw logits picks another expert) and group limits.
 """
 import math
@@ -69,7 +70,12 @@ def test_pairs():
             assert os.path.getsize(os.path.join(d, "o", "predictability_per_layer.png")) > 1000
         out = run("predictability.py", os.path.join(d, "t"), "--layers", "2")
         assert "d:1 ->   d:2" in out and "d:0 ->" not in out, out
+        out = run("routing.py", "all", os.path.join(d, "t"), "--output-dir", os.path.join(d, "all"), "--ep-size", "2")
+        for name in ("concentration_per_layer.csv", "predictability_per_layer.csv", "ep_load_imbalance.csv"):
+            assert os.path.exists(os.path.join(d, "all", name)), out
         os.remove(os.path.join(d, "t", "router_state_rank0.safetensors"))
+        out = run("routing.py", "all", os.path.join(d, "t"), "--num-experts", "8", expect=1)
+        assert "[WARNING] predictability: no router_state_rank*" in out and "EP load imbalance" in out, out
         out = run("predictability.py", os.path.join(d, "t"), expect=1)
         assert "strata: error: no router_state_rank*" in out, out
     finally:

@@ -45,6 +45,17 @@ def test_megatron_trace():
         sidecar.f32_to_bf16_bits(hs).astype("<u2").tofile(os.path.join(d, "hidden_states_rank0.bin"))
         sidecar.f32_to_bf16_bits(logits).astype("<u2").tofile(os.path.join(d, "logits_rank0.bin"))
         recs = list(trace.iter_records(d))
+        with open(os.path.join(d, "router_trace_rank1.jsonl"), "w") as f:
+            f.write(MEGATRON_TRACE.splitlines()[2] + "\n" + MEGATRON_TRACE.splitlines()[1][:60])
+        assert [m["layer"] for m, _ in trace.iter_records(d)] == [0, 1, 0, 0]  # cut-off line skipped
+        with open(os.path.join(d, "router_trace_rank1.jsonl"), "w") as f:
+            f.write(MEGATRON_TRACE.splitlines()[1][:60] + "\n")
+        try:
+            list(trace.iter_records(d))
+            raise AssertionError("a bad line in the middle was accepted")
+        except ValueError as e:
+            assert "router_trace_rank1.jsonl:1: not a trace record" in str(e), e
+        os.remove(os.path.join(d, "router_trace_rank1.jsonl"))
         assert [trace.layer_key(m) for m, _ in recs] == [("decoder", None, 0), ("decoder", None, 1), ("mtp", 0, 0)]
         assert [t.tolist() for _, t in recs] == [[[3, 1], [0, 2]], [[1, 2], [2, 1]], [[0, 3]]]
         assert [trace.key_label(trace.layer_key(m)) for m, _ in recs] == ["d:0", "d:1", "m0:0"]
