@@ -1,5 +1,4 @@
 """Shared command-line pieces of the routing analyses: arguments, expert count, error exit."""
-import os
 import sys
 
 
@@ -13,24 +12,12 @@ def add_common_args(p):
                    help="Strata's phase tag to keep (records without one are always kept)")
 
 
-def state_num_experts(state_dir):
-    """Largest expert count in the router state of a directory, or None without one."""
-    import glob
-    if not glob.glob(os.path.join(state_dir, "router_state_rank*")):
-        return None
-    from moe_routing.router_state import load_router_state
-    try:
-        state = load_router_state(state_dir)
-    except ImportError:  # a .pt state without torch: fall back to the ids seen
-        return None
-    return max(info["weight"].shape[0] for info in state.values()) if state else None
-
-
 def resolve_num_experts(args, seen):
     """--num-experts, else the router state's, else `seen` (largest id + 1)."""
     if args.num_experts:
         return args.num_experts
-    return state_num_experts(args.trace_dir) or seen
+    from moe_routing.router_state import num_experts
+    return num_experts(args.trace_dir) or seen
 
 
 def run_main(main, argv=None):

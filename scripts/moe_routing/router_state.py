@@ -28,6 +28,26 @@ def parse_prefix(prefix):
     return (block, int(mtp) if mtp != "" else None, int(layer))
 
 
+def read_header(path):
+    """The JSON header of a safetensors file (tensor entries and __metadata__), without the data."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n))
+
+
+def num_experts(state_dir):
+    """The largest expert count (weight rows) of a directory's router state, or None without one;
+    reads only the safetensors headers (a .pt state is loaded, when torch imports)."""
+    st = sorted(glob.glob(os.path.join(state_dir, "router_state_rank*.safetensors")))
+    rows = [info["shape"][0] for p in st for name, info in read_header(p).items() if name.endswith(".weight")]
+    if not st and glob.glob(os.path.join(state_dir, "router_state_rank*.pt")):
+        try:
+            rows = [info["weight"].shape[0] for info in load_router_state(state_dir).values()]
+        except ImportError:
+            return None
+    return max(rows) if rows else None
+
+
 def read_safetensors(path):
     """(tensors {name: float32 ndarray}, metadata {str: str}); F32 tensors only."""
     with open(path, "rb") as f:

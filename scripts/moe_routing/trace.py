@@ -16,13 +16,11 @@ JSON syntax the tracer already guarantees (leading zeros, say, would be read, no
 import glob
 import json
 import os
-import re
 import sys
 
 import numpy as np
 
 _KEY = b'"top_indices"'
-_RANK_RE = re.compile(r"router_trace_rank(\d+)\.jsonl$")
 
 
 def trace_files(trace_dir):

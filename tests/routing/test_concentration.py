@@ -10,7 +10,6 @@ scripts/bench/routing_concentration_loop.py on a random trace.
 """
 import os
 import shutil
-import sys
 import tempfile
 
 import numpy as np

@@ -71,6 +71,7 @@ def test_pairs():
         out = run("predictability.py", os.path.join(d, "t"), "--layers", "2")
         assert "d:1 ->   d:2" in out and "d:0 ->" not in out, out
         out = run("routing.py", "all", os.path.join(d, "t"), "--output-dir", os.path.join(d, "all"), "--ep-size", "2")
+        assert "(uniform baseline: 0.125," in out, out  # E = 8 from the safetensors header
         for name in ("concentration_per_layer.csv", "predictability_per_layer.csv", "ep_load_imbalance.csv"):
             assert os.path.exists(os.path.join(d, "all", name)), out
         os.remove(os.path.join(d, "t", "router_state_rank0.safetensors"))
