@@ -47,9 +47,9 @@ SourceKinds TensorDumper::kinds_for(const ObservationContext& c) {
 }
 
 std::string TensorDumper::key_for(const Observation& o, const ObservationContext& c) const {
-  std::string site = std::string(o.owner) + "." + std::string(o.name);
-  if (c.phase == ObservationPhase::Eval) return "eval/" + site + "/mb" + std::to_string(eval_offset_ + c.micro_batch);
-  std::string key = site + "/mb" + std::to_string(c.micro_batch);
+  const bool eval = c.phase == ObservationPhase::Eval;
+  std::string key = std::string(eval ? "eval/" : "") + std::string(o.owner) + "." + std::string(o.name) + "/mb" +
+                    std::to_string(eval ? eval_offset_ + c.micro_batch : c.micro_batch);
   if (opt_.chunk_keys) key += "/chunk" + std::to_string(c.model_chunk);
   return key;
 }

@@ -6,9 +6,9 @@
 // (core/formats/safetensors.h: atomic, tmp + rename; an existing file is replaced). An
 // iteration's evaluation steps run before its training step: the file is rewritten after each of
 // them with everything of that iteration so far, and freed after the training step. Keys:
-//   "<site>/mb<micro_batch>" (+ "/chunk<c>" under virtual pipelining) for training forwards,
-//   "eval/<site>/mb<n>" for the evaluation run at that iteration (n counts its forwards over all
-//   eval_iters steps: step k's micro-batch m is n = k × micro-batches + m).
+//   "<site>/mb<micro_batch>" for training forwards, "eval/<site>/mb<n>" for the evaluation run
+//   at that iteration (n counts its forwards over all eval_iters steps: step k's micro-batch m is
+//   n = k × micro-batches + m); both + "/chunk<c>" under virtual pipelining.
 // Tensors keep their observed dtype and shape (bf16 stays bf16), copied to the CPU during the
 // callback. Metadata: per key a JSON object {"owner", "name", "kind", "tp_shard_dim",
 // "sequence_dim", "batch_dim", "phase", "micro_batch", "model_chunk"} (dims null when absent), and

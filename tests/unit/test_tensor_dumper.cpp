@@ -245,5 +245,49 @@ TEST_CASE("tensor dump: files are replaced atomically and keep the observed dtyp
   CHECK(entries == 1);  // no temporary left behind
 }
 
+TEST_CASE("tensor dump: keys under virtual pipelining carry the chunk; eval forwards are numbered across steps",
+          "[observe][tensor_dump]") {
+  test::TempDir dir("tensor_dump_keys");
+  TensorDumpOptions o;
+  o.patterns = {"decoder.layers.?.residual_accumulator"};
+  o.iterations = {7};
+  o.kinds = {SourceKind::ResidualAccumulator};
+  o.dir = dir.path().string();
+  o.chunk_keys = true;
+  TensorDumper dumper(o);
+  RunObservers observers;
+  observers.add(dumper);
+  const Tensor t = test::random_tensor({2, 1, 4}, 3, -1.0, 1.0, DType::F32);
+  auto forward = [&](int64_t mb, int chunk, const char* owner) {
+    ObservationContext c = observation_context();
+    c.micro_batch = mb;
+    c.model_chunk = chunk;
+    ObservationContextScope scope(c);
+    observe_activation(owner, "residual_accumulator", SourceKind::ResidualAccumulator, t, ActivationDims::of(false));
+  };
+  for (int k = 0; k < 2; ++k) {  // two evaluation steps of 2 micro-batches at iteration 7
+    RunObservers::Step step(observers, ObservationContext{7, 0, 0, ObservationPhase::Eval});
+    forward(0, 0, "decoder.layers.0");
+    forward(1, 1, "decoder.layers.2");
+  }
+  {
+    RunObservers::Step step(observers, ObservationContext{7, 0, 0, ObservationPhase::Train});
+    forward(1, 1, "decoder.layers.2");
+    forward(1, 1, "decoder.layers.12");  // '?' is one character: not dumped
+  }
+  const formats::SafetensorsContents f = formats::read_safetensors(tensor_dump_path(o.dir, 7, 0));
+  std::set<std::string> keys;
+  for (const auto& [k, v] : f.tensors) keys.insert(k);
+  CHECK(keys == std::set<std::string>{"eval/decoder.layers.0.residual_accumulator/mb0/chunk0",
+                                      "eval/decoder.layers.2.residual_accumulator/mb1/chunk1",
+                                      "eval/decoder.layers.0.residual_accumulator/mb2/chunk0",
+                                      "eval/decoder.layers.2.residual_accumulator/mb3/chunk1",
+                                      "decoder.layers.2.residual_accumulator/mb1/chunk1"});
+  const nlohmann::json m = nlohmann::json::parse(f.metadata.at("decoder.layers.2.residual_accumulator/mb1/chunk1"));
+  CHECK(m.at("model_chunk") == 1);
+  CHECK(m.at("micro_batch") == 1);
+  CHECK(m.at("tp_shard_dim") == nullptr);
+}
+
 }  // namespace
 }  // namespace strata
