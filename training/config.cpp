@@ -5,6 +5,8 @@
 // megatron/core/datasets/utils.py (get_blend_from_list), megatron/training/tokenizer.
 #include "training/config.h"
 
+#include "training/tensor_dump_sites.h"
+
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -146,6 +148,17 @@ config::SectionFields<LoggingConfig> logging_fields() {
   f.add("log_num_zeros_in_grad", &L::log_num_zeros_in_grad, "Log the number of zero gradient elements.");
   f.add("log_throughput", &L::log_throughput, "Log throughput (TFLOP/s per GPU) in the iteration line.");
   f.add("log_params_norm", &L::log_params_norm, "Log the L2 norm of the parameters.");
+  f.add("tensor_dump_sites", &L::tensor_dump_sites,
+        "Tensor dumper: glob patterns (* and ?) over forward-site names <owner>.<name>, e.g. "
+        "decoder.layers.*.residual_contribution, decoder.layers.3.mlp.router.router_logits, "
+        "output_layer.output_logits (docs/observation.md). []: no dump.");
+  f.add("tensor_dump_iters", &L::tensor_dump_iters,
+        "Tensor dumper: the 0-based iterations whose matching tensors are written (training forwards, and the "
+        "evaluation run at that iteration). Required with tensor_dump_sites.")
+      .check(non_negative());
+  f.add("tensor_dump_dir", &L::tensor_dump_dir,
+        "Tensor dumper output directory (iter_NNNNNNN/rank_NNNN.safetensors). null: <checkpoint.save>/tensor_dump, "
+        "or ./tensor_dump without checkpoint.save.");
   return f;
 }
 
@@ -373,6 +386,7 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   validate_data(data, model);
   validate_checkpoint(checkpoint);
   validate_inference(inference, training);
+  validate_tensor_dump(*this);
 }
 
 std::string StrataConfig::to_yaml() const {

@@ -96,6 +96,10 @@ struct LoggingConfig {
   bool log_num_zeros_in_grad = false;
   bool log_throughput = false;
   bool log_params_norm = false;
+  // The tensor dumper (training/tensor_dumper.h): site-name globs, 0-based iterations, directory.
+  std::vector<std::string> tensor_dump_sites;
+  std::vector<int64_t> tensor_dump_iters;
+  std::optional<std::string> tensor_dump_dir;
   // Extension points: tensor_metrics, moe_routing_trace_* (ARCHITECTURE decision 6).
 };
 
