@@ -5,6 +5,8 @@
 // megatron/core/datasets/utils.py (get_blend_from_list), megatron/training/tokenizer.
 #include "training/config.h"
 
+#include "training/tensor_dump_sites.h"
+
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -164,6 +166,17 @@ config::SectionFields<LoggingConfig> logging_fields() {
   f.add("moe_routing_trace_dump_weights", &L::moe_routing_trace_dump_weights,
         "Also write each traced router's weight, expert bias, score function and top-k (at its first traced "
         "forward) to router_state_rank<R>.safetensors.");
+  f.add("tensor_dump_sites", &L::tensor_dump_sites,
+        "Tensor dumper: glob patterns (* and ?) over forward-site names <owner>.<name>, e.g. "
+        "decoder.layers.*.residual_contribution, decoder.layers.3.mlp.router.router_logits, "
+        "output_layer.output_logits (docs/observation.md). []: no dump.");
+  f.add("tensor_dump_iters", &L::tensor_dump_iters,
+        "Tensor dumper: the 0-based iterations whose matching tensors are written (training forwards, and the "
+        "evaluation run at that iteration). Required with tensor_dump_sites.")
+      .check(non_negative());
+  f.add("tensor_dump_dir", &L::tensor_dump_dir,
+        "Tensor dumper output directory (iter_NNNNNNN/rank_NNNN.safetensors). null: <checkpoint.save>/tensor_dump, "
+        "or ./tensor_dump without checkpoint.save.");
   return f;
 }
 
@@ -411,6 +424,7 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   validate_checkpoint(checkpoint);
   validate_logging(logging, model);
   validate_inference(inference, training);
+  validate_tensor_dump(*this);
 }
 
 std::string StrataConfig::to_yaml() const {

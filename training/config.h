@@ -103,6 +103,10 @@ struct LoggingConfig {
   bool moe_routing_trace_capture_logits = false;
   bool moe_routing_trace_capture_hidden_states = false;
   bool moe_routing_trace_dump_weights = false;
+  // The tensor dumper (training/tensor_dumper.h): site-name globs, 0-based iterations, directory.
+  std::vector<std::string> tensor_dump_sites;
+  std::vector<int64_t> tensor_dump_iters;
+  std::optional<std::string> tensor_dump_dir;
   // Extension point: tensor_metrics (ARCHITECTURE decision 6).
 };
 

@@ -22,6 +22,7 @@
 #include "training/dataset_batch_source.h"
 #include "training/model_factory.h"
 #include "training/pipeline_setup.h"
+#include "training/tensor_dumper.h"
 #include "training/trainer.h"
 
 namespace strata::training {
@@ -46,6 +47,7 @@ double peak_flops(Device device, Precision precision) {
 
 TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const RunHooks& hooks) {
   check_checkpoint_paths(cfg, /*create_save=*/true);  // before anything is allocated or trained
+  std::unique_ptr<TensorDumper> tensor_dumper = TensorDumper::from_config(cfg, rt.rank);  // creates its directory
   const Device device = rt.device;
   const ParallelGroups groups = build_parallel_groups(cfg.parallel, rt.world_host, rt.world_device);
   const bool last_rank = rt.rank == rt.world_size - 1;
@@ -107,6 +109,7 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   log::info("model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
 
   Trainer trainer(cfg, model, train, valid.get(), options);
+  if (tensor_dumper) trainer.observers().add(std::move(tensor_dumper));
   log::info("layout: world {} = tp {} x cp {} x pp {} x dp {}; optimizer state {} bytes on this rank{}", rt.world_size,
             cfg.parallel.tensor_model_parallel_size, cfg.parallel.context_parallel_size,
             cfg.parallel.pipeline_model_parallel_size, dp_size, trainer.optimizer().state_bytes(),

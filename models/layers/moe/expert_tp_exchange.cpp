@@ -3,20 +3,10 @@
 #include "models/layers/moe/expert_tp_exchange.h"
 
 #include "core/error.h"
-#include "kernels/moe.h"
+#include "models/layers/moe/token_dispatcher.h"
 
 namespace strata::layers::moe {
 
-namespace {
-// out[r] = src[map[r]] for a [n] or [n, w] tensor.
-Tensor take_rows(const Tensor& src, const Tensor& map) {
-  const bool vec = src.dim() == 1;
-  const int64_t w = vec ? 1 : src.size(1), n = map.numel();
-  Tensor out = Tensor::empty(vec ? Shape{n} : Shape{n, w}, src.dtype(), src.device());
-  kernels::moe_permute_forward(src.reshape({src.size(0), w}), map, out.reshape({n, w}));
-  return out;
-}
-}  // namespace
 
 Tensor ExpertTpExchange::gather_rows(const Tensor& rows, std::vector<int64_t>& rows_per_expert, State& st) const {
   const int n = group_.size();

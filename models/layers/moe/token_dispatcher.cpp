@@ -12,15 +12,6 @@ namespace {
 DType probs_dtype(const Tensor& x) { return x.dtype() == DType::F64 ? DType::F64 : DType::F32; }
 Tensor rows_like(int64_t n, int64_t w, const Tensor& like) { return Tensor::empty({n, w}, like.dtype(), like.device()); }
 
-// out[r] = src[map[r]] for a [n] or [n, w] tensor (map on src's device).
-Tensor gather_rows(const Tensor& src, const Tensor& map) {
-  const bool vec = src.dim() == 1;
-  const int64_t w = vec ? 1 : src.size(1);
-  Tensor out = Tensor::empty(vec ? Shape{map.numel()} : Shape{map.numel(), w}, src.dtype(), src.device());
-  kernels::moe_permute_forward(src.reshape({src.size(0), w}), map, out.reshape({map.numel(), w}));
-  return out;
-}
-
 Tensor index_tensor(const std::vector<int64_t>& v, Device device) {
   return Tensor::from_data(v, {static_cast<int64_t>(v.size())}, device);
 }
@@ -128,8 +119,8 @@ class AllToAllDispatcher : public TokenDispatcher {
       }
     st->sort_map = index_tensor(sort, x2d.device());
     st->unsort_map = index_tensor(unsort, x2d.device());
-    d.rows = gather_rows(rows, st->sort_map);
-    d.probs = gather_rows(probs, st->sort_map);
+    d.rows = take_rows(rows, st->sort_map);
+    d.probs = take_rows(probs, st->sort_map);
     st->tables = std::move(p.tables);
     state = std::move(st);
     return d;
@@ -144,7 +135,7 @@ class AllToAllDispatcher : public TokenDispatcher {
   Tensor combine_backward(const Tensor& dout, const DispatchState& state) const override {
     phase_timer::Scope t("backward/layers/moe/combine");
     const auto& st = cast(state);
-    Tensor dy = gather_rows(dout, st.tables.row_map);  // unpermute without probabilities: a gather
+    Tensor dy = take_rows(dout, st.tables.row_map);  // unpermute without probabilities: a gather
     return to_experts(dy, st);
   }
 
@@ -173,7 +164,7 @@ class AllToAllDispatcher : public TokenDispatcher {
   Tensor to_sources(const Tensor& rows, const AllToAllState& st) const {
     if (group_.size() == 1) return rows;
     const int64_t w = rows.dim() == 1 ? 1 : rows.size(1);
-    Tensor received = gather_rows(rows, st.unsort_map);
+    Tensor received = take_rows(rows, st.unsort_map);
     Tensor out = Tensor::empty(rows.dim() == 1 ? Shape{st.tables.rows()} : Shape{st.tables.rows(), w}, rows.dtype(),
                                rows.device());
     group_.all_to_all_v(received, scaled(st.recv_rows, w), out, scaled(st.send_rows, w));
@@ -187,7 +178,7 @@ class AllToAllDispatcher : public TokenDispatcher {
     for (int64_t c : st.recv_rows) m += c;
     Tensor received = rows_like(m, w, rows);
     group_.all_to_all_v(rows, scaled(st.send_rows, w), received, scaled(st.recv_rows, w));
-    return gather_rows(received, st.sort_map);
+    return take_rows(received, st.sort_map);
   }
 
   int64_t experts_;
@@ -234,7 +225,7 @@ class AllGatherDispatcher : public TokenDispatcher {
 
   Tensor combine_backward(const Tensor& dout, const DispatchState& state) const override {
     phase_timer::Scope t("backward/layers/moe/combine");
-    return gather_rows(gather(dout), cast(state).tables.row_map);
+    return take_rows(gather(dout), cast(state).tables.row_map);
   }
 
   Tensor dispatch_backward(const Tensor& drows, const Tensor& dprobs, const DispatchState& state,
@@ -277,6 +268,14 @@ class AllGatherDispatcher : public TokenDispatcher {
 };
 
 }  // namespace
+
+Tensor take_rows(const Tensor& src, const Tensor& map) {
+  const bool vec = src.dim() == 1;
+  const int64_t w = vec ? 1 : src.size(1), n = map.numel();
+  Tensor out = Tensor::empty(vec ? Shape{n} : Shape{n, w}, src.dtype(), src.device());
+  kernels::moe_permute_forward(src.reshape({src.size(0), w}), map, out.reshape({n, w}));
+  return out;
+}
 
 std::unique_ptr<TokenDispatcher> make_token_dispatcher(DispatcherKind kind, int64_t num_experts,
                                                        const ProcessGroup& group) {

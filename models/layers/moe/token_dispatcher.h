@@ -37,6 +37,10 @@ namespace strata::layers::moe {
 
 enum class DispatcherKind { AllToAll, AllGather };
 
+// out[r] = src[map[r]] for a [n] or [n, w] tensor (map: i64 on src's device; -1 gives a zero row):
+// the row reorders both dispatchers and the expert-tp exchange make.
+Tensor take_rows(const Tensor& src, const Tensor& map);
+
 // The rows this rank's experts run.
 struct DispatchedRows {
   Tensor rows;                           // [M, H] x's dtype
