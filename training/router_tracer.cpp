@@ -276,9 +276,13 @@ void RouterTracer::write_weights() {
 }
 
 void RouterTracer::end_step(const ObservationContext& c) {
-  {
+  try {  // runs in RunObservers::Step's destructor: a failed write stops the trace, not the run
     phase_timer::Scope timed("router_trace/write");
     flush();
+  } catch (const std::exception& e) {
+    log::error("router tracer: {}; tracing stopped", e.what());
+    jsonl_buf_.clear(), hs_buf_.clear(), logits_buf_.clear();
+    detached_ = true;
   }
   if (c.phase == ObservationPhase::Train) ++traced_train_;
   if (c.phase == ObservationPhase::Generate) ++traced_generate_;
