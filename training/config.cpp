@@ -150,7 +150,7 @@ config::SectionFields<LoggingConfig> logging_fields() {
   f.add("log_params_norm", &L::log_params_norm, "Log the L2 norm of the parameters.");
   f.add("moe_routing_trace_path", &L::moe_routing_trace_path,
         "Trace the MoE routers' top-k selections into this directory (router_trace_rank<R>.jsonl per rank, "
-        "docs/router_trace_tracer.md); needs MoE layers. null: no tracing.");
+        "docs/router_trace.md); needs MoE layers. null: no tracing.");
   f.add("moe_routing_trace_max_training_iters", &L::moe_routing_trace_max_training_iters,
         "Training iterations to trace (counted from the first traced one, so a resumed run traces); then the "
         "tracer detaches. null: training.train_iters.")
