@@ -13,6 +13,7 @@
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/hf_families.h"
 #include "models/layers/moe/moe_layer.h"
+#include "moe_test_config.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/model_factory.h"
@@ -22,21 +23,7 @@ namespace strata {
 namespace {
 
 ModelConfig moe_config(const std::vector<std::string>& extra = {}) {
-  ModelConfig m;
-  m.num_layers = 2;
-  m.hidden_size = 8;
-  m.num_attention_heads = 2;
-  m.vocab_size = 24;
-  m.make_vocab_size_divisible_by = 8;
-  m.seq_length = 6;
-  m.hidden_dropout = 0.0;
-  m.attention_dropout = 0.0;
-  m.add_bias_linear = false;
-  m.init_method_std = 0.3;
-  m.num_experts = 4;
-  m.moe_ffn_hidden_size = 6;
-  m.moe_router_topk = 2;
-  m.moe_aux_loss_coeff = {0.1};
+  ModelConfig m = test::tiny_moe_model_config();
   m.moe_z_loss_coeff = 0.01;
   for (const std::string& e : extra) {
     if (e == "swiglu") {

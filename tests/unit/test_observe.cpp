@@ -18,6 +18,7 @@
 #include "models/gpt/gpt_model.h"
 #include "models/layers/moe/moe_layer.h"
 #include "models/layers/moe/router_observation.h"
+#include "moe_test_config.h"
 #include "test_helpers.h"
 
 namespace strata {
@@ -101,21 +102,7 @@ TEST_CASE("observe: the fan-out gives each observer its kinds; kind names round-
 
 // A 2-layer GPT with an MoE layer 1 (f64, 4 experts, top-2, capacity 0.5 so pairs drop).
 ModelConfig moe_model_config() {
-  ModelConfig m;
-  m.num_layers = 2;
-  m.hidden_size = 8;
-  m.num_attention_heads = 2;
-  m.vocab_size = 24;
-  m.make_vocab_size_divisible_by = 8;
-  m.seq_length = 6;
-  m.hidden_dropout = 0.0;
-  m.attention_dropout = 0.0;
-  m.add_bias_linear = false;
-  m.init_method_std = 0.3;
-  m.num_experts = 4;
-  m.moe_ffn_hidden_size = 6;
-  m.moe_router_topk = 2;
-  m.moe_aux_loss_coeff = {0.1};
+  ModelConfig m = test::tiny_moe_model_config();
   m.moe_expert_capacity_factor = 0.5;
   m.moe_layer_freq = {"[0, 1]"};
   return m;
