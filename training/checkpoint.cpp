@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "models/parameter_names.h"
 #include "training/checkpoint_pieces.h"
 #include "training/checksum.h"
 
@@ -194,11 +195,10 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
   json fragment = {{"tensors", json::object()}, {"files", json::object()}};
   ShardWriter model{rank_file("model", rank, io.extension()), {}, &fragment["tensors"]};
   ShardWriter optim{rank_file("optimizer", rank, io.extension()), {}, &fragment["tensors"]};
-  std::map<std::string, int> seen;
-  for (Parameter* p : params) {
-    STRATA_CHECK(!seen[p->name]++, "checkpoint: duplicate parameter name ", p->name);
-    if (owns(*p)) model.add(p->name, *p, p->value);
-  }
+  // The name map rejects two parameters with one name (and lists each parameter once).
+  const CanonicalParameterNameMap names({params}, 0, 1, 0);
+  for (Parameter* p : params)
+    if (owns(*p)) model.add(names.name_of(p), *p, p->value);
   if (opt) {
     for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed optimizer: gathered)
       const Parameter& p = *s.param;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/formats/safetensors.h"
 #include "data/tokenizer.h"
+#include "models/parameter_names.h"
 #include "training/checkpoint.h"
 #include "training/hf_moe_format.h"
 #include "training/model_factory.h"
@@ -153,7 +154,8 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
   load_checkpoint(load_dir, model.parameters(), nullptr, *io, lo, *iteration);
   std::map<std::string, Tensor> mg;
-  for (Parameter* p : model.parameters()) mg[p->name] = p->value;
+  const CanonicalParameterNameMap names({&model}, 0, 1);
+  for (size_t i = 0; i < names.size(); ++i) mg[names.names()[i]] = names.parameters()[i]->value;
   const std::map<std::string, Tensor> tensors = to_hf_tensors(cfg.model, family, mg);
 
   ExportInfo info;
@@ -222,10 +224,12 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
 
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
-  for (Parameter* p : model.parameters()) {
-    auto it = mg.find(p->name);
-    STRATA_CHECK(it != mg.end(), "import --hf: no tensor in ", file, " maps to parameter '", p->name, "'");
-    STRATA_CHECK(it->second.shape() == p->value.shape(), "import --hf: ", file, " gives parameter '", p->name,
+  const CanonicalParameterNameMap names({&model}, 0, 1);
+  for (Parameter* p : names.parameters()) {
+    const std::string& name = names.name_of(p);
+    auto it = mg.find(name);
+    STRATA_CHECK(it != mg.end(), "import --hf: no tensor in ", file, " maps to parameter '", name, "'");
+    STRATA_CHECK(it->second.shape() == p->value.shape(), "import --hf: ", file, " gives parameter '", name,
                  "' shape ", it->second.shape().str(), ", the model expects ", p->value.shape().str());
     p->value.copy_(it->second);
   }
