@@ -3,6 +3,7 @@
 #include "models/layers/layer_common.h"
 
 #include "core/error.h"
+#include "kernels/elementwise.h"
 #include "kernels/dropout.h"
 
 namespace strata::layers {
@@ -92,6 +93,22 @@ Tensor apply_dropout_backward(const Tensor& dy, const DropoutSpec& d) {
   kernels::dropout_backward(dyc.narrow(0, 0, k), dx.narrow(0, 0, k), d.p, d.key, d.slice);
   kernels::dropout_backward(dyc.narrow(0, k, n), dx.narrow(0, k, n), d.p, d.key, d.slice2);
   return dx;
+}
+
+SequenceParallelGrad::SequenceParallelGrad(Parameter& p, const ProcessGroup& sp, DType dtype, Device device)
+    : p_(p), sp_(sp) {
+  separate_ = sp.size() > 1 || dtype != p.main_grad.dtype();
+  target_ = separate_ ? Tensor::zeros(p.main_grad.shape(), dtype, device) : p.main_grad;
+}
+
+void SequenceParallelGrad::finish() {
+  if (!separate_) return;
+  if (sp_.size() > 1) sp_.all_reduce(target_, ReduceOp::Sum);
+  if (target_.dtype() == p_.main_grad.dtype()) {
+    kernels::add(p_.main_grad, target_, p_.main_grad);
+  } else {
+    kernels::axpy(1.0, target_, p_.main_grad);  // e.g. an f64 router's gradient into f32 main grads
+  }
 }
 
 }  // namespace strata::layers

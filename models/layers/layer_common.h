@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "core/parameter.h"
 #include "parallel/parallel_config.h"
+#include "parallel/process_group.h"
 
 namespace strata::layers {
 
@@ -82,5 +83,23 @@ struct DropoutKeys {
 Tensor apply_dropout(const Tensor& x, const DropoutSpec& d);
 // dx = dropout_backward(dy) (a new tensor; dy itself when the spec is inactive).
 Tensor apply_dropout_backward(const Tensor& dy, const DropoutSpec& d);
+
+// The gradient of a parameter replicated over tp while each tp rank sees its own rows (sequence
+// parallelism: norm weights, the MoE router and shared-expert gate; Megatron's sequence_parallel
+// attribute). The backward accumulates into target(): main_grad itself when `sp` has one rank and
+// `dtype` is main_grad's, else a zeroed buffer of `dtype`; finish() sums the buffer over `sp` and
+// adds it into main_grad (this micro-batch's part only, so main_grad stays the accumulation).
+class SequenceParallelGrad {
+ public:
+  SequenceParallelGrad(Parameter& p, const ProcessGroup& sp, DType dtype, Device device);
+  const Tensor& target() const { return target_; }
+  void finish();
+
+ private:
+  Parameter& p_;
+  const ProcessGroup& sp_;
+  Tensor target_;
+  bool separate_ = false;
+};
 
 }  // namespace strata::layers

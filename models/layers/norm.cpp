@@ -41,24 +41,17 @@ Tensor Norm::backward(const Saved& s, const Tensor& dy) {
   Tensor dy2 = dy.contiguous().reshape(s.x.shape());
   Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
   kernels::NormOptions opt{eps_, one_p_};
-  const bool reduce = sp_.size() > 1;
-  // Sequence parallel: the local rows' gradients into zeroed buffers, summed over tp, then added.
-  Tensor dw = reduce ? Tensor::zeros(weight.main_grad.shape(), weight.main_grad.dtype(), dy.device()) : weight.main_grad;
-  Tensor db;
-  if (kind_ == Normalization::LayerNorm)
-    db = reduce ? Tensor::zeros(bias.main_grad.shape(), bias.main_grad.dtype(), dy.device()) : bias.main_grad;
+  // Sequence parallel: the local rows' gradients summed over tp (layer_common.h).
+  SequenceParallelGrad dw(weight, sp_, weight.main_grad.dtype(), dy.device());
   if (kind_ == Normalization::LayerNorm) {
-    kernels::layernorm_backward(dy2, s.x, weight.value, s.mean, s.rstd, dx, dw, db, opt, /*accumulate=*/true);
+    SequenceParallelGrad db(bias, sp_, bias.main_grad.dtype(), dy.device());
+    kernels::layernorm_backward(dy2, s.x, weight.value, s.mean, s.rstd, dx, dw.target(), db.target(), opt,
+                                /*accumulate=*/true);
+    dw.finish();
+    db.finish();
   } else {
-    kernels::rmsnorm_backward(dy2, s.x, weight.value, s.rstd, dx, dw, opt, /*accumulate=*/true);
-  }
-  if (reduce) {
-    sp_.all_reduce(dw, ReduceOp::Sum);
-    kernels::add(weight.main_grad, dw, weight.main_grad);
-    if (db.defined()) {
-      sp_.all_reduce(db, ReduceOp::Sum);
-      kernels::add(bias.main_grad, db, bias.main_grad);
-    }
+    kernels::rmsnorm_backward(dy2, s.x, weight.value, s.rstd, dx, dw.target(), opt, /*accumulate=*/true);
+    dw.finish();
   }
   return dx.reshape(dy.shape());
 }

@@ -360,14 +360,10 @@ Tensor MoELayer::shared_backward(const State& st, const Tensor& dy) {
   for (size_t i = 0; i < g.size(); ++i) dg[i] *= g[i] * (1.0 - g[i]);  // σ'(z) = σ(1 − σ)
   Tensor dz = Tensor::from_vector(dg, {T, 1}, st.x2d.dtype(), st.x2d.device());
   Tensor dx_gate = empty_rows(T, hidden_, st.x2d);
-  if (sequence_parallel_.size() > 1) {  // replicated gate, different tokens per tp rank: sum the shards'
-    Tensor dg = Tensor::zeros(shared_gate.main_grad.shape(), shared_gate.main_grad.dtype(), dz.device());
-    kernels::linear_backward(st.x2d, shared_gate.value, dz, &dx_gate, &dg, nullptr, false);
-    sequence_parallel_.all_reduce(dg, ReduceOp::Sum);
-    kernels::axpy(1.0, dg, shared_gate.main_grad);
-  } else {
-    kernels::linear_backward(st.x2d, shared_gate.value, dz, &dx_gate, &shared_gate.main_grad, nullptr, true);
-  }
+  // Replicated gate, different tokens per tp rank under sequence parallelism: the shards' summed.
+  SequenceParallelGrad dgate_w(shared_gate, sequence_parallel_, shared_gate.main_grad.dtype(), dz.device());
+  kernels::linear_backward(st.x2d, shared_gate.value, dz, &dx_gate, &dgate_w.target(), nullptr, true);
+  dgate_w.finish();
   Tensor dx = shared_experts->backward(st.shared, ds.reshape(dy.shape()));
   Tensor sum = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
   kernels::add(dx, dx_gate.reshape(dx.shape()), sum);

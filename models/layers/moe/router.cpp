@@ -139,15 +139,12 @@ Tensor TopKRouter::backward(const RouterState& saved, const Tensor& dprobs, cons
   const Tensor w = weight.value.to(xr.dtype());
   Tensor dxr = Tensor::empty(xr.shape(), xr.dtype(), xr.device());
   const DType mg = weight.main_grad.dtype();
-  const bool sp = groups_.sequence_parallel.size() > 1;
-  if (!sp && (mg == xr.dtype() || (mg == DType::F32 && xr.dtype() != DType::F64))) {  // linear_backward's dw dtypes
-    kernels::linear_backward(xr, w, dlogits, &dxr, &weight.main_grad, nullptr, true);
-  } else {
-    Tensor dw = Tensor::zeros(weight.main_grad.shape(), xr.dtype(), xr.device());
-    kernels::linear_backward(xr, w, dlogits, &dxr, &dw, nullptr, false);
-    if (sp) groups_.sequence_parallel.all_reduce(dw, ReduceOp::Sum);  // this micro-batch's, over the shards
-    kernels::axpy(1.0, dw, weight.main_grad);
-  }
+  // linear_backward writes dw in x's dtype, or f32 for 16-bit x; under sequence parallelism the
+  // shards' parts are summed over tp (layer_common.h).
+  const DType dw_dtype = (mg == xr.dtype() || (mg == DType::F32 && xr.dtype() != DType::F64)) ? mg : xr.dtype();
+  SequenceParallelGrad dw(weight, groups_.sequence_parallel, dw_dtype, xr.device());
+  kernels::linear_backward(xr, w, dlogits, &dxr, &dw.target(), nullptr, true);
+  dw.finish();
   if (saved.jitter.defined()) {
     Tensor d = Tensor::empty(dxr.shape(), dxr.dtype(), dxr.device());
     kernels::mul(dxr, saved.jitter, d);  // d(x) = d(jittered x) · jitter
