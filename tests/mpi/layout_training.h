@@ -3,6 +3,7 @@
 // parallel group, Megatron's sampler at the dp group's rank and size over mock data), and returns
 // the losses, grad norms and, optionally, the final gradients gathered to global tensors.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -31,8 +32,10 @@ struct LayoutRun {
 };
 
 // Mock tokens below `vocab`; every rank of a dp replica (its tp, cp and pp ranks) reads the same samples.
+// inspect (optional): called after training with the trainer and the model chunks.
+using LayoutInspect = std::function<void(Trainer&, std::vector<std::unique_ptr<GPTModel>>&)>;
 inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& groups, int64_t vocab,
-                              bool gather_grads = true) {
+                              bool gather_grads = true, const LayoutInspect& inspect = {}) {
   std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
   MockBatchSource data(vocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
                        static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
@@ -50,6 +53,7 @@ inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& gro
   r.result = t;
   r.buckets = static_cast<int64_t>(trainer.grad_buffer()->buckets().size());
   r.log = log.str();
+  if (inspect) inspect(trainer, chunks);
   if (gather_grads) {
     trainer.grad_buffer()->all_gather_grads();  // collective over dp (a no-op without the distributed optimizer)
     if (trainer.expert_grad_buffer()) trainer.expert_grad_buffer()->all_gather_grads();  // over expert dp

@@ -13,6 +13,7 @@
 
 #include "models/gpt/gpt_model.h"
 #include "models/layers/moe/router.h"
+#include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/rank_grid.h"
 #include "training/checkpoint.h"
@@ -50,21 +51,13 @@ struct MoeRun {
 };
 
 MoeRun train(const StrataConfig& cfg, const ParallelGroups& groups) {
-  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
-  std::ostringstream log;
-  TrainerOptions opt;
-  opt.log_stream = &log;
-  opt.pipeline = make_pipeline_layout(chunks, groups);
-  opt.model_parallel = groups.mp;
-  opt.groups = groups;
-  Trainer trainer(cfg, *chunks.front(), data, nullptr, opt);
   MoeRun r;
-  r.losses = trainer.train().losses;
-  for (auto& c : chunks)
-    for (const MoeRouterRef& ref : c->moe_routers()) r.bias[ref.layer] = ref.router->expert_bias.value.to_vector();
-  for (const ExpertLoadStats& s : trainer.moe_accounting()->last_stats()) r.counts[s.layer] = s.counts;
+  auto inspect = [&r](Trainer& trainer, std::vector<std::unique_ptr<GPTModel>>& chunks) {
+    for (auto& c : chunks)
+      for (const MoeRouterRef& ref : c->moe_routers()) r.bias[ref.layer] = ref.router->expert_bias.value.to_vector();
+    for (const ExpertLoadStats& s : trainer.moe_accounting()->last_stats()) r.counts[s.layer] = s.counts;
+  };
+  r.losses = mpitest::train_layout(cfg, groups, kVocab, /*gather_grads=*/false, inspect).losses;
   return r;
 }
 
