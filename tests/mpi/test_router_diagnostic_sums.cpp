@@ -37,16 +37,16 @@ std::map<std::string, Tensor> observe(const StrataConfig& cfg, const ParallelGro
 }
 
 void check_merged(const std::vector<std::string>& layout) {
-  const std::vector<std::string> moe = {"model.add_bias_linear=false", "model.num_experts=4",
-                                        "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2",
+  const std::vector<std::string> moe = {"model.add_bias_linear=false",       "model.num_experts=4",
+                                        "model.moe_ffn_hidden_size=16",      "model.moe_router_topk=2",
                                         "model.moe_layer_freq=[0, 1, 1, 0]", "model.hidden_dropout=0.0",
                                         "model.attention_dropout=0.0"};
   std::vector<std::string> o = moe;
   o.insert(o.end(), layout.begin(), layout.end());
   const StrataConfig cfg = mpitest::layout_config(o, mpitest::world().size());
   const ParallelGroups g = build_parallel_groups(cfg.parallel, mpitest::world_comm());
-  const auto single = observe(mpitest::layout_config(moe, 1), ParallelGroups::single_process(),
-                              SourceKind::RouterDiagnostics);
+  const auto single =
+      observe(mpitest::layout_config(moe, 1), ParallelGroups::single_process(), SourceKind::RouterDiagnostics);
   const auto par = observe(cfg, g, SourceKind::RouterDiagnosticSums);
   REQUIRE(par.size() == 2);  // layers 1 and 2
   for (const auto& [owner, sums] : par) {
@@ -86,8 +86,8 @@ TEST_CASE("router diagnostic sums: cp 2 shards merge to the single-process diagn
 
 TEST_CASE("router diagnostic sums: cp 2 x tp 2 + sp shards merge to the single-process diagnostics", "[cp4]") {
   if (mpitest::world().size() != 4) return;
-  check_merged({"parallel.context_parallel_size=2", "parallel.tensor_model_parallel_size=2",
-                "parallel.sequence_parallel=true"});
+  check_merged(
+      {"parallel.context_parallel_size=2", "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"});
 }
 
 }  // namespace

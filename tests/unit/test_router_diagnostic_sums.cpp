@@ -115,18 +115,22 @@ TEST_CASE("router diagnostic sums: a sequence split along s sums to the whole (b
     std::vector<double> parts(whole.size(), 0.0), bias_seen(whole.size(), 0.0);
     for (auto [from, to] : {std::pair<int64_t, int64_t>{0, 3}, {3, 3}, {3, 8}}) {  // one empty shard
       const std::vector<double> p =
-          router_diagnostic_sums(c.o, positions(r.logits, from, to, b), positions(r.map, from, to, b), r.bias, to - from,
-                                 b, positions(r.padding, from, to, b))
+          router_diagnostic_sums(c.o, positions(r.logits, from, to, b), positions(r.map, from, to, b), r.bias,
+                                 to - from, b, positions(r.padding, from, to, b))
               .to_vector();
       for (size_t i = 0; i < p.size(); ++i) {
-        if ((i / 6) % 8 == 3) bias_seen[i] = p[i];
-        else parts[i] += p[i];
+        if ((i / 6) % 8 == 3)
+          bias_seen[i] = p[i];
+        else
+          parts[i] += p[i];
       }
     }
     for (size_t i = 0; i < whole.size(); ++i) {
       INFO("sequence " << i / 48 << " channel " << (i / 6) % 8 << " expert " << i % 6);
-      if ((i / 6) % 8 == 3) CHECK(bias_seen[i] == whole[i]);
-      else CHECK(parts[i] == Approx(whole[i]).epsilon(1e-6).margin(1e-6));
+      if ((i / 6) % 8 == 3)
+        CHECK(bias_seen[i] == whole[i]);
+      else
+        CHECK(parts[i] == Approx(whole[i]).epsilon(1e-6).margin(1e-6));
     }
   }
 }
@@ -170,7 +174,8 @@ TEST_CASE("router diagnostic sums: the kind's name and emission under split sequ
   CHECK_FALSE(rec.tp_dim.has_value());
   {
     CaptureScope scope(rec, {SourceKind::RouterDiagnostics});
-    CHECK_THROWS_WITH(observe_router_outputs(c.o, ob), Catch::Contains("router_diagnostics needs whole local sequences"));
+    CHECK_THROWS_WITH(observe_router_outputs(c.o, ob),
+                      Catch::Contains("router_diagnostics needs whole local sequences"));
   }
   ob.training = false;  // evaluation: not emitted
   rec.names.clear();

@@ -5,9 +5,8 @@
 // (Partial), dp 2 (Shard) and pp 2 (Owned, layers on different stages) over in-process ranks
 // giving the single-rank values; layer-free sites are not accepted.
 // Reference: megatron/training/tensor_metrics/router_metrics.py (spec §1.5, §3.2).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <random>
@@ -28,8 +27,8 @@ using V = std::vector<double>;
 constexpr const char* kKind = "router_diagnostic_sums";
 
 // One sequence's 8 channels [8 · E].
-V seq_sums(const V& score, const V& aux, const V& actual, const V& bias, double overlap, double valid, double margin_sum,
-           double boundary) {
+V seq_sums(const V& score, const V& aux, const V& actual, const V& bias, double overlap, double valid,
+           double margin_sum, double boundary) {
   const size_t E = score.size();
   V x(8 * E, 0.0);
   for (size_t e = 0; e < E; ++e) {
@@ -110,8 +109,8 @@ void check_close(const Labeled& got, const Labeled& want, double rel = 1e-6, dou
 namespace {
 // Hand-built sequences, E = 2, k = 1, 4 tokens each (sums: Σ scores, aux, actual, bias, overlap
 // pairs, valid, Σ margins, boundary tokens).
-const V kSkewed = seq_sums({3, 1}, {4, 0}, {2, 2}, {}, 2, 4, 0.8, 4);  // s [.75,.25] a [1,0] c [.5,.5] margin .2
-const V kMixed = seq_sums({2, 2}, {2, 2}, {0, 4}, {}, 2, 4, 1.6, 4);   // s, a uniform, c [0,1], margin .4
+const V kSkewed = seq_sums({3, 1}, {4, 0}, {2, 2}, {}, 2, 4, 0.8, 4);    // s [.75,.25] a [1,0] c [.5,.5] margin .2
+const V kMixed = seq_sums({2, 2}, {2, 2}, {0, 4}, {}, 2, 4, 1.6, 4);     // s, a uniform, c [0,1], margin .4
 const V kBalanced = seq_sums({2, 2}, {2, 2}, {2, 2}, {}, 4, 4, 2.4, 4);  // everything uniform, margin .6
 const V kPadding = seq_sums({0, 0}, {0, 0}, {0, 0}, {}, 0, 0, 0, 0);     // no valid token: left out
 
@@ -173,7 +172,8 @@ TEST_CASE("router metrics: balanced routing gives loss and max-over-mean 1, imba
 
 TEST_CASE("router metrics: hand-computed expert bias statistics", "[tensor_metrics]") {
   const V b = {0.5, -0.25};
-  const V skewed = seq_sums({3, 1}, {4, 0}, {2, 2}, b, 2, 4, 0.8, 4), mixed = seq_sums({2, 2}, {2, 2}, {0, 4}, b, 2, 4, 1.6, 4);
+  const V skewed = seq_sums({3, 1}, {4, 0}, {2, 2}, b, 2, 4, 0.8, 4),
+          mixed = seq_sums({2, 2}, {2, 2}, {0, 4}, b, 2, 4, 1.6, 4);
   const Labeled got = run_single({sums_value("decoder.layers.5", {skewed, mixed})})[3];
   // Over experts: mean .125, std .375, rms √((.25 + .0625)/2), range .75, abs max .5; with two
   // experts a correlation is ±1 or 0 (degenerate): score +1, 0; aux +1, 0; actual 0, −1.
@@ -239,8 +239,10 @@ V sums_of(const Sequence& seq, const std::vector<int>& positions, const V& bias)
       aux[e] += t.aux[e];
       actual[e] += t.actual[e];
       both += t.aux[e] && t.actual[e];
-      if (t.aux[e]) floor = std::min(floor, t.score[e]);
-      else ceil = std::max(ceil, t.score[e]);
+      if (t.aux[e])
+        floor = std::min(floor, t.score[e]);
+      else
+        ceil = std::max(ceil, t.score[e]);
     }
     boundary += 1;
     margins += std::max(floor - ceil, 0.0) / std::max(floor, 1.1920929e-07);
@@ -316,7 +318,8 @@ TEST_CASE("router metrics: sequences split over cp 2 × tp 2 (Partial), dp 2 and
     for (int l = 2 * pp; l < 2 * pp + 2; ++l)  // this stage's layers
       for (int m = 0; m < kMicro; ++m) {
         std::vector<V> seqs;
-        for (int j = 0; j < kB; ++j) seqs.push_back(sums_of(w.seq[l][m][dp][j], shard_positions(cp, tp), layer_bias(l)));
+        for (int j = 0; j < kB; ++j)
+          seqs.push_back(sums_of(w.seq[l][m][dp][j], shard_positions(cp, tp), layer_bias(l)));
         values.push_back(sums_value(layer_name(l), seqs,
                                     {{Axis::TP, Placement::partial()},
                                      {Axis::CP, Placement::partial()},
@@ -385,11 +388,12 @@ TEST_CASE("router metrics: layer-free and other-kind sites are not accepted; bad
   bad.tensor = Tensor::zeros({1, 7, 2}, DType::F32);  // Megatron's [b, 7, E]: the wrong kind of tensor
   CHECK_THROWS_WITH(prepare(bad), Catch::Contains("[batch, 8, experts >= 2]"));
   MetricTensor flat = sums_value("decoder.layers.1", {kSkewed}, {{Axis::DP, Placement::flat_shard({16}, 0, 16)}});
-  CHECK_THROWS_WITH(run_ranks(RankGrid({}), [&](CollectiveRunner& runner, int) {
-                      MetricExecutor exec(runner);
-                      std::vector<std::vector<MetricTensor>> p = {exec.prepare(*metric, {flat})};
-                      return exec.run({metric.get()}, std::move(p)).size();
-                    }),
+  CHECK_THROWS_WITH(run_ranks(RankGrid({}),
+                              [&](CollectiveRunner& runner, int) {
+                                MetricExecutor exec(runner);
+                                std::vector<std::vector<MetricTensor>> p = {exec.prepare(*metric, {flat})};
+                                return exec.run({metric.get()}, std::move(p)).size();
+                              }),
                     Catch::Contains("FlatShard"));
   CHECK(router_diagnostic_metric_factories().size() == 4);
 }

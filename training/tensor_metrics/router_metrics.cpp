@@ -2,7 +2,7 @@
 // Reference: megatron/training/tensor_metrics/router_metrics.py.
 #include "training/tensor_metrics/router_metrics.h"
 
-#include <map>
+#include <algorithm>
 #include <memory>
 
 #include "core/error.h"
@@ -136,9 +136,8 @@ class RouterDiagnosticMetric : public TensorMetric {
       for (const RankRelation& r : v.relations)
         STRATA_CHECK(r.placement.kind != Placement::Kind::FlatShard, name_, ": ", v.site().name,
                      " cannot be a FlatShard on ", axis_name(r.axis), " (sequences are split by Partial or Shard)");
-    return merge_partials(std::move(prepared), [this](std::vector<MetricTensor> merged) {
-      return reduce_layers(std::move(merged));
-    });
+    return merge_partials(std::move(prepared),
+                          [this](std::vector<MetricTensor> merged) { return reduce_layers(std::move(merged)); });
   }
 
  private:

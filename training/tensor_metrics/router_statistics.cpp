@@ -123,8 +123,7 @@ double sequence_statistic(RouterStatistic st, const SequenceDiagnostics& d) {
     case RouterStatistic::AuxActualOverlap: return d.overlap;
     case RouterStatistic::AuxMaxOverMean: return E * max_of(a);
     case RouterStatistic::ActualMaxOverMean: return E * max_of(c);
-    case RouterStatistic::ActualInactiveFraction:
-      return static_cast<double>(std::count(c.begin(), c.end(), 0.0)) / E;
+    case RouterStatistic::ActualInactiveFraction: return static_cast<double>(std::count(c.begin(), c.end(), 0.0)) / E;
     case RouterStatistic::TopkBoundaryRelativeMargin: return d.margin;
     case RouterStatistic::BiasScoreCorrelation: return correlation(d.bias, s);
     case RouterStatistic::BiasAuxLoadCorrelation: return correlation(d.bias, a);
