@@ -37,7 +37,7 @@ constexpr SourceKind kLayerKinds[] = {SourceKind::ResidualAccumulator, SourceKin
 constexpr SourceKind kRouterKinds[] = {SourceKind::RouterInput,       SourceKind::RouterLogits,
                                        SourceKind::RouterScores,      SourceKind::RouterTopkProbs,
                                        SourceKind::RouterDiagnostics, SourceKind::RouterTopIndices,
-                                       SourceKind::RouterTopKept};
+                                       SourceKind::RouterTopKept,     SourceKind::RouterDiagnosticSums};
 
 bool matches_any(const std::vector<std::string>& patterns, std::string_view site) {
   for (const std::string& p : patterns)

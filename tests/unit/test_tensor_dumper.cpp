@@ -61,7 +61,7 @@ ModelConfig moe_config() {
 TEST_CASE("tensor dump: the model's site names and the kinds patterns reach", "[observe][tensor_dump]") {
   const ModelConfig m = moe_config();
   const std::vector<std::string> sites = model_site_names(m);
-  CHECK(sites.size() == 3 * 2 + 2 * 7 + 1);  // residuals of 3 layers, 7 router sites on layers 1 and 2, logits
+  CHECK(sites.size() == 3 * 2 + 2 * 8 + 1);  // residuals of 3 layers, 8 router sites on layers 1 and 2, logits
   CHECK(sites.front() == "decoder.layers.0.residual_accumulator");
   CHECK(std::count(sites.begin(), sites.end(), "decoder.layers.2.mlp.router.router_scores") == 1);
   CHECK(std::count(sites.begin(), sites.end(), "decoder.layers.0.mlp.router.router_scores") == 0);  // dense layer

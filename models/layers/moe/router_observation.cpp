@@ -21,27 +21,34 @@ std::vector<uint8_t> padding_of(const Tensor& padding, int64_t T) {
   return p;
 }
 
-// One sequence's 7 channels (spec §1.5) into out [7, E].
-void sequence_channels(const std::vector<double>& scores, const std::vector<uint8_t>& aux,
-                       const std::vector<double>& actual, const std::vector<uint8_t>& pad,
-                       const std::vector<double>& bias, int64_t s, int64_t b, int64_t j, int64_t E, float* out) {
-  std::vector<double> mean(static_cast<size_t>(E)), aux_n(static_cast<size_t>(E)), act_n(static_cast<size_t>(E));
+// One sequence's sums over this rank's valid tokens (spec §1.5 before its divisions).
+struct SequenceSums {
+  std::vector<double> score, aux, actual;  // [E] Σ scores, aux (top-k) counts, actual counts
   double valid = 0, aux_total = 0, act_total = 0, both = 0, margin_sum = 0, boundary = 0;
+};
+
+SequenceSums sequence_sums(const std::vector<double>& scores, const std::vector<uint8_t>& aux,
+                           const std::vector<double>& actual, const std::vector<uint8_t>& pad, int64_t s, int64_t b,
+                           int64_t j, int64_t E) {
+  SequenceSums r;
+  r.score.assign(static_cast<size_t>(E), 0.0);
+  r.aux.assign(static_cast<size_t>(E), 0.0);
+  r.actual.assign(static_cast<size_t>(E), 0.0);
   for (int64_t i = 0; i < s; ++i) {
     const int64_t t = i * b + j;
     if (pad[static_cast<size_t>(t)]) continue;
-    valid += 1;
+    r.valid += 1;
     double floor = 0, ceil = 0;
     bool any_sel = false, any_unsel = false;
     for (int64_t e = 0; e < E; ++e) {
       const size_t k = static_cast<size_t>(t * E + e);
-      mean[static_cast<size_t>(e)] += scores[k];
+      r.score[static_cast<size_t>(e)] += scores[k];
       const bool a = aux[k] != 0, c = actual[k] != 0.0;
-      aux_n[static_cast<size_t>(e)] += a;
-      act_n[static_cast<size_t>(e)] += c;
-      aux_total += a;
-      act_total += c;
-      both += (a && c);
+      r.aux[static_cast<size_t>(e)] += a;
+      r.actual[static_cast<size_t>(e)] += c;
+      r.aux_total += a;
+      r.act_total += c;
+      r.both += (a && c);
       if (a) {
         floor = any_sel ? std::min(floor, scores[k]) : scores[k];
         any_sel = true;
@@ -51,19 +58,64 @@ void sequence_channels(const std::vector<double>& scores, const std::vector<uint
       }
     }
     if (any_sel && any_unsel) {
-      boundary += 1;
-      margin_sum += std::max(floor - ceil, 0.0) / std::max(floor, static_cast<double>(FLT_EPSILON));
+      r.boundary += 1;
+      r.margin_sum += std::max(floor - ceil, 0.0) / std::max(floor, static_cast<double>(FLT_EPSILON));
     }
   }
+  return r;
+}
+
+// The 7 normalised channels (router_diagnostics) into out [7, E].
+void normalized_channels(const SequenceSums& r, const std::vector<double>& bias, int64_t E, float* out) {
   for (int64_t e = 0; e < E; ++e) {
-    out[0 * E + e] = static_cast<float>(mean[static_cast<size_t>(e)] / std::max(valid, 1.0));
-    out[1 * E + e] = static_cast<float>(aux_n[static_cast<size_t>(e)] / std::max(aux_total, 1.0));
-    out[2 * E + e] = static_cast<float>(act_n[static_cast<size_t>(e)] / std::max(act_total, 1.0));
-    out[3 * E + e] = static_cast<float>(bias.empty() ? 0.0 : bias[static_cast<size_t>(e)]);
+    const size_t u = static_cast<size_t>(e);
+    out[0 * E + e] = static_cast<float>(r.score[u] / std::max(r.valid, 1.0));
+    out[1 * E + e] = static_cast<float>(r.aux[u] / std::max(r.aux_total, 1.0));
+    out[2 * E + e] = static_cast<float>(r.actual[u] / std::max(r.act_total, 1.0));
+    out[3 * E + e] = static_cast<float>(bias.empty() ? 0.0 : bias[u]);
   }
-  out[4 * E] = static_cast<float>(both / std::max(aux_total, 1.0));
-  out[5 * E] = static_cast<float>(valid);
-  out[6 * E] = static_cast<float>(margin_sum / std::max(boundary, 1.0));
+  out[4 * E] = static_cast<float>(r.both / std::max(r.aux_total, 1.0));
+  out[5 * E] = static_cast<float>(r.valid);
+  out[6 * E] = static_cast<float>(r.margin_sum / std::max(r.boundary, 1.0));
+}
+
+// The 8 additive channels (router_diagnostic_sums) into out [8, E].
+void sum_channels(const SequenceSums& r, const std::vector<double>& bias, int64_t E, float* out) {
+  for (int64_t e = 0; e < E; ++e) {
+    const size_t u = static_cast<size_t>(e);
+    out[kSumScore * E + e] = static_cast<float>(r.score[u]);
+    out[kSumAuxCount * E + e] = static_cast<float>(r.aux[u]);
+    out[kSumActualCount * E + e] = static_cast<float>(r.actual[u]);
+    out[kSumBias * E + e] = static_cast<float>(bias.empty() ? 0.0 : bias[u]);
+  }
+  out[kSumOverlapCount * E] = static_cast<float>(r.both);
+  out[kSumValidTokens * E] = static_cast<float>(r.valid);
+  out[kSumMargin * E] = static_cast<float>(r.margin_sum);
+  out[kSumBoundaryTokens * E] = static_cast<float>(r.boundary);
+}
+
+// Per sequence j of the [s, b] tokens: its sums, handed to `write` with the bias.
+template <typename Write>
+Tensor per_sequence(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map, const Tensor& expert_bias,
+                    int64_t s, int64_t b, const Tensor& padding, int64_t channels, Write write) {
+  const int64_t T = s * b, E = o.num_moe_experts, k = o.moe_router_topk;
+  STRATA_CHECK(logits.size(0) == T && logits.size(1) == E, "router diagnostics: logits must be [", T, ", ", E, "]");
+  const std::vector<double> l = logits.to_vector(), actual = actual_map.to_vector();
+  const std::vector<uint8_t> pad = padding_of(padding, T);
+  std::vector<double> scores(static_cast<size_t>(T * E));
+  std::vector<uint8_t> aux(static_cast<size_t>(T * E), 0);
+  std::vector<int64_t> top(static_cast<size_t>(k));
+  for (int64_t t = 0; t < T; ++t) {
+    double* row = &scores[static_cast<size_t>(t * E)];
+    detail::aux_scores_row(o.moe_router_score_function, &l[static_cast<size_t>(t * E)], E, row);
+    detail::topk_desc(row, E, k, nullptr, top.data());  // plain top-k: no bias, no group limit
+    for (int64_t e : top) aux[static_cast<size_t>(t * E + e)] = 1;
+  }
+  const std::vector<double> bias = expert_bias.defined() ? expert_bias.to_vector() : std::vector<double>{};
+  Tensor out = Tensor::zeros({b, channels, E}, DType::F32);
+  for (int64_t j = 0; j < b; ++j)
+    write(sequence_sums(scores, aux, actual, pad, s, b, j, E), bias, E, out.data<float>() + j * channels * E);
+  return out.to(logits.device());
 }
 }  // namespace
 
@@ -91,24 +143,38 @@ Tensor dense_topk_probs(const Tensor& top_indices, const Tensor& top_probs, cons
 
 Tensor router_diagnostics(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
                           const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding) {
-  const int64_t T = s * b, E = o.num_moe_experts, k = o.moe_router_topk;
-  STRATA_CHECK(logits.size(0) == T && logits.size(1) == E, "router diagnostics: logits must be [", T, ", ", E, "]");
-  const std::vector<double> l = logits.to_vector(), actual = actual_map.to_vector();
-  const std::vector<uint8_t> pad = padding_of(padding, T);
-  std::vector<double> scores(static_cast<size_t>(T * E));
-  std::vector<uint8_t> aux(static_cast<size_t>(T * E), 0);
-  std::vector<int64_t> top(static_cast<size_t>(k));
-  for (int64_t t = 0; t < T; ++t) {
-    double* row = &scores[static_cast<size_t>(t * E)];
-    detail::aux_scores_row(o.moe_router_score_function, &l[static_cast<size_t>(t * E)], E, row);
-    detail::topk_desc(row, E, k, nullptr, top.data());  // plain top-k: no bias, no group limit
-    for (int64_t e : top) aux[static_cast<size_t>(t * E + e)] = 1;
+  return per_sequence(o, logits, actual_map, expert_bias, s, b, padding, 7, normalized_channels);
+}
+
+Tensor router_diagnostic_sums(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
+                              const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding) {
+  return per_sequence(o, logits, actual_map, expert_bias, s, b, padding, kRouterDiagnosticSumChannels, sum_channels);
+}
+
+Tensor normalize_router_diagnostic_sums(const Tensor& sums) {
+  STRATA_CHECK(sums.dim() == 3 && sums.size(1) == kRouterDiagnosticSumChannels,
+               "router diagnostic sums must be [b, 8, E], got ", sums.shape().str());
+  const int64_t B = sums.size(0), E = sums.size(2);
+  const std::vector<double> x = sums.to_vector();
+  Tensor out = Tensor::zeros({B, 7, E}, DType::F32);
+  for (int64_t j = 0; j < B; ++j) {
+    const double* in = &x[static_cast<size_t>(j * kRouterDiagnosticSumChannels * E)];
+    SequenceSums r;
+    r.score.assign(in + kSumScore * E, in + (kSumScore + 1) * E);
+    r.aux.assign(in + kSumAuxCount * E, in + (kSumAuxCount + 1) * E);
+    r.actual.assign(in + kSumActualCount * E, in + (kSumActualCount + 1) * E);
+    for (int64_t e = 0; e < E; ++e) {
+      r.aux_total += r.aux[static_cast<size_t>(e)];
+      r.act_total += r.actual[static_cast<size_t>(e)];
+    }
+    r.both = in[kSumOverlapCount * E];
+    r.valid = in[kSumValidTokens * E];
+    r.margin_sum = in[kSumMargin * E];
+    r.boundary = in[kSumBoundaryTokens * E];
+    const std::vector<double> bias(in + kSumBias * E, in + (kSumBias + 1) * E);
+    normalized_channels(r, bias, E, out.data<float>() + j * 7 * E);
   }
-  const std::vector<double> bias = expert_bias.defined() ? expert_bias.to_vector() : std::vector<double>{};
-  Tensor out = Tensor::zeros({b, 7, E}, DType::F32);
-  for (int64_t j = 0; j < b; ++j)
-    sequence_channels(scores, aux, actual, pad, bias, s, b, j, E, out.data<float>() + j * 7 * E);
-  return out.to(logits.device());
+  return out.to(sums.device());
 }
 
 void observe_router_input(const RouterObservation& r) {
@@ -132,6 +198,10 @@ void observe_router_outputs(const RouterOptions& o, const RouterObservation& r) 
     observe(r.owner, "router_top_indices", SourceKind::RouterTopIndices, out.top_indices, dims.tp_shard_dim);
   if (is_observing(SourceKind::RouterTopKept))
     observe(r.owner, "router_top_kept", SourceKind::RouterTopKept, out.top_kept, dims.tp_shard_dim);
+  if (r.training && is_observing(SourceKind::RouterDiagnosticSums))  // allowed with split sequences
+    observe(r.owner, "router_diagnostic_sums", SourceKind::RouterDiagnosticSums,
+            router_diagnostic_sums(o, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding), std::nullopt,
+            std::nullopt, 0);
   if (r.training && is_observing(SourceKind::RouterDiagnostics)) {
     STRATA_CHECK(!r.sequences_split, r.owner, ": router_diagnostics needs whole local sequences; it is not "
                  "available with sequence parallelism (tp > 1) or context parallelism (as in Megatron)");

@@ -15,6 +15,13 @@
 //     max(floor − ceil, 0) / max(floor, eps_f32) (floor: lowest aux-selected score, ceil: highest
 //     unselected). Padding tokens are left out of everything; every denominator is at least 1.
 //     Like Megatron, refused when sequences are split (tensor × context parallel > 1).
+//   router_diagnostic_sums [b, 8, E] f32, training only (Strata): the same per local sequence as
+//     sums over THIS rank's valid tokens, so a sequence split over sp / cp ranks is the
+//     elementwise sum of its shards (channel 3, the bias, is identical on every shard):
+//     0 Σ scores; 1 aux (top-k) counts; 2 actual counts; 3 expert bias (0 without); 4 [0] #(aux ∧
+//     actual) pairs; 5 [0] valid tokens; 6 [0] Σ over boundary tokens of the relative margin;
+//     7 [0] boundary tokens; other elements 0. Always allowed; normalize_router_diagnostic_sums
+//     turns whole-sequence sums into router_diagnostics.
 // Activation dims: sequence 0, batch 1, tp-sharded along the sequence under sequence parallelism.
 // Reference: Megatron-Core transformer/moe/router.py, moe_utils.py
 // (compute_normalized_router_scores), router_diagnostics.py (spec §1.2, §1.5).
@@ -36,6 +43,26 @@ Tensor dense_topk_probs(const Tensor& top_indices, const Tensor& top_probs, cons
 Tensor router_diagnostics(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
                           const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding);
 
+// The channels of router_diagnostic_sums.
+inline constexpr int64_t kRouterDiagnosticSumChannels = 8;
+enum RouterDiagnosticSumChannel : int64_t {
+  kSumScore = 0,
+  kSumAuxCount = 1,
+  kSumActualCount = 2,
+  kSumBias = 3,
+  kSumOverlapCount = 4,
+  kSumValidTokens = 5,
+  kSumMargin = 6,
+  kSumBoundaryTokens = 7,
+};
+// The same inputs as router_diagnostics -> [b, 8, E] f32 sums over the given tokens.
+Tensor router_diagnostic_sums(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
+                              const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding);
+// [b, 8, E] sums (of whole sequences) -> Megatron's [b, 7, E] f32: s = ch0 / max(ch5, 1),
+// a = ch1 / max(Σ ch1, 1), c = ch2 / max(Σ ch2, 1), b = ch3, overlap = ch4 / max(Σ ch1, 1),
+// valid = ch5, margin = ch6 / max(ch7, 1).
+Tensor normalize_router_diagnostic_sums(const Tensor& sums);
+
 // What a router forward hands its observation sites.
 struct RouterObservation {
   std::string_view owner;   // "decoder.layers.<i>.mlp.router"
@@ -47,7 +74,7 @@ struct RouterObservation {
   int64_t s = 0, b = 0;
   bool training = false;
   bool sequence_parallel = false;
-  bool sequences_split = false;  // tp × cp > 1 (diagnostics refused)
+  bool sequences_split = false;  // tp × cp > 1 (router_diagnostics refused, the sums allowed)
 };
 // The input site (call before the jitter) and the others (after routing).
 void observe_router_input(const RouterObservation& r);
