@@ -8,12 +8,14 @@ namespace {
 constexpr const char* kNames[kNumSourceKinds] = {
     "residual_accumulator", "residual_contribution", "output_logits",     "mtp_logits",
     "router_logits",        "router_scores",         "router_topk_probs", "router_diagnostics",
-    "router_input",         "router_top_indices",    "router_top_kept"};
+    "router_input",         "router_top_indices",    "router_top_kept",   "" /* 11: reserved */,
+    "attention_logit_max"};
 }  // namespace
 
 const char* source_kind_name(SourceKind kind) { return kNames[static_cast<uint32_t>(kind)]; }
 
 std::optional<SourceKind> source_kind_from_name(std::string_view name) {
+  if (name.empty()) return std::nullopt;
   for (int i = 0; i < kNumSourceKinds; ++i)
     if (name == kNames[i]) return static_cast<SourceKind>(i);
   return std::nullopt;

@@ -34,7 +34,7 @@
 namespace strata {
 
 // Megatron's source kinds, plus Strata's router_input / router_top_indices / router_top_kept
-// (what the router tracer records).
+// (what the router tracer records) and attention_logit_max (the tensor metric of the same name).
 enum class SourceKind : uint32_t {
   ResidualAccumulator = 0,   // hidden state entering a layer                     [s, b, h]
   ResidualContribution = 1,  // layer output − layer input (only when observed)   [s, b, h]
@@ -47,10 +47,13 @@ enum class SourceKind : uint32_t {
   RouterInput = 8,           // Strata: the router's input (after the pre-MLP norm, before jitter) [s, b, h]
   RouterTopIndices = 9,      // Strata: selected experts, descending selection score [s·b, k] i64
   RouterTopKept = 10,        // Strata: 1 = the pair survived capacity               [s·b, k] u8
+  // 11: reserved (router_diagnostic_sums, another branch).
+  AttentionLogitMax = 12,    // Strata: per-head max pre-softmax attention logit (only when observed) [np] f32
 };
-inline constexpr int kNumSourceKinds = 11;
+inline constexpr int kNumSourceKinds = 13;
 // Megatron's names ("residual_accumulator", …; Strata's "router_input", "router_top_indices",
-// "router_top_kept"), and back (nullopt for an unknown name).
+// "router_top_kept", "attention_logit_max"), and back (nullopt for an unknown name; a reserved
+// value has the empty name).
 const char* source_kind_name(SourceKind kind);
 std::optional<SourceKind> source_kind_from_name(std::string_view name);
 

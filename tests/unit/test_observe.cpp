@@ -93,8 +93,11 @@ TEST_CASE("observe: the fan-out gives each observer its kinds; kind names round-
   CHECK(b.seen.size() == 2);
   for (int i = 0; i < kNumSourceKinds; ++i) {
     const auto k = static_cast<SourceKind>(i);
+    if (*source_kind_name(k) == '\0') continue;  // a reserved value
     CHECK(source_kind_from_name(source_kind_name(k)) == k);
   }
+  CHECK(std::string(source_kind_name(SourceKind::AttentionLogitMax)) == "attention_logit_max");
+  CHECK_FALSE(source_kind_from_name("").has_value());
   CHECK(std::string(source_kind_name(SourceKind::ResidualAccumulator)) == "residual_accumulator");
   CHECK(std::string(source_kind_name(SourceKind::RouterDiagnostics)) == "router_diagnostics");
   CHECK_FALSE(source_kind_from_name("residual_in").has_value());
