@@ -139,6 +139,17 @@ class LayerAttentionLogitMax : public LayerElementMetric {
  public:
   std::string name() const override { return "layer-attention-logit-max"; }
   std::vector<std::string> source_kinds() const override { return {"attention_logit_max"}; }
+  // The site's [heads] tensor has no sequence or batch dim, but its value depends on this rank's
+  // queries: it is a population over cp and dp whatever relation it arrived with (an axis of size
+  // 1 costs nothing).
+  std::vector<MetricTensor> prepare(std::vector<MetricTensor> values) const override {
+    for (MetricTensor& v : values)
+      for (Axis a : {Axis::CP, Axis::DP}) {
+        const Placement* p = v.relation(a);
+        if (!p || p->kind == Placement::Kind::Replica) v = v.with_placement(a, Placement::shard(std::nullopt));
+      }
+    return LayerElementMetric::prepare(std::move(values));
+  }
 
  protected:
   std::vector<double> contribution(const Tensor& t) const override {
