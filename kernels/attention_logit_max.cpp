@@ -22,11 +22,13 @@ Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<i
   const std::vector<double> qv = q.contiguous().to_vector(), kv = k.contiguous().to_vector();
   const int64_t per = hq / hkv;
   std::vector<double> best(static_cast<size_t>(hq), -std::numeric_limits<double>::infinity());
-  for (int64_t i = 0; i < sq; ++i)
+  // One head per iteration (max is order-free: the result does not depend on the thread count).
+#pragma omp parallel for if (sq * sk * b * hq * d > 262144)
+  for (int64_t h = 0; h < hq; ++h) {
+    double m = -std::numeric_limits<double>::infinity();
     for (int64_t bb = 0; bb < b; ++bb)
-      for (int64_t h = 0; h < hq; ++h) {
+      for (int64_t i = 0; i < sq; ++i) {
         const double* qr = qv.data() + ((i * b + bb) * hq + h) * d;
-        double m = best[static_cast<size_t>(h)];
         for (int64_t j = 0; j < sk; ++j) {
           if (causal && k_positions[static_cast<size_t>(j)] > q_positions[static_cast<size_t>(i)]) continue;
           const double* kr = kv.data() + ((j * b + bb) * hkv + h / per) * d;
@@ -34,8 +36,9 @@ Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<i
           for (int64_t e = 0; e < d; ++e) dot += qr[e] * kr[e];
           m = std::max(m, dot * softmax_scale);
         }
-        best[static_cast<size_t>(h)] = m;
       }
+    best[static_cast<size_t>(h)] = m;
+  }
   return Tensor::from_vector(best, {hq}, DType::F32);
 }
 
