@@ -9,7 +9,7 @@
 #include "core/observe.h"
 #include "core/phase_timer.h"
 #include "kernels/attention.h"
-#include "kernels/attention_logit_max.h"
+#include "models/layers/attention_logit_max.h"
 #include "kernels/rotary.h"
 #include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
@@ -80,7 +80,7 @@ void SelfAttention::observe_logit_max(const Tensor& q, const Tensor& k, const ke
   }
   std::vector<int64_t> k_pos(static_cast<size_t>(keys.size(0)));
   for (size_t j = 0; j < k_pos.size(); ++j) k_pos[j] = (cp_.size() > 1 ? 0 : p.k_position_offset) + static_cast<int64_t>(j);
-  const Tensor m = kernels::attention_logit_max(q, keys, q_pos, k_pos, kernels::attention_softmax_scale(p, hn_), p.causal);
+  const Tensor m = attention_logit_max(q, keys, q_pos, k_pos, kernels::attention_softmax_scale(p, hn_), p.causal);
   observe(owner_, "attention_logit_max", SourceKind::AttentionLogitMax, m, /*tp_shard_dim=*/0);
 }
 

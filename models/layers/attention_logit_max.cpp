@@ -1,12 +1,12 @@
 // The per-head maximum attention logit (see attention_logit_max.h).
-#include "kernels/attention_logit_max.h"
+#include "models/layers/attention_logit_max.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "core/error.h"
 
-namespace strata::kernels {
+namespace strata::layers {
 
 Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<int64_t>& q_positions,
                            const std::vector<int64_t>& k_positions, double softmax_scale, bool causal) {
@@ -42,4 +42,4 @@ Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<i
   return Tensor::from_vector(best, {hq}, DType::F32);
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::layers
