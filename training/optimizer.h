@@ -124,6 +124,7 @@ class AdamWOptimizer {
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }
   std::vector<ParamState>& states() { return states_; }
+  const std::vector<ParamState>& states() const { return states_; }
   const AdamWSettings& settings() const { return settings_; }
 
  private:
