@@ -34,8 +34,8 @@
 namespace strata {
 
 // Megatron's source kinds, plus Strata's router_input / router_top_indices / router_top_kept
-// (what the router tracer records) and router_diagnostic_sums (router diagnostics that merge
-// across sequence shards).
+// (what the router tracer records), router_diagnostic_sums (router diagnostics that merge
+// across sequence shards) and attention_logit_max (the tensor metric of the same name).
 enum class SourceKind : uint32_t {
   ResidualAccumulator = 0,   // hidden state entering a layer                     [s, b, h]
   ResidualContribution = 1,  // layer output − layer input (only when observed)   [s, b, h]
@@ -50,10 +50,12 @@ enum class SourceKind : uint32_t {
   RouterTopKept = 10,        // Strata: 1 = the pair survived capacity               [s·b, k] u8
   RouterDiagnosticSums = 11, // Strata: router_diagnostics as sums over this rank's tokens, additive
                              // over sequence shards (sp, cp), training only   [b, 8, E] f32
+  AttentionLogitMax = 12,    // Strata: per-head max pre-softmax attention logit (only when observed) [np] f32
 };
-inline constexpr int kNumSourceKinds = 12;
+inline constexpr int kNumSourceKinds = 13;
 // Megatron's names ("residual_accumulator", …; Strata's "router_input", "router_top_indices",
-// "router_top_kept", "router_diagnostic_sums"), and back (nullopt for an unknown name).
+// "router_top_kept", "router_diagnostic_sums", "attention_logit_max"), and back (nullopt for an
+// unknown name).
 const char* source_kind_name(SourceKind kind);
 std::optional<SourceKind> source_kind_from_name(std::string_view name);
 

@@ -56,6 +56,7 @@ std::vector<std::string> model_site_names(const ModelConfig& m) {
   for (int64_t l = 0; l < m.num_layers; ++l) {
     const std::string owner = "decoder.layers." + str(l);
     for (SourceKind k : kLayerKinds) sites.push_back(owner + "." + source_kind_name(k));
+    sites.push_back(owner + ".self_attention." + source_kind_name(SourceKind::AttentionLogitMax));
     if (!m.is_moe() || !m.is_moe_layer(l)) continue;
     for (SourceKind k : kRouterKinds) sites.push_back(owner + ".mlp.router." + source_kind_name(k));
   }

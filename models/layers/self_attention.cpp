@@ -6,10 +6,13 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/observe.h"
 #include "core/phase_timer.h"
 #include "kernels/attention.h"
+#include "models/layers/attention_logit_max.h"
 #include "kernels/rotary.h"
 #include "parallel/context_parallel.h"
+#include "parallel/tensor_parallel.h"
 
 namespace strata::layers {
 
@@ -32,7 +35,8 @@ SelfAttention::SelfAttention(const std::string& prefix, const ModelConfig& cfg, 
       rotary_base_(static_cast<double>(cfg.rotary_base)),
       rotary_interleaved_(cfg.rotary_interleaved),
       cp_(cp),
-      cp_comm_type_(env.cp_comm_type) {
+      cp_comm_type_(env.cp_comm_type),
+      owner_(prefix) {
   STRATA_CHECK(cfg.num_attention_heads % tp.size() == 0 && cfg.query_groups() % tp.size() == 0, prefix,
                ": num_attention_heads ", cfg.num_attention_heads, " and num_query_groups ", cfg.query_groups(),
                " must be divisible by the tensor-parallel size ", tp.size());
@@ -58,6 +62,26 @@ kernels::RotaryOptions SelfAttention::rotary_options(int64_t position_offset) co
 
 Tensor SelfAttention::cp_positions(int64_t s, Device device) const {
   return Tensor::from_data(cp::global_positions(s, cp_.size(), cp_.rank()), Shape{s}, device);
+}
+
+void SelfAttention::observe_logit_max(const Tensor& q, const Tensor& k, const kernels::AttentionParams& p) const {
+  std::vector<int64_t> q_pos(static_cast<size_t>(q.size(0)));
+  Tensor keys = k;
+  if (cp_.size() > 1) {
+    // The local queries see keys on every cp rank: gather them in global order, global positions.
+    const int64_t L = k.size(0);
+    const Tensor gathered = tp::gather_dim0(k.contiguous(), cp_);
+    std::vector<Tensor> shards;
+    for (int r = 0; r < cp_.size(); ++r) shards.push_back(gathered.narrow(0, r * L, L));
+    keys = cp::merge_sequence(shards, 0);
+    q_pos = cp::global_positions(q.size(0), cp_.size(), cp_.rank());
+  } else {
+    for (size_t i = 0; i < q_pos.size(); ++i) q_pos[i] = p.q_position_offset + static_cast<int64_t>(i);
+  }
+  std::vector<int64_t> k_pos(static_cast<size_t>(keys.size(0)));
+  for (size_t j = 0; j < k_pos.size(); ++j) k_pos[j] = (cp_.size() > 1 ? 0 : p.k_position_offset) + static_cast<int64_t>(j);
+  const Tensor m = attention_logit_max(q, keys, q_pos, k_pos, kernels::attention_softmax_scale(p, hn_), p.causal);
+  observe(owner_, "attention_logit_max", SourceKind::AttentionLogitMax, m, /*tp_shard_dim=*/0);
 }
 
 Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) const {
@@ -113,6 +137,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
     p.q_position_offset = run.position_offset;
     p.k_position_offset = 0;
   }
+  if (is_observing(SourceKind::AttentionLogitMax)) observe_logit_max(q, k_all, p);
   Tensor out = Tensor::empty({s, b, np_, hn_}, x.dtype(), x.device());
   const DType lse_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor lse = Tensor::empty({b, np_, s}, lse_dtype, x.device());

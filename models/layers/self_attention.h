@@ -9,7 +9,10 @@
 // (their gradients summed over tp), attention dropout keyed by the global head index.
 // Context parallelism (cp group of more than one rank): x holds this rank's two sequence chunks;
 // RoPE uses their global positions and the core attention runs over the sharded sequence
-// (parallel/context_parallel.h, K/V exchange env.cp_comm_type). Reference: Megatron-Core transformer/attention.py
+// (parallel/context_parallel.h, K/V exchange env.cp_comm_type). Observation: the
+// attention_logit_max site (per-head max of softmax_scale·q·k over the allowed pairs, after
+// qk-layernorm and RoPE, before dropout), emitted only when observed; under cp it all-gathers K.
+// Reference: Megatron-Core transformer/attention.py
 // (SelfAttention.get_query_key_value_tensors), models/common/embeddings/rotary_pos_embedding.py.
 #pragma once
 #include <memory>
@@ -68,6 +71,9 @@ class SelfAttention {
   kernels::RotaryOptions rotary_options(int64_t position_offset) const;
   // Context parallelism: global positions [s] (i64, on `device`) of the s local rows.
   Tensor cp_positions(int64_t s, Device device) const;
+  // The attention_logit_max site (only when observed): per-head max logit of this rank's queries
+  // over every key they attend to (under cp the keys of all cp ranks, all-gathered here).
+  void observe_logit_max(const Tensor& q, const Tensor& k, const kernels::AttentionParams& p) const;
   int64_t h_, np_, ng_, hn_;  // np_, ng_: this rank's heads and query groups (global / tp)
   int64_t global_heads_, head_offset_;
   bool rope_;
@@ -75,6 +81,7 @@ class SelfAttention {
   bool rotary_interleaved_;
   ProcessGroup cp_;
   CpCommType cp_comm_type_;
+  std::string owner_;  // "decoder.layers.{i}.self_attention"
 };
 
 }  // namespace strata::layers

@@ -95,6 +95,8 @@ TEST_CASE("observe: the fan-out gives each observer its kinds; kind names round-
     const auto k = static_cast<SourceKind>(i);
     CHECK(source_kind_from_name(source_kind_name(k)) == k);
   }
+  CHECK(std::string(source_kind_name(SourceKind::AttentionLogitMax)) == "attention_logit_max");
+  CHECK_FALSE(source_kind_from_name("").has_value());
   CHECK(std::string(source_kind_name(SourceKind::ResidualAccumulator)) == "residual_accumulator");
   CHECK(std::string(source_kind_name(SourceKind::RouterDiagnostics)) == "router_diagnostics");
   CHECK_FALSE(source_kind_from_name("residual_in").has_value());

@@ -1,0 +1,45 @@
+// The per-head maximum attention logit (see attention_logit_max.h).
+#include "models/layers/attention_logit_max.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace strata::layers {
+
+Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<int64_t>& q_positions,
+                           const std::vector<int64_t>& k_positions, double softmax_scale, bool causal) {
+  STRATA_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(1) == k.size(1) && q.size(3) == k.size(3),
+               "attention_logit_max: q ", q.shape().str(), " and k ", k.shape().str(),
+               " must be [sq, b, hq, d] and [sk, b, hkv, d]");
+  const int64_t sq = q.size(0), sk = k.size(0), b = q.size(1), hq = q.size(2), hkv = k.size(2), d = q.size(3);
+  STRATA_CHECK(hkv > 0 && hq % hkv == 0, "attention_logit_max: ", hq, " query heads not divisible by ", hkv,
+               " key heads");
+  STRATA_CHECK(static_cast<int64_t>(q_positions.size()) == sq && static_cast<int64_t>(k_positions.size()) == sk,
+               "attention_logit_max: ", q_positions.size(), " query and ", k_positions.size(),
+               " key positions for ", sq, " and ", sk, " rows");
+  const std::vector<double> qv = q.contiguous().to_vector(), kv = k.contiguous().to_vector();
+  const int64_t per = hq / hkv;
+  std::vector<double> best(static_cast<size_t>(hq), -std::numeric_limits<double>::infinity());
+  // One head per iteration (max is order-free: the result does not depend on the thread count).
+#pragma omp parallel for if (sq * sk * b * hq * d > 262144)
+  for (int64_t h = 0; h < hq; ++h) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t bb = 0; bb < b; ++bb)
+      for (int64_t i = 0; i < sq; ++i) {
+        const double* qr = qv.data() + ((i * b + bb) * hq + h) * d;
+        for (int64_t j = 0; j < sk; ++j) {
+          if (causal && k_positions[static_cast<size_t>(j)] > q_positions[static_cast<size_t>(i)]) continue;
+          const double* kr = kv.data() + ((j * b + bb) * hkv + h / per) * d;
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += qr[e] * kr[e];
+          m = std::max(m, dot * softmax_scale);
+        }
+      }
+    best[static_cast<size_t>(h)] = m;
+  }
+  return Tensor::from_vector(best, {hq}, DType::F32);
+}
+
+}  // namespace strata::layers

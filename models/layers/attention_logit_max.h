@@ -1,0 +1,22 @@
+// The maximum pre-softmax attention logit per query head: max over the batch and every allowed
+// (query, key) pair of softmax_scale · q·k (q, k after qk-layernorm and RoPE; before the mask's
+// −inf, the softmax and dropout). Grouped-query attention: head h reads kv head h / (hq / hkv), as
+// kernels/attention.h. Computed on the host in float64 from copies of q and k (it runs only when
+// the attention_logit_max site is observed; not a device op, so it lives with the layer).
+// Reference: Megatron-Core QK-clip (TEDotProductAttention max_attention_logit,
+// megatron/core/optimizer/qk_clip.py), here exact.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace strata::layers {
+
+// q: [sq, b, hq, d], k: [sk, b, hkv, d] (any device and float dtype); q_positions [sq],
+// k_positions [sk]: the rows' positions (causal keeps k_pos <= q_pos; not causal: every pair).
+// Returns a host f32 tensor [hq] (−inf for a head that sees no pair).
+Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<int64_t>& q_positions,
+                           const std::vector<int64_t>& k_positions, double softmax_scale, bool causal);
+
+}  // namespace strata::layers
