@@ -6,6 +6,7 @@
 #include "training/config.h"
 
 #include "training/tensor_dump_sites.h"
+#include "training/tensor_metrics/registry.h"
 
 #include <charconv>
 #include <cmath>
@@ -166,6 +167,11 @@ config::SectionFields<LoggingConfig> logging_fields() {
   f.add("moe_routing_trace_dump_weights", &L::moe_routing_trace_dump_weights,
         "Also write each traced router's weight, expert bias, score function and top-k (at its first traced "
         "forward) to router_state_rank<R>.safetensors.");
+  f.add("tensor_metrics", &L::tensor_metrics,
+        "Tensor metrics as NAME:INTERVAL (Megatron --tensor-metrics), e.g. [layer-router-health:100, "
+        "global-param-l2:100]: each computed on iterations where (iteration + 1) % INTERVAL == 0 (0-based), "
+        "written to TensorBoard as tensor-metrics/<metric>/<label>, to the JSONL file, or as one log line "
+        "without either (docs/metrics.md lists every metric). []: none.");
   f.add("tensor_dump_sites", &L::tensor_dump_sites,
         "Tensor dumper: glob patterns (* and ?) over forward-site names <owner>.<name>, e.g. "
         "decoder.layers.*.residual_contribution, decoder.layers.3.mlp.router.router_logits, "
@@ -425,6 +431,7 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   validate_logging(logging, model);
   validate_inference(inference, training);
   validate_tensor_dump(*this);
+  tensor_metrics::validate_tensor_metrics(*this);
 }
 
 std::string StrataConfig::to_yaml() const {

@@ -107,7 +107,8 @@ struct LoggingConfig {
   std::vector<std::string> tensor_dump_sites;
   std::vector<int64_t> tensor_dump_iters;
   std::optional<std::string> tensor_dump_dir;
-  // Extension point: tensor_metrics (ARCHITECTURE decision 6).
+  // Tensor metrics (training/tensor_metrics/; Megatron's --tensor-metrics): "NAME:INTERVAL" specs.
+  std::vector<std::string> tensor_metrics;
 };
 
 struct InferenceConfig {

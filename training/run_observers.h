@@ -1,8 +1,8 @@
-// The observers of a run (core/observe.h): the router tracer, the tensor dumper and, with the
-// next issue, the tensor metrics — each a StepObserver that says, per forward, which source kinds
-// it wants; RunObservers puts the wanted ones behind one fan-out CaptureScope for that forward
-// and tells each when the step ends. With no observer, or none wanting a step, no scope is
-// installed: every site stays a thread-local load and a branch.
+// The observers of a run (core/observe.h): the router tracer, the tensor dumper and the tensor
+// metrics (training/tensor_metrics/metric_observer.h) — each a StepObserver that says, per
+// forward, which source kinds it wants; RunObservers puts the wanted ones behind one fan-out
+// CaptureScope for that forward and tells each when the step ends. With no observer, or none
+// wanting a step, no scope is installed: every site stays a thread-local load and a branch.
 // The trainer opens one scope per training iteration (ObservationPhase::Train, iteration 0-based
 // as Megatron's tracer counts) and one per evaluation pass (Eval, the current iteration); the
 // pipeline schedule sets the micro-batch and model chunk of each forward in the

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/phase_timer.h"
+#include "training/tensor_metrics/metric_observer.h"
+#include "training/tensor_metrics/registry.h"
 #include "parallel/context_parallel.h"
 #include "training/checkpoint.h"
 #include "training/router_tracer.h"
@@ -107,6 +109,33 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   // logging.moe_routing_trace_path: the router tracer over every chunk's routers (training/router_tracer.h).
   if (auto tracer = make_router_tracer(cfg_, pipeline_.chunks, options_.groups.global_rank))
     observers_.add(std::move(tracer));
+  setup_tensor_metrics();
+}
+
+// logging.tensor_metrics: the forward sites through the run's observers, the optimizer's values
+// just before each step (training/tensor_metrics/metric_observer.h).
+void Trainer::setup_tensor_metrics() {
+  using namespace tensor_metrics;
+  if (cfg_.logging.tensor_metrics.empty()) return;
+  const ParallelGroups& g = options_.groups;
+  const ForwardLayout fwd{g.tp.size(), g.cp.size(), g.dp.size(), pipeline_.pp.size(), pipeline_.pp.rank(),
+                          cfg_.parallel.sequence_parallel};
+  const OptimizerSourceLayout opt{g.tp.size(), g.expert_tp.size(), g.ep.size(), g.ep.rank(),
+                                  pipeline_.pp.size(), pipeline_.pp.rank()};
+  AxisGroups axes = AxisGroups::from(g);
+  axes.bind(Axis::PP, pipeline_.pp);
+  const std::vector<MetricFactory>& factories = tensor_metric_factories();
+  auto observer = std::make_unique<TensorMetricObserver>(
+      parse_tensor_metric_specs(cfg_.logging.tensor_metrics, factories), factories,
+      std::make_unique<ProcessGroupRunner>(std::move(axes)), fwd, opt, pipeline_.chunks);
+  tensor_metrics_ = observer.get();
+  observers_.add(std::move(observer));
+}
+
+void Trainer::complete_tensor_metrics() {
+  if (!tensor_metrics_) return;
+  const tensor_metrics::TensorMetricReport report = tensor_metrics_->complete(iteration_, *optimizer_);
+  if (logging_rank_) tensor_metrics::publish(report, sinks_, &out());
 }
 
 // Megatron DDP: one gradient buffer over dp × cp for the dense parameters and, when this stage has
@@ -228,6 +257,7 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   finalize_model_grads(pipeline_);
   o.losses = losses.reduce();
   o.loss = o.losses.front().second;  // the LM loss (loss_names() starts with it)
+  complete_tensor_metrics();  // finalized gradients, masters before the update (Megatron's placement)
   phase_timer::Scope t("optimizer");
   o.opt = optimizer_->step(lr);
   if (moe_) moe_->end_of_step();  // expert bias and load statistics (skipped steps too, as Megatron)

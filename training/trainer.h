@@ -46,6 +46,10 @@
 
 namespace strata {
 
+namespace tensor_metrics {
+class TensorMetricObserver;
+}
+
 struct TrainerOptions {
   // Model FLOPs per token (forward + backward) for throughput and MFU; null: not reported.
   std::function<double()> flops_per_token;
@@ -135,6 +139,8 @@ class Trainer {
   struct Interval;  // what the log line averages (trainer_loop.cpp)
   StepOutcome train_step(double lr);
   void setup_moe_accounting();
+  void setup_tensor_metrics();     // logging.tensor_metrics (training/tensor_metrics/)
+  void complete_tensor_metrics();  // just before the optimizer step
   LossGroups loss_groups() const;
   // The loop's parts (trainer_loop.cpp).
   bool stop_requested(TrainResult& result);
@@ -159,6 +165,7 @@ class Trainer {
   std::unique_ptr<GradBuffer> grad_buffer_;
   std::unique_ptr<GradBuffer> expert_grad_buffer_;
   RunObservers observers_;
+  tensor_metrics::TensorMetricObserver* tensor_metrics_ = nullptr;  // owned by observers_; null: none
   std::unique_ptr<AdamWOptimizer> optimizer_;
   std::unique_ptr<MoeAccounting> moe_;     // MoE models only
   std::vector<Parameter*> checkpointed_;   // params_ + untrained checkpointed buffers (expert_bias)

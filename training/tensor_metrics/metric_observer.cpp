@@ -168,7 +168,9 @@ void publish(const TensorMetricReport& report, const std::vector<MetricsSink*>& 
     if (line_out) *line_out << format_tensor_metrics_line(report) << std::endl;
     return;
   }
-  nlohmann::json rec = {{"iteration", report.iteration}, {"tensor-metrics-time", report.seconds}};
+  nlohmann::json rec = {{"iteration", report.iteration},
+                        {"tensor-metrics-time", report.seconds},
+                        {"tensor-metrics-collectives", report.collectives}};
   for (const auto& [tag, value] : report.scalars) rec[tag] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json();
   for (MetricsSink* s : sinks) {
     for (const auto& [tag, value] : report.scalars) s->add_scalar(tag, value, report.iteration);
