@@ -34,8 +34,9 @@ struct LayoutRun {
 // Mock tokens below `vocab`; every rank of a dp replica (its tp, cp and pp ranks) reads the same samples.
 // inspect (optional): called after training with the trainer and the model chunks.
 using LayoutInspect = std::function<void(Trainer&, std::vector<std::unique_ptr<GPTModel>>&)>;
+// sink (optional): fed what the logging rank (the last world rank) writes.
 inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& groups, int64_t vocab,
-                              bool gather_grads = true, const LayoutInspect& inspect = {}) {
+                              bool gather_grads = true, const LayoutInspect& inspect = {}, MetricsSink* sink = nullptr) {
   std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
   MockBatchSource data(vocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
                        static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
@@ -45,6 +46,7 @@ inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& gro
   opt.pipeline = make_pipeline_layout(chunks, groups);
   opt.model_parallel = groups.mp;
   opt.groups = groups;
+  if (sink) opt.sinks.push_back(sink);
   Trainer trainer(cfg, *chunks.front(), data, nullptr, opt);
   const TrainResult t = trainer.train();
   LayoutRun r;
