@@ -47,6 +47,8 @@ class StepTimeSink : public MetricsSink {
   std::vector<double> ms;
 };
 
+}  // namespace
+
 // The config of the benchmark: the user's, with train_iters = warmup + iters, a log line every
 // step (the sink needs every iteration's time), no evaluation, checkpoints or metric files, and
 // mock data when the config names no data.
@@ -74,6 +76,8 @@ StrataConfig bench_config(const BenchTrainOptions& o) {
   }
   return cfg;
 }
+
+namespace {
 
 int64_t peak_rss_bytes() {
   rusage u{};

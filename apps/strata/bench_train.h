@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "training/config.h"
+
 namespace strata::app {
 
 struct BenchTrainOptions {
@@ -23,6 +25,10 @@ struct BenchTrainOptions {
   std::string python = "/usr/bin/python3";
   std::string torch_script;            // "": scripts/bench/gpt_train_torch.py of this source tree
 };
+
+// The benchmark's config: the user's with train_iters = warmup + iters, a log line every step,
+// no evaluation, checkpoints or metric files; mock data when the config names none.
+StrataConfig bench_config(const BenchTrainOptions& options);
 
 // Returns the exit code: 0, or 1 when a run fails, an initial loss is not ≈ ln(vocab), or the
 // reference's losses of the first steps differ from ours by more than 2e-3.

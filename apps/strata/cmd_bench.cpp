@@ -4,6 +4,7 @@
 // (apps/strata/bench_train.cpp).
 #include <cstdio>
 
+#include "apps/strata/bench_metrics.h"
 #include "apps/strata/bench_ops.h"
 #include "apps/strata/bench_train.h"
 #include "apps/strata/commands.h"
@@ -74,6 +75,24 @@ void register_bench(CLI::App& app) {
     t->overrides = config_args(train);
     t->own_flags = own_flags(train);
     return run_train_benchmark(*t);
+  });
+
+  CLI::App* metrics = bench->add_subcommand(
+      "metrics", "what tensor metrics cost a training step: the run with metrics off, configured but not due, "
+                 "and due every step, alternated; ratios and the collectives a due step adds");
+  auto m = std::make_shared<BenchMetricsOptions>();
+  metrics->add_option("--config", m->train.config, "the run config (YAML), e.g. configs/moe_tiny.yaml")->required();
+  metrics->add_option("--metrics", m->metrics, "metric names (docs/metrics.md), e.g. layer-router-health global-param-l2")
+      ->required();
+  metrics->add_option("--iters", m->train.iters, "timed steps per run")->capture_default_str();
+  metrics->add_option("--warmup", m->train.warmup, "untimed steps before them")->capture_default_str();
+  metrics->add_option("--repeat", m->train.repeat, "alternate the three runs this many times")->capture_default_str();
+  metrics->add_option("--json", m->train.json_out, "write the results as JSON to this file");
+  accept_config_args(metrics);
+  add_runner(metrics, [m, metrics] {
+    m->train.overrides = config_args(metrics);
+    m->train.own_flags = own_flags(metrics);
+    return run_metrics_benchmark(*m);
   });
 }
 
