@@ -47,13 +47,16 @@ std::string all_metrics(bool moe) {
 }
 
 std::map<std::string, double> run_metrics(const std::vector<std::string>& opts, const ParallelGroups& groups,
-                                          int world, std::vector<double>* losses = nullptr) {
+                                          int world, std::vector<double>* losses = nullptr, int64_t* collectives = nullptr) {
   MemoryMetricsSink sink;
   const mpitest::LayoutRun r = train_layout(layout_config(opts, world), groups, kVocab, false, {}, &sink);
   if (losses) *losses = r.losses;
   std::map<std::string, double> out;
   for (const auto& s : sink.scalars)
     if (s.tag.rfind("tensor-metrics/", 0) == 0) out[s.tag + "@" + std::to_string(s.step)] = s.value;
+  if (collectives)
+    for (const auto& rec : sink.records)
+      if (rec.contains("tensor-metrics-collectives")) *collectives = rec["tensor-metrics-collectives"].get<int64_t>();
   return out;
 }
 
@@ -77,7 +80,8 @@ void check_metrics(std::vector<std::string> layout, bool moe) {
   const std::map<std::string, double> base = run_metrics(base_opts, ParallelGroups::single_process(), 1);
   const StrataConfig par_cfg = layout_config(par, world);
   const ParallelGroups groups = build_parallel_groups(par_cfg.parallel, mpitest::world_comm());
-  const std::map<std::string, double> got = run_metrics(par, groups, world);
+  int64_t collectives = 0;
+  const std::map<std::string, double> got = run_metrics(par, groups, world, nullptr, &collectives);
   const bool sampled_differs = splits_tokens(par_cfg);
   if (groups.global_rank != groups.world_size - 1) return;  // the logging rank holds the results
   REQUIRE(base.size() > 20);
@@ -97,8 +101,10 @@ void check_metrics(std::vector<std::string> layout, bool moe) {
   CHECK(got.size() == base.size());
   std::string name;
   for (const auto& s : layout) name += " " + s.substr(s.find('.') + 1);
-  std::printf("  tensor metrics%s%s: %d of %zu values compared, worst relative error above the 1e-7 floor %.3g (%s)\n",
-              moe ? " (MoE)" : "", name.c_str(), compared, base.size(), worst, worst_tag.c_str());
+  std::printf("  tensor metrics%s%s: %d of %zu values compared, worst relative error above the 1e-7 floor %.3g (%s); "
+              "%lld collectives per due step\n",
+              moe ? " (MoE)" : "", name.c_str(), compared, base.size(), worst, worst_tag.c_str(),
+              static_cast<long long>(collectives));
 }
 
 const std::vector<std::vector<std::string>> kLayouts = {
