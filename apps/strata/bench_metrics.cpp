@@ -29,12 +29,13 @@ class MetricsBenchSink : public MetricsSink {
   void write_record(const json& r) override {
     if (r.contains("tensor-metrics-time")) {
       phase_ms.push_back(r["tensor-metrics-time"].get<double>() * 1000.0);
+      forward_ms.push_back(r.value("tensor-metrics-forward-time", 0.0) * 1000.0);
       collectives.push_back(r.value("tensor-metrics-collectives", 0.0));
       tags = 0;
       for (const auto& [k, v] : r.items()) tags += k.rfind("tensor-metrics/", 0) == 0 ? 1 : 0;
     }
   }
-  std::vector<double> ms, phase_ms, collectives;
+  std::vector<double> ms, phase_ms, forward_ms, collectives;
   int64_t tags = 0;
 };
 
@@ -45,7 +46,7 @@ double median(std::vector<double> v) {
 }
 
 struct VariantResult {
-  double median_ms = 0, phase_ms = 0, collectives = 0;
+  double median_ms = 0, phase_ms = 0, forward_ms = 0, collectives = 0;
   int64_t tags = 0;
   std::vector<double> losses;
 };
@@ -70,6 +71,7 @@ VariantResult run_variant(StrataConfig cfg, const std::vector<std::string>& metr
   if (!sink.phase_ms.empty()) {
     v.phase_ms = median(std::vector<double>(sink.phase_ms.begin() + std::min<size_t>(o.warmup, sink.phase_ms.size() - 1),
                                             sink.phase_ms.end()));
+    v.forward_ms = median(sink.forward_ms);
     v.collectives = sink.collectives.back();
     v.tags = sink.tags;
   }
@@ -98,7 +100,7 @@ int run_metrics_benchmark(const BenchMetricsOptions& mo) {
   // Under mpirun: MPI stays initialised across the runs (each run_training joins the same job).
   const DistributedRuntime session = init_distributed(cfg.parallel, resolve_device(cfg.training.device));
   const int64_t never = std::numeric_limits<int32_t>::max();
-  std::vector<double> off, idle, due, phase, not_due_ratio, due_ratio;
+  std::vector<double> off, idle, due, phase, forward, not_due_ratio, due_ratio;
   VariantResult last_due;
   bool identical = true;
   for (int rep = 0; rep < o.repeat; ++rep) {
@@ -112,24 +114,27 @@ int run_metrics_benchmark(const BenchMetricsOptions& mo) {
     identical = identical && a.losses == b.losses && a.losses == c.losses;
     if (a.median_ms == 0) continue;  // not the logging rank
     off.push_back(a.median_ms), idle.push_back(b.median_ms), due.push_back(c.median_ms), phase.push_back(c.phase_ms);
+    forward.push_back(c.forward_ms);
     not_due_ratio.push_back(b.median_ms / a.median_ms), due_ratio.push_back(c.median_ms / a.median_ms);
     last_due = c;
-    std::printf("  repeat %d: off %.2f ms/step, not due %.2f (x%.4f), due %.2f (x%.4f; tensor-metrics phase %.2f ms)\n",
+    std::printf("  repeat %d: off %.2f ms/step, not due %.2f (x%.4f), due %.2f (x%.4f; tensor-metrics phase %.2f ms, "
+                "forward prepare %.2f ms)\n",
                 rep + 1, a.median_ms, b.median_ms, b.median_ms / a.median_ms, c.median_ms, c.median_ms / a.median_ms,
-                c.phase_ms);
+                c.phase_ms, c.forward_ms);
   }
   if (off.empty()) return identical ? 0 : 1;
   const double r_idle = median(not_due_ratio), r_due = median(due_ratio);
   std::printf("median over %zu repeats: not due / off = %.4f (%+.2f%%), due / off = %.4f (%+.2f%%), "
-              "tensor-metrics phase %.2f ms of a %.2f ms due step; a due step adds %.0f collectives for %lld values\n",
-              off.size(), r_idle, 100 * (r_idle - 1), r_due, 100 * (r_due - 1), median(phase), median(due),
+              "tensor-metrics phase %.2f ms and forward prepare %.2f ms of a %.2f ms due step; a due step adds %.0f "
+              "collectives for %lld values\n",
+              off.size(), r_idle, 100 * (r_idle - 1), r_due, 100 * (r_due - 1), median(phase), median(forward), median(due),
               last_due.collectives, static_cast<long long>(last_due.tags));
   std::printf("losses bit-identical off / not due / due: %s\n", identical ? "yes" : "NO");
   if (!o.json_out.empty()) {
     std::ofstream f(o.json_out);
     STRATA_CHECK(f.good(), "bench metrics: cannot write --json ", o.json_out);
     f << json{{"config", o.config},          {"metrics", mo.metrics},       {"off_ms", off},
-              {"not_due_ms", idle},          {"due_ms", due},               {"phase_ms", phase},
+              {"not_due_ms", idle},          {"due_ms", due},               {"phase_ms", phase},          {"forward_prepare_ms", forward},
               {"not_due_over_off", r_idle},  {"due_over_off", r_due},       {"collectives_per_due_step", last_due.collectives},
               {"values", last_due.tags},     {"losses_identical", identical}}
              .dump(2)

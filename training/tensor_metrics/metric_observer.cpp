@@ -93,6 +93,7 @@ std::vector<RankRelation> TensorMetricObserver::forward_relations(const Observat
 void TensorMetricObserver::on_tensor(const Observation& o) {
   const ObservationContext& c = observation_context();
   if (c.phase != ObservationPhase::Train || c.iteration != observing_iteration_) return;
+  const auto t0 = std::chrono::steady_clock::now();
   const std::string kind = source_kind_name(o.kind);
   MetricTensor v;
   v.tensor = o.tensor;
@@ -106,6 +107,7 @@ void TensorMetricObserver::on_tensor(const Observation& o) {
     if (std::find(s.kinds.begin(), s.kinds.end(), kind) == s.kinds.end()) continue;
     for (MetricTensor& p : exec.prepare(*s.metric, {v})) prepared_[m].push_back(std::move(p));
   }
+  forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void TensorMetricObserver::end_step(const ObservationContext& c) {
@@ -113,6 +115,7 @@ void TensorMetricObserver::end_step(const ObservationContext& c) {
   for (auto& p : prepared_) p.clear();  // complete() ran, or the step ended early
   occurrences_.clear();
   observing_iteration_ = -1;
+  forward_seconds_ = 0.0;
 }
 
 TensorMetricReport TensorMetricObserver::complete(int64_t iteration, const AdamWOptimizer& optimizer) {
@@ -152,6 +155,7 @@ TensorMetricReport TensorMetricObserver::complete(int64_t iteration, const AdamW
     }
   report.collectives = exec.collectives_issued();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.forward_seconds = forward_seconds_;
   return report;
 }
 
@@ -170,6 +174,7 @@ void publish(const TensorMetricReport& report, const std::vector<MetricsSink*>& 
   }
   nlohmann::json rec = {{"iteration", report.iteration},
                         {"tensor-metrics-time", report.seconds},
+                        {"tensor-metrics-forward-time", report.forward_seconds},
                         {"tensor-metrics-collectives", report.collectives}};
   for (const auto& [tag, value] : report.scalars) rec[tag] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json();
   for (MetricsSink* s : sinks) {

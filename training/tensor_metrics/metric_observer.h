@@ -43,6 +43,7 @@ struct TensorMetricReport {
   int64_t iteration = 0;  // 1-based (the iteration the values are logged at)
   std::vector<std::pair<std::string, double>> scalars;  // (tag, value), configuration order
   double seconds = 0.0;        // in complete() (the `tensor-metrics` phase)
+  double forward_seconds = 0.0;  // preparing the forward observations (host time; launch time on GPU)
   int64_t collectives = 0;     // issued by complete()
 };
 
@@ -77,10 +78,11 @@ class TensorMetricObserver : public StepObserver {
   std::vector<std::vector<MetricTensor>> prepared_;  // per metric, this iteration's forward values
   std::map<std::string, int64_t> occurrences_;
   int64_t observing_iteration_ = -1;
+  double forward_seconds_ = 0.0;  // this iteration's on_tensor time
 };
 
 // TensorBoard scalars (tag, value, iteration) and one JSONL record {"iteration", tags…,
-// "tensor-metrics-time"} per report; with no sink, the line on `line_out` (may be null).
+// "tensor-metrics-time", "tensor-metrics-forward-time", "tensor-metrics-collectives"} per report; with no sink, the line on `line_out` (may be null).
 void publish(const TensorMetricReport& report, const std::vector<MetricsSink*>& sinks, std::ostream* line_out);
 std::string format_tensor_metrics_line(const TensorMetricReport& report);
 
