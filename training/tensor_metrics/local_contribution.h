@@ -1,6 +1,6 @@
 // Local compaction shared by the generic metrics (generic_metrics.h, sampled_median.h,
-// row_column_l2.h): reductions of one observed tensor on its own device with float64
-// accumulation (only a scalar comes back to the host), and Strata's Partial placement resolved
+// row_column_l2.h): reductions of one observed tensor on its own device (Σx² in the
+// accumulation dtype, max exact; only a scalar comes back to the host), and Strata's Partial placement resolved
 // before a non-additive contribution is formed.
 //
 // Partial (an additive part of one logical tensor on each rank of the axis) cannot be compacted
@@ -20,7 +20,8 @@
 
 namespace strata::tensor_metrics {
 
-// Σx² of t (any device, float or integer), accumulated in float64; 0 when empty.
+// Σx² of t (any device, float or integer), accumulated in the accumulation dtype (f32 for f32 and
+// narrower floats, f64 for f64; integers on the host in f64); 0 when empty.
 double local_sum_of_squares(const Tensor& t);
 // The largest element (signed); −inf when empty, NaN when any element is NaN.
 double local_max(const Tensor& t);
