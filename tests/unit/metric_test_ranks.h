@@ -8,6 +8,8 @@
 // Do not call Catch2 assertions inside the function (it is not thread safe): return values and
 // check them on the main thread. An exception on any rank is rethrown by run_ranks.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -145,6 +147,39 @@ class SimulatedRunner : public CollectiveRunner {
   }
   SharedRanks& s_;
   int rank_;
+};
+
+// One rank: every axis of size 1 (collectives are identities).
+class SingleRankRunner : public CollectiveRunner {
+ public:
+  int size(Axis) const override { return 1; }
+  int rank(Axis) const override { return 0; }
+  void all_reduce(Axis, Tensor&, ReduceOp) override {}
+  Tensor all_gather(Axis, const Tensor& in) override { return in.clone(); }
+  std::vector<std::string> all_gather_bytes(Axis, const std::string& b) override { return {b}; }
+};
+
+// The float64 reference statistics of a set of elements (the residual metrics' references).
+struct ElementStatistics {
+  std::vector<double> x;
+  double rms() const {
+    double s = 0;
+    for (double v : x) s += v * v;
+    return std::sqrt(s / static_cast<double>(x.size()));
+  }
+  double max_abs() const {
+    double m = 0;
+    for (double v : x) m = std::max(m, std::fabs(v));
+    return m;
+  }
+  double kurtosis() const {  // two-pass central moments: m4 / m2²
+    double mu = 0, m2 = 0, m4 = 0;
+    for (double v : x) mu += v;
+    mu /= static_cast<double>(x.size());
+    for (double v : x) m2 += (v - mu) * (v - mu), m4 += std::pow(v - mu, 4);
+    m2 /= static_cast<double>(x.size()), m4 /= static_cast<double>(x.size());
+    return m4 / (m2 * m2);
+  }
 };
 
 // Runs fn on every rank of the grid in its own thread; returns the ranks' results in rank order.

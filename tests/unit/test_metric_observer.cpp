@@ -10,6 +10,7 @@
 #include "core/config_table.h"
 #include "training/tensor_metrics/logical_reduction.h"
 #include "training/tensor_metrics/metric_observer.h"
+#include "tests/unit/metric_test_ranks.h"
 
 using namespace strata;
 using namespace strata::tensor_metrics;
@@ -48,14 +49,6 @@ std::vector<MetricFactory> probes() {
           {"probe-wgrad", "", [] { return std::make_unique<Probe>(std::vector<std::string>{"wgrad"}); }}};
 }
 
-class SelfRunner : public CollectiveRunner {
- public:
-  int size(Axis) const override { return 1; }
-  int rank(Axis) const override { return 0; }
-  void all_reduce(Axis, Tensor&, ReduceOp) override {}
-  Tensor all_gather(Axis, const Tensor& in) override { return in.clone(); }
-  std::vector<std::string> all_gather_bytes(Axis, const std::string& b) override { return {b}; }
-};
 
 double value_of(const TensorMetricReport& r, const std::string& tag) {
   for (const auto& [t, v] : r.scalars)
@@ -94,7 +87,7 @@ TEST_CASE("tensor metrics: specs are NAME:INTERVAL, split on the last colon, che
 TEST_CASE("tensor metrics: forward observations of a due iteration, every micro-batch, prepared at once",
           "[tensor_metrics]") {
   TensorMetricObserver obs(parse_tensor_metric_specs({"probe-residual_accumulator:2"}, probes()), probes(),
-                           std::make_unique<SelfRunner>(), ForwardLayout{}, OptimizerSourceLayout{}, {});
+                           std::make_unique<test::SingleRankRunner>(), ForwardLayout{}, OptimizerSourceLayout{}, {});
   AdamWOptimizer none(std::vector<Parameter*>{}, AdamWSettings{});
   for (int64_t it = 0; it < 2; ++it) {
     const ObservationContext c{it, 0, 0, ObservationPhase::Train};

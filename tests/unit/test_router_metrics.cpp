@@ -282,12 +282,10 @@ std::vector<int> shard_positions(int cp, int tp) {
 }
 const std::vector<int> kWhole = {0, 1, 2, 3, 4, 5, 6, 7};
 
-}  // namespace
-
-TEST_CASE("router metrics: every bundle equals a float64 computation on the sequences", "[tensor_metrics]") {
-  const World w = make_world();
+// Every (layer, micro-batch, dp rank)'s whole sequences as one value each (as one rank sees
+// them), and the sequences per layer for the float64 reference.
+std::vector<MetricTensor> whole_sequence_values(const World& w, std::map<std::string, std::vector<V>>& layers) {
   std::vector<MetricTensor> values;
-  std::map<std::string, std::vector<V>> layers;
   for (int l = 0; l < kLayers; ++l)
     for (int m = 0; m < kMicro; ++m)
       for (int d = 0; d < kDp; ++d) {
@@ -296,6 +294,15 @@ TEST_CASE("router metrics: every bundle equals a float64 computation on the sequ
         layers[layer_name(l)].insert(layers[layer_name(l)].end(), seqs.begin(), seqs.end());
         values.push_back(sums_value(layer_name(l), seqs, {}, m * kDp + d));
       }
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("router metrics: every bundle equals a float64 computation on the sequences", "[tensor_metrics]") {
+  const World w = make_world();
+  std::map<std::string, std::vector<V>> layers;
+  const std::vector<MetricTensor> values = whole_sequence_values(w, layers);
   const std::vector<Labeled> got = run_single(values);
   for (size_t i = 0; i < kBundles.size(); ++i) {
     INFO(kBundles[i]);
@@ -342,16 +349,8 @@ TEST_CASE("router metrics: sequences split over cp 2 × tp 2 (Partial), dp 2 and
     return std::make_pair(out, exec.collectives_issued());
   });
   // The single rank sees whole sequences, every dp rank's as more values.
-  std::vector<MetricTensor> whole;
   std::map<std::string, std::vector<V>> layers;
-  for (int l = 0; l < kLayers; ++l)
-    for (int m = 0; m < kMicro; ++m)
-      for (int d = 0; d < kDp; ++d) {
-        std::vector<V> seqs;
-        for (int j = 0; j < kB; ++j) seqs.push_back(sums_of(w.seq[l][m][d][j], kWhole, layer_bias(l)));
-        layers[layer_name(l)].insert(layers[layer_name(l)].end(), seqs.begin(), seqs.end());
-        whole.push_back(sums_value(layer_name(l), seqs, {}, m * kDp + d));
-      }
+  const std::vector<MetricTensor> whole = whole_sequence_values(w, layers);
   const std::vector<Labeled> single = run_single(whole);
   for (const auto& [got, collectives] : results) {
     for (size_t i = 0; i < kBundles.size(); ++i) {

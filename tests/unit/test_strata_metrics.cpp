@@ -62,27 +62,6 @@ void check_results(const std::vector<MetricResult>& got, const std::vector<std::
   }
 }
 
-struct Moments {
-  Vec x;
-  double rms() const {
-    double s = 0;
-    for (double v : x) s += v * v;
-    return std::sqrt(s / static_cast<double>(x.size()));
-  }
-  double max_abs() const {
-    double m = 0;
-    for (double v : x) m = std::max(m, std::fabs(v));
-    return m;
-  }
-  double kurtosis() const {  // two-pass central moments
-    double mu = 0, m2 = 0, m4 = 0;
-    for (double v : x) mu += v;
-    mu /= static_cast<double>(x.size());
-    for (double v : x) m2 += (v - mu) * (v - mu), m4 += std::pow(v - mu, 4);
-    m2 /= static_cast<double>(x.size()), m4 /= static_cast<double>(x.size());
-    return m4 / (m2 * m2);
-  }
-};
 
 }  // namespace
 
@@ -93,8 +72,8 @@ TEST_CASE("strata metrics: residual rms, max-abs and kurtosis over tp sequence s
   const RankGrid grid({{Axis::TP, 2}, {Axis::CP, 2}, {Axis::PP, 2}});
   const Shape shape{8, 2, 3};
   std::map<std::pair<int, int>, Tensor> global;  // (layer, occurrence)
-  std::map<int, Moments> layer;
-  Moments all;
+  std::map<int, ElementStatistics> layer;
+  ElementStatistics all;
   for (int l = 0; l < 3; ++l)
     for (int o = 0; o < 2; ++o) {
       Vec v;

@@ -13,21 +13,16 @@
 #include "test_helpers.h"
 #include "training/tensor_metrics/metric_observer.h"
 #include "training/tensor_metrics/strata_metrics.h"
+#include "tests/unit/metric_test_ranks.h"
 
 using namespace strata;
 using namespace strata::tensor_metrics;
+using strata::tensor_metrics::test::ElementStatistics;
+using strata::tensor_metrics::test::SingleRankRunner;
 using Catch::Matchers::WithinRel;
 
 namespace {
 
-class OneRank : public CollectiveRunner {
- public:
-  int size(Axis) const override { return 1; }
-  int rank(Axis) const override { return 0; }
-  void all_reduce(Axis, Tensor&, ReduceOp) override {}
-  Tensor all_gather(Axis, const Tensor& in) override { return in.clone(); }
-  std::vector<std::string> all_gather_bytes(Axis, const std::string& b) override { return {b}; }
-};
 
 struct Recorder : Observer {
   std::map<std::string, std::vector<std::vector<double>>> seen;  // site -> every observation
@@ -63,26 +58,6 @@ double value_of(const TensorMetricReport& r, const std::string& tag) {
   return 0;
 }
 
-struct Elements {
-  std::vector<double> x;
-  double rms() const {
-    double s = 0;
-    for (double v : x) s += v * v;
-    return std::sqrt(s / static_cast<double>(x.size()));
-  }
-  double max_abs() const {
-    double m = 0;
-    for (double v : x) m = std::max(m, std::fabs(v));
-    return m;
-  }
-  double kurtosis() const {
-    double mu = 0, m2 = 0, m4 = 0;
-    for (double v : x) mu += v;
-    mu /= static_cast<double>(x.size());
-    for (double v : x) m2 += (v - mu) * (v - mu), m4 += std::pow(v - mu, 4);
-    return m4 / static_cast<double>(x.size()) / std::pow(m2 / static_cast<double>(x.size()), 2);
-  }
-};
 
 }  // namespace
 
@@ -95,7 +70,7 @@ TEST_CASE("strata metrics: a GPT's two micro-batches through the tensor-metric o
   const std::vector<MetricFactory> factories = strata_extra_metric_factories();
   std::vector<std::string> specs;
   for (const MetricFactory& f : factories) specs.push_back(f.name + ":1");
-  TensorMetricObserver obs(parse_tensor_metric_specs(specs, factories), factories, std::make_unique<OneRank>(),
+  TensorMetricObserver obs(parse_tensor_metric_specs(specs, factories), factories, std::make_unique<SingleRankRunner>(),
                            ForwardLayout{}, OptimizerSourceLayout{}, {});
   Recorder rec;
   for (int64_t mb = 0; mb < 2; ++mb) {
@@ -117,8 +92,8 @@ TEST_CASE("strata metrics: a GPT's two micro-batches through the tensor-metric o
   obs.end_step(ObservationContext{0, 1, 0, ObservationPhase::Train});
   CHECK(rec.logit_columns == 32);  // the padded vocabulary
 
-  std::map<std::string, Elements> residual;
-  Elements all;
+  std::map<std::string, ElementStatistics> residual;
+  ElementStatistics all;
   double attention_global = -std::numeric_limits<double>::infinity();
   std::map<std::string, double> attention;
   for (int l = 0; l < 2; ++l) {
