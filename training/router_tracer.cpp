@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "core/phase_timer.h"
 #include "models/layers/moe/router.h"
+#include "models/parameter_names.h"
 
 namespace strata {
 
@@ -116,8 +117,9 @@ RouterTracerOptions RouterTracerOptions::from_config(const StrataConfig& cfg, in
   return o;
 }
 
-RouterTracer::RouterTracer(RouterTracerOptions options, std::vector<MoeRouterRef> routers)
-    : o_(std::move(options)), pending_(std::make_unique<Pending>()) {
+RouterTracer::RouterTracer(RouterTracerOptions options, std::vector<MoeRouterRef> routers,
+                           std::map<int64_t, std::string> weight_names)
+    : o_(std::move(options)), weight_names_(std::move(weight_names)), pending_(std::make_unique<Pending>()) {
   for (const MoeRouterRef& r : routers) routers_[r.layer] = r.router;
   std::error_code ec;
   std::filesystem::create_directories(o_.dir, ec);
@@ -251,6 +253,7 @@ void RouterTracer::snapshot_weights(int64_t layer) {
     weights_[p + ".expert_bias"] = r.expert_bias.value.to(DType::F32).to(Device::cpu()).clone();
   weight_meta_[p + ".score_function"] = layers::moe::score_function_name(r.options().moe_router_score_function);
   weight_meta_[p + ".topk"] = std::to_string(r.options().moe_router_topk);
+  if (const auto name = weight_names_.find(layer); name != weight_names_.end()) weight_meta_[p + ".parameter"] = name->second;
   if (r.options().moe_router_num_groups) {  // group-limited routing (what a predictor needs to replay it)
     weight_meta_[p + ".num_groups"] = std::to_string(*r.options().moe_router_num_groups);
     weight_meta_[p + ".group_topk"] = std::to_string(r.options().moe_router_group_topk.value_or(0));
@@ -296,12 +299,18 @@ void RouterTracer::finish() {
 }
 
 std::unique_ptr<RouterTracer> make_router_tracer(const StrataConfig& cfg, const std::vector<LanguageModel*>& chunks,
-                                                 int rank) {
+                                                 int rank, int ep_rank, int ep_size) {
   if (!cfg.logging.moe_routing_trace_path) return nullptr;
+  const CanonicalParameterNameMap names(chunks, ep_rank, ep_size);
   std::vector<MoeRouterRef> routers;
+  std::map<int64_t, std::string> weight_names;
   for (LanguageModel* c : chunks)
-    for (const MoeRouterRef& r : c->moe_routers()) routers.push_back(r);
-  return std::make_unique<RouterTracer>(RouterTracerOptions::from_config(cfg, rank), std::move(routers));
+    for (const MoeRouterRef& r : c->moe_routers()) {
+      routers.push_back(r);
+      weight_names[r.layer] = names.name_of(&r.router->weight);
+    }
+  return std::make_unique<RouterTracer>(RouterTracerOptions::from_config(cfg, rank), std::move(routers),
+                                        std::move(weight_names));
 }
 
 }  // namespace strata

@@ -51,7 +51,10 @@ class RouterTracer : public StepObserver {
  public:
   // routers: every local router with its global layer (LanguageModel::moe_routers() of each
   // chunk). Creates the directory and this rank's files (empty).
-  RouterTracer(RouterTracerOptions options, std::vector<MoeRouterRef> routers);
+  // weight_names: each router's weight by canonical parameter name (CanonicalParameterNameMap),
+  // by global layer, written to the router state's metadata; empty: not written.
+  RouterTracer(RouterTracerOptions options, std::vector<MoeRouterRef> routers,
+               std::map<int64_t, std::string> weight_names = {});
   ~RouterTracer() override;  // finish()
 
   SourceKinds kinds_for(const ObservationContext& c) override;
@@ -73,6 +76,7 @@ class RouterTracer : public StepObserver {
 
   RouterTracerOptions o_;
   std::map<int64_t, layers::moe::TopKRouter*> routers_;  // by global layer
+  std::map<int64_t, std::string> weight_names_;           // canonical names of their weights
   std::string jsonl_path_;
   std::unique_ptr<formats::AppendFile> jsonl_, hs_, logits_;
   std::string jsonl_buf_, hs_buf_, logits_buf_;
@@ -86,8 +90,9 @@ class RouterTracer : public StepObserver {
 };
 
 // The tracer of a run when logging.moe_routing_trace_path is set (null otherwise), over the
-// routers of every chunk.
+// routers of every chunk; ep_rank / ep_size: this rank's expert-parallel position (the
+// canonical parameter names).
 std::unique_ptr<RouterTracer> make_router_tracer(const StrataConfig& cfg, const std::vector<LanguageModel*>& chunks,
-                                                 int rank);
+                                                 int rank, int ep_rank = 0, int ep_size = 1);
 
 }  // namespace strata

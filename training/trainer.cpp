@@ -107,7 +107,8 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
     }
   }
   // logging.moe_routing_trace_path: the router tracer over every chunk's routers (training/router_tracer.h).
-  if (auto tracer = make_router_tracer(cfg_, pipeline_.chunks, options_.groups.global_rank))
+  if (auto tracer = make_router_tracer(cfg_, pipeline_.chunks, options_.groups.global_rank,
+                                         options_.groups.ep.rank(), options_.groups.ep.size()))
     observers_.add(std::move(tracer));
   setup_tensor_metrics();
 }

@@ -179,6 +179,7 @@ TEST_CASE("router tracer: a training run's counts, sidecars, weights and evaluat
     CHECK(st.tensors.at(p + ".weight").to_vector() == r.first_weights.at(l));
     CHECK(st.metadata.at(p + ".score_function") == "softmax");
     CHECK(st.metadata.at(p + ".topk") == "2");
+    CHECK(st.metadata.at(p + ".parameter") == "decoder.layers." + std::to_string(l) + ".mlp.router.weight");
     CHECK(st.tensors.count(p + ".expert_bias") == 0);  // no expert bias in this model
   }
 }
