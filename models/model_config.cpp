@@ -83,6 +83,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("fp32_residual_connection", &M::fp32_residual_connection,
         "Keep the residual stream in fp32 under bf16 precision.");
   add_moe_fields(f);
+  add_mamba_fields(f);
   return f;
 }
 
