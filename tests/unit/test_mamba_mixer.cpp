@@ -78,8 +78,10 @@ TEST_CASE("mamba config: Megatron defaults and sizes", "[mamba]") {
 
 TEST_CASE("mamba config: errors name the field", "[mamba]") {
   ModelConfig c;
-  c.hidden_size = 96;  // d_inner 192, not a multiple of 64... 192 = 3·64: fine
+  c.hidden_size = 96;  // d_inner 192 = 3 heads of 64
+  c.mamba_num_groups = 3;
   CHECK_NOTHROW(check_mamba_config(c, 1));
+  c.mamba_num_groups = 8;
   c.hidden_size = 100;  // d_inner 200
   CHECK_THROWS_WITH(check_mamba_config(c, 1), Catch::Contains("model.mamba_head_dim"));
   c.hidden_size = 1024;  // 32 heads, 8 groups
