@@ -2,7 +2,8 @@
 // fields: Megatron's parameter names and shapes, the init rules (dt_bias, A_log, D, conv bounds),
 // gradients of the whole mixer (input and every parameter) against central finite differences in
 // f64, f32 against f64, a stack of two Mamba layers generating with the recurrent state cache
-// exactly as the full forward, config errors naming the field.
+// exactly as the full forward, config errors naming the field; unequal row blocks (in_proj's parts)
+// in the Philox init and the checkpoint regions.
 #include <cmath>
 
 #include "kernels/elementwise.h"
@@ -10,6 +11,7 @@
 #include "models/layers/mamba_mixer.h"
 #include "models/mamba_config.h"
 #include "test_helpers.h"
+#include "training/checkpoint_pieces.h"
 
 using namespace strata;
 using namespace strata::layers;
@@ -207,4 +209,34 @@ TEST_CASE("mamba layer: residual and backward through the layer", "[mamba]") {
   const Tensor dx = layer.backward(sv, w);
   auto loss = [&]() { return weighted_sum(layer.forward(x, keys, 0, nullptr, nullptr), w); };
   check_gradient("dx", dx, numeric_gradient(x, loss), 1e-7);
+}
+
+TEST_CASE("mamba: unequal row blocks (in_proj parts) in init and checkpoint regions", "[mamba]") {
+  // A rank's shard of a global [10, 2] tensor in parts of 6 and 4 rows over tp = 2, rank 1:
+  // rows 3..5 of part 0 and rows 8..9 of part 1.
+  Parameter p;
+  p.name = "w";
+  p.global_shape = Shape{10, 2};
+  p.value = Tensor::zeros({5, 2}, DType::F64);
+  p.init_std = 1.0;
+  GlobalSlice a{Shape{10, 2}, Shape{3, 0}}, b{Shape{10, 2}, Shape{8, 0}};
+  p.blocks = {a, b};
+  p.block_rows = {3, 2};
+  p.slice = a;
+  p.tensor_parallel = true;
+  init_parameter(p, 5);
+  Parameter whole;
+  whole.name = "w";
+  whole.global_shape = Shape{10, 2};
+  whole.value = Tensor::zeros({10, 2}, DType::F64);
+  whole.init_std = 1.0;
+  init_parameter(whole, 5);
+  CHECK(max_abs_diff(p.value.narrow(0, 0, 3).contiguous(), whole.value.narrow(0, 3, 3).contiguous()) == 0.0);
+  CHECK(max_abs_diff(p.value.narrow(0, 3, 2).contiguous(), whole.value.narrow(0, 8, 2).contiguous()) == 0.0);
+  const std::vector<LocalRegion> r = parameter_regions(p, p.value);
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].box.offsets == std::vector<int64_t>{3, 0});
+  CHECK(r[0].box.shape == std::vector<int64_t>{3, 2});
+  CHECK(r[1].box.offsets == std::vector<int64_t>{8, 0});
+  CHECK(r[1].box.shape == std::vector<int64_t>{2, 2});
 }
