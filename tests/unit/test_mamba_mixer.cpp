@@ -96,6 +96,11 @@ TEST_CASE("mamba config: errors name the field", "[mamba]") {
   CHECK_THROWS_WITH(check_mamba_config(c, 16),
                     Catch::Contains("model.mamba_num_groups: 8 is not divisible by parallel.tensor_model_parallel_size (16)"));
   CHECK_NOTHROW(check_mamba_config(c, 8));
+  // The mixer checks before it allocates anything.
+  ModelConfig bad = small_config();
+  bad.mamba_num_groups = 3;  // 4 heads
+  CHECK_THROWS_WITH(MambaMixer("decoder.layers.0.mixer", bad, env_of(DType::F64), ParallelGroups{}),
+                    Catch::Contains("model.mamba_num_groups: 3 does not divide"));
 }
 
 TEST_CASE("mamba mixer: Megatron names, shapes and init rules", "[mamba]") {
