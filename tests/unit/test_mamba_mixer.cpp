@@ -173,6 +173,27 @@ TEST_CASE("mamba mixer: f32 agrees with f64", "[mamba]") {
   }
 }
 
+TEST_CASE("mamba mixer: bf16 within bf16 tolerance of f64, A_log and D kept in f32", "[mamba]") {
+  const ModelConfig c = small_config();
+  MambaMixer m64("decoder.layers.0.mixer", c, env_of(DType::F64), ParallelGroups{});
+  MambaMixer m16("decoder.layers.0.mixer", c, env_of(DType::BF16), ParallelGroups{});
+  init_all(m64, 3);
+  init_all(m16, 3);
+  CHECK(m16.A_log.value.dtype() == DType::F32);
+  CHECK(m16.D.value.dtype() == DType::F32);
+  CHECK(m16.in_proj.weight.value.dtype() == DType::BF16);
+  // The f64 mixer with the bf16-rounded parameters, so only the computation's rounding differs.
+  const auto p64 = params_of(m64), p16 = params_of(m16);
+  for (size_t i = 0; i < p64.size(); ++i) p64[i]->value.copy_(p16[i]->value);
+  const Tensor x = random_tensor({9, 2, c.hidden_size}, 5, -1, 1, DType::BF16);
+  MambaMixer::Saved s64, s16;
+  const Tensor y64 = m64.forward(x.to(DType::F64), nullptr, &s64), y16 = m16.forward(x, nullptr, &s16);
+  CHECK(y16.dtype() == DType::BF16);
+  CHECK(normalized_error(y16, y64) < 3e-2);
+  const Tensor dy = random_tensor(y64.shape(), 8, -1, 1, DType::BF16);
+  CHECK(normalized_error(m16.backward(s16, dy), m64.backward(s64, dy.to(DType::F64))) < 5e-2);
+}
+
 TEST_CASE("mamba layer: generation with the state cache equals the full forward (stack of 2)", "[mamba]") {
   const ModelConfig c = small_config();
   std::vector<std::unique_ptr<MambaLayer>> stack;
