@@ -23,6 +23,7 @@ struct LanguageModelShell::Head {
   Tensor logits;    // [s·b, padded_vocab / tp]
   Tensor targets;   // [s·b] i64, row (t, b) = labels[b, t]
   Tensor row_max, sum_exp;  // [s·b] cross-entropy statistics
+  int64_t s = 0, b = 0;     // the whole sequence and the micro-batch
 };
 
 // What one micro-batch's forward saved for its backward.
@@ -328,6 +329,8 @@ Tensor LanguageModelShell::head_loss(Head& head, const Tensor& x, const Tensor& 
   head.targets = targets;
   head.row_max = row_max;
   head.sum_exp = sum_exp;
+  head.s = s;
+  head.b = b;
   return loss;
 }
 
@@ -432,10 +435,9 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
 }
 
 Tensor LanguageModelShell::head_backward(Head& head, const Tensor& dlosses, bool weight_grad) {
-  const int64_t n = head.targets.size(0);
-  STRATA_CHECK(dlosses.dim() == 2 && dlosses.numel() == n, "language model backward: dlosses ",
-               dlosses.shape().str(), " must be [b, s] with ", n, " tokens");
-  const int64_t b = dlosses.size(0), s = dlosses.size(1);
+  const int64_t n = head.targets.size(0), b = head.b, s = head.s;
+  STRATA_CHECK(dlosses.dim() == 2 && dlosses.size(0) == b && dlosses.size(1) == s, "language model backward: dlosses ",
+               dlosses.shape().str(), " must be [b, s] = [", b, ", ", s, "]");
   const DType st = stat_dtype(opt_.dtype);
   Tensor dl = dlosses.to(opt_.device).to(st).transpose(0, 1).reshape({n});
   // dlogits overwrite the logits in place (the kernel reads each element before writing it).
