@@ -12,7 +12,9 @@
 
 #include "models/gpt/gpt_model.h"
 #include "models/parameter_names.h"
+#include "moe_test_config.h"
 #include "test_helpers.h"
+#include "training/checkpoint.h"
 #include "trainer_test_support.h"
 #include "training/config.h"
 #include "training/model_factory.h"
@@ -388,6 +390,76 @@ TEST_CASE("mtp: canonical names, layer_of, loss names and the factory", "[mtp]")
   for (Parameter* p : plain.parameters()) p->value.copy_(mp.at(p->name)->value);
   const Tensor ids = test::fixed_batch(1, 4, kVocab).tokens;
   CHECK(test::max_abs_diff(model.logits_for(ids, nullptr, 0), plain.logits_for(ids, nullptr, 0)) == 0.0);
+}
+
+TEST_CASE("mtp: an MoE last layer makes the MTP layer MoE (finite differences)", "[mtp]") {
+  ModelConfig cfg = test::tiny_moe_model_config();
+  cfg.position_embedding_type = PositionEmbeddingType::Rope;
+  cfg.moe_layer_freq = {"([0]*1+[1]*1)"};  // layer 1 (the last) is MoE
+  cfg.mtp_num_layers = 1;
+  GPTModel model(cfg, f64_options(false));
+  model.init_parameters(17);
+  auto ps = by_name(model);
+  REQUIRE(ps.count("mtp.layers.0.transformer_layer.mlp.router.weight"));
+  const Batch batch = test::fixed_batch(2, 6, 24);
+  auto ctx = model.make_context(1, 0, true);
+  const ForwardOutput out = model.forward_pass(*ctx, batch);
+  // lm loss, mtp_1 loss, then one load-balancing loss per MoE layer (decoder layer 1, the MTP layer).
+  REQUIRE(out.losses.size() == 4);
+  CHECK(out.losses[1].name == "mtp_1 loss");
+  CHECK(out.losses[2].name == out.losses[3].name);
+  std::vector<Tensor> w = {test::random_tensor({2, 6}, 81, 0.5, 1.5), test::random_tensor({2, 6}, 82, 0.5, 1.5),
+                           Tensor::full({1}, 0.4, DType::F64), Tensor::full({1}, 0.4, DType::F64)};
+  for (Parameter* p : model.parameters()) p->main_grad.zero_();
+  BackwardInput in;
+  in.loss_grads = w;
+  model.backward_pass(*ctx, in);
+  auto objective = [&] {
+    auto c = model.make_context(1, 0, true);
+    return weighted(model.forward_pass(*c, batch), w);
+  };
+  for (const char* name : {"mtp.layers.0.transformer_layer.mlp.router.weight", "mtp.layers.0.eh_proj.weight"}) {
+    Parameter& p = *ps.at(name);
+    const Vec g = p.main_grad.to_vector();
+    double* x = p.value.data<double>();
+    for (int64_t i : {int64_t{0}, p.value.numel() - 1}) {
+      const double h = 1e-6, orig = x[i];
+      x[i] = orig + h;
+      const double lp = objective();
+      x[i] = orig - h;
+      const double lm = objective();
+      x[i] = orig;
+      INFO(name << "[" << i << "]");
+      CHECK(g[static_cast<size_t>(i)] == Approx((lp - lm) / (2 * h)).epsilon(1e-5).margin(1e-8));
+    }
+  }
+}
+
+TEST_CASE("mtp: checkpoints save and load the MTP parameters", "[mtp]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "strata_mtp_ckpt";
+  fs::remove_all(dir);
+  GPTModel a(mtp_model(2), f64_options(false)), b(mtp_model(2), f64_options(false));
+  a.init_parameters(21);
+  perturb(a, 900);
+  b.init_parameters(22);
+  std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
+  CheckpointState st;
+  st.iteration = 3;
+  save_checkpoint(dir.string(), st, a.parameters(), nullptr, *io);
+  CheckpointLoadOptions lo;
+  lo.load_optimizer = false;
+  lo.load_rng = false;
+  load_checkpoint(dir.string(), b.parameters(), nullptr, *io, lo);
+  auto pa = by_name(a), pb = by_name(b);
+  int mtp = 0;
+  for (const auto& [name, p] : pa) {
+    INFO(name);
+    CHECK(test::max_abs_diff(p->value, pb.at(name)->value) == 0.0);
+    mtp += name.rfind("mtp.", 0) == 0 ? 1 : 0;
+  }
+  CHECK(mtp > 10);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("mtp: config errors name the field", "[mtp][config]") {
