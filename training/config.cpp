@@ -6,7 +6,6 @@
 #include "training/config.h"
 
 #include "models/mtp_config.h"
-
 #include "training/tensor_dump_sites.h"
 #include "training/tensor_metrics/registry.h"
 

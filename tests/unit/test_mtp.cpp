@@ -19,6 +19,7 @@
 #include "training/config.h"
 #include "training/model_factory.h"
 #include "training/step_losses.h"
+#include "training/tensor_dump_sites.h"
 #include "training/trainer.h"
 
 namespace strata {
@@ -460,6 +461,51 @@ TEST_CASE("mtp: checkpoints save and load the MTP parameters", "[mtp]") {
   }
   CHECK(mtp > 10);
   fs::remove_all(dir);
+}
+
+namespace {
+struct MtpLogitsRecorder : Observer {
+  std::vector<std::pair<std::string, Tensor>> seen;  // (owner.name, tensor)
+  std::vector<std::optional<int>> dims;
+  void on_tensor(const Observation& o) override {
+    seen.push_back({std::string(o.owner) + "." + std::string(o.name), o.tensor.clone()});
+    dims = {o.tp_shard_dim, o.sequence_dim, o.batch_dim};
+  }
+};
+}  // namespace
+
+TEST_CASE("mtp: the mtp_logits site fires once per depth with the head's logits", "[mtp][observe]") {
+  GPTModel model(mtp_model(2), f64_options(true));
+  model.init_parameters(31);
+  perturb(model, 1100);
+  const Batch batch = mtp_batch();
+  MtpLogitsRecorder rec;
+  ForwardOutput out;
+  {
+    CaptureScope scope(rec, {SourceKind::MtpLogits});
+    auto ctx = model.make_context(1, 0, true);
+    out = model.forward_pass(*ctx, batch);
+  }
+  REQUIRE(rec.seen.size() == 2);
+  CHECK(rec.seen[0].first == "output_layer.mtp_logits.1");
+  CHECK(rec.seen[1].first == "output_layer.mtp_logits.2");
+  CHECK(rec.dims == std::vector<std::optional<int>>{2, 0, 1});
+  // [s, b, padded vocab]: its log-softmax at depth k's label is minus that depth's per-token loss.
+  const Tensor& z = rec.seen[1].second;
+  REQUIRE(z.shape() == Shape{kSeq, kBatch, 24});
+  const Vec zv = z.to_vector(), loss = out.losses[2].value.to_vector(), lab = batch.labels.to_vector();
+  const int64_t b = 1, i = 2, label = static_cast<int64_t>(lab[static_cast<size_t>(b * kSeq + i + 2)]);
+  double mx = -1e300, se = 0;
+  for (int64_t v = 0; v < 24; ++v) mx = std::max(mx, zv[static_cast<size_t>((i * kBatch + b) * 24 + v)]);
+  for (int64_t v = 0; v < 24; ++v) se += std::exp(zv[static_cast<size_t>((i * kBatch + b) * 24 + v)] - mx);
+  CHECK(loss[static_cast<size_t>(b * kSeq + i)] ==
+        Approx(std::log(se) + mx - zv[static_cast<size_t>((i * kBatch + b) * 24 + label)]).epsilon(1e-12));
+  // The tensor dumper's site names.
+  ModelConfig m = mtp_model(2);
+  finalize_model_config(m);
+  const auto sites = model_site_names(m);
+  CHECK(std::count(sites.begin(), sites.end(), "output_layer.mtp_logits.2") == 1);
+  CHECK(site_kinds({"output_layer.mtp_logits.*"}, m) == SourceKinds{SourceKind::MtpLogits});
 }
 
 TEST_CASE("mtp: config errors name the field", "[mtp][config]") {
