@@ -8,6 +8,7 @@
 #include "core/observe.h"
 #include "core/phase_timer.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "parallel/tensor_parallel.h"
 
@@ -15,16 +16,24 @@ namespace strata {
 
 using layers::LayerEnv;
 
+// One output head's saved forward (the LM head, and each MTP depth's).
+struct LanguageModelShell::Head {
+  Tensor hidden;    // [s·b, h] input of the output layer (gathered along the sequence under
+                    // sequence parallelism)
+  Tensor logits;    // [s·b, padded_vocab / tp]
+  Tensor targets;   // [s·b] i64, row (t, b) = labels[b, t]
+  Tensor row_max, sum_exp;  // [s·b] cross-entropy statistics
+  int64_t s = 0, b = 0;     // the whole sequence and the micro-batch
+};
+
 // What one micro-batch's forward saved for its backward.
 struct LanguageModelShell::Context : ForwardContext {
   layers::VocabEmbedding::Saved embedding;
   std::unique_ptr<Block::State> block;
   layers::Norm::Saved final_norm;
-  Tensor hidden;    // [s·b, h] output of the final norm (input of the output layer; gathered
-                    // along the sequence under sequence parallelism)
-  Tensor logits;    // [s·b, padded_vocab / tp]
-  Tensor targets;   // [s·b] i64, row (t, b) = labels[b, t]
-  Tensor row_max, sum_exp;  // [s·b] cross-entropy statistics
+  Head lm;
+  std::unique_ptr<MtpBlock::State> mtp;
+  std::vector<Head> mtp_heads;  // depth k = 1..D
   int64_t s = 0, b = 0;
   bool has_forward = false;
 };
@@ -35,6 +44,28 @@ ModelConfig finalized(ModelConfig cfg) {
   return cfg;
 }
 DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+
+// labels [b, s] i64 (any device) -> [s·b] on `device`, row (t, b) = labels[b, t], each checked
+// against the vocabulary.
+Tensor sequence_first_targets(const Tensor& labels, int64_t vocab, Device device) {
+  const int64_t b = labels.size(0), s = labels.size(1);
+  Tensor targets = labels.to(Device::cpu()).transpose(0, 1).reshape({s * b});
+  for (double t : targets.to_vector()) {
+    STRATA_CHECK(t < static_cast<double>(vocab), "language model forward: label ", static_cast<int64_t>(t),
+                 " outside the vocabulary [0, ", vocab, ")");
+  }
+  return targets.to(device);
+}
+
+// x [b, s] (host) rolled left by one along the sequence, the last position filled with `fill`
+// (Megatron roll_tensor with cp = 1).
+template <class T>
+void roll_left(std::vector<T>& x, int64_t b, int64_t s, T fill) {
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t t = 0; t + 1 < s; ++t) x[static_cast<size_t>(i * s + t)] = x[static_cast<size_t>(i * s + t + 1)];
+    x[static_cast<size_t>(i * s + s - 1)] = fill;
+  }
+}
 }  // namespace
 
 LanguageModelShell::LanguageModelShell(const ModelConfig& cfg_in, const LanguageModelOptions& options,
@@ -88,6 +119,25 @@ LanguageModelShell::LanguageModelShell(const ModelConfig& cfg_in, const Language
     output_layer_.vocab_rows = true;
     shard_vocab_rows(output_layer_);
   }
+  if (cfg_.mtp_depths() == 0) return;
+  STRATA_CHECK(static_cast<bool>(parts.mtp_layer_spec),
+               "language model: this model has no multi-token prediction variant (model.mtp_num_layers)");
+  mtp_ = std::make_unique<MtpBlock>(cfg_, env, groups_, parts.mtp_layer_spec(cfg_));
+  if (!tied() && !opt_.pre_process) {
+    // Megatron: the MTP stage builds the embedding too; its table is kept equal to the first
+    // stage's through the embedding group (like the tied output layer's copy).
+    mtp_embedding_copy_ = layers::make_parameter(layers::VocabEmbedding::kWordEmbeddingsName,
+                                                 Shape{padded_vocab_, cfg_.hidden_size}, env, cfg_.init_method_std);
+    mtp_embedding_copy_.shared_copy = true;
+    mtp_embedding_copy_.vocab_rows = true;
+    shard_vocab_rows(mtp_embedding_copy_);
+  }
+}
+
+Parameter& LanguageModelShell::mtp_word_embeddings() {
+  STRATA_CHECK(mtp_ != nullptr, "language model: this pipeline stage has no MTP block");
+  if (embedding_) return embedding_->word_embeddings;
+  return tied() ? output_layer_ : mtp_embedding_copy_;
 }
 
 LanguageModelShell::~LanguageModelShell() = default;
@@ -103,13 +153,19 @@ std::vector<Parameter*> LanguageModelShell::parameters() {
   block_->collect(out);
   if (final_norm_) final_norm_->collect(out);
   if (opt_.post_process && (!tied() || !embedding_)) out.push_back(&output_layer_);
+  if (mtp_) {
+    mtp_->collect(out);
+    if (mtp_embedding_copy_.value.defined()) out.push_back(&mtp_embedding_copy_);
+  }
   return out;
 }
 
 std::vector<Parameter*> LanguageModelShell::embedding_group_parameters() {
-  if (!tied() || (opt_.pre_process && opt_.post_process)) return {};
+  // MTP looks up the word embeddings on the last stage: its copy joins the group even untied.
+  const bool shared = tied() || cfg_.mtp_depths() > 0;
+  if (!shared || (opt_.pre_process && opt_.post_process)) return {};
   if (opt_.pre_process) return {&embedding_->word_embeddings};
-  if (opt_.post_process) return {&output_layer_};
+  if (opt_.post_process) return {tied() ? &output_layer_ : &mtp_embedding_copy_};
   return {};
 }
 
@@ -125,6 +181,7 @@ ResidualStreamShape LanguageModelShell::residual_stream() const {
 
 std::vector<std::string> LanguageModelShell::loss_names() const {
   std::vector<std::string> names = {kLmLossName};
+  for (int64_t k = 1; k <= cfg_.mtp_depths(); ++k) names.push_back("mtp_" + std::to_string(k) + " loss");
   names.insert(names.end(), aux_loss_names_.begin(), aux_loss_names_.end());
   return names;
 }
@@ -224,36 +281,33 @@ ForwardOutput LanguageModelShell::forward_pass(ForwardContext& base, const Batch
   if (!opt_.post_process) {
     out.stage_output = x;  // [s, b, h]
   } else {
-    Tensor loss = lm_loss(*ctx, x, batch);
+    const Tensor h0 = final_norm_->forward(x, &ctx->final_norm);
+    Tensor loss = head_loss(ctx->lm, h0, sequence_first_targets(batch.labels, *cfg_.vocab_size, opt_.device),
+                            /*reuse_buffer=*/true, SourceKind::OutputLogits, "output_logits");
     out.losses.push_back({kLmLossName, LossReduction::PerToken, loss.reshape({s, b}).transpose(0, 1)});  // [b, s]
+    if (mtp_) mtp_losses(*ctx, h0, batch, run, out);
   }
   for (const NamedLoss& l : ctx->aux_losses.losses()) out.losses.push_back(l);
   return out;
 }
 
-Tensor LanguageModelShell::lm_loss(Context& c, const Tensor& x, const Batch& batch) {
-  Context* ctx = &c;
-  const int64_t s = ctx->s, b = ctx->b;
+Tensor LanguageModelShell::head_loss(Head& head, const Tensor& x, const Tensor& targets, bool reuse_buffer,
+                                     SourceKind kind, const std::string& site) {
+  const int64_t n = targets.size(0);
   const Device dev = opt_.device;
   const ProcessGroup& tpg = groups_.tp;
-  Tensor targets = batch.labels.to(Device::cpu()).transpose(0, 1).reshape({s * b});
-  for (double t : targets.to_vector()) {
-    STRATA_CHECK(t < static_cast<double>(*cfg_.vocab_size), "language model forward: label ",
-                 static_cast<int64_t>(t), " outside the vocabulary [0, ", *cfg_.vocab_size, ")");
-  }
-  targets = targets.to(dev);
-
-  Tensor hidden = final_norm_->forward(x, &ctx->final_norm);
+  Tensor hidden = x;
   if (opt_.sequence_parallel && tpg.size() > 1) hidden = tp::gather_dim0(hidden, tpg);  // column-parallel output layer
-  hidden = hidden.reshape({s * b, cfg_.hidden_size});
-  Tensor logits = output_logits(hidden, /*reuse_buffer=*/true);
+  const int64_t s = hidden.size(0), b = hidden.size(1);
+  hidden = hidden.reshape({n, cfg_.hidden_size});
+  Tensor logits = output_logits(hidden, reuse_buffer);
   // The vocab shard (dim 2), whole sequences (the output layer gathers a sequence-parallel input).
-  observe("output_layer", "output_logits", SourceKind::OutputLogits, logits.reshape({s, b, logits.size(1)}), 2, 0, 1);
+  observe("output_layer", site, kind, logits.reshape({s, b, logits.size(1)}), 2, 0, 1);
 
   const DType st = stat_dtype(opt_.dtype);
-  Tensor loss = Tensor::empty({s * b}, st, dev);
-  Tensor row_max = Tensor::empty({s * b}, st, dev);
-  Tensor sum_exp = Tensor::empty({s * b}, st, dev);
+  Tensor loss = Tensor::empty({n}, st, dev);
+  Tensor row_max = Tensor::empty({n}, st, dev);
+  Tensor sum_exp = Tensor::empty({n}, st, dev);
   {
     phase_timer::Scope t("forward/cross_entropy");
     if (tpg.size() == 1) {
@@ -261,7 +315,7 @@ Tensor LanguageModelShell::lm_loss(Context& c, const Tensor& x, const Batch& bat
     } else {
       // Vocab-parallel cross entropy (Megatron VocabParallelCrossEntropy): global max, then the
       // global sum of exp and the target logit (held by one rank), then the loss on every rank.
-      Tensor target_logit = Tensor::empty({s * b}, st, dev);
+      Tensor target_logit = Tensor::empty({n}, st, dev);
       kernels::cross_entropy_max(logits, row_max);
       tpg.all_reduce(row_max, ReduceOp::Max);
       kernels::cross_entropy_sum_exp(logits, targets, row_max, sum_exp, target_logit, vocab_start());
@@ -270,12 +324,52 @@ Tensor LanguageModelShell::lm_loss(Context& c, const Tensor& x, const Batch& bat
       kernels::cross_entropy_loss(row_max, sum_exp, target_logit, loss);
     }
   }
-  ctx->hidden = hidden;
-  ctx->logits = logits;
-  ctx->targets = targets;
-  ctx->row_max = row_max;
-  ctx->sum_exp = sum_exp;
+  head.hidden = hidden;
+  head.logits = logits;
+  head.targets = targets;
+  head.row_max = row_max;
+  head.sum_exp = sum_exp;
+  head.s = s;
+  head.b = b;
   return loss;
+}
+
+void LanguageModelShell::mtp_losses(Context& ctx, const Tensor& h0, const Batch& batch, const BlockRun& run,
+                                    ForwardOutput& out) {
+  const int64_t b = ctx.b, s = ctx.s, depths = mtp_->depths();
+  const std::vector<Tensor> hs = mtp_->forward(h0, batch.tokens, mtp_word_embeddings(), vocab_start(), run, &ctx.mtp);
+  const std::vector<double> lv = batch.labels.to(Device::cpu()).contiguous().to_vector();
+  std::vector<int64_t> labels(lv.begin(), lv.end());
+  std::vector<float> mask(labels.size(), 1.0f);
+  if (batch.loss_mask.defined()) {
+    const std::vector<double> mv = batch.loss_mask.to(Device::cpu()).contiguous().to_vector();
+    for (size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<float>(mv[i]);
+  }
+  const double scale = cfg_.mtp_loss_scaling_factor / static_cast<double>(depths);
+  ctx.mtp_heads.resize(static_cast<size_t>(depths));
+  for (int64_t k = 0; k < depths; ++k) {
+    // Depth k+1 predicts labels rolled k+1 times; the rolled-in positions are masked.
+    roll_left<int64_t>(labels, b, s, 0);
+    roll_left<float>(mask, b, s, 0.0f);
+    const Tensor targets = sequence_first_targets(Tensor::from_data(labels, Shape{b, s}), *cfg_.vocab_size, opt_.device);
+    Tensor loss = head_loss(ctx.mtp_heads[static_cast<size_t>(k)], hs[static_cast<size_t>(k)], targets,
+                            /*reuse_buffer=*/false, SourceKind::MtpLogits, "mtp_logits." + std::to_string(k + 1));
+    NamedLoss l{"mtp_" + std::to_string(k + 1) + " loss", LossReduction::PerToken,
+                loss.reshape({s, b}).transpose(0, 1), scale};
+    l.mask = Tensor::from_data(mask, Shape{b, s});
+    out.losses.push_back(std::move(l));
+  }
+}
+
+Tensor LanguageModelShell::mtp_backward(Context& ctx, const std::vector<Tensor>& dlosses) {
+  std::vector<Tensor> dh;
+  for (size_t k = 0; k < dlosses.size(); ++k)
+    dh.push_back(head_backward(ctx.mtp_heads[k], dlosses[k], /*weight_grad=*/!mtp_->detach_heads()));
+  ctx.mtp_heads.clear();
+  const GradsReadyFn* ready = ctx.grads_ready ? &ctx.grads_ready : nullptr;
+  Tensor d = mtp_->backward(*ctx.mtp, dh, mtp_word_embeddings(), ready);
+  ctx.mtp.reset();
+  return d;
 }
 
 void LanguageModelShell::report_grads(Context& ctx, std::vector<Parameter*> ps) const {
@@ -286,7 +380,8 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
   auto* ctx = dynamic_cast<Context*>(&base);
   STRATA_CHECK(ctx != nullptr && ctx->has_forward, "language model backward: no saved forward in this context");
   const int64_t s = ctx->s, b = ctx->b;
-  const size_t n_lm = opt_.post_process ? 1 : 0;
+  const size_t n_mtp = mtp_ ? static_cast<size_t>(mtp_->depths()) : 0;
+  const size_t n_lm = opt_.post_process ? 1 + n_mtp : 0;
   const size_t n_aux = ctx->aux_losses.losses().size();
   STRATA_CHECK(grads.loss_grads.size() == n_lm + n_aux, "language model backward: ", grads.loss_grads.size(),
                " loss gradients for ", n_lm + n_aux, " losses");
@@ -296,11 +391,21 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
   // Overlapped gradient reduction: report each module's parameters once its backward has written
   // them (the tied output weight is the embedding's, reported after the embedding backward).
   if (opt_.post_process) {
-    dx = loss_backward(*ctx, grads.loss_grads.front());
+    dx = head_backward(ctx->lm, grads.loss_grads.front(), /*weight_grad=*/true);
+    if (mtp_) {
+      const Tensor dmtp = mtp_backward(*ctx, std::vector<Tensor>(grads.loss_grads.begin() + 1,
+                                                                 grads.loss_grads.begin() + 1 + static_cast<std::ptrdiff_t>(n_mtp)));
+      if (dmtp.defined()) kernels::add(dx, dmtp, dx);
+    }
+    {
+      phase_timer::Scope t("backward/final_norm");
+      dx = final_norm_->backward(ctx->final_norm, dx);
+    }
     if (ctx->grads_ready) {
       std::vector<Parameter*> ps;
       final_norm_->collect(ps);
       if (!tied() || !embedding_) ps.push_back(&output_layer_);
+      if (mtp_embedding_copy_.value.defined()) ps.push_back(&mtp_embedding_copy_);
       report_grads(*ctx, ps);
     }
   } else {
@@ -327,38 +432,36 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
     ctx->input_hidden = Tensor();
   }
   ctx->has_forward = false;
-  ctx->hidden = Tensor();
 }
 
-Tensor LanguageModelShell::loss_backward(Context& c, const Tensor& dlosses) {
-  Context* ctx = &c;
-  const int64_t s = ctx->s, b = ctx->b;
+Tensor LanguageModelShell::head_backward(Head& head, const Tensor& dlosses, bool weight_grad) {
+  const int64_t n = head.targets.size(0), b = head.b, s = head.s;
   STRATA_CHECK(dlosses.dim() == 2 && dlosses.size(0) == b && dlosses.size(1) == s, "language model backward: dlosses ",
                dlosses.shape().str(), " must be [b, s] = [", b, ", ", s, "]");
   const DType st = stat_dtype(opt_.dtype);
-  Tensor dl = dlosses.to(opt_.device).to(st).transpose(0, 1).reshape({s * b});
+  Tensor dl = dlosses.to(opt_.device).to(st).transpose(0, 1).reshape({n});
   // dlogits overwrite the logits in place (the kernel reads each element before writing it).
-  Tensor dlogits = ctx->logits;
-  ctx->logits = Tensor();
+  Tensor dlogits = head.logits;
+  head.logits = Tensor();
   const ProcessGroup& tpg = groups_.tp;
   {
     phase_timer::Scope t("backward/cross_entropy");
-    kernels::cross_entropy_backward(dlogits, ctx->targets, ctx->row_max, ctx->sum_exp, dl, dlogits, vocab_start(), 0.0,
+    kernels::cross_entropy_backward(dlogits, head.targets, head.row_max, head.sum_exp, dl, dlogits, vocab_start(), 0.0,
                                     padded_vocab_);
   }
   Parameter& w = output_weight();
-  Tensor dh = Tensor::empty(ctx->hidden.shape(), ctx->hidden.dtype(), ctx->hidden.device());
+  Tensor dh = Tensor::empty(head.hidden.shape(), head.hidden.dtype(), head.hidden.device());
   {
     phase_timer::Scope t("backward/output_gemm");
-    kernels::linear_backward(ctx->hidden, w.value, dlogits, &dh, &w.main_grad, nullptr, /*accumulate_grads=*/true);
+    kernels::linear_backward(head.hidden, w.value, dlogits, &dh, weight_grad ? &w.main_grad : nullptr, nullptr,
+                             /*accumulate_grads=*/true);
   }
-  dlogits = Tensor();
+  head = Head{};
   // Column-parallel output layer: dx summed over tp (sequence parallel: reduce-scattered).
   Tensor dhs = dh.reshape({s, b, cfg_.hidden_size});
   if (tpg.size() > 1)
     dhs = opt_.sequence_parallel ? tp::reduce_scatter_dim0(dhs, tpg) : tp::all_reduce_sum(dhs, tpg);
-  phase_timer::Scope t("backward/final_norm");
-  return final_norm_->backward(ctx->final_norm, dhs);
+  return dhs;
 }
 
 InferenceCache LanguageModelShell::make_inference_cache(int64_t batch, int64_t max_seq) const {

@@ -23,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "core/observe.h"
 #include "models/blocks/block.h"
+#include "models/blocks/mtp_block.h"
 #include "models/language_model.h"
 #include "models/layers/embedding.h"
 #include "models/layers/norm.h"
@@ -61,6 +63,9 @@ struct LanguageModelParts {
       make_block;
   std::string final_norm_prefix = "decoder.final_layernorm";
   std::vector<std::string> aux_loss_names;
+  // The layer spec of the MTP modules' transformer layer (model.mtp_num_layers; GPT: the decoder's
+  // last layer spec). Unset: the model has no MTP variant.
+  std::function<layers::TransformerLayerSpec(const ModelConfig& cfg)> mtp_layer_spec;
 };
 
 class LanguageModelShell : public LanguageModel {
@@ -109,16 +114,29 @@ class LanguageModelShell : public LanguageModel {
   Block& block() { return *block_; }
   int64_t first_layer() const { return opt_.first_layer; }
   layers::Norm& final_layernorm() { return *final_norm_; }
+  // The MTP block of the last stage (null without model.mtp_num_layers or before the last stage).
+  MtpBlock* mtp_block() { return mtp_.get(); }
+  // The word-embedding table the MTP block looks up (last stage): the embedding's own on a stage
+  // with the embedding, else the tied output layer's copy or, untied, a copy of its own.
+  Parameter& mtp_word_embeddings();
 
  private:
   struct Context;
+  struct Head;
   layers::DropoutKeys dropout_keys(const ForwardContext& ctx, const Batch& batch) const;
   // The stage's input stream: the embedding (first stage) or ctx.input_hidden.
   Tensor stage_input(Context& ctx, const Batch& batch, const layers::DropoutKeys& keys);
-  // Final norm, output layer and vocab-parallel cross entropy: x [s, b, h] -> per-token losses [s·b].
-  Tensor lm_loss(Context& ctx, const Tensor& x, const Batch& batch);
-  // Cross-entropy, output layer and final norm backward: dlosses [b, s] -> d(last layer output) [s, b, h].
-  Tensor loss_backward(Context& ctx, const Tensor& dlosses);
+  // Output layer and vocab-parallel cross entropy of one head: hidden [s(/tp), b, h] (after its
+  // final norm), targets [s·b] (row (t, b)) -> per-token losses [s·b]; observed as `site`.
+  Tensor head_loss(Head& head, const Tensor& hidden, const Tensor& targets, bool reuse_buffer, SourceKind kind,
+                   const std::string& site);
+  // Cross-entropy and output layer backward of one head: dlosses [b, s] -> d(hidden) [s(/tp), b, h]
+  // (weight_grad false: the output weight gets no gradient, MTP's detached heads).
+  Tensor head_backward(Head& head, const Tensor& dlosses, bool weight_grad);
+  // The MTP depths' losses after the decoder's final norm output h0 (last stage with MTP).
+  void mtp_losses(Context& ctx, const Tensor& h0, const Batch& batch, const BlockRun& run, ForwardOutput& out);
+  // d(h0) from the MTP heads and block (undefined with detached heads).
+  Tensor mtp_backward(Context& ctx, const std::vector<Tensor>& dlosses);
   // hidden [s, b, h] -> logits [s·b, padded_vocab]; reuse_buffer: into logits_buffer_ when no
   // one else holds it (training forwards; generation returns its logits to the caller).
   Tensor output_logits(const Tensor& hidden, bool reuse_buffer = false);
@@ -133,6 +151,8 @@ class LanguageModelShell : public LanguageModel {
   std::unique_ptr<Block> block_;
   std::unique_ptr<layers::Norm> final_norm_;
   Parameter output_layer_;  // untied, or the tied copy on a last stage without the embedding
+  std::unique_ptr<MtpBlock> mtp_;   // last stage with model.mtp_num_layers
+  Parameter mtp_embedding_copy_;    // MTP, untied, last stage without the embedding: its table copy
   Tensor logits_buffer_;    // the training forwards' logits (and then dlogits), kept across steps
 };
 

@@ -39,6 +39,10 @@ struct NamedLoss {
   // every loss of LanguageModel::loss_names() appears in the log line, JSONL, TensorBoard and the
   // golden values under its name.
   double scale = 1.0;
+  // PerToken only: this loss's own valid-token mask [b, s] (f32, host), which then replaces the
+  // batch's loss_mask in its masking, its token count and its gradient (the MTP depth-k losses:
+  // the loss mask rolled left k times, Megatron's process_mtp_loss). Undefined: the batch's.
+  Tensor mask = Tensor();
 };
 
 // What one forward pass of one model chunk produced.

@@ -3,6 +3,7 @@
 // megatron/core/transformer/transformer_config.py (__post_init__). The MoE fields and rules are
 // in models/moe_config.cpp.
 #include "models/model_config.h"
+#include "models/mtp_config.h"
 
 #include <string>
 
@@ -84,6 +85,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
         "Keep the residual stream in fp32 under bf16 precision.");
   add_moe_fields(f);
   add_mamba_fields(f);
+  add_mtp_fields(f);
   return f;
 }
 
@@ -149,6 +151,7 @@ void finalize_model_config(ModelConfig& m) {
     throw ConfigError("model.apply_residual_connection_post_layernorm",
                       "true is not supported yet (Strata builds pre-norm GPT layers only)");
   finalize_moe_config(m);
+  finalize_mtp_config(m);
 }
 
 }  // namespace strata

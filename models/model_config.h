@@ -112,6 +112,11 @@ struct ModelConfig {
   int64_t mamba_num_groups = 8;
   std::optional<int64_t> mamba_num_heads;  // null → 2·hidden_size / mamba_head_dim
   int64_t mamba_chunk_size = 128;
+  // Multi-token prediction (models/mtp_config.cpp; docs/mtp.md).
+  std::optional<int64_t> mtp_num_layers;  // null → no MTP heads
+  double mtp_loss_scaling_factor = 0.1;
+  bool mtp_use_repeated_layer = false;
+  bool mtp_detach_heads = false;
 
   // Resolved by finalize_moe_config() from moe_layer_freq (not a config field): 1 = MoE layer.
   std::vector<int64_t> moe_layer_map;
@@ -134,6 +139,8 @@ struct ModelConfig {
   int64_t moe_ffn() const { return resolved(moe_ffn_hidden_size); }
   // The active load-balancing losses (type not `none`, coefficient > 0), in the configured order.
   std::vector<MoeLoadBalancingLoss> moe_load_balancing_losses() const;
+  // MTP depths D (0 without MTP).
+  int64_t mtp_depths() const { return mtp_num_layers.value_or(0); }
 
  private:
   static int64_t resolved(const std::optional<int64_t>& v) {

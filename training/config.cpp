@@ -5,6 +5,7 @@
 // megatron/core/datasets/utils.py (get_blend_from_list), megatron/training/tokenizer.
 #include "training/config.h"
 
+#include "models/mtp_config.h"
 #include "training/tensor_dump_sites.h"
 #include "training/tensor_metrics/registry.h"
 
@@ -311,6 +312,7 @@ void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
                                               "), needed by parallel.sequence_parallel with context parallelism");
   validate_moe_layout(m, p);
   check_moe_supported(m, p);
+  validate_mtp_layout(m, p);
 }
 
 // Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.

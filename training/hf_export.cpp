@@ -155,7 +155,20 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   load_checkpoint(load_dir, model.parameters(), nullptr, *io, lo, *iteration);
   std::map<std::string, Tensor> mg;
   const CanonicalParameterNameMap names({&model}, 0, 1);
-  for (size_t i = 0; i < names.size(); ++i) mg[names.names()[i]] = names.parameters()[i]->value;
+  size_t mtp_skipped = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    // The MTP heads are training-only (generation ignores them) and these HF families have no
+    // tensors for them: left out, with a note.
+    if (names.names()[i].rfind("mtp.", 0) == 0) {
+      ++mtp_skipped;
+      continue;
+    }
+    mg[names.names()[i]] = names.parameters()[i]->value;
+  }
+  if (mtp_skipped > 0)
+    r.notes.push_back("the " + std::to_string(mtp_skipped) + " multi-token-prediction parameters (mtp.layers.*, "
+                      "model.mtp_num_layers " + std::to_string(cfg.model.mtp_depths()) +
+                      ") are training-only and not exported");
   const std::map<std::string, Tensor> tensors = to_hf_tensors(cfg.model, family, mg);
 
   ExportInfo info;

@@ -90,7 +90,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--multi-latent-attention", A::Switch, mla),
       unsupported_flag("--q-lora-rank", A::One, mla),
       unsupported_flag("--kv-lora-rank", A::One, mla),
-      unsupported_flag("--mtp-num-layers", A::One, "multi-token prediction"),
       unsupported_flag("--squared-relu", A::Switch, "the squared-ReLU MLP"),
       unsupported_flag("--rotary-seq-len-interpolation-factor", A::One, "RoPE sequence-length interpolation"),
       unsupported_flag("--hierarchical-context-parallel-sizes", A::List, "hierarchical context parallelism"),

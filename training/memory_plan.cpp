@@ -55,6 +55,13 @@ GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_
 
   c.final_norm.replicated = norm_params(m, h);
   c.output_layer.sharded = c.padded_vocab / tp * h;  // untied, or the tied copy on the last stage
+  if (m.mtp_depths() > 0) {  // models/blocks/mtp_block.h
+    ParameterCount one;
+    one.replicated = 3 * norm_params(m, h);
+    one.sharded = h / tp * 2 * h;
+    one += m.is_moe_layer(m.num_layers - 1) ? c.moe_layer : c.layer;
+    c.mtp = (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
+  }
   return c;
 }
 
@@ -67,6 +74,7 @@ int64_t gpt_total_parameters(const ModelConfig& m) {
   total += moe * c.moe_layer;
   total += c.final_norm;
   if (m.untie_embeddings_and_output_weights) total += c.output_layer;
+  total += c.mtp;
   return total.total();
 }
 
@@ -181,6 +189,8 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
     if (st.has_output_layer) {
       st.parameters += counts.final_norm;
       if (!tied || plan.pp > 1) st.parameters += counts.output_layer;
+      st.parameters += counts.mtp;
+      if (m.mtp_depths() > 0 && !tied && plan.pp > 1) st.parameters += counts.word_embeddings;  // MTP's lookup copy
     }
     const int64_t n = st.parameters.total();
     st.memory.weights = n * e;

@@ -13,6 +13,9 @@
 //   pipeline           embeddings on the first stage; final norm and output layer on the last;
 //                      with tied embeddings and pp > 1 the last stage holds its own copy of the
 //                      word embeddings as the output weight (Megatron's shared embedding).
+//   MTP                (model.mtp_num_layers) on the last stage: per module enorm, hnorm, final
+//                      norm (replicated), eh_proj [h/tp, 2h] (column-parallel) and a layer like
+//                      the decoder's last; untied with pp > 1 also a copy of the word embeddings.
 //   MoE layers         (model.moe_layer_freq) training/moe_plan.h: the router and shared experts
 //                      as dense parameters, E/ep local experts split over etp as expert ones;
 //                      the distributed optimizer shards dense state over dp·cp and expert state
@@ -68,6 +71,7 @@ struct GptParameterCounts {
   ParameterCount moe_layer;          // one MoE layer (training/moe_plan.h; zero for a dense model)
   ParameterCount final_norm;         // last stage
   ParameterCount output_layer;       // last stage: untied, or the tied copy when pp > 1
+  ParameterCount mtp;                // last stage: the MTP modules (model.mtp_num_layers; one if repeated)
 };
 // ep, etp: expert model / tensor parallel sizes (etp 0: tp), used by MoE layers only.
 GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_t ep = 1, int64_t etp = 0);

@@ -58,6 +58,7 @@ std::vector<std::string> model_loss_names(const StrataConfig& cfg) {
   std::vector<std::string> names = {kLmLossName};
   ModelConfig m = cfg.model;
   finalize_model_config(m);
+  for (int64_t k = 1; k <= m.mtp_depths(); ++k) names.push_back("mtp_" + std::to_string(k) + " loss");  // MTP heads
   for (const std::string& n : layers::moe::moe_loss_names(m)) names.push_back(n);  // MoE router losses
   return names;
 }

@@ -46,7 +46,9 @@ StepLosses::StepLosses(std::vector<std::string> names, const std::vector<Batch>&
       device_(device),
       comm_seconds_(comm_seconds),
       sums_(names_.size(), 0.0),
-      per_token_names_(names_.size(), false) {
+      per_token_names_(names_.size(), false),
+      counts_(names_.size(), 0.0),
+      own_mask_names_(names_.size(), false) {
   // Context parallelism: each micro-batch's token count is summed over cp.
   for (const Batch& b : batches_) {
     mb_valid_.push_back(masked_sum(b.loss_mask, b.loss_mask).second);
@@ -83,6 +85,10 @@ std::vector<Tensor> StepLosses::on_forward(int64_t mb, const std::vector<NamedLo
       continue;
     }
     per_token_names_[k] = true;
+    if (l.mask.defined()) {
+      grads.push_back(own_mask_grad(mb, k, l));
+      continue;
+    }
     // A micro-batch without valid tokens contributes 0 (Megatron would divide by zero).
     const double sum = masked_sum(l.value, batch.loss_mask).first;
     double scale;
@@ -101,12 +107,39 @@ std::vector<Tensor> StepLosses::on_forward(int64_t mb, const std::vector<NamedLo
   return grads;
 }
 
+// A per-token loss with its own mask (MTP depth k), Megatron's process_mtp_loss: normalised by its
+// own valid-token count num_k; by default sum/num_k per micro-batch, mean over micro-batches
+// (MTPLossAutoScaler: 1 / micro-batches); with calculate_per_token_loss the gradient
+// scale · mask · (main tokens / num_k) / global main tokens and the logged Σ loss / Σ num_k.
+Tensor StepLosses::own_mask_grad(int64_t mb, size_t k, const NamedLoss& l) {
+  STRATA_CHECK(groups_.cp.size() == 1, "trainer: the loss '", l.name,
+               "' has its own mask, which context parallelism does not support");
+  const Batch& batch = batches_.at(static_cast<size_t>(mb));
+  const auto [sum, num] = masked_sum(l.value, l.mask);
+  const double num_safe = std::max(num, 1.0);
+  own_mask_names_[k] = true;
+  double scale;
+  if (per_token_) {
+    const double main_tokens = masked_sum(batch.loss_mask, batch.loss_mask).second;
+    scale = main_tokens / num_safe / std::max(global_valid_, 1.0);
+    sums_[k] += sum;
+    counts_[k] += num;
+  } else {
+    scale = 1.0 / (num_safe * static_cast<double>(batches_.size()));
+    sums_[k] += sum / num_safe;
+  }
+  return scaled_mask(l.mask, scale * l.scale, device_);
+}
+
 std::vector<std::pair<std::string, double>> StepLosses::reduce() {
   const double nmb = static_cast<double>(batches_.size());
   // Which names are per-token losses (a stage may not compute a loss another stage reports).
   std::vector<double> per_token_name(names_.size());
   for (size_t k = 0; k < names_.size(); ++k) per_token_name[k] = per_token_names_[k] || names_[k] == kLmLossName;
   per_token_name = reduce_values(groups_.pp, per_token_name, ReduceOp::Max, comm_seconds_);
+  std::vector<double> own_mask(names_.size());
+  for (size_t k = 0; k < names_.size(); ++k) own_mask[k] = own_mask_names_[k] ? 1.0 : 0.0;
+  if (per_token_) own_mask = reduce_values(groups_.pp, own_mask, ReduceOp::Max, comm_seconds_);
   std::vector<std::pair<std::string, double>> out;
   for (size_t k = 0; k < names_.size(); ++k) {
     double v = sums_[k];
@@ -117,7 +150,11 @@ std::vector<std::pair<std::string, double>> StepLosses::reduce() {
     // Each pipeline stage holds its layers' part (the LM loss: the last stage; Megatron logs it there).
     v = reduce_values(groups_.pp, {v}, ReduceOp::Sum, comm_seconds_)[0];
     // The reported loss is the dp average (per-token: global sum / global count).
-    if (per_token_) {
+    if (per_token_ && own_mask[k] > 0.0) {
+      const double n = reduce_values(groups_.pp, {counts_[k]}, ReduceOp::Sum, comm_seconds_)[0];
+      const std::vector<double> g = reduce_values(groups_.dp, {v, n}, ReduceOp::Sum, comm_seconds_);
+      v = g[0] / std::max(g[1], 1.0);
+    } else if (per_token_) {
       if (per_token_name[k] > 0.0) {
         v = reduce_values(groups_.dp, {v}, ReduceOp::Sum, comm_seconds_)[0] / std::max(global_valid_, 1.0);
       } else {
@@ -137,7 +174,7 @@ void ValidationLosses::on_forward(const Batch& batch, const std::vector<NamedLos
     auto it = std::find(names_.begin(), names_.end(), l.name);
     STRATA_CHECK(it != names_.end(), "evaluate: the model reported the loss '", l.name,
                  "', which is not in its loss_names()");
-    const auto [s, n] = masked_sum(l.value, batch.loss_mask);
+    const auto [s, n] = masked_sum(l.value, l.mask.defined() ? l.mask : batch.loss_mask);
     sums_[static_cast<size_t>(it - names_.begin())] += s;
     counts_[static_cast<size_t>(it - names_.begin())] += n;
   }

@@ -8,6 +8,11 @@
 //    micro-batches: d/dloss_i = scale · cp · mask_i / (valid tokens of its micro-batch ·
 //    num_micro_batches); with calculate_per_token_loss the mean over the global batch's valid
 //    tokens: d/dloss_i = scale · mask_i / (valid tokens of the global batch).
+//  - PerToken losses with their own mask (MTP's mtp_k loss, NamedLoss::mask): normalised by
+//    their own valid-token count num_k (Megatron process_mtp_loss + MTPLossAutoScaler):
+//    d/dloss_i = scale · mask_i / (num_k · num_micro_batches), logged Σ_mb (Σ loss / num_k) /
+//    num_micro_batches; with calculate_per_token_loss d/dloss_i = scale · mask_i · (valid tokens
+//    of the micro-batch / num_k) / (valid tokens of the global batch), logged Σ loss / Σ num_k.
 //  - PerMicroBatch losses (MoE auxiliary losses): the mean over micro-batches, d/dvalue =
 //    scale / num_micro_batches (Megatron's MoEAuxLossAutoScaler main_loss_backward_scale).
 // Logged values: summed over cp (their tokens' parts) and over pipeline stages (each stage
@@ -53,6 +58,8 @@ class StepLosses {
 
  private:
   size_t index_of(const std::string& name) const;
+  // The gradient of a per-token loss with its own mask (NamedLoss::mask: MTP), accumulating it.
+  Tensor own_mask_grad(int64_t mb, size_t k, const NamedLoss& l);
 
   std::vector<std::string> names_;
   const std::vector<Batch>& batches_;
@@ -64,6 +71,8 @@ class StepLosses {
   double global_valid_ = 0.0;     // this rank's (per-token loss: over dp × cp)
   std::vector<double> sums_;      // per name
   std::vector<bool> per_token_names_;  // per name: reported as PerToken
+  std::vector<double> counts_;         // per name: Σ own-mask tokens (per-token loss, own-mask losses)
+  std::vector<bool> own_mask_names_;   // per name: reported with its own mask
 };
 
 // A validation pass: Σ loss·mask and Σ mask of every per-token loss, reduced over pp and dp × cp

@@ -61,6 +61,9 @@ std::vector<std::string> model_site_names(const ModelConfig& m) {
     for (SourceKind k : kRouterKinds) sites.push_back(owner + ".mlp.router." + source_kind_name(k));
   }
   sites.push_back(std::string("output_layer.") + source_kind_name(SourceKind::OutputLogits));
+  // Megatron's MTP head logits, one site per depth: output_layer.mtp_logits.<k>, k = 1..D.
+  for (int64_t k = 1; k <= m.mtp_depths(); ++k)
+    sites.push_back(std::string("output_layer.") + source_kind_name(SourceKind::MtpLogits) + "." + str(k));
   return sites;
 }
 
@@ -68,7 +71,9 @@ SourceKinds site_kinds(const std::vector<std::string>& patterns, const ModelConf
   SourceKinds kinds;
   for (const std::string& site : model_site_names(m)) {
     if (!matches_any(patterns, site)) continue;
-    const auto kind = source_kind_from_name(site.substr(site.rfind('.') + 1));
+    const std::string mtp_prefix = std::string("output_layer.") + source_kind_name(SourceKind::MtpLogits) + ".";
+    const auto kind = site.rfind(mtp_prefix, 0) == 0 ? std::optional<SourceKind>(SourceKind::MtpLogits)
+                                                     : source_kind_from_name(site.substr(site.rfind('.') + 1));
     STRATA_INTERNAL_ASSERT(kind.has_value(), "site ", site, " has no source kind");
     kinds = kinds | SourceKinds{*kind};
   }

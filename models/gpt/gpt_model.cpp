@@ -24,6 +24,14 @@ LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::Transfor
     }
     return std::make_unique<TransformerBlock>(first, stage, cfg, env, groups);
   };
+  // Megatron get_gpt_mtp_block_spec: the MTP layer takes the decoder's last layer spec.
+  parts.mtp_layer_spec = [specs](const ModelConfig& cfg) {
+    const int64_t last = cfg.num_layers - 1;
+    layers::TransformerLayerSpec spec =
+        specs.empty() ? layers::TransformerLayerSpec::full() : specs[static_cast<size_t>(last)];
+    if (cfg.is_moe_layer(last)) spec.mlp_kind = layers::MlpKind::MoE;
+    return spec;
+  };
   return parts;
 }
 }  // namespace

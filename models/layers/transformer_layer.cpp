@@ -30,10 +30,11 @@ T& present(const std::unique_ptr<T>& p, const std::string& layer, const char* wh
 }  // namespace
 
 TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env,
-                                   const ParallelGroups& groups, const TransformerLayerSpec& spec)
+                                   const ParallelGroups& groups, const TransformerLayerSpec& spec,
+                                   const std::string& name)
     : spec_(spec),
       index_(index),
-      name_(layer_prefix(index)),
+      name_(name.empty() ? layer_prefix(index) : name),
       hidden_dropout_(cfg.hidden_dropout),
       attention_dropout_(cfg.attention_dropout) {
   STRATA_CHECK(spec.self_attention || spec.mlp, name_, ": a layer spec needs attention, an MLP or both");

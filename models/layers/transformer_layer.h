@@ -33,9 +33,10 @@ class TransformerLayer {
     std::unique_ptr<SlotState> mlp;
     DropoutSpec mlp_dropout;
   };
-  // index: global layer number i (0-based) in canonical names and dropout keys.
+  // index: global layer number i (0-based) in canonical names and dropout keys. name: the canonical
+  // name prefix when not "decoder.layers.{i}" (an MTP module's "mtp.layers.{k}.transformer_layer").
   TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
-                   const TransformerLayerSpec& spec = TransformerLayerSpec::full());
+                   const TransformerLayerSpec& spec = TransformerLayerSpec::full(), const std::string& name = {});
   // x: [s, b, h] -> [s, b, h]. position_offset: position of token 0 (RoPE, KV cache);
   // cache: generation only (no saved state); aux: the micro-batch's auxiliary-loss channel.
   Tensor forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,

@@ -144,6 +144,14 @@ TEST_CASE("pipeline parallel: PP2 untied embeddings match the single-rank run", 
   check_equivalence({"model.untie_embeddings_and_output_weights=true"});
 }
 
+// MTP heads on the last stage: they look up the word embeddings there (the tied output layer's
+// copy, or untied a copy of their own), and the embedding group sums both stages' gradients.
+TEST_CASE("pipeline parallel: PP2 with MTP heads on the last stage matches the single-rank run", "[pipeline][mtp]") {
+  check_equivalence({"model.position_embedding_type=rope", "model.mtp_num_layers=2"});
+  check_equivalence({"model.position_embedding_type=rope", "model.mtp_num_layers=1",
+                     "model.untie_embeddings_and_output_weights=true"});
+}
+
 TEST_CASE("pipeline parallel: PP2 x VPP2 (interleaved) matches the single-rank run", "[pipeline]") {
   check_equivalence({"parallel.virtual_pipeline_model_parallel_size=2"});
   check_equivalence({"parallel.virtual_pipeline_model_parallel_size=2", "model.untie_embeddings_and_output_weights=true"});

@@ -308,3 +308,19 @@ TEST_CASE("hf: models written by transformers' save_pretrained import with its l
     }
   }
 }
+
+// MTP heads are training-only: export leaves mtp.layers.* out with a note and the rest exports as
+// without them.
+TEST_CASE("hf: export leaves the MTP parameters out with a note", "[hf][mtp]") {
+  const fs::path dir = fresh_dir("mtp_export");
+  StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
+  cfg.model.mtp_num_layers = 1;
+  save_random_checkpoint(cfg, dir / "ckpt", 13);
+  const hf::ExportResult ex = hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+  REQUIRE(ex.notes.size() == 1);
+  CHECK_THAT(ex.notes[0], Contains("multi-token-prediction") && Contains("not exported"));
+  const auto hf_tensors = formats::read_safetensors((dir / "hf" / "model.safetensors").string());
+  for (const auto& [name, t] : hf_tensors.tensors) CHECK(name.find("mtp") == std::string::npos);
+  CHECK(hf_tensors.tensors.count("model.layers.1.mlp.down_proj.weight") == 1);
+  fs::remove_all(dir);
+}

@@ -57,6 +57,16 @@ std::vector<ModelConfig> model_variants() {
         m.ffn_hidden_size = 48;
         m.max_position_embeddings = 32;
       }),
+      small([](ModelConfig& m) {  // MTP heads (docs/mtp.md), untied
+        m.position_embedding_type = PositionEmbeddingType::Rope;
+        m.mtp_num_layers = 2;
+        m.untie_embeddings_and_output_weights = true;
+      }),
+      small([](ModelConfig& m) {  // one repeated MTP module
+        m.position_embedding_type = PositionEmbeddingType::Rope;
+        m.mtp_num_layers = 3;
+        m.mtp_use_repeated_layer = true;
+      }),
       small([](ModelConfig& m) {  // learned positions longer than the sequence, untied, 1p norms
         m.max_position_embeddings = 64;
         m.untie_embeddings_and_output_weights = true;
@@ -233,6 +243,16 @@ TEST_CASE("memory plan: per-rank parameters and memory of a layout", "[memory_pl
   CHECK(p.stages[1].in_flight == 1);
   CHECK(p.stages[1].memory.activations == 4 * per_layer + 4 * 64 * 2 * (64 + 1024) / 2);
   CHECK(p.peak_stage(false).stage == 0);
+
+  // MTP (one module, untied) on the last stage: enorm, hnorm, final norm, eh_proj [h/2, 2h], a
+  // layer, and the copy of the word embeddings its lookup uses.
+  const LayoutPlan mp = plan_layout(run_config({"parallel.world_size=8", "parallel.tensor_model_parallel_size=2",
+                                                "parallel.pipeline_model_parallel_size=2",
+                                                "model.position_embedding_type=rope", "model.mtp_num_layers=1",
+                                                "model.untie_embeddings_and_output_weights=true"}));
+  const int64_t mtp_module = 3 * 128 + 32 * 128 + layer_tp2;
+  CHECK(mp.stages[0].parameters.total() == 4 * layer_tp2 + emb_tp2);
+  CHECK(mp.stages[1].parameters.total() == 4 * layer_tp2 + emb_tp2 + fnorm + mtp_module + emb_tp2);
 }
 
 }  // namespace strata

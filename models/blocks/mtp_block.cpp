@@ -1,0 +1,217 @@
+// MtpBlock (see mtp_block.h). Reference: megatron/core/transformer/multi_token_prediction.py
+// (MultiTokenPredictionLayer.forward, roll_tensor with cp = 1, MultiTokenPredictionBlock).
+#include "models/blocks/mtp_block.h"
+
+#include "core/error.h"
+#include "core/phase_timer.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "parallel/tensor_parallel.h"
+
+namespace strata {
+
+struct MtpBlock::DepthState {
+  Tensor ids;  // [s·b] i64 rolled ids, row (t, b)
+  int64_t vocab_start = 0;
+  layers::DropoutSpec embedding_dropout;
+  layers::Norm::Saved enorm, hnorm, final_norm;
+  Tensor cat;  // [s(/tp), b, 2C] eh_proj input
+  layers::TransformerLayer::Saved layer;
+};
+
+struct MtpBlock::Saved : MtpBlock::State {
+  std::vector<DepthState> depths;
+};
+
+namespace {
+ProcessGroup sp_group(const layers::LayerEnv& env, const ParallelGroups& groups) {
+  return env.sequence_parallel && groups.tp.size() > 1 ? groups.tp : ProcessGroup::single("tp");
+}
+
+// y [s, b, c] on every tp rank -> [s, b, tp·c]: the ranks' column blocks side by side.
+Tensor gather_last_dim(const Tensor& y, const ProcessGroup& tp) {
+  const int64_t c = y.size(2), n = y.numel() / c;
+  Tensor g = tp::gather_dim0(y.reshape({n, c}).transpose(0, 1), tp);  // [tp·c, n]
+  return g.transpose(0, 1).reshape({y.size(0), y.size(1), c * tp.size()});
+}
+
+// Depth k's dropout stream: the run's keys with the seed moved per depth, so a repeated layer
+// draws new masks at every depth.
+layers::DropoutKeys depth_keys(const layers::DropoutKeys& keys, int64_t k) {
+  layers::DropoutKeys d = keys;
+  d.seed = keys.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(k + 1);
+  return d;
+}
+
+Tensor sum(const Tensor& a, const Tensor& b) {
+  Tensor out = layers::empty_like_shape(a, a.shape());
+  kernels::add(a, b, out);
+  return out;
+}
+}  // namespace
+
+MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+                   const layers::TransformerLayerSpec& spec)
+    : depths_(cfg.mtp_depths()),
+      hidden_(cfg.hidden_size),
+      first_index_(cfg.num_layers),
+      repeated_(cfg.mtp_use_repeated_layer),
+      detach_(cfg.mtp_detach_heads),
+      sequence_parallel_(env.sequence_parallel && groups.tp.size() > 1),
+      hidden_dropout_(cfg.hidden_dropout),
+      tp_(groups.tp) {
+  STRATA_CHECK(depths_ > 0, "MTP block: model.mtp_num_layers must be set");
+  const ProcessGroup sp = sp_group(env, groups);
+  const int64_t n = repeated_ ? 1 : depths_;
+  for (int64_t k = 0; k < n; ++k) {
+    const std::string p = "mtp.layers." + std::to_string(k);
+    Module m;
+    m.enorm = std::make_unique<layers::Norm>(p + ".enorm.weight", p + ".enorm.bias", hidden_, cfg, env, sp);
+    m.hnorm = std::make_unique<layers::Norm>(p + ".hnorm.weight", p + ".hnorm.bias", hidden_, cfg, env, sp);
+    m.eh_proj = std::make_unique<layers::Linear>(p + ".eh_proj", 2 * hidden_, hidden_, /*has_bias=*/false,
+                                                 cfg.init_method_std, env, groups.tp,
+                                                 layers::TensorParallelMode::Column);
+    m.layer = std::make_unique<layers::TransformerLayer>(first_index_ + k, cfg, env, groups, spec,
+                                                         p + ".transformer_layer");
+    m.final_layernorm =
+        std::make_unique<layers::Norm>(p + ".final_layernorm.weight", p + ".final_layernorm.bias", hidden_, cfg, env, sp);
+    modules_.push_back(std::move(m));
+  }
+}
+
+MtpBlock::~MtpBlock() = default;
+
+void MtpBlock::collect(std::vector<Parameter*>& out) {
+  for (Module& m : modules_) {
+    m.enorm->collect(out);
+    m.hnorm->collect(out);
+    m.eh_proj->collect(out);
+    m.layer->collect(out);
+    m.final_layernorm->collect(out);
+  }
+}
+
+Tensor MtpBlock::embed(const Tensor& ids, const Parameter& w, int64_t vocab_start, const layers::DropoutKeys& keys,
+                       int64_t s, int64_t b, DepthState* sv) const {
+  Tensor y = Tensor::empty({s * b, hidden_}, w.value.dtype(), w.value.device());
+  kernels::embedding_forward(ids, w.value, y, vocab_start);  // this rank's vocabulary rows, zeros elsewhere
+  y = y.reshape({s, b, hidden_});
+  if (tp_.size() > 1) y = sequence_parallel_ ? tp::reduce_scatter_dim0(y, tp_) : tp::all_reduce_sum(y, tp_);
+  layers::DropoutSpec d = keys.hidden(hidden_dropout_, -1, layers::DropoutSite::Embedding, y);
+  if (sv) sv->embedding_dropout = d;
+  return layers::apply_dropout(y, d);
+}
+
+Tensor MtpBlock::project(Module& m, const Tensor& e, const Tensor& h, DepthState* sv) const {
+  const Tensor en = m.enorm->forward(e, sv ? &sv->enorm : nullptr);
+  const Tensor hn = m.hnorm->forward(h, sv ? &sv->hnorm : nullptr);
+  const int64_t s = e.size(0), b = e.size(1);
+  Tensor cat = Tensor::empty({s, b, 2 * hidden_}, e.dtype(), e.device());
+  cat.narrow(2, 0, hidden_).copy_(en);  // [embedding; hidden]
+  cat.narrow(2, hidden_, hidden_).copy_(hn);
+  Tensor y = m.eh_proj->forward(cat);  // [s, b, C/tp] (sequence parallel: the whole sequence)
+  if (tp_.size() > 1) y = gather_last_dim(y, tp_);
+  if (sequence_parallel_) y = tp::split_dim0(y, tp_);
+  if (sv) sv->cat = cat;
+  return y;
+}
+
+std::pair<Tensor, Tensor> MtpBlock::project_backward(Module& m, DepthState& sv, const Tensor& dy_in) {
+  Tensor dy = dy_in.contiguous();
+  if (sequence_parallel_) dy = tp::gather_dim0(dy, tp_);  // the scatter's backward
+  if (tp_.size() > 1) {                                    // the gather's backward: this rank's columns
+    const int64_t c = hidden_ / tp_.size();
+    dy = dy.narrow(2, c * tp_.rank(), c).contiguous();
+  }
+  Tensor dcat = m.eh_proj->backward(sv.cat, dy);  // reduced over tp (sequence parallel: reduce-scattered)
+  sv.cat = Tensor();
+  const Tensor de = m.enorm->backward(sv.enorm, dcat.narrow(2, 0, hidden_).contiguous());
+  const Tensor dh = m.hnorm->backward(sv.hnorm, dcat.narrow(2, hidden_, hidden_).contiguous());
+  return {de, dh};
+}
+
+void MtpBlock::embed_backward(const DepthState& sv, const Tensor& de, Parameter& w) const {
+  Tensor g = layers::apply_dropout_backward(de, sv.embedding_dropout).contiguous();
+  if (sequence_parallel_) g = tp::gather_dim0(g, tp_);  // the reduce-scatter's backward
+  const int64_t n = sv.ids.size(0);
+  Tensor gw = g.reshape({n, hidden_}).to(w.main_grad.dtype());
+  kernels::embedding_backward(sv.ids, gw, w.main_grad, /*accumulate=*/true, sv.vocab_start);
+}
+
+std::vector<Tensor> MtpBlock::forward(const Tensor& h0, const Tensor& tokens, const Parameter& word_embeddings,
+                                      int64_t vocab_start, const BlockRun& run, std::unique_ptr<State>* saved) {
+  STRATA_CHECK(tokens.dim() == 2 && tokens.dtype() == DType::I64, "MTP block: tokens must be [b, s] i64");
+  const int64_t b = tokens.size(0), s = tokens.size(1);
+  Saved* st = nullptr;
+  if (saved) {
+    auto fresh = std::make_unique<Saved>();
+    st = fresh.get();
+    st->depths.resize(static_cast<size_t>(depths_));
+    *saved = std::move(fresh);
+  }
+  phase_timer::Scope t("forward/mtp");
+  // ids[bi][i], rolled left once per depth (Megatron roll_tensor: the last position filled with 0).
+  const std::vector<double> host = tokens.to(Device::cpu()).contiguous().to_vector();
+  std::vector<int64_t> cur(host.size());
+  for (size_t i = 0; i < cur.size(); ++i) cur[i] = static_cast<int64_t>(host[i]);
+  std::vector<Tensor> out;
+  Tensor h = h0;
+  for (int64_t k = 0; k < depths_; ++k) {
+    for (int64_t bi = 0; bi < b; ++bi) {
+      for (int64_t i = 0; i + 1 < s; ++i) cur[static_cast<size_t>(bi * s + i)] = cur[static_cast<size_t>(bi * s + i + 1)];
+      cur[static_cast<size_t>(bi * s + s - 1)] = 0;
+    }
+    std::vector<int64_t> sb(cur.size());  // row (t, b) = ids[b][t]
+    for (int64_t ti = 0; ti < s; ++ti)
+      for (int64_t bi = 0; bi < b; ++bi) sb[static_cast<size_t>(ti * b + bi)] = cur[static_cast<size_t>(bi * s + ti)];
+    const Tensor ids = Tensor::from_data(sb, Shape{s * b}, word_embeddings.value.device());
+    DepthState* sv = st ? &st->depths[static_cast<size_t>(k)] : nullptr;
+    if (sv) {
+      sv->ids = ids;
+      sv->vocab_start = vocab_start;
+    }
+    const layers::DropoutKeys keys = depth_keys(run.keys, k);
+    Module& m = module(k);
+    const Tensor e = embed(ids, word_embeddings, vocab_start, keys, s, b, sv);
+    Tensor x = project(m, e, h, sv);
+    x = m.layer->forward(x, keys, run.position_offset, nullptr, sv ? &sv->layer : nullptr, run.aux);
+    h = m.final_layernorm->forward(x, sv ? &sv->final_norm : nullptr);
+    out.push_back(h);
+  }
+  return out;
+}
+
+Tensor MtpBlock::backward(State& state, const std::vector<Tensor>& dh, Parameter& word_embeddings,
+                          const GradsReadyFn* grads_ready) {
+  auto* saved = dynamic_cast<Saved*>(&state);
+  STRATA_INTERNAL_ASSERT(saved != nullptr, "MTP block backward: the saved state is not this block's");
+  Saved& st = *saved;
+  STRATA_INTERNAL_ASSERT(static_cast<int64_t>(dh.size()) == depths_ &&
+                             static_cast<int64_t>(st.depths.size()) == depths_,
+                         "MTP block backward: ", dh.size(), " gradients for ", depths_, " depths");
+  phase_timer::Scope t("backward/mtp");
+  Tensor carry;  // d(h^k) from depth k + 1
+  for (int64_t k = depths_; k-- > 0;) {
+    DepthState& sv = st.depths[static_cast<size_t>(k)];
+    Module& m = module(k);
+    Tensor d = carry.defined() ? sum(dh[static_cast<size_t>(k)], carry) : dh[static_cast<size_t>(k)];
+    d = m.final_layernorm->backward(sv.final_norm, d);
+    d = m.layer->backward(sv.layer, d);
+    sv.layer = {};
+    auto [de, dprev] = project_backward(m, sv, d);
+    if (!detach_) embed_backward(sv, de, word_embeddings);
+    carry = dprev;
+    if (grads_ready && *grads_ready && (!repeated_ || k == 0)) {
+      std::vector<Parameter*> ps;
+      m.enorm->collect(ps);
+      m.hnorm->collect(ps);
+      m.eh_proj->collect(ps);
+      m.layer->collect(ps);
+      m.final_layernorm->collect(ps);
+      (*grads_ready)(ps);
+    }
+  }
+  return detach_ ? Tensor() : carry;
+}
+
+}  // namespace strata
