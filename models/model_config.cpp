@@ -83,6 +83,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("fp32_residual_connection", &M::fp32_residual_connection,
         "Keep the residual stream in fp32 under bf16 precision.");
   add_moe_fields(f);
+  add_recompute_fields(f);
   return f;
 }
 
@@ -148,6 +149,7 @@ void finalize_model_config(ModelConfig& m) {
     throw ConfigError("model.apply_residual_connection_post_layernorm",
                       "true is not supported yet (Strata builds pre-norm GPT layers only)");
   finalize_moe_config(m);
+  finalize_recompute_config(m);
 }
 
 }  // namespace strata
