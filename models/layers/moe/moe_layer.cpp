@@ -283,6 +283,7 @@ Tensor MoELayer::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<Sl
   RouterRun rr;
   rr.layer = run.layer;
   rr.keys = run.keys;
+  rr.replay = run.replay;
   const bool training = run.keys && run.keys->training;
   rr.mode = !run.aux ? RoutingMode::Inference : training ? RoutingMode::Training : RoutingMode::Evaluation;
   RoutingOutput r;
