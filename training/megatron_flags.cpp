@@ -28,6 +28,7 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       config::constant_flag("--disable-bias-linear", "add_bias_linear", "false"),
       config::constant_flag("--use-rotary-position-embeddings", "position_embedding_type", "rope"),
       config::constant_flag("--no-position-embedding", "position_embedding_type", "none"),
+      config::constant_flag("--recompute-activations", "recompute_granularity", "selective"),
       // Megatron implementation choices: the numbers are the same in Strata.
       no_effect_flag("--use-mcore-models", A::Switch, "the Megatron-Core model classes"),
       no_effect_flag("--use-legacy-models", A::Switch, "Megatron's legacy model classes"),

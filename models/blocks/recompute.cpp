@@ -46,7 +46,7 @@ Tensor recompute_chunk_backward(const RecomputeChunk& c, RecomputeSaved& saved, 
   AuxLossChannel replay;
   if (saved.aux) replay = replay_channel(*saved.aux, saved.aux_begin, saved.aux_end);
   {
-    phase_timer::Scope t("backward/recompute");
+    phase_timer::Scope t("backward/layers/recompute");
     SuspendScope quiet;  // the forward's observations fired already
     Tensor x = saved.input;
     for (size_t i = c.begin; i < c.end; ++i) x = fwd(i, x, saved.aux ? &replay : nullptr, /*save=*/true, /*replay=*/true);

@@ -125,7 +125,7 @@ Tensor TransformerLayer::mlp_slot_backward(const Saved& sv, const Tensor& dm) {
   if (sv.mlp_aux) replay = replay_channel(*sv.mlp_aux, sv.mlp_aux_begin, sv.mlp_aux_end);
   std::unique_ptr<SlotState> state;
   {
-    phase_timer::Scope t("backward/recompute");
+    phase_timer::Scope t("backward/layers/mlp/recompute");
     SuspendScope quiet;  // the forward's observations (the router's sites) fired already
     mlp_->forward(sv.mlp_input, SlotRun{index_, &sv.mlp_keys, sv.mlp_aux ? &replay : nullptr, true}, &state);
   }

@@ -178,6 +178,7 @@ TEST_CASE("megatron flags: unsupported features, unknown flags and bad values ar
     CHECK(with_args({"--recompute-modules", "mlp", "moe"}).model.recompute_modules ==
           std::vector<std::string>{"mlp", "moe"});
     CHECK(with_args({"--moe-layer-recompute"}).model.moe_layer_recompute);
+    CHECK(with_args({"--recompute-activations"}).model.recompute_granularity == RecomputeGranularity::Selective);
   }
   CHECK(error_of_args({"--step-batch-size-schedule", "0:16"}).find("batch-size ramp-up") != std::string::npos);
   CHECK(error_of_args({"--num-layer", "4"}) ==
