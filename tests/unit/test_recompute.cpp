@@ -11,6 +11,7 @@
 #include "core/allocator.h"
 #include "core/observe.h"
 #include "models/blocks/recompute.h"
+#include "models/layers/moe/router.h"
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
@@ -41,7 +42,7 @@ StrataConfig rc_config(bool moe, const std::vector<std::string>& extra) {
 // Every loss value of two micro-batches and every parameter's gradient, after forwards f0 f1 and
 // backwards b0 b1 (each micro-batch's saved state lives across the other's passes).
 struct Pass {
-  std::vector<std::vector<double>> losses, grads;
+  std::vector<std::vector<double>> losses, grads;  // grads: then each MoE router's token counts
 };
 
 Pass two_micro_batches(const StrataConfig& cfg) {
@@ -66,6 +67,8 @@ Pass two_micro_batches(const StrataConfig& cfg) {
     model->backward_pass(*ctx[static_cast<size_t>(mb)], in);
   }
   for (Parameter* p : model->parameters()) r.grads.push_back(p->main_grad.to_vector());
+  // The routers' token counts (expert-bias update, load statistics): added once per forward.
+  for (const MoeRouterRef& ref : model->moe_routers()) r.grads.push_back(ref.router->local_tokens_per_expert().to_vector());
   return r;
 }
 
