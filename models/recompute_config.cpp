@@ -50,10 +50,12 @@ void check_modules(const ModelConfig& m) {
   for (const std::string& name : m.recompute_modules) {
     if (std::any_of(std::begin(kImplemented), std::end(kImplemented), [&](const char* n) { return name == n; })) {
       if (name == "moe" && !m.is_moe())
-        throw ConfigError("model.recompute_modules", "moe recomputes MoE layers; the model has none (model.num_experts is null)");
+        throw ConfigError("model.recompute_modules",
+                          "moe recomputes MoE layers; the model has none (model.num_experts is null)");
       continue;
     }
-    const auto r = std::find_if(std::begin(kRejected), std::end(kRejected), [&](const Rejected& x) { return name == x.name; });
+    const auto r =
+        std::find_if(std::begin(kRejected), std::end(kRejected), [&](const Rejected& x) { return name == x.name; });
     if (r != std::end(kRejected)) throw ConfigError("model.recompute_modules", name + ": " + r->why);
     throw ConfigError("model.recompute_modules",
                       "unknown module '" + name +
@@ -78,8 +80,9 @@ void check_full(const ModelConfig& m) {
 void check_moe_replay(const ModelConfig& m, const char* field) {
   for (const MoeLoadBalancingLoss& l : m.moe_load_balancing_losses())
     if (l.type == "global_aux_loss")
-      throw ConfigError(field, "recomputing MoE layers with the global_aux_loss load-balancing loss is not supported "
-                               "(its running token counts would be advanced twice); drop one of them");
+      throw ConfigError(field,
+                        "recomputing MoE layers with the global_aux_loss load-balancing loss is not supported "
+                        "(its running token counts would be advanced twice); drop one of them");
 }
 
 }  // namespace
@@ -122,7 +125,8 @@ void finalize_recompute_config(ModelConfig& m) {
                       "tensor-parallel rank; Megatron also forbids it with sequence parallelism)");
   if (!m.recompute_granularity) {
     if (m.recompute_method)
-      throw ConfigError("model.recompute_method", "set without model.recompute_granularity (null: nothing is recomputed)");
+      throw ConfigError("model.recompute_method",
+                        "set without model.recompute_granularity (null: nothing is recomputed)");
     if (m.recompute_num_layers)
       throw ConfigError("model.recompute_num_layers",
                         "set without model.recompute_granularity (null: nothing is recomputed)");

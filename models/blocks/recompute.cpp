@@ -39,7 +39,6 @@ Tensor recompute_chunk_forward(const RecomputeChunk& c, const Tensor& x, AuxLoss
   return y;
 }
 
-
 Tensor recompute_chunk_backward(const RecomputeChunk& c, RecomputeSaved& saved, const Tensor& dy,
                                 const RecomputeLayerForward& fwd, const RecomputeLayerBackward& bwd) {
   STRATA_INTERNAL_ASSERT(saved.input.defined(), "recompute: backward of a chunk without its saved input");
@@ -49,10 +48,11 @@ Tensor recompute_chunk_backward(const RecomputeChunk& c, RecomputeSaved& saved, 
     phase_timer::Scope t("backward/layers/recompute");
     SuspendScope quiet;  // the forward's observations fired already
     Tensor x = saved.input;
-    for (size_t i = c.begin; i < c.end; ++i) x = fwd(i, x, saved.aux ? &replay : nullptr, /*save=*/true, /*replay=*/true);
+    for (size_t i = c.begin; i < c.end; ++i)
+      x = fwd(i, x, saved.aux ? &replay : nullptr, /*save=*/true, /*replay=*/true);
   }
-  STRATA_CHECK(replay.losses().size() == saved.aux_end - saved.aux_begin, "recompute: the replay of layers ",
-               c.begin, "..", c.end - 1, " added ", replay.losses().size(), " auxiliary losses, the forward ",
+  STRATA_CHECK(replay.losses().size() == saved.aux_end - saved.aux_begin, "recompute: the replay of layers ", c.begin,
+               "..", c.end - 1, " added ", replay.losses().size(), " auxiliary losses, the forward ",
                saved.aux_end - saved.aux_begin);
   saved.input = Tensor();
   Tensor dx = dy;

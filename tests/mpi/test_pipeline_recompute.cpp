@@ -19,17 +19,25 @@ namespace {
 constexpr int64_t kVocab = 64;
 
 StrataConfig pp_config(bool moe, const std::vector<std::string>& extra) {
-  std::vector<std::string> o = {"model.num_layers=4",          "model.hidden_size=16",
-                                "model.num_attention_heads=4",   "model.vocab_size=64",
-                                "model.hidden_dropout=0.1",      "model.attention_dropout=0.1",
-                                "model.seq_length=8",            "model.max_position_embeddings=8",
-                                "training.micro_batch_size=2",   "training.global_batch_size=8",
-                                "training.train_iters=3",        "logging.log_interval=100",
-                                "optimizer.lr_warmup_iters=1",   "optimizer.lr_decay_iters=3",
+  std::vector<std::string> o = {"model.num_layers=4",
+                                "model.hidden_size=16",
+                                "model.num_attention_heads=4",
+                                "model.vocab_size=64",
+                                "model.hidden_dropout=0.1",
+                                "model.attention_dropout=0.1",
+                                "model.seq_length=8",
+                                "model.max_position_embeddings=8",
+                                "training.micro_batch_size=2",
+                                "training.global_batch_size=8",
+                                "training.train_iters=3",
+                                "logging.log_interval=100",
+                                "optimizer.lr_warmup_iters=1",
+                                "optimizer.lr_decay_iters=3",
                                 "parallel.pipeline_model_parallel_size=2"};
   if (moe)
-    for (const char* s : {"model.add_bias_linear=false", "model.num_experts=4", "model.moe_ffn_hidden_size=12", "model.moe_router_topk=2",
-                          "model.moe_aux_loss_coeff=[0.1]", "model.moe_layer_freq=[1,0,1,1]"})
+    for (const char* s :
+         {"model.add_bias_linear=false", "model.num_experts=4", "model.moe_ffn_hidden_size=12",
+          "model.moe_router_topk=2", "model.moe_aux_loss_coeff=[0.1]", "model.moe_layer_freq=[1,0,1,1]"})
       o.push_back(s);
   o.insert(o.end(), extra.begin(), extra.end());
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "pp.yaml");

@@ -26,14 +26,19 @@ namespace {
 constexpr int64_t kVocab = 50;
 
 StrataConfig rc_config(bool moe, const std::vector<std::string>& extra) {
-  std::vector<std::string> o = {"model.num_layers=3",      "model.hidden_size=16", "model.num_attention_heads=4",
-                                "model.vocab_size=50",     "model.hidden_dropout=0.1", "model.attention_dropout=0.1",
-                                "model.make_vocab_size_divisible_by=8", "training.train_iters=3"};
+  std::vector<std::string> o = {"model.num_layers=3",
+                                "model.hidden_size=16",
+                                "model.num_attention_heads=4",
+                                "model.vocab_size=50",
+                                "model.hidden_dropout=0.1",
+                                "model.attention_dropout=0.1",
+                                "model.make_vocab_size_divisible_by=8",
+                                "training.train_iters=3"};
   if (moe)
-    for (const char* s : {"model.add_bias_linear=false", "model.num_experts=4", "model.moe_ffn_hidden_size=12", "model.moe_router_topk=2",
-                          "model.moe_aux_loss_coeff=[0.1]", "model.moe_z_loss_coeff=0.01", "model.moe_layer_freq=[1,0,1]",
-                          "model.moe_shared_expert_intermediate_size=8", "model.moe_router_enable_expert_bias=true",
-                          "model.moe_router_score_function=sigmoid"})
+    for (const char* s : {"model.add_bias_linear=false", "model.num_experts=4", "model.moe_ffn_hidden_size=12",
+                          "model.moe_router_topk=2", "model.moe_aux_loss_coeff=[0.1]", "model.moe_z_loss_coeff=0.01",
+                          "model.moe_layer_freq=[1,0,1]", "model.moe_shared_expert_intermediate_size=8",
+                          "model.moe_router_enable_expert_bias=true", "model.moe_router_score_function=sigmoid"})
       o.push_back(s);
   o.insert(o.end(), extra.begin(), extra.end());
   return tiny_config(o);
@@ -68,7 +73,8 @@ Pass two_micro_batches(const StrataConfig& cfg) {
   }
   for (Parameter* p : model->parameters()) r.grads.push_back(p->main_grad.to_vector());
   // The routers' token counts (expert-bias update, load statistics): added once per forward.
-  for (const MoeRouterRef& ref : model->moe_routers()) r.grads.push_back(ref.router->local_tokens_per_expert().to_vector());
+  for (const MoeRouterRef& ref : model->moe_routers())
+    r.grads.push_back(ref.router->local_tokens_per_expert().to_vector());
   return r;
 }
 
@@ -99,13 +105,17 @@ const std::vector<std::vector<std::string>> kModes = {
 std::string config_error(const std::vector<std::string>& o) {
   try {
     rc_config(false, o);
-  } catch (const config::ConfigError& e) { return e.what(); }
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
   return "(no error)";
 }
 std::string moe_config_error(const std::vector<std::string>& o) {
   try {
     rc_config(true, o);
-  } catch (const config::ConfigError& e) { return e.what(); }
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
   return "(no error)";
 }
 }  // namespace
@@ -113,7 +123,8 @@ std::string moe_config_error(const std::vector<std::string>& o) {
 TEST_CASE("recompute: full recompute chunks (uniform: chunks of n, block: the first n layers)", "[recompute]") {
   auto chunks = [](const std::vector<std::string>& o, size_t layers) {
     std::vector<std::pair<size_t, size_t>> out;
-    for (const RecomputeChunk& c : full_recompute_chunks(rc_config(false, o).model, layers)) out.push_back({c.begin, c.end});
+    for (const RecomputeChunk& c : full_recompute_chunks(rc_config(false, o).model, layers))
+      out.push_back({c.begin, c.end});
     return out;
   };
   using V = std::vector<std::pair<size_t, size_t>>;
@@ -129,7 +140,8 @@ TEST_CASE("recompute: bit-identical losses and gradients to no recompute (GPT, G
   for (bool moe : {false, true}) {
     INFO((moe ? "GPT+MoE" : "GPT"));
     const Pass ref = two_micro_batches(rc_config(moe, {}));
-    REQUIRE(ref.losses.size() == (moe ? 10u : 2u));  // per micro-batch: lm loss, and aux + z loss of each of the 2 MoE layers
+    REQUIRE(ref.losses.size() ==
+            (moe ? 10u : 2u));  // per micro-batch: lm loss, and aux + z loss of each of the 2 MoE layers
     std::vector<std::vector<std::string>> modes = kModes;
     modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"});
     if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"});
@@ -149,9 +161,10 @@ TEST_CASE("recompute: several trainer steps are bit-identical (losses, grad norm
     INFO((moe ? "GPT+MoE" : "GPT"));
     const Trained ref = train(rc_config(moe, {}));
     REQUIRE(ref.losses.size() == 3);
-    for (const auto& m : {kModes[1], kModes[2],
-                          std::vector<std::string>{"model.recompute_granularity=selective",
-                                                   moe ? "model.recompute_modules=[mlp,moe]" : "model.recompute_modules=[mlp]"}}) {
+    for (const auto& m :
+         {kModes[1], kModes[2],
+          std::vector<std::string>{"model.recompute_granularity=selective",
+                                   moe ? "model.recompute_modules=[mlp,moe]" : "model.recompute_modules=[mlp]"}}) {
       INFO(m.back());
       const Trained got = train(rc_config(moe, m));
       CHECK(got.losses == ref.losses);
@@ -223,9 +236,10 @@ TEST_CASE("recompute: strata plan's estimate of the memory each mode frees is wi
           "[recompute][memory_plan]") {
   // One micro-batch in flight; s small against h so the attention-score term of the plan's
   // formula (Strata's fused attention keeps no s×s tensors) stays negligible.
-  const std::vector<std::string> size = {"model.num_layers=4", "model.hidden_size=128", "model.seq_length=16",
-                                         "model.max_position_embeddings=16", "model.num_attention_heads=2",
-                                         "training.micro_batch_size=4", "training.global_batch_size=4"};
+  const std::vector<std::string> size = {"model.num_layers=4",          "model.hidden_size=128",
+                                         "model.seq_length=16",         "model.max_position_embeddings=16",
+                                         "model.num_attention_heads=2", "training.micro_batch_size=4",
+                                         "training.global_batch_size=4"};
   auto cfg = [&](std::vector<std::string> o) {
     o.insert(o.begin(), size.begin(), size.end());
     return rc_config(false, o);
@@ -233,8 +247,9 @@ TEST_CASE("recompute: strata plan's estimate of the memory each mode frees is wi
   auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
   const StrataConfig none = cfg({});
   const int64_t measured_none = peak_bytes(none), planned_none = planned(none);
-  for (const auto& m : {kModes[0], kModes[2],
-                        std::vector<std::string>{"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"}}) {
+  for (const auto& m :
+       {kModes[0], kModes[2],
+        std::vector<std::string>{"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"}}) {
     const StrataConfig c = cfg(m);
     const double measured_drop = static_cast<double>(measured_none - peak_bytes(c));
     const double planned_drop = static_cast<double>(planned_none - planned(c));
@@ -252,7 +267,8 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
         "ConfigError: model.recompute_method: required (uniform or block) with model.recompute_granularity full");
   CHECK(config_error({"model.recompute_granularity=full", "model.recompute_method=block"}) ==
         "ConfigError: model.recompute_num_layers: required with model.recompute_granularity full");
-  CHECK(config_error({"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=4"}) ==
+  CHECK(config_error(
+            {"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=4"}) ==
         "ConfigError: model.recompute_num_layers: 4 must be between 1 and model.num_layers (3)");
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]",
                       "model.recompute_method=uniform"}) ==
@@ -260,11 +276,13 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]",
                       "model.recompute_num_layers=1"}) ==
         "ConfigError: model.recompute_num_layers: must be null with model.recompute_granularity selective");
-  CHECK(config_error({"model.recompute_method=uniform"}).find("model.recompute_method: set without "
-                                                            "model.recompute_granularity") != std::string::npos);
+  CHECK(config_error({"model.recompute_method=uniform"})
+            .find("model.recompute_method: set without "
+                  "model.recompute_granularity") != std::string::npos);
   // Megatron's default module (core_attn) has nothing to free with Strata's fused attention.
-  CHECK(config_error({"model.recompute_granularity=selective"}).find("model.recompute_modules: core_attn: Strata's "
-                                                                     "attention kernel is fused") != std::string::npos);
+  CHECK(config_error({"model.recompute_granularity=selective"})
+            .find("model.recompute_modules: core_attn: Strata's "
+                  "attention kernel is fused") != std::string::npos);
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mla_up_proj]"})
             .find("mla_up_proj: needs multi-latent attention") != std::string::npos);
   for (const char* m : {"mhc", "gdn", "layernorm", "moe_act", "shared_experts"})
@@ -273,7 +291,8 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[attn]"})
             .find("model.recompute_modules: unknown module 'attn'") != std::string::npos);
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"}) ==
-        "ConfigError: model.recompute_modules: moe recomputes MoE layers; the model has none (model.num_experts is null)");
+        "ConfigError: model.recompute_modules: moe recomputes MoE layers; the model has none (model.num_experts is "
+        "null)");
   CHECK(config_error({"model.distribute_saved_activations=true"})
             .find("model.distribute_saved_activations: true is not supported") != std::string::npos);
   CHECK(moe_config_error({"model.moe_layer_recompute=true", "model.recompute_granularity=full",
