@@ -21,7 +21,7 @@ const char* to_string(RecomputeMethod m) { return config::enum_to_string<Recompu
 namespace {
 
 // Modules Strata recomputes.
-constexpr const char* kImplemented[] = {"mlp", "moe"};
+constexpr const char* kImplemented[] = {"mlp", "moe", "shared_experts"};
 
 // Megatron's other module names and why Strata rejects each.
 struct Rejected {
@@ -37,7 +37,7 @@ constexpr Rejected kRejected[] = {
      "Strata's norms are fused into the following linear (Transformer Engine layout, "
      "linear_qkv.layer_norm_weight), where Megatron's layernorm recompute does nothing; not supported"},
     {"moe_act", "not supported yet (recompute the whole MoE layer with moe)"},
-    {"shared_experts", "not supported yet (recompute the whole MoE layer with moe)"},
+    
     {"mla_up_proj", "needs multi-latent attention, which Strata does not have"},
     {"mhc", "not supported (Strata has no mHC hyper-connections yet)"},
     {"gdn", "not supported (Strata has no GatedDeltaNet layers)"},
@@ -49,6 +49,10 @@ constexpr Rejected kRejected[] = {
 void check_modules(const ModelConfig& m) {
   for (const std::string& name : m.recompute_modules) {
     if (std::any_of(std::begin(kImplemented), std::end(kImplemented), [&](const char* n) { return name == n; })) {
+      if (name == "shared_experts" && !m.moe_shared_expert_intermediate_size)
+        throw ConfigError("model.recompute_modules",
+                          "shared_experts recomputes the MoE layers' shared experts; the model has none "
+                          "(model.moe_shared_expert_intermediate_size is null)");
       if (name == "moe" && !m.is_moe())
         throw ConfigError("model.recompute_modules",
                           "moe recomputes MoE layers; the model has none (model.num_experts is null)");
@@ -60,7 +64,7 @@ void check_modules(const ModelConfig& m) {
     throw ConfigError("model.recompute_modules",
                       "unknown module '" + name +
                           "' (Megatron's: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, mhc, "
-                          "gdn, gdn_norm_out; Strata recomputes mlp and moe)");
+                          "gdn, gdn_norm_out; Strata recomputes mlp, moe and shared_experts)");
   }
 }
 
@@ -102,8 +106,9 @@ void add_recompute_fields(config::SectionFields<ModelConfig>& f) {
         "null for selective.");
   f.add("recompute_modules", &M::recompute_modules,
         "Selective recompute: the submodules whose activations are dropped after the forward and recomputed in "
-        "backward. Strata implements mlp (the dense MLP: keeps its input) and moe (the whole MoE layer: keeps "
-        "its input); Megatron's default core_attn and the other names are errors saying why.");
+        "backward. Strata implements mlp (the dense MLP: keeps its input), moe (the whole MoE layer: keeps its "
+        "input) and shared_experts (the MoE layers' shared-expert MLP: keeps its input); Megatron's default "
+        "core_attn and the other names are errors saying why.");
   f.add("distribute_saved_activations", &M::distribute_saved_activations,
         "Split the saved chunk inputs of full recompute over tensor-parallel ranks. Not supported: must be false.");
   f.add("moe_layer_recompute", &M::moe_layer_recompute,

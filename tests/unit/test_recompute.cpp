@@ -146,6 +146,7 @@ TEST_CASE("recompute: bit-identical losses and gradients to no recompute (GPT, G
     modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"});
     if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"});
     if (moe) modes.push_back({"model.moe_layer_recompute=true"});
+    if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"});
     if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp,moe]"});
     for (const auto& m : modes) {
       INFO(m.back());
@@ -230,6 +231,19 @@ TEST_CASE("recompute: full and selective recompute lower the peak activation mem
   CHECK(full < none * 6 / 10);
   CHECK(mlp < none);
   CHECK(full < mlp);
+  // MoE layers: the whole layer (moe) and the shared experts alone (shared_experts).
+  auto moe_with = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), big.begin(), big.end());
+    o.push_back("model.moe_layer_freq=1");
+    return peak_bytes(rc_config(true, o));
+  };
+  const int64_t moe_none = moe_with({});
+  const int64_t moe_shared =
+      moe_with({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"});
+  const int64_t moe_all = moe_with({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"});
+  INFO("MoE: none " << moe_none << " shared_experts " << moe_shared << " moe " << moe_all);
+  CHECK(moe_shared < moe_none);
+  CHECK(moe_all < moe_shared);
 }
 
 TEST_CASE("recompute: strata plan's estimate of the memory each mode frees is within 15% of the measured drop",
@@ -285,7 +299,7 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
                   "attention kernel is fused") != std::string::npos);
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mla_up_proj]"})
             .find("mla_up_proj: needs multi-latent attention") != std::string::npos);
-  for (const char* m : {"mhc", "gdn", "layernorm", "moe_act", "shared_experts"})
+  for (const char* m : {"mhc", "gdn", "layernorm", "moe_act"})
     CHECK(config_error({"model.recompute_granularity=selective", std::string("model.recompute_modules=[") + m + "]"})
               .find(std::string("model.recompute_modules: ") + m + ": ") != std::string::npos);
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[attn]"})
@@ -293,6 +307,9 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"}) ==
         "ConfigError: model.recompute_modules: moe recomputes MoE layers; the model has none (model.num_experts is "
         "null)");
+  CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"})
+            .find("model.recompute_modules: shared_experts recomputes the MoE layers' shared experts; the model has "
+                  "none") != std::string::npos);
   CHECK(config_error({"model.distribute_saved_activations=true"})
             .find("model.distribute_saved_activations: true is not supported") != std::string::npos);
   CHECK(moe_config_error({"model.moe_layer_recompute=true", "model.recompute_granularity=full",
