@@ -90,6 +90,9 @@ class AuxLossChannel {
     STRATA_INTERNAL_ASSERT(index < grads_.size(), "AuxLossChannel: no gradient for loss ", index);
     return grads_[index];
   }
+  // A recompute replay's channel (models/blocks/recompute.h): the gradients of the losses that the
+  // replayed forward adds again, in order, set before it runs.
+  void set_replay_grads(std::vector<Tensor> grads) { grads_ = std::move(grads); }
   void clear() {
     losses_.clear();
     grads_.clear();
@@ -99,5 +102,16 @@ class AuxLossChannel {
   std::vector<NamedLoss> losses_;
   std::vector<Tensor> grads_;
 };
+
+// The channel of an activation-recompute replay of a forward that added losses [begin, end) to
+// `src`: it starts empty (the replayed forward adds the same losses again, never reported) and
+// hands back src's gradients of that range, in order.
+inline AuxLossChannel replay_channel(const AuxLossChannel& src, size_t begin, size_t end) {
+  std::vector<Tensor> grads;
+  for (size_t i = begin; i < end; ++i) grads.push_back(src.grad(i));
+  AuxLossChannel ch;
+  ch.set_replay_grads(std::move(grads));
+  return ch;
+}
 
 }  // namespace strata

@@ -86,6 +86,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
   add_moe_fields(f);
   add_mamba_fields(f);
   add_mtp_fields(f);
+  add_recompute_fields(f);
   return f;
 }
 
@@ -152,6 +153,7 @@ void finalize_model_config(ModelConfig& m) {
                       "true is not supported yet (Strata builds pre-norm GPT layers only)");
   finalize_moe_config(m);
   finalize_mtp_config(m);
+  finalize_recompute_config(m);
 }
 
 }  // namespace strata

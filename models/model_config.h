@@ -16,6 +16,7 @@
 #include "core/config_table.h"
 #include "models/mamba_config.h"
 #include "models/moe_config.h"
+#include "models/recompute_config.h"
 
 namespace strata {
 
@@ -117,13 +118,20 @@ struct ModelConfig {
   double mtp_loss_scaling_factor = 0.1;
   bool mtp_use_repeated_layer = false;
   bool mtp_detach_heads = false;
+  // ---- activation recompute (models/recompute_config.h) ----
+  std::optional<RecomputeGranularity> recompute_granularity;  // null → keep every activation
+  std::optional<RecomputeMethod> recompute_method;            // full only
+  std::optional<int64_t> recompute_num_layers;                // full only
+  std::vector<std::string> recompute_modules = {"core_attn"};  // selective only (Megatron's default)
+  bool distribute_saved_activations = false;
+  bool moe_layer_recompute = false;  // deprecated: selective + moe
 
   // Resolved by finalize_moe_config() from moe_layer_freq (not a config field): 1 = MoE layer.
   std::vector<int64_t> moe_layer_map;
 
   // Extension points (declare the member here, bind it in model_config_fields(), check it in
   // finalize_model_config()): mHC (mhc_*), MTP (mtp_num_layers, mtp_loss_scaling_factor),
-  // recompute (recompute_granularity, recompute_method, recompute_num_layers).
+  // recompute: see the recompute members above.
 
   // Resolved values; valid after finalize_model_config() (an internal error before).
   int64_t ffn() const { return resolved(ffn_hidden_size); }

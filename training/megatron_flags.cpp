@@ -14,7 +14,6 @@ using config::unsupported_flag;
 std::vector<config::MegatronFlagRule> megatron_flag_rules() {
   using A = FlagArity;
   const std::string fp16 = "fp16 mixed precision with loss scaling; use --bf16 (training.precision=bf16)";
-  const std::string recompute = "activation recomputation (Strata keeps all activations)";
   const std::string samples = "sample-based training length and schedules; use --train-iters and the --lr-*-iters flags";
   const std::string mla = "multi-latent attention (MLA)";
   return {
@@ -29,6 +28,7 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       config::constant_flag("--disable-bias-linear", "add_bias_linear", "false"),
       config::constant_flag("--use-rotary-position-embeddings", "position_embedding_type", "rope"),
       config::constant_flag("--no-position-embedding", "position_embedding_type", "none"),
+      config::constant_flag("--recompute-activations", "recompute_granularity", "selective"),
       // Megatron implementation choices: the numbers are the same in Strata.
       no_effect_flag("--use-mcore-models", A::Switch, "the Megatron-Core model classes"),
       no_effect_flag("--use-legacy-models", A::Switch, "Megatron's legacy model classes"),
@@ -76,8 +76,8 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--fp8-*", A::One, "FP8 training"),
       unsupported_flag("--fp4-*", A::One, "FP4 training"),
       // MoE: --num-experts and the --moe-* flags map by name onto model.num_experts and model.moe_*.
-      unsupported_flag("--recompute-*", A::One, recompute),
-      unsupported_flag("--distribute-saved-activations", A::Switch, recompute),
+      // Recompute: --recompute-granularity/-method/-num-layers/-modules, --distribute-saved-activations
+      // and --moe-layer-recompute map by name onto model.recompute_* (models/recompute_config.h).
       unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
                        "layers per virtual stage; set --virtual-pipeline-model-parallel-size (model chunks per "
                        "pipeline rank) instead"),

@@ -107,7 +107,27 @@ ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, b
   out.per_layer = (sequence_parallel ? unsplit / tp : unsplit) + split / tp;
   out.per_layer_recompute = sequence_parallel ? e * sbh / tp : e * sbh;
   out.output_layer = 4 * s * b * (h + padded_vocab) / tp;
+  out.per_layer_mlp_recompute_saving = e * s * b * m.ffn() * (m.swiglu ? 3 : 2) / tp;
   return out;
+}
+
+int64_t configured_activations(const ModelConfig& m, const ActivationSizes& a, int64_t in_flight, int64_t layers) {
+  if (layers <= 0) return 0;
+  if (!m.recompute_granularity) return in_flight * layers * a.per_layer;
+  if (*m.recompute_granularity == RecomputeGranularity::Selective) {
+    const bool mlp = recompute_module(m, "mlp") || recompute_module(m, "moe");
+    const int64_t saving = mlp ? a.per_layer_mlp_recompute_saving : 0;
+    return in_flight * layers * (a.per_layer - saving) + saving;
+  }
+  const int64_t k = std::min(*m.recompute_num_layers, layers);
+  if (*m.recompute_method == RecomputeMethod::Uniform) {
+    const int64_t chunks = (layers + k - 1) / k;
+    return in_flight * chunks * a.per_layer_recompute + k * a.per_layer;
+  }
+  // Block: the backward reaches the checkpointed layers after freeing the others, so the
+  // micro-batch being replayed peaks at its inputs plus max(the kept layers, one replayed layer).
+  const int64_t kept = k * a.per_layer_recompute + (layers - k) * a.per_layer;
+  return (in_flight - 1) * kept + k * a.per_layer_recompute + std::max<int64_t>(layers - k, 1) * a.per_layer;
 }
 
 int64_t in_flight_micro_batches(int64_t stage, int64_t pp, int64_t vpp, int64_t num_micro_batches) {
@@ -145,6 +165,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   plan.distributed_optimizer = p.use_distributed_optimizer;
   plan.bf16 = cfg.training.precision == Precision::Bf16;
   plan.micro_batch_size = cfg.training.micro_batch_size;
+  plan.recompute = recompute_mode_text(m);
   plan.global_batch_size = *cfg.training.global_batch_size;
   plan.num_micro_batches = cfg.num_micro_batches();
   plan.model_parameters = gpt_total_parameters(m);
@@ -206,7 +227,9 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
     // Full recompute: every held layer input, plus one layer's activations while it is recomputed.
     st.memory.activations_recompute =
         st.in_flight * layers_per_unit * plan.activations.per_layer_recompute + (layers > 0 ? plan.activations.per_layer : 0);
+    st.memory.activations_configured = configured_activations(m, plan.activations, st.in_flight, layers_per_unit);
     if (st.has_output_layer) {
+      st.memory.activations_configured += plan.activations.output_layer;
       st.memory.activations += plan.activations.output_layer;
       st.memory.activations_recompute += plan.activations.output_layer;
     }

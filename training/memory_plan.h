@@ -25,7 +25,8 @@
 // 1-byte dropout masks; e = 2 gives sbh(34 + 5as/h), and /t with sequence parallelism):
 //   sbh·((4e + 2)/(sp ? t : 1) + 12e/t) + a·s²·b·(2e + 1)/t,   s = seq_length/cp per rank;
 //   full recompute keeps only each layer's input: e·sbh (/t with sp), plus, at the peak, one
-//   layer's full activations while its forward is recomputed in backward.
+//   layer's full activations while its forward is recomputed in backward; the config's own mode
+//   (uniform / block chunks, selective mlp/moe) in MemoryEstimate::activations_configured.
 // (An MoE layer is estimated with the dense layer's formula: its expert activations depend on the
 // routing, so this is an approximation for MoE models.)
 // The last stage adds the output layer's input and f32 logits, 4·s·b·(h + v)/t (paper §4.3).
@@ -37,6 +38,7 @@
 // megatron/core/pipeline_parallel/schedules.py (warmup micro-batches), Narayanan et al. 2021 (bubble).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "models/model_config.h"
@@ -92,10 +94,16 @@ struct ActivationSizes {
   int64_t per_layer = 0;            // everything a layer's backward reads
   int64_t per_layer_recompute = 0;  // full recompute: the layer input only
   int64_t output_layer = 0;         // last stage: output-layer input + f32 logits
+  // Selective recompute of the MLP (recompute_modules mlp / moe): what a layer no longer keeps,
+  // the MLP's fc1 and activation outputs e·s·b·ffn·(2, 3 with SwiGLU)/t (its input stays).
+  int64_t per_layer_mlp_recompute_saving = 0;
 };
 // e: activation element bytes (2 for bf16, 4 for f32); s = seq_length/cp; b = micro_batch_size.
 ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
                                  int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab);
+
+// Activations of `in_flight` units of `layers` layers under the config's recompute mode.
+int64_t configured_activations(const ModelConfig& m, const ActivationSizes& a, int64_t in_flight, int64_t layers);
 
 // Micro-batches (1F1B) or model chunks (interleaved) whose activations stage `stage` holds at its peak.
 int64_t in_flight_micro_batches(int64_t stage, int64_t pp, int64_t vpp, int64_t num_micro_batches);
@@ -108,6 +116,11 @@ struct MemoryEstimate {
   int64_t optimizer = 0;    // Adam m and v, f32; sharded like main_params
   int64_t activations = 0;            // in-flight micro-batches, no recompute
   int64_t activations_recompute = 0;  // in-flight micro-batches, full recompute
+  // In-flight micro-batches under the config's own recompute mode (model.recompute_*): full
+  // uniform keeps one input per chunk of recompute_num_layers layers plus one chunk's activations
+  // while it is replayed; block keeps inputs of its first recompute_num_layers layers; selective
+  // mlp/moe drops the MLP's inner activations of every layer, plus one layer's while replayed.
+  int64_t activations_configured = 0;
   int64_t static_bytes() const { return weights + main_params + grads + optimizer; }
   int64_t total() const { return static_bytes() + activations; }
   int64_t total_recompute() const { return static_bytes() + activations_recompute; }
@@ -136,6 +149,7 @@ struct LayoutPlan {
   int64_t all_to_all_bytes_per_layer = 0;
   int64_t padded_vocab = 0;      // at this tp
   ActivationSizes activations;
+  std::string recompute = "none";  // the config's recompute mode (recompute_mode_text)
   double bubble_fraction = 0;
   std::vector<StagePlan> stages;
   // The stage with the largest total (ties: the first): what a rank must fit.

@@ -160,6 +160,7 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o, const std::st
             {"mean_ms", st.mean_ms},
             {"tokens_per_second", st.median_ms > 0 ? tokens * 1000.0 / st.median_ms : 0.0},
             {"peak_allocated_bytes", mem.max_allocated_bytes},
+            {"recompute", recompute_mode_text(cfg.model)},
             {"initial_loss", r.losses.empty() ? NAN : r.losses.front()},
             {"final_loss", r.losses.empty() ? NAN : r.losses.back()},
             {"losses", r.losses},
@@ -240,6 +241,8 @@ void print_result(const json& j) {
     std::printf("  peak RSS %.0f MiB", j["peak_rss_bytes"].get<double>() / 1048576.0);
   if (j.contains("peak_allocated_bytes") && (j["impl"] == "strata" || on_gpu))
     std::printf("  peak allocated %.0f MiB", j["peak_allocated_bytes"].get<double>() / 1048576.0);
+  if (j.contains("recompute") && j["recompute"] != "none")
+    std::printf("  (recompute %s)", j["recompute"].get<std::string>().c_str());
   std::printf("\n");
 }
 

@@ -98,6 +98,7 @@ ordered_json plan_json(const LayoutPlan& p) {
   j["activation_bytes_per_layer"] = {{"no_recompute", p.activations.per_layer},
                                      {"full_recompute", p.activations.per_layer_recompute},
                                      {"output_layer", p.activations.output_layer}};
+  j["recompute"] = p.recompute;  // the config's mode; stages' activations_configured
   j["pipeline_bubble_fraction"] = p.bubble_fraction;
   if (p.num_experts > 0)
     j["moe"] = {{"num_experts", p.num_experts},
@@ -125,6 +126,7 @@ ordered_json plan_json(const LayoutPlan& p) {
                         {"optimizer", m.optimizer},
                         {"activations", m.activations},
                         {"activations_full_recompute", m.activations_recompute},
+                        {"activations_configured", m.activations_configured},
                         {"total", m.total()},
                         {"total_full_recompute", m.total_recompute()}}}});
   }
@@ -181,6 +183,9 @@ void print_text(const std::string& config, const LayoutPlan& p, const ModelConfi
                 bytes_text(e.activations_recompute).c_str());
     std::printf("  total per rank %s, full recompute %s\n", bytes_text(e.total()).c_str(),
                 bytes_text(e.total_recompute()).c_str());
+    if (p.recompute != "none")
+      std::printf("  activations with the configured recompute (%s) %s\n", p.recompute.c_str(),
+                  bytes_text(e.activations_configured).c_str());
   }
   const StagePlan& peak = p.peak_stage(false);
   const StagePlan& peak_r = p.peak_stage(true);

@@ -1,7 +1,7 @@
 // TransformerBlock: layers [first_layer, first_layer + n) of a model, each a TransformerLayer
 // assembled from its spec (full, attention-only or MLP-only; the MLP slot dense now, MoE next),
 // run in order over the residual stream [s, b, h]. The block loop is where observation sites
-// fire per layer and where activation recompute will replay layers.
+// fire per layer and where full activation recompute replays chunks of layers (models/blocks/recompute.h).
 // Reference: Megatron-Core transformer/transformer_block.py (TransformerBlock, _get_block_submodules,
 // the layer loop in forward).
 #pragma once
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/blocks/block.h"
+#include "models/blocks/recompute.h"
 #include "models/layers/layer_spec.h"
 #include "models/layers/transformer_layer.h"
 #include "models/model_config.h"
@@ -44,11 +45,15 @@ class TransformerBlock : public Block {
 
  private:
   struct Saved;
+  // One layer's forward / backward for the recompute chunks (models/blocks/recompute.h).
+  Tensor layer_forward(size_t i, const Tensor& x, const BlockRun& run, Saved* sv, bool replay);
+  Tensor layer_backward(size_t i, Saved& sv, const Tensor& dy, const GradsReadyFn* grads_ready);
   int64_t first_layer_;
   DType dtype_;
   Device device_;
   bool sequence_parallel_ = false;  // the residual observations are tp-sharded along the sequence
   std::vector<std::unique_ptr<layers::TransformerLayer>> layers_;
+  std::vector<RecomputeChunk> recompute_;  // full recompute: the checkpointed chunks (empty: none)
 };
 
 }  // namespace strata

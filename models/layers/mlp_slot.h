@@ -29,6 +29,9 @@ struct SlotRun {
   int64_t layer = 0;                 // global layer number
   const DropoutKeys* keys = nullptr;  // this micro-batch's keys (keys->training: a training forward)
   AuxLossChannel* aux = nullptr;     // where auxiliary losses go (null: generation, no losses)
+  // An activation-recompute replay of a forward that already ran (models/blocks/recompute.h):
+  // per-step side effects (the router's token counts) are skipped.
+  bool replay = false;
 };
 
 // A slot's saved activations (each slot kind derives its own).

@@ -3,6 +3,7 @@
 #include "models/layers/transformer_layer.h"
 
 #include "core/error.h"
+#include "core/observe.h"
 #include "core/phase_timer.h"
 #include "kernels/elementwise.h"
 
@@ -50,6 +51,7 @@ TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const 
                                                 name_ + ".mlp.linear_fc1.layer_norm_bias", cfg.hidden_size, cfg, env,
                                                 sp);
     mlp_ = make_mlp_slot(spec.mlp_kind, name_ + ".mlp", cfg, env, groups);
+    recompute_mlp_ = recompute_module(cfg, mlp_->kind() == MlpKind::Dense ? "mlp" : "moe");
   }
 }
 
@@ -91,29 +93,56 @@ Tensor TransformerLayer::attention_branch(const Tensor& x, const DropoutKeys& ke
 }
 
 Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
-                                    AuxLossChannel* aux) const {
+                                    AuxLossChannel* aux, bool replay) const {
   Tensor h2;
   {
     phase_timer::Scope t("forward/layers/norms");
     h2 = pre_mlp_layernorm_->forward(x, keep ? &sv.pre_mlp_norm : nullptr);
   }
+  const bool checkpoint = keep && recompute_mlp_;
   Tensor m;
   {
     phase_timer::Scope t("forward/layers/mlp");
-    m = mlp_->forward(h2, SlotRun{index_, &keys, aux}, keep ? &sv.mlp : nullptr);
+    if (checkpoint) {
+      sv.mlp_input = h2;
+      sv.mlp_keys = keys;
+      sv.mlp_aux = aux;
+      sv.mlp_aux_begin = aux ? aux->losses().size() : 0;
+    }
+    m = mlp_->forward(h2, SlotRun{index_, &keys, aux, replay}, keep && !checkpoint ? &sv.mlp : nullptr);
+    if (checkpoint) sv.mlp_aux_end = aux ? aux->losses().size() : 0;
   }
   sv.mlp_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, m);
   return add(x, apply_dropout(m, sv.mlp_dropout));
 }
 
+Tensor TransformerLayer::mlp_slot_backward(const Saved& sv, const Tensor& dm) {
+  if (!sv.mlp_input.defined()) {
+    STRATA_CHECK(sv.mlp != nullptr, name_, ": backward without a saved forward");
+    return mlp_->backward(*sv.mlp, dm);
+  }
+  // Selective recompute: replay the slot's forward (saving) from its input, then its backward.
+  AuxLossChannel replay;
+  if (sv.mlp_aux) replay = replay_channel(*sv.mlp_aux, sv.mlp_aux_begin, sv.mlp_aux_end);
+  std::unique_ptr<SlotState> state;
+  {
+    phase_timer::Scope t("backward/layers/mlp/recompute");
+    SuspendScope quiet;  // the forward's observations (the router's sites) fired already
+    mlp_->forward(sv.mlp_input, SlotRun{index_, &sv.mlp_keys, sv.mlp_aux ? &replay : nullptr, true}, &state);
+  }
+  STRATA_CHECK(replay.losses().size() == sv.mlp_aux_end - sv.mlp_aux_begin, name_, ": the MLP replay added ",
+               replay.losses().size(), " auxiliary losses, the forward ", sv.mlp_aux_end - sv.mlp_aux_begin);
+  return mlp_->backward(*state, dm);
+}
+
 Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
-                                 LayerKVCache* cache, Saved* saved, AuxLossChannel* aux) const {
+                                 LayerKVCache* cache, Saved* saved, AuxLossChannel* aux, bool replay) const {
   Saved local;
   Saved& sv = saved ? *saved : local;
   const bool keep = saved != nullptr;
   Tensor y = x;
   if (spec_.self_attention) y = attention_branch(y, keys, position_offset, cache, sv, keep);
-  if (spec_.mlp) y = mlp_branch(y, keys, sv, keep, aux);
+  if (spec_.mlp) y = mlp_branch(y, keys, sv, keep, aux, replay);
   return y;
 }
 
@@ -121,11 +150,10 @@ Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
   Tensor dx = dy;
   if (spec_.mlp) {
     // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
-    STRATA_CHECK(sv.mlp != nullptr, name_, ": backward without a saved forward");
     Tensor dh2;
     {
       phase_timer::Scope t("backward/layers/mlp");
-      dh2 = mlp_->backward(*sv.mlp, apply_dropout_backward(dx, sv.mlp_dropout));
+      dh2 = mlp_slot_backward(sv, apply_dropout_backward(dx, sv.mlp_dropout));
     }
     phase_timer::Scope t("backward/layers/norms");
     dx = add(dx, pre_mlp_layernorm_->backward(sv.pre_mlp_norm, dh2));

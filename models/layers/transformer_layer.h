@@ -6,7 +6,9 @@
 // (the hybrid stack's `*` and `-`) have one. The norms carry the TE names
 // self_attention.linear_qkv.layer_norm_{weight,bias} and mlp.linear_fc1.layer_norm_{weight,bias}.
 // Observation sites: ResidualIn and LayerOutput, owner "decoder.layers.{i}" (global i), dims
-// "s,b,h". Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
+// "s,b,h". Selective recompute (recompute_modules mlp for a dense slot, moe for an MoE slot) keeps
+// only the slot's input and re-runs the slot's forward in backward (Megatron's checkpointed MLP /
+// MoE layer). Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
 // models/hybrid/hybrid_layer_specs.py (attention-only / MLP-only layers).
 #pragma once
 #include <memory>
@@ -32,15 +34,22 @@ class TransformerLayer {
     Norm::Saved pre_mlp_norm;
     std::unique_ptr<SlotState> mlp;
     DropoutSpec mlp_dropout;
+    // Selective recompute of the MLP slot (recompute_modules mlp / moe): the slot's input and what
+    // its replay needs, instead of the slot's activations (mlp stays null until the backward).
+    Tensor mlp_input;
+    DropoutKeys mlp_keys;
+    AuxLossChannel* mlp_aux = nullptr;
+    size_t mlp_aux_begin = 0, mlp_aux_end = 0;
   };
   // index: global layer number i (0-based) in canonical names and dropout keys. name: the canonical
   // name prefix when not "decoder.layers.{i}" (an MTP module's "mtp.layers.{k}.transformer_layer").
   TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
                    const TransformerLayerSpec& spec = TransformerLayerSpec::full(), const std::string& name = {});
   // x: [s, b, h] -> [s, b, h]. position_offset: position of token 0 (RoPE, KV cache);
-  // cache: generation only (no saved state); aux: the micro-batch's auxiliary-loss channel.
+  // cache: generation only (no saved state); aux: the micro-batch's auxiliary-loss channel;
+  // replay: a full-recompute replay of a forward that already ran (models/blocks/recompute.h).
   Tensor forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
-                 Saved* saved, AuxLossChannel* aux = nullptr) const;
+                 Saved* saved, AuxLossChannel* aux = nullptr, bool replay = false) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
   Tensor backward(const Saved& saved, const Tensor& dy);
   void collect(std::vector<Parameter*>& out);
@@ -68,7 +77,11 @@ class TransformerLayer {
   // x + dropout(attention(norm(x))) and x + dropout(mlp(norm(x))).
   Tensor attention_branch(const Tensor& x, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
                           Saved& sv, bool keep) const;
-  Tensor mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep, AuxLossChannel* aux) const;
+  Tensor mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep, AuxLossChannel* aux,
+                    bool replay) const;
+  // The slot's backward; under selective recompute it first replays the slot's forward from
+  // sv.mlp_input (into a replay auxiliary-loss channel that lives through the backward).
+  Tensor mlp_slot_backward(const Saved& sv, const Tensor& dm);
 
   TransformerLayerSpec spec_;
   int64_t index_;
@@ -78,6 +91,7 @@ class TransformerLayer {
   std::unique_ptr<SelfAttention> self_attention_;
   std::unique_ptr<Norm> pre_mlp_layernorm_;
   std::unique_ptr<MlpSlot> mlp_;
+  bool recompute_mlp_ = false;  // selective recompute of the slot (mlp: dense, moe: MoE)
 };
 
 }  // namespace strata::layers

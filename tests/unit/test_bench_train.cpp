@@ -111,6 +111,32 @@ TEST_CASE("bench train: a tiny GPT through the command line, JSON and phases", "
   CHECK(ph["forward/layers"] <= ph["forward"] * 1.001 + 1e-3);
   CHECK(ph["optimizer/adamw"] <= ph["optimizer"] * 1.001 + 1e-3);
   CHECK_FALSE(phase_timer::enabled());
+  CHECK(s["recompute"] == "none");
+}
+
+TEST_CASE("bench train: full recompute lowers the peak allocated bytes and is reported", "[bench][recompute]") {
+  auto peak = [](const std::vector<std::string>& extra, std::string* mode) {
+    const std::string json_path = (temp_dir() / "bench_recompute.json").string();
+    std::vector<std::string> a = {"bench", "train", "--config", tiny_config(), "--iters", "1", "--warmup", "0",
+                                  "--json", json_path, "model.num_layers=4"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    CliResult r = run_cli(a);
+    INFO(r.out << r.err);
+    REQUIRE(r.rc == 0);
+    nlohmann::json j;
+    std::ifstream(json_path) >> j;
+    const auto& s = j["runs"][0]["strata"];
+    *mode = s["recompute"].get<std::string>();
+    if (!extra.empty()) CHECK_THAT(r.out, Contains("(recompute full uniform 1)"));
+    return s["peak_allocated_bytes"].get<int64_t>();
+  };
+  std::string none_mode, full_mode;
+  const int64_t none = peak({}, &none_mode);
+  const int64_t full = peak({"model.recompute_granularity=full", "model.recompute_method=uniform",
+                             "model.recompute_num_layers=1"}, &full_mode);
+  CHECK(none_mode == "none");
+  CHECK(full_mode == "full uniform 1");
+  CHECK(full < none);
 }
 
 TEST_CASE("bench train: bad options are rejected", "[bench]") {

@@ -102,3 +102,34 @@ TEST_CASE("cli plan: bad layouts fail like train, naming the field", "[cli_plan]
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("--rank 1 is outside the world of 1 ranks"));
 }
+
+TEST_CASE("cli plan: the configured recompute mode's activations (JSON and text)", "[cli_plan][recompute]") {
+  const std::vector<std::string> base = {"plan", "--config", repo_config("gpt_125m.yaml"), "--world-size", "8",
+                                         "model.vocab_size=50257", "parallel.pipeline_model_parallel_size=2",
+                                         "training.global_batch_size=64"};
+  auto plan = [&](std::vector<std::string> extra, bool json) {
+    std::vector<std::string> a = base;
+    if (json) a.push_back("--json");
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_cli(a);
+  };
+  const CliResult none = plan({}, true);
+  REQUIRE(none.rc == 0);
+  const auto jn = nlohmann::json::parse(none.out);
+  CHECK(jn["recompute"] == "none");
+  const auto& mn = jn["stages"][0]["memory_bytes_per_rank"];
+  CHECK(mn["activations_configured"] == mn["activations"]);
+  const std::vector<std::string> block = {"model.recompute_granularity=full", "model.recompute_method=block",
+                                          "model.recompute_num_layers=2"};
+  const CliResult r = plan(block, true);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["recompute"] == "full block 2");
+  const auto& m = j["stages"][0]["memory_bytes_per_rank"];
+  CHECK(m["activations_configured"].get<int64_t>() < m["activations"].get<int64_t>());
+  CHECK(m["activations_configured"].get<int64_t>() > m["activations_full_recompute"].get<int64_t>());
+  const CliResult text = plan(block, false);
+  REQUIRE(text.rc == 0);
+  CHECK(text.out.find("activations with the configured recompute (full block 2)") != std::string::npos);
+}

@@ -168,9 +168,18 @@ TEST_CASE("megatron flags: unsupported features, unknown flags and bad values ar
   // MoE landed: Megatron's --num-experts is model.num_experts, the --moe-* flags map by name.
   CHECK(with_args({"--num-experts", "8"}).model.num_experts == 8);
   CHECK(with_args({"--moe-router-topk", "4"}).model.moe_router_topk == 4);
-  CHECK(error_of_args({"--recompute-granularity", "full"}) ==
-        "ConfigError: --recompute-granularity: not supported by Strata: activation recomputation (Strata keeps "
-        "all activations)");
+  // Recompute landed: the --recompute-* flags map by name onto model.recompute_*.
+  {
+    const StrataConfig c = with_args({"--recompute-granularity", "full", "--recompute-method", "block",
+                                      "--recompute-num-layers", "1"});
+    CHECK(c.model.recompute_granularity == RecomputeGranularity::Full);
+    CHECK(c.model.recompute_method == RecomputeMethod::Block);
+    CHECK(c.model.recompute_num_layers == 1);
+    CHECK(with_args({"--recompute-modules", "mlp", "moe"}).model.recompute_modules ==
+          std::vector<std::string>{"mlp", "moe"});
+    CHECK(with_args({"--moe-layer-recompute"}).model.moe_layer_recompute);
+    CHECK(with_args({"--recompute-activations"}).model.recompute_granularity == RecomputeGranularity::Selective);
+  }
   CHECK(error_of_args({"--step-batch-size-schedule", "0:16"}).find("batch-size ramp-up") != std::string::npos);
   CHECK(error_of_args({"--num-layer", "4"}) ==
         "ConfigError: --num-layer: unknown flag '--num-layer'; did you mean '--num-layers'? (Megatron flags map "

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/observe.h"
 #include "core/phase_timer.h"
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
@@ -114,6 +115,7 @@ struct MoELayer::State : SlotState {
   Tensor h1, act;     // [M, fc1 out], [M, F]
   Tensor a2;          // [M, F] fc2 input (× probs after the activation)
   MLP::Saved shared;
+  Tensor shared_input;  // selective recompute of the shared experts: their input instead of `shared`
   Tensor x2d, shared_out, gate;  // [T, H], [T, H] before the gate, [T] σ(x·g)
   const AuxLossChannel* aux = nullptr;
   std::vector<std::pair<size_t, size_t>> loss_entries;  // (slot, channel index)
@@ -133,6 +135,7 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
       probs_on_input_(cfg.moe_apply_probs_on_input),
       expert_tp_(groups.expert_tp),
       per_layer_logging_(cfg.moe_per_layer_logging),
+      recompute_shared_(recompute_module(cfg, "shared_experts")),
       tp_cp_size_(static_cast<double>(groups.tp_cp.size())) {
   STRATA_CHECK(groups.tp.size() == 1 || env.sequence_parallel, prefix,
                ": MoE layers with tensor parallelism need sequence parallelism");
@@ -228,7 +231,9 @@ Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* s
 
 Tensor MoELayer::shared_forward(const Tensor& x, State* st) const {
   phase_timer::Scope t("forward/layers/moe/shared_experts");
-  Tensor s = shared_experts->forward(x, st ? &st->shared : nullptr);  // [s, b, h]
+  const bool checkpoint = st && recompute_shared_;
+  if (checkpoint) st->shared_input = x;
+  Tensor s = shared_experts->forward(x, st && !checkpoint ? &st->shared : nullptr);  // [s, b, h]
   if (!shared_gate.value.defined()) return s;
   const int64_t T = x.size(0) * x.size(1);
   Tensor x2d = x.contiguous().reshape({T, hidden_});
@@ -283,6 +288,7 @@ Tensor MoELayer::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<Sl
   RouterRun rr;
   rr.layer = run.layer;
   rr.keys = run.keys;
+  rr.replay = run.replay;
   const bool training = run.keys && run.keys->training;
   rr.mode = !run.aux ? RoutingMode::Inference : training ? RoutingMode::Training : RoutingMode::Evaluation;
   RoutingOutput r;
@@ -348,9 +354,20 @@ Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& d
   return dispatcher_->dispatch_backward(dxp, dprobs, *st.dispatch, dtop_probs);  // -> [T, H], [T, k]
 }
 
+Tensor MoELayer::shared_mlp_backward(const State& st, const Tensor& dy) {
+  if (!st.shared_input.defined()) return shared_experts->backward(st.shared, dy);
+  MLP::Saved replayed;
+  {
+    phase_timer::Scope t("backward/layers/moe/shared_experts/recompute");
+    SuspendScope quiet;
+    shared_experts->forward(st.shared_input, &replayed);
+  }
+  return shared_experts->backward(replayed, dy);
+}
+
 Tensor MoELayer::shared_backward(const State& st, const Tensor& dy) {
   phase_timer::Scope t("backward/layers/moe/shared_experts");
-  if (!shared_gate.value.defined()) return shared_experts->backward(st.shared, dy);
+  if (!shared_gate.value.defined()) return shared_mlp_backward(st, dy);
   const int64_t T = st.gate.numel();
   Tensor dy2d = dy.contiguous().reshape({T, hidden_});
   Tensor ds = empty_rows(T, hidden_, dy2d);
@@ -364,7 +381,7 @@ Tensor MoELayer::shared_backward(const State& st, const Tensor& dy) {
   SequenceParallelGrad dgate_w(shared_gate, sequence_parallel_, shared_gate.main_grad.dtype(), dz.device());
   kernels::linear_backward(st.x2d, shared_gate.value, dz, &dx_gate, &dgate_w.target(), nullptr, true);
   dgate_w.finish();
-  Tensor dx = shared_experts->backward(st.shared, ds.reshape(dy.shape()));
+  Tensor dx = shared_mlp_backward(st, ds.reshape(dy.shape()));
   Tensor sum = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
   kernels::add(dx, dx_gate.reshape(dx.shape()), sum);
   return sum;

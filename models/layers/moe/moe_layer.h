@@ -68,6 +68,9 @@ class MoELayer : public MlpSlot {
   Tensor experts_backward(const State& st, const Tensor& dout, Tensor& dtop_probs);
   Tensor shared_forward(const Tensor& x, State* st) const;
   Tensor shared_backward(const State& st, const Tensor& dy);
+  // The shared experts' MLP backward; under selective recompute (recompute_modules
+  // shared_experts) it first replays their forward from the kept input.
+  Tensor shared_mlp_backward(const State& st, const Tensor& dy);
   void add_losses(const RoutingOutput& r, AuxLossChannel& aux, State* st) const;
   void add_per_layer_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel& aux) const;
 
@@ -78,6 +81,7 @@ class MoELayer : public MlpSlot {
   bool swiglu_, openai_gelu_, probs_on_input_;
   ExpertTpExchange expert_tp_;
   bool per_layer_logging_ = false;
+  bool recompute_shared_ = false;  // selective recompute of the shared experts
   double tp_cp_size_ = 1.0;
 };
 

@@ -120,7 +120,7 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
   ob.padding = in.padding_mask;
   ob.expert_bias = in.expert_bias;
   observe_router_outputs(options_, ob);
-  if (run.mode == RoutingMode::Training)  // the expert bias and the load statistics (training/moe_accounting.h)
+  if (run.mode == RoutingMode::Training && !run.replay)  // the expert bias and the load statistics (training/moe_accounting.h)
     kernels::axpy(1.0, out.tokens_per_expert.to(DType::F32).to(env_.device), local_tokens_per_expert_);
   if (saved) {
     st.input_shape = x.shape();

@@ -34,6 +34,7 @@ struct RouterRun {
   const DropoutKeys* keys = nullptr;  // seed, step and global token positions (null: seed 0, local)
   RoutingMode mode = RoutingMode::Training;
   Tensor padding_mask;                // [s, b] or [T] u8/bool, != 0 = padding; undefined: none
+  bool replay = false;                // activation-recompute replay: the token counts are not added again
 };
 
 // Saved by forward for backward.

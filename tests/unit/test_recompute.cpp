@@ -1,0 +1,324 @@
+// Activation recompute (models/blocks/recompute.h, models/recompute_config.h): the chunk layout of
+// full recompute (uniform, block), bit-identical losses (LM and MoE auxiliary) and gradients to no
+// recompute in f32 with dropout for GPT and GPT+MoE — two micro-batches interleaved as a pipeline
+// schedule runs them, and several trainer steps — observations firing once per layer, the memory
+// the saved state frees, and the config errors.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "core/observe.h"
+#include "models/blocks/recompute.h"
+#include "models/layers/moe/router.h"
+#include "models/gpt/gpt_model.h"
+#include "test_helpers.h"
+#include "trainer_test_support.h"
+#include "training/memory_plan.h"
+#include "training/model_factory.h"
+#include "training/trainer.h"
+
+using namespace strata;
+using namespace strata::test;
+
+namespace {
+constexpr int64_t kVocab = 50;
+
+StrataConfig rc_config(bool moe, const std::vector<std::string>& extra) {
+  std::vector<std::string> o = {"model.num_layers=3",
+                                "model.hidden_size=16",
+                                "model.num_attention_heads=4",
+                                "model.vocab_size=50",
+                                "model.hidden_dropout=0.1",
+                                "model.attention_dropout=0.1",
+                                "model.make_vocab_size_divisible_by=8",
+                                "training.train_iters=3"};
+  if (moe)
+    for (const char* s : {"model.add_bias_linear=false", "model.num_experts=4", "model.moe_ffn_hidden_size=12",
+                          "model.moe_router_topk=2", "model.moe_aux_loss_coeff=[0.1]", "model.moe_z_loss_coeff=0.01",
+                          "model.moe_layer_freq=[1,0,1]", "model.moe_shared_expert_intermediate_size=8",
+                          "model.moe_router_enable_expert_bias=true", "model.moe_router_score_function=sigmoid"})
+      o.push_back(s);
+  o.insert(o.end(), extra.begin(), extra.end());
+  return tiny_config(o);
+}
+
+// Every loss value of two micro-batches and every parameter's gradient, after forwards f0 f1 and
+// backwards b0 b1 (each micro-batch's saved state lives across the other's passes).
+struct Pass {
+  std::vector<std::vector<double>> losses, grads;  // grads: then each MoE router's token counts
+};
+
+Pass two_micro_batches(const StrataConfig& cfg) {
+  auto model = make_gpt_model(cfg, Device::cpu());
+  model->init_parameters(7);
+  for (Parameter* p : model->parameters()) p->main_grad.zero_();
+  Pass r;
+  std::vector<std::unique_ptr<ForwardContext>> ctx;
+  std::vector<ForwardOutput> outs;
+  for (int64_t mb = 0; mb < 2; ++mb) {
+    ctx.push_back(model->make_context(1, mb, true));
+    Batch batch = fixed_batch(2, cfg.model.seq_length, kVocab);
+    outs.push_back(model->forward_pass(*ctx.back(), batch));
+    for (const NamedLoss& l : outs.back().losses) r.losses.push_back(l.value.to_vector());
+  }
+  for (int64_t mb = 0; mb < 2; ++mb) {
+    BackwardInput in;
+    for (const NamedLoss& l : outs[static_cast<size_t>(mb)].losses)
+      in.loss_grads.push_back(l.reduction == LossReduction::PerToken
+                                  ? random_tensor(l.value.shape(), 11 + static_cast<uint64_t>(mb), 0.5, 1.5)
+                                  : Tensor::full({1}, 0.7, DType::F64));
+    model->backward_pass(*ctx[static_cast<size_t>(mb)], in);
+  }
+  for (Parameter* p : model->parameters()) r.grads.push_back(p->main_grad.to_vector());
+  // The routers' token counts (expert-bias update, load statistics): added once per forward.
+  for (const MoeRouterRef& ref : model->moe_routers())
+    r.grads.push_back(ref.router->local_tokens_per_expert().to_vector());
+  return r;
+}
+
+struct Trained {
+  std::vector<double> losses, grad_norms;
+  std::vector<std::vector<double>> params;
+};
+
+Trained train(const StrataConfig& cfg) {
+  auto model = make_gpt_model(cfg, Device::cpu());
+  MockBatchSource src(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 3);
+  std::ostringstream log;
+  TrainerOptions opt;
+  opt.log_stream = &log;
+  Trainer trainer(cfg, *model, src, nullptr, opt);
+  const TrainResult res = trainer.train();
+  Trained t{res.losses, res.grad_norms, {}};
+  for (Parameter* p : model->parameters()) t.params.push_back(p->value.to_vector());
+  return t;
+}
+
+const std::vector<std::vector<std::string>> kModes = {
+    {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"},
+    {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=2"},
+    {"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=2"},
+};
+
+std::string config_error(const std::vector<std::string>& o) {
+  try {
+    rc_config(false, o);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+std::string moe_config_error(const std::vector<std::string>& o) {
+  try {
+    rc_config(true, o);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST_CASE("recompute: full recompute chunks (uniform: chunks of n, block: the first n layers)", "[recompute]") {
+  auto chunks = [](const std::vector<std::string>& o, size_t layers) {
+    std::vector<std::pair<size_t, size_t>> out;
+    for (const RecomputeChunk& c : full_recompute_chunks(rc_config(false, o).model, layers))
+      out.push_back({c.begin, c.end});
+    return out;
+  };
+  using V = std::vector<std::pair<size_t, size_t>>;
+  CHECK(chunks(kModes[1], 5) == V{{0, 2}, {2, 4}, {4, 5}});
+  CHECK(chunks(kModes[0], 2) == V{{0, 1}, {1, 2}});
+  CHECK(chunks(kModes[2], 3) == V{{0, 1}, {1, 2}});
+  CHECK(chunks(kModes[2], 1) == V{{0, 1}});  // a stage with fewer layers recomputes them all
+  CHECK(chunks({}, 3).empty());
+  CHECK(chunks({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"}, 3).empty());
+}
+
+TEST_CASE("recompute: bit-identical losses and gradients to no recompute (GPT, GPT+MoE, f32, dropout)", "[recompute]") {
+  for (bool moe : {false, true}) {
+    INFO((moe ? "GPT+MoE" : "GPT"));
+    const Pass ref = two_micro_batches(rc_config(moe, {}));
+    REQUIRE(ref.losses.size() ==
+            (moe ? 10u : 2u));  // per micro-batch: lm loss, and aux + z loss of each of the 2 MoE layers
+    std::vector<std::vector<std::string>> modes = kModes;
+    modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"});
+    if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"});
+    if (moe) modes.push_back({"model.moe_layer_recompute=true"});
+    if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"});
+    if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp,moe]"});
+    for (const auto& m : modes) {
+      INFO(m.back());
+      const Pass got = two_micro_batches(rc_config(moe, m));
+      CHECK(got.losses == ref.losses);  // bitwise
+      CHECK(got.grads == ref.grads);
+    }
+  }
+}
+
+TEST_CASE("recompute: several trainer steps are bit-identical (losses, grad norms, weights)", "[recompute]") {
+  for (bool moe : {false, true}) {
+    INFO((moe ? "GPT+MoE" : "GPT"));
+    const Trained ref = train(rc_config(moe, {}));
+    REQUIRE(ref.losses.size() == 3);
+    for (const auto& m :
+         {kModes[1], kModes[2],
+          std::vector<std::string>{"model.recompute_granularity=selective",
+                                   moe ? "model.recompute_modules=[mlp,moe]" : "model.recompute_modules=[mlp]"}}) {
+      INFO(m.back());
+      const Trained got = train(rc_config(moe, m));
+      CHECK(got.losses == ref.losses);
+      CHECK(got.grad_norms == ref.grad_norms);
+      CHECK(got.params == ref.params);
+    }
+  }
+}
+
+namespace {
+class CountingObserver : public Observer {
+ public:
+  void on_tensor(const Observation& o) override { ++counts[std::string(o.owner) + "/" + std::string(o.name)]; }
+  std::map<std::string, int> counts;
+};
+
+std::map<std::string, int> observed(const StrataConfig& cfg) {
+  CountingObserver obs;
+  CaptureScope scope(obs, SourceKinds::all());
+  two_micro_batches(cfg);
+  return obs.counts;
+}
+}  // namespace
+
+TEST_CASE("recompute: every observation fires once per layer and micro-batch (no replay observed)", "[recompute]") {
+  const std::map<std::string, int> ref = observed(rc_config(true, {}));
+  CHECK(ref.at("decoder.layers.0/residual_accumulator") == 2);
+  CHECK(ref.at("decoder.layers.2/residual_contribution") == 2);
+  CHECK(ref.count("decoder.layers.0.mlp.router/router_logits") == 1);
+  CHECK(observed(rc_config(true, kModes[0])) == ref);
+  CHECK(observed(rc_config(true, kModes[2])) == ref);
+  CHECK(observed(rc_config(true, {"model.recompute_granularity=selective", "model.recompute_modules=[moe]"})) == ref);
+}
+
+namespace {
+// Peak allocator bytes of one training forward + backward of one micro-batch.
+int64_t peak_bytes(const StrataConfig& cfg) {
+  auto model = make_gpt_model(cfg, Device::cpu());
+  model->init_parameters(7);
+  Batch batch = fixed_batch(cfg.training.micro_batch_size, cfg.model.seq_length, kVocab);
+  auto ctx = model->make_context(1, 0, true);
+  reset_peak_memory_stats(Device::cpu());
+  const int64_t base = memory_stats(Device::cpu()).allocated_bytes;
+  ForwardOutput out = model->forward_pass(*ctx, batch);
+  BackwardInput in;
+  for (const NamedLoss& l : out.losses) in.loss_grads.push_back(Tensor::full(l.value.shape(), 1.0, l.value.dtype()));
+  model->backward_pass(*ctx, in);
+  return memory_stats(Device::cpu()).max_allocated_bytes - base;
+}
+}  // namespace
+
+TEST_CASE("recompute: full and selective recompute lower the peak activation memory", "[recompute]") {
+  const std::vector<std::string> big = {"model.num_layers=4", "model.hidden_size=64", "model.seq_length=64",
+                                        "model.max_position_embeddings=64", "model.num_attention_heads=4"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), big.begin(), big.end());
+    return peak_bytes(rc_config(false, o));
+  };
+  const int64_t none = with({});
+  const int64_t full = with(kModes[0]);
+  const int64_t mlp = with({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"});
+  INFO("none " << none << " full " << full << " mlp " << mlp);
+  CHECK(full < none * 6 / 10);
+  CHECK(mlp < none);
+  CHECK(full < mlp);
+  // MoE layers: the whole layer (moe) and the shared experts alone (shared_experts).
+  auto moe_with = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), big.begin(), big.end());
+    o.push_back("model.moe_layer_freq=1");
+    return peak_bytes(rc_config(true, o));
+  };
+  const int64_t moe_none = moe_with({});
+  const int64_t moe_shared =
+      moe_with({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"});
+  const int64_t moe_all = moe_with({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"});
+  INFO("MoE: none " << moe_none << " shared_experts " << moe_shared << " moe " << moe_all);
+  CHECK(moe_shared < moe_none);
+  CHECK(moe_all < moe_shared);
+}
+
+TEST_CASE("recompute: strata plan's estimate of the memory each mode frees is within 15% of the measured drop",
+          "[recompute][memory_plan]") {
+  // One micro-batch in flight; s small against h so the attention-score term of the plan's
+  // formula (Strata's fused attention keeps no s×s tensors) stays negligible.
+  const std::vector<std::string> size = {"model.num_layers=4",          "model.hidden_size=128",
+                                         "model.seq_length=16",         "model.max_position_embeddings=16",
+                                         "model.num_attention_heads=2", "training.micro_batch_size=4",
+                                         "training.global_batch_size=4"};
+  auto cfg = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), size.begin(), size.end());
+    return rc_config(false, o);
+  };
+  auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
+  const StrataConfig none = cfg({});
+  const int64_t measured_none = peak_bytes(none), planned_none = planned(none);
+  for (const auto& m :
+       {kModes[0], kModes[2],
+        std::vector<std::string>{"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"}}) {
+    const StrataConfig c = cfg(m);
+    const double measured_drop = static_cast<double>(measured_none - peak_bytes(c));
+    const double planned_drop = static_cast<double>(planned_none - planned(c));
+    INFO(recompute_mode_text(c.model) << ": measured drop " << measured_drop << " B, planned " << planned_drop << " B");
+    std::printf("  recompute %-18s peak %8lld B (none %8lld B): measured drop %8.0f B, planned %8.0f B\n",
+                recompute_mode_text(c.model).c_str(), (long long)(measured_none - static_cast<int64_t>(measured_drop)),
+                (long long)measured_none, measured_drop, planned_drop);
+    CHECK(measured_drop > 0);
+    CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
+  }
+}
+
+TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
+  CHECK(config_error({"model.recompute_granularity=full"}) ==
+        "ConfigError: model.recompute_method: required (uniform or block) with model.recompute_granularity full");
+  CHECK(config_error({"model.recompute_granularity=full", "model.recompute_method=block"}) ==
+        "ConfigError: model.recompute_num_layers: required with model.recompute_granularity full");
+  CHECK(config_error(
+            {"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=4"}) ==
+        "ConfigError: model.recompute_num_layers: 4 must be between 1 and model.num_layers (3)");
+  CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]",
+                      "model.recompute_method=uniform"}) ==
+        "ConfigError: model.recompute_method: must be null with model.recompute_granularity selective");
+  CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]",
+                      "model.recompute_num_layers=1"}) ==
+        "ConfigError: model.recompute_num_layers: must be null with model.recompute_granularity selective");
+  CHECK(config_error({"model.recompute_method=uniform"})
+            .find("model.recompute_method: set without "
+                  "model.recompute_granularity") != std::string::npos);
+  // Megatron's default module (core_attn) has nothing to free with Strata's fused attention.
+  CHECK(config_error({"model.recompute_granularity=selective"})
+            .find("model.recompute_modules: core_attn: Strata's "
+                  "attention kernel is fused") != std::string::npos);
+  CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mla_up_proj]"})
+            .find("mla_up_proj: needs multi-latent attention") != std::string::npos);
+  for (const char* m : {"mhc", "gdn", "layernorm", "moe_act"})
+    CHECK(config_error({"model.recompute_granularity=selective", std::string("model.recompute_modules=[") + m + "]"})
+              .find(std::string("model.recompute_modules: ") + m + ": ") != std::string::npos);
+  CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[attn]"})
+            .find("model.recompute_modules: unknown module 'attn'") != std::string::npos);
+  CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"}) ==
+        "ConfigError: model.recompute_modules: moe recomputes MoE layers; the model has none (model.num_experts is "
+        "null)");
+  CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"})
+            .find("model.recompute_modules: shared_experts recomputes the MoE layers' shared experts; the model has "
+                  "none") != std::string::npos);
+  CHECK(config_error({"model.distribute_saved_activations=true"})
+            .find("model.distribute_saved_activations: true is not supported") != std::string::npos);
+  CHECK(moe_config_error({"model.moe_layer_recompute=true", "model.recompute_granularity=full",
+                          "model.recompute_method=block", "model.recompute_num_layers=1"}) ==
+        "ConfigError: model.moe_layer_recompute: cannot be combined with model.recompute_granularity full");
+  CHECK(moe_config_error({"model.moe_router_load_balancing_type=[global_aux_loss]", "model.moe_layer_recompute=true"})
+            .find("model.recompute_modules: recomputing MoE layers with the global_aux_loss") != std::string::npos);
+  // --moe-layer-recompute: selective with moe (and without Megatron's default core_attn).
+  const StrataConfig c = rc_config(true, {"model.moe_layer_recompute=true"});
+  CHECK(c.model.recompute_granularity == RecomputeGranularity::Selective);
+  CHECK(c.model.recompute_modules == std::vector<std::string>{"moe"});
+}
