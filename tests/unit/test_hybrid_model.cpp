@@ -206,7 +206,7 @@ TEST_CASE("hybrid model: each layer observed once; KV-cached generation equals t
     ResidualCounter counter;
     CaptureScope scope(counter, SourceKinds{SourceKind::ResidualAccumulator, SourceKind::ResidualContribution});
     auto ctx = m.make_context(1, 0, true);
-    m.forward(*ctx, batch);
+    m.forward_pass(*ctx, batch);
     for (int i = 0; i < 5; ++i) {
       const std::string layer = "decoder.layers." + std::to_string(i);
       INFO(layer);

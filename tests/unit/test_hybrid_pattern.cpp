@@ -6,9 +6,11 @@
 // and each chunk's layers (segment = vp_stage·pp + pp_rank), the mtp_num_layers accessor.
 // Reference: megatron/core/models/hybrid/hybrid_layer_allocation.py, megatron/training/arguments.py.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <functional>
 
 #include "models/hybrid/hybrid_pattern.h"
+#include "strata_source_dir.h"
 #include "training/config.h"
 
 using namespace strata;
@@ -206,4 +208,17 @@ TEST_CASE("hybrid pattern: mtp_num_layers is inferred from the / depths; a confl
   CHECK(error_of([] { hybrid::check_hybrid_mtp_num_layers("*-/*/*", 3); }) ==
         "ConfigError: model.mtp_num_layers: 3 conflicts with the 2 MTP depths ('/' patterns) of "
         "model.hybrid_layer_pattern '*-/*/*'; leave it null (inferred) or make them agree");
+}
+
+TEST_CASE("hybrid pattern: configs/hybrid_tiny.yaml loads and validates, also on two pipeline stages", "[hybrid]") {
+  const std::string file = (std::filesystem::path(STRATA_SOURCE_DIR) / "configs/hybrid_tiny.yaml").string();
+  StrataConfig c = StrataConfig::load(file);
+  c.validate(1);
+  CHECK(c.model.hybrid_layer_pattern == std::optional<std::string>("*-E*-E"));
+  CHECK(c.model.num_layers == 6);
+  CHECK(c.model.moe_layer_map == std::vector<int64_t>{0, 0, 1, 0, 0, 1});
+  StrataConfig pp = StrataConfig::load(file, {"model.hybrid_layer_pattern=\"*-E|*-E\"",
+                                              "parallel.pipeline_model_parallel_size=2"});
+  pp.validate(2);
+  CHECK(pp.model.num_layers == 6);
 }
