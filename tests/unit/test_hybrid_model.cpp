@@ -5,7 +5,8 @@
 // hybrid output-projection init σ/√L against GPT's σ/√(2L); the model factory builds a HybridModel
 // for model.hybrid_layer_pattern and a `*-E*-` model trains under the Trainer (losses finite and
 // falling, bitwise reproducible); every layer's residuals are observed exactly once per forward;
-// the E layer's router is exposed; KV-cached generation over mixed layers equals the full forward.
+// the E layer's router is exposed; KV-cached generation over mixed layers equals the full forward;
+// strata plan refuses hybrid models (its counts are GPT's).
 // Reference: megatron/core/models/hybrid/hybrid_model.py, hybrid_block.py, hybrid_layer_specs.py.
 #include <algorithm>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "models/parameter_names.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
+#include "training/memory_plan.h"
 #include "training/model_factory.h"
 #include "training/trainer.h"
 
@@ -225,6 +227,12 @@ TEST_CASE("hybrid model: each layer observed once; KV-cached generation equals t
   const Tensor rest = m.logits_for(batch.tokens.narrow(1, 5, 3).contiguous(), &cache, 5);
   CHECK(test::max_abs_diff(first, whole.narrow(1, 0, 5).contiguous()) < 1e-12);
   CHECK(test::max_abs_diff(rest, whole.narrow(1, 5, 3).contiguous()) < 1e-12);
+}
+
+TEST_CASE("hybrid model: strata plan refuses it with an error naming the field", "[hybrid]") {
+  const StrataConfig cfg = test::tiny_config({"model.hybrid_layer_pattern=\"*-\"", "model.vocab_size=50"});
+  CHECK_THROWS_WITH(plan_layout(cfg), Catch::Contains("model.hybrid_layer_pattern: strata plan does not count hybrid "
+                                                      "models yet"));
 }
 
 }  // namespace strata
