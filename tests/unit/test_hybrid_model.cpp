@@ -6,9 +6,13 @@
 // for model.hybrid_layer_pattern and a `*-E*-` model trains under the Trainer (losses finite and
 // falling, bitwise reproducible); every layer's residuals are observed exactly once per forward;
 // the E layer's router is exposed; KV-cached generation over mixed layers equals the full forward;
-// strata plan refuses hybrid models (its counts are GPT's).
+// a checkpoint resumes bit-exactly (MoE, dropout on); strata plan refuses hybrid models (its
+// counts are GPT's).
 // Reference: megatron/core/models/hybrid/hybrid_model.py, hybrid_block.py, hybrid_layer_specs.py.
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -19,6 +23,7 @@
 #include "models/parameter_names.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
+#include "training/checkpoint.h"
 #include "training/memory_plan.h"
 #include "training/model_factory.h"
 #include "training/trainer.h"
@@ -233,6 +238,41 @@ TEST_CASE("hybrid model: strata plan refuses it with an error naming the field",
   const StrataConfig cfg = test::tiny_config({"model.hybrid_layer_pattern=\"*-\"", "model.vocab_size=50"});
   CHECK_THROWS_WITH(plan_layout(cfg), Catch::Contains("model.hybrid_layer_pattern: strata plan does not count hybrid "
                                                       "models yet"));
+}
+
+TEST_CASE("hybrid model: a checkpoint resumes bit-exactly (E layers, dropout)", "[hybrid]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_test_hybrid_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::vector<std::string> base = {"model.hybrid_layer_pattern=\"*-E\"", "model.hidden_size=16",
+                                         "model.num_attention_heads=4", "model.vocab_size=50",
+                                         "model.make_vocab_size_divisible_by=8", "model.num_experts=4",
+                                         "model.moe_ffn_hidden_size=16", "model.add_bias_linear=false",
+                                         "model.moe_aux_loss_coeff=0.01", "training.train_iters=10",
+                                         "optimizer.lr_decay_iters=10"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    const StrataConfig cfg = test::tiny_config(o);
+    std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
+    LearnableBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size);
+    std::ostringstream log;
+    TrainerOptions opt;
+    opt.log_stream = &log;
+    opt.tensor_io = std::make_shared<test::TestSafetensorsIO>();
+    Trainer trainer(cfg, *model, train, nullptr, opt);
+    return trainer.train();
+  };
+  const TrainResult full = run({});
+  const TrainResult first = run({"checkpoint.save=" + dir.string(), "checkpoint.save_interval=5",
+                                 "training.exit_interval=5"});
+  REQUIRE(first.final_iteration == 5);
+  REQUIRE(read_checkpoint_tracker(dir.string()) == 5);
+  const TrainResult resumed = run({"checkpoint.load=" + dir.string()});
+  CHECK(resumed.start_iteration == 5);
+  REQUIRE(resumed.losses.size() == 5);
+  CHECK(resumed.losses == std::vector<double>(full.losses.begin() + 5, full.losses.end()));  // bitwise
+  fs::remove_all(dir);
 }
 
 }  // namespace strata
