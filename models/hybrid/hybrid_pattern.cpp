@@ -3,6 +3,7 @@
 #include "models/hybrid/hybrid_pattern.h"
 
 #include <string_view>
+#include <utility>
 
 #include "core/config_table.h"
 
@@ -148,14 +149,12 @@ void apply_hybrid_pipeline_layout(const HybridPattern& p, ParallelConfig& parall
     throw ConfigError(kPatternField, "has " + str(segments) +
                                          " '|' pipeline segments, not a multiple of "
                                          "parallel.pipeline_model_parallel_size (" + str(pp) + ")");
-  for (const char* f : {"num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"}) {
-    const bool set = std::string_view(f) == "num_layers_in_first_pipeline_stage"
-                         ? parallel.num_layers_in_first_pipeline_stage.has_value()
-                         : parallel.num_layers_in_last_pipeline_stage.has_value();
+  const std::pair<const char*, bool> uneven[] = {
+      {"parallel.num_layers_in_first_pipeline_stage", parallel.num_layers_in_first_pipeline_stage.has_value()},
+      {"parallel.num_layers_in_last_pipeline_stage", parallel.num_layers_in_last_pipeline_stage.has_value()}};
+  for (const auto& [field, set] : uneven)
     if (set)
-      throw ConfigError(std::string("parallel.") + f,
-                        "cannot be set when model.hybrid_layer_pattern has '|' segments (they define the stages)");
-  }
+      throw ConfigError(field, "cannot be set when model.hybrid_layer_pattern has '|' segments (they define the stages)");
   const int64_t derived = segments / pp;
   if (vpp && *vpp != derived)
     throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
