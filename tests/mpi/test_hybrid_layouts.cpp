@@ -3,7 +3,7 @@
 // within 1e-5, every parameter on exactly one stage): PP2 with '|' segments (uneven: 2 and 3
 // layers), PP2 with the even split of a pattern without '|', PP2 × VPP2 derived from four '|'
 // segments (ctest mpi_pipeline_np2, [pipeline]); TP2 + sequence parallelism (mpi_tp_np2, [tp]);
-// DP2 (mpi_np2, [mpi]). The baseline runs the pattern without its '|' on one rank.
+// CP2 (mpi_cp_np2, [cp]); DP2 (mpi_np2, [mpi]). The baseline runs the pattern without its '|' on one rank.
 // Reference: megatron/core/models/hybrid/hybrid_layer_allocation.py (select_pipeline_segment).
 #include <string>
 #include <vector>
@@ -47,6 +47,10 @@ TEST_CASE("hybrid layouts: PP2 x VPP2 from four '|' segments matches", "[pipelin
 
 TEST_CASE("hybrid layouts: TP2 + sequence parallelism matches", "[tp]") {
   check_hybrid("*-E*-", "*-E*-", {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"});
+}
+
+TEST_CASE("hybrid layouts: CP2 (attention layers exchange K/V, the others are per token) matches", "[cp]") {
+  check_hybrid("*-E*-", "*-E*-", {"parallel.context_parallel_size=2"});
 }
 
 TEST_CASE("hybrid layouts: DP2 matches", "[mpi]") {
