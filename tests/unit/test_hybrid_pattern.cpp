@@ -222,3 +222,18 @@ TEST_CASE("hybrid pattern: configs/hybrid_tiny.yaml loads and validates, also on
   pp.validate(2);
   CHECK(pp.model.num_layers == 6);
 }
+
+TEST_CASE("hybrid pattern: Megatron's --hybrid-layer-pattern flag, any leading symbol", "[hybrid]") {
+  for (const std::string pattern : {"*-E*-", "-*E", "E*-|*-E", "*-|*-"}) {
+    INFO(pattern);
+    StrataConfig c = StrataConfig::from_yaml_text(kBase, {}, "base.yaml");
+    StrataConfig::table().apply_command_line({"--hybrid-layer-pattern", pattern, "--num-experts", "2",
+                                              "--disable-bias-linear"},
+                                             c, nullptr);
+    CHECK(c.model.hybrid_layer_pattern == std::optional<std::string>(pattern));
+  }
+  StrataConfig c = StrataConfig::from_yaml_text(kBase, {}, "base.yaml");
+  StrataConfig::table().apply_command_line({"--hybrid-override-pattern", "*-"}, c, nullptr);
+  c.validate(1);
+  CHECK(c.model.hybrid_layer_pattern == std::optional<std::string>("*-"));
+}
