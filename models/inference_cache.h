@@ -1,5 +1,5 @@
-// Generation state carried from one forward to the next: per layer the attention KV cache (and,
-// with the hybrid issue, the Mamba layers' conv and SSM states beside it), plus the number of
+// Generation state carried from one forward to the next: per layer the attention KV cache or the
+// Mamba layer's conv and SSM states (LayerKVCache::mamba), plus the number of
 // positions already processed. A block makes one LayerCache per layer it owns; layers without
 // attention leave k/v undefined.
 // Reference: Megatron-Core inference/contexts (static inference context: key/value memory per
@@ -12,10 +12,19 @@
 
 namespace strata {
 namespace layers {
-// One layer's KV cache for generation: k, v: [max_s, b, ng, hn]; `length` positions filled.
+// A Mamba layer's recurrent generation state: the causal conv's last inputs conv [b, conv_dim, d_conv − 1]
+// (activation dtype) and the SSM state ssm [b, H, P, N] (f32; f64 for an f64 model), this rank's
+// heads/channels. Undefined for layers without a Mamba mixer.
+struct MambaStateCache {
+  Tensor conv, ssm;
+  bool defined() const { return ssm.defined(); }
+};
+// One layer's generation cache: for attention, k, v: [max_s, b, ng, hn]; for a Mamba mixer, its
+// recurrent state (`mamba`); `length` positions processed.
 struct LayerKVCache {
   Tensor k, v;
   int64_t length = 0;
+  MambaStateCache mamba;
 };
 }  // namespace layers
 

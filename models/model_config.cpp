@@ -87,10 +87,11 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("fp32_residual_connection", &M::fp32_residual_connection,
         "Keep the residual stream in fp32 under bf16 precision.");
   add_moe_fields(f);
+  add_mamba_fields(f);
   f.add("hybrid_layer_pattern", &M::hybrid_layer_pattern,
-        "Hybrid model: one symbol per layer, * attention, - MLP, E MoE (M Mamba2 once the mixer is in "
-        "the build), | between pipeline segments (a multiple of pipeline_model_parallel_size; the virtual "
-        "stages follow), / before each MTP depth; num_layers is derived from it (docs/hybrid.md). null: GPT.");
+        "Hybrid model: one symbol per layer, * attention, - MLP, E MoE, M Mamba2, | between pipeline "
+        "segments (a multiple of pipeline_model_parallel_size; the virtual stages follow), / before each MTP "
+        "depth; num_layers is derived from it (docs/hybrid.md). null: GPT.");
   f.add("hybrid_override_pattern", &M::hybrid_override_pattern,
         "Deprecated alias of hybrid_layer_pattern (Megatron's --hybrid-override-pattern); not both.");
   return f;

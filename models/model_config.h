@@ -1,6 +1,7 @@
 // ModelConfig: the `model` config section — the fields of Megatron-Core's TransformerConfig (plus
 // the GPT-level vocabulary, sequence and position-embedding arguments), and the mixture-of-experts
-// fields (num_experts, moe_*; rules in models/moe_config.cpp).
+// fields (num_experts, moe_*; rules in models/moe_config.cpp), and the Mamba-2 mixer fields (mamba_*;
+// rules in models/mamba_config.cpp).
 // Reference: megatron/core/transformer/transformer_config.py, megatron/training/arguments.py
 // (_add_network_size_args, validate_args: ffn_hidden_size, kv_channels and query-group rules),
 // megatron/training/tokenizer/tokenizer.py (_vocab_size_with_padding).
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/config_table.h"
+#include "models/mamba_config.h"
 #include "models/moe_config.h"
 
 namespace strata {
@@ -103,6 +105,13 @@ struct ModelConfig {
   MoeTokenDispatcherType moe_token_dispatcher_type = MoeTokenDispatcherType::AllGather;
   bool moe_grouped_gemm = false;
   bool moe_per_layer_logging = false;
+
+  // ---- Mamba-2 mixer (hybrid models' M layers; models/mamba_config.h) ----
+  int64_t mamba_head_dim = 64;
+  int64_t mamba_state_dim = 128;
+  int64_t mamba_num_groups = 8;
+  std::optional<int64_t> mamba_num_heads;  // null → 2·hidden_size / mamba_head_dim
+  int64_t mamba_chunk_size = 128;
 
   // Resolved by finalize_moe_config() from moe_layer_freq (not a config field): 1 = MoE layer.
   std::vector<int64_t> moe_layer_map;

@@ -70,10 +70,12 @@ Tensor gather_parameter(const Parameter& p, const Tensor& part, const ProcessGro
   std::vector<double> st = all_starts.to_vector();
 
   Tensor global = Tensor::zeros(p.global_shape, part.dtype(), part.device());
-  const int64_t rows = local.size(0), block_rows = rows / static_cast<int64_t>(blocks.size());
+  const int64_t rows = local.size(0);
   for (int r = 0; r < tp.size(); ++r) {
     for (size_t i = 0; i < blocks.size(); ++i) {
-      Tensor src = all.narrow(0, r * rows + static_cast<int64_t>(i) * block_rows, block_rows);
+      const int64_t block_rows = p.blocks.empty() ? rows : parameter_block_rows(p, i);
+      const int64_t offset = p.blocks.empty() ? 0 : parameter_block_offset(p, i);
+      Tensor src = all.narrow(0, r * rows + offset, block_rows);
       Tensor dst = global;
       for (int d = 0; d < nd; ++d) {
         const auto start = static_cast<int64_t>(st[static_cast<size_t>(r * per_rank + static_cast<int64_t>(i) * nd + d)]);

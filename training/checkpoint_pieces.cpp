@@ -54,11 +54,10 @@ std::vector<LocalRegion> parameter_regions(const Parameter& p, const Tensor& t) 
   std::vector<LocalRegion> out;
   if (!p.blocks.empty()) {
     const int64_t n = static_cast<int64_t>(p.blocks.size());
-    STRATA_INTERNAL_ASSERT(t.size(0) % n == 0);
-    const int64_t rows = t.size(0) / n;
-    for (int64_t i = 0; i < n; ++i) {
-      Tensor v = t.narrow(0, i * rows, rows);
-      out.push_back({box_of(p.blocks[static_cast<size_t>(i)], v.shape()), v});
+    STRATA_INTERNAL_ASSERT(!p.block_rows.empty() || t.size(0) % n == 0);
+    for (size_t i = 0; i < p.blocks.size(); ++i) {
+      Tensor v = t.narrow(0, parameter_block_offset(p, i), parameter_block_rows(p, i));
+      out.push_back({box_of(p.blocks[i], v.shape()), v});
     }
   } else {
     out.push_back({box_of(p.slice, t.shape()), t});

@@ -36,7 +36,8 @@ struct LocalRegion {
 Shape parameter_global_shape(const Parameter& p);
 // The boxes this rank's copy of p covers, with `local` the matching views of `t` (t has p.value's
 // shape: the value itself, or an optimizer state reshaped to it). Blocks (SwiGLU fc1): one region
-// per block, block i being rows [i·r, (i+1)·r) of t.
+// per block, block i being rows [i·r, (i+1)·r) of t (or Parameter::block_rows[i] rows each: the
+// Mamba mixer's in_proj and conv1d parts).
 std::vector<LocalRegion> parameter_regions(const Parameter& p, const Tensor& t);
 
 // Copies the part of `piece` (the data of box piece_box) that lies in dst_box into dst (the data

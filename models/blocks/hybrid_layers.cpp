@@ -53,15 +53,34 @@ layers::LayerKVCache TransformerHybridLayer::make_cache(int64_t batch, int64_t m
   return lc;
 }
 
+struct MambaHybridLayer::Saved : HybridLayer::State {
+  layers::MambaLayer::Saved layer;
+};
+
+Tensor MambaHybridLayer::forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
+                                 std::unique_ptr<State>* saved) {
+  Saved* sv = nullptr;
+  if (saved) {
+    auto s = std::make_unique<Saved>();
+    sv = s.get();
+    *saved = std::move(s);
+  }
+  return layer_.forward(x, run.keys, run.position_offset, cache, sv ? &sv->layer : nullptr, run.aux);
+}
+
+Tensor MambaHybridLayer::backward(State& saved, const Tensor& dy) {
+  auto* sv = dynamic_cast<Saved*>(&saved);
+  STRATA_INTERNAL_ASSERT(sv != nullptr, name(), ": the saved state is not a Mamba layer's");
+  return layer_.backward(sv->layer, dy);
+}
+
 std::unique_ptr<HybridLayer> make_hybrid_layer(char symbol, int64_t index, const ModelConfig& cfg,
                                                const layers::LayerEnv& env, const ParallelGroups& groups) {
   switch (symbol) {
     case '*':
     case '-':
     case 'E': return std::make_unique<TransformerHybridLayer>(symbol, index, cfg, env, groups);
-    case 'M':  // the MambaLayer adapter joins here with the Mamba2 mixer
-      throw config::ConfigError("model.hybrid_layer_pattern", "layer " + std::to_string(index) +
-                                                                  " is 'M': the Mamba2 mixer is not in this build");
+    case 'M': return std::make_unique<MambaHybridLayer>(index, cfg, env, groups);
     default:
       throw config::ConfigError("model.hybrid_layer_pattern", "layer " + std::to_string(index) + " is '" +
                                                                   std::string(1, symbol) + "', not a layer symbol");

@@ -1,8 +1,8 @@
 // The layers of a hybrid stack behind one small interface, one adapter per layer kind: `*`, `-`
 // and `E` are the TransformerLayer assembled from the attention-only, MLP-only and MoE-only specs
 // (Megatron's hybrid_stack_spec: attention_layer = TransformerLayer without MLP, mlp_layer =
-// MLPLayer, moe_layer = MoETransformerLayer with its own pre_mlp_layernorm). A new kind (`M`, the
-// MambaLayer) is one more adapter and one case in make_hybrid_layer.
+// MLPLayer, moe_layer = MoETransformerLayer with its own pre_mlp_layernorm); `M` is the MambaLayer
+// (models/layers/mamba_layer.h). A new kind is one more adapter and one case in make_hybrid_layer.
 // Reference: megatron/core/models/hybrid/hybrid_layer_specs.py (hybrid_stack_spec),
 // hybrid_block.py (HybridStack.__init__: one layer per symbol).
 #pragma once
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/blocks/block.h"
+#include "models/layers/mamba_layer.h"
 #include "models/layers/transformer_layer.h"
 #include "models/model_config.h"
 #include "parallel/process_group.h"
@@ -63,6 +64,29 @@ class TransformerHybridLayer : public HybridLayer {
   struct Saved;
   char symbol_;
   layers::TransformerLayer layer_;
+};
+
+// `M`: the MambaLayer (mixer with its fused pre-norm; recurrent state cache).
+class MambaHybridLayer : public HybridLayer {
+ public:
+  MambaHybridLayer(int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups)
+      : layer_(index, cfg, env, groups) {}
+  Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
+                 std::unique_ptr<State>* saved) override;
+  Tensor backward(State& saved, const Tensor& dy) override;
+  void collect(std::vector<Parameter*>& out) override { layer_.collect(out); }
+  layers::LayerKVCache make_cache(int64_t batch, int64_t max_seq, DType, Device) const override {
+    return layer_.make_cache(batch, max_seq);
+  }
+  void end_of_step() override { layer_.end_of_step(); }
+  const std::string& name() const override { return layer_.name(); }
+  int64_t index() const override { return layer_.index(); }
+  char symbol() const override { return 'M'; }
+  layers::MambaLayer& layer() { return layer_; }
+
+ private:
+  struct Saved;
+  layers::MambaLayer layer_;
 };
 
 // The TransformerLayer spec of a transformer symbol (`*`, `-`, `E`); an internal error otherwise.

@@ -24,7 +24,7 @@ inline constexpr const char* kPatternField = "model.hybrid_layer_pattern";
 // The layer symbols Strata builds, and which of them this build has (the lead adds `M` when the
 // Mamba2 mixer lands: set kMambaInThisBuild, and the stack's layer factory gets its case).
 inline constexpr char kMamba = 'M', kAttention = '*', kMlp = '-', kMoe = 'E', kPipe = '|', kMtpSeparator = '/';
-inline constexpr bool kMambaInThisBuild = false;
+inline constexpr bool kMambaInThisBuild = true;
 inline constexpr bool kMtpInThisBuild = false;
 
 struct HybridPattern {

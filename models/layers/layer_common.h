@@ -53,7 +53,7 @@ struct DropoutSpec {
 };
 
 // Which dropout site of a layer (part of the key's stream id).
-enum class DropoutSite : uint32_t { Embedding = 1, AttentionOutput = 2, MlpOutput = 3, AttentionProbs = 4 };
+enum class DropoutSite : uint32_t { Embedding = 1, AttentionOutput = 2, MlpOutput = 3, AttentionProbs = 4, MambaOutput = 5 };
 
 // Where this micro-batch's samples sit in the step's global batch: dropout masks of hidden states
 // [s, b, h] are drawn over the global [s, global_batch, h] tensor at batch offset `batch_offset`,

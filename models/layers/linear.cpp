@@ -33,6 +33,33 @@ void shard_parameter_rows(Parameter& p, const ProcessGroup& tp, int64_t chunks) 
   if (chunks == 1) p.blocks.clear();
 }
 
+void shard_parameter_row_parts(Parameter& p, const ProcessGroup& tp, const std::vector<int64_t>& parts) {
+  const Shape global = p.global_shape;
+  const int64_t n = tp.size();
+  Shape local = global;
+  local[0] = 0;
+  p.blocks.clear();
+  p.block_rows.clear();
+  int64_t start = 0;
+  for (int64_t part : parts) {
+    STRATA_CHECK(part % n == 0, p.name, ": a part of ", part, " rows is not divisible by the tensor-parallel size ", n);
+    GlobalSlice s;
+    s.global_shape = global;
+    s.start = global;
+    for (int d = 0; d < global.ndim(); ++d) s.start[d] = 0;
+    s.start[0] = start + tp.rank() * (part / n);
+    p.blocks.push_back(s);
+    p.block_rows.push_back(part / n);
+    local[0] += part / n;
+    start += part;
+  }
+  STRATA_INTERNAL_ASSERT(start == global[0], p.name, ": parts sum to ", start, ", dim 0 is ", global[0]);
+  p.value = Tensor::zeros(local, p.value.dtype(), p.value.device());
+  p.main_grad = Tensor::zeros(local, p.main_grad.dtype(), p.main_grad.device());
+  p.tensor_parallel = true;
+  p.slice = p.blocks[0];
+}
+
 void shard_parameter_columns(Parameter& p, const ProcessGroup& tp) {
   const Shape global = p.global_shape;
   const int64_t n = tp.size();

@@ -28,6 +28,10 @@ enum class TensorParallelMode { Replicated, Column, Row };
 // or columns (row-parallel weights). Value and main_grad are re-allocated (zeros).
 void shard_parameter_rows(Parameter& p, const ProcessGroup& tp, int64_t chunks);
 void shard_parameter_columns(Parameter& p, const ProcessGroup& tp);
+// Rows in consecutive parts of unequal global sizes `parts` (summing to dim 0), each split
+// equally over `tp`: the local value is the rank's piece of part 0, then of part 1, ...
+// (Parameter::block_rows). The Mamba mixer's in_proj [z | x | B | C | dt] and conv1d [x | B | C].
+void shard_parameter_row_parts(Parameter& p, const ProcessGroup& tp, const std::vector<int64_t>& parts);
 
 class Linear {
  public:

@@ -1,0 +1,110 @@
+// CPU reference of kernels/causal_conv1d.h: inputs read into contiguous host arrays of the
+// accumulation type, one channel at a time; dw/dbias sums over (batch, time) in index order.
+// Reference: PyTorch nn.Conv1d(groups=C, padding=K−1)[..., :l] then F.silu.
+#include <cmath>
+#include <vector>
+
+#include "kernels/causal_conv1d.h"
+
+namespace strata::kernels::cpu {
+namespace {
+template <typename T>
+std::vector<T> host(const Tensor& t) {
+  if (!t.defined()) return {};
+  const std::vector<double> v = t.to_vector();
+  return std::vector<T>(v.begin(), v.end());
+}
+template <typename T>
+void store(const Tensor& out, const std::vector<T>& v) {
+  Tensor o = out;  // a handle on the same storage
+  o.copy_(Tensor::from_vector(std::vector<double>(v.begin(), v.end()), out.shape(), DType::F64));
+}
+template <typename T>
+T sigmoid(T u) { return T(1) / (T(1) + std::exp(-u)); }
+
+// The conv input at (batch, position t, channel) with t < 0 read from the history.
+template <typename T>
+struct Padded {
+  const std::vector<T>& x;
+  const std::vector<T>& hist;
+  int64_t l, C, K;
+  T at(int64_t bi, int64_t t, int64_t c) const {
+    if (t >= 0) return x[(bi * l + t) * C + c];
+    if (hist.empty()) return T(0);
+    return hist[(bi * C + c) * (K - 1) + (K - 1 + t)];
+  }
+};
+
+template <typename T>
+T pre_activation(const Padded<T>& in, const std::vector<T>& w, const std::vector<T>& bias, int64_t bi, int64_t t,
+                 int64_t c) {
+  T u = bias[c];
+  for (int64_t k = 0; k < in.K; ++k) u += w[c * in.K + k] * in.at(bi, t - (in.K - 1) + k, c);
+  return u;
+}
+
+template <typename T>
+void forward_impl(const Tensor& xt, const Tensor& wt, const Tensor& bt, const Tensor& ht, const Tensor& yt,
+                  const Tensor& fh) {
+  const int64_t b = xt.size(0), l = xt.size(1), C = xt.size(2), K = wt.size(1);
+  const std::vector<T> x = host<T>(xt), w = host<T>(wt), bias = host<T>(bt), hist = host<T>(ht);
+  const Padded<T> in{x, hist, l, C, K};
+  std::vector<T> y(x.size());
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t t = 0; t < l; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        const T u = pre_activation(in, w, bias, bi, t, c);
+        y[(bi * l + t) * C + c] = u * sigmoid(u);
+      }
+  store(yt, y);
+  if (!fh.defined()) return;
+  std::vector<T> f(static_cast<size_t>(b * C * (K - 1)));
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < K - 1; ++j) f[(bi * C + c) * (K - 1) + j] = in.at(bi, l - (K - 1) + j, c);
+  store(fh, f);
+}
+
+template <typename T>
+void backward_impl(const Tensor& xt, const Tensor& wt, const Tensor& bt, const Tensor& dyt, const Tensor& dxt,
+                   const Tensor& dwt, const Tensor& dbt) {
+  const int64_t b = xt.size(0), l = xt.size(1), C = xt.size(2), K = wt.size(1);
+  const std::vector<T> x = host<T>(xt), w = host<T>(wt), bias = host<T>(bt), dy = host<T>(dyt), none;
+  const Padded<T> in{x, none, l, C, K};
+  std::vector<T> du(x.size()), dx(x.size(), T(0)), dw = host<T>(dwt), db = host<T>(dbt);
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t t = 0; t < l; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        const T u = pre_activation(in, w, bias, bi, t, c), s = sigmoid(u);
+        du[(bi * l + t) * C + c] = dy[(bi * l + t) * C + c] * s * (T(1) + u * (T(1) - s));
+      }
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t t = 0; t < l; ++t) {
+        const T g = du[(bi * l + t) * C + c];
+        db[c] += g;
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t src = t - (K - 1) + k;
+          if (src < 0) continue;
+          dw[c * K + k] += g * x[(bi * l + src) * C + c];
+          dx[(bi * l + src) * C + c] += g * w[c * K + k];
+        }
+      }
+  store(dxt, dx);
+  store(dwt, dw);
+  store(dbt, db);
+}
+}  // namespace
+
+void causal_conv1d_silu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& history,
+                                const Tensor& y, const Tensor& final_history) {
+  if (x.dtype() == DType::F64) forward_impl<double>(x, w, bias, history, y, final_history);
+  else forward_impl<float>(x, w, bias, history, y, final_history);
+}
+void causal_conv1d_silu_backward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& dy,
+                                 const Tensor& dx, const Tensor& dw, const Tensor& dbias) {
+  if (x.dtype() == DType::F64) backward_impl<double>(x, w, bias, dy, dx, dw, dbias);
+  else backward_impl<float>(x, w, bias, dy, dx, dw, dbias);
+}
+
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,50 @@
+// One Mamba layer (see mamba_layer.h). Reference: Megatron-Core ssm/mamba_layer.py.
+#include "models/layers/mamba_layer.h"
+
+#include "core/error.h"
+#include "core/phase_timer.h"
+#include "kernels/elementwise.h"
+
+namespace strata::layers {
+
+MambaLayer::MambaLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups)
+    : index_(index),
+      name_("decoder.layers." + std::to_string(index)),
+      hidden_dropout_(cfg.hidden_dropout),
+      mixer_(name_ + ".mixer", cfg, env, groups) {}
+
+Tensor MambaLayer::forward(const Tensor& x, const DropoutKeys& keys, int64_t /*position_offset*/,
+                           LayerKVCache* cache, Saved* saved, AuxLossChannel* /*aux*/) const {
+  STRATA_CHECK(cache == nullptr || cache->mamba.defined(), name_, ": the generation cache has no Mamba state");
+  Saved local;
+  Saved& sv = saved ? *saved : local;
+  Tensor m;
+  {
+    phase_timer::Scope t("forward/layers/mamba");
+    m = mixer_.forward(x, cache ? &cache->mamba : nullptr, (saved && !cache) ? &sv.mixer : nullptr);
+  }
+  if (cache) cache->length += x.size(0);
+  sv.dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MambaOutput, m);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernels::add(x, apply_dropout(m, sv.dropout), out);
+  return out;
+}
+
+Tensor MambaLayer::backward(const Saved& sv, const Tensor& dy) {
+  Tensor dm;
+  {
+    phase_timer::Scope t("backward/layers/mamba");
+    dm = mixer_.backward(sv.mixer, apply_dropout_backward(dy, sv.dropout));
+  }
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  kernels::add(dy, dm, dx);
+  return dx;
+}
+
+LayerKVCache MambaLayer::make_cache(int64_t batch, int64_t /*max_seq*/) const {
+  LayerKVCache c;
+  c.mamba = mixer_.make_cache(batch);
+  return c;
+}
+
+}  // namespace strata::layers
