@@ -298,8 +298,15 @@ void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
                       str(m.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
   if (!m.is_hybrid() || !hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).has_pipes())
     layers_per_pipeline_stage(p, m.num_layers);  // '|' segments define a hybrid model's stages instead
-  if (m.is_hybrid() && m.hybrid_layer_pattern->find(hybrid::kMamba) != std::string::npos)
+  if (const size_t mamba = m.is_hybrid() ? m.hybrid_layer_pattern->find(hybrid::kMamba) : std::string::npos;
+      mamba != std::string::npos) {
     check_mamba_config(m, tp);  // the M layers' heads and groups, split over tp
+    if (cp > 1)
+      throw ConfigError("parallel.context_parallel_size",
+                        str(cp) + " is not supported with Mamba layers ('M' at position " +
+                            str(static_cast<int64_t>(mamba)) +
+                            " of model.hybrid_layer_pattern): the SSM state is not handed across cp ranks");
+  }
   if (cp > 1 && m.seq_length % (2 * cp) != 0)
     throw ConfigError("model.seq_length", str(m.seq_length) +
                                               " is not divisible by 2 x parallel.context_parallel_size (" +

@@ -21,8 +21,8 @@ namespace strata::hybrid {
 
 inline constexpr const char* kPatternField = "model.hybrid_layer_pattern";
 
-// The layer symbols Strata builds, and which of them this build has (the lead adds `M` when the
-// Mamba2 mixer lands: set kMambaInThisBuild, and the stack's layer factory gets its case).
+// The layer symbols Strata builds, and which of them this build has (`M`: the Mamba2 layer,
+// models/layers/mamba_layer.h; `/`: refused until multi-token prediction lands).
 inline constexpr char kMamba = 'M', kAttention = '*', kMlp = '-', kMoe = 'E', kPipe = '|', kMtpSeparator = '/';
 inline constexpr bool kMambaInThisBuild = true;
 inline constexpr bool kMtpInThisBuild = false;

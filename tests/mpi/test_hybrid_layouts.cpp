@@ -24,10 +24,14 @@ std::vector<std::string> with_pattern(const std::string& pattern, std::vector<st
   return o;
 }
 
-// `pattern` (with '|') in the layout run, `flat` (the same layers) in the single-rank baseline.
-void check_hybrid(const std::string& pattern, const std::string& flat, const std::vector<std::string>& parallel) {
-  const std::vector<std::string> layout = with_pattern(pattern, parallel);
-  const std::vector<std::string> baseline = with_pattern(flat);
+// `pattern` (with '|') in the layout run, `flat` (the same layers) in the single-rank baseline;
+// `extra`: both runs, except its parallel.* settings (the layout run's only).
+void check_hybrid(const std::string& pattern, const std::string& flat, const std::vector<std::string>& extra) {
+  const std::vector<std::string> layout = with_pattern(pattern, extra);
+  std::vector<std::string> model_only;
+  for (const auto& o : extra)
+    if (o.rfind("parallel.", 0) != 0) model_only.push_back(o);
+  const std::vector<std::string> baseline = with_pattern(flat, model_only);
   mpitest::check_layout(layout, mpitest::world().size(), &baseline);
 }
 
@@ -43,6 +47,24 @@ TEST_CASE("hybrid layouts: PP2 even split of a pattern without '|' matches", "[p
 
 TEST_CASE("hybrid layouts: PP2 x VPP2 from four '|' segments matches", "[pipeline]") {
   check_hybrid("*|-E|*-|-*", "*-E*--*", {"parallel.pipeline_model_parallel_size=2"});
+}
+
+const std::vector<std::string> kMamba = {"model.mamba_head_dim=16", "model.mamba_num_groups=2",
+                                         "model.mamba_state_dim=8", "model.mamba_chunk_size=8"};
+
+TEST_CASE("hybrid layouts: PP2 with Mamba layers in both segments matches", "[pipeline]") {
+  check_hybrid("M*|EM", "M*EM", [] {
+    std::vector<std::string> o = kMamba;
+    o.push_back("parallel.pipeline_model_parallel_size=2");
+    return o;
+  }());
+}
+
+TEST_CASE("hybrid layouts: TP2 + SP with Mamba layers (heads and groups split) matches", "[tp]") {
+  std::vector<std::string> o = kMamba;
+  o.push_back("parallel.tensor_model_parallel_size=2");
+  o.push_back("parallel.sequence_parallel=true");
+  check_hybrid("M*EM-", "M*EM-", o);
 }
 
 TEST_CASE("hybrid layouts: TP2 + sequence parallelism matches", "[tp]") {

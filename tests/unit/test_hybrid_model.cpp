@@ -6,7 +6,9 @@
 // for model.hybrid_layer_pattern and a `*-E*-` model trains under the Trainer (losses finite and
 // falling, bitwise reproducible); every layer's residuals are observed exactly once per forward;
 // the E layer's router is exposed; KV-cached generation over mixed layers equals the full forward;
-// a checkpoint resumes bit-exactly (MoE, dropout on); strata plan refuses hybrid models (its
+// a checkpoint resumes bit-exactly (MoE, dropout on); `M` layers (the Mamba2 mixer): Megatron's
+// names decoder.layers.N.mixer.*, the model trains, the recurrent-state generation cache equals
+// the full forward, config errors before allocation; strata plan refuses hybrid models (its
 // counts are GPT's).
 // Reference: megatron/core/models/hybrid/hybrid_model.py, hybrid_block.py, hybrid_layer_specs.py.
 #include <unistd.h>
@@ -273,6 +275,81 @@ TEST_CASE("hybrid model: a checkpoint resumes bit-exactly (E layers, dropout)", 
   REQUIRE(resumed.losses.size() == 5);
   CHECK(resumed.losses == std::vector<double>(full.losses.begin() + 5, full.losses.end()));  // bitwise
   fs::remove_all(dir);
+}
+
+namespace {
+const std::vector<std::string> kMamba = {"model.mamba_head_dim=8", "model.mamba_num_groups=2",
+                                         "model.mamba_state_dim=4", "model.mamba_chunk_size=4"};
+}  // namespace
+
+TEST_CASE("hybrid model: M layers — Megatron's mixer names, training, generation with the state cache", "[hybrid]") {
+  std::vector<std::string> o = {"model.hybrid_layer_pattern=\"M*-M\"", "model.hidden_size=16",
+                                "model.num_attention_heads=4", "model.vocab_size=50",
+                                "model.make_vocab_size_divisible_by=8", "model.hidden_dropout=0",
+                                "model.attention_dropout=0", "model.position_embedding_type=rope",
+                                "training.train_iters=20"};
+  o.insert(o.end(), kMamba.begin(), kMamba.end());
+  const StrataConfig cfg = test::tiny_config(o);
+  std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
+  auto* hybrid = dynamic_cast<HybridModel*>(model.get());
+  REQUIRE(hybrid != nullptr);
+  CHECK(hybrid->decoder().layer(0).symbol() == 'M');
+  const std::vector<std::string> names = names_of(*model);
+  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  for (const char* n : {"in_proj.layer_norm_weight", "in_proj.weight", "conv1d.weight", "conv1d.bias", "dt_bias",
+                        "A_log", "D", "norm.weight", "out_proj.weight"}) {
+    INFO(n);
+    CHECK(has(std::string("decoder.layers.0.mixer.") + n));
+    CHECK(has(std::string("decoder.layers.3.mixer.") + n));
+  }
+  CHECK(has("decoder.layers.1.self_attention.linear_qkv.weight"));
+  CHECK(has("decoder.final_norm.weight"));
+  // Generation: prefill then decode with the caches (Mamba state, attention K/V) equals the full forward.
+  model->init_parameters(3);
+  const Batch batch = test::fixed_batch(1, 8, 50);
+  InferenceCache cache = model->make_inference_cache(1, 8);
+  REQUIRE(cache.layers.size() == 4);
+  const Tensor whole = model->logits_for(batch.tokens, nullptr, 0);
+  const Tensor first = model->logits_for(batch.tokens.narrow(1, 0, 5).contiguous(), &cache, 0);
+  Tensor rest = model->logits_for(batch.tokens.narrow(1, 5, 1).contiguous(), &cache, 5);
+  CHECK(test::max_abs_diff(first, whole.narrow(1, 0, 5).contiguous()) < 1e-4);
+  CHECK(test::max_abs_diff(rest, whole.narrow(1, 5, 1).contiguous()) < 1e-4);
+  // Training: finite, falling losses.
+  LearnableBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size);
+  std::ostringstream log;
+  TrainerOptions opt;
+  opt.log_stream = &log;
+  Trainer trainer(cfg, *model, train, nullptr, opt);
+  const TrainResult r = trainer.train();
+  REQUIRE(r.losses.size() == 20);
+  for (double l : r.losses) CHECK(std::isfinite(l));
+  double head = 0, tail = 0;
+  for (int i = 0; i < 4; ++i) head += r.losses[static_cast<size_t>(i)] / 4;
+  for (int i = 16; i < 20; ++i) tail += r.losses[static_cast<size_t>(i)] / 4;
+  INFO("mean loss of iterations 1-4 " << head << ", 17-20 " << tail);
+  CHECK(tail < head - 0.5);
+}
+
+TEST_CASE("hybrid model: a pattern with M checks the mamba_* fields and refuses context parallelism", "[hybrid]") {
+  std::vector<std::string> o = {"model.hybrid_layer_pattern=\"M*\"", "model.hidden_size=16",
+                                "model.num_attention_heads=4", "model.mamba_head_dim=8", "model.mamba_num_groups=3"};
+  CHECK_THROWS_WITH(test::tiny_config(o), Catch::Contains("model.mamba_num_groups"));
+  o.back() = "model.mamba_num_groups=2";
+  CHECK(test::tiny_config(o).model.num_layers == 2);
+  std::vector<std::string> cp = o;
+  cp.push_back("parallel.context_parallel_size=2");
+  CHECK_THROWS_WITH(
+      [&] {
+        StrataConfig c = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", cp,
+                                                      "cp.yaml");
+        c.validate(2);
+      }(),
+      Catch::Contains("parallel.context_parallel_size: 2 is not supported with Mamba layers ('M' at position 0 of "
+                      "model.hybrid_layer_pattern): the SSM state is not handed across cp ranks"));
+  // Without M the mamba_* fields are not checked (a GPT or * - E model keeps their defaults).
+  CHECK(test::tiny_config({"model.hybrid_layer_pattern=\"*-\"", "model.hidden_size=16",
+                           "model.mamba_num_groups=3"})
+            .model.num_layers == 2);
 }
 
 }  // namespace strata

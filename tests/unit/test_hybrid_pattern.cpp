@@ -92,7 +92,7 @@ TEST_CASE("hybrid pattern: every rejection names the field, the symbol and its p
   CHECK(parse_error("") == kField + "is empty (null: not a hybrid model)");
 }
 
-TEST_CASE("hybrid pattern: M and MTP are config errors until the mixer and MTP are in the build", "[hybrid]") {
+TEST_CASE("hybrid pattern: a symbol this build lacks (MTP's /) is a config error with its position", "[hybrid]") {
   if (!hybrid::kMambaInThisBuild)
     CHECK(config_error({"model.hybrid_layer_pattern=\"*-M\""}) ==
           kField + "'M' at position 2: the Mamba2 mixer is not in this build (layers * - E are)");
