@@ -5,7 +5,11 @@
 #include "models/model_config.h"
 #include "models/mtp_config.h"
 
+#include <cmath>
 #include <string>
+
+#include "core/logging.h"
+#include "models/hybrid/hybrid_pattern.h"
 
 namespace strata {
 
@@ -87,6 +91,12 @@ config::SectionFields<ModelConfig> model_config_fields() {
   add_mamba_fields(f);
   add_mtp_fields(f);
   add_recompute_fields(f);
+  f.add("hybrid_layer_pattern", &M::hybrid_layer_pattern,
+        "Hybrid model: one symbol per layer, * attention, - MLP, E MoE, M Mamba2, | between pipeline "
+        "segments (a multiple of pipeline_model_parallel_size; the virtual stages follow), / before each MTP "
+        "depth; num_layers is derived from it (docs/hybrid.md). null: GPT.");
+  f.add("hybrid_override_pattern", &M::hybrid_override_pattern,
+        "Deprecated alias of hybrid_layer_pattern (Megatron's --hybrid-override-pattern); not both.");
   return f;
 }
 
@@ -102,7 +112,45 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
+double ModelConfig::output_layer_init_std() const {
+  const double multiplier = is_hybrid() ? 1.0 : 2.0;
+  return init_method_std / std::sqrt(multiplier * static_cast<double>(num_layers));
+}
+
+namespace {
+// The hybrid pattern's rules that need only the model section: the deprecated alias, the symbols,
+// num_layers derived from the pattern (Megatron ignores a conflicting --num-layers with a warning;
+// so does Strata), E layers needing num_experts, moe_layer_freq unused.
+void finalize_hybrid_pattern(ModelConfig& m) {
+  if (m.hybrid_override_pattern) {
+    if (m.hybrid_layer_pattern)
+      throw ConfigError("model.hybrid_override_pattern",
+                        "is a deprecated alias of model.hybrid_layer_pattern; set only model.hybrid_layer_pattern");
+    log::warn("model.hybrid_override_pattern is deprecated; use model.hybrid_layer_pattern");
+    m.hybrid_layer_pattern = std::move(m.hybrid_override_pattern);
+    m.hybrid_override_pattern.reset();
+  }
+  if (!m.hybrid_layer_pattern) return;
+  const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern);
+  hybrid::check_hybrid_pattern_supported(p, *m.hybrid_layer_pattern);
+  if (m.num_layers != p.num_layers()) {
+    if (m.num_layers != ModelConfig{}.num_layers)
+      log::warn("model.hybrid_layer_pattern has {} layers; ignoring model.num_layers {}", p.num_layers(),
+                m.num_layers);
+    m.num_layers = p.num_layers();
+  }
+  const size_t e = m.hybrid_layer_pattern->find(hybrid::kMoe);
+  if (e != std::string::npos && !m.num_experts)
+    throw ConfigError("model.num_experts", "required by the MoE layer 'E' at position " + std::to_string(e) +
+                                               " of model.hybrid_layer_pattern");
+  if (m.moe_layer_freq != ModelConfig{}.moe_layer_freq)
+    throw ConfigError("model.moe_layer_freq", "is not used with model.hybrid_layer_pattern (its 'E' symbols place "
+                                              "the MoE layers); leave it at its default");
+}
+}  // namespace
+
 void finalize_model_config(ModelConfig& m) {
+  finalize_hybrid_pattern(m);
   // Derived defaults (Megatron's validate_args).
   if (!m.ffn_hidden_size) {
     int64_t ffn = default_ffn_hidden_size(m.hidden_size, m.swiglu);
@@ -152,6 +200,8 @@ void finalize_model_config(ModelConfig& m) {
     throw ConfigError("model.apply_residual_connection_post_layernorm",
                       "true is not supported yet (Strata builds pre-norm GPT layers only)");
   finalize_moe_config(m);
+  if (m.is_hybrid() && m.num_experts)  // the MoE layers are the pattern's E symbols
+    m.moe_layer_map = hybrid::hybrid_moe_layer_map(hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern));
   finalize_mtp_config(m);
   finalize_recompute_config(m);
 }

@@ -129,6 +129,10 @@ struct ModelConfig {
   // Resolved by finalize_moe_config() from moe_layer_freq (not a config field): 1 = MoE layer.
   std::vector<int64_t> moe_layer_map;
 
+  // ---- hybrid models (models/hybrid/hybrid_pattern.h; Megatron's --hybrid-layer-pattern) ----
+  std::optional<std::string> hybrid_layer_pattern;     // null → a GPT model; set: num_layers from it
+  std::optional<std::string> hybrid_override_pattern;  // deprecated alias of hybrid_layer_pattern
+
   // Extension points (declare the member here, bind it in model_config_fields(), check it in
   // finalize_model_config()): mHC (mhc_*), MTP (mtp_num_layers, mtp_loss_scaling_factor),
   // recompute: see the recompute members above.
@@ -138,6 +142,13 @@ struct ModelConfig {
   int64_t query_groups() const { return resolved(num_query_groups); }
   int64_t head_dim() const { return resolved(kv_channels); }
   int64_t max_positions() const { return resolved(max_position_embeddings); }
+
+  // A hybrid model (model.hybrid_layer_pattern set; after finalize_model_config() the alias is resolved).
+  bool is_hybrid() const { return hybrid_layer_pattern.has_value(); }
+  // The std of the output projections (linear_proj, linear_fc2, the experts' fc2, Mamba out_proj):
+  // init_method_std / sqrt(multiplier · num_layers), multiplier 2.0 for GPT and 1.0 for hybrid
+  // models (Megatron TransformerConfig: is_hybrid_model).
+  double output_layer_init_std() const;
 
   // MoE (valid after finalize_model_config()).
   bool is_moe() const { return num_experts.has_value(); }

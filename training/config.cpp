@@ -6,6 +6,7 @@
 #include "training/config.h"
 
 #include "models/mtp_config.h"
+#include "models/hybrid/hybrid_pattern.h"
 #include "training/tensor_dump_sites.h"
 #include "training/tensor_metrics/registry.h"
 
@@ -296,7 +297,17 @@ void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
   if (m.ffn() % tp != 0)
     throw ConfigError("model.ffn_hidden_size",
                       str(m.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  layers_per_pipeline_stage(p, m.num_layers);
+  if (!m.is_hybrid() || !hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).has_pipes())
+    layers_per_pipeline_stage(p, m.num_layers);  // '|' segments define a hybrid model's stages instead
+  if (const size_t mamba = m.is_hybrid() ? m.hybrid_layer_pattern->find(hybrid::kMamba) : std::string::npos;
+      mamba != std::string::npos) {
+    check_mamba_config(m, tp);  // the M layers' heads and groups, split over tp
+    if (cp > 1)
+      throw ConfigError("parallel.context_parallel_size",
+                        str(cp) + " is not supported with Mamba layers ('M' at position " +
+                            str(static_cast<int64_t>(mamba)) +
+                            " of model.hybrid_layer_pattern): the SSM state is not handed across cp ranks");
+  }
   if (cp > 1 && m.seq_length % (2 * cp) != 0)
     throw ConfigError("model.seq_length", str(m.seq_length) +
                                               " is not divisible by 2 x parallel.context_parallel_size (" +
@@ -424,6 +435,8 @@ void validate_inference(InferenceConfig& inference, const TrainingConfig& traini
 void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   table().check_fields(*this);
   finalize_model_config(model);
+  if (model.is_hybrid())  // '|' segments: the stages and the virtual pipeline size (before the parallel rules)
+    hybrid::apply_hybrid_pipeline_layout(hybrid::parse_hybrid_pattern(*model.hybrid_layer_pattern), parallel);
   finalize_parallel_config(parallel, launched_world_size);
   validate_model_layout(model, parallel);
   validate_training(*this);

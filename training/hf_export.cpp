@@ -130,6 +130,9 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   STRATA_CHECK(!yaml.empty(), "export --format hf: ", manifest_path.string(), " holds no config");
 
   StrataConfig cfg = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
+  STRATA_CHECK(!cfg.model.hybrid_layer_pattern && !cfg.model.hybrid_override_pattern,
+               "export --format hf: the checkpoint is a hybrid model (model.hybrid_layer_pattern), which has no "
+               "Hugging Face family in Strata yet");
   cfg.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); export runs in one process
   std::unique_ptr<data::Tokenizer> tok = try_tokenizer(cfg);
   if (!cfg.model.vocab_size) {

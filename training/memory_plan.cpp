@@ -152,6 +152,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   STRATA_INTERNAL_ASSERT(p.world_size.has_value() && cfg.training.global_batch_size.has_value(),
                          "plan_layout needs a validated config");
   STRATA_CHECK(m.vocab_size.has_value(), "model.vocab_size: needed to plan (set it, or use a tokenizer that gives it)");
+  STRATA_CHECK(!m.is_hybrid(), "model.hybrid_layer_pattern: strata plan does not count hybrid models yet");
   LayoutPlan plan;
   plan.world_size = *p.world_size;
   plan.tp = p.tensor_model_parallel_size;

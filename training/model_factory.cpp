@@ -2,6 +2,8 @@
 #include "training/model_factory.h"
 
 #include "core/error.h"
+#include "models/hybrid/hybrid_model.h"
+#include "models/hybrid/hybrid_pattern.h"
 #include "models/layers/moe/moe_layer.h"
 #include "parallel/pipeline_layout.h"
 
@@ -22,7 +24,11 @@ LanguageModelOptions language_model_options(const StrataConfig& cfg, Device devi
     STRATA_CHECK(groups.pp.size() == cfg.parallel.pipeline_model_parallel_size, "model: the pipeline group has ",
                  groups.pp.size(), " ranks but parallel.pipeline_model_parallel_size is ",
                  cfg.parallel.pipeline_model_parallel_size);
-    const PipelineChunkLayout l = pipeline_chunk_layout(cfg.parallel, cfg.model.num_layers, groups.pp.rank(), chunk);
+    const PipelineChunkLayout l =
+        cfg.model.is_hybrid()  // '|' segments (segment = chunk·pp + pp_rank), else the even/first/last split
+            ? hybrid::hybrid_chunk_layout(hybrid::parse_hybrid_pattern(*cfg.model.hybrid_layer_pattern), cfg.parallel,
+                                          groups.pp.rank(), chunk)
+            : pipeline_chunk_layout(cfg.parallel, cfg.model.num_layers, groups.pp.rank(), chunk);
     o.first_layer = l.first_layer;
     o.num_layers = l.num_layers;
     o.pre_process = l.pre_process;
@@ -48,8 +54,12 @@ std::vector<std::unique_ptr<GPTModel>> make_gpt_model_chunks(const StrataConfig&
 
 std::vector<std::unique_ptr<LanguageModel>> make_model_chunks(const StrataConfig& cfg, Device device,
                                                               const ParallelGroups& groups) {
-  // GPT is the only model kind until the hybrid issue adds model.hybrid_layer_pattern.
   std::vector<std::unique_ptr<LanguageModel>> chunks;
+  if (cfg.model.is_hybrid()) {  // model.hybrid_layer_pattern: the hybrid model
+    const int64_t n = groups.pp.size() > 1 ? num_model_chunks(cfg.parallel) : 1;
+    for (int64_t c = 0; c < n; ++c) chunks.push_back(make_hybrid_model(cfg, device, groups, c));
+    return chunks;
+  }
   for (auto& c : make_gpt_model_chunks(cfg, device, groups)) chunks.push_back(std::move(c));
   return chunks;
 }
@@ -63,7 +73,13 @@ std::vector<std::string> model_loss_names(const StrataConfig& cfg) {
   return names;
 }
 
+std::unique_ptr<HybridModel> make_hybrid_model(const StrataConfig& cfg, Device device, const ParallelGroups& groups,
+                                               int64_t chunk) {
+  return std::make_unique<HybridModel>(cfg.model, language_model_options(cfg, device, groups, chunk), groups);
+}
+
 std::unique_ptr<LanguageModel> make_model(const StrataConfig& cfg, Device device) {
+  if (cfg.model.is_hybrid()) return make_hybrid_model(cfg, device);
   return make_gpt_model(cfg, device);
 }
 

@@ -1,5 +1,5 @@
 // The model factory: the one place that turns the run configuration into model objects — the
-// model kind picked from the config (GPT now; the hybrid model with its issue), the options of a
+// model kind picked from the config (GPT, or the hybrid model when model.hybrid_layer_pattern is set), the options of a
 // pipeline stage / model chunk of this rank, and the model dtype of a precision. Everything
 // above it (run, pipeline setup, generation, export/import, checkpoints, bench) holds models as
 // LanguageModel.
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/gpt/gpt_model.h"
+#include "models/hybrid/hybrid_model.h"
 #include "models/language_model.h"
 #include "parallel/process_group.h"
 #include "training/config.h"
@@ -40,5 +41,10 @@ std::unique_ptr<GPTModel> make_gpt_model(const StrataConfig& cfg, Device device,
                                          int64_t chunk = 0);
 std::vector<std::unique_ptr<GPTModel>> make_gpt_model_chunks(const StrataConfig& cfg, Device device,
                                                              const ParallelGroups& groups);
+
+// The hybrid model of a config (model.hybrid_layer_pattern set): tests and tools that need its accessors.
+std::unique_ptr<HybridModel> make_hybrid_model(const StrataConfig& cfg, Device device,
+                                               const ParallelGroups& groups = ParallelGroups::single_process(),
+                                               int64_t chunk = 0);
 
 }  // namespace strata

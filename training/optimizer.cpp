@@ -25,7 +25,7 @@ AdamWOptimizer::AdamWOptimizer(const AdamWSettings& settings, std::vector<Optimi
   STRATA_CHECK(settings.clip_grad >= 0, "AdamWOptimizer: clip_grad must be >= 0, got ", settings.clip_grad);
   STRATA_CHECK(!groups_.empty(), "AdamWOptimizer: no parameter groups");
   for (const OptimizerParamGroup& g : groups_) {
-    STRATA_CHECK((g.sharding != nullptr) == (groups_.front().sharding != nullptr),
+    STRATA_CHECK(g.params.empty() || (g.sharding != nullptr) == (groups_.front().sharding != nullptr),
                  "AdamWOptimizer: either every parameter group is sharded (distributed optimizer) or none");
     for (Parameter* p : g.params) {
       STRATA_CHECK(p != nullptr, "AdamWOptimizer: null parameter");

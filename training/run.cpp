@@ -9,12 +9,14 @@
 // pretrain_gpt.py (train_valid_test_datasets_provider).
 #include "training/run.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/device.h"
 #include "core/logging.h"
 #include "data/blended_dataset.h"
 #include "data/tokenizer.h"
+#include "models/hybrid/hybrid_pattern.h"
 #include "parallel/distributed.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_grid.h"
@@ -30,13 +32,19 @@ namespace {
 
 // Model FLOPs per token for forward + backward: 6·N (weights multiplied by activations; lookup
 // tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
-// masking not discounted) — the PaLM / Megatron convention for MFU.
+// masking not discounted) — the PaLM / Megatron convention for MFU. L counts the layers with
+// attention: every layer of GPT, the `*` layers of a hybrid pattern.
 double model_flops_per_token(const StrataConfig& cfg, const std::vector<Parameter*>& params) {
   double n = 0;
   for (const Parameter* p : params)
     if (p->counted_in_model_flops) n += static_cast<double>(p->value.numel());
   const auto& m = cfg.model;
-  return 6.0 * n + 12.0 * m.num_layers * m.hidden_size * m.seq_length;
+  int64_t attention_layers = m.num_layers;
+  if (m.is_hybrid()) {
+    const std::string layers = hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).layers;
+    attention_layers = static_cast<int64_t>(std::count(layers.begin(), layers.end(), hybrid::kAttention));
+  }
+  return 6.0 * n + 12.0 * static_cast<double>(attention_layers) * m.hidden_size * m.seq_length;
 }
 
 // Dense peak FLOP/s of one device for MFU (H100/H200 SXM datasheet); 0 (no MFU) on the CPU.

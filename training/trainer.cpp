@@ -166,6 +166,10 @@ void Trainer::build_gradient_buffers_and_optimizer() {
     expert_grad_buffer_ = std::make_unique<GradBuffer>(experts, g.expert_dp, ebo);
     groups.push_back({experts, g.expert_dp, ebo.distributed_optimizer ? expert_grad_buffer_.get() : nullptr,
                       {g.tp_ep, g.pp}, g.expert_tp.rank()});
+  } else if (cfg_.model.is_moe()) {
+    // A stage without MoE layers (a hybrid stage of '*'/'-' layers, a dense layer of moe_layer_freq)
+    // still joins the expert group's norm reduction over pp, with nothing to add.
+    groups.push_back({{}, g.expert_dp, nullptr, {g.tp_ep, g.pp}, g.expert_tp.rank()});
   }
   optimizer_ = std::make_unique<AdamWOptimizer>(adam_settings(cfg_), std::move(groups));
 }

@@ -22,12 +22,19 @@ struct TransformerLayerSpec {
   bool self_attention = true;  // input_layernorm + self_attention (+ dropout, residual add)
   bool mlp = true;             // pre_mlp_layernorm + the MLP slot (+ dropout, residual add)
   MlpKind mlp_kind = MlpKind::Dense;
+  // The pre-MLP norm as its own module (Megatron's MoETransformerLayer: pre_mlp_layernorm=TENorm,
+  // names pre_mlp_layernorm.{weight,bias}) instead of fused into linear_fc1
+  // (mlp.linear_fc1.layer_norm_{weight,bias}). The hybrid stack's `E` layers.
+  bool separate_pre_mlp_norm = false;
 
   static TransformerLayerSpec full() { return {}; }
   static TransformerLayerSpec attention_only() { return {true, false, MlpKind::Dense}; }
   static TransformerLayerSpec mlp_only() { return {false, true, MlpKind::Dense}; }
-  // Megatron's hybrid pattern symbol of this spec: '*' attention only, '-' MLP only, 'T' both.
-  char symbol() const { return self_attention && mlp ? 'T' : self_attention ? '*' : '-'; }
+  static TransformerLayerSpec moe_only() { return {false, true, MlpKind::MoE, true}; }
+  // Megatron's hybrid pattern symbol of this spec: '*' attention only, '-' MLP only, 'E' MoE only, 'T' both.
+  char symbol() const {
+    return self_attention && mlp ? 'T' : self_attention ? '*' : mlp_kind == MlpKind::MoE ? 'E' : '-';
+  }
 };
 
 // Specs from a pattern of symbols ('T' full layer, '*' attention only, '-' MLP only); any other

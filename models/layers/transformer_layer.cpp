@@ -47,9 +47,8 @@ TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const 
     self_attention_ = std::make_unique<SelfAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp);
   }
   if (spec.mlp) {
-    pre_mlp_layernorm_ = std::make_unique<Norm>(name_ + ".mlp.linear_fc1.layer_norm_weight",
-                                                name_ + ".mlp.linear_fc1.layer_norm_bias", cfg.hidden_size, cfg, env,
-                                                sp);
+    const std::string norm = name_ + (spec.separate_pre_mlp_norm ? ".pre_mlp_layernorm." : ".mlp.linear_fc1.layer_norm_");
+    pre_mlp_layernorm_ = std::make_unique<Norm>(norm + "weight", norm + "bias", cfg.hidden_size, cfg, env, sp);
     mlp_ = make_mlp_slot(spec.mlp_kind, name_ + ".mlp", cfg, env, groups);
     recompute_mlp_ = recompute_module(cfg, mlp_->kind() == MlpKind::Dense ? "mlp" : "moe");
   }

@@ -58,7 +58,9 @@ inline RunResult train(const StrataConfig& cfg, const ParallelGroups& groups) {
 }
 
 // `layout`: config overrides; the parallel.* ones apply to the layout run only, the rest to both.
-inline void check_layout(const std::vector<std::string>& layout, int expected_world) {
+// baseline (optional): the single-rank run's overrides instead (a hybrid pattern without its '|').
+inline void check_layout(const std::vector<std::string>& layout, int expected_world,
+                         const std::vector<std::string>* baseline = nullptr) {
   const int world = mpitest::world().size();
   REQUIRE(world == expected_world);
   const StrataConfig cfg = layout_config(layout, world);
@@ -70,6 +72,7 @@ inline void check_layout(const std::vector<std::string>& layout, int expected_wo
   std::vector<std::string> base_opts;
   for (const auto& s : layout)
     if (s.rfind("parallel.", 0) != 0) base_opts.push_back(s);
+  if (baseline) base_opts = *baseline;
   std::vector<std::string> base_one = base_opts;
   base_one.push_back("training.train_iters=1");
 

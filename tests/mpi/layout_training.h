@@ -34,10 +34,12 @@ struct LayoutRun {
 // Mock tokens below `vocab`; every rank of a dp replica (its tp, cp and pp ranks) reads the same samples.
 // inspect (optional): called after training with the trainer and the model chunks.
 using LayoutInspect = std::function<void(Trainer&, std::vector<std::unique_ptr<GPTModel>>&)>;
-// sink (optional): fed what the logging rank (the last world rank) writes.
-inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& groups, int64_t vocab,
-                              bool gather_grads = true, const LayoutInspect& inspect = {}, MetricsSink* sink = nullptr) {
-  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
+
+// Trains this rank's `chunks` (GPT or any LanguageModel) of `cfg` under `groups`.
+template <class Model, class Inspect>
+LayoutRun train_chunks(std::vector<std::unique_ptr<Model>>& chunks, const StrataConfig& cfg,
+                       const ParallelGroups& groups, int64_t vocab, bool gather_grads, const Inspect& inspect,
+                       MetricsSink* sink) {
   MockBatchSource data(vocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
                        static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
   std::ostringstream log;
@@ -66,6 +68,20 @@ inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& gro
               tp::gather_parameter(*p, p->main_grad, p->expert_parallel ? groups.expert_tp : groups.tp).clone();
   }
   return r;
+}
+
+// sink (optional): fed what the logging rank (the last world rank) writes. A hybrid config
+// (model.hybrid_layer_pattern) trains the factory's HybridModel chunks (no inspect).
+inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& groups, int64_t vocab,
+                              bool gather_grads = true, const LayoutInspect& inspect = {}, MetricsSink* sink = nullptr) {
+  if (cfg.model.is_hybrid()) {
+    STRATA_CHECK(!inspect, "train_layout: no inspect callback for hybrid models");
+    std::vector<std::unique_ptr<LanguageModel>> chunks = make_model_chunks(cfg, Device::cpu(), groups);
+    using NoInspect = std::function<void(Trainer&, std::vector<std::unique_ptr<LanguageModel>>&)>;
+    return train_chunks(chunks, cfg, groups, vocab, gather_grads, NoInspect{}, sink);
+  }
+  std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
+  return train_chunks(chunks, cfg, groups, vocab, gather_grads, inspect, sink);
 }
 
 }  // namespace strata::mpitest

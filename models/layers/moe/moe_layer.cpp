@@ -151,7 +151,7 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
                                           : DispatcherKind::AllGather,
                                       num_experts_, groups.ep);
   const int64_t ffn = cfg.moe_ffn(), fc1_out = swiglu_ ? 2 * ffn : ffn;
-  const double out_std = cfg.init_method_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
+  const double out_std = cfg.output_layer_init_std();
   for (int64_t j = 0; j < local_experts_; ++j) {  // names carry the GLOBAL expert id
     const std::string e = std::to_string(expert_start_ + j);
     fc1.push_back(make_parameter(prefix + ".experts.linear_fc1.weight" + e, {fc1_out, hidden_}, env,

@@ -1,0 +1,85 @@
+// HybridStack (see hybrid_stack.h). Reference: megatron/core/models/hybrid/hybrid_block.py
+// (HybridStack.forward: the layer loop).
+#include "models/blocks/hybrid_stack.h"
+
+#include "core/error.h"
+#include "core/phase_timer.h"
+#include "models/blocks/layer_residuals.h"
+
+namespace strata {
+
+struct HybridStack::Saved : Block::State {
+  std::vector<std::unique_ptr<HybridLayer::State>> layers;
+};
+
+HybridStack::HybridStack(int64_t first_layer, const std::string& symbols, const ModelConfig& cfg,
+                         const layers::LayerEnv& env, const ParallelGroups& groups)
+    : first_layer_(first_layer),
+      symbols_(symbols),
+      dtype_(env.dtype),
+      device_(env.device),
+      sequence_parallel_(env.sequence_parallel) {
+  for (size_t i = 0; i < symbols.size(); ++i)
+    layers_.push_back(make_hybrid_layer(symbols[i], first_layer + static_cast<int64_t>(i), cfg, env, groups));
+}
+
+Tensor HybridStack::forward(const Tensor& x_in, const BlockRun& run, std::unique_ptr<State>* saved) {
+  Saved* sv = nullptr;
+  if (saved) {
+    auto s = std::make_unique<Saved>();
+    s->layers.resize(layers_.size());
+    sv = s.get();
+    *saved = std::move(s);
+  }
+  if (run.cache)
+    STRATA_CHECK(run.cache->layers.size() == layers_.size(), "HybridStack: the generation cache has ",
+                 run.cache->layers.size(), " layers, the stack ", layers_.size());
+  phase_timer::Scope t("forward/layers");
+  Tensor x = x_in;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Tensor in = x;
+    x = layers_[i]->forward(x, run, run.cache ? &run.cache->layers[i] : nullptr, sv ? &sv->layers[i] : nullptr);
+    observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_);
+  }
+  return x;
+}
+
+Tensor HybridStack::backward(State& state, const Tensor& dy, const GradsReadyFn* grads_ready) {
+  auto* sv = dynamic_cast<Saved*>(&state);
+  STRATA_INTERNAL_ASSERT(sv != nullptr && sv->layers.size() == layers_.size(),
+                         "HybridStack::backward: the saved state is not this stack's");
+  phase_timer::Scope t("backward/layers");
+  Tensor dx = dy;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    STRATA_CHECK(sv->layers[i] != nullptr, layers_[i]->name(), ": backward without a saved forward");
+    dx = layers_[i]->backward(*sv->layers[i], dx);
+    sv->layers[i].reset();
+    if (grads_ready && *grads_ready) {
+      std::vector<Parameter*> ps;
+      layers_[i]->collect(ps);
+      (*grads_ready)(ps);
+    }
+  }
+  return dx;
+}
+
+void HybridStack::collect(std::vector<Parameter*>& out) {
+  for (auto& l : layers_) l->collect(out);
+}
+
+void HybridStack::add_caches(InferenceCache& cache, int64_t batch, int64_t max_seq) const {
+  for (const auto& l : layers_) cache.layers.push_back(l->make_cache(batch, max_seq, dtype_, device_));
+}
+
+void HybridStack::end_of_step() {
+  for (auto& l : layers_) l->end_of_step();
+}
+
+std::vector<MoeRouterRef> HybridStack::moe_routers() {
+  std::vector<MoeRouterRef> out;
+  for (auto& l : layers_)
+    if (layers::moe::TopKRouter* r = l->moe_router()) out.push_back({l->index(), r});
+  return out;
+}
+
+}  // namespace strata

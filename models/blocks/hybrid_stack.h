@@ -1,0 +1,49 @@
+// HybridStack: layers [first_layer, first_layer + n) of a hybrid model, one per symbol of its part
+// of model.hybrid_layer_pattern (`*` attention, `-` MLP, `E` MoE; `M` Mamba2 with the mixer), run
+// in order over the residual stream [s, b, h] — the sibling of TransformerBlock. The layer loop
+// observes every layer's residuals once (observe_layer_residuals), owns the layers' saved state per
+// micro-batch, one generation cache per layer, exposes the MoE routers and restarts per-step state.
+// The final norm is the language-model shell's (decoder.final_norm, models/hybrid/hybrid_model.h).
+// Reference: megatron/core/models/hybrid/hybrid_block.py (HybridStack.__init__, forward).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/blocks/block.h"
+#include "models/blocks/hybrid_layers.h"
+#include "models/model_config.h"
+#include "parallel/process_group.h"
+
+namespace strata {
+
+class HybridStack : public Block {
+ public:
+  // symbols: one per layer of the stack (global layers first_layer …).
+  HybridStack(int64_t first_layer, const std::string& symbols, const ModelConfig& cfg, const layers::LayerEnv& env,
+              const ParallelGroups& groups);
+
+  Tensor forward(const Tensor& x, const BlockRun& run, std::unique_ptr<State>* saved) override;
+  Tensor backward(State& saved, const Tensor& dy, const GradsReadyFn* grads_ready) override;
+  void collect(std::vector<Parameter*>& out) override;
+  void add_caches(InferenceCache& cache, int64_t batch, int64_t max_seq) const override;
+  int64_t num_layers() const override { return static_cast<int64_t>(layers_.size()); }
+  int64_t first_layer() const override { return first_layer_; }
+  void end_of_step() override;
+  std::vector<MoeRouterRef> moe_routers() override;
+
+  // The symbols of this stack's layers, and local layer i (global first_layer() + i).
+  const std::string& symbols() const { return symbols_; }
+  HybridLayer& layer(size_t i) { return *layers_.at(i); }
+
+ private:
+  struct Saved;
+  int64_t first_layer_;
+  std::string symbols_;
+  DType dtype_;
+  Device device_;
+  bool sequence_parallel_ = false;  // the residual observations are tp-sharded along the sequence
+  std::vector<std::unique_ptr<HybridLayer>> layers_;
+};
+
+}  // namespace strata

@@ -1,0 +1,34 @@
+// HybridModel (see hybrid_model.h): the shell with a HybridStack of this stage's pattern symbols.
+// Reference: megatron/core/models/hybrid/hybrid_model.py (HybridModel.__init__: select_pipeline_segment,
+// HybridStack with post_layer_norm → final_norm).
+#include "models/hybrid/hybrid_model.h"
+
+#include "core/error.h"
+#include "models/hybrid/hybrid_pattern.h"
+#include "models/layers/moe/moe_layer.h"
+
+namespace strata {
+
+namespace {
+LanguageModelParts hybrid_parts(ModelConfig cfg) {
+  finalize_model_config(cfg);
+  STRATA_CHECK(cfg.is_hybrid(), "HybridModel: model.hybrid_layer_pattern is not set");
+  LanguageModelParts parts;
+  parts.final_norm_prefix = "decoder.final_norm";
+  parts.aux_loss_names = layers::moe::moe_loss_names(cfg);  // the E layers' router losses
+  parts.make_block = [](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+                        int64_t first, int64_t count) -> std::unique_ptr<Block> {
+    const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*cfg.hybrid_layer_pattern);
+    STRATA_CHECK(first >= 0 && count >= 0 && first + count <= p.num_layers(), "HybridModel: layers [", first, ", ",
+                 first + count, ") outside the ", p.num_layers(), " layers of model.hybrid_layer_pattern");
+    return std::make_unique<HybridStack>(first, p.layers.substr(static_cast<size_t>(first), static_cast<size_t>(count)),
+                                         cfg, env, groups);
+  };
+  return parts;
+}
+}  // namespace
+
+HybridModel::HybridModel(const ModelConfig& cfg, const LanguageModelOptions& options, const ParallelGroups& groups)
+    : LanguageModelShell(cfg, options, groups, hybrid_parts(cfg)) {}
+
+}  // namespace strata
