@@ -290,6 +290,9 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]",
                       "model.recompute_num_layers=1"}) ==
         "ConfigError: model.recompute_num_layers: must be null with model.recompute_granularity selective");
+  CHECK(config_error({"model.hybrid_layer_pattern='*-*-'", "model.recompute_granularity=full",
+                      "model.recompute_method=uniform", "model.recompute_num_layers=1"})
+            .find("model.recompute_granularity: full recompute of a hybrid model") != std::string::npos);
   CHECK(config_error({"model.recompute_method=uniform"})
             .find("model.recompute_method: set without "
                   "model.recompute_granularity") != std::string::npos);
