@@ -124,11 +124,6 @@ void finalize_recompute_config(ModelConfig& m) {
     if (std::find(m.recompute_modules.begin(), m.recompute_modules.end(), "moe") == m.recompute_modules.end())
       m.recompute_modules.push_back("moe");
   }
-  if (m.recompute_granularity == RecomputeGranularity::Full && m.is_hybrid())
-    throw ConfigError("model.recompute_granularity",
-                      "full recompute of a hybrid model (model.hybrid_layer_pattern) is not implemented yet: the "
-                      "HybridStack keeps every layer's activations; use selective (recompute_modules mlp, moe, "
-                      "shared_experts act in its *, - and E layers) or none");
   if (m.distribute_saved_activations)
     throw ConfigError("model.distribute_saved_activations",
                       "true is not supported (Strata keeps each recomputed chunk's whole input on every "

@@ -26,14 +26,14 @@ TransformerHybridLayer::TransformerHybridLayer(char symbol, int64_t index, const
     : symbol_(symbol), layer_(index, cfg, env, groups, hybrid_transformer_spec(symbol)) {}
 
 Tensor TransformerHybridLayer::forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
-                                       std::unique_ptr<State>* saved) {
+                                       std::unique_ptr<State>* saved, bool replay) {
   Saved* sv = nullptr;
   if (saved) {
     auto s = std::make_unique<Saved>();
     sv = s.get();
     *saved = std::move(s);
   }
-  return layer_.forward(x, run.keys, run.position_offset, cache, sv ? &sv->layer : nullptr, run.aux);
+  return layer_.forward(x, run.keys, run.position_offset, cache, sv ? &sv->layer : nullptr, run.aux, replay);
 }
 
 Tensor TransformerHybridLayer::backward(State& saved, const Tensor& dy) {
@@ -58,7 +58,7 @@ struct MambaHybridLayer::Saved : HybridLayer::State {
 };
 
 Tensor MambaHybridLayer::forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
-                                 std::unique_ptr<State>* saved) {
+                                 std::unique_ptr<State>* saved, bool /*replay: a Mamba layer has no per-step state*/) {
   Saved* sv = nullptr;
   if (saved) {
     auto s = std::make_unique<Saved>();

@@ -28,9 +28,10 @@ class HybridLayer {
   virtual ~HybridLayer() = default;
 
   // x: [s, b, h] -> [s, b, h]; cache: this layer's generation cache (no saved state then);
-  // saves into *saved when not null.
+  // saves into *saved when not null; replay: a full-recompute replay (models/blocks/recompute.h:
+  // per-step side effects such as the router's token counts are skipped).
   virtual Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
-                         std::unique_ptr<State>* saved) = 0;
+                         std::unique_ptr<State>* saved, bool replay) = 0;
   // dy -> dx; adds parameter gradients into main_grad.
   virtual Tensor backward(State& saved, const Tensor& dy) = 0;
   virtual void collect(std::vector<Parameter*>& out) = 0;
@@ -49,7 +50,7 @@ class TransformerHybridLayer : public HybridLayer {
   TransformerHybridLayer(char symbol, int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env,
                          const ParallelGroups& groups);
   Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
-                 std::unique_ptr<State>* saved) override;
+                 std::unique_ptr<State>* saved, bool replay) override;
   Tensor backward(State& saved, const Tensor& dy) override;
   void collect(std::vector<Parameter*>& out) override { layer_.collect(out); }
   layers::LayerKVCache make_cache(int64_t batch, int64_t max_seq, DType dtype, Device device) const override;
@@ -72,7 +73,7 @@ class MambaHybridLayer : public HybridLayer {
   MambaHybridLayer(int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups)
       : layer_(index, cfg, env, groups) {}
   Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
-                 std::unique_ptr<State>* saved) override;
+                 std::unique_ptr<State>* saved, bool replay) override;
   Tensor backward(State& saved, const Tensor& dy) override;
   void collect(std::vector<Parameter*>& out) override { layer_.collect(out); }
   layers::LayerKVCache make_cache(int64_t batch, int64_t max_seq, DType, Device) const override {
