@@ -60,4 +60,59 @@ Tensor recompute_chunk_backward(const RecomputeChunk& c, RecomputeSaved& saved, 
   return dx;
 }
 
+Tensor recompute_layers_forward(const std::vector<RecomputeChunk>& chunks, size_t num_layers, const Tensor& x_in,
+                                const BlockRun& run, bool saving, std::vector<RecomputeSaved>* saved_chunks,
+                                const BlockLayerForward& layer) {
+  Tensor x = x_in;
+  size_t next = 0;
+  for (size_t i = 0; i < num_layers;) {
+    if (saving && next < chunks.size() && chunks[next].begin == i) {
+      // A checkpointed chunk: run without saving, keep its input.
+      const RecomputeChunk& c = chunks[next++];
+      RecomputeSaved& cs = saved_chunks->emplace_back();
+      cs.keys = run.keys;
+      cs.position_offset = run.position_offset;
+      auto fwd = [&](size_t l, const Tensor& h, AuxLossChannel* aux, bool, bool) {
+        BlockRun r = run;
+        r.aux = aux;
+        return layer(l, h, r, false, false);
+      };
+      x = recompute_chunk_forward(c, x, run.aux, fwd, &cs);
+      i = c.end;
+      continue;
+    }
+    x = layer(i, x, run, saving, false);
+    ++i;
+  }
+  return x;
+}
+
+Tensor recompute_layers_backward(const std::vector<RecomputeChunk>& chunks, size_t num_layers,
+                                 std::vector<RecomputeSaved>& saved_chunks, const Tensor& dy,
+                                 const BlockLayerForward& layer, const RecomputeLayerBackward& bwd) {
+  STRATA_INTERNAL_ASSERT(saved_chunks.size() == chunks.size(), "recompute: ", saved_chunks.size(),
+                         " saved chunks, the block has ", chunks.size());
+  Tensor dx = dy;
+  size_t chunk = chunks.size();
+  for (size_t i = num_layers; i > 0;) {
+    if (chunk > 0 && chunks[chunk - 1].end == i) {
+      const RecomputeChunk& c = chunks[--chunk];
+      RecomputeSaved& cs = saved_chunks[chunk];
+      auto fwd = [&](size_t l, const Tensor& h, AuxLossChannel* aux, bool, bool replay) {
+        BlockRun r;
+        r.keys = cs.keys;
+        r.position_offset = cs.position_offset;
+        r.aux = aux;
+        return layer(l, h, r, true, replay);
+      };
+      dx = recompute_chunk_backward(c, cs, dx, fwd, bwd);
+      i = c.begin;
+      continue;
+    }
+    --i;
+    dx = bwd(i, dx);
+  }
+  return dx;
+}
+
 }  // namespace strata

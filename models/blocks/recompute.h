@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "models/blocks/block.h"
 #include "models/layers/layer_common.h"
 #include "models/loss.h"
 #include "models/model_config.h"
@@ -57,5 +58,20 @@ Tensor recompute_chunk_forward(const RecomputeChunk& c, const Tensor& x, AuxLoss
 // The replay and the backward of the chunk; releases the kept input.
 Tensor recompute_chunk_backward(const RecomputeChunk& c, RecomputeSaved& saved, const Tensor& dy,
                                 const RecomputeLayerForward& fwd, const RecomputeLayerBackward& bwd);
+
+// The layer loop of a block (TransformerBlock, HybridStack) with its full-recompute chunks.
+// layer(i, x, run, save, replay): local layer i's forward — save: into the block's saved state;
+// replay: a recompute replay. saving: a training forward (the chunks are checkpointed; without
+// it — evaluation, generation — every layer simply runs). saved_chunks: filled when saving.
+using BlockLayerForward =
+    std::function<Tensor(size_t i, const Tensor& x, const BlockRun& run, bool save, bool replay)>;
+Tensor recompute_layers_forward(const std::vector<RecomputeChunk>& chunks, size_t num_layers, const Tensor& x,
+                                const BlockRun& run, bool saving, std::vector<RecomputeSaved>* saved_chunks,
+                                const BlockLayerForward& layer);
+// The backward of that loop: a checkpointed chunk is replayed (with its saved keys) and then run
+// backward, every other layer runs backward from its saved state (bwd releases it).
+Tensor recompute_layers_backward(const std::vector<RecomputeChunk>& chunks, size_t num_layers,
+                                 std::vector<RecomputeSaved>& saved_chunks, const Tensor& dy,
+                                 const BlockLayerForward& layer, const RecomputeLayerBackward& bwd);
 
 }  // namespace strata

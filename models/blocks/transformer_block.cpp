@@ -53,28 +53,11 @@ Tensor TransformerBlock::forward(const Tensor& x_in, const BlockRun& run, std::u
     STRATA_CHECK(run.cache->layers.size() == layers_.size(), "TransformerBlock: the generation cache has ",
                  run.cache->layers.size(), " layers, the block ", layers_.size());
   phase_timer::Scope t("forward/layers");
-  Tensor x = x_in;
-  size_t next_chunk = 0;
-  for (size_t i = 0; i < layers_.size();) {
-    if (sv && next_chunk < recompute_.size() && recompute_[next_chunk].begin == i) {
-      // A checkpointed chunk: run without saving, keep its input.
-      const RecomputeChunk& c = recompute_[next_chunk++];
-      RecomputeSaved& cs = sv->chunks.emplace_back();
-      cs.keys = run.keys;
-      cs.position_offset = run.position_offset;
-      auto fwd = [&](size_t l, const Tensor& h, AuxLossChannel* aux, bool, bool) {
-        BlockRun r = run;
-        r.aux = aux;
-        return layer_forward(l, h, r, nullptr, false);
-      };
-      x = recompute_chunk_forward(c, x, run.aux, fwd, &cs);
-      i = c.end;
-      continue;
-    }
-    x = layer_forward(i, x, run, sv, false);
-    ++i;
-  }
-  return x;
+  auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
+    return layer_forward(i, h, r, save ? sv : nullptr, replay);
+  };
+  return recompute_layers_forward(recompute_, layers_.size(), x_in, run, sv != nullptr, sv ? &sv->chunks : nullptr,
+                                  layer);
 }
 
 Tensor TransformerBlock::backward(State& state, const Tensor& dy, const GradsReadyFn* grads_ready) {
@@ -82,30 +65,11 @@ Tensor TransformerBlock::backward(State& state, const Tensor& dy, const GradsRea
   STRATA_INTERNAL_ASSERT(sv != nullptr && sv->layers.size() == layers_.size(),
                          "TransformerBlock::backward: the saved state is not this block's");
   phase_timer::Scope t("backward/layers");
-  STRATA_INTERNAL_ASSERT(sv->chunks.size() == recompute_.size(), "TransformerBlock::backward: ", sv->chunks.size(),
-                         " saved recompute chunks, the block has ", recompute_.size());
-  Tensor dx = dy;
-  size_t chunk = recompute_.size();
-  for (size_t i = layers_.size(); i > 0;) {
-    if (chunk > 0 && recompute_[chunk - 1].end == i) {
-      const RecomputeChunk& c = recompute_[--chunk];
-      RecomputeSaved& cs = sv->chunks[chunk];
-      auto fwd = [&](size_t l, const Tensor& h, AuxLossChannel* aux, bool, bool replay) {
-        BlockRun r;
-        r.keys = cs.keys;
-        r.position_offset = cs.position_offset;
-        r.aux = aux;
-        return layer_forward(l, h, r, sv, replay);
-      };
-      auto bwd = [&](size_t l, const Tensor& g) { return layer_backward(l, *sv, g, grads_ready); };
-      dx = recompute_chunk_backward(c, cs, dx, fwd, bwd);
-      i = c.begin;
-      continue;
-    }
-    --i;
-    dx = layer_backward(i, *sv, dx, grads_ready);
-  }
-  return dx;
+  auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
+    return layer_forward(i, h, r, save ? sv : nullptr, replay);
+  };
+  auto bwd = [&](size_t i, const Tensor& g) { return layer_backward(i, *sv, g, grads_ready); };
+  return recompute_layers_backward(recompute_, layers_.size(), sv->chunks, dy, layer, bwd);
 }
 
 void TransformerBlock::collect(std::vector<Parameter*>& out) {
