@@ -5,20 +5,10 @@
 #include <vector>
 
 #include "kernels/causal_conv1d.h"
+#include "kernels/cpu/host_vectors.h"
 
 namespace strata::kernels::cpu {
 namespace {
-template <typename T>
-std::vector<T> host(const Tensor& t) {
-  if (!t.defined()) return {};
-  const std::vector<double> v = t.to_vector();
-  return std::vector<T>(v.begin(), v.end());
-}
-template <typename T>
-void store(const Tensor& out, const std::vector<T>& v) {
-  Tensor o = out;  // a handle on the same storage
-  o.copy_(Tensor::from_vector(std::vector<double>(v.begin(), v.end()), out.shape(), DType::F64));
-}
 template <typename T>
 T sigmoid(T u) { return T(1) / (T(1) + std::exp(-u)); }
 
