@@ -90,4 +90,16 @@ inline Batch fixed_batch(int64_t b, int64_t s, int64_t vocab) {
   return batch;
 }
 
+// (f(x + h) − f(x − h)) / 2h for element i of x (restored afterwards): the finite-difference
+// derivative the gradient tests compare main_grad with.
+inline double central_difference(double* x, int64_t i, double h, const std::function<double()>& f) {
+  const double orig = x[i];
+  x[i] = orig + h;
+  const double lp = f();
+  x[i] = orig - h;
+  const double lm = f();
+  x[i] = orig;
+  return (lp - lm) / (2 * h);
+}
+
 }  // namespace strata::test

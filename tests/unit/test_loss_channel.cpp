@@ -142,14 +142,9 @@ TEST_CASE("loss channel: an auxiliary loss's gradient reaches its parameter (f64
     const std::vector<double> g = p.main_grad.to_vector();
     double* x = p.value.data<double>();
     for (int64_t i : {int64_t{0}, int64_t{5}, p.value.numel() - 1}) {
-      const double h = 1e-5, orig = x[i];
-      x[i] = orig + h;
-      const double lp = objective();
-      x[i] = orig - h;
-      const double lm = objective();
-      x[i] = orig;
+      const double fd = test::central_difference(x, i, 1e-5, objective);
       INFO(name << "[" << i << "]");
-      CHECK(g[static_cast<size_t>(i)] == Approx((lp - lm) / (2 * h)).epsilon(1e-6).margin(1e-9));
+      CHECK(g[static_cast<size_t>(i)] == Approx(fd).epsilon(1e-6).margin(1e-9));
     }
   }
   // Without the auxiliary gradient the penalized weight's gradient changes by exactly 2·c·w·0.8.

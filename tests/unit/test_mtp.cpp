@@ -281,14 +281,9 @@ TEST_CASE("mtp: gradients of every part match finite differences (f64, tied and 
       const Vec g = p.main_grad.to_vector();
       double* x = p.value.data<double>();
       for (int64_t i : {int64_t{0}, int64_t{3}, p.value.numel() - 1}) {
-        const double h = 1e-5, orig = x[i];
-        x[i] = orig + h;
-        const double lp = objective();
-        x[i] = orig - h;
-        const double lm = objective();
-        x[i] = orig;
+        const double fd = test::central_difference(x, i, 1e-5, objective);
         INFO(name << "[" << i << "] untied " << untied);
-        CHECK(g[static_cast<size_t>(i)] == Approx((lp - lm) / (2 * h)).epsilon(1e-6).margin(1e-9));
+        CHECK(g[static_cast<size_t>(i)] == Approx(fd).epsilon(1e-6).margin(1e-9));
       }
     }
   }
@@ -424,14 +419,9 @@ TEST_CASE("mtp: an MoE last layer makes the MTP layer MoE (finite differences)",
     const Vec g = p.main_grad.to_vector();
     double* x = p.value.data<double>();
     for (int64_t i : {int64_t{0}, p.value.numel() - 1}) {
-      const double h = 1e-6, orig = x[i];
-      x[i] = orig + h;
-      const double lp = objective();
-      x[i] = orig - h;
-      const double lm = objective();
-      x[i] = orig;
+      const double fd = test::central_difference(x, i, 1e-6, objective);
       INFO(name << "[" << i << "]");
-      CHECK(g[static_cast<size_t>(i)] == Approx((lp - lm) / (2 * h)).epsilon(1e-5).margin(1e-8));
+      CHECK(g[static_cast<size_t>(i)] == Approx(fd).epsilon(1e-5).margin(1e-8));
     }
   }
 }
