@@ -120,9 +120,9 @@ LanguageModelShell::LanguageModelShell(const ModelConfig& cfg_in, const Language
     shard_vocab_rows(output_layer_);
   }
   if (cfg_.mtp_depths() == 0) return;
-  STRATA_CHECK(static_cast<bool>(parts.mtp_layer_spec),
+  STRATA_CHECK(static_cast<bool>(parts.make_mtp_layer),
                "language model: this model has no multi-token prediction variant (model.mtp_num_layers)");
-  mtp_ = std::make_unique<MtpBlock>(cfg_, env, groups_, parts.mtp_layer_spec(cfg_));
+  mtp_ = std::make_unique<MtpBlock>(cfg_, env, groups_, parts.make_mtp_layer);
   if (!tied() && !opt_.pre_process) {
     // Megatron: the MTP stage builds the embedding too; its table is kept equal to the first
     // stage's through the embedding group (like the tied output layer's copy).
@@ -141,6 +141,18 @@ Parameter& LanguageModelShell::mtp_word_embeddings() {
 }
 
 LanguageModelShell::~LanguageModelShell() = default;
+
+void LanguageModelShell::end_of_step() {
+  block_->end_of_step();
+  if (mtp_) mtp_->end_of_step();
+}
+
+std::vector<MoeRouterRef> LanguageModelShell::moe_routers() {
+  std::vector<MoeRouterRef> out = block_->moe_routers();
+  if (mtp_)
+    for (const MoeRouterRef& r : mtp_->moe_routers()) out.push_back(r);
+  return out;
+}
 
 Parameter& LanguageModelShell::output_weight() {
   STRATA_CHECK(opt_.post_process, "language model: this pipeline stage has no output layer");

@@ -63,9 +63,10 @@ struct LanguageModelParts {
       make_block;
   std::string final_norm_prefix = "decoder.final_layernorm";
   std::vector<std::string> aux_loss_names;
-  // The layer spec of the MTP modules' transformer layer (model.mtp_num_layers; GPT: the decoder's
-  // last layer spec). Unset: the model has no MTP variant.
-  std::function<layers::TransformerLayerSpec(const ModelConfig& cfg)> mtp_layer_spec;
+  // The inner model layer of each MTP module (model.mtp_num_layers; GPT: a one-layer block with
+  // the decoder's last layer spec, hybrid: a HybridStack of the '/' pattern). Unset: the model has
+  // no MTP variant.
+  MtpLayerFactory make_mtp_layer;
 };
 
 class LanguageModelShell : public LanguageModel {
@@ -87,8 +88,9 @@ class LanguageModelShell : public LanguageModel {
   bool is_last_stage() const override { return opt_.post_process; }
   std::vector<Parameter*> embedding_group_parameters() override;
   ResidualStreamShape residual_stream() const override;
-  void end_of_step() override { block_->end_of_step(); }
-  std::vector<MoeRouterRef> moe_routers() override { return block_->moe_routers(); }
+  void end_of_step() override;
+  // The block's routers, then the MTP inner layers' (global layer numbers after the decoder's).
+  std::vector<MoeRouterRef> moe_routers() override;
 
   InferenceCache make_inference_cache(int64_t batch, int64_t max_seq) const override;
   Tensor logits_for(const Tensor& tokens, InferenceCache* cache, int64_t position_offset) override;

@@ -139,6 +139,12 @@ void finalize_hybrid_pattern(ModelConfig& m) {
                 m.num_layers);
     m.num_layers = p.num_layers();
   }
+  // Megatron infers mtp_num_layers from the '/' patterns; a conflicting value is an error here.
+  m.mtp_num_layers = hybrid::check_hybrid_mtp_num_layers(*m.hybrid_layer_pattern, m.mtp_num_layers);
+  if (m.mtp_num_layers && p.mtp_depths == 0)
+    throw ConfigError("model.mtp_num_layers",
+                      "a hybrid model's MTP depths are '/' patterns of model.hybrid_layer_pattern (e.g. 'M*M*/MM/MM', "
+                      "one per depth); add them or leave model.mtp_num_layers null");
   const size_t e = m.hybrid_layer_pattern->find(hybrid::kMoe);
   if (e != std::string::npos && !m.num_experts)
     throw ConfigError("model.num_experts", "required by the MoE layer 'E' at position " + std::to_string(e) +

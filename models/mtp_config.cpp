@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "models/hybrid/hybrid_pattern.h"
 #include "models/model_config.h"
 #include "parallel/parallel_config.h"
 
@@ -40,6 +41,32 @@ void finalize_mtp_config(ModelConfig& m) {
     throw ConfigError("model.position_embedding_type",
                       "learned_absolute is not supported with model.mtp_num_layers (multi-token prediction needs "
                       "rope or none, as in Megatron-LM)");
+  // Megatron MultiTokenPredictionLayer._checkpointed_forward: one checkpoint per depth.
+  if (m.recompute_granularity == RecomputeGranularity::Full && m.recompute_method == RecomputeMethod::Uniform &&
+      m.recompute_num_layers && *m.recompute_num_layers != 1)
+    throw ConfigError("model.recompute_num_layers",
+                      std::to_string(*m.recompute_num_layers) +
+                          ": recompute_method uniform with model.mtp_num_layers needs 1 (each MTP depth is one "
+                          "checkpoint, as Megatron-LM requires)");
+}
+
+int64_t mtp_layers_per_depth(const ModelConfig& m) {
+  if (!m.mtp_num_layers) return 0;
+  if (!m.is_hybrid()) return 1;
+  return static_cast<int64_t>(hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).mtp.size());
+}
+
+int64_t num_layers_with_mtp(const ModelConfig& m) { return m.num_layers + m.mtp_depths() * mtp_layers_per_depth(m); }
+
+int64_t mtp_moe_layers(const ModelConfig& m) {
+  if (!m.mtp_num_layers || !m.is_moe()) return 0;
+  int64_t per_depth = 0;
+  if (m.is_hybrid()) {
+    for (char c : hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).mtp) per_depth += c == hybrid::kMoe ? 1 : 0;
+  } else {
+    per_depth = m.is_moe_layer(m.num_layers - 1) ? 1 : 0;  // the MTP layer takes the last layer's spec
+  }
+  return m.mtp_use_repeated_layer ? per_depth : per_depth * m.mtp_depths();
 }
 
 void validate_mtp_layout(const ModelConfig& m, const ParallelConfig& p) {

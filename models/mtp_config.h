@@ -21,4 +21,14 @@ void finalize_mtp_config(ModelConfig& m);
 // The rules involving the parallel layout (context parallelism is not supported with MTP).
 void validate_mtp_layout(const ModelConfig& m, const ParallelConfig& p);
 
+// The layers of one MTP depth's inner block: 1 for GPT, the '/' pattern's symbols for a hybrid
+// model (0 without MTP). A finalized config.
+int64_t mtp_layers_per_depth(const ModelConfig& m);
+// The layer numbers the model uses: num_layers decoder layers, then D · mtp_layers_per_depth MTP
+// inner layers (depth k's layer j is num_layers + (k−1)·P + j; the repeated layer uses depth 1's).
+int64_t num_layers_with_mtp(const ModelConfig& m);
+// The MoE layers among the MTP inner layers, counted as Megatron's MoE logging averages them
+// (training.py: the repeated layer counts once).
+int64_t mtp_moe_layers(const ModelConfig& m);
+
 }  // namespace strata

@@ -35,10 +35,11 @@ std::optional<int64_t> leading_int(std::string_view s) {
   return v;
 }
 
-// "decoder.layers.<i>.…" -> (decoder, -, i); "mtp.layers.<h>.…" -> (mtp, h, 0).
+// "decoder.layers.<i>.…" -> (decoder, -, i); "mtp.layers.<h>.mtp_model_layer.layers.<j>.…" (a
+// hybrid model's nested stack) -> (mtp, h, j); any other "mtp.layers.<h>.…" -> (mtp, h, 0).
 RouterKey parse_owner(std::string_view owner) {
   RouterKey k;
-  constexpr std::string_view dec = "decoder.layers.", mtp = "mtp.layers.";
+  constexpr std::string_view dec = "decoder.layers.", mtp = "mtp.layers.", stack = ".mtp_model_layer.layers.";
   if (owner.substr(0, dec.size()) == dec) {
     const auto i = leading_int(owner.substr(dec.size()));
     STRATA_CHECK(i.has_value(), "router tracer: cannot read the layer of '", owner, "'");
@@ -47,6 +48,11 @@ RouterKey parse_owner(std::string_view owner) {
     k.block = "mtp";
     k.mtp_idx = leading_int(owner.substr(mtp.size()));
     STRATA_CHECK(k.mtp_idx.has_value(), "router tracer: cannot read the MTP head of '", owner, "'");
+    if (const size_t at = owner.find(stack); at != std::string_view::npos) {
+      const auto j = leading_int(owner.substr(at + stack.size()));
+      STRATA_CHECK(j.has_value(), "router tracer: cannot read the MTP inner layer of '", owner, "'");
+      k.layer = *j;
+    }
   } else {
     STRATA_THROW("router tracer: unexpected router owner '", owner, "'");
   }

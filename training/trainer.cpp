@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/phase_timer.h"
+#include "models/mtp_config.h"
 #include "training/tensor_metrics/metric_observer.h"
 #include "training/tensor_metrics/registry.h"
 #include "parallel/context_parallel.h"
@@ -179,7 +180,7 @@ Trainer::~Trainer() = default;
 void Trainer::setup_moe_accounting() {
   checkpointed_ = checkpoint_tensors(pipeline_.chunks);  // the parameters, then the routers' expert biases
   if (!cfg_.model.is_moe()) return;
-  moe_ = std::make_unique<MoeAccounting>(pipeline_.chunks, cfg_.model.num_layers, *cfg_.model.num_experts,
+  moe_ = std::make_unique<MoeAccounting>(pipeline_.chunks, num_layers_with_mtp(cfg_.model), *cfg_.model.num_experts,
                                          cfg_.parallel.expert_model_parallel_size, options_.groups.tp_dp_cp,
                                          pipeline_.pp);
 }

@@ -28,6 +28,9 @@ struct BlockRun {
   int64_t position_offset = 0;  // position of token 0 (generation with a cache)
   InferenceCache* cache = nullptr;  // generation: the block's layers' caches (nothing saved)
   AuxLossChannel* aux = nullptr;    // where layers add auxiliary losses (null in generation)
+  // A full-recompute replay of a forward that already ran (an enclosing block checkpointed this
+  // one, e.g. an MTP depth around its inner block): per-step side effects are skipped.
+  bool replay = false;
 };
 
 // Called with parameters whose gradients are final (overlapped gradient reduction).

@@ -22,8 +22,9 @@ layers::TransformerLayerSpec hybrid_transformer_spec(char symbol) {
 }
 
 TransformerHybridLayer::TransformerHybridLayer(char symbol, int64_t index, const ModelConfig& cfg,
-                                               const layers::LayerEnv& env, const ParallelGroups& groups)
-    : symbol_(symbol), layer_(index, cfg, env, groups, hybrid_transformer_spec(symbol)) {}
+                                               const layers::LayerEnv& env, const ParallelGroups& groups,
+                                               const std::string& name)
+    : symbol_(symbol), layer_(index, cfg, env, groups, hybrid_transformer_spec(symbol), name) {}
 
 Tensor TransformerHybridLayer::forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
                                        std::unique_ptr<State>* saved, bool replay) {
@@ -75,12 +76,13 @@ Tensor MambaHybridLayer::backward(State& saved, const Tensor& dy) {
 }
 
 std::unique_ptr<HybridLayer> make_hybrid_layer(char symbol, int64_t index, const ModelConfig& cfg,
-                                               const layers::LayerEnv& env, const ParallelGroups& groups) {
+                                               const layers::LayerEnv& env, const ParallelGroups& groups,
+                                               const std::string& name) {
   switch (symbol) {
     case '*':
     case '-':
-    case 'E': return std::make_unique<TransformerHybridLayer>(symbol, index, cfg, env, groups);
-    case 'M': return std::make_unique<MambaHybridLayer>(index, cfg, env, groups);
+    case 'E': return std::make_unique<TransformerHybridLayer>(symbol, index, cfg, env, groups, name);
+    case 'M': return std::make_unique<MambaHybridLayer>(index, cfg, env, groups, name);
     default:
       throw config::ConfigError("model.hybrid_layer_pattern", "layer " + std::to_string(index) + " is '" +
                                                                   std::string(1, symbol) + "', not a layer symbol");

@@ -48,7 +48,7 @@ class HybridLayer {
 class TransformerHybridLayer : public HybridLayer {
  public:
   TransformerHybridLayer(char symbol, int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env,
-                         const ParallelGroups& groups);
+                         const ParallelGroups& groups, const std::string& name = {});
   Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
                  std::unique_ptr<State>* saved, bool replay) override;
   Tensor backward(State& saved, const Tensor& dy) override;
@@ -70,8 +70,9 @@ class TransformerHybridLayer : public HybridLayer {
 // `M`: the MambaLayer (mixer with its fused pre-norm; recurrent state cache).
 class MambaHybridLayer : public HybridLayer {
  public:
-  MambaHybridLayer(int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups)
-      : layer_(index, cfg, env, groups) {}
+  MambaHybridLayer(int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+                   const std::string& name = {})
+      : layer_(index, cfg, env, groups, name) {}
   Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
                  std::unique_ptr<State>* saved, bool replay) override;
   Tensor backward(State& saved, const Tensor& dy) override;
@@ -93,9 +94,11 @@ class MambaHybridLayer : public HybridLayer {
 // The TransformerLayer spec of a transformer symbol (`*`, `-`, `E`); an internal error otherwise.
 layers::TransformerLayerSpec hybrid_transformer_spec(char symbol);
 
-// The layer of `symbol` at global layer `index`. A symbol this build lacks is a ConfigError naming
+// The layer of `symbol` at global layer `index` (name: its canonical prefix when not
+// "decoder.layers.{index}"). A symbol this build lacks is a ConfigError naming
 // model.hybrid_layer_pattern (config validation refuses it first).
 std::unique_ptr<HybridLayer> make_hybrid_layer(char symbol, int64_t index, const ModelConfig& cfg,
-                                               const layers::LayerEnv& env, const ParallelGroups& groups);
+                                               const layers::LayerEnv& env, const ParallelGroups& groups,
+                                               const std::string& name = {});
 
 }  // namespace strata

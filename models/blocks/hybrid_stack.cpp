@@ -14,20 +14,21 @@ struct HybridStack::Saved : Block::State {
 };
 
 HybridStack::HybridStack(int64_t first_layer, const std::string& symbols, const ModelConfig& cfg,
-                         const layers::LayerEnv& env, const ParallelGroups& groups)
+                         const layers::LayerEnv& env, const ParallelGroups& groups, const std::string& name_prefix)
     : first_layer_(first_layer),
       symbols_(symbols),
       dtype_(env.dtype),
       device_(env.device),
       sequence_parallel_(env.sequence_parallel) {
   for (size_t i = 0; i < symbols.size(); ++i)
-    layers_.push_back(make_hybrid_layer(symbols[i], first_layer + static_cast<int64_t>(i), cfg, env, groups));
+    layers_.push_back(make_hybrid_layer(symbols[i], first_layer + static_cast<int64_t>(i), cfg, env, groups,
+                                        name_prefix.empty() ? std::string() : name_prefix + std::to_string(i)));
   recompute_ = full_recompute_chunks(cfg, layers_.size());
 }
 
 Tensor HybridStack::layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay) {
   Tensor x = layers_[i]->forward(in, run, run.cache ? &run.cache->layers[i] : nullptr, sv ? &sv->layers[i] : nullptr,
-                                 replay);
+                                 replay || run.replay);
   observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_);  // silent in a replay (SuspendScope)
   return x;
 }

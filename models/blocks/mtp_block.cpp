@@ -1,5 +1,6 @@
 // MtpBlock (see mtp_block.h). Reference: megatron/core/transformer/multi_token_prediction.py
-// (MultiTokenPredictionLayer.forward, roll_tensor with cp = 1, MultiTokenPredictionBlock).
+// (MultiTokenPredictionLayer.forward, _checkpointed_forward, roll_tensor with cp = 1,
+// MultiTokenPredictionBlock).
 #include "models/blocks/mtp_block.h"
 
 #include "core/error.h"
@@ -16,7 +17,10 @@ struct MtpBlock::DepthState {
   layers::DropoutSpec embedding_dropout;
   layers::Norm::Saved enorm, hnorm, final_norm;
   Tensor cat;  // [s(/tp), b, 2C] eh_proj input
-  layers::TransformerLayer::Saved layer;
+  std::unique_ptr<Block::State> layer;  // the inner block's
+  Tensor e;             // full recompute: the embedding output (the checkpoint's second input)
+  RecomputeSaved checkpoint;  // full recompute: h^{k−1}, the keys, the auxiliary-loss range
+  Tensor de;            // backward: d(e) of the depth
 };
 
 struct MtpBlock::Saved : MtpBlock::State {
@@ -48,20 +52,34 @@ Tensor sum(const Tensor& a, const Tensor& b) {
   kernels::add(a, b, out);
   return out;
 }
+
+// The inner blocks' config: full recompute is the MTP block's (one checkpoint per depth).
+ModelConfig inner_config(const ModelConfig& cfg) {
+  ModelConfig c = cfg;
+  if (c.recompute_granularity == RecomputeGranularity::Full) {
+    c.recompute_granularity.reset();
+    c.recompute_method.reset();
+    c.recompute_num_layers.reset();
+  }
+  return c;
+}
 }  // namespace
 
 MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
-                   const layers::TransformerLayerSpec& spec)
+                   const MtpLayerFactory& make_layer)
     : depths_(cfg.mtp_depths()),
       hidden_(cfg.hidden_size),
       first_index_(cfg.num_layers),
       repeated_(cfg.mtp_use_repeated_layer),
       detach_(cfg.mtp_detach_heads),
       sequence_parallel_(env.sequence_parallel && groups.tp.size() > 1),
+      recompute_(cfg.recompute_granularity == RecomputeGranularity::Full && cfg.recompute_method == RecomputeMethod::Uniform),
       hidden_dropout_(cfg.hidden_dropout),
       tp_(groups.tp) {
   STRATA_CHECK(depths_ > 0, "MTP block: model.mtp_num_layers must be set");
+  STRATA_INTERNAL_ASSERT(static_cast<bool>(make_layer), "MTP block: no inner-layer factory");
   const ProcessGroup sp = sp_group(env, groups);
+  const ModelConfig inner = inner_config(cfg);
   const int64_t n = repeated_ ? 1 : depths_;
   for (int64_t k = 0; k < n; ++k) {
     const std::string p = "mtp.layers." + std::to_string(k);
@@ -71,8 +89,9 @@ MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const Pa
     m.eh_proj = std::make_unique<layers::Linear>(p + ".eh_proj", 2 * hidden_, hidden_, /*has_bias=*/false,
                                                  cfg.init_method_std, env, groups.tp,
                                                  layers::TensorParallelMode::Column);
-    m.layer = std::make_unique<layers::TransformerLayer>(first_index_ + k, cfg, env, groups, spec,
-                                                         p + ".transformer_layer");
+    m.layer = make_layer(inner, env, groups, k);
+    STRATA_INTERNAL_ASSERT(m.layer != nullptr && m.layer->num_layers() > 0, "MTP block: module ", k,
+                           " has no inner layers");
     m.final_layernorm =
         std::make_unique<layers::Norm>(p + ".final_layernorm.weight", p + ".final_layernorm.bias", hidden_, cfg, env, sp);
     modules_.push_back(std::move(m));
@@ -89,6 +108,17 @@ void MtpBlock::collect(std::vector<Parameter*>& out) {
     m.layer->collect(out);
     m.final_layernorm->collect(out);
   }
+}
+
+std::vector<MoeRouterRef> MtpBlock::moe_routers() {
+  std::vector<MoeRouterRef> out;
+  for (Module& m : modules_)
+    for (const MoeRouterRef& r : m.layer->moe_routers()) out.push_back(r);
+  return out;
+}
+
+void MtpBlock::end_of_step() {
+  for (Module& m : modules_) m.layer->end_of_step();
 }
 
 Tensor MtpBlock::embed(const Tensor& ids, const Parameter& w, int64_t vocab_start, const layers::DropoutKeys& keys,
@@ -170,15 +200,48 @@ std::vector<Tensor> MtpBlock::forward(const Tensor& h0, const Tensor& tokens, co
       sv->ids = ids;
       sv->vocab_start = vocab_start;
     }
-    const layers::DropoutKeys keys = depth_keys(run.keys, k);
+    BlockRun r = run;
+    r.keys = depth_keys(run.keys, k);
     Module& m = module(k);
-    const Tensor e = embed(ids, word_embeddings, vocab_start, keys, s, b, sv);
-    Tensor x = project(m, e, h, sv);
-    x = m.layer->forward(x, keys, run.position_offset, nullptr, sv ? &sv->layer : nullptr, run.aux);
-    h = m.final_layernorm->forward(x, sv ? &sv->final_norm : nullptr);
+    const Tensor e = embed(ids, word_embeddings, vocab_start, r.keys, s, b, sv);
+    if (recompute_ && sv) {  // one checkpoint: keep e, h^{k−1} and the keys only
+      sv->e = e;
+      sv->checkpoint.keys = r.keys;
+      sv->checkpoint.position_offset = r.position_offset;
+      h = recompute_chunk_forward(RecomputeChunk{0, 1}, h, r.aux, depth_replay(m, *sv, r), &sv->checkpoint);
+    } else {
+      h = depth_forward(m, e, h, r, sv);
+    }
     out.push_back(h);
   }
   return out;
+}
+
+Tensor MtpBlock::depth_forward(Module& m, const Tensor& e, const Tensor& h, const BlockRun& run, DepthState* sv) {
+  Tensor x = project(m, e, h, sv);
+  x = m.layer->forward(x, run, sv ? &sv->layer : nullptr);
+  return m.final_layernorm->forward(x, sv ? &sv->final_norm : nullptr);
+}
+
+Tensor MtpBlock::depth_backward(Module& m, DepthState& sv, const Tensor& dy, const GradsReadyFn* grads_ready) {
+  Tensor d = m.final_layernorm->backward(sv.final_norm, dy);
+  STRATA_INTERNAL_ASSERT(sv.layer != nullptr, "MTP block backward: the inner block has no saved forward");
+  d = m.layer->backward(*sv.layer, d, grads_ready);
+  sv.layer.reset();
+  auto [de, dprev] = project_backward(m, sv, d);
+  sv.de = de;
+  return dprev;
+}
+
+RecomputeLayerForward MtpBlock::depth_replay(Module& m, DepthState& sv, const BlockRun& run) {
+  return [this, &m, &sv, run](size_t, const Tensor& h, AuxLossChannel* aux, bool save, bool replay) {
+    BlockRun r = run;
+    r.keys = sv.checkpoint.keys;
+    r.position_offset = sv.checkpoint.position_offset;
+    r.aux = aux;
+    r.replay = replay;
+    return depth_forward(m, sv.e, h, r, save ? &sv : nullptr);
+  };
 }
 
 Tensor MtpBlock::backward(State& state, const std::vector<Tensor>& dh, Parameter& word_embeddings,
@@ -194,21 +257,26 @@ Tensor MtpBlock::backward(State& state, const std::vector<Tensor>& dh, Parameter
   for (int64_t k = depths_; k-- > 0;) {
     DepthState& sv = st.depths[static_cast<size_t>(k)];
     Module& m = module(k);
-    Tensor d = carry.defined() ? sum(dh[static_cast<size_t>(k)], carry) : dh[static_cast<size_t>(k)];
-    d = m.final_layernorm->backward(sv.final_norm, d);
-    d = m.layer->backward(sv.layer, d);
-    sv.layer = {};
-    auto [de, dprev] = project_backward(m, sv, d);
-    if (!detach_) embed_backward(sv, de, word_embeddings);
-    carry = dprev;
-    if (grads_ready && *grads_ready && (!repeated_ || k == 0)) {
+    const Tensor d = carry.defined() ? sum(dh[static_cast<size_t>(k)], carry) : dh[static_cast<size_t>(k)];
+    // The repeated module's gradients are final after its last backward (depth 1).
+    const GradsReadyFn* ready = grads_ready && *grads_ready && (!repeated_ || k == 0) ? grads_ready : nullptr;
+    if (recompute_) {
+      const RecomputeLayerBackward bwd = [&](size_t, const Tensor& g) { return depth_backward(m, sv, g, ready); };
+      BlockRun r;
+      carry = recompute_chunk_backward(RecomputeChunk{0, 1}, sv.checkpoint, d, depth_replay(m, sv, r), bwd);
+      sv.e = Tensor();
+    } else {
+      carry = depth_backward(m, sv, d, ready);
+    }
+    if (!detach_) embed_backward(sv, sv.de, word_embeddings);
+    sv.de = Tensor();
+    if (ready) {  // the inner block reported its layers already
       std::vector<Parameter*> ps;
       m.enorm->collect(ps);
       m.hnorm->collect(ps);
       m.eh_proj->collect(ps);
-      m.layer->collect(ps);
       m.final_layernorm->collect(ps);
-      (*grads_ready)(ps);
+      (*ready)(ps);
     }
   }
   return detach_ ? Tensor() : carry;

@@ -1,37 +1,56 @@
 // MtpBlock: DeepSeek-V3 multi-token prediction modules (Megatron-Core MultiTokenPredictionBlock,
-// GPT variant, without mHC), run by the language-model shell on the last pipeline stage after the
-// decoder's final norm. Depth k = 1..D takes h^{k−1} (h^0: the decoder output after its final norm)
-// and the input ids rolled left k times (the last k positions filled with id 0):
+// without mHC), run by the language-model shell on the last pipeline stage after the decoder's
+// final norm. Depth k = 1..D takes h^{k−1} (h^0: the decoder output after its final norm) and the
+// input ids rolled left k times (the last k positions filled with id 0):
 //   e   = dropout(embedding(rolled ids))         the model's word-embedding table (shared)
 //   h'  = eh_proj(cat([enorm(e), hnorm(h^{k−1})]))   order [embedding; hidden], 2C → C, no bias
-//   h^k = final_layernorm(transformer_layer(h'))  a layer with the decoder's last layer spec
+//   h^k = final_layernorm(mtp_model_layer(h'))
+// The inner model layer is a Block built by the model (MtpLayerFactory): GPT — a one-layer
+// TransformerBlock with the decoder's last layer spec, named mtp.layers.{k−1}.transformer_layer;
+// hybrid — a nested HybridStack of the '/' pattern's symbols (any of M * - E, no final norm of its
+// own), its layers named mtp.layers.{k−1}.mtp_model_layer.layers.{j}. The inner layers take global
+// layer numbers after the decoder's (num_layers + (k−1)·P + j, P layers per depth; dropout keys,
+// router layer numbers); their residual sites fire once per application (the block loop).
 // h^k feeds the output head (the shell: logits with the shared output weight, per-token loss) and
 // depth k+1. Rotary embeddings are not rolled (the layer sees positions 0..s−1 as the decoder).
 // Parameters: mtp.layers.{k−1}.{enorm,hnorm,final_layernorm}.weight (+ .bias for LayerNorm),
-// mtp.layers.{k−1}.eh_proj.weight [C, 2C] (column-parallel over tp), and
-// mtp.layers.{k−1}.transformer_layer.…; with mtp_use_repeated_layer one module mtp.layers.0 is
-// applied D times. mtp_detach_heads: the block neither sends a gradient to h^0 nor to the word
-// embeddings (the shell also leaves the output weight out of the MTP heads' backward).
+// mtp.layers.{k−1}.eh_proj.weight [C, 2C] (column-parallel over tp), and the inner block's; with
+// mtp_use_repeated_layer one module mtp.layers.0 is applied D times. mtp_detach_heads: the block
+// neither sends a gradient to h^0 nor to the word embeddings (the shell also leaves the output
+// weight out of the MTP heads' backward).
+// Full recompute (recompute_granularity full, method uniform; Megatron's
+// MultiTokenPredictionLayer._checkpointed_forward): each depth's eh_proj → inner block → final
+// norm is one checkpoint — its forward keeps only e, h^{k−1} and the keys, the backward replays it
+// with the same dropout keys (observation suspended, router side effects skipped, the auxiliary
+// losses' gradients routed back; models/blocks/recompute.h). Method block does not recompute the
+// MTP depths (Megatron skips them). Selective recompute applies inside the inner layers as in the
+// decoder.
 // Tensor/sequence parallelism: eh_proj is column-parallel (sequence parallel: the input gathered
 // along the sequence), its output gathered over tp and, under sequence parallelism, scattered
 // back to this rank's rows; the embedding is vocab-parallel as VocabEmbedding's.
 // Reference: megatron/core/transformer/multi_token_prediction.py (MultiTokenPredictionLayer:
-// _get_embeddings, _concat_embeddings, _proj_and_transformer_layer, _postprocess;
-// MultiTokenPredictionBlock.forward, _build_layers, sharded_state_dict's transformer_layer names).
+// __init__ (hybrid path: HybridStack with post_layer_norm false; GPT path: TransformerLayer),
+// _get_embeddings, _concat_embeddings, _proj_and_transformer_layer, _postprocess,
+// _checkpointed_forward; MultiTokenPredictionBlock.forward, _build_layers, sharded_state_dict).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "models/blocks/block.h"
-#include "models/layers/layer_spec.h"
+#include "models/blocks/recompute.h"
 #include "models/layers/linear.h"
 #include "models/layers/norm.h"
-#include "models/layers/transformer_layer.h"
 #include "models/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata {
+
+// Builds the inner model layer of MTP module `module` (0-based; one module with the repeated
+// layer). cfg: the model section with full recompute removed (the MTP block checkpoints the depth).
+using MtpLayerFactory = std::function<std::unique_ptr<Block>(const ModelConfig& cfg, const layers::LayerEnv& env,
+                                                             const ParallelGroups& groups, int64_t module)>;
 
 class MtpBlock {
  public:
@@ -39,9 +58,9 @@ class MtpBlock {
   struct State {
     virtual ~State() = default;
   };
-  // spec: the decoder's last layer spec (MoE slot if that layer is MoE). cfg.mtp_num_layers set.
+  // cfg.mtp_num_layers set; make_layer: the model's inner layer of each module.
   MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
-           const layers::TransformerLayerSpec& spec);
+           const MtpLayerFactory& make_layer);
   ~MtpBlock();
 
   int64_t depths() const { return depths_; }
@@ -57,12 +76,18 @@ class MtpBlock {
   Tensor backward(State& saved, const std::vector<Tensor>& dh, Parameter& word_embeddings,
                   const GradsReadyFn* grads_ready);
   void collect(std::vector<Parameter*>& out);
+  // The MoE routers of the inner layers (their global layer numbers), module by module.
+  std::vector<MoeRouterRef> moe_routers();
+  // After the optimizer step: the inner layers' per-step state restarts.
+  void end_of_step();
+  // Module k's inner block (k < D, or 0 with the repeated layer).
+  Block& model_layer(int64_t k) { return *module(k).layer; }
 
  private:
   struct Module {
     std::unique_ptr<layers::Norm> enorm, hnorm, final_layernorm;
     std::unique_ptr<layers::Linear> eh_proj;
-    std::unique_ptr<layers::TransformerLayer> layer;
+    std::unique_ptr<Block> layer;  // mtp_model_layer (GPT: transformer_layer)
   };
   struct DepthState;
   struct Saved;
@@ -73,9 +98,16 @@ class MtpBlock {
   // d(eh_proj output) [s(/tp), b, C] -> (d e, d h) through eh_proj, enorm and hnorm.
   std::pair<Tensor, Tensor> project_backward(Module& m, DepthState& sv, const Tensor& dy);
   void embed_backward(const DepthState& sv, const Tensor& de, Parameter& w) const;
+  // eh_proj → inner block → final norm of one depth (saves into sv when not null).
+  Tensor depth_forward(Module& m, const Tensor& e, const Tensor& h, const BlockRun& run, DepthState* sv);
+  // Its backward: d(h^k) -> d(h^{k−1}); d(e) into sv.de. grads_ready: the inner block's layers.
+  Tensor depth_backward(Module& m, DepthState& sv, const Tensor& dy, const GradsReadyFn* grads_ready);
+  // The depth's checkpointed forward / replay (full recompute).
+  RecomputeLayerForward depth_replay(Module& m, DepthState& sv, const BlockRun& run);
 
   int64_t depths_ = 0, hidden_ = 0, first_index_ = 0;
   bool repeated_ = false, detach_ = false, sequence_parallel_ = false;
+  bool recompute_ = false;  // full recompute, method uniform: each depth is one checkpoint
   double hidden_dropout_ = 0.0;
   ProcessGroup tp_;
   std::vector<Module> modules_;

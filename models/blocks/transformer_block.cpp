@@ -15,17 +15,20 @@ struct TransformerBlock::Saved : Block::State {
 };
 
 TransformerBlock::TransformerBlock(int64_t first_layer, const std::vector<layers::TransformerLayerSpec>& specs,
-                                   const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups)
+                                   const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+                                   const std::vector<std::string>& names)
     : first_layer_(first_layer), dtype_(env.dtype), device_(env.device), sequence_parallel_(env.sequence_parallel) {
+  STRATA_INTERNAL_ASSERT(names.empty() || names.size() == specs.size(), "TransformerBlock: ", names.size(),
+                         " names for ", specs.size(), " layers");
   for (size_t i = 0; i < specs.size(); ++i)
     layers_.push_back(std::make_unique<layers::TransformerLayer>(first_layer + static_cast<int64_t>(i), cfg, env,
-                                                                 groups, specs[i]));
+                                                                 groups, specs[i], names.empty() ? std::string() : names[i]));
   recompute_ = full_recompute_chunks(cfg, layers_.size());
 }
 
 Tensor TransformerBlock::layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay) {
   Tensor x = layers_[i]->forward(in, run.keys, run.position_offset, run.cache ? &run.cache->layers[i] : nullptr,
-                                 sv ? &sv->layers[i] : nullptr, run.aux, replay);
+                                 sv ? &sv->layers[i] : nullptr, run.aux, replay || run.replay);
   observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_);  // silent in a replay (SuspendScope)
   return x;
 }

@@ -6,6 +6,7 @@
 // the layer loop in forward).
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "models/blocks/block.h"
@@ -19,9 +20,11 @@ namespace strata {
 
 class TransformerBlock : public Block {
  public:
-  // specs: one per layer of the block (global layers first_layer …).
+  // specs: one per layer of the block (global layers first_layer …). names: the layers' canonical
+  // name prefixes when not "decoder.layers.{i}" (an MTP depth's "mtp.layers.{k}.transformer_layer").
   TransformerBlock(int64_t first_layer, const std::vector<layers::TransformerLayerSpec>& specs, const ModelConfig& cfg,
-                   const layers::LayerEnv& env, const ParallelGroups& groups);
+                   const layers::LayerEnv& env, const ParallelGroups& groups,
+                   const std::vector<std::string>& names = {});
 
   Tensor forward(const Tensor& x, const BlockRun& run, std::unique_ptr<State>* saved) override;
   Tensor backward(State& saved, const Tensor& dy, const GradsReadyFn* grads_ready) override;

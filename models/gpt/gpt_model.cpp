@@ -24,13 +24,18 @@ LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::Transfor
     }
     return std::make_unique<TransformerBlock>(first, stage, cfg, env, groups);
   };
-  // Megatron get_gpt_mtp_block_spec: the MTP layer takes the decoder's last layer spec.
-  parts.mtp_layer_spec = [specs](const ModelConfig& cfg) {
+  // Megatron get_gpt_mtp_block_spec: the MTP layer takes the decoder's last layer spec; one layer,
+  // global number num_layers + k, named mtp.layers.{k}.transformer_layer.
+  parts.make_mtp_layer = [specs](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+                                 int64_t k) -> std::unique_ptr<Block> {
     const int64_t last = cfg.num_layers - 1;
     layers::TransformerLayerSpec spec =
         specs.empty() ? layers::TransformerLayerSpec::full() : specs[static_cast<size_t>(last)];
     if (cfg.is_moe_layer(last)) spec.mlp_kind = layers::MlpKind::MoE;
-    return spec;
+    return std::make_unique<TransformerBlock>(cfg.num_layers + k, std::vector<layers::TransformerLayerSpec>{spec}, cfg,
+                                              env, groups,
+                                              std::vector<std::string>{"mtp.layers." + std::to_string(k) +
+                                                                       ".transformer_layer"});
   };
   return parts;
 }

@@ -24,6 +24,16 @@ LanguageModelParts hybrid_parts(ModelConfig cfg) {
     return std::make_unique<HybridStack>(first, p.layers.substr(static_cast<size_t>(first), static_cast<size_t>(count)),
                                          cfg, env, groups);
   };
+  // Megatron MultiTokenPredictionLayer (hybrid path): a nested HybridStack of the MTP pattern
+  // (pre/post_process, no final norm of its own), layers mtp.layers.{k}.mtp_model_layer.layers.{j},
+  // global numbers num_layers + k·P + j.
+  parts.make_mtp_layer = [](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+                            int64_t k) -> std::unique_ptr<Block> {
+    const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*cfg.hybrid_layer_pattern);
+    STRATA_CHECK(!p.mtp.empty(), "HybridModel: model.mtp_num_layers needs '/' patterns in model.hybrid_layer_pattern");
+    return std::make_unique<HybridStack>(cfg.num_layers + k * static_cast<int64_t>(p.mtp.size()), p.mtp, cfg, env,
+                                         groups, "mtp.layers." + std::to_string(k) + ".mtp_model_layer.layers.");
+  };
   return parts;
 }
 }  // namespace

@@ -22,10 +22,10 @@ namespace strata::hybrid {
 inline constexpr const char* kPatternField = "model.hybrid_layer_pattern";
 
 // The layer symbols Strata builds, and which of them this build has (`M`: the Mamba2 layer,
-// models/layers/mamba_layer.h; `/`: refused until multi-token prediction lands).
+// models/layers/mamba_layer.h; `/`: the MTP depths, models/blocks/mtp_block.h).
 inline constexpr char kMamba = 'M', kAttention = '*', kMlp = '-', kMoe = 'E', kPipe = '|', kMtpSeparator = '/';
 inline constexpr bool kMambaInThisBuild = true;
-inline constexpr bool kMtpInThisBuild = false;
+inline constexpr bool kMtpInThisBuild = true;
 
 struct HybridPattern {
   std::string main;                   // the main decoder pattern, `|` included

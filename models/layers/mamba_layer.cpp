@@ -7,9 +7,10 @@
 
 namespace strata::layers {
 
-MambaLayer::MambaLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups)
+MambaLayer::MambaLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
+                       const std::string& name)
     : index_(index),
-      name_("decoder.layers." + std::to_string(index)),
+      name_(name.empty() ? "decoder.layers." + std::to_string(index) : name),
       hidden_dropout_(cfg.hidden_dropout),
       mixer_(name_ + ".mixer", cfg, env, groups) {}
 

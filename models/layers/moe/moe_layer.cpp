@@ -12,6 +12,7 @@
 #include "kernels/gemm.h"
 #include "kernels/moe.h"
 #include "models/layers/linear.h"
+#include "models/mtp_config.h"
 
 namespace strata::layers::moe {
 
@@ -41,10 +42,12 @@ double loss_coeff(const RouterOptions& o, size_t slot, double tp_cp) {
   return o.aux_loss_coeff(kLossSlots[slot].type);
 }
 
+// The MoE layers the logged router losses average over: the decoder's and the MTP layers'
+// (Megatron training.py: num_moe_layers = main + MTP MoE layers, the repeated layer once).
 int64_t count_moe_layers(const ModelConfig& cfg) {
   int64_t n = 0;
   for (int64_t i = 0; i < cfg.num_layers; ++i) n += cfg.is_moe_layer(i) ? 1 : 0;
-  return n;
+  return n + mtp_moe_layers(cfg);
 }
 
 ModelConfig shared_expert_config(const ModelConfig& cfg) {
@@ -98,8 +101,9 @@ std::vector<std::string> moe_loss_names(const ModelConfig& cfg) {
     if (loss_coeff(o, k, 1.0) > 0) names.push_back(kLossSlots[k].name);
   if (!cfg.moe_per_layer_logging) return names;
   const size_t averaged = names.size();
+  const int64_t layers = num_layers_with_mtp(cfg);  // the MTP inner layers after the decoder's
   for (size_t n = 0; n < averaged; ++n)  // Megatron's tracker writes every layer (dense ones 0)
-    for (int64_t i = 0; i < cfg.num_layers; ++i) names.push_back(per_layer_loss_name(names[n], i));
+    for (int64_t i = 0; i < layers; ++i) names.push_back(per_layer_loss_name(names[n], i));
   return names;
 }
 
@@ -119,6 +123,7 @@ struct MoELayer::State : SlotState {
   Tensor x2d, shared_out, gate;  // [T, H], [T, H] before the gate, [T] σ(x·g)
   const AuxLossChannel* aux = nullptr;
   std::vector<std::pair<size_t, size_t>> loss_entries;  // (slot, channel index)
+  int64_t layer = 0;  // the global layer number of the forward
 };
 
 MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env,
@@ -135,6 +140,8 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
       probs_on_input_(cfg.moe_apply_probs_on_input),
       expert_tp_(groups.expert_tp),
       per_layer_logging_(cfg.moe_per_layer_logging),
+      decoder_layers_(cfg.num_layers),
+      mtp_repeats_(cfg.mtp_use_repeated_layer ? cfg.mtp_depths() : 1),
       recompute_shared_(recompute_module(cfg, "shared_experts")),
       tp_cp_size_(static_cast<double>(groups.tp_cp.size())) {
   STRATA_CHECK(groups.tp.size() == 1 || env.sequence_parallel, prefix,
@@ -254,16 +261,27 @@ Tensor MoELayer::shared_forward(const Tensor& x, State* st) const {
   return out.reshape(x.shape());
 }
 
-void MoELayer::add_losses(const RoutingOutput& r, AuxLossChannel& aux, State* st) const {
+double MoELayer::logged_scale(int64_t layer) const {
+  return layer >= decoder_layers_ ? 1.0 / static_cast<double>(mtp_repeats_) : 1.0;
+}
+
+double MoELayer::objective_scale(size_t slot, int64_t layer) const {
+  return slot == 3 ? 1.0 : logged_scale(layer);  // Megatron scales the repeated layer's z-loss in the log only
+}
+
+void MoELayer::add_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel& aux, State* st) const {
   const RouterOptions& o = router.options();
   for (size_t k = 0; k < std::size(kLossSlots); ++k) {
     const double c = loss_coeff(o, k, tp_cp_size_);
     if (c <= 0) continue;
     // Logged as loss / coefficient averaged over the MoE layers; objective weight c · layers, so
-    // scale · value is the router's loss (Megatron's tracker and MoEAuxLossAutoScaler).
-    const double layers = static_cast<double>(moe_layers_);
+    // scale · value is the router's loss (Megatron's tracker and MoEAuxLossAutoScaler). The
+    // repeated MTP layer runs D times: its value is logged / D and its load-balancing losses
+    // train / D (router.py attach_and_log_load_balancing_loss, apply_z_loss).
+    const double layers = static_cast<double>(moe_layers_), vs = logged_scale(layer);
     NamedLoss l{kLossSlots[k].name, LossReduction::PerMicroBatch,
-                Tensor::full({1}, loss_value(r.losses, k) / (c * layers), DType::F64), c * layers};
+                Tensor::full({1}, vs * loss_value(r.losses, k) / (c * layers), DType::F64),
+                c * layers * objective_scale(k, layer) / vs};
     const size_t index = aux.add(std::move(l));
     if (st) st->loss_entries.push_back({k, index});
   }
@@ -277,7 +295,7 @@ void MoELayer::add_per_layer_losses(const RoutingOutput& r, int64_t layer, AuxLo
     const double c = loss_coeff(router.options(), k, tp_cp_size_);
     if (c <= 0) continue;
     aux.add(NamedLoss{per_layer_loss_name(kLossSlots[k].name, layer), LossReduction::PerMicroBatch,
-                      Tensor::full({1}, loss_value(r.losses, k) / c, DType::F64), 0.0});
+                      Tensor::full({1}, logged_scale(layer) * loss_value(r.losses, k) / c, DType::F64), 0.0});
   }
 }
 
@@ -304,11 +322,12 @@ Tensor MoELayer::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<Sl
     kernels::add(out, s, sum);
     out = sum;
   }
-  if (run.aux && rr.mode == RoutingMode::Training) add_losses(r, *run.aux, st.get());
+  if (run.aux && rr.mode == RoutingMode::Training) add_losses(r, run.layer, *run.aux, st.get());
   if (run.aux && rr.mode == RoutingMode::Training && per_layer_logging_) add_per_layer_losses(r, run.layer, *run.aux);
   if (st) {
     st->x_shape = x.shape();
     st->aux = run.aux;
+    st->layer = run.layer;
     *saved = std::move(st);
   }
   return out;
@@ -404,7 +423,8 @@ Tensor MoELayer::backward(const SlotState& saved, const Tensor& dy) {
   RoutingLossGrads lg;
   for (const auto& [slot, index] : st->loss_entries) {
     const double c = loss_coeff(router.options(), slot, tp_cp_size_) * static_cast<double>(moe_layers_);
-    set_loss_grad(lg, slot, st->aux->grad(index).to_vector().at(0) / c);  // d(objective)/d(router loss)
+    // d(objective)/d(router loss) = d(objective)/d(value) · d(value)/d(router loss)
+    set_loss_grad(lg, slot, st->aux->grad(index).to_vector().at(0) * logged_scale(st->layer) / c);
   }
   Tensor dprobs = Tensor::from_vector(dense, {T, num_experts_}, DType::F64);
   Tensor dxr;

@@ -71,7 +71,10 @@ class MoELayer : public MlpSlot {
   // The shared experts' MLP backward; under selective recompute (recompute_modules
   // shared_experts) it first replays their forward from the kept input.
   Tensor shared_mlp_backward(const State& st, const Tensor& dy);
-  void add_losses(const RoutingOutput& r, AuxLossChannel& aux, State* st) const;
+  void add_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel& aux, State* st) const;
+  // The repeated MTP layer (layer >= num_layers, mtp_use_repeated_layer): 1 / D, else 1.
+  double logged_scale(int64_t layer) const;
+  double objective_scale(size_t slot, int64_t layer) const;
   void add_per_layer_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel& aux) const;
 
   int64_t num_experts_, ffn_, hidden_, moe_layers_;
@@ -81,6 +84,8 @@ class MoELayer : public MlpSlot {
   bool swiglu_, openai_gelu_, probs_on_input_;
   ExpertTpExchange expert_tp_;
   bool per_layer_logging_ = false;
+  int64_t decoder_layers_ = 0;  // model.num_layers: layers from here on are MTP inner layers
+  int64_t mtp_repeats_ = 1;     // D with mtp_use_repeated_layer, else 1
   bool recompute_shared_ = false;  // selective recompute of the shared experts
   double tp_cp_size_ = 1.0;
 };
