@@ -78,6 +78,8 @@ Pass two_micro_batches(const StrataConfig& cfg) {
   return r;
 }
 
+std::map<std::string, int> observed(const StrataConfig& cfg);
+
 struct Trained {
   std::vector<double> losses, grad_norms;
   std::vector<std::vector<double>> params;
@@ -180,6 +182,40 @@ TEST_CASE("recompute: a hybrid stack (M * E -) with full and selective recompute
   }
 }
 
+TEST_CASE("recompute: MTP depths are checkpointed too — GPT+MTP and hybrid+MTP stay bit-identical", "[recompute][mtp]") {
+  // GPT: the last decoder layer is MoE, so are the MTP layers (their routers' token counts are
+  // compared too: a replay must not count twice). Hybrid: a nested stack of M * E per depth.
+  const std::vector<std::string> mtp = {"model.position_embedding_type=rope", "model.mtp_num_layers=2"};
+  const std::vector<std::string> hybrid = {"model.hybrid_layer_pattern='M*E-/M*E/M*E'", "model.add_bias_linear=false",
+                                           "model.num_experts=4", "model.moe_ffn_hidden_size=12",
+                                           "model.moe_router_topk=2", "model.moe_aux_loss_coeff=[0.1]",
+                                           "model.mamba_head_dim=8", "model.mamba_state_dim=4",
+                                           "model.mamba_num_groups=2", "model.mamba_chunk_size=3",
+                                           "model.position_embedding_type=rope"};
+  const std::vector<std::string> uniform1 = kModes[0], block2 = kModes[2];
+  for (const bool is_hybrid : {false, true}) {
+    INFO((is_hybrid ? "hybrid+MTP" : "GPT+MoE+MTP"));
+    auto cfg = [&](const std::vector<std::string>& m) {
+      std::vector<std::string> o = is_hybrid ? hybrid : mtp;
+      o.insert(o.end(), m.begin(), m.end());
+      return rc_config(!is_hybrid, o);
+    };
+    const Pass ref = two_micro_batches(cfg({}));
+    // Per micro-batch: lm, mtp_1, mtp_2 and the router losses of the decoder's and the MTP layers'
+    // MoE layers (GPT: aux + z of 2 + 2 layers; hybrid: aux of 1 + 2 layers).
+    REQUIRE(ref.losses.size() == (is_hybrid ? 12u : 22u));
+    for (const auto& m : {uniform1, block2,
+                          std::vector<std::string>{"model.recompute_granularity=selective", "model.recompute_modules=[mlp,moe]"}}) {
+      INFO(m.back());
+      const Pass got = two_micro_batches(cfg(m));
+      CHECK(got.losses == ref.losses);  // bitwise
+      CHECK(got.grads == ref.grads);
+    }
+    // The MTP block's checkpoint replays with the same keys: with dropout the observations fire once.
+    CHECK(observed(cfg(uniform1)) == observed(cfg({})));
+  }
+}
+
 TEST_CASE("recompute: several trainer steps are bit-identical (losses, grad norms, weights)", "[recompute]") {
   for (bool moe : {false, true}) {
     INFO((moe ? "GPT+MoE" : "GPT"));
@@ -267,6 +303,24 @@ TEST_CASE("recompute: full and selective recompute lower the peak activation mem
   INFO("MoE: none " << moe_none << " shared_experts " << moe_shared << " moe " << moe_all);
   CHECK(moe_shared < moe_none);
   CHECK(moe_all < moe_shared);
+}
+
+TEST_CASE("recompute: full uniform recompute checkpoints the MTP depths (lower peak than block)", "[recompute][mtp]") {
+  // One decoder layer and three MTP depths: block 1 and uniform 1 checkpoint the decoder layer
+  // alike; only uniform also checkpoints the depths (Megatron skips them for block).
+  const std::vector<std::string> o = {"model.num_layers=1", "model.hidden_size=64", "model.seq_length=64",
+                                      "model.max_position_embeddings=64", "model.num_attention_heads=4",
+                                      "model.position_embedding_type=rope", "model.mtp_num_layers=3"};
+  auto with = [&](std::vector<std::string> m) {
+    m.insert(m.begin(), o.begin(), o.end());
+    return peak_bytes(rc_config(false, m));
+  };
+  const int64_t none = with({}), uniform = with(kModes[0]);
+  const int64_t block =
+      with({"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=1"});
+  INFO("none " << none << " block " << block << " uniform " << uniform);
+  CHECK(block < none);
+  CHECK(uniform < block * 8 / 10);
 }
 
 TEST_CASE("recompute: strata plan's estimate of the memory each mode frees is within 15% of the measured drop",
