@@ -16,7 +16,8 @@ void add_mtp_fields(config::SectionFields<ModelConfig>& f) {
   using M = ModelConfig;
   f.add("mtp_num_layers", &M::mtp_num_layers,
         "Multi-token prediction depths D (DeepSeek-V3 MTP modules on the last pipeline stage, each predicting "
-        "one token further ahead). null: no MTP (docs/mtp.md).")
+        "one token further ahead). null: no MTP. Hybrid models: inferred from the '/' patterns of "
+        "hybrid_layer_pattern (docs/mtp.md).")
       .check(config::positive());
   f.add("mtp_loss_scaling_factor", &M::mtp_loss_scaling_factor,
         "Weight lambda of the MTP losses: the objective adds lambda / mtp_num_layers times each depth's loss.")
