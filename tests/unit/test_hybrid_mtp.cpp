@@ -24,6 +24,7 @@
 #include "trainer_test_support.h"
 #include "training/checkpoint.h"
 #include "training/model_factory.h"
+#include "training/tensor_dump_sites.h"
 #include "training/trainer.h"
 
 namespace strata {
@@ -390,6 +391,14 @@ TEST_CASE("hybrid mtp: the inner layers' residual sites fire once per forward; g
     CHECK(obs.counts[std::string(owner) + "/residual_contribution"] == 1);
   }
   CHECK(obs.counts.size() == 12);  // 2 decoder + 4 MTP inner layers, 2 sites each
+  // The tensor dumper lists them (and the MTP routers' sites).
+  ModelConfig m = hybrid_mtp("*E/M-E/M-E", /*moe=*/true);
+  finalize_model_config(m);
+  const std::vector<std::string> sites = model_site_names(m);
+  for (const char* site : {"mtp.layers.1.mtp_model_layer.layers.0.residual_contribution",
+                           "mtp.layers.1.mtp_model_layer.layers.2.mlp.router.router_logits"})
+    CHECK(std::count(sites.begin(), sites.end(), site) == 1);
+  CHECK(site_kinds({"mtp.layers.*.residual_accumulator"}, m) == SourceKinds{SourceKind::ResidualAccumulator});
   // Generation: the logits equal a model without MTP holding the same trunk.
   HybridModel plain(hybrid_mtp("*-"), f64());
   auto mp = by_name(model);
