@@ -6,7 +6,8 @@
 // uninterrupted run's losses for iterations 6–10 within 1e-6 relative. And back: checkpoints saved
 // at TP1×PP1 and at DP2 with the distributed optimizer load at TP2×PP2 and continue with their
 // source run's losses. Also: the TP2×PP2 manifest lists fc1 as pieces and writes replicas once.
-// MoE: saved at EP2×TP2, loaded at EP1 and EP4.
+// MoE: saved at EP2×TP2, loaded at EP1 and EP4. Hybrid MoE + MTP ('/' depths, the nested
+// mtp.layers.K.mtp_model_layer.layers.J names): saved at TP2×PP2 (SP), loaded at TP1×PP1.
 // Reference: megatron/core/dist_checkpointing (save/load with a different parallel layout).
 #include <cmath>
 #include <cstdio>
@@ -219,6 +220,39 @@ TEST_CASE("checkpoint reshard: MoE EP2xTP2 -> EP1, EP4", "[ckpt_reshard]") {
   if (g4.world.rank() == 0) {
     fs::remove_all(dir);
     std::printf("  checkpoint reshard MoE EP2xTP2 -> EP1, EP4: worst loss relative error %.3g\n", worst_rel);
+  }
+}
+
+TEST_CASE("checkpoint reshard: hybrid MoE + MTP TP2xPP2 -> TP1xPP1 (nested MTP names)", "[ckpt_reshard]") {
+  auto comm = world_comm();
+  REQUIRE(comm->size() == 4);
+  const std::vector<std::string> hybrid = {
+      "model.hybrid_layer_pattern=\"M*|E-/M*E\"", "model.add_bias_linear=false", "model.num_experts=4",
+      "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2", "model.moe_aux_loss_coeff=0.01",
+      "model.position_embedding_type=rope", "model.mamba_head_dim=16", "model.mamba_num_groups=2",
+      "model.mamba_state_dim=8", "model.mamba_chunk_size=8"};
+  const std::vector<std::string> layout = with(kTP2PP2, {"parallel.sequence_parallel=true"});
+  const StrataConfig c4 = gpt_config(4, with(hybrid, layout));
+  const ParallelGroups g4 = groups_for(c4, comm);
+  const fs::path dir = fresh_shared_dir("hybrid_mtp", g4.world);
+  const std::vector<double> source = train(
+      gpt_config(4, with(with(hybrid, layout), {"checkpoint.save=" + dir.string(), "checkpoint.save_interval=5"})), g4);
+  REQUIRE(source.size() == 10);
+  track_iteration_5(dir, g4.world);
+  if (g4.world.rank() == 0) {
+    std::ifstream in(dir / "iter_0000005" / "manifest.json");
+    const nlohmann::json m = nlohmann::json::parse(in);
+    CHECK(m["tensors"]["mtp.layers.0.mtp_model_layer.layers.0.mixer.in_proj.weight"]["pieces"].size() >= 2);  // tp
+    CHECK(m["tensors"].contains("mtp.layers.0.mtp_model_layer.layers.2.mlp.router.weight"));
+    CHECK(m["tensors"]["mtp.layers.0.eh_proj.weight"]["pieces"].size() == 2);  // column-parallel
+  }
+  check_continues("hybrid MTP TP2xPP2 -> TP1xPP1",
+                  train(gpt_config(1, with(hybrid, {"checkpoint.load=" + dir.string()})), ParallelGroups::single_process()),
+                  source);
+  g4.world.barrier();
+  if (g4.world.rank() == 0) {
+    fs::remove_all(dir);
+    std::printf("  checkpoint reshard hybrid MTP TP2xPP2 -> TP1xPP1: worst loss relative error %.3g\n", worst_rel);
   }
 }
 
