@@ -184,6 +184,26 @@ TEST_CASE("router tracer: a training run's counts, sidecars, weights and evaluat
   }
 }
 
+TEST_CASE("router tracer: a hybrid model's MTP routers (nested stack) are traced and accounted", "[router_trace][mtp]") {
+  // Megatron's router_trace.py: mtp.layers.<h>.mtp_model_layer.layers.<j> -> block "mtp", mtp_idx h,
+  // layer j. The MoE accounting lists the MTP layers under their global numbers (2 + 2·h + 1).
+  test::TempDir dir("router_trace_hybrid_mtp");
+  const StrataConfig cfg = test::tiny_config(moe_options(
+      {"model.hybrid_layer_pattern='*E/*E/*E'", "model.position_embedding_type=rope", "training.train_iters=1",
+       "logging.moe_routing_trace_path=" + dir.path().string()}));
+  const Run r = train(cfg);
+  std::map<std::string, int> seen;  // "block/mtp_idx/layer" -> records
+  for (const nlohmann::json& rec : r.records)
+    ++seen[rec["block"].get<std::string>() + "/" + (rec.contains("mtp_idx") ? std::to_string(rec["mtp_idx"].get<int>()) : "-") +
+           "/" + std::to_string(rec["layer"].get<int>())];
+  CHECK(seen == std::map<std::string, int>{{"decoder/-/1", 2}, {"mtp/0/1", 2}, {"mtp/1/1", 2}});  // 2 micro-batches
+  std::vector<int64_t> layers;
+  double tokens = 0;
+  for (const ExpertLoadStats& s : r.last_load) layers.push_back(s.layer), tokens += s.tokens;
+  CHECK(layers == std::vector<int64_t>{1, 3, 5});
+  CHECK(tokens == 3 * 2 * 16 * 2);  // 3 routers x 2 micro-batches x 16 tokens x top-2
+}
+
 TEST_CASE("router tracer: max iterations stop tracing; a resumed run traces", "[router_trace]") {
   test::TempDir dir("router_trace_resume");
   const std::string trace = dir.file("trace"), ckpt = dir.file("ckpt");
