@@ -69,7 +69,6 @@ MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const Pa
                    const MtpLayerFactory& make_layer)
     : depths_(cfg.mtp_depths()),
       hidden_(cfg.hidden_size),
-      first_index_(cfg.num_layers),
       repeated_(cfg.mtp_use_repeated_layer),
       detach_(cfg.mtp_detach_heads),
       sequence_parallel_(env.sequence_parallel && groups.tp.size() > 1),

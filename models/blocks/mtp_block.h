@@ -80,7 +80,7 @@ class MtpBlock {
   std::vector<MoeRouterRef> moe_routers();
   // After the optimizer step: the inner layers' per-step state restarts.
   void end_of_step();
-  // Module k's inner block (k < D, or 0 with the repeated layer).
+  // Depth k's inner block (0-based; the one module with the repeated layer).
   Block& model_layer(int64_t k) { return *module(k).layer; }
 
  private:
@@ -105,7 +105,7 @@ class MtpBlock {
   // The depth's checkpointed forward / replay (full recompute).
   RecomputeLayerForward depth_replay(Module& m, DepthState& sv, const BlockRun& run);
 
-  int64_t depths_ = 0, hidden_ = 0, first_index_ = 0;
+  int64_t depths_ = 0, hidden_ = 0;
   bool repeated_ = false, detach_ = false, sequence_parallel_ = false;
   bool recompute_ = false;  // full recompute, method uniform: each depth is one checkpoint
   double hidden_dropout_ = 0.0;
