@@ -4,8 +4,9 @@
 // output heads; layout equivalence against the single-rank run (mpitest::check_layout: 10 losses
 // and grad norms within 1e-5 relative, every gradient after step 1 within 1e-5). The GPT PP2 case
 // is in test_pipeline_parallel.cpp. Hybrid MTP ('/' patterns, a nested HybridStack per depth):
-// PP2 with '|' segments and the MTP depths on the last stage, with full recompute (ctest
-// mpi_pipeline_np2, [pipeline]), and TP2 + sequence parallelism (mpi_tp_np2).
+// PP2 with '|' segments and the MTP depths on the last stage, with full recompute, and PP2 × VPP2
+// (MTP on the last model chunk; ctest mpi_pipeline_np2, [pipeline]), and TP2 + sequence
+// parallelism (mpi_tp_np2).
 // Reference: megatron/core/transformer/multi_token_prediction.py (_concat_embeddings),
 // megatron/core/models/hybrid/hybrid_model.py (MTP forced onto the final stage).
 #include "layout_check.h"
@@ -53,6 +54,10 @@ TEST_CASE("mtp layouts: hybrid PP2 with '|' segments, MTP depths on the last sta
                    {"parallel.pipeline_model_parallel_size=2", "model.recompute_granularity=full",
                     "model.recompute_method=uniform", "model.recompute_num_layers=1",
                     "model.untie_embeddings_and_output_weights=true"});
+}
+
+TEST_CASE("mtp layouts: hybrid PP2 x VPP2 (four '|' segments), MTP on the last model chunk, matches", "[pipeline][mtp]") {
+  check_hybrid_mtp("*|-E|M-|-*/*E/*E", "*-EM--*/*E/*E", {"parallel.pipeline_model_parallel_size=2"});
 }
 
 TEST_CASE("mtp layouts: hybrid TP2 + sequence parallelism with MTP depths matches", "[tp][mtp]") {
