@@ -4,6 +4,7 @@
 #include "models/blocks/mtp_block.h"
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/phase_timer.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
@@ -77,6 +78,8 @@ MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const Pa
       tp_(groups.tp) {
   STRATA_CHECK(depths_ > 0, "MTP block: model.mtp_num_layers must be set");
   STRATA_INTERNAL_ASSERT(static_cast<bool>(make_layer), "MTP block: no inner-layer factory");
+  if (cfg.recompute_granularity == RecomputeGranularity::Full && !recompute_)
+    log::warn("model.recompute_method block: the MTP depths are not recomputed (as in Megatron-LM)");
   const ProcessGroup sp = sp_group(env, groups);
   const ModelConfig inner = inner_config(cfg);
   const int64_t n = repeated_ ? 1 : depths_;
