@@ -92,13 +92,17 @@ TEST_CASE("hybrid pattern: every rejection names the field, the symbol and its p
   CHECK(parse_error("") == kField + "is empty (null: not a hybrid model)");
 }
 
-TEST_CASE("hybrid pattern: a symbol this build lacks (MTP's /) is a config error with its position", "[hybrid]") {
+TEST_CASE("hybrid pattern: a symbol this build lacks is a config error with its position; '/' builds MTP", "[hybrid]") {
   if (!hybrid::kMambaInThisBuild)
     CHECK(config_error({"model.hybrid_layer_pattern=\"*-M\""}) ==
           kField + "'M' at position 2: the Mamba2 mixer is not in this build (layers * - E are)");
   if (!hybrid::kMtpInThisBuild)
     CHECK(config_error({"model.hybrid_layer_pattern=\"*-/*-\""}) ==
           kField + "'/' at position 2: multi-token prediction is not in this build");
+  // With MTP in the build: the depths are inferred (tests/unit/test_hybrid_mtp.cpp has the model).
+  const StrataConfig c = validated({"model.hybrid_layer_pattern=\"*-|*-/*-/*-\"", "model.position_embedding_type=rope"});
+  CHECK(c.model.num_layers == 4);
+  CHECK(c.model.mtp_num_layers == std::optional<int64_t>(2));
 }
 
 TEST_CASE("hybrid pattern: num_layers comes from the pattern; the deprecated alias", "[hybrid]") {
