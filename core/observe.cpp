@@ -9,7 +9,8 @@ constexpr const char* kNames[kNumSourceKinds] = {
     "residual_accumulator", "residual_contribution", "output_logits",     "mtp_logits",
     "router_logits",        "router_scores",         "router_topk_probs", "router_diagnostics",
     "router_input",         "router_top_indices",    "router_top_kept",   "router_diagnostic_sums",
-    "attention_logit_max"};
+    "attention_logit_max",  "mhc_h_pre",             "mhc_h_post",        "mhc_h_res",
+    "mhc_sinkhorn_residual"};
 }  // namespace
 
 const char* source_kind_name(SourceKind kind) { return kNames[static_cast<uint32_t>(kind)]; }

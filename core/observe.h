@@ -35,7 +35,10 @@ namespace strata {
 
 // Megatron's source kinds, plus Strata's router_input / router_top_indices / router_top_kept
 // (what the router tracer records), router_diagnostic_sums (router diagnostics that merge
-// across sequence shards) and attention_logit_max (the tensor metric of the same name).
+// across sequence shards), attention_logit_max (the tensor metric of the same name) and the mHC
+// sites (mhc_h_pre, mhc_h_post, mhc_h_res, mhc_sinkhorn_residual; owner: the hyper-connection
+// module, e.g. "decoder.layers.3.self_attention_hyper_connection"). With mHC the residual sites'
+// tensors are [s, b, n, h] (n streams).
 enum class SourceKind : uint32_t {
   ResidualAccumulator = 0,   // hidden state entering a layer                     [s, b, h]
   ResidualContribution = 1,  // layer output − layer input (only when observed)   [s, b, h]
@@ -51,10 +54,16 @@ enum class SourceKind : uint32_t {
   RouterDiagnosticSums = 11, // Strata: router_diagnostics as sums over this rank's tokens, additive
                              // over sequence shards (sp, cp), training only   [b, 8, E] f32
   AttentionLogitMax = 12,    // Strata: per-head max pre-softmax attention logit (only when observed) [np] f32
+  MhcHPre = 13,              // Strata: an mHC site's h_pre = σ(·) + 1e-6          [s, b, n] f32
+  MhcHPost = 14,             // Strata: an mHC site's h_post = 2σ(·)              [s, b, n] f32
+  MhcHRes = 15,              // Strata: an mHC site's Sinkhorn-projected H_res     [s, b, n, n] f32
+  MhcSinkhornResidual = 16,  // Strata: per token max_i |row sum − 1|, max_j |column sum − 1| of
+                             // H_res (only when observed)                          [s, b, 2] f32
 };
-inline constexpr int kNumSourceKinds = 13;
+inline constexpr int kNumSourceKinds = 17;
 // Megatron's names ("residual_accumulator", …; Strata's "router_input", "router_top_indices",
-// "router_top_kept", "router_diagnostic_sums", "attention_logit_max"), and back (nullopt for an
+// "router_top_kept", "router_diagnostic_sums", "attention_logit_max", "mhc_h_pre", "mhc_h_post",
+// "mhc_h_res", "mhc_sinkhorn_residual"), and back (nullopt for an
 // unknown name).
 const char* source_kind_name(SourceKind kind);
 std::optional<SourceKind> source_kind_from_name(std::string_view name);

@@ -21,7 +21,7 @@ const char* to_string(RecomputeMethod m) { return config::enum_to_string<Recompu
 namespace {
 
 // Modules Strata recomputes.
-constexpr const char* kImplemented[] = {"mlp", "moe", "shared_experts"};
+constexpr const char* kImplemented[] = {"mlp", "moe", "moe_act", "shared_experts"};
 
 // Megatron's other module names and why Strata rejects each.
 struct Rejected {
@@ -36,8 +36,6 @@ constexpr Rejected kRejected[] = {
     {"layernorm",
      "Strata's norms are fused into the following linear (Transformer Engine layout, "
      "linear_qkv.layer_norm_weight), where Megatron's layernorm recompute does nothing; not supported"},
-    {"moe_act", "not supported yet (recompute the whole MoE layer with moe)"},
-    
     {"mla_up_proj", "needs multi-latent attention, which Strata does not have"},
     {"mhc", "not supported (Strata has no mHC hyper-connections yet)"},
     {"gdn", "not supported (Strata has no GatedDeltaNet layers)"},
@@ -53,6 +51,14 @@ void check_modules(const ModelConfig& m) {
         throw ConfigError("model.recompute_modules",
                           "shared_experts recomputes the MoE layers' shared experts; the model has none "
                           "(model.moe_shared_expert_intermediate_size is null)");
+      if (name == "moe_act" && !m.is_moe())
+        throw ConfigError("model.recompute_modules",
+                          "moe_act recomputes the MoE experts' activation; the model has no MoE layers "
+                          "(model.num_experts is null)");
+      if (name == "moe_act" && !m.moe_grouped_gemm)
+        throw ConfigError("model.recompute_modules",
+                          "moe_act needs model.moe_grouped_gemm: true (Megatron's rule; Strata's experts always "
+                          "run one grouped GEMM, so setting it changes nothing else)");
       if (name == "moe" && !m.is_moe())
         throw ConfigError("model.recompute_modules",
                           "moe recomputes MoE layers; the model has none (model.num_experts is null)");
@@ -64,7 +70,7 @@ void check_modules(const ModelConfig& m) {
     throw ConfigError("model.recompute_modules",
                       "unknown module '" + name +
                           "' (Megatron's: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, mhc, "
-                          "gdn, gdn_norm_out; Strata recomputes mlp, moe and shared_experts)");
+                          "gdn, gdn_norm_out; Strata recomputes mlp, moe, moe_act and shared_experts)");
   }
 }
 
@@ -107,7 +113,9 @@ void add_recompute_fields(config::SectionFields<ModelConfig>& f) {
   f.add("recompute_modules", &M::recompute_modules,
         "Selective recompute: the submodules whose activations are dropped after the forward and recomputed in "
         "backward. Strata implements mlp (the dense MLP: keeps its input), moe (the whole MoE layer: keeps its "
-        "input) and shared_experts (the MoE layers' shared-expert MLP: keeps its input); Megatron's default "
+        "input), moe_act (the routed experts' activation: keeps the fc1 output and drops the activation and "
+        "the fc2 input, recomputed before fc2's backward; needs moe_grouped_gemm) and shared_experts (the MoE "
+        "layers' shared-expert MLP: keeps its input); Megatron's default "
         "core_attn and the other names are errors saying why.");
   f.add("distribute_saved_activations", &M::distribute_saved_activations,
         "Split the saved chunk inputs of full recompute over tensor-parallel ranks. Not supported: must be false.");

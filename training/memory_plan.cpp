@@ -108,6 +108,13 @@ ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, b
   out.per_layer_recompute = sequence_parallel ? e * sbh / tp : e * sbh;
   out.output_layer = 4 * s * b * (h + padded_vocab) / tp;
   out.per_layer_mlp_recompute_saving = e * s * b * m.ffn() * (m.swiglu ? 3 : 2) / tp;
+  if (m.is_moe() && m.num_layers > 0) {
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+    const int64_t per_moe_layer =
+        e * (s * b / tp) * m.moe_router_topk * m.moe_ffn() * (m.moe_apply_probs_on_input ? 1 : 2);
+    out.per_layer_moe_act_recompute_saving = per_moe_layer * moe_layers / m.num_layers;
+  }
   return out;
 }
 
@@ -116,7 +123,8 @@ int64_t configured_activations(const ModelConfig& m, const ActivationSizes& a, i
   if (!m.recompute_granularity) return in_flight * layers * a.per_layer;
   if (*m.recompute_granularity == RecomputeGranularity::Selective) {
     const bool mlp = recompute_module(m, "mlp") || recompute_module(m, "moe");
-    const int64_t saving = mlp ? a.per_layer_mlp_recompute_saving : 0;
+    const int64_t saving = (mlp ? a.per_layer_mlp_recompute_saving : 0) +
+                           (recompute_module(m, "moe_act") && !recompute_module(m, "moe") ? a.per_layer_moe_act_recompute_saving : 0);
     return in_flight * layers * (a.per_layer - saving) + saving;
   }
   const int64_t k = std::min(*m.recompute_num_layers, layers);

@@ -150,6 +150,9 @@ TEST_CASE("recompute: bit-identical losses and gradients to no recompute (GPT, G
     if (moe) modes.push_back({"model.moe_layer_recompute=true"});
     if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"});
     if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp,moe]"});
+    if (moe)
+      modes.push_back(
+          {"model.moe_grouped_gemm=true", "model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"});
     for (const auto& m : modes) {
       INFO(m.back());
       const Pass got = two_micro_batches(rc_config(moe, m));
@@ -300,8 +303,12 @@ TEST_CASE("recompute: full and selective recompute lower the peak activation mem
   const int64_t moe_shared =
       moe_with({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"});
   const int64_t moe_all = moe_with({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"});
-  INFO("MoE: none " << moe_none << " shared_experts " << moe_shared << " moe " << moe_all);
+  const int64_t moe_act = moe_with(
+      {"model.moe_grouped_gemm=true", "model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"});
+  INFO("MoE: none " << moe_none << " shared_experts " << moe_shared << " moe " << moe_all << " moe_act " << moe_act);
   CHECK(moe_shared < moe_none);
+  CHECK(moe_act < moe_none);
+  CHECK(moe_all < moe_act);
   CHECK(moe_all < moe_shared);
 }
 
@@ -353,6 +360,28 @@ TEST_CASE("recompute: strata plan's estimate of the memory each mode frees is wi
   }
 }
 
+TEST_CASE("recompute: strata plan's estimate of what moe_act frees is within 15% of the measured drop",
+          "[recompute][memory_plan]") {
+  // Every layer MoE with many rows per expert, so the experts' activations dominate the drop.
+  const std::vector<std::string> size = {
+      "model.num_layers=2",           "model.hidden_size=32",        "model.seq_length=32",
+      "model.max_position_embeddings=32", "model.num_attention_heads=2", "training.micro_batch_size=4",
+      "training.global_batch_size=4", "model.moe_layer_freq=1",      "model.moe_ffn_hidden_size=64",
+      "model.moe_grouped_gemm=true"};
+  auto cfg = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), size.begin(), size.end());
+    return rc_config(true, o);
+  };
+  auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
+  const StrataConfig none = cfg({}), act = cfg({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"});
+  const double measured_drop = static_cast<double>(peak_bytes(none) - peak_bytes(act));
+  const double planned_drop = static_cast<double>(planned(none) - planned(act));
+  INFO("moe_act: measured drop " << measured_drop << " B, planned " << planned_drop << " B");
+  std::printf("  recompute moe_act: measured drop %8.0f B, planned %8.0f B\n", measured_drop, planned_drop);
+  CHECK(measured_drop > 0);
+  CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
+}
+
 TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
   CHECK(config_error({"model.recompute_granularity=full"}) ==
         "ConfigError: model.recompute_method: required (uniform or block) with model.recompute_granularity full");
@@ -376,7 +405,7 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
                   "attention kernel is fused") != std::string::npos);
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mla_up_proj]"})
             .find("mla_up_proj: needs multi-latent attention") != std::string::npos);
-  for (const char* m : {"mhc", "gdn", "layernorm", "moe_act"})
+  for (const char* m : {"mhc", "gdn", "layernorm"})
     CHECK(config_error({"model.recompute_granularity=selective", std::string("model.recompute_modules=[") + m + "]"})
               .find(std::string("model.recompute_modules: ") + m + ": ") != std::string::npos);
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[attn]"})
@@ -387,6 +416,11 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"})
             .find("model.recompute_modules: shared_experts recomputes the MoE layers' shared experts; the model has "
                   "none") != std::string::npos);
+  CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"})
+            .find("model.recompute_modules: moe_act recomputes the MoE experts' activation; the model has no MoE") !=
+        std::string::npos);
+  CHECK(moe_config_error({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"})
+            .find("model.recompute_modules: moe_act needs model.moe_grouped_gemm: true") != std::string::npos);
   CHECK(config_error({"model.distribute_saved_activations=true"})
             .find("model.distribute_saved_activations: true is not supported") != std::string::npos);
   CHECK(moe_config_error({"model.moe_layer_recompute=true", "model.recompute_granularity=full",

@@ -303,3 +303,117 @@ TEST_CASE("strata metrics: the attention_logit_max site equals a direct float64 
   }
   CHECK(rec.seen.size() == 1);
 }
+
+namespace {
+
+// A doubly-stochastic-ish 3×3 matrix per (token, site): a Sinkhorn-like mix of a permutation and
+// the uniform matrix, with a small row error.
+Vec hres_matrix(int l, int site, int64_t token) {
+  const double w = 0.2 + 0.6 * std::fabs(std::sin(0.9 * token + 1.3 * l + 0.4 * site));
+  Vec m(9);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) m[i * 3 + j] = (1 - w) / 3 + (j == (i + token) % 3 ? w : 0.0);
+  m[0] += 0.01 * std::cos(token + l);  // rows of a truncated Sinkhorn are only approximately 1
+  return m;
+}
+
+double row_entropy(const double* r, int n) {
+  double t = 0, h = 0;
+  for (int j = 0; j < n; ++j) t += r[j];
+  for (int j = 0; j < n; ++j) h -= r[j] / t * std::log(r[j] / t);
+  return h / std::log(static_cast<double>(n));
+}
+
+}  // namespace
+
+TEST_CASE("strata metrics: mHC Sinkhorn error, H_res entropy and per-stream L2 over tp sequence shards, dp, pp",
+          "[tensor_metrics][mhc]") {
+  // 8 ranks: tp 2 (sequence parallel) × dp 2 × pp 2; layer l on stage l; two sites per layer
+  // (attention, MLP) and two occurrences. Global tensors: s 4, b 2, n 3 streams, h 2.
+  const RankGrid grid({{Axis::TP, 2}, {Axis::DP, 2}, {Axis::PP, 2}});
+  const int64_t S = 4, B = 2, N = 3, H = 2;
+  auto token = [&](int64_t s, int64_t b, int o) { return (s * B + b) * 2 + o; };
+  auto stream_x = [](int l, int o, int64_t s, int64_t b, int64_t j, int64_t c) {
+    return std::sin(0.3 * s + 0.7 * b + 1.1 * j + 0.5 * c + 0.2 * o) * (1.0 + j) + 0.1 * l;
+  };
+  double row_err[2] = {0, 0}, col_err[2] = {0, 0}, ent_sum[2] = {0, 0}, rows[2] = {0, 0};
+  double ss[2][3] = {}, ss_all[3] = {};
+  for (int l = 0; l < 2; ++l)
+    for (int o = 0; o < 2; ++o)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t b = 0; b < B; ++b) {
+          for (int site = 0; site < 2; ++site) {
+            Vec m = hres_matrix(l, site, token(s, b, o));
+            for (double& x : m) x = static_cast<float>(x);
+            for (int i = 0; i < 3; ++i) {
+              double rs = 0, cs = 0;
+              for (int j = 0; j < 3; ++j) rs += m[i * 3 + j], cs += m[j * 3 + i];
+              row_err[l] = std::max(row_err[l], static_cast<double>(static_cast<float>(std::fabs(rs - 1))));
+              col_err[l] = std::max(col_err[l], static_cast<double>(static_cast<float>(std::fabs(cs - 1))));
+              ent_sum[l] += row_entropy(&m[i * 3], 3), rows[l] += 1;
+            }
+          }
+          for (int64_t j = 0; j < N; ++j)
+            for (int64_t c = 0; c < H; ++c) {
+              const double x = static_cast<float>(stream_x(l, o, s, b, j, c));
+              ss[l][j] += x * x, ss_all[j] += x * x;
+            }
+        }
+  auto results = run_ranks(grid, [&](CollectiveRunner& runner, int rank) {
+    const int tp = grid.coord(rank, Axis::TP), dp = grid.coord(rank, Axis::DP), l = grid.coord(rank, Axis::PP);
+    const std::string layer = "decoder.layers." + std::to_string(l);
+    const std::vector<RankRelation> rel = {
+        {Axis::TP, Placement::shard(0)}, {Axis::DP, Placement::shard(1)}, {Axis::PP, Placement::owned(l)}};
+    std::vector<MetricTensor> values;
+    auto add = [&](Vec v, const Shape& shape, const std::string& site, const std::string& kind, int o) {
+      MetricTensor t;
+      t.tensor = f32_tensor(v, shape);
+      t.sites = {{site, kind}};
+      t.relations = rel;
+      t.occurrence = o;
+      values.push_back(t);
+    };
+    for (int o = 0; o < 2; ++o) {
+      Vec x;
+      for (int64_t s = tp * 2; s < tp * 2 + 2; ++s)  // this rank's rows: s over tp, b over dp
+        for (int64_t j = 0; j < N; ++j)
+          for (int64_t c = 0; c < H; ++c) x.push_back(stream_x(l, o, s, dp, j, c));
+      add(x, {2, 1, N, H}, layer + ".residual_accumulator", "residual_accumulator", o);
+      for (int site = 0; site < 2; ++site) {
+        const std::string owner = layer + (site == 0 ? ".self_attention_hyper_connection" : ".mlp_hyper_connection");
+        Vec hres, resid;
+        for (int64_t s = tp * 2; s < tp * 2 + 2; ++s) {
+          Vec m = hres_matrix(l, site, token(s, dp, o));
+          for (double& v : m) v = static_cast<float>(v);
+          double re = 0, ce = 0;
+          for (int i = 0; i < 3; ++i) {
+            double rs = 0, cs = 0;
+            for (int j = 0; j < 3; ++j) rs += m[i * 3 + j], cs += m[j * 3 + i];
+            re = std::max(re, std::fabs(rs - 1)), ce = std::max(ce, std::fabs(cs - 1));
+          }
+          hres.insert(hres.end(), m.begin(), m.end());
+          resid.push_back(re), resid.push_back(ce);
+        }
+        add(hres, {2, 1, 3, 3}, owner + ".mhc_h_res", "mhc_h_res", o);
+        add(resid, {2, 1, 2}, owner + ".mhc_sinkhorn_residual", "mhc_sinkhorn_residual", o);
+      }
+    }
+    return run_metrics(runner, {"layer-mhc-sinkhorn-error", "layer-mhc-hres-entropy", "layer-mhc-stream-l2"}, values);
+  });
+  for (const Results& r : results) {
+    REQUIRE(r.size() == 3);
+    check_results(r[0], {{"decoder.layers.0/row", row_err[0]}, {"decoder.layers.0/column", col_err[0]},
+                         {"decoder.layers.1/row", row_err[1]}, {"decoder.layers.1/column", col_err[1]},
+                         {"global/row", std::max(row_err[0], row_err[1])},
+                         {"global/column", std::max(col_err[0], col_err[1])}});
+    check_results(r[1], {{"decoder.layers.0", ent_sum[0] / rows[0]}, {"decoder.layers.1", ent_sum[1] / rows[1]},
+                         {"global", (ent_sum[0] + ent_sum[1]) / (rows[0] + rows[1])}});
+    std::vector<std::pair<std::string, double>> l2;
+    for (int l = 0; l < 2; ++l)
+      for (int j = 0; j < 3; ++j) l2.push_back({"decoder.layers." + std::to_string(l) + "/stream-" + std::to_string(j), std::sqrt(ss[l][j])});
+    for (int j = 0; j < 3; ++j) l2.push_back({"global/stream-" + std::to_string(j), std::sqrt(ss_all[j])});
+    check_results(r[2], l2);
+  }
+  CHECK(row_err[0] > 1e-3);           // the case is not trivial: rows are off by up to 0.01
+  CHECK(ent_sum[0] / rows[0] < 0.99);  // and the mixing is not uniform
+}

@@ -73,9 +73,10 @@ TEST_CASE("tensor dump: the model's site names and the kinds patterns reach", "[
   CHECK(site_kinds({"decoder.layers.0.mlp.router.*"}, m) == SourceKinds{});  // layer 0 is dense
   CHECK(site_kinds({"output_layer.*", "*.router_logits"}, m) == SourceKinds{K::OutputLogits, K::RouterLogits});
   CHECK(site_kinds({"*top*"}, m) == SourceKinds{K::RouterTopkProbs, K::RouterTopIndices, K::RouterTopKept});
-  SourceKinds all_but_mtp;  // a model without MTP heads: mtp_logits has no site
+  SourceKinds all_but_mtp;  // a model without MTP heads or mHC: mtp_logits and mhc_* have no site
   for (int i = 0; i < kNumSourceKinds; ++i)
-    if (static_cast<SourceKind>(i) != K::MtpLogits && *source_kind_name(static_cast<SourceKind>(i)) != '\0')
+    if (static_cast<SourceKind>(i) != K::MtpLogits &&
+        std::string(source_kind_name(static_cast<SourceKind>(i))).rfind("mhc_", 0) != 0)
       all_but_mtp = all_but_mtp | SourceKinds{static_cast<SourceKind>(i)};
   CHECK(site_kinds({"*"}, m) == all_but_mtp);
   CHECK(site_kinds({"output_layer.mtp_logits.*"}, m) == SourceKinds{});

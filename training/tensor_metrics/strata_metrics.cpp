@@ -32,6 +32,13 @@ std::vector<MetricFactory> strata_extra_metric_factories() {
       {"global-output-z-loss", "mean over tokens of logsumexp(logits)^2", make_global_output_z_loss},
       {"layer-attention-logit-max", "per layer: largest pre-softmax attention logit (QK-clip's max logit)",
        make_layer_attention_logit_max},
+      {"layer-mhc-sinkhorn-error",
+       "per layer: largest |row sum - 1| and |column sum - 1| of the mHC sites' Sinkhorn-projected H_res",
+       make_layer_mhc_sinkhorn_error},
+      {"layer-mhc-hres-entropy", "per layer: mean normalised entropy of the rows of the mHC sites' H_res",
+       make_layer_mhc_hres_entropy},
+      {"layer-mhc-stream-l2", "per layer and residual stream: L2 norm of the n-stream residual entering it",
+       make_layer_mhc_stream_l2},
   };
 }
 

@@ -2,6 +2,7 @@
 //   layer-residual-rms, layer-residual-max-abs, layer-residual-kurtosis   (residual_accumulator)
 //   global-output-logits-max, global-output-logits-entropy, global-output-z-loss (output_logits)
 //   layer-attention-logit-max                                              (attention_logit_max)
+//   layer-mhc-sinkhorn-error, layer-mhc-hres-entropy, layer-mhc-stream-l2   (mhc_*, residual_accumulator)
 // The reference stack has none of them (spec §3: "no RMS, kurtosis, max-abs, or output-logit
 // entropy metric"); they follow its protocol (local prepare, staged batched collectives).
 #pragma once

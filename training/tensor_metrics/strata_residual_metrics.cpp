@@ -18,53 +18,43 @@
 
 namespace strata::tensor_metrics {
 
+std::vector<MetricTensor> LayerElementMetric::prepare(std::vector<MetricTensor> values) const {
+  for (MetricTensor& v : values) {
+    const std::vector<double> c = contribution(v.tensor);
+    v.tensor = Tensor::from_vector(c, {static_cast<int64_t>(c.size())}, contribution_dtype(v.tensor.dtype()));
+  }
+  return values;
+}
+
+MetricProgress LayerElementMetric::start(std::vector<MetricTensor> prepared) const {
+  if (prepared.empty()) return {};
+  std::vector<LabeledValues> groups = group_by_layer(prepared);
+  const bool mean_global = global_is_mean_of_layers();
+  groups.push_back({"global", mean_global ? std::vector<MetricTensor>{} : prepared});
+  auto layers = std::make_shared<std::vector<double>>();
+  return reduce_logically(std::move(groups), op(),
+                          [this, layers, mean_global](const std::string& label, const std::vector<double>& c) {
+                            if (label != "global") {
+                              std::vector<MetricResult> r = results(label, c);
+                              if (mean_global && !r.empty()) layers->push_back(r.front().value);
+                              return r;
+                            }
+                            if (!mean_global) return results(label, c);
+                            double sum = 0;
+                            for (double x : *layers) sum += x;
+                            const double mean = layers->empty() ? std::nan("") : sum / static_cast<double>(layers->size());
+                            return std::vector<MetricResult>{{mean, label}};
+                          });
+}
+
+std::vector<MetricResult> LayerElementMetric::results(const std::string& label, const std::vector<double>& c) const {
+  return {{finalize(c), label}};
+}
+
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-int64_t row_length(const Tensor& t) { return t.dim() > 0 ? t.size(t.dim() - 1) : 1; }
-
-// A layer-labelled metric over the elements of each value.
-class LayerElementMetric : public TensorMetric {
- public:
-  bool accepts(const MetricSite& site) const override {
-    return TensorMetric::accepts(site) && layer_label(site.name).has_value();
-  }
-  std::vector<MetricTensor> prepare(std::vector<MetricTensor> values) const override {
-    for (MetricTensor& v : values) {
-      const std::vector<double> c = contribution(v.tensor);
-      v.tensor = Tensor::from_vector(c, {static_cast<int64_t>(c.size())}, contribution_dtype(v.tensor.dtype()));
-    }
-    return values;
-  }
-  MetricProgress start(std::vector<MetricTensor> prepared) const override {
-    if (prepared.empty()) return {};
-    std::vector<LabeledValues> groups = group_by_layer(prepared);
-    const bool mean_global = global_is_mean_of_layers();
-    groups.push_back({"global", mean_global ? std::vector<MetricTensor>{} : prepared});
-    auto layers = std::make_shared<std::vector<double>>();
-    return reduce_logically(std::move(groups), op(),
-                            [this, layers, mean_global](const std::string& label, const std::vector<double>& c) {
-                              if (label != "global") {
-                                layers->push_back(finalize(c));
-                                return std::vector<MetricResult>{{layers->back(), label}};
-                              }
-                              if (!mean_global) return std::vector<MetricResult>{{finalize(c), label}};
-                              double sum = 0;
-                              for (double x : *layers) sum += x;
-                              const double mean = layers->empty() ? std::nan("") : sum / static_cast<double>(layers->size());
-                              return std::vector<MetricResult>{{mean, label}};
-                            });
-  }
-
- protected:
-  // The local contribution of one observed tensor (computed in float64).
-  virtual std::vector<double> contribution(const Tensor& t) const = 0;
-  virtual DType contribution_dtype(DType observed) const { return accumulation_dtype(observed); }
-  virtual ReduceOp op() const = 0;
-  virtual double finalize(const std::vector<double>& combined) const = 0;
-  virtual bool global_is_mean_of_layers() const { return false; }
-};
 
 class LayerResidualRms : public LayerElementMetric {
  public:

@@ -3,6 +3,7 @@
 #include "models/layers/moe/moe_layer.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/observe.h"
@@ -143,6 +144,7 @@ MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const Laye
       decoder_layers_(cfg.num_layers),
       mtp_repeats_(cfg.mtp_use_repeated_layer ? cfg.mtp_depths() : 1),
       recompute_shared_(recompute_module(cfg, "shared_experts")),
+      recompute_act_(recompute_module(cfg, "moe_act")),
       tp_cp_size_(static_cast<double>(groups.tp_cp.size())) {
   STRATA_CHECK(groups.tp.size() == 1 || env.sequence_parallel, prefix,
                ": MoE layers with tensor parallelism need sequence parallelism");
@@ -188,6 +190,23 @@ void MoELayer::collect(std::vector<Parameter*>& out) {
   if (shared_gate.value.defined()) out.push_back(&shared_gate);
 }
 
+// The experts' activation of fc1's output h1 [M, F or 2F] -> act [M, F], and fc2's input a2 [M, F]
+// (act × the routing probability unless it was applied on the input; then a2 is act).
+std::pair<Tensor, Tensor> MoELayer::activation_forward(const Tensor& h1, const Tensor& probs) const {
+  Tensor act = empty_rows(h1.size(0), ffn_, h1);
+  if (swiglu_) {
+    kernels::swiglu_forward(h1, act);
+  } else {
+    kernels::gelu_forward(h1, act, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
+  }
+  Tensor a2 = act;
+  if (!probs_on_input_) {  // Megatron: the probability multiplies the activation
+    a2 = empty_rows(h1.size(0), ffn_, h1);
+    kernels::moe_scale_rows_forward(act, probs, a2);
+  }
+  return {act, a2};
+}
+
 Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* st) const {
   std::unique_ptr<DispatchState> ds;
   DispatchedRows d = dispatcher_->dispatch(x2d, r, router.options().moe_pad_expert_input_to_capacity, ds);
@@ -206,17 +225,7 @@ Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* s
   for (const Parameter& p : fc2) w2.push_back(p.value);
   Tensor h1 = empty_rows(M, fc1.front().value.size(0), x2d);
   kernels::moe_grouped_linear_forward(xin, w1, d.rows_per_expert, h1);  // [M, H] -> [M, F or 2F]
-  Tensor act = empty_rows(M, ffn_, x2d);
-  if (swiglu_) {
-    kernels::swiglu_forward(h1, act);
-  } else {
-    kernels::gelu_forward(h1, act, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
-  }
-  Tensor a2 = act;
-  if (!probs_on_input_) {  // Megatron: the probability multiplies the activation
-    a2 = empty_rows(M, ffn_, x2d);
-    kernels::moe_scale_rows_forward(act, d.probs, a2);
-  }
+  auto [act, a2] = activation_forward(h1, d.probs);
   Tensor y = empty_rows(M, hidden_, x2d);
   kernels::moe_grouped_linear_forward(a2, w2, d.rows_per_expert, y);  // [M, F] -> [M, H]
   y = expert_tp_.scatter_sum(y, xs);                                     // partial over the fc2 shards
@@ -230,8 +239,10 @@ Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* s
     st->xp = d.rows;
     st->xin = xin;
     st->h1 = h1;
-    st->act = act;
-    st->a2 = a2;
+    if (!recompute_act_) {  // moe_act: recomputed from h1 in backward (activation_forward)
+      st->act = act;
+      st->a2 = a2;
+    }
   }
   return out;
 }
@@ -346,13 +357,18 @@ Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& d
     w2.push_back(p.value);
     g2.push_back(p.main_grad);
   }
-  Tensor da2 = empty_rows(M, ffn_, st.a2);
-  kernels::moe_grouped_linear_backward(st.a2, w2, dy, st.rows_per_expert, &da2, g2, /*accumulate=*/true);
+  Tensor act = st.act, a2 = st.a2;
+  if (!a2.defined()) {  // selective moe_act: the same kernels on the kept fc1 output
+    phase_timer::Scope r("backward/layers/moe/experts/recompute_act");
+    std::tie(act, a2) = activation_forward(st.h1, st.probs);
+  }
+  Tensor da2 = empty_rows(M, ffn_, a2);
+  kernels::moe_grouped_linear_backward(a2, w2, dy, st.rows_per_expert, &da2, g2, /*accumulate=*/true);
   Tensor dprobs = Tensor::zeros({M}, st.probs.dtype(), st.probs.device());
   Tensor dact = da2;
   if (!probs_on_input_) {
-    dact = empty_rows(M, ffn_, st.act);
-    kernels::moe_scale_rows_backward(st.act, st.probs, da2, dact, &dprobs);
+    dact = empty_rows(M, ffn_, act);
+    kernels::moe_scale_rows_backward(act, st.probs, da2, dact, &dprobs);
   }
   Tensor dh1 = empty_rows(M, st.h1.size(1), st.h1);
   if (swiglu_) {

@@ -20,6 +20,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/layers/mlp.h"
@@ -64,6 +65,7 @@ class MoELayer : public MlpSlot {
  private:
   struct State;
   // x2d [T, H] → experts' combined output [T, H] (saves into st when not null).
+  std::pair<Tensor, Tensor> activation_forward(const Tensor& h1, const Tensor& probs) const;
   Tensor run_experts(const Tensor& x2d, const RoutingOutput& r, State* st) const;
   Tensor experts_backward(const State& st, const Tensor& dout, Tensor& dtop_probs);
   Tensor shared_forward(const Tensor& x, State* st) const;
@@ -87,6 +89,7 @@ class MoELayer : public MlpSlot {
   int64_t decoder_layers_ = 0;  // model.num_layers: layers from here on are MTP inner layers
   int64_t mtp_repeats_ = 1;     // D with mtp_use_repeated_layer, else 1
   bool recompute_shared_ = false;  // selective recompute of the shared experts
+  bool recompute_act_ = false;     // selective moe_act: the activation and fc2 input are recomputed
   double tp_cp_size_ = 1.0;
 };
 
