@@ -168,6 +168,7 @@ int run_mamba_benchmark(const BenchMambaOptions& o) {
   std::mt19937_64 rng(o.seed);
   const Tensor x = uniform_tensor({o.seq, o.batch, o.hidden}, rng, env.dtype);
   const Tensor dy = uniform_tensor({o.seq, o.batch, o.hidden}, rng, env.dtype);
+  if (!o.save_results.empty()) write_reference_file(o.save_results, m, x, dy);
   const int threads = omp_get_max_threads();
   const int64_t tokens = o.batch * o.seq;
   std::printf("bench mamba: b %lld, s %lld, hidden %lld, d_inner %lld = %lld heads x %lld, state %lld, groups %lld, "

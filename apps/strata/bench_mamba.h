@@ -23,6 +23,7 @@ struct BenchMambaOptions {
   std::string python = "/usr/bin/python3";
   std::string torch_script;          // "": scripts/bench/mamba2_torch_ref.py of this source tree
   std::string json_out;
+  std::string save_results;          // write parameters, x, dy, y, dx and gradients here (safetensors)
   uint64_t seed = 1234;
 };
 

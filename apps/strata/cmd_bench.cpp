@@ -40,6 +40,8 @@ void register_bench_mamba(CLI::App& bench) {
   c->add_option("--python", o->python, "the Python with torch for --reference torch")->capture_default_str();
   c->add_option("--torch-script", o->torch_script, "the reference script (default: the source tree's)");
   c->add_option("--json", o->json_out, "write the results as JSON to this file");
+  c->add_option("--save-results", o->save_results,
+                "write the parameters, x, dy and our y, dx and parameter gradients to this safetensors file");
   add_runner(c, [o] { return run_mamba_benchmark(*o); });
 }
 

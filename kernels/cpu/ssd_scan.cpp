@@ -14,6 +14,10 @@
 namespace strata::kernels::cpu {
 namespace {
 
+// The hot loops in AVX-512, AVX2 and baseline versions (picked at load time). The file is built
+// with -ffp-contract=off (CMakeLists.txt), so every version computes the baseline's values.
+#define STRATA_SSD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 struct Dims {
   int64_t b, l, H, P, G, N, Q;
   int64_t heads_per_group() const { return H / G; }
@@ -35,43 +39,94 @@ struct Host {
         D(host<T>(in.D)), s0(host<T>(in.initial_state)) {}
 };
 
-// One (batch, head) by chunks: y rows and the carried state S [P, N] (in: initial, out: final).
+// Scratch of one (batch, group) forward: the chunk's B transposed [N, Q] and C·B products
+// [Q, Q] (shared by the group's heads), and one head's cumulative a, S transposed [N, P], the
+// chunk's own state [P, N] and the inter-chunk dot products [P].
 template <typename T>
-void chunked_head(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, std::vector<T>& y, T* S) {
-  const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N;
-  std::vector<T> cs(static_cast<size_t>(d.Q)), Sc(static_cast<size_t>(P * N));
+struct ChunkScratch {
+  std::vector<T> BT, CB, cs, ST, Sc, acc;
+  explicit ChunkScratch(const Dims& d)
+      : BT(d.N * d.Q), CB(d.Q * d.Q), cs(d.Q), ST(d.N * d.P), Sc(d.P * d.N), acc(d.P) {}
+};
+
+// CB[i, j] = C_i·B_j (j ≤ i) of the chunk [t0, t0 + L) of group g, each a sum over n in order.
+template <typename T>
+STRATA_SSD_CLONES void chunk_cb(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, int64_t t0, int64_t L, ChunkScratch<T>& w) {
+  const int64_t N = d.N, Q = d.Q;
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t n = 0; n < N; ++n) w.BT[n * Q + j] = a.B[d.bi_(bi, t0 + j, g) + n];
+  for (int64_t i = 0; i < L; ++i) {
+    T* cb = &w.CB[i * Q];
+    std::fill(cb, cb + i + 1, T(0));
+    const T* Ci = &a.C[d.bi_(bi, t0 + i, g)];
+    for (int64_t n = 0; n < N; ++n) {
+      const T c = Ci[n];
+      const T* bt = &w.BT[n * Q];
+#pragma omp simd
+      for (int64_t j = 0; j <= i; ++j) cb[j] += c * bt[j];
+    }
+  }
+}
+
+// One head's chunk [t0, t0 + L): y rows and the carried state S [P, N] (in: the state before the
+// chunk, out: after it). Every value is summed in the same order as the token-by-token form of
+// the SSD chunk (dot products over n, then the diagonal block's terms j = 0..i).
+template <typename T>
+STRATA_SSD_CLONES void chunk_head(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L, ChunkScratch<T>& w,
+                std::vector<T>& y, T* S) {
+  const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N, Q = d.Q;
+  T run = 0;
+  for (int64_t i = 0; i < L; ++i) w.cs[i] = run += a.dt[d.ti(bi, t0 + i, h)] * a.A[h];
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t n = 0; n < N; ++n) w.ST[n * P + p] = S[p * N + n];
+  for (int64_t i = 0; i < L; ++i) {
+    const T* Ci = &a.C[d.bi_(bi, t0 + i, g)];
+    const T* xi = &a.x[d.xi(bi, t0 + i, h)];
+    T* yi = &y[d.xi(bi, t0 + i, h)];
+    T* acc = w.acc.data();
+    std::fill(acc, acc + P, T(0));
+    for (int64_t n = 0; n < N; ++n) {  // inter-chunk term C_i·S[p, :] for every p at once
+      const T c = Ci[n];
+      const T* st = &w.ST[n * P];
+#pragma omp simd
+      for (int64_t p = 0; p < P; ++p) acc[p] += c * st[p];
+    }
+    const T off = std::exp(w.cs[i]), Dh = a.D[h];
+#pragma omp simd
+    for (int64_t p = 0; p < P; ++p) yi[p] = off * acc[p] + Dh * xi[p];
+    for (int64_t j = 0; j <= i; ++j) {  // intra-chunk (diagonal block) term
+      const T wt = w.CB[i * Q + j] * std::exp(w.cs[i] - w.cs[j]) * a.dt[d.ti(bi, t0 + j, h)];
+      const T* xj = &a.x[d.xi(bi, t0 + j, h)];
+#pragma omp simd
+      for (int64_t p = 0; p < P; ++p) yi[p] += wt * xj[p];
+    }
+  }
+  std::fill(w.Sc.begin(), w.Sc.end(), T(0));
+  for (int64_t j = 0; j < L; ++j) {  // the chunk's own end state
+    const T wt = std::exp(w.cs[L - 1] - w.cs[j]) * a.dt[d.ti(bi, t0 + j, h)];
+    const T* Bj = &a.B[d.bi_(bi, t0 + j, g)];
+    const T* xj = &a.x[d.xi(bi, t0 + j, h)];
+    for (int64_t p = 0; p < P; ++p) {
+      const T wx = wt * xj[p];
+      T* sc = &w.Sc[p * N];
+#pragma omp simd
+      for (int64_t n = 0; n < N; ++n) sc[n] += wx * Bj[n];
+    }
+  }
+  const T decay = std::exp(w.cs[L - 1]);  // inter-chunk scan
+#pragma omp simd
+  for (int64_t k = 0; k < P * N; ++k) S[k] = decay * S[k] + w.Sc[k];
+}
+
+// One (batch, group) by chunks: the chunk's C·B once, then each of the group's heads.
+template <typename T>
+void chunked_group(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, std::vector<T>& y, std::vector<T>& S) {
+  ChunkScratch<T> w(d);
   for (int64_t t0 = 0; t0 < d.l; t0 += d.Q) {
     const int64_t L = std::min(d.Q, d.l - t0);
-    T run = 0;
-    for (int64_t i = 0; i < L; ++i) cs[i] = run += a.dt[d.ti(bi, t0 + i, h)] * a.A[h];
-    std::fill(Sc.begin(), Sc.end(), T(0));
-    for (int64_t i = 0; i < L; ++i) {
-      const T* Ci = &a.C[d.bi_(bi, t0 + i, g)];
-      T* yi = &y[d.xi(bi, t0 + i, h)];
-      const T off = std::exp(cs[i]);
-      for (int64_t p = 0; p < P; ++p) {  // inter-chunk term and D·x
-        T acc = 0;
-        for (int64_t n = 0; n < N; ++n) acc += Ci[n] * S[p * N + n];
-        yi[p] = off * acc + a.D[h] * a.x[d.xi(bi, t0 + i, h) + p];
-      }
-      for (int64_t j = 0; j <= i; ++j) {  // intra-chunk (diagonal block) term
-        const T* Bj = &a.B[d.bi_(bi, t0 + j, g)];
-        T cb = 0;
-        for (int64_t n = 0; n < N; ++n) cb += Ci[n] * Bj[n];
-        const T w = cb * std::exp(cs[i] - cs[j]) * a.dt[d.ti(bi, t0 + j, h)];
-        const T* xj = &a.x[d.xi(bi, t0 + j, h)];
-        for (int64_t p = 0; p < P; ++p) yi[p] += w * xj[p];
-      }
-    }
-    for (int64_t j = 0; j < L; ++j) {  // the chunk's own end state
-      const T w = std::exp(cs[L - 1] - cs[j]) * a.dt[d.ti(bi, t0 + j, h)];
-      const T* Bj = &a.B[d.bi_(bi, t0 + j, g)];
-      const T* xj = &a.x[d.xi(bi, t0 + j, h)];
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t n = 0; n < N; ++n) Sc[p * N + n] += w * xj[p] * Bj[n];
-    }
-    const T decay = std::exp(cs[L - 1]);  // inter-chunk scan
-    for (int64_t k = 0; k < P * N; ++k) S[k] = decay * S[k] + Sc[k];
+    chunk_cb(a, d, bi, g, t0, L, w);
+    for (int64_t h = g * d.heads_per_group(); h < (g + 1) * d.heads_per_group(); ++h)
+      chunk_head(a, d, bi, h, t0, L, w, y, &S[d.si(bi, h)]);
   }
 }
 
@@ -101,16 +156,16 @@ void forward_impl(const SsdScanInputs& in, const Tensor& y_out, const Tensor& fi
   std::vector<T> y(static_cast<size_t>(in.x.numel()));
   std::vector<T> S(static_cast<size_t>(d.b * d.H * d.P * d.N), T(0));
   if (!a.s0.empty()) S = a.s0;
+  if (chunked) {
+#pragma omp parallel for collapse(2) if (d.b * d.G > 1)
+    for (int64_t bi = 0; bi < d.b; ++bi)
+      for (int64_t g = 0; g < d.G; ++g) chunked_group(a, d, bi, g, y, S);
+  } else {
 #pragma omp parallel for collapse(2) if (d.b * d.H > 1)
-  for (int64_t bi = 0; bi < d.b; ++bi)
-    for (int64_t h = 0; h < d.H; ++h) {
-      T* Sh = &S[d.si(bi, h)];
-      if (chunked) {
-        chunked_head(a, d, bi, h, y, Sh);
-      } else {
-        for (int64_t t = 0; t < d.l; ++t) step(a, d, bi, t, h, Sh, &y[d.xi(bi, t, h)]);
-      }
-    }
+    for (int64_t bi = 0; bi < d.b; ++bi)
+      for (int64_t h = 0; h < d.H; ++h)
+        for (int64_t t = 0; t < d.l; ++t) step(a, d, bi, t, h, &S[d.si(bi, h)], &y[d.xi(bi, t, h)]);
+  }
   store(y_out, y);
   store(final_state, S);
 }
@@ -125,62 +180,142 @@ struct HeadGrads {
   T dA = 0, dD = 0;
 };
 
-// The adjoint of one token: G = dL/dS_t (in), dL/dS_{t−1} (out); Sprev = S_{t−1}, S = S_t.
+// S_{t−1} (S0) → S_t (S; may be S0) without the output (the backward's state recomputation): the same values
+// as step(), one vector loop per row.
 template <typename T>
-void step_backward(const Host<T>& a, const Dims& d, int64_t bi, int64_t t, int64_t h, const T* Sprev, const T* S,
-                   const T* dyt, T* G, HeadGrads<T>& g_) {
+STRATA_SSD_CLONES void step_state(const Host<T>& a, const Dims& d, int64_t bi, int64_t t, int64_t h, const T* S0,
+                                  T* S) {
   const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N;
+  const T dt = a.dt[d.ti(bi, t, h)], decay = std::exp(dt * a.A[h]);
+  const T* Bt = &a.B[d.bi_(bi, t, g)];
+  const T* xt = &a.x[d.xi(bi, t, h)];
+  for (int64_t p = 0; p < P; ++p) {
+    const T dx = dt * xt[p];
+    const T* s0 = &S0[p * N];
+    T* s = &S[p * N];
+#pragma omp simd
+    for (int64_t n = 0; n < N; ++n) s[n] = decay * s0[n] + dx * Bt[n];
+  }
+}
+
+// The adjoint of one token, in two parts so that the sums of two heads can run interleaved.
+// Part 1 (adjoint_rows): G = dL/dS_t (in) → dL/dS_{t−1} (out), with Sprev = S_{t−1}, S = S_t;
+// adds the head's dC and dB contributions to the token's rows and dy·x to dD, and writes the
+// terms of the three sums into prod [3, P, N]: gk·Sprev, gk·x_p·B_n, dt·gk·B_n (gk = G + dy_p·C_n).
+template <typename T>
+STRATA_SSD_CLONES void adjoint_rows(const Host<T>& a, const Dims& d, int64_t bi, int64_t t, int64_t h,
+                                    const T* Sprev, const T* S, const T* dyt, T* G, HeadGrads<T>& g_, T* prod) {
+  const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N, PN = P * N;
   const T dt = a.dt[d.ti(bi, t, h)], decay = std::exp(dt * a.A[h]);
   const T* Bt = &a.B[d.bi_(bi, t, g)];
   const T* Ct = &a.C[d.bi_(bi, t, g)];
   const T* xt = &a.x[d.xi(bi, t, h)];
-  T* dxt = &g_.dx[d.xi(bi, t, h)];
   T* dBt = &g_.dB[d.bi_(bi, t, g)];
   T* dCt = &g_.dC[d.bi_(bi, t, g)];
-  T d_decay = 0, ddt = 0;
   for (int64_t p = 0; p < P; ++p) {
-    g_.dD += dyt[p] * xt[p];
-    T dxp = a.D[h] * dyt[p];
+    const T dyp = dyt[p], xp = xt[p];
+    g_.dD += dyp * xp;
+    const T* Sp = &S[p * N];
+    const T* Spp = &Sprev[p * N];
+    T* Gp = &G[p * N];
+    T* p1 = &prod[p * N];
+    T* p2 = p1 + PN;
+    T* p3 = p1 + 2 * PN;
+#pragma omp simd
     for (int64_t n = 0; n < N; ++n) {
-      const int64_t k = p * N + n;
-      dCt[n] += S[k] * dyt[p];
-      const T gk = G[k] + dyt[p] * Ct[n];
-      d_decay += gk * Sprev[k];
-      ddt += gk * xt[p] * Bt[n];
-      dxp += dt * gk * Bt[n];
-      dBt[n] += dt * gk * xt[p];
-      G[k] = decay * gk;
+      dCt[n] += Sp[n] * dyp;
+      const T gk = Gp[n] + dyp * Ct[n];
+      p1[n] = gk * Spp[n];
+      p2[n] = gk * xp * Bt[n];
+      p3[n] = dt * gk * Bt[n];
+      dBt[n] += dt * gk * xp;
+      Gp[n] = decay * gk;
     }
-    dxt[p] = dxp;
   }
-  g_.ddt[d.ti(bi, t, h)] = ddt + d_decay * decay * a.A[h];
-  g_.dA += d_decay * decay * dt;
 }
 
-// Backward of one (batch, head): boundary states by chunks, then each chunk in reverse.
-template <typename T>
-void head_backward(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, const std::vector<T>& dy,
-                   const std::vector<T>& dfinal, std::vector<T>& d_init, HeadGrads<T>& g_) {
-  const int64_t PN = d.P * d.N, nc = (d.l + d.Q - 1) / d.Q;
-  std::vector<T> bound(static_cast<size_t>((nc + 1) * PN), T(0));
-  if (!a.s0.empty()) std::copy_n(&a.s0[d.si(bi, h)], PN, bound.begin());
-  for (int64_t c = 0; c < nc; ++c) {
-    std::copy_n(&bound[c * PN], PN, &bound[(c + 1) * PN]);
-    for (int64_t t = c * d.Q; t < std::min(d.l, (c + 1) * d.Q); ++t) step(a, d, bi, t, h, &bound[(c + 1) * PN], static_cast<T*>(nullptr));
+// Part 2 for K heads at once (their sums interleaved; each in its own order): d_decay and ddt over
+// (p, n), dx_p = D·dy_p + Σ_n; then ddt_t, dx_t and dA of each head.
+template <typename T, int K>
+STRATA_SSD_CLONES void adjoint_sums(const Host<T>& a, const Dims& d, int64_t bi, int64_t t, const int64_t* h,
+                                    const T* const* prod, const T* const* dyt, HeadGrads<T>* const* g_) {
+  const int64_t P = d.P, N = d.N, PN = P * N;
+  T dd[K] = {}, ddt[K] = {};
+  for (int64_t p = 0; p < P; ++p) {
+    T dx[K];
+    for (int q = 0; q < K; ++q) dx[q] = a.D[h[q]] * dyt[q][p];
+    for (int64_t n = 0; n < N; ++n)
+      for (int q = 0; q < K; ++q) {
+        const int64_t k = p * N + n;
+        dd[q] += prod[q][k];
+        ddt[q] += prod[q][PN + k];
+        dx[q] += prod[q][2 * PN + k];
+      }
+    for (int q = 0; q < K; ++q) g_[q]->dx[d.xi(bi, t, h[q]) + p] = dx[q];
   }
-  std::vector<T> G(static_cast<size_t>(PN), T(0)), St(static_cast<size_t>((d.Q + 1) * PN));
-  if (!dfinal.empty()) std::copy_n(&dfinal[d.si(bi, h)], PN, G.begin());
+  for (int q = 0; q < K; ++q) {
+    const T dt = a.dt[d.ti(bi, t, h[q])], decay = std::exp(dt * a.A[h[q]]);
+    g_[q]->ddt[d.ti(bi, t, h[q])] = ddt[q] + dd[q] * decay * a.A[h[q]];
+    g_[q]->dA += dd[q] * decay * dt;
+  }
+}
+
+// One head's backward state: the boundary states of its chunks, the states inside the current
+// chunk, G = dL/dS and the terms of the sums.
+template <typename T>
+struct HeadBackward {
+  int64_t h;
+  std::vector<T> bound, St, G, prod;
+  HeadGrads<T> grads;
+};
+
+// The boundary states of head hb.h (by the recurrence, chunk by chunk) and G from d_final.
+template <typename T>
+void start_head(const Host<T>& a, const Dims& d, int64_t bi, const std::vector<T>& dfinal, HeadBackward<T>& hb) {
+  const int64_t PN = d.P * d.N, nc = (d.l + d.Q - 1) / d.Q;
+  hb.bound.assign(static_cast<size_t>((nc + 1) * PN), T(0));
+  if (!a.s0.empty()) std::copy_n(&a.s0[d.si(bi, hb.h)], PN, hb.bound.begin());
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t t0 = c * d.Q, t1 = std::min(d.l, (c + 1) * d.Q);
+    for (int64_t t = t0; t < t1; ++t)
+      step_state(a, d, bi, t, hb.h, &hb.bound[(t == t0 ? c : c + 1) * PN], &hb.bound[(c + 1) * PN]);
+  }
+  hb.G.assign(static_cast<size_t>(PN), T(0));
+  hb.St.resize(static_cast<size_t>((d.Q + 1) * PN));
+  hb.prod.resize(static_cast<size_t>(3 * PN));
+  if (!dfinal.empty()) std::copy_n(&dfinal[d.si(bi, hb.h)], PN, hb.G.begin());
+}
+
+// Backward of K heads of one (batch, group) in lockstep: each chunk in reverse, its states
+// recomputed from the boundary state; per token each head's rows in head order (so the group's
+// dB/dC rows get their terms in the order of one head after the other), then their sums together.
+template <typename T, int K>
+void heads_backward(const Host<T>& a, const Dims& d, int64_t bi, const std::vector<T>& dy,
+                    const std::vector<T>& dfinal, std::vector<T>& d_init, HeadBackward<T>* hb) {
+  const int64_t PN = d.P * d.N, nc = (d.l + d.Q - 1) / d.Q;
+  for (int q = 0; q < K; ++q) start_head(a, d, bi, dfinal, hb[q]);
+  int64_t h[K];
+  const T* prod[K];
+  const T* dyt[K];
+  HeadGrads<T>* g_[K];
+  for (int q = 0; q < K; ++q) h[q] = hb[q].h, prod[q] = hb[q].prod.data(), g_[q] = &hb[q].grads;
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = c * d.Q, L = std::min(d.Q, d.l - t0);
-    std::copy_n(&bound[c * PN], PN, St.begin());
-    for (int64_t i = 0; i < L; ++i) {
-      std::copy_n(&St[i * PN], PN, &St[(i + 1) * PN]);
-      step(a, d, bi, t0 + i, h, &St[(i + 1) * PN], static_cast<T*>(nullptr));
+    for (int q = 0; q < K; ++q) {
+      std::copy_n(&hb[q].bound[c * PN], PN, hb[q].St.begin());
+      for (int64_t i = 0; i < L; ++i)
+        step_state(a, d, bi, t0 + i, h[q], &hb[q].St[i * PN], &hb[q].St[(i + 1) * PN]);
     }
-    for (int64_t i = L - 1; i >= 0; --i)
-      step_backward(a, d, bi, t0 + i, h, &St[i * PN], &St[(i + 1) * PN], &dy[d.xi(bi, t0 + i, h)], G.data(), g_);
+    for (int64_t i = L - 1; i >= 0; --i) {
+      for (int q = 0; q < K; ++q) {
+        dyt[q] = &dy[d.xi(bi, t0 + i, h[q])];
+        adjoint_rows(a, d, bi, t0 + i, h[q], &hb[q].St[i * PN], &hb[q].St[(i + 1) * PN], dyt[q], hb[q].G.data(),
+                     hb[q].grads, hb[q].prod.data());
+      }
+      adjoint_sums<T, K>(a, d, bi, t0 + i, h, prod, dyt, g_);
+    }
   }
-  std::copy_n(G.begin(), PN, &d_init[d.si(bi, h)]);
+  for (int q = 0; q < K; ++q) std::copy_n(hb[q].G.begin(), PN, &d_init[d.si(bi, h[q])]);
 }
 
 template <typename T>
@@ -194,11 +329,15 @@ void backward_impl(const SsdScanInputs& in, const Tensor& dy_t, const Tensor& df
 #pragma omp parallel for collapse(2) if (d.b * d.G > 1)
   for (int64_t bi = 0; bi < d.b; ++bi)
     for (int64_t g = 0; g < d.G; ++g)
-      for (int64_t h = g * d.heads_per_group(); h < (g + 1) * d.heads_per_group(); ++h) {
-        HeadGrads<T> hg{dx, ddt, dB, dC};
-        head_backward(a, d, bi, h, dy, dfinal, d_init, hg);
-        dA_bh[bi * d.H + h] = hg.dA;
-        dD_bh[bi * d.H + h] = hg.dD;
+      for (int64_t h = g * d.heads_per_group(); h < (g + 1) * d.heads_per_group(); h += 2) {
+        const bool pair = h + 1 < (g + 1) * d.heads_per_group();
+        HeadBackward<T> hb[2] = {{h, {}, {}, {}, {}, {dx, ddt, dB, dC}}, {h + 1, {}, {}, {}, {}, {dx, ddt, dB, dC}}};
+        if (pair) heads_backward<T, 2>(a, d, bi, dy, dfinal, d_init, hb);
+        else heads_backward<T, 1>(a, d, bi, dy, dfinal, d_init, hb);
+        for (int q = 0; q < (pair ? 2 : 1); ++q) {
+          dA_bh[bi * d.H + h + q] = hb[q].grads.dA;
+          dD_bh[bi * d.H + h + q] = hb[q].grads.dD;
+        }
       }
   std::vector<T> dA(static_cast<size_t>(d.H), T(0)), dD(static_cast<size_t>(d.H), T(0));
   for (int64_t bi = 0; bi < d.b; ++bi)
