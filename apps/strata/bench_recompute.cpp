@@ -39,7 +39,8 @@ double median(std::vector<double> v) {
 struct Variant {
   std::string name;
   StrataConfig cfg;
-  int64_t planned_activations = 0;  // strata plan: the stage's activations under this mode
+  int64_t planned_activations = 0;  // strata plan: the stage's activations under this mode; -1: none
+  std::string plan_note;            // why there is no plan estimate
   std::vector<double> ms, peak;     // per repeat: median step time, allocator peak
   std::vector<double> losses;
 };
@@ -72,8 +73,12 @@ Variant make_variant(const std::string& name, const BenchTrainOptions& base, con
   Variant v;
   v.name = name;
   v.cfg = bench_config(o);
-  const LayoutPlan p = plan_layout(v.cfg);
-  v.planned_activations = p.stages.front().memory.activations_configured;
+  try {
+    v.planned_activations = plan_layout(v.cfg).stages.front().memory.activations_configured;
+  } catch (const Error& e) {  // e.g. strata plan does not count hybrid models yet
+    v.planned_activations = -1;
+    v.plan_note = e.what();
+  }
   return v;
 }
 
@@ -86,10 +91,13 @@ void print_summary(const std::vector<Variant>& vs, int64_t tokens, const Variant
               "saved MiB", "plan act. MiB", "losses");
   for (const Variant& v : vs) {
     const double ms = median(v.ms), peak = median(v.peak);
-    std::printf("%-22s %10.1f %8.3f %12.0f %12.2f %14.2f %14.2f  %s\n", v.name.c_str(), ms, ms / base_ms,
-                tokens * 1000.0 / ms, mib(peak), mib(base_peak - peak), mib(static_cast<double>(v.planned_activations)),
+    char plan[32] = "n/a";
+    if (v.planned_activations >= 0) std::snprintf(plan, sizeof plan, "%.2f", mib(static_cast<double>(v.planned_activations)));
+    std::printf("%-22s %10.1f %8.3f %12.0f %12.2f %14.2f %14s  %s\n", v.name.c_str(), ms, ms / base_ms,
+                tokens * 1000.0 / ms, mib(peak), mib(base_peak - peak), plan,
                 v.losses == none.losses ? "bit-identical" : "DIFFER");
   }
+  if (none.planned_activations < 0) std::printf("  no plan estimate: %s\n", none.plan_note.c_str());
   std::printf("  (saved = peak allocator bytes of none minus this mode's; plan act. = strata plan's activations of "
               "the stage under the mode; plan's saving for a mode = plan act. of none minus its)\n");
   if (compare) {
@@ -106,8 +114,9 @@ json variant_json(const Variant& v, const Variant& none) {
           {"peak_allocated_bytes", v.peak},
           {"time_ratio_to_none", median(v.ms) / median(none.ms)},
           {"saved_bytes", median(none.peak) - median(v.peak)},
-          {"planned_activation_bytes", v.planned_activations},
-          {"planned_saved_bytes", none.planned_activations - v.planned_activations},
+          {"planned_activation_bytes", v.planned_activations >= 0 ? json(v.planned_activations) : json(nullptr)},
+          {"planned_saved_bytes", v.planned_activations >= 0 ? json(none.planned_activations - v.planned_activations)
+                                                               : json(nullptr)},
           {"losses_identical_to_none", v.losses == none.losses}};
 }
 

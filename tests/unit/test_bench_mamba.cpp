@@ -29,10 +29,10 @@ bool python_has_torch() {
 std::string script() {
   return (std::filesystem::path(STRATA_SOURCE_DIR) / "scripts" / "bench" / "mamba2_torch_ref.py").string();
 }
-// b 2, s 16, hidden 32 (d_inner 64 = 8 heads of 8), state 4, chunk 8.
+// b 2, s 16, hidden 32 (d_inner 64 = 8 heads of 8), state 4 (chunk: the default 128 unless given).
 std::vector<std::string> tiny(const std::string& json_path, std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {"bench", "mamba", "--batch", "2", "--seq", "16", "--hidden", "32", "--head-dim", "8",
-                                "--state", "4", "--chunk", "8", "--iters", "2", "--warmup", "0", "--json", json_path};
+                                "--state", "4", "--iters", "2", "--warmup", "0", "--json", json_path};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -45,7 +45,7 @@ nlohmann::json read_json(const std::string& path) {
 
 TEST_CASE("bench mamba: a tiny mixer through the command line, fields and JSON", "[bench][mamba]") {
   const std::string path = (temp_dir() / "mamba.json").string();
-  const CliResult r = run_cli(tiny(path, {"--groups", "2"}));
+  const CliResult r = run_cli(tiny(path, {"--groups", "2", "--chunk", "8"}));
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Contains("d_inner 64 = 8 heads x 8, state 4, groups 2, chunk 8"));
@@ -90,7 +90,8 @@ TEST_CASE("bench mamba: a missing torch is reported and ours still timed; bad op
   std::ofstream(fake) << "#!/bin/sh\nexec /usr/bin/python3 -c 'import sys; sys.modules[\"torch\"] = None; "
                          "sys.argv = sys.argv[1:]; exec(open(sys.argv[0]).read())' \"$@\"\n";
   std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
-  CliResult r = run_cli(tiny(path, {"--reference", "torch", "--python", fake.string(), "--torch-script", script()}));
+  CliResult r = run_cli(
+      tiny(path, {"--chunk", "8", "--reference", "torch", "--python", fake.string(), "--torch-script", script()}));
   INFO(r.out << r.err);
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, Contains("reference: skipped"));
@@ -98,7 +99,7 @@ TEST_CASE("bench mamba: a missing torch is reported and ours still timed; bad op
   r = run_cli(tiny(path, {"--dtype", "bf16"}));
   CHECK(r.rc != 0);
   CHECK_THAT(r.err, Contains("--dtype must be f32 or f64"));
-  r = run_cli(tiny(path, {"--seq", "12", "--reference", "torch"}));
+  r = run_cli({"bench", "mamba", "--seq", "12", "--chunk", "8", "--reference", "torch"});
   CHECK(r.rc != 0);
   CHECK_THAT(r.err, Contains("--seq (12) to be a multiple of --chunk (8)"));
   r = run_cli(tiny(path, {"--groups", "3"}));
