@@ -84,26 +84,36 @@ Variant make_variant(const std::string& name, const BenchTrainOptions& base, con
 
 double mib(double b) { return b / 1048576.0; }
 
+// The median over repeats of a / b, each repeat's pair measured back to back (load from other
+// processes changes from repeat to repeat more than between neighbouring runs).
+double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) r.push_back(a[i] / b[i]);
+  return median(r);
+}
+
 void print_summary(const std::vector<Variant>& vs, int64_t tokens, const Variant* compare, int64_t compare_tokens) {
   const Variant& none = vs.front();
-  const double base_ms = median(none.ms), base_peak = median(none.peak);
+  const double base_peak = median(none.peak);
   std::printf("%-22s %10s %8s %12s %12s %14s %14s  %s\n", "mode", "ms/step", "ratio", "tokens/s", "peak MiB",
               "saved MiB", "plan act. MiB", "losses");
   for (const Variant& v : vs) {
     const double ms = median(v.ms), peak = median(v.peak);
     char plan[32] = "n/a";
     if (v.planned_activations >= 0) std::snprintf(plan, sizeof plan, "%.2f", mib(static_cast<double>(v.planned_activations)));
-    std::printf("%-22s %10.1f %8.3f %12.0f %12.2f %14.2f %14s  %s\n", v.name.c_str(), ms, ms / base_ms,
+    std::printf("%-22s %10.1f %8.3f %12.0f %12.2f %14.2f %14s  %s\n", v.name.c_str(), ms, median_ratio(v.ms, none.ms),
                 tokens * 1000.0 / ms, mib(peak), mib(base_peak - peak), plan,
                 v.losses == none.losses ? "bit-identical" : "DIFFER");
   }
   if (none.planned_activations < 0) std::printf("  no plan estimate: %s\n", none.plan_note.c_str());
-  std::printf("  (saved = peak allocator bytes of none minus this mode's; plan act. = strata plan's activations of "
-              "the stage under the mode; plan's saving for a mode = plan act. of none minus its)\n");
+  std::printf("  (ms/step: median over repeats; ratio: median over repeats of the mode's step time over none's in the "
+              "same repeat; saved = peak allocator bytes of none minus this mode's; plan act. = strata plan's "
+              "activations of the stage under the mode; plan's saving for a mode = plan act. of none minus its)\n");
   if (compare) {
-    const double a = tokens * 1000.0 / base_ms, b = compare_tokens * 1000.0 / median(compare->ms);
-    std::printf("tokens/s %s (no recompute) %.0f vs %s %.0f: ratio %.3f\n", none.cfg.model.is_hybrid() ? "hybrid" : "model",
-                a, compare->name.c_str(), b, a / b);
+    const double a = tokens * 1000.0 / median(none.ms), b = compare_tokens * 1000.0 / median(compare->ms);
+    std::printf("tokens/s %s (no recompute) %.0f vs %s %.0f (medians); ratio, median over repeats: %.3f\n",
+                none.cfg.model.is_hybrid() ? "hybrid" : "model", a, compare->name.c_str(), b,
+                median_ratio(compare->ms, none.ms) * static_cast<double>(tokens) / static_cast<double>(compare_tokens));
   }
 }
 
@@ -112,7 +122,7 @@ json variant_json(const Variant& v, const Variant& none) {
           {"recompute", recompute_mode_text(v.cfg.model)},
           {"median_ms", v.ms},
           {"peak_allocated_bytes", v.peak},
-          {"time_ratio_to_none", median(v.ms) / median(none.ms)},
+          {"time_ratio_to_none", median_ratio(v.ms, none.ms)},
           {"saved_bytes", median(none.peak) - median(v.peak)},
           {"planned_activation_bytes", v.planned_activations >= 0 ? json(v.planned_activations) : json(nullptr)},
           {"planned_saved_bytes", v.planned_activations >= 0 ? json(none.planned_activations - v.planned_activations)
@@ -191,8 +201,9 @@ int run_recompute_benchmark(const BenchRecomputeOptions& ro) {
     if (compare)
       j["compare"] = {{"config", ro.compare_config},
                       {"median_ms", compare->ms},
-                      {"tokens_per_second_ratio", (tokens_of(base) / median(vs.front().ms)) /
-                                                      (tokens_of(compare->cfg) / median(compare->ms))}};
+                      {"tokens_per_second_ratio", median_ratio(compare->ms, vs.front().ms) *
+                                                      static_cast<double>(tokens_of(base)) /
+                                                      static_cast<double>(tokens_of(compare->cfg))}};
     std::ofstream f(o.json_out);
     STRATA_CHECK(f.good(), "bench recompute: cannot write --json ", o.json_out);
     f << j.dump(2) << "\n";

@@ -6,7 +6,8 @@
 //   full_uniform[:n]     recompute_granularity full, method uniform, n layers per chunk (default 1)
 //   full_block[:n]       full, method block, the first n layers of the stage (default half of them)
 //   selective:m1,m2      recompute_granularity selective, recompute_modules [m1, m2]
-// For each mode: the median step time and its ratio to none (the target: full ≤ 1.35), the
+// For each mode: the median step time and its ratio to none (the median over repeats of the ratio
+// within a repeat; the target: full ≤ 1.35), the
 // allocator's peak bytes of the run and what the mode saves against none (activation memory, the
 // static parameters / grads / Adam state being the same in every mode), `strata plan`'s estimate
 // of the activations under that mode next to it, and whether the losses are bit-identical to none.

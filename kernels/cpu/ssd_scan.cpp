@@ -260,6 +260,82 @@ STRATA_SSD_CLONES void adjoint_sums(const Host<T>& a, const Dims& d, int64_t bi,
   }
 }
 
+// Row p of one head's adjoint at token t (see adjoint_rows): the dC and dB terms added to the
+// token's rows (Defer: written to dC_row / dB_row instead, to be added after the other head's), the
+// new G row and the three sums' terms of the row into r [3, N].
+template <typename T, bool Defer>
+__attribute__((always_inline)) inline void adjoint_row(const T* Sp, const T* Spp, T* Gp, const T* Ct, const T* Bt,
+                                                       T dyp, T xp, T dt, T decay, T* dC_row, T* dB_row, T* r,
+                                                       int64_t N) {
+#pragma omp simd
+  for (int64_t n = 0; n < N; ++n) {
+    const T gk = Gp[n] + dyp * Ct[n];
+    if (Defer) {
+      dC_row[n] = Sp[n] * dyp;
+      dB_row[n] = dt * gk * xp;
+    } else {
+      dC_row[n] += Sp[n] * dyp;
+      dB_row[n] += dt * gk * xp;
+    }
+    r[n] = gk * Spp[n];
+    r[N + n] = gk * xp * Bt[n];
+    r[2 * N + n] = dt * gk * Bt[n];
+    Gp[n] = decay * gk;
+  }
+}
+
+// Two heads of one group at token t, row by row, their six sums interleaved (each in its order),
+// the second head's dC/dB terms kept per row and added to the token's rows after all of the first
+// head's: every value as adjoint_rows + adjoint_sums give. scratch: 6·N + 2·P·N.
+template <typename T>
+STRATA_SSD_CLONES void adjoint_pair(const Host<T>& a, const Dims& d, int64_t bi, int64_t t, const int64_t* h,
+                                    const T* const* Sprev, const T* const* S, const T* const* dyt, T* const* G,
+                                    HeadGrads<T>* const* g_, T* scratch) {
+  const int64_t g = h[0] / d.heads_per_group(), P = d.P, N = d.N;
+  const T* Bt = &a.B[d.bi_(bi, t, g)];
+  const T* Ct = &a.C[d.bi_(bi, t, g)];
+  T* dBt = &g_[0]->dB[d.bi_(bi, t, g)];
+  T* dCt = &g_[0]->dC[d.bi_(bi, t, g)];
+  T *r0 = scratch, *r1 = scratch + 3 * N, *dC1 = scratch + 6 * N, *dB1 = dC1 + P * N;
+  T dt[2], decay[2], dd[2] = {}, ddt[2] = {};
+  const T* xt[2];
+  for (int q = 0; q < 2; ++q) {
+    dt[q] = a.dt[d.ti(bi, t, h[q])];
+    decay[q] = std::exp(dt[q] * a.A[h[q]]);
+    xt[q] = &a.x[d.xi(bi, t, h[q])];
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t o = p * N;
+    for (int q = 0; q < 2; ++q) g_[q]->dD += dyt[q][p] * xt[q][p];
+    adjoint_row<T, false>(&S[0][o], &Sprev[0][o], &G[0][o], Ct, Bt, dyt[0][p], xt[0][p], dt[0], decay[0], dCt, dBt,
+                          r0, N);
+    adjoint_row<T, true>(&S[1][o], &Sprev[1][o], &G[1][o], Ct, Bt, dyt[1][p], xt[1][p], dt[1], decay[1], &dC1[o],
+                         &dB1[o], r1, N);
+    T dx0 = a.D[h[0]] * dyt[0][p], dx1 = a.D[h[1]] * dyt[1][p];
+    for (int64_t n = 0; n < N; ++n) {
+      dd[0] += r0[n];
+      ddt[0] += r0[N + n];
+      dx0 += r0[2 * N + n];
+      dd[1] += r1[n];
+      ddt[1] += r1[N + n];
+      dx1 += r1[2 * N + n];
+    }
+    g_[0]->dx[d.xi(bi, t, h[0]) + p] = dx0;
+    g_[1]->dx[d.xi(bi, t, h[1]) + p] = dx1;
+  }
+  for (int64_t p = 0; p < P; ++p) {
+#pragma omp simd
+    for (int64_t n = 0; n < N; ++n) {
+      dCt[n] += dC1[p * N + n];
+      dBt[n] += dB1[p * N + n];
+    }
+  }
+  for (int q = 0; q < 2; ++q) {
+    g_[q]->ddt[d.ti(bi, t, h[q])] = ddt[q] + dd[q] * decay[q] * a.A[h[q]];
+    g_[q]->dA += dd[q] * decay[q] * dt[q];
+  }
+}
+
 // One head's backward state: the boundary states of its chunks, the states inside the current
 // chunk, G = dL/dS and the terms of the sums.
 template <typename T>
@@ -299,6 +375,7 @@ void heads_backward(const Host<T>& a, const Dims& d, int64_t bi, const std::vect
   const T* dyt[K];
   HeadGrads<T>* g_[K];
   for (int q = 0; q < K; ++q) h[q] = hb[q].h, prod[q] = hb[q].prod.data(), g_[q] = &hb[q].grads;
+  std::vector<T> scratch(K == 2 ? static_cast<size_t>(6 * d.N + 2 * PN) : 0);
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = c * d.Q, L = std::min(d.Q, d.l - t0);
     for (int q = 0; q < K; ++q) {
@@ -307,12 +384,19 @@ void heads_backward(const Host<T>& a, const Dims& d, int64_t bi, const std::vect
         step_state(a, d, bi, t0 + i, h[q], &hb[q].St[i * PN], &hb[q].St[(i + 1) * PN]);
     }
     for (int64_t i = L - 1; i >= 0; --i) {
+      const T* Sprev[K];
+      const T* S[K];
+      T* G[K];
       for (int q = 0; q < K; ++q) {
         dyt[q] = &dy[d.xi(bi, t0 + i, h[q])];
-        adjoint_rows(a, d, bi, t0 + i, h[q], &hb[q].St[i * PN], &hb[q].St[(i + 1) * PN], dyt[q], hb[q].G.data(),
-                     hb[q].grads, hb[q].prod.data());
+        Sprev[q] = &hb[q].St[i * PN], S[q] = &hb[q].St[(i + 1) * PN], G[q] = hb[q].G.data();
       }
-      adjoint_sums<T, K>(a, d, bi, t0 + i, h, prod, dyt, g_);
+      if constexpr (K == 2) {
+        adjoint_pair(a, d, bi, t0 + i, h, Sprev, S, dyt, G, g_, scratch.data());
+      } else {
+        adjoint_rows(a, d, bi, t0 + i, h[0], Sprev[0], S[0], dyt[0], G[0], hb[0].grads, hb[0].prod.data());
+        adjoint_sums<T, 1>(a, d, bi, t0 + i, h, prod, dyt, g_);
+      }
     }
   }
   for (int q = 0; q < K; ++q) std::copy_n(hb[q].G.begin(), PN, &d_init[d.si(bi, h[q])]);
