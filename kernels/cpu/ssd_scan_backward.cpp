@@ -1,10 +1,10 @@
 // CPU reference of kernels/ssd_scan.h, backward: per (batch, head) the chunk boundary states by
 // the recurrence, then each chunk in reverse with its states recomputed from the boundary state,
 // the adjoint of the recurrence token by token (G = dL/dS carried backwards). Two heads of a group
-// run in lockstep, row by row, so that their sequential sums (d_decay and ddt over (p, n), dx_p
-// over n, each kept in its order) interleave; the group's dB/dC rows still get one head's terms
-// after the other's. Parallel over batch × group, so gradient sums never depend on the thread
-// count. Reference: the adjoint of S_t = exp(dt_t·A)·S_{t−1} + dt_t·x_t⊗B_t, y_t = S_t·C_t + D·x_t.
+// (with one head per group: of two groups) run in lockstep, row by row, so that their sequential
+// sums (d_decay and ddt over (p, n), dx_p over n, each kept in its order) interleave; a group's
+// dB/dC rows still get one head's terms after the other's. Parallel over batch × (group or group
+// pair), so gradient sums never depend on the thread count. Reference: the adjoint of S_t = exp(dt_t·A)·S_{t−1} + dt_t·x_t⊗B_t, y_t = S_t·C_t + D·x_t.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -129,18 +129,23 @@ __attribute__((always_inline)) inline void adjoint_row(const T* Sp, const T* Spp
   }
 }
 
-// Two heads of one group at token t, row by row, their six sums interleaved (each in its order),
-// the second head's dC/dB terms kept per row and added to the token's rows after all of the first
-// head's: every value as adjoint_rows + adjoint_sums give. scratch: 6·N + 2·P·N.
+// Two heads at token t, row by row, their six sums interleaved (each in its order); heads of one
+// group: the second head's dC/dB terms kept per row and added to the token's rows after all of the
+// first head's (heads of two groups write their own rows). Every value as adjoint_rows +
+// adjoint_sums give. scratch: 6·N + 2·P·N.
 template <typename T>
 STRATA_SSD_CLONES void adjoint_pair(const Host<T>& a, const Dims& d, int64_t bi, int64_t t, const int64_t* h,
                                     const T* const* Sprev, const T* const* S, const T* const* dyt, T* const* G,
                                     HeadGrads<T>* const* g_, T* scratch) {
-  const int64_t g = h[0] / d.heads_per_group(), P = d.P, N = d.N;
-  const T* Bt = &a.B[d.bi_(bi, t, g)];
-  const T* Ct = &a.C[d.bi_(bi, t, g)];
-  T* dBt = &g_[0]->dB[d.bi_(bi, t, g)];
-  T* dCt = &g_[0]->dC[d.bi_(bi, t, g)];
+  const int64_t P = d.P, N = d.N;
+  const T *Bt[2], *Ct[2];
+  T *dBt[2], *dCt[2];
+  for (int q = 0; q < 2; ++q) {
+    const int64_t g = h[q] / d.heads_per_group();
+    Bt[q] = &a.B[d.bi_(bi, t, g)], Ct[q] = &a.C[d.bi_(bi, t, g)];
+    dBt[q] = &g_[q]->dB[d.bi_(bi, t, g)], dCt[q] = &g_[q]->dC[d.bi_(bi, t, g)];
+  }
+  const bool same_group = dBt[0] == dBt[1];  // else the two heads' rows are disjoint: no order to keep
   T *r0 = scratch, *r1 = scratch + 3 * N, *dC1 = scratch + 6 * N, *dB1 = dC1 + P * N;
   T dt[2], decay[2], dd[2] = {}, ddt[2] = {};
   const T* xt[2];
@@ -152,10 +157,14 @@ STRATA_SSD_CLONES void adjoint_pair(const Host<T>& a, const Dims& d, int64_t bi,
   for (int64_t p = 0; p < P; ++p) {
     const int64_t o = p * N;
     for (int q = 0; q < 2; ++q) g_[q]->dD += dyt[q][p] * xt[q][p];
-    adjoint_row<T, false>(&S[0][o], &Sprev[0][o], &G[0][o], Ct, Bt, dyt[0][p], xt[0][p], dt[0], decay[0], dCt, dBt,
-                          r0, N);
-    adjoint_row<T, true>(&S[1][o], &Sprev[1][o], &G[1][o], Ct, Bt, dyt[1][p], xt[1][p], dt[1], decay[1], &dC1[o],
-                         &dB1[o], r1, N);
+    adjoint_row<T, false>(&S[0][o], &Sprev[0][o], &G[0][o], Ct[0], Bt[0], dyt[0][p], xt[0][p], dt[0], decay[0],
+                          dCt[0], dBt[0], r0, N);
+    if (same_group)
+      adjoint_row<T, true>(&S[1][o], &Sprev[1][o], &G[1][o], Ct[1], Bt[1], dyt[1][p], xt[1][p], dt[1], decay[1],
+                           &dC1[o], &dB1[o], r1, N);
+    else
+      adjoint_row<T, false>(&S[1][o], &Sprev[1][o], &G[1][o], Ct[1], Bt[1], dyt[1][p], xt[1][p], dt[1], decay[1],
+                            dCt[1], dBt[1], r1, N);
     T dx0 = a.D[h[0]] * dyt[0][p], dx1 = a.D[h[1]] * dyt[1][p];
     for (int64_t n = 0; n < N; ++n) {
       dd[0] += r0[n];
@@ -168,11 +177,11 @@ STRATA_SSD_CLONES void adjoint_pair(const Host<T>& a, const Dims& d, int64_t bi,
     g_[0]->dx[d.xi(bi, t, h[0]) + p] = dx0;
     g_[1]->dx[d.xi(bi, t, h[1]) + p] = dx1;
   }
-  for (int64_t p = 0; p < P; ++p) {
+  for (int64_t p = 0; same_group && p < P; ++p) {
 #pragma omp simd
     for (int64_t n = 0; n < N; ++n) {
-      dCt[n] += dC1[p * N + n];
-      dBt[n] += dB1[p * N + n];
+      dCt[0][n] += dC1[p * N + n];
+      dBt[0][n] += dB1[p * N + n];
     }
   }
   for (int q = 0; q < 2; ++q) {
@@ -207,7 +216,7 @@ void start_head(const Host<T>& a, const Dims& d, int64_t bi, const std::vector<T
   if (!dfinal.empty()) std::copy_n(&dfinal[d.si(bi, hb.h)], PN, hb.G.begin());
 }
 
-// Backward of K heads of one (batch, group) in lockstep: each chunk in reverse, its states
+// Backward of K heads of one (batch, unit) in lockstep: each chunk in reverse, its states
 // recomputed from the boundary state; per token each head's rows in head order (so the group's
 // dB/dC rows get their terms in the order of one head after the other), then their sums together.
 template <typename T, int K>
@@ -255,11 +264,14 @@ void backward_impl(const SsdScanInputs& in, const Tensor& dy_t, const Tensor& df
   std::vector<T> dx(a.x.size()), ddt(a.dt.size()), dB(a.B.size(), T(0)), dC(a.C.size(), T(0));
   std::vector<T> d_init(static_cast<size_t>(d.b * d.H * d.P * d.N));
   std::vector<T> dA_bh(static_cast<size_t>(d.b * d.H)), dD_bh(static_cast<size_t>(d.b * d.H));
-#pragma omp parallel for collapse(2) if (d.b * d.G > 1)
+  // Units of work, each owning its groups' dB/dC rows: a group (its heads paired), or with one head
+  // per group two groups (their heads paired).
+  const int64_t hpg = d.heads_per_group(), per_unit = hpg == 1 ? 2 : hpg, units = (d.H + per_unit - 1) / per_unit;
+#pragma omp parallel for collapse(2) if (d.b * units > 1)
   for (int64_t bi = 0; bi < d.b; ++bi)
-    for (int64_t g = 0; g < d.G; ++g)
-      for (int64_t h = g * d.heads_per_group(); h < (g + 1) * d.heads_per_group(); h += 2) {
-        const bool pair = h + 1 < (g + 1) * d.heads_per_group();
+    for (int64_t u = 0; u < units; ++u)
+      for (int64_t h = u * per_unit; h < std::min(d.H, (u + 1) * per_unit); h += 2) {
+        const bool pair = h + 1 < std::min(d.H, (u + 1) * per_unit);
         HeadBackward<T> hb[2] = {{h, {}, {}, {}, {}, {dx, ddt, dB, dC}}, {h + 1, {}, {}, {}, {}, {dx, ddt, dB, dC}}};
         if (pair) heads_backward<T, 2>(a, d, bi, dy, dfinal, d_init, hb);
         else heads_backward<T, 1>(a, d, bi, dy, dfinal, d_init, hb);
