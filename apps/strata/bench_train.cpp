@@ -85,30 +85,6 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
-// The source tree's scripts/bench/gpt_train_torch.py: next to the build directory of this binary
-// (build/strata -> ../scripts), else at __FILE__'s tree when that path is absolute (ccache's
-// base_dir makes it relative, and then it would name whatever tree the current directory is in),
-// else relative to the current directory.
-std::string default_torch_script() {
-  namespace fs = std::filesystem;
-  const fs::path rel = fs::path("scripts") / "bench" / "gpt_train_torch.py";
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  if (!ec) candidates.push_back(exe.parent_path() / ".." / rel);
-  if (fs::path(__FILE__).is_absolute()) candidates.push_back(fs::path(__FILE__).parent_path() / ".." / ".." / rel);
-  for (const fs::path& c : candidates)
-    if (fs::exists(c)) return fs::weakly_canonical(c).string();
-  return rel.string();
-}
-
-// Shell-quotes one argument.
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // init_file not empty: the run writes its initial parameters and batches there (the reference's start).
 json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o, const std::string& init_file) {
   const Device device = resolve_device(cfg.training.device);
@@ -197,9 +173,9 @@ void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOpti
 json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads, const std::string& init_file) {
   const ModelConfig& m = cfg.model;
   const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
-  const std::string script = o.torch_script.empty() ? default_torch_script() : o.torch_script;
+  const std::string script = o.torch_script.empty() ? source_tree_script("gpt_train_torch.py") : o.torch_script;
   std::ostringstream cmd;
-  cmd << "OMP_NUM_THREADS=" << threads << " " << quoted(o.python) << " " << quoted(script)
+  cmd << "OMP_NUM_THREADS=" << threads << " " << shell_quoted(o.python) << " " << shell_quoted(script)
       << " --layers " << m.num_layers << " --hidden " << m.hidden_size << " --heads " << m.num_attention_heads
       << " --ffn " << m.ffn() << " --vocab " << padded << " --real-vocab " << *m.vocab_size << " --seq "
       << m.seq_length << " --max-positions " << m.max_positions() << " --batch "
@@ -210,7 +186,7 @@ json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads,
       << cfg.optimizer.adam_beta2 << " --adam-eps " << cfg.optimizer.adam_eps << " --weight-decay "
       << cfg.optimizer.weight_decay << " --clip-grad " << cfg.optimizer.clip_grad << " --iters " << o.iters
       << " --warmup " << o.warmup << " --threads " << threads << " --seed " << cfg.training.seed << " --device "
-      << quoted(resolve_device(cfg.training.device).str()) << " --init-from " << quoted(init_file)
+      << shell_quoted(resolve_device(cfg.training.device).str()) << " --init-from " << shell_quoted(init_file)
       << moe_reference_args(cfg);
   std::fflush(stdout);
   FILE* p = popen(cmd.str().c_str(), "r");
@@ -300,6 +276,28 @@ bool compare_losses(const json& ours, const json& ref) {
 }
 
 }  // namespace
+
+// Next to the build directory of this binary (build/strata -> ../scripts), else at __FILE__'s tree
+// when that path is absolute (ccache's base_dir makes it relative, and then it would name whatever
+// tree the current directory is in), else relative to the current directory.
+std::string source_tree_script(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path rel = fs::path("scripts") / "bench" / name;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (!ec) candidates.push_back(exe.parent_path() / ".." / rel);
+  if (fs::path(__FILE__).is_absolute()) candidates.push_back(fs::path(__FILE__).parent_path() / ".." / ".." / rel);
+  for (const fs::path& c : candidates)
+    if (fs::exists(c)) return fs::weakly_canonical(c).string();
+  return rel.string();
+}
+
+std::string shell_quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
 
 StepTimes step_time_stats(std::vector<double> ms) {
   StepTimes s;

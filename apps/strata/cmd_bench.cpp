@@ -2,9 +2,15 @@
 // the op sweep against the CPU float64 reference (tests/sweep).
 // `strata bench train`: training-step throughput, optionally against the PyTorch reference
 // (apps/strata/bench_train.cpp).
+// `strata bench recompute`: step time and peak allocator bytes under each recompute mode
+// (apps/strata/bench_recompute.cpp).
+// `strata bench mamba`: the Mamba2 mixer's forward + backward, optionally against the PyTorch
+// reference (apps/strata/bench_mamba.cpp).
 #include <cstdio>
 
+#include "apps/strata/bench_mamba.h"
 #include "apps/strata/bench_metrics.h"
+#include "apps/strata/bench_recompute.h"
 #include "apps/strata/bench_ops.h"
 #include "apps/strata/bench_train.h"
 #include "apps/strata/commands.h"
@@ -12,6 +18,57 @@
 #include "sweep.h"
 
 namespace strata::app {
+namespace {
+
+void register_bench_mamba(CLI::App& bench) {
+  CLI::App* c = bench.add_subcommand(
+      "mamba", "the Mamba2 mixer's forward + backward (ms, tokens/s), optionally against the PyTorch eager "
+               "reference of the same chunked scan, checked to compute the same values first");
+  auto o = std::make_shared<BenchMambaOptions>();
+  c->add_option("--batch", o->batch, "batch size")->capture_default_str();
+  c->add_option("--seq", o->seq, "sequence length")->capture_default_str();
+  c->add_option("--hidden", o->hidden, "model width (d_inner = 2 x hidden)")->capture_default_str();
+  c->add_option("--head-dim", o->head_dim, "mamba_head_dim")->capture_default_str();
+  c->add_option("--state", o->state, "mamba_state_dim")->capture_default_str();
+  c->add_option("--groups", o->groups, "mamba_num_groups")->capture_default_str();
+  c->add_option("--chunk", o->chunk, "mamba_chunk_size")->capture_default_str();
+  c->add_option("--dtype", o->dtype, "f32 or f64")->capture_default_str();
+  c->add_option("--iters", o->iters, "timed passes")->capture_default_str();
+  c->add_option("--warmup", o->warmup, "untimed passes before them")->capture_default_str();
+  c->add_option("--repeat", o->repeat, "run ours and the reference back to back this many times")->capture_default_str();
+  c->add_option("--reference", o->reference, "torch: also run scripts/bench/mamba2_torch_ref.py");
+  c->add_option("--python", o->python, "the Python with torch for --reference torch")->capture_default_str();
+  c->add_option("--torch-script", o->torch_script, "the reference script (default: the source tree's)");
+  c->add_option("--json", o->json_out, "write the results as JSON to this file");
+  c->add_option("--save-results", o->save_results,
+                "write the parameters, x, dy and our y, dx and parameter gradients to this safetensors file");
+  add_runner(c, [o] { return run_mamba_benchmark(*o); });
+}
+
+void register_bench_recompute(CLI::App& bench) {
+  CLI::App* c = bench.add_subcommand(
+      "recompute", "activation recompute's cost and saving: the run under none / full uniform / full block / "
+                   "selective modes, alternated; step-time ratios, peak allocator bytes, strata plan's estimate");
+  auto o = std::make_shared<BenchRecomputeOptions>();
+  c->add_option("--config", o->train.config, "the run config (YAML), e.g. configs/bench_hybrid_cpu.yaml")->required();
+  c->add_option("--modes", o->modes,
+                "none (first), full_uniform[:n], full_block[:n], selective:module[,module] (default: none "
+                "full_uniform full_block selective:mlp)");
+  c->add_option("--compare-config", o->compare_config,
+                "also run this config without recompute and print the tokens/s ratio of the two");
+  c->add_option("--iters", o->train.iters, "timed steps per run")->capture_default_str();
+  c->add_option("--warmup", o->train.warmup, "untimed steps before them")->capture_default_str();
+  c->add_option("--repeat", o->train.repeat, "alternate the runs this many times")->capture_default_str();
+  c->add_option("--json", o->train.json_out, "write the results as JSON to this file");
+  accept_config_args(c);
+  add_runner(c, [o, c] {
+    o->train.overrides = config_args(c);
+    o->train.own_flags = own_flags(c);
+    return run_recompute_benchmark(*o);
+  });
+}
+
+}  // namespace
 
 void register_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
@@ -94,6 +151,8 @@ void register_bench(CLI::App& app) {
     m->train.own_flags = own_flags(metrics);
     return run_metrics_benchmark(*m);
   });
+  register_bench_mamba(*bench);
+  register_bench_recompute(*bench);
 }
 
 }  // namespace strata::app

@@ -3,12 +3,29 @@
 // is_rms_norm, z gate after the norm input: x·silu(z)).
 #include "models/layers/mamba_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 namespace strata::layers::mamba_ops {
 namespace {
+// The values in f64: a plain loop for a contiguous CPU f32/f64 tensor (the same values as
+// to_vector, which goes through the generic strided copy).
+std::vector<double> values(const Tensor& t) {
+  if (t.device().is_cpu() && t.is_contiguous()) {
+    if (t.dtype() == DType::F32) return std::vector<double>(t.data<float>(), t.data<float>() + t.numel());
+    if (t.dtype() == DType::F64) return std::vector<double>(t.data<double>(), t.data<double>() + t.numel());
+  }
+  return t.to_vector();
+}
+// v in ref's dtype and device (on the CPU in f32/f64 by a plain loop, rounded once as .to() does).
 Tensor like(const Tensor& ref, const std::vector<double>& v, const Shape& shape) {
+  if (ref.device().is_cpu() && (ref.dtype() == DType::F32 || ref.dtype() == DType::F64)) {
+    Tensor out = Tensor::empty(shape, ref.dtype(), ref.device());
+    if (ref.dtype() == DType::F64) std::copy(v.begin(), v.end(), out.data<double>());
+    else std::transform(v.begin(), v.end(), out.data<float>(), [](double x) { return static_cast<float>(x); });
+    return out;
+  }
   return Tensor::from_vector(v, shape, DType::F64).to(ref.dtype()).to(ref.device());
 }
 double sigmoid(double u) { return 1.0 / (1.0 + std::exp(-u)); }
@@ -16,15 +33,15 @@ double softplus(double u) { return u > 20.0 ? u : std::log1p(std::exp(u)); }
 }  // namespace
 
 Tensor softplus_dt(const Tensor& dt_raw, const Tensor& dt_bias) {
-  std::vector<double> v = dt_raw.to_vector();
-  const std::vector<double> b = dt_bias.to_vector();
+  std::vector<double> v = values(dt_raw);
+  const std::vector<double> b = values(dt_bias);
   const size_t H = b.size();
   for (size_t i = 0; i < v.size(); ++i) v[i] = softplus(v[i] + b[i % H]);
   return like(dt_raw, v, dt_raw.shape());
 }
 
 Tensor softplus_dt_backward(const Tensor& dt_raw, const Tensor& dt_bias, const Tensor& ddt, Tensor* d_bias) {
-  const std::vector<double> v = dt_raw.to_vector(), b = dt_bias.to_vector(), g = ddt.to_vector();
+  const std::vector<double> v = values(dt_raw), b = values(dt_bias), g = values(ddt);
   const size_t H = b.size();
   std::vector<double> dr(v.size()), db(H, 0.0);
   for (size_t i = 0; i < v.size(); ++i) {
@@ -36,19 +53,19 @@ Tensor softplus_dt_backward(const Tensor& dt_raw, const Tensor& dt_bias, const T
 }
 
 Tensor neg_exp(const Tensor& a_log) {
-  std::vector<double> v = a_log.to_vector();
+  std::vector<double> v = values(a_log);
   for (double& x : v) x = -std::exp(x);
   return like(a_log, v, a_log.shape());
 }
 Tensor neg_exp_backward(const Tensor& a, const Tensor& da) {
-  std::vector<double> v = a.to_vector();
-  const std::vector<double> g = da.to_vector();
+  std::vector<double> v = values(a);
+  const std::vector<double> g = values(da);
   for (size_t i = 0; i < v.size(); ++i) v[i] *= g[i];
   return Tensor::from_vector(v, a.shape(), DType::F64);
 }
 
 Tensor gated_group_rmsnorm(const Tensor& y, const Tensor& z, const Tensor& weight, int64_t groups, double eps) {
-  const std::vector<double> yv = y.to_vector(), zv = z.to_vector(), w = weight.to_vector();
+  const std::vector<double> yv = values(y), zv = values(z), w = values(weight);
   const int64_t C = y.size(-1), gs = C / groups, rows = y.numel() / C;
   std::vector<double> out(yv.size());
   for (int64_t r = 0; r < rows; ++r)
@@ -68,7 +85,7 @@ Tensor gated_group_rmsnorm(const Tensor& y, const Tensor& z, const Tensor& weigh
 
 GatedNormGrads gated_group_rmsnorm_backward(const Tensor& y, const Tensor& z, const Tensor& weight, int64_t groups,
                                             double eps, const Tensor& dout) {
-  const std::vector<double> yv = y.to_vector(), zv = z.to_vector(), w = weight.to_vector(), go = dout.to_vector();
+  const std::vector<double> yv = values(y), zv = values(z), w = values(weight), go = values(dout);
   const int64_t C = y.size(-1), gs = C / groups, rows = y.numel() / C;
   std::vector<double> dy(yv.size()), dz(yv.size()), dw(static_cast<size_t>(C), 0.0), gv(static_cast<size_t>(gs));
   for (int64_t r = 0; r < rows; ++r)

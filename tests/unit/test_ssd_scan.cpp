@@ -2,7 +2,12 @@
 // forward equals the token-by-token recurrence in f64 for chunk sizes that divide l, do not, and
 // exceed it (with and without an initial state); a hand-computed two-token case; backward against
 // central finite differences in f64 (every input, the initial state, a final-state gradient);
-// f32 against f64; the conv's carried history continues a sequence exactly.
+// f32 against f64; the same bits for 1, 2 and 3 threads and for a subset of the heads and groups;
+// the conv's carried history continues a sequence exactly.
+#include <omp.h>
+
+#include <utility>
+
 #include "kernels/causal_conv1d.h"
 #include "kernels/ssd_scan.h"
 #include "test_helpers.h"
@@ -125,6 +130,73 @@ TEST_CASE("ssd_scan: f32 agrees with f64", "[ssd_scan]") {
   CHECK(normalized_error(g32.ddt, g.ddt) < 1e-5);
   CHECK(normalized_error(g32.dA, g.dA) < 1e-5);
   CHECK(normalized_error(g32.dB, g.dB) < 1e-5);
+}
+
+namespace {
+struct ScanOut {
+  Tensor y, state;
+  SsdScanGrads g;
+};
+ScanOut run_scan(const SsdScanInputs& in, const Tensor& dy) {
+  auto like = [](const Tensor& t) { return Tensor::empty(t.shape(), t.dtype()); };
+  ScanOut o{like(in.x), like(in.initial_state),
+            {like(in.x), like(in.dt), like(in.A), like(in.B), like(in.C), like(in.D), like(in.initial_state)}};
+  ssd_scan_forward(in, o.y, o.state);
+  ssd_scan_backward(in, dy, Tensor(), o.g);
+  return o;
+}
+// Heads [h0, h0 + nh) and their groups [g0, g0 + ng) of the inputs, contiguous.
+SsdScanInputs head_slice(const SsdScanInputs& in, int64_t h0, int64_t nh, int64_t g0, int64_t ng) {
+  SsdScanInputs s = in;
+  s.x = in.x.narrow(2, h0, nh).contiguous();
+  s.dt = in.dt.narrow(2, h0, nh).contiguous();
+  s.A = in.A.narrow(0, h0, nh).contiguous();
+  s.D = in.D.narrow(0, h0, nh).contiguous();
+  s.B = in.B.narrow(2, g0, ng).contiguous();
+  s.C = in.C.narrow(2, g0, ng).contiguous();
+  s.initial_state = in.initial_state.narrow(1, h0, nh).contiguous();
+  return s;
+}
+bool same_bits(const Tensor& a, const Tensor& b) { return max_abs_diff(a, b) == 0.0; }
+}  // namespace
+
+// The CPU scan pairs heads (two heads of a group, or with one head per group two groups' heads) and
+// parallelizes over batch x groups: neither the thread count nor the heads that run alongside may
+// change a value (tensor-parallel layouts split heads and groups).
+TEST_CASE("ssd_scan: the same bits for any thread count and any head subset", "[ssd_scan]") {
+  for (const ScanCase c : {ScanCase{2, 12, 4, 3, 4, 5}, ScanCase{2, 12, 6, 3, 2, 5}}) {
+    const SsdScanInputs in = random_inputs(c, 5, true, DType::F32);
+    const Tensor dy = random_tensor(in.x.shape(), 13, -1, 1, DType::F32);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const ScanOut ref = run_scan(in, dy);
+    for (int threads : {2, 3}) {
+      omp_set_num_threads(threads);
+      const ScanOut o = run_scan(in, dy);
+      INFO("H " << c.H << " G " << c.G << ", " << threads << " threads");
+      CHECK(same_bits(o.y, ref.y));
+      CHECK(same_bits(o.state, ref.state));
+      for (auto [a, b] : {std::pair{&o.g.dx, &ref.g.dx}, {&o.g.ddt, &ref.g.ddt}, {&o.g.dA, &ref.g.dA},
+                          {&o.g.dB, &ref.g.dB}, {&o.g.dC, &ref.g.dC}, {&o.g.dD, &ref.g.dD},
+                          {&o.g.d_initial_state, &ref.g.d_initial_state}})
+        CHECK(same_bits(*a, *b));
+    }
+    omp_set_num_threads(saved);
+    // One head per group: groups 1..2 alone pair heads (1, 2), the full run (0, 1) and (2, 3).
+    // Three heads per group: group 1 alone.
+    const int64_t hpg = c.H / c.G, g0 = 1, ng = hpg == 1 ? 2 : 1, h0 = g0 * hpg, nh = ng * hpg;
+    const ScanOut o = run_scan(head_slice(in, h0, nh, g0, ng), dy.narrow(2, h0, nh).contiguous());
+    INFO("H " << c.H << " G " << c.G << ", heads " << h0 << ".." << h0 + nh - 1 << " alone");
+    CHECK(same_bits(o.y, ref.y.narrow(2, h0, nh)));
+    CHECK(same_bits(o.state, ref.state.narrow(1, h0, nh)));
+    CHECK(same_bits(o.g.dx, ref.g.dx.narrow(2, h0, nh)));
+    CHECK(same_bits(o.g.ddt, ref.g.ddt.narrow(2, h0, nh)));
+    CHECK(same_bits(o.g.dA, ref.g.dA.narrow(0, h0, nh)));
+    CHECK(same_bits(o.g.dD, ref.g.dD.narrow(0, h0, nh)));
+    CHECK(same_bits(o.g.dB, ref.g.dB.narrow(2, g0, ng)));
+    CHECK(same_bits(o.g.dC, ref.g.dC.narrow(2, g0, ng)));
+    CHECK(same_bits(o.g.d_initial_state, ref.g.d_initial_state.narrow(1, h0, nh)));
+  }
 }
 
 TEST_CASE("ssd_scan: argument errors name the tensor", "[ssd_scan]") {
