@@ -101,9 +101,11 @@ ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, b
   const int64_t e = element_bytes, sbh = s * b * h;
   ActivationSizes out;
   // Not split by tp (layer-norm inputs, the inputs of linear_qkv and linear_fc1, two dropout
-  // masks): (4e + 2)·sbh, split along the sequence by sp. Split by tp: 12e·sbh and the attention
-  // scores, softmax output, dropout mask and output, (2e + 1)·a·s²·b.
-  const int64_t unsplit = (4 * e + 2) * sbh, split = 12 * e * sbh + (2 * e + 1) * a * s * s * b;
+  // masks): (4e + 2)·sbh, split along the sequence by sp. Split by tp: 12e·sbh (q, k, v, the
+  // attention output, the MLP's fc1 and activation outputs …). Strata's attention is fused
+  // (flash-style): it keeps the f32 log-sum-exp per head and query, 4·a·s·b, never the
+  // (2e + 1)·a·s²·b scores, softmax and dropout mask of Korthikanti's standard attention.
+  const int64_t unsplit = (4 * e + 2) * sbh, split = 12 * e * sbh + 4 * a * s * b;
   out.per_layer = (sequence_parallel ? unsplit / tp : unsplit) + split / tp;
   out.per_layer_recompute = sequence_parallel ? e * sbh / tp : e * sbh;
   out.output_layer = 4 * s * b * (h + padded_vocab) / tp;

@@ -22,8 +22,9 @@
 //                      over the expert-data-parallel group; plus the all-to-all bytes per step.
 // Activations (bytes per layer per micro-batch; Korthikanti et al. 2022, "Reducing Activation
 // Recomputation in Large Transformer Models", eq. 1–4 with e = bytes per activation element,
-// 1-byte dropout masks; e = 2 gives sbh(34 + 5as/h), and /t with sequence parallelism):
-//   sbh·((4e + 2)/(sp ? t : 1) + 12e/t) + a·s²·b·(2e + 1)/t,   s = seq_length/cp per rank;
+// 1-byte dropout masks, and the attention of a fused (flash-style) kernel, which keeps the f32
+// log-sum-exp instead of the s×s scores: e = 2 gives 34·sbh + 4asb, /t with sequence parallelism):
+//   sbh·((4e + 2)/(sp ? t : 1) + 12e/t) + 4·a·s·b/t,   s = seq_length/cp per rank;
 //   full recompute keeps only each layer's input: e·sbh (/t with sp), plus, at the peak, one
 //   layer's full activations while its forward is recomputed in backward; the config's own mode
 //   (uniform / block chunks, selective mlp/moe) in MemoryEstimate::activations_configured.

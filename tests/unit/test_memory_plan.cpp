@@ -158,29 +158,31 @@ TEST_CASE("memory plan: pipeline layer ranges", "[memory_plan]") {
   CHECK(ranges(q, 12) == R{{{0, 2}, {6, 2}}, {{2, 4}, {8, 4}}});
 }
 
-TEST_CASE("memory plan: activation bytes follow Korthikanti et al. on hand-computed numbers", "[memory_plan]") {
+TEST_CASE("memory plan: activation bytes follow Korthikanti et al. with fused attention on hand-computed numbers",
+          "[memory_plan]") {
   ModelConfig m;
   m.hidden_size = 1024;
   m.num_attention_heads = 16;
   m.seq_length = 2048;
   m.vocab_size = 50000;
   finalize_model_config(m);
-  // s = 2048, b = 2, h = 1024, a = 16: sbh = 4,194,304, as/h = 32.
-  // bf16, tp 1: sbh·(34 + 5·32) = 813,694,976; full recompute 2sbh = 8,388,608.
+  // s = 2048, b = 2, h = 1024, a = 16: sbh = 4,194,304; the log-sum-exp 4·a·s·b = 262,144.
+  // bf16, tp 1: 34·sbh + 4asb = 142,868,480; full recompute 2sbh = 8,388,608.
+  const int64_t sbh = 4194304, lse = 262144;
   ActivationSizes a = activation_sizes(m, 1, 1, false, 2, 2, 50176);
-  CHECK(a.per_layer == 813694976);
+  CHECK(a.per_layer == 142868480);
   CHECK(a.per_layer_recompute == 8388608);
   CHECK(a.output_layer == 4LL * 2048 * 2 * (1024 + 50176));  // f32 logits + output-layer input
   // tp 4 with sp: everything / 4.
   a = activation_sizes(m, 4, 1, true, 2, 2, 50176);
-  CHECK(a.per_layer == 813694976 / 4);
+  CHECK(a.per_layer == 142868480 / 4);
   CHECK(a.per_layer_recompute == 8388608 / 4);
-  // tp 4 without sp: sbh·(10 + 24/4 + 5·32/4) = 56·sbh.
-  CHECK(activation_sizes(m, 4, 1, false, 2, 2, 50176).per_layer == 56LL * 4194304);
-  // f32 activations (e = 4): sbh·66 + 9·a·s²·b = 66·sbh + 288·sbh.
-  CHECK(activation_sizes(m, 1, 1, false, 2, 4, 50176).per_layer == 354LL * 4194304);
-  // cp 2: the rank's sequence is s/2: sbh halves, the s² term quarters.
-  CHECK(activation_sizes(m, 1, 2, false, 2, 2, 50176).per_layer == 2097152LL * 34 + 5LL * 16 * 1024 * 1024 * 2);
+  // tp 4 without sp: 10·sbh + (24·sbh + lse)/4.
+  CHECK(activation_sizes(m, 4, 1, false, 2, 2, 50176).per_layer == 10 * sbh + (24 * sbh + lse) / 4);
+  // f32 activations (e = 4): 18·sbh + 48·sbh + lse.
+  CHECK(activation_sizes(m, 1, 1, false, 2, 4, 50176).per_layer == 66 * sbh + lse);
+  // cp 2: the rank's sequence is s/2: sbh and the log-sum-exp halve.
+  CHECK(activation_sizes(m, 1, 2, false, 2, 2, 50176).per_layer == 34 * sbh / 2 + lse / 2);
 }
 
 TEST_CASE("memory plan: micro-batches in flight and the bubble", "[memory_plan]") {
@@ -234,8 +236,8 @@ TEST_CASE("memory plan: per-rank parameters and memory of a layout", "[memory_pl
   CHECK(p.stages[0].memory.main_params == 4 * ((n0 + 1) / 2));
   CHECK(p.stages[0].memory.optimizer == 8 * ((n0 + 1) / 2));
   // Activations: stage 0 of 1F1B holds min(m, pp) = 2 micro-batches of 4 layers; bf16, sp:
-  // sbh = 64·2·64, per layer sbh·(34 + 5·8·64/64)/2.
-  const int64_t sbh = 64 * 2 * 64, per_layer = sbh * (34 + 5 * 8 * 64 / 64) / 2;
+  // sbh = 64·2·64, per layer (34·sbh + 4·a·s·b)/2 with a = 8, s = 64, b = 2.
+  const int64_t sbh = 64 * 2 * 64, per_layer = (34 * sbh + 4 * 8 * 64 * 2) / 2;
   CHECK(p.num_micro_batches == 8);
   CHECK(p.stages[0].in_flight == 2);
   CHECK(p.stages[0].memory.activations == 2 * 4 * per_layer);
