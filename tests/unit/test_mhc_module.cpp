@@ -266,3 +266,18 @@ TEST_CASE("mhc config: fields, defaults and rules name the field", "[mhc][config
   mm.recompute_modules = {"mhc"};
   CHECK_NOTHROW(check_mhc_recompute_modules(mm));
 }
+
+TEST_CASE("mhc config: Megatron's flags (dev names, and main's --enable-mhc-connections / --mhc-num-residual-streams)",
+          "[mhc][config]") {
+  const StrataConfig dev = StrataConfig::load("", {"--num-residual-streams", "2", "--mhc-sinkhorn-iterations", "7",
+                                                   "--mhc-init-gating-factor", "0.5", "--use-fused-mhc"});
+  CHECK(dev.model.num_residual_streams == 2);
+  CHECK(dev.model.mhc_sinkhorn_iterations == 7);
+  CHECK(dev.model.mhc_init_gating_factor == 0.5);
+  CHECK(dev.model.use_fused_mhc);
+  CHECK(!dev.model.enable_hyper_connections);
+  const StrataConfig main = StrataConfig::load("", {"--enable-mhc-connections", "--mhc-num-residual-streams", "3"});
+  CHECK(main.model.enable_hyper_connections);
+  CHECK(main.model.num_residual_streams == 3);
+  CHECK(StrataConfig::load("", {"--enable-hyper-connections"}).model.enable_hyper_connections);
+}
