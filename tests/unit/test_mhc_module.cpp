@@ -209,6 +209,35 @@ TEST_CASE("mhc contraction: learned (hc_head_*) vs mean, forward and gradients",
   }
 }
 
+TEST_CASE("mhc module: bf16 activations in both precision modes stay within bf16 error of the f64 site", "[mhc]") {
+  const int64_t n = 4, C = 16;
+  const Tensor x = random_tensor({4, 2, n * C}, 90), y = random_tensor({4, 2, C}, 91);
+  HyperConnection ref("h", C, opts(n), f64_env());
+  randomize(ref, 92);
+  HyperConnectionState st;
+  ref.forward(x, st);
+  const Tensor want = ref.merge(y, Tensor(), {}, st);
+  std::vector<Parameter*> rp;
+  ref.collect(rp);
+  std::vector<std::vector<double>> outs;
+  for (bool keep : {true, false}) {
+    MhcOptions o = opts(n);
+    o.keep_mappings_in_fp32 = keep;
+    HyperConnection hc("h", C, o, LayerEnv{DType::BF16, Device::cpu()});
+    std::vector<Parameter*> ps;
+    hc.collect(ps);
+    for (size_t i = 0; i < ps.size(); ++i) ps[i]->value.copy_(rp[i]->value);
+    HyperConnectionState sb;
+    const Tensor agg = hc.forward(x.to(DType::BF16), sb);
+    CHECK(agg.dtype() == DType::BF16);
+    const Tensor got = hc.merge(y.to(DType::BF16), Tensor(), {}, sb);
+    INFO("keep_fp32 " << keep);
+    CHECK(test::normalized_error(got, want) < 1e-2);
+    outs.push_back(got.to_vector());
+  }
+  CHECK(outs[0] != outs[1]);  // the bf16-rounded mappings change some outputs
+}
+
 namespace {
 std::string mhc_error(const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
