@@ -34,7 +34,7 @@ Tensor rows_of(const Tensor& t, int64_t rows) { return t.contiguous().reshape({r
 
 HyperConnection::HyperConnection(const std::string& prefix, int64_t hidden, const MhcOptions& o, const LayerEnv& env,
                                  const ProcessGroup& sp)
-    : o_(o), hidden_(hidden), env_(env), sp_(sp) {
+    : o_(o), hidden_(hidden), sp_(sp) {
   STRATA_CHECK(o.streams >= 1 && hidden >= 1, prefix, ": mHC needs streams >= 1 and hidden >= 1");
   const int64_t n = o.streams, m = n * n + 2 * n;
   mapping_weight = xavier_parameter(prefix + ".mapping_proj.weight", m, n * hidden, env);
@@ -165,7 +165,7 @@ Tensor mhc_expand_backward(const Tensor& g, int64_t n) {
 
 HyperConnectionHead::HyperConnectionHead(const std::string& prefix, int64_t hidden, const MhcOptions& o,
                                          const LayerEnv& env, const ProcessGroup& sp)
-    : o_(o), hidden_(hidden), env_(env), sp_(sp) {
+    : o_(o), hidden_(hidden), sp_(sp) {
   if (!o.learned_output_contract) return;
   const std::string p = prefix.empty() ? "" : prefix + ".";
   fn = xavier_parameter(p + "hc_head_fn", o.streams, o.streams * hidden, env);

@@ -56,7 +56,8 @@ class HyperConnection {
   };
   // g_next [s, b, n·C] → the sub-layer's output gradients; the residual part of g_x kept in st.
   MergeGrads merge_backward(const Tensor& g_next, HyperConnectionState& st) const;
-  // g_agg [s, b, C] → g_x [s, b, n·C] (activation dtype); accumulates the parameters' main grads.
+  // g_agg [s, b, C] → g_x [s, b, n·C] (activation dtype); accumulates the parameters' main grads and
+  // clears st.
   Tensor backward(const Tensor& g_agg, HyperConnectionState& st);
 
   void collect(std::vector<Parameter*>& out);
@@ -68,7 +69,6 @@ class HyperConnection {
   Tensor alpha3() const;  // [3] = (α_pre, α_post, α_res)
   MhcOptions o_;
   int64_t hidden_;
-  LayerEnv env_;
   ProcessGroup sp_;
 };
 
@@ -95,7 +95,6 @@ class HyperConnectionHead {
  private:
   MhcOptions o_;
   int64_t hidden_;
-  LayerEnv env_;
   ProcessGroup sp_;
 };
 
