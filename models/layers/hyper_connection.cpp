@@ -4,9 +4,11 @@
 // learned_output_contract, output_contract; hc_head_* init in transformer_block.py).
 #include "models/layers/hyper_connection.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/observe.h"
 #include "kernels/elementwise.h"
 #include "kernels/mhc.h"
 
@@ -34,7 +36,7 @@ Tensor rows_of(const Tensor& t, int64_t rows) { return t.contiguous().reshape({r
 
 HyperConnection::HyperConnection(const std::string& prefix, int64_t hidden, const MhcOptions& o, const LayerEnv& env,
                                  const ProcessGroup& sp)
-    : o_(o), hidden_(hidden), sp_(sp) {
+    : prefix_(prefix), sequence_parallel_(env.sequence_parallel), o_(o), hidden_(hidden), sp_(sp) {
   STRATA_CHECK(o.streams >= 1 && hidden >= 1, prefix, ": mHC needs streams >= 1 and hidden >= 1");
   const int64_t n = o.streams, m = n * n + 2 * n;
   mapping_weight = xavier_parameter(prefix + ".mapping_proj.weight", m, n * hidden, env);
@@ -50,6 +52,35 @@ Tensor HyperConnection::alpha3() const {
   a.narrow(0, 1, 1).copy_(alpha_post.value);
   a.narrow(0, 2, 1).copy_(alpha_res.value);
   return a;
+}
+
+namespace {
+// Per token (max_i |Σ_j H_ij − 1|, max_j |Σ_i H_ij − 1|) of h_res [T, n, n] → [T, 2] in h_res's dtype
+// (host arithmetic: an observation-only diagnostic).
+Tensor sinkhorn_residual(const Tensor& h_res) {
+  const int64_t T = h_res.size(0), n = h_res.size(1);
+  const std::vector<double> h = h_res.to_vector();
+  std::vector<double> out(static_cast<size_t>(2 * T), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t a = 0; a < n; ++a) {
+      double row = 0, col = 0;
+      for (int64_t b = 0; b < n; ++b) row += h[(t * n + a) * n + b], col += h[(t * n + b) * n + a];
+      out[2 * t] = std::max(out[2 * t], std::abs(row - 1));
+      out[2 * t + 1] = std::max(out[2 * t + 1], std::abs(col - 1));
+    }
+  return Tensor::from_vector(out, Shape{T, 2}, DType::F64).to(h_res.dtype()).to(h_res.device());
+}
+}  // namespace
+
+void HyperConnection::observe_mappings(const HyperConnectionState& st) const {
+  const ActivationDims dims = ActivationDims::of(sequence_parallel_);
+  const int64_t s = st.shape[0], b = st.shape[1], n = o_.streams;
+  observe_activation(prefix_, "mhc_h_pre", SourceKind::MhcHPre, st.h_pre.reshape({s, b, n}), dims);
+  observe_activation(prefix_, "mhc_h_post", SourceKind::MhcHPost, st.h_post.reshape({s, b, n}), dims);
+  observe_activation(prefix_, "mhc_h_res", SourceKind::MhcHRes, st.h_res.reshape({s, b, n, n}), dims);
+  if (is_observing(SourceKind::MhcSinkhornResidual))
+    observe_activation(prefix_, "mhc_sinkhorn_residual", SourceKind::MhcSinkhornResidual,
+                       sinkhorn_residual(st.h_res).reshape({s, b, 2}), dims);
 }
 
 Tensor HyperConnection::forward(const Tensor& x, HyperConnectionState& st) const {
@@ -68,6 +99,7 @@ Tensor HyperConnection::forward(const Tensor& x, HyperConnectionState& st) const
   kernels::mhc_mappings_forward(st.x, mapping_weight.value, alpha3(), bias.value, mo, st.h_pre, st.h_post,
                                 st.h_res_logits, st.proj, st.rinv);
   kernels::mhc_sinkhorn_forward(st.h_res_logits, o_.sinkhorn_iterations, kernels::kMhcSinkhornEps, st.h_res);
+  observe_mappings(st);
   Tensor agg = Tensor::empty({T, C}, x.dtype(), d);
   kernels::mhc_aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, agg);
   return agg.reshape({x.size(0), x.size(1), C});

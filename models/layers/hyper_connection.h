@@ -12,6 +12,9 @@
 // <prefix>.alpha_pre / alpha_post / alpha_res [1] = mhc_init_gating_factor, <prefix>.bias [n²+2n]
 // zeros; the 1-d ones without weight decay. Replicated over tp; under sequence parallelism their
 // gradients are summed over tp (Megatron's sequence_parallel attribute), as the norms'.
+// Observation (core/observe.h; owner = the prefix): mhc_h_pre [s, b, n], mhc_h_post [s, b, n],
+// mhc_h_res [s, b, n, n] and mhc_sinkhorn_residual [s, b, 2] (per token max_i |row sum − 1|,
+// max_j |column sum − 1|, computed on the host only when observed), sequence-sharded under SP.
 // The caller (a layer or block) owns the saved state. Math: kernels/mhc.h; docs/mhc.md.
 // Reference: Megatron-LM dev megatron/core/transformer/hyper_connection.py; spec §1.3.
 #pragma once
@@ -67,6 +70,9 @@ class HyperConnection {
 
  private:
   Tensor alpha3() const;  // [3] = (α_pre, α_post, α_res)
+  void observe_mappings(const HyperConnectionState& st) const;
+  std::string prefix_;
+  bool sequence_parallel_ = false;
   MhcOptions o_;
   int64_t hidden_;
   ProcessGroup sp_;

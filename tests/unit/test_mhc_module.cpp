@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/observe.h"
 #include "core/parameter.h"
 #include "kernels/elementwise.h"
 #include "models/layers/hyper_connection.h"
@@ -236,6 +237,54 @@ TEST_CASE("mhc module: bf16 activations in both precision modes stay within bf16
     outs.push_back(got.to_vector());
   }
   CHECK(outs[0] != outs[1]);  // the bf16-rounded mappings change some outputs
+}
+
+TEST_CASE("mhc module: observation sites h_pre, h_post, h_res and the Sinkhorn residual", "[mhc]") {
+  struct Recorder : Observer {
+    std::vector<std::string> sites;
+    std::vector<Tensor> tensors;
+    void on_tensor(const Observation& o) override {
+      sites.push_back(std::string(o.owner) + "." + std::string(o.name));
+      tensors.push_back(o.tensor.clone());
+      CHECK(o.sequence_dim == 0);
+      CHECK(o.batch_dim == 1);
+    }
+  };
+  const int64_t n = 3, C = 4;
+  HyperConnection hc("decoder.layers.1.self_attention_hyper_connection", C, opts(n), f64_env());
+  randomize(hc, 95);
+  HyperConnectionState st;
+  Recorder rec;
+  {
+    CaptureScope scope(rec, SourceKinds::all());
+    hc.forward(random_tensor({2, 3, n * C}, 96), st);
+  }
+  const std::string o = "decoder.layers.1.self_attention_hyper_connection.";
+  REQUIRE(rec.sites == std::vector<std::string>{o + "mhc_h_pre", o + "mhc_h_post", o + "mhc_h_res",
+                                                 o + "mhc_sinkhorn_residual"});
+  CHECK(rec.tensors[0].shape() == Shape{2, 3, n});
+  CHECK(rec.tensors[0].to_vector() == st.h_pre.to_vector());
+  CHECK(rec.tensors[1].to_vector() == st.h_post.to_vector());
+  CHECK(rec.tensors[2].shape() == Shape{2, 3, n, n});
+  CHECK(rec.tensors[3].shape() == Shape{2, 3, 2});
+  const std::vector<double> h = st.h_res.to_vector(), r = rec.tensors[3].to_vector();
+  for (int64_t t = 0; t < 6; ++t) {
+    double row = 0, col = 0;
+    for (int64_t a = 0; a < n; ++a) {
+      double rs = 0, cs = 0;
+      for (int64_t b = 0; b < n; ++b) rs += h[(t * n + a) * n + b], cs += h[(t * n + b) * n + a];
+      row = std::max(row, std::abs(rs - 1)), col = std::max(col, std::abs(cs - 1));
+    }
+    CHECK(r[2 * t] == Approx(row).margin(1e-15));
+    CHECK(r[2 * t + 1] == Approx(col).margin(1e-15));
+    CHECK(r[2 * t + 1] < 1e-5);
+  }
+  Recorder none;  // not observed: no site runs
+  {
+    CaptureScope scope(none, {SourceKind::OutputLogits});
+    hc.forward(random_tensor({2, 3, n * C}, 96), st);
+  }
+  CHECK(none.sites.empty());
 }
 
 namespace {
