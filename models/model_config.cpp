@@ -90,6 +90,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
   add_moe_fields(f);
   add_mamba_fields(f);
   add_mtp_fields(f);
+  add_mhc_fields(f);
   add_recompute_fields(f);
   f.add("hybrid_layer_pattern", &M::hybrid_layer_pattern,
         "Hybrid model: one symbol per layer, * attention, - MLP, E MoE, M Mamba2, | between pipeline "
@@ -209,6 +210,7 @@ void finalize_model_config(ModelConfig& m) {
   if (m.is_hybrid() && m.num_experts)  // the MoE layers are the pattern's E symbols
     m.moe_layer_map = hybrid::hybrid_moe_layer_map(hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern));
   finalize_mtp_config(m);
+  finalize_mhc_config(m);
   finalize_recompute_config(m);
 }
 

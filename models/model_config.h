@@ -15,6 +15,7 @@
 
 #include "core/config_table.h"
 #include "models/mamba_config.h"
+#include "models/mhc_config.h"
 #include "models/moe_config.h"
 #include "models/recompute_config.h"
 
@@ -118,6 +119,16 @@ struct ModelConfig {
   double mtp_loss_scaling_factor = 0.1;
   bool mtp_use_repeated_layer = false;
   bool mtp_detach_heads = false;
+  // ---- mHC hyper-connections (models/mhc_config.h; docs/mhc.md) ----
+  bool enable_hyper_connections = false;
+  int64_t num_residual_streams = 4;
+  int64_t mhc_sinkhorn_iterations = 20;
+  double mhc_init_gating_factor = 0.01;
+  bool use_fused_mhc = false;
+  std::optional<int64_t> mhc_recompute_layer_num;  // null → the whole local block
+  bool mhc_norm_eps_inside_sqrt = false;
+  bool mhc_keep_mappings_in_fp32 = false;
+  bool mhc_learned_output_contract = true;
   // ---- activation recompute (models/recompute_config.h) ----
   std::optional<RecomputeGranularity> recompute_granularity;  // null → keep every activation
   std::optional<RecomputeMethod> recompute_method;            // full only

@@ -23,12 +23,14 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       config::rename_flag("--decoder-last-pipeline-num-layers", "num_layers_in_last_pipeline_stage"),
       config::rename_flag("--deterministic-mode", "deterministic"),
       config::rename_flag("--persistent-save-interval", "save_interval"),
+      config::rename_flag("--mhc-num-residual-streams", "num_residual_streams"),  // Megatron main's mHC names
       // Switches that set a field to a value.
       config::constant_flag("--bf16", "precision", "bf16"),
       config::constant_flag("--disable-bias-linear", "add_bias_linear", "false"),
       config::constant_flag("--use-rotary-position-embeddings", "position_embedding_type", "rope"),
       config::constant_flag("--no-position-embedding", "position_embedding_type", "none"),
       config::constant_flag("--recompute-activations", "recompute_granularity", "selective"),
+      config::constant_flag("--enable-mhc-connections", "enable_hyper_connections", "true"),
       // Megatron implementation choices: the numbers are the same in Strata.
       no_effect_flag("--use-mcore-models", A::Switch, "the Megatron-Core model classes"),
       no_effect_flag("--use-legacy-models", A::Switch, "Megatron's legacy model classes"),
