@@ -20,6 +20,7 @@
 #include "models/hybrid/hybrid_model.h"
 #include "models/layers/moe/router.h"
 #include "models/mtp_config.h"
+#include "mtp_reference.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/checkpoint.h"
@@ -65,21 +66,6 @@ LanguageModelOptions f64() {
   return o;
 }
 
-std::map<std::string, Parameter*> by_name(LanguageModel& m) {
-  std::map<std::string, Parameter*> out;
-  for (Parameter* p : m.parameters()) out[p->name] = p;
-  return out;
-}
-
-void perturb(LanguageModel& m, uint64_t seed) {
-  for (Parameter* p : m.parameters()) {
-    std::vector<double> v = p->value.to_vector();
-    const std::vector<double> r = test::random_tensor(p->value.shape(), seed++, -0.3, 0.3).to_vector();
-    for (size_t i = 0; i < v.size(); ++i) v[i] += r[i];
-    p->value.copy_(Tensor::from_vector(v, p->value.shape(), p->value.dtype()));
-  }
-}
-
 Batch mtp_batch() {
   Batch b = test::fixed_batch(kBatch, kSeq, kVocab);
   std::vector<double> mask(static_cast<size_t>(kBatch * kSeq), 1.0);
@@ -88,89 +74,26 @@ Batch mtp_batch() {
   return b;
 }
 
-// ---- the float64 reference of an MLP-only hybrid pattern (each position independent) ----
-using Vec = std::vector<double>;
-struct Ref {
-  std::map<std::string, Parameter*> p;
-  Vec w(const std::string& n) const { return p.at(n)->value.to_vector(); }
-  Vec layer_norm(const Vec& x, const std::string& wn, const std::string& bn) const {
-    const Vec g = w(wn), b = w(bn);
-    double mean = 0, var = 0;
-    for (double v : x) mean += v;
-    mean /= static_cast<double>(x.size());
-    for (double v : x) var += (v - mean) * (v - mean);
-    var /= static_cast<double>(x.size());
-    Vec y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) / std::sqrt(var + 1e-5) * g[i] + b[i];
-    return y;
-  }
-  Vec norm(const Vec& x, const std::string& prefix) const { return layer_norm(x, prefix + ".weight", prefix + ".bias"); }
-  static Vec matvec(const Vec& m, const Vec& x, size_t out) {
-    Vec y(out, 0.0);
-    for (size_t o = 0; o < out; ++o)
-      for (size_t i = 0; i < x.size(); ++i) y[o] += m[o * x.size() + i] * x[i];
-    return y;
-  }
-  // `-`: x + fc2(gelu(fc1(LN(x)))) (exact erf GeLU, no biases).
-  Vec mlp_layer(const Vec& x, const std::string& l) const {
-    const Vec h = layer_norm(x, l + ".mlp.linear_fc1.layer_norm_weight", l + ".mlp.linear_fc1.layer_norm_bias");
-    Vec a = matvec(w(l + ".mlp.linear_fc1.weight"), h, kFfn);
-    for (double& v : a) v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
-    const Vec m = matvec(w(l + ".mlp.linear_fc2.weight"), a, kHidden);
-    Vec y = x;
-    for (size_t i = 0; i < y.size(); ++i) y[i] += m[i];
-    return y;
-  }
-  Vec embed(int64_t id) const {
-    const Vec e = w("embedding.word_embeddings.weight");
-    return Vec(e.begin() + id * kHidden, e.begin() + (id + 1) * kHidden);
-  }
-  double ce(const Vec& h, int64_t label) const {  // the tied output head over the padded vocabulary
-    const Vec e = w("embedding.word_embeddings.weight");
-    const Vec z = matvec(e, h, e.size() / kHidden);
-    double mx = z[0], se = 0;
-    for (double x : z) mx = std::max(mx, x);
-    for (double x : z) se += std::exp(x - mx);
-    return std::log(se) + mx - z[static_cast<size_t>(label)];
-  }
-};
+namespace mtp_ref = test::mtp_ref;
+using mtp_ref::by_name;
+using mtp_ref::perturb;
+using mtp_ref::Vec;
+using mtp_ref::weighted;
 
-// Pattern: `main` MLP layers, then `depths` depths of `inner` MLP layers each.
-std::vector<Vec> reference(const Ref& r, const Batch& batch, int64_t main, int64_t depths, int64_t inner,
-                           std::vector<Vec>& masks) {
-  const Vec tok = batch.tokens.to_vector(), lab = batch.labels.to_vector(), mask = batch.loss_mask.to_vector();
-  std::vector<Vec> out(static_cast<size_t>(depths + 1), Vec(tok.size(), 0.0));
-  masks.assign(static_cast<size_t>(depths), Vec(tok.size(), 0.0));
-  for (int64_t b = 0; b < kBatch; ++b) {
-    for (int64_t i = 0; i < kSeq; ++i) {
-      const size_t row = static_cast<size_t>(b * kSeq + i);
-      Vec x = r.embed(static_cast<int64_t>(tok[row]));
-      for (int64_t l = 0; l < main; ++l) x = r.mlp_layer(x, "decoder.layers." + std::to_string(l));
-      Vec h = r.norm(x, "decoder.final_norm");
-      out[0][row] = r.ce(h, static_cast<int64_t>(lab[row]));
-      for (int64_t k = 1; k <= depths; ++k) {
-        const std::string m = "mtp.layers." + std::to_string(k - 1);
-        const bool inside = i + k < kSeq;
-        const size_t src = static_cast<size_t>(b * kSeq + i + k);
-        const Vec e = r.norm(r.embed(inside ? static_cast<int64_t>(tok[src]) : 0), m + ".enorm");
-        const Vec hn = r.norm(h, m + ".hnorm");
-        Vec cat = e;  // [embedding; hidden]
-        cat.insert(cat.end(), hn.begin(), hn.end());
-        Vec y = Ref::matvec(r.w(m + ".eh_proj.weight"), cat, kHidden);
-        for (int64_t j = 0; j < inner; ++j) y = r.mlp_layer(y, m + ".mtp_model_layer.layers." + std::to_string(j));
-        h = r.norm(y, m + ".final_layernorm");
-        out[static_cast<size_t>(k)][row] = r.ce(h, inside ? static_cast<int64_t>(lab[src]) : 0);
-        masks[static_cast<size_t>(k - 1)][row] = inside ? mask[src] : 0.0;
-      }
-    }
-  }
-  return out;
-}
-
-double weighted(const ForwardOutput& out, const std::vector<Tensor>& w) {
-  double s = 0;
-  for (size_t i = 0; i < out.losses.size(); ++i) s += test::dot(out.losses[i].value, w[i]);
-  return s;
+// Pattern: `main` MLP layers, then `depths` depths of `inner` MLP layers each (the float64
+// reference of an MLP-only hybrid pattern: each position independent).
+mtp_ref::Losses reference(LanguageModel& model, const Batch& batch, int64_t main, int64_t depths, int64_t inner) {
+  mtp_ref::Model m;
+  for (int64_t l = 0; l < main; ++l) m.decoder_layers.push_back("decoder.layers." + std::to_string(l));
+  m.final_norm = "decoder.final_norm";
+  m.depths = depths;
+  m.module = [](int64_t k) { return "mtp.layers." + std::to_string(k - 1); };
+  m.inner_layers = [m, inner](int64_t k) {
+    std::vector<std::string> out;
+    for (int64_t j = 0; j < inner; ++j) out.push_back(m.module(k) + ".mtp_model_layer.layers." + std::to_string(j));
+    return out;
+  };
+  return mtp_ref::reference(mtp_ref::Ref{by_name(model), kHidden, kFfn}, batch, m);
 }
 
 std::vector<Tensor> loss_weights(const ForwardOutput& out, uint64_t seed) {
@@ -273,18 +196,17 @@ TEST_CASE("hybrid mtp: per-depth losses equal the float64 reference (nested stac
   auto ctx = model.make_context(1, 0, true);
   const ForwardOutput out = model.forward_pass(*ctx, batch);
   REQUIRE(out.losses.size() == 3);
-  std::vector<Vec> masks;
-  const std::vector<Vec> ref = reference(Ref{by_name(model)}, batch, 1, 2, 2, masks);
+  const mtp_ref::Losses ref = reference(model, batch, 1, 2, 2);
   const Vec lm = out.losses[0].value.to_vector();
-  for (size_t i = 0; i < lm.size(); ++i) CHECK(lm[i] == Approx(ref[0][i]).epsilon(1e-10));
+  for (size_t i = 0; i < lm.size(); ++i) CHECK(lm[i] == Approx(ref.lm[i]).epsilon(1e-10));
   for (size_t k = 0; k < 2; ++k) {
     const NamedLoss& l = out.losses[k + 1];
     CHECK(l.name == "mtp_" + std::to_string(k + 1) + " loss");
     CHECK(l.scale == Approx(0.3 / 2));
-    CHECK(l.mask.to_vector() == masks[k]);
+    CHECK(l.mask.to_vector() == ref.masks[k]);
     const Vec v = l.value.to_vector();
     for (size_t i = 0; i < v.size(); ++i)
-      if (masks[k][i] > 0) CHECK(v[i] == Approx(ref[k + 1][i]).epsilon(1e-10));
+      if (ref.masks[k][i] > 0) CHECK(v[i] == Approx(ref.mtp[k][i]).epsilon(1e-10));
   }
 }
 

@@ -13,6 +13,7 @@
 #include "models/gpt/gpt_model.h"
 #include "models/parameter_names.h"
 #include "moe_test_config.h"
+#include "mtp_reference.h"
 #include "test_helpers.h"
 #include "training/checkpoint.h"
 #include "trainer_test_support.h"
@@ -45,22 +46,6 @@ ModelConfig mtp_model(int64_t depths) {
   return m;
 }
 
-std::map<std::string, Parameter*> by_name(LanguageModel& m) {
-  std::map<std::string, Parameter*> out;
-  for (Parameter* p : m.parameters()) out[p->name] = p;
-  return out;
-}
-
-// Every parameter moved off its init (norm weights off 1, zeros off 0) so that orders and roles matter.
-void perturb(LanguageModel& m, uint64_t seed) {
-  for (Parameter* p : m.parameters()) {
-    std::vector<double> v = p->value.to_vector();
-    const std::vector<double> r = test::random_tensor(p->value.shape(), seed++, -0.3, 0.3).to_vector();
-    for (size_t i = 0; i < v.size(); ++i) v[i] += r[i];
-    p->value.copy_(Tensor::from_vector(v, p->value.shape(), p->value.dtype()));
-  }
-}
-
 Batch mtp_batch() {
   Batch b = test::fixed_batch(kBatch, kSeq, kVocab);
   std::vector<double> mask(static_cast<size_t>(kBatch * kSeq), 1.0);
@@ -70,92 +55,22 @@ Batch mtp_batch() {
   return b;
 }
 
-// ---- the float64 reference (one token row at a time; matrices row-major [out, in]) ----
-using Vec = std::vector<double>;
-struct Ref {
-  std::map<std::string, Parameter*> p;
-  Vec w(const std::string& n) const { return p.at(n)->value.to_vector(); }
-  Vec layer_norm(const Vec& x, const std::string& prefix_w, const std::string& prefix_b) const {
-    const Vec g = w(prefix_w), b = w(prefix_b);
-    double mean = 0, var = 0;
-    for (double v : x) mean += v;
-    mean /= static_cast<double>(x.size());
-    for (double v : x) var += (v - mean) * (v - mean);
-    var /= static_cast<double>(x.size());
-    Vec y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) / std::sqrt(var + 1e-5) * g[i] + b[i];
-    return y;
-  }
-  Vec norm(const Vec& x, const std::string& prefix) const { return layer_norm(x, prefix + ".weight", prefix + ".bias"); }
-  static Vec matvec(const Vec& m, const Vec& x, size_t out) {
-    Vec y(out, 0.0);
-    for (size_t o = 0; o < out; ++o)
-      for (size_t i = 0; i < x.size(); ++i) y[o] += m[o * x.size() + i] * x[i];
-    return y;
-  }
-  // x + fc2(gelu(fc1(LN(x)))) (an MLP-only layer, exact erf GeLU, no biases).
-  Vec mlp_layer(const Vec& x, const std::string& l) const {
-    const Vec h = layer_norm(x, l + ".mlp.linear_fc1.layer_norm_weight", l + ".mlp.linear_fc1.layer_norm_bias");
-    Vec a = matvec(w(l + ".mlp.linear_fc1.weight"), h, 12);
-    for (double& v : a) v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
-    const Vec m = matvec(w(l + ".mlp.linear_fc2.weight"), a, kHidden);
-    Vec y = x;
-    for (size_t i = 0; i < y.size(); ++i) y[i] += m[i];
-    return y;
-  }
-  Vec embed(int64_t id) const {
-    const Vec e = w("embedding.word_embeddings.weight");
-    return Vec(e.begin() + id * kHidden, e.begin() + (id + 1) * kHidden);
-  }
-  // Cross entropy of h·Eᵀ over the padded vocabulary (the tied output head).
-  double ce(const Vec& h, int64_t label) const {
-    const Vec e = w("embedding.word_embeddings.weight");
-    const size_t v = e.size() / kHidden;
-    const Vec z = matvec(e, h, v);
-    double mx = z[0];
-    for (double x : z) mx = std::max(mx, x);
-    double se = 0;
-    for (double x : z) se += std::exp(x - mx);
-    return std::log(se) + mx - z[static_cast<size_t>(label)];
-  }
-};
+namespace mtp_ref = test::mtp_ref;
+using mtp_ref::by_name;
+using mtp_ref::perturb;
+using mtp_ref::Ref;
+using mtp_ref::Vec;
+using mtp_ref::weighted;
 
-struct RefLosses {
-  Vec lm;                       // [b·s] per-token, row b·s + i
-  std::vector<Vec> mtp, masks;  // per depth
-};
-
-// Spec §4.1/§4.2/§4.4 on an MLP-only decoder (position-free, so each position is independent).
-RefLosses reference(const Ref& r, const Batch& batch, int64_t depths, bool repeated) {
-  const Vec tok = batch.tokens.to_vector(), lab = batch.labels.to_vector(), mask = batch.loss_mask.to_vector();
-  RefLosses out;
-  out.mtp.assign(static_cast<size_t>(depths), Vec(tok.size(), 0.0));
-  out.masks.assign(static_cast<size_t>(depths), Vec(tok.size(), 0.0));
-  out.lm.assign(tok.size(), 0.0);
-  for (int64_t b = 0; b < kBatch; ++b) {
-    for (int64_t i = 0; i < kSeq; ++i) {
-      const size_t row = static_cast<size_t>(b * kSeq + i);
-      Vec x = r.embed(static_cast<int64_t>(tok[row]));
-      for (int l = 0; l < 2; ++l) x = r.mlp_layer(x, "decoder.layers." + std::to_string(l));
-      Vec h = r.norm(x, "decoder.final_layernorm");
-      out.lm[row] = r.ce(h, static_cast<int64_t>(lab[row]));
-      for (int64_t k = 1; k <= depths; ++k) {
-        const std::string m = "mtp.layers." + std::to_string(repeated ? 0 : k - 1);
-        const bool inside = i + k < kSeq;  // t_{i+k} exists; else the rolled-in id 0, masked
-        const size_t src = static_cast<size_t>(b * kSeq + i + k);
-        const Vec e = r.norm(r.embed(inside ? static_cast<int64_t>(tok[src]) : 0), m + ".enorm");
-        const Vec hn = r.norm(h, m + ".hnorm");
-        Vec cat = e;  // [embedding; hidden]
-        cat.insert(cat.end(), hn.begin(), hn.end());
-        Vec y = Ref::matvec(r.w(m + ".eh_proj.weight"), cat, kHidden);
-        y = r.mlp_layer(y, m + ".transformer_layer");
-        h = r.norm(y, m + ".final_layernorm");
-        out.mtp[static_cast<size_t>(k - 1)][row] = r.ce(h, inside ? static_cast<int64_t>(lab[src]) : 0);
-        out.masks[static_cast<size_t>(k - 1)][row] = inside ? mask[src] : 0.0;
-      }
-    }
-  }
-  return out;
+// Spec §4.1/§4.2/§4.4 on an MLP-only decoder of 2 layers (position-free: each position independent).
+mtp_ref::Losses reference(LanguageModel& model, const Batch& batch, int64_t depths, bool repeated) {
+  mtp_ref::Model m;
+  m.decoder_layers = {"decoder.layers.0", "decoder.layers.1"};
+  m.final_norm = "decoder.final_layernorm";
+  m.depths = depths;
+  m.module = [repeated](int64_t k) { return "mtp.layers." + std::to_string(repeated ? 0 : k - 1); };
+  m.inner_layers = [m](int64_t k) { return std::vector<std::string>{m.module(k) + ".transformer_layer"}; };
+  return mtp_ref::reference(Ref{by_name(model), kHidden, 12}, batch, m);
 }
 
 GPTModelOptions f64_options(bool mlp_only) {
@@ -173,13 +88,6 @@ void check_close(const Vec& got, const Vec& want, double tol) {
   }
 }
 
-// Σ_i w_i · loss_i over every loss of the forward (the objective the FD tests differentiate).
-double weighted(const ForwardOutput& out, const std::vector<Tensor>& w) {
-  double s = 0;
-  for (size_t i = 0; i < out.losses.size(); ++i) s += test::dot(out.losses[i].value, w[i]);
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("mtp: per-depth losses, masks and normalisation equal the float64 reference of spec §4", "[mtp]") {
@@ -195,7 +103,7 @@ TEST_CASE("mtp: per-depth losses, masks and normalisation equal the float64 refe
     REQUIRE(out.losses.size() == 3);
     CHECK(out.losses[1].name == "mtp_1 loss");
     CHECK(out.losses[2].name == "mtp_2 loss");
-    const RefLosses ref = reference(Ref{by_name(model)}, batch, 2, repeated);
+    const mtp_ref::Losses ref = reference(model, batch, 2, repeated);
     INFO("repeated " << repeated);
     check_close(out.losses[0].value.to_vector(), ref.lm, 1e-10);
     for (size_t k = 0; k < 2; ++k) {
