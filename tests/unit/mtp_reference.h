@@ -138,4 +138,20 @@ inline double weighted(const ForwardOutput& out, const std::vector<Tensor>& w) {
   return s;
 }
 
+// Every parameter's gradient of one micro-batch with d(lm loss) = 1 and d(mtp_k loss) = mtp_weight
+// per token (two depths), by name.
+inline std::map<std::string, Vec> grads_with_mtp_weight(LanguageModel& model, const Batch& batch, double mtp_weight) {
+  for (Parameter* p : model.parameters()) p->main_grad.zero_();
+  auto ctx = model.make_context(1, 0, true);
+  model.forward_pass(*ctx, batch);
+  const Shape bs = batch.tokens.shape();
+  BackwardInput in;
+  in.loss_grads = {Tensor::full(bs, 1.0, DType::F64), Tensor::full(bs, mtp_weight, DType::F64),
+                   Tensor::full(bs, mtp_weight, DType::F64)};
+  model.backward_pass(*ctx, in);
+  std::map<std::string, Vec> g;
+  for (Parameter* p : model.parameters()) g[p->name] = p->main_grad.to_vector();
+  return g;
+}
+
 }  // namespace strata::test::mtp_ref

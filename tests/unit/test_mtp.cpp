@@ -242,19 +242,8 @@ TEST_CASE("mtp: detached heads leave the trunk's gradients to the LM loss alone"
     model.init_parameters(13);
     perturb(model, 700);
     const Batch batch = mtp_batch();
-    auto grads_with = [&](double mtp_weight) {
-      for (Parameter* p : model.parameters()) p->main_grad.zero_();
-      auto ctx = model.make_context(1, 0, true);
-      model.forward_pass(*ctx, batch);
-      BackwardInput in;
-      in.loss_grads = {Tensor::full({kBatch, kSeq}, 1.0, DType::F64), Tensor::full({kBatch, kSeq}, mtp_weight, DType::F64),
-                       Tensor::full({kBatch, kSeq}, mtp_weight, DType::F64)};
-      model.backward_pass(*ctx, in);
-      std::map<std::string, Vec> g;
-      for (Parameter* p : model.parameters()) g[p->name] = p->main_grad.to_vector();
-      return g;
-    };
-    const auto lm_only = grads_with(0.0), both = grads_with(0.7);
+    const auto lm_only = mtp_ref::grads_with_mtp_weight(model, batch, 0.0);
+    const auto both = mtp_ref::grads_with_mtp_weight(model, batch, 0.7);
     INFO("detach " << detach);
     for (const char* trunk : {"embedding.word_embeddings.weight", "decoder.layers.0.self_attention.linear_qkv.weight",
                               "decoder.final_layernorm.weight"}) {
