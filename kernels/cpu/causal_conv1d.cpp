@@ -1,5 +1,5 @@
 // CPU reference of kernels/causal_conv1d.h: inputs read into contiguous host arrays of the
-// accumulation type, one channel at a time; dw/dbias sums over (batch, time) in index order.
+// accumulation type; dw/dbias/dx sums over (batch, time, tap) in index order, channels innermost.
 // Reference: PyTorch nn.Conv1d(groups=C, padding=K−1)[..., :l] then F.silu.
 #include <cmath>
 #include <vector>
@@ -68,18 +68,33 @@ void backward_impl(const Tensor& xt, const Tensor& wt, const Tensor& bt, const T
         const T u = pre_activation(in, w, bias, bi, t, c), s = sigmoid(u);
         du[(bi * l + t) * C + c] = dy[(bi * l + t) * C + c] * s * (T(1) + u * (T(1) - s));
       }
+  // Channels innermost (vectorized, contiguous rows); every element's terms are still added in
+  // the order (batch, t, k), so the values are those of a channel-by-channel loop. w and dw are
+  // read [K, C] (transposed) for the contiguous rows.
+  std::vector<T> wT(static_cast<size_t>(K * C)), dwT(static_cast<size_t>(K * C));
   for (int64_t c = 0; c < C; ++c)
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t t = 0; t < l; ++t) {
-        const T g = du[(bi * l + t) * C + c];
-        db[c] += g;
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t src = t - (K - 1) + k;
-          if (src < 0) continue;
-          dw[c * K + k] += g * x[(bi * l + src) * C + c];
-          dx[(bi * l + src) * C + c] += g * w[c * K + k];
+    for (int64_t k = 0; k < K; ++k) wT[k * C + c] = w[c * K + k], dwT[k * C + c] = dw[c * K + k];
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t t = 0; t < l; ++t) {
+      const T* g = &du[(bi * l + t) * C];
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) db[c] += g[c];
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t src = t - (K - 1) + k;
+        if (src < 0) continue;
+        const T* xs = &x[(bi * l + src) * C];
+        T* dxs = &dx[(bi * l + src) * C];
+        T* dwk = &dwT[k * C];
+        const T* wk = &wT[k * C];
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          dwk[c] += g[c] * xs[c];
+          dxs[c] += g[c] * wk[c];
         }
       }
+    }
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t k = 0; k < K; ++k) dw[c * K + k] = dwT[k * C + c];
   store(dxt, dx);
   store(dwt, dw);
   store(dbt, db);
