@@ -31,9 +31,11 @@ template <typename T>
 std::vector<T> padded(const Padded<T>& in, int64_t b) {
   const int64_t C = in.C, R = in.K - 1 + in.l;
   std::vector<T> xp(static_cast<size_t>(b * R * C));
-  for (int64_t bi = 0; bi < b; ++bi)
-    for (int64_t r = 0; r < R; ++r)
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t r = 0; r < in.K - 1; ++r)
       for (int64_t c = 0; c < C; ++c) xp[(bi * R + r) * C + c] = in.at(bi, r - (in.K - 1), c);
+    std::copy_n(&in.x[bi * in.l * C], in.l * C, &xp[(bi * R + in.K - 1) * C]);
+  }
   return xp;
 }
 

@@ -112,7 +112,7 @@ void forward_impl(const SsdScanInputs& in, const Tensor& y_out, const Tensor& fi
   const Host<T> a(in);
   std::vector<T> y(static_cast<size_t>(in.x.numel()));
   std::vector<T> S(static_cast<size_t>(d.b * d.H * d.P * d.N), T(0));
-  if (!a.s0.empty()) S = a.s0;
+  if (a.s0) std::copy_n(a.s0, S.size(), S.begin());
   if (chunked) {
     gemm_split_over_openmp();  // OpenBLAS single-threaded inside our tasks (kernels/cpu/blas.h)
 #pragma omp parallel for collapse(2) if (d.b * d.G > 1)

@@ -40,7 +40,7 @@ template <typename T>
 void boundary_states(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, Work<T>& w, std::vector<T>& bound) {
   const int64_t PN = d.P * d.N, nc = (d.l + d.Q - 1) / d.Q, g = h / d.heads_per_group();
   bound.assign(static_cast<size_t>((nc + 1) * PN), T(0));
-  if (!a.s0.empty()) std::copy_n(&a.s0[d.si(bi, h)], PN, bound.begin());
+  if (a.s0) std::copy_n(&a.s0[d.si(bi, h)], PN, bound.begin());
   for (int64_t c = 0; c < nc; ++c) {
     const int64_t t0 = c * d.Q, L = std::min(d.Q, d.l - t0);
     std::copy_n(&bound[c * PN], PN, &bound[(c + 1) * PN]);
@@ -93,7 +93,7 @@ T dot(const T* u, const T* v, int64_t n) {
 // Adds the head's terms to the group's dB/dC rows and dCB, writes its dx/ddt rows, adds dA/dD.
 template <typename T>
 void chunk_head_backward(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
-                         const std::vector<T>& dy, const T* S_in, const T* S_out, T* dS, Work<T>& w, Grads<T>& o) {
+                         const T* dy, const T* S_in, const T* S_out, T* dS, Work<T>& w, Grads<T>& o) {
   const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N, GN = d.G * N, HP = d.H * P;
   const int iL = int(L), iP = int(P), iN = int(N), iGN = int(GN), iHP = int(HP);
   const T *Bc = &a.B[d.bi_(bi, t0, g)], *Cc = &a.C[d.bi_(bi, t0, g)], *Xc = &a.x[d.xi(bi, t0, h)];
@@ -154,8 +154,8 @@ void chunk_head_backward(const Host<T>& a, const Dims& d, int64_t bi, int64_t h,
 
 // One (batch, group): boundary states of its heads, then the chunks in reverse.
 template <typename T>
-void group_backward(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, const std::vector<T>& dy,
-                    const std::vector<T>& dfinal, Grads<T>& o) {
+void group_backward(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, const T* dy,
+                    const T* dfinal, Grads<T>& o) {
   const int64_t hpg = d.heads_per_group(), PN = d.P * d.N, nc = (d.l + d.Q - 1) / d.Q, GN = d.G * d.N;
   Work<T> w(d);
   std::vector<std::vector<T>> bound(static_cast<size_t>(hpg)), dS(static_cast<size_t>(hpg));
@@ -163,7 +163,7 @@ void group_backward(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, cons
     const int64_t h = g * hpg + k;
     boundary_states(a, d, bi, h, w, bound[k]);
     dS[k].assign(static_cast<size_t>(PN), T(0));
-    if (!dfinal.empty()) std::copy_n(&dfinal[d.si(bi, h)], PN, dS[k].begin());
+    if (dfinal) std::copy_n(&dfinal[d.si(bi, h)], PN, dS[k].begin());
   }
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = c * d.Q, L = std::min(d.Q, d.l - t0);
@@ -186,11 +186,13 @@ template <typename T>
 void backward_impl(const SsdScanInputs& in, const Tensor& dy_t, const Tensor& dfinal_t, const SsdScanGrads& out) {
   const Dims d = dims_of(in);
   const Host<T> a(in);
-  const std::vector<T> dy = host<T>(dy_t), dfinal = host<T>(dfinal_t);
-  Grads<T> o{std::vector<T>(a.x.size()),
-             std::vector<T>(a.dt.size()),
-             std::vector<T>(a.B.size(), T(0)),
-             std::vector<T>(a.C.size(), T(0)),
+  std::vector<T> keep_dy, keep_df;
+  const T *dy = host_view(dy_t, keep_dy), *dfinal = host_view(dfinal_t, keep_df);
+  const auto n = [](const Tensor& t) { return static_cast<size_t>(t.numel()); };
+  Grads<T> o{std::vector<T>(n(in.x)),
+             std::vector<T>(n(in.dt)),
+             std::vector<T>(n(in.B), T(0)),
+             std::vector<T>(n(in.C), T(0)),
              std::vector<T>(static_cast<size_t>(d.b * d.H * d.P * d.N)),
              std::vector<T>(static_cast<size_t>(d.b * d.H), T(0)),
              std::vector<T>(static_cast<size_t>(d.b * d.H), T(0))};

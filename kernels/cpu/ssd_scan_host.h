@@ -31,13 +31,27 @@ inline Dims dims_of(const SsdScanInputs& in) {
   return {in.x.size(0), in.x.size(1), in.x.size(2), in.x.size(3), in.B.size(2), in.B.size(3), in.chunk_size};
 }
 
-// The scan's inputs in the accumulation type.
+// Read-only host view of a tensor in type T: its own storage when it is a contiguous CPU tensor
+// of dtype T, else a converted copy kept in `keep` (nullptr for an undefined tensor).
+template <typename T>
+const T* host_view(const Tensor& t, std::vector<T>& keep) {
+  if (!t.defined()) return nullptr;
+  if (t.device().is_cpu() && t.is_contiguous() && t.dtype() == dtype_of<T>()) return t.data<T>();
+  keep = host<T>(t);
+  return keep.data();
+}
+
+// The scan's inputs in the accumulation type (s0 is nullptr without an initial state).
 template <typename T>
 struct Host {
-  std::vector<T> x, dt, A, B, C, D, s0;
+  std::vector<T> keep[7];
+  const T *x, *dt, *A, *B, *C, *D, *s0;
   explicit Host(const SsdScanInputs& in)
-      : x(host<T>(in.x)), dt(host<T>(in.dt)), A(host<T>(in.A)), B(host<T>(in.B)), C(host<T>(in.C)),
-        D(host<T>(in.D)), s0(host<T>(in.initial_state)) {}
+      : x(host_view(in.x, keep[0])), dt(host_view(in.dt, keep[1])), A(host_view(in.A, keep[2])),
+        B(host_view(in.B, keep[3])), C(host_view(in.C, keep[4])), D(host_view(in.D, keep[5])),
+        s0(host_view(in.initial_state, keep[6])) {}
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
 };
 
 // f(TypeTag<acc>): f64 for f64 x, else f32.
