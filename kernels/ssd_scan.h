@@ -10,6 +10,7 @@
 // Shapes: x [b, l, H, P], dt [b, l, H] (after softplus), A [H] (negative), B, C [b, l, G, N],
 // D [H], states [b, H, P, N]. x, dt, B, C, y and their gradients share one dtype; A, D, the states
 // and their gradients may be any float dtype (f32 in the mixer); math in f64 for f64 inputs, else f32.
+// Outputs (y, the gradients) must not overlap the inputs; final_state may be initial_state.
 // Reference: Mamba-2 (Dao & Gu 2024, "ssd_minimal" chunked form), Megatron-Core ssm/mamba_mixer.py
 // (mamba_chunk_scan_combined: chunk_size, initial_states, return_final_states, D).
 #pragma once

@@ -46,7 +46,7 @@ STRATA_SSD_CLONES void masked_products(const Host<T>& a, const Dims& d, int64_t 
 // then the carried state S [P, N] (in: before the chunk, out: after it).
 template <typename T>
 STRATA_SSD_CLONES void chunk_head(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
-                                  ChunkScratch<T>& w, std::vector<T>& y, T* S) {
+                                  ChunkScratch<T>& w, const HostOut<T>& y, T* S) {
   const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N, GN = d.G * N, HP = d.H * P;
   const T* Cc = &a.C[d.bi_(bi, t0, g)];
   const T* Xc = &a.x[d.xi(bi, t0, h)];
@@ -74,7 +74,7 @@ STRATA_SSD_CLONES void chunk_head(const Host<T>& a, const Dims& d, int64_t bi, i
 
 // One (batch, group) by chunks: the chunk's C·Bᵀ once (one GEMM), then each of the group's heads.
 template <typename T>
-void chunked_group(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, std::vector<T>& y, std::vector<T>& S) {
+void chunked_group(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, const HostOut<T>& y, std::vector<T>& S) {
   ChunkScratch<T> w(d);
   const int GN = int(d.G * d.N);
   for (int64_t t0 = 0; t0 < d.l; t0 += d.Q) {
@@ -110,7 +110,7 @@ template <typename T>
 void forward_impl(const SsdScanInputs& in, const Tensor& y_out, const Tensor& final_state, bool chunked) {
   const Dims d = dims_of(in);
   const Host<T> a(in);
-  std::vector<T> y(static_cast<size_t>(in.x.numel()));
+  const HostOut<T> y(y_out, in.x.numel(), false);
   std::vector<T> S(static_cast<size_t>(d.b * d.H * d.P * d.N), T(0));
   if (a.s0) std::copy_n(a.s0, S.size(), S.begin());
   if (chunked) {
@@ -124,7 +124,7 @@ void forward_impl(const SsdScanInputs& in, const Tensor& y_out, const Tensor& fi
       for (int64_t h = 0; h < d.H; ++h)
         for (int64_t t = 0; t < d.l; ++t) step(a, d, bi, t, h, &S[d.si(bi, h)], &y[d.xi(bi, t, h)]);
   }
-  store(y_out, y);
+  y.finish();
   store(final_state, S);
 }
 

@@ -20,10 +20,12 @@ namespace strata::kernels::cpu {
 namespace {
 using namespace ssd;
 
-// Outputs of the whole backward (host arrays; dB, dC zero-initialized and accumulated).
+// Outputs of the whole backward (dx, ddt written, dB, dC zero-initialized and accumulated: in the
+// output tensors where possible), d_init and the per-(batch, head) dA/dD partials.
 template <typename T>
 struct Grads {
-  std::vector<T> dx, ddt, dB, dC, d_init, dA_bh, dD_bh;
+  HostOut<T> dx, ddt, dB, dC;
+  std::vector<T> d_init, dA_bh, dD_bh;
 };
 
 // Scratch of one (batch, group) task.
@@ -188,14 +190,14 @@ void backward_impl(const SsdScanInputs& in, const Tensor& dy_t, const Tensor& df
   const Host<T> a(in);
   std::vector<T> keep_dy, keep_df;
   const T *dy = host_view(dy_t, keep_dy), *dfinal = host_view(dfinal_t, keep_df);
-  const auto n = [](const Tensor& t) { return static_cast<size_t>(t.numel()); };
-  Grads<T> o{std::vector<T>(n(in.x)),
-             std::vector<T>(n(in.dt)),
-             std::vector<T>(n(in.B), T(0)),
-             std::vector<T>(n(in.C), T(0)),
+  const size_t bh = static_cast<size_t>(d.b * d.H);
+  Grads<T> o{HostOut<T>(out.dx, in.x.numel(), false),
+             HostOut<T>(out.ddt, in.dt.numel(), false),
+             HostOut<T>(out.dB, in.B.numel(), true),
+             HostOut<T>(out.dC, in.C.numel(), true),
              std::vector<T>(static_cast<size_t>(d.b * d.H * d.P * d.N)),
-             std::vector<T>(static_cast<size_t>(d.b * d.H), T(0)),
-             std::vector<T>(static_cast<size_t>(d.b * d.H), T(0))};
+             std::vector<T>(bh, T(0)),
+             std::vector<T>(bh, T(0))};
   gemm_split_over_openmp();  // OpenBLAS single-threaded inside our tasks (kernels/cpu/blas.h)
 #pragma omp parallel for collapse(2) if (d.b * d.G > 1)
   for (int64_t bi = 0; bi < d.b; ++bi)
@@ -206,11 +208,11 @@ void backward_impl(const SsdScanInputs& in, const Tensor& dy_t, const Tensor& df
       dA[h] += o.dA_bh[bi * d.H + h];
       dD[h] += o.dD_bh[bi * d.H + h];
     }
-  store(out.dx, o.dx);
-  store(out.ddt, o.ddt);
+  o.dx.finish();
+  o.ddt.finish();
   store(out.dA, dA);
-  store(out.dB, o.dB);
-  store(out.dC, o.dC);
+  o.dB.finish();
+  o.dC.finish();
   store(out.dD, dD);
   store(out.d_initial_state, o.d_init);
 }

@@ -6,6 +6,7 @@
 // the forward and the backward share: a chunk's cumulative decay and its state update
 // S ← exp(cs_L)·S + (w ⊙ X)ᵀ·B (one GEMM). Reference: kernels/ssd_scan.h.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -40,6 +41,30 @@ const T* host_view(const Tensor& t, std::vector<T>& keep) {
   keep = host<T>(t);
   return keep.data();
 }
+
+// Host output buffer of n elements in type T: the output tensor's own storage when it is a
+// contiguous CPU tensor of dtype T (outputs never overlap the inputs), else a vector copied into
+// it by finish(); zero-filled when asked.
+template <typename T>
+struct HostOut {
+  const Tensor& t;
+  std::vector<T> keep;
+  T* p;
+  HostOut(const Tensor& out, int64_t n, bool zero) : t(out), p(nullptr) {
+    if (out.defined() && out.device().is_cpu() && out.is_contiguous() && out.dtype() == dtype_of<T>() &&
+        out.numel() == n) {
+      p = out.data<T>();
+      if (zero) std::fill_n(p, n, T(0));
+    } else {
+      keep.assign(static_cast<size_t>(n), T(0));
+      p = keep.data();
+    }
+  }
+  T& operator[](int64_t i) const { return p[i]; }
+  void finish() const {
+    if (!keep.empty()) store(t, keep);
+  }
+};
 
 // The scan's inputs in the accumulation type (s0 is nullptr without an initial state).
 template <typename T>
