@@ -4,11 +4,13 @@
 // The forward evaluates it by chunks of Q tokens (the SSD form): intra-chunk quadratic term
 // Σ_{j≤i} (C_i·B_j)·exp(Σ_{k=j+1..i} a_k)·dt_j·x_j, inter-chunk term exp(Σ_{k≤i} a_k)·C_i·S̄_{c−1},
 // chunk states carried by the inter-chunk scan (a_t = dt_t·A). The backward recomputes the chunk
-// boundary states, then runs the recurrence's adjoint chunk by chunk in reverse (states inside a
-// chunk recomputed from its boundary state).
+// boundary states, then runs chunk by chunk in reverse: on the CPU the transposed matrix products
+// of the chunked form (GEMMs, kernels/cpu/ssd_scan_backward.cpp), on CUDA the recurrence's adjoint
+// token by token (states inside a chunk recomputed from its boundary state).
 // Shapes: x [b, l, H, P], dt [b, l, H] (after softplus), A [H] (negative), B, C [b, l, G, N],
 // D [H], states [b, H, P, N]. x, dt, B, C, y and their gradients share one dtype; A, D, the states
 // and their gradients may be any float dtype (f32 in the mixer); math in f64 for f64 inputs, else f32.
+// Outputs (y, the gradients) must not overlap the inputs; final_state may be initial_state.
 // Reference: Mamba-2 (Dao & Gu 2024, "ssd_minimal" chunked form), Megatron-Core ssm/mamba_mixer.py
 // (mamba_chunk_scan_combined: chunk_size, initial_states, return_final_states, D).
 #pragma once

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/cpu/blas.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -35,16 +36,7 @@ void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const float*
               static_cast<float>(alpha), a, lda, b, ldb, static_cast<float>(beta), c, ldc);
 }
 
-// True when our OpenMP threads split the GEMMs (OpenBLAS then runs single-threaded).
-bool split_over_openmp() {
-  static const bool split = [] {
-    const char* e = std::getenv("STRATA_GEMM_THREADS");
-    const bool openblas = e && std::strcmp(e, "openblas") == 0;
-    if (!openblas) openblas_set_num_threads(1);
-    return !openblas;
-  }();
-  return split;
-}
+bool split_over_openmp() { return gemm_split_over_openmp(); }
 
 // Below this many multiply-adds a GEMM runs on one thread (a parallel region costs more).
 constexpr double kParallelMacs = 1 << 21;
@@ -115,6 +107,17 @@ const T* ptr(const Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
 template <typename T>
 T* mut_ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 }  // namespace
+
+// True when our OpenMP threads split the GEMMs (OpenBLAS then runs single-threaded).
+bool gemm_split_over_openmp() {
+  static const bool split = [] {
+    const char* e = std::getenv("STRATA_GEMM_THREADS");
+    const bool openblas = e && std::strcmp(e, "openblas") == 0;
+    if (!openblas) openblas_set_num_threads(1);
+    return !openblas;
+  }();
+  return split;
+}
 
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, double alpha,
           double beta, const GemmOptions& /*options: TF32 is CUDA only*/) {

@@ -1,8 +1,10 @@
-// CPU reference of kernels/ssd_scan.h, forward: the chunked SSD form (per batch × group: the
-// chunk's C·B products once, then each head's inter-chunk term, diagonal block and chunk state,
-// every dot product summed over n in order and vectorized across p / j) and the token-by-token
-// recurrence (the tests' reference). Parallel over batch × group, so nothing depends on the thread
-// count. The backward is kernels/cpu/ssd_scan_backward.cpp.
+// CPU kernels/ssd_scan.h, forward: the chunked SSD form as matrix products (OpenBLAS, one call per
+// product) and the token-by-token recurrence (the tests' reference). Per (batch, group) and chunk:
+// CB = C·Bᵀ [Q, Q] once for the group's heads; per head: M = CB ⊙ exp(segsum a) ⊙ dt (causal),
+// Y = diag(exp cs)·(C·S̄ᵀ) + M·X + D·x, and the chunk-state recurrence S̄ ← exp(cs_Q)·S̄ + (w ⊙ X)ᵀ·B
+// (w_j = exp(cs_Q − cs_j)·dt_j) run chunk by chunk. Parallel over batch × group with a fixed
+// partition and single-threaded BLAS inside each task, so no value depends on the thread count
+// or on which other heads and groups run. The backward is kernels/cpu/ssd_scan_backward.cpp.
 // Reference: Mamba-2 (Dao & Gu 2024) ssd_minimal_discrete; the recurrence
 // S_t = exp(dt_t·A)·S_{t−1} + dt_t·x_t⊗B_t, y_t = S_t·C_t + D·x_t.
 #include <algorithm>
@@ -15,92 +17,71 @@ namespace strata::kernels::cpu {
 namespace {
 using namespace ssd;
 
-// Scratch of one (batch, group) forward: the chunk's B transposed [N, Q] and C·B products
-// [Q, Q] (shared by the group's heads), and one head's cumulative a, S transposed [N, P], the
-// chunk's own state [P, N] and the inter-chunk dot products [P].
+// Scratch of one (batch, group) forward: the chunk's C·Bᵀ [Q, Q] (shared by the group's heads),
+// and one head's cumulative decay [Q], masked products M [Q, Q], output rows [Q, P] and weighted
+// x [Q, P].
 template <typename T>
 struct ChunkScratch {
-  std::vector<T> BT, CB, cs, ST, Sc, acc;
-  explicit ChunkScratch(const Dims& d)
-      : BT(d.N * d.Q), CB(d.Q * d.Q), cs(d.Q), ST(d.N * d.P), Sc(d.P * d.N), acc(d.P) {}
+  std::vector<T> CB, cs, M, Y, xw;
+  explicit ChunkScratch(const Dims& d) : CB(d.Q * d.Q), cs(d.Q), M(d.Q * d.Q), Y(d.Q * d.P), xw(d.Q * d.P) {}
 };
 
-// CB[i, j] = C_i·B_j (j ≤ i) of the chunk [t0, t0 + L) of group g, each a sum over n in order.
+// M[i, j] = CB[i, j]·exp(cs_i − cs_j)·dt_j for j ≤ i, 0 above the diagonal ([L, L], ld L).
 template <typename T>
-STRATA_SSD_CLONES void chunk_cb(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, int64_t t0, int64_t L, ChunkScratch<T>& w) {
-  const int64_t N = d.N, Q = d.Q;
-  for (int64_t j = 0; j < L; ++j)
-    for (int64_t n = 0; n < N; ++n) w.BT[n * Q + j] = a.B[d.bi_(bi, t0 + j, g) + n];
+STRATA_SSD_CLONES void masked_products(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
+                                       const T* CB, const T* cs, T* M) {
+  const T* dt = &a.dt[d.ti(bi, t0, h)];
+  const int64_t H = d.H;
   for (int64_t i = 0; i < L; ++i) {
-    T* cb = &w.CB[i * Q];
-    std::fill(cb, cb + i + 1, T(0));
-    const T* Ci = &a.C[d.bi_(bi, t0 + i, g)];
-    for (int64_t n = 0; n < N; ++n) {
-      const T c = Ci[n];
-      const T* bt = &w.BT[n * Q];
+    const T ci = cs[i];
+    const T* cb = &CB[i * L];
+    T* m = &M[i * L];
 #pragma omp simd
-      for (int64_t j = 0; j <= i; ++j) cb[j] += c * bt[j];
-    }
+    for (int64_t j = 0; j <= i; ++j) m[j] = cb[j] * ex(ci - cs[j]) * dt[j * H];
+    for (int64_t j = i + 1; j < L; ++j) m[j] = T(0);
   }
 }
 
-// One head's chunk [t0, t0 + L): y rows and the carried state S [P, N] (in: the state before the
-// chunk, out: after it). Every value is summed in the same order as the token-by-token form of
-// the SSD chunk (dot products over n, then the diagonal block's terms j = 0..i).
+// One head's chunk [t0, t0 + L) in the SSD matrix form: Y = diag(exp cs)·(C·Sᵀ) + M·X, y = Y + D·x,
+// then the carried state S [P, N] (in: before the chunk, out: after it).
 template <typename T>
-STRATA_SSD_CLONES void chunk_head(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L, ChunkScratch<T>& w,
-                std::vector<T>& y, T* S) {
-  const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N, Q = d.Q;
-  T run = 0;
-  for (int64_t i = 0; i < L; ++i) w.cs[i] = run += a.dt[d.ti(bi, t0 + i, h)] * a.A[h];
-  for (int64_t p = 0; p < P; ++p)
-    for (int64_t n = 0; n < N; ++n) w.ST[n * P + p] = S[p * N + n];
+STRATA_SSD_CLONES void chunk_head(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
+                                  ChunkScratch<T>& w, const HostOut<T>& y, T* S) {
+  const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N, GN = d.G * N, HP = d.H * P;
+  const T* Cc = &a.C[d.bi_(bi, t0, g)];
+  const T* Xc = &a.x[d.xi(bi, t0, h)];
+  chunk_cumsum(a, d, bi, h, t0, L, w.cs.data());
+  masked_products(a, d, bi, h, t0, L, w.CB.data(), w.cs.data(), w.M.data());
+  mm(false, true, int(L), int(P), int(N), 1.0, Cc, int(GN), S, int(N), 0.0, w.Y.data(), int(P));
   for (int64_t i = 0; i < L; ++i) {
-    const T* Ci = &a.C[d.bi_(bi, t0 + i, g)];
-    const T* xi = &a.x[d.xi(bi, t0 + i, h)];
-    T* yi = &y[d.xi(bi, t0 + i, h)];
-    T* acc = w.acc.data();
-    std::fill(acc, acc + P, T(0));
-    for (int64_t n = 0; n < N; ++n) {  // inter-chunk term C_i·S[p, :] for every p at once
-      const T c = Ci[n];
-      const T* st = &w.ST[n * P];
+    const T e = ex(w.cs[i]);
+    T* yr = &w.Y[i * P];
 #pragma omp simd
-      for (int64_t p = 0; p < P; ++p) acc[p] += c * st[p];
-    }
-    const T off = std::exp(w.cs[i]), Dh = a.D[h];
-#pragma omp simd
-    for (int64_t p = 0; p < P; ++p) yi[p] = off * acc[p] + Dh * xi[p];
-    for (int64_t j = 0; j <= i; ++j) {  // intra-chunk (diagonal block) term
-      const T wt = w.CB[i * Q + j] * std::exp(w.cs[i] - w.cs[j]) * a.dt[d.ti(bi, t0 + j, h)];
-      const T* xj = &a.x[d.xi(bi, t0 + j, h)];
-#pragma omp simd
-      for (int64_t p = 0; p < P; ++p) yi[p] += wt * xj[p];
-    }
+    for (int64_t p = 0; p < P; ++p) yr[p] *= e;
   }
-  std::fill(w.Sc.begin(), w.Sc.end(), T(0));
-  for (int64_t j = 0; j < L; ++j) {  // the chunk's own end state
-    const T wt = std::exp(w.cs[L - 1] - w.cs[j]) * a.dt[d.ti(bi, t0 + j, h)];
-    const T* Bj = &a.B[d.bi_(bi, t0 + j, g)];
-    const T* xj = &a.x[d.xi(bi, t0 + j, h)];
-    for (int64_t p = 0; p < P; ++p) {
-      const T wx = wt * xj[p];
-      T* sc = &w.Sc[p * N];
+  mm(false, false, int(L), int(P), int(L), 1.0, w.M.data(), int(L), Xc, int(HP), 1.0, w.Y.data(), int(P));
+  const T Dh = a.D[h];
+  for (int64_t i = 0; i < L; ++i) {
+    const T* yr = &w.Y[i * P];
+    const T* xi = &Xc[i * HP];
+    T* yo = &y[d.xi(bi, t0 + i, h)];
 #pragma omp simd
-      for (int64_t n = 0; n < N; ++n) sc[n] += wx * Bj[n];
-    }
+    for (int64_t p = 0; p < P; ++p) yo[p] = yr[p] + Dh * xi[p];
   }
-  const T decay = std::exp(w.cs[L - 1]);  // inter-chunk scan
-#pragma omp simd
-  for (int64_t k = 0; k < P * N; ++k) S[k] = decay * S[k] + w.Sc[k];
+  weighted_x(a, d, bi, h, t0, L, w.cs.data(), w.xw.data());
+  chunk_state_update(a, d, bi, g, t0, L, w.cs.data(), w.xw.data(), S);
 }
 
-// One (batch, group) by chunks: the chunk's C·B once, then each of the group's heads.
+// One (batch, group) by chunks: the chunk's C·Bᵀ once (one GEMM), then each of the group's heads.
 template <typename T>
-void chunked_group(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, std::vector<T>& y, std::vector<T>& S) {
+void chunked_group(const Host<T>& a, const Dims& d, int64_t bi, int64_t g, const HostOut<T>& y, std::vector<T>& S) {
   ChunkScratch<T> w(d);
+  const int GN = int(d.G * d.N);
   for (int64_t t0 = 0; t0 < d.l; t0 += d.Q) {
     const int64_t L = std::min(d.Q, d.l - t0);
-    chunk_cb(a, d, bi, g, t0, L, w);
+    const T* Cc = &a.C[d.bi_(bi, t0, g)];
+    const T* Bc = &a.B[d.bi_(bi, t0, g)];
+    mm(false, true, int(L), int(L), int(d.N), 1.0, Cc, GN, Bc, GN, 0.0, w.CB.data(), int(L));
     for (int64_t h = g * d.heads_per_group(); h < (g + 1) * d.heads_per_group(); ++h)
       chunk_head(a, d, bi, h, t0, L, w, y, &S[d.si(bi, h)]);
   }
@@ -129,10 +110,11 @@ template <typename T>
 void forward_impl(const SsdScanInputs& in, const Tensor& y_out, const Tensor& final_state, bool chunked) {
   const Dims d = dims_of(in);
   const Host<T> a(in);
-  std::vector<T> y(static_cast<size_t>(in.x.numel()));
+  const HostOut<T> y(y_out, in.x.numel(), false);
   std::vector<T> S(static_cast<size_t>(d.b * d.H * d.P * d.N), T(0));
-  if (!a.s0.empty()) S = a.s0;
+  if (a.s0) std::copy_n(a.s0, S.size(), S.begin());
   if (chunked) {
+    gemm_split_over_openmp();  // OpenBLAS single-threaded inside our tasks (kernels/cpu/blas.h)
 #pragma omp parallel for collapse(2) if (d.b * d.G > 1)
     for (int64_t bi = 0; bi < d.b; ++bi)
       for (int64_t g = 0; g < d.G; ++g) chunked_group(a, d, bi, g, y, S);
@@ -142,7 +124,7 @@ void forward_impl(const SsdScanInputs& in, const Tensor& y_out, const Tensor& fi
       for (int64_t h = 0; h < d.H; ++h)
         for (int64_t t = 0; t < d.l; ++t) step(a, d, bi, t, h, &S[d.si(bi, h)], &y[d.xi(bi, t, h)]);
   }
-  store(y_out, y);
+  y.finish();
   store(final_state, S);
 }
 

@@ -6,6 +6,7 @@
 // the conv's carried history continues a sequence exactly.
 #include <omp.h>
 
+#include <tuple>
 #include <utility>
 
 #include "kernels/causal_conv1d.h"
@@ -104,6 +105,38 @@ TEST_CASE("ssd_scan: backward matches finite differences (f64)", "[ssd_scan]") {
     check_gradient("dC", g.dC, numeric_gradient(in.C, loss), 1e-8);
     check_gradient("dD", g.dD, numeric_gradient(in.D, loss), 1e-8);
     check_gradient("d_initial_state", g.d_initial_state, numeric_gradient(in.initial_state, loss), 1e-8);
+  }
+}
+
+// The backward's chunked matrix form (kernels/cpu/ssd_scan_backward.cpp) at shapes where the
+// products are not square (P ≠ N, chunks shorter and longer than P and N), three heads per group,
+// with and without states: every gradient equals the chunk-1 backward (one token per chunk: the
+// plain recurrence's adjoint) in f64, for chunks that divide l, do not, and exceed it.
+TEST_CASE("ssd_scan: the backward does not depend on the chunk size (f64, 3 heads per group)", "[ssd_scan]") {
+  const ScanCase c{2, 21, 6, 7, 2, 4};
+  for (bool with_state : {false, true}) {
+    SsdScanInputs in = random_inputs(c, 1, with_state);
+    const Tensor dy = random_tensor(in.x.shape(), 21), dfinal = random_tensor(state_shape(c), 22);
+    auto grads = [&](int64_t chunk) {
+      in.chunk_size = chunk;
+      auto like = [](const Tensor& t) { return Tensor::empty(t.shape(), DType::F64); };
+      SsdScanGrads g{like(in.x), like(in.dt), like(in.A), like(in.B), like(in.C), like(in.D),
+                     Tensor::empty(state_shape(c), DType::F64)};
+      ssd_scan_backward(in, dy, with_state ? dfinal : Tensor(), g);
+      return g;
+    };
+    const SsdScanGrads ref = grads(1);
+    CHECK(normalized_error(ref.ddt, Tensor::zeros(ref.ddt.shape(), DType::F64)) > 0.1);
+    for (int64_t chunk : {3, 7, 8, 16, 32}) {  // 3, 7 divide 21; 8, 16 do not; 32 > l
+      INFO("chunk " << chunk << " states " << with_state);
+      const SsdScanGrads g = grads(chunk);
+      for (auto [name, a, b] : {std::tuple{"dx", &g.dx, &ref.dx}, {"ddt", &g.ddt, &ref.ddt}, {"dA", &g.dA, &ref.dA},
+                                {"dB", &g.dB, &ref.dB}, {"dC", &g.dC, &ref.dC}, {"dD", &g.dD, &ref.dD},
+                                {"d_initial_state", &g.d_initial_state, &ref.d_initial_state}}) {
+        INFO(name);
+        CHECK(normalized_error(*a, *b) < 1e-12);
+      }
+    }
   }
 }
 
