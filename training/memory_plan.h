@@ -75,6 +75,7 @@ struct GptParameterCounts {
   ParameterCount final_norm;         // last stage
   ParameterCount output_layer;       // last stage: untied, or the tied copy when pp > 1
   ParameterCount mtp;                // last stage: the MTP modules (model.mtp_num_layers; one if repeated)
+  ParameterCount mhc_layer;          // each layer's mHC sites (training/layer_plan.h; zero without mHC)
 };
 // ep, etp: expert model / tensor parallel sizes (etp 0: tp), used by MoE layers only.
 GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_t ep = 1, int64_t etp = 0);
