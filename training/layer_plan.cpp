@@ -31,6 +31,22 @@ int64_t max_of(const std::vector<LayerActivations>& l, int64_t LayerActivations:
   for (size_t i = begin; i < std::min(end, l.size()); ++i) v = std::max(v, l[i].*f);
   return v;
 }
+// A replayed run of layers [first, end) at its peak: the backward goes last layer first, freeing
+// each layer's state after it, so layer i's backward buffers sit on the states of layers ≤ i.
+int64_t replayed_peak(const std::vector<LayerActivations>& layers, size_t first, size_t end) {
+  int64_t below = 0, peak = 0;
+  for (size_t i = first; i < std::min(end, layers.size()); ++i) {
+    below += layers[i].full;
+    peak = std::max(peak, below + layers[i].backward);
+  }
+  return peak;
+}
+// The largest uniform chunk of k layers replayed.
+int64_t largest_chunk(const std::vector<LayerActivations>& layers, size_t k) {
+  int64_t largest = 0;
+  for (size_t first = 0; first < layers.size(); first += k) largest = std::max(largest, replayed_peak(layers, first, first + k));
+  return largest;
+}
 }  // namespace
 
 ParameterCount mamba_layer_parameters(const ModelConfig& m, int64_t tp) {
@@ -142,10 +158,16 @@ LayerActivations hybrid_layer_activations(const ModelConfig& m, char symbol, con
     }
     case hybrid::kMoe: {
       const int64_t E = m.num_experts.value_or(0), k = m.moe_router_topk, F = m.moe_ffn();
-      int64_t slot = e * Ts * C + 8 * Ts * E + e * T * k * (C + F * (m.swiglu ? 3 : 2)) / a.etp;
+      // The router's input and f32 scores, the top-k indices (i64) and probabilities (f32), then per
+      // dispatched row (T·k): the tokens (and the experts' input when scaled by the probabilities),
+      // fc1 output, activation output and fc2 input.
+      const int64_t fc1 = m.swiglu ? 2 * F : F, rows = e * T * k;
+      int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k +
+                     rows * ((m.moe_apply_probs_on_input ? 2 : 1) * C + (fc1 + 2 * F) / a.etp);
       if (m.moe_shared_expert_intermediate_size)
         slot += e * T * *m.moe_shared_expert_intermediate_size * (m.swiglu ? 3 : 2) / t;
       r.selective_saving = slot - e * Ts * C;
+      r.backward = rows * F / a.etp;  // the experts' activation gradient
       r.full = e * Ts * C + norm_stats(m, Ts) + slot;
       break;
     }
@@ -166,7 +188,10 @@ LayerActivations gpt_layer_activations(const ModelConfig& m, const ActivationSiz
 }
 
 int64_t plain_layer_activations(const std::vector<LayerActivations>& layers, int64_t in_flight) {
-  return in_flight * sum_of(layers, &LayerActivations::full);
+  if (layers.empty()) return 0;
+  // The micro-batch in its backward peaks with some layer's backward buffers on the states of the
+  // layers up to it (the last layer's, usually).
+  return (in_flight - 1) * sum_of(layers, &LayerActivations::full) + replayed_peak(layers, 0, layers.size());
 }
 
 int64_t full_recompute_layer_activations(const std::vector<LayerActivations>& layers, int64_t in_flight) {
@@ -174,31 +199,17 @@ int64_t full_recompute_layer_activations(const std::vector<LayerActivations>& la
   return in_flight * sum_of(layers, &LayerActivations::input) + replay_layer_activations(ModelConfig{}, layers, true);
 }
 
-namespace {
-// A replayed run of layers [first, end) at its peak: the backward goes last layer first, freeing
-// each layer's state after it, so layer i's backward buffers sit on the states of layers ≤ i.
-int64_t replayed_peak(const std::vector<LayerActivations>& layers, size_t first, size_t end) {
-  int64_t below = 0, peak = 0;
-  for (size_t i = first; i < std::min(end, layers.size()); ++i) {
-    below += layers[i].full;
-    peak = std::max(peak, below + layers[i].backward);
-  }
-  return peak;
-}
-// The largest uniform chunk of k layers replayed.
-int64_t largest_chunk(const std::vector<LayerActivations>& layers, size_t k) {
-  int64_t largest = 0;
-  for (size_t first = 0; first < layers.size(); first += k) largest = std::max(largest, replayed_peak(layers, first, first + k));
-  return largest;
-}
-}  // namespace
-
 int64_t replay_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers, bool full) {
   if (layers.empty()) return 0;
   if (full) return largest_chunk(layers, 1);
   if (!m.recompute_granularity) return 0;
-  if (*m.recompute_granularity == RecomputeGranularity::Selective)
-    return recompute_module(m, "mlp") || recompute_module(m, "moe") ? max_of(layers, &LayerActivations::selective_saving) : 0;
+  if (*m.recompute_granularity == RecomputeGranularity::Selective) {
+    if (!recompute_module(m, "mlp") && !recompute_module(m, "moe")) return 0;
+    int64_t replay = 0;
+    for (const LayerActivations& l : layers)
+      if (l.selective_saving > 0) replay = std::max(replay, l.selective_saving + l.backward);
+    return replay;
+  }
   if (*m.recompute_method == RecomputeMethod::Uniform)
     return largest_chunk(layers, std::min(static_cast<size_t>(*m.recompute_num_layers), layers.size()));
   return 0;  // block: the depths are not recomputed
@@ -211,8 +222,10 @@ int64_t configured_layer_activations(const ModelConfig& m, const std::vector<Lay
   if (*m.recompute_granularity == RecomputeGranularity::Selective) {
     const bool mlp = recompute_module(m, "mlp") || recompute_module(m, "moe");
     if (!mlp) return plain_layer_activations(layers, in_flight);
-    return in_flight * (sum_of(layers, &LayerActivations::full) - sum_of(layers, &LayerActivations::selective_saving)) +
-           max_of(layers, &LayerActivations::selective_saving);
+    // Each layer keeps full − saving; at the peak one MLP slot is replayed, with its backward
+    // buffers (measured: the other layers' backward stays below that).
+    const int64_t kept = sum_of(layers, &LayerActivations::full) - sum_of(layers, &LayerActivations::selective_saving);
+    return in_flight * kept + replay_layer_activations(m, layers, false);
   }
   const size_t n = layers.size(), k = std::min(static_cast<size_t>(*m.recompute_num_layers), n);
   if (*m.recompute_method == RecomputeMethod::Uniform) {
@@ -225,7 +238,9 @@ int64_t configured_layer_activations(const ModelConfig& m, const std::vector<Lay
   int64_t first_inputs = 0, rest = 0;
   for (size_t i = 0; i < n; ++i) (i < k ? first_inputs += layers[i].input : rest += layers[i].full);
   const std::vector<LayerActivations> first(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(k));
-  return (in_flight - 1) * (first_inputs + rest) + first_inputs + std::max(rest, largest_chunk(first, 1));
+  const std::vector<LayerActivations> kept(layers.begin() + static_cast<std::ptrdiff_t>(k), layers.end());
+  return (in_flight - 1) * (first_inputs + rest) + first_inputs +
+         std::max(replayed_peak(kept, 0, kept.size()), largest_chunk(first, 1));
 }
 
 MtpActivations mtp_activations(const ModelConfig& m, const std::vector<LayerActivations>& inner, int64_t head,
@@ -236,7 +251,7 @@ MtpActivations mtp_activations(const ModelConfig& m, const std::vector<LayerActi
   // The embedding (enorm's input), h^(k−1) (hnorm's input), eh_proj's input [T, 2C], the final
   // norm's input, three norms' statistics.
   const int64_t own = e * Ts * 5 * C + 3 * norm_stats(m, Ts);
-  const int64_t depth = own + plain_layer_activations(inner, 1);
+  const int64_t depth = own + sum_of(inner, &LayerActivations::full);
   const int64_t kept = 2 * e * Ts * C;  // a checkpointed depth: e and h^(k−1)
   bool full = recompute == 1;
   if (recompute == 2 && m.recompute_granularity) {

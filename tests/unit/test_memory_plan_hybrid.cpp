@@ -135,6 +135,9 @@ TEST_CASE("memory plan: hybrid activations per layer kind (hand-computed)", "[me
   // M: norm input and in_proj input [T, 16], conv in/out [T, 48] ×2, z, y, out_proj input [T, 32]
   // ×3, dt raw and softplus [T, 4] ×2.
   CHECK(hybrid_layer_activations(m, 'M', a).full == 4 * T * (16 + 16 + 96 + 96 + 8) + norm);
+  // Its backward's buffers: d(in_proj output) [T, 84], d(conv output and input) [T, 48] ×2, the
+  // gated norm's gradient [T, 32].
+  CHECK(hybrid_layer_activations(m, 'M', a).backward == 4 * T * (84 + 96 + 32));
   // *: norm and qkv inputs, q k v out [T, 4·4] ×4, the f32 log-sum-exp [T, 4].
   CHECK(hybrid_layer_activations(m, '*', a).full == 4 * T * (16 + 16 + 64) + 4 * T * 4 + norm);
   // -: norm and fc1 inputs, fc1 and GeLU outputs [T, 64] ×2 (what selective mlp drops).
@@ -150,18 +153,22 @@ TEST_CASE("memory plan: hybrid activation drops under full and selective recompu
   const std::vector<std::string> size = {"model.hidden_size=64",         "model.seq_length=32",
                                          "model.max_position_embeddings=32", "model.mamba_head_dim=16",
                                          "model.mamba_state_dim=16",     "model.mamba_chunk_size=8",
-                                         "training.micro_batch_size=4",  "training.global_batch_size=4"};
+                                         "training.micro_batch_size=4",  "training.global_batch_size=4",
+                                         "model.moe_ffn_hidden_size=128"};
+  for (const std::string pattern : {"M*-M-*", "ME*E"}) {
   auto cfg = [&](std::vector<std::string> o) {
     o.insert(o.begin(), size.begin(), size.end());
-    return hybrid_config("M*-M-*", o);
+    return hybrid_config(pattern, o);
   };
   const StrataConfig none = cfg({});
   const int64_t measured_none = peak_bytes(none), planned_none = planned(none);
-  std::printf("  hybrid M*-M-*: measured peak %lld B, planned activations %lld B\n", (long long)measured_none,
-              (long long)planned_none);
+  std::printf("  hybrid %s: measured peak %lld B, planned activations %lld B\n", pattern.c_str(),
+              (long long)measured_none, (long long)planned_none);
   // (The total is not compared: the measured peak also holds the backward's gradient buffers and
   // the loss head's, which the plan does not model; the drops cancel them.)
-  for (const auto& mode : kModes) {
+  std::vector<std::vector<std::string>> modes = kModes;
+  if (pattern == "ME*E") modes.back() = {"model.recompute_granularity=selective", "model.recompute_modules=[moe]"};
+  for (const auto& mode : modes) {
     const StrataConfig c = cfg(mode);
     const double measured_drop = static_cast<double>(measured_none - peak_bytes(c));
     const double planned_drop = static_cast<double>(planned_none - planned(c));
@@ -170,6 +177,7 @@ TEST_CASE("memory plan: hybrid activation drops under full and selective recompu
                 recompute_mode_text(c.model).c_str(), measured_drop, planned_drop);
     CHECK(measured_drop > 0);
     CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
+  }
   }
 }
 
