@@ -275,6 +275,14 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   const ActivationShape shape =
       activation_shape(m, plan.tp, plan.etp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e);
 
+  for (char sym : pattern.layers) {
+    bool seen = false;
+    for (const auto& k : plan.hybrid_layer_kinds) seen = seen || k.symbol == sym;
+    if (seen) continue;
+    const LayerActivations a = hybrid_layer_activations(m, sym, shape);
+    plan.hybrid_layer_kinds.push_back({sym, a.full, a.input});
+  }
+
   for (int64_t i = 0; i < plan.pp; ++i) {
     StagePlan st;
     st.stage = i;

@@ -155,6 +155,13 @@ struct LayoutPlan {
   int64_t all_to_all_bytes_per_layer = 0;
   int64_t padded_vocab = 0;      // at this tp
   ActivationSizes activations;
+  // Hybrid models: each layer symbol of the pattern (first-use order) and one such layer's
+  // activations per micro-batch, without and with full recompute (training/layer_plan.h).
+  struct LayerKind {
+    char symbol = 0;
+    int64_t per_layer = 0, per_layer_recompute = 0;
+  };
+  std::vector<LayerKind> hybrid_layer_kinds;
   std::string recompute = "none";  // the config's recompute mode (recompute_mode_text)
   double bubble_fraction = 0;
   std::vector<StagePlan> stages;
