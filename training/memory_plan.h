@@ -30,6 +30,9 @@
 //   (uniform / block chunks, selective mlp/moe) in MemoryEstimate::activations_configured.
 // (An MoE layer is estimated with the dense layer's formula: its expert activations depend on the
 // routing, so this is an approximation for MoE models.)
+// Hybrid models (model.hybrid_layer_pattern), the MTP depths' activations and mHC (parameters and
+// site activations): per layer kind, training/layer_plan.h; a hybrid stage holds the pattern's `|`
+// segments v·pp + i.
 // The last stage adds the output layer's input and f32 logits, 4·s·b·(h + v)/t (paper §4.3).
 // In flight (micro-batches whose activations a stage holds at its peak): 1F1B stage i holds
 // min(m, pp − i); interleaved holds min(m·vpp, 2(pp − i − 1) + (vpp − 1)·pp + 1) model chunks
