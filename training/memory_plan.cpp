@@ -268,7 +268,8 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   const int64_t optimizer_shards = plan.distributed_optimizer ? plan.dp * plan.cp : 1;
   const int64_t expert_shards = plan.distributed_optimizer ? plan.expert_dp : 1;
   const bool tied = !m.untie_embeddings_and_output_weights;
-  const auto ranges = pipeline_layer_ranges(p, m.num_layers);
+  // A hybrid model's stages are its `|` segments (uneven ones too), not the even split.
+  const auto ranges = m.is_hybrid() ? std::vector<std::vector<LayerRange>>{} : pipeline_layer_ranges(p, m.num_layers);
 
   const hybrid::HybridPattern pattern =
       m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern) : hybrid::HybridPattern{};
