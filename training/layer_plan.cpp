@@ -212,7 +212,12 @@ int64_t replay_layer_activations(const ModelConfig& m, const std::vector<LayerAc
   }
   if (*m.recompute_method == RecomputeMethod::Uniform)
     return largest_chunk(layers, std::min(static_cast<size_t>(*m.recompute_num_layers), layers.size()));
-  return 0;  // block: the depths are not recomputed
+  // Block: what the replay adds over the states the backward holds before it (the first k layers'
+  // inputs and the other layers' activations).
+  const size_t k = std::min(static_cast<size_t>(*m.recompute_num_layers), layers.size());
+  const std::vector<LayerActivations> first(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(k));
+  const std::vector<LayerActivations> kept(layers.begin() + static_cast<std::ptrdiff_t>(k), layers.end());
+  return std::max(replayed_peak(kept, 0, kept.size()), largest_chunk(first, 1)) - sum_of(kept, &LayerActivations::full);
 }
 
 int64_t configured_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers,

@@ -90,8 +90,9 @@ int64_t mhc_site_activations(const ModelConfig& m, const ActivationShape& a);
 // keep their inputs; selective: every layer's saving dropped, plus the largest replayed).
 int64_t configured_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers,
                                      int64_t in_flight);
-// Of those, what the replayed layer (or chunk) adds at the peak (0 without a replay): the term an
-// MTP depth's own replay overlaps with (the decoder replays after the depths' backward).
+// Of those, what the replayed layer (or chunk) adds at the peak over what the backward holds before
+// it (0 without a replay): what the MTP depths' backward overlaps with (they are freed before the
+// decoder replays).
 // full: the config's mode when false, full recompute (uniform 1) when true.
 int64_t replay_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers, bool full);
 // No recompute, and full recompute (every input plus the largest layer replayed).
@@ -102,8 +103,8 @@ int64_t full_recompute_layer_activations(const std::vector<LayerActivations>& la
 // output head (input and f32 logits). recompute: 0 none, 1 full (each depth keeps its two inputs,
 // plus one depth replayed), 2 the config's mode (full uniform checkpoints the depths, block does
 // not, selective drops the inner layers' savings). kept: held through the depths' backward;
-// replay: one depth (or inner layer) replayed on top — the decoder's replay comes later, so a stage
-// adds kept + max(0, replay − the decoder's replay).
+// replay: one depth (or inner layer) replayed on top — all freed before the decoder's replay, so a
+// stage adds max(0, kept + replay − the decoder's replay).
 struct MtpActivations {
   int64_t kept = 0, replay = 0;
 };

@@ -200,8 +200,8 @@ std::vector<LayerActivations> stage_layers(const ModelConfig& m, const hybrid::H
 }
 
 // The last stage's MTP depths (no mHC inside them): each depth's inputs, eh_proj, inner layer(s)
-// and its output head, under no recompute, full recompute and the config's mode. A depth's replay
-// comes before the decoder's (the depths' backward runs first), so only its excess over the
+// and its output head, under no recompute, full recompute and the config's mode. The depths'
+// backward runs first and frees them before the decoder replays, so only their excess over the
 // decoder's replay adds to the peak.
 void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
                          const ActivationShape& shape, StagePlan& st) {
@@ -216,8 +216,9 @@ void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& 
   }
   const std::vector<LayerActivations> decoder = stage_layers(model, pattern, plan, shape, st);
   const int64_t head = plan.activations.output_layer;
+  // The depths' backward (and everything they hold) is over before the decoder's replay starts.
   auto add = [](int64_t& total, const MtpActivations& a, int64_t decoder_replay) {
-    total += a.kept + std::max<int64_t>(0, a.replay - decoder_replay);
+    total += std::max<int64_t>(0, a.kept + a.replay - decoder_replay);
   };
   add(st.memory.activations, mtp_activations(m, inner, head, shape, 0), 0);
   add(st.memory.activations_recompute, mtp_activations(m, inner, head, shape, 1),

@@ -207,7 +207,9 @@ TEST_CASE("memory plan: MTP depths' activations (GPT and hybrid) within 15% of t
   std::vector<Case> cases = {{"GPT", gpt({}), gpt({"model.mtp_num_layers=2"})},
                              {"GPT uniform", gpt(uniform), gpt(concat(uniform, {"model.mtp_num_layers=2"}))},
                              {"hybrid", hyb("M*-", {}), hyb("M*-/M-/M-", {})},
-                             {"hybrid uniform", hyb("M*-", uniform), hyb("M*-/M-/M-", uniform)}};
+                             {"hybrid uniform", hyb("M*-", uniform), hyb("M*-/M-/M-", uniform)},
+                             {"hybrid selective", hyb("M*-", kModes[2]), hyb("M*-/M-/M-", kModes[2])},
+                             {"hybrid block", hyb("M*-", kModes[1]), hyb("M*-/M-/M-", kModes[1])}};
   for (const Case& c : cases) {
     const double measured = static_cast<double>(peak_bytes(c.with) - peak_bytes(c.without));
     const double plan = static_cast<double>(planned(c.with) - planned(c.without));
