@@ -226,6 +226,71 @@ void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& 
   add(st.memory.activations_configured, mtp_activations(m, inner, head, shape, 2),
       replay_layer_activations(model, decoder, false));
 }
+// The parameters one rank of stage `st` holds (its layers, the embeddings on the first stage; the
+// final norm, mHC head, output layer or its tied copy, MTP modules on the last).
+ParameterCount stage_parameters(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+                                const GptParameterCounts& counts, const LayoutPlan& plan, const StagePlan& st,
+                                int64_t layers) {
+  ParameterCount c;
+  if (m.is_hybrid()) {
+    for (const auto& r : st.chunks)
+      for (int64_t l = r.first; l < r.first + r.count; ++l)
+        c += hybrid_layer_parameters(m, pattern.layers[static_cast<size_t>(l)], counts, plan.tp);
+  } else {
+    c = (layers - st.moe_layers) * counts.layer;
+    c += st.moe_layers * counts.moe_layer;
+    c += layers * counts.mhc_layer;
+  }
+  if (st.has_embedding) {
+    c += counts.word_embeddings;
+    c += counts.position_embeddings;
+  }
+  if (st.has_output_layer) {
+    const bool tied = !m.untie_embeddings_and_output_weights;
+    c += counts.final_norm;
+    c += mhc_head_parameters(m);
+    if (!tied || plan.pp > 1) c += counts.output_layer;
+    c += m.is_hybrid() ? hybrid_mtp_parameters(m, counts, plan.tp) : counts.mtp;
+    if (m.mtp_depths() > 0 && !tied && plan.pp > 1) c += counts.word_embeddings;  // MTP's lookup copy
+  }
+  return c;
+}
+
+// Each symbol of a hybrid pattern (first-use order) with one such layer's activations.
+std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+                                                      const ActivationShape& shape) {
+  std::vector<LayoutPlan::LayerKind> out;
+  for (char sym : pattern.layers) {
+    bool seen = false;
+    for (const auto& k : out) seen = seen || k.symbol == sym;
+    if (seen) continue;
+    const LayerActivations a = hybrid_layer_activations(m, sym, shape);
+    out.push_back({sym, a.full, a.input});
+  }
+  return out;
+}
+// A stage's activations without recompute, with full recompute and under the config's mode: GPT
+// layers by activation_sizes' formula, hybrid layers (or mHC sites) one by one, the output layer
+// and the MTP depths on the last stage.
+void stage_activations(const ModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+                       const ActivationShape& shape, int64_t layers, StagePlan& st) {
+  if (m.is_hybrid() || m.enable_hyper_connections) {
+    stage_layer_activations(m, pattern, plan, shape, st);
+  } else {
+    const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk
+    st.memory.activations = st.in_flight * layers_per_unit * plan.activations.per_layer;
+    // Full recompute: every held layer input, plus one layer's activations while it is recomputed.
+    st.memory.activations_recompute = st.in_flight * layers_per_unit * plan.activations.per_layer_recompute +
+                                      (layers > 0 ? plan.activations.per_layer : 0);
+    st.memory.activations_configured = configured_activations(m, plan.activations, st.in_flight, layers_per_unit);
+  }
+  if (st.has_output_layer) {
+    st.memory.activations_configured += plan.activations.output_layer;
+    st.memory.activations += plan.activations.output_layer;
+    st.memory.activations_recompute += plan.activations.output_layer;
+    add_mtp_activations(m, pattern, plan, shape, st);
+  }
+}
 }  // namespace
 
 LayoutPlan plan_layout(const StrataConfig& cfg) {
@@ -268,7 +333,6 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   }
   const int64_t optimizer_shards = plan.distributed_optimizer ? plan.dp * plan.cp : 1;
   const int64_t expert_shards = plan.distributed_optimizer ? plan.expert_dp : 1;
-  const bool tied = !m.untie_embeddings_and_output_weights;
   // A hybrid model's stages are its `|` segments (uneven ones too), not the even split.
   const auto ranges = m.is_hybrid() ? std::vector<std::vector<LayerRange>>{} : pipeline_layer_ranges(p, m.num_layers);
 
@@ -277,13 +341,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   const ActivationShape shape =
       activation_shape(m, plan.tp, plan.etp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e);
 
-  for (char sym : pattern.layers) {
-    bool seen = false;
-    for (const auto& k : plan.hybrid_layer_kinds) seen = seen || k.symbol == sym;
-    if (seen) continue;
-    const LayerActivations a = hybrid_layer_activations(m, sym, shape);
-    plan.hybrid_layer_kinds.push_back({sym, a.full, a.input});
-  }
+  plan.hybrid_layer_kinds = hybrid_layer_kinds(m, pattern, shape);
 
   for (int64_t i = 0; i < plan.pp; ++i) {
     StagePlan st;
@@ -296,27 +354,8 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
       layers += c.count;
       st.moe_layers += moe_layers_in(m, c.first, c.count);
     }
-    if (m.is_hybrid()) {
-      for (const auto& c : st.chunks)
-        for (int64_t l = c.first; l < c.first + c.count; ++l)
-          st.parameters += hybrid_layer_parameters(m, pattern.layers[static_cast<size_t>(l)], counts, plan.tp);
-    } else {
-      st.parameters = (layers - st.moe_layers) * counts.layer;
-      st.parameters += st.moe_layers * counts.moe_layer;
-      st.parameters += layers * counts.mhc_layer;
-    }
+    st.parameters = stage_parameters(m, pattern, counts, plan, st, layers);
     st.all_to_all_bytes_per_step = st.moe_layers * plan.num_micro_batches * plan.all_to_all_bytes_per_layer;
-    if (st.has_embedding) {
-      st.parameters += counts.word_embeddings;
-      st.parameters += counts.position_embeddings;
-    }
-    if (st.has_output_layer) {
-      st.parameters += counts.final_norm;
-      st.parameters += mhc_head_parameters(m);
-      if (!tied || plan.pp > 1) st.parameters += counts.output_layer;
-      st.parameters += m.is_hybrid() ? hybrid_mtp_parameters(m, counts, plan.tp) : counts.mtp;
-      if (m.mtp_depths() > 0 && !tied && plan.pp > 1) st.parameters += counts.word_embeddings;  // MTP's lookup copy
-    }
     const int64_t n = st.parameters.total();
     st.memory.weights = n * e;
     // The distributed optimizer's shard: dense state over dp × cp, expert state over expert dp.
@@ -326,22 +365,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
     st.memory.optimizer = 8 * shard;
 
     st.in_flight = in_flight_micro_batches(i, plan.pp, plan.vpp, plan.num_micro_batches);
-    if (m.is_hybrid() || m.enable_hyper_connections) {
-      stage_layer_activations(m, pattern, plan, shape, st);
-    } else {
-      const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk
-      st.memory.activations = st.in_flight * layers_per_unit * plan.activations.per_layer;
-      // Full recompute: every held layer input, plus one layer's activations while it is recomputed.
-      st.memory.activations_recompute = st.in_flight * layers_per_unit * plan.activations.per_layer_recompute +
-                                        (layers > 0 ? plan.activations.per_layer : 0);
-      st.memory.activations_configured = configured_activations(m, plan.activations, st.in_flight, layers_per_unit);
-    }
-    if (st.has_output_layer) {
-      st.memory.activations_configured += plan.activations.output_layer;
-      st.memory.activations += plan.activations.output_layer;
-      st.memory.activations_recompute += plan.activations.output_layer;
-      add_mtp_activations(m, pattern, plan, shape, st);
-    }
+    stage_activations(m, pattern, plan, shape, layers, st);
     plan.stages.push_back(std::move(st));
   }
   return plan;
