@@ -18,7 +18,7 @@ int64_t norm_params(const ModelConfig& m, int64_t n) { return layer_norm(m) ? 2 
 // A norm's saved statistics (f32 rstd, and mean for LayerNorm) over `rows` rows.
 int64_t norm_stats(const ModelConfig& m, int64_t rows) { return 4 * rows * (layer_norm(m) ? 2 : 1); }
 ParameterCount attention_part(const GptParameterCounts& c) {
-  return {c.layer.sharded - c.dense_mlp.sharded, c.layer.replicated - c.dense_mlp.replicated, 0};
+  return {c.layer.sharded - c.dense_mlp.sharded, c.layer.replicated - c.dense_mlp.replicated, 0, 0};
 }
 int64_t sum_of(const std::vector<LayerActivations>& l, int64_t LayerActivations::*f) {
   int64_t s = 0;
@@ -58,13 +58,15 @@ ParameterCount mamba_layer_parameters(const ModelConfig& m, int64_t tp) {
               + conv * d.conv_kernel + conv                    // conv1d weight and bias
               + 3 * heads + inner                              // dt_bias, A_log, D; norm.weight
               + h * inner;                                     // out_proj (row-parallel, no bias)
+  c.f32 = 2 * heads;                                           // A_log, D
   return c;
 }
 
 ParameterCount mhc_site_parameters(const ModelConfig& m) {
   if (!m.enable_hyper_connections) return {};
   const int64_t n = m.num_residual_streams, rows = n * n + 2 * n;
-  return {0, rows * n * m.hidden_size + 3 + rows, 0};
+  const int64_t p = rows * n * m.hidden_size + 3 + rows;
+  return {0, p, 0, p};
 }
 
 int64_t mhc_sites_per_layer(const ModelConfig& m) {
@@ -75,7 +77,8 @@ int64_t mhc_sites_per_layer(const ModelConfig& m) {
 ParameterCount mhc_head_parameters(const ModelConfig& m) {
   if (!m.enable_hyper_connections || !m.mhc_learned_output_contract) return {};
   const int64_t n = m.num_residual_streams;
-  return {0, n * n * m.hidden_size + n + 1, 0};
+  const int64_t p = n * n * m.hidden_size + n + 1;
+  return {0, p, 0, p};
 }
 
 ParameterCount hybrid_layer_parameters(const ModelConfig& m, char symbol, const GptParameterCounts& c, int64_t tp) {
@@ -86,7 +89,7 @@ ParameterCount hybrid_layer_parameters(const ModelConfig& m, char symbol, const 
     case hybrid::kMlp: p += c.dense_mlp; break;
     case hybrid::kMoe: {
       const ParameterCount a = attention_part(c);
-      p += ParameterCount{c.moe_layer.sharded - a.sharded, c.moe_layer.replicated - a.replicated, c.moe_layer.expert};
+      p += ParameterCount{c.moe_layer.sharded - a.sharded, c.moe_layer.replicated - a.replicated, c.moe_layer.expert, 0};
       break;
     }
     default: STRATA_INTERNAL_ASSERT(false, "hybrid_layer_parameters: symbol ", symbol);
@@ -104,7 +107,7 @@ std::string hybrid_mtp_symbols(const ModelConfig& m) {
 ParameterCount hybrid_mtp_parameters(const ModelConfig& m, const GptParameterCounts& c, int64_t tp) {
   if (m.mtp_depths() == 0) return {};
   const int64_t h = m.hidden_size;
-  ParameterCount one{h / tp * 2 * h, 3 * norm_params(m, h), 0};  // eh_proj; enorm, hnorm, final_layernorm
+  ParameterCount one{h / tp * 2 * h, 3 * norm_params(m, h), 0, 0};  // eh_proj; enorm, hnorm, final_layernorm
   for (char s : hybrid_mtp_symbols(m)) one += hybrid_layer_parameters(m, s, c, tp);
   return (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
 }

@@ -13,7 +13,7 @@
 namespace strata {
 
 ParameterCount operator*(int64_t n, const ParameterCount& c) {
-  return {n * c.sharded, n * c.replicated, n * c.expert};
+  return {n * c.sharded, n * c.replicated, n * c.expert, n * c.f32};
 }
 
 namespace {
@@ -357,7 +357,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
     st.parameters = stage_parameters(m, pattern, counts, plan, st, layers);
     st.all_to_all_bytes_per_step = st.moe_layers * plan.num_micro_batches * plan.all_to_all_bytes_per_layer;
     const int64_t n = st.parameters.total();
-    st.memory.weights = n * e;
+    st.memory.weights = (n - st.parameters.f32) * e + 4 * st.parameters.f32;
     // The distributed optimizer's shard: dense state over dp × cp, expert state over expert dp.
     const int64_t shard = ceil_div(st.parameters.dense(), optimizer_shards) + ceil_div(st.parameters.expert, expert_shards);
     st.memory.main_params = plan.bf16 ? 4 * shard : 0;

@@ -56,12 +56,15 @@ struct ParameterCount {
   int64_t sharded = 0;     // this tp rank's shard of tensors split over tp
   int64_t replicated = 0;  // tensors every tp rank holds whole
   int64_t expert = 0;      // MoE experts: this rank's E/ep experts, each split over etp
+  int64_t f32 = 0;         // of all these, the ones kept in f32 whatever the compute dtype (Mamba's
+                           // A_log and D, the mHC parameters)
   int64_t dense() const { return sharded + replicated; }  // what dp × cp shares (distributed optimizer)
   int64_t total() const { return sharded + replicated + expert; }
   ParameterCount& operator+=(const ParameterCount& o) {
     sharded += o.sharded;
     replicated += o.replicated;
     expert += o.expert;
+    f32 += o.f32;
     return *this;
   }
 };
@@ -119,7 +122,7 @@ int64_t in_flight_micro_batches(int64_t stage, int64_t pp, int64_t vpp, int64_t 
 
 // Bytes on one rank.
 struct MemoryEstimate {
-  int64_t weights = 0;      // parameters at the compute dtype
+  int64_t weights = 0;      // parameters at the compute dtype (the f32 ones at 4 bytes)
   int64_t main_params = 0;  // f32 master copy (bf16 only); distributed optimizer: dense /dp·cp, experts /expert dp
   int64_t grads = 0;        // f32 main grads
   int64_t optimizer = 0;    // Adam m and v, f32; sharded like main_params

@@ -103,6 +103,20 @@ TEST_CASE("memory plan: hybrid parameter counts equal the built model's (M * - E
   }
 }
 
+TEST_CASE("memory plan: weight bytes under bf16 count Mamba's A_log and D in f32", "[memory_plan][hybrid]") {
+  const StrataConfig cfg = hybrid_config("M*M-", {"training.precision=bf16"});
+  auto model = make_model(cfg, Device::cpu());
+  int64_t bytes = 0, f32 = 0;
+  for (Parameter* p : model->parameters()) {
+    bytes += static_cast<int64_t>(p->value.nbytes());
+    if (p->value.dtype() == DType::F32) f32 += p->value.numel();
+  }
+  const LayoutPlan plan = plan_layout(cfg);
+  CHECK(f32 == 2 * 2 * 4);  // two M layers, A_log and D of 4 heads
+  CHECK(plan.stages[0].parameters.f32 == f32);
+  CHECK(plan.stages[0].memory.weights == bytes);
+}
+
 TEST_CASE("memory plan: hybrid `|` segments are the pipeline stages' layers", "[memory_plan][hybrid]") {
   std::vector<std::string> o = hybrid_options("M*|-M|E*|MM");
   for (const char* s : {"parallel.pipeline_model_parallel_size=2", "training.micro_batch_size=1",
@@ -239,6 +253,7 @@ TEST_CASE("memory plan: mHC parameters equal the HyperConnection modules' (sites
     CHECK(mhc_site_parameters(m).total() == site_n);
     CHECK(site_n == (n * n + 2 * n) * n * 16 + 3 + (n * n + 2 * n));
     CHECK(mhc_head_parameters(m).total() == head_n);
+    CHECK(mhc_site_parameters(m).f32 == site_n);  // all f32
     CHECK(head_n == n * n * 16 + n + 1);
   }
   m.mhc_learned_output_contract = false;
