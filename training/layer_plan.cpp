@@ -135,6 +135,11 @@ int64_t mhc_site_activations(const ModelConfig& m, const ActivationShape& a) {
   return a.e * T * (n * C + C) + 4 * T * ((n * n + 2 * n) + 1 + 2 * n + 2 * n * n);
 }
 
+int64_t mhc_head_activations(const ModelConfig& m, const ActivationShape& a) {
+  if (!m.enable_hyper_connections) return 0;
+  return a.e * (a.sp ? a.tokens / a.tp : a.tokens) * m.num_residual_streams * m.hidden_size;
+}
+
 LayerActivations hybrid_layer_activations(const ModelConfig& m, char symbol, const ActivationShape& a) {
   const int64_t T = a.tokens, e = a.e, t = a.tp, C = m.hidden_size;
   const int64_t Ts = a.sp ? T / t : T;  // sequence-sharded rows

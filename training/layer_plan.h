@@ -25,7 +25,7 @@
 //       depth's inner layer(s), plus its output head (its input and f32 logits, as the main head);
 //   mHC per site the input x [T, n·C] and the merge's y [T, C] (e), the f32 mappings proj [T, n²+2n],
 //       rinv [T], h_pre / h_post [T, n], the H_res logits and H_res [T, n, n]; the residual stream
-//       (a layer's input, what full recompute keeps) is n·C wide.
+//       (a layer's input, what full recompute keeps) is n·C wide; the stack exit keeps its input.
 // Reference: megatron/core/ssm/mamba_mixer.py, megatron/core/models/hybrid/hybrid_layer_specs.py,
 // megatron/core/transformer/multi_token_prediction.py, Megatron dev transformer/hyper_connection.py.
 #pragma once
@@ -82,8 +82,10 @@ ActivationShape activation_shape(const ModelConfig& m, int64_t tp, int64_t etp, 
 LayerActivations hybrid_layer_activations(const ModelConfig& m, char symbol, const ActivationShape& a);
 // A GPT layer from activation_sizes' formula, with its two mHC sites when enabled.
 LayerActivations gpt_layer_activations(const ModelConfig& m, const ActivationSizes& s, const ActivationShape& a);
-// One mHC site's saved state (zero without mHC).
+// One mHC site's saved state (zero without mHC), and the stack exit's (the contraction's input
+// [T, n·C] on the last stage).
 int64_t mhc_site_activations(const ModelConfig& m, const ActivationShape& a);
+int64_t mhc_head_activations(const ModelConfig& m, const ActivationShape& a);
 
 // `in_flight` units of `layers` under the config's recompute mode (uniform: chunks of
 // recompute_num_layers inputs plus the largest chunk replayed; block: the first recompute_num_layers

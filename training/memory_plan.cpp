@@ -285,9 +285,10 @@ void stage_activations(const ModelConfig& m, const hybrid::HybridPattern& patter
     st.memory.activations_configured = configured_activations(m, plan.activations, st.in_flight, layers_per_unit);
   }
   if (st.has_output_layer) {
-    st.memory.activations_configured += plan.activations.output_layer;
-    st.memory.activations += plan.activations.output_layer;
-    st.memory.activations_recompute += plan.activations.output_layer;
+    const int64_t head = plan.activations.output_layer + mhc_head_activations(m, shape);
+    st.memory.activations_configured += head;
+    st.memory.activations += head;
+    st.memory.activations_recompute += head;
     add_mtp_activations(m, pattern, plan, shape, st);
   }
 }

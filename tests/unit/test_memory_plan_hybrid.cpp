@@ -271,9 +271,10 @@ TEST_CASE("memory plan: mHC in the plan (GPT 2 sites per layer, hybrid 1, the he
   const LayoutPlan hp = plan_layout(h);
   CHECK(hp.model_parameters == base + 4 * site + head);
   CHECK(hp.stages[0].parameters.total() == base + 4 * site + head);
-  // Activations: each site keeps x [T, 4·16] and y [T, 16] (f32) and its f32 mappings.
-  const int64_t T = 16, per_site = 4 * T * (64 + 16) + 4 * T * (24 + 1 + 8 + 32);
-  CHECK(planned(h) == base_act + 4 * per_site);
+  // Activations: each site keeps x [T, 4·16] and y [T, 16] (f32) and its f32 mappings; the
+  // contraction at the stack exit its input [T, 4·16].
+  const int64_t T = 16, per_site = 4 * T * (64 + 16) + 4 * T * (24 + 1 + 8 + 32), exit = 4 * T * 64;
+  CHECK(planned(h) == base_act + 4 * per_site + exit);
 
   StrataConfig g = tiny_config({"model.num_layers=3", "model.hidden_size=16", "model.num_attention_heads=4",
                                 "model.vocab_size=50", "model.make_vocab_size_divisible_by=8"});
@@ -282,6 +283,6 @@ TEST_CASE("memory plan: mHC in the plan (GPT 2 sites per layer, hybrid 1, the he
   CHECK(plan_layout(g).model_parameters == gbase + 3 * 2 * site + head);
   // Full recompute keeps each layer's n·C-wide input.
   const LayoutPlan gp = plan_layout(g);
-  CHECK(gp.stages[0].memory.activations_recompute - gp.activations.output_layer ==
+  CHECK(gp.stages[0].memory.activations_recompute - gp.activations.output_layer - exit ==
         3 * 4 * T * 64 + gp.activations.per_layer + 2 * per_site);
 }
