@@ -6,12 +6,14 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/hybrid/hybrid_pattern.h"
+#include "training/layer_plan.h"
 #include "training/moe_plan.h"
 
 namespace strata {
 
 ParameterCount operator*(int64_t n, const ParameterCount& c) {
-  return {n * c.sharded, n * c.replicated, n * c.expert};
+  return {n * c.sharded, n * c.replicated, n * c.expert, n * c.f32};
 }
 
 namespace {
@@ -62,6 +64,7 @@ GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_
     one += m.is_moe_layer(m.num_layers - 1) ? c.moe_layer : c.layer;
     c.mtp = (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
   }
+  c.mhc_layer = mhc_sites_per_layer(m) * mhc_site_parameters(m);
   return c;
 }
 
@@ -75,6 +78,8 @@ int64_t gpt_total_parameters(const ModelConfig& m) {
   total += c.final_norm;
   if (m.untie_embeddings_and_output_weights) total += c.output_layer;
   total += c.mtp;
+  total += m.num_layers * c.mhc_layer;
+  total += mhc_head_parameters(m);
   return total.total();
 }
 
@@ -156,13 +161,145 @@ const StagePlan& LayoutPlan::peak_stage(bool recompute) const {
   return *best;
 }
 
+namespace {
+// The chunks of a hybrid model's stage `stage`: segment v·pp + stage with `|`, else the even split.
+std::vector<LayerRange> hybrid_stage_chunks(const hybrid::HybridPattern& pattern, const ParallelConfig& p,
+                                            int64_t stage, int64_t vpp) {
+  std::vector<LayerRange> out;
+  for (int64_t v = 0; v < vpp; ++v) {
+    const PipelineChunkLayout l = hybrid::hybrid_chunk_layout(pattern, p, stage, v);
+    out.push_back({l.first_layer, l.num_layers});
+  }
+  return out;
+}
+
+// A stage's activations from its layers one by one (hybrid symbols, or GPT layers with mHC sites);
+// with interleaving the average chunk stands for each model chunk in flight.
+void stage_layer_activations(const ModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+                             const ActivationShape& shape, StagePlan& st) {
+  for (const LayerRange& c : st.chunks) {
+    std::vector<LayerActivations> layers;
+    for (int64_t l = c.first; l < c.first + c.count; ++l)
+      layers.push_back(m.is_hybrid() ? hybrid_layer_activations(m, pattern.layers[static_cast<size_t>(l)], shape)
+                                     : gpt_layer_activations(m, plan.activations, shape));
+    st.memory.activations += plain_layer_activations(layers, st.in_flight) / plan.vpp;
+    st.memory.activations_recompute += full_recompute_layer_activations(layers, st.in_flight) / plan.vpp;
+    st.memory.activations_configured += configured_layer_activations(m, layers, st.in_flight) / plan.vpp;
+  }
+}
+
+// The decoder's layers of a stage, one by one.
+std::vector<LayerActivations> stage_layers(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+                                           const LayoutPlan& plan, const ActivationShape& shape, const StagePlan& st) {
+  std::vector<LayerActivations> out;
+  for (const LayerRange& c : st.chunks)
+    for (int64_t l = c.first; l < c.first + c.count; ++l)
+      out.push_back(m.is_hybrid() ? hybrid_layer_activations(m, pattern.layers[static_cast<size_t>(l)], shape)
+                                  : gpt_layer_activations(m, plan.activations, shape));
+  return out;
+}
+
+// The last stage's MTP depths (no mHC inside them): each depth's inputs, eh_proj, inner layer(s)
+// and its output head, under no recompute, full recompute and the config's mode. The depths'
+// backward runs first and frees them before the decoder replays, so only their excess over the
+// decoder's replay adds to the peak.
+void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+                         const ActivationShape& shape, StagePlan& st) {
+  if (model.mtp_depths() == 0) return;
+  ModelConfig m = model;
+  m.enable_hyper_connections = false;
+  std::vector<LayerActivations> inner;
+  if (m.is_hybrid()) {
+    for (char s : pattern.mtp) inner.push_back(hybrid_layer_activations(m, s, shape));
+  } else {
+    inner.push_back(gpt_layer_activations(m, plan.activations, shape));
+  }
+  const std::vector<LayerActivations> decoder = stage_layers(model, pattern, plan, shape, st);
+  const int64_t head = plan.activations.output_layer;
+  // The depths' backward (and everything they hold) is over before the decoder's replay starts.
+  auto add = [](int64_t& total, const MtpActivations& a, int64_t decoder_replay) {
+    total += std::max<int64_t>(0, a.kept + a.replay - decoder_replay);
+  };
+  add(st.memory.activations, mtp_activations(m, inner, head, shape, 0), 0);
+  add(st.memory.activations_recompute, mtp_activations(m, inner, head, shape, 1),
+      replay_layer_activations(model, decoder, true));
+  add(st.memory.activations_configured, mtp_activations(m, inner, head, shape, 2),
+      replay_layer_activations(model, decoder, false));
+}
+// The parameters one rank of stage `st` holds (its layers, the embeddings on the first stage; the
+// final norm, mHC head, output layer or its tied copy, MTP modules on the last).
+ParameterCount stage_parameters(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+                                const GptParameterCounts& counts, const LayoutPlan& plan, const StagePlan& st,
+                                int64_t layers) {
+  ParameterCount c;
+  if (m.is_hybrid()) {
+    for (const auto& r : st.chunks)
+      for (int64_t l = r.first; l < r.first + r.count; ++l)
+        c += hybrid_layer_parameters(m, pattern.layers[static_cast<size_t>(l)], counts, plan.tp);
+  } else {
+    c = (layers - st.moe_layers) * counts.layer;
+    c += st.moe_layers * counts.moe_layer;
+    c += layers * counts.mhc_layer;
+  }
+  if (st.has_embedding) {
+    c += counts.word_embeddings;
+    c += counts.position_embeddings;
+  }
+  if (st.has_output_layer) {
+    const bool tied = !m.untie_embeddings_and_output_weights;
+    c += counts.final_norm;
+    c += mhc_head_parameters(m);
+    if (!tied || plan.pp > 1) c += counts.output_layer;
+    c += m.is_hybrid() ? hybrid_mtp_parameters(m, counts, plan.tp) : counts.mtp;
+    if (m.mtp_depths() > 0 && !tied && plan.pp > 1) c += counts.word_embeddings;  // MTP's lookup copy
+  }
+  return c;
+}
+
+// Each symbol of a hybrid pattern (first-use order) with one such layer's activations.
+std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+                                                      const ActivationShape& shape) {
+  std::vector<LayoutPlan::LayerKind> out;
+  for (char sym : pattern.layers) {
+    bool seen = false;
+    for (const auto& k : out) seen = seen || k.symbol == sym;
+    if (seen) continue;
+    const LayerActivations a = hybrid_layer_activations(m, sym, shape);
+    out.push_back({sym, a.full, a.input});
+  }
+  return out;
+}
+// A stage's activations without recompute, with full recompute and under the config's mode: GPT
+// layers by activation_sizes' formula, hybrid layers (or mHC sites) one by one, the output layer
+// and the MTP depths on the last stage.
+void stage_activations(const ModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+                       const ActivationShape& shape, int64_t layers, StagePlan& st) {
+  if (m.is_hybrid() || m.enable_hyper_connections) {
+    stage_layer_activations(m, pattern, plan, shape, st);
+  } else {
+    const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk
+    st.memory.activations = st.in_flight * layers_per_unit * plan.activations.per_layer;
+    // Full recompute: every held layer input, plus one layer's activations while it is recomputed.
+    st.memory.activations_recompute = st.in_flight * layers_per_unit * plan.activations.per_layer_recompute +
+                                      (layers > 0 ? plan.activations.per_layer : 0);
+    st.memory.activations_configured = configured_activations(m, plan.activations, st.in_flight, layers_per_unit);
+  }
+  if (st.has_output_layer) {
+    const int64_t head = plan.activations.output_layer + mhc_head_activations(m, shape);
+    st.memory.activations_configured += head;
+    st.memory.activations += head;
+    st.memory.activations_recompute += head;
+    add_mtp_activations(m, pattern, plan, shape, st);
+  }
+}
+}  // namespace
+
 LayoutPlan plan_layout(const StrataConfig& cfg) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& p = cfg.parallel;
   STRATA_INTERNAL_ASSERT(p.world_size.has_value() && cfg.training.global_batch_size.has_value(),
                          "plan_layout needs a validated config");
   STRATA_CHECK(m.vocab_size.has_value(), "model.vocab_size: needed to plan (set it, or use a tokenizer that gives it)");
-  STRATA_CHECK(!m.is_hybrid(), "model.hybrid_layer_pattern: strata plan does not count hybrid models yet");
   LayoutPlan plan;
   plan.world_size = *p.world_size;
   plan.tp = p.tensor_model_parallel_size;
@@ -179,7 +316,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   plan.recompute = recompute_mode_text(m);
   plan.global_batch_size = *cfg.training.global_batch_size;
   plan.num_micro_batches = cfg.num_micro_batches();
-  plan.model_parameters = gpt_total_parameters(m);
+  plan.model_parameters = m.is_hybrid() ? hybrid_total_parameters(m) : gpt_total_parameters(m);
   plan.bubble_fraction = static_cast<double>(plan.pp - 1) / static_cast<double>(plan.vpp * plan.num_micro_batches);
 
   const GptParameterCounts counts = gpt_parameter_counts(m, plan.tp, plan.ep, plan.etp);
@@ -197,13 +334,20 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   }
   const int64_t optimizer_shards = plan.distributed_optimizer ? plan.dp * plan.cp : 1;
   const int64_t expert_shards = plan.distributed_optimizer ? plan.expert_dp : 1;
-  const bool tied = !m.untie_embeddings_and_output_weights;
-  const auto ranges = pipeline_layer_ranges(p, m.num_layers);
+  // A hybrid model's stages are its `|` segments (uneven ones too), not the even split.
+  const auto ranges = m.is_hybrid() ? std::vector<std::vector<LayerRange>>{} : pipeline_layer_ranges(p, m.num_layers);
+
+  const hybrid::HybridPattern pattern =
+      m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern) : hybrid::HybridPattern{};
+  const ActivationShape shape =
+      activation_shape(m, plan.tp, plan.etp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e);
+
+  plan.hybrid_layer_kinds = hybrid_layer_kinds(m, pattern, shape);
 
   for (int64_t i = 0; i < plan.pp; ++i) {
     StagePlan st;
     st.stage = i;
-    st.chunks = ranges[i];
+    st.chunks = m.is_hybrid() ? hybrid_stage_chunks(pattern, p, i, plan.vpp) : ranges[i];
     st.has_embedding = i == 0;
     st.has_output_layer = i == plan.pp - 1;
     int64_t layers = 0;
@@ -211,21 +355,10 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
       layers += c.count;
       st.moe_layers += moe_layers_in(m, c.first, c.count);
     }
-    st.parameters = (layers - st.moe_layers) * counts.layer;
-    st.parameters += st.moe_layers * counts.moe_layer;
+    st.parameters = stage_parameters(m, pattern, counts, plan, st, layers);
     st.all_to_all_bytes_per_step = st.moe_layers * plan.num_micro_batches * plan.all_to_all_bytes_per_layer;
-    if (st.has_embedding) {
-      st.parameters += counts.word_embeddings;
-      st.parameters += counts.position_embeddings;
-    }
-    if (st.has_output_layer) {
-      st.parameters += counts.final_norm;
-      if (!tied || plan.pp > 1) st.parameters += counts.output_layer;
-      st.parameters += counts.mtp;
-      if (m.mtp_depths() > 0 && !tied && plan.pp > 1) st.parameters += counts.word_embeddings;  // MTP's lookup copy
-    }
     const int64_t n = st.parameters.total();
-    st.memory.weights = n * e;
+    st.memory.weights = (n - st.parameters.f32) * e + 4 * st.parameters.f32;
     // The distributed optimizer's shard: dense state over dp × cp, expert state over expert dp.
     const int64_t shard = ceil_div(st.parameters.dense(), optimizer_shards) + ceil_div(st.parameters.expert, expert_shards);
     st.memory.main_params = plan.bf16 ? 4 * shard : 0;
@@ -233,17 +366,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
     st.memory.optimizer = 8 * shard;
 
     st.in_flight = in_flight_micro_batches(i, plan.pp, plan.vpp, plan.num_micro_batches);
-    const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk
-    st.memory.activations = st.in_flight * layers_per_unit * plan.activations.per_layer;
-    // Full recompute: every held layer input, plus one layer's activations while it is recomputed.
-    st.memory.activations_recompute =
-        st.in_flight * layers_per_unit * plan.activations.per_layer_recompute + (layers > 0 ? plan.activations.per_layer : 0);
-    st.memory.activations_configured = configured_activations(m, plan.activations, st.in_flight, layers_per_unit);
-    if (st.has_output_layer) {
-      st.memory.activations_configured += plan.activations.output_layer;
-      st.memory.activations += plan.activations.output_layer;
-      st.memory.activations_recompute += plan.activations.output_layer;
-    }
+    stage_activations(m, pattern, plan, shape, layers, st);
     plan.stages.push_back(std::move(st));
   }
   return plan;

@@ -30,6 +30,9 @@
 //   (uniform / block chunks, selective mlp/moe) in MemoryEstimate::activations_configured.
 // (An MoE layer is estimated with the dense layer's formula: its expert activations depend on the
 // routing, so this is an approximation for MoE models.)
+// Hybrid models (model.hybrid_layer_pattern), the MTP depths' activations and mHC (parameters and
+// site activations): per layer kind, training/layer_plan.h; a hybrid stage holds the pattern's `|`
+// segments v·pp + i.
 // The last stage adds the output layer's input and f32 logits, 4·s·b·(h + v)/t (paper §4.3).
 // In flight (micro-batches whose activations a stage holds at its peak): 1F1B stage i holds
 // min(m, pp − i); interleaved holds min(m·vpp, 2(pp − i − 1) + (vpp − 1)·pp + 1) model chunks
@@ -53,12 +56,15 @@ struct ParameterCount {
   int64_t sharded = 0;     // this tp rank's shard of tensors split over tp
   int64_t replicated = 0;  // tensors every tp rank holds whole
   int64_t expert = 0;      // MoE experts: this rank's E/ep experts, each split over etp
+  int64_t f32 = 0;         // of all these, the ones kept in f32 whatever the compute dtype (Mamba's
+                           // A_log and D, the mHC parameters)
   int64_t dense() const { return sharded + replicated; }  // what dp × cp shares (distributed optimizer)
   int64_t total() const { return sharded + replicated + expert; }
   ParameterCount& operator+=(const ParameterCount& o) {
     sharded += o.sharded;
     replicated += o.replicated;
     expert += o.expert;
+    f32 += o.f32;
     return *this;
   }
 };
@@ -75,6 +81,7 @@ struct GptParameterCounts {
   ParameterCount final_norm;         // last stage
   ParameterCount output_layer;       // last stage: untied, or the tied copy when pp > 1
   ParameterCount mtp;                // last stage: the MTP modules (model.mtp_num_layers; one if repeated)
+  ParameterCount mhc_layer;          // each layer's mHC sites (training/layer_plan.h; zero without mHC)
 };
 // ep, etp: expert model / tensor parallel sizes (etp 0: tp), used by MoE layers only.
 GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_t ep = 1, int64_t etp = 0);
@@ -115,7 +122,7 @@ int64_t in_flight_micro_batches(int64_t stage, int64_t pp, int64_t vpp, int64_t 
 
 // Bytes on one rank.
 struct MemoryEstimate {
-  int64_t weights = 0;      // parameters at the compute dtype
+  int64_t weights = 0;      // parameters at the compute dtype (the f32 ones at 4 bytes)
   int64_t main_params = 0;  // f32 master copy (bf16 only); distributed optimizer: dense /dp·cp, experts /expert dp
   int64_t grads = 0;        // f32 main grads
   int64_t optimizer = 0;    // Adam m and v, f32; sharded like main_params
@@ -154,6 +161,13 @@ struct LayoutPlan {
   int64_t all_to_all_bytes_per_layer = 0;
   int64_t padded_vocab = 0;      // at this tp
   ActivationSizes activations;
+  // Hybrid models: each layer symbol of the pattern (first-use order) and one such layer's
+  // activations per micro-batch, without and with full recompute (training/layer_plan.h).
+  struct LayerKind {
+    char symbol = 0;
+    int64_t per_layer = 0, per_layer_recompute = 0;
+  };
+  std::vector<LayerKind> hybrid_layer_kinds;
   std::string recompute = "none";  // the config's recompute mode (recompute_mode_text)
   double bubble_fraction = 0;
   std::vector<StagePlan> stages;

@@ -75,7 +75,7 @@ Variant make_variant(const std::string& name, const BenchTrainOptions& base, con
   v.cfg = bench_config(o);
   try {
     v.planned_activations = plan_layout(v.cfg).stages.front().memory.activations_configured;
-  } catch (const Error& e) {  // e.g. strata plan does not count hybrid models yet
+  } catch (const Error& e) {  // a config the plan cannot count: the note says why
     v.planned_activations = -1;
     v.plan_note = e.what();
   }

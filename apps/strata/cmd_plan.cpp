@@ -3,7 +3,8 @@
 // allocated), then prints the layout — the grid (tp, cp, ep, dp, pp, vpp, sp), the layers of
 // every pipeline stage and virtual chunk, the parameters and a memory estimate per rank (weights,
 // f32 main params, f32 grads, Adam state, activations with and without full recompute; MoE
-// models: expert parameters per EP/ETP rank and the all-to-all bytes per step) and the
+// models: expert parameters per EP/ETP rank and the all-to-all bytes per step; hybrid models: the
+// activations of each layer symbol; MTP depths and mHC sites counted) and the
 // pipeline bubble — as text or JSON; with --rank R also that rank's coordinates and groups.
 // The arithmetic is parallel/memory_plan.h and parallel/rank_grid.h; see docs/parallelism.md.
 // Reference: megatron/training/theoretical_memory_usage.py (report_theoretical_memory).
@@ -98,6 +99,12 @@ ordered_json plan_json(const LayoutPlan& p) {
   j["activation_bytes_per_layer"] = {{"no_recompute", p.activations.per_layer},
                                      {"full_recompute", p.activations.per_layer_recompute},
                                      {"output_layer", p.activations.output_layer}};
+  if (!p.hybrid_layer_kinds.empty()) {
+    ordered_json kinds;
+    for (const auto& k : p.hybrid_layer_kinds)
+      kinds[std::string(1, k.symbol)] = {{"no_recompute", k.per_layer}, {"full_recompute", k.per_layer_recompute}};
+    j["hybrid_activation_bytes_per_layer"] = kinds;
+  }
   j["recompute"] = p.recompute;  // the config's mode; stages' activations_configured
   j["pipeline_bubble_fraction"] = p.bubble_fraction;
   if (p.num_experts > 0)
@@ -160,9 +167,17 @@ void print_text(const std::string& config, const LayoutPlan& p, const ModelConfi
                 "expert dp %lld; all-to-all %s sent per MoE layer per micro-batch\n",
                 (long long)p.num_experts, (long long)p.topk, (long long)p.local_experts, (long long)p.etp,
                 (long long)(p.distributed_optimizer ? p.expert_dp : 1), bytes_text(p.all_to_all_bytes_per_layer).c_str());
-  std::printf("activations per layer per micro-batch: %s (full recompute %s); output layer %s\n\n",
-              bytes_text(p.activations.per_layer).c_str(), bytes_text(p.activations.per_layer_recompute).c_str(),
-              bytes_text(p.activations.output_layer).c_str());
+  if (p.hybrid_layer_kinds.empty()) {
+    std::printf("activations per layer per micro-batch: %s (full recompute %s); output layer %s\n\n",
+                bytes_text(p.activations.per_layer).c_str(), bytes_text(p.activations.per_layer_recompute).c_str(),
+                bytes_text(p.activations.output_layer).c_str());
+  } else {
+    std::printf("hybrid '%s': activations per layer per micro-batch", m.hybrid_layer_pattern->c_str());
+    for (const auto& k : p.hybrid_layer_kinds)
+      std::printf("%s %c %s (full recompute %s)", &k == &p.hybrid_layer_kinds.front() ? ":" : ";", k.symbol,
+                  bytes_text(k.per_layer).c_str(), bytes_text(k.per_layer_recompute).c_str());
+    std::printf("; output layer %s\n\n", bytes_text(p.activations.output_layer).c_str());
+  }
   for (const auto& s : p.stages) {
     std::string extra;
     if (s.has_embedding) extra += ", embedding";

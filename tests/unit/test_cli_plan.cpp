@@ -133,3 +133,25 @@ TEST_CASE("cli plan: the configured recompute mode's activations (JSON and text)
   REQUIRE(text.rc == 0);
   CHECK(text.out.find("activations with the configured recompute (full block 2)") != std::string::npos);
 }
+
+TEST_CASE("cli plan: a Mamba hybrid with `|` segments over two stages and MTP (JSON and text)", "[cli_plan][hybrid]") {
+  const std::vector<std::string> base = {"plan", "--config", repo_config("hybrid_tiny.yaml"), "--world-size", "2",
+                                         "model.vocab_size=257", "model.hybrid_layer_pattern=\"M-M*|-ME/M-\"",
+                                         "model.mamba_head_dim=64", "model.mamba_num_groups=2",
+                                         "model.mamba_state_dim=64", "parallel.pipeline_model_parallel_size=2"};
+  std::vector<std::string> a = base;
+  a.push_back("--json");
+  const CliResult r = run_cli(a);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["stages"].size() == 2);
+  CHECK(j["stages"][0]["chunks"][0]["num_layers"] == 4);  // "M-M*"
+  CHECK(j["stages"][1]["chunks"][0]["first_layer"] == 4);  // "-ME" (uneven segments), then the MTP depth
+  for (const char* k : {"M", "-", "*", "E"}) CHECK(j["hybrid_activation_bytes_per_layer"][k]["no_recompute"] > 0);
+  const auto& last = j["stages"][1]["memory_bytes_per_rank"];
+  CHECK(last["activations_full_recompute"].get<int64_t>() < last["activations"].get<int64_t>());
+  const CliResult text = run_cli(base);
+  REQUIRE(text.rc == 0);
+  CHECK(text.out.find("hybrid 'M-M*|-ME/M-': activations per layer per micro-batch: M ") != std::string::npos);
+}
