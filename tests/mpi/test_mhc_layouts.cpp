@@ -5,7 +5,9 @@
 // and the head's replicated parameters summed over tp), PP2 (the [s, b, n·h] streams cross the
 // stage boundary; the expansion on the first stage, the head on the last), PP2 × VPP2, DP2 with
 // the distributed optimizer, and EP2 with MoE layers inside the MLP sites; the mean contraction
-// under PP2.
+// under PP2; a hybrid `M*E-` model (fast and delta path) under PP2 and TP2 + SP. Gradient errors count as absolute below 1e-4 (check_layout's grad_floor): the
+// 1-element alpha gradients are sums over every token with heavy cancellation (alpha_res ~1e-8
+// at init, where H_res ≈ 1/n), and tp's partial sums change their f32 rounding at ~5e-10.
 // Reference: Megatron-LM dev pipeline_parallel/schedules.py (n·C tensor shapes),
 // transformer/hyper_connection.py (sequence_parallel attributes).
 #include <string>
@@ -16,7 +18,11 @@
 namespace strata {
 namespace {
 
-using mpitest::check_layout;
+constexpr double kGradFloor = 1e-4;
+
+void check_layout(const std::vector<std::string>& layout, int world) {
+  mpitest::check_layout(layout, world, nullptr, kGradFloor);
+}
 
 std::vector<std::string> mhc(std::vector<std::string> layout) {
   std::vector<std::string> all = {"model.enable_hyper_connections=true", "model.num_residual_streams=3",
@@ -25,7 +31,30 @@ std::vector<std::string> mhc(std::vector<std::string> layout) {
   return all;
 }
 
+// A hybrid model with mHC: `pattern` in the layout run, `flat` (without '|') in the baseline.
+void check_hybrid(const std::string& pattern, const std::string& flat, const std::vector<std::string>& parallel) {
+  const std::vector<std::string> common = {"model.num_experts=4",           "model.moe_ffn_hidden_size=16",
+                                           "model.add_bias_linear=false",   "model.moe_aux_loss_coeff=0.01",
+                                           "model.position_embedding_type=rope", "model.mamba_head_dim=16",
+                                           "model.mamba_num_groups=2",      "model.mamba_state_dim=8",
+                                           "model.mamba_chunk_size=8"};
+  std::vector<std::string> layout = mhc(common), baseline = mhc(common);
+  layout.push_back("model.hybrid_layer_pattern=\"" + pattern + "\"");
+  baseline.push_back("model.hybrid_layer_pattern=\"" + flat + "\"");
+  layout.insert(layout.end(), parallel.begin(), parallel.end());
+  mpitest::check_layout(layout, 2, &baseline, kGradFloor);
+}
+
 }  // namespace
+
+TEST_CASE("mhc layouts: hybrid (M * E -, one site per layer) PP2 with '|' segments and TP2 + SP match", "[mhc2]") {
+  check_hybrid("M*|E-", "M*E-", {"parallel.pipeline_model_parallel_size=2"});
+  check_hybrid("M*E-", "M*E-", {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"});
+}
+
+TEST_CASE("mhc layouts: TP2 matches the single-rank run", "[mhc2]") {
+  check_layout(mhc({"parallel.tensor_model_parallel_size=2"}), 2);
+}
 
 TEST_CASE("mhc layouts: TP2 + sequence parallelism matches the single-rank run", "[mhc2]") {
   check_layout(mhc({"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}), 2);
