@@ -46,10 +46,11 @@ Tensor HyperConnectionHybridLayer::forward(const Tensor& x, const BlockRun& run,
   }
   const Tensor agg = hc_.forward(x, sv->hc);
   if (fast_) {
+    Tensor bias;  // the branch's (y, bias) pair, as Megatron's bda
     const Tensor y = fast_->sublayer_forward(agg, run.keys, run.position_offset, cache, saved ? &sv->layer : nullptr,
-                                             run.aux, replay);
+                                             run.aux, replay, &bias);
     const layers::DropoutSpec d = run.keys.hidden(fast_->hidden_dropout(), index(), fast_->sublayer_site(), x);
-    return hc_.merge(y, Tensor(), d, sv->hc);
+    return hc_.merge(y, bias, d, sv->hc);
   }
   Tensor delta = inner_->forward(agg, run, cache, saved ? &sv->inner : nullptr, replay).clone();
   kernels::axpy(-1.0, agg, delta);  // the layer's own residual add undone: delta = out − agg

@@ -3,9 +3,9 @@
 // decoder.layers.<i>.hyper_connection.*, around the layer built with mHC off under
 // decoder.layers.<i>.inner_layer.*, over the n-stream residual x [s, b, n·h]:
 //   agg = hc.forward(x)
-//   fast path (`*`, `-`, `E`: single-branch TransformerLayers): y = the branch's sub-layer on agg
-//     without its residual add; x_next = hc.merge(y, dropout = hidden_dropout with the branch's key,
-//     drawn on [s, b, n·h]);
+//   fast path (`*`, `-`, `E`: single-branch TransformerLayers): (y, bias) = the branch's sub-layer
+//     on agg without its residual add; x_next = hc.merge(y, bias, dropout = hidden_dropout with the
+//     branch's key, drawn on [s, b, n·h]);
 //   delta path (`M`): out = the whole MambaLayer on agg (agg + dropout(mixer(norm(agg)))),
 //     delta = out − agg; x_next = hc.merge(delta, no bias, no dropout).
 // Backward in reverse (delta path: d agg = innerᵀ(g_y) − g_y). Observation owner and the layer's

@@ -77,7 +77,7 @@ MLP& TransformerLayer::mlp() {
 }
 
 Tensor TransformerLayer::attention_sublayer(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
-                                            LayerKVCache* cache, Saved& sv, bool keep) const {
+                                            LayerKVCache* cache, Saved& sv, bool keep, Tensor* bias) const {
   Tensor h1;
   {
     phase_timer::Scope t("forward/layers/norms");
@@ -91,12 +91,16 @@ Tensor TransformerLayer::attention_sublayer(const Tensor& x, const DropoutKeys& 
   }
   run.position_offset = position_offset;
   run.cache = cache;
+  if (bias) {
+    run.skip_output_bias = true;
+    *bias = self_attention_->output_bias();
+  }
   phase_timer::Scope t("forward/layers/attention");
   return self_attention_->forward(h1, run, keep ? &sv.attention : nullptr);
 }
 
 Tensor TransformerLayer::mlp_sublayer(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
-                                      AuxLossChannel* aux, bool replay) const {
+                                      AuxLossChannel* aux, bool replay, Tensor* bias) const {
   Tensor h2;
   {
     phase_timer::Scope t("forward/layers/norms");
@@ -110,7 +114,12 @@ Tensor TransformerLayer::mlp_sublayer(const Tensor& x, const DropoutKeys& keys, 
     sv.mlp_aux = aux;
     sv.mlp_aux_begin = aux ? aux->losses().size() : 0;
   }
-  Tensor m = mlp_->forward(h2, SlotRun{index_, &keys, aux, replay}, keep && !checkpoint ? &sv.mlp : nullptr);
+  SlotRun r{index_, &keys, aux, replay};
+  if (bias) {
+    r.skip_output_bias = true;
+    *bias = mlp_->output_bias();
+  }
+  Tensor m = mlp_->forward(h2, r, keep && !checkpoint ? &sv.mlp : nullptr);
   if (checkpoint) sv.mlp_aux_end = aux ? aux->losses().size() : 0;
   return m;
 }
@@ -119,9 +128,10 @@ Tensor TransformerLayer::attention_branch(const Tensor& x, const DropoutKeys& ke
                                           LayerKVCache* cache, Saved& sv, bool keep) const {
   if (attention_hc_) {  // mHC: x [s, b, n·h]; the mask is drawn on the merge's [s, b, n·h] output
     const Tensor agg = attention_hc_->forward(x, sv.attention_hc);
-    const Tensor a = attention_sublayer(agg, keys, position_offset, cache, sv, keep);
+    Tensor bias;
+    const Tensor a = attention_sublayer(agg, keys, position_offset, cache, sv, keep, &bias);
     const DropoutSpec d = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, x);
-    return attention_hc_->merge(a, Tensor(), d, sv.attention_hc);
+    return attention_hc_->merge(a, bias, d, sv.attention_hc);
   }
   const Tensor a = attention_sublayer(x, keys, position_offset, cache, sv, keep);
   sv.attention_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, a);
@@ -132,9 +142,10 @@ Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Sa
                                     AuxLossChannel* aux, bool replay) const {
   if (mlp_hc_) {
     const Tensor agg = mlp_hc_->forward(x, sv.mlp_hc);
-    const Tensor m = mlp_sublayer(agg, keys, sv, keep, aux, replay);
+    Tensor bias;
+    const Tensor m = mlp_sublayer(agg, keys, sv, keep, aux, replay, &bias);
     const DropoutSpec d = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, x);
-    return mlp_hc_->merge(m, Tensor(), d, sv.mlp_hc);
+    return mlp_hc_->merge(m, bias, d, sv.mlp_hc);
   }
   const Tensor m = mlp_sublayer(x, keys, sv, keep, aux, replay);
   sv.mlp_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, m);
@@ -194,7 +205,8 @@ Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64
 Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
   Tensor dx = dy;
   if (spec_.mlp) {
-    if (mlp_hc_) {  // x_next = merge(x, mlp(norm(agg(x)))): the merge, the sub-layer, then the site
+    if (mlp_hc_) {  // x_next = merge(x, mlp(norm(agg(x))), bias): the merge, the sub-layer, the site
+      // (the merge's g_bias = Σ_tokens g_y is what linear_fc2's backward adds to its bias itself)
       const HyperConnection::MergeGrads g = mlp_hc_->merge_backward(dx, sv.mlp_hc);
       dx = mlp_hc_->backward(mlp_sublayer_backward(sv, g.g_y), sv.mlp_hc);
     } else {  // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
@@ -213,12 +225,13 @@ Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
 }
 
 Tensor TransformerLayer::sublayer_forward(const Tensor& h, const DropoutKeys& keys, int64_t position_offset,
-                                          LayerKVCache* cache, Saved* saved, AuxLossChannel* aux, bool replay) const {
+                                          LayerKVCache* cache, Saved* saved, AuxLossChannel* aux, bool replay,
+                                          Tensor* bias) const {
   STRATA_INTERNAL_ASSERT(spec_.self_attention != spec_.mlp, name_, ": sublayer_forward needs a single-branch layer");
   Saved local;
   Saved& sv = saved ? *saved : local;
-  if (spec_.self_attention) return attention_sublayer(h, keys, position_offset, cache, sv, saved != nullptr);
-  return mlp_sublayer(h, keys, sv, saved != nullptr, aux, replay);
+  if (spec_.self_attention) return attention_sublayer(h, keys, position_offset, cache, sv, saved != nullptr, bias);
+  return mlp_sublayer(h, keys, sv, saved != nullptr, aux, replay, bias);
 }
 
 DropoutSite TransformerLayer::sublayer_site() const {

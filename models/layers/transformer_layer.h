@@ -10,8 +10,9 @@
 // ….mlp_hyper_connection.*, over the n-stream residual x [s, b, n·h]:
 //   agg = hc.forward(x); y = sub-layer(agg) (its pre-norm inside, no residual add);
 //   x_next = hc.merge(y, dropout = hidden_dropout with the branch's dropout key, drawn on [s, b, n·h]).
-// The plain and the mHC path share the sub-layer calls (attention_sublayer / mlp_sublayer). The
-// linear's bias is inside y (our linears add it), so the merge gets no separate bias.
+// The plain and the mHC path share the sub-layer calls (attention_sublayer / mlp_sublayer). With
+// mHC the output linear's bias stays apart (Megatron's bias-dropout-add pair): merge(y, bias); its
+// gradient is the linear's own (Σ over tokens of d y, equal to the merge's g_bias).
 // Observation sites: ResidualIn and LayerOutput, owner "decoder.layers.{i}" (global i), dims
 // "s,b,h". Selective recompute (recompute_modules mlp for a dense slot, moe for an MoE slot) keeps
 // only the slot's input and re-runs the slot's forward in backward (Megatron's checkpointed MLP /
@@ -76,9 +77,10 @@ class TransformerLayer {
   bool has_mlp() const { return spec_.mlp; }
   // The hybrid mHC wrapper's fast path (a single-branch layer built with mHC off):
   // the branch's sub-layer on h WITHOUT its residual add (pre-norm inside), the branch's hidden
-  // dropout site, and the sub-layer's backward d(output) -> d(h).
+  // dropout site, and the sub-layer's backward d(output) -> d(h). *bias: the output linear's bias,
+  // left out of the output (undefined: none), as Megatron's (output, bias) pair.
   Tensor sublayer_forward(const Tensor& h, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
-                          Saved* saved, AuxLossChannel* aux, bool replay) const;
+                          Saved* saved, AuxLossChannel* aux, bool replay, Tensor* bias) const;
   DropoutSite sublayer_site() const;
   Tensor sublayer_backward(const Saved& sv, const Tensor& dy);
   double hidden_dropout() const { return hidden_dropout_; }
@@ -94,11 +96,12 @@ class TransformerLayer {
   MLP& mlp();  // the dense MLP of the slot
 
  private:
-  // The sub-layers without their residual add: attention(norm(h)) and mlp(norm(h)).
+  // The sub-layers without their residual add: attention(norm(h)) and mlp(norm(h)). bias not
+  // null: the output linear's bias is left out and returned there (undefined: none), for the merge.
   Tensor attention_sublayer(const Tensor& h, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
-                            Saved& sv, bool keep) const;
+                            Saved& sv, bool keep, Tensor* bias = nullptr) const;
   Tensor mlp_sublayer(const Tensor& h, const DropoutKeys& keys, Saved& sv, bool keep, AuxLossChannel* aux,
-                      bool replay) const;
+                      bool replay, Tensor* bias = nullptr) const;
   // Their backward: d(sub-layer output) -> d(sub-layer input).
   Tensor attention_sublayer_backward(const Saved& sv, const Tensor& dy);
   Tensor mlp_sublayer_backward(const Saved& sv, const Tensor& dy);
