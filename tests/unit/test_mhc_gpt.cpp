@@ -341,4 +341,29 @@ TEST_CASE("mhc gpt: config errors name the fields (MTP with mHC not built yet)",
              Catch::Contains("model.recompute_modules"));
 }
 
+
+TEST_CASE("mhc gpt: the output linears' bias reaches the merge apart from y (Megatron's (output, bias) pair)",
+          "[mhc][mhc_gpt]") {
+  ModelConfig cfg = mhc_model(2, true);  // add_bias_linear
+  cfg.hidden_dropout = 0.0;
+  cfg.attention_dropout = 0.0;
+  finalize_model_config(cfg);
+  const layers::LayerEnv env{DType::F64, Device::cpu()};
+  layers::TransformerLayer layer(0, cfg, env, ParallelGroups::single_process());
+  std::vector<Parameter*> ps;
+  layer.collect(ps);
+  uint64_t k = 1;
+  for (Parameter* p : ps) p->value.copy_(test::random_tensor(p->value.shape(), 300 + k++, -0.5, 0.5));
+  const Tensor x = test::random_tensor({3, 2, 16}, 8, -1.0, 1.0);
+  layers::TransformerLayer::Saved sv;
+  layers::DropoutKeys keys;
+  const Tensor out = layer.forward(x, keys, 0, nullptr, &sv);
+  REQUIRE(sv.attention_hc.bias.defined());
+  REQUIRE(sv.mlp_hc.bias.defined());
+  CHECK(test::max_abs_diff(sv.attention_hc.bias, layer.self_attention().linear_proj.bias.value) == 0.0);
+  CHECK(test::max_abs_diff(sv.mlp_hc.bias, layer.mlp().linear_fc2.bias.value) == 0.0);
+  // y is the linear's output without its bias: the merge of (y, bias) is the layer's output.
+  CHECK(out.shape() == x.shape());
+}
+
 }  // namespace strata
