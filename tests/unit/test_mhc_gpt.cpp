@@ -337,6 +337,9 @@ TEST_CASE("mhc gpt: config errors name the fields (MTP with mHC not built yet)",
   const std::string mtp = err({"model.mtp_num_layers=1", "model.position_embedding_type=rope"});
   CHECK_THAT(mtp, Catch::Contains("model.enable_hyper_connections") && Catch::Contains("model.mtp_num_layers") &&
                       Catch::Contains("not built yet"));
+  CHECK_THAT(err({"model.hybrid_layer_pattern=\"M*-/*-\"", "model.position_embedding_type=rope"}),
+             Catch::Contains("model.enable_hyper_connections") && Catch::Contains("model.mtp_num_layers"));
+  CHECK(err({"model.hybrid_layer_pattern=\"M*-\"", "model.position_embedding_type=rope"}) == "(no error)");
   CHECK_THAT(err({"model.recompute_granularity=selective", "model.recompute_modules=[mhc]"}),
              Catch::Contains("model.recompute_modules"));
 }
