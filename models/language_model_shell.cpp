@@ -30,6 +30,7 @@ struct LanguageModelShell::Head {
 struct LanguageModelShell::Context : ForwardContext {
   layers::VocabEmbedding::Saved embedding;
   std::unique_ptr<Block::State> block;
+  Tensor hc_head;  // mHC: the contraction's input
   layers::Norm::Saved final_norm;
   Head lm;
   std::unique_ptr<MtpBlock::State> mtp;
@@ -93,7 +94,11 @@ LanguageModelShell::LanguageModelShell(const ModelConfig& cfg_in, const Language
   if (opt_.pre_process) embedding_ = std::make_unique<layers::VocabEmbedding>(cfg_, padded_vocab_, env, groups_.tp);
   block_ = parts.make_block(cfg_, env, groups_, opt_.first_layer, opt_.num_layers);
   STRATA_INTERNAL_ASSERT(block_ && block_->num_layers() == opt_.num_layers, "language model: the block has the wrong layers");
+  if (cfg_.enable_hyper_connections) streams_ = cfg_.num_residual_streams;
   if (!opt_.post_process) return;
+  if (cfg_.enable_hyper_connections)
+    hc_head_ = std::make_unique<layers::HyperConnectionHead>(parts.hc_head_prefix, cfg_.hidden_size, mhc_options(cfg_),
+                                                             env, sp_group);
   final_norm_ = std::make_unique<layers::Norm>(parts.final_norm_prefix + ".weight", parts.final_norm_prefix + ".bias",
                                                cfg_.hidden_size, cfg_, env, sp_group);
   // Column-parallel over the vocabulary: the same rows as the embedding shard.
@@ -163,6 +168,7 @@ std::vector<Parameter*> LanguageModelShell::parameters() {
   std::vector<Parameter*> out;
   if (embedding_) embedding_->collect(out);
   block_->collect(out);
+  if (hc_head_) hc_head_->collect(out);
   if (final_norm_) final_norm_->collect(out);
   if (opt_.post_process && (!tied() || !embedding_)) out.push_back(&output_layer_);
   if (mtp_) {
@@ -183,7 +189,7 @@ std::vector<Parameter*> LanguageModelShell::embedding_group_parameters() {
 
 ResidualStreamShape LanguageModelShell::residual_stream() const {
   ResidualStreamShape r;
-  r.num_streams = 1;
+  r.num_streams = streams_;
   r.hidden_size = cfg_.hidden_size;
   r.sequence_shards = opt_.sequence_parallel ? groups_.tp.size() : 1;
   r.dtype = opt_.dtype;
@@ -252,7 +258,8 @@ layers::DropoutKeys LanguageModelShell::dropout_keys(const ForwardContext& ctx, 
 Tensor LanguageModelShell::stage_input(Context& ctx, const Batch& batch, const layers::DropoutKeys& keys) {
   if (opt_.pre_process) {
     phase_timer::Scope t("forward/embedding");
-    return embedding_->forward(batch.tokens, 0, keys, &ctx.embedding);
+    const Tensor x = embedding_->forward(batch.tokens, 0, keys, &ctx.embedding);
+    return cfg_.enable_hyper_connections ? layers::mhc_expand(x, streams_) : x;
   }
   const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
   const Shape want = residual_stream().activation_shape(s, b);  // sequence parallel: this rank's rows
@@ -293,6 +300,7 @@ ForwardOutput LanguageModelShell::forward_pass(ForwardContext& base, const Batch
   if (!opt_.post_process) {
     out.stage_output = x;  // [s, b, h]
   } else {
+    if (hc_head_) x = hc_head_->forward(x, &ctx->hc_head);  // mHC: n streams -> one
     const Tensor h0 = final_norm_->forward(x, &ctx->final_norm);
     Tensor loss = head_loss(ctx->lm, h0, sequence_first_targets(batch.labels, *cfg_.vocab_size, opt_.device),
                             /*reuse_buffer=*/true, SourceKind::OutputLogits, "output_logits");
@@ -412,9 +420,12 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
     {
       phase_timer::Scope t("backward/final_norm");
       dx = final_norm_->backward(ctx->final_norm, dx);
+      if (hc_head_) dx = hc_head_->backward(ctx->hc_head, dx);
+      ctx->hc_head = Tensor();
     }
     if (ctx->grads_ready) {
       std::vector<Parameter*> ps;
+      if (hc_head_) hc_head_->collect(ps);
       final_norm_->collect(ps);
       if (!tied() || !embedding_) ps.push_back(&output_layer_);
       if (mtp_embedding_copy_.value.defined()) ps.push_back(&mtp_embedding_copy_);
@@ -433,6 +444,7 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
   ctx->block.reset();
   if (opt_.pre_process) {
     phase_timer::Scope t("backward/embedding");
+    if (cfg_.enable_hyper_connections) dx = layers::mhc_expand_backward(dx, streams_);
     embedding_->backward(ctx->embedding, dx);
     if (ctx->grads_ready) {
       std::vector<Parameter*> ps;
@@ -505,7 +517,9 @@ Tensor LanguageModelShell::logits_for(const Tensor& tokens, InferenceCache* cach
   run.position_offset = position_offset;
   run.cache = cache;
   Tensor x = embedding_->forward(tokens, position_offset, run.keys, nullptr);
+  if (cfg_.enable_hyper_connections) x = layers::mhc_expand(x, streams_);  // streams are per token
   x = block_->forward(x, run, nullptr);
+  if (hc_head_) x = hc_head_->forward(x, nullptr);
   Tensor hidden = final_norm_->forward(x, nullptr);
   if (cache) cache->positions += s;
   Tensor logits = output_logits(hidden).reshape({s, b, padded_vocab_});

@@ -6,6 +6,11 @@
 // copy on the last stage — behind the LanguageModel interface, with explicit forward/backward
 // through per-micro-batch saved activations and KV-cached generation (logits_for).
 // A model (GPTModel, the hybrid model later) is this shell plus the block it builds.
+// mHC (model.enable_hyper_connections; Megatron dev TransformerBlock/HybridStack entry and exit):
+// the first stage expands the embedding output to n streams [s, b, n·h] (mhc_expand), the stage
+// with the final norm contracts them (HyperConnectionHead <hc_head_prefix>.hc_head_{fn,base,scale},
+// or their mean with mhc_learned_output_contract false) before the norm; in between, pipeline
+// stages exchange [s/sp, b, n·h] (residual_stream().num_streams = n).
 // Precision: f32, or bf16 (bf16 parameter values and activations, f32 main grads, f32
 // softmax statistics and loss); f64 is accepted for reference checks (f64 grads and losses).
 // Tensor parallelism (groups.tp): vocab-parallel embedding, the output layer column-parallel over
@@ -28,6 +33,7 @@
 #include "models/blocks/mtp_block.h"
 #include "models/language_model.h"
 #include "models/layers/embedding.h"
+#include "models/layers/hyper_connection.h"
 #include "models/layers/norm.h"
 #include "models/model_config.h"
 #include "parallel/parallel_config.h"
@@ -62,6 +68,7 @@ struct LanguageModelParts {
                                        const ParallelGroups& groups, int64_t first, int64_t count)>
       make_block;
   std::string final_norm_prefix = "decoder.final_layernorm";
+  std::string hc_head_prefix = "decoder";  // mHC: the owner of hc_head_* (the block's name)
   std::vector<std::string> aux_loss_names;
   // The inner model layer of each MTP module (model.mtp_num_layers; GPT: a one-layer block with
   // the decoder's last layer spec, hybrid: a HybridStack of the '/' pattern). Unset: the model has
@@ -116,6 +123,10 @@ class LanguageModelShell : public LanguageModel {
   Block& block() { return *block_; }
   int64_t first_layer() const { return opt_.first_layer; }
   layers::Norm& final_layernorm() { return *final_norm_; }
+  // mHC: the residual streams n (1 without hyper-connections) and the stack-exit contraction
+  // (null before the last stage or without mHC).
+  int64_t residual_streams() const { return streams_; }
+  layers::HyperConnectionHead* hc_head() { return hc_head_.get(); }
   // The MTP block of the last stage (null without model.mtp_num_layers or before the last stage).
   MtpBlock* mtp_block() { return mtp_.get(); }
   // The word-embedding table the MTP block looks up (last stage): the embedding's own on a stage
@@ -152,6 +163,8 @@ class LanguageModelShell : public LanguageModel {
   std::unique_ptr<layers::VocabEmbedding> embedding_;
   std::unique_ptr<Block> block_;
   std::unique_ptr<layers::Norm> final_norm_;
+  int64_t streams_ = 1;                               // mHC residual streams
+  std::unique_ptr<layers::HyperConnectionHead> hc_head_;  // mHC exit (post_process)
   Parameter output_layer_;  // untied, or the tied copy on a last stage without the embedding
   std::unique_ptr<MtpBlock> mtp_;   // last stage with model.mtp_num_layers
   Parameter mtp_embedding_copy_;    // MTP, untied, last stage without the embedding: its table copy

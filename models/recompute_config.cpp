@@ -37,7 +37,9 @@ constexpr Rejected kRejected[] = {
      "Strata's norms are fused into the following linear (Transformer Engine layout, "
      "linear_qkv.layer_norm_weight), where Megatron's layernorm recompute does nothing; not supported"},
     {"mla_up_proj", "needs multi-latent attention, which Strata does not have"},
-    {"mhc", "not supported (Strata has no mHC hyper-connections yet)"},
+    {"mhc",
+     "not built yet (mHC layers recompute under full recompute; Megatron dev's selective mhc recompute is not "
+     "implemented)"},
     {"gdn", "not supported (Strata has no GatedDeltaNet layers)"},
     {"gdn_norm_out", "not supported (Strata has no GatedDeltaNet layers)"},
     {"gdp_in_proj", "not supported (Strata has no GatedDeltaProduct layers)"},

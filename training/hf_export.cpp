@@ -133,6 +133,9 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   STRATA_CHECK(!cfg.model.hybrid_layer_pattern && !cfg.model.hybrid_override_pattern,
                "export --format hf: the checkpoint is a hybrid model (model.hybrid_layer_pattern), which has no "
                "Hugging Face family in Strata yet");
+  STRATA_CHECK(!cfg.model.enable_hyper_connections,
+               "export --format hf: the checkpoint uses mHC hyper-connections (model.enable_hyper_connections), "
+               "which no Hugging Face format represents");
   cfg.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); export runs in one process
   std::unique_ptr<data::Tokenizer> tok = try_tokenizer(cfg);
   if (!cfg.model.vocab_size) {

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/phase_timer.h"
+#include "models/blocks/hybrid_mhc_layer.h"
 #include "models/blocks/layer_residuals.h"
 
 namespace strata {
@@ -20,16 +21,22 @@ HybridStack::HybridStack(int64_t first_layer, const std::string& symbols, const 
       dtype_(env.dtype),
       device_(env.device),
       sequence_parallel_(env.sequence_parallel) {
-  for (size_t i = 0; i < symbols.size(); ++i)
-    layers_.push_back(make_hybrid_layer(symbols[i], first_layer + static_cast<int64_t>(i), cfg, env, groups,
-                                        name_prefix.empty() ? std::string() : name_prefix + std::to_string(i)));
+  if (cfg.enable_hyper_connections) streams_ = cfg.num_residual_streams;
+  for (size_t i = 0; i < symbols.size(); ++i) {
+    const int64_t index = first_layer + static_cast<int64_t>(i);
+    const std::string name = name_prefix.empty() ? std::string() : name_prefix + std::to_string(i);
+    if (cfg.enable_hyper_connections)  // mHC: every layer is one site (hybrid_mhc_layer.h)
+      layers_.push_back(std::make_unique<HyperConnectionHybridLayer>(symbols[i], index, cfg, env, groups, name));
+    else
+      layers_.push_back(make_hybrid_layer(symbols[i], index, cfg, env, groups, name));
+  }
   recompute_ = full_recompute_chunks(cfg, layers_.size());
 }
 
 Tensor HybridStack::layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay) {
   Tensor x = layers_[i]->forward(in, run, run.cache ? &run.cache->layers[i] : nullptr, sv ? &sv->layers[i] : nullptr,
                                  replay || run.replay);
-  observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_);  // silent in a replay (SuspendScope)
+  observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_, streams_);  // silent in a replay (SuspendScope)
   return x;
 }
 

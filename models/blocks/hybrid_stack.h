@@ -3,6 +3,8 @@
 // in order over the residual stream [s, b, h] — the sibling of TransformerBlock. The layer loop
 // observes every layer's residuals once (observe_layer_residuals), owns the layers' saved state per
 // micro-batch, one generation cache per layer, exposes the MoE routers and restarts per-step state.
+// With mHC (model.enable_hyper_connections) every layer is wrapped in one hyper-connection site
+// (models/blocks/hybrid_mhc_layer.h) and the residual is [s, b, n·h].
 // The final norm is the language-model shell's (decoder.final_norm, models/hybrid/hybrid_model.h).
 // Reference: megatron/core/models/hybrid/hybrid_block.py (HybridStack.__init__, forward).
 #pragma once
@@ -49,6 +51,7 @@ class HybridStack : public Block {
   DType dtype_;
   Device device_;
   bool sequence_parallel_ = false;  // the residual observations are tp-sharded along the sequence
+  int64_t streams_ = 1;             // mHC residual streams
   std::vector<std::unique_ptr<HybridLayer>> layers_;
 };
 

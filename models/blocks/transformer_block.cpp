@@ -29,7 +29,7 @@ TransformerBlock::TransformerBlock(int64_t first_layer, const std::vector<layers
 Tensor TransformerBlock::layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay) {
   Tensor x = layers_[i]->forward(in, run.keys, run.position_offset, run.cache ? &run.cache->layers[i] : nullptr,
                                  sv ? &sv->layers[i] : nullptr, run.aux, replay || run.replay);
-  observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_);  // silent in a replay (SuspendScope)
+  observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_, layers_[i]->residual_streams());  // silent in a replay (SuspendScope)
   return x;
 }
 

@@ -97,7 +97,7 @@ Linear::Linear(const std::string& prefix, int64_t in, int64_t out, bool has_bias
   }
 }
 
-Tensor Linear::forward(const Tensor& x_in) const {
+Tensor Linear::forward(const Tensor& x_in, bool add_bias) const {
   const bool col = sharded() && mode_ == TensorParallelMode::Column;
   const bool row = sharded() && mode_ == TensorParallelMode::Row;
   Tensor x = (col && sequence_parallel_) ? tp::gather_dim0(x_in, tp_) : x_in;
@@ -106,10 +106,10 @@ Tensor Linear::forward(const Tensor& x_in) const {
   Shape ys = x.shape();
   ys[ys.ndim() - 1] = out_features;
   Tensor y = Tensor::empty(ys, x.dtype(), x.device());
-  kernels::linear_forward(x, weight.value, (has_bias && !row) ? &bias.value : nullptr, y);
+  kernels::linear_forward(x, weight.value, (has_bias && add_bias && !row) ? &bias.value : nullptr, y);
   if (!row) return y;
   y = sequence_parallel_ ? tp::reduce_scatter_dim0(y, tp_) : tp::all_reduce_sum(y, tp_);
-  if (has_bias) kernels::add_bias(y, bias.value, y);
+  if (has_bias && add_bias) kernels::add_bias(y, bias.value, y);
   return y;
 }
 

@@ -41,8 +41,9 @@ class Linear {
   Linear(const std::string& prefix, int64_t in, int64_t out, bool has_bias, double init_std, const LayerEnv& env,
          const ProcessGroup& tp, TensorParallelMode mode = TensorParallelMode::Replicated, int64_t chunks = 1);
   // x: [..., in_features] -> y: [..., out_features] (sequence parallel: x and y are [s, b, ·]
-  // with the sequence sharded where the mode says).
-  Tensor forward(const Tensor& x) const;
+  // with the sequence sharded where the mode says). add_bias false: the bias is left out (the
+  // caller adds it, e.g. mHC's merge — Megatron's skip_bias_add); backward is the same either way.
+  Tensor forward(const Tensor& x, bool add_bias = true) const;
   // x: the forward input, dy: like the forward output -> dx: like x (undefined if !need_dx);
   // adds dw, db into main_grad.
   Tensor backward(const Tensor& x, const Tensor& dy, bool need_dx = true);

@@ -18,7 +18,7 @@ MLP::MLP(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env,
       openai_gelu_(cfg.openai_gelu),
       ffn_(linear_fc2.in_features) {}
 
-Tensor MLP::forward(const Tensor& x, Saved* saved) const {
+Tensor MLP::forward(const Tensor& x, Saved* saved, bool add_output_bias) const {
   Tensor f = linear_fc1.forward(x);
   Shape as = f.shape();
   as[as.ndim() - 1] = ffn_;
@@ -28,7 +28,7 @@ Tensor MLP::forward(const Tensor& x, Saved* saved) const {
   } else {
     kernels::gelu_forward(f, a, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
   }
-  Tensor y = linear_fc2.forward(a);
+  Tensor y = linear_fc2.forward(a, add_output_bias);
   if (saved) *saved = Saved{x, f, a};
   return y;
 }

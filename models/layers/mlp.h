@@ -26,7 +26,8 @@ class MLP {
   // prefix: "decoder.layers.{i}.mlp"; linear_fc2 init std = init_std/sqrt(2L).
   MLP(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp);
   // x: [s, b, h] -> [s, b, h]
-  Tensor forward(const Tensor& x, Saved* saved) const;
+  // add_output_bias false: linear_fc2's bias left out (mHC merges it).
+  Tensor forward(const Tensor& x, Saved* saved, bool add_output_bias = true) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
   Tensor backward(const Saved& saved, const Tensor& dy);
   void collect(std::vector<Parameter*>& out);

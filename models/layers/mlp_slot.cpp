@@ -12,10 +12,10 @@ struct DenseState : SlotState {
 };
 }  // namespace
 
-Tensor DenseMlpSlot::forward(const Tensor& x, const SlotRun& /*run*/, std::unique_ptr<SlotState>* saved) const {
-  if (!saved) return mlp.forward(x, nullptr);
+Tensor DenseMlpSlot::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<SlotState>* saved) const {
+  if (!saved) return mlp.forward(x, nullptr, !run.skip_output_bias);
   auto st = std::make_unique<DenseState>();
-  Tensor y = mlp.forward(x, &st->mlp);
+  Tensor y = mlp.forward(x, &st->mlp, !run.skip_output_bias);
   *saved = std::move(st);
   return y;
 }

@@ -32,6 +32,9 @@ struct SlotRun {
   // An activation-recompute replay of a forward that already ran (models/blocks/recompute.h):
   // per-step side effects (the router's token counts) are skipped.
   bool replay = false;
+  // mHC: the dense MLP leaves linear_fc2's bias out (output_bias(); the merge adds it). The MoE
+  // slot keeps whatever bias its output has inside it.
+  bool skip_output_bias = false;
 };
 
 // A slot's saved activations (each slot kind derives its own).
@@ -53,6 +56,8 @@ class MlpSlot {
   virtual void end_of_step() {}
   // The slot's MoE router (null for a dense slot).
   virtual moe::TopKRouter* moe_router() { return nullptr; }
+  // The bias a forward with SlotRun::skip_output_bias left out (undefined: none).
+  virtual Tensor output_bias() const { return Tensor(); }
 };
 
 // The dense MLP in the slot.
@@ -64,6 +69,9 @@ class DenseMlpSlot : public MlpSlot {
   Tensor backward(const SlotState& saved, const Tensor& dy) override;
   void collect(std::vector<Parameter*>& out) override { mlp.collect(out); }
   MlpKind kind() const override { return MlpKind::Dense; }
+  Tensor output_bias() const override {
+    return mlp.linear_fc2.has_bias ? mlp.linear_fc2.bias.value : Tensor();
+  }
 
   MLP mlp;
 };

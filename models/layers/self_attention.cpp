@@ -148,7 +148,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
     else
       kernels::attention_forward(q, k_all, v_all, out, lse, p);
   }
-  Tensor y = linear_proj.forward(out.reshape({s, b, np_ * hn_}));
+  Tensor y = linear_proj.forward(out.reshape({s, b, np_ * hn_}), !run.skip_output_bias);
   if (saved) {
     STRATA_CHECK(!run.cache, linear_qkv.weight.name, ": a KV-cache forward saves no activations");
     *saved = Saved{x, qn, kn, q, k, v, out, lse, p, run.position_offset};

@@ -48,6 +48,7 @@ class SelfAttention {
     int64_t global_batch_offset = 0;
     int64_t position_offset = 0;
     LayerKVCache* cache = nullptr;
+    bool skip_output_bias = false;  // linear_proj's bias left out (mHC merges it: output_bias())
   };
 
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
@@ -58,6 +59,8 @@ class SelfAttention {
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
   Tensor backward(const Saved& saved, const Tensor& dy);
   void collect(std::vector<Parameter*>& out);
+  // linear_proj's bias (undefined without add_bias_linear).
+  Tensor output_bias() const { return linear_proj.has_bias ? linear_proj.bias.value : Tensor(); }
 
   int64_t heads() const { return np_; }
   int64_t groups() const { return ng_; }

@@ -52,6 +52,15 @@ TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const 
     mlp_ = make_mlp_slot(spec.mlp_kind, name_ + ".mlp", cfg, env, groups);
     recompute_mlp_ = recompute_module(cfg, mlp_->kind() == MlpKind::Dense ? "mlp" : "moe");
   }
+  if (cfg.enable_hyper_connections) {
+    const MhcOptions o = mhc_options(cfg);
+    streams_ = o.streams;
+    if (spec.self_attention)
+      attention_hc_ = std::make_unique<HyperConnection>(name_ + ".self_attention_hyper_connection", cfg.hidden_size,
+                                                        o, env, sp);
+    if (spec.mlp)
+      mlp_hc_ = std::make_unique<HyperConnection>(name_ + ".mlp_hyper_connection", cfg.hidden_size, o, env, sp);
+  }
 }
 
 Norm& TransformerLayer::input_layernorm() { return present(input_layernorm_, name_, "input_layernorm"); }
@@ -67,8 +76,8 @@ MLP& TransformerLayer::mlp() {
   return dense->mlp;
 }
 
-Tensor TransformerLayer::attention_branch(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
-                                          LayerKVCache* cache, Saved& sv, bool keep) const {
+Tensor TransformerLayer::attention_sublayer(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
+                                            LayerKVCache* cache, Saved& sv, bool keep, Tensor* bias) const {
   Tensor h1;
   {
     phase_timer::Scope t("forward/layers/norms");
@@ -82,37 +91,85 @@ Tensor TransformerLayer::attention_branch(const Tensor& x, const DropoutKeys& ke
   }
   run.position_offset = position_offset;
   run.cache = cache;
-  Tensor a;
-  {
-    phase_timer::Scope t("forward/layers/attention");
-    a = self_attention_->forward(h1, run, keep ? &sv.attention : nullptr);
+  if (bias) {
+    run.skip_output_bias = true;
+    *bias = self_attention_->output_bias();
   }
-  sv.attention_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, a);
-  return add(x, apply_dropout(a, sv.attention_dropout));
+  phase_timer::Scope t("forward/layers/attention");
+  return self_attention_->forward(h1, run, keep ? &sv.attention : nullptr);
 }
 
-Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
-                                    AuxLossChannel* aux, bool replay) const {
+Tensor TransformerLayer::mlp_sublayer(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
+                                      AuxLossChannel* aux, bool replay, Tensor* bias) const {
   Tensor h2;
   {
     phase_timer::Scope t("forward/layers/norms");
     h2 = pre_mlp_layernorm_->forward(x, keep ? &sv.pre_mlp_norm : nullptr);
   }
   const bool checkpoint = keep && recompute_mlp_;
-  Tensor m;
-  {
-    phase_timer::Scope t("forward/layers/mlp");
-    if (checkpoint) {
-      sv.mlp_input = h2;
-      sv.mlp_keys = keys;
-      sv.mlp_aux = aux;
-      sv.mlp_aux_begin = aux ? aux->losses().size() : 0;
-    }
-    m = mlp_->forward(h2, SlotRun{index_, &keys, aux, replay}, keep && !checkpoint ? &sv.mlp : nullptr);
-    if (checkpoint) sv.mlp_aux_end = aux ? aux->losses().size() : 0;
+  phase_timer::Scope t("forward/layers/mlp");
+  if (checkpoint) {
+    sv.mlp_input = h2;
+    sv.mlp_keys = keys;
+    sv.mlp_aux = aux;
+    sv.mlp_aux_begin = aux ? aux->losses().size() : 0;
   }
+  SlotRun r{index_, &keys, aux, replay};
+  if (bias) {
+    r.skip_output_bias = true;
+    *bias = mlp_->output_bias();
+  }
+  Tensor m = mlp_->forward(h2, r, keep && !checkpoint ? &sv.mlp : nullptr);
+  if (checkpoint) sv.mlp_aux_end = aux ? aux->losses().size() : 0;
+  return m;
+}
+
+Tensor TransformerLayer::attention_branch(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
+                                          LayerKVCache* cache, Saved& sv, bool keep) const {
+  if (attention_hc_) {  // mHC: x [s, b, n·h]; the mask is drawn on the merge's [s, b, n·h] output
+    const Tensor agg = attention_hc_->forward(x, sv.attention_hc);
+    Tensor bias;
+    const Tensor a = attention_sublayer(agg, keys, position_offset, cache, sv, keep, &bias);
+    const DropoutSpec d = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, x);
+    return attention_hc_->merge(a, bias, d, sv.attention_hc);
+  }
+  const Tensor a = attention_sublayer(x, keys, position_offset, cache, sv, keep);
+  sv.attention_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, a);
+  return add(x, apply_dropout(a, sv.attention_dropout));
+}
+
+Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
+                                    AuxLossChannel* aux, bool replay) const {
+  if (mlp_hc_) {
+    const Tensor agg = mlp_hc_->forward(x, sv.mlp_hc);
+    Tensor bias;
+    const Tensor m = mlp_sublayer(agg, keys, sv, keep, aux, replay, &bias);
+    const DropoutSpec d = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, x);
+    return mlp_hc_->merge(m, bias, d, sv.mlp_hc);
+  }
+  const Tensor m = mlp_sublayer(x, keys, sv, keep, aux, replay);
   sv.mlp_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, m);
   return add(x, apply_dropout(m, sv.mlp_dropout));
+}
+
+Tensor TransformerLayer::attention_sublayer_backward(const Saved& sv, const Tensor& dy) {
+  Tensor dh1;
+  {
+    phase_timer::Scope t("backward/layers/attention");
+    dh1 = self_attention_->backward(sv.attention, dy);
+  }
+  phase_timer::Scope t("backward/layers/norms");
+  return input_layernorm_->backward(sv.input_norm, dh1);
+}
+
+Tensor TransformerLayer::mlp_sublayer_backward(const Saved& sv, const Tensor& dy) {
+  Tensor dh2;
+  {
+    phase_timer::Scope t("backward/layers/mlp");
+    dh2 = mlp_slot_backward(sv, dy);
+  }
+  phase_timer::Scope t("backward/layers/norms");
+  return pre_mlp_layernorm_->backward(sv.pre_mlp_norm, dh2);
 }
 
 Tensor TransformerLayer::mlp_slot_backward(const Saved& sv, const Tensor& dm) {
@@ -148,36 +205,53 @@ Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64
 Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
   Tensor dx = dy;
   if (spec_.mlp) {
-    // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
-    Tensor dh2;
-    {
-      phase_timer::Scope t("backward/layers/mlp");
-      dh2 = mlp_slot_backward(sv, apply_dropout_backward(dx, sv.mlp_dropout));
+    if (mlp_hc_) {  // x_next = merge(x, mlp(norm(agg(x))), bias): the merge, the sub-layer, the site
+      // (the merge's g_bias = Σ_tokens g_y is what linear_fc2's backward adds to its bias itself)
+      const HyperConnection::MergeGrads g = mlp_hc_->merge_backward(dx, sv.mlp_hc);
+      dx = mlp_hc_->backward(mlp_sublayer_backward(sv, g.g_y), sv.mlp_hc);
+    } else {  // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
+      dx = add(dx, mlp_sublayer_backward(sv, apply_dropout_backward(dx, sv.mlp_dropout)));
     }
-    phase_timer::Scope t("backward/layers/norms");
-    dx = add(dx, pre_mlp_layernorm_->backward(sv.pre_mlp_norm, dh2));
   }
   if (spec_.self_attention) {
-    // x2 = x + drop(attn(norm1(x))): dx = dx2 + norm1ᵀ(attnᵀ(dropᵀ(dx2)))
-    Tensor dh1;
-    {
-      phase_timer::Scope t("backward/layers/attention");
-      dh1 = self_attention_->backward(sv.attention, apply_dropout_backward(dx, sv.attention_dropout));
+    if (attention_hc_) {
+      const HyperConnection::MergeGrads g = attention_hc_->merge_backward(dx, sv.attention_hc);
+      dx = attention_hc_->backward(attention_sublayer_backward(sv, g.g_y), sv.attention_hc);
+    } else {  // x2 = x + drop(attn(norm1(x))): dx = dx2 + norm1ᵀ(attnᵀ(dropᵀ(dx2)))
+      dx = add(dx, attention_sublayer_backward(sv, apply_dropout_backward(dx, sv.attention_dropout)));
     }
-    phase_timer::Scope t("backward/layers/norms");
-    dx = add(dx, input_layernorm_->backward(sv.input_norm, dh1));
   }
   return dx;
+}
+
+Tensor TransformerLayer::sublayer_forward(const Tensor& h, const DropoutKeys& keys, int64_t position_offset,
+                                          LayerKVCache* cache, Saved* saved, AuxLossChannel* aux, bool replay,
+                                          Tensor* bias) const {
+  STRATA_INTERNAL_ASSERT(spec_.self_attention != spec_.mlp, name_, ": sublayer_forward needs a single-branch layer");
+  Saved local;
+  Saved& sv = saved ? *saved : local;
+  if (spec_.self_attention) return attention_sublayer(h, keys, position_offset, cache, sv, saved != nullptr, bias);
+  return mlp_sublayer(h, keys, sv, saved != nullptr, aux, replay, bias);
+}
+
+DropoutSite TransformerLayer::sublayer_site() const {
+  return spec_.self_attention ? DropoutSite::AttentionOutput : DropoutSite::MlpOutput;
+}
+
+Tensor TransformerLayer::sublayer_backward(const Saved& sv, const Tensor& dy) {
+  return spec_.self_attention ? attention_sublayer_backward(sv, dy) : mlp_sublayer_backward(sv, dy);
 }
 
 void TransformerLayer::collect(std::vector<Parameter*>& out) {
   if (spec_.self_attention) {
     input_layernorm_->collect(out);
     self_attention_->collect(out);
+    if (attention_hc_) attention_hc_->collect(out);
   }
   if (spec_.mlp) {
     pre_mlp_layernorm_->collect(out);
     mlp_->collect(out);
+    if (mlp_hc_) mlp_hc_->collect(out);
   }
 }
 

@@ -5,6 +5,14 @@
 // (hidden_dropout both). The full GPT layer has both branches; attention-only and MLP-only layers
 // (the hybrid stack's `*` and `-`) have one. The norms carry the TE names
 // self_attention.linear_qkv.layer_norm_{weight,bias} and mlp.linear_fc1.layer_norm_{weight,bias}.
+// mHC (model.enable_hyper_connections; Megatron dev HyperConnectionTransformerLayer): each branch
+// is wrapped in a HyperConnection site, decoder.layers.{i}.self_attention_hyper_connection.* and
+// ….mlp_hyper_connection.*, over the n-stream residual x [s, b, n·h]:
+//   agg = hc.forward(x); y = sub-layer(agg) (its pre-norm inside, no residual add);
+//   x_next = hc.merge(y, dropout = hidden_dropout with the branch's dropout key, drawn on [s, b, n·h]).
+// The plain and the mHC path share the sub-layer calls (attention_sublayer / mlp_sublayer). With
+// mHC the output linear's bias stays apart (Megatron's bias-dropout-add pair): merge(y, bias); its
+// gradient is the linear's own (Σ over tokens of d y, equal to the merge's g_bias).
 // Observation sites: ResidualIn and LayerOutput, owner "decoder.layers.{i}" (global i), dims
 // "s,b,h". Selective recompute (recompute_modules mlp for a dense slot, moe for an MoE slot) keeps
 // only the slot's input and re-runs the slot's forward in backward (Megatron's checkpointed MLP /
@@ -16,6 +24,7 @@
 #include <vector>
 
 #include "models/layers/layer_common.h"
+#include "models/layers/hyper_connection.h"
 #include "models/layers/layer_spec.h"
 #include "models/layers/mlp_slot.h"
 #include "models/layers/norm.h"
@@ -40,12 +49,14 @@ class TransformerLayer {
     DropoutKeys mlp_keys;
     AuxLossChannel* mlp_aux = nullptr;
     size_t mlp_aux_begin = 0, mlp_aux_end = 0;
+    // mHC: the two sites' states (their backward consumes them).
+    mutable HyperConnectionState attention_hc, mlp_hc;
   };
   // index: global layer number i (0-based) in canonical names and dropout keys. name: the canonical
   // name prefix when not "decoder.layers.{i}" (an MTP module's "mtp.layers.{k}.transformer_layer").
   TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
                    const TransformerLayerSpec& spec = TransformerLayerSpec::full(), const std::string& name = {});
-  // x: [s, b, h] -> [s, b, h]. position_offset: position of token 0 (RoPE, KV cache);
+  // x: [s, b, h] -> [s, b, h] ([s, b, n·h] with mHC). position_offset: position of token 0 (RoPE, KV cache);
   // cache: generation only (no saved state); aux: the micro-batch's auxiliary-loss channel;
   // replay: a full-recompute replay of a forward that already ran (models/blocks/recompute.h).
   Tensor forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
@@ -64,6 +75,17 @@ class TransformerLayer {
   int64_t index() const { return index_; }
   bool has_attention() const { return spec_.self_attention; }
   bool has_mlp() const { return spec_.mlp; }
+  // The hybrid mHC wrapper's fast path (a single-branch layer built with mHC off):
+  // the branch's sub-layer on h WITHOUT its residual add (pre-norm inside), the branch's hidden
+  // dropout site, and the sub-layer's backward d(output) -> d(h). *bias: the output linear's bias,
+  // left out of the output (undefined: none), as Megatron's (output, bias) pair.
+  Tensor sublayer_forward(const Tensor& h, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
+                          Saved* saved, AuxLossChannel* aux, bool replay, Tensor* bias) const;
+  DropoutSite sublayer_site() const;
+  Tensor sublayer_backward(const Saved& sv, const Tensor& dy);
+  double hidden_dropout() const { return hidden_dropout_; }
+  // mHC: the residual streams n (1 without hyper-connections).
+  int64_t residual_streams() const { return streams_; }
 
   // The submodules (an internal error when the spec has no such branch).
   Norm& input_layernorm();
@@ -74,7 +96,16 @@ class TransformerLayer {
   MLP& mlp();  // the dense MLP of the slot
 
  private:
-  // x + dropout(attention(norm(x))) and x + dropout(mlp(norm(x))).
+  // The sub-layers without their residual add: attention(norm(h)) and mlp(norm(h)). bias not
+  // null: the output linear's bias is left out and returned there (undefined: none), for the merge.
+  Tensor attention_sublayer(const Tensor& h, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
+                            Saved& sv, bool keep, Tensor* bias = nullptr) const;
+  Tensor mlp_sublayer(const Tensor& h, const DropoutKeys& keys, Saved& sv, bool keep, AuxLossChannel* aux,
+                      bool replay, Tensor* bias = nullptr) const;
+  // Their backward: d(sub-layer output) -> d(sub-layer input).
+  Tensor attention_sublayer_backward(const Saved& sv, const Tensor& dy);
+  Tensor mlp_sublayer_backward(const Saved& sv, const Tensor& dy);
+  // x + dropout(attention(norm(x))) and x + dropout(mlp(norm(x))), or the mHC site around them.
   Tensor attention_branch(const Tensor& x, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
                           Saved& sv, bool keep) const;
   Tensor mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep, AuxLossChannel* aux,
@@ -92,6 +123,8 @@ class TransformerLayer {
   std::unique_ptr<Norm> pre_mlp_layernorm_;
   std::unique_ptr<MlpSlot> mlp_;
   bool recompute_mlp_ = false;  // selective recompute of the slot (mlp: dense, moe: MoE)
+  int64_t streams_ = 1;
+  std::unique_ptr<HyperConnection> attention_hc_, mlp_hc_;  // mHC sites (null without mHC)
 };
 
 }  // namespace strata::layers

@@ -324,3 +324,15 @@ TEST_CASE("hf: export leaves the MTP parameters out with a note", "[hf][mtp]") {
   CHECK(hf_tensors.tensors.count("model.layers.1.mlp.down_proj.weight") == 1);
   fs::remove_all(dir);
 }
+
+TEST_CASE("hf: export refuses an mHC checkpoint with an error naming the field", "[hf][mhc]") {
+  const fs::path dir = fresh_dir("mhc");
+  StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
+  cfg.model.enable_hyper_connections = true;
+  cfg.model.num_residual_streams = 2;
+  save_random_checkpoint(cfg, dir / "ckpt", 3);
+  CHECK_THROWS_WITH(hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string()),
+                    Contains("model.enable_hyper_connections") && Contains("no Hugging Face format"));
+  CHECK(!fs::exists(dir / "hf" / "model.safetensors"));
+  fs::remove_all(dir);
+}

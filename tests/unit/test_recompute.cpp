@@ -162,6 +162,28 @@ TEST_CASE("recompute: bit-identical losses and gradients to no recompute (GPT, G
   }
 }
 
+TEST_CASE("recompute: GPT and GPT+MoE with mHC (n = 3 streams) are bit-identical under full recompute",
+          "[recompute][mhc]") {
+  // The chunks are replayed on [s, b, n·h] inputs with the same dropout keys (the merges' masks too).
+  for (bool moe : {false, true}) {
+    INFO((moe ? "GPT+MoE mHC" : "GPT mHC"));
+    const std::vector<std::string> mhc = {"model.enable_hyper_connections=true", "model.num_residual_streams=3",
+                                          "model.mhc_sinkhorn_iterations=4"};
+    const Pass ref = two_micro_batches(rc_config(moe, mhc));
+    std::vector<std::vector<std::string>> modes = kModes;
+    modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"});
+    for (auto m : modes) {
+      INFO(m.back());
+      m.insert(m.end(), mhc.begin(), mhc.end());
+      const Pass got = two_micro_batches(rc_config(moe, m));
+      CHECK(got.losses == ref.losses);  // bitwise
+      CHECK(got.grads == ref.grads);
+    }
+    const Pass plain = two_micro_batches(rc_config(moe, {}));
+    CHECK(plain.losses != ref.losses);  // mHC changed the model
+  }
+}
+
 TEST_CASE("recompute: a hybrid stack (M * E -) with full and selective recompute is bit-identical", "[recompute][hybrid]") {
   // Mamba, attention, MoE and MLP layers in one HybridStack, dropout 0.1, two micro-batches.
   auto hybrid = [](const std::vector<std::string>& extra) {
@@ -177,6 +199,27 @@ TEST_CASE("recompute: a hybrid stack (M * E -) with full and selective recompute
   std::vector<std::vector<std::string>> modes = kModes;
   modes.push_back({"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=4"});
   modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp,moe]"});
+  for (const auto& m : modes) {
+    INFO(m.back());
+    const Pass got = two_micro_batches(hybrid(m));
+    CHECK(got.losses == ref.losses);  // bitwise
+    CHECK(got.grads == ref.grads);
+  }
+}
+
+TEST_CASE("recompute: a hybrid stack with mHC (M * E -, fast and delta path) is bit-identical", "[recompute][mhc]") {
+  auto hybrid = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> o = {"model.hybrid_layer_pattern='M*E-'", "model.add_bias_linear=false",
+                                  "model.num_experts=4", "model.moe_ffn_hidden_size=12", "model.moe_router_topk=2",
+                                  "model.moe_aux_loss_coeff=[0.1]", "model.mamba_head_dim=8", "model.mamba_state_dim=4",
+                                  "model.mamba_num_groups=2", "model.mamba_chunk_size=3", "model.position_embedding_type=rope",
+                                  "model.enable_hyper_connections=true", "model.num_residual_streams=2"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    return rc_config(false, o);
+  };
+  const Pass ref = two_micro_batches(hybrid({}));
+  std::vector<std::vector<std::string>> modes = kModes;
+  modes.push_back({"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=4"});
   for (const auto& m : modes) {
     INFO(m.back());
     const Pass got = two_micro_batches(hybrid(m));

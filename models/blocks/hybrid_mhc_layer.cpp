@@ -1,0 +1,82 @@
+// The hybrid stack's mHC wrapper (see hybrid_mhc_layer.h).
+// Reference: megatron/core/models/hybrid/hybrid_block.py (dev: HyperConnectionHybridLayer.forward).
+#include "models/blocks/hybrid_mhc_layer.h"
+
+#include "core/error.h"
+#include "kernels/elementwise.h"
+
+namespace strata {
+
+namespace {
+std::string layer_name(int64_t index, const std::string& name) {
+  return name.empty() ? "decoder.layers." + std::to_string(index) : name;
+}
+ModelConfig without_mhc(ModelConfig cfg) {
+  cfg.enable_hyper_connections = false;  // the inner layer is the plain one; the wrapper is its site
+  return cfg;
+}
+ProcessGroup sequence_parallel_group(const layers::LayerEnv& env, const ParallelGroups& groups) {
+  return env.sequence_parallel && groups.tp.size() > 1 ? groups.tp : ProcessGroup::single("tp");
+}
+}  // namespace
+
+struct HyperConnectionHybridLayer::Saved : HybridLayer::State {
+  layers::HyperConnectionState hc;
+  layers::TransformerLayer::Saved layer;  // fast path
+  std::unique_ptr<HybridLayer::State> inner;  // delta path
+};
+
+HyperConnectionHybridLayer::HyperConnectionHybridLayer(char symbol, int64_t index, const ModelConfig& cfg,
+                                                       const layers::LayerEnv& env, const ParallelGroups& groups,
+                                                       const std::string& name)
+    : name_(layer_name(index, name)),
+      inner_(make_hybrid_layer(symbol, index, without_mhc(cfg), env, groups, name_ + ".inner_layer")),
+      hc_(name_ + ".hyper_connection", cfg.hidden_size, mhc_options(cfg), env, sequence_parallel_group(env, groups)) {
+  if (auto* t = dynamic_cast<TransformerHybridLayer*>(inner_.get())) fast_ = &t->layer();
+}
+
+Tensor HyperConnectionHybridLayer::forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
+                                           std::unique_ptr<State>* saved, bool replay) {
+  Saved local;
+  Saved* sv = &local;
+  if (saved) {
+    auto s = std::make_unique<Saved>();
+    sv = s.get();
+    *saved = std::move(s);
+  }
+  const Tensor agg = hc_.forward(x, sv->hc);
+  if (fast_) {
+    Tensor bias;  // the branch's (y, bias) pair, as Megatron's bda
+    const Tensor y = fast_->sublayer_forward(agg, run.keys, run.position_offset, cache, saved ? &sv->layer : nullptr,
+                                             run.aux, replay, &bias);
+    const layers::DropoutSpec d = run.keys.hidden(fast_->hidden_dropout(), index(), fast_->sublayer_site(), x);
+    return hc_.merge(y, bias, d, sv->hc);
+  }
+  Tensor delta = inner_->forward(agg, run, cache, saved ? &sv->inner : nullptr, replay).clone();
+  kernels::axpy(-1.0, agg, delta);  // the layer's own residual add undone: delta = out − agg
+  return hc_.merge(delta, Tensor(), layers::DropoutSpec{}, sv->hc);
+}
+
+Tensor HyperConnectionHybridLayer::backward(State& state, const Tensor& dy) {
+  auto* sv = dynamic_cast<Saved*>(&state);
+  STRATA_INTERNAL_ASSERT(sv != nullptr, name_, ": the saved state is not an mHC hybrid layer's");
+  const layers::HyperConnection::MergeGrads g = hc_.merge_backward(dy, sv->hc);
+  Tensor g_agg;
+  if (fast_) {
+    g_agg = fast_->sublayer_backward(sv->layer, g.g_y);
+  } else {
+    STRATA_CHECK(sv->inner != nullptr, name_, ": backward without a saved forward");
+    g_agg = inner_->backward(*sv->inner, g.g_y).clone();
+    kernels::axpy(-1.0, g.g_y, g_agg);
+    sv->inner.reset();
+  }
+  sv->layer = {};
+  return hc_.backward(g_agg, sv->hc);
+}
+
+void HyperConnectionHybridLayer::collect(std::vector<Parameter*>& out) {
+  inner_->collect(out);
+  hc_.collect(out);
+}
+
+}  // namespace strata

@@ -1,0 +1,51 @@
+// The hybrid stack's mHC wrapper (Megatron dev HyperConnectionHybridLayer): with
+// model.enable_hyper_connections every layer of a HybridStack is one hyper-connection site,
+// decoder.layers.<i>.hyper_connection.*, around the layer built with mHC off under
+// decoder.layers.<i>.inner_layer.*, over the n-stream residual x [s, b, n·h]:
+//   agg = hc.forward(x)
+//   fast path (`*`, `-`, `E`: single-branch TransformerLayers): (y, bias) = the branch's sub-layer
+//     on agg without its residual add; x_next = hc.merge(y, bias, dropout = hidden_dropout with the
+//     branch's key, drawn on [s, b, n·h]);
+//   delta path (`M`): out = the whole MambaLayer on agg (agg + dropout(mixer(norm(agg)))),
+//     delta = out − agg; x_next = hc.merge(delta, no bias, no dropout).
+// Backward in reverse (delta path: d agg = innerᵀ(g_y) − g_y). Observation owner and the layer's
+// name: decoder.layers.<i> (the wrapper).
+// Reference: megatron/core/models/hybrid/hybrid_block.py (dev: HyperConnectionHybridLayer); spec §1.3.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/blocks/hybrid_layers.h"
+#include "models/layers/hyper_connection.h"
+
+namespace strata {
+
+class HyperConnectionHybridLayer : public HybridLayer {
+ public:
+  HyperConnectionHybridLayer(char symbol, int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env,
+                             const ParallelGroups& groups, const std::string& name = {});
+  Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache, std::unique_ptr<State>* saved,
+                 bool replay) override;
+  Tensor backward(State& saved, const Tensor& dy) override;
+  void collect(std::vector<Parameter*>& out) override;
+  layers::LayerKVCache make_cache(int64_t batch, int64_t max_seq, DType dtype, Device device) const override {
+    return inner_->make_cache(batch, max_seq, dtype, device);
+  }
+  void end_of_step() override { inner_->end_of_step(); }
+  layers::moe::TopKRouter* moe_router() override { return inner_->moe_router(); }
+  const std::string& name() const override { return name_; }
+  int64_t index() const override { return inner_->index(); }
+  char symbol() const override { return inner_->symbol(); }
+  HybridLayer& inner() { return *inner_; }
+  layers::HyperConnection& hyper_connection() { return hc_; }
+
+ private:
+  struct Saved;
+  std::string name_;
+  std::unique_ptr<HybridLayer> inner_;
+  layers::TransformerLayer* fast_ = nullptr;  // the inner single-branch layer (fast path); null: delta path
+  layers::HyperConnection hc_;
+};
+
+}  // namespace strata

@@ -1,0 +1,85 @@
+// mHC hyper-connections under model parallelism on 2 CPU ranks ([mhc2], ctest mpi_mhc_np2): layout
+// equivalence against the single-rank run (layout_check.h: 10 losses and grad norms within 1e-5
+// relative, every step-1 gradient within 1e-5) of a GPT with n = 3 residual streams, two mHC
+// sites per layer and the learned hc_head contraction: TP2 + sequence parallelism (the sites'
+// and the head's replicated parameters summed over tp), PP2 (the [s, b, n·h] streams cross the
+// stage boundary; the expansion on the first stage, the head on the last), PP2 × VPP2, DP2 with
+// the distributed optimizer, and EP2 with MoE layers inside the MLP sites; the mean contraction
+// under PP2; a hybrid `M*E-` model (fast and delta path) under PP2 and TP2 + SP. Gradient errors count as absolute below 1e-4 (check_layout's grad_floor): the
+// 1-element alpha gradients are sums over every token with heavy cancellation (alpha_res ~1e-8
+// at init, where H_res ≈ 1/n), and tp's partial sums change their f32 rounding at ~5e-10.
+// Reference: Megatron-LM dev pipeline_parallel/schedules.py (n·C tensor shapes),
+// transformer/hyper_connection.py (sequence_parallel attributes).
+#include <string>
+#include <vector>
+
+#include "layout_check.h"
+
+namespace strata {
+namespace {
+
+constexpr double kGradFloor = 1e-4;
+
+void check_layout(const std::vector<std::string>& layout, int world) {
+  mpitest::check_layout(layout, world, nullptr, kGradFloor);
+}
+
+std::vector<std::string> mhc(std::vector<std::string> layout) {
+  std::vector<std::string> all = {"model.enable_hyper_connections=true", "model.num_residual_streams=3",
+                                  "model.mhc_sinkhorn_iterations=6"};
+  all.insert(all.end(), layout.begin(), layout.end());
+  return all;
+}
+
+// A hybrid model with mHC: `pattern` in the layout run, `flat` (without '|') in the baseline.
+void check_hybrid(const std::string& pattern, const std::string& flat, const std::vector<std::string>& parallel) {
+  const std::vector<std::string> common = {"model.num_experts=4",           "model.moe_ffn_hidden_size=16",
+                                           "model.add_bias_linear=false",   "model.moe_aux_loss_coeff=0.01",
+                                           "model.position_embedding_type=rope", "model.mamba_head_dim=16",
+                                           "model.mamba_num_groups=2",      "model.mamba_state_dim=8",
+                                           "model.mamba_chunk_size=8"};
+  std::vector<std::string> layout = mhc(common), baseline = mhc(common);
+  layout.push_back("model.hybrid_layer_pattern=\"" + pattern + "\"");
+  baseline.push_back("model.hybrid_layer_pattern=\"" + flat + "\"");
+  layout.insert(layout.end(), parallel.begin(), parallel.end());
+  mpitest::check_layout(layout, 2, &baseline, kGradFloor);
+}
+
+}  // namespace
+
+TEST_CASE("mhc layouts: hybrid (M * E -, one site per layer) PP2 with '|' segments and TP2 + SP match", "[mhc2]") {
+  check_hybrid("M*|E-", "M*E-", {"parallel.pipeline_model_parallel_size=2"});
+  check_hybrid("M*E-", "M*E-", {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"});
+}
+
+TEST_CASE("mhc layouts: TP2 matches the single-rank run", "[mhc2]") {
+  check_layout(mhc({"parallel.tensor_model_parallel_size=2"}), 2);
+}
+
+TEST_CASE("mhc layouts: TP2 + sequence parallelism matches the single-rank run", "[mhc2]") {
+  check_layout(mhc({"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}), 2);
+}
+
+TEST_CASE("mhc layouts: PP2 (n streams cross the stages), learned and mean contraction", "[mhc2]") {
+  check_layout(mhc({"parallel.pipeline_model_parallel_size=2"}), 2);
+  check_layout(mhc({"parallel.pipeline_model_parallel_size=2", "model.mhc_learned_output_contract=false",
+                    "model.untie_embeddings_and_output_weights=true"}),
+               2);
+}
+
+TEST_CASE("mhc layouts: PP2 x VPP2 (interleaved) matches", "[mhc2]") {
+  check_layout(mhc({"parallel.pipeline_model_parallel_size=2", "parallel.virtual_pipeline_model_parallel_size=2"}), 2);
+}
+
+TEST_CASE("mhc layouts: DP2 with the distributed optimizer matches", "[mhc2]") {
+  check_layout(mhc({"parallel.use_distributed_optimizer=true"}), 2);
+}
+
+TEST_CASE("mhc layouts: EP2 with MoE layers in the MLP sites matches", "[mhc2]") {
+  check_layout(mhc({"model.add_bias_linear=false", "model.num_experts=4", "model.moe_ffn_hidden_size=16",
+                    "model.moe_router_topk=2", "model.moe_aux_loss_coeff=0.01", "model.moe_layer_freq=[0, 1, 1, 0]",
+                    "parallel.expert_model_parallel_size=2"}),
+               2);
+}
+
+}  // namespace strata
