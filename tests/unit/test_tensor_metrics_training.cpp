@@ -131,6 +131,10 @@ TEST_CASE("tensor metrics in training: config errors name logging.tensor_metrics
   CHECK_THAT(error({"logging.tensor_metrics=[layer-router-health:10]"}),
              Catch::Contains("no MoE layers"));  // tiny_config is dense
   CHECK_THAT(error({"logging.tensor_metrics=[global-mtp-logits-l2:10]"}), Catch::Contains("no MTP layers"));
+  CHECK_THAT(error({"logging.tensor_metrics=[layer-mhc-stream-l2:10]"}),
+             Catch::Contains("logging.tensor_metrics") && Catch::Contains("model.enable_hyper_connections is false"));
+  CHECK(error({"logging.tensor_metrics=[layer-mhc-sinkhorn-error:10]", "model.enable_hyper_connections=true"}) ==
+        "no error");
   CHECK_THAT(error({"logging.tensor_metrics=[global-param-l2:10, global-param-l2:5]"}), Catch::Contains("twice"));
 }
 

@@ -26,6 +26,10 @@ void validate_tensor_metrics(const StrataConfig& c) {
   for (const TensorMetricSpec& s : specs) {
     const auto f = std::find_if(tensor_metric_factories().begin(), tensor_metric_factories().end(),
                                 [&](const MetricFactory& x) { return x.name == s.name; });
+    if (s.name.rfind("layer-mhc-", 0) == 0 && !c.model.enable_hyper_connections)
+      throw config::ConfigError("logging.tensor_metrics",
+                                "'" + s.name + "' reads the mHC hyper-connection sites, and this model has none "
+                                "(model.enable_hyper_connections is false)");
     for (const std::string& kind : f->make()->source_kinds()) {
       if (kind.rfind("router_", 0) == 0 && !c.model.is_moe())
         throw config::ConfigError("logging.tensor_metrics",
