@@ -33,13 +33,13 @@ const std::vector<std::string> kMoe = {"model.add_bias_linear=false", "model.num
                                        "model.moe_aux_loss_coeff=0.01", "model.moe_layer_freq=[0, 1, 1, 0]"};
 
 // Every metric the model can feed, due at every iteration.
-std::string all_metrics(bool moe) {
+std::string all_metrics(bool moe, bool mhc) {
   std::string s = "logging.tensor_metrics=[";
   bool first = true;
   for (const tensor_metrics::MetricFactory& f : tensor_metrics::tensor_metric_factories()) {
     bool router = false, mtp = false;
     for (const std::string& k : f.make()->source_kinds()) router |= k.rfind("router_", 0) == 0, mtp |= k == "mtp_logits";
-    if (mtp || (router && !moe)) continue;
+    if (mtp || (router && !moe) || (f.name.rfind("layer-mhc-", 0) == 0 && !mhc)) continue;
     s += (first ? "" : ", ") + f.name + ":1";
     first = false;
   }
@@ -67,11 +67,13 @@ bool splits_tokens(const StrataConfig& cfg) {
          (p.sequence_parallel && p.tensor_model_parallel_size > 1);
 }
 
-void check_metrics(std::vector<std::string> layout, bool moe) {
+// mhc: with 3 mHC residual streams (and the mHC metrics).
+void check_metrics(std::vector<std::string> layout, bool moe, bool mhc = false) {
   const int world = mpitest::world().size();
   std::vector<std::string> common = moe ? kMoe : std::vector<std::string>{};
   common.push_back("training.train_iters=2");
-  common.push_back(all_metrics(moe));
+  if (mhc) common.insert(common.end(), {"model.enable_hyper_connections=true", "model.num_residual_streams=3"});
+  common.push_back(all_metrics(moe, mhc));
   std::vector<std::string> par = common;
   par.insert(par.end(), layout.begin(), layout.end());
   std::vector<std::string> base_opts = common;
@@ -129,6 +131,11 @@ TEST_CASE("tensor metrics: every MoE metric at TP2+SP, PP2, PP2xVPP2, DP2, DP2 d
   check_metrics({"parallel.expert_model_parallel_size=2"}, true);
 }
 
+TEST_CASE("tensor metrics: every metric of an mHC GPT at TP2, TP2+SP, PP2, PP2xVPP2, DP2, DP2 distopt, CP2 equals one rank",
+          "[tensor_metrics2][mhc]") {
+  for (const auto& layout : kLayouts) check_metrics(layout, false, /*mhc=*/true);
+}
+
 TEST_CASE("tensor metrics: losses are bit-identical with metrics due, configured but not due, and off",
           "[tensor_metrics2]") {
   const int world = mpitest::world().size();
@@ -143,7 +150,7 @@ TEST_CASE("tensor metrics: losses are bit-identical with metrics due, configured
     return l;
   };
   const std::vector<double> off = losses("");
-  CHECK(losses(all_metrics(true)) == off);
+  CHECK(losses(all_metrics(true, false)) == off);
   CHECK(losses("logging.tensor_metrics=[layer-router-health:1000, global-param-l2:1000]") == off);
 }
 
