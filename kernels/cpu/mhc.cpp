@@ -1,10 +1,12 @@
-// CPU reference of the mHC mapping computation and Sinkhorn projection (kernels/mhc.h): plain
-// loops over host arrays of the accumulation type (f64 for f64 activations, else f32), one token
-// at a time; parameter gradients summed over tokens in index order.
+// CPU reference of the mHC mapping computation and Sinkhorn projection (kernels/mhc.h) on host
+// arrays of the accumulation type (f64 for f64 activations, else f32): the projection x·Wᵀ and its
+// two transposed products on OpenBLAS (kernels/cpu/blas.h, single-threaded: a fixed k-order), the
+// norm, gates and Sinkhorn one token at a time; bias/α gradients summed over tokens in order.
 // Reference: Megatron-LM dev hyper_connection.py (native_proj_rms, _compute_h, SinkhornKnopp).
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/host_vectors.h"
 #include "kernels/mhc.h"
 #include "kernels/mhc_math.h"
@@ -34,16 +36,15 @@ void mappings_forward(const Tensor& xt, const Tensor& wt, const Tensor& at, cons
   const int64_t T_ = xt.size(0), K = xt.size(1), n = o.n, m = n * n + 2 * n;
   const std::vector<T> x = host<T>(xt), w = host<T>(wt), alpha = host<T>(at), bias = host<T>(bt);
   std::vector<T> pre(T_ * n), post(T_ * n), res(T_ * n * n), proj(T_ * m), rinv(T_);
+  gemm_split_over_openmp();  // OpenBLAS single-threaded: each element's k-order is fixed
+  if (T_ > 0) mm(false, true, int(T_), int(m), int(K), 1.0, x.data(), int(K), w.data(), int(K), 0.0, proj.data(), int(m));
   for (int64_t t = 0; t < T_; ++t) {
     const T* xr = &x[t * K];
     T ss = 0;
     for (int64_t c = 0; c < K; ++c) ss += xr[c] * xr[c];
     rinv[t] = norm_factor(ss, K, o);
     for (int64_t k = 0; k < m; ++k) {
-      T p = 0;
-      for (int64_t c = 0; c < K; ++c) p += xr[c] * w[k * K + c];
-      proj[t * m + k] = p;
-      const T h = rinv[t] * p * alpha[alpha_group(k, n)] + bias[k];
+      const T h = rinv[t] * proj[t * m + k] * alpha[alpha_group(k, n)] + bias[k];
       if (k < n) pre[t * n + k] = mhc_math::sigmoid(h) + T(kMhcPreEps);
       else if (k < 2 * n) post[t * n + k - n] = T(2) * mhc_math::sigmoid(h);
       else res[t * n * n + k - 2 * n] = h;
@@ -52,17 +53,16 @@ void mappings_forward(const Tensor& xt, const Tensor& wt, const Tensor& at, cons
   store(pre_t, pre), store(post_t, post), store(res_t, res), store(proj_t, proj), store(rinv_t, rinv);
 }
 
+// d(h) → d(proj) [T, m] (the rows x·Wᵀ feed), accumulating d(bias), d(α) in token order, and the
+// norm's share of d(x) (slope·x per token) into gx.
 template <typename T>
-void mappings_backward(const Tensor& xt, const Tensor& wt, const Tensor& at, const Tensor& bt, const Tensor& proj_t,
-                       const Tensor& rinv_t, const MhcMappingOptions& o, const Tensor& gpre_t, const Tensor& gpost_t,
-                       const Tensor& gres_t, const Tensor& gx_t, const Tensor& gw_t, const Tensor& ga_t,
-                       const Tensor& gb_t) {
-  const int64_t T_ = xt.size(0), K = xt.size(1), n = o.n, m = n * n + 2 * n;
-  const std::vector<T> x = host<T>(xt), w = host<T>(wt), alpha = host<T>(at), bias = host<T>(bt);
-  const std::vector<T> proj = host<T>(proj_t), rinv = host<T>(rinv_t);
-  const std::vector<T> gpre = host<T>(gpre_t), gpost = host<T>(gpost_t), gres = host<T>(gres_t);
-  std::vector<T> gx = host<T>(gx_t), gw = host<T>(gw_t), ga = host<T>(ga_t), gb = host<T>(gb_t);
-  std::vector<T> dproj(m);
+std::vector<T> mapping_proj_grads(const std::vector<T>& x, const std::vector<T>& alpha, const std::vector<T>& bias,
+                                  const std::vector<T>& proj, const std::vector<T>& rinv, const std::vector<T>& gpre,
+                                  const std::vector<T>& gpost, const std::vector<T>& gres, int64_t T_, int64_t K,
+                                  const MhcMappingOptions& o, std::vector<T>& gx, std::vector<T>& ga,
+                                  std::vector<T>& gb) {
+  const int64_t n = o.n, m = n * n + 2 * n;
+  std::vector<T> dproj(T_ * m);
   for (int64_t t = 0; t < T_; ++t) {
     const T* xr = &x[t * K];
     T drinv = 0;
@@ -76,18 +76,32 @@ void mappings_backward(const Tensor& xt, const Tensor& wt, const Tensor& at, con
       gb[k] += dh;
       ga[g] += dh * p * rinv[t];
       drinv += dh * p * alpha[g];
-      dproj[k] = dh * alpha[g] * rinv[t];
+      dproj[t * m + k] = dh * alpha[g] * rinv[t];
     }
     T ss = 0;
     for (int64_t c = 0; c < K; ++c) ss += xr[c] * xr[c];
     const T slope = drinv * norm_factor_slope(ss, rinv[t], K, o);
-    for (int64_t c = 0; c < K; ++c) {
-      T acc = slope * xr[c];
-      for (int64_t k = 0; k < m; ++k) acc += dproj[k] * w[k * K + c];
-      gx[t * K + c] += acc;
-    }
-    for (int64_t k = 0; k < m; ++k)
-      for (int64_t c = 0; c < K; ++c) gw[k * K + c] += dproj[k] * xr[c];
+    for (int64_t c = 0; c < K; ++c) gx[t * K + c] += slope * xr[c];
+  }
+  return dproj;
+}
+
+template <typename T>
+void mappings_backward(const Tensor& xt, const Tensor& wt, const Tensor& at, const Tensor& bt, const Tensor& proj_t,
+                       const Tensor& rinv_t, const MhcMappingOptions& o, const Tensor& gpre_t, const Tensor& gpost_t,
+                       const Tensor& gres_t, const Tensor& gx_t, const Tensor& gw_t, const Tensor& ga_t,
+                       const Tensor& gb_t) {
+  const int64_t T_ = xt.size(0), K = xt.size(1), n = o.n, m = n * n + 2 * n;
+  const std::vector<T> x = host<T>(xt), w = host<T>(wt), alpha = host<T>(at), bias = host<T>(bt);
+  const std::vector<T> proj = host<T>(proj_t), rinv = host<T>(rinv_t);
+  const std::vector<T> gpre = host<T>(gpre_t), gpost = host<T>(gpost_t), gres = host<T>(gres_t);
+  std::vector<T> gx = host<T>(gx_t), gw = host<T>(gw_t), ga = host<T>(ga_t), gb = host<T>(gb_t);
+  const std::vector<T> dproj = mapping_proj_grads(x, alpha, bias, proj, rinv, gpre, gpost, gres, T_, K, o, gx, ga, gb);
+  gemm_split_over_openmp();
+  if (T_ > 0) {
+    // gx [T, K] += dproj [T, m] · W [m, K];  gw [m, K] += dprojᵀ · x [T, K].
+    mm(false, false, int(T_), int(K), int(m), 1.0, dproj.data(), int(m), w.data(), int(K), 1.0, gx.data(), int(K));
+    mm(true, false, int(m), int(K), int(T_), 1.0, dproj.data(), int(m), x.data(), int(K), 1.0, gw.data(), int(K));
   }
   store(gx_t, gx), store(gw_t, gw), store(ga_t, ga), store(gb_t, gb);
 }
