@@ -68,10 +68,6 @@ void finalize_mhc_config(const ModelConfig& m) {
                           " (the fused kernels implement Megatron dev's numerics only: eps outside the sqrt, "
                           "mappings cast to the activation dtype)");
   check_mhc_recompute_modules(m);
-  if (m.enable_hyper_connections && m.mtp_depths() > 0)
-    throw ConfigError("model.enable_hyper_connections",
-                      "mHC with multi-token prediction (model.mtp_num_layers " + std::to_string(m.mtp_depths()) +
-                          ") is not built yet (docs/mhc.md)");
 
 }
 

@@ -107,7 +107,9 @@ std::string hybrid_mtp_symbols(const ModelConfig& m) {
 ParameterCount hybrid_mtp_parameters(const ModelConfig& m, const GptParameterCounts& c, int64_t tp) {
   if (m.mtp_depths() == 0) return {};
   const int64_t h = m.hidden_size;
-  ParameterCount one{h / tp * 2 * h, 3 * norm_params(m, h), 0, 0};  // eh_proj; enorm, hnorm, final_layernorm
+  // eh_proj (mHC: e_proj + h_proj, the same count); enorm, hnorm, final_layernorm; mHC: hc_head_*
+  ParameterCount one{h / tp * 2 * h, 3 * norm_params(m, h), 0, 0};
+  one += mhc_head_parameters(m);
   for (char s : hybrid_mtp_symbols(m)) one += hybrid_layer_parameters(m, s, c, tp);
   return (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
 }

@@ -60,8 +60,10 @@ GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_
   if (m.mtp_depths() > 0) {  // models/blocks/mtp_block.h
     ParameterCount one;
     one.replicated = 3 * norm_params(m, h);
-    one.sharded = h / tp * 2 * h;
+    one.sharded = h / tp * 2 * h;  // eh_proj [C, 2C]; mHC: e_proj and h_proj [C, C] each, the same count
     one += m.is_moe_layer(m.num_layers - 1) ? c.moe_layer : c.layer;
+    one += mhc_sites_per_layer(m) * mhc_site_parameters(m);  // mHC: the inner layer's two sites
+    one += mhc_head_parameters(m);                           // mHC: the depth's own hc_head_*
     c.mtp = (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
   }
   c.mhc_layer = mhc_sites_per_layer(m) * mhc_site_parameters(m);
