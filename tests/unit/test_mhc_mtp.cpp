@@ -9,6 +9,7 @@
 // Reference: megatron/core/transformer/multi_token_prediction.py (dev 2f2f8ebaef:
 // MultiTokenPredictionLayer._concat_embeddings / _postprocess, MultiTokenPredictionBlock.forward).
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "mtp_reference.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
+#include "training/checkpoint.h"
 #include "training/layer_plan.h"
 #include "training/memory_plan.h"
 #include "training/model_factory.h"
@@ -294,6 +296,39 @@ TEST_CASE("mhc mtp: full recompute of the depths is bit-identical (GPT, hybrid; 
     REQUIRE(ref.size() == got.size());
     for (size_t i = 0; i < ref.size(); ++i) CHECK(got[i] == ref[i]);  // bitwise
   }
+}
+
+TEST_CASE("mhc mtp: checkpoint round trip of the MTP parameters; generation ignores the depths", "[mhc][mtp]") {
+  namespace fs = std::filesystem;
+  const ModelConfig cfg = gpt_cfg(true);
+  auto a = build(cfg), other = build(cfg);
+  a->init_parameters(3);
+  perturb(*a, 11);
+  other->init_parameters(99);
+  const fs::path dir = fs::temp_directory_path() / "strata_mhc_mtp_ckpt";
+  fs::remove_all(dir);
+  std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
+  CheckpointState st;
+  st.iteration = 2;
+  save_checkpoint(dir.string(), st, a->parameters(), nullptr, *io);
+  CheckpointLoadOptions lo;
+  lo.load_optimizer = false;
+  lo.load_rng = false;
+  load_checkpoint(dir.string(), other->parameters(), nullptr, *io, lo);
+  fs::remove_all(dir);
+  const Batch batch = test::fixed_batch(kB, kS, kVocab);
+  CHECK(losses(*other, batch) == losses(*a, batch));
+  CHECK(by_name(*other).at("mtp.layers.1.hc_head_fn")->value.to_vector() ==
+        by_name(*a).at("mtp.layers.1.hc_head_fn")->value.to_vector());
+  // Generation: the same decoder without MTP gives the same logits (the depths are not run).
+  ModelConfig plain = cfg;
+  plain.mtp_num_layers.reset();
+  auto p = build(plain);
+  auto pa = by_name(*a);
+  for (Parameter* q : p->parameters()) q->value.copy_(pa.at(q->name)->value);
+  auto& ga = dynamic_cast<GPTModel&>(*a);
+  auto& gp = dynamic_cast<GPTModel&>(*p);
+  CHECK(test::max_abs_diff(ga.logits_for(batch.tokens, nullptr, 0), gp.logits_for(batch.tokens, nullptr, 0)) == 0.0);
 }
 
 TEST_CASE("mhc mtp: strata plan counts e_proj, h_proj, the inner sites and hc_head_* per depth exactly",
