@@ -201,15 +201,14 @@ std::vector<LayerActivations> stage_layers(const ModelConfig& m, const hybrid::H
   return out;
 }
 
-// The last stage's MTP depths (no mHC inside them): each depth's inputs, eh_proj, inner layer(s)
+// The last stage's MTP depths (mHC: their inner layers' sites too): each depth's inputs, eh_proj, inner layer(s)
 // and its output head, under no recompute, full recompute and the config's mode. The depths'
 // backward runs first and frees them before the decoder replays, so only their excess over the
 // decoder's replay adds to the peak.
 void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
                          const ActivationShape& shape, StagePlan& st) {
   if (model.mtp_depths() == 0) return;
-  ModelConfig m = model;
-  m.enable_hyper_connections = false;
+  const ModelConfig& m = model;
   std::vector<LayerActivations> inner;
   if (m.is_hybrid()) {
     for (char s : pattern.mtp) inner.push_back(hybrid_layer_activations(m, s, shape));

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "core/allocator.h"
 #include "models/gpt/gpt_model.h"
 #include "models/hybrid/hybrid_model.h"
 #include "mtp_reference.h"
@@ -375,6 +376,53 @@ TEST_CASE("mhc mtp: the config accepts mHC with MTP (GPT and hybrid '/' patterns
   CHECK(err({"model.mtp_num_layers=2", "model.mtp_use_repeated_layer=true", "model.mtp_detach_heads=true"}) ==
         "(no error)");
   CHECK(err({"model.hybrid_layer_pattern='M*-/*-'"}) == "(no error)");
+}
+
+}  // namespace strata
+
+namespace strata {
+namespace {
+int64_t peak_bytes(const StrataConfig& cfg) {
+  auto model = make_model(cfg, Device::cpu());
+  model->init_parameters(7);
+  Batch batch = test::fixed_batch(cfg.training.micro_batch_size, cfg.model.seq_length, 50);
+  auto ctx = model->make_context(1, 0, true);
+  reset_peak_memory_stats(Device::cpu());
+  const int64_t base = memory_stats(Device::cpu()).allocated_bytes;
+  ForwardOutput out = model->forward_pass(*ctx, batch);
+  BackwardInput in;
+  for (const NamedLoss& l : out.losses) in.loss_grads.push_back(Tensor::full(l.value.shape(), 1.0, l.value.dtype()));
+  model->backward_pass(*ctx, in);
+  return memory_stats(Device::cpu()).max_allocated_bytes - base;
+}
+}  // namespace
+
+TEST_CASE("mhc mtp: the plan's MTP activations are within 5% of the allocator's peak increase (plain, mHC; full recompute)", "[mhc][mtp][memory_plan]") {
+  for (const bool mhc : {true, false}) {
+  const std::vector<std::string> common = {mhc ? "model.enable_hyper_connections=true" : "model.num_residual_streams=4", "model.position_embedding_type=rope",
+                                           "model.hidden_size=128", "model.num_attention_heads=2",
+                                           "model.vocab_size=50", "model.make_vocab_size_divisible_by=8",
+                                           "model.num_residual_streams=4", "model.num_layers=2",
+                                           "model.seq_length=16", "model.max_position_embeddings=16",
+                                           "training.micro_batch_size=4", "training.global_batch_size=4"};
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{}, std::vector<std::string>{"model.recompute_granularity=full",
+                                                             "model.recompute_method=uniform",
+                                                             "model.recompute_num_layers=1"}}) {
+    std::vector<std::string> a = common, b = common;
+    a.insert(a.end(), extra.begin(), extra.end());
+    b.insert(b.end(), extra.begin(), extra.end());
+    b.push_back("model.mtp_num_layers=2");
+    const StrataConfig without = test::tiny_config(a), with = test::tiny_config(b);
+    auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
+    const double measured = static_cast<double>(peak_bytes(with) - peak_bytes(without));
+    const double plan = static_cast<double>(planned(with) - planned(without));
+    std::printf("  %s MTP (2 depths%s): measured %.0f B, planned %.0f B\n", mhc ? "mHC" : "plain", extra.empty() ? "" : ", full recompute",
+                measured, plan);
+    CHECK(measured > 0);
+    CHECK(std::abs(plan - measured) <= 0.05 * measured);
+  }
+  }
 }
 
 }  // namespace strata
