@@ -4,8 +4,9 @@
 // takes the previous depth's raw n-stream output (both checked as invariances: the decoder's
 // contraction and final norm do not change any MTP loss, depth 1's contraction and final norm do not
 // change depth 2's loss), f64 finite differences of every parameter of GPT and hybrid mHC + MTP
-// models (learned and mean contraction, repeated layer, dropout), detached heads, and full
-// recompute bit-identical to no recompute.
+// models (learned and mean contraction, repeated layer, dropout), detached heads, full recompute
+// bit-identical to no recompute, a checkpoint round trip, generation ignoring the depths, and
+// strata plan's MTP parameters (exact) and activations (against the allocator's peak).
 // Reference: megatron/core/transformer/multi_token_prediction.py (dev 2f2f8ebaef:
 // MultiTokenPredictionLayer._concat_embeddings / _postprocess, MultiTokenPredictionBlock.forward).
 #include <algorithm>
@@ -263,7 +264,7 @@ TEST_CASE("mhc mtp: detached heads leave the trunk's gradients to the LM loss", 
   CHECK(heads > 10);
 }
 
-TEST_CASE("mhc mtp: full recompute of the depths is bit-identical (GPT, hybrid; f32, dropout)", "[mhc][mtp][recompute]") {
+TEST_CASE("mhc mtp: full recompute of the depths is bit-identical (GPT, hybrid, f32, dropout)", "[mhc][mtp][recompute]") {
   for (const bool hybrid : {false, true}) {
     INFO((hybrid ? "hybrid" : "gpt"));
     auto run = [&](bool recompute) {
@@ -299,7 +300,7 @@ TEST_CASE("mhc mtp: full recompute of the depths is bit-identical (GPT, hybrid; 
   }
 }
 
-TEST_CASE("mhc mtp: checkpoint round trip of the MTP parameters; generation ignores the depths", "[mhc][mtp]") {
+TEST_CASE("mhc mtp: checkpoint round trip of the MTP parameters, generation ignores the depths", "[mhc][mtp]") {
   namespace fs = std::filesystem;
   const ModelConfig cfg = gpt_cfg(true);
   auto a = build(cfg), other = build(cfg);
@@ -397,7 +398,7 @@ int64_t peak_bytes(const StrataConfig& cfg) {
 }
 }  // namespace
 
-TEST_CASE("mhc mtp: the plan's MTP activations are within 5% of the allocator's peak increase (plain, mHC; full recompute)", "[mhc][mtp][memory_plan]") {
+TEST_CASE("mhc mtp: the plan's MTP activations are within 5% of the allocator's peak increase (plain, mHC, full recompute)", "[mhc][mtp][memory_plan]") {
   for (const bool mhc : {true, false}) {
   const std::vector<std::string> common = {mhc ? "model.enable_hyper_connections=true" : "model.num_residual_streams=4", "model.position_embedding_type=rope",
                                            "model.hidden_size=128", "model.num_attention_heads=2",
