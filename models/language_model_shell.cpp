@@ -300,12 +300,13 @@ ForwardOutput LanguageModelShell::forward_pass(ForwardContext& base, const Batch
   if (!opt_.post_process) {
     out.stage_output = x;  // [s, b, h]
   } else {
+    const Tensor streams = x;  // mHC: the pre-contraction n-stream is the MTP block's input
     if (hc_head_) x = hc_head_->forward(x, &ctx->hc_head);  // mHC: n streams -> one
     const Tensor h0 = final_norm_->forward(x, &ctx->final_norm);
     Tensor loss = head_loss(ctx->lm, h0, sequence_first_targets(batch.labels, *cfg_.vocab_size, opt_.device),
                             /*reuse_buffer=*/true, SourceKind::OutputLogits, "output_logits");
     out.losses.push_back({kLmLossName, LossReduction::PerToken, loss.reshape({s, b}).transpose(0, 1)});  // [b, s]
-    if (mtp_) mtp_losses(*ctx, h0, batch, run, out);
+    if (mtp_) mtp_losses(*ctx, hc_head_ ? streams : h0, batch, run, out);
   }
   for (const NamedLoss& l : ctx->aux_losses.losses()) out.losses.push_back(l);
   return out;
@@ -407,7 +408,7 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
                " loss gradients for ", n_lm + n_aux, " losses");
   ctx->aux_losses.set_grads(std::vector<Tensor>(grads.loss_grads.begin() + static_cast<std::ptrdiff_t>(n_lm),
                                                 grads.loss_grads.end()));
-  Tensor dx;
+  Tensor dx, dmtp_streams;
   // Overlapped gradient reduction: report each module's parameters once its backward has written
   // them (the tied output weight is the embedding's, reported after the embedding backward).
   if (opt_.post_process) {
@@ -415,7 +416,8 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
     if (mtp_) {
       const Tensor dmtp = mtp_backward(*ctx, std::vector<Tensor>(grads.loss_grads.begin() + 1,
                                                                  grads.loss_grads.begin() + 1 + static_cast<std::ptrdiff_t>(n_mtp)));
-      if (dmtp.defined()) kernels::add(dx, dmtp, dx);
+      if (dmtp.defined() && !hc_head_) kernels::add(dx, dmtp, dx);
+      if (hc_head_) dmtp_streams = dmtp;  // mHC: the MTP input was the pre-contraction n-stream
     }
     {
       phase_timer::Scope t("backward/final_norm");
@@ -423,6 +425,7 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
       if (hc_head_) dx = hc_head_->backward(ctx->hc_head, dx);
       ctx->hc_head = Tensor();
     }
+    if (dmtp_streams.defined()) kernels::add(dx, dmtp_streams, dx);
     if (ctx->grads_ready) {
       std::vector<Parameter*> ps;
       if (hc_head_) hc_head_->collect(ps);

@@ -146,7 +146,7 @@ class LanguageModelShell : public LanguageModel {
   // Cross-entropy and output layer backward of one head: dlosses [b, s] -> d(hidden) [s(/tp), b, h]
   // (weight_grad false: the output weight gets no gradient, MTP's detached heads).
   Tensor head_backward(Head& head, const Tensor& dlosses, bool weight_grad);
-  // The MTP depths' losses after the decoder's final norm output h0 (last stage with MTP).
+  // The MTP depths' losses after the decoder's final norm output h0 (mHC: its pre-contraction n-stream).
   void mtp_losses(Context& ctx, const Tensor& h0, const Batch& batch, const BlockRun& run, ForwardOutput& out);
   // d(h0) from the MTP heads and block (undefined with detached heads).
   Tensor mtp_backward(Context& ctx, const std::vector<Tensor>& dlosses);

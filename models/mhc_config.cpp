@@ -18,7 +18,7 @@ void add_mhc_fields(config::SectionFields<ModelConfig>& f) {
   using M = ModelConfig;
   f.add("enable_hyper_connections", &M::enable_hyper_connections,
         "mHC: n Sinkhorn-mixed residual streams around every layer (docs/mhc.md): two sites per GPT layer "
-        "(attention, MLP/MoE), one per hybrid layer. Not yet with multi-token prediction (a config error).");
+        "(attention, MLP/MoE), one per hybrid layer; MTP depths too (docs/mtp.md \"MTP with mHC\").");
   f.add("num_residual_streams", &M::num_residual_streams, "mHC residual streams n.").check(config::positive());
   f.add("mhc_sinkhorn_iterations", &M::mhc_sinkhorn_iterations,
         "Sinkhorn-Knopp iterations T of the residual mixing matrix (row softmax, then T (row, column) passes).")
@@ -68,10 +68,6 @@ void finalize_mhc_config(const ModelConfig& m) {
                           " (the fused kernels implement Megatron dev's numerics only: eps outside the sqrt, "
                           "mappings cast to the activation dtype)");
   check_mhc_recompute_modules(m);
-  if (m.enable_hyper_connections && m.mtp_depths() > 0)
-    throw ConfigError("model.enable_hyper_connections",
-                      "mHC with multi-token prediction (model.mtp_num_layers " + std::to_string(m.mtp_depths()) +
-                          ") is not built yet (docs/mhc.md)");
 
 }
 

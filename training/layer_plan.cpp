@@ -107,7 +107,9 @@ std::string hybrid_mtp_symbols(const ModelConfig& m) {
 ParameterCount hybrid_mtp_parameters(const ModelConfig& m, const GptParameterCounts& c, int64_t tp) {
   if (m.mtp_depths() == 0) return {};
   const int64_t h = m.hidden_size;
-  ParameterCount one{h / tp * 2 * h, 3 * norm_params(m, h), 0, 0};  // eh_proj; enorm, hnorm, final_layernorm
+  // eh_proj (mHC: e_proj + h_proj, the same count); enorm, hnorm, final_layernorm; mHC: hc_head_*
+  ParameterCount one{h / tp * 2 * h, 3 * norm_params(m, h), 0, 0};
+  one += mhc_head_parameters(m);
   for (char s : hybrid_mtp_symbols(m)) one += hybrid_layer_parameters(m, s, c, tp);
   return (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
 }
@@ -263,9 +265,18 @@ MtpActivations mtp_activations(const ModelConfig& m, const std::vector<LayerActi
   const int64_t Ts = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size, e = a.e;
   // The embedding (enorm's input), h^(k−1) (hnorm's input), eh_proj's input [T, 2C], the final
   // norm's input, three norms' statistics.
-  const int64_t own = e * Ts * 5 * C + 3 * norm_stats(m, Ts);
+  int64_t own = e * Ts * 5 * C + 3 * norm_stats(m, Ts);
+  int64_t kept = 2 * e * Ts * C;  // a checkpointed depth: e and h^(k−1)
+  if (m.enable_hyper_connections) {
+    // mHC: e, the e_proj and h_proj inputs (C, nC), the contraction's input x^k (nC; it is also
+    // the next depth's hnorm input, and h^0 the decoder head's input: counted once) and the final
+    // norm's (C); enorm, the n streams' hnorm rows and the final norm's statistics. Checkpointed: e,
+    // and the contraction / final norm outside the checkpoint.
+    const int64_t n = m.num_residual_streams;
+    own = e * Ts * (3 * C + 2 * n * C) + (2 + n) * norm_stats(m, Ts);
+    kept = e * Ts * (2 * C + n * C) + norm_stats(m, Ts);
+  }
   const int64_t depth = own + sum_of(inner, &LayerActivations::full);
-  const int64_t kept = 2 * e * Ts * C;  // a checkpointed depth: e and h^(k−1)
   bool full = recompute == 1;
   if (recompute == 2 && m.recompute_granularity) {
     if (*m.recompute_granularity == RecomputeGranularity::Full) {
@@ -278,7 +289,9 @@ MtpActivations mtp_activations(const ModelConfig& m, const std::vector<LayerActi
   }
   // Replaying a depth: its own tensors and inner layers, while the gradients of every depth's
   // output (the heads' backward runs first, for all depths) are held.
-  if (full) return {D * (kept + head), own + replayed_peak(inner, 0, inner.size()) + D * e * Ts * C};
+  // mHC: the gradient d x^k [T, nC] entering the depth is held during its replay as well.
+  const int64_t carry = m.enable_hyper_connections ? e * Ts * m.num_residual_streams * C : 0;
+  if (full) return {D * (kept + head), own + replayed_peak(inner, 0, inner.size()) + D * e * Ts * C + carry};
   return {D * (depth + head), 0};
 }
 

@@ -60,8 +60,10 @@ GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_
   if (m.mtp_depths() > 0) {  // models/blocks/mtp_block.h
     ParameterCount one;
     one.replicated = 3 * norm_params(m, h);
-    one.sharded = h / tp * 2 * h;
+    one.sharded = h / tp * 2 * h;  // eh_proj [C, 2C]; mHC: e_proj and h_proj [C, C] each, the same count
     one += m.is_moe_layer(m.num_layers - 1) ? c.moe_layer : c.layer;
+    one += mhc_sites_per_layer(m) * mhc_site_parameters(m);  // mHC: the inner layer's two sites
+    one += mhc_head_parameters(m);                           // mHC: the depth's own hc_head_*
     c.mtp = (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
   }
   c.mhc_layer = mhc_sites_per_layer(m) * mhc_site_parameters(m);
@@ -199,15 +201,14 @@ std::vector<LayerActivations> stage_layers(const ModelConfig& m, const hybrid::H
   return out;
 }
 
-// The last stage's MTP depths (no mHC inside them): each depth's inputs, eh_proj, inner layer(s)
+// The last stage's MTP depths (mHC: their inner layers' sites too): each depth's inputs, eh_proj, inner layer(s)
 // and its output head, under no recompute, full recompute and the config's mode. The depths'
 // backward runs first and frees them before the decoder replays, so only their excess over the
 // decoder's replay adds to the peak.
 void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
                          const ActivationShape& shape, StagePlan& st) {
   if (model.mtp_depths() == 0) return;
-  ModelConfig m = model;
-  m.enable_hyper_connections = false;
+  const ModelConfig& m = model;
   std::vector<LayerActivations> inner;
   if (m.is_hybrid()) {
     for (char s : pattern.mtp) inner.push_back(hybrid_layer_activations(m, s, shape));

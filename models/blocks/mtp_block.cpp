@@ -3,6 +3,8 @@
 // MultiTokenPredictionBlock).
 #include "models/blocks/mtp_block.h"
 
+#include "models/mhc_config.h"
+
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/phase_timer.h"
@@ -18,6 +20,8 @@ struct MtpBlock::DepthState {
   layers::DropoutSpec embedding_dropout;
   layers::Norm::Saved enorm, hnorm, final_norm;
   Tensor cat;  // [s(/tp), b, 2C] eh_proj input
+  Tensor en, hn;        // mHC: the e_proj input [s(/tp), b, C] and the h_proj input [s(/tp), b·n, C]
+  Tensor head_in;       // mHC: the contraction's input x^k
   std::unique_ptr<Block::State> layer;  // the inner block's
   Tensor e;             // full recompute: the embedding output (the checkpoint's second input)
   RecomputeSaved checkpoint;  // full recompute: h^{k−1}, the keys, the auxiliary-loss range
@@ -70,6 +74,8 @@ MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const Pa
                    const MtpLayerFactory& make_layer)
     : depths_(cfg.mtp_depths()),
       hidden_(cfg.hidden_size),
+      streams_(cfg.enable_hyper_connections ? cfg.num_residual_streams : 1),
+      mhc_(cfg.enable_hyper_connections),
       repeated_(cfg.mtp_use_repeated_layer),
       detach_(cfg.mtp_detach_heads),
       sequence_parallel_(env.sequence_parallel && groups.tp.size() > 1),
@@ -88,9 +94,19 @@ MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const Pa
     Module m;
     m.enorm = std::make_unique<layers::Norm>(p + ".enorm.weight", p + ".enorm.bias", hidden_, cfg, env, sp);
     m.hnorm = std::make_unique<layers::Norm>(p + ".hnorm.weight", p + ".hnorm.bias", hidden_, cfg, env, sp);
-    m.eh_proj = std::make_unique<layers::Linear>(p + ".eh_proj", 2 * hidden_, hidden_, /*has_bias=*/false,
-                                                 cfg.init_method_std, env, groups.tp,
-                                                 layers::TensorParallelMode::Column);
+    if (mhc_) {  // Megatron dev: e_proj and h_proj (C → C) instead of eh_proj, and the depth's own head
+      m.e_proj = std::make_unique<layers::Linear>(p + ".e_proj", hidden_, hidden_, /*has_bias=*/false,
+                                                  cfg.init_method_std, env, groups.tp,
+                                                  layers::TensorParallelMode::Column);
+      m.h_proj = std::make_unique<layers::Linear>(p + ".h_proj", hidden_, hidden_, /*has_bias=*/false,
+                                                  cfg.init_method_std, env, groups.tp,
+                                                  layers::TensorParallelMode::Column);
+      m.head = std::make_unique<layers::HyperConnectionHead>(p, hidden_, mhc_options(cfg), env, sp);
+    } else {
+      m.eh_proj = std::make_unique<layers::Linear>(p + ".eh_proj", 2 * hidden_, hidden_, /*has_bias=*/false,
+                                                   cfg.init_method_std, env, groups.tp,
+                                                   layers::TensorParallelMode::Column);
+    }
     m.layer = make_layer(inner, env, groups, k);
     STRATA_INTERNAL_ASSERT(m.layer != nullptr && m.layer->num_layers() > 0, "MTP block: module ", k,
                            " has no inner layers");
@@ -106,10 +122,23 @@ void MtpBlock::collect(std::vector<Parameter*>& out) {
   for (Module& m : modules_) {
     m.enorm->collect(out);
     m.hnorm->collect(out);
-    m.eh_proj->collect(out);
+    if (m.eh_proj) m.eh_proj->collect(out);
+    if (m.e_proj) m.e_proj->collect(out);
+    if (m.h_proj) m.h_proj->collect(out);
     m.layer->collect(out);
+    if (m.head) m.head->collect(out);
     m.final_layernorm->collect(out);
   }
+}
+
+void MtpBlock::collect_own(Module& m, std::vector<Parameter*>& ps) {  // all but the inner block's
+  m.enorm->collect(ps);
+  m.hnorm->collect(ps);
+  if (m.eh_proj) m.eh_proj->collect(ps);
+  if (m.e_proj) m.e_proj->collect(ps);
+  if (m.h_proj) m.h_proj->collect(ps);
+  if (m.head) m.head->collect(ps);
+  m.final_layernorm->collect(ps);
 }
 
 std::vector<MoeRouterRef> MtpBlock::moe_routers() {
@@ -160,6 +189,57 @@ std::pair<Tensor, Tensor> MtpBlock::project_backward(Module& m, DepthState& sv, 
   const Tensor de = m.enorm->backward(sv.enorm, dcat.narrow(2, 0, hidden_).contiguous());
   const Tensor dh = m.hnorm->backward(sv.hnorm, dcat.narrow(2, hidden_, hidden_).contiguous());
   return {de, dh};
+}
+
+Tensor MtpBlock::project_mhc(Module& m, const Tensor& e, const Tensor& h, DepthState* sv) const {
+  const int64_t s = e.size(0), b = e.size(1), n = streams_;
+  STRATA_CHECK(h.dim() == 3 && h.size(2) == n * hidden_, "MTP block (mHC): the depth input must be [s, b, n·C] = [",
+               s, ", ", b, ", ", n * hidden_, "], got ", h.shape().str());
+  const Tensor en = m.enorm->forward(e, sv ? &sv->enorm : nullptr);
+  const Tensor hs = h.contiguous().reshape({s, b * n, hidden_});  // the streams as rows of one norm/projection
+  const Tensor hn = m.hnorm->forward(hs, sv ? &sv->hnorm : nullptr);
+  const Tensor eo = m.e_proj->forward(en);  // [s, b, C/tp] (sequence parallel: the whole sequence)
+  const Tensor ho = m.h_proj->forward(hn);  // [s, b·n, C/tp]
+  const int64_t c = eo.size(2), sf = eo.size(0);
+  Tensor y = layers::mhc_expand(eo, n);  // e[:, :, None, :] broadcast over the streams
+  kernels::add(y, ho.reshape({sf, b, n * c}), y);
+  if (tp_.size() > 1) y = gather_last_dim(y.reshape({sf, b * n, c}), tp_).reshape({sf, b, n * hidden_});
+  if (sequence_parallel_) y = tp::split_dim0(y, tp_);
+  if (sv) {
+    sv->en = en;
+    sv->hn = hn;
+  }
+  return y;
+}
+
+std::pair<Tensor, Tensor> MtpBlock::project_mhc_backward(Module& m, DepthState& sv, const Tensor& dy_in) {
+  const int64_t n = streams_;
+  Tensor dy = dy_in.contiguous();
+  if (sequence_parallel_) dy = tp::gather_dim0(dy, tp_);  // the scatter's backward
+  const int64_t sf = dy.size(0), b = dy.size(1);
+  const int64_t c = hidden_ / tp_.size();
+  dy = dy.reshape({sf, b * n, hidden_});
+  if (tp_.size() > 1) dy = dy.narrow(2, c * tp_.rank(), c).contiguous();  // the gather's backward
+  const Tensor deo = layers::mhc_expand_backward(dy.reshape({sf, b, n * c}), n);  // Σ over the streams
+  const Tensor den = m.e_proj->backward(sv.en, deo);  // reduced over tp (sequence parallel: reduce-scattered)
+  const Tensor dhn = m.h_proj->backward(sv.hn, dy);
+  sv.en = Tensor();
+  sv.hn = Tensor();
+  const Tensor de = m.enorm->backward(sv.enorm, den);
+  const Tensor dh = m.hnorm->backward(sv.hnorm, dhn);
+  return {de, dh.reshape({dh.size(0), b, n * hidden_})};
+}
+
+Tensor MtpBlock::postprocess(Module& m, const Tensor& x, DepthState* sv) const {
+  const Tensor c = m.head->forward(x, sv ? &sv->head_in : nullptr);
+  return m.final_layernorm->forward(c, sv ? &sv->final_norm : nullptr);
+}
+
+Tensor MtpBlock::postprocess_backward(Module& m, DepthState& sv, const Tensor& dy) {
+  const Tensor d = m.final_layernorm->backward(sv.final_norm, dy);
+  Tensor dx = m.head->backward(sv.head_in, d);
+  sv.head_in = Tensor();
+  return dx;
 }
 
 void MtpBlock::embed_backward(const DepthState& sv, const Tensor& de, Parameter& w) const {
@@ -214,23 +294,24 @@ std::vector<Tensor> MtpBlock::forward(const Tensor& h0, const Tensor& tokens, co
     } else {
       h = depth_forward(m, e, h, r, sv);
     }
-    out.push_back(h);
+    // mHC: h is the raw n-stream x^k (the next depth's input); the loss sees the contraction.
+    out.push_back(mhc_ ? postprocess(m, h, sv) : h);
   }
   return out;
 }
 
 Tensor MtpBlock::depth_forward(Module& m, const Tensor& e, const Tensor& h, const BlockRun& run, DepthState* sv) {
-  Tensor x = project(m, e, h, sv);
+  Tensor x = mhc_ ? project_mhc(m, e, h, sv) : project(m, e, h, sv);
   x = m.layer->forward(x, run, sv ? &sv->layer : nullptr);
-  return m.final_layernorm->forward(x, sv ? &sv->final_norm : nullptr);
+  return mhc_ ? x : m.final_layernorm->forward(x, sv ? &sv->final_norm : nullptr);
 }
 
 Tensor MtpBlock::depth_backward(Module& m, DepthState& sv, const Tensor& dy, const GradsReadyFn* grads_ready) {
-  Tensor d = m.final_layernorm->backward(sv.final_norm, dy);
+  Tensor d = mhc_ ? dy : m.final_layernorm->backward(sv.final_norm, dy);
   STRATA_INTERNAL_ASSERT(sv.layer != nullptr, "MTP block backward: the inner block has no saved forward");
   d = m.layer->backward(*sv.layer, d, grads_ready);
   sv.layer.reset();
-  auto [de, dprev] = project_backward(m, sv, d);
+  auto [de, dprev] = mhc_ ? project_mhc_backward(m, sv, d) : project_backward(m, sv, d);
   sv.de = de;
   return dprev;
 }
@@ -259,7 +340,9 @@ Tensor MtpBlock::backward(State& state, const std::vector<Tensor>& dh, Parameter
   for (int64_t k = depths_; k-- > 0;) {
     DepthState& sv = st.depths[static_cast<size_t>(k)];
     Module& m = module(k);
-    const Tensor d = carry.defined() ? sum(dh[static_cast<size_t>(k)], carry) : dh[static_cast<size_t>(k)];
+    // mHC: the loss head's gradient goes back through the contraction to x^k first.
+    const Tensor dk = mhc_ ? postprocess_backward(m, sv, dh[static_cast<size_t>(k)]) : dh[static_cast<size_t>(k)];
+    const Tensor d = carry.defined() ? sum(dk, carry) : dk;
     // The repeated module's gradients are final after its last backward (depth 1).
     const GradsReadyFn* ready = grads_ready && *grads_ready && (!repeated_ || k == 0) ? grads_ready : nullptr;
     if (recompute_) {
@@ -274,10 +357,7 @@ Tensor MtpBlock::backward(State& state, const std::vector<Tensor>& dh, Parameter
     sv.de = Tensor();
     if (ready) {  // the inner block reported its layers already
       std::vector<Parameter*> ps;
-      m.enorm->collect(ps);
-      m.hnorm->collect(ps);
-      m.eh_proj->collect(ps);
-      m.final_layernorm->collect(ps);
+      collect_own(m, ps);
       (*ready)(ps);
     }
   }

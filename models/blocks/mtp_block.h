@@ -28,6 +28,15 @@
 // Tensor/sequence parallelism: eh_proj is column-parallel (sequence parallel: the input gathered
 // along the sequence), its output gathered over tp and, under sequence parallelism, scattered
 // back to this rank's rows; the embedding is vocab-parallel as VocabEmbedding's.
+// mHC (model.enable_hyper_connections; Megatron dev's mHC MTP, spec §4.3): h^0 is the decoder's
+// PRE-contraction n-stream [s(/tp), b, n·C] and each depth's raw n-stream output chains to the next;
+//   h'  = e_proj(enorm(e))[:, :, None, :] + h_proj(hnorm(h^{k−1} as [s, b, n, C]))   → [s, b, n·C]
+//         (e_proj, h_proj: column-parallel C → C, no bias; hnorm and h_proj shared across streams)
+//   x^k = mtp_model_layer(h')                    mHC layers on the n-stream input (raw; feeds k+1)
+//   h^k = final_layernorm(contract(x^k))         own head mtp.layers.{k−1}.hc_head_{fn,base,scale}
+//                                                (or the mean with mhc_learned_output_contract false)
+// Full recompute checkpoints e_proj/h_proj → inner block (the contraction and norm stay outside,
+// as Megatron's _proj_and_transformer_layer).
 // Reference: megatron/core/transformer/multi_token_prediction.py (MultiTokenPredictionLayer:
 // __init__ (hybrid path: HybridStack with post_layer_norm false; GPT path: TransformerLayer),
 // _get_embeddings, _concat_embeddings, _proj_and_transformer_layer, _postprocess,
@@ -40,6 +49,7 @@
 
 #include "models/blocks/block.h"
 #include "models/blocks/recompute.h"
+#include "models/layers/hyper_connection.h"
 #include "models/layers/linear.h"
 #include "models/layers/norm.h"
 #include "models/model_config.h"
@@ -65,13 +75,14 @@ class MtpBlock {
 
   int64_t depths() const { return depths_; }
   bool detach_heads() const { return detach_; }
-  // h0: the decoder output after its final norm [s(/tp), b, C]; tokens: [b, s] i64 (host);
+  // h0: the decoder output after its final norm [s(/tp), b, C] (mHC: before the contraction,
+  // [s(/tp), b, n·C]); tokens: [b, s] i64 (host);
   // word_embeddings: the model's table (this rank's vocabulary rows from vocab_start).
-  // Returns h^1 … h^D, each like h0.
+  // Returns h^1 … h^D, each [s(/tp), b, C] (the loss heads' inputs).
   std::vector<Tensor> forward(const Tensor& h0, const Tensor& tokens, const Parameter& word_embeddings,
                               int64_t vocab_start, const BlockRun& run, std::unique_ptr<State>* saved);
   // dh: d(h^k) from the output heads, k = 1..D. Adds the modules' gradients (and, unless
-  // detach_heads, the word-embedding gradients into word_embeddings.main_grad) -> d(h0)
+  // detach_heads, the word-embedding gradients into word_embeddings.main_grad) -> d(h0) (like h0)
   // (undefined with detach_heads). Reports the modules' parameters through grads_ready.
   Tensor backward(State& saved, const std::vector<Tensor>& dh, Parameter& word_embeddings,
                   const GradsReadyFn* grads_ready);
@@ -86,7 +97,9 @@ class MtpBlock {
  private:
   struct Module {
     std::unique_ptr<layers::Norm> enorm, hnorm, final_layernorm;
-    std::unique_ptr<layers::Linear> eh_proj;
+    std::unique_ptr<layers::Linear> eh_proj;          // without mHC
+    std::unique_ptr<layers::Linear> e_proj, h_proj;   // mHC
+    std::unique_ptr<layers::HyperConnectionHead> head;  // mHC: the depth's contraction
     std::unique_ptr<Block> layer;  // mtp_model_layer (GPT: transformer_layer)
   };
   struct DepthState;
@@ -97,6 +110,13 @@ class MtpBlock {
   Tensor project(Module& m, const Tensor& e, const Tensor& h, DepthState* sv) const;
   // d(eh_proj output) [s(/tp), b, C] -> (d e, d h) through eh_proj, enorm and hnorm.
   std::pair<Tensor, Tensor> project_backward(Module& m, DepthState& sv, const Tensor& dy);
+  // mHC: e_proj/h_proj of one depth and its backward (d h' [s(/tp), b, n·C] -> (d e, d h^{k−1})).
+  Tensor project_mhc(Module& m, const Tensor& e, const Tensor& h, DepthState* sv) const;
+  std::pair<Tensor, Tensor> project_mhc_backward(Module& m, DepthState& sv, const Tensor& dy);
+  // mHC: contraction + final norm of a depth's raw output, and its backward (-> d x^k).
+  Tensor postprocess(Module& m, const Tensor& x, DepthState* sv) const;
+  Tensor postprocess_backward(Module& m, DepthState& sv, const Tensor& dy);
+  void collect_own(Module& m, std::vector<Parameter*>& out);
   void embed_backward(const DepthState& sv, const Tensor& de, Parameter& w) const;
   // eh_proj → inner block → final norm of one depth (saves into sv when not null).
   Tensor depth_forward(Module& m, const Tensor& e, const Tensor& h, const BlockRun& run, DepthState* sv);
@@ -106,6 +126,8 @@ class MtpBlock {
   RecomputeLayerForward depth_replay(Module& m, DepthState& sv, const BlockRun& run);
 
   int64_t depths_ = 0, hidden_ = 0;
+  int64_t streams_ = 1;  // mHC: n (1 without)
+  bool mhc_ = false;
   bool repeated_ = false, detach_ = false, sequence_parallel_ = false;
   bool recompute_ = false;  // full recompute, method uniform: each depth is one checkpoint
   double hidden_dropout_ = 0.0;
