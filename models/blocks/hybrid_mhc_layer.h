@@ -29,6 +29,10 @@ class HyperConnectionHybridLayer : public HybridLayer {
                  bool replay) override;
   Tensor backward(State& saved, const Tensor& dy) override;
   void collect(std::vector<Parameter*>& out) override;
+  // Selective mhc recompute: the site input (unless keep_input) and the aggregation the inner
+  // layer's pre-norm keeps are dropped; the replay rebuilds both and returns the merge output.
+  void mhc_release(State& saved, bool keep_input) override;
+  Tensor mhc_replay(State& saved, const Tensor& x) override;
   layers::LayerKVCache make_cache(int64_t batch, int64_t max_seq, DType dtype, Device device) const override {
     return inner_->make_cache(batch, max_seq, dtype, device);
   }
@@ -42,6 +46,7 @@ class HyperConnectionHybridLayer : public HybridLayer {
 
  private:
   struct Saved;
+  Tensor& kept_aggregation(Saved& sv);
   std::string name_;
   std::unique_ptr<HybridLayer> inner_;
   layers::TransformerLayer* fast_ = nullptr;  // the inner single-branch layer (fast path); null: delta path

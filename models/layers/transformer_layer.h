@@ -84,6 +84,12 @@ class TransformerLayer {
   DropoutSite sublayer_site() const;
   Tensor sublayer_backward(const Saved& sv, const Tensor& dy);
   double hidden_dropout() const { return hidden_dropout_; }
+  // Selective mhc recompute (models/blocks/mhc_recompute.h), after a saving forward: drop the
+  // sites' inputs (the previous merges' outputs; the layer input too unless keep_input) and the
+  // aggregations the pre-norms keep. mhc_replay rebuilds them in forward order from the layer input
+  // x (undefined: the kept one) and returns the layer output (the next layer's input).
+  void mhc_release(Saved& sv, bool keep_input) const;
+  Tensor mhc_replay(const Tensor& x, Saved& sv) const;
   // mHC: the residual streams n (1 without hyper-connections).
   int64_t residual_streams() const { return streams_; }
 
