@@ -176,3 +176,32 @@ TEST_CASE("mhc recompute: the peak memory it frees, and strata plan's estimate w
   std::printf("  mhc recompute, one group: measured drop %.0f B, planned %lld B\n", one_group,
               (long long)(planned_none - planned(cfg(mhc_rc(nullptr)))));
 }
+
+TEST_CASE("mhc recompute: a hybrid stack's peak drop (fast and delta path) against strata plan",
+          "[recompute][mhc_recompute][memory_plan]") {
+  const std::vector<std::string> size = {"model.hybrid_layer_pattern='M*-M'", "model.num_layers=4",
+                                         "model.hidden_size=64",        "model.seq_length=32",
+                                         "model.max_position_embeddings=32", "model.num_attention_heads=2",
+                                         "training.micro_batch_size=4", "training.global_batch_size=4",
+                                         "model.num_residual_streams=4", "model.mamba_head_dim=16",
+                                         "model.mamba_num_groups=2",    "model.mamba_state_dim=8",
+                                         "model.mamba_chunk_size=8",    "model.position_embedding_type=rope"};
+  auto cfg = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), size.begin(), size.end());
+    return mhc_config(false, o);
+  };
+  auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
+  const StrataConfig none = cfg({});
+  const int64_t measured_none = peak_bytes(none), planned_none = planned(none);
+  for (const char* k : {"1", "2"}) {
+    const StrataConfig c = cfg(mhc_rc(k));
+    const int64_t peak = peak_bytes(c);
+    const double measured_drop = static_cast<double>(measured_none - peak);
+    const double planned_drop = static_cast<double>(planned_none - planned(c));
+    INFO("hybrid, mhc_recompute_layer_num " << k << ": measured drop " << measured_drop << " B, planned " << planned_drop);
+    std::printf("  hybrid M*-M mhc recompute, groups of %s: peak %lld B (none %lld B): measured drop %.0f B, planned %.0f B\n",
+                k, (long long)peak, (long long)measured_none, measured_drop, planned_drop);
+    CHECK(measured_drop > 0);
+    CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
+  }
+}
