@@ -114,7 +114,9 @@ void add_recompute_fields(config::SectionFields<ModelConfig>& f) {
         "backward. Strata implements mlp (the dense MLP: keeps its input), moe (the whole MoE layer: keeps its "
         "input), moe_act (the routed experts' activation: keeps the fc1 output and drops the activation and "
         "the fc2 input, recomputed before fc2's backward; needs moe_grouped_gemm) and shared_experts (the MoE "
-        "layers' shared-expert MLP: keeps its input); Megatron's default "
+        "layers' shared-expert MLP: keeps its input) and mhc (mHC: each site's input and aggregation are "
+        "dropped and rebuilt per mhc_recompute_layer_num group; needs enable_hyper_connections, not with mlp); "
+        "Megatron's default "
         "core_attn and the other names are errors saying why.");
   f.add("distribute_saved_activations", &M::distribute_saved_activations,
         "Split the saved chunk inputs of full recompute over tensor-parallel ranks. Not supported: must be false.");
