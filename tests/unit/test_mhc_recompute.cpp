@@ -6,8 +6,10 @@
 // Reference: Megatron-LM dev tests/unit_tests/transformer/test_hyper_connection_recompute.py.
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "core/allocator.h"
+#include "core/observe.h"
 #include "models/blocks/mhc_recompute.h"
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
@@ -204,4 +206,27 @@ TEST_CASE("mhc recompute: a hybrid stack's peak drop (fast and delta path) again
     CHECK(measured_drop > 0);
     CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
   }
+}
+
+namespace {
+class CountingObserver : public Observer {
+ public:
+  void on_tensor(const Observation& o) override { ++counts[std::string(o.owner) + "/" + std::string(o.name)]; }
+  std::map<std::string, int> counts;
+};
+std::map<std::string, int> observed(const StrataConfig& cfg) {
+  CountingObserver obs;
+  CaptureScope scope(obs, SourceKinds::all());
+  two_micro_batches(cfg);
+  return obs.counts;
+}
+}  // namespace
+
+TEST_CASE("mhc recompute: every observation (incl. the mHC mappings) fires once per site and micro-batch",
+          "[recompute][mhc_recompute]") {
+  const std::map<std::string, int> ref = observed(mhc_config(false, {}));
+  CHECK(ref.at("decoder.layers.1.mlp_hyper_connection/mhc_h_res") == 2);
+  CHECK(ref.at("decoder.layers.0/residual_accumulator") == 2);
+  CHECK(observed(mhc_config(false, mhc_rc(nullptr))) == ref);
+  CHECK(observed(mhc_config(false, mhc_rc("1"))) == ref);
 }
