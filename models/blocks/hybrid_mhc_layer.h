@@ -9,7 +9,9 @@
 //   delta path (`M`): out = the whole MambaLayer on agg (agg + dropout(mixer(norm(agg)))),
 //     delta = out − agg; x_next = hc.merge(delta, no bias, no dropout).
 // Backward in reverse (delta path: d agg = innerᵀ(g_y) − g_y). Observation owner and the layer's
-// name: decoder.layers.<i> (the wrapper).
+// name: decoder.layers.<i> (the wrapper). Selective mhc recompute (models/blocks/mhc_recompute.h):
+// mhc_release drops the site input and the aggregation the inner layer's pre-norm keeps (the
+// Mamba layer exposes it through HybridLayer::kept_input), mhc_replay rebuilds both.
 // Reference: megatron/core/models/hybrid/hybrid_block.py (dev: HyperConnectionHybridLayer); spec §1.3.
 #pragma once
 #include <memory>

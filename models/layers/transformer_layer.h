@@ -16,7 +16,8 @@
 // Observation sites: ResidualIn and LayerOutput, owner "decoder.layers.{i}" (global i), dims
 // "s,b,h". Selective recompute (recompute_modules mlp for a dense slot, moe for an MoE slot) keeps
 // only the slot's input and re-runs the slot's forward in backward (Megatron's checkpointed MLP /
-// MoE layer). Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
+// MoE layer). Selective mhc recompute: mhc_release / mhc_replay drop and rebuild the sites' inputs
+// and aggregations, driven by the block (models/blocks/mhc_recompute.h). Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
 // models/hybrid/hybrid_layer_specs.py (attention-only / MLP-only layers).
 #pragma once
 #include <memory>
