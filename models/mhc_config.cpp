@@ -30,7 +30,9 @@ void add_mhc_fields(config::SectionFields<ModelConfig>& f) {
         "Fused mHC kernels (projection+RMS+mappings, Sinkhorn, aggregation, merge); needs "
         "enable_hyper_connections; not with mhc_norm_eps_inside_sqrt or mhc_keep_mappings_in_fp32.");
   f.add("mhc_recompute_layer_num", &M::mhc_recompute_layer_num,
-        "Layers per mHC recompute group with 'mhc' in recompute_modules. null: the whole local block.")
+        "Layers per mHC recompute group with 'mhc' in recompute_modules (local order, per stage / model "
+        "chunk); each group keeps only its input n-stream tensor. null: one group for the whole local block. "
+        "Ignored without 'mhc' (as Megatron).")
       .check(config::positive());
   f.add("mhc_norm_eps_inside_sqrt", &M::mhc_norm_eps_inside_sqrt,
         "mHC mapping norm rsqrt(mean(x^2) + layernorm_epsilon) (DeepSeek-V4) instead of 1/(|x|/sqrt(K) + 1e-6) "

@@ -21,7 +21,7 @@ const char* to_string(RecomputeMethod m) { return config::enum_to_string<Recompu
 namespace {
 
 // Modules Strata recomputes.
-constexpr const char* kImplemented[] = {"mlp", "moe", "moe_act", "shared_experts"};
+constexpr const char* kImplemented[] = {"mlp", "moe", "moe_act", "shared_experts", "mhc"};
 
 // Megatron's other module names and why Strata rejects each.
 struct Rejected {
@@ -37,9 +37,6 @@ constexpr Rejected kRejected[] = {
      "Strata's norms are fused into the following linear (Transformer Engine layout, "
      "linear_qkv.layer_norm_weight), where Megatron's layernorm recompute does nothing; not supported"},
     {"mla_up_proj", "needs multi-latent attention, which Strata does not have"},
-    {"mhc",
-     "not built yet (mHC layers recompute under full recompute; Megatron dev's selective mhc recompute is not "
-     "implemented)"},
     {"gdn", "not supported (Strata has no GatedDeltaNet layers)"},
     {"gdn_norm_out", "not supported (Strata has no GatedDeltaNet layers)"},
     {"gdp_in_proj", "not supported (Strata has no GatedDeltaProduct layers)"},
@@ -72,7 +69,7 @@ void check_modules(const ModelConfig& m) {
     throw ConfigError("model.recompute_modules",
                       "unknown module '" + name +
                           "' (Megatron's: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, mhc, "
-                          "gdn, gdn_norm_out; Strata recomputes mlp, moe, moe_act and shared_experts)");
+                          "gdn, gdn_norm_out; Strata recomputes mlp, moe, moe_act, shared_experts and mhc)");
   }
 }
 
@@ -117,7 +114,9 @@ void add_recompute_fields(config::SectionFields<ModelConfig>& f) {
         "backward. Strata implements mlp (the dense MLP: keeps its input), moe (the whole MoE layer: keeps its "
         "input), moe_act (the routed experts' activation: keeps the fc1 output and drops the activation and "
         "the fc2 input, recomputed before fc2's backward; needs moe_grouped_gemm) and shared_experts (the MoE "
-        "layers' shared-expert MLP: keeps its input); Megatron's default "
+        "layers' shared-expert MLP: keeps its input) and mhc (mHC: each site's input and aggregation are "
+        "dropped and rebuilt per mhc_recompute_layer_num group; needs enable_hyper_connections, not with mlp); "
+        "Megatron's default "
         "core_attn and the other names are errors saying why.");
   f.add("distribute_saved_activations", &M::distribute_saved_activations,
         "Split the saved chunk inputs of full recompute over tensor-parallel ranks. Not supported: must be false.");

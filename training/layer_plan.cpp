@@ -184,6 +184,10 @@ LayerActivations hybrid_layer_activations(const ModelConfig& m, char symbol, con
     default: STRATA_INTERNAL_ASSERT(false, "hybrid_layer_activations: symbol ", symbol);
   }
   r.full += mhc_site_activations(m, a);  // the n·C stream input, the mappings, the merge's y
+  if (m.enable_hyper_connections) {
+    r.mhc_input = e * Ts * width;
+    r.mhc_dropped = e * Ts * (width + C);
+  }
   return r;
 }
 
@@ -193,6 +197,8 @@ LayerActivations gpt_layer_activations(const ModelConfig& m, const ActivationSiz
     const int64_t Ts = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size, n = m.num_residual_streams;
     r.input = a.e * Ts * n * C;
     r.full += 2 * mhc_site_activations(m, a);
+    r.mhc_input = r.input;
+    r.mhc_dropped = 2 * a.e * Ts * (n * C + C);
   }
   return r;
 }
@@ -230,17 +236,33 @@ int64_t replay_layer_activations(const ModelConfig& m, const std::vector<LayerAc
   return std::max(replayed_peak(kept, 0, kept.size()), largest_chunk(first, 1)) - sum_of(kept, &LayerActivations::full);
 }
 
+// Selective mhc recompute (models/blocks/mhc_recompute.h): what the groups of a model chunk no
+// longer keep. Every micro-batch drops each group's sites' inputs and aggregations but the group
+// input; the one in its backward peaks when its last group is rebuilt (the others still dropped).
+int64_t mhc_recompute_saving(const ModelConfig& m, const std::vector<LayerActivations>& layers, int64_t in_flight) {
+  if (!m.enable_hyper_connections || !recompute_module(m, "mhc") || layers.empty()) return 0;
+  const size_t n = layers.size(), k = m.mhc_recompute_layer_num ? static_cast<size_t>(*m.mhc_recompute_layer_num) : n;
+  int64_t all = 0, last = 0;
+  for (size_t first = 0; first < n; first += k) {
+    last = -layers[first].mhc_input;
+    for (size_t i = first; i < std::min(n, first + k); ++i) last += layers[i].mhc_dropped;
+    all += last;
+  }
+  return in_flight * all - last;
+}
+
 int64_t configured_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers,
                                      int64_t in_flight) {
   if (layers.empty()) return 0;
   if (!m.recompute_granularity) return plain_layer_activations(layers, in_flight);
   if (*m.recompute_granularity == RecomputeGranularity::Selective) {
     const bool mlp = recompute_module(m, "mlp") || recompute_module(m, "moe");
-    if (!mlp) return plain_layer_activations(layers, in_flight);
+    const int64_t mhc = mhc_recompute_saving(m, layers, in_flight);
+    if (!mlp) return plain_layer_activations(layers, in_flight) - mhc;
     // Each layer keeps full − saving; at the peak one MLP slot is replayed, with its backward
     // buffers (measured: the other layers' backward stays below that).
     const int64_t kept = sum_of(layers, &LayerActivations::full) - sum_of(layers, &LayerActivations::selective_saving);
-    return in_flight * kept + replay_layer_activations(m, layers, false);
+    return in_flight * kept + replay_layer_activations(m, layers, false) - mhc;
   }
   const size_t n = layers.size(), k = std::min(static_cast<size_t>(*m.recompute_num_layers), n);
   if (*m.recompute_method == RecomputeMethod::Uniform) {

@@ -68,6 +68,9 @@ struct LayerActivations {
   int64_t selective_saving = 0;  // selective mlp / moe: the MLP slot's activations no longer kept
   int64_t backward = 0;          // its backward's own buffers on top (M: the in_proj, conv and gate
                                  // gradients), what a replayed layer peaks at besides `full`
+  // Selective mhc recompute: per site the input [T, n·C] and the aggregation [T, C] its pre-norm
+  // keeps are dropped; a group's first layer keeps its input (mhc_input).
+  int64_t mhc_dropped = 0, mhc_input = 0;
 };
 // The shape of one micro-batch on one rank.
 struct ActivationShape {
@@ -92,6 +95,8 @@ int64_t mhc_head_activations(const ModelConfig& m, const ActivationShape& a);
 // keep their inputs; selective: every layer's saving dropped, plus the largest replayed).
 int64_t configured_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers,
                                      int64_t in_flight);
+// Selective mhc recompute: what the mhc_recompute_layer_num groups of a model chunk free (0 without).
+int64_t mhc_recompute_saving(const ModelConfig& m, const std::vector<LayerActivations>& layers, int64_t in_flight);
 // Of those, what the replayed layer (or chunk) adds at the peak over what the backward holds before
 // it (0 without a replay): what the MTP depths' backward overlaps with (they are freed before the
 // decoder replays).

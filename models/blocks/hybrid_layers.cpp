@@ -75,6 +75,20 @@ Tensor MambaHybridLayer::backward(State& saved, const Tensor& dy) {
   return layer_.backward(sv->layer, dy);
 }
 
+void HybridLayer::mhc_release(State&, bool) {
+  STRATA_INTERNAL_ASSERT(false, name(), ": mhc recompute needs an mHC layer");
+}
+Tensor HybridLayer::mhc_replay(State&, const Tensor&) {
+  STRATA_INTERNAL_ASSERT(false, name(), ": mhc recompute needs an mHC layer");
+  return Tensor();
+}
+
+Tensor* MambaHybridLayer::kept_input(State& saved) {
+  auto* sv = dynamic_cast<Saved*>(&saved);
+  STRATA_INTERNAL_ASSERT(sv != nullptr, name(), ": the saved state is not a Mamba layer's");
+  return &sv->layer.mixer.norm.x;
+}
+
 std::unique_ptr<HybridLayer> make_hybrid_layer(char symbol, int64_t index, const ModelConfig& cfg,
                                                const layers::LayerEnv& env, const ParallelGroups& groups,
                                                const std::string& name) {

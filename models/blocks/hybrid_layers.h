@@ -42,6 +42,13 @@ class HybridLayer {
   virtual const std::string& name() const = 0;  // "decoder.layers.N" (N global)
   virtual int64_t index() const = 0;            // the global layer number N
   virtual char symbol() const = 0;              // its pattern symbol
+  // Selective mhc recompute (models/blocks/mhc_recompute.h; the mHC wrapper implements them):
+  // drop / rebuild what the group replay recomputes. The base class has no site: an internal error.
+  virtual void mhc_release(State& saved, bool keep_input);
+  virtual Tensor mhc_replay(State& saved, const Tensor& x);
+  // Where a saving forward keeps the layer's input for its backward (its pre-norm's saved input
+  // [T, h]); null when the layer does not expose it.
+  virtual Tensor* kept_input(State&) { return nullptr; }
 };
 
 // `*`, `-`, `E`: a TransformerLayer from the matching spec.
@@ -84,6 +91,7 @@ class MambaHybridLayer : public HybridLayer {
   const std::string& name() const override { return layer_.name(); }
   int64_t index() const override { return layer_.index(); }
   char symbol() const override { return 'M'; }
+  Tensor* kept_input(State& saved) override;
   layers::MambaLayer& layer() { return layer_; }
 
  private:

@@ -74,6 +74,39 @@ Tensor HyperConnectionHybridLayer::backward(State& state, const Tensor& dy) {
   return hc_.backward(g_agg, sv->hc);
 }
 
+namespace {
+HyperConnectionHybridLayer::State& present(std::unique_ptr<HybridLayer::State>& p, const std::string& name) {
+  STRATA_CHECK(p != nullptr, name, ": mhc recompute without a saved forward");
+  return *p;
+}
+}  // namespace
+
+// The tensor where the wrapped layer's pre-norm keeps the aggregation (its input).
+Tensor& HyperConnectionHybridLayer::kept_aggregation(Saved& sv) {
+  if (fast_) return fast_->has_attention() ? sv.layer.input_norm.x : sv.layer.pre_mlp_norm.x;
+  Tensor* t = inner_->kept_input(present(sv.inner, name_));
+  STRATA_INTERNAL_ASSERT(t != nullptr, name_, ": the inner layer does not expose its kept input");
+  return *t;
+}
+
+void HyperConnectionHybridLayer::mhc_release(State& state, bool keep_input) {
+  auto* sv = dynamic_cast<Saved*>(&state);
+  STRATA_INTERNAL_ASSERT(sv != nullptr, name_, ": the saved state is not an mHC hybrid layer's");
+  if (!keep_input) layers::HyperConnection::release_input(sv->hc);
+  kept_aggregation(*sv) = Tensor();
+}
+
+Tensor HyperConnectionHybridLayer::mhc_replay(State& state, const Tensor& x_in) {
+  auto* sv = dynamic_cast<Saved*>(&state);
+  STRATA_INTERNAL_ASSERT(sv != nullptr, name_, ": the saved state is not an mHC hybrid layer's");
+  Tensor x = x_in;
+  if (!x.defined()) {
+    STRATA_CHECK(sv->hc.x.defined(), name_, ": mhc replay without the group input");
+    x = sv->hc.x.reshape(sv->hc.shape);
+  }
+  return hc_.replay(x, sv->hc, &kept_aggregation(*sv));
+}
+
 void HyperConnectionHybridLayer::collect(std::vector<Parameter*>& out) {
   inner_->collect(out);
   hc_.collect(out);

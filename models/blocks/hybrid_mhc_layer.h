@@ -9,7 +9,9 @@
 //   delta path (`M`): out = the whole MambaLayer on agg (agg + dropout(mixer(norm(agg)))),
 //     delta = out − agg; x_next = hc.merge(delta, no bias, no dropout).
 // Backward in reverse (delta path: d agg = innerᵀ(g_y) − g_y). Observation owner and the layer's
-// name: decoder.layers.<i> (the wrapper).
+// name: decoder.layers.<i> (the wrapper). Selective mhc recompute (models/blocks/mhc_recompute.h):
+// mhc_release drops the site input and the aggregation the inner layer's pre-norm keeps (the
+// Mamba layer exposes it through HybridLayer::kept_input), mhc_replay rebuilds both.
 // Reference: megatron/core/models/hybrid/hybrid_block.py (dev: HyperConnectionHybridLayer); spec §1.3.
 #pragma once
 #include <memory>
@@ -29,6 +31,10 @@ class HyperConnectionHybridLayer : public HybridLayer {
                  bool replay) override;
   Tensor backward(State& saved, const Tensor& dy) override;
   void collect(std::vector<Parameter*>& out) override;
+  // Selective mhc recompute: the site input (unless keep_input) and the aggregation the inner
+  // layer's pre-norm keeps are dropped; the replay rebuilds both and returns the merge output.
+  void mhc_release(State& saved, bool keep_input) override;
+  Tensor mhc_replay(State& saved, const Tensor& x) override;
   layers::LayerKVCache make_cache(int64_t batch, int64_t max_seq, DType dtype, Device device) const override {
     return inner_->make_cache(batch, max_seq, dtype, device);
   }
@@ -42,6 +48,7 @@ class HyperConnectionHybridLayer : public HybridLayer {
 
  private:
   struct Saved;
+  Tensor& kept_aggregation(Saved& sv);
   std::string name_;
   std::unique_ptr<HybridLayer> inner_;
   layers::TransformerLayer* fast_ = nullptr;  // the inner single-branch layer (fast path); null: delta path

@@ -31,6 +31,7 @@ HybridStack::HybridStack(int64_t first_layer, const std::string& symbols, const 
       layers_.push_back(make_hybrid_layer(symbols[i], index, cfg, env, groups, name));
   }
   recompute_ = full_recompute_chunks(cfg, layers_.size());
+  mhc_recompute_ = mhc_recompute_groups(cfg, layers_.size());
 }
 
 Tensor HybridStack::layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay) {
@@ -65,7 +66,9 @@ Tensor HybridStack::forward(const Tensor& x_in, const BlockRun& run, std::unique
                  run.cache->layers.size(), " layers, the stack ", layers_.size());
   phase_timer::Scope t("forward/layers");
   auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
-    return layer_forward(i, h, r, save ? sv : nullptr, replay);
+    Tensor out = layer_forward(i, h, r, save ? sv : nullptr, replay);
+    if (save && mhc_recompute_.active()) layers_[i]->mhc_release(*sv->layers[i], mhc_recompute_.opens(i));
+    return out;
   };
   return recompute_layers_forward(recompute_, layers_.size(), x_in, run, sv != nullptr, sv ? &sv->chunks : nullptr,
                                   layer);
@@ -79,7 +82,13 @@ Tensor HybridStack::backward(State& state, const Tensor& dy, const GradsReadyFn*
   auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
     return layer_forward(i, h, r, save ? sv : nullptr, replay);
   };
-  auto bwd = [&](size_t i, const Tensor& g) { return layer_backward(i, *sv, g, grads_ready); };
+  auto bwd = [&](size_t i, const Tensor& g) {
+    mhc_replay_group(mhc_recompute_, i, [&](size_t l, const Tensor& x) {
+      STRATA_CHECK(sv->layers[l] != nullptr, layers_[l]->name(), ": mhc recompute without a saved forward");
+      return layers_[l]->mhc_replay(*sv->layers[l], x);
+    });
+    return layer_backward(i, *sv, g, grads_ready);
+  };
   return recompute_layers_backward(recompute_, layers_.size(), sv->chunks, dy, layer, bwd);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/blocks/block.h"
+#include "models/blocks/mhc_recompute.h"
 #include "models/blocks/recompute.h"
 #include "models/blocks/hybrid_layers.h"
 #include "models/model_config.h"
@@ -46,6 +47,7 @@ class HybridStack : public Block {
   Tensor layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay);
   Tensor layer_backward(size_t i, Saved& sv, const Tensor& dy, const GradsReadyFn* grads_ready);
   std::vector<RecomputeChunk> recompute_;  // full recompute (models/blocks/recompute.h); empty: none
+  MhcRecomputeGroups mhc_recompute_;       // selective mhc recompute groups (empty: none)
   int64_t first_layer_;
   std::string symbols_;
   DType dtype_;

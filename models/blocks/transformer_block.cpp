@@ -24,6 +24,7 @@ TransformerBlock::TransformerBlock(int64_t first_layer, const std::vector<layers
     layers_.push_back(std::make_unique<layers::TransformerLayer>(first_layer + static_cast<int64_t>(i), cfg, env,
                                                                  groups, specs[i], names.empty() ? std::string() : names[i]));
   recompute_ = full_recompute_chunks(cfg, layers_.size());
+  mhc_recompute_ = mhc_recompute_groups(cfg, layers_.size());
 }
 
 Tensor TransformerBlock::layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay) {
@@ -57,7 +58,9 @@ Tensor TransformerBlock::forward(const Tensor& x_in, const BlockRun& run, std::u
                  run.cache->layers.size(), " layers, the block ", layers_.size());
   phase_timer::Scope t("forward/layers");
   auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
-    return layer_forward(i, h, r, save ? sv : nullptr, replay);
+    Tensor out = layer_forward(i, h, r, save ? sv : nullptr, replay);
+    if (save && mhc_recompute_.active()) layers_[i]->mhc_release(sv->layers[i], mhc_recompute_.opens(i));
+    return out;
   };
   return recompute_layers_forward(recompute_, layers_.size(), x_in, run, sv != nullptr, sv ? &sv->chunks : nullptr,
                                   layer);
@@ -71,7 +74,10 @@ Tensor TransformerBlock::backward(State& state, const Tensor& dy, const GradsRea
   auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
     return layer_forward(i, h, r, save ? sv : nullptr, replay);
   };
-  auto bwd = [&](size_t i, const Tensor& g) { return layer_backward(i, *sv, g, grads_ready); };
+  auto bwd = [&](size_t i, const Tensor& g) {
+    mhc_replay_group(mhc_recompute_, i, [&](size_t l, const Tensor& x) { return layers_[l]->mhc_replay(x, sv->layers[l]); });
+    return layer_backward(i, *sv, g, grads_ready);
+  };
   return recompute_layers_backward(recompute_, layers_.size(), sv->chunks, dy, layer, bwd);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/blocks/block.h"
+#include "models/blocks/mhc_recompute.h"
 #include "models/blocks/recompute.h"
 #include "models/layers/layer_spec.h"
 #include "models/layers/transformer_layer.h"
@@ -57,6 +58,7 @@ class TransformerBlock : public Block {
   bool sequence_parallel_ = false;  // the residual observations are tp-sharded along the sequence
   std::vector<std::unique_ptr<layers::TransformerLayer>> layers_;
   std::vector<RecomputeChunk> recompute_;  // full recompute: the checkpointed chunks (empty: none)
+  MhcRecomputeGroups mhc_recompute_;       // selective mhc recompute groups (empty: none)
 };
 
 }  // namespace strata

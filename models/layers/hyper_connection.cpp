@@ -129,6 +129,19 @@ Tensor HyperConnection::merge(const Tensor& y, const Tensor& b, const DropoutSpe
   return out.reshape(st.shape);
 }
 
+Tensor HyperConnection::replay(const Tensor& x, HyperConnectionState& st, Tensor* agg) const {
+  STRATA_CHECK(st.y.defined() && st.h_pre.defined(), mapping_weight.name, ": mhc replay without a forward and merge");
+  const int64_t T = st.h_pre.size(0);
+  STRATA_CHECK(x.numel() == T * o_.streams * hidden_, mapping_weight.name, ": mhc replay input is ",
+               x.shape().str(), ", expected ", T * o_.streams * hidden_, " elements");
+  st.x = rows_of(x, T);
+  *agg = Tensor::empty({T, hidden_}, x.dtype(), x.device());
+  kernels::mhc_aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, *agg);
+  Tensor out = Tensor::empty(st.x.shape(), st.x.dtype(), st.x.device());
+  kernels::mhc_merge_forward(st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32, out);
+  return out.reshape(st.shape);
+}
+
 HyperConnection::MergeGrads HyperConnection::merge_backward(const Tensor& g_next, HyperConnectionState& st) const {
   STRATA_CHECK(st.y.defined(), mapping_weight.name, ": merge_backward without a merge");
   const int64_t T = st.x.size(0), n = o_.streams, C = hidden_;

@@ -66,6 +66,13 @@ class HyperConnection {
   void collect(std::vector<Parameter*>& out);
   int64_t streams() const { return o_.streams; }
 
+  // Selective mhc recompute (models/blocks/mhc_recompute.h): drop the kept input x (after the
+  // merge), and later rebuild the site from x (the same tensor as in the forward): restores st.x,
+  // returns the merge output [s, b, n·C] (the kept mappings, y, bias and dropout key; bit-identical)
+  // and *agg the aggregation [T, C]. No observation fires.
+  static void release_input(HyperConnectionState& st) { st.x = Tensor(); }
+  Tensor replay(const Tensor& x, HyperConnectionState& st, Tensor* agg) const;
+
   Parameter mapping_weight, alpha_pre, alpha_post, alpha_res, bias;
 
  private:

@@ -242,6 +242,33 @@ Tensor TransformerLayer::sublayer_backward(const Saved& sv, const Tensor& dy) {
   return spec_.self_attention ? attention_sublayer_backward(sv, dy) : mlp_sublayer_backward(sv, dy);
 }
 
+void TransformerLayer::mhc_release(Saved& sv, bool keep_input) const {
+  bool first = true;
+  auto drop = [&](const std::unique_ptr<HyperConnection>& hc, HyperConnectionState& st, Norm::Saved& norm) {
+    if (!hc) return;
+    if (!(first && keep_input)) HyperConnection::release_input(st);
+    first = false;
+    norm.x = Tensor();  // the aggregation (the norm's input), Megatron's checkpointed aggregate output
+  };
+  drop(attention_hc_, sv.attention_hc, sv.input_norm);
+  drop(mlp_hc_, sv.mlp_hc, sv.pre_mlp_norm);
+}
+
+Tensor TransformerLayer::mhc_replay(const Tensor& x_in, Saved& sv) const {
+  Tensor x = x_in;
+  auto site = [&](const std::unique_ptr<HyperConnection>& hc, HyperConnectionState& st, Norm::Saved& norm) {
+    if (!hc) return;
+    if (!x.defined()) {
+      STRATA_CHECK(st.x.defined(), name_, ": mhc replay without the group input");
+      x = st.x.reshape(st.shape);
+    }
+    x = hc->replay(x, st, &norm.x);  // norm.x: [T, h], the layout Norm::forward keeps
+  };
+  site(attention_hc_, sv.attention_hc, sv.input_norm);
+  site(mlp_hc_, sv.mlp_hc, sv.pre_mlp_norm);
+  return x;
+}
+
 void TransformerLayer::collect(std::vector<Parameter*>& out) {
   if (spec_.self_attention) {
     input_layernorm_->collect(out);

@@ -16,7 +16,8 @@
 // Observation sites: ResidualIn and LayerOutput, owner "decoder.layers.{i}" (global i), dims
 // "s,b,h". Selective recompute (recompute_modules mlp for a dense slot, moe for an MoE slot) keeps
 // only the slot's input and re-runs the slot's forward in backward (Megatron's checkpointed MLP /
-// MoE layer). Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
+// MoE layer). Selective mhc recompute: mhc_release / mhc_replay drop and rebuild the sites' inputs
+// and aggregations, driven by the block (models/blocks/mhc_recompute.h). Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
 // models/hybrid/hybrid_layer_specs.py (attention-only / MLP-only layers).
 #pragma once
 #include <memory>
@@ -84,6 +85,12 @@ class TransformerLayer {
   DropoutSite sublayer_site() const;
   Tensor sublayer_backward(const Saved& sv, const Tensor& dy);
   double hidden_dropout() const { return hidden_dropout_; }
+  // Selective mhc recompute (models/blocks/mhc_recompute.h), after a saving forward: drop the
+  // sites' inputs (the previous merges' outputs; the layer input too unless keep_input) and the
+  // aggregations the pre-norms keep. mhc_replay rebuilds them in forward order from the layer input
+  // x (undefined: the kept one) and returns the layer output (the next layer's input).
+  void mhc_release(Saved& sv, bool keep_input) const;
+  Tensor mhc_replay(const Tensor& x, Saved& sv) const;
   // mHC: the residual streams n (1 without hyper-connections).
   int64_t residual_streams() const { return streams_; }
 

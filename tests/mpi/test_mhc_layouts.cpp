@@ -82,4 +82,31 @@ TEST_CASE("mhc layouts: EP2 with MoE layers in the MLP sites matches", "[mhc2]")
                2);
 }
 
+TEST_CASE("mhc layouts: selective mhc recompute under PP2 and PP2 x VPP2 matches the single-rank run without it",
+          "[mhc2]") {
+  // Each micro-batch's groups (per model chunk) keep their own state across 1F1B / interleaving.
+  const std::vector<std::string> base = mhc({});
+  for (const char* k : {"null", "1"}) {
+    const std::vector<std::string> rc = {"model.recompute_granularity=selective", "model.recompute_modules=[mhc]",
+                                         std::string("model.mhc_recompute_layer_num=") + k};
+    std::vector<std::string> pp = mhc({"parallel.pipeline_model_parallel_size=2"});
+    pp.insert(pp.end(), rc.begin(), rc.end());
+    mpitest::check_layout(pp, 2, &base, kGradFloor);
+    pp.push_back("parallel.virtual_pipeline_model_parallel_size=2");
+    mpitest::check_layout(pp, 2, &base, kGradFloor);
+  }
+  std::vector<std::string> hybrid = {"model.num_experts=4",           "model.moe_ffn_hidden_size=16",
+                                     "model.add_bias_linear=false",   "model.moe_aux_loss_coeff=0.01",
+                                     "model.position_embedding_type=rope", "model.mamba_head_dim=16",
+                                     "model.mamba_num_groups=2",      "model.mamba_state_dim=8",
+                                     "model.mamba_chunk_size=8"};
+  std::vector<std::string> flat = mhc(hybrid), split = mhc(hybrid);
+  flat.push_back("model.hybrid_layer_pattern=\"M*E-\"");
+  split.push_back("model.hybrid_layer_pattern=\"M*|E-\"");
+  for (const char* o : {"parallel.pipeline_model_parallel_size=2", "model.recompute_granularity=selective",
+                        "model.recompute_modules=[mhc]", "model.mhc_recompute_layer_num=1"})
+    split.push_back(o);
+  mpitest::check_layout(split, 2, &flat, kGradFloor);
+}
+
 }  // namespace strata

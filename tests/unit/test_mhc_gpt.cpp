@@ -321,7 +321,7 @@ TEST_CASE("mhc gpt: the residual sites carry the streams as [s, b, n, h]", "[mhc
   CHECK(rec.shapes.at("decoder.layers.0.residual_contribution") == Shape{6, 2, 3, 8});
 }
 
-TEST_CASE("mhc gpt: config errors name the fields", "[mhc][mhc_gpt][config]") {
+TEST_CASE("mhc gpt: config errors name the fields (mhc recompute rules)", "[mhc][mhc_gpt][config]") {
   auto err = [](const std::vector<std::string>& extra) {
     std::vector<std::string> o = {"training.train_iters=1", "optimizer.lr=1e-3", "data.mock_data=true",
                                   "model.enable_hyper_connections=true"};
@@ -338,8 +338,12 @@ TEST_CASE("mhc gpt: config errors name the fields", "[mhc][mhc_gpt][config]") {
   CHECK(err({"model.mtp_num_layers=1", "model.position_embedding_type=rope"}) == "(no error)");
   CHECK(err({"model.hybrid_layer_pattern=\"M*-/*-\"", "model.position_embedding_type=rope"}) == "(no error)");
   CHECK(err({"model.hybrid_layer_pattern=\"M*-\"", "model.position_embedding_type=rope"}) == "(no error)");
-  CHECK_THAT(err({"model.recompute_granularity=selective", "model.recompute_modules=[mhc]"}),
-             Catch::Contains("model.recompute_modules"));
+  CHECK(err({"model.recompute_granularity=selective", "model.recompute_modules=[mhc]"}) == "(no error)");
+  CHECK_THAT(err({"model.recompute_granularity=selective", "model.recompute_modules=[mhc,mlp]"}),
+             Catch::Contains("model.recompute_modules: mhc: cannot be combined with mlp"));
+  CHECK_THAT(err({"model.recompute_granularity=selective", "model.recompute_modules=[mhc]",
+                  "model.mhc_recompute_layer_num=0"}),
+             Catch::Contains("model.mhc_recompute_layer_num"));
 }
 
 

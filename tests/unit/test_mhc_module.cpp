@@ -332,7 +332,7 @@ TEST_CASE("mhc config: fields, defaults and rules name the field", "[mhc][config
   CHECK(mhc_error({"model.recompute_granularity=selective", "model.recompute_modules=[mhc]"}) ==
         "ConfigError: model.recompute_modules: mhc: needs model.enable_hyper_connections (mHC is off)");
   CHECK(mhc_error({"model.enable_hyper_connections=true"}) == "(no error)");  // wired (test_mhc_gpt.cpp)
-  // The 'mhc' + 'mlp' rule (checked directly: 'mhc' itself is still rejected by the recompute config).
+  // The 'mhc' + 'mlp' rule (checked directly).
   ModelConfig mm = m;
   mm.enable_hyper_connections = true;
   mm.recompute_granularity = RecomputeGranularity::Selective;
