@@ -83,7 +83,7 @@ TEST_CASE("bench mamba: the PyTorch reference computes what the mixer computes",
   }
 }
 
-TEST_CASE("bench mamba: a missing torch is reported and ours still timed; bad options named", "[bench][mamba]") {
+TEST_CASE("bench mamba: a missing torch is reported and ours still timed, bad options named", "[bench][mamba]") {
   const std::string path = (temp_dir() / "mamba_notorch.json").string();
   // A "python" without torch: the script's own import fails and it exits 77.
   const auto fake = temp_dir() / "python_without_torch";

@@ -285,7 +285,7 @@ void downgrade_to_version_1(const fs::path& it) {
 }
 }  // namespace
 
-TEST_CASE("checkpoint shards: the manifest lists pieces; version-1 checkpoints still resume bit-exactly",
+TEST_CASE("checkpoint shards: the manifest lists pieces, version-1 checkpoints still resume bit-exactly",
           "[checkpoint_shards]") {
   const fs::path dir = temp_dir("v1");
   const Run full = run(tiny_config({"training.train_iters=20"}));

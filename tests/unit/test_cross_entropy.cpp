@@ -124,7 +124,7 @@ TEST_CASE("cross_entropy: f32, bf16, f16 against f64, long rows and n = 1", "[cr
   }
 }
 
-TEST_CASE("cross_entropy: staged functions equal the one-call forward; in-place backward", "[cross_entropy]") {
+TEST_CASE("cross_entropy: staged functions equal the one-call forward, in-place backward", "[cross_entropy]") {
   const int64_t n = 9, v = 1000;
   Tensor logits = random_tensor({n, v}, 71, -5, 5, DType::F32);
   Tensor targets = random_targets(n, v, 72, 4);

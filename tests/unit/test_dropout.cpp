@@ -14,7 +14,7 @@ namespace {
 const philox::Key kKey{1234, 77};
 }
 
-TEST_CASE("dropout: p = 0 is the identity; values are 0 or x/(1-p) with the Philox mask", "[dropout]") {
+TEST_CASE("dropout: p = 0 is the identity, values are 0 or x/(1-p) with the Philox mask", "[dropout]") {
   Tensor x = random_tensor({3, 5}, 1);
   Tensor y = Tensor::empty({3, 5}, DType::F64);
   dropout_forward(x, y, 0.0, kKey);
@@ -46,7 +46,7 @@ TEST_CASE("dropout: keep fraction is 1-p and E[y] = x", "[dropout]") {
   }
 }
 
-TEST_CASE("dropout: forward and backward use the same mask; in place", "[dropout]") {
+TEST_CASE("dropout: forward and backward use the same mask, in place", "[dropout]") {
   Tensor x = random_tensor({17, 33}, 2, 0.5, 1.5, DType::F32);  // no zeros in x
   Tensor y = Tensor::empty({17, 33}, DType::F32), dx = Tensor::empty({17, 33}, DType::F32);
   dropout_forward(x, y, 0.25, kKey);

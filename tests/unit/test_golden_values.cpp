@@ -113,7 +113,7 @@ TEST_CASE("golden: is_close is np.isclose with NaN read as +inf, and the rtol bo
   CHECK(round5(-10.839999999) == -10.84);
 }
 
-TEST_CASE("golden: deterministic checks fail on a last-bit difference; approximate ones do not", "[golden]") {
+TEST_CASE("golden: deterministic checks fail on a last-bit difference, approximate ones do not", "[golden]") {
   const std::vector<double> g = ramp(50, 10.8, -0.05);
   std::vector<double> a = g;
   a[20] = std::nextafter(a[20], 100.0);  // one ULP at step 21

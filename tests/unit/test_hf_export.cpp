@@ -145,7 +145,7 @@ TEST_CASE("hf: family detection names the field that prevents export", "[hf]") {
   CHECK_THROWS_WITH(hf::family_for(finalized(c)), Contains("model.num_query_groups=2"));
 }
 
-TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2; f32, bf16; tied, untied)", "[hf]") {
+TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2, f32, bf16, tied, untied)", "[hf]") {
   for (hf::Family f : {hf::Family::Llama, hf::Family::Qwen3, hf::Family::GPT2})
     for (Precision prec : {Precision::Fp32, Precision::Bf16})
       for (bool tied : {true, false}) {

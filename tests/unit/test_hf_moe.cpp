@@ -111,7 +111,7 @@ ModelConfig finalized(hf::Family f, const std::function<void(ModelConfig&)>& bef
 
 }  // namespace
 
-TEST_CASE("hf moe: export → import → export is bit-identical (Mixtral, Qwen3-MoE; f32 untied, bf16 tied)", "[hf]") {
+TEST_CASE("hf moe: export → import → export is bit-identical (Mixtral, Qwen3-MoE, f32 untied, bf16 tied)", "[hf]") {
   for (hf::Family f : {hf::Family::Mixtral, hf::Family::Qwen3Moe})
     for (Precision prec : {Precision::Fp32, Precision::Bf16}) {
       const bool tied = prec == Precision::Bf16;
@@ -306,7 +306,7 @@ TEST_CASE("hf moe: each MoE option the families cannot express is an export erro
                     Contains("not Qwen3MoeForCausalLM") && Contains("model.moe_router_score_function=sigmoid"));
 }
 
-TEST_CASE("hf moe cli: a shared-expert checkpoint is refused before loading; export prints its notes", "[hf]") {
+TEST_CASE("hf moe cli: a shared-expert checkpoint is refused before loading, export prints its notes", "[hf]") {
   const fs::path dir = fresh_dir("moe_cli");
   StrataConfig cfg = family_config(hf::Family::Mixtral, false, Precision::Fp32);
   cfg.model.moe_shared_expert_intermediate_size = 16;

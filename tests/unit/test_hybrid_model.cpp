@@ -207,7 +207,7 @@ TEST_CASE("hybrid model: the factory builds it and *-E*- trains (losses finite a
   CHECK(last < first - 0.5);
 }
 
-TEST_CASE("hybrid model: each layer observed once; KV-cached generation equals the full forward", "[hybrid]") {
+TEST_CASE("hybrid model: each layer observed once, KV-cached generation equals the full forward", "[hybrid]") {
   HybridModel m(small_config("*-E*-", true), f64_options());
   m.init_parameters(3);
   const Batch batch = test::fixed_batch(1, 8, 40);

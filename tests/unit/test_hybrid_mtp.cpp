@@ -247,7 +247,7 @@ TEST_CASE("hybrid mtp: gradients of Mamba, attention, MLP and MoE MTP layers mat
   }
 }
 
-TEST_CASE("hybrid mtp: the repeated layer is one nested stack; detached heads leave the trunk alone", "[mtp][hybrid]") {
+TEST_CASE("hybrid mtp: the repeated layer is one nested stack, detached heads leave the trunk alone", "[mtp][hybrid]") {
   ModelConfig rep_cfg = hybrid_mtp("M-/M-/M-");
   rep_cfg.mtp_use_repeated_layer = true;
   HybridModel rep(rep_cfg, f64());
@@ -285,7 +285,7 @@ class CountingObserver : public Observer {
 };
 }  // namespace
 
-TEST_CASE("hybrid mtp: the inner layers' residual sites fire once per forward; generation ignores MTP",
+TEST_CASE("hybrid mtp: the inner layers' residual sites fire once per forward, generation ignores MTP",
           "[mtp][hybrid][observe]") {
   HybridModel model(hybrid_mtp("*-/M-/M-"), f64());
   model.init_parameters(5);

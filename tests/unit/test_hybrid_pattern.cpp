@@ -92,7 +92,7 @@ TEST_CASE("hybrid pattern: every rejection names the field, the symbol and its p
   CHECK(parse_error("") == kField + "is empty (null: not a hybrid model)");
 }
 
-TEST_CASE("hybrid pattern: a symbol this build lacks is a config error with its position; '/' builds MTP", "[hybrid]") {
+TEST_CASE("hybrid pattern: a symbol this build lacks is a config error with its position, '/' builds MTP", "[hybrid]") {
   if (!hybrid::kMambaInThisBuild)
     CHECK(config_error({"model.hybrid_layer_pattern=\"*-M\""}) ==
           kField + "'M' at position 2: the Mamba2 mixer is not in this build (layers * - E are)");
@@ -105,7 +105,7 @@ TEST_CASE("hybrid pattern: a symbol this build lacks is a config error with its 
   CHECK(c.model.mtp_num_layers == std::optional<int64_t>(2));
 }
 
-TEST_CASE("hybrid pattern: num_layers comes from the pattern; the deprecated alias", "[hybrid]") {
+TEST_CASE("hybrid pattern: num_layers comes from the pattern, the deprecated alias", "[hybrid]") {
   CHECK(validated({"model.hybrid_layer_pattern=\"*-*\"", "model.num_layers=7"}).model.num_layers == 3);
   CHECK(validated({"model.hybrid_layer_pattern=\"*-|*-\""}).model.num_layers == 4);
   const StrataConfig alias = validated({"model.hybrid_override_pattern=\"*--\""});
@@ -205,7 +205,7 @@ TEST_CASE("hybrid pattern: without | the even (or first/last) split, and no virt
         "(a multiple of parallel.pipeline_model_parallel_size); the virtual stages are derived from them");
 }
 
-TEST_CASE("hybrid pattern: mtp_num_layers is inferred from the / depths; a conflict names it", "[hybrid]") {
+TEST_CASE("hybrid pattern: mtp_num_layers is inferred from the / depths, a conflict names it", "[hybrid]") {
   CHECK(hybrid::check_hybrid_mtp_num_layers("*-/*/*", std::nullopt) == std::optional<int64_t>(2));
   CHECK(hybrid::check_hybrid_mtp_num_layers("*-/*/*", 2) == std::optional<int64_t>(2));
   CHECK(hybrid::check_hybrid_mtp_num_layers("*-", std::nullopt) == std::nullopt);

@@ -103,7 +103,7 @@ TEST_CASE("mhc: mapping gradients match finite differences in f64 with either no
   }
 }
 
-TEST_CASE("mhc: Sinkhorn matches the reference; columns sum to 1 within 1e-5 after 20 iterations", "[mhc]") {
+TEST_CASE("mhc: Sinkhorn matches the reference, columns sum to 1 within 1e-5 after 20 iterations", "[mhc]") {
   const int64_t T = 6, n = 4;
   const Tensor L = random_tensor({T, n, n}, 10, -3.0, 3.0);
   Tensor M = Tensor::empty({T, n, n}, DType::F64);

@@ -200,7 +200,7 @@ TEST_CASE("mhc gpt: one mHC layer equals the float64 composition merge(x, F(agg(
   CHECK(err < 1e-12);
 }
 
-TEST_CASE("mhc gpt: f64 finite differences of the whole model (dense, MoE; learned, mean; dropout)",
+TEST_CASE("mhc gpt: f64 finite differences of the whole model (dense, MoE, learned, mean, dropout)",
           "[mhc][mhc_gpt]") {
   for (bool learned : {true, false}) {
     INFO("learned " << learned);

@@ -54,7 +54,7 @@ std::vector<int64_t> layer_map(const ModelConfig& m) {
 
 }  // namespace
 
-TEST_CASE("moe config: Megatron's defaults; a dense model has no MoE layer", "[moe_config]") {
+TEST_CASE("moe config: Megatron's defaults, a dense model has no MoE layer", "[moe_config]") {
   ModelConfig m = finalized_model({});
   CHECK(!m.num_experts);
   CHECK(!m.is_moe());

@@ -213,7 +213,7 @@ TEST_CASE("moe layer: Megatron-Core names, dense/MoE mix, generation with the KV
   CHECK(test::max_abs_diff(rest, whole.narrow(1, 4, 2).contiguous()) < 1e-12);
 }
 
-TEST_CASE("moe layer: a tiny MoE model trains; router losses logged by name; bitwise reproducible", "[moe_layer]") {
+TEST_CASE("moe layer: a tiny MoE model trains, router losses logged by name, bitwise reproducible", "[moe_layer]") {
   const StrataConfig cfg = test::tiny_config(
       {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
        "model.make_vocab_size_divisible_by=8", "model.add_bias_linear=false", "model.num_experts=4",

@@ -77,7 +77,7 @@ TEST_CASE("observe: scopes nest and restore, suspend hides everything, kinds fil
   CHECK(b.seen[1].name == "3");
 }
 
-TEST_CASE("observe: the fan-out gives each observer its kinds; kind names round-trip", "[observe]") {
+TEST_CASE("observe: the fan-out gives each observer its kinds, kind names round-trip", "[observe]") {
   Recorder a, b;
   ObserverFanout fan;
   fan.add(a, {SourceKind::RouterLogits});
@@ -266,7 +266,7 @@ TEST_CASE("observe: router diagnostics channels against a direct f64 computation
   }
 }
 
-TEST_CASE("observe: evaluation and generation forwards are observed; eval has no diagnostics", "[observe]") {
+TEST_CASE("observe: evaluation and generation forwards are observed, eval has no diagnostics", "[observe]") {
   auto model = f64_model(moe_model_config());
   Recorder rec;
   {

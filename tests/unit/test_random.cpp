@@ -56,7 +56,7 @@ TEST_CASE("random fills: moments", "[rng]") {
   CHECK_THROWS_WITH(fill_bernoulli(m, {1, 1}, 1.5), Catch::Contains("outside [0, 1]"));
 }
 
-TEST_CASE("random fills: same key, same numbers; different stream, different numbers", "[rng]") {
+TEST_CASE("random fills: same key, same numbers, different stream, different numbers", "[rng]") {
   Tensor a = Tensor::empty({1000}, DType::F32), b = Tensor::empty({1000}, DType::F32), c = Tensor::empty({1000}, DType::F32);
   fill_normal(a, {7, 11});
   fill_normal(b, {7, 11});

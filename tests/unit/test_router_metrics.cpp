@@ -364,7 +364,7 @@ TEST_CASE("router metrics: sequences split over cp 2 × tp 2 (Partial), dp 2 and
   }
 }
 
-TEST_CASE("router metrics: layer-free and other-kind sites are not accepted; bad shapes are errors",
+TEST_CASE("router metrics: layer-free and other-kind sites are not accepted, bad shapes are errors",
           "[tensor_metrics]") {
   const auto metric = make("layer-router-health");
   CHECK(metric->source_kinds() == std::vector<std::string>{"router_diagnostic_sums"});

@@ -115,7 +115,7 @@ TEST_CASE("router tracer: Megatron's schema text, Strata's extras and the bf16 s
   CHECK(std::filesystem::file_size(only.file("logits_rank3.bin")) == 32);
 }
 
-TEST_CASE("router tracer: the captured-steps limits detach the tracer; off writes nothing", "[router_trace]") {
+TEST_CASE("router tracer: the captured-steps limits detach the tracer, off writes nothing", "[router_trace]") {
   test::TempDir dir("router_trace_limits");
   RouterTracerOptions o;
   o.dir = dir.path().string();
@@ -155,7 +155,7 @@ std::string config_error(const std::vector<std::string>& extra) {
   return "(no ConfigError)";
 }
 
-TEST_CASE("router tracer: config rules name the field; Megatron's flags map by name", "[router_trace]") {
+TEST_CASE("router tracer: config rules name the field, Megatron's flags map by name", "[router_trace]") {
   CHECK_THAT(config_error({"logging.moe_routing_trace_path=/tmp/x"}),
              Catch::StartsWith("logging.moe_routing_trace_path:") && Catch::Contains("num_experts"));
   const std::vector<std::string> moe = {"model.num_experts=4", "model.moe_router_topk=2", "model.add_bias_linear=false",

@@ -204,7 +204,7 @@ TEST_CASE("router tracer: a hybrid model's MTP routers (nested stack) are traced
   CHECK(tokens == 3 * 2 * 16 * 2);  // 3 routers x 2 micro-batches x 16 tokens x top-2
 }
 
-TEST_CASE("router tracer: max iterations stop tracing; a resumed run traces", "[router_trace]") {
+TEST_CASE("router tracer: max iterations stop tracing, a resumed run traces", "[router_trace]") {
   test::TempDir dir("router_trace_resume");
   const std::string trace = dir.file("trace"), ckpt = dir.file("ckpt");
   const StrataConfig first = test::tiny_config(moe_options(

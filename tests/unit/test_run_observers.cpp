@@ -75,7 +75,7 @@ struct AllKinds : StepObserver {
   void on_tensor(const Observation&) override { ++seen; }
 };
 
-TEST_CASE("run observers: with no observer due, training is bit-identical; observing changes no number",
+TEST_CASE("run observers: with no observer due, training is bit-identical, observing changes no number",
           "[observe]") {
   const StrataConfig cfg = test::tiny_config(
       {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",

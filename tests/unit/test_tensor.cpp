@@ -93,7 +93,7 @@ TEST_CASE("tensor: half conversions round-trip every bit pattern", "[tensor][dty
   }
 }
 
-TEST_CASE("tensor: data<T> checks dtype; CPU memory statistics", "[tensor]") {
+TEST_CASE("tensor: data<T> checks dtype, CPU memory statistics", "[tensor]") {
   Tensor t = Tensor::zeros({4}, DType::F32);
   CHECK_THROWS_WITH(t.data<double>(), Catch::Contains("accessed as f64"));
   reset_peak_memory_stats(Device::cpu());

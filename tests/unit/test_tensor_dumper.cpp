@@ -248,7 +248,7 @@ TEST_CASE("tensor dump: files are replaced atomically and keep the observed dtyp
   CHECK(entries == 1);  // no temporary left behind
 }
 
-TEST_CASE("tensor dump: keys under virtual pipelining carry the chunk; eval forwards are numbered across steps",
+TEST_CASE("tensor dump: keys under virtual pipelining carry the chunk, eval forwards are numbered across steps",
           "[observe][tensor_dump]") {
   test::TempDir dir("tensor_dump_keys");
   TensorDumpOptions o;
