@@ -21,6 +21,7 @@
 #include "models/layers/moe/router.h"
 #include "models/mtp_config.h"
 #include "mtp_reference.h"
+#include "model_probes.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/checkpoint.h"
@@ -278,11 +279,7 @@ TEST_CASE("hybrid mtp: the repeated layer is one nested stack, detached heads le
 }
 
 namespace {
-class CountingObserver : public Observer {
- public:
-  void on_tensor(const Observation& o) override { ++counts[std::string(o.owner) + "/" + std::string(o.name)]; }
-  std::map<std::string, int> counts;
-};
+using test::CountingObserver;
 }  // namespace
 
 TEST_CASE("hybrid mtp: the inner layers' residual sites fire once per forward, generation ignores MTP",

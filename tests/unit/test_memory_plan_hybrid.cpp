@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "models/layers/hyper_connection.h"
+#include "model_probes.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/layer_plan.h"
@@ -43,20 +44,7 @@ int64_t built_parameters(const StrataConfig& cfg) {
   return n;
 }
 
-// Peak allocator bytes of one training forward + backward of one micro-batch (as test_recompute).
-int64_t peak_bytes(const StrataConfig& cfg) {
-  auto model = make_model(cfg, Device::cpu());
-  model->init_parameters(7);
-  Batch batch = fixed_batch(cfg.training.micro_batch_size, cfg.model.seq_length, kVocab);
-  auto ctx = model->make_context(1, 0, true);
-  reset_peak_memory_stats(Device::cpu());
-  const int64_t base = memory_stats(Device::cpu()).allocated_bytes;
-  ForwardOutput out = model->forward_pass(*ctx, batch);
-  BackwardInput in;
-  for (const NamedLoss& l : out.losses) in.loss_grads.push_back(Tensor::full(l.value.shape(), 1.0, l.value.dtype()));
-  model->backward_pass(*ctx, in);
-  return memory_stats(Device::cpu()).max_allocated_bytes - base;
-}
+int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;

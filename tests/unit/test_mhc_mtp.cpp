@@ -20,6 +20,7 @@
 #include "models/gpt/gpt_model.h"
 #include "models/hybrid/hybrid_model.h"
 #include "mtp_reference.h"
+#include "model_probes.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/checkpoint.h"
@@ -383,19 +384,7 @@ TEST_CASE("mhc mtp: the config accepts mHC with MTP (GPT and hybrid '/' patterns
 
 namespace strata {
 namespace {
-int64_t peak_bytes(const StrataConfig& cfg) {
-  auto model = make_model(cfg, Device::cpu());
-  model->init_parameters(7);
-  Batch batch = test::fixed_batch(cfg.training.micro_batch_size, cfg.model.seq_length, 50);
-  auto ctx = model->make_context(1, 0, true);
-  reset_peak_memory_stats(Device::cpu());
-  const int64_t base = memory_stats(Device::cpu()).allocated_bytes;
-  ForwardOutput out = model->forward_pass(*ctx, batch);
-  BackwardInput in;
-  for (const NamedLoss& l : out.losses) in.loss_grads.push_back(Tensor::full(l.value.shape(), 1.0, l.value.dtype()));
-  model->backward_pass(*ctx, in);
-  return memory_stats(Device::cpu()).max_allocated_bytes - base;
-}
+int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, 50); }
 }  // namespace
 
 TEST_CASE("mhc mtp: the plan's MTP activations are within 5% of the allocator's peak increase (plain, mHC, full recompute)", "[mhc][mtp][memory_plan]") {

@@ -12,6 +12,7 @@
 #include "core/observe.h"
 #include "models/blocks/mhc_recompute.h"
 #include "models/gpt/gpt_model.h"
+#include "model_probes.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/memory_plan.h"
@@ -73,19 +74,7 @@ Pass two_micro_batches(const StrataConfig& cfg) {
   return r;
 }
 
-// Peak allocator bytes of one training forward + backward of one micro-batch.
-int64_t peak_bytes(const StrataConfig& cfg) {
-  auto model = make_model(cfg, Device::cpu());
-  model->init_parameters(7);
-  auto ctx = model->make_context(1, 0, true);
-  reset_peak_memory_stats(Device::cpu());
-  const int64_t base = memory_stats(Device::cpu()).allocated_bytes;
-  ForwardOutput out = model->forward_pass(*ctx, fixed_batch(cfg.training.micro_batch_size, cfg.model.seq_length, kVocab));
-  BackwardInput in;
-  for (const NamedLoss& l : out.losses) in.loss_grads.push_back(Tensor::full(l.value.shape(), 1.0, l.value.dtype()));
-  model->backward_pass(*ctx, in);
-  return memory_stats(Device::cpu()).max_allocated_bytes - base;
-}
+int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
 }  // namespace
 
 TEST_CASE("mhc recompute: groups of mhc_recompute_layer_num local layers (null: the whole block)",
@@ -209,11 +198,7 @@ TEST_CASE("mhc recompute: a hybrid stack's peak drop (fast and delta path) again
 }
 
 namespace {
-class CountingObserver : public Observer {
- public:
-  void on_tensor(const Observation& o) override { ++counts[std::string(o.owner) + "/" + std::string(o.name)]; }
-  std::map<std::string, int> counts;
-};
+using test::CountingObserver;
 std::map<std::string, int> observed(const StrataConfig& cfg) {
   CountingObserver obs;
   CaptureScope scope(obs, SourceKinds::all());

@@ -13,6 +13,7 @@
 #include "models/blocks/recompute.h"
 #include "models/layers/moe/router.h"
 #include "models/gpt/gpt_model.h"
+#include "model_probes.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/memory_plan.h"
@@ -281,11 +282,7 @@ TEST_CASE("recompute: several trainer steps are bit-identical (losses, grad norm
 }
 
 namespace {
-class CountingObserver : public Observer {
- public:
-  void on_tensor(const Observation& o) override { ++counts[std::string(o.owner) + "/" + std::string(o.name)]; }
-  std::map<std::string, int> counts;
-};
+using test::CountingObserver;
 
 std::map<std::string, int> observed(const StrataConfig& cfg) {
   CountingObserver obs;
@@ -306,20 +303,7 @@ TEST_CASE("recompute: every observation fires once per layer and micro-batch (no
 }
 
 namespace {
-// Peak allocator bytes of one training forward + backward of one micro-batch.
-int64_t peak_bytes(const StrataConfig& cfg) {
-  auto model = make_gpt_model(cfg, Device::cpu());
-  model->init_parameters(7);
-  Batch batch = fixed_batch(cfg.training.micro_batch_size, cfg.model.seq_length, kVocab);
-  auto ctx = model->make_context(1, 0, true);
-  reset_peak_memory_stats(Device::cpu());
-  const int64_t base = memory_stats(Device::cpu()).allocated_bytes;
-  ForwardOutput out = model->forward_pass(*ctx, batch);
-  BackwardInput in;
-  for (const NamedLoss& l : out.losses) in.loss_grads.push_back(Tensor::full(l.value.shape(), 1.0, l.value.dtype()));
-  model->backward_pass(*ctx, in);
-  return memory_stats(Device::cpu()).max_allocated_bytes - base;
-}
+int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
 }  // namespace
 
 TEST_CASE("recompute: full and selective recompute lower the peak activation memory", "[recompute]") {
