@@ -46,33 +46,8 @@ std::vector<std::string> mhc_rc(const char* layer_num, const char* modules = "[m
   return o;
 }
 
-struct Pass {
-  std::vector<std::vector<double>> losses, grads;
-};
-// Forwards f0 f1, then backwards b0 b1; every loss and every parameter gradient.
-Pass two_micro_batches(const StrataConfig& cfg) {
-  auto model = make_model(cfg, Device::cpu());
-  model->init_parameters(7);
-  for (Parameter* p : model->parameters()) p->main_grad.zero_();
-  Pass r;
-  std::vector<std::unique_ptr<ForwardContext>> ctx;
-  std::vector<ForwardOutput> outs;
-  for (int64_t mb = 0; mb < 2; ++mb) {
-    ctx.push_back(model->make_context(1, mb, true));
-    outs.push_back(model->forward_pass(*ctx.back(), fixed_batch(2, cfg.model.seq_length, kVocab)));
-    for (const NamedLoss& l : outs.back().losses) r.losses.push_back(l.value.to_vector());
-  }
-  for (int64_t mb = 0; mb < 2; ++mb) {
-    BackwardInput in;
-    for (const NamedLoss& l : outs[static_cast<size_t>(mb)].losses)
-      in.loss_grads.push_back(l.reduction == LossReduction::PerToken
-                                  ? random_tensor(l.value.shape(), 11 + static_cast<uint64_t>(mb), 0.5, 1.5)
-                                  : Tensor::full({1}, 0.7, DType::F64));
-    model->backward_pass(*ctx[static_cast<size_t>(mb)], in);
-  }
-  for (Parameter* p : model->parameters()) r.grads.push_back(p->main_grad.to_vector());
-  return r;
-}
+using Pass = test::TwoMicroBatchPass;
+Pass two_micro_batches(const StrataConfig& cfg) { return test::two_micro_batch_pass(cfg, kVocab); }
 
 int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
 }  // namespace

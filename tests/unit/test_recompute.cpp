@@ -45,39 +45,8 @@ StrataConfig rc_config(bool moe, const std::vector<std::string>& extra) {
   return tiny_config(o);
 }
 
-// Every loss value of two micro-batches and every parameter's gradient, after forwards f0 f1 and
-// backwards b0 b1 (each micro-batch's saved state lives across the other's passes).
-struct Pass {
-  std::vector<std::vector<double>> losses, grads;  // grads: then each MoE router's token counts
-};
-
-Pass two_micro_batches(const StrataConfig& cfg) {
-  auto model = make_model(cfg, Device::cpu());  // GPT, or the HybridModel of a hybrid pattern
-  model->init_parameters(7);
-  for (Parameter* p : model->parameters()) p->main_grad.zero_();
-  Pass r;
-  std::vector<std::unique_ptr<ForwardContext>> ctx;
-  std::vector<ForwardOutput> outs;
-  for (int64_t mb = 0; mb < 2; ++mb) {
-    ctx.push_back(model->make_context(1, mb, true));
-    Batch batch = fixed_batch(2, cfg.model.seq_length, kVocab);
-    outs.push_back(model->forward_pass(*ctx.back(), batch));
-    for (const NamedLoss& l : outs.back().losses) r.losses.push_back(l.value.to_vector());
-  }
-  for (int64_t mb = 0; mb < 2; ++mb) {
-    BackwardInput in;
-    for (const NamedLoss& l : outs[static_cast<size_t>(mb)].losses)
-      in.loss_grads.push_back(l.reduction == LossReduction::PerToken
-                                  ? random_tensor(l.value.shape(), 11 + static_cast<uint64_t>(mb), 0.5, 1.5)
-                                  : Tensor::full({1}, 0.7, DType::F64));
-    model->backward_pass(*ctx[static_cast<size_t>(mb)], in);
-  }
-  for (Parameter* p : model->parameters()) r.grads.push_back(p->main_grad.to_vector());
-  // The routers' token counts (expert-bias update, load statistics): added once per forward.
-  for (const MoeRouterRef& ref : model->moe_routers())
-    r.grads.push_back(ref.router->local_tokens_per_expert().to_vector());
-  return r;
-}
+using Pass = test::TwoMicroBatchPass;
+Pass two_micro_batches(const StrataConfig& cfg) { return test::two_micro_batch_pass(cfg, kVocab); }
 
 std::map<std::string, int> observed(const StrataConfig& cfg);
 
