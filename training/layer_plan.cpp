@@ -25,12 +25,6 @@ int64_t sum_of(const std::vector<LayerActivations>& l, int64_t LayerActivations:
   for (const auto& x : l) s += x.*f;
   return s;
 }
-int64_t max_of(const std::vector<LayerActivations>& l, int64_t LayerActivations::*f, size_t begin = 0,
-               size_t end = SIZE_MAX) {
-  int64_t v = 0;
-  for (size_t i = begin; i < std::min(end, l.size()); ++i) v = std::max(v, l[i].*f);
-  return v;
-}
 // A replayed run of layers [first, end) at its peak: the backward goes last layer first, freeing
 // each layer's state after it, so layer i's backward buffers sit on the states of layers ≤ i.
 int64_t replayed_peak(const std::vector<LayerActivations>& layers, size_t first, size_t end) {
