@@ -36,6 +36,18 @@ struct BlockRun {
 // Called with parameters whose gradients are final (overlapped gradient reduction).
 using GradsReadyFn = std::function<void(const std::vector<Parameter*>&)>;
 
+// Reports a layer's parameters through grads_ready (when set) once its backward has finished.
+template <typename Layer>
+void report_grads_ready(Layer& layer, const GradsReadyFn* grads_ready) {
+  if (!grads_ready || !*grads_ready) return;
+  std::vector<Parameter*> ps;
+  layer.collect(ps);
+  (*grads_ready)(ps);
+}
+
+// A generation forward's cache must hold one entry per layer of the block (`what` names it).
+void check_block_cache(const BlockRun& run, size_t layers, const char* what);
+
 class Block {
  public:
   // A block's per-micro-batch saved state (each block kind derives its own).

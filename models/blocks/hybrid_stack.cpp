@@ -45,11 +45,7 @@ Tensor HybridStack::layer_backward(size_t i, Saved& sv, const Tensor& dy, const 
   STRATA_CHECK(sv.layers[i] != nullptr, layers_[i]->name(), ": backward without a saved forward");
   Tensor dx = layers_[i]->backward(*sv.layers[i], dy);
   sv.layers[i].reset();
-  if (grads_ready && *grads_ready) {
-    std::vector<Parameter*> ps;
-    layers_[i]->collect(ps);
-    (*grads_ready)(ps);
-  }
+  report_grads_ready(*layers_[i], grads_ready);
   return dx;
 }
 
@@ -61,9 +57,7 @@ Tensor HybridStack::forward(const Tensor& x_in, const BlockRun& run, std::unique
     sv = s.get();
     *saved = std::move(s);
   }
-  if (run.cache)
-    STRATA_CHECK(run.cache->layers.size() == layers_.size(), "HybridStack: the generation cache has ",
-                 run.cache->layers.size(), " layers, the stack ", layers_.size());
+  check_block_cache(run, layers_.size(), "HybridStack");
   phase_timer::Scope t("forward/layers");
   auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
     Tensor out = layer_forward(i, h, r, save ? sv : nullptr, replay);

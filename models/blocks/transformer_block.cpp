@@ -37,11 +37,7 @@ Tensor TransformerBlock::layer_forward(size_t i, const Tensor& in, const BlockRu
 Tensor TransformerBlock::layer_backward(size_t i, Saved& sv, const Tensor& dy, const GradsReadyFn* grads_ready) {
   Tensor dx = layers_[i]->backward(sv.layers[i], dy);
   sv.layers[i] = {};
-  if (grads_ready && *grads_ready) {
-    std::vector<Parameter*> ps;
-    layers_[i]->collect(ps);
-    (*grads_ready)(ps);
-  }
+  report_grads_ready(*layers_[i], grads_ready);
   return dx;
 }
 
@@ -53,9 +49,7 @@ Tensor TransformerBlock::forward(const Tensor& x_in, const BlockRun& run, std::u
     sv = s.get();
     *saved = std::move(s);
   }
-  if (run.cache)
-    STRATA_CHECK(run.cache->layers.size() == layers_.size(), "TransformerBlock: the generation cache has ",
-                 run.cache->layers.size(), " layers, the block ", layers_.size());
+  check_block_cache(run, layers_.size(), "TransformerBlock");
   phase_timer::Scope t("forward/layers");
   auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
     Tensor out = layer_forward(i, h, r, save ? sv : nullptr, replay);
