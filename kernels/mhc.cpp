@@ -78,6 +78,50 @@ void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha
 }
 
 namespace {
+// proj [T, m], sumsq [T], alpha [3], bias [m] of one float dtype (f32 or f64); returns T.
+int64_t check_compute_h(const char* op, const Tensor& proj, const Tensor& sumsq, const Tensor& alpha,
+                        const Tensor& bias, int64_t K, const MhcMappingOptions& o) {
+  const int64_t n = o.n, m = n * n + 2 * n;
+  STRATA_CHECK(proj.defined() && proj.dim() == 2 && proj.size(1) == m, op, ": proj must be [T, ", m, "], got ",
+               proj.defined() ? proj.shape().str() : std::string("undefined"));
+  STRATA_CHECK(K >= 1 && o.norm_eps > 0, op, ": K = ", K, " and norm_eps = ", o.norm_eps, " must be positive");
+  const int64_t T = proj.size(0);
+  const DType a = proj.dtype();
+  STRATA_CHECK(a == DType::F32 || a == DType::F64, op, ": proj must be f32 or f64, got ", dtype_name(a));
+  want(op, "proj", proj, Shape{T, m}, a), want(op, "sumsq", sumsq, Shape{T}, a);
+  want(op, "alpha", alpha, Shape{3}, a), want(op, "bias", bias, Shape{m}, a);
+  return T;
+}
+}  // namespace
+
+void mhc_compute_h_forward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                           int64_t K, const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                           const Tensor& h_res_logits, const Tensor& rinv) {
+  const char* op = "mhc_compute_h_forward";
+  const int64_t n = o.n, T = check_compute_h(op, proj, sumsq, alpha, bias, K, o);
+  const DType a = proj.dtype();
+  want(op, "h_pre", h_pre, Shape{T, n}, a), want(op, "h_post", h_post, Shape{T, n}, a);
+  want(op, "h_res_logits", h_res_logits, Shape{T, n, n}, a), want(op, "rinv", rinv, Shape{T}, a);
+  STRATA_DEVICE_DISPATCH(proj.device(),
+                         mhc_compute_h_forward(proj, sumsq, alpha, bias, K, o, h_pre, h_post, h_res_logits, rinv));
+}
+
+void mhc_compute_h_backward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                            int64_t K, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
+                            const Tensor& g_res_logits, const Tensor& g_proj, const Tensor& g_sumsq,
+                            const Tensor& g_alpha, const Tensor& g_bias) {
+  const char* op = "mhc_compute_h_backward";
+  const int64_t n = o.n, m = n * n + 2 * n, T = check_compute_h(op, proj, sumsq, alpha, bias, K, o);
+  const DType a = proj.dtype();
+  want(op, "g_pre", g_pre, Shape{T, n}, a), want(op, "g_post", g_post, Shape{T, n}, a);
+  want(op, "g_res_logits", g_res_logits, Shape{T, n, n}, a);
+  want(op, "g_proj", g_proj, Shape{T, m}, a), want(op, "g_sumsq", g_sumsq, Shape{T}, a);
+  want_grad(op, "g_alpha", g_alpha, Shape{3}), want_grad(op, "g_bias", g_bias, Shape{m});
+  STRATA_DEVICE_DISPATCH(proj.device(), mhc_compute_h_backward(proj, sumsq, alpha, bias, K, o, g_pre, g_post,
+                                                               g_res_logits, g_proj, g_sumsq, g_alpha, g_bias));
+}
+
+namespace {
 void check_sinkhorn(const char* op, const Tensor& logits, int64_t iterations, double eps) {
   STRATA_CHECK(logits.defined() && logits.dim() == 3 && logits.size(1) == logits.size(2) && logits.is_contiguous(),
                op, ": logits must be a contiguous [T, n, n], got ",

@@ -48,6 +48,20 @@ void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha
                            const Tensor& g_post, const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w,
                            const Tensor& g_alpha, const Tensor& g_bias);
 
+// The gate op of the unfused mapping computation (kernels/mhc_composed.h: a projection GEMM, the
+// row sums of squares, then this; Megatron dev native_proj_rms + _compute_h). proj [T, m] and
+// sumsq [T] = Σ_c x² over K columns (f32, f64 for an f64 model), alpha [3], bias [m] → h_pre,
+// h_post [T, n], h_res_logits [T, n, n] and rinv [T], as mhc_mappings_forward.
+void mhc_compute_h_forward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                           int64_t K, const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                           const Tensor& h_res_logits, const Tensor& rinv);
+// g_pre, g_post [T, n], g_res_logits [T, n, n] → g_proj [T, m] and g_sumsq [T] (written), g_alpha [3]
+// and g_bias [m] (accumulated, summed over tokens in order).
+void mhc_compute_h_backward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                            int64_t K, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
+                            const Tensor& g_res_logits, const Tensor& g_proj, const Tensor& g_sumsq,
+                            const Tensor& g_alpha, const Tensor& g_bias);
+
 // logits [T, n, n] → out [T, n, n]: M = softmax_row(L) + eps; M /= colsum + eps; then (iterations−1)
 // × (M /= rowsum + eps; M /= colsum + eps). iterations ≥ 1. f32 or f64.
 void mhc_sinkhorn_forward(const Tensor& logits, int64_t iterations, double eps, const Tensor& out);
@@ -99,6 +113,13 @@ void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha
                            const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o,
                            const Tensor& g_pre, const Tensor& g_post, const Tensor& g_res_logits,
                            const Tensor& g_x, const Tensor& g_w, const Tensor& g_alpha, const Tensor& g_bias);
+void mhc_compute_h_forward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                           int64_t K, const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                           const Tensor& h_res_logits, const Tensor& rinv);
+void mhc_compute_h_backward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                            int64_t K, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
+                            const Tensor& g_res_logits, const Tensor& g_proj, const Tensor& g_sumsq,
+                            const Tensor& g_alpha, const Tensor& g_bias);
 void mhc_sinkhorn_forward(const Tensor& logits, int64_t iterations, double eps, const Tensor& out);
 void mhc_sinkhorn_backward(const Tensor& logits, int64_t iterations, double eps, const Tensor& g_out,
                            const Tensor& g_logits);
@@ -127,6 +148,13 @@ void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha
                            const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o,
                            const Tensor& g_pre, const Tensor& g_post, const Tensor& g_res_logits,
                            const Tensor& g_x, const Tensor& g_w, const Tensor& g_alpha, const Tensor& g_bias);
+void mhc_compute_h_forward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                           int64_t K, const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                           const Tensor& h_res_logits, const Tensor& rinv);
+void mhc_compute_h_backward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                            int64_t K, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
+                            const Tensor& g_res_logits, const Tensor& g_proj, const Tensor& g_sumsq,
+                            const Tensor& g_alpha, const Tensor& g_bias);
 void mhc_sinkhorn_forward(const Tensor& logits, int64_t iterations, double eps, const Tensor& out);
 void mhc_sinkhorn_backward(const Tensor& logits, int64_t iterations, double eps, const Tensor& g_out,
                            const Tensor& g_logits);

@@ -14,6 +14,8 @@ namespace strata::kernels::mhc_math {
 
 STRATA_HD float exp_of(float u) { return expf(u); }
 STRATA_HD double exp_of(double u) { return exp(u); }
+STRATA_HD float sqrt_of(float u) { return sqrtf(u); }
+STRATA_HD double sqrt_of(double u) { return sqrt(u); }
 
 // Elements of one matrix's trace: (2·iterations) matrices of n² plus (2·iterations) divisor rows of n.
 STRATA_HD int64_t sinkhorn_trace_size(int64_t n, int64_t iterations) {
@@ -81,5 +83,54 @@ STRATA_HD void sinkhorn_backward_matrix(const T* L, int64_t n, int64_t iteration
 
 template <typename T>
 STRATA_HD T sigmoid(T u) { return T(1) / (T(1) + exp_of(-u)); }
+
+// The mapping gates of one token (Megatron dev _compute_h), shared by the fused mapping op and the
+// unfused gate op. Mapping rows are [pre (n) | post (n) | res (n²)]; α group 0 pre, 1 post, 2 res.
+STRATA_HD int64_t alpha_group(int64_t k, int64_t n) { return k < n ? 0 : (k < 2 * n ? 1 : 2); }
+
+// The norm factor from ss = Σ_c x² over K columns: 1/(√ss/√K + eps), or rsqrt(ss/K + eps) inside.
+template <typename T>
+STRATA_HD T norm_factor(T ss, int64_t K, bool eps_inside_sqrt, T eps) {
+  if (eps_inside_sqrt) return T(1) / sqrt_of(ss / T(K) + eps);
+  return T(1) / (sqrt_of(ss) / sqrt_of(T(K)) + eps);
+}
+// d rinv / d ss (0 at ss = 0 with the eps outside, where the norm's derivative is undefined).
+template <typename T>
+STRATA_HD T norm_factor_dss(T ss, T rinv, int64_t K, bool eps_inside_sqrt) {
+  if (eps_inside_sqrt) return -rinv * rinv * rinv / (T(2) * T(K));
+  return ss > T(0) ? -rinv * rinv / (T(2) * sqrt_of(ss) * sqrt_of(T(K))) : T(0);
+}
+
+// proj [m], rinv → pre [n] = σ(h)+eps, post [n] = 2σ(h), res [n²] = h, with h = rinv·proj·α + bias.
+template <typename T>
+STRATA_HD void gates_forward(const T* proj, T rinv, const T* alpha, const T* bias, int64_t n, T pre_eps, T* pre,
+                             T* post, T* res) {
+  const int64_t m = n * n + 2 * n;
+  for (int64_t k = 0; k < m; ++k) {
+    const T h = rinv * proj[k] * alpha[alpha_group(k, n)] + bias[k];
+    if (k < n) pre[k] = sigmoid(h) + pre_eps;
+    else if (k < 2 * n) post[k - n] = T(2) * sigmoid(h);
+    else res[k - 2 * n] = h;
+  }
+}
+// The backward of gates_forward for one token: gpre [n], gpost [n], gres [n²] → dh [m] (d loss / d h),
+// dproj [m] = dh·α·rinv; returns d loss / d rinv. dh·proj·rinv summed over a group is that α's gradient.
+template <typename T>
+STRATA_HD T gates_backward(const T* proj, T rinv, const T* alpha, const T* bias, int64_t n, const T* gpre,
+                           const T* gpost, const T* gres, T* dh, T* dproj) {
+  const int64_t m = n * n + 2 * n;
+  T drinv = 0;
+  for (int64_t k = 0; k < m; ++k) {
+    const T a = alpha[alpha_group(k, n)], h = rinv * proj[k] * a + bias[k];
+    T d;
+    if (k < n) d = gpre[k] * sigmoid(h) * (T(1) - sigmoid(h));
+    else if (k < 2 * n) d = T(2) * gpost[k - n] * sigmoid(h) * (T(1) - sigmoid(h));
+    else d = gres[k - 2 * n];
+    dh[k] = d;
+    dproj[k] = d * a * rinv;
+    drinv += d * proj[k] * a;
+  }
+  return drinv;
+}
 
 }  // namespace strata::kernels::mhc_math

@@ -70,7 +70,6 @@ void finalize_mhc_config(const ModelConfig& m) {
                           " (the fused kernels implement Megatron dev's numerics only: eps outside the sqrt, "
                           "mappings cast to the activation dtype)");
   check_mhc_recompute_modules(m);
-
 }
 
 MhcOptions mhc_options(const ModelConfig& m) {
@@ -83,6 +82,7 @@ MhcOptions mhc_options(const ModelConfig& m) {
   o.keep_mappings_in_fp32 = m.mhc_keep_mappings_in_fp32;
   o.learned_output_contract = m.mhc_learned_output_contract;
   o.contract_eps = m.layernorm_epsilon;
+  o.use_fused = m.use_fused_mhc;
   return o;
 }
 

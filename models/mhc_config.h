@@ -34,6 +34,7 @@ struct MhcOptions {
   bool keep_mappings_in_fp32 = false;
   bool learned_output_contract = true;
   double contract_eps = 1e-5;  // layernorm_epsilon: the learned contraction's eps
+  bool use_fused = false;      // the fused mHC ops (kernels/mhc.h) instead of the composed path (kernels/mhc_composed.h)
 };
 MhcOptions mhc_options(const ModelConfig& m);
 

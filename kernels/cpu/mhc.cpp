@@ -1,4 +1,4 @@
-// CPU reference of the mHC mapping computation and Sinkhorn projection (kernels/mhc.h) on host
+// CPU reference of the mHC mapping computation, its gate op and the Sinkhorn projection (kernels/mhc.h) on host
 // arrays of the accumulation type (f64 for f64 activations, else f32): the projection x·Wᵀ and its
 // two transposed products on OpenBLAS (kernels/cpu/blas.h, single-threaded: a fixed k-order), the
 // norm, gates and Sinkhorn one token at a time; bias/α gradients summed over tokens in order.
@@ -13,20 +13,49 @@
 
 namespace strata::kernels::cpu {
 namespace {
-// Which α a mapping row uses: 0 pre, 1 post, 2 res.
-int64_t alpha_group(int64_t k, int64_t n) { return k < n ? 0 : (k < 2 * n ? 1 : 2); }
+using mhc_math::alpha_group;
 
 template <typename T>
-T norm_factor(T sum_sq, int64_t K, const MhcMappingOptions& o) {
-  if (o.norm_eps_inside_sqrt) return T(1) / std::sqrt(sum_sq / T(K) + T(o.norm_eps));
-  return T(1) / (std::sqrt(sum_sq) / std::sqrt(T(K)) + T(o.norm_eps));
+T norm_factor(T ss, int64_t K, const MhcMappingOptions& o) {
+  return mhc_math::norm_factor(ss, K, o.norm_eps_inside_sqrt, T(o.norm_eps));
 }
-// d rinv / d x_c = factor · x_c.
 template <typename T>
-T norm_factor_slope(T sum_sq, T rinv, int64_t K, const MhcMappingOptions& o) {
-  if (o.norm_eps_inside_sqrt) return -rinv * rinv * rinv / T(K);
-  const T norm = std::sqrt(sum_sq);
-  return norm > T(0) ? -rinv * rinv / (norm * std::sqrt(T(K))) : T(0);
+T sum_of_squares(const T* x, int64_t K) {
+  T ss = 0;
+  for (int64_t c = 0; c < K; ++c) ss += x[c] * x[c];
+  return ss;
+}
+
+// The gates of every token from proj [T, m] and rinv [T] into pre [T, n], post [T, n], res [T, n²].
+template <typename T>
+void gates_forward(const std::vector<T>& proj, const std::vector<T>& rinv, const std::vector<T>& alpha,
+                   const std::vector<T>& bias, int64_t T_, int64_t n, std::vector<T>& pre, std::vector<T>& post,
+                   std::vector<T>& res) {
+  const int64_t m = n * n + 2 * n;
+  for (int64_t t = 0; t < T_; ++t)
+    mhc_math::gates_forward(&proj[t * m], rinv[t], alpha.data(), bias.data(), n, T(kMhcPreEps), &pre[t * n],
+                            &post[t * n], &res[t * n * n]);
+}
+
+// The gates' backward for every token: d(proj) [T, m] (returned) and d(rinv) [T] (drinv), with
+// d(bias) and d(α) accumulated in token order.
+template <typename T>
+std::vector<T> gates_backward(const std::vector<T>& proj, const std::vector<T>& rinv, const std::vector<T>& alpha,
+                              const std::vector<T>& bias, const std::vector<T>& gpre, const std::vector<T>& gpost,
+                              const std::vector<T>& gres, int64_t T_, int64_t n, std::vector<T>& drinv,
+                              std::vector<T>& ga, std::vector<T>& gb) {
+  const int64_t m = n * n + 2 * n;
+  std::vector<T> dproj(T_ * m), dh(m);
+  drinv.assign(T_, T(0));
+  for (int64_t t = 0; t < T_; ++t) {
+    drinv[t] = mhc_math::gates_backward(&proj[t * m], rinv[t], alpha.data(), bias.data(), n, &gpre[t * n],
+                                        &gpost[t * n], &gres[t * n * n], dh.data(), &dproj[t * m]);
+    for (int64_t k = 0; k < m; ++k) {
+      gb[k] += dh[k];
+      ga[alpha_group(k, n)] += dh[k] * proj[t * m + k] * rinv[t];
+    }
+  }
+  return dproj;
 }
 
 template <typename T>
@@ -38,49 +67,25 @@ void mappings_forward(const Tensor& xt, const Tensor& wt, const Tensor& at, cons
   std::vector<T> pre(T_ * n), post(T_ * n), res(T_ * n * n), proj(T_ * m), rinv(T_);
   gemm_split_over_openmp();  // OpenBLAS single-threaded: each element's k-order is fixed
   if (T_ > 0) mm(false, true, int(T_), int(m), int(K), 1.0, x.data(), int(K), w.data(), int(K), 0.0, proj.data(), int(m));
-  for (int64_t t = 0; t < T_; ++t) {
-    const T* xr = &x[t * K];
-    T ss = 0;
-    for (int64_t c = 0; c < K; ++c) ss += xr[c] * xr[c];
-    rinv[t] = norm_factor(ss, K, o);
-    for (int64_t k = 0; k < m; ++k) {
-      const T h = rinv[t] * proj[t * m + k] * alpha[alpha_group(k, n)] + bias[k];
-      if (k < n) pre[t * n + k] = mhc_math::sigmoid(h) + T(kMhcPreEps);
-      else if (k < 2 * n) post[t * n + k - n] = T(2) * mhc_math::sigmoid(h);
-      else res[t * n * n + k - 2 * n] = h;
-    }
-  }
+  for (int64_t t = 0; t < T_; ++t) rinv[t] = norm_factor(sum_of_squares(&x[t * K], K), K, o);
+  gates_forward(proj, rinv, alpha, bias, T_, n, pre, post, res);
   store(pre_t, pre), store(post_t, post), store(res_t, res), store(proj_t, proj), store(rinv_t, rinv);
 }
 
 // d(h) → d(proj) [T, m] (the rows x·Wᵀ feed), accumulating d(bias), d(α) in token order, and the
-// norm's share of d(x) (slope·x per token) into gx.
+// norm's share of d(x) (2·d(ss)·x per token) into gx.
 template <typename T>
 std::vector<T> mapping_proj_grads(const std::vector<T>& x, const std::vector<T>& alpha, const std::vector<T>& bias,
                                   const std::vector<T>& proj, const std::vector<T>& rinv, const std::vector<T>& gpre,
                                   const std::vector<T>& gpost, const std::vector<T>& gres, int64_t T_, int64_t K,
                                   const MhcMappingOptions& o, std::vector<T>& gx, std::vector<T>& ga,
                                   std::vector<T>& gb) {
-  const int64_t n = o.n, m = n * n + 2 * n;
-  std::vector<T> dproj(T_ * m);
+  std::vector<T> drinv;
+  std::vector<T> dproj = gates_backward(proj, rinv, alpha, bias, gpre, gpost, gres, T_, o.n, drinv, ga, gb);
   for (int64_t t = 0; t < T_; ++t) {
     const T* xr = &x[t * K];
-    T drinv = 0;
-    for (int64_t k = 0; k < m; ++k) {
-      const int64_t g = alpha_group(k, n);
-      const T p = proj[t * m + k], h = rinv[t] * p * alpha[g] + bias[k];
-      T dh;
-      if (k < n) dh = gpre[t * n + k] * mhc_math::sigmoid(h) * (T(1) - mhc_math::sigmoid(h));
-      else if (k < 2 * n) dh = T(2) * gpost[t * n + k - n] * mhc_math::sigmoid(h) * (T(1) - mhc_math::sigmoid(h));
-      else dh = gres[t * n * n + k - 2 * n];
-      gb[k] += dh;
-      ga[g] += dh * p * rinv[t];
-      drinv += dh * p * alpha[g];
-      dproj[t * m + k] = dh * alpha[g] * rinv[t];
-    }
-    T ss = 0;
-    for (int64_t c = 0; c < K; ++c) ss += xr[c] * xr[c];
-    const T slope = drinv * norm_factor_slope(ss, rinv[t], K, o);
+    const T ss = sum_of_squares(xr, K);
+    const T slope = T(2) * drinv[t] * mhc_math::norm_factor_dss(ss, rinv[t], K, o.norm_eps_inside_sqrt);
     for (int64_t c = 0; c < K; ++c) gx[t * K + c] += slope * xr[c];
   }
   return dproj;
@@ -104,6 +109,33 @@ void mappings_backward(const Tensor& xt, const Tensor& wt, const Tensor& at, con
     mm(true, false, int(m), int(K), int(T_), 1.0, dproj.data(), int(m), x.data(), int(K), 1.0, gw.data(), int(K));
   }
   store(gx_t, gx), store(gw_t, gw), store(ga_t, ga), store(gb_t, gb);
+}
+
+template <typename T>
+void compute_h_forward(const Tensor& proj_t, const Tensor& ss_t, const Tensor& at, const Tensor& bt, int64_t K,
+                       const MhcMappingOptions& o, const Tensor& pre_t, const Tensor& post_t, const Tensor& res_t,
+                       const Tensor& rinv_t) {
+  const int64_t T_ = proj_t.size(0), n = o.n;
+  const std::vector<T> proj = host<T>(proj_t), ss = host<T>(ss_t), alpha = host<T>(at), bias = host<T>(bt);
+  std::vector<T> pre(T_ * n), post(T_ * n), res(T_ * n * n), rinv(T_);
+  for (int64_t t = 0; t < T_; ++t) rinv[t] = norm_factor(ss[t], K, o);
+  gates_forward(proj, rinv, alpha, bias, T_, n, pre, post, res);
+  store(pre_t, pre), store(post_t, post), store(res_t, res), store(rinv_t, rinv);
+}
+
+template <typename T>
+void compute_h_backward(const Tensor& proj_t, const Tensor& ss_t, const Tensor& at, const Tensor& bt, int64_t K,
+                        const MhcMappingOptions& o, const Tensor& gpre_t, const Tensor& gpost_t, const Tensor& gres_t,
+                        const Tensor& gproj_t, const Tensor& gss_t, const Tensor& ga_t, const Tensor& gb_t) {
+  const int64_t T_ = proj_t.size(0);
+  const std::vector<T> proj = host<T>(proj_t), ss = host<T>(ss_t), alpha = host<T>(at), bias = host<T>(bt);
+  const std::vector<T> gpre = host<T>(gpre_t), gpost = host<T>(gpost_t), gres = host<T>(gres_t);
+  std::vector<T> ga = host<T>(ga_t), gb = host<T>(gb_t), rinv(T_), drinv;
+  for (int64_t t = 0; t < T_; ++t) rinv[t] = norm_factor(ss[t], K, o);
+  const std::vector<T> dproj = gates_backward(proj, rinv, alpha, bias, gpre, gpost, gres, T_, o.n, drinv, ga, gb);
+  std::vector<T> gss(T_);
+  for (int64_t t = 0; t < T_; ++t) gss[t] = drinv[t] * mhc_math::norm_factor_dss(ss[t], rinv[t], K, o.norm_eps_inside_sqrt);
+  store(gproj_t, dproj), store(gss_t, gss), store(ga_t, ga), store(gb_t, gb);
 }
 
 template <typename T>
@@ -140,6 +172,20 @@ void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha
   if (x.dtype() == DType::F64)
     mappings_backward<double>(x, w, alpha, bias, proj, rinv, o, g_pre, g_post, g_res_logits, g_x, g_w, g_alpha, g_bias);
   else mappings_backward<float>(x, w, alpha, bias, proj, rinv, o, g_pre, g_post, g_res_logits, g_x, g_w, g_alpha, g_bias);
+}
+void mhc_compute_h_forward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                           int64_t K, const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                           const Tensor& h_res_logits, const Tensor& rinv) {
+  if (proj.dtype() == DType::F64) compute_h_forward<double>(proj, sumsq, alpha, bias, K, o, h_pre, h_post, h_res_logits, rinv);
+  else compute_h_forward<float>(proj, sumsq, alpha, bias, K, o, h_pre, h_post, h_res_logits, rinv);
+}
+void mhc_compute_h_backward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                            int64_t K, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
+                            const Tensor& g_res_logits, const Tensor& g_proj, const Tensor& g_sumsq,
+                            const Tensor& g_alpha, const Tensor& g_bias) {
+  if (proj.dtype() == DType::F64)
+    compute_h_backward<double>(proj, sumsq, alpha, bias, K, o, g_pre, g_post, g_res_logits, g_proj, g_sumsq, g_alpha, g_bias);
+  else compute_h_backward<float>(proj, sumsq, alpha, bias, K, o, g_pre, g_post, g_res_logits, g_proj, g_sumsq, g_alpha, g_bias);
 }
 void mhc_sinkhorn_forward(const Tensor& logits, int64_t iterations, double eps, const Tensor& out) {
   if (logits.dtype() == DType::F64) sinkhorn_forward<double>(logits, iterations, eps, out);

@@ -4,6 +4,7 @@
 //   partial sums), then the norm factor, gates and bias (projection + RMS + mapping fused);
 // - mappings backward: one block per token for d(h) and g_x; g_w one thread per weight summing over
 //   tokens; g_bias / g_alpha one thread per output row;
+// - the unfused path's gate op (mhc_compute_h): one thread per token;
 // - Sinkhorn forward / backward: one thread per matrix (kernels/mhc_math.h), the trace of the
 //   unrolled iterations in a global workspace.
 // Math in f32 (f64 for f64 activations).
@@ -130,6 +131,29 @@ __global__ void mappings_bwd_params_kernel(const T* dh, const T* dha, MapDims d,
   }
 }
 
+// The unfused gate op, one thread per token (kernels/mhc_math.h gates_forward / gates_backward).
+template <typename T>
+__global__ void compute_h_fwd_kernel(const T* proj, const T* ss, const T* alpha, const T* bias, MapDims d, T* pre,
+                                     T* post, T* res, T* rinv) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= d.T) return;
+  const T r = mhc_math::norm_factor(ss[t], d.K, d.inside, T(d.eps));
+  rinv[t] = r;
+  mhc_math::gates_forward(proj + t * d.m, r, alpha, bias, d.n, T(kMhcPreEps), pre + t * d.n, post + t * d.n,
+                          res + t * d.n * d.n);
+}
+template <typename T>
+__global__ void compute_h_bwd_kernel(const T* proj, const T* ss, const T* alpha, const T* bias, MapDims d,
+                                     const T* gpre, const T* gpost, const T* gres, T* dh, T* dha, T* dproj, T* gss) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= d.T) return;
+  const T r = mhc_math::norm_factor(ss[t], d.K, d.inside, T(d.eps));
+  const T drinv = mhc_math::gates_backward(proj + t * d.m, r, alpha, bias, d.n, gpre + t * d.n, gpost + t * d.n,
+                                           gres + t * d.n * d.n, dh + t * d.m, dproj + t * d.m);
+  for (int64_t k = 0; k < d.m; ++k) dha[t * d.m + k] = dh[t * d.m + k] * proj[t * d.m + k] * r;
+  gss[t] = drinv * mhc_math::norm_factor_dss(ss[t], r, d.K, d.inside);
+}
+
 template <typename T>
 __global__ void sinkhorn_fwd_kernel(const T* L, int64_t T_, int64_t n, int64_t iters, T eps, T* out, T* trace) {
   const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -207,6 +231,44 @@ void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha
     STRATA_CUDA_LAUNCH_CHECK();
   });
   store_back(g_x, gx), store_back(g_w, gw), store_back(g_alpha, ga), store_back(g_bias, gb);
+}
+
+void mhc_compute_h_forward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                           int64_t K, const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                           const Tensor& h_res_logits, const Tensor& rinv) {
+  const MapDims d{proj.size(0), K, o.n, o.n * o.n + 2 * o.n, o.norm_eps_inside_sqrt, o.norm_eps};
+  if (d.T == 0) return;
+  cudaStream_t s = cuda_rt::current_stream(proj.device().index);
+  by_act(proj.dtype(), [&](auto, auto tt) {
+    using T = typename decltype(tt)::type;
+    compute_h_fwd_kernel<T><<<cuda_rt::grid_for(d.T, 128), 128, 0, s>>>(
+        proj.data<T>(), sumsq.data<T>(), alpha.data<T>(), bias.data<T>(), d, h_pre.data<T>(), h_post.data<T>(),
+        h_res_logits.data<T>(), rinv.data<T>());
+    STRATA_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void mhc_compute_h_backward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
+                            int64_t K, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
+                            const Tensor& g_res_logits, const Tensor& g_proj, const Tensor& g_sumsq,
+                            const Tensor& g_alpha, const Tensor& g_bias) {
+  const MapDims d{proj.size(0), K, o.n, o.n * o.n + 2 * o.n, o.norm_eps_inside_sqrt, o.norm_eps};
+  if (d.T == 0) return;
+  const DType ad = proj.dtype();
+  cudaStream_t s = cuda_rt::current_stream(proj.device().index);
+  Tensor dh = Tensor::empty({d.T, d.m}, ad, proj.device()), dha = Tensor::empty({d.T, d.m}, ad, proj.device());
+  Tensor ga = as_acc(g_alpha, ad), gb = as_acc(g_bias, ad);
+  by_act(ad, [&](auto, auto tt) {
+    using T = typename decltype(tt)::type;
+    compute_h_bwd_kernel<T><<<cuda_rt::grid_for(d.T, 128), 128, 0, s>>>(
+        proj.data<T>(), sumsq.data<T>(), alpha.data<T>(), bias.data<T>(), d, g_pre.data<T>(), g_post.data<T>(),
+        g_res_logits.data<T>(), dh.data<T>(), dha.data<T>(), g_proj.data<T>(), g_sumsq.data<T>());
+    STRATA_CUDA_LAUNCH_CHECK();
+    mappings_bwd_params_kernel<T><<<cuda_rt::grid_for(d.m, 64), 64, 0, s>>>(dh.data<T>(), dha.data<T>(), d,
+                                                                          gb.data<T>(), ga.data<T>());
+    STRATA_CUDA_LAUNCH_CHECK();
+  });
+  store_back(g_alpha, ga), store_back(g_bias, gb);
 }
 
 void mhc_sinkhorn_forward(const Tensor& logits, int64_t iterations, double eps, const Tensor& out) {

@@ -11,6 +11,7 @@
 #include "core/observe.h"
 #include "kernels/elementwise.h"
 #include "kernels/mhc.h"
+#include "kernels/mhc_composed.h"
 
 namespace strata::layers {
 namespace {
@@ -96,12 +97,12 @@ Tensor HyperConnection::forward(const Tensor& x, HyperConnectionState& st) const
   st.h_res_logits = Tensor::empty({T, n, n}, a, d), st.h_res = Tensor::empty({T, n, n}, a, d);
   st.proj = Tensor::empty({T, m}, a, d), st.rinv = Tensor::empty({T}, a, d);
   const kernels::MhcMappingOptions mo{n, o_.norm_eps_inside_sqrt, o_.norm_eps};
-  kernels::mhc_mappings_forward(st.x, mapping_weight.value, alpha3(), bias.value, mo, st.h_pre, st.h_post,
+  ops().mappings_forward(st.x, mapping_weight.value, alpha3(), bias.value, mo, st.h_pre, st.h_post,
                                 st.h_res_logits, st.proj, st.rinv);
   kernels::mhc_sinkhorn_forward(st.h_res_logits, o_.sinkhorn_iterations, kernels::kMhcSinkhornEps, st.h_res);
   observe_mappings(st);
   Tensor agg = Tensor::empty({T, C}, x.dtype(), d);
-  kernels::mhc_aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, agg);
+  ops().aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, agg);
   return agg.reshape({x.size(0), x.size(1), C});
 }
 
@@ -125,7 +126,7 @@ Tensor HyperConnection::merge(const Tensor& y, const Tensor& b, const DropoutSpe
   st.bias = b;
   st.dropout = dropout;
   Tensor out = Tensor::empty(st.x.shape(), st.x.dtype(), st.x.device());
-  kernels::mhc_merge_forward(st.x, st.h_res, st.h_post, st.y, b, post_scale(st), o_.keep_mappings_in_fp32, out);
+  ops().merge_forward(st.x, st.h_res, st.h_post, st.y, b, post_scale(st), o_.keep_mappings_in_fp32, out);
   return out.reshape(st.shape);
 }
 
@@ -136,9 +137,9 @@ Tensor HyperConnection::replay(const Tensor& x, HyperConnectionState& st, Tensor
                x.shape().str(), ", expected ", T * o_.streams * hidden_, " elements");
   st.x = rows_of(x, T);
   *agg = Tensor::empty({T, hidden_}, x.dtype(), x.device());
-  kernels::mhc_aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, *agg);
+  ops().aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, *agg);
   Tensor out = Tensor::empty(st.x.shape(), st.x.dtype(), st.x.device());
-  kernels::mhc_merge_forward(st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32, out);
+  ops().merge_forward(st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32, out);
   return out.reshape(st.shape);
 }
 
@@ -152,7 +153,7 @@ HyperConnection::MergeGrads HyperConnection::merge_backward(const Tensor& g_next
   st.g_h_post = Tensor::empty({T, n}, a, d);
   MergeGrads out;
   if (st.bias.defined()) out.g_bias = Tensor::zeros({C}, a, d);
-  kernels::mhc_merge_backward(st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32,
+  ops().merge_backward(st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32,
                               rows_of(g_next, T), st.g_x, g_h_res, st.g_h_post, g_y, out.g_bias);
   st.g_res_logits = Tensor::empty({T, n, n}, a, d);
   kernels::mhc_sinkhorn_backward(st.h_res_logits, o_.sinkhorn_iterations, kernels::kMhcSinkhornEps, g_h_res,
@@ -167,13 +168,13 @@ Tensor HyperConnection::backward(const Tensor& g_agg, HyperConnectionState& st) 
   const DType a = map_dtype(st.x);
   const Device d = st.x.device();
   Tensor g_h_pre = Tensor::empty({T, n}, a, d);
-  kernels::mhc_aggregate_backward(st.x, st.h_pre, o_.keep_mappings_in_fp32, rows_of(g_agg, T), st.g_x, g_h_pre);
+  ops().aggregate_backward(st.x, st.h_pre, o_.keep_mappings_in_fp32, rows_of(g_agg, T), st.g_x, g_h_pre);
   // Replicated parameters: under sequence parallelism each tp rank's tokens add their part (layer_common.h).
   SequenceParallelGrad gw(mapping_weight, sp_, mapping_weight.main_grad.dtype(), d);
   SequenceParallelGrad gb(bias, sp_, bias.main_grad.dtype(), d);
   Tensor ga = Tensor::zeros({3}, a, d);
   const kernels::MhcMappingOptions mo{n, o_.norm_eps_inside_sqrt, o_.norm_eps};
-  kernels::mhc_mappings_backward(st.x, mapping_weight.value, alpha3(), bias.value, st.proj, st.rinv, mo, g_h_pre,
+  ops().mappings_backward(st.x, mapping_weight.value, alpha3(), bias.value, st.proj, st.rinv, mo, g_h_pre,
                                  st.g_h_post, st.g_res_logits, st.g_x, gw.target(), ga, gb.target());
   gw.finish();
   gb.finish();

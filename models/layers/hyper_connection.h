@@ -23,6 +23,7 @@
 
 #include "core/parameter.h"
 #include "core/tensor.h"
+#include "kernels/mhc_composed.h"
 #include "models/layers/layer_common.h"
 #include "models/mhc_config.h"
 #include "parallel/process_group.h"
@@ -77,6 +78,7 @@ class HyperConnection {
 
  private:
   Tensor alpha3() const;  // [3] = (α_pre, α_post, α_res)
+  const kernels::MhcOps& ops() const { return kernels::mhc_ops(o_.use_fused); }  // fused or composed
   void observe_mappings(const HyperConnectionState& st) const;
   std::string prefix_;
   bool sequence_parallel_ = false;

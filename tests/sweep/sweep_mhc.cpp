@@ -1,9 +1,13 @@
-// Sweep cases for kernels/mhc.h (the use_fused_mhc kernels on CUDA): mappings with either norm,
-// Sinkhorn forward/backward, aggregation and merge (with and without the dropout scale, both
-// precision modes), learned contraction, stream sum / broadcast — each forward and backward on the
-// target against the f64 CPU reference from the same dtype-rounded inputs. Activations in the swept
-// dtype; parameters and mappings in f32 (f64 for the f64 case).
+// Sweep cases for kernels/mhc.h: mappings with either norm, the unfused path's gate op, Sinkhorn
+// forward/backward, aggregation and merge (with and without the dropout scale, both precision
+// modes), learned contraction, stream sum / broadcast — each forward and backward on the target
+// against the f64 CPU reference from the same dtype-rounded inputs. The mapping, aggregation and
+// merge cases run both op sets of a site on the target (kernels/mhc_composed.h: "fused." the
+// use_fused_mhc ops, "unfused." the composition of GEMMs and the gate op) and compare the fused
+// outputs with the unfused ones as well ("fused_vs_unfused."). Activations in the swept dtype;
+// parameters and mappings in f32 (f64 for the f64 case).
 #include "kernels/mhc.h"
+#include "kernels/mhc_composed.h"
 #include "sweep.h"
 
 using namespace strata;
@@ -26,6 +30,25 @@ Tensor on_target_map(const sweep::Context& c, const Tensor& ref) { return ref.to
 Tensor ref_of(const sweep::Context& c, const Tensor& ref) { return ref.to(map_dtype(c)).to(DType::F64); }
 Tensor zeros_map(const sweep::Context& c, const Shape& s) { return Tensor::zeros(s, map_dtype(c), c.device); }
 Tensor zeros64(const Shape& s) { return Tensor::zeros(s, DType::F64); }
+const char* path_name(bool fused) { return fused ? "fused." : "unfused."; }
+
+// The target outputs of one op set: fwd h_pre, h_post, h_res_logits, proj, rinv; bwd g_x, g_w, g_alpha, g_bias.
+std::vector<Tensor> mappings_on_target(sweep::Context& c, const MhcOps& ops, const MhcMappingOptions& o,
+                                       const std::vector<Tensor>& ref_inputs) {
+  const Tensor &x = ref_inputs[0], &w = ref_inputs[1];
+  const int64_t n = o.n, K = x.size(1), m = n * n + 2 * n, T = x.size(0);
+  const DType dt = map_dtype(c);
+  std::vector<Tensor> g = {Tensor::empty({T, n}, dt, c.device), Tensor::empty({T, n}, dt, c.device),
+                           Tensor::empty({T, n, n}, dt, c.device), Tensor::empty({T, m}, dt, c.device),
+                           Tensor::empty({T}, dt, c.device), zeros_map(c, {T, K}), zeros_map(c, w.shape()),
+                           zeros_map(c, {3}), zeros_map(c, {m})};
+  const Tensor xt = c.on_target(x), wt = on_target_map(c, w), at = on_target_map(c, ref_inputs[2]);
+  const Tensor bt = on_target_map(c, ref_inputs[3]);
+  ops.mappings_forward(xt, wt, at, bt, o, g[0], g[1], g[2], g[3], g[4]);
+  ops.mappings_backward(xt, wt, at, bt, g[3], g[4], o, on_target_map(c, ref_inputs[4]), on_target_map(c, ref_inputs[5]),
+                        on_target_map(c, ref_inputs[6]), g[5], g[6], g[7], g[8]);
+  return g;
+}
 
 void mappings_case(sweep::Context& c, const MhcShape& s, bool inside) {
   const int64_t n = s.n, K = n * s.C, m = n * n + 2 * n, T = s.T;
@@ -34,27 +57,53 @@ void mappings_case(sweep::Context& c, const MhcShape& s, bool inside) {
   const Tensor alpha = ref_of(c, c.input({3}, 3, 0.5, 2.0)), bias = ref_of(c, c.input({m}, 4));
   const Tensor gpre = ref_of(c, c.input({T, n}, 5)), gpost = ref_of(c, c.input({T, n}, 6));
   const Tensor gres = ref_of(c, c.input({T, n, n}, 7));
-  auto outs = [&](DType dt, Device dev) {
-    return std::vector<Tensor>{Tensor::empty({T, n}, dt, dev), Tensor::empty({T, n}, dt, dev),
-                               Tensor::empty({T, n, n}, dt, dev), Tensor::empty({T, m}, dt, dev),
-                               Tensor::empty({T}, dt, dev)};
-  };
-  std::vector<Tensor> r = outs(DType::F64, Device::cpu()), g = outs(map_dtype(c), c.device);
+  std::vector<Tensor> r = {Tensor::empty({T, n}, DType::F64), Tensor::empty({T, n}, DType::F64),
+                           Tensor::empty({T, n, n}, DType::F64), Tensor::empty({T, m}, DType::F64),
+                           Tensor::empty({T}, DType::F64), zeros64({T, K}), zeros64({m, K}), zeros64({3}), zeros64({m})};
   mhc_mappings_forward(x, w, alpha, bias, o, r[0], r[1], r[2], r[3], r[4]);
-  const Tensor xt = c.on_target(x), wt = on_target_map(c, w), at = on_target_map(c, alpha), bt = on_target_map(c, bias);
-  mhc_mappings_forward(xt, wt, at, bt, o, g[0], g[1], g[2], g[3], g[4]);
-  Tensor rgx = zeros64({T, K}), rgw = zeros64({m, K}), rga = zeros64({3}), rgb = zeros64({m});
-  mhc_mappings_backward(x, w, alpha, bias, r[3], r[4], o, gpre, gpost, gres, rgx, rgw, rga, rgb);
-  Tensor gx = zeros_map(c, {T, K}), gw = zeros_map(c, {m, K}), ga = zeros_map(c, {3}), gb = zeros_map(c, {m});
-  mhc_mappings_backward(xt, wt, at, bt, g[3], g[4], o, on_target_map(c, gpre), on_target_map(c, gpost),
-                        on_target_map(c, gres), gx, gw, ga, gb);
+  mhc_mappings_backward(x, w, alpha, bias, r[3], r[4], o, gpre, gpost, gres, r[5], r[6], r[7], r[8]);
+  const std::vector<Tensor> in = {x, w, alpha, bias, gpre, gpost, gres};
   const double tol = c.bound(1e-5, 1e-5, 1e-5);  // mappings are f32 computed from the same rounded x
   const Shape sh{T, K};
-  const std::string p = inside ? "inside." : "outside.";
-  c.compare(p + "fwd.h_pre", sh, g[0], r[0], tol), c.compare(p + "fwd.h_post", sh, g[1], r[1], tol);
-  c.compare(p + "fwd.h_res_logits", sh, g[2], r[2], tol);
-  c.compare(p + "bwd.g_x", sh, gx, rgx, tol), c.compare(p + "bwd.g_w", sh, gw, rgw, tol);
-  c.compare(p + "bwd.g_alpha", sh, ga, rga, tol), c.compare(p + "bwd.g_bias", sh, gb, rgb, tol);
+  const char* names[] = {"fwd.h_pre", "fwd.h_post", "fwd.h_res_logits", nullptr, nullptr,
+                         "bwd.g_x",   "bwd.g_w",    "bwd.g_alpha",      "bwd.g_bias"};
+  std::vector<Tensor> outs[2];
+  for (bool fused : {true, false}) {
+    outs[fused] = mappings_on_target(c, mhc_ops(fused), o, in);
+    for (size_t i = 0; i < r.size(); ++i)
+      if (names[i])
+        c.compare(std::string(path_name(fused)) + (inside ? "inside." : "outside.") + names[i], sh, outs[fused][i],
+                  r[i], tol);
+  }
+  for (size_t i = 0; i < r.size(); ++i)
+    if (names[i])
+      c.compare(std::string("fused_vs_unfused.") + (inside ? "inside." : "outside.") + names[i], sh, outs[1][i],
+                outs[0][i].to(DType::F64).to(Device::cpu()), tol);
+}
+
+void compute_h_case(sweep::Context& c, const MhcShape& s, bool inside) {
+  const int64_t n = s.n, K = n * s.C, m = n * n + 2 * n, T = s.T;
+  const MhcMappingOptions o{n, inside, inside ? 1e-5 : kMhcNormEps};
+  const Tensor proj = ref_of(c, c.input({T, m}, 24, -3.0, 3.0)), ss = ref_of(c, c.input({T}, 25, 0.1, 4.0 * K));
+  const Tensor alpha = ref_of(c, c.input({3}, 26, 0.5, 2.0)), bias = ref_of(c, c.input({m}, 27));
+  const Tensor gpre = ref_of(c, c.input({T, n}, 28)), gpost = ref_of(c, c.input({T, n}, 29));
+  const Tensor gres = ref_of(c, c.input({T, n, n}, 30));
+  auto run = [&](DType dt, Device dev, auto&& put) {
+    std::vector<Tensor> o6 = {Tensor::empty({T, n}, dt, dev),    Tensor::empty({T, n}, dt, dev),
+                              Tensor::empty({T, n, n}, dt, dev), Tensor::empty({T}, dt, dev),
+                              Tensor::empty({T, m}, dt, dev),    Tensor::empty({T}, dt, dev),
+                              Tensor::zeros({3}, dt, dev),       Tensor::zeros({m}, dt, dev)};
+    mhc_compute_h_forward(put(proj), put(ss), put(alpha), put(bias), K, o, o6[0], o6[1], o6[2], o6[3]);
+    mhc_compute_h_backward(put(proj), put(ss), put(alpha), put(bias), K, o, put(gpre), put(gpost), put(gres), o6[4],
+                           o6[5], o6[6], o6[7]);
+    return o6;
+  };
+  const std::vector<Tensor> r = run(DType::F64, Device::cpu(), [](const Tensor& t) { return t; });
+  const std::vector<Tensor> g = run(map_dtype(c), c.device, [&](const Tensor& t) { return on_target_map(c, t); });
+  const char* names[] = {"fwd.h_pre", "fwd.h_post", "fwd.h_res_logits", "fwd.rinv",
+                         "bwd.g_proj", "bwd.g_sumsq", "bwd.g_alpha",     "bwd.g_bias"};
+  for (size_t i = 0; i < r.size(); ++i)
+    c.compare(std::string(inside ? "inside." : "outside.") + names[i], Shape{T, K}, g[i], r[i], c.bound(1e-5, 1e-5, 1e-5));
 }
 
 void sinkhorn_case(sweep::Context& c, const MhcShape& s) {
@@ -70,23 +119,24 @@ void sinkhorn_case(sweep::Context& c, const MhcShape& s) {
   c.compare("bwd", Shape{T, n, n}, og, rg, c.bound(1e-4, 1e-4, 1e-4));
 }
 
-void streams_case(sweep::Context& c, const MhcShape& s, bool keep) {
+void streams_case(sweep::Context& c, const MhcShape& s, bool keep, bool fused) {
+  const MhcOps& ops = mhc_ops(fused);
   const int64_t T = s.T, n = s.n, C = s.C, K = n * C;
   const Tensor x = c.input({T, K}, 10), y = c.input({T, C}, 11), b = c.input({C}, 12), gagg = c.input({T, C}, 13);
   const Tensor gout = c.input({T, K}, 14), hp = ref_of(c, c.input({T, n}, 15, 0.2, 1.0));
   const Tensor hq = ref_of(c, c.input({T, n}, 16, 0.0, 2.0)), hr = ref_of(c, c.input({T, n, n}, 17, 0.0, 0.6));
   const Tensor ps = ref_of(c, c.input({T, K}, 18, 0.0, 1.2));
   const double tol = c.bound(1e-5, 2e-2, 2e-2);
-  const std::string p = keep ? "fp32_mappings." : "act_mappings.";
+  const std::string p = std::string(path_name(fused)) + (keep ? "fp32_mappings." : "act_mappings.");
   // Aggregation.
   Tensor ra = Tensor::empty({T, C}, DType::F64), a = c.empty({T, C});
   mhc_aggregate_forward(x, hp, true, ra);
-  mhc_aggregate_forward(c.on_target(x), on_target_map(c, hp), keep, a);
+  ops.aggregate_forward(c.on_target(x), on_target_map(c, hp), keep, a);
   c.compare(p + "aggregate.fwd", Shape{T, K}, a, ra, tol);
   Tensor rgx = zeros64({T, K}), rgh = Tensor::empty({T, n}, DType::F64);
   mhc_aggregate_backward(x, hp, true, gagg, rgx, rgh);
   Tensor gx = zeros_map(c, {T, K}), gh = zeros_map(c, {T, n});
-  mhc_aggregate_backward(c.on_target(x), on_target_map(c, hp), keep, c.on_target(gagg), gx, gh);
+  ops.aggregate_backward(c.on_target(x), on_target_map(c, hp), keep, c.on_target(gagg), gx, gh);
   c.compare(p + "aggregate.bwd.g_x", Shape{T, K}, gx, rgx, tol);
   c.compare(p + "aggregate.bwd.g_h_pre", Shape{T, K}, gh, rgh, tol);
   // Merge, without and with the dropout scale.
@@ -95,7 +145,7 @@ void streams_case(sweep::Context& c, const MhcShape& s, bool keep) {
     const Tensor sr = scaled ? ps : Tensor(), st = scaled ? on_target_map(c, ps) : Tensor();
     Tensor ro = Tensor::empty({T, K}, DType::F64), out = c.empty({T, K});
     mhc_merge_forward(x, hr, hq, y, b, sr, true, ro);
-    mhc_merge_forward(c.on_target(x), on_target_map(c, hr), on_target_map(c, hq), c.on_target(y), c.on_target(b), st,
+    ops.merge_forward(c.on_target(x), on_target_map(c, hr), on_target_map(c, hq), c.on_target(y), c.on_target(b), st,
                       keep, out);
     c.compare(q + "fwd", Shape{T, K}, out, ro, tol);
     Tensor r1 = zeros64({T, K}), r2 = Tensor::empty({T, n, n}, DType::F64), r3 = Tensor::empty({T, n}, DType::F64);
@@ -103,7 +153,7 @@ void streams_case(sweep::Context& c, const MhcShape& s, bool keep) {
     mhc_merge_backward(x, hr, hq, y, b, sr, true, gout, r1, r2, r3, r4, r5);
     Tensor g1 = zeros_map(c, {T, K}), g2 = zeros_map(c, {T, n, n}), g3 = zeros_map(c, {T, n});
     Tensor g4 = zeros_map(c, {T, C}), g5 = zeros_map(c, {C});
-    mhc_merge_backward(c.on_target(x), on_target_map(c, hr), on_target_map(c, hq), c.on_target(y), c.on_target(b), st,
+    ops.merge_backward(c.on_target(x), on_target_map(c, hr), on_target_map(c, hq), c.on_target(y), c.on_target(b), st,
                        keep, c.on_target(gout), g1, g2, g3, g4, g5);
     c.compare(q + "bwd.g_x", Shape{T, K}, g1, r1, tol), c.compare(q + "bwd.g_h_res", Shape{T, K}, g2, r2, tol);
     c.compare(q + "bwd.g_h_post", Shape{T, K}, g3, r3, tol), c.compare(q + "bwd.g_y", Shape{T, K}, g4, r4, tol);
@@ -144,6 +194,11 @@ STRATA_SWEEP_OP("mhc_mappings", kMhcTypes, "mhc_mappings_forward mhc_mappings_ba
     for (bool inside : {false, true}) mappings_case(c, s, inside);
 });
 
+STRATA_SWEEP_OP("mhc_compute_h", kMhcTypes, "mhc_compute_h_forward mhc_compute_h_backward", [](sweep::Context& c) {
+  for (const MhcShape& s : shapes(c))
+    for (bool inside : {false, true}) compute_h_case(c, s, inside);
+});
+
 STRATA_SWEEP_OP("mhc_sinkhorn", kMhcTypes, "mhc_sinkhorn_forward mhc_sinkhorn_backward", [](sweep::Context& c) {
   for (const MhcShape& s : shapes(c)) sinkhorn_case(c, s);
 });
@@ -152,7 +207,8 @@ STRATA_SWEEP_OP("mhc_streams", kMhcTypes,
                 "mhc_aggregate_forward mhc_aggregate_backward mhc_merge_forward mhc_merge_backward",
                 [](sweep::Context& c) {
   for (const MhcShape& s : shapes(c))
-    for (bool keep : {true, false}) streams_case(c, s, keep);
+    for (bool keep : {true, false})
+      for (bool fused : {true, false}) streams_case(c, s, keep, fused);
 });
 
 STRATA_SWEEP_OP("mhc_contract", kMhcTypes,

@@ -154,6 +154,41 @@ TEST_CASE("recompute: GPT and GPT+MoE with mHC (n = 3 streams) are bit-identical
   }
 }
 
+TEST_CASE("recompute: bf16 with f32 mappings — full and mhc recompute are bit-identical (GPT+MoE, hybrid)",
+          "[recompute][mhc]") {
+  // bf16 activations, the mHC mappings kept in f32 (mhc_keep_mappings_in_fp32), the eps inside the
+  // sqrt: the GLM recipe's numerics. Each replay must reproduce the forward's bf16 roundings.
+  const std::vector<std::string> glm = {"training.precision=bf16", "model.enable_hyper_connections=true",
+                                        "model.num_residual_streams=3", "model.mhc_sinkhorn_iterations=4",
+                                        "model.mhc_keep_mappings_in_fp32=true", "model.mhc_norm_eps_inside_sqrt=true",
+                                        "model.mhc_learned_output_contract=false"};
+  const std::vector<std::string> hybrid = {"model.hybrid_layer_pattern='M*E-'", "model.add_bias_linear=false",
+                                           "model.num_experts=4", "model.moe_ffn_hidden_size=12",
+                                           "model.moe_router_topk=2", "model.moe_aux_loss_coeff=[0.1]",
+                                           "model.mamba_head_dim=8", "model.mamba_state_dim=4",
+                                           "model.mamba_num_groups=2", "model.mamba_chunk_size=3",
+                                           "model.position_embedding_type=rope"};
+  std::vector<std::vector<std::string>> modes = kModes;
+  modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mhc]",
+                   "model.mhc_recompute_layer_num=2"});
+  for (const bool is_hybrid : {false, true}) {
+    INFO((is_hybrid ? "hybrid M*E- bf16" : "GPT+MoE bf16"));
+    auto cfg = [&](const std::vector<std::string>& m) {
+      std::vector<std::string> o = is_hybrid ? hybrid : std::vector<std::string>{};
+      o.insert(o.end(), glm.begin(), glm.end());
+      o.insert(o.end(), m.begin(), m.end());
+      return rc_config(!is_hybrid, o);
+    };
+    const Pass ref = two_micro_batches(cfg({}));
+    for (const auto& m : modes) {
+      INFO(m.back());
+      const Pass got = two_micro_batches(cfg(m));
+      CHECK(got.losses == ref.losses);  // bitwise
+      CHECK(got.grads == ref.grads);
+    }
+  }
+}
+
 TEST_CASE("recompute: a hybrid stack (M * E -) with full and selective recompute is bit-identical", "[recompute][hybrid]") {
   // Mamba, attention, MoE and MLP layers in one HybridStack, dropout 0.1, two micro-batches.
   auto hybrid = [](const std::vector<std::string>& extra) {
