@@ -27,8 +27,10 @@ void add_mhc_fields(config::SectionFields<ModelConfig>& f) {
         "Initial value of the gating factors alpha_pre, alpha_post, alpha_res.")
       .check(config::non_negative());
   f.add("use_fused_mhc", &M::use_fused_mhc,
-        "Fused mHC kernels (projection+RMS+mappings, Sinkhorn, aggregation, merge); needs "
-        "enable_hyper_connections; not with mhc_norm_eps_inside_sqrt or mhc_keep_mappings_in_fp32.");
+        "The fused mHC ops (one op each for projection+RMS+gates, aggregation and merge) instead of the "
+        "unfused path composed of GEMMs, a gate op and elementwise ops (Megatron's native path); the "
+        "Sinkhorn op is shared. Needs enable_hyper_connections; not with mhc_norm_eps_inside_sqrt or "
+        "mhc_keep_mappings_in_fp32.");
   f.add("mhc_recompute_layer_num", &M::mhc_recompute_layer_num,
         "Layers per mHC recompute group with 'mhc' in recompute_modules (local order, per stage / model "
         "chunk); each group keeps only its input n-stream tensor. null: one group for the whole local block. "

@@ -10,7 +10,9 @@
 #   5. op benchmarks (GEMM vs cublasLtMatmul at 8192^3, attention fwd+bwd at s=4096 d=128, memory-
 #      bound ops vs device copy) and the PyTorch reference on the same shapes; a single-GPU
 #      training-step benchmark (strata bench train on cuda vs PyTorch eager, GPT-2-small shape)
-#   6. compute-sanitizer memcheck over the quick sweep
+#   6. mHC's step-time cost on one GPU (strata bench recompute, mHC vs the same GPT without it,
+#      unfused and fused mHC ops, with and without selective mhc recompute)
+#   7. compute-sanitizer memcheck over the quick sweep
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$root/out}"
@@ -58,6 +60,16 @@ timeout 240 "$bin/strata" bench train --config configs/bench_gpt_cpu.yaml traini
   --json "$OUT/bench_train_gpu.json" > "$OUT/bench_train_gpu.log" 2>&1
 note "bench train (1 GPU vs torch)" "rc=$? $(grep -E 'ratio|median' "$OUT/bench_train_gpu.log" | tail -1)"
 
+# mHC's step-time cost (issue 15: <= 10 % with the fused kernels): the same 8-layer bf16 GPT with and
+# without 4 residual streams, alternated, unfused (default) and fused; plus selective mhc recompute.
+for path in unfused fused; do
+  extra=(); [[ $path == fused ]] && extra=(model.use_fused_mhc=true)
+  timeout 200 "$bin/strata" bench recompute --config configs/bench_gpt_mhc_gpu.yaml \
+    --compare-config configs/bench_gpt_gpu_ref.yaml --modes none selective:mhc --iters 5 --warmup 2 --repeat 2 \
+    --json "$OUT/bench_mhc_gpu_$path.json" "${extra[@]}" > "$OUT/bench_mhc_gpu_$path.log" 2>&1
+  note "bench mhc ($path) vs plain" "rc=$? $(grep -E 'ratio, median' "$OUT/bench_mhc_gpu_$path.log" | tail -1)"
+done
+
 if command -v compute-sanitizer > /dev/null; then
   timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$bin/strata_op_sweep" --quick --backend cuda \
     > "$OUT/memcheck.log" 2>&1
@@ -68,6 +80,7 @@ echo "==== benchmarks ===="
 grep -vE "^\[" "$OUT/bench.log" | tail -20
 cat "$OUT/torch_reference.jsonl"
 grep -vE "^\[" "$OUT/bench_train_gpu.log" | tail -8
+for path in unfused fused; do grep -vE "^\[|repeat" "$OUT/bench_mhc_gpu_$path.log" | tail -6; done
 echo "==== sweep failures (first 20) ===="
 cat "$OUT/sweep_failures.txt"
 echo "==== summary ===="

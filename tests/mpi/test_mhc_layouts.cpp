@@ -5,7 +5,8 @@
 // and the head's replicated parameters summed over tp), PP2 (the [s, b, n·h] streams cross the
 // stage boundary; the expansion on the first stage, the head on the last), PP2 × VPP2, DP2 with
 // the distributed optimizer, and EP2 with MoE layers inside the MLP sites; the mean contraction
-// under PP2; a hybrid `M*E-` model (fast and delta path) under PP2 and TP2 + SP. Gradient errors count as absolute below 1e-4 (check_layout's grad_floor): the
+// under PP2; the GLM numerics under TP2 + SP and PP2; a hybrid `M*E-` model (fast and delta path)
+// under PP2, TP2 + SP and EP2. Gradient errors count as absolute below 1e-4 (check_layout's grad_floor): the
 // 1-element alpha gradients are sums over every token with heavy cancellation (alpha_res ~1e-8
 // at init, where H_res ≈ 1/n), and tp's partial sums change their f32 rounding at ~5e-10.
 // Reference: Megatron-LM dev pipeline_parallel/schedules.py (n·C tensor shapes),
@@ -50,6 +51,22 @@ void check_hybrid(const std::string& pattern, const std::string& flat, const std
 TEST_CASE("mhc layouts: hybrid (M * E -, one site per layer) PP2 with '|' segments and TP2 + SP match", "[mhc2]") {
   check_hybrid("M*|E-", "M*E-", {"parallel.pipeline_model_parallel_size=2"});
   check_hybrid("M*E-", "M*E-", {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"});
+}
+
+TEST_CASE("mhc layouts: hybrid EP2 (the E layers' experts split over 2 ranks, DP2 otherwise) matches", "[mhc2]") {
+  check_hybrid("M*E-", "M*E-", {"parallel.expert_model_parallel_size=2"});
+}
+
+TEST_CASE("mhc layouts: the GLM numerics (eps inside the sqrt, f32 mappings, mean contraction) under TP2 + SP and PP2",
+          "[mhc2]") {
+  const std::vector<std::string> glm = {"model.mhc_norm_eps_inside_sqrt=true", "model.mhc_keep_mappings_in_fp32=true",
+                                        "model.mhc_learned_output_contract=false",
+                                        "model.untie_embeddings_and_output_weights=true"};
+  std::vector<std::string> tp = mhc(glm), pp = mhc(glm);
+  for (const char* o : {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}) tp.push_back(o);
+  pp.push_back("parallel.pipeline_model_parallel_size=2");
+  check_layout(tp, 2);
+  check_layout(pp, 2);
 }
 
 TEST_CASE("mhc layouts: TP2 matches the single-rank run", "[mhc2]") {

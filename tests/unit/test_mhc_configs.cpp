@@ -86,3 +86,24 @@ TEST_CASE("mhc configs: glm_mhc_tiny.yaml trains on the CPU with the mHC metrics
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("mhc configs: the GPU step-time benchmark pair differs only by mHC and plans on one GPU", "[mhc][memory_plan]") {
+  // scripts/gpu_check.sh compares these two (docs/performance.md, issue 15).
+  for (const char* name : {"configs/bench_gpt_mhc_gpu.yaml", "configs/bench_gpt_gpu_ref.yaml"}) {
+    CliResult p = run_cli({"plan", "--config", (kRepo / name).string(), "--world-size", "1"});
+    INFO(name << ": " << p.err);
+    CHECK(p.rc == 0);
+  }
+  strata::StrataConfig mhc = strata::StrataConfig::load((kRepo / "configs/bench_gpt_mhc_gpu.yaml").string(),
+                                                        {"model.use_fused_mhc=true"});
+  mhc.validate(1);  // the fused ops accept its numerics (Megatron dev's)
+  strata::StrataConfig plain = strata::StrataConfig::load((kRepo / "configs/bench_gpt_gpu_ref.yaml").string());
+  plain.validate(1);
+  CHECK(mhc.model.enable_hyper_connections);
+  CHECK_FALSE(plain.model.enable_hyper_connections);
+  CHECK(mhc.model.hidden_size == plain.model.hidden_size);
+  CHECK(mhc.model.num_layers == plain.model.num_layers);
+  CHECK(mhc.model.seq_length == plain.model.seq_length);
+  CHECK(mhc.training.micro_batch_size == plain.training.micro_batch_size);
+  CHECK(mhc.training.precision == plain.training.precision);
+}
