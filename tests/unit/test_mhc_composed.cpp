@@ -261,7 +261,7 @@ double grad_l2_diff(const test::TwoMicroBatchPass& a, const test::TwoMicroBatchP
 }
 }  // namespace
 
-TEST_CASE("mhc composed: use_fused_mhc changes the kernels, not the model (GPT, GPT+MoE, hybrid; f32 and bf16)",
+TEST_CASE("mhc composed: use_fused_mhc changes the kernels, not the model (GPT, GPT+MoE, hybrid, in f32 and bf16)",
           "[mhc][mhc_composed]") {
   const std::vector<std::string> moe = {"model.add_bias_linear=false", "model.num_experts=4",
                                         "model.moe_ffn_hidden_size=12", "model.moe_router_topk=2",

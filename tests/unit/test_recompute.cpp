@@ -154,7 +154,7 @@ TEST_CASE("recompute: GPT and GPT+MoE with mHC (n = 3 streams) are bit-identical
   }
 }
 
-TEST_CASE("recompute: bf16 with f32 mappings — full and mhc recompute are bit-identical (GPT+MoE, hybrid)",
+TEST_CASE("recompute: bf16 with f32 mappings — full and mhc recompute are bit-identical (GPT+MoE, hybrid, GPT+MTP)",
           "[recompute][mhc]") {
   // bf16 activations, the mHC mappings kept in f32 (mhc_keep_mappings_in_fp32), the eps inside the
   // sqrt: the GLM recipe's numerics. Each replay must reproduce the forward's bf16 roundings.
@@ -171,16 +171,20 @@ TEST_CASE("recompute: bf16 with f32 mappings — full and mhc recompute are bit-
   std::vector<std::vector<std::string>> modes = kModes;
   modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mhc]",
                    "model.mhc_recompute_layer_num=2"});
-  for (const bool is_hybrid : {false, true}) {
-    INFO((is_hybrid ? "hybrid M*E- bf16" : "GPT+MoE bf16"));
+  const std::vector<std::string> mtp = {"model.position_embedding_type=rope", "model.mtp_num_layers=1"};
+  for (const int variant : {0, 1, 2}) {
+    const bool is_hybrid = variant == 1, with_mtp = variant == 2;
+    INFO((is_hybrid ? "hybrid M*E- bf16" : with_mtp ? "GPT+MoE+MTP bf16" : "GPT+MoE bf16"));
     auto cfg = [&](const std::vector<std::string>& m) {
-      std::vector<std::string> o = is_hybrid ? hybrid : std::vector<std::string>{};
+      std::vector<std::string> o = is_hybrid ? hybrid : with_mtp ? mtp : std::vector<std::string>{};
       o.insert(o.end(), glm.begin(), glm.end());
       o.insert(o.end(), m.begin(), m.end());
       return rc_config(!is_hybrid, o);
     };
     const Pass ref = two_micro_batches(cfg({}));
     for (const auto& m : modes) {
+      // MTP depths are recomputed with recompute_num_layers 1 only (Megatron's rule; a config error otherwise).
+      if (with_mtp && m.back() == "model.recompute_num_layers=2" && m[1] == "model.recompute_method=uniform") continue;
       INFO(m.back());
       const Pass got = two_micro_batches(cfg(m));
       CHECK(got.losses == ref.losses);  // bitwise
