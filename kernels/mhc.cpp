@@ -47,9 +47,9 @@ void check_mapping_params(const char* op, const Tensor& x, const Tensor& w, cons
 }
 }  // namespace
 
-void mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                          const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
-                          const Tensor& h_res_logits, const Tensor& proj, const Tensor& rinv) {
+void mhc_args::mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+                 const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                 const Tensor& h_res_logits, const Tensor& proj, const Tensor& rinv) {
   const char* op = "mhc_mappings_forward";
   check_mapping_params(op, x, w, alpha, bias, o);
   const int64_t T = x.size(0), n = o.n;
@@ -57,13 +57,19 @@ void mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha,
   want(op, "h_pre", h_pre, Shape{T, n}, a), want(op, "h_post", h_post, Shape{T, n}, a);
   want(op, "h_res_logits", h_res_logits, Shape{T, n, n}, a);
   want(op, "proj", proj, Shape{T, n * n + 2 * n}, a), want(op, "rinv", rinv, Shape{T}, a);
+}
+
+void mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+                          const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                          const Tensor& h_res_logits, const Tensor& proj, const Tensor& rinv) {
+  mhc_args::mappings_forward(x, w, alpha, bias, o, h_pre, h_post, h_res_logits, proj, rinv);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_mappings_forward(x, w, alpha, bias, o, h_pre, h_post, h_res_logits, proj, rinv));
 }
 
-void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                           const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre,
-                           const Tensor& g_post, const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w,
-                           const Tensor& g_alpha, const Tensor& g_bias) {
+void mhc_args::mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+                  const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre,
+                  const Tensor& g_post, const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w,
+                  const Tensor& g_alpha, const Tensor& g_bias) {
   const char* op = "mhc_mappings_backward";
   check_mapping_params(op, x, w, alpha, bias, o);
   const int64_t T = x.size(0), n = o.n, m = n * n + 2 * n;
@@ -73,6 +79,13 @@ void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha
   want(op, "g_res_logits", g_res_logits, Shape{T, n, n}, a);
   want_grad(op, "g_x", g_x, x.shape()), want_grad(op, "g_w", g_w, w.shape());
   want_grad(op, "g_alpha", g_alpha, Shape{3}), want_grad(op, "g_bias", g_bias, Shape{m});
+}
+
+void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+                           const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre,
+                           const Tensor& g_post, const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w,
+                           const Tensor& g_alpha, const Tensor& g_bias) {
+  mhc_args::mappings_backward(x, w, alpha, bias, proj, rinv, o, g_pre, g_post, g_res_logits, g_x, g_w, g_alpha, g_bias);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_mappings_backward(x, w, alpha, bias, proj, rinv, o, g_pre, g_post,
                                                            g_res_logits, g_x, g_w, g_alpha, g_bias));
 }
@@ -149,22 +162,31 @@ void mhc_sinkhorn_backward(const Tensor& logits, int64_t iterations, double eps,
   STRATA_DEVICE_DISPATCH(logits.device(), mhc_sinkhorn_backward(logits, iterations, eps, g_out, g_logits));
 }
 
-void mhc_aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out) {
+void mhc_args::aggregate_forward(const Tensor& x, const Tensor& h_pre, bool /*keep_fp32*/, const Tensor& out) {
   const char* op = "mhc_aggregate_forward";
   const int64_t n = streams_of(op, h_pre), C = check_streams(op, x, n), T = x.size(0);
   want(op, "h_pre", h_pre, Shape{T, n}, acc_of(x));
   want(op, "out", out, Shape{T, C}, x.dtype());
+}
+
+void mhc_aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out) {
+  mhc_args::aggregate_forward(x, h_pre, keep_fp32, out);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_aggregate_forward(x, h_pre, keep_fp32, out));
 }
 
-void mhc_aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out,
-                            const Tensor& g_x, const Tensor& g_h_pre) {
+void mhc_args::aggregate_backward(const Tensor& x, const Tensor& h_pre, bool /*keep_fp32*/, const Tensor& g_out,
+                   const Tensor& g_x, const Tensor& g_h_pre) {
   const char* op = "mhc_aggregate_backward";
   const int64_t n = streams_of(op, h_pre), C = check_streams(op, x, n), T = x.size(0);
   want(op, "h_pre", h_pre, Shape{T, n}, acc_of(x));
   want(op, "g_out", g_out, Shape{T, C}, x.dtype());
   want_grad(op, "g_x", g_x, x.shape());
   want(op, "g_h_pre", g_h_pre, Shape{T, n}, acc_of(x));
+}
+
+void mhc_aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out,
+                            const Tensor& g_x, const Tensor& g_h_pre) {
+  mhc_args::aggregate_backward(x, h_pre, keep_fp32, g_out, g_x, g_h_pre);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_aggregate_backward(x, h_pre, keep_fp32, g_out, g_x, g_h_pre));
 }
 
@@ -181,16 +203,21 @@ int64_t check_merge(const char* op, const Tensor& x, const Tensor& h_res, const 
 }
 }  // namespace
 
-void mhc_merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
-                       const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& out) {
+void mhc_args::merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
+                       const Tensor& bias, const Tensor& post_scale, bool /*keep_fp32*/, const Tensor& out) {
   const char* op = "mhc_merge_forward";
   check_merge(op, x, h_res, h_post, y, bias, post_scale);
   want(op, "out", out, x.shape(), x.dtype());
+}
+
+void mhc_merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
+                       const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& out) {
+  mhc_args::merge_forward(x, h_res, h_post, y, bias, post_scale, keep_fp32, out);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_merge_forward(x, h_res, h_post, y, bias, post_scale, keep_fp32, out));
 }
 
-void mhc_merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
-                        const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& g_out,
+void mhc_args::merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
+                        const Tensor& bias, const Tensor& post_scale, bool /*keep_fp32*/, const Tensor& g_out,
                         const Tensor& g_x, const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y,
                         const Tensor& g_bias) {
   const char* op = "mhc_merge_backward";
@@ -201,6 +228,13 @@ void mhc_merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_po
   want_grad(op, "g_y", g_y, Shape{T, C});
   if (bias.defined()) want_grad(op, "g_bias", g_bias, Shape{C});
   else STRATA_CHECK(!g_bias.defined(), op, ": g_bias given without bias");
+}
+
+void mhc_merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
+                        const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& g_out,
+                        const Tensor& g_x, const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y,
+                        const Tensor& g_bias) {
+  mhc_args::merge_backward(x, h_res, h_post, y, bias, post_scale, keep_fp32, g_out, g_x, g_h_res, g_h_post, g_y, g_bias);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_merge_backward(x, h_res, h_post, y, bias, post_scale, keep_fp32, g_out, g_x,
                                                         g_h_res, g_h_post, g_y, g_bias));
 }

@@ -1,5 +1,6 @@
 // The unfused mHC path composed from generic kernels (kernels/mhc_composed.h). Shapes: T tokens,
 // n streams, C hidden, K = n·C, m = n² + 2n; an n-stream tensor [T, n·C] is viewed as [T, n, C].
+// Every op first runs the fused op's argument checks (mhc_args), so bad input gets the same error.
 // Reference: Megatron-LM dev hyper_connection.py (native_proj_rms, _compute_h, native_h_aggregate,
 // native_h_post_bda).
 #include "kernels/mhc_composed.h"
@@ -50,8 +51,8 @@ Tensor scale_in(const Tensor& post_scale, DType work) { return post_scale.define
 void mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
                       const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post, const Tensor& h_res_logits,
                       const Tensor& proj, const Tensor& rinv) {
+  mhc_args::mappings_forward(x, w, alpha, bias, o, h_pre, h_post, h_res_logits, proj, rinv);
   const int64_t T = x.size(0), K = x.size(1);
-  STRATA_CHECK(w.defined() && w.dim() == 2 && w.size(1) == K, "mhc mappings (unfused): w must be [m, ", K, "]");
   if (T == 0) return;
   const Tensor xa = x.to(acc_of(x));  // native_proj_rms runs on x.float()
   gemm(xa, false, w, true, proj);     // proj [T, m] = x · Wᵀ
@@ -61,9 +62,10 @@ void mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, con
 }
 
 void mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias, const Tensor& proj,
-                       const Tensor& /*rinv*/, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
+                       const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
                        const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w, const Tensor& g_alpha,
                        const Tensor& g_bias) {
+  mhc_args::mappings_backward(x, w, alpha, bias, proj, rinv, o, g_pre, g_post, g_res_logits, g_x, g_w, g_alpha, g_bias);
   const int64_t T = x.size(0), K = x.size(1), m = proj.size(1);
   if (T == 0) return;
   const DType a = acc_of(x);
@@ -81,6 +83,7 @@ void mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, co
 }
 
 void aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out) {
+  mhc_args::aggregate_forward(x, h_pre, keep_fp32, out);
   const int64_t T = x.size(0), n = h_pre.size(1), C = x.size(1) / n;
   if (T == 0) return;
   const DType wk = work_of(x, keep_fp32);
@@ -91,6 +94,7 @@ void aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, con
 
 void aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
                         const Tensor& g_h_pre) {
+  mhc_args::aggregate_backward(x, h_pre, keep_fp32, g_out, g_x, g_h_pre);
   const int64_t T = x.size(0), n = h_pre.size(1), C = x.size(1) / n;
   if (T == 0) return;
   const DType wk = work_of(x, keep_fp32), a = acc_of(x);
@@ -104,6 +108,7 @@ void aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, co
 
 void merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
                    const Tensor& post_scale, bool keep_fp32, const Tensor& out) {
+  mhc_args::merge_forward(x, h_res, h_post, y, bias, post_scale, keep_fp32, out);
   const int64_t T = x.size(0), n = h_post.size(1), C = x.size(1) / n;
   if (T == 0) return;
   const DType wk = work_of(x, keep_fp32);
@@ -120,6 +125,8 @@ void merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, c
 void merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
                     const Tensor& post_scale, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
                     const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y, const Tensor& g_bias) {
+  mhc_args::merge_backward(x, h_res, h_post, y, bias, post_scale, keep_fp32, g_out, g_x, g_h_res, g_h_post, g_y,
+                           g_bias);
   const int64_t T = x.size(0), n = h_post.size(1), C = x.size(1) / n;
   if (T == 0) return;
   const DType wk = work_of(x, keep_fp32), a = acc_of(x);

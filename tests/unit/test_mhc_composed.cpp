@@ -285,3 +285,18 @@ TEST_CASE("mhc composed: use_fused_mhc changes the kernels, not the model (GPT, 
     CHECK(grad_l2_diff(cb, fb) < 5e-2);
   }
 }
+
+TEST_CASE("mhc composed: bad arguments get the fused ops' errors (op and tensor named)", "[mhc][mhc_composed]") {
+  const Tensor x = Tensor::zeros({2, 6}, DType::F32);
+  Tensor out = Tensor::empty({2, 3}, DType::F32);
+  CHECK_THROWS_WITH(composed().aggregate_forward(x, Tensor::zeros({2, 2}, DType::BF16), true, out),
+                    Catch::Contains("mhc_aggregate_forward") && Catch::Contains("h_pre"));
+  const Tensor hp = Tensor::zeros({2, 2}, DType::F32), hr = Tensor::zeros({2, 2, 2}, DType::F32);
+  CHECK_THROWS_WITH(composed().merge_forward(x, hr, hp, Tensor::zeros({2, 4}, DType::F32), Tensor(), Tensor(), true,
+                                             Tensor::empty({2, 6}, DType::F32)),
+                    Catch::Contains("mhc_merge_forward") && Catch::Contains("y"));
+  const MhcMappingOptions o{2, false, kMhcNormEps};
+  CHECK_THROWS_WITH(mappings(composed(), x, Tensor::zeros({8, 5}, DType::F32), Tensor::zeros({3}, DType::F32),
+                             Tensor::zeros({8}, DType::F32), o),
+                    Catch::Contains("mhc_mappings_forward") && Catch::Contains("w"));
+}
