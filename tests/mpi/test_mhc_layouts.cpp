@@ -5,7 +5,7 @@
 // and the head's replicated parameters summed over tp), PP2 (the [s, b, n·h] streams cross the
 // stage boundary; the expansion on the first stage, the head on the last), PP2 × VPP2, DP2 with
 // the distributed optimizer, and EP2 with MoE layers inside the MLP sites; the mean contraction
-// under PP2; the GLM numerics under TP2 + SP and PP2; a hybrid `M*E-` model (fast and delta path)
+// under PP2; CP2 (all-gather and ring); the GLM numerics under TP2 + SP and PP2; a hybrid `M*E-` model (fast and delta path)
 // under PP2, TP2 + SP and EP2. Gradient errors count as absolute below 1e-4 (check_layout's grad_floor): the
 // 1-element alpha gradients are sums over every token with heavy cancellation (alpha_res ~1e-8
 // at init, where H_res ≈ 1/n), and tp's partial sums change their f32 rounding at ~5e-10.
@@ -67,6 +67,12 @@ TEST_CASE("mhc layouts: the GLM numerics (eps inside the sqrt, f32 mappings, mea
   pp.push_back("parallel.pipeline_model_parallel_size=2");
   check_layout(tp, 2);
   check_layout(pp, 2);
+}
+
+TEST_CASE("mhc layouts: CP2 (the streams split over the sequence, all-gather and ring attention) matches", "[mhc2]") {
+  // The sites act per token; the merges' dropout masks follow the global positions of the CP chunks.
+  check_layout(mhc({"parallel.context_parallel_size=2", "parallel.cp_comm_type=all_gather"}), 2);
+  check_layout(mhc({"parallel.context_parallel_size=2", "parallel.cp_comm_type=p2p"}), 2);
 }
 
 TEST_CASE("mhc layouts: TP2 matches the single-rank run", "[mhc2]") {
