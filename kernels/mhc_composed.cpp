@@ -44,8 +44,13 @@ Tensor y_plus_bias(const Tensor& y, const Tensor& bias, DType work) {
   add_bias(yw, bias.to(work), out);
   return out;
 }
-// mask/(1−p) in `work` (undefined: none).
-Tensor scale_in(const Tensor& post_scale, DType work) { return post_scale.defined() ? post_scale.to(work) : Tensor(); }
+// t ⊙ post_scale (mask/(1−p), f32 / f64) with the product in that dtype, rounded once to `work`
+// (as PyTorch's dropout applies its f32 scale to a bf16 tensor). t: `work` or the scale's dtype.
+Tensor dropout_scaled(const Tensor& t, const Tensor& post_scale, DType work) {
+  Tensor p = Tensor::empty(t.shape(), post_scale.dtype(), t.device());
+  mul(t.to(post_scale.dtype()), post_scale.reshape(t.shape()), p);
+  return p.to(work);
+}
 }  // namespace
 
 void mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
@@ -112,10 +117,10 @@ void merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, c
   const int64_t T = x.size(0), n = h_post.size(1), C = x.size(1) / n;
   if (T == 0) return;
   const DType wk = work_of(x, keep_fp32);
-  const Tensor post = Tensor::empty({T, n, C}, wk, x.device());
+  // h_post ⊗ (y + bias); with dropout kept in the scale's dtype until the mask is applied.
+  Tensor post = Tensor::empty({T, n, C}, post_scale.defined() ? post_scale.dtype() : wk, x.device());
   gemm(h_post.to(wk).reshape({T, n, 1}), false, y_plus_bias(y, bias, wk).reshape({T, 1, C}), false, post);
-  const Tensor ps = scale_in(post_scale, wk);
-  if (ps.defined()) mul(post, ps, post);  // the unfused bias-dropout-add: dropout(h_post ⊗ (y + bias))
+  if (post_scale.defined()) post = dropout_scaled(post, post_scale, wk);  // dropout(h_post ⊗ (y + bias))
   in_dtype(out, wk, [&](const Tensor& o) {
     gemm(h_res.to(wk), true, x.to(wk).reshape({T, n, C}), false, o.reshape({T, n, C}));  // out_j = Σ_i H[i, j]·x_i
     add(o, post, o);
@@ -136,12 +141,7 @@ void merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, 
   });
   gemm(xw, false, g, true, g_h_res);  // g_H[i, j] = Σ_C x_i·g_j
   round_like(g_h_res, wk);
-  Tensor gp = g;  // g' = post_scale ⊙ g
-  const Tensor ps = scale_in(post_scale, wk);
-  if (ps.defined()) {
-    gp = Tensor::empty({T, n, C}, wk, x.device());
-    mul(g, ps, gp);
-  }
+  const Tensor gp = post_scale.defined() ? dropout_scaled(g, post_scale, wk) : g;  // g' = post_scale ⊙ g
   gemm(gp, false, y_plus_bias(y, bias, wk).reshape({T, 1, C}), true, g_h_post.reshape({T, n, 1}));
   round_like(g_h_post, wk);
   const Tensor gy = Tensor::empty({T, 1, C}, wk, x.device());

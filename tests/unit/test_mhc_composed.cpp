@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/half.h"
 #include "kernels/mhc.h"
 #include "kernels/mhc_composed.h"
 #include "mhc_reference.h"
@@ -299,4 +300,27 @@ TEST_CASE("mhc composed: bad arguments get the fused ops' errors (op and tensor 
   CHECK_THROWS_WITH(mappings(composed(), x, Tensor::zeros({8, 5}, DType::F32), Tensor::zeros({3}, DType::F32),
                              Tensor::zeros({8}, DType::F32), o),
                     Catch::Contains("mhc_mappings_forward") && Catch::Contains("w"));
+}
+
+TEST_CASE("mhc composed: the dropout scale is applied in f32 and rounded once (bf16, mappings in bf16)",
+          "[mhc][mhc_composed]") {
+  // With x = 0 the merge is dropout(h_post ⊗ y) alone: each element must be bf16(h_post·y · s) with
+  // the f32 scale s = mask/(1 − p), not a bf16-rounded s (which would bias every kept element).
+  const int64_t T = 4, n = 2, C = 8;
+  const Tensor x = Tensor::zeros({T, n * C}, DType::BF16), hr = random_tensor({T, n, n}, 71, 0.0, 0.5, DType::F32);
+  const Tensor hq = random_tensor({T, n}, 72, 0.5, 1.5, DType::F32), y = random_tensor({T, C}, 73, -1, 1, DType::BF16);
+  std::vector<double> s(static_cast<size_t>(T * n * C));
+  for (size_t i = 0; i < s.size(); ++i) s[i] = i % 3 == 0 ? 0.0 : static_cast<double>(1.0f / 0.9f);
+  const Tensor ps = Tensor::from_vector(s, Shape{T, n * C}, DType::F64).to(DType::F32);
+  Tensor out = Tensor::empty({T, n * C}, DType::BF16);
+  composed().merge_forward(x, hr, hq, y, Tensor(), ps, false, out);
+  const std::vector<double> got = out.to_vector(), h = hq.to(DType::BF16).to_vector(), yv = y.to_vector();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < C; ++c) {
+        const size_t e = static_cast<size_t>((t * n + j) * C + c);
+        const float prod = static_cast<float>(h[t * n + j] * yv[t * C + c]);  // exact: bf16 × bf16
+        const float want = static_cast<float>(bfloat16(prod * static_cast<float>(s[e])));
+        CHECK(got[e] == want);
+      }
 }
