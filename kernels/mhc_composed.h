@@ -7,7 +7,9 @@
 //               (native_proj_rms + _compute_h);
 //   aggregate = one batched GEMM h_pre[T, 1, n] · x[T, n, C] (native_h_aggregate);
 //   merge     = H_resᵀ·x (batched GEMM) + h_post ⊗ (y + bias) (a k = 1 batched GEMM), then the
-//               dropout scale and the sum (native_h_post_bda + the unfused bias-dropout-add).
+//               dropout scale (applied in f32 and rounded once, as PyTorch's dropout) and the sum
+//               (native_h_post_bda + the unfused bias-dropout-add).
+// The mappings' backward recomputes Σx² (one small GEMM) instead of inverting the saved rinv.
 // The Sinkhorn projection and the contraction are single ops in both paths (Megatron's native
 // Sinkhorn is one autograd function as well). Working dtype: with mhc_keep_mappings_in_fp32 and
 // 16-bit activations every product runs on f32 copies (x, y upcast); otherwise the mappings are

@@ -64,8 +64,8 @@ note "bench train (1 GPU vs torch)" "rc=$? $(grep -E 'ratio|median' "$OUT/bench_
 # without 4 residual streams, alternated, unfused (default) and fused; plus selective mhc recompute.
 for path in unfused fused; do
   extra=(); [[ $path == fused ]] && extra=(model.use_fused_mhc=true)
-  timeout 200 "$bin/strata" bench recompute --config configs/bench_gpt_mhc_gpu.yaml \
-    --compare-config configs/bench_gpt_gpu_ref.yaml --modes none selective:mhc --iters 5 --warmup 2 --repeat 2 \
+  timeout 120 "$bin/strata" bench recompute --config configs/bench_gpt_mhc_gpu.yaml \
+    --compare-config configs/bench_gpt_gpu_ref.yaml --modes none selective:mhc --iters 4 --warmup 2 --repeat 1 \
     --json "$OUT/bench_mhc_gpu_$path.json" "${extra[@]}" > "$OUT/bench_mhc_gpu_$path.log" 2>&1
   note "bench mhc ($path) vs plain" "rc=$? $(grep -E 'ratio, median' "$OUT/bench_mhc_gpu_$path.log" | tail -1)"
 done
