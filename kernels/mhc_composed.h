@@ -24,26 +24,9 @@
 
 namespace strata::kernels {
 
-namespace mhc_composed {
-void mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                      const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post, const Tensor& h_res_logits,
-                      const Tensor& proj, const Tensor& rinv);
-void mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias, const Tensor& proj,
-                       const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
-                       const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w, const Tensor& g_alpha,
-                       const Tensor& g_bias);
-void aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out);
-void aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
-                        const Tensor& g_h_pre);
-void merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
-                   const Tensor& post_scale, bool keep_fp32, const Tensor& out);
-void merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
-                    const Tensor& post_scale, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
-                    const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y, const Tensor& g_bias);
-}  // namespace mhc_composed
-
 // The mapping / aggregation / merge ops one site calls: the fused ops of kernels/mhc.h
-// (use_fused_mhc) or the composition above.
+// (use_fused_mhc) or the composition above (kernels/mhc_composed.cpp, namespace mhc_composed),
+// each with the signature of its fused op.
 struct MhcOps {
   decltype(&mhc_mappings_forward) mappings_forward;
   decltype(&mhc_mappings_backward) mappings_backward;
