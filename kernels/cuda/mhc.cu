@@ -10,6 +10,7 @@
 // Math in f32 (f64 for f64 activations).
 #include "core/cuda/cuda_utils.h"
 #include "core/half.h"
+#include "kernels/cuda/mhc_dispatch.cuh"
 #include "kernels/cuda/row_reduce.cuh"
 #include "kernels/mhc.h"
 #include "kernels/mhc_math.h"
@@ -170,21 +171,9 @@ __global__ void sinkhorn_bwd_kernel(const T* L, int64_t T_, int64_t n, int64_t i
                                      trace + t * mhc_math::sinkhorn_trace_size(n, iters));
 }
 
-// A tensor in the accumulation dtype: t itself when it already is (contiguous), else a converted copy.
-Tensor as_acc(const Tensor& t, DType dt) { return t.contiguous().to(dt); }
-void store_back(const Tensor& out, const Tensor& v) {
-  Tensor o = out;
-  if (o.data_ptr() != v.data_ptr()) o.copy_(v);
-}
-template <typename F>
-void by_act(DType dt, F&& f) {
-  switch (dt) {
-    case DType::F64: f(TypeTag<double>{}, TypeTag<double>{}); break;
-    case DType::F32: f(TypeTag<float>{}, TypeTag<float>{}); break;
-    case DType::BF16: f(TypeTag<bfloat16>{}, TypeTag<float>{}); break;
-    default: f(TypeTag<float16>{}, TypeTag<float>{}); break;
-  }
-}
+using mhc_dispatch::as_acc;
+using mhc_dispatch::by_act;
+using mhc_dispatch::store_back;
 }  // namespace
 
 void mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,

@@ -6,6 +6,7 @@
 // activation dtype where they meet the streams (applied<A>).
 #include "core/cuda/cuda_utils.h"
 #include "core/half.h"
+#include "kernels/cuda/mhc_dispatch.cuh"
 #include "kernels/cuda/row_reduce.cuh"
 #include "kernels/mhc.h"
 #include "kernels/mhc_math.h"
@@ -216,24 +217,12 @@ __global__ void stream_broadcast_kernel(const A* x, Dims d, T scale, A* out) {
   out[e] = convert<A>(scale * convert<T>(x[t * d.C + c]));
 }
 
-Tensor as_acc(const Tensor& t, DType dt) { return t.contiguous().to(dt); }
-void store_back(const Tensor& out, const Tensor& v) {
-  Tensor o = out;
-  if (o.defined() && o.data_ptr() != v.data_ptr()) o.copy_(v);
-}
-template <typename T>
-const T* opt(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
-template <typename F>
-void by_act(DType dt, F&& f) {
-  switch (dt) {
-    case DType::F64: f(TypeTag<double>{}, TypeTag<double>{}); break;
-    case DType::F32: f(TypeTag<float>{}, TypeTag<float>{}); break;
-    case DType::BF16: f(TypeTag<bfloat16>{}, TypeTag<float>{}); break;
-    default: f(TypeTag<float16>{}, TypeTag<float>{}); break;
-  }
-}
-DType acc_of(const Tensor& x) { return x.dtype() == DType::F64 ? DType::F64 : DType::F32; }
-cudaStream_t stream_of(const Tensor& x) { return cuda_rt::current_stream(x.device().index); }
+using mhc_dispatch::acc_of;
+using mhc_dispatch::as_acc;
+using mhc_dispatch::by_act;
+using mhc_dispatch::opt;
+using mhc_dispatch::store_back;
+using mhc_dispatch::stream_of;
 #define STRATA_MHC_TYPES            \
   using A = typename decltype(at)::type; \
   using T = typename decltype(tt)::type

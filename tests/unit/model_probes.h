@@ -76,4 +76,12 @@ class CountingObserver : public Observer {
   std::map<std::string, int> counts;
 };
 
+// owner/name → how often it was observed over two_micro_batch_pass(cfg, vocab) (every source kind).
+inline std::map<std::string, int> two_micro_batch_observations(const StrataConfig& cfg, int64_t vocab) {
+  CountingObserver obs;
+  CaptureScope scope(obs, SourceKinds::all());
+  two_micro_batch_pass(cfg, vocab);
+  return obs.counts;
+}
+
 }  // namespace strata::test

@@ -52,21 +52,7 @@ ModelConfig config_b() {
   return m;
 }
 
-Batch make_batch(int64_t b, int64_t s, int64_t vocab, uint64_t seed) {
-  std::vector<int64_t> tok(static_cast<size_t>(b * s)), lab(tok.size());
-  uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
-  auto next = [&x, vocab]() {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int64_t>((x >> 33) % static_cast<uint64_t>(vocab));
-  };
-  for (auto& t : tok) t = next();
-  for (auto& t : lab) t = next();
-  Batch batch;
-  batch.tokens = Tensor::from_data(tok, Shape{b, s});
-  batch.labels = Tensor::from_data(lab, Shape{b, s});
-  batch.loss_mask = Tensor::full({b, s}, 1.0, DType::F32);
-  return batch;
-}
+using test::random_batch;
 
 GPTModelOptions opts(DType dtype) {
   GPTModelOptions o;
@@ -103,7 +89,7 @@ void check_model_gradients(ModelConfig cfg, const std::vector<layers::Transforme
     }
   }
   const int64_t b = 2, s = 8;
-  Batch batch = make_batch(b, s, *cfg.vocab_size, 3);
+  Batch batch = random_batch(b, s, *cfg.vocab_size, 3);
   Tensor w = test::random_tensor({b, s}, 9, 0.5, 1.5);
   const int64_t step = 4;
 
@@ -178,7 +164,7 @@ TEST_CASE("gpt_model: bf16 loss and gradients close to f32", "[gpt_model]") {
       REQUIRE(p16[i]->main_grad.dtype() == DType::F32);
       p32[i]->value.copy_(p16[i]->value);
     }
-    Batch batch = make_batch(2, 8, *cfg.vocab_size, 21);
+    Batch batch = random_batch(2, 8, *cfg.vocab_size, 21);
     auto c32 = m32.make_context(1, 0, true);
     auto c16 = m16.make_context(1, 0, true);
     Tensor l32 = m32.forward(*c32, batch), l16 = m16.forward(*c16, batch);
@@ -205,7 +191,7 @@ TEST_CASE("gpt_model: KV-cache generation logits equal the full forward at every
     GPTModel model(cfg, opts(DType::F32));
     model.init_parameters(3);
     const int64_t b = 2, s = 8, v = *cfg.vocab_size;
-    Batch batch = make_batch(b, s, v, 8);
+    Batch batch = random_batch(b, s, v, 8);
     Tensor full = model.logits_for(batch.tokens, nullptr, 0);
     REQUIRE(full.shape() == Shape{b, s, v});
     KVCache cache = model.make_kv_cache(b, s);
@@ -308,7 +294,7 @@ TEST_CASE("gpt_model: two forward+backward runs are bitwise identical", "[gpt_mo
   for (ModelConfig cfg : {config_a(), config_b()}) {
     GPTModel model(cfg, opts(DType::F32));
     model.init_parameters(2);
-    Batch batch = make_batch(2, 8, *cfg.vocab_size, 4);
+    Batch batch = random_batch(2, 8, *cfg.vocab_size, 4);
     Tensor dl = Tensor::full({2, 8}, 0.0625, DType::F32);
     std::vector<std::vector<double>> first;
     std::vector<double> loss1;
@@ -342,7 +328,7 @@ TEST_CASE("gpt_model: untrained loss is about ln(padded vocab)", "[gpt_model]") 
     GPTModel model(cfg, opts(DType::F32));
     model.init_parameters(6);
     auto ctx = model.make_context(1, 0, false);
-    Batch batch = make_batch(2, 8, *cfg.vocab_size, 1);
+    Batch batch = random_batch(2, 8, *cfg.vocab_size, 1);
     std::vector<double> loss = model.forward(*ctx, batch).to_vector();
     double mean = 0;
     for (double v : loss) mean += v / static_cast<double>(loss.size());
@@ -355,7 +341,7 @@ TEST_CASE("gpt_model: untrained loss is about ln(padded vocab)", "[gpt_model]") 
 TEST_CASE("gpt_model: bad arguments are rejected with a message", "[gpt_model]") {
   GPTModel model(config_a(), opts(DType::F32));
   model.init_parameters(1);
-  Batch batch = make_batch(2, 8, 60, 1);
+  Batch batch = random_batch(2, 8, 60, 1);
   auto ctx = model.make_context(1, 0, true);
   Batch bad = batch;
   bad.labels = Tensor::full({2, 8}, 60, DType::I64);  // a padding id
@@ -373,7 +359,7 @@ TEST_CASE("gpt_model: bad arguments are rejected with a message", "[gpt_model]")
   ModelConfig no_vocab = config_a();
   no_vocab.vocab_size.reset();
   CHECK_THROWS_WITH(GPTModel(no_vocab, opts(DType::F32)), Catch::Contains("vocab_size must be set"));
-  Batch longer = make_batch(2, 9, 60, 1);
+  Batch longer = random_batch(2, 9, 60, 1);
   CHECK_THROWS_WITH(model.forward(*ctx, longer), Catch::Contains("exceeds max_position_embeddings"));
 }
 

@@ -90,6 +90,24 @@ inline Batch fixed_batch(int64_t b, int64_t s, int64_t vocab) {
   return batch;
 }
 
+// A [b, s] batch of pseudo-random tokens and labels in [0, vocab) from an LCG seeded by `seed`,
+// every token counted.
+inline Batch random_batch(int64_t b, int64_t s, int64_t vocab, uint64_t seed) {
+  std::vector<int64_t> tok(static_cast<size_t>(b * s)), lab(tok.size());
+  uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+  auto next = [&x, vocab]() {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int64_t>((x >> 33) % static_cast<uint64_t>(vocab));
+  };
+  for (auto& t : tok) t = next();
+  for (auto& t : lab) t = next();
+  Batch batch;
+  batch.tokens = Tensor::from_data(tok, Shape{b, s});
+  batch.labels = Tensor::from_data(lab, Shape{b, s});
+  batch.loss_mask = Tensor::full({b, s}, 1.0, DType::F32);
+  return batch;
+}
+
 // (f(x + h) − f(x − h)) / 2h for element i of x (restored afterwards): the finite-difference
 // derivative the gradient tests compare main_grad with.
 inline double central_difference(double* x, int64_t i, double h, const std::function<double()>& f) {

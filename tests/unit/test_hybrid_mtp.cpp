@@ -8,11 +8,9 @@
 // residual sites of the inner layers firing once, checkpoints of the nested names, config errors.
 // Reference: megatron/core/transformer/multi_token_prediction.py (MultiTokenPredictionLayer
 // hybrid path), megatron/core/models/hybrid/hybrid_model.py, hybrid_block.py.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -22,9 +20,9 @@
 #include "models/mtp_config.h"
 #include "mtp_reference.h"
 #include "model_probes.h"
+#include "checkpoint_round_trip.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/checkpoint.h"
 #include "training/model_factory.h"
 #include "training/tensor_dump_sites.h"
 #include "training/trainer.h"
@@ -316,21 +314,11 @@ TEST_CASE("hybrid mtp: the inner layers' residual sites fire once per forward, g
 }
 
 TEST_CASE("hybrid mtp: checkpoints save and load the nested MTP parameters", "[mtp][hybrid]") {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("strata_hybrid_mtp_ckpt_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
   HybridModel a(hybrid_mtp("M*-E/M-E", true), f64()), b(hybrid_mtp("M*-E/M-E", true), f64());
   a.init_parameters(21);
   perturb(a, 900);
   b.init_parameters(22);
-  std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
-  CheckpointState st;
-  st.iteration = 3;
-  save_checkpoint(dir.string(), st, a.parameters(), nullptr, *io);
-  CheckpointLoadOptions lo;
-  lo.load_optimizer = false;
-  lo.load_rng = false;
-  load_checkpoint(dir.string(), b.parameters(), nullptr, *io, lo);
+  test::checkpoint_round_trip(a.parameters(), b.parameters(), "hybrid_mtp");
   auto pa = by_name(a), pb = by_name(b);
   int nested = 0;
   for (const auto& [name, p] : pa) {
@@ -339,7 +327,6 @@ TEST_CASE("hybrid mtp: checkpoints save and load the nested MTP parameters", "[m
     nested += name.find(".mtp_model_layer.layers.") != std::string::npos ? 1 : 0;
   }
   CHECK(nested > 8);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("hybrid mtp: the trainer updates the MTP routers' expert bias and logs the MTP losses", "[mtp][hybrid]") {

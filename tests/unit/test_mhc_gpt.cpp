@@ -8,15 +8,14 @@
 // transformer_block.py (input_expand / learned_output_contract); spec §1.3.
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <string>
 
 #include "core/observe.h"
 #include "mhc_reference.h"
 #include "models/gpt/gpt_model.h"
+#include "checkpoint_round_trip.h"
 #include "test_helpers.h"
-#include "training/checkpoint.h"
 #include "training/config.h"
 
 namespace strata {
@@ -53,21 +52,7 @@ GPTModelOptions f64_options() {
   return o;
 }
 
-Batch make_batch(int64_t b, int64_t s, int64_t vocab, uint64_t seed) {
-  std::vector<int64_t> tok(static_cast<size_t>(b * s)), lab(tok.size());
-  uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
-  auto next = [&x, vocab]() {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int64_t>((x >> 33) % static_cast<uint64_t>(vocab));
-  };
-  for (auto& t : tok) t = next();
-  for (auto& t : lab) t = next();
-  Batch batch;
-  batch.tokens = Tensor::from_data(tok, Shape{b, s});
-  batch.labels = Tensor::from_data(lab, Shape{b, s});
-  batch.loss_mask = Tensor::full({b, s}, 1.0, DType::F32);
-  return batch;
-}
+using test::random_batch;
 
 // Every constant-initialised parameter (norms, biases, alphas, hc_head_*) moved off its init.
 void perturb(GPTModel& m, uint64_t salt) {
@@ -99,7 +84,7 @@ void check_gradients(const ModelConfig& cfg_in) {
   model.init_parameters(5);
   perturb(model, 0);
   const int64_t b = 2, s = 6, step = 4;
-  const Batch batch = make_batch(b, s, *cfg.vocab_size, 3);
+  const Batch batch = random_batch(b, s, *cfg.vocab_size, 3);
   const Tensor w = test::random_tensor({b, s}, 9, 0.5, 1.5);
   for (Parameter* p : model.parameters()) p->main_grad.zero_();
   auto ctx = model.make_context(step, 0, true);
@@ -234,13 +219,12 @@ TEST_CASE("mhc gpt: canonical names, shapes and weight decay (Megatron dev Hyper
 }
 
 TEST_CASE("mhc gpt: learned vs mean contraction (outputs, gradients, checkpoint round trip)", "[mhc][mhc_gpt]") {
-  namespace fs = std::filesystem;
   GPTModel learned(mhc_model(3, true), f64_options()), mean(mhc_model(3, false), f64_options());
   learned.init_parameters(4);
   mean.init_parameters(4);
   auto pl = by_name(learned), pm = by_name(mean);
   for (auto& [name, p] : pm) CHECK(test::max_abs_diff(p->value, pl.at(name)->value) == 0.0);  // same init
-  const Batch batch = make_batch(2, 6, 30, 5);
+  const Batch batch = random_batch(2, 6, 30, 5);
   const Tensor w = test::random_tensor({2, 6}, 3, 0.5, 1.5);
   const double ll = weighted_loss(learned, batch, w, 1), lm = weighted_loss(mean, batch, w, 1);
   CHECK(std::abs(ll - lm) > 1e-6);
@@ -262,23 +246,13 @@ TEST_CASE("mhc gpt: learned vs mean contraction (outputs, gradients, checkpoint 
   }
   CHECK(test::max_abs_diff(pl.at("decoder.hc_head_scale")->main_grad, Tensor::zeros({1}, DType::F64)) > 0);
   // Checkpoint round trip of the learned model (hc_head_* and the sites' parameters).
-  const fs::path dir = fs::temp_directory_path() / "strata_mhc_gpt_ckpt";
-  fs::remove_all(dir);
   perturb(learned, 17);
   GPTModel other(mhc_model(3, true), f64_options());
   other.init_parameters(99);
-  std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
-  CheckpointState st;
-  st.iteration = 2;
-  save_checkpoint(dir.string(), st, learned.parameters(), nullptr, *io);
-  CheckpointLoadOptions lo;
-  lo.load_optimizer = false;
-  lo.load_rng = false;
-  load_checkpoint(dir.string(), other.parameters(), nullptr, *io, lo);
+  test::checkpoint_round_trip(learned.parameters(), other.parameters(), "mhc_gpt", 2);
   auto po = by_name(other);
   for (auto& [name, p] : pl) CHECK(test::max_abs_diff(p->value, po.at(name)->value) == 0.0);
   CHECK(weighted_loss(other, batch, w, 1) == weighted_loss(learned, batch, w, 1));
-  fs::remove_all(dir);
 }
 
 TEST_CASE("mhc gpt: KV-cache generation carries the n streams per token", "[mhc][mhc_gpt]") {
@@ -288,7 +262,7 @@ TEST_CASE("mhc gpt: KV-cache generation carries the n streams per token", "[mhc]
   GPTModel model(cfg, o);
   model.init_parameters(3);
   const int64_t b = 2, s = 6;
-  const Batch batch = make_batch(b, s, 30, 8);
+  const Batch batch = random_batch(b, s, 30, 8);
   const Tensor full = model.logits_for(batch.tokens, nullptr, 0);
   KVCache cache = model.make_kv_cache(b, s);
   int64_t pos = 0;
@@ -315,7 +289,7 @@ TEST_CASE("mhc gpt: the residual sites carry the streams as [s, b, n, h]", "[mhc
   {
     CaptureScope scope(rec, SourceKinds{SourceKind::ResidualAccumulator, SourceKind::ResidualContribution});
     auto ctx = model.make_context(0, 0, true);
-    model.forward(*ctx, make_batch(2, 6, 30, 1));
+    model.forward(*ctx, random_batch(2, 6, 30, 1));
   }
   CHECK(rec.shapes.at("decoder.layers.1.residual_accumulator") == Shape{6, 2, 3, 8});
   CHECK(rec.shapes.at("decoder.layers.0.residual_contribution") == Shape{6, 2, 3, 8});

@@ -10,7 +10,6 @@
 // Reference: megatron/core/transformer/multi_token_prediction.py (dev 2f2f8ebaef:
 // MultiTokenPredictionLayer._concat_embeddings / _postprocess, MultiTokenPredictionBlock.forward).
 #include <algorithm>
-#include <filesystem>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -21,9 +20,9 @@
 #include "models/hybrid/hybrid_model.h"
 #include "mtp_reference.h"
 #include "model_probes.h"
+#include "checkpoint_round_trip.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/checkpoint.h"
 #include "training/layer_plan.h"
 #include "training/memory_plan.h"
 #include "training/model_factory.h"
@@ -302,23 +301,12 @@ TEST_CASE("mhc mtp: full recompute of the depths is bit-identical (GPT, hybrid, 
 }
 
 TEST_CASE("mhc mtp: checkpoint round trip of the MTP parameters, generation ignores the depths", "[mhc][mtp]") {
-  namespace fs = std::filesystem;
   const ModelConfig cfg = gpt_cfg(true);
   auto a = build(cfg), other = build(cfg);
   a->init_parameters(3);
   perturb(*a, 11);
   other->init_parameters(99);
-  const fs::path dir = fs::temp_directory_path() / "strata_mhc_mtp_ckpt";
-  fs::remove_all(dir);
-  std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
-  CheckpointState st;
-  st.iteration = 2;
-  save_checkpoint(dir.string(), st, a->parameters(), nullptr, *io);
-  CheckpointLoadOptions lo;
-  lo.load_optimizer = false;
-  lo.load_rng = false;
-  load_checkpoint(dir.string(), other->parameters(), nullptr, *io, lo);
-  fs::remove_all(dir);
+  test::checkpoint_round_trip(a->parameters(), other->parameters(), "mhc_mtp", 2);
   const Batch batch = test::fixed_batch(kB, kS, kVocab);
   CHECK(losses(*other, batch) == losses(*a, batch));
   CHECK(by_name(*other).at("mtp.layers.1.hc_head_fn")->value.to_vector() ==

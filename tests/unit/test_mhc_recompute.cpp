@@ -50,6 +50,35 @@ using Pass = test::TwoMicroBatchPass;
 Pass two_micro_batches(const StrataConfig& cfg) { return test::two_micro_batch_pass(cfg, kVocab); }
 
 int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
+
+// For groups of 1 and 2 layers of the model `size` describes: the measured peak drop of selective
+// mhc recompute is positive and strata plan's estimate is within 15 % of it; returns (peak
+// without, plan without) for the caller's further checks. `what` labels the printed line.
+struct RecomputeBaseline {
+  int64_t measured_none, planned_none;
+};
+int64_t planned_activations(const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; }
+RecomputeBaseline check_mhc_recompute_drops(const std::string& what, const std::vector<std::string>& size) {
+  auto cfg = [&](std::vector<std::string> o) {
+    o.insert(o.begin(), size.begin(), size.end());
+    return mhc_config(false, o);
+  };
+  const StrataConfig none = cfg({});
+  const RecomputeBaseline base{peak_bytes(none), planned_activations(none)};
+  for (const char* k : {"1", "2"}) {
+    const StrataConfig c = cfg(mhc_rc(k));
+    const int64_t peak = peak_bytes(c);
+    const double measured_drop = static_cast<double>(base.measured_none - peak);
+    const double planned_drop = static_cast<double>(base.planned_none - planned_activations(c));
+    INFO(what << ", mhc_recompute_layer_num " << k << ": measured drop " << measured_drop << " B, planned "
+              << planned_drop);
+    std::printf("  %s mhc recompute, groups of %s: peak %lld B (none %lld B): measured drop %.0f B, planned %.0f B\n",
+                what.c_str(), k, (long long)peak, (long long)base.measured_none, measured_drop, planned_drop);
+    CHECK(measured_drop > 0);
+    CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
+  }
+  return base;
+}
 }  // namespace
 
 TEST_CASE("mhc recompute: groups of mhc_recompute_layer_num local layers (null: the whole block)",
@@ -120,27 +149,14 @@ TEST_CASE("mhc recompute: the peak memory it frees, and strata plan's estimate w
                                          "model.seq_length=16",         "model.max_position_embeddings=16",
                                          "model.num_attention_heads=2", "training.micro_batch_size=4",
                                          "training.global_batch_size=4", "model.num_residual_streams=4"};
-  auto cfg = [&](std::vector<std::string> o) {
-    o.insert(o.begin(), size.begin(), size.end());
-    return mhc_config(false, o);
-  };
-  auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
-  const StrataConfig none = cfg({});
-  const int64_t measured_none = peak_bytes(none), planned_none = planned(none);
-  for (const char* k : {"1", "2"}) {
-    const StrataConfig c = cfg(mhc_rc(k));
-    const int64_t peak = peak_bytes(c);
-    const double measured_drop = static_cast<double>(measured_none - peak);
-    const double planned_drop = static_cast<double>(planned_none - planned(c));
-    INFO("mhc_recompute_layer_num " << k << ": measured drop " << measured_drop << " B, planned " << planned_drop);
-    std::printf("  mhc recompute, groups of %s: peak %lld B (none %lld B): measured drop %.0f B, planned %.0f B\n", k,
-                (long long)peak, (long long)measured_none, measured_drop, planned_drop);
-    CHECK(measured_drop > 0);
-    CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
-  }
-  const double one_group = static_cast<double>(measured_none - peak_bytes(cfg(mhc_rc(nullptr))));
+  const RecomputeBaseline base = check_mhc_recompute_drops("GPT", size);
+  std::vector<std::string> one = size;
+  const std::vector<std::string> rc = mhc_rc(nullptr);
+  one.insert(one.end(), rc.begin(), rc.end());
+  const StrataConfig single = mhc_config(false, one);
+  const double one_group = static_cast<double>(base.measured_none - peak_bytes(single));
   std::printf("  mhc recompute, one group: measured drop %.0f B, planned %lld B\n", one_group,
-              (long long)(planned_none - planned(cfg(mhc_rc(nullptr)))));
+              (long long)(base.planned_none - planned_activations(single)));
 }
 
 TEST_CASE("mhc recompute: a hybrid stack's peak drop (fast and delta path) against strata plan",
@@ -152,34 +168,11 @@ TEST_CASE("mhc recompute: a hybrid stack's peak drop (fast and delta path) again
                                          "model.num_residual_streams=4", "model.mamba_head_dim=16",
                                          "model.mamba_num_groups=2",    "model.mamba_state_dim=8",
                                          "model.mamba_chunk_size=8",    "model.position_embedding_type=rope"};
-  auto cfg = [&](std::vector<std::string> o) {
-    o.insert(o.begin(), size.begin(), size.end());
-    return mhc_config(false, o);
-  };
-  auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
-  const StrataConfig none = cfg({});
-  const int64_t measured_none = peak_bytes(none), planned_none = planned(none);
-  for (const char* k : {"1", "2"}) {
-    const StrataConfig c = cfg(mhc_rc(k));
-    const int64_t peak = peak_bytes(c);
-    const double measured_drop = static_cast<double>(measured_none - peak);
-    const double planned_drop = static_cast<double>(planned_none - planned(c));
-    INFO("hybrid, mhc_recompute_layer_num " << k << ": measured drop " << measured_drop << " B, planned " << planned_drop);
-    std::printf("  hybrid M*-M mhc recompute, groups of %s: peak %lld B (none %lld B): measured drop %.0f B, planned %.0f B\n",
-                k, (long long)peak, (long long)measured_none, measured_drop, planned_drop);
-    CHECK(measured_drop > 0);
-    CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
-  }
+  check_mhc_recompute_drops("hybrid M*-M", size);
 }
 
 namespace {
-using test::CountingObserver;
-std::map<std::string, int> observed(const StrataConfig& cfg) {
-  CountingObserver obs;
-  CaptureScope scope(obs, SourceKinds::all());
-  two_micro_batches(cfg);
-  return obs.counts;
-}
+std::map<std::string, int> observed(const StrataConfig& cfg) { return test::two_micro_batch_observations(cfg, kVocab); }
 }  // namespace
 
 TEST_CASE("mhc recompute: every observation (incl. the mHC mappings) fires once per site and micro-batch",

@@ -14,8 +14,8 @@
 #include "models/parameter_names.h"
 #include "moe_test_config.h"
 #include "mtp_reference.h"
+#include "checkpoint_round_trip.h"
 #include "test_helpers.h"
-#include "training/checkpoint.h"
 #include "trainer_test_support.h"
 #include "training/config.h"
 #include "training/model_factory.h"
@@ -324,21 +324,11 @@ TEST_CASE("mtp: an MoE last layer makes the MTP layer MoE (finite differences)",
 }
 
 TEST_CASE("mtp: checkpoints save and load the MTP parameters", "[mtp]") {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "strata_mtp_ckpt";
-  fs::remove_all(dir);
   GPTModel a(mtp_model(2), f64_options(false)), b(mtp_model(2), f64_options(false));
   a.init_parameters(21);
   perturb(a, 900);
   b.init_parameters(22);
-  std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
-  CheckpointState st;
-  st.iteration = 3;
-  save_checkpoint(dir.string(), st, a.parameters(), nullptr, *io);
-  CheckpointLoadOptions lo;
-  lo.load_optimizer = false;
-  lo.load_rng = false;
-  load_checkpoint(dir.string(), b.parameters(), nullptr, *io, lo);
+  test::checkpoint_round_trip(a.parameters(), b.parameters(), "mtp");
   auto pa = by_name(a), pb = by_name(b);
   int mtp = 0;
   for (const auto& [name, p] : pa) {
@@ -347,7 +337,6 @@ TEST_CASE("mtp: checkpoints save and load the MTP parameters", "[mtp]") {
     mtp += name.rfind("mtp.", 0) == 0 ? 1 : 0;
   }
   CHECK(mtp > 10);
-  fs::remove_all(dir);
 }
 
 namespace {

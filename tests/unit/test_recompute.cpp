@@ -290,14 +290,7 @@ TEST_CASE("recompute: several trainer steps are bit-identical (losses, grad norm
 }
 
 namespace {
-using test::CountingObserver;
-
-std::map<std::string, int> observed(const StrataConfig& cfg) {
-  CountingObserver obs;
-  CaptureScope scope(obs, SourceKinds::all());
-  two_micro_batches(cfg);
-  return obs.counts;
-}
+std::map<std::string, int> observed(const StrataConfig& cfg) { return test::two_micro_batch_observations(cfg, kVocab); }
 }  // namespace
 
 TEST_CASE("recompute: every observation fires once per layer and micro-batch (no replay observed)", "[recompute]") {
