@@ -69,11 +69,11 @@ std::vector<Tensor> experts_of(const char* op, const char* name, const Tensor& w
 // and dx, one expert for dw — each a single-threaded gemm (kernels::gemm inside a parallel region),
 // instead of E GEMMs that each open their own region: with small expert blocks the per-region cost
 // dominated, and on a loaded 2-core machine every barrier waits for a descheduled partner (the
-// grouped forward ran at 6 GFLOP/s with 2 threads against 140 with 1). Row blocks never split k,
-// so every element is computed by the same operations whatever the thread count (as kernels::gemm
-// guarantees for its own splits). 16-bit inputs keep the sequential loop (their gemm widens to
-// f32 scratch per call).
-constexpr int64_t kRowBlock = 64;                 // row-block granularity of the tasks
+// grouped forward ran at 6 GFLOP/s with 2 threads against 140 with 1). The row blocks have a fixed
+// size and never split k, so the tasks, and the cblas calls inside them, are the same for any
+// thread count (docs/reproducibility.md); only whether they run in parallel depends on it.
+// 16-bit inputs keep the sequential loop (their gemm widens to f32 scratch per call).
+constexpr int64_t kRowBlock = 256;                 // rows of one task
 constexpr double kParallelMacs = double(1 << 21);  // below this the loop stays on one thread
 
 struct Task {
@@ -86,15 +86,12 @@ bool parallel_tasks(const Tensor& x, double macs) {
          macs >= kParallelMacs;
 }
 
-// Row-block tasks of every non-empty expert: about 4 per thread, blocks a multiple of kRowBlock.
-std::vector<Task> row_tasks(const std::vector<int64_t>& rows, bool split) {
-  const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t(0));
-  const int64_t per = std::max<int64_t>(1, total / (4 * omp_get_max_threads()));
-  const int64_t block = split ? std::max(kRowBlock, (per + kRowBlock - 1) / kRowBlock * kRowBlock) : total + 1;
+// Row-block tasks of every non-empty expert: blocks of kRowBlock rows (the last one shorter).
+std::vector<Task> row_tasks(const std::vector<int64_t>& rows) {
   std::vector<Task> tasks;
   int64_t start = 0;
   for (size_t e = 0; e < rows.size(); ++e) {
-    for (int64_t s = 0; s < rows[e]; s += block) tasks.push_back({e, start + s, std::min(block, rows[e] - s)});
+    for (int64_t s = 0; s < rows[e]; s += kRowBlock) tasks.push_back({e, start + s, std::min(kRowBlock, rows[e] - s)});
     start += rows[e];
   }
   return tasks;
@@ -103,7 +100,7 @@ std::vector<Task> row_tasks(const std::vector<int64_t>& rows, bool split) {
 void cpu_forward(const Tensor& x, const std::vector<Tensor>& w, const std::vector<int64_t>& rows, const Tensor& y,
                  const GemmOptions& options) {
   const bool par = parallel_tasks(x, double(x.size(0)) * double(x.size(1)) * double(y.size(1)));
-  const std::vector<Task> tasks = row_tasks(rows, par);
+  const std::vector<Task> tasks = row_tasks(rows);
   const int64_t n = static_cast<int64_t>(tasks.size());
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t i = 0; i < n; ++i) {
@@ -119,7 +116,7 @@ void cpu_backward(const Tensor& x, const std::vector<Tensor>& w, const Tensor& d
   std::vector<int64_t> starts(rows.size(), 0);
   for (size_t e = 1; e < rows.size(); ++e) starts[e] = starts[e - 1] + rows[e - 1];
   // Tasks [0, dx tasks): row blocks of dx; then one per expert for dw.
-  const std::vector<Task> dx_tasks = dx ? row_tasks(rows, par) : std::vector<Task>{};
+  const std::vector<Task> dx_tasks = dx ? row_tasks(rows) : std::vector<Task>{};
   const int64_t n_dx = static_cast<int64_t>(dx_tasks.size()), n = n_dx + static_cast<int64_t>(dw.size());
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t i = 0; i < n; ++i) {

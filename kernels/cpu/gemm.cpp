@@ -3,13 +3,13 @@
 // (or kept in f32 when c is f32). Batches loop over cblas calls. Also the linear layer's bias add
 // and bias gradient (column sums in a fixed order). Reference: BLAS sgemm semantics (beta = 0 does
 // not read C), Megatron-Core LinearWithGradAccumulation (wgrad accumulated into f32 main_grad).
-// Threading: OpenBLAS runs single-threaded and a large GEMM is split over our OpenMP threads by
-// blocks of rows of C (or of columns, whichever dimension is larger), one cblas call per block —
-// one thread pool in the process instead of OpenBLAS's spinning pthreads competing with the
-// OpenMP workers of the other kernels (on a 2-core machine that contention doubled the step
-// time). Blocks never split k, so every element of C is computed by the same sequence of
-// operations whatever the thread count. STRATA_GEMM_THREADS=openblas restores OpenBLAS's own
-// threading (for comparison).
+// Threading: OpenBLAS runs single-threaded and a large GEMM is cut into fixed blocks of 256 rows
+// of C (or of columns, whichever dimension is larger), one cblas call per block, spread over our
+// OpenMP threads — one thread pool in the process instead of OpenBLAS's spinning pthreads
+// competing with the OpenMP workers of the other kernels. The blocks depend on the shape alone
+// and never split k, so every element of C is computed by the same cblas call whatever the
+// thread count (docs/reproducibility.md). STRATA_GEMM_THREADS=openblas restores OpenBLAS's own
+// threading (for comparison; results then depend on the thread count).
 #include <cblas.h>
 #include <omp.h>
 
@@ -38,30 +38,30 @@ void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const float*
 
 bool split_over_openmp() { return gemm_split_over_openmp(); }
 
-// Below this many multiply-adds a GEMM runs on one thread (a parallel region costs more).
+// Below this many multiply-adds a GEMM is one cblas call (a parallel region costs more).
 constexpr double kParallelMacs = 1 << 21;
-// Row/column blocks are multiples of this (whole micro-kernel tiles).
-constexpr int64_t kBlockAlign = 64;
+// Larger GEMMs are cut into blocks of this many rows (or columns) of C: a fixed size, a multiple
+// of every micro-kernel's tile, so the blocks and the cblas calls are the same for any thread
+// count (OpenBLAS kernels round a tile at a block's edge differently from one inside it).
+constexpr int64_t kGemmBlock = 256;
 
-// One row-major GEMM, split over the OpenMP threads by blocks of C's rows (m >= n) or columns.
+// One row-major GEMM: one cblas call, or (above kParallelMacs) one call per fixed block of C's
+// rows (m >= n) or columns, spread over the OpenMP threads when there are several and no
+// enclosing parallel region. The calls, their shapes and their pointers depend on the shape only.
 template <typename T>
 void split_blas(bool ta, bool tb, int m, int n, int k, double alpha, const T* a, int lda, const T* b, int ldb,
                 double beta, T* c, int ldc) {
-  const int threads = omp_get_max_threads();
   const double macs = static_cast<double>(m) * n * k;
-  if (!split_over_openmp() || threads <= 1 || macs < kParallelMacs || omp_in_parallel()) {
+  if (!split_over_openmp() || macs < kParallelMacs) {
     blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   const bool by_rows = m >= n;
   const int64_t dim = by_rows ? m : n;
-  const int64_t per = (dim + threads - 1) / threads;
-  const int64_t block = std::max<int64_t>(kBlockAlign, (per + kBlockAlign - 1) / kBlockAlign * kBlockAlign);
-  const int64_t blocks = (dim + block - 1) / block;
-#pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(std::min<int64_t>(threads, blocks)))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t s = blk * block;
-    const int len = static_cast<int>(std::min(block, dim - s));
+  const int64_t blocks = (dim + kGemmBlock - 1) / kGemmBlock;
+  const auto run_block = [&](int64_t blk) {
+    const int64_t s = blk * kGemmBlock;
+    const int len = static_cast<int>(std::min(kGemmBlock, dim - s));
     if (by_rows) {  // rows s.. of C: rows of op(A)
       const T* as = ta ? a + s : a + s * lda;
       blas_gemm(ta, tb, len, n, k, alpha, as, lda, b, ldb, beta, c + s * ldc, ldc);
@@ -69,7 +69,14 @@ void split_blas(bool ta, bool tb, int m, int n, int k, double alpha, const T* a,
       const T* bs = tb ? b + s * ldb : b + s;
       blas_gemm(ta, tb, m, len, k, alpha, a, lda, bs, ldb, beta, c + s, ldc);
     }
+  };
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), blocks));
+  if (threads <= 1 || omp_in_parallel()) {
+    for (int64_t blk = 0; blk < blocks; ++blk) run_block(blk);
+    return;
   }
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
+  for (int64_t blk = 0; blk < blocks; ++blk) run_block(blk);
 }
 
 // Batched row-major GEMM on f64 or f32 buffers of the same type.
@@ -113,7 +120,9 @@ bool gemm_split_over_openmp() {
   static const bool split = [] {
     const char* e = std::getenv("STRATA_GEMM_THREADS");
     const bool openblas = e && std::strcmp(e, "openblas") == 0;
-    if (!openblas) openblas_set_num_threads(1);
+    // OpenBLAS's OpenMP build runs single-threaded inside our parallel regions by itself, and its
+    // openblas_set_num_threads would also set our OpenMP thread count.
+    if (!openblas && openblas_get_parallel() != 2) openblas_set_num_threads(1);
     return !openblas;
   }();
   return split;

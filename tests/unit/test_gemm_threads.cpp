@@ -9,7 +9,7 @@
 
 namespace strata {
 
-TEST_CASE("gemm threads: OpenMP-split GEMMs are identical for 1, 2, 3 threads and match f64", "[gemm]") {
+TEST_CASE("gemm threads: OpenMP-split GEMMs are identical for 1, 2, 3 threads and match f64", "[gemm][determinism]") {
   struct Case {
     int64_t m, n, k;
     bool ta, tb;

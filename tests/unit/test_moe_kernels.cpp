@@ -356,46 +356,54 @@ TEST_CASE("moe kernels: bf16 and f32 against f64", "[moe_kernels][dtype]") {
   }
 }
 
-TEST_CASE("moe kernels: identical results for 1, 2 and 3 OpenMP threads", "[moe_kernels]") {
-  const int64_t tokens = 700, k = 2, experts = 8, h = 96, ffn = 64;
-  const Tensor top = random_top(tokens, k, experts, 61), keep = random_keep(tokens, k, 0.1, 62);
-  MoeRoutingOptions o;
-  o.capacity = 200;
-  const Tensor probs = random_tensor({tokens, k}, 63, 0, 1, DType::F32);
-  const int saved = omp_get_max_threads();
-  for (DType dt : {DType::F32, DType::BF16}) {
-    INFO(dtype_name(dt));
-    const Tensor x = random_tensor({tokens, h}, 64, -1, 1, dt), w = random_tensor({experts, ffn, h}, 65, -1, 1, dt);
-    const Tensor dout = random_tensor({tokens, ffn}, 66, -1, 1, dt);
-    std::vector<std::vector<double>> results;
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      const MoeRouting r = moe_routing(top, &keep, experts, o);
-      const int64_t n = r.rows();
-      Tensor xp = Tensor::empty({n, h}, dt), pp = Tensor::empty({n}, DType::F32), yp = Tensor::empty({n, ffn}, dt);
-      moe_permute_forward(x, r.row_map, xp);
-      moe_permute_probs_forward(probs, r.pair_rows, pp);
-      moe_grouped_linear_forward(xp, w, r.rows_per_expert, yp);
-      Tensor ys = Tensor::empty({n, ffn}, dt), out = Tensor::empty({tokens, ffn}, dt);
-      moe_scale_rows_forward(yp, pp, ys);
-      moe_unpermute_forward(ys, r.pair_rows, nullptr, out);
-      Tensor dys = Tensor::empty({n, ffn}, dt), dyp = Tensor::empty({n, ffn}, dt), dpp = Tensor::empty({n}, DType::F32);
-      moe_unpermute_backward(dout, ys, r.row_map, nullptr, dys, nullptr);
-      moe_scale_rows_backward(yp, pp, dys, dyp, &dpp);
-      Tensor dxp = Tensor::empty({n, h}, dt), dw = Tensor::zeros({experts, ffn, h}, DType::F32);
-      moe_grouped_linear_backward(xp, w, dyp, r.rows_per_expert, &dxp, &dw, true);
-      Tensor dx = Tensor::empty({tokens, h}, dt);
-      moe_permute_backward(dxp, r.pair_rows, dx);
-      std::vector<double> all;
-      for (const Tensor& t : {r.row_map, r.pair_rows, out, dpp, dw, dx}) {
-        std::vector<double> v = t.to_vector();
-        all.insert(all.end(), v.begin(), v.end());
+// Small experts (one row block each) and large ones (several 256-row blocks, k large enough for
+// OpenBLAS to block it): the grouped GEMM's tasks must not depend on the thread count.
+TEST_CASE("moe kernels: identical results for 1, 2 and 3 OpenMP threads", "[moe_kernels][determinism]") {
+  struct Size {
+    int64_t tokens, experts, h, ffn, capacity;
+  };
+  for (const Size& sz : {Size{700, 8, 96, 64, 200}, Size{1200, 4, 640, 320, 700}}) {
+    const int64_t tokens = sz.tokens, k = 2, experts = sz.experts, h = sz.h, ffn = sz.ffn;
+    INFO("tokens " << tokens << " experts " << experts << " h " << h);
+    const Tensor top = random_top(tokens, k, experts, 61), keep = random_keep(tokens, k, 0.1, 62);
+    MoeRoutingOptions o;
+    o.capacity = sz.capacity;
+    const Tensor probs = random_tensor({tokens, k}, 63, 0, 1, DType::F32);
+    const int saved = omp_get_max_threads();
+    for (DType dt : {DType::F32, DType::BF16}) {
+      INFO(dtype_name(dt));
+      const Tensor x = random_tensor({tokens, h}, 64, -1, 1, dt), w = random_tensor({experts, ffn, h}, 65, -1, 1, dt);
+      const Tensor dout = random_tensor({tokens, ffn}, 66, -1, 1, dt);
+      std::vector<std::vector<double>> results;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        const MoeRouting r = moe_routing(top, &keep, experts, o);
+        const int64_t n = r.rows();
+        Tensor xp = Tensor::empty({n, h}, dt), pp = Tensor::empty({n}, DType::F32), yp = Tensor::empty({n, ffn}, dt);
+        moe_permute_forward(x, r.row_map, xp);
+        moe_permute_probs_forward(probs, r.pair_rows, pp);
+        moe_grouped_linear_forward(xp, w, r.rows_per_expert, yp);
+        Tensor ys = Tensor::empty({n, ffn}, dt), out = Tensor::empty({tokens, ffn}, dt);
+        moe_scale_rows_forward(yp, pp, ys);
+        moe_unpermute_forward(ys, r.pair_rows, nullptr, out);
+        Tensor dys = Tensor::empty({n, ffn}, dt), dyp = Tensor::empty({n, ffn}, dt), dpp = Tensor::empty({n}, DType::F32);
+        moe_unpermute_backward(dout, ys, r.row_map, nullptr, dys, nullptr);
+        moe_scale_rows_backward(yp, pp, dys, dyp, &dpp);
+        Tensor dxp = Tensor::empty({n, h}, dt), dw = Tensor::zeros({experts, ffn, h}, DType::F32);
+        moe_grouped_linear_backward(xp, w, dyp, r.rows_per_expert, &dxp, &dw, true);
+        Tensor dx = Tensor::empty({tokens, h}, dt);
+        moe_permute_backward(dxp, r.pair_rows, dx);
+        std::vector<double> all;
+        for (const Tensor& t : {r.row_map, r.pair_rows, out, dpp, dw, dx}) {
+          std::vector<double> v = t.to_vector();
+          all.insert(all.end(), v.begin(), v.end());
+        }
+        results.push_back(all);
       }
-      results.push_back(all);
+      omp_set_num_threads(saved);
+      CHECK(results[1] == results[0]);
+      CHECK(results[2] == results[0]);
     }
-    omp_set_num_threads(saved);
-    CHECK(results[1] == results[0]);
-    CHECK(results[2] == results[0]);
   }
 }
 
