@@ -14,6 +14,7 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace strata::app {
 
@@ -40,6 +41,7 @@ int strata_main(int argc, char** argv) {
   int rc = 0;
   try {
     app.parse(argc, argv);
+    kernels::cpu::active_cpu_isa();  // a bad STRATA_CPU_ISA fails here, before any work
     rc = run_selected(app);
   } catch (const CLI::ParseError& e) {
     rc = app.exit(e);

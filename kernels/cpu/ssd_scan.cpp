@@ -28,46 +28,52 @@ struct ChunkScratch {
 
 // M[i, j] = CB[i, j]·exp(cs_i − cs_j)·dt_j for j ≤ i, 0 above the diagonal ([L, L], ld L).
 template <typename T>
-STRATA_SSD_CLONES void masked_products(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
-                                       const T* CB, const T* cs, T* M) {
-  const T* dt = &a.dt[d.ti(bi, t0, h)];
-  const int64_t H = d.H;
-  for (int64_t i = 0; i < L; ++i) {
-    const T ci = cs[i];
-    const T* cb = &CB[i * L];
-    T* m = &M[i * L];
+void masked_products(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
+                     const T* CB, const T* cs, T* M) {
+  with_cpu_isa([&] {
+    const T* dt = &a.dt[d.ti(bi, t0, h)];
+    const int64_t H = d.H;
+    for (int64_t i = 0; i < L; ++i) {
+      const T ci = cs[i];
+      const T* cb = &CB[i * L];
+      T* m = &M[i * L];
 #pragma omp simd
-    for (int64_t j = 0; j <= i; ++j) m[j] = cb[j] * ex(ci - cs[j]) * dt[j * H];
-    for (int64_t j = i + 1; j < L; ++j) m[j] = T(0);
-  }
+      for (int64_t j = 0; j <= i; ++j) m[j] = cb[j] * ex(ci - cs[j]) * dt[j * H];
+      for (int64_t j = i + 1; j < L; ++j) m[j] = T(0);
+    }
+  });
 }
 
 // One head's chunk [t0, t0 + L) in the SSD matrix form: Y = diag(exp cs)·(C·Sᵀ) + M·X, y = Y + D·x,
 // then the carried state S [P, N] (in: before the chunk, out: after it).
 template <typename T>
-STRATA_SSD_CLONES void chunk_head(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
-                                  ChunkScratch<T>& w, const HostOut<T>& y, T* S) {
+void chunk_head(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
+                ChunkScratch<T>& w, const HostOut<T>& y, T* S) {
   const int64_t g = h / d.heads_per_group(), P = d.P, N = d.N, GN = d.G * N, HP = d.H * P;
   const T* Cc = &a.C[d.bi_(bi, t0, g)];
   const T* Xc = &a.x[d.xi(bi, t0, h)];
   chunk_cumsum(a, d, bi, h, t0, L, w.cs.data());
   masked_products(a, d, bi, h, t0, L, w.CB.data(), w.cs.data(), w.M.data());
   mm(false, true, int(L), int(P), int(N), 1.0, Cc, int(GN), S, int(N), 0.0, w.Y.data(), int(P));
-  for (int64_t i = 0; i < L; ++i) {
-    const T e = ex(w.cs[i]);
-    T* yr = &w.Y[i * P];
+  with_cpu_isa([&] {
+    for (int64_t i = 0; i < L; ++i) {
+      const T e = ex(w.cs[i]);
+      T* yr = &w.Y[i * P];
 #pragma omp simd
-    for (int64_t p = 0; p < P; ++p) yr[p] *= e;
-  }
+      for (int64_t p = 0; p < P; ++p) yr[p] *= e;
+    }
+  });
   mm(false, false, int(L), int(P), int(L), 1.0, w.M.data(), int(L), Xc, int(HP), 1.0, w.Y.data(), int(P));
   const T Dh = a.D[h];
-  for (int64_t i = 0; i < L; ++i) {
-    const T* yr = &w.Y[i * P];
-    const T* xi = &Xc[i * HP];
-    T* yo = &y[d.xi(bi, t0 + i, h)];
+  with_cpu_isa([&] {
+    for (int64_t i = 0; i < L; ++i) {
+      const T* yr = &w.Y[i * P];
+      const T* xi = &Xc[i * HP];
+      T* yo = &y[d.xi(bi, t0 + i, h)];
 #pragma omp simd
-    for (int64_t p = 0; p < P; ++p) yo[p] = yr[p] + Dh * xi[p];
-  }
+      for (int64_t p = 0; p < P; ++p) yo[p] = yr[p] + Dh * xi[p];
+    }
+  });
   weighted_x(a, d, bi, h, t0, L, w.cs.data(), w.xw.data());
   chunk_state_update(a, d, bi, g, t0, L, w.cs.data(), w.xw.data(), S);
 }

@@ -55,32 +55,34 @@ void boundary_states(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, Wor
 // The diagonal block's masks of one head: M (as the forward), dCB += dM ⊙ Lm ⊙ dt, the explicit
 // ddt terms kcol[j] = Σ_i dM·CB·Lm and dcs = row sums − column sums of Z = dM ⊙ M.
 template <typename T>
-STRATA_SSD_CLONES void diag_masks(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
-                                  Work<T>& w) {
-  const T* dt = &a.dt[d.ti(bi, t0, h)];
-  const T* cs = w.cs.data();
-  std::fill_n(w.kcol.begin(), L, T(0));
-  std::fill_n(w.dcs.begin(), L, T(0));
-  for (int64_t i = 0; i < L; ++i) {
-    const T ci = cs[i];
-    const T *cb = &w.CB[i * L], *dm = &w.dM[i * L];
-    T *m = &w.M[i * L], *dcb = &w.dCB[i * L], *kc = w.kcol.data(), *col = w.dcs.data();
-    T* z = w.zrow.data();
+void diag_masks(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
+                Work<T>& w) {
+  with_cpu_isa([&] {
+    const T* dt = &a.dt[d.ti(bi, t0, h)];
+    const T* cs = w.cs.data();
+    std::fill_n(w.kcol.begin(), L, T(0));
+    std::fill_n(w.dcs.begin(), L, T(0));
+    for (int64_t i = 0; i < L; ++i) {
+      const T ci = cs[i];
+      const T *cb = &w.CB[i * L], *dm = &w.dM[i * L];
+      T *m = &w.M[i * L], *dcb = &w.dCB[i * L], *kc = w.kcol.data(), *col = w.dcs.data();
+      T* z = w.zrow.data();
 #pragma omp simd
-    for (int64_t j = 0; j <= i; ++j) {
-      const T lm = ex(ci - cs[j]), dtj = dt[j * d.H];
-      const T k = dm[j] * cb[j] * lm;
-      z[j] = k * dtj;
-      m[j] = cb[j] * lm * dtj;
-      dcb[j] += dm[j] * lm * dtj;
-      kc[j] += k;
-      col[j] -= z[j];
+      for (int64_t j = 0; j <= i; ++j) {
+        const T lm = ex(ci - cs[j]), dtj = dt[j * d.H];
+        const T k = dm[j] * cb[j] * lm;
+        z[j] = k * dtj;
+        m[j] = cb[j] * lm * dtj;
+        dcb[j] += dm[j] * lm * dtj;
+        kc[j] += k;
+        col[j] -= z[j];
+      }
+      for (int64_t j = i + 1; j < L; ++j) m[j] = T(0);
+      T row = 0;  // in order (the same sum on every ISA)
+      for (int64_t j = 0; j <= i; ++j) row += z[j];
+      col[i] += row;
     }
-    for (int64_t j = i + 1; j < L; ++j) m[j] = T(0);
-    T row = 0;  // in order (the same sum on every ISA)
-    for (int64_t j = 0; j <= i; ++j) row += z[j];
-    col[i] += row;
-  }
+  });
 }
 
 // Σ_p u[p]·v[p] in order.

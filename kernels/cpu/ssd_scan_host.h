@@ -1,8 +1,8 @@
 // Internal to the CPU SSD scan (kernels/cpu/ssd_scan.cpp, ssd_scan_backward.cpp): the scan's
 // sizes and index maps, its inputs as host arrays of the accumulation type (f64 for f64 x, else
-// f32), the dtype dispatch, the attribute that builds the elementwise loops as AVX-512 / AVX2 /
-// baseline clones (both files are built with -ffp-contract=off, CMakeLists.txt, so every clone
-// computes the baseline's values), exp (vmath::exp_f32 for f32, std::exp for f64) and the pieces
+// f32), the dtype dispatch, the elementwise loops run on the process's ISA path
+// (kernels/cpu/cpu_isa.h; both files are built with -ffp-contract=off, CMakeLists.txt, so every
+// path computes the baseline's values), exp (vmath::exp_f32 for f32, std::exp for f64) and the pieces
 // the forward and the backward share: a chunk's cumulative decay and its state update
 // S ← exp(cs_L)·S + (w ⊙ X)ᵀ·B (one GEMM). Reference: kernels/ssd_scan.h.
 #pragma once
@@ -12,11 +12,10 @@
 #include <vector>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/host_vectors.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/ssd_scan.h"
-
-#define STRATA_SSD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 namespace strata::kernels::cpu::ssd {
 
@@ -98,15 +97,17 @@ void chunk_cumsum(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_
 
 // xw[j, p] = exp(cs[L−1] − cs[j])·dt_j·x_j[p] (j < L): the tokens' weights in the chunk's end state.
 template <typename T>
-STRATA_SSD_CLONES void weighted_x(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
-                                  const T* cs, T* xw) {
-  for (int64_t j = 0; j < L; ++j) {
-    const T w = ex(cs[L - 1] - cs[j]) * a.dt[d.ti(bi, t0 + j, h)];
-    const T* xj = &a.x[d.xi(bi, t0 + j, h)];
-    T* o = &xw[j * d.P];
+void weighted_x(const Host<T>& a, const Dims& d, int64_t bi, int64_t h, int64_t t0, int64_t L,
+                const T* cs, T* xw) {
+  with_cpu_isa([&] {
+    for (int64_t j = 0; j < L; ++j) {
+      const T w = ex(cs[L - 1] - cs[j]) * a.dt[d.ti(bi, t0 + j, h)];
+      const T* xj = &a.x[d.xi(bi, t0 + j, h)];
+      T* o = &xw[j * d.P];
 #pragma omp simd
-    for (int64_t p = 0; p < d.P; ++p) o[p] = w * xj[p];
-  }
+      for (int64_t p = 0; p < d.P; ++p) o[p] = w * xj[p];
+    }
+  });
 }
 
 // The state after the chunk: S [P, N] ← exp(cs[L−1])·S + xwᵀ·B_chunk (B rows of group g).

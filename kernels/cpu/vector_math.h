@@ -2,8 +2,8 @@
 // into SIMD code (no libm call), and fixed-lane reductions. The lane count is a constant (not
 // the machine's vector width) and every lane is summed sequentially, then the lanes in order, so
 // a result depends only on the input — not on the ISA the loop was compiled for, nor on the
-// number of threads. The row functions at the end (kernels/cpu/vector_math.cpp) are compiled
-// for AVX-512, AVX2 and the baseline (GCC target_clones, picked at load time); that file is
+// number of threads. The row functions at the end (kernels/cpu/vector_math.cpp) run on the
+// process's ISA path (AVX-512, AVX2 or the baseline, kernels/cpu/cpu_isa.h); that file is
 // built with -ffp-contract=off, so all three compute the same values as these inline versions.
 // exp_f32: Cephes expf (Cody–Waite reduction x = n·ln2 + r, degree-5 polynomial for e^r,
 // scaling by 2^n through the exponent bits); relative error < 2 ulp on [-87.3, 88.4], 0 below

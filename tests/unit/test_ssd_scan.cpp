@@ -2,7 +2,8 @@
 // forward equals the token-by-token recurrence in f64 for chunk sizes that divide l, do not, and
 // exceed it (with and without an initial state); a hand-computed two-token case; backward against
 // central finite differences in f64 (every input, the initial state, a final-state gradient);
-// f32 against f64; the same bits for 1, 2 and 3 threads and for a subset of the heads and groups;
+// f32 against f64; the same bits for 1, 2 and 3 threads, for a subset of the heads and groups,
+// and on every ISA path;
 // the conv's carried history continues a sequence exactly.
 #include <omp.h>
 
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include "kernels/causal_conv1d.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/ssd_scan.h"
 #include "test_helpers.h"
 
@@ -196,7 +198,7 @@ bool same_bits(const Tensor& a, const Tensor& b) { return max_abs_diff(a, b) == 
 // The CPU scan pairs heads (two heads of a group, or with one head per group two groups' heads) and
 // parallelizes over batch x groups: neither the thread count nor the heads that run alongside may
 // change a value (tensor-parallel layouts split heads and groups).
-TEST_CASE("ssd_scan: the same bits for any thread count and any head subset", "[ssd_scan]") {
+TEST_CASE("ssd_scan: the same bits for any thread count and any head subset", "[ssd_scan][determinism]") {
   for (const ScanCase c : {ScanCase{2, 12, 4, 3, 4, 5}, ScanCase{2, 12, 6, 3, 2, 5}}) {
     const SsdScanInputs in = random_inputs(c, 5, true, DType::F32);
     const Tensor dy = random_tensor(in.x.shape(), 13, -1, 1, DType::F32);
@@ -230,6 +232,32 @@ TEST_CASE("ssd_scan: the same bits for any thread count and any head subset", "[
     CHECK(same_bits(o.g.dC, ref.g.dC.narrow(2, g0, ng)));
     CHECK(same_bits(o.g.d_initial_state, ref.g.d_initial_state.narrow(1, h0, nh)));
   }
+}
+
+// The scan's vector loops run on the process's ISA path (kernels/cpu/cpu_isa.h): every path this
+// CPU has gives the baseline's bits, forward and backward, in f32 and f64.
+TEST_CASE("ssd_scan: the same bits on every ISA path", "[ssd_scan][determinism]") {
+  using kernels::cpu::CpuIsa;
+  const CpuIsa saved = kernels::cpu::active_cpu_isa();
+  for (DType dtype : {DType::F32, DType::F64}) {
+    const SsdScanInputs in = random_inputs(ScanCase{2, 40, 4, 16, 2, 8}, 16, true, dtype);
+    const Tensor dy = random_tensor(in.x.shape(), 13, -1, 1, dtype);
+    kernels::cpu::set_active_cpu_isa(CpuIsa::Baseline);
+    const ScanOut ref = run_scan(in, dy);
+    for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+      if (!kernels::cpu::cpu_supports(isa)) continue;
+      kernels::cpu::set_active_cpu_isa(isa);
+      INFO(dtype_name(dtype) << " on " << kernels::cpu::cpu_isa_name(isa));
+      const ScanOut o = run_scan(in, dy);
+      CHECK(same_bits(o.y, ref.y));
+      CHECK(same_bits(o.state, ref.state));
+      for (auto [a, b] : {std::pair{&o.g.dx, &ref.g.dx}, {&o.g.ddt, &ref.g.ddt}, {&o.g.dA, &ref.g.dA},
+                          {&o.g.dB, &ref.g.dB}, {&o.g.dC, &ref.g.dC}, {&o.g.dD, &ref.g.dD},
+                          {&o.g.d_initial_state, &ref.g.d_initial_state}})
+        CHECK(same_bits(*a, *b));
+    }
+  }
+  kernels::cpu::set_active_cpu_isa(saved);
 }
 
 TEST_CASE("ssd_scan: argument errors name the tensor", "[ssd_scan]") {

@@ -1,12 +1,14 @@
 // Tests of kernels/cpu/vector_math.h (the f32 fast paths' exp and fixed-lane reductions): exp_f32
 // against f64 exp over its whole range (≤ 2 ulp) and at the special values; max/sum-exp/dot
 // against f64 sums for lengths around the lane count; and the documented summation order
-// (lanes in order, then the tail) reproduced by a scalar reference bit for bit.
+// (lanes in order, then the tail) reproduced by a scalar reference bit for bit; the row
+// functions on every ISA path the CPU has equal the inline versions bit for bit.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/vector_math.h"
 #include "test_helpers.h"
 
@@ -96,25 +98,36 @@ TEST_CASE("vector_math: the summation order is lanes in order, then the tail (bi
 
 namespace strata {
 
-TEST_CASE("vector_math: the ISA-cloned row functions equal the inline versions bit for bit", "[vector_math]") {
+// Every ISA path this CPU has (kernels/cpu/cpu_isa.h) runs the row functions; each must give the
+// inline (baseline-compiled) versions' bits.
+TEST_CASE("vector_math: the row functions equal the inline versions bit for bit on every ISA path",
+          "[vector_math][determinism]") {
   using namespace kernels::cpu::vmath;
-  for (int64_t n : {1, 5, 16, 31, 256, 50304}) {
-    INFO("n=" << n);
-    std::vector<float> x(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(7.0 * std::sin(0.91 * i) + 0.001 * i);
-    const float m = max_f32(x.data(), n);
-    CHECK(row_max(x.data(), n) == m);
-    const float s = row_sum_exp(x.data(), n, m), s_inline = sum_exp_f32(x.data(), n, m);
-    CHECK(std::memcmp(&s, &s_inline, sizeof s) == 0);
-    std::vector<float> dx(static_cast<size_t>(n)), in_place = x;
-    row_softmax_grad(x.data(), dx.data(), n, m, 1.0f / s, 0.001f, 0.37f);
-    row_softmax_grad(in_place.data(), in_place.data(), n, m, 1.0f / s, 0.001f, 0.37f);
-    for (int64_t j = 0; j < n; ++j) {
-      const float want = (exp_f32(x[j] - m) * (1.0f / s) - 0.001f) * 0.37f;
-      CHECK(std::memcmp(&dx[j], &want, sizeof want) == 0);
+  using kernels::cpu::CpuIsa;
+  const CpuIsa saved = kernels::cpu::active_cpu_isa();
+  for (CpuIsa isa : {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512}) {
+    if (!kernels::cpu::cpu_supports(isa)) continue;
+    kernels::cpu::set_active_cpu_isa(isa);
+    INFO("isa " << kernels::cpu::cpu_isa_name(isa));
+    for (int64_t n : {1, 5, 16, 31, 256, 50304}) {
+      INFO("n=" << n);
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(7.0 * std::sin(0.91 * i) + 0.001 * i);
+      const float m = max_f32(x.data(), n);
+      CHECK(row_max(x.data(), n) == m);
+      const float s = row_sum_exp(x.data(), n, m), s_inline = sum_exp_f32(x.data(), n, m);
+      CHECK(std::memcmp(&s, &s_inline, sizeof s) == 0);
+      std::vector<float> dx(static_cast<size_t>(n)), in_place = x;
+      row_softmax_grad(x.data(), dx.data(), n, m, 1.0f / s, 0.001f, 0.37f);
+      row_softmax_grad(in_place.data(), in_place.data(), n, m, 1.0f / s, 0.001f, 0.37f);
+      for (int64_t j = 0; j < n; ++j) {
+        const float want = (exp_f32(x[j] - m) * (1.0f / s) - 0.001f) * 0.37f;
+        CHECK(std::memcmp(&dx[j], &want, sizeof want) == 0);
+      }
+      CHECK(std::memcmp(dx.data(), in_place.data(), dx.size() * sizeof(float)) == 0);
     }
-    CHECK(std::memcmp(dx.data(), in_place.data(), dx.size() * sizeof(float)) == 0);
   }
+  kernels::cpu::set_active_cpu_isa(saved);
 }
 
 }  // namespace strata
