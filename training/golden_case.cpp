@@ -115,6 +115,75 @@ std::string golden_file_path(const GoldenCase& c, const std::string& platform) {
   return (fs::path(c.dir) / ("golden_values_" + platform + ".json")).string();
 }
 
+namespace {
+
+// golden_values_<platform>_<tag>.json files of the case, sorted by name.
+std::vector<std::string> variant_files(const GoldenCase& c, const std::string& platform) {
+  const std::string prefix = "golden_values_" + platform + "_";
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(c.dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + 5 &&
+        name.substr(name.size() - 5) == ".json")
+      out.push_back(entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The cpu file (reference first, then the variants) written with `here`'s numerics, or "".
+std::string same_numerics_file(const GoldenCase& c, const kernels::cpu::CpuPlatform& here) {
+  std::vector<std::string> files = {golden_file_path(c, "cpu")};
+  for (const std::string& f : variant_files(c, "cpu")) files.push_back(f);
+  for (const std::string& f : files) {
+    if (!fs::exists(f)) continue;
+    const GoldenFile g = read_golden_file(f);
+    if (g.platform && g.platform->same_numerics(here)) return f;
+  }
+  return "";
+}
+
+}  // namespace
+
+GoldenChoice choose_golden_file(const GoldenCase& c, const std::string& platform,
+                                const kernels::cpu::CpuPlatform& here) {
+  GoldenChoice choice;
+  choice.path = golden_file_path(c, platform);
+  if (platform == "cpu") {
+    const std::string same = same_numerics_file(c, here);
+    if (!same.empty()) {
+      choice.path = same;
+      choice.file = read_golden_file(same);
+      choice.reason = "exact: the golden file was written with this platform's numerics (" + here.describe() + ")";
+      return choice;
+    }
+  }
+  choice.file = read_golden_file(choice.path);
+  if (platform != "cpu") {
+    choice.reason = "exact: platform " + platform;
+    return choice;
+  }
+  choice.exact = false;
+  choice.reason = choice.file.platform
+                      ? "cross-platform: no golden file of this case has this platform's numerics (" +
+                            choice.file.platform->difference(here) + "; this run: " + here.describe() + ")"
+                      : "cross-platform: the golden file records no platform (this run: " + here.describe() + ")";
+  return choice;
+}
+
+std::string regenerate_path(const GoldenCase& c, const std::string& platform, const kernels::cpu::CpuPlatform& here) {
+  const std::string reference = golden_file_path(c, platform);
+  if (platform != "cpu") return reference;
+  const std::string same = same_numerics_file(c, here);
+  if (!same.empty()) return same;
+  if (!fs::exists(reference) || !read_golden_file(reference).platform) return reference;
+  return (fs::path(c.dir) / ("golden_values_cpu_" + here.tag() + ".json")).string();
+}
+
+void remove_platform_variants(const GoldenCase& c, const std::string& platform) {
+  for (const std::string& f : variant_files(c, platform)) fs::remove(f);
+}
+
 StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::string>& placeholders,
                          const std::string& platform, int64_t world_size) {
   const std::string path = config_path(c);
@@ -207,6 +276,7 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
       {"TENSORBOARD_PATH", run.tensorboard_dir}, {"CHECKPOINT_SAVE_PATH", ckpt}, {"CHECKPOINT_LOAD_PATH", ckpt}};
   const StrataConfig cfg = case_config(c, ph, options.platform, job.size());
   run.train_iters = cfg.training.train_iters;
+  run.precision = config::enum_to_string(std::span<const config::EnumName<Precision>>(kPrecisionNames), cfg.training.precision);
   // Extracted: Megatron's metrics, the case's METRICS and every named loss of the model.
   run.loss_names = model_loss_names(cfg);
   std::vector<std::string> extracted = extracted_metric_names();
@@ -266,13 +336,15 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
 }
 
 CaseVerdict check_case_run(const GoldenCase& c, const CaseRun& run, const GoldenValues& golden,
-                           const std::string& platform) {
+                           const std::string& platform, bool exact) {
   CompareOptions o;
   o.allow_nondeterministic = c.allow_nondeterministic;
   o.record_only = record_only_metrics(platform);
   o.loss_names = run.loss_names;
+  CompareOptions vs_golden = o;
+  if (!exact) vs_golden.cross_platform = cross_platform_tolerance(run.precision);
   CaseVerdict v;
-  std::vector<CheckResult> r = compare(golden, run.values, c.metrics, o);
+  std::vector<CheckResult> r = compare(golden, run.values, c.metrics, vs_golden);
   v.passed = all_passed(r);
   v.report = format_report(r, c.name + " (" + c.test_type + ", " + platform + "): run vs golden values");
   if (run.resumed) {
@@ -280,7 +352,7 @@ CaseVerdict check_case_run(const GoldenCase& c, const CaseRun& run, const Golden
     r = compare(steps_after(run.values, run.resume_iteration), *run.resumed, c.metrics, o);
     v.passed = all_passed(r) && v.passed;
     v.report += format_report(r, c.name + ": resumed run vs first run (" + after + ")");
-    r = compare(steps_after(golden, run.resume_iteration), *run.resumed, c.metrics, o);
+    r = compare(steps_after(golden, run.resume_iteration), *run.resumed, c.metrics, vs_golden);
     v.passed = all_passed(r) && v.passed;
     v.report += format_report(r, c.name + ": resumed run vs golden values (" + after + ")");
   }

@@ -41,8 +41,28 @@ struct GoldenCase {
 // Reads `<dir>/model_config.yaml` and checks the metadata (unknown TEST_TYPE / MODE are errors
 // naming the file). The Strata sections are checked when a run builds the config.
 GoldenCase load_golden_case(const std::string& dir);
-// `<dir>/golden_values_<platform>.json`.
+// `<dir>/golden_values_<platform>.json`: the case's reference file for `platform`.
 std::string golden_file_path(const GoldenCase& c, const std::string& platform);
+
+// The golden file a run on `platform` compares with, and how (docs/reproducibility.md).
+struct GoldenChoice {
+  std::string path;
+  GoldenFile file;
+  bool exact = true;   // written with the same numerics as this run: exact checks; else cross-platform
+  std::string reason;  // which file, which mode and why (printed by `strata golden run`)
+};
+// cpu: golden_values_cpu.json and every golden_values_cpu_<tag>.json beside it; the one whose
+// recorded platform has this process's numerics (CpuPlatform::same_numerics) is exact. With none,
+// golden_values_cpu.json is compared cross-platform. Other platforms (GPUs): the reference file,
+// exact. A missing reference file is an error naming it.
+GoldenChoice choose_golden_file(const GoldenCase& c, const std::string& platform,
+                                const kernels::cpu::CpuPlatform& here);
+// Where `strata golden regenerate` writes on `platform`: the cpu file with this process's
+// numerics; else the reference file when it is missing or records no platform; else a new
+// golden_values_cpu_<here.tag()>.json beside the others.
+std::string regenerate_path(const GoldenCase& c, const std::string& platform, const kernels::cpu::CpuPlatform& here);
+// Removes the case's golden_values_<platform>_<tag>.json files (`regenerate --drop-other-platforms`).
+void remove_platform_variants(const GoldenCase& c, const std::string& platform);
 
 // The case's StrataConfig with Megatron's placeholders ${TENSORBOARD_PATH},
 // ${CHECKPOINT_SAVE_PATH}, ${CHECKPOINT_LOAD_PATH} substituted, training.device set for the
@@ -94,6 +114,7 @@ struct CaseRun {
   int64_t resume_iteration = 0;
   std::string tensorboard_dir, resume_tensorboard_dir;
   std::vector<std::string> loss_names;  // the model's named losses (extracted and checked as losses)
+  std::string precision = "fp32";       // training.precision: picks the cross-platform tolerance
 };
 
 // Trains the case as configured and extracts every whitelisted metric from its event files (on
@@ -107,8 +128,11 @@ struct CaseVerdict {
   bool passed = false;
   std::string report;
 };
+// exact = false: the golden values come from another CPU platform, and their deterministic checks
+// become cross-platform ones (cross_platform_tolerance(run.precision)); the resumed-vs-first
+// comparison is the same machine's, and stays exact.
 CaseVerdict check_case_run(const GoldenCase& c, const CaseRun& run, const GoldenValues& golden,
-                           const std::string& platform);
+                           const std::string& platform, bool exact = true);
 
 // The determinism gate of `strata golden regenerate`: two runs must agree exactly (deterministic
 // checks of the case's metrics, and the resume comparison for ckpt-resume).

@@ -6,7 +6,9 @@
 // GoldenValueMetric, pipeline, ApproximateTest, DeterministicTest),
 // get_test_results_from_tensorboard_logs.py, test_pretraining_regular_pipeline.py
 // (CHECK_THRESHOLDS), test_pretraining_resume_checkpoint_pipeline.py; PR #7087 (full precision,
-// "value_precision": "full"). Spec: shared/specs/megatron-observation-tracer-moe.md §7.
+// "value_precision": "full"). Strata's extension: a CPU golden file records the platform that
+// wrote it (a "platform" block, kernels/cpu/cpu_platform.h); on another platform the exact
+// checks become cross-platform ones at a tolerance per precision (docs/reproducibility.md).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "core/formats/tfevents.h"
+#include "kernels/cpu/cpu_platform.h"
 
 namespace strata::golden {
 
@@ -40,12 +43,19 @@ const std::vector<std::string>& default_checked_metrics();
 // ---- JSON --------------------------------------------------------------------------------------
 // Parses the golden JSON text; `source` (the file name) is named in every error. Accepts legacy
 // list-valued `values` (start_step + i·step_interval) and "nan" strings.
+// The top-level key "platform" (when present) is the writer's fingerprint, not a metric.
+struct GoldenFile {
+  GoldenValues values;
+  std::optional<kernels::cpu::CpuPlatform> platform;  // none: a file written before fingerprints
+};
+GoldenFile parse_golden_file(const std::string& text, const std::string& source);
 GoldenValues parse_golden_json(const std::string& text, const std::string& source);
-GoldenValues read_golden_file(const std::string& path);
+GoldenFile read_golden_file(const std::string& path);
 // Full precision: every finite value is written as the shortest text that reads back to the same
-// double (Python's repr); NaN as "nan". Two-space indent, keys sorted.
-std::string to_golden_json(const GoldenValues& values);
-void write_golden_file(const std::string& path, const GoldenValues& values);  // .tmp + rename
+// double (Python's repr); NaN as "nan". Two-space indent, keys sorted; the platform block first.
+std::string to_golden_json(const GoldenValues& values, const kernels::cpu::CpuPlatform* platform = nullptr);
+void write_golden_file(const std::string& path, const GoldenValues& values,
+                       const kernels::cpu::CpuPlatform* platform = nullptr);  // .tmp + rename
 
 // ---- extraction --------------------------------------------------------------------------------
 // Builds the blocks from scalar events: only tags in `metrics`, only steps 1 ≤ s ≤ train_iters
@@ -65,7 +75,10 @@ GoldenValues read_tensorboard_metrics(const std::string& dir, int64_t train_iter
 GoldenValues steps_after(const GoldenValues& values, int64_t after_step);
 
 // ---- comparison --------------------------------------------------------------------------------
-enum class CheckKind { Deterministic, Approximate };
+// CrossPlatform: Megatron's approximate rule on full-precision values at the tolerance of
+// cross_platform_tolerance(); it stands in for Deterministic when the golden file was written on
+// another platform.
+enum class CheckKind { Deterministic, Approximate, CrossPlatform };
 struct Check {
   CheckKind kind = CheckKind::Approximate;
   double rtol = 1e-5;  // ApproximateTest defaults: rtol 1e-5, atol 0
@@ -104,6 +117,15 @@ struct CheckResult {
   double max_abs_diff = 0.0, max_rel_diff = 0.0;  // over the compared points
 };
 
+// How far two CPU platforms (BLAS kernels, compilers) may drift apart over a golden run, by the
+// run's precision ("fp32", "bf16"): losses relative, counts (num-zeros) relative plus absolute.
+// Measured across OpenBLAS core types with a margin (docs/reproducibility.md).
+struct CrossPlatformTolerance {
+  double loss_rtol = 0.0;
+  double count_rtol = 0.0, count_atol = 0.0;
+};
+CrossPlatformTolerance cross_platform_tolerance(const std::string& precision);
+
 struct CompareOptions {
   // Megatron's --allow-nondeterministic-algo (ENV_VARS NVTE_ALLOW_NONDETERMINISTIC_ALGO: 1 or
   // NON_DETERMINSTIC_RESULTS: 1): deterministic checks are skipped.
@@ -113,6 +135,9 @@ struct CompareOptions {
   // The run's named losses (the loss channel, LanguageModel::loss_names(): "lm loss", MoE's
   // load_balancing_loss …): each is checked like "lm loss".
   std::vector<std::string> loss_names;
+  // Set: the golden values come from another platform; deterministic checks compare at this
+  // tolerance instead (CheckKind::CrossPlatform).
+  std::optional<CrossPlatformTolerance> cross_platform;
 };
 
 // Megatron's pipeline(): for each metric of `checked_metrics`, its checks from check_thresholds().

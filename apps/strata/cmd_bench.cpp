@@ -15,6 +15,7 @@
 #include "apps/strata/bench_train.h"
 #include "apps/strata/commands.h"
 #include "core/device.h"
+#include "kernels/cpu/cpu_platform.h"
 #include "sweep.h"
 
 namespace strata::app {
@@ -91,6 +92,7 @@ void register_bench(CLI::App& app) {
   ops->add_option("--bench-json", o->bench_json, "write benchmark results as JSON to this file");
   add_runner(ops, [o] {
     std::printf("%s", device_report().c_str());
+    std::printf("cpu numerics: %s\n", kernels::cpu::cpu_platform().describe().c_str());
     int rc = 0;
     if (o->check) {
       sweep::Options so;

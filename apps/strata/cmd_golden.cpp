@@ -2,8 +2,11 @@
 // golden-value case (training/golden_case.h), reads back its TensorBoard event files and compares
 // them with <case-dir>/golden_values_<platform>.json by Megatron's rules (training/golden_values.h);
 // prints a per-metric report and exits 1 on a mismatch.
+// On the CPU the file is chosen by platform fingerprint (golden::choose_golden_file): exact checks
+// against a file written with this process's numerics, cross-platform ones otherwise.
 // `strata golden regenerate <case-dir> [...]` trains the case twice, requires the two runs to be
-// bit-identical, and rewrites the golden file from the first at full precision.
+// bit-identical, and writes the golden file from the first at full precision, with the platform
+// fingerprint: over the file of the same numerics, or as a new file beside the others.
 // Under `scripts/mpirun.sh -np N strata golden run|regenerate <case>` (N = the case's layout, its
 // `parallel` section) the command joins the job once (init_distributed keeps MPI up across the
 // runs), every rank trains, the last rank reads the metrics, prints the report, writes the golden
@@ -24,6 +27,7 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
+#include "kernels/cpu/cpu_platform.h"
 #include "parallel/distributed.h"
 #include "parallel/parallel_config.h"
 #include "training/golden_case.h"
@@ -41,6 +45,7 @@ struct GoldenOpts {
   std::string platform = "cpu";
   std::string work_dir;
   bool resume_in_process = false;
+  bool drop_other_platforms = false;  // regenerate: the reference file, other platforms' files removed
 };
 
 // `strata train --config FILE` in a new process (this executable), for the resumed run.
@@ -97,14 +102,20 @@ int in_job(const golden::GoldenCase& c, const std::function<int(const golden::Go
 
 int golden_run(const GoldenOpts& o) {
   const golden::GoldenCase c = golden::load_golden_case(o.case_dir);
-  const std::string golden_path = golden::golden_file_path(c, o.platform);
-  const golden::GoldenValues golden = golden::read_golden_file(golden_path);  // fail before training
+  // Chosen (and read) before training: a missing file fails at once.
+  const golden::GoldenChoice choice = golden::choose_golden_file(c, o.platform, kernels::cpu::cpu_platform());
   return in_job(c, [&](const golden::GoldenJob& job) {
+    if (job.is_metrics_rank()) {
+      std::printf("strata golden run %s: training %s, then comparing with %s\n  %s\n", c.name.c_str(),
+                  c.test_type.c_str(), choice.path.c_str(), choice.reason.c_str());
+      std::fflush(stdout);
+    }
     const golden::CaseRun run = golden::run_golden_case(c, run_options(o, c, "", job));
     bool passed = false;
     if (run.has_metrics) {  // the last rank: it logged the metrics
-      const golden::CaseVerdict v = golden::check_case_run(c, run, golden, o.platform);
-      std::printf("\n golden values: %s\n%s", golden_path.c_str(), v.report.c_str());
+      const golden::CaseVerdict v = golden::check_case_run(c, run, choice.file.values, o.platform, choice.exact);
+      std::printf("\n golden values: %s\n comparison: %s\n%s", choice.path.c_str(), choice.reason.c_str(),
+                  v.report.c_str());
       std::fflush(stdout);
       passed = v.passed;
     }
@@ -126,8 +137,11 @@ int golden_regenerate(const GoldenOpts& o) {
         std::fprintf(stderr, "strata golden regenerate: two runs of %s differ; golden values not written\n",
                      c.name.c_str());
       } else {
-        const std::string path = golden::golden_file_path(c, o.platform);
-        golden::write_golden_file(path, first.values);
+        const kernels::cpu::CpuPlatform here = kernels::cpu::cpu_platform();
+        const std::string path = o.drop_other_platforms ? golden::golden_file_path(c, o.platform)
+                                                        : golden::regenerate_path(c, o.platform, here);
+        if (o.drop_other_platforms) golden::remove_platform_variants(c, o.platform);
+        golden::write_golden_file(path, first.values, o.platform == "cpu" ? &here : nullptr);
         std::printf(" wrote %s (%zu metrics, steps 1-%lld)\n", path.c_str(), first.values.size(),
                     static_cast<long long>(first.train_iters));
       }
@@ -150,6 +164,9 @@ void register_golden(CLI::App& app) {
   auto regen_opts = std::make_shared<GoldenOpts>();
   CLI::App* regen = golden->add_subcommand("regenerate", "train a case twice and rewrite its golden file");
   add_common(regen, regen_opts);
+  regen->add_flag("--drop-other-platforms", regen_opts->drop_other_platforms,
+                  "after an intended change of the numerics: write golden_values_<platform>.json and remove the "
+                  "case's golden_values_<platform>_<tag>.json files of other CPU platforms (now stale)");
   add_runner(regen, [regen_opts] { return golden_regenerate(*regen_opts); });
 }
 

@@ -2,7 +2,8 @@
 // regenerate writes a full-precision golden file only after two identical runs; run passes against
 // it, fails (exit 1, the metric and step named) when one golden loss is off by one ULP, and fails
 // naming the file when the golden file is missing; a ckpt-resume case resumes from the middle
-// checkpoint and matches. Also: `strata train --help` lists every config field with its default,
+// checkpoint and matches; golden files keyed by CPU platform (exact on the writer's numerics,
+// cross-platform elsewhere, regenerate adds a file beside another platform's). Also: `strata train --help` lists every config field with its default,
 // and the TensorBoard "<tag> vs samples" twins (training/metrics_log.h) read back from the events.
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 #include "cli_test_helpers.h"
 #include "core/formats/tfevents.h"
+#include "kernels/cpu/cpu_platform.h"
 #include "test_helpers.h"
 #include "tests/unit/trainer_test_support.h"
 #include "training/config.h"
@@ -85,7 +87,10 @@ TEST_CASE("cli golden: regenerate, run, and a one-ULP golden change fails", "[go
   CHECK_THAT(r.out, Contains("second run vs first run"));
   CHECK_THAT(r.out, Contains("wrote " + dir + "/golden_values_cpu.json"));
   const std::string golden_path = dir + "/golden_values_cpu.json";
-  golden::GoldenValues g = golden::read_golden_file(golden_path);
+  const golden::GoldenFile written = golden::read_golden_file(golden_path);
+  REQUIRE(written.platform.has_value());  // the writer's fingerprint
+  CHECK(written.platform->describe() == kernels::cpu::cpu_platform().describe());
+  golden::GoldenValues g = written.values;
   for (const char* m : {"lm loss", "num-zeros", "iteration-time", "mem-allocated-bytes", "mem-max-allocated-bytes"}) {
     INFO(m);
     REQUIRE(g.count(m) == 1);
@@ -105,12 +110,13 @@ TEST_CASE("cli golden: regenerate, run, and a one-ULP golden change fails", "[go
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, Contains("PASS lm loss"));
   CHECK_THAT(r.out, Contains("6/6 points bit-identical"));
+  CHECK_THAT(r.out, Contains("exact: the golden file was written with this platform's numerics"));
   CHECK_THAT(r.out, Contains("recorded, not compared"));
   CHECK_THAT(r.out, Contains("result: PASSED"));
 
   // One ULP off at step 4 fails the deterministic check: exit 1, the metric and the step named.
   g["lm loss"].values[4] = std::nextafter(g["lm loss"].values[4], 0.0);
-  golden::write_golden_file(golden_path, g);
+  golden::write_golden_file(golden_path, g, &*written.platform);
   r = run_cli({"golden", "run", dir, "--work-dir", work_dir("regular")});
   CHECK(r.rc == 1);
   CHECK_THAT(r.out, Contains("FAIL lm loss"));
@@ -126,6 +132,63 @@ TEST_CASE("cli golden: regenerate, run, and a one-ULP golden change fails", "[go
   CHECK(r.out.find("iteration") == std::string::npos);
   fs::remove_all(dir);
   fs::remove_all(work_dir("regular"));
+}
+
+// A golden file from another CPU platform (another OpenBLAS core type): the run says so and
+// compares cross-platform at the precision's tolerance — equal values pass, a drift of 10x the
+// fp32 tolerance fails; regenerate adds this platform's file beside the other one, which `run`
+// then takes exactly; --drop-other-platforms goes back to one reference file.
+TEST_CASE("cli golden: files keyed by CPU platform, exact or cross-platform", "[golden][determinism]") {
+  const std::string dir = tiny_case("platforms", "regular");
+  CliResult r = run_cli({"golden", "regenerate", dir, "--work-dir", work_dir("platforms")});
+  REQUIRE(r.rc == 0);
+  const std::string reference = dir + "/golden_values_cpu.json";
+  golden::GoldenFile foreign = golden::read_golden_file(reference);
+  const kernels::cpu::CpuPlatform here = kernels::cpu::cpu_platform();
+  kernels::cpu::CpuPlatform other = here;
+  other.blas_core = "OtherCore";
+  golden::write_golden_file(reference, foreign.values, &other);
+  r = run_cli({"golden", "run", dir, "--work-dir", work_dir("platforms")});
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("cross-platform: no golden file of this case has this platform's numerics "
+                             "(blas_core OtherCore vs " + here.blas_core + ";"));
+  CHECK_THAT(r.out, Contains("cross-platform rtol 2e-05: 6/6 points close"));
+  CHECK_THAT(r.out, Contains("cross-platform rtol 0.001 atol 4: 6/6 points close"));
+  CHECK(r.out.find("bit-identical") == std::string::npos);
+
+  golden::GoldenValues drifted = foreign.values;
+  for (auto& [step, v] : drifted["lm loss"].values)
+    if (step >= 3) v *= 1.0 + 2e-4;
+  golden::write_golden_file(reference, drifted, &other);
+  r = run_cli({"golden", "run", dir, "--work-dir", work_dir("platforms")});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.out, Contains("result: FAILED (lm loss cross-platform)"));
+
+  // A file without a platform block (written before fingerprints) is compared cross-platform too.
+  golden::write_golden_file(reference, foreign.values);
+  r = run_cli({"golden", "run", dir, "--work-dir", work_dir("platforms")});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("cross-platform: the golden file records no platform"));
+
+  // regenerate beside another platform's file: a new file for this platform, taken exactly.
+  golden::write_golden_file(reference, drifted, &other);
+  r = run_cli({"golden", "regenerate", dir, "--work-dir", work_dir("platforms")});
+  REQUIRE(r.rc == 0);
+  const std::string variant = dir + "/golden_values_cpu_" + here.tag() + ".json";
+  CHECK_THAT(r.out, Contains("wrote " + variant));
+  CHECK(golden::read_golden_file(reference).platform->blas_core == "OtherCore");  // untouched
+  r = run_cli({"golden", "run", dir, "--work-dir", work_dir("platforms")});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("golden values: " + variant));
+  CHECK_THAT(r.out, Contains("6/6 points bit-identical"));
+
+  r = run_cli({"golden", "regenerate", dir, "--work-dir", work_dir("platforms"), "--drop-other-platforms"});
+  REQUIRE(r.rc == 0);
+  CHECK_FALSE(fs::exists(variant));
+  CHECK(golden::read_golden_file(reference).platform->same_numerics(here));
+  fs::remove_all(dir);
+  fs::remove_all(work_dir("platforms"));
 }
 
 TEST_CASE("cli golden: ckpt-resume resumes from train_iters/2 and matches the golden values", "[golden]") {

@@ -310,7 +310,7 @@ TEST_CASE("golden: JSON round trip at full precision in Megatron's schema", "[go
   // Through a file (written atomically) too.
   const auto path = temp_path("roundtrip.json").string();
   write_golden_file(path, v);
-  CHECK(to_golden_json(read_golden_file(path)) == text);
+  CHECK(to_golden_json(read_golden_file(path).values) == text);
   std::filesystem::remove(path);
 
   // A Megatron golden file: 5-decimal legacy values, "nan", and the legacy list form.
@@ -324,6 +324,62 @@ TEST_CASE("golden: JSON round trip at full precision in Megatron's schema", "[go
   CHECK(std::isnan(megatron.at("lm loss").values.at(3)));
   CHECK(megatron.at("num-zeros").values.at(10) == 10.0);
   CHECK(megatron.at("num-zeros").values.at(5) == 11.0);
+}
+
+// The platform block (Strata's extension) round-trips and is not a metric; cross-platform checks
+// replace the deterministic ones at the tolerance of the precision, on full-precision values.
+TEST_CASE("golden: the platform block, and cross-platform checks at the precision's tolerance", "[golden]") {
+  kernels::cpu::CpuPlatform p{"avx2", "OpenBLAS", "0.3.21", "Haswell", "GCC 12.2.0"};
+  GoldenValues v{{"lm loss", series({5.0, 4.5, 4.0})}};
+  const std::string text = to_golden_json(v, &p);
+  CHECK(text.find("\"platform\"") < text.find("\"lm loss\""));
+  const GoldenFile back = parse_golden_file(text, "g.json");
+  REQUIRE(back.platform.has_value());
+  CHECK(back.platform->describe() == p.describe());
+  CHECK(back.values.size() == 1);
+  CHECK(parse_golden_json(text, "g.json").count("platform") == 0);
+  CHECK_THROWS_WITH(parse_golden_file(R"({"platform": {"isa": "avx2"}})", "cases/g.json"),
+                    Contains("cases/g.json: \"platform\".blas: expected a string"));
+  kernels::cpu::CpuPlatform q = p;
+  q.isa = "avx512";  // the ISA paths give the same bits
+  CHECK(q.same_numerics(p));
+  q.blas_core = "SkylakeX";
+  CHECK_FALSE(q.same_numerics(p));
+  CHECK(q.difference(p) == "blas_core SkylakeX vs Haswell");
+  CHECK(q.tag() == "skylakex_avx512");
+
+  const CrossPlatformTolerance f32 = cross_platform_tolerance("fp32"), b16 = cross_platform_tolerance("bf16");
+  CHECK(f32.loss_rtol < b16.loss_rtol);
+  CompareOptions o;
+  o.cross_platform = f32;
+  std::vector<double> g(50), a(50), nz(50), nza(50);
+  for (int i = 0; i < 50; ++i) {
+    g[i] = 6.0 - 0.03 * i;
+    a[i] = g[i] * (1.0 + 0.5 * f32.loss_rtol);  // within the tolerance at every step
+    nz[i] = i % 3;
+    nza[i] = nz[i] + (i % 7 == 0 ? f32.count_atol : 0.0);
+  }
+  GoldenValues golden{{"lm loss", series(g)}, {"num-zeros", series(nz)}};
+  GoldenValues actual{{"lm loss", series(a)}, {"num-zeros", series(nza)}};
+  auto r = compare(golden, actual, {"lm loss", "num-zeros"}, o);
+  REQUIRE(r.size() == 4);
+  CHECK(r[0].kind == CheckKind::CrossPlatform);
+  CHECK(r[0].rtol == f32.loss_rtol);
+  CHECK(r[2].kind == CheckKind::CrossPlatform);
+  CHECK(r[2].atol == f32.count_atol);
+  CHECK(all_passed(r));
+  CHECK_THAT(format_report(r, "t"), Contains("cross-platform rtol"));
+  // Two steps off by 2x the tolerance: more than Megatron's one allowed failure in 50.
+  a[10] = g[10] * (1.0 + 2 * f32.loss_rtol);
+  a[20] = g[20] * (1.0 - 2 * f32.loss_rtol);
+  actual["lm loss"] = series(a);
+  r = compare(golden, actual, {"lm loss"}, o);
+  CHECK_FALSE(all_passed(r));
+  CHECK(r[0].n_failed == 2);
+  // Without cross_platform the same values fail the deterministic check at every step.
+  r = compare(golden, actual, {"lm loss"}, {});
+  CHECK(r[0].kind == CheckKind::Deterministic);
+  CHECK(r[0].n_failed == 50);
 }
 
 TEST_CASE("golden: bad golden files are rejected naming the file", "[golden]") {
@@ -402,7 +458,7 @@ TEST_CASE("golden: the committed GPT cases are what the issue asks for, with 50-
     CHECK(s.logging.log_interval == 1);
     CHECK(s.logging.log_num_zeros_in_grad);
     CHECK(s.data.mock_data);
-    const GoldenValues g = read_golden_file(golden_file_path(c, "cpu"));
+    const GoldenValues g = read_golden_file(golden_file_path(c, "cpu")).values;
     for (const std::string& m : c.metrics) {
       INFO(m);
       REQUIRE(g.count(m) == 1);
