@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is needed, builds, and runs every test (unit tests, op sweep; later multi-rank
-# and functional golden-value tests). GPU tests report as skipped where no GPU is usable.
+# Installs what is needed, builds, and runs every test (unit tests, op sweep, multi-rank and
+# functional golden-value tests); GPU tests report as skipped where no GPU is usable. Then the
+# determinism tests and the golden cases again as a foreign CPU: another OpenBLAS kernel set and
+# another ISA path than this machine's (docs/reproducibility.md).
 #   scripts/test.sh [BUILD_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,6 +12,18 @@ bash "$root/scripts/build.sh" "$build"
 cd "$build"
 # ctest runs tests in parallel; one OpenMP thread per test process avoids oversubscribing the
 # cores (spinning OpenMP workers of parallel tests slow each other down tenfold). Tests that
-# check thread-count independence set their own thread counts.
+# check thread-count independence set their own thread counts (and wait passively, CMake).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-ctest --output-on-failure -j "${TEST_JOBS:-$(nproc)}"
+jobs="${TEST_JOBS:-$(nproc)}"
+ctest --output-on-failure -j "$jobs" -LE '^determinism$'
+
+# The foreign configuration: an OpenBLAS core type and an ISA path that differ from this run's.
+host="$(./strata bench ops --no-bench --quick | sed -n 's/^cpu numerics: //p')"
+host_core="$(sed -n 's/.*blas_core=\([^ ]*\).*/\1/p' <<<"$host")"
+foreign_core=Sandybridge
+if [[ "${host_core,,}" == sandybridge ]]; then foreign_core=Haswell; fi
+foreign_isa=baseline  # on a CPU without AVX2 the host is baseline too: then only the BLAS kernel differs
+echo "test.sh: this machine: $host"
+echo "test.sh: again as a foreign CPU: OPENBLAS_CORETYPE=$foreign_core STRATA_CPU_ISA=$foreign_isa"
+OPENBLAS_CORETYPE="$foreign_core" STRATA_CPU_ISA="$foreign_isa" \
+  ctest --output-on-failure -j "$jobs" -L 'functional|^determinism$'
