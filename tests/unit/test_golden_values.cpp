@@ -367,6 +367,8 @@ TEST_CASE("golden: the platform block, and cross-platform checks at the precisio
   CHECK(r[0].rtol == f32.loss_rtol);
   CHECK(r[2].kind == CheckKind::CrossPlatform);
   CHECK(r[2].atol == f32.count_atol);
+  CHECK(r[3].kind == CheckKind::Approximate);  // Megatron's rtol 0.2, with the count atol across platforms
+  CHECK(r[3].atol == f32.count_atol);
   CHECK(all_passed(r));
   CHECK_THAT(format_report(r, "t"), Contains("cross-platform rtol"));
   // Two steps off by 2x the tolerance: more than Megatron's one allowed failure in 50.
