@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -379,6 +380,10 @@ void FieldTable::decode_yaml_text(const std::string& text, void* root, const std
 }
 
 void FieldTable::load_file(const std::string& path, void* root) const {
+  // An ifstream opens a directory on Linux and reads it as empty: the defaults would pass as the file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("(file)", "config file '" + path + "' is a directory, not a YAML file");
   std::ifstream in(path);
   if (!in) throw ConfigError("(file)", "cannot open config file '" + path + "'");
   std::stringstream ss;

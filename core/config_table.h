@@ -243,7 +243,7 @@ class FieldTable {
   // `source` names the origin in messages (a file path, "override 'a.b=c'").
   void decode_yaml(const YAML::Node& root_node, void* root, const std::string& source) const;
   void decode_yaml_text(const std::string& text, void* root, const std::string& source) const;
-  void load_file(const std::string& path, void* root) const;
+  void load_file(const std::string& path, void* root) const;  // ConfigError "(file)": unreadable, or a directory
   void apply_override(const std::string& assignment, void* root) const;  // "section.field=value"
   void set_value(const std::string& section, const std::string& field, const Value& v, void* root) const;
   // Sets a field from command-line text: one scalar, or (as_list) the elements of a list, each

@@ -81,6 +81,12 @@ TEST_CASE("cli train: bad configs exit 1 naming the field before anything runs",
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("strata: error: ConfigError: optimizer.lr: "));
   CHECK(r.out.empty());
+  // 5. a directory as --config (an ifstream reads it as an empty file: the defaults)
+  const std::string dir = temp_dir().string();
+  r = run_cli({"train", "--config", dir, "--validate-only"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ConfigError: (file): config file '" + dir + "' is a directory"));
+  CHECK(r.out.empty());
   // No --config at all.
   r = run_cli({"train"});
   CHECK(r.rc == 1);
