@@ -150,8 +150,10 @@ void Trainer::write_metrics(const IterationLog& f, const Interval& iv) {
                         {"skipped-iterations", iv.skipped},
                         {"nan-iterations", iv.skipped},
                         {"tokens-per-second", *f.tokens_per_second}};
-  for (const auto& [name, value] : f.losses) rec[name] = value;
-  for (const auto& [name, value] : f.per_layer) rec[name] = value;
+  if (iv.advanced > 0) {  // an interval of skipped iterations has no loss (as TensorBoard and the log line)
+    for (const auto& [name, value] : f.losses) rec[name] = value;
+    for (const auto& [name, value] : f.per_layer) rec[name] = value;
+  }
   if (moe_ && !moe_->last_stats().empty()) {  // the logged iteration's expert load, per MoE layer
     nlohmann::json load = nlohmann::json::array();
     for (const ExpertLoadStats& s : moe_->last_stats()) load.push_back(to_json(s));

@@ -345,6 +345,34 @@ TEST_CASE("trainer: a NaN gradient skips the step, is counted and logged", "[tra
   CHECK(e.result.final_iteration == 2);
 }
 
+TEST_CASE("trainer: a logged interval of skipped iterations has no loss in the JSONL record", "[trainer]") {
+  // TensorBoard and the log line omit the loss of an interval without an advanced iteration; the
+  // JSONL record did write "lm loss": 0.0.
+  StrataConfig cfg = tiny_config({"training.train_iters=5", "logging.log_interval=1"});
+  BigramModel model(kVocab);
+  model.nan_step = 3;
+  MemoryMetricsSink sink;
+  const Run r = run_training(cfg, model, {&sink});
+  REQUIRE(r.result.skipped_iterations == 1);
+  int train_records = 0, skipped_records = 0;
+  for (const nlohmann::json& rec : sink.records) {
+    if (!rec.contains("skipped-iterations")) continue;  // a validation record
+    INFO(rec.dump());
+    ++train_records;
+    if (rec["skipped-iterations"] == 1) {
+      ++skipped_records;
+      CHECK_FALSE(rec.contains("lm loss"));
+    } else {
+      CHECK(rec.contains("lm loss"));
+    }
+  }
+  CHECK(train_records == 5);
+  CHECK(skipped_records == 1);
+  int lm_loss_scalars = 0;
+  for (const auto& s : sink.scalars) lm_loss_scalars += s.tag == "lm loss";
+  CHECK(lm_loss_scalars == 4);
+}
+
 TEST_CASE("trainer: Megatron's log line, byte for byte", "[trainer]") {
   IterationLog f;
   f.iteration = 10;
