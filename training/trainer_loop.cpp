@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "core/logging.h"
+#include "parallel/watchdog.h"
 #include "training/signals.h"
 #include "training/step_losses.h"
 #include "training/trainer.h"
@@ -263,6 +264,9 @@ TrainResult Trainer::train() {
       if (should_save()) save_checkpoint();
       return finish(0);
     }
+    // A collective that hangs is reported at this step (parallel/watchdog.h): the iteration number
+    // the log line gives the step once it completes.
+    watchdog_set_step(iteration_ + 1);
     const StepOutcome o = timed_step(result, iv);
     if (account_skip(o, result, iv)) return finish(1);
     if (iteration_ % log_interval_iters == 0) log_interval(o, iv);
