@@ -2,7 +2,8 @@
 // against hand-computed values (clipping, no weight decay on no_weight_decay params, bf16 masters),
 // NaN/Inf skip, the masked loss normalisation (both Megatron modes) against a direct computation,
 // same-seed runs bitwise equal, Megatron's log line byte for byte, metric sink tags (no loss for a
-// skipped interval), evaluation, the watchdog's step per iteration, and SIGTERM/SIGINT raised in-process → checkpoint at the next step boundary and exit 0.
+// skipped interval), evaluation, the watchdog's step per iteration, and SIGTERM/SIGINT raised
+// in-process → checkpoint at the next step boundary and exit 0.
 #include <catch2/catch.hpp>
 
 #include <cmath>
