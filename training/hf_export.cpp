@@ -142,8 +142,10 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   STRATA_CHECK(fs::exists(manifest_path), "export --format hf: ", manifest_path.string(),
                " does not exist (no checkpoint at iteration ", *iteration, ")");
   const json manifest = parse_json(manifest_path, "export --format hf");
-  const std::string yaml = manifest.value("config", std::string());
-  STRATA_CHECK(!yaml.empty(), "export --format hf: ", manifest_path.string(), " holds no config");
+  const auto jc = manifest.find("config");  // end() when the manifest is not an object
+  STRATA_CHECK(jc != manifest.end() && jc->is_string() && !jc->get<std::string>().empty(), "export --format hf: ",
+               manifest_path.string(), " holds no config (a non-empty \"config\" string)");
+  const std::string yaml = jc->get<std::string>();
 
   StrataConfig cfg = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
   STRATA_CHECK(!cfg.model.hybrid_layer_pattern && !cfg.model.hybrid_override_pattern,
