@@ -63,6 +63,9 @@ struct Validator {
 Validator positive();                                                      // > 0 (int or double; lists: every element)
 Validator non_negative();                                                  // >= 0
 Validator in_range(double lo, bool lo_closed, double hi, bool hi_closed);  // e.g. [0, 1)
+// A normal f32 once rounded (not 0, subnormal or inf): a constant an f32 kernel uses (adam_eps 1e-320
+// rounds to 0 there and divides 0 by 0).
+Validator normal_f32();
 Validator custom(std::string description, std::function<std::string(const Value&)> check);
 
 // Name table of an enum class: {{Normalization::RMSNorm, "RMSNorm"}, …}.
