@@ -2,7 +2,7 @@
 // `strata train` exit codes and messages for bad configs (exit 1, "strata: error: ConfigError:
 // section.field: ...") and a good one, --print-config (resolved YAML that loads back),
 // --help-config, and `strata preprocess` (files written when the indexed dataset writer is in the
-// build, a clear error otherwise).
+// build, a clear error otherwise); an unknown command is named with the list of commands.
 #include <unistd.h>
 
 #include <cstdio>
@@ -242,6 +242,22 @@ TEST_CASE("cli train: checkpoint paths are checked before any training", "[cli_t
   CHECK(r.rc == 0);
   CHECK(fs::exists(fs::path(job) / "latest_checkpointed_iteration.txt"));
   fs::remove_all(base);
+}
+
+TEST_CASE("cli: an unknown command is named, with the list of commands", "[cli_train]") {
+  // CLI11 alone said "A subcommand is required".
+  CliResult r = run_cli({"foo"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: 'foo' is not a strata command; the commands are bench, export, "
+                             "generate, golden, import, plan, preprocess, train"));
+  CHECK_THAT(r.err, !Contains("A subcommand is required"));
+  CHECK(r.out.empty());
+  r = run_cli({"trian", "--config", "x.yaml"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("'trian' is not a strata command"));
+  // A known command and --help still parse as before.
+  CHECK(run_cli({"--help"}).rc == 0);
+  CHECK(run_cli({"train", "--help-config"}).rc == 0);
 }
 
 TEST_CASE("cli: an exception from the standard library reaches the user as strata: error", "[cli_train]") {
