@@ -120,6 +120,24 @@ TEST_CASE("cli preprocess: plain text with the byte-level tokenizer", "[cli_trai
   CHECK(r.rc != 0);  // missing required options: CLI11's usage error
 }
 
+TEST_CASE("cli preprocess: inputs without a document are an error naming them, nothing written", "[cli_train]") {
+  // It wrote a 0-document dataset and exited 0.
+  const std::string empty = write_file("empty_corpus.txt", ""), blank = write_file("blank_corpus.txt", "  \n\n \n");
+  const std::string prefix = (temp_dir() / "empty_out" / "corpus").string();
+  CliResult r = run_cli({"preprocess", "--input", empty, "--output-prefix", prefix, "--tokenizer-type",
+                         "ByteLevelTokenizer", "--append-eod"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ") && Contains("no documents in '" + empty + "'"));
+  CHECK_FALSE(std::filesystem::exists(prefix + "_text_document.bin"));
+  CHECK_FALSE(std::filesystem::exists(prefix + "_text_document.bin.tmp"));
+  CHECK_FALSE(std::filesystem::exists(prefix + "_text_document.idx"));
+  r = run_cli({"preprocess", "--input", empty, blank, "--output-prefix", prefix, "--tokenizer-type",
+               "ByteLevelTokenizer", "--split-paragraphs"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("no documents in '" + empty + "', '" + blank + "'"));
+  CHECK_FALSE(std::filesystem::exists(prefix + "_text_document.idx"));
+}
+
 TEST_CASE("cli train: NullTokenizer's EOD is inside model.vocab_size, as Megatron's (preprocess, then train)",
           "[cli_train]") {
   // Mock data draws ids up to the tokenizer's EOD: with vocab 256 that is 255, inside the model.
