@@ -7,8 +7,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -122,6 +124,14 @@ Validator in_range(double lo, bool lo_closed, double hi, bool hi_closed) {
   std::string rule =
       "in " + std::string(lo_closed ? "[" : "(") + bound_text(lo) + ", " + bound_text(hi) + (hi_closed ? "]" : ")");
   auto ok = [=](double x) { return (lo_closed ? x >= lo : x > lo) && (hi_closed ? x <= hi : x < hi); };
+  return {rule, [=](const Value& v) { return check_numbers(v, ok, rule); }};
+}
+Validator normal_f32() {
+  const std::string rule = "normal in f32 (1.2e-38 <= |x| <= 3.4e38)";
+  // The range check first: converting a double beyond FLT_MAX to float is undefined.
+  auto ok = [](double x) {
+    return std::abs(x) <= static_cast<double>(FLT_MAX) && std::isnormal(static_cast<float>(x));
+  };
   return {rule, [=](const Value& v) { return check_numbers(v, ok, rule); }};
 }
 Validator custom(std::string description, std::function<std::string(const Value&)> check) {
@@ -379,6 +389,10 @@ void FieldTable::decode_yaml_text(const std::string& text, void* root, const std
 }
 
 void FieldTable::load_file(const std::string& path, void* root) const {
+  // An ifstream opens a directory on Linux and reads it as empty: the defaults would pass as the file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("(file)", "config file '" + path + "' is a directory, not a YAML file");
   std::ifstream in(path);
   if (!in) throw ConfigError("(file)", "cannot open config file '" + path + "'");
   std::stringstream ss;

@@ -63,6 +63,9 @@ struct Validator {
 Validator positive();                                                      // > 0 (int or double; lists: every element)
 Validator non_negative();                                                  // >= 0
 Validator in_range(double lo, bool lo_closed, double hi, bool hi_closed);  // e.g. [0, 1)
+// A normal f32 once rounded (not 0, subnormal or inf): a constant an f32 kernel uses (adam_eps 1e-320
+// rounds to 0 there and divides 0 by 0).
+Validator normal_f32();
 Validator custom(std::string description, std::function<std::string(const Value&)> check);
 
 // Name table of an enum class: {{Normalization::RMSNorm, "RMSNorm"}, …}.
@@ -243,7 +246,7 @@ class FieldTable {
   // `source` names the origin in messages (a file path, "override 'a.b=c'").
   void decode_yaml(const YAML::Node& root_node, void* root, const std::string& source) const;
   void decode_yaml_text(const std::string& text, void* root, const std::string& source) const;
-  void load_file(const std::string& path, void* root) const;
+  void load_file(const std::string& path, void* root) const;  // ConfigError "(file)": unreadable, or a directory
   void apply_override(const std::string& assignment, void* root) const;  // "section.field=value"
   void set_value(const std::string& section, const std::string& field, const Value& v, void* root) const;
   // Sets a field from command-line text: one scalar, or (as_list) the elements of a list, each

@@ -4,7 +4,9 @@
 // sequence_dim, batch_dim).
 //   CaptureScope(observer, kinds)  installs an observer for a set of source kinds on this thread;
 //                                  a nested scope replaces the outer one and restores it on exit.
-//   SuspendScope                   nothing is observed inside (activation recompute).
+//   SuspendScope                   nothing is observed inside (activation recompute). The
+//                                  suspension is separate state, as Megatron's context variable:
+//                                  a CaptureScope opened inside a suspended region stays suspended.
 //   is_observing(kind)             true iff not suspended and the scope's kinds include `kind`:
 //                                  sites test it before building a derived tensor (the residual
 //                                  contribution, the normalised router scores, …).
@@ -134,15 +136,16 @@ namespace detail {
 struct ObserverState {
   Observer* observer = nullptr;
   SourceKinds kinds;
-  bool suspended = false;
 };
 inline thread_local ObserverState t_observer;
+// Apart from t_observer: a CaptureScope neither clears nor restores it (SuspendScope owns it).
+inline thread_local bool t_suspended = false;
 inline thread_local ObservationContext t_observation_context;
 }  // namespace detail
 
 inline bool is_observing(SourceKind kind) {
   const detail::ObserverState& s = detail::t_observer;
-  return s.kinds.contains(kind) && !s.suspended;
+  return s.kinds.contains(kind) && !detail::t_suspended;
 }
 
 inline void observe(std::string_view owner, std::string_view name, SourceKind kind, const Tensor& t,
@@ -168,7 +171,7 @@ inline void observe_activation(std::string_view owner, std::string_view name, So
 class CaptureScope {
  public:
   CaptureScope(Observer& observer, SourceKinds kinds) : saved_(detail::t_observer) {
-    detail::t_observer = detail::ObserverState{&observer, kinds, false};
+    detail::t_observer = detail::ObserverState{&observer, kinds};
   }
   ~CaptureScope() { detail::t_observer = saved_; }
   CaptureScope(const CaptureScope&) = delete;
@@ -180,8 +183,8 @@ class CaptureScope {
 
 class SuspendScope {
  public:
-  SuspendScope() : was_(detail::t_observer.suspended) { detail::t_observer.suspended = true; }
-  ~SuspendScope() { detail::t_observer.suspended = was_; }
+  SuspendScope() : was_(detail::t_suspended) { detail::t_suspended = true; }
+  ~SuspendScope() { detail::t_suspended = was_; }
   SuspendScope(const SuspendScope&) = delete;
   SuspendScope& operator=(const SuspendScope&) = delete;
 

@@ -369,12 +369,14 @@ void LanguageModelShell::mtp_losses(Context& ctx, const Tensor& h0, const Batch&
   const double scale = cfg_.mtp_loss_scaling_factor / static_cast<double>(depths);
   ctx.mtp_heads.resize(static_cast<size_t>(depths));
   for (int64_t k = 0; k < depths; ++k) {
-    // Depth k+1 predicts labels rolled k+1 times; the rolled-in positions are masked.
+    // Depth k+1 predicts labels rolled k+1 times; the rolled-in positions are masked. The loss is
+    // "mtp_<k+1> loss" and the site "mtp_logits.<k>": Megatron's process_mtp_loss numbers the
+    // sites from 0 and the losses from 1.
     roll_left<int64_t>(labels, b, s, 0);
     roll_left<float>(mask, b, s, 0.0f);
     const Tensor targets = sequence_first_targets(Tensor::from_data(labels, Shape{b, s}), *cfg_.vocab_size, opt_.device);
     Tensor loss = head_loss(ctx.mtp_heads[static_cast<size_t>(k)], hs[static_cast<size_t>(k)], targets,
-                            /*reuse_buffer=*/false, SourceKind::MtpLogits, "mtp_logits." + std::to_string(k + 1));
+                            /*reuse_buffer=*/false, SourceKind::MtpLogits, "mtp_logits." + std::to_string(k));
     NamedLoss l{"mtp_" + std::to_string(k + 1) + " loss", LossReduction::PerToken,
                 loss.reshape({s, b}).transpose(0, 1), scale};
     l.mask = Tensor::from_data(mask, Shape{b, s});

@@ -12,7 +12,10 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 #include "models/parameter_names.h"
@@ -68,6 +71,50 @@ std::string rank_file(const char* stem, int rank, const std::string& ext) {
 }
 
 json box_json(const TensorBox& b) { return {{"offsets", b.offsets}, {"shape", b.shape}}; }
+
+// ---- reading a manifest: every member checked, errors naming the file and the member ----------
+
+template <typename T>
+bool json_holds(const json& j) {
+  if constexpr (std::is_same_v<T, bool>) return j.is_boolean();
+  else if constexpr (std::is_same_v<T, std::string>) return j.is_string();
+  else if constexpr (std::is_unsigned_v<T>) return j.is_number_unsigned();
+  else if constexpr (std::is_integral_v<T>) return j.is_number_integer();
+  else return j.is_number();
+}
+
+template <typename T>
+const char* json_type_word() {
+  if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  else if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_unsigned_v<T>) return "a non-negative integer";
+  else if constexpr (std::is_integral_v<T>) return "an integer";
+  else return "a number";
+}
+
+// Member `key` of `obj` as T. `name` is its path in the manifest for messages ("optimizer.step_count").
+// Missing (and no fallback) or of another type: an error naming the manifest and the member, where
+// nlohmann's own (type_error.302, out_of_range.403) would name neither.
+template <typename T>
+T manifest_member(const json& obj, const std::string& key, const std::string& name, const fs::path& file,
+                  std::optional<T> fallback = std::nullopt) {
+  if (!obj.is_object() || !obj.contains(key)) {
+    if (fallback) return *fallback;
+    STRATA_THROW("checkpoint: ", file.string(), " has no \"", name, "\"");
+  }
+  const json& j = obj.at(key);
+  STRATA_CHECK(json_holds<T>(j), "checkpoint: ", file.string(), ": \"", name, "\" is ", j.dump(), ", not ",
+               json_type_word<T>());
+  return j.get<T>();
+}
+
+// Member `key` of `obj`, which must be a JSON object.
+const json& manifest_object(const json& obj, const std::string& key, const std::string& name, const fs::path& file) {
+  STRATA_CHECK(obj.is_object() && obj.contains(key), "checkpoint: ", file.string(), " has no \"", name, "\"");
+  const json& j = obj.at(key);
+  STRATA_CHECK(j.is_object(), "checkpoint: ", file.string(), ": \"", name, "\" is ", j.type_name(), ", not an object");
+  return j;
+}
 
 // The pieces one rank writes: file contents and their manifest entries ("tensors" fragment).
 struct ShardWriter {
@@ -292,12 +339,38 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
   } catch (const json::exception& e) {
     STRATA_CHECK(false, "checkpoint: ", manifest_path.string(), " is not valid JSON: ", e.what());
   }
-  STRATA_CHECK(manifest.value("format", std::string()) == kCheckpointFormat, "checkpoint: ",
-               manifest_path.string(), " is not a ", kCheckpointFormat, " manifest");
-  const int version = manifest.value("version", 0);
+  STRATA_CHECK(manifest.is_object() && manifest.contains("format") && manifest.at("format").is_string() &&
+                   manifest.at("format").get<std::string>() == kCheckpointFormat,
+               "checkpoint: ", manifest_path.string(), " is not a ", kCheckpointFormat, " manifest");
+  const int64_t version = manifest_member<int64_t>(manifest, "version", "version", manifest_path, int64_t{0});
   STRATA_CHECK(version == 1 || version == 2, "checkpoint: ", manifest_path.string(), " has version ", version,
                ", this build reads versions 1 and 2");
-  const json& jfiles = manifest.at("files");
+  const json& jfiles = manifest_object(manifest, "files", "files", manifest_path);
+
+  // The run state, checked before any tensor is read: the iteration must be the directory's, the
+  // counters non-negative.
+  CheckpointState st;
+  const json& jopt = manifest_object(manifest, "optimizer", "optimizer", manifest_path);
+  const json& jdata = manifest_object(manifest, "data", "data", manifest_path);
+  const json& jrng = manifest_object(manifest, "rng", "rng", manifest_path);
+  st.iteration = manifest_member<int64_t>(manifest, "iteration", "iteration", manifest_path);
+  st.consumed_train_samples = manifest_member<int64_t>(manifest, "consumed_samples", "consumed_samples", manifest_path);
+  st.optimizer_step_count = manifest_member<int64_t>(jopt, "step_count", "optimizer.step_count", manifest_path);
+  st.num_skipped_iterations = manifest_member<int64_t>(jopt, "num_skipped_iterations",
+                                                       "optimizer.num_skipped_iterations", manifest_path, int64_t{0});
+  st.num_evaluations =
+      manifest_member<int64_t>(jdata, "num_evaluations", "data.num_evaluations", manifest_path, int64_t{0});
+  st.seed = manifest_member<uint64_t>(jrng, "seed", "rng.seed", manifest_path);
+  st.config_yaml = manifest_member<std::string>(manifest, "config", "config", manifest_path, std::string());
+  const bool saved_optim = manifest_member<bool>(jopt, "saved", "optimizer.saved", manifest_path, false);
+  STRATA_CHECK(st.iteration == *iteration, "checkpoint: ", manifest_path.string(), " says iteration ", st.iteration,
+               ", but its directory is ", checkpoint_dir_name(*iteration), " (iteration ", *iteration, ")");
+  const std::pair<const char*, int64_t> counters[] = {{"consumed_samples", st.consumed_train_samples},
+                                                      {"optimizer.step_count", st.optimizer_step_count},
+                                                      {"optimizer.num_skipped_iterations", st.num_skipped_iterations},
+                                                      {"data.num_evaluations", st.num_evaluations}};
+  for (const auto& [name, v] : counters)
+    STRATA_CHECK(v >= 0, "checkpoint: ", manifest_path.string(), ": \"", name, "\" is ", v, ", not >= 0");
 
   // Shard files, read on first use (only those holding pieces this rank needs), each verified
   // against the manifest's size and CRC-32C first.
@@ -306,14 +379,15 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     auto hit = cache.find(f);
     if (hit != cache.end()) return hit->second.tensors;
     STRATA_CHECK(jfiles.contains(f), "checkpoint: ", f, " is not listed in ", manifest_path.string());
+    const json& jf = manifest_object(jfiles, f, "files." + f, manifest_path);
+    const uint64_t want_size = manifest_member<uint64_t>(jf, "bytes", "files." + f + ".bytes", manifest_path);
+    const std::string want_crc = manifest_member<std::string>(jf, "crc32c", "files." + f + ".crc32c", manifest_path);
     const fs::path fp = dir / f;
     STRATA_CHECK(fs::exists(fp), "checkpoint: file ", fp.string(), " listed in the manifest is missing");
     uint64_t size = 0;
     const uint32_t crc = crc32c_file(fp.string(), &size);
-    const uint64_t want_size = jfiles.at(f).at("bytes").get<uint64_t>();
     STRATA_CHECK(size == want_size, "checkpoint: file ", fp.string(), " is truncated or corrupt: ", size,
                  " bytes, the manifest says ", want_size);
-    const std::string want_crc = jfiles.at(f).at("crc32c").get<std::string>();
     STRATA_CHECK(hex32(crc) == want_crc, "checkpoint: checksum mismatch in ", fp.string(), ": crc32c ",
                  hex32(crc), ", the manifest says ", want_crc);
     TensorFileContents c;
@@ -400,16 +474,6 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
   for (Parameter* p : params) load_tensor(p->name, *p, p->value);
   cache.clear();  // the model files are no longer needed
 
-  CheckpointState st;
-  st.iteration = manifest.at("iteration").get<int64_t>();
-  st.consumed_train_samples = manifest.at("consumed_samples").get<int64_t>();
-  st.optimizer_step_count = manifest.at("optimizer").at("step_count").get<int64_t>();
-  st.num_skipped_iterations = manifest.at("optimizer").value("num_skipped_iterations", int64_t{0});
-  st.num_evaluations = manifest.at("data").value("num_evaluations", int64_t{0});
-  st.seed = manifest.at("rng").at("seed").get<uint64_t>();
-  st.config_yaml = manifest.value("config", std::string());
-
-  const bool saved_optim = manifest.at("optimizer").value("saved", false);
   if (opt) {
     if (options.load_optimizer && !options.finetune) {
       STRATA_CHECK(saved_optim, "checkpoint: ", dir.string(),

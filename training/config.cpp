@@ -19,6 +19,7 @@ namespace strata {
 using config::ConfigError;
 using config::in_range;
 using config::non_negative;
+using config::normal_f32;
 using config::positive;
 
 namespace {
@@ -100,7 +101,7 @@ config::SectionFields<OptimizerConfig> optimizer_fields() {
   f.add("weight_decay", &O::weight_decay, "Decoupled weight decay coefficient.").check(non_negative());
   f.add("adam_beta1", &O::adam_beta1, "Adam first-moment decay.").check(in_range(0, true, 1, false));
   f.add("adam_beta2", &O::adam_beta2, "Adam second-moment decay.").check(in_range(0, true, 1, false));
-  f.add("adam_eps", &O::adam_eps, "Adam denominator epsilon.").check(positive());
+  f.add("adam_eps", &O::adam_eps, "Adam denominator epsilon (added in f32).").check(positive()).check(normal_f32());
   f.add("clip_grad", &O::clip_grad, "Clip the global gradient L2 norm to this value (0: no clipping).")
       .check(non_negative());
   return f;

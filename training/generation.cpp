@@ -205,8 +205,10 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   } catch (const std::exception& e) {
     STRATA_CHECK(false, "generate: ", manifest_path.string(), " is not valid JSON: ", e.what());
   }
-  const std::string yaml = manifest.value("config", std::string());
-  STRATA_CHECK(!yaml.empty(), "generate: ", manifest_path.string(), " holds no config");
+  const auto jc = manifest.find("config");  // end() when the manifest is not an object
+  STRATA_CHECK(jc != manifest.end() && jc->is_string() && !jc->get<std::string>().empty(), "generate: ",
+               manifest_path.string(), " holds no config (a non-empty \"config\" string)");
+  const std::string yaml = jc->get<std::string>();
 
   LoadedModel lm;
   lm.iteration = *iteration;

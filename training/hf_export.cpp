@@ -113,12 +113,28 @@ void check_save_dir_free(const fs::path& save) {
                "); choose another directory, or pass --force to write iteration 0 there and point its tracker at it");
 }
 
+// An export writes its files into `out`: unless `force`, refuse a directory that holds files
+// already, which would mix with the export's (a sharded model.safetensors.index.json next to the
+// new model.safetensors). A path that is not a directory is refused either way.
+void check_out_dir(const fs::path& out, bool force) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  STRATA_CHECK(fs::is_directory(out, ec), "export --format hf: --out ", out.string(), " exists and is not a directory");
+  if (force) return;
+  fs::directory_iterator it(out, ec);
+  if (ec || it == fs::directory_iterator()) return;  // empty (an unreadable one fails at the first write)
+  STRATA_THROW("export --format hf: --out ", out.string(), " is not empty (it holds ",
+               it->path().filename().string(), "); choose another directory, or pass --force to write the "
+               "export's files there (files of the same name are replaced, the others are left)");
+}
+
 }  // namespace
 
 ExportResult export_checkpoint(const std::string& load_dir, const std::string& out_dir,
-                               std::optional<int64_t> iteration) {
+                               std::optional<int64_t> iteration, bool force) {
   STRATA_CHECK(fs::is_directory(load_dir), "export --format hf: --load ", load_dir, " is not a directory");
   STRATA_CHECK(!out_dir.empty(), "export --format hf: --out DIR is required");
+  check_out_dir(out_dir, force);
   if (!iteration) iteration = read_checkpoint_tracker(load_dir);
   STRATA_CHECK(iteration.has_value(), "export --format hf: no checkpoint under ", load_dir, " (", kTrackerFile,
                " is missing)");
@@ -126,8 +142,10 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   STRATA_CHECK(fs::exists(manifest_path), "export --format hf: ", manifest_path.string(),
                " does not exist (no checkpoint at iteration ", *iteration, ")");
   const json manifest = parse_json(manifest_path, "export --format hf");
-  const std::string yaml = manifest.value("config", std::string());
-  STRATA_CHECK(!yaml.empty(), "export --format hf: ", manifest_path.string(), " holds no config");
+  const auto jc = manifest.find("config");  // end() when the manifest is not an object
+  STRATA_CHECK(jc != manifest.end() && jc->is_string() && !jc->get<std::string>().empty(), "export --format hf: ",
+               manifest_path.string(), " holds no config (a non-empty \"config\" string)");
+  const std::string yaml = jc->get<std::string>();
 
   StrataConfig cfg = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
   STRATA_CHECK(!cfg.model.hybrid_layer_pattern && !cfg.model.hybrid_override_pattern,

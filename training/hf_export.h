@@ -38,9 +38,11 @@ struct ExportResult {
   std::vector<std::string> files;  // written, relative to the output directory
   std::vector<std::string> notes;  // settings the export ignores (MoE training-only options), one line each
 };
-// Exports the tracker's iteration (or `iteration`) under load_dir into out_dir.
+// Exports the tracker's iteration (or `iteration`) under load_dir into out_dir. An out_dir that
+// exists and is not empty is refused before anything is read unless `force` (then the export's
+// files replace those of the same name; the others are left).
 ExportResult export_checkpoint(const std::string& load_dir, const std::string& out_dir,
-                               std::optional<int64_t> iteration = std::nullopt);
+                               std::optional<int64_t> iteration = std::nullopt, bool force = false);
 
 struct ImportResult {
   Family family = Family::Llama;

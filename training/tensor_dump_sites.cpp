@@ -85,8 +85,9 @@ std::vector<std::string> model_site_names(const ModelConfig& m) {
     add_layer_sites(sites, "decoder.layers." + str(l), m.is_moe() && m.is_moe_layer(l));
   add_mtp_layer_sites(sites, m);
   sites.push_back(std::string("output_layer.") + source_kind_name(SourceKind::OutputLogits));
-  // Megatron's MTP head logits, one site per depth: output_layer.mtp_logits.<k>, k = 1..D.
-  for (int64_t k = 1; k <= m.mtp_depths(); ++k)
+  // Megatron's MTP head logits, one site per depth: output_layer.mtp_logits.<k>, k = 0..D-1
+  // (process_mtp_loss numbers the sites from 0; the losses stay mtp_1 .. mtp_D).
+  for (int64_t k = 0; k < m.mtp_depths(); ++k)
     sites.push_back(std::string("output_layer.") + source_kind_name(SourceKind::MtpLogits) + "." + str(k));
   return sites;
 }

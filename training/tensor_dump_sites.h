@@ -23,7 +23,7 @@ bool glob_match(std::string_view pattern, std::string_view text);
 // Every site name the model of `m` emits (global layer numbers; router sites on MoE layers).
 // With MTP, the inner layers' sites (mtp.layers.<k>.transformer_layer, hybrid
 // mtp.layers.<k>.mtp_model_layer.layers.<j>) and Megatron's "output_layer.mtp_logits.<depth>"
-// (depth 1..mtp_num_layers).
+// (numbered from 0, as Megatron's process_mtp_loss: the site of "mtp_1 loss" is mtp_logits.0).
 std::vector<std::string> model_site_names(const ModelConfig& m);
 
 // The kinds of the sites of `m` that some pattern matches (exact: no other kind is turned on).

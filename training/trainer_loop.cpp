@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "core/logging.h"
+#include "parallel/watchdog.h"
 #include "training/signals.h"
 #include "training/step_losses.h"
 #include "training/trainer.h"
@@ -150,8 +151,10 @@ void Trainer::write_metrics(const IterationLog& f, const Interval& iv) {
                         {"skipped-iterations", iv.skipped},
                         {"nan-iterations", iv.skipped},
                         {"tokens-per-second", *f.tokens_per_second}};
-  for (const auto& [name, value] : f.losses) rec[name] = value;
-  for (const auto& [name, value] : f.per_layer) rec[name] = value;
+  if (iv.advanced > 0) {  // an interval of skipped iterations has no loss (as TensorBoard and the log line)
+    for (const auto& [name, value] : f.losses) rec[name] = value;
+    for (const auto& [name, value] : f.per_layer) rec[name] = value;
+  }
   if (moe_ && !moe_->last_stats().empty()) {  // the logged iteration's expert load, per MoE layer
     nlohmann::json load = nlohmann::json::array();
     for (const ExpertLoadStats& s : moe_->last_stats()) load.push_back(to_json(s));
@@ -261,6 +264,9 @@ TrainResult Trainer::train() {
       if (should_save()) save_checkpoint();
       return finish(0);
     }
+    // A collective that hangs is reported at this step (parallel/watchdog.h): the iteration number
+    // the log line gives the step once it completes.
+    watchdog_set_step(iteration_ + 1);
     const StepOutcome o = timed_step(result, iv);
     if (account_skip(o, result, iv)) return finish(1);
     if (iteration_ % log_interval_iters == 0) log_interval(o, iv);

@@ -1,16 +1,21 @@
 // strata_main (apps/strata/cli.h): registers every subcommand (apps/strata/cmd_*.cpp), parses the
 // command line with CLI11 and runs the chosen subcommand. No exception leaves it: strata::Error,
 // std::filesystem errors, any other std::exception and anything else thrown become one
-// `strata: error: …` line on stderr and exit code 1 (CLI11 usage errors keep CLI11's codes).
+// `strata: error: …` line on stderr and exit code 1 (CLI11 usage errors keep CLI11's codes). A first
+// argument that is not a command (`strata foo`) is named, with the list of commands, and exits 1
+// (CLI11 would only say that a subcommand is required).
 #include "apps/strata/cli.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
@@ -23,6 +28,14 @@ int report_error(const std::string& what) {
   std::fflush(stdout);
   std::fprintf(stderr, "strata: error: %s\n", what.c_str());
   return 1;
+}
+
+// The subcommands' names, sorted.
+std::vector<std::string> command_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>{})) names.push_back(sub->get_name());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 }  // namespace
 
@@ -38,6 +51,16 @@ int strata_main(int argc, char** argv) {
   register_import(app);
   register_preprocess(app);
   register_train(app);
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string first = argv[1];
+    const std::vector<std::string> names = command_names(app);
+    if (std::find(names.begin(), names.end(), first) == names.end()) {
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      clear_runners();
+      return report_error("'" + first + "' is not a strata command; the commands are " + list + " (strata --help)");
+    }
+  }
   int rc = 0;
   try {
     app.parse(argc, argv);

@@ -1,7 +1,9 @@
-// `strata export --load DIR --format hf --out OUT [--iteration N]`: writes a Hugging Face model
+// `strata export --load DIR --format hf --out OUT [--iteration N] [--force]`: writes a Hugging Face model
 // directory (config.json, model.safetensors, generation_config.json; vocab.json + merges.txt for
 // a GPT-2 BPE tokenizer) from a Strata checkpoint, as LlamaForCausalLM, Qwen3ForCausalLM,
-// GPT2LMHeadModel, MixtralForCausalLM or Qwen3MoeForCausalLM, whichever the model config matches. The logic is in training/hf_export.h.
+// GPT2LMHeadModel, MixtralForCausalLM or Qwen3MoeForCausalLM, whichever the model config matches. An
+// OUT that exists and is not empty is refused unless --force (as import). The logic is in
+// training/hf_export.h.
 // Reference: Megatron-LM tools/checkpoint/convert.py (saver for HF), transformers save_pretrained.
 #include <cstdio>
 #include <filesystem>
@@ -36,21 +38,25 @@ void register_export(CLI::App& app) {
       "(config.json vocab_size = model.vocab_size, the tokenizer's): transformers' softmax runs over\n"
       "every row, so Megatron's padding rows are dropped and it scores as `generate --score`. The\n"
       "rest of the Strata config needed to import it back is kept under the \"strata\" key.\n"
+      "An OUT that exists and is not empty is refused unless --force (the export's files then\n"
+      "replace those of the same name; other files are left).\n"
       "Example: strata export --load runs/gpt --format hf --out hf/gpt\n"
       "         python3 -c \"import transformers as t; t.AutoModelForCausalLM.from_pretrained('hf/gpt')\"");
   struct Opts {
     std::string load, format, out;
     std::optional<int64_t> iteration;
+    bool force = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--load", o->load, "checkpoint directory (holds latest_checkpointed_iteration.txt)")->required();
   cmd->add_option("--format", o->format, "output format: hf")->required();
-  cmd->add_option("--out", o->out, "output directory (created; existing files are replaced)")->required();
+  cmd->add_option("--out", o->out, "output directory (created; refused if it holds files, unless --force)")->required();
   cmd->add_option("--iteration", o->iteration, "iteration to export (default: the tracker's latest)");
+  cmd->add_flag("--force", o->force, "write into an --out directory that already holds files");
   add_runner(cmd, [o] {
     STRATA_CHECK(o->format == "hf", "strata export: --format '", o->format, "' is not supported (hf)");
     try {
-      const hf::ExportResult r = hf::export_checkpoint(o->load, o->out, o->iteration);
+      const hf::ExportResult r = hf::export_checkpoint(o->load, o->out, o->iteration, o->force);
       std::printf("exported iteration %lld as %s (%s) to %s:", static_cast<long long>(r.iteration),
                   hf::architecture_name(r.family), dtype_name(r.dtype), o->out.c_str());
       for (const std::string& f : r.files) std::printf(" %s", f.c_str());

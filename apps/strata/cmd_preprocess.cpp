@@ -2,7 +2,8 @@
 //   [--vocab-size N] [--json-keys text ...] [--split-paragraphs] [--append-eod] [--workers 1]`:
 // tokenizes plain-text or JSONL files (data/tokenizer_preprocess.h) and writes one Megatron indexed
 // dataset per key, P_<key>_document.{bin,idx}, with IndexedDatasetBuilder
-// (core/formats/indexed_dataset.h), token dtype chosen from the vocabulary size.
+// (core/formats/indexed_dataset.h), token dtype chosen from the vocabulary size. Inputs with no
+// document (empty or whitespace-only) are an error naming them, and nothing is written.
 // Reference: Megatron-LM tools/preprocess_data.py.
 #include <cstdio>
 #include <filesystem>
@@ -66,6 +67,14 @@ int run_preprocess(const PreprocessArgs& a) {
         std::make_unique<formats::IndexedDatasetBuilder>(data::preprocess_output_prefix(a.output_prefix, key), dtype));
   const data::PreprocessStats stats = data::tokenize_documents(
       options, make_tokenizer, [&](size_t k, const std::vector<int64_t>& tokens) { builders[k]->add_document(tokens); });
+  // An empty input would make a 0-document dataset that fails only when training reads it. The
+  // builders are not finalized: their temporary .bin files go with them, nothing is written.
+  if (stats.documents == 0) {
+    std::string files;
+    for (const auto& in : a.inputs) files += (files.empty() ? "'" : ", '") + in + "'";
+    STRATA_THROW("strata preprocess: no documents in ", files, " (empty or whitespace-only",
+                 a.inputs.size() > 1 ? " files" : " file", "); nothing written");
+  }
   for (auto& b : builders) b->finalize();
   std::printf("strata preprocess: %s, %lld documents, %lld tokens\n", probe->name().c_str(),
               static_cast<long long>(stats.documents), static_cast<long long>(stats.tokens));

@@ -4,18 +4,23 @@
 // unsharded parameter, a row shard and a two-block shard (values = their global indices), the
 // manifest a save writes (pieces, coverage), version-1 compatibility (a version-1 copy of a
 // checkpoint resumes bit-exactly), and missing / corrupt / truncated shard files, global shape
-// mismatches and uncovered boxes rejected with the file or tensor name.
+// mismatches, uncovered boxes and manifest members of the wrong type or value (an iteration other
+// than the directory's, negative counters) rejected with the file or tensor name.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "tests/unit/trainer_test_support.h"
 #include "training/checkpoint.h"
 #include "training/checkpoint_pieces.h"
 #include "training/checksum.h"
+#include "training/generation.h"
+#include "training/hf_export.h"
 #include "training/trainer.h"
 
 using namespace strata;
@@ -212,6 +217,56 @@ TEST_CASE("checkpoint shards: bad shard files, shapes and manifests are rejected
   std::ofstream(d2 / "iter_0000001" / "manifest.json", std::ios::trunc) << m.dump();
   CHECK_THROWS_WITH(load_params(d2, {&whole}), Catch::Contains("manifest.json") && Catch::Contains("version 3"));
   fs::remove_all(d2);
+}
+
+TEST_CASE("checkpoint shards: a manifest with a wrong type, another iteration or a negative counter names the file",
+          "[checkpoint_shards]") {
+  const fs::path dir = write_tp2_checkpoint("manifest_fields");
+  const fs::path mp = dir / "iter_0000001" / "manifest.json";
+  const json good = json::parse(read_all(mp));
+  Parameter whole = make_param("w", {8, 6}, {8, 6});
+  REQUIRE_NOTHROW(load_params(dir, {&whole}));
+  // The error of loading the checkpoint after `edit` changed its manifest.
+  auto error_after = [&](const std::function<void(json&)>& edit) {
+    json m = good;
+    edit(m);
+    std::ofstream(mp, std::ios::trunc) << m.dump(1);
+    const std::string e = error_of([&] { load_params(dir, {&whole}); });
+    INFO(e);
+    CHECK_THAT(e, Catch::Contains(mp.string()));     // the file
+    CHECK_THAT(e, !Catch::Contains("json.exception"));  // not nlohmann's bare message
+    return e;
+  };
+  CHECK_THAT(error_after([](json& m) { m["consumed_samples"] = "4"; }),
+             Catch::Contains("\"consumed_samples\" is \"4\", not an integer"));
+  CHECK_THAT(error_after([](json& m) { m["optimizer"]["step_count"] = true; }),
+             Catch::Contains("\"optimizer.step_count\" is true, not an integer"));
+  CHECK_THAT(error_after([](json& m) { m["optimizer"]["saved"] = 1; }), Catch::Contains("\"optimizer.saved\""));
+  CHECK_THAT(error_after([](json& m) { m["rng"]["seed"] = -7; }), Catch::Contains("\"rng.seed\" is -7"));
+  CHECK_THAT(error_after([](json& m) { m["config"] = 3; }), Catch::Contains("\"config\" is 3, not a string"));
+  // The weights-only readers read the config first: the same manifest names the file there too.
+  for (const std::function<void()>& read : std::vector<std::function<void()>>{
+           [&] { generation::load_for_inference(dir.string()); },
+           [&] { hf::export_checkpoint(dir.string(), (dir / "hf").string()); }}) {
+    const std::string e = error_of(read);
+    CHECK_THAT(e, Catch::Contains(mp.string()) && Catch::Contains("holds no config"));
+  }
+  CHECK_THAT(error_after([](json& m) { m["version"] = "2"; }), Catch::Contains("\"version\""));
+  CHECK_THAT(error_after([](json& m) { m["optimizer"] = 3; }), Catch::Contains("\"optimizer\" is number, not an object"));
+  CHECK_THAT(error_after([](json& m) { m.erase("iteration"); }), Catch::Contains("has no \"iteration\""));
+  CHECK_THAT(error_after([](json& m) { m["format"] = 7; }), Catch::Contains("is not a strata-checkpoint manifest"));
+  CHECK_THAT(error_after([](json& m) { m["files"]["model_rank_0000.safetensors"]["bytes"] = "12"; }),
+             Catch::Contains("\"files.model_rank_0000.safetensors.bytes\""));
+  // An iteration other than the directory's, negative counters.
+  CHECK_THAT(error_after([](json& m) { m["iteration"] = 5; }),
+             Catch::Contains("says iteration 5, but its directory is iter_0000001"));
+  CHECK_THAT(error_after([](json& m) { m["consumed_samples"] = -4; }),
+             Catch::Contains("\"consumed_samples\" is -4, not >= 0"));
+  CHECK_THAT(error_after([](json& m) { m["optimizer"]["step_count"] = -1; }),
+             Catch::Contains("\"optimizer.step_count\" is -1, not >= 0"));
+  CHECK_THAT(error_after([](json& m) { m["data"]["num_evaluations"] = -2; }),
+             Catch::Contains("\"data.num_evaluations\" is -2, not >= 0"));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint shards: weights-only readers accept another vocabulary padding", "[checkpoint_shards]") {

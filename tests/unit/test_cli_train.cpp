@@ -2,7 +2,7 @@
 // `strata train` exit codes and messages for bad configs (exit 1, "strata: error: ConfigError:
 // section.field: ...") and a good one, --print-config (resolved YAML that loads back),
 // --help-config, and `strata preprocess` (files written when the indexed dataset writer is in the
-// build, a clear error otherwise).
+// build, a clear error otherwise); an unknown command is named with the list of commands.
 #include <unistd.h>
 
 #include <cstdio>
@@ -81,6 +81,12 @@ TEST_CASE("cli train: bad configs exit 1 naming the field before anything runs",
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("strata: error: ConfigError: optimizer.lr: "));
   CHECK(r.out.empty());
+  // 5. a directory as --config (an ifstream reads it as an empty file: the defaults)
+  const std::string dir = temp_dir().string();
+  r = run_cli({"train", "--config", dir, "--validate-only"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ConfigError: (file): config file '" + dir + "' is a directory"));
+  CHECK(r.out.empty());
   // No --config at all.
   r = run_cli({"train"});
   CHECK(r.rc == 1);
@@ -112,6 +118,24 @@ TEST_CASE("cli preprocess: plain text with the byte-level tokenizer", "[cli_trai
   CHECK_THAT(r.err, Contains("--tokenizer-type 'Bogus' is not one of"));
   r = run_cli({"preprocess", "--input", input});
   CHECK(r.rc != 0);  // missing required options: CLI11's usage error
+}
+
+TEST_CASE("cli preprocess: inputs without a document are an error naming them, nothing written", "[cli_train]") {
+  // It wrote a 0-document dataset and exited 0.
+  const std::string empty = write_file("empty_corpus.txt", ""), blank = write_file("blank_corpus.txt", "  \n\n \n");
+  const std::string prefix = (temp_dir() / "empty_out" / "corpus").string();
+  CliResult r = run_cli({"preprocess", "--input", empty, "--output-prefix", prefix, "--tokenizer-type",
+                         "ByteLevelTokenizer", "--append-eod"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ") && Contains("no documents in '" + empty + "'"));
+  CHECK_FALSE(std::filesystem::exists(prefix + "_text_document.bin"));
+  CHECK_FALSE(std::filesystem::exists(prefix + "_text_document.bin.tmp"));
+  CHECK_FALSE(std::filesystem::exists(prefix + "_text_document.idx"));
+  r = run_cli({"preprocess", "--input", empty, blank, "--output-prefix", prefix, "--tokenizer-type",
+               "ByteLevelTokenizer", "--split-paragraphs"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("no documents in '" + empty + "', '" + blank + "'"));
+  CHECK_FALSE(std::filesystem::exists(prefix + "_text_document.idx"));
 }
 
 TEST_CASE("cli train: NullTokenizer's EOD is inside model.vocab_size, as Megatron's (preprocess, then train)",
@@ -236,6 +260,22 @@ TEST_CASE("cli train: checkpoint paths are checked before any training", "[cli_t
   CHECK(r.rc == 0);
   CHECK(fs::exists(fs::path(job) / "latest_checkpointed_iteration.txt"));
   fs::remove_all(base);
+}
+
+TEST_CASE("cli: an unknown command is named, with the list of commands", "[cli_train]") {
+  // CLI11 alone said "A subcommand is required".
+  CliResult r = run_cli({"foo"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: 'foo' is not a strata command; the commands are bench, export, "
+                             "generate, golden, import, plan, preprocess, train"));
+  CHECK_THAT(r.err, !Contains("A subcommand is required"));
+  CHECK(r.out.empty());
+  r = run_cli({"trian", "--config", "x.yaml"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("'trian' is not a strata command"));
+  // A known command and --help still parse as before.
+  CHECK(run_cli({"--help"}).rc == 0);
+  CHECK(run_cli({"train", "--help-config"}).rc == 0);
 }
 
 TEST_CASE("cli: an exception from the standard library reaches the user as strata: error", "[cli_train]") {

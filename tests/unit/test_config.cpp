@@ -254,6 +254,11 @@ TEST_CASE("config: bad configs fail in validate() naming the field", "[config]")
       {{"parallel.distributed_timeout_minutes=0"}, {}, "parallel.distributed_timeout_minutes"},
       {{"training.seed=-1"}, {}, "training.seed: must be >= 0"},
       {{"model.layernorm_epsilon=0"}, {}, "model.layernorm_epsilon"},
+      // adam_eps is added in f32: 0 there (1e-320, 1e-46) gives 0/0, a subnormal loses precision.
+      {{"optimizer.adam_eps=1e-320"}, {}, "optimizer.adam_eps: must be normal in f32"},
+      {{"optimizer.adam_eps=1e-46"}, {}, "optimizer.adam_eps: must be normal in f32"},
+      {{"optimizer.adam_eps=1e-39"}, {}, "optimizer.adam_eps: must be normal in f32"},
+      {{"optimizer.adam_eps=1e39"}, {}, "optimizer.adam_eps: must be normal in f32"},
       {{"inference.temperature=0"}, {}, "inference.temperature"},
   };
   REQUIRE(bad.size() >= 30);

@@ -211,7 +211,7 @@ TEST_CASE("generic metrics: output and MTP logits L2 over vocab shards, batch sh
   const std::vector<int64_t> shape = {2, 3, 5};
   for (const std::string kind : {"output_logits", "mtp_logits"}) {
     INFO(kind);
-    const std::string site = kind == "output_logits" ? "output_layer.output_logits" : "output_layer.mtp_logits.1";
+    const std::string site = kind == "output_logits" ? "output_layer.output_logits" : "output_layer.mtp_logits.0";
     auto full = [&](int64_t occ) { return global_values(numel(shape), 3.0 * static_cast<double>(occ) + (kind == "mtp_logits")); };
     auto outs = run_metric(grid, kind == "output_logits" ? "global-output-logits-l2" : "global-mtp-logits-l2", [&](int r) {
       std::vector<MetricTensor> v;

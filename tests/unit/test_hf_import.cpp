@@ -1,7 +1,8 @@
 // Tests of `strata import --hf` bad inputs and of the export/import CLI: wrong family, missing /
 // extra / wrong-shaped tensors, an untied lm_head under tie_word_embeddings, corrupt or missing
 // files (each message names the tensor or file); base-model names and HF buffers accepted;
-// `strata export` / `strata import` / `strata generate --score` / `strata train … finetune` end to end.
+// `strata export` / `strata import` / `strata generate --score` / `strata train … finetune` end to end;
+// an export into a directory that holds files needs --force.
 #include <unistd.h>
 
 #include <filesystem>
@@ -243,5 +244,34 @@ TEST_CASE("hf cli: export, import, generate --score and finetune from the import
                "training.train_iters=2", "training.device=cpu"});
   CHECK(r.rc != 0);
   CHECK_THAT(r.err, Contains("no optimizer state"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf cli: export into a directory that holds files is refused unless --force", "[hf]") {
+  // As import: the export's files would silently mix with what is there (e.g. a sharded
+  // model.safetensors.index.json next to the new model.safetensors).
+  const fs::path dir = fresh_dir("export_force");
+  StrataConfig cfg = family_config(hf::Family::GPT2, true, Precision::Fp32);
+  save_random_checkpoint(cfg, dir / "ckpt", 9);
+  const std::string ckpt = (dir / "ckpt").string(), hf_dir = (dir / "hf").string();
+  fs::create_directories(dir / "hf");
+  std::ofstream(dir / "hf" / "model.safetensors.index.json") << "{}";
+  CliResult r = run_cli({"export", "--load", ckpt, "--format", "hf", "--out", hf_dir});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ") && Contains("--out " + hf_dir + " is not empty") &&
+                        Contains("model.safetensors.index.json") && Contains("--force"));
+  CHECK_FALSE(fs::exists(dir / "hf" / "model.safetensors"));
+  r = run_cli({"export", "--load", ckpt, "--format", "hf", "--out", hf_dir, "--force"});
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(fs::exists(dir / "hf" / "model.safetensors"));
+  CHECK(fs::exists(dir / "hf" / "model.safetensors.index.json"));  // left, as --force says
+  // An existing empty directory is fine; a file is not a directory.
+  fs::create_directories(dir / "empty");
+  CHECK(run_cli({"export", "--load", ckpt, "--format", "hf", "--out", (dir / "empty").string()}).rc == 0);
+  std::ofstream(dir / "a_file") << "x";
+  r = run_cli({"export", "--load", ckpt, "--format", "hf", "--out", (dir / "a_file").string(), "--force"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("exists and is not a directory"));
   fs::remove_all(dir);
 }

@@ -363,8 +363,9 @@ TEST_CASE("mtp: the mtp_logits site fires once per depth with the head's logits"
     out = model.forward_pass(*ctx, batch);
   }
   REQUIRE(rec.seen.size() == 2);
-  CHECK(rec.seen[0].first == "output_layer.mtp_logits.1");
-  CHECK(rec.seen[1].first == "output_layer.mtp_logits.2");
+  // Megatron numbers the sites from 0 (process_mtp_loss): depth 1 ("mtp_1 loss") is mtp_logits.0.
+  CHECK(rec.seen[0].first == "output_layer.mtp_logits.0");
+  CHECK(rec.seen[1].first == "output_layer.mtp_logits.1");
   CHECK(rec.dims == std::vector<std::optional<int>>{2, 0, 1});
   // [s, b, padded vocab]: its log-softmax at depth k's label is minus that depth's per-token loss.
   const Tensor& z = rec.seen[1].second;
@@ -380,7 +381,9 @@ TEST_CASE("mtp: the mtp_logits site fires once per depth with the head's logits"
   ModelConfig m = mtp_model(2);
   finalize_model_config(m);
   const auto sites = model_site_names(m);
-  CHECK(std::count(sites.begin(), sites.end(), "output_layer.mtp_logits.2") == 1);
+  CHECK(std::count(sites.begin(), sites.end(), "output_layer.mtp_logits.0") == 1);
+  CHECK(std::count(sites.begin(), sites.end(), "output_layer.mtp_logits.1") == 1);
+  CHECK(std::count(sites.begin(), sites.end(), "output_layer.mtp_logits.2") == 0);
   CHECK(site_kinds({"output_layer.mtp_logits.*"}, m) == SourceKinds{SourceKind::MtpLogits});
 }
 

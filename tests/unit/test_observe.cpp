@@ -77,6 +77,39 @@ TEST_CASE("observe: scopes nest and restore, suspend hides everything, kinds fil
   CHECK(b.seen[1].name == "3");
 }
 
+TEST_CASE("observe: a capture opened inside a suspended region stays suspended", "[observe]") {
+  // Megatron keeps the suspension in its own context variable: capturing does not lift it.
+  Recorder a, b;
+  const Tensor t = Tensor::full({2}, 1.0, DType::F32);
+  {
+    CaptureScope outer(a, {SourceKind::OutputLogits});
+    {
+      SuspendScope quiet;
+      {
+        CaptureScope inner(b, {SourceKind::OutputLogits});
+        CHECK_FALSE(is_observing(SourceKind::OutputLogits));
+        observe("x", "hidden", SourceKind::OutputLogits, t);
+      }
+      CHECK_FALSE(is_observing(SourceKind::OutputLogits));  // closing the capture keeps the suspension
+      observe("x", "hidden", SourceKind::OutputLogits, t);
+    }
+    CHECK(is_observing(SourceKind::OutputLogits));
+    observe("x", "1", SourceKind::OutputLogits, t);
+    {
+      CaptureScope inner(b, {SourceKind::OutputLogits});
+      {
+        SuspendScope quiet;
+        observe("x", "hidden", SourceKind::OutputLogits, t);
+      }
+      observe("x", "2", SourceKind::OutputLogits, t);
+    }
+  }
+  REQUIRE(a.seen.size() == 1);
+  CHECK(a.seen[0].name == "1");
+  REQUIRE(b.seen.size() == 1);
+  CHECK(b.seen[0].name == "2");
+}
+
 TEST_CASE("observe: the fan-out gives each observer its kinds, kind names round-trip", "[observe]") {
   Recorder a, b;
   ObserverFanout fan;

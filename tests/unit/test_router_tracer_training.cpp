@@ -5,7 +5,7 @@
 // the observed router inputs and logits rounded to bf16 at the recorded offsets; the dumped router
 // state is the weight at the first traced forward; evaluation records are tagged "eval"; a resumed
 // run traces (and generating from its checkpoint does not inherit the trace settings); SIGTERM leaves complete lines; generation writes one record per MoE layer per
-// forward with no phase.
+// forward with no phase; activation recompute does not duplicate records.
 #include <catch2/catch.hpp>
 
 #include <csignal>
@@ -237,6 +237,32 @@ TEST_CASE("router tracer: max iterations stop tracing, a resumed run traces", "[
       generation::load_for_inference(ckpt, {"logging.moe_routing_trace_path=" + dir.file("gen")});
   CHECK(traced.config.logging.moe_routing_trace_path == dir.file("gen"));
   CHECK(formats::read_jsonl(trace + "/router_trace_rank0.jsonl").size() == 4);  // untouched
+}
+
+TEST_CASE("router tracer: activation recompute replays the routers without duplicating records", "[router_trace][recompute]") {
+  // The replays run inside a SuspendScope (models/blocks/recompute.cpp, TransformerLayer's and
+  // MoELayer's selective replays): the trace is the one of a run without recompute.
+  auto trace = [](const std::string& name, const std::vector<std::string>& extra) {
+    test::TempDir dir(name);
+    std::vector<std::string> o = {"training.train_iters=2", "logging.moe_routing_trace_path=" + dir.path().string(),
+                                  "logging.moe_routing_trace_capture_hidden_states=true"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    const Run r = train(test::tiny_config(moe_options(o)));
+    return std::make_pair(r.records, test::read_bytes(dir.file("hidden_states_rank0.bin")));
+  };
+  const auto ref = trace("router_trace_no_recompute", {});
+  REQUIRE(ref.first.size() == 8);  // 2 iterations x 2 micro-batches x 2 MoE layers
+  const std::vector<std::vector<std::string>> modes = {
+      {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"},
+      {"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=2"},
+      {"model.recompute_granularity=selective", "model.recompute_modules=[moe]"},
+      {"model.moe_layer_recompute=true"}};
+  for (size_t i = 0; i < modes.size(); ++i) {
+    INFO(modes[i].front() << " (mode " << i << ")");
+    const auto got = trace("router_trace_recompute_" + std::to_string(i), modes[i]);
+    CHECK(got.first == ref.first);
+    CHECK(got.second == ref.second);
+  }
 }
 
 TEST_CASE("router tracer: SIGTERM stops the run with every record written, whole lines", "[router_trace]") {

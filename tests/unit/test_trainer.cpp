@@ -1,15 +1,18 @@
 // Trainer, AdamWOptimizer, MockBatchSource, metrics log and stop signals (training/): AdamW steps
 // against hand-computed values (clipping, no weight decay on no_weight_decay params, bf16 masters),
 // NaN/Inf skip, the masked loss normalisation (both Megatron modes) against a direct computation,
-// same-seed runs bitwise equal, Megatron's log line byte for byte, metric sink tags, evaluation,
-// and SIGTERM/SIGINT raised in-process → checkpoint at the next step boundary and exit 0.
+// same-seed runs bitwise equal, Megatron's log line byte for byte, metric sink tags (no loss for a
+// skipped interval), evaluation, the watchdog's step per iteration, and SIGTERM/SIGINT raised
+// in-process → checkpoint at the next step boundary and exit 0.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <sstream>
 
+#include "parallel/watchdog.h"
 #include "tests/unit/trainer_test_support.h"
 #include "training/checkpoint.h"
 #include "training/metrics_log.h"
@@ -343,6 +346,62 @@ TEST_CASE("trainer: a NaN gradient skips the step, is counted and logged", "[tra
   const Run e = run_training(tiny_config({"training.train_iters=5", "training.exit_on_nan=true"}), nan_exit);
   CHECK(e.result.exit_code != 0);
   CHECK(e.result.final_iteration == 2);
+}
+
+TEST_CASE("trainer: a logged interval of skipped iterations has no loss in the JSONL record", "[trainer]") {
+  // TensorBoard and the log line omit the loss of an interval without an advanced iteration; the
+  // JSONL record did write "lm loss": 0.0.
+  StrataConfig cfg = tiny_config({"training.train_iters=5", "logging.log_interval=1"});
+  BigramModel model(kVocab);
+  model.nan_step = 3;
+  MemoryMetricsSink sink;
+  const Run r = run_training(cfg, model, {&sink});
+  REQUIRE(r.result.skipped_iterations == 1);
+  int train_records = 0, skipped_records = 0;
+  for (const nlohmann::json& rec : sink.records) {
+    if (!rec.contains("skipped-iterations")) continue;  // a validation record
+    INFO(rec.dump());
+    ++train_records;
+    if (rec["skipped-iterations"] == 1) {
+      ++skipped_records;
+      CHECK_FALSE(rec.contains("lm loss"));
+    } else {
+      CHECK(rec.contains("lm loss"));
+    }
+  }
+  CHECK(train_records == 5);
+  CHECK(skipped_records == 1);
+  int lm_loss_scalars = 0;
+  for (const auto& s : sink.scalars) lm_loss_scalars += s.tag == "lm loss";
+  CHECK(lm_loss_scalars == 4);
+}
+
+TEST_CASE("trainer: the watchdog's step is set every iteration", "[trainer][watchdog]") {
+  // parallel/watchdog.h names the step of a hung collective; the trainer sets it before each step
+  // (the iteration number of the log line, 1-based). It stayed 0 before.
+  struct StepProbe : StepObserver {
+    std::map<int64_t, int64_t> seen;  // 0-based iteration -> watchdog_step() during its step
+    SourceKinds kinds_for(const ObservationContext& c) override {
+      if (c.phase == ObservationPhase::Train) seen[c.iteration] = watchdog_step();
+      return {};
+    }
+    void on_tensor(const Observation&) override {}
+  };
+  watchdog_set_step(0);
+  StrataConfig cfg = tiny_config({"training.train_iters=4"});
+  BigramModel model(kVocab);
+  MockBatchSource train(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 7, 0);
+  std::ostringstream log;
+  TrainerOptions opt;
+  opt.log_stream = &log;
+  opt.tensor_io = std::make_shared<TestSafetensorsIO>();
+  Trainer trainer(cfg, model, train, nullptr, opt);
+  StepProbe probe;
+  trainer.observers().add(probe);
+  CHECK(trainer.train().final_iteration == 4);
+  CHECK(probe.seen == std::map<int64_t, int64_t>{{0, 1}, {1, 2}, {2, 3}, {3, 4}});
+  CHECK(watchdog_step() == 4);
+  watchdog_set_step(0);
 }
 
 TEST_CASE("trainer: Megatron's log line, byte for byte", "[trainer]") {
