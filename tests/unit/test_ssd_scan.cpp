@@ -193,6 +193,15 @@ SsdScanInputs head_slice(const SsdScanInputs& in, int64_t h0, int64_t nh, int64_
   return s;
 }
 bool same_bits(const Tensor& a, const Tensor& b) { return max_abs_diff(a, b) == 0.0; }
+// Every output and gradient of two scans bit for bit.
+void check_same_outputs(const ScanOut& o, const ScanOut& ref) {
+  CHECK(same_bits(o.y, ref.y));
+  CHECK(same_bits(o.state, ref.state));
+  for (auto [a, b] : {std::pair{&o.g.dx, &ref.g.dx}, {&o.g.ddt, &ref.g.ddt}, {&o.g.dA, &ref.g.dA},
+                      {&o.g.dB, &ref.g.dB}, {&o.g.dC, &ref.g.dC}, {&o.g.dD, &ref.g.dD},
+                      {&o.g.d_initial_state, &ref.g.d_initial_state}})
+    CHECK(same_bits(*a, *b));
+}
 }  // namespace
 
 // The CPU scan pairs heads (two heads of a group, or with one head per group two groups' heads) and
@@ -209,12 +218,7 @@ TEST_CASE("ssd_scan: the same bits for any thread count and any head subset", "[
       omp_set_num_threads(threads);
       const ScanOut o = run_scan(in, dy);
       INFO("H " << c.H << " G " << c.G << ", " << threads << " threads");
-      CHECK(same_bits(o.y, ref.y));
-      CHECK(same_bits(o.state, ref.state));
-      for (auto [a, b] : {std::pair{&o.g.dx, &ref.g.dx}, {&o.g.ddt, &ref.g.ddt}, {&o.g.dA, &ref.g.dA},
-                          {&o.g.dB, &ref.g.dB}, {&o.g.dC, &ref.g.dC}, {&o.g.dD, &ref.g.dD},
-                          {&o.g.d_initial_state, &ref.g.d_initial_state}})
-        CHECK(same_bits(*a, *b));
+      check_same_outputs(o, ref);
     }
     omp_set_num_threads(saved);
     // One head per group: groups 1..2 alone pair heads (1, 2), the full run (0, 1) and (2, 3).
@@ -249,12 +253,7 @@ TEST_CASE("ssd_scan: the same bits on every ISA path", "[ssd_scan][determinism]"
       kernels::cpu::set_active_cpu_isa(isa);
       INFO(dtype_name(dtype) << " on " << kernels::cpu::cpu_isa_name(isa));
       const ScanOut o = run_scan(in, dy);
-      CHECK(same_bits(o.y, ref.y));
-      CHECK(same_bits(o.state, ref.state));
-      for (auto [a, b] : {std::pair{&o.g.dx, &ref.g.dx}, {&o.g.ddt, &ref.g.ddt}, {&o.g.dA, &ref.g.dA},
-                          {&o.g.dB, &ref.g.dB}, {&o.g.dC, &ref.g.dC}, {&o.g.dD, &ref.g.dD},
-                          {&o.g.d_initial_state, &ref.g.d_initial_state}})
-        CHECK(same_bits(*a, *b));
+      check_same_outputs(o, ref);
     }
   }
   kernels::cpu::set_active_cpu_isa(saved);
