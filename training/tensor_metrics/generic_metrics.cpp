@@ -2,7 +2,7 @@
 // maximum and the normalized entropy (each a fixed-size local contribution reduced with
 // reduce_logically), the non-finite origin, and the registry of all generic names.
 // Reference: Megatron-LM tensor_metrics/definitions.py (L2NormMetric, LayerL2NormMetric,
-// LayerMaxMetric, LayerNormalizedEntropyMetric), router_metrics.py, observer.py; spec §3.1, §4.1.
+// LayerMaxMetric, LayerNormalizedEntropyMetric), router_metrics.py, observer.py.
 #include "training/tensor_metrics/generic_metrics.h"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// LogicalReductionMetric's algorithm (Megatron tensor_metrics/core.py, spec §2.3) as a function:
+// LogicalReductionMetric's algorithm (Megatron tensor_metrics/core.py) as a function:
 // each value of a labelled group is reduced with one ReduceOp over its split axes (Shard,
 // FlatShard, Strata's Partial) in relation order, then over its Owned axes — one axis per stage,
 // every ready value of every group in the same stage so the executor batches them; placeholders

@@ -4,7 +4,7 @@
 // the configuration's order is kept. A metric is due on 0-based iteration it iff
 // (it + 1) % interval == 0 (reported at iteration it + 1).
 // Reference: megatron/training/tensor_metrics/observer.py (parse_tensor_metric_specs,
-// ScheduledMetric), spec §4.1–§4.2.
+// ScheduledMetric).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-// The optimizer-sourced metric values (Megatron tensor_metrics/optimizer_sources.py, spec §4.4):
+// The optimizer-sourced metric values (Megatron tensor_metrics/optimizer_sources.py):
 // for every trainable parameter of this rank (shared copies left out: the owner lists them) one
 // `parameter` value (its f32 master) and one `wgrad` value (its f32 main grad, finalized — reduced
 // over dp — and read just before the optimizer step), named by the CanonicalParameterNameMap.

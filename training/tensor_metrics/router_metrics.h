@@ -1,4 +1,4 @@
-// The diagnostic-based router metrics (Megatron router_metrics.py, PR #6649; spec §3.2), read
+// The diagnostic-based router metrics (Megatron router_metrics.py, PR #6649), read
 // from Strata's router_diagnostic_sums so that they are exact when a sequence is split over
 // sequence-parallel (tp) and context-parallel (cp) ranks, which Megatron refuses:
 //   layer-router-health                  global + worst-layer scopes
