@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
@@ -131,33 +132,28 @@ std::vector<std::string> variant_files(const GoldenCase& c, const std::string& p
   return out;
 }
 
-// The cpu file (reference first, then the variants) written with `here`'s numerics, or "".
-std::string same_numerics_file(const GoldenCase& c, const kernels::cpu::CpuPlatform& here) {
+// The cpu file (reference first, then the variants) written with `here`'s numerics, if any.
+std::optional<GoldenChoice> same_numerics_file(const GoldenCase& c, const kernels::cpu::CpuPlatform& here) {
   std::vector<std::string> files = {golden_file_path(c, "cpu")};
   for (const std::string& f : variant_files(c, "cpu")) files.push_back(f);
   for (const std::string& f : files) {
     if (!fs::exists(f)) continue;
-    const GoldenFile g = read_golden_file(f);
-    if (g.platform && g.platform->same_numerics(here)) return f;
+    GoldenFile g = read_golden_file(f);
+    if (g.platform && g.platform->same_numerics(here))
+      return GoldenChoice{f, std::move(g), true,
+                          "exact: the golden file was written with this platform's numerics (" + here.describe() + ")"};
   }
-  return "";
+  return std::nullopt;
 }
 
 }  // namespace
 
 GoldenChoice choose_golden_file(const GoldenCase& c, const std::string& platform,
                                 const kernels::cpu::CpuPlatform& here) {
+  if (platform == "cpu")
+    if (std::optional<GoldenChoice> same = same_numerics_file(c, here)) return *same;
   GoldenChoice choice;
   choice.path = golden_file_path(c, platform);
-  if (platform == "cpu") {
-    const std::string same = same_numerics_file(c, here);
-    if (!same.empty()) {
-      choice.path = same;
-      choice.file = read_golden_file(same);
-      choice.reason = "exact: the golden file was written with this platform's numerics (" + here.describe() + ")";
-      return choice;
-    }
-  }
   choice.file = read_golden_file(choice.path);
   if (platform != "cpu") {
     choice.reason = "exact: platform " + platform;
@@ -174,8 +170,7 @@ GoldenChoice choose_golden_file(const GoldenCase& c, const std::string& platform
 std::string regenerate_path(const GoldenCase& c, const std::string& platform, const kernels::cpu::CpuPlatform& here) {
   const std::string reference = golden_file_path(c, platform);
   if (platform != "cpu") return reference;
-  const std::string same = same_numerics_file(c, here);
-  if (!same.empty()) return same;
+  if (std::optional<GoldenChoice> same = same_numerics_file(c, here)) return same->path;
   if (!fs::exists(reference) || !read_golden_file(reference).platform) return reference;
   return (fs::path(c.dir) / ("golden_values_cpu_" + here.tag() + ".json")).string();
 }
