@@ -10,7 +10,7 @@ constexpr const char* kNames[kNumSourceKinds] = {
     "router_logits",        "router_scores",         "router_topk_probs", "router_diagnostics",
     "router_input",         "router_top_indices",    "router_top_kept",   "router_diagnostic_sums",
     "attention_logit_max",  "mhc_h_pre",             "mhc_h_post",        "mhc_h_res",
-    "mhc_sinkhorn_residual"};
+    "mhc_sinkhorn_residual", "mhc_layer_input",       "mhc_layer_output"};
 }  // namespace
 
 const char* source_kind_name(SourceKind kind) { return kNames[static_cast<uint32_t>(kind)]; }

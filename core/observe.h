@@ -39,7 +39,8 @@ namespace strata {
 // (what the router tracer records), router_diagnostic_sums (router diagnostics that merge
 // across sequence shards), attention_logit_max (the tensor metric of the same name) and the mHC
 // sites (mhc_h_pre, mhc_h_post, mhc_h_res, mhc_sinkhorn_residual; owner: the hyper-connection
-// module, e.g. "decoder.layers.3.self_attention_hyper_connection"). With mHC the residual sites'
+// module, e.g. "decoder.layers.3.self_attention_hyper_connection", with mhc_layer_input and
+// mhc_layer_output, the pair an outside check needs to verify a site's merge). With mHC the residual sites'
 // tensors are [s, b, n, h] (n streams).
 enum class SourceKind : uint32_t {
   ResidualAccumulator = 0,   // hidden state entering a layer                     [s, b, h]
@@ -61,11 +62,15 @@ enum class SourceKind : uint32_t {
   MhcHRes = 15,              // Strata: an mHC site's Sinkhorn-projected H_res     [s, b, n, n] f32
   MhcSinkhornResidual = 16,  // Strata: per token max_i |row sum − 1|, max_j |column sum − 1| of
                              // H_res (only when observed)                          [s, b, 2] f32
+  MhcLayerInput = 17,        // Strata: an mHC site's aggregated sub-layer input Σ_i h_pre[i]·x_i
+                             // (what the wrapped sub-layer reads)                  [s, b, h]
+  MhcLayerOutput = 18,       // Strata: the wrapped sub-layer's output y + bias, before dropout and
+                             // the merge (only when observed)                      [s, b, h]
 };
-inline constexpr int kNumSourceKinds = 17;
+inline constexpr int kNumSourceKinds = 19;
 // Megatron's names ("residual_accumulator", …; Strata's "router_input", "router_top_indices",
 // "router_top_kept", "router_diagnostic_sums", "attention_logit_max", "mhc_h_pre", "mhc_h_post",
-// "mhc_h_res", "mhc_sinkhorn_residual"), and back (nullopt for an
+// "mhc_h_res", "mhc_sinkhorn_residual", "mhc_layer_input", "mhc_layer_output"), and back (nullopt for an
 // unknown name).
 const char* source_kind_name(SourceKind kind);
 std::optional<SourceKind> source_kind_from_name(std::string_view name);

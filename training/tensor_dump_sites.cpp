@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "core/config_table.h"
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/model_manifest.h"
 #include "training/config.h"
 
 namespace strata {
@@ -34,12 +34,6 @@ bool glob_match(std::string_view p, std::string_view t) {
 
 namespace {
 
-constexpr SourceKind kLayerKinds[] = {SourceKind::ResidualAccumulator, SourceKind::ResidualContribution};
-constexpr SourceKind kRouterKinds[] = {SourceKind::RouterInput,       SourceKind::RouterLogits,
-                                       SourceKind::RouterScores,      SourceKind::RouterTopkProbs,
-                                       SourceKind::RouterDiagnostics, SourceKind::RouterTopIndices,
-                                       SourceKind::RouterTopKept,     SourceKind::RouterDiagnosticSums};
-
 bool matches_any(const std::vector<std::string>& patterns, std::string_view site) {
   for (const std::string& p : patterns)
     if (glob_match(p, site)) return true;
@@ -52,56 +46,16 @@ std::string str(int64_t x) {
 
 }  // namespace
 
-namespace {
-
-void add_layer_sites(std::vector<std::string>& sites, const std::string& owner, bool moe) {
-  for (SourceKind k : kLayerKinds) sites.push_back(owner + "." + source_kind_name(k));
-  sites.push_back(owner + ".self_attention." + source_kind_name(SourceKind::AttentionLogitMax));
-  if (!moe) return;
-  for (SourceKind k : kRouterKinds) sites.push_back(owner + ".mlp.router." + source_kind_name(k));
-}
-
-// The MTP modules' inner layers (models/blocks/mtp_block.h): GPT one layer with the last layer's
-// spec, hybrid the '/' pattern's layers.
-void add_mtp_layer_sites(std::vector<std::string>& sites, const ModelConfig& m) {
-  const int64_t modules = m.mtp_use_repeated_layer ? 1 : m.mtp_depths();
-  const std::string pattern = m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).mtp : "";
-  for (int64_t k = 0; k < modules; ++k) {
-    const std::string p = "mtp.layers." + str(k);
-    if (!m.is_hybrid()) {
-      add_layer_sites(sites, p + ".transformer_layer", m.is_moe() && m.is_moe_layer(m.num_layers - 1));
-      continue;
-    }
-    for (size_t j = 0; j < pattern.size(); ++j)
-      add_layer_sites(sites, p + ".mtp_model_layer.layers." + std::to_string(j), pattern[j] == hybrid::kMoe);
-  }
-}
-
-}  // namespace
-
 std::vector<std::string> model_site_names(const ModelConfig& m) {
-  std::vector<std::string> sites;
-  for (int64_t l = 0; l < m.num_layers; ++l)
-    add_layer_sites(sites, "decoder.layers." + str(l), m.is_moe() && m.is_moe_layer(l));
-  add_mtp_layer_sites(sites, m);
-  sites.push_back(std::string("output_layer.") + source_kind_name(SourceKind::OutputLogits));
-  // Megatron's MTP head logits, one site per depth: output_layer.mtp_logits.<k>, k = 0..D-1
-  // (process_mtp_loss numbers the sites from 0; the losses stay mtp_1 .. mtp_D).
-  for (int64_t k = 0; k < m.mtp_depths(); ++k)
-    sites.push_back(std::string("output_layer.") + source_kind_name(SourceKind::MtpLogits) + "." + str(k));
-  return sites;
+  std::vector<std::string> names;
+  for (const ObservationSite& site : build_model_manifest(m).sites) names.push_back(site.path());
+  return names;
 }
 
 SourceKinds site_kinds(const std::vector<std::string>& patterns, const ModelConfig& m) {
   SourceKinds kinds;
-  for (const std::string& site : model_site_names(m)) {
-    if (!matches_any(patterns, site)) continue;
-    const std::string mtp_prefix = std::string("output_layer.") + source_kind_name(SourceKind::MtpLogits) + ".";
-    const auto kind = site.rfind(mtp_prefix, 0) == 0 ? std::optional<SourceKind>(SourceKind::MtpLogits)
-                                                     : source_kind_from_name(site.substr(site.rfind('.') + 1));
-    STRATA_INTERNAL_ASSERT(kind.has_value(), "site ", site, " has no source kind");
-    kinds = kinds | SourceKinds{*kind};
-  }
+  for (const ObservationSite& site : build_model_manifest(m).sites)
+    if (matches_any(patterns, site.path())) kinds = kinds | SourceKinds{site.kind};
   return kinds;
 }
 

@@ -1,7 +1,7 @@
 // The tensor dumper's site selection (training/tensor_dumper.h): glob patterns (`*` any run of
 // characters, `?` one character) over Megatron's forward-site names "<owner>.<name>"
 // (decoder.layers.3.residual_contribution, decoder.layers.3.mlp.router.router_logits,
-// output_layer.output_logits; spec §1.7), the site names a model has, the source kinds the
+// output_layer.output_logits), the site names a model has, the source kinds the
 // patterns can reach (a kind no pattern can match is never turned on: a pattern on the residual
 // contribution does not compute router_scores), and the logging.tensor_dump_* config rules.
 // Reference: megatron/core/tensor_observation.py (owners, names), Python's fnmatch (* and ?).
@@ -20,10 +20,7 @@ struct StrataConfig;
 // True iff `pattern` matches all of `text` (`*`: any run of characters, dots included; `?`: one).
 bool glob_match(std::string_view pattern, std::string_view text);
 
-// Every site name the model of `m` emits (global layer numbers; router sites on MoE layers).
-// With MTP, the inner layers' sites (mtp.layers.<k>.transformer_layer, hybrid
-// mtp.layers.<k>.mtp_model_layer.layers.<j>) and Megatron's "output_layer.mtp_logits.<depth>"
-// (numbered from 0, as Megatron's process_mtp_loss: the site of "mtp_1 loss" is mtp_logits.0).
+// Every site name the model of `m` emits: the paths of its manifest's sites (models/model_manifest.h).
 std::vector<std::string> model_site_names(const ModelConfig& m);
 
 // The kinds of the sites of `m` that some pattern matches (exact: no other kind is turned on).

@@ -84,6 +84,13 @@ void HyperConnection::observe_mappings(const HyperConnectionState& st) const {
                        sinkhorn_residual(st.h_res).reshape({s, b, 2}), dims);
 }
 
+void HyperConnection::observe_layer_output(const HyperConnectionState& st) const {
+  Tensor out = st.y.clone();  // [T, C]
+  if (st.bias.defined()) kernels::add_bias(out, st.bias.to(out.dtype()), out);
+  observe_activation(prefix_, "mhc_layer_output", SourceKind::MhcLayerOutput,
+                     out.reshape({st.shape[0], st.shape[1], hidden_}), ActivationDims::of(sequence_parallel_));
+}
+
 Tensor HyperConnection::forward(const Tensor& x, HyperConnectionState& st) const {
   const int64_t n = o_.streams, C = hidden_;
   STRATA_CHECK(x.dim() == 3 && x.size(2) == n * C, mapping_weight.name, ": mHC input must be [s, b, ", n * C,
@@ -103,7 +110,10 @@ Tensor HyperConnection::forward(const Tensor& x, HyperConnectionState& st) const
   observe_mappings(st);
   Tensor agg = Tensor::empty({T, C}, x.dtype(), d);
   ops().aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, agg);
-  return agg.reshape({x.size(0), x.size(1), C});
+  agg = agg.reshape({x.size(0), x.size(1), C});
+  observe_activation(prefix_, "mhc_layer_input", SourceKind::MhcLayerInput, agg,
+                     ActivationDims::of(sequence_parallel_));
+  return agg;
 }
 
 namespace {
@@ -125,6 +135,7 @@ Tensor HyperConnection::merge(const Tensor& y, const Tensor& b, const DropoutSpe
   st.y = rows_of(y, T);
   st.bias = b;
   st.dropout = dropout;
+  if (is_observing(SourceKind::MhcLayerOutput)) observe_layer_output(st);
   Tensor out = Tensor::empty(st.x.shape(), st.x.dtype(), st.x.device());
   ops().merge_forward(st.x, st.h_res, st.h_post, st.y, b, post_scale(st), o_.keep_mappings_in_fp32, out);
   return out.reshape(st.shape);

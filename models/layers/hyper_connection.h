@@ -14,7 +14,10 @@
 // gradients are summed over tp (Megatron's sequence_parallel attribute), as the norms'.
 // Observation (core/observe.h; owner = the prefix): mhc_h_pre [s, b, n], mhc_h_post [s, b, n],
 // mhc_h_res [s, b, n, n] and mhc_sinkhorn_residual [s, b, 2] (per token max_i |row sum − 1|,
-// max_j |column sum − 1|, computed on the host only when observed), sequence-sharded under SP.
+// max_j |column sum − 1|, computed on the host only when observed), mhc_layer_input [s, b, C] (the
+// aggregation agg, F's input) and mhc_layer_output [s, b, C] (F's y + bias before dropout and the
+// merge, built only when observed), all sequence-sharded under SP. With x (the residual_accumulator
+// of the layer, or the previous site's output) these verify a site from outside.
 // The caller (a layer or block) owns the saved state. Math: kernels/mhc.h; docs/mhc.md.
 // Reference: Megatron-LM dev megatron/core/transformer/hyper_connection.py; spec §1.3.
 #pragma once
@@ -80,6 +83,7 @@ class HyperConnection {
   Tensor alpha3() const;  // [3] = (α_pre, α_post, α_res)
   const kernels::MhcOps& ops() const { return kernels::mhc_ops(o_.use_fused); }  // fused or composed
   void observe_mappings(const HyperConnectionState& st) const;
+  void observe_layer_output(const HyperConnectionState& st) const;
   std::string prefix_;
   bool sequence_parallel_ = false;
   MhcOptions o_;

@@ -239,7 +239,7 @@ TEST_CASE("mhc module: bf16 activations in both precision modes stay within bf16
   CHECK(outs[0] != outs[1]);  // the bf16-rounded mappings change some outputs
 }
 
-TEST_CASE("mhc module: observation sites h_pre, h_post, h_res and the Sinkhorn residual", "[mhc]") {
+TEST_CASE("mhc module: observation sites h_pre, h_post, h_res, the Sinkhorn residual and the layer input", "[mhc]") {
   struct Recorder : Observer {
     std::vector<std::string> sites;
     std::vector<Tensor> tensors;
@@ -255,18 +255,21 @@ TEST_CASE("mhc module: observation sites h_pre, h_post, h_res and the Sinkhorn r
   randomize(hc, 95);
   HyperConnectionState st;
   Recorder rec;
+  Tensor agg;
   {
     CaptureScope scope(rec, SourceKinds::all());
-    hc.forward(random_tensor({2, 3, n * C}, 96), st);
+    agg = hc.forward(random_tensor({2, 3, n * C}, 96), st);
   }
   const std::string o = "decoder.layers.1.self_attention_hyper_connection.";
   REQUIRE(rec.sites == std::vector<std::string>{o + "mhc_h_pre", o + "mhc_h_post", o + "mhc_h_res",
-                                                 o + "mhc_sinkhorn_residual"});
+                                                 o + "mhc_sinkhorn_residual", o + "mhc_layer_input"});
   CHECK(rec.tensors[0].shape() == Shape{2, 3, n});
   CHECK(rec.tensors[0].to_vector() == st.h_pre.to_vector());
   CHECK(rec.tensors[1].to_vector() == st.h_post.to_vector());
   CHECK(rec.tensors[2].shape() == Shape{2, 3, n, n});
   CHECK(rec.tensors[3].shape() == Shape{2, 3, 2});
+  CHECK(rec.tensors[4].shape() == Shape{2, 3, C});
+  CHECK(rec.tensors[4].to_vector() == agg.to_vector());  // what the wrapped sub-layer reads
   const std::vector<double> h = st.h_res.to_vector(), r = rec.tensors[3].to_vector();
   for (int64_t t = 0; t < 6; ++t) {
     double row = 0, col = 0;

@@ -1,0 +1,104 @@
+// The model manifest: layers and observation sites of a finalized config (see model_manifest.h).
+#include "models/model_manifest.h"
+
+#include "models/hybrid/hybrid_pattern.h"
+
+namespace strata {
+
+namespace {
+
+constexpr SourceKind kRouterKinds[] = {SourceKind::RouterInput,       SourceKind::RouterLogits,
+                                       SourceKind::RouterScores,      SourceKind::RouterTopkProbs,
+                                       SourceKind::RouterDiagnostics, SourceKind::RouterTopIndices,
+                                       SourceKind::RouterTopKept,     SourceKind::RouterDiagnosticSums};
+constexpr SourceKind kMhcKinds[] = {SourceKind::MhcHPre,       SourceKind::MhcHPost,
+                                    SourceKind::MhcHRes,       SourceKind::MhcSinkhornResidual,
+                                    SourceKind::MhcLayerInput, SourceKind::MhcLayerOutput};
+
+// What a layer holds: the sub-modules that emit sites.
+struct LayerParts {
+  bool attention = false, moe = false, mhc = false;
+};
+
+void add(std::vector<ObservationSite>& sites, const std::string& owner, SourceKind kind) {
+  sites.push_back(ObservationSite{owner, source_kind_name(kind), kind});
+}
+
+// GPT TransformerLayer: attention + MLP/MoE, two hyper-connection sites with mHC.
+void add_transformer_layer_sites(std::vector<ObservationSite>& sites, const std::string& layer, const LayerParts& p) {
+  add(sites, layer, SourceKind::ResidualAccumulator);
+  add(sites, layer, SourceKind::ResidualContribution);
+  if (p.mhc)
+    for (const char* hc : {".self_attention_hyper_connection", ".mlp_hyper_connection"})
+      for (SourceKind k : kMhcKinds) add(sites, layer + hc, k);
+  if (p.attention) add(sites, layer + ".self_attention", SourceKind::AttentionLogitMax);
+  if (p.moe)
+    for (SourceKind k : kRouterKinds) add(sites, layer + ".mlp.router", k);
+}
+
+// A hybrid layer: with mHC one hyper-connection site wraps the plain layer, named inner_layer.
+void add_hybrid_layer_sites(std::vector<ObservationSite>& sites, const std::string& layer, char symbol, bool mhc) {
+  add(sites, layer, SourceKind::ResidualAccumulator);
+  add(sites, layer, SourceKind::ResidualContribution);
+  if (mhc)
+    for (SourceKind k : kMhcKinds) add(sites, layer + ".hyper_connection", k);
+  const std::string inner = mhc ? layer + ".inner_layer" : layer;
+  if (symbol == hybrid::kAttention) add(sites, inner + ".self_attention", SourceKind::AttentionLogitMax);
+  if (symbol == hybrid::kMoe)
+    for (SourceKind k : kRouterKinds) add(sites, inner + ".mlp.router", k);
+}
+
+void add_layer(ModelManifest& out, const ModelConfig& m, const std::string& name, char symbol, int64_t number,
+               bool mtp, bool moe) {
+  out.layers.push_back(ManifestLayer{name, symbol, number, mtp});
+  if (m.is_hybrid())
+    add_hybrid_layer_sites(out.sites, name, symbol, m.enable_hyper_connections);
+  else
+    add_transformer_layer_sites(out.sites, name, LayerParts{true, moe, m.enable_hyper_connections});
+}
+
+// The MTP modules' inner layers (models/blocks/mtp_block.h): GPT one layer with the decoder's last
+// layer spec, hybrid the '/' pattern's layers; one module when the layer is repeated.
+void add_mtp_layers(ModelManifest& out, const ModelConfig& m, const std::string& mtp_pattern) {
+  const int64_t modules = m.mtp_use_repeated_layer ? 1 : m.mtp_depths();
+  const int64_t width = m.is_hybrid() ? static_cast<int64_t>(mtp_pattern.size()) : 1;
+  const size_t first_site = out.sites.size();
+  for (int64_t k = 0; k < modules; ++k) {
+    const std::string path = mtp_model_layer_path(k);
+    if (!m.is_hybrid()) {
+      add_layer(out, m, path, 'T', m.num_layers + k, true, m.is_moe() && m.is_moe_layer(m.num_layers - 1));
+      continue;
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      const char symbol = mtp_pattern[static_cast<size_t>(j)];
+      add_layer(out, m, path + ".layers." + std::to_string(j), symbol, m.num_layers + k * width + j, true,
+                symbol == hybrid::kMoe);
+    }
+  }
+  if (m.mtp_use_repeated_layer)  // one module applied at every depth
+    for (size_t i = first_site; i < out.sites.size(); ++i) out.sites[i].per_forward = m.mtp_depths();
+}
+
+}  // namespace
+
+std::string mtp_model_layer_path(int64_t k) { return "mtp.layers." + std::to_string(k) + ".mtp_model_layer"; }
+
+ModelManifest build_model_manifest(const ModelConfig& m) {
+  ModelManifest out;
+  const hybrid::HybridPattern pattern =
+      m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern) : hybrid::HybridPattern{};
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const char symbol = m.is_hybrid() ? pattern.layers[static_cast<size_t>(l)] : 'T';
+    add_layer(out, m, "decoder.layers." + std::to_string(l), symbol, l, false,
+              m.is_moe() && m.is_moe_layer(l));
+  }
+  add_mtp_layers(out, m, pattern.mtp);
+  add(out.sites, "output_layer", SourceKind::OutputLogits);
+  for (int64_t k = 0; k < m.mtp_depths(); ++k)
+    out.sites.push_back(ObservationSite{"output_layer", std::string(source_kind_name(SourceKind::MtpLogits)) + "." +
+                                                            std::to_string(k),
+                                        SourceKind::MtpLogits});
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,62 @@
+// The resolved description of a built model, derived from its finalized config: the layers in
+// order (decoder, then the MTP depths' inner layers) and the observation sites each emits
+// (core/observe.h), so that the tensor dumper and the metric checks read the model's sites from
+// one place instead of listing them again. tests/unit/test_model_manifest.cpp runs a real forward
+// and backward of every model family and checks that the sites emitted are exactly these.
+//
+// Sites per layer (owner "decoder.layers.N" or an MTP inner layer's module path):
+//   every layer          residual_accumulator, residual_contribution
+//   attention (GPT, `*`) <attention owner>.self_attention.attention_logit_max
+//   MoE (GPT MoE, `E`)   <mlp owner>.mlp.router.{router_input, router_logits, router_scores,
+//                        router_topk_probs, router_diagnostics, router_top_indices, router_top_kept,
+//                        router_diagnostic_sums}
+//   mHC                  <hc owner>.{mhc_h_pre, mhc_h_post, mhc_h_res, mhc_sinkhorn_residual,
+//                        mhc_layer_input, mhc_layer_output} — GPT: two hc owners per layer
+//                        (self_attention_hyper_connection, mlp_hyper_connection); hybrid: one
+//                        (hyper_connection), with the wrapped layer's sub-modules under inner_layer
+// and once per model: output_layer.output_logits and output_layer.mtp_logits.<k>, k = 0..D−1
+// (Megatron's process_mtp_loss numbers the MTP logit sites from 0; the losses stay mtp_1 .. mtp_D).
+// Reference: megatron/core/tensor_observation.py (owners and names), transformer_block.py,
+// models/hybrid/hybrid_block.py, transformer/multi_token_prediction.py (module paths).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/observe.h"
+#include "models/model_config.h"
+
+namespace strata {
+
+// One observation site: the owner module, the name local to it, and its source kind.
+struct ObservationSite {
+  std::string owner, name;
+  SourceKind kind;
+  int64_t per_forward = 1;  // emissions per forward: mtp_num_layers for a repeated MTP layer's sites
+  std::string path() const { return owner + "." + name; }  // what tensor_dump_sites patterns match
+};
+
+// One layer: its module path, its symbol (a hybrid pattern symbol; 'T' for a GPT transformer
+// layer), its global layer number (MTP inner layers continue after the decoder's) and whether it
+// belongs to an MTP depth.
+struct ManifestLayer {
+  std::string name;
+  char symbol;
+  int64_t number;
+  bool mtp;
+};
+
+struct ModelManifest {
+  std::vector<ManifestLayer> layers;
+  std::vector<ObservationSite> sites;  // in layer order, then the output layer's
+};
+
+// The manifest of a finalized model config (finalize_model_config has run).
+ModelManifest build_model_manifest(const ModelConfig& m);
+
+// The module path of MTP module k's inner layer (0-based k), Megatron's MultiTokenPredictionLayer
+// submodule: "mtp.layers.<k>.mtp_model_layer" (GPT: the layer itself; hybrid: a stack whose layers
+// are "….mtp_model_layer.layers.<j>").
+std::string mtp_model_layer_path(int64_t k);
+
+}  // namespace strata

@@ -1,0 +1,201 @@
+// The model manifest (models/model_manifest.h) against real models: for every model family (GPT,
+// GPT+MoE, hybrid, +MTP, repeated MTP, +mHC) a training forward and backward under an observer of
+// every source kind emits exactly the manifest's sites, each once, with the manifest's kind; the
+// tensor dumper accepts every site (the mHC ones included). And an mHC layer checked from outside
+// (in f64, within f32 rounding) from its dumped tensors alone: the aggregated input of each site is Σ_i h_pre[i]·x_i and
+// the merge Σ_i H_res[i,j]·x_i + h_post[j]·(y + bias) gives the next site's input and the next
+// layer's residual stream (Megatron dev's HyperConnectionModule semantics, docs/mhc.md).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/observe.h"
+#include "models/model_manifest.h"
+#include "test_helpers.h"
+#include "trainer_test_support.h"
+#include "training/model_factory.h"
+#include "training/tensor_dump_sites.h"
+
+namespace strata {
+namespace {
+
+struct Recorder : Observer {
+  std::map<std::string, std::vector<SourceKind>> seen;  // site path -> kinds seen (one per emission)
+  std::map<std::string, Tensor> last;                   // site path -> f64 copy of the last tensor
+  void on_tensor(const Observation& o) override {
+    const std::string path = std::string(o.owner) + "." + std::string(o.name);
+    seen[path].push_back(o.kind);
+    last[path] = o.tensor.contiguous().to(DType::F64).clone();
+  }
+};
+
+const std::vector<std::string> kCommon = {
+    "model.hidden_size=16",         "model.num_attention_heads=4", "model.vocab_size=50",
+    "model.make_vocab_size_divisible_by=8", "model.position_embedding_type=rope", "model.add_bias_linear=false",
+    "model.hidden_dropout=0",       "model.attention_dropout=0",   "model.mamba_head_dim=8",
+    "model.mamba_num_groups=2",     "model.mamba_state_dim=4",     "model.mamba_chunk_size=4"};
+
+// Runs one training forward and backward of the model of `cfg` with every kind observed.
+Recorder run_observed(const StrataConfig& cfg, uint64_t seed = 3, bool random_biases = false) {
+  std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
+  model->init_parameters(seed);
+  if (random_biases)  // Megatron initialises biases to 0; the check below needs them to matter
+    for (Parameter* p : model->parameters())
+      if (p->name.size() > 5 && p->name.compare(p->name.size() - 5, 5, ".bias") == 0)
+        p->value.copy_(test::random_tensor(p->value.shape(), seed + p->value.numel(), -0.5, 0.5, p->value.dtype()));
+  Recorder rec;
+  CaptureScope scope(rec, SourceKinds::all());
+  auto ctx = model->make_context(1, 0, true);
+  const ForwardOutput out = model->forward_pass(*ctx, test::fixed_batch(2, 8, 50));
+  BackwardInput in;
+  for (const NamedLoss& l : out.losses)
+    in.loss_grads.push_back(Tensor::full(l.value.shape(), 1.0, l.value.dtype(), l.value.device()));
+  model->backward_pass(*ctx, in);
+  return rec;
+}
+
+StrataConfig config_of(const std::vector<std::string>& variant) {
+  std::vector<std::string> o = kCommon;
+  o.insert(o.end(), variant.begin(), variant.end());
+  for (const std::string& v : variant)  // MoE fields only with experts
+    if (v.rfind("model.num_experts=", 0) == 0) o.insert(o.end(), {"model.moe_ffn_hidden_size=8", "model.moe_router_topk=2"});
+  return test::tiny_config(o);
+}
+
+}  // namespace
+
+TEST_CASE("model manifest: the sites a real forward and backward emit are the manifest's", "[manifest][observe]") {
+  const std::vector<std::vector<std::string>> variants = {
+      {"model.num_layers=2"},
+      {"model.num_layers=3", "model.num_experts=4", "model.moe_layer_freq=[0, 1, 1]"},
+      {"model.hybrid_layer_pattern='M*-E'", "model.num_experts=4"},
+      {"model.num_layers=2", "model.mtp_num_layers=2", "model.num_experts=4", "model.moe_layer_freq=[0, 1]"},
+      {"model.num_layers=2", "model.mtp_num_layers=2", "model.mtp_use_repeated_layer=true"},
+      {"model.hybrid_layer_pattern='M*E/*E/*E'", "model.num_experts=4"},
+      {"model.num_layers=2", "model.enable_hyper_connections=true", "model.num_residual_streams=3",
+       "model.num_experts=4", "model.moe_layer_freq=[0, 1]"},
+      {"model.num_layers=2", "model.enable_hyper_connections=true", "model.num_residual_streams=2",
+       "model.mtp_num_layers=1"},
+      {"model.hybrid_layer_pattern='M*-E/*E'", "model.enable_hyper_connections=true", "model.num_residual_streams=2",
+       "model.num_experts=4"},
+  };
+  for (const auto& v : variants) {
+    const StrataConfig cfg = config_of(v);
+    INFO(v.front() << (v.size() > 1 ? " " + v[1] : std::string()) << (v.size() > 2 ? " " + v[2] : std::string()));
+    const ModelManifest manifest = build_model_manifest(cfg.model);
+    std::map<std::string, const ObservationSite*> want;
+    for (const ObservationSite& s : manifest.sites) {
+      CHECK(want.count(s.path()) == 0);  // each site listed once
+      want[s.path()] = &s;
+    }
+    const Recorder rec = run_observed(cfg);
+    for (const auto& [path, kinds] : rec.seen) {
+      INFO(path);
+      REQUIRE(want.count(path) == 1);  // emitted ⊆ manifest
+      CHECK(static_cast<int64_t>(kinds.size()) == want.at(path)->per_forward);  // one training forward
+      for (SourceKind k : kinds) CHECK(k == want.at(path)->kind);
+    }
+    for (const auto& [path, kind] : want) {
+      INFO(path);
+      CHECK(rec.seen.count(path) == 1);  // manifest ⊆ emitted
+    }
+    // The manifest's layers: decoder layers in order, then the MTP inner layers.
+    const int64_t decoder = cfg.model.num_layers;
+    REQUIRE(static_cast<int64_t>(manifest.layers.size()) >= decoder);
+    for (int64_t l = 0; l < decoder; ++l) {
+      CHECK(manifest.layers[static_cast<size_t>(l)].name == "decoder.layers." + std::to_string(l));
+      CHECK(manifest.layers[static_cast<size_t>(l)].number == l);
+      CHECK_FALSE(manifest.layers[static_cast<size_t>(l)].mtp);
+    }
+    for (size_t i = static_cast<size_t>(decoder); i < manifest.layers.size(); ++i) {
+      CHECK(manifest.layers[i].mtp);
+      CHECK(manifest.layers[i].name.rfind("mtp.layers.", 0) == 0);
+    }
+  }
+}
+
+TEST_CASE("model manifest: every mHC site can be dumped", "[manifest][tensor_dump][mhc]") {
+  for (const char* pattern : {"model.num_layers=2", "model.hybrid_layer_pattern='M*'"}) {
+    StrataConfig cfg = config_of({pattern, "model.enable_hyper_connections=true", "model.num_residual_streams=2",
+                                  "logging.tensor_dump_sites=['*mhc*']", "logging.tensor_dump_iters=[0]"});
+    INFO(pattern);
+    CHECK_NOTHROW(validate_tensor_dump(cfg));
+    CHECK(site_kinds({"*mhc*"}, cfg.model) ==
+          SourceKinds{SourceKind::MhcHPre, SourceKind::MhcHPost, SourceKind::MhcHRes, SourceKind::MhcSinkhornResidual,
+                      SourceKind::MhcLayerInput, SourceKind::MhcLayerOutput});
+    CHECK(site_kinds({"*.mhc_layer_output"}, cfg.model) == SourceKinds{SourceKind::MhcLayerOutput});
+  }
+}
+
+namespace {
+
+// agg[t, c] = Σ_i h_pre[t, i]·x[t, i, c]; x [s, b, n, C] (as the residual sites observe it), h_pre
+// [s, b, n] → [s, b, C].
+std::vector<double> aggregate(const Tensor& x, const Tensor& h_pre) {
+  const int64_t T = x.size(0) * x.size(1), n = x.size(2), C = x.size(3);
+  const std::vector<double> xv = x.to_vector(), hv = h_pre.to_vector();
+  std::vector<double> out(static_cast<size_t>(T * C), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < C; ++c) out[t * C + c] += hv[t * n + i] * xv[(t * n + i) * C + c];
+  return out;
+}
+
+// x_next[t, j, c] = Σ_i H_res[t, i, j]·x[t, i, c] + h_post[t, j]·y[t, c]  → [s·b·n·C]
+std::vector<double> merge(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y) {
+  const int64_t T = x.size(0) * x.size(1), n = x.size(2), C = x.size(3);
+  const std::vector<double> xv = x.to_vector(), rv = h_res.to_vector(), pv = h_post.to_vector(), yv = y.to_vector();
+  std::vector<double> out(static_cast<size_t>(T * n * C), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < C; ++c) {
+        double v = pv[t * n + j] * yv[t * C + c];
+        for (int64_t i = 0; i < n; ++i) v += rv[(t * n + i) * n + j] * xv[(t * n + i) * C + c];
+        out[(t * n + j) * C + c] = v;
+      }
+  return out;
+}
+
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("model manifest: an mHC layer verified from its dumped inputs and outputs alone", "[manifest][mhc]") {
+  // With biases, so that mhc_layer_output must carry y + bias. The model runs in f32; the check
+  // recomputes in f64 from the observed tensors.
+  const StrataConfig cfg = config_of({"model.num_layers=2", "model.enable_hyper_connections=true",
+                                      "model.num_residual_streams=3", "model.add_bias_linear=true"});
+  Recorder rec = run_observed(cfg, 11, /*random_biases=*/true);
+  const std::string l0 = "decoder.layers.0", att = l0 + ".self_attention_hyper_connection.",
+                    mlp = l0 + ".mlp_hyper_connection.";
+  const Tensor& x = rec.last.at(l0 + ".residual_accumulator");  // [s, b, n, C]
+  REQUIRE(x.dim() == 4);
+  REQUIRE(x.size(2) == 3);
+  // The attention site: its aggregated input, then its merge = the MLP site's input streams.
+  CHECK(max_diff(aggregate(x, rec.last.at(att + "mhc_h_pre")), rec.last.at(att + "mhc_layer_input").to_vector()) < 1e-5);
+  const std::vector<double> x1 = merge(x, rec.last.at(att + "mhc_h_res"), rec.last.at(att + "mhc_h_post"),
+                                       rec.last.at(att + "mhc_layer_output"));
+  const Tensor x1t = Tensor::from_vector(x1, x.shape(), DType::F64);
+  CHECK(max_diff(aggregate(x1t, rec.last.at(mlp + "mhc_h_pre")), rec.last.at(mlp + "mhc_layer_input").to_vector()) < 1e-5);
+  // The MLP site's merge = the next layer's residual stream.
+  const std::vector<double> x2 = merge(x1t, rec.last.at(mlp + "mhc_h_res"), rec.last.at(mlp + "mhc_h_post"),
+                                       rec.last.at(mlp + "mhc_layer_output"));
+  CHECK(max_diff(x2, rec.last.at("decoder.layers.1.residual_accumulator").to_vector()) < 1e-5);
+  // (The biases are random, so the checks above hold only if mhc_layer_output is y + bias.) The
+  // sub-layer output matters: zeroed, the merge misses the next stream by far.
+  const std::vector<double> y = rec.last.at(mlp + "mhc_layer_output").to_vector();
+  const Tensor bias = Tensor::from_vector(std::vector<double>(y.size(), 0.0), rec.last.at(mlp + "mhc_layer_output").shape(),
+                                          DType::F64);
+  const std::vector<double> without = merge(x1t, rec.last.at(mlp + "mhc_h_res"), rec.last.at(mlp + "mhc_h_post"), bias);
+  CHECK(max_diff(without, x2) > 1e-2);
+}
+
+}  // namespace strata
