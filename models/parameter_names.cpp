@@ -126,4 +126,9 @@ std::optional<std::string> layer_of(const std::string& name) {
   return m[1].str();
 }
 
+std::string checkpoint_parameter_name(const std::string& canonical) {
+  static const std::regex re(R"(^(mtp\.layers\.[0-9]+\.)mtp_model_layer\.(?!layers\.[0-9]+\.))");
+  return std::regex_replace(canonical, re, "$1transformer_layer.", std::regex_constants::format_first_only);
+}
+
 }  // namespace strata

@@ -68,4 +68,11 @@ class CanonicalParameterNameMap {
 // "decoder.layers.3.mlp.router.weight" -> "decoder.layers.3"); nullopt without a layers.N segment.
 std::optional<std::string> layer_of(const std::string& name);
 
+// The name a canonical parameter name has in a checkpoint. Canonical names follow Megatron's module
+// paths; its GPT MTP checkpoints rename the inner layer `mtp.layers.<k>.mtp_model_layer.` to
+// `mtp.layers.<k>.transformer_layer.` (MultiTokenPredictionLayer.sharded_state_dict, "backward
+// compatibility"); hybrid MTP stacks (`….mtp_model_layer.layers.<j>.…`) keep their path. Every
+// other name is unchanged. Optimizer keys wrap the result (`optimizer.exp_avg.<name>`).
+std::string checkpoint_parameter_name(const std::string& canonical);
+
 }  // namespace strata

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "models/layers/moe/moe_layer.h"
+#include "models/model_manifest.h"
 
 namespace strata {
 
@@ -25,7 +26,8 @@ LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::Transfor
     return std::make_unique<TransformerBlock>(first, stage, cfg, env, groups);
   };
   // Megatron get_gpt_mtp_block_spec: the MTP layer takes the decoder's last layer spec; one layer,
-  // global number num_layers + k, named mtp.layers.{k}.transformer_layer.
+  // global number num_layers + k, named mtp.layers.{k}.mtp_model_layer (Megatron's module path; its
+  // checkpoints name it transformer_layer: training/checkpoint_names.h).
   parts.make_mtp_layer = [specs](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                                  int64_t k) -> std::unique_ptr<Block> {
     const int64_t last = cfg.num_layers - 1;
@@ -34,8 +36,7 @@ LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::Transfor
     if (cfg.is_moe_layer(last)) spec.mlp_kind = layers::MlpKind::MoE;
     return std::make_unique<TransformerBlock>(cfg.num_layers + k, std::vector<layers::TransformerLayerSpec>{spec}, cfg,
                                               env, groups,
-                                              std::vector<std::string>{"mtp.layers." + std::to_string(k) +
-                                                                       ".transformer_layer"});
+                                              std::vector<std::string>{mtp_model_layer_path(k)});
   };
   return parts;
 }

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "models/hybrid/hybrid_pattern.h"
 #include "models/layers/moe/moe_layer.h"
+#include "models/model_manifest.h"
 
 namespace strata {
 
@@ -32,7 +33,7 @@ LanguageModelParts hybrid_parts(ModelConfig cfg) {
     const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*cfg.hybrid_layer_pattern);
     STRATA_CHECK(!p.mtp.empty(), "HybridModel: model.mtp_num_layers needs '/' patterns in model.hybrid_layer_pattern");
     return std::make_unique<HybridStack>(cfg.num_layers + k * static_cast<int64_t>(p.mtp.size()), p.mtp, cfg, env,
-                                         groups, "mtp.layers." + std::to_string(k) + ".mtp_model_layer.layers.");
+                                         groups, mtp_model_layer_path(k) + ".layers.");
   };
   return parts;
 }

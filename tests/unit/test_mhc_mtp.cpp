@@ -176,8 +176,8 @@ TEST_CASE("mhc mtp: Megatron dev's names and shapes (e_proj, h_proj, the depth's
       CHECK(ps.count(p + ".enorm.weight") == 1);
       CHECK(ps.count(p + ".hnorm.weight") == 1);
       CHECK(ps.count(p + ".final_layernorm.weight") == 1);
-      CHECK(ps.count(p + ".transformer_layer.self_attention_hyper_connection.mapping_proj.weight") == 1);
-      CHECK(ps.count(p + ".transformer_layer.mlp_hyper_connection.alpha_res") == 1);
+      CHECK(ps.count(p + ".mtp_model_layer.self_attention_hyper_connection.mapping_proj.weight") == 1);
+      CHECK(ps.count(p + ".mtp_model_layer.mlp_hyper_connection.alpha_res") == 1);
       CHECK(ps.count(p + ".hc_head_fn") == (learned ? 1u : 0u));
       if (learned) {
         CHECK(ps[p + ".hc_head_fn"]->value.shape() == Shape{2, 16});

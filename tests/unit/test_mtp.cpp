@@ -69,7 +69,7 @@ mtp_ref::Losses reference(LanguageModel& model, const Batch& batch, int64_t dept
   m.final_norm = "decoder.final_layernorm";
   m.depths = depths;
   m.module = [repeated](int64_t k) { return "mtp.layers." + std::to_string(repeated ? 0 : k - 1); };
-  m.inner_layers = [m](int64_t k) { return std::vector<std::string>{m.module(k) + ".transformer_layer"}; };
+  m.inner_layers = [m](int64_t k) { return std::vector<std::string>{m.module(k) + ".mtp_model_layer"}; };
   return mtp_ref::reference(Ref{by_name(model), kHidden, 12}, batch, m);
 }
 
@@ -180,7 +180,7 @@ TEST_CASE("mtp: gradients of every part match finite differences (f64, tied and 
     std::vector<std::string> names = {"embedding.word_embeddings.weight", "decoder.layers.1.mlp.linear_fc2.weight",
                                       "decoder.final_layernorm.weight", "mtp.layers.0.eh_proj.weight",
                                       "mtp.layers.0.enorm.weight", "mtp.layers.1.hnorm.bias",
-                                      "mtp.layers.1.transformer_layer.self_attention.linear_qkv.weight",
+                                      "mtp.layers.1.mtp_model_layer.self_attention.linear_qkv.weight",
                                       "mtp.layers.0.final_layernorm.weight"};
     if (untied) names.push_back("output_layer.weight");
     for (const std::string& name : names) {
@@ -224,7 +224,7 @@ TEST_CASE("mtp: the repeated layer is one module applied at every depth", "[mtp]
   for (Parameter* p : two.parameters()) p->main_grad.zero_();
   rep.backward_pass(*c1, in);
   two.backward_pass(*c2, in);
-  for (const std::string n : {"eh_proj.weight", "transformer_layer.mlp.linear_fc1.weight", "enorm.weight"}) {
+  for (const std::string n : {"eh_proj.weight", "mtp_model_layer.mlp.linear_fc1.weight", "enorm.weight"}) {
     const Vec g = rp["mtp.layers.0." + n]->main_grad.to_vector();
     const Vec g0 = tp["mtp.layers.0." + n]->main_grad.to_vector(), g1 = tp["mtp.layers.1." + n]->main_grad.to_vector();
     Vec sum(g0.size());
@@ -267,10 +267,10 @@ TEST_CASE("mtp: canonical names, layer_of, loss names and the factory", "[mtp]")
   const CanonicalParameterNameMap names({&model}, 0, 1);
   const auto& all = names.names();
   for (const char* n : {"mtp.layers.0.enorm.weight", "mtp.layers.0.hnorm.bias", "mtp.layers.1.eh_proj.weight",
-                        "mtp.layers.1.transformer_layer.self_attention.linear_qkv.weight",
-                        "mtp.layers.1.transformer_layer.mlp.linear_fc2.weight", "mtp.layers.0.final_layernorm.weight"})
+                        "mtp.layers.1.mtp_model_layer.self_attention.linear_qkv.weight",
+                        "mtp.layers.1.mtp_model_layer.mlp.linear_fc2.weight", "mtp.layers.0.final_layernorm.weight"})
     CHECK(std::find(all.begin(), all.end(), n) != all.end());
-  CHECK(layer_of("mtp.layers.1.transformer_layer.mlp.linear_fc1.weight") == std::optional<std::string>("mtp.layers.1"));
+  CHECK(layer_of("mtp.layers.1.mtp_model_layer.mlp.linear_fc1.weight") == std::optional<std::string>("mtp.layers.1"));
   CHECK(by_name(model).at("mtp.layers.0.eh_proj.weight")->value.shape() == Shape{kHidden, 2 * kHidden});
   CHECK(model.loss_names() == std::vector<std::string>{"lm loss", "mtp_1 loss", "mtp_2 loss"});
   const StrataConfig cfg = test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
@@ -293,7 +293,7 @@ TEST_CASE("mtp: an MoE last layer makes the MTP layer MoE (finite differences)",
   GPTModel model(cfg, f64_options(false));
   model.init_parameters(17);
   auto ps = by_name(model);
-  REQUIRE(ps.count("mtp.layers.0.transformer_layer.mlp.router.weight"));
+  REQUIRE(ps.count("mtp.layers.0.mtp_model_layer.mlp.router.weight"));
   const Batch batch = test::fixed_batch(2, 6, 24);
   auto ctx = model.make_context(1, 0, true);
   const ForwardOutput out = model.forward_pass(*ctx, batch);
@@ -311,7 +311,7 @@ TEST_CASE("mtp: an MoE last layer makes the MTP layer MoE (finite differences)",
     auto c = model.make_context(1, 0, true);
     return weighted(model.forward_pass(*c, batch), w);
   };
-  for (const char* name : {"mtp.layers.0.transformer_layer.mlp.router.weight", "mtp.layers.0.eh_proj.weight"}) {
+  for (const char* name : {"mtp.layers.0.mtp_model_layer.mlp.router.weight", "mtp.layers.0.eh_proj.weight"}) {
     Parameter& p = *ps.at(name);
     const Vec g = p.main_grad.to_vector();
     double* x = p.value.data<double>();

@@ -1,10 +1,13 @@
-// Tests of models/parameter_names.h (CanonicalParameterNameMap, layer_of): the rules of spec §1.6
-// case by case on hand-built Parameters, the error cases, the checkpoint writer's duplicate check,
+// Tests of models/parameter_names.h (CanonicalParameterNameMap, layer_of, checkpoint_parameter_name):
+// the rules of Megatron's parameter_names.py case by case on hand-built Parameters, the error
+// cases, the checkpoint writer's duplicate check, GPT MTP names (module path vs checkpoint name),
 // and the same name set under ten parallel layouts (real model chunks of every rank of a layout,
 // built without MPI from hand-set ParallelGroups whose communicators refuse every collective).
 #include "test_helpers.h"
+#include "trainer_test_support.h"
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -146,6 +149,51 @@ TEST_CASE("parameter names: the checkpoint writer refuses two parameters with on
   CheckpointState st;
   check_throws_with([&] { save_checkpoint(dir.string(), st, {&a, &b}, nullptr, *io); },
                     {"duplicate parameter name 'decoder.final_layernorm.weight'"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("parameter names: MTP inner layers follow Megatron's module path, checkpoints its checkpoint names",
+          "[parameter_names][mtp]") {
+  // Megatron's MultiTokenPredictionLayer holds its layer as mtp_model_layer; only the GPT checkpoint
+  // mapping (sharded_state_dict) renames it transformer_layer. Hybrid MTP stacks keep the path.
+  CHECK(checkpoint_parameter_name("mtp.layers.1.mtp_model_layer.mlp.linear_fc1.weight") ==
+        "mtp.layers.1.transformer_layer.mlp.linear_fc1.weight");
+  CHECK(checkpoint_parameter_name("mtp.layers.0.mtp_model_layer.layers.2.mixer.in_proj.weight") ==
+        "mtp.layers.0.mtp_model_layer.layers.2.mixer.in_proj.weight");
+  CHECK(checkpoint_parameter_name("mtp.layers.0.eh_proj.weight") == "mtp.layers.0.eh_proj.weight");
+  CHECK(checkpoint_parameter_name("decoder.layers.0.mlp.linear_fc1.weight") == "decoder.layers.0.mlp.linear_fc1.weight");
+
+  const StrataConfig cfg = test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
+                                              "model.vocab_size=50", "model.position_embedding_type=rope",
+                                              "model.mtp_num_layers=2"});
+  std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
+  model->init_parameters(5);
+  const CanonicalParameterNameMap names({model.get()}, 0, 1);
+  const std::set<std::string> all(names.names().begin(), names.names().end());
+  for (const char* n : {"mtp.layers.0.mtp_model_layer.self_attention.linear_qkv.weight",
+                        "mtp.layers.1.mtp_model_layer.mlp.linear_fc2.weight"})
+    CHECK(all.count(n) == 1);
+  for (const std::string& n : all) CHECK(n.find("transformer_layer") == std::string::npos);
+
+  // The checkpoint holds Megatron's names and loads back into the model.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "strata_test_parameter_names_mtp_ckpt";
+  std::filesystem::remove_all(dir);
+  std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
+  CheckpointState st;
+  st.iteration = 3;
+  save_checkpoint(dir.string(), st, model->parameters(), nullptr, *io);
+  std::ifstream in(dir / "iter_0000003" / "manifest.json");
+  const std::string manifest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(manifest.find("\"mtp.layers.1.transformer_layer.mlp.linear_fc2.weight\"") != std::string::npos);
+  CHECK(manifest.find("mtp_model_layer") == std::string::npos);
+  std::unique_ptr<LanguageModel> loaded = make_model(cfg, Device::cpu());
+  loaded->init_parameters(6);
+  CheckpointLoadOptions lo;
+  lo.load_optimizer = false;
+  load_checkpoint(dir.string(), loaded->parameters(), nullptr, *io, lo);
+  const std::vector<Parameter*> a = model->parameters(), b = loaded->parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(test::max_abs_diff(a[i]->value, b[i]->value) == 0.0);
   std::filesystem::remove_all(dir);
 }
 
