@@ -107,6 +107,7 @@ struct RouterTracer::Pending {
   int64_t hidden = 0, experts = 0;
   std::vector<int64_t> indices;  // [T, k]
   int64_t tokens = 0, topk = 0;
+  bool logits_from_input = false;  // the logits were recomputed from the pre-jitter input
 };
 
 RouterTracerOptions RouterTracerOptions::from_config(const StrataConfig& cfg, int rank) {
@@ -124,9 +125,9 @@ RouterTracerOptions RouterTracerOptions::from_config(const StrataConfig& cfg, in
 }
 
 RouterTracer::RouterTracer(RouterTracerOptions options, std::vector<MoeRouterRef> routers,
-                           std::map<int64_t, std::string> weight_names)
+                           std::map<std::string, std::string> weight_names)
     : o_(std::move(options)), weight_names_(std::move(weight_names)), pending_(std::make_unique<Pending>()) {
-  for (const MoeRouterRef& r : routers) routers_[r.layer] = r.router;
+  for (const MoeRouterRef& r : routers) routers_[r.router->owner()] = r.router;
   std::error_code ec;
   std::filesystem::create_directories(o_.dir, ec);
   STRATA_CHECK_KIND(ErrorKind::Io, !ec, "logging.moe_routing_trace_path: cannot create '", o_.dir, "': ", ec.message());
@@ -153,7 +154,7 @@ SourceKinds RouterTracer::kinds_for(const ObservationContext& c) {
   if (detached_) return {};
   SourceKinds k{SourceKind::RouterTopIndices, SourceKind::RouterTopKept};
   if (o_.capture_hidden_states) k = k | SourceKinds{SourceKind::RouterInput};
-  if (o_.capture_logits) k = k | SourceKinds{SourceKind::RouterLogits};
+  if (o_.capture_logits) k = k | SourceKinds{SourceKind::RouterInput, SourceKind::RouterLogits};
   return k;
 }
 
@@ -166,10 +167,11 @@ void RouterTracer::on_tensor(const Observation& o) {
   }
   switch (o.kind) {
     case SourceKind::RouterInput:
-      p.hidden = append_bf16(o.tensor, p.hs);
+      if (o_.capture_hidden_states) p.hidden = append_bf16(o.tensor, p.hs);
+      if (o_.capture_logits) p.logits_from_input = logits_from_input(o, p);
       break;
     case SourceKind::RouterLogits:
-      p.experts = append_bf16(o.tensor, p.logits);
+      if (!p.logits_from_input) p.experts = append_bf16(o.tensor, p.logits);
       break;
     case SourceKind::RouterTopIndices: {
       const Tensor idx = o.tensor.to(Device::cpu()).contiguous();
@@ -185,6 +187,21 @@ void RouterTracer::on_tensor(const Observation& o) {
     default:
       break;
   }
+}
+
+// Under moe_input_jitter_eps the router gates a jittered copy of its input; the hidden-state
+// sidecar holds the input before the jitter. As Megatron's tracer (it gates the hook's pre-jitter
+// input again, under no_grad), the logits sidecar is then the gating of that same input, so the
+// pair is consistent: logits = hidden · Wᵀ in the router dtype. Without jitter the observed
+// router_logits are that product already and are taken as they are.
+bool RouterTracer::logits_from_input(const Observation& input, Pending& p) {
+  const auto it = routers_.find(std::string(p.owner));
+  if (it == routers_.end() || it->second->options().moe_input_jitter_eps.value_or(0.0) <= 0) return false;
+  const layers::moe::TopKRouter& r = *it->second;
+  const Tensor x = input.tensor.contiguous();
+  const Tensor rows = x.reshape({x.numel() / x.size(-1), x.size(-1)}).to(r.router_dtype(x.dtype()));
+  p.experts = append_bf16(r.gating(rows), p.logits);
+  return true;
 }
 
 void RouterTracer::emit(const Observation& kept) {
@@ -244,22 +261,24 @@ void RouterTracer::emit(const Observation& kept) {
   }
   if (any) s += ']';
   s += "}\n";
-  if (o_.dump_weights && !key.mtp_idx && !weights_.count(state_prefix(key) + ".weight")) snapshot_weights(key.layer);
+  if (o_.dump_weights && !weights_.count(state_prefix(key) + ".weight")) snapshot_weights(p.owner);
   *pending_ = Pending{};
   if (jsonl_buf_.size() + hs_buf_.size() + logits_buf_.size() > kAutoFlushBytes) flush();
 }
 
-void RouterTracer::snapshot_weights(int64_t layer) {
-  const auto it = routers_.find(layer);
-  STRATA_CHECK(it != routers_.end(), "router tracer: no router of layer ", layer, " to dump the weights of");
+// Megatron's RouterTracer._record: the first forward of each router (decoder and MTP, keyed
+// (block, mtp_idx, layer)) records its weights once.
+void RouterTracer::snapshot_weights(const std::string& owner) {
+  const auto it = routers_.find(owner);
+  STRATA_CHECK(it != routers_.end(), "router tracer: no router '", owner, "' to dump the weights of");
   const layers::moe::TopKRouter& r = *it->second;
-  const std::string p = state_prefix(RouterKey{"decoder", std::nullopt, layer});
+  const std::string p = state_prefix(parse_owner(owner));
   weights_[p + ".weight"] = r.weight.value.to(DType::F32).to(Device::cpu()).clone();
   if (r.options().moe_router_enable_expert_bias)
     weights_[p + ".expert_bias"] = r.expert_bias.value.to(DType::F32).to(Device::cpu()).clone();
   weight_meta_[p + ".score_function"] = layers::moe::score_function_name(r.options().moe_router_score_function);
   weight_meta_[p + ".topk"] = std::to_string(r.options().moe_router_topk);
-  if (const auto name = weight_names_.find(layer); name != weight_names_.end()) weight_meta_[p + ".parameter"] = name->second;
+  if (const auto name = weight_names_.find(owner); name != weight_names_.end()) weight_meta_[p + ".parameter"] = name->second;
   if (r.options().moe_router_num_groups) {  // group-limited routing (what a predictor needs to replay it)
     weight_meta_[p + ".num_groups"] = std::to_string(*r.options().moe_router_num_groups);
     weight_meta_[p + ".group_topk"] = std::to_string(r.options().moe_router_group_topk.value_or(0));
@@ -309,11 +328,11 @@ std::unique_ptr<RouterTracer> make_router_tracer(const StrataConfig& cfg, const 
   if (!cfg.logging.moe_routing_trace_path) return nullptr;
   const CanonicalParameterNameMap names(chunks, ep_rank, ep_size);
   std::vector<MoeRouterRef> routers;
-  std::map<int64_t, std::string> weight_names;
+  std::map<std::string, std::string> weight_names;
   for (LanguageModel* c : chunks)
     for (const MoeRouterRef& r : c->moe_routers()) {
       routers.push_back(r);
-      weight_names[r.layer] = names.name_of(&r.router->weight);
+      weight_names[r.router->owner()] = names.name_of(&r.router->weight);
     }
   return std::make_unique<RouterTracer>(RouterTracerOptions::from_config(cfg, rank), std::move(routers),
                                         std::move(weight_names));

@@ -49,12 +49,13 @@ struct RouterTracerOptions {
 
 class RouterTracer : public StepObserver {
  public:
-  // routers: every local router with its global layer (LanguageModel::moe_routers() of each
-  // chunk). Creates the directory and this rank's files (empty).
+  // routers: every local router, decoder and MTP (LanguageModel::moe_routers() of each chunk).
+  // Creates the directory and this rank's files (empty).
   // weight_names: each router's weight by canonical parameter name (CanonicalParameterNameMap),
-  // by global layer, written to the router state's metadata; empty: not written.
+  // by router owner ("decoder.layers.3.mlp.router"), written to the router state's metadata;
+  // empty: not written.
   RouterTracer(RouterTracerOptions options, std::vector<MoeRouterRef> routers,
-               std::map<int64_t, std::string> weight_names = {});
+               std::map<std::string, std::string> weight_names = {});
   ~RouterTracer() override;  // finish()
 
   SourceKinds kinds_for(const ObservationContext& c) override;
@@ -70,13 +71,14 @@ class RouterTracer : public StepObserver {
  private:
   struct Pending;  // one router forward being assembled (router_tracer.cpp)
   void emit(const Observation& kept);
-  void snapshot_weights(int64_t layer);
+  bool logits_from_input(const Observation& input, Pending& p);
+  void snapshot_weights(const std::string& owner);
   void flush();
   void write_weights();
 
   RouterTracerOptions o_;
-  std::map<int64_t, layers::moe::TopKRouter*> routers_;  // by global layer
-  std::map<int64_t, std::string> weight_names_;           // canonical names of their weights
+  std::map<std::string, layers::moe::TopKRouter*> routers_;  // by owner
+  std::map<std::string, std::string> weight_names_;          // canonical names of their weights, by owner
   std::string jsonl_path_;
   std::unique_ptr<formats::AppendFile> jsonl_, hs_, logits_;
   std::string jsonl_buf_, hs_buf_, logits_buf_;

@@ -190,7 +190,7 @@ TEST_CASE("router tracer: a hybrid model's MTP routers (nested stack) are traced
   test::TempDir dir("router_trace_hybrid_mtp");
   const StrataConfig cfg = test::tiny_config(moe_options(
       {"model.hybrid_layer_pattern='*E/*E/*E'", "model.position_embedding_type=rope", "training.train_iters=1",
-       "logging.moe_routing_trace_path=" + dir.path().string()}));
+       "logging.moe_routing_trace_path=" + dir.path().string(), "logging.moe_routing_trace_dump_weights=true"}));
   const Run r = train(cfg);
   std::map<std::string, int> seen;  // "block/mtp_idx/layer" -> records
   for (const nlohmann::json& rec : r.records)
@@ -202,6 +202,69 @@ TEST_CASE("router tracer: a hybrid model's MTP routers (nested stack) are traced
   for (const ExpertLoadStats& s : r.last_load) layers.push_back(s.layer), tokens += s.tokens;
   CHECK(layers == std::vector<int64_t>{1, 3, 5});
   CHECK(tokens == 3 * 2 * 16 * 2);  // 3 routers x 2 micro-batches x 16 tokens x top-2
+  // The router state holds the MTP routers too, under Megatron's ("mtp", h, j) keys.
+  const formats::SafetensorsContents st = formats::read_safetensors(dir.file("router_state_rank0.safetensors"));
+  for (const auto& [prefix, layer, name] : {std::tuple<std::string, int64_t, std::string>{"decoder..1", 1, "decoder.layers.1"},
+                                            {"mtp.0.1", 3, "mtp.layers.0.mtp_model_layer.layers.1"},
+                                            {"mtp.1.1", 5, "mtp.layers.1.mtp_model_layer.layers.1"}}) {
+    INFO(prefix);
+    REQUIRE(st.tensors.count(prefix + ".weight") == 1);
+    CHECK(st.tensors.at(prefix + ".weight").to_vector() == r.first_weights.at(layer));
+    CHECK(st.metadata.at(prefix + ".parameter") == name + ".mlp.router.weight");
+  }
+}
+
+TEST_CASE("router tracer: a GPT model's MTP router is dumped as (mtp, 0, 0)", "[router_trace][mtp]") {
+  test::TempDir dir("router_trace_gpt_mtp");
+  const StrataConfig cfg = test::tiny_config(moe_options(
+      {"model.mtp_num_layers=1", "model.position_embedding_type=rope", "training.train_iters=1",
+       "logging.moe_routing_trace_path=" + dir.path().string(), "logging.moe_routing_trace_dump_weights=true"}));
+  const Run r = train(cfg);
+  const formats::SafetensorsContents st = formats::read_safetensors(dir.file("router_state_rank0.safetensors"));
+  CHECK(st.tensors.count("decoder..0.weight") == 1);
+  CHECK(st.tensors.count("decoder..1.weight") == 1);
+  REQUIRE(st.tensors.count("mtp.0.0.weight") == 1);
+  CHECK(st.tensors.at("mtp.0.0.weight").to_vector() == r.first_weights.at(2));  // global layer num_layers + 0
+  CHECK(st.metadata.at("mtp.0.0.parameter") == "mtp.layers.0.mtp_model_layer.mlp.router.weight");
+}
+
+TEST_CASE("router tracer: under input jitter the logits sidecar is the gating of the hidden-state sidecar",
+          "[router_trace]") {
+  // Megatron's tracer records the router's pre-jitter input and gates that same input again; the
+  // router itself gated a jittered copy (its router_logits observation).
+  test::TempDir dir("router_trace_jitter");
+  const StrataConfig cfg = test::tiny_config(moe_options(
+      {"model.moe_input_jitter_eps=0.3", "training.train_iters=1", "logging.moe_routing_trace_path=" + dir.path().string(),
+       "logging.moe_routing_trace_capture_logits=true", "logging.moe_routing_trace_capture_hidden_states=true"}));
+  Probe probe;
+  const Run r = train(cfg, &probe);
+  REQUIRE(r.records.size() == 4);  // 2 micro-batches x 2 MoE layers
+  auto f32 = [](const std::vector<uint16_t>& bits) {
+    std::vector<double> v;
+    for (uint16_t b : bits) v.push_back(static_cast<float>(bfloat16::from_bits(b)));
+    return v;
+  };
+  for (const nlohmann::json& rec : r.records) {
+    const Key key = key_of(rec);
+    const std::vector<double> hs = f32(sidecar(dir.file("hidden_states_rank0.bin"), rec, "hs"));
+    const std::vector<double> lg = f32(sidecar(dir.file("logits_rank0.bin"), rec, "logit"));
+    const std::vector<double> jittered = f32(probe.logits.at(key));
+    CHECK(sidecar(dir.file("hidden_states_rank0.bin"), rec, "hs") == probe.input.at(key));  // pre-jitter
+    const std::vector<double>& w = r.first_weights.at(std::get<3>(key));  // [4, 16]
+    double scale = 0, err = 0, jitter_err = 0;
+    for (int64_t t = 0; t < 16; ++t)
+      for (int64_t e = 0; e < 4; ++e) {
+        double ref = 0;
+        for (int64_t h = 0; h < 16; ++h) ref += hs[static_cast<size_t>(t * 16 + h)] * w[static_cast<size_t>(e * 16 + h)];
+        const size_t i = static_cast<size_t>(t * 4 + e);
+        scale = std::max(scale, std::abs(ref));
+        err = std::max(err, std::abs(lg[i] - ref));
+        jitter_err = std::max(jitter_err, std::abs(jittered[i] - ref));
+      }
+    INFO(rec.dump() << " scale " << scale << " err " << err << " jittered " << jitter_err);
+    CHECK(err <= 0.02 * scale);         // bf16 rounding of the input and the logits only
+    CHECK(jitter_err > 5 * err + 1e-9);  // the router's own logits saw the jitter
+  }
 }
 
 TEST_CASE("router tracer: max iterations stop tracing, a resumed run traces", "[router_trace]") {

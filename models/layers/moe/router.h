@@ -79,6 +79,7 @@ class TopKRouter {
   // End of a global batch (Megatron's reset_model_temporary_tensors).
   void reset_global_aux_loss_tracker() { global_tracker_.reset(); }
   const RouterOptions& options() const { return options_; }
+  const std::string& owner() const { return owner_; }  // "<prefix>.router" (its sites' owner)
 
   Parameter weight;       // [E, H]
   Parameter expert_bias;  // [E] f32 (undefined value when disabled)
