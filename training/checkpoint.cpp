@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -187,6 +188,14 @@ struct TensorEntry {
 
 std::string shape_str(const std::vector<int64_t>& s) { return Shape(s).str(); }
 
+// Up to 8 names, then how many more.
+std::string name_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > 8) s += ", … (" + std::to_string(names.size() - 8) + " more)";
+  return s;
+}
+
 }  // namespace
 
 std::string checkpoint_dir_name(int64_t iteration) {
@@ -245,15 +254,16 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
   // The name map rejects two parameters with one name (and lists each parameter once).
   const CanonicalParameterNameMap names({params}, 0, 1, 0);
   for (Parameter* p : params)
-    if (owns(*p)) model.add(names.name_of(p), *p, p->value);
+    if (owns(*p)) model.add(checkpoint_parameter_name(names.name_of(p)), *p, p->value);
   if (opt) {
     for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed optimizer: gathered)
       const Parameter& p = *s.param;
       if (!owns(p)) continue;
       const Shape& shape = p.value.shape();
-      optim.add("optimizer.exp_avg." + p.name, p, s.exp_avg.reshape(shape));
-      optim.add("optimizer.exp_avg_sq." + p.name, p, s.exp_avg_sq.reshape(shape));
-      if (s.separate_master) optim.add("optimizer.master." + p.name, p, s.master.reshape(shape));
+      const std::string name = checkpoint_parameter_name(p.name);
+      optim.add("optimizer.exp_avg." + name, p, s.exp_avg.reshape(shape));
+      optim.add("optimizer.exp_avg_sq." + name, p, s.exp_avg_sq.reshape(shape));
+      if (s.separate_master) optim.add("optimizer.master." + name, p, s.master.reshape(shape));
     }
   }
   for (ShardWriter* w : {&model, &optim}) {
@@ -471,7 +481,29 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     }
   };
 
-  for (Parameter* p : params) load_tensor(p->name, *p, p->value);
+  // The tensor sets: this model's against the checkpoint's (finetune: listed and skipped).
+  std::vector<Parameter*> present;
+  std::set<std::string> wanted;
+  for (Parameter* p : params) {
+    const std::string name = checkpoint_parameter_name(p->name);
+    wanted.insert(name);
+    if (table.count(name))
+      present.push_back(p);
+    else
+      st.finetune_missing.push_back(name);
+  }
+  if (options.holds_whole_model)
+    for (const auto& [name, e] : table)
+      if (name.rfind("optimizer.", 0) != 0 && !wanted.count(name)) st.finetune_unused.push_back(name);
+  if (!options.finetune) {
+    STRATA_CHECK(st.finetune_missing.empty(), "checkpoint: ", dir.string(), " lacks ", st.finetune_missing.size(),
+                 " tensor(s) of this model: ", name_list(st.finetune_missing),
+                 " (set checkpoint.finetune=true to start them from their initialisation)");
+    STRATA_CHECK(st.finetune_unused.empty(), "checkpoint: ", dir.string(), " holds ", st.finetune_unused.size(),
+                 " tensor(s) this model does not have: ", name_list(st.finetune_unused),
+                 " (set checkpoint.finetune=true to load only the tensors the two models share)");
+  }
+  for (Parameter* p : present) load_tensor(checkpoint_parameter_name(p->name), *p, p->value);
   cache.clear();  // the model files are no longer needed
 
   if (opt) {
@@ -482,9 +514,10 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
       for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed: prepared, then scattered)
         const Parameter& p = *s.param;
         const Shape& shape = p.value.shape();
-        load_tensor("optimizer.exp_avg." + p.name, p, s.exp_avg.reshape(shape));
-        load_tensor("optimizer.exp_avg_sq." + p.name, p, s.exp_avg_sq.reshape(shape));
-        const std::string master = "optimizer.master." + p.name;
+        const std::string name = checkpoint_parameter_name(p.name);
+        load_tensor("optimizer.exp_avg." + name, p, s.exp_avg.reshape(shape));
+        load_tensor("optimizer.exp_avg_sq." + name, p, s.exp_avg_sq.reshape(shape));
+        const std::string master = "optimizer.master." + name;
         if (table.count(master))  // (also bf16 saved, fp32 loaded: the f32 master is the value)
           load_tensor(master, p, s.master.reshape(shape));
         else if (s.separate_master)

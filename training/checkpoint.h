@@ -55,6 +55,9 @@ struct CheckpointState {
   int64_t num_evaluations = 0;          // validation passes done (the validation data position)
   uint64_t seed = 0;                    // the counter-based RNG state is the seed (+ step keys)
   std::string config_yaml;              // the resolved config
+  // Loading under checkpoint.finetune: this model's tensors the checkpoint lacks (left as
+  // initialised) and the checkpoint's tensors this model lacks (not read).
+  std::vector<std::string> finetune_missing, finetune_unused;
 };
 
 struct CheckpointLoadOptions {
@@ -66,6 +69,12 @@ struct CheckpointLoadOptions {
   // padding is make_vocab_size_divisible_by · tp of the saving layout); the common rows are loaded
   // and any extra model rows zeroed. Training keeps this off: padded logits enter the softmax.
   bool vocab_padding_may_differ = false;
+  // The loading rank holds every tensor of the model (one pipeline stage, no expert parallelism):
+  // a checkpoint tensor it does not have is then another model's, an error (listed and skipped
+  // under finetune). Off for readers of a subset (a pipeline stage, an expert shard, the parameters
+  // without the routers' expert biases); a missing tensor is an error (listed and left as
+  // initialised under finetune) either way.
+  bool holds_whole_model = false;
 };
 
 // "iter_0000100" (Megatron's iter_{:07d}).

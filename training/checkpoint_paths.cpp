@@ -2,6 +2,10 @@
 // Reference: megatron/training/checkpointing.py (load_checkpoint, save_checkpoint).
 #include "training/checkpoint_paths.h"
 
+#include "training/checkpoint.h"
+#include "training/checkpoint_architecture.h"
+#include "training/checkpoint_directory.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -74,7 +78,13 @@ void check_load(const fs::path& load, const std::optional<std::string>& save) {
 
 void check_checkpoint_paths(const StrataConfig& cfg, bool create_save) {
   if (cfg.checkpoint.save) check_save(*cfg.checkpoint.save, create_save);
+  check_save_directory(cfg);  // another run's checkpoints are not replaced silently
   if (cfg.checkpoint.load) check_load(*cfg.checkpoint.load, cfg.checkpoint.save);
+  // A resume into another model: refused here, before the model is allocated (the Trainer checks
+  // again and logs a finetune's differences).
+  if (cfg.checkpoint.load)
+    if (const auto it = read_checkpoint_tracker(*cfg.checkpoint.load))
+      check_checkpoint_architecture(*cfg.checkpoint.load, *it, cfg);
 }
 
 }  // namespace strata::training

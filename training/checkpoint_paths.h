@@ -5,6 +5,10 @@
 //   checkpoint.save: an existing non-directory is an error; otherwise the directory is created
 //     (create_save) and a probe file written and removed, or (validate-only) its nearest existing
 //     ancestor must be a writable directory.
+//   checkpoint.save holding another run's checkpoints: refused unless the run resumes from it or
+//     checkpoint.overwrite is set (training/checkpoint_directory.h).
+//   checkpoint.load holding a checkpoint of another model (architecture fields): refused unless
+//     checkpoint.finetune (training/checkpoint_architecture.h).
 //   checkpoint.load: must be a directory. A path that does not exist is an error, unless it is the
 //     save directory too (the first run of a job whose save equals load). An existing directory
 //     without a tracker file stays a warning (the Trainer logs it), as in Megatron.

@@ -87,6 +87,7 @@ struct CheckpointConfig {
   bool no_load_optim = false;
   bool no_load_rng = false;
   bool finetune = false;
+  bool overwrite = false;  // replace another run's checkpoints in `save` (training/checkpoint_directory.h)
 };
 
 struct LoggingConfig {

@@ -235,6 +235,7 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   lo.load_optimizer = false;
   lo.load_rng = false;
   lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
+  lo.holds_whole_model = true;
   // The parameters and the MoE routers' expert biases (inference routing selects with them).
   load_checkpoint(dir, checkpoint_tensors({lm.model.get()}), nullptr, *io, lo, *iteration);
   return lm;

@@ -16,6 +16,8 @@
 #include "training/tensor_metrics/registry.h"
 #include "parallel/context_parallel.h"
 #include "training/checkpoint.h"
+#include "training/checkpoint_architecture.h"
+#include "training/checkpoint_directory.h"
 #include "training/router_tracer.h"
 #include "training/signals.h"
 #include "training/step_losses.h"
@@ -87,15 +89,23 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
     if (!read_checkpoint_tracker(dir)) {
       log::warn("checkpoint.load={}: no {} found, training from scratch", dir, kTrackerFile);
     } else {
+      const int64_t at = *read_checkpoint_tracker(dir);
+      for (const std::string& d : check_checkpoint_architecture(dir, at, cfg_))  // a finetune's differences
+        log::warn("checkpoint.finetune: {}", d);
       CheckpointLoadOptions lo;
       lo.load_optimizer = !cfg_.checkpoint.no_load_optim;
       lo.load_rng = !cfg_.checkpoint.no_load_rng;
       lo.finetune = cfg_.checkpoint.finetune;
+      lo.holds_whole_model = pipeline_.pp.size() == 1 && options_.groups.ep.size() == 1;
       // Distributed optimizer: the state is read at full size, then this rank keeps its segments.
       const bool reads_optimizer = lo.load_optimizer && !lo.finetune;
       if (reads_optimizer) optimizer_->prepare_checkpoint_states();
       const CheckpointState st = load_checkpoint(dir, checkpointed_, optimizer_.get(), tensor_io(), lo);
       if (reads_optimizer) optimizer_->scatter_checkpoint_states();
+      for (const std::string& n : st.finetune_missing)
+        log::warn("checkpoint.finetune: {} is not in the checkpoint; it keeps its initialisation", n);
+      for (const std::string& n : st.finetune_unused)
+        log::warn("checkpoint.finetune: the checkpoint's {} is not in this model; not loaded", n);
       iteration_ = start_iteration_ = st.iteration;
       consumed_samples_ = st.consumed_train_samples;
       skipped_iterations_ = st.num_skipped_iterations;
@@ -316,6 +326,10 @@ void Trainer::save_checkpoint() {
   const ProcessGroup& world = options_.groups.world;
   STRATA_CHECK(pipeline_.pp.size() == 1 || world.size() > 1,
                "trainer: checkpoint.save under pipeline parallelism needs TrainerOptions.groups (the world group)");
+  if (saved_iterations_.empty() && options_.groups.global_rank == 0)  // this run's first save
+    for (const std::string& p : clean_checkpoint_directory(*cfg_.checkpoint.save,
+                                                           cfg_.checkpoint.overwrite && !resumes_from_save_directory(cfg_)))
+      log::info("checkpoint.save: removed {} (an interrupted save's leftover, or a replaced run's checkpoint)", p);
   optimizer_->gather_checkpoint_states();
   CheckpointSaveLayout layout;
   layout.world = world;

@@ -1,5 +1,5 @@
 // `strata train --config FILE [section.field=value | Megatron flag ...] [--print-config] [--validate-only]
-// [--help-config]` (`--help` prints the usage and the same field table as --help-config):
+// [--help-config] [--overwrite]` (`--help` prints the usage and the same field table as --help-config):
 // loads the StrataConfig (training/config.h), applies the overrides and Megatron flags in order
 // (core/megatron_flags.h; flags without effect are listed in one line), validates it with the
 // launched world size (launched_world_size, parallel/distributed.h; --validate-only and
@@ -29,7 +29,7 @@ void register_train(CLI::App& app) {
   CLI::App* train = app.add_subcommand("train", "train a model from a YAML config (docs/config.md)");
   struct Opts {
     std::string config;
-    bool print_config = false, validate_only = false, help_config = false;
+    bool print_config = false, validate_only = false, help_config = false, overwrite = false;
   };
   auto o = std::make_shared<Opts>();
   train->add_option("--config", o->config, "the run config (YAML), e.g. configs/gpt_tiny.yaml");
@@ -37,6 +37,8 @@ void register_train(CLI::App& app) {
   train->add_flag("--print-config", o->print_config, "print the resolved config as YAML and exit");
   train->add_flag("--validate-only", o->validate_only, "validate the config and exit 0 (valid) or 1 (invalid)");
   train->add_flag("--help-config", o->help_config, "list every config field with its type, default and doc");
+  train->add_flag("--overwrite", o->overwrite,
+                  "replace the Strata checkpoints already in checkpoint.save (= checkpoint.overwrite=true)");
   // `strata train --help`: the usage above, then every config field with its default and doc.
   train->footer([] { return "\n" + StrataConfig::help_text(); });
   add_runner(train, [o, train] {
@@ -47,7 +49,9 @@ void register_train(CLI::App& app) {
     STRATA_CHECK(!o->config.empty(), "strata train: --config FILE is required (see --help-config for the fields)");
     // Decoding and validation are pure: nothing is allocated before the config is known good.
     std::vector<std::string> no_effect;
-    StrataConfig cfg = StrataConfig::load(o->config, config_args(train), &no_effect, own_flags(train));
+    std::vector<std::string> args = config_args(train);
+    if (o->overwrite) args.push_back("checkpoint.overwrite=true");
+    StrataConfig cfg = StrataConfig::load(o->config, args, &no_effect, own_flags(train));
     // Checking without running: parallel.world_size may describe a layout other than this launch
     // (`--validate-only parallel.world_size=8` on one process). Under a launcher it must match.
     const bool dry = o->print_config || o->validate_only;
