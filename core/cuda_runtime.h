@@ -14,6 +14,7 @@ int omp_threads_hint();  // threads OpenMP will use on the host (core/logging.cp
 namespace cuda_rt {
 int device_count(std::string* reason);  // never throws; fills reason when 0
 std::string device_description(int device);
+size_t device_total_memory(int device);  // bytes of the GPU's memory
 // Copy n bytes between any two devices; synchronous with respect to the host.
 void memcpy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n);
 void synchronize(int device);

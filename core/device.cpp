@@ -2,6 +2,8 @@
 // whose implementation exists only in CUDA builds; CPU-only builds answer "built without CUDA".
 #include "core/device.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
 
@@ -37,6 +39,15 @@ const CudaProbe& probe() {
 }  // namespace
 
 int cuda_device_count() { return probe().count; }
+
+int64_t device_memory_bytes(Device device) {
+  if (device.is_cpu()) return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+#if STRATA_WITH_CUDA
+  return static_cast<int64_t>(cuda_rt::device_total_memory(device.index));
+#else
+  STRATA_THROW("device_memory_bytes: ", device.str(), " in a build without CUDA");
+#endif
+}
 std::string cuda_unavailable_reason() { return probe().reason; }
 
 Device resolve_device(std::string_view spec) {

@@ -35,6 +35,9 @@ std::string cuda_unavailable_reason();
 // Throws strata::Error naming the cause when cuda is asked for and unusable.
 Device resolve_device(std::string_view spec);
 
+// The memory of a device in bytes: a GPU's total memory, or the host's physical memory for the CPU.
+int64_t device_memory_bytes(Device device);
+
 // One line per device: name, compute capability, memory; used by `strata bench ops`.
 std::string device_report();
 

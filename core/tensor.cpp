@@ -27,8 +27,14 @@ Storage::~Storage() {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int i = 0; i < shape.ndim(); ++i)
     STRATA_CHECK(shape[i] >= 0, "negative dimension in shape ", shape.str());
+  int64_t elements = 1, bytes = 0;
+  bool overflow = false;
+  for (int i = 0; i < shape.ndim(); ++i) overflow = overflow || __builtin_mul_overflow(elements, shape[i], &elements);
+  overflow = overflow || __builtin_mul_overflow(elements, static_cast<int64_t>(dtype_size(dtype)), &bytes);
+  STRATA_CHECK(!overflow, "a tensor of shape ", shape.str(), " and dtype ", dtype_name(dtype),
+               " has more bytes than a 64-bit size holds");
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(shape.numel() * dtype_size(dtype), device);
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(bytes), device);
   t.shape_ = shape;
   t.strides_ = shape.contiguous_strides();
   t.dtype_ = dtype;

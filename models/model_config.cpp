@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/logging.h"
 #include "models/hybrid/hybrid_pattern.h"
@@ -86,7 +87,9 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("attention_softmax_in_fp32", &M::attention_softmax_in_fp32,
         "Compute the attention softmax in fp32 under bf16 precision.");
   f.add("fp32_residual_connection", &M::fp32_residual_connection,
-        "Keep the residual stream in fp32 under bf16 precision.");
+        "Keep the residual stream in fp32 under bf16 precision (Megatron's --fp32-residual-connection): the "
+        "embedding output is cast to f32, each layer normalises the f32 stream and computes in bf16, and adds "
+        "its output back in f32; pipeline stages exchange f32. Not with enable_hyper_connections.");
   add_moe_fields(f);
   add_mamba_fields(f);
   add_mtp_fields(f);
@@ -156,6 +159,57 @@ void finalize_hybrid_pattern(ModelConfig& m) {
 }
 }  // namespace
 
+namespace {
+
+// Beyond any model that trains: 2^48 elements in one tensor or in the whole model keeps every size
+// product of the planner and the allocator (elements · 8 bytes · a few copies) far from int64's range.
+constexpr int64_t kMaxModelElements = int64_t{1} << 48;
+
+// The product of the factors (field, value), or a ConfigError naming the field with the largest
+// value (the one to change) when it overflows or exceeds the bound.
+int64_t bounded_product(const std::string& what, std::initializer_list<std::pair<const char*, int64_t>> factors) {
+  int64_t p = 1;
+  std::string text;
+  const char* field = nullptr;
+  int64_t largest = 0;
+  bool too_big = false;
+  for (const auto& [name, f] : factors) {
+    text += (text.empty() ? "" : " × ") + std::to_string(f);
+    if (name && f >= largest) field = name, largest = f;  // ties: the later (hidden_size comes last)
+    too_big = too_big || __builtin_mul_overflow(p, f, &p) || p > kMaxModelElements;
+  }
+  if (too_big)
+    throw ConfigError(field ? field : "model", what + " would hold " + text + " elements, beyond 2^48 (" +
+                                                   std::to_string(kMaxModelElements) + "): a size no machine holds");
+  return p;
+}
+
+}  // namespace
+
+// Every tensor size and the model's total, before anything derives from them (overflow-safe).
+void check_model_sizes(const ModelConfig& m) {
+  const std::pair<const char*, int64_t> h{"model.hidden_size", m.hidden_size};
+  int64_t total = 0;
+  if (m.vocab_size)
+    total += bounded_product("the word embedding [vocab_size, hidden_size]", {{"model.vocab_size", *m.vocab_size}, h});
+  total += bounded_product("the position table [max_position_embeddings, hidden_size]",
+                           {{"model.max_position_embeddings", *m.max_position_embeddings}, h});
+  bounded_product("one sequence's hidden states [seq_length, hidden_size]", {{"model.seq_length", m.seq_length}, h});
+  const int64_t qkv = bounded_product("the QKV weight [(heads + 2·groups)·kv_channels, hidden_size]",
+                                      {{"model.num_attention_heads", m.num_attention_heads + 2 * *m.num_query_groups},
+                                       {"model.kv_channels", *m.kv_channels}, h});
+  const int64_t mlp = bounded_product("the MLP weights (3 × [ffn_hidden_size, hidden_size])",
+                                      {{nullptr, 3}, {"model.ffn_hidden_size", *m.ffn_hidden_size}, h});
+  int64_t experts = 0;
+  if (m.num_experts)
+    experts = bounded_product("the experts' weights (num_experts × 3 × [moe_ffn_hidden_size, hidden_size])",
+                              {{"model.num_experts", *m.num_experts}, {nullptr, 3},
+                               {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size.value_or(*m.ffn_hidden_size)}, h});
+  const int64_t per_layer = qkv + mlp + experts;  // each within 2^48: no overflow
+  total += bounded_product("the layers' weights (num_layers × one layer's)", {{"model.num_layers", m.num_layers}, {nullptr, per_layer}});
+  bounded_product("the model's weights", {{"model.num_layers", total}});
+}
+
 void finalize_model_config(ModelConfig& m) {
   finalize_hybrid_pattern(m);
   // Derived defaults (Megatron's validate_args).
@@ -206,12 +260,31 @@ void finalize_model_config(ModelConfig& m) {
   if (m.apply_residual_connection_post_layernorm)
     throw ConfigError("model.apply_residual_connection_post_layernorm",
                       "true is not supported yet (Strata builds pre-norm GPT layers only)");
+  check_model_sizes(m);
   finalize_moe_config(m);
   if (m.is_hybrid() && m.num_experts)  // the MoE layers are the pattern's E symbols
     m.moe_layer_map = hybrid::hybrid_moe_layer_map(hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern));
   finalize_mtp_config(m);
   finalize_mhc_config(m);
   finalize_recompute_config(m);
+}
+
+const std::vector<std::string>& architecture_field_names() {
+  static const std::vector<std::string> names = {
+      "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
+      "num_query_groups", "kv_channels", "vocab_size", "max_position_embeddings", "position_embedding_type",
+      "rotary_base", "rotary_percent", "rotary_interleaved", "normalization", "layernorm_epsilon",
+      "apply_layernorm_1p", "qk_layernorm", "add_bias_linear", "add_qkv_bias", "swiglu", "openai_gelu",
+      "untie_embeddings_and_output_weights", "apply_residual_connection_post_layernorm",
+      "fp32_residual_connection", "num_experts", "moe_ffn_hidden_size", "moe_layer_freq", "moe_router_topk",
+      "moe_router_pre_softmax", "moe_router_num_groups", "moe_router_group_topk",
+      "moe_router_topk_scaling_factor", "moe_router_score_function", "moe_router_enable_expert_bias",
+      "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_apply_probs_on_input",
+      "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_num_heads", "hybrid_layer_pattern",
+      "mtp_num_layers", "mtp_use_repeated_layer", "enable_hyper_connections", "num_residual_streams",
+      "mhc_sinkhorn_iterations", "mhc_norm_eps_inside_sqrt", "mhc_keep_mappings_in_fp32",
+      "mhc_learned_output_contract"};
+  return names;
 }
 
 }  // namespace strata

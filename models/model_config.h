@@ -194,5 +194,15 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_
 // only the model section. Pure; throws config::ConfigError naming the field. Idempotent. Rules that
 // involve the parallel layout (heads % tp, experts % ep …) are checked by StrataConfig::validate.
 void finalize_model_config(ModelConfig& m);
+// Part of finalize: every tensor's element count and the model's total within 2^48, each product
+// computed overflow-safe; a ConfigError naming the field that makes one too large.
+void check_model_sizes(const ModelConfig& m);
+
+// The model.* fields that define the network a checkpoint's tensors belong to: its parameters'
+// names and shapes, or the function they compute (norms, activations, positions, routing). A
+// checkpoint resumed under a config that differs in any of them is refused (training/
+// checkpoint_architecture.h). Dropouts, init, recompute, kernels choices and loss coefficients
+// are not among them: a resumed run may change those.
+const std::vector<std::string>& architecture_field_names();
 
 }  // namespace strata

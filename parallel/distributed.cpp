@@ -94,6 +94,18 @@ std::optional<int64_t> launched_world_size() {
   return std::nullopt;
 }
 
+std::optional<int64_t> launched_rank() {
+  if (!launched_by_mpi_launcher()) return std::nullopt;
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long long r = std::strtoll(v, &end, 10);
+    if (end != v && *end == '\0' && r >= 0) return r;
+  }
+  return std::nullopt;
+}
+
 std::optional<int64_t> slurm_tasks_outside_step() {
   if (launched_by_mpi_launcher()) return std::nullopt;
   auto n = env_count("SLURM_NTASKS");

@@ -56,6 +56,10 @@ bool launched_by_mpi_launcher();
 // launcher that sets only PMIX_RANK). The one reading of the launched world size: `strata train`
 // validates the config with it, init_distributed checks MPI_COMM_WORLD against it.
 std::optional<int64_t> launched_world_size();
+// This process's rank as the launcher set it (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK,
+// SLURM_PROCID under srun); null when no launcher variable is set. Readable before MPI starts:
+// `strata` prints a config error from rank 0 only (every rank meets the same one).
+std::optional<int64_t> launched_rank();
 // SLURM_NTASKS (> 1) when no launcher variable is set: the process runs in a multi-task Slurm
 // allocation (e.g. the batch script itself) without srun, where `strata train` refuses to train
 // alone. Else null.

@@ -1,6 +1,8 @@
 // DatasetBatchSource (training/dataset_batch_source.h).
 #include "training/dataset_batch_source.h"
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -17,6 +19,11 @@ DatasetBatchSource::DatasetBatchSource(std::shared_ptr<const data::SampleDataset
                " outside [0, ", dp_size, ")");
 }
 
+void DatasetBatchSource::check_vocabulary(int64_t vocab_size, std::string data_name) {
+  vocab_size_ = vocab_size;
+  data_name_ = std::move(data_name);
+}
+
 Batch DatasetBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
   const int64_t len = dataset_->sample_length(), s = len - 1;
   Batch b;
@@ -29,7 +36,14 @@ Batch DatasetBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
   int64_t* lab = b.labels.data<int64_t>();
   float* mask = b.loss_mask.data<float>();
   for (int64_t r = 0; r < mbs_; ++r) {
-    dataset_->sample((b.first_sample_index + r) % dataset_->size(), sample.data());
+    const int64_t index = (b.first_sample_index + r) % dataset_->size();
+    dataset_->sample(index, sample.data());
+    if (vocab_size_ > 0)
+      for (int64_t id : sample)
+        STRATA_CHECK(id >= 0 && id < vocab_size_, "data: ", data_name_, ": sample ", index, " holds token id ", id,
+                     ", outside model.vocab_size ", vocab_size_,
+                     ": the data was tokenized with another vocabulary than this model's. Preprocess it with the "
+                     "model's tokenizer (data.tokenizer_type), or set model.vocab_size to at least ", id + 1);
     for (int64_t j = 0; j < s; ++j) {
       tok[r * s + j] = sample[j];
       lab[r * s + j] = sample[j + 1];

@@ -5,6 +5,7 @@
 // where the label is the EOD token when data.eod_mask_loss (Megatron get_ltor_masks_and_position_ids).
 #pragma once
 #include <memory>
+#include <string>
 
 #include "data/gpt_dataset.h"
 #include "training/batch_source.h"
@@ -17,10 +18,16 @@ class DatasetBatchSource : public BatchSource {
                      int64_t num_micro_batches, int64_t eod_token, bool eod_mask_loss, int64_t dp_rank = 0,
                      int64_t dp_size = 1);
   Batch next_microbatch(int64_t step, int64_t micro_batch) override;
+  // Refuse token ids >= vocab_size (data tokenized for a larger vocabulary than the model's) as
+  // they are read, with an error naming `data_name` (the dataset prefixes), the sample, the id and
+  // the fix; the embedding would otherwise stop with only the id.
+  void check_vocabulary(int64_t vocab_size, std::string data_name);
 
  private:
   std::shared_ptr<const data::SampleDataset> dataset_;
   int64_t mbs_, num_mb_, eod_, dp_rank_, dp_size_;
+  int64_t vocab_size_ = 0;
+  std::string data_name_;
   bool eod_mask_loss_;
 };
 

@@ -21,6 +21,7 @@
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_grid.h"
 #include "training/checkpoint_paths.h"
+#include "training/memory_check.h"
 #include "training/dataset_batch_source.h"
 #include "training/model_factory.h"
 #include "training/pipeline_setup.h"
@@ -34,6 +35,11 @@ namespace {
 // tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
 // masking not discounted) — the PaLM / Megatron convention for MFU. L counts the layers with
 // attention: every layer of GPT, the `*` layers of a hybrid pattern.
+std::string trimmed(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
 double model_flops_per_token(const StrataConfig& cfg, const std::vector<Parameter*>& params) {
   double n = 0;
   for (const Parameter* p : params)
@@ -67,6 +73,7 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   }
   log::info("tokenizer {}: vocab size {} (eod {}); device {}", tokenizer->name(), tokenizer->vocab_size(),
             tokenizer->eod(), device.str());
+  check_rank_memory(cfg, device, rt.local_size);  // a layout that cannot fit, refused before allocation
 
   const int64_t gbs = *cfg.training.global_batch_size;  // resolved by validate()
   const int64_t evals = cfg.training.eval_interval > 0 ? cfg.training.train_iters / cfg.training.eval_interval + 1 : 0;
@@ -92,10 +99,14 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   const int64_t dp_rank = groups.dp.rank(), dp_size = groups.dp.size();
   DatasetBatchSource train(datasets[0], cfg.training.micro_batch_size, nmb, tokenizer->eod(), cfg.data.eod_mask_loss,
                            dp_rank, dp_size);
+  const std::string data_name = cfg.data.mock_data ? std::string("mock data") : "data.data_path [" + trimmed(blend.str()) + "]";
+  train.check_vocabulary(*cfg.model.vocab_size, data_name);
   std::unique_ptr<DatasetBatchSource> valid;
-  if (datasets[1] && evals > 0)
+  if (datasets[1] && evals > 0) {
     valid = std::make_unique<DatasetBatchSource>(datasets[1], cfg.training.micro_batch_size, nmb, tokenizer->eod(),
                                                  cfg.data.eod_mask_loss, dp_rank, dp_size);
+    valid->check_vocabulary(*cfg.model.vocab_size, data_name);
+  }
 
   // This rank's model chunks (one without pipeline parallelism; vpp with interleaving).
   std::vector<std::unique_ptr<LanguageModel>> chunks = make_model_chunks(cfg, device, groups);

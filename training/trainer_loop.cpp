@@ -50,6 +50,10 @@ bool Trainer::stop_requested(TrainResult& result) {
   result.stopped_by_signal = true;
   result.stop_signal = signal_number;
   out() << " received signal " << result.stop_signal << ", stopping at iteration " << iteration_ << std::endl;
+  if (!cfg_.checkpoint.save && iteration_ > start_iteration_)  // nothing will keep this run's steps
+    out() << " warning: no checkpoint.save, so the " << iteration_ - start_iteration_
+          << " iterations this run trained (" << start_iteration_ + 1 << " to " << iteration_ << ") are not saved"
+          << std::endl;
   return true;
 }
 

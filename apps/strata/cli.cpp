@@ -3,7 +3,8 @@
 // std::filesystem errors, any other std::exception and anything else thrown become one
 // `strata: error: …` line on stderr and exit code 1 (CLI11 usage errors keep CLI11's codes). A first
 // argument that is not a command (`strata foo`) is named, with the list of commands, and exits 1
-// (CLI11 would only say that a subcommand is required).
+// (CLI11 would only say that a subcommand is required). Under a launcher a config error (every
+// rank meets the same) is printed by rank 0 only; every rank still exits 1.
 #include "apps/strata/cli.h"
 
 #include <CLI/CLI.hpp>
@@ -20,13 +21,16 @@
 #include "apps/strata/commands.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "parallel/distributed.h"
 
 namespace strata::app {
 
 namespace {
-int report_error(const std::string& what) {
+int report_error(const std::string& what, ErrorKind kind = ErrorKind::Runtime) {
   std::fflush(stdout);
-  std::fprintf(stderr, "strata: error: %s\n", what.c_str());
+  // A config error is the same on every rank of a launched job: rank 0 prints it.
+  const bool quiet = kind == ErrorKind::Config && launched_rank().value_or(0) != 0;
+  if (!quiet) std::fprintf(stderr, "strata: error: %s\n", what.c_str());
   return 1;
 }
 
@@ -69,7 +73,7 @@ int strata_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     rc = app.exit(e);
   } catch (const strata::Error& e) {
-    rc = report_error(e.what());
+    rc = report_error(e.what(), e.kind());
   } catch (const std::filesystem::filesystem_error& e) {
     rc = report_error(std::string("filesystem: ") + e.what());
   } catch (const std::bad_alloc&) {

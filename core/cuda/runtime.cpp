@@ -35,6 +35,12 @@ std::string device_description(int device) {
   return buf;
 }
 
+size_t device_total_memory(int device) {
+  cudaDeviceProp p{};
+  STRATA_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return p.totalGlobalMem;
+}
+
 void memcpy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) {
   if (n == 0) return;
   int dev = dst_dev.is_cuda() ? dst_dev.index : src_dev.index;

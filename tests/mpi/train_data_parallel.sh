@@ -3,7 +3,9 @@
 # mock data (tiny GPT, dp 2, distributed optimizer, 4 iterations, a checkpoint at 4). Passes when
 # the job exits 0, each iteration's log line is printed once (by the last rank only, Megatron's
 # print_rank_last), the JSONL holds one record per iteration, and the checkpoint tracker names
-# iteration 4 next to iter_0000004/ with its model and optimizer files.
+# iteration 4 next to iter_0000004/ with its model and optimizer files. Then a second, fresh run
+# into the same checkpoint directory: refused (another run's checkpoints), the config error
+# printed once for the job, not once per rank.
 set -euo pipefail
 strata=$1; mpirun_sh=$2; work=$3
 rm -rf "$work"; mkdir -p "$work"
@@ -30,4 +32,14 @@ for f in model_rank_0000.safetensors optimizer_rank_0000.safetensors manifest.js
 done
 # Sharded checkpoint: the dp replica (rank 1) writes nothing.
 [[ ! -e "$work/ckpt/iter_0000004/model_rank_0001.safetensors" ]] || { echo "FAIL: dp rank 1 wrote a replica"; exit 1; }
+# A fresh run into the same directory: every rank exits 1, one line says why.
+again="$work/again.txt"
+if "$mpirun_sh" -np 2 "$strata" train --config "$work/run.yaml" model.num_layers=2 model.hidden_size=32 \
+    model.num_attention_heads=4 model.seq_length=16 training.train_iters=4 training.device=cpu \
+    checkpoint.save="$work/ckpt" >"$again" 2>&1; then
+  cat "$again"; echo "FAIL: a fresh run replaced another run's checkpoints"; exit 1
+fi
+cat "$again"
+n=$(grep -c "strata: error: ConfigError: checkpoint.save: .* holds another run's checkpoints" "$again" || true)
+if [[ $n -ne 1 ]]; then echo "FAIL: the config error is printed $n times (expected once for the job)"; exit 1; fi
 echo "PASS"

@@ -16,6 +16,7 @@
 #include "cli_test_helpers.h"
 #include "test_helpers.h"
 #include "training/config.h"
+#include "training/memory_check.h"
 
 using namespace strata;
 using Catch::Matchers::Contains;
@@ -260,6 +261,175 @@ TEST_CASE("cli train: checkpoint paths are checked before any training", "[cli_t
   CHECK(r.rc == 0);
   CHECK(fs::exists(fs::path(job) / "latest_checkpointed_iteration.txt"));
   fs::remove_all(base);
+}
+
+TEST_CASE("cli train: another run's checkpoints are never replaced silently; interrupted saves are cleaned",
+          "[cli_train][checkpoint]") {
+  namespace fs = std::filesystem;
+  const std::string good = write_file("good_owner.yaml", kGood);
+  const fs::path base = temp_dir() / "ckpt_owner";
+  fs::remove_all(base);
+  const std::string dir = (base / "run").string();
+  auto train = [&](int64_t iters, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--config", good, "model.seq_length=16", "model.hidden_size=32",
+                                     "training.train_iters=" + std::to_string(iters), "training.eval_iters=0",
+                                     "logging.log_interval=1", "training.device=cpu", "checkpoint.save=" + dir,
+                                     "checkpoint.save_interval=2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  auto tracker = [&] {
+    std::ifstream in(fs::path(dir) / "latest_checkpointed_iteration.txt");
+    std::string t;
+    in >> t;
+    return t;
+  };
+  // Run A: iterations 2 and 4.
+  CliResult r = train(4, {});
+  REQUIRE(r.rc == 0);
+  REQUIRE(tracker() == "4");
+  const auto a_time = fs::last_write_time(fs::path(dir) / "iter_0000002" / "manifest.json");
+  // A kill during a save leaves iter_N.tmp; a file the user put there is not Strata's.
+  fs::create_directories(fs::path(dir) / "iter_0000005.tmp");
+  std::ofstream(fs::path(dir) / "iter_0000005.tmp" / "model_rank_0000.safetensors") << "partial";
+  std::ofstream(fs::path(dir) / "notes.txt") << "mine";
+
+  // Run B, fresh, same directory: refused before anything runs, naming what is there.
+  for (bool dry : {true, false}) {
+    std::vector<std::string> extra;
+    if (dry) extra.push_back("--validate-only");
+    r = train(2, extra);
+    INFO(r.out << r.err);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("ConfigError: checkpoint.save: '" + dir + "' holds another run's checkpoints "
+                               "(iterations 2, 4; latest_checkpointed_iteration.txt says 4)"));
+    CHECK_THAT(r.err, Contains("--overwrite"));
+    CHECK_THAT(r.out, !Contains("iteration        1/"));
+  }
+  CHECK(tracker() == "4");
+  CHECK(fs::last_write_time(fs::path(dir) / "iter_0000002" / "manifest.json") == a_time);
+  // A finetune from the directory into itself would replace them too.
+  r = train(2, {"checkpoint.load=" + dir, "checkpoint.finetune=true"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("holds another run's checkpoints"));
+
+  // Resuming run A is allowed and removes the interrupted save's leftover at its first save.
+  r = train(6, {"checkpoint.load=" + dir});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(tracker() == "6");
+  CHECK(fs::exists(fs::path(dir) / "iter_0000006" / "manifest.json"));
+  CHECK_FALSE(fs::exists(fs::path(dir) / "iter_0000005.tmp"));
+  CHECK(fs::exists(fs::path(dir) / "iter_0000004"));
+
+  // --overwrite: run B replaces run A's checkpoints (and only Strata's files).
+  r = train(2, {"--overwrite"});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(tracker() == "2");
+  CHECK(fs::exists(fs::path(dir) / "iter_0000002"));
+  CHECK_FALSE(fs::exists(fs::path(dir) / "iter_0000004"));
+  CHECK_FALSE(fs::exists(fs::path(dir) / "iter_0000006"));
+  CHECK(fs::exists(fs::path(dir) / "notes.txt"));
+  // An iteration directory Strata did not write is never replaced, even with --overwrite.
+  fs::create_directories(fs::path(dir) / "iter_0000100");
+  r = train(2, {"checkpoint.overwrite=true"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("iter_0000100' was not written by Strata"));
+  CHECK(fs::exists(fs::path(dir) / "iter_0000100"));
+  fs::remove_all(base);
+}
+
+TEST_CASE("cli train: a resume into another model is refused naming each field; finetune lists what it skips",
+          "[cli_train][checkpoint]") {
+  namespace fs = std::filesystem;
+  const std::string good = write_file("good_arch.yaml", kGood);
+  const fs::path base = temp_dir() / "ckpt_arch";
+  fs::remove_all(base);
+  const std::string dir = (base / "run").string();
+  auto train = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--config", good, "model.seq_length=16", "model.hidden_size=32",
+                                     "training.train_iters=2", "training.eval_iters=0", "logging.log_interval=1",
+                                     "training.device=cpu", "model.untie_embeddings_and_output_weights=true"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  REQUIRE(train({"checkpoint.save=" + dir}).rc == 0);
+  const std::vector<std::string> resume = {"checkpoint.load=" + dir, "training.train_iters=4"};
+  struct Case {
+    std::vector<std::string> change;
+    std::string names;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"model.num_layers=1"}, "model.num_layers: the checkpoint has 2, this run 1"},
+           {{"model.untie_embeddings_and_output_weights=false"},
+            "model.untie_embeddings_and_output_weights: the checkpoint has true, this run false"},
+           {{"model.num_attention_heads=2"}, "model.num_attention_heads: the checkpoint has 4, this run 2"},
+           {{"model.num_attention_heads=2", "model.num_layers=1"}, "model.num_layers: the checkpoint has 2, this run 1"}}) {
+    for (bool dry : {true, false}) {
+      std::vector<std::string> extra = resume;
+      extra.insert(extra.end(), c.change.begin(), c.change.end());
+      if (dry) extra.push_back("--validate-only");
+      CliResult r = train(extra);
+      INFO(r.out << r.err);
+      CHECK(r.rc == 1);
+      CHECK_THAT(r.err, Contains("ConfigError: checkpoint.load: '" + dir + "' (iteration 2) holds another model"));
+      CHECK_THAT(r.err, Contains(c.names));
+      CHECK_THAT(r.err, Contains("checkpoint.finetune=true"));
+      CHECK_THAT(r.out, !Contains("iteration        3/"));
+    }
+  }
+  // Another tensor-parallel size pads the vocabulary differently: the field and the value to set.
+  {
+    const std::string v = (base / "vocab").string();
+    REQUIRE(train({"checkpoint.save=" + v, "model.vocab_size=300", "model.make_vocab_size_divisible_by=128"}).rc == 0);
+    CliResult r = train({"checkpoint.load=" + v, "model.vocab_size=300", "model.make_vocab_size_divisible_by=128",
+                         "parallel.world_size=2", "parallel.tensor_model_parallel_size=2", "--validate-only"});
+    INFO(r.out << r.err);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("ConfigError: model.make_vocab_size_divisible_by: the checkpoint in '" + v +
+                               "' pads the vocabulary (300) to 384 rows (make_vocab_size_divisible_by 128 × "
+                               "tensor_model_parallel_size 1), this run to 512 (128 × 2): set "
+                               "model.make_vocab_size_divisible_by=192"));
+    r = train({"checkpoint.load=" + v, "model.vocab_size=300", "model.make_vocab_size_divisible_by=192",
+               "parallel.world_size=2", "parallel.tensor_model_parallel_size=2", "--validate-only"});
+    INFO(r.out << r.err);
+    CHECK(r.rc == 0);
+  }
+  // Finetune into a 1-layer tied model: the differences and every skipped tensor are listed.
+  CliResult r = train({"checkpoint.load=" + dir, "checkpoint.finetune=true", "model.num_layers=1",
+                       "model.untie_embeddings_and_output_weights=false"});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  const std::string log = r.out + r.err;
+  CHECK_THAT(log, Contains("checkpoint.finetune: model.num_layers: the checkpoint has 2, this run 1"));
+  CHECK_THAT(log, Contains("checkpoint.finetune: the checkpoint's decoder.layers.1.mlp.linear_fc1.weight is not in "
+                           "this model; not loaded"));
+  CHECK_THAT(log, Contains("checkpoint.finetune: the checkpoint's output_layer.weight is not in this model"));
+  // And the other way: a model with more than the checkpoint keeps its initialisation there.
+  r = train({"checkpoint.load=" + dir, "checkpoint.finetune=true", "model.num_layers=3"});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out + r.err, Contains("checkpoint.finetune: decoder.layers.2.mlp.linear_fc1.weight is not in the "
+                                     "checkpoint; it keeps its initialisation"));
+  fs::remove_all(base);
+}
+
+TEST_CASE("cli train: a model this machine cannot hold is refused before allocation, with both numbers",
+          "[cli_train]") {
+  const std::string good = write_file("good_big.yaml", kGood);
+  CliResult r = run_cli({"train", "--config", good, "model.hidden_size=65536", "model.num_attention_heads=64",
+                         "model.num_layers=64", "training.device=cpu"});
+  INFO(r.out << r.err);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ") && Contains("this model needs about "));
+  CHECK_THAT(r.err, Contains(" GiB per rank, more than the "));
+  CHECK_THAT(r.err, Contains(" GiB of this host's memory"));
+  CHECK_THAT(r.out, !Contains("iteration        1/"));
+  // The rule itself: ranks on one host share its memory.
+  CHECK_NOTHROW(check_rank_memory(int64_t{3} << 30, 2, int64_t{6} << 30, "this host's memory"));
+  CHECK_THROWS_WITH(check_rank_memory(int64_t{3} << 30, 3, int64_t{8} << 30, "this host's memory"),
+                    Contains("needs about 3.00 GiB per rank (3 ranks share this host's memory), more than the 8.00 GiB"));
 }
 
 TEST_CASE("cli: an unknown command is named, with the list of commands", "[cli_train]") {

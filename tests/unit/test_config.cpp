@@ -260,6 +260,15 @@ TEST_CASE("config: bad configs fail in validate() naming the field", "[config]")
       {{"optimizer.adam_eps=1e-39"}, {}, "optimizer.adam_eps: must be normal in f32"},
       {{"optimizer.adam_eps=1e39"}, {}, "optimizer.adam_eps: must be normal in f32"},
       {{"inference.temperature=0"}, {}, "inference.temperature"},
+      // Sizes whose products would wrap around int64 (a segfault in the allocator before) or
+      // exceed any machine: refused by the field to change, before anything is allocated.
+      {{"model.vocab_size=72057594037927937"}, {}, "model.vocab_size: the word embedding [vocab_size, hidden_size] "
+                                                   "would hold 72057594037927937 × "},
+      {{"model.max_position_embeddings=72057594037927937"}, {}, "model.max_position_embeddings: the position table"},
+      {{"model.hidden_size=1000000000", "model.num_attention_heads=1"}, {}, "model.hidden_size: the QKV weight"},
+      {{"model.ffn_hidden_size=100000000000000"}, {}, "model.ffn_hidden_size: the MLP weights"},
+      {{"model.num_layers=100000000000000"}, {}, "model.num_layers: the layers' weights"},
+      {{"checkpoint.overwrite=true"}, {}, "checkpoint.overwrite: needs checkpoint.save"},
   };
   REQUIRE(bad.size() >= 30);
   for (const auto& b : bad) {

@@ -500,6 +500,18 @@ TEST_CASE("trainer: SIGTERM/SIGINT save a checkpoint at the next step boundary a
     CHECK(fs::exists(dir / "iter_0000004" / "manifest.json"));
     fs::remove_all(dir);
   }
+  // Without checkpoint.save the stop says that the run's iterations are lost.
+  {
+    StrataConfig cfg = tiny_config();
+    BigramModel model(kVocab);
+    model.signal_step = 3;
+    const Run r = run_training(cfg, model);
+    CHECK(r.result.exit_code == 0);
+    CHECK(r.result.stopped_by_signal);
+    CHECK(r.result.saved_iterations.empty());
+    CHECK_THAT(r.log, Catch::Matchers::Contains(
+                          "warning: no checkpoint.save, so the 3 iterations this run trained (1 to 3) are not saved"));
+  }
   // The guard restores the previous handlers: a later guard starts with a clear flag.
   StopSignalGuard g;
   CHECK_FALSE(stop_signal_received());
