@@ -192,9 +192,18 @@ ResidualStreamShape LanguageModelShell::residual_stream() const {
   r.num_streams = streams_;
   r.hidden_size = cfg_.hidden_size;
   r.sequence_shards = opt_.sequence_parallel ? groups_.tp.size() : 1;
-  r.dtype = opt_.dtype;
+  r.dtype = residual_dtype();
   r.device = opt_.device;
   return r;
+}
+
+Tensor LanguageModelShell::residual_from_embedding(const Tensor& x) const {
+  if (cfg_.fp32_residual_connection) return x.to(DType::F32);  // Megatron's embeddings.float()
+  return cfg_.enable_hyper_connections ? layers::mhc_expand(x, streams_) : x;  // streams are per token
+}
+
+DType LanguageModelShell::residual_dtype() const {
+  return cfg_.fp32_residual_connection ? DType::F32 : opt_.dtype;
 }
 
 std::vector<std::string> LanguageModelShell::loss_names() const {
@@ -258,15 +267,14 @@ layers::DropoutKeys LanguageModelShell::dropout_keys(const ForwardContext& ctx, 
 Tensor LanguageModelShell::stage_input(Context& ctx, const Batch& batch, const layers::DropoutKeys& keys) {
   if (opt_.pre_process) {
     phase_timer::Scope t("forward/embedding");
-    const Tensor x = embedding_->forward(batch.tokens, 0, keys, &ctx.embedding);
-    return cfg_.enable_hyper_connections ? layers::mhc_expand(x, streams_) : x;
+    return residual_from_embedding(embedding_->forward(batch.tokens, 0, keys, &ctx.embedding));
   }
   const int64_t b = batch.tokens.size(0), s = batch.tokens.size(1);
   const Shape want = residual_stream().activation_shape(s, b);  // sequence parallel: this rank's rows
   const Tensor& x = ctx.input_hidden;
   STRATA_CHECK(x.defined() && x.shape() == want, "language model: a pipeline stage after the first needs "
                "ctx.input_hidden [s, b, h] = ", want.str(), x.defined() ? ", got " + x.shape().str() : std::string());
-  return x.to(opt_.device).to(opt_.dtype);
+  return x.to(opt_.device).to(residual_dtype());
 }
 
 ForwardOutput LanguageModelShell::forward_pass(ForwardContext& base, const Batch& batch) {
@@ -442,7 +450,7 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
     const Shape want = residual_stream().activation_shape(s, b);
     STRATA_CHECK(d.defined() && d.shape() == want, "language model backward: d(output hidden) ",
                  d.defined() ? d.shape().str() : std::string("(none)"), " must be [s, b, h] = ", want.str());
-    dx = d.to(opt_.device).to(opt_.dtype);
+    dx = d.to(opt_.device).to(residual_dtype());
   }
   const GradsReadyFn* ready = ctx->grads_ready ? &ctx->grads_ready : nullptr;
   dx = block_->backward(*ctx->block, dx, ready);
@@ -450,7 +458,7 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
   if (opt_.pre_process) {
     phase_timer::Scope t("backward/embedding");
     if (cfg_.enable_hyper_connections) dx = layers::mhc_expand_backward(dx, streams_);
-    embedding_->backward(ctx->embedding, dx);
+    embedding_->backward(ctx->embedding, dx.dtype() == opt_.dtype ? dx : dx.to(opt_.dtype));
     if (ctx->grads_ready) {
       std::vector<Parameter*> ps;
       embedding_->collect(ps);
@@ -521,8 +529,7 @@ Tensor LanguageModelShell::logits_for(const Tensor& tokens, InferenceCache* cach
   BlockRun run;  // keys.training = false: no dropout
   run.position_offset = position_offset;
   run.cache = cache;
-  Tensor x = embedding_->forward(tokens, position_offset, run.keys, nullptr);
-  if (cfg_.enable_hyper_connections) x = layers::mhc_expand(x, streams_);  // streams are per token
+  Tensor x = residual_from_embedding(embedding_->forward(tokens, position_offset, run.keys, nullptr));
   x = block_->forward(x, run, nullptr);
   if (hc_head_) x = hc_head_->forward(x, nullptr);
   Tensor hidden = final_norm_->forward(x, nullptr);

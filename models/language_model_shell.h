@@ -95,6 +95,11 @@ class LanguageModelShell : public LanguageModel {
   bool is_last_stage() const override { return opt_.post_process; }
   std::vector<Parameter*> embedding_group_parameters() override;
   ResidualStreamShape residual_stream() const override;
+  // The residual stream's dtype: f32 under model.fp32_residual_connection, else the model's.
+  DType residual_dtype() const;
+  // The embedding output [s, b, h] as the residual stream: f32 under fp32_residual_connection,
+  // n copies under mHC, else itself.
+  Tensor residual_from_embedding(const Tensor& x) const;
   void end_of_step() override;
   // The block's routers, then the MTP inner layers' (global layer numbers after the decoder's).
   std::vector<MoeRouterRef> moe_routers() override;

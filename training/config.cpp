@@ -140,6 +140,9 @@ config::SectionFields<CheckpointConfig> checkpoint_fields() {
   f.add("no_load_rng", &C::no_load_rng, "Do not load the RNG state when loading.");
   f.add("finetune", &C::finetune,
         "Load only the model weights and start at iteration 0 (no optimizer, RNG or data position).");
+  f.add("overwrite", &C::overwrite,
+        "Let a run that does not resume from checkpoint.save replace the Strata checkpoints already there "
+        "(`strata train --overwrite`). false: such a directory is refused, naming the iterations it holds.");
   return f;
 }
 
@@ -350,6 +353,14 @@ void validate_training(StrataConfig& c) {
     throw ConfigError("training.exit_on_nan", "needs training.check_for_nan_in_loss_and_grad");
   if (model.fp32_residual_connection && training.precision == Precision::Fp32)
     throw ConfigError("model.fp32_residual_connection", "only applies with training.precision bf16");
+  // As Megatron-LM main (transformer_config.py): the n-stream mHC residual is what the H_res
+  // mixing multiplies, in the activation dtype; an f32 copy of n streams would also multiply the
+  // residual memory by 2n where mhc_keep_mappings_in_fp32 already keeps the mixing itself in f32.
+  if (model.fp32_residual_connection && model.enable_hyper_connections)
+    throw ConfigError("model.fp32_residual_connection",
+                      "cannot be combined with model.enable_hyper_connections (Megatron-LM refuses it too: the "
+                      "mHC streams are mixed in the activation dtype; use model.mhc_keep_mappings_in_fp32 for f32 "
+                      "mixing weights)");
   // Extension point: deterministic-mode contradictions (non-deterministic attention backward,
   // atomics-based MoE dispatch …) are refused here as those options arrive.
 }
@@ -402,6 +413,8 @@ void validate_data(const DataConfig& data, const ModelConfig& model) {
 void validate_checkpoint(const CheckpointConfig& checkpoint) {
   if (checkpoint.save_interval && !checkpoint.save)
     throw ConfigError("checkpoint.save_interval", "needs checkpoint.save (the directory to save to)");
+  if (checkpoint.overwrite && !checkpoint.save)
+    throw ConfigError("checkpoint.overwrite", "needs checkpoint.save (the directory whose checkpoints it replaces)");
   if (checkpoint.finetune && !checkpoint.load)
     throw ConfigError("checkpoint.finetune", "needs checkpoint.load (the checkpoint to start from)");
 }

@@ -81,6 +81,8 @@ MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const Pa
       sequence_parallel_(env.sequence_parallel && groups.tp.size() > 1),
       recompute_(cfg.recompute_granularity == RecomputeGranularity::Full && cfg.recompute_method == RecomputeMethod::Uniform),
       hidden_dropout_(cfg.hidden_dropout),
+      fp32_residual_(cfg.fp32_residual_connection),
+      dtype_(env.dtype),
       tp_(groups.tp) {
   STRATA_CHECK(depths_ > 0, "MTP block: model.mtp_num_layers must be set");
   STRATA_INTERNAL_ASSERT(static_cast<bool>(make_layer), "MTP block: no inner-layer factory");
@@ -302,6 +304,7 @@ std::vector<Tensor> MtpBlock::forward(const Tensor& h0, const Tensor& tokens, co
 
 Tensor MtpBlock::depth_forward(Module& m, const Tensor& e, const Tensor& h, const BlockRun& run, DepthState* sv) {
   Tensor x = mhc_ ? project_mhc(m, e, h, sv) : project(m, e, h, sv);
+  if (fp32_residual_) x = x.to(DType::F32);
   x = m.layer->forward(x, run, sv ? &sv->layer : nullptr);
   return mhc_ ? x : m.final_layernorm->forward(x, sv ? &sv->final_norm : nullptr);
 }
@@ -310,6 +313,7 @@ Tensor MtpBlock::depth_backward(Module& m, DepthState& sv, const Tensor& dy, con
   Tensor d = mhc_ ? dy : m.final_layernorm->backward(sv.final_norm, dy);
   STRATA_INTERNAL_ASSERT(sv.layer != nullptr, "MTP block backward: the inner block has no saved forward");
   d = m.layer->backward(*sv.layer, d, grads_ready);
+  if (d.dtype() != dtype_) d = d.to(dtype_);  // the fp32 residual stream back to eh_proj's dtype
   sv.layer.reset();
   auto [de, dprev] = mhc_ ? project_mhc_backward(m, sv, d) : project_backward(m, sv, d);
   sv.de = de;

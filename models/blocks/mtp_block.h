@@ -131,6 +131,10 @@ class MtpBlock {
   bool repeated_ = false, detach_ = false, sequence_parallel_ = false;
   bool recompute_ = false;  // full recompute, method uniform: each depth is one checkpoint
   double hidden_dropout_ = 0.0;
+  // model.fp32_residual_connection: the inner layer's residual stream is f32 (Megatron's
+  // TransformerLayer keeps residual.float() there too); eh_proj and the norms stay in dtype_.
+  bool fp32_residual_ = false;
+  DType dtype_ = DType::F32;
   ProcessGroup tp_;
   std::vector<Module> modules_;
 };

@@ -81,6 +81,24 @@ Tensor apply_dropout(const Tensor& x, const DropoutSpec& d) {
   return y;
 }
 
+Tensor residual_add(const Tensor& x, const Tensor& y, const DropoutSpec& d) {
+  const Tensor branch = apply_dropout(y.dtype() == x.dtype() ? y : y.to(x.dtype()), d);
+  Tensor out = empty_like_shape(x, x.shape());
+  kernels::add(x, branch, out);
+  return out;
+}
+
+Tensor residual_branch_grad(const Tensor& dy, const DropoutSpec& d, DType branch) {
+  const Tensor g = apply_dropout_backward(dy, d);
+  return g.dtype() == branch ? g : g.to(branch);
+}
+
+Tensor residual_grad_sum(const Tensor& dy, const Tensor& branch_dx) {
+  Tensor out = empty_like_shape(dy, dy.shape());
+  kernels::add(dy, branch_dx.dtype() == dy.dtype() ? branch_dx : branch_dx.to(dy.dtype()), out);
+  return out;
+}
+
 Tensor apply_dropout_backward(const Tensor& dy, const DropoutSpec& d) {
   if (!d.active()) return dy;
   Tensor dx = empty_like_shape(dy, dy.shape());

@@ -84,6 +84,16 @@ Tensor apply_dropout(const Tensor& x, const DropoutSpec& d);
 // dx = dropout_backward(dy) (a new tensor; dy itself when the spec is inactive).
 Tensor apply_dropout_backward(const Tensor& dy, const DropoutSpec& d);
 
+// The residual connection of a layer, Megatron's bias-dropout-add: x + dropout(y), with y cast to
+// x's dtype first. With model.fp32_residual_connection the stream x is f32 and y the sub-layer's
+// bf16 output, so the dropout and the sum run in f32 (fused_bias_dropout.py casts x to the
+// residual's dtype); otherwise both share a dtype and nothing is cast.
+Tensor residual_add(const Tensor& x, const Tensor& y, const DropoutSpec& d);
+// Its backward: the branch's gradient dropout_backward(dy) in the branch's dtype, and the
+// stream's dy + branch_dx (branch_dx cast to dy's dtype).
+Tensor residual_branch_grad(const Tensor& dy, const DropoutSpec& d, DType branch);
+Tensor residual_grad_sum(const Tensor& dy, const Tensor& branch_dx);
+
 // The gradient of a parameter replicated over tp while each tp rank sees its own rows (sequence
 // parallelism: norm weights, the MoE router and shared-expert gate; Megatron's sequence_parallel
 // attribute). The backward accumulates into target(): main_grad itself when `sp` has one rank and

@@ -12,6 +12,7 @@ MambaLayer::MambaLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& en
     : index_(index),
       name_(name.empty() ? "decoder.layers." + std::to_string(index) : name),
       hidden_dropout_(cfg.hidden_dropout),
+      dtype_(env.dtype),
       mixer_(name_ + ".mixer", cfg, env, groups) {}
 
 Tensor MambaLayer::forward(const Tensor& x, const DropoutKeys& keys, int64_t /*position_offset*/,
@@ -22,24 +23,23 @@ Tensor MambaLayer::forward(const Tensor& x, const DropoutKeys& keys, int64_t /*p
   Tensor m;
   {
     phase_timer::Scope t("forward/layers/mamba");
-    m = mixer_.forward(x, cache ? &cache->mamba : nullptr, (saved && !cache) ? &sv.mixer : nullptr);
+    // The fp32 residual stream enters the mixer in the layer's dtype (Megatron's MambaLayer casts
+    // hidden_states to params_dtype before its norm; the residual stays f32).
+    const Tensor in = x.dtype() == dtype_ ? x : x.to(dtype_);
+    m = mixer_.forward(in, cache ? &cache->mamba : nullptr, (saved && !cache) ? &sv.mixer : nullptr);
   }
   if (cache) cache->length += x.size(0);
   sv.dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MambaOutput, m);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kernels::add(x, apply_dropout(m, sv.dropout), out);
-  return out;
+  return residual_add(x, m, sv.dropout);
 }
 
 Tensor MambaLayer::backward(const Saved& sv, const Tensor& dy) {
   Tensor dm;
   {
     phase_timer::Scope t("backward/layers/mamba");
-    dm = mixer_.backward(sv.mixer, apply_dropout_backward(dy, sv.dropout));
+    dm = mixer_.backward(sv.mixer, residual_branch_grad(dy, sv.dropout, dtype_));
   }
-  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-  kernels::add(dy, dm, dx);
-  return dx;
+  return residual_grad_sum(dy, dm);
 }
 
 LayerKVCache MambaLayer::make_cache(int64_t batch, int64_t /*max_seq*/) const {

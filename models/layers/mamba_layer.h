@@ -56,6 +56,7 @@ class MambaLayer {
   int64_t index_;
   std::string name_;
   double hidden_dropout_;
+  DType dtype_;  // the mixer's dtype; the residual stream is f32 under model.fp32_residual_connection
   MambaMixer mixer_;
 };
 

@@ -17,12 +17,6 @@ ProcessGroup sequence_parallel_group(const LayerEnv& env, const ParallelGroups& 
   return env.sequence_parallel && groups.tp.size() > 1 ? groups.tp : ProcessGroup::single("tp");
 }
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = empty_like_shape(a, a.shape());
-  kernels::add(a, b, out);
-  return out;
-}
-
 template <class T>
 T& present(const std::unique_ptr<T>& p, const std::string& layer, const char* what) {
   STRATA_INTERNAL_ASSERT(p != nullptr, layer, " has no ", what, " (layer spec)");
@@ -37,7 +31,8 @@ TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const 
       index_(index),
       name_(name.empty() ? layer_prefix(index) : name),
       hidden_dropout_(cfg.hidden_dropout),
-      attention_dropout_(cfg.attention_dropout) {
+      attention_dropout_(cfg.attention_dropout),
+      dtype_(env.dtype) {
   STRATA_CHECK(spec.self_attention || spec.mlp, name_, ": a layer spec needs attention, an MLP or both");
   const ProcessGroup sp = sequence_parallel_group(env, groups);
   if (spec.self_attention) {
@@ -135,7 +130,7 @@ Tensor TransformerLayer::attention_branch(const Tensor& x, const DropoutKeys& ke
   }
   const Tensor a = attention_sublayer(x, keys, position_offset, cache, sv, keep);
   sv.attention_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, a);
-  return add(x, apply_dropout(a, sv.attention_dropout));
+  return residual_add(x, a, sv.attention_dropout);
 }
 
 Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
@@ -149,7 +144,7 @@ Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Sa
   }
   const Tensor m = mlp_sublayer(x, keys, sv, keep, aux, replay);
   sv.mlp_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, m);
-  return add(x, apply_dropout(m, sv.mlp_dropout));
+  return residual_add(x, m, sv.mlp_dropout);
 }
 
 Tensor TransformerLayer::attention_sublayer_backward(const Saved& sv, const Tensor& dy) {
@@ -210,7 +205,7 @@ Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
       const HyperConnection::MergeGrads g = mlp_hc_->merge_backward(dx, sv.mlp_hc);
       dx = mlp_hc_->backward(mlp_sublayer_backward(sv, g.g_y), sv.mlp_hc);
     } else {  // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
-      dx = add(dx, mlp_sublayer_backward(sv, apply_dropout_backward(dx, sv.mlp_dropout)));
+      dx = residual_grad_sum(dx, mlp_sublayer_backward(sv, residual_branch_grad(dx, sv.mlp_dropout, dtype_)));
     }
   }
   if (spec_.self_attention) {
@@ -218,7 +213,7 @@ Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
       const HyperConnection::MergeGrads g = attention_hc_->merge_backward(dx, sv.attention_hc);
       dx = attention_hc_->backward(attention_sublayer_backward(sv, g.g_y), sv.attention_hc);
     } else {  // x2 = x + drop(attn(norm1(x))): dx = dx2 + norm1ᵀ(attnᵀ(dropᵀ(dx2)))
-      dx = add(dx, attention_sublayer_backward(sv, apply_dropout_backward(dx, sv.attention_dropout)));
+      dx = residual_grad_sum(dx, attention_sublayer_backward(sv, residual_branch_grad(dx, sv.attention_dropout, dtype_)));
     }
   }
   return dx;

@@ -125,6 +125,7 @@ class TransformerLayer {
   int64_t index_;
   std::string name_;
   double hidden_dropout_, attention_dropout_;
+  DType dtype_;  // the sub-layers' dtype; the residual stream is f32 under model.fp32_residual_connection
   std::unique_ptr<Norm> input_layernorm_;
   std::unique_ptr<SelfAttention> self_attention_;
   std::unique_ptr<Norm> pre_mlp_layernorm_;
