@@ -191,7 +191,7 @@ std::string shape_str(const std::vector<int64_t>& s) { return Shape(s).str(); }
 // Up to 8 names, then how many more.
 std::string name_list(const std::vector<std::string>& names) {
   std::string s;
-  for (size_t i = 0; i < names.size() && i < 8; ++i) s += (i ? ", " : "") + names[i];
+  for (size_t i = 0; i < names.size() && i < 8; ++i) s += (i ? ", '" : "'") + names[i] + "'";
   if (names.size() > 8) s += ", … (" + std::to_string(names.size() - 8) + " more)";
   return s;
 }
@@ -496,8 +496,8 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     for (const auto& [name, e] : table)
       if (name.rfind("optimizer.", 0) != 0 && !wanted.count(name)) st.finetune_unused.push_back(name);
   if (!options.finetune) {
-    STRATA_CHECK(st.finetune_missing.empty(), "checkpoint: ", dir.string(), " lacks ", st.finetune_missing.size(),
-                 " tensor(s) of this model: ", name_list(st.finetune_missing),
+    STRATA_CHECK(st.finetune_missing.empty(), "checkpoint: ", st.finetune_missing.size(),
+                 " tensor(s) of this model are missing from ", dir.string(), ": ", name_list(st.finetune_missing),
                  " (set checkpoint.finetune=true to start them from their initialisation)");
     STRATA_CHECK(st.finetune_unused.empty(), "checkpoint: ", dir.string(), " holds ", st.finetune_unused.size(),
                  " tensor(s) this model does not have: ", name_list(st.finetune_unused),

@@ -1,6 +1,7 @@
 // Layout equivalence of the combined layouts under mpirun (issue 4): TP2×PP2, TP2×DP2 (with and
 // without the distributed optimizer) and PP2×DP2 with the distributed optimizer and tied
-// embeddings on 4 ranks ([combined4], ctest mpi_combined_np4), and
+// embeddings on 4 ranks, and PP4 in bf16 with an f32 residual stream ([combined4], ctest
+// mpi_combined_np4), and
 // TP2×PP2×DP2 with sequence parallelism and the distributed optimizer, also with virtual pipeline
 // stages, on 8 ranks ([combined8], ctest mpi_combined_np8). The groups are the real ones,
 // build_parallel_groups() over MPI_COMM_WORLD in Megatron's tp-cp-ep-dp-pp order, and the run is
@@ -70,6 +71,17 @@ TEST_CASE("combined layouts: MoE, PP2 x DP2 with the distributed optimizer", "[c
 TEST_CASE("combined layouts: MoE with shared experts, DP4", "[combined4]") {
   check_layout(with_moe({"model.moe_shared_expert_intermediate_size=16", "model.moe_shared_expert_gate=true",
                          "model.moe_router_load_balancing_type=seq_aux_loss"}),
+               4);
+}
+
+// model.fp32_residual_connection in bf16: the stages exchange the f32 stream (the buffers take the
+// model's residual dtype), so four pipeline stages give the single-rank bf16 run's losses and
+// gradients. (Untied and without dp: a tied embedding's cross-stage sum and a data-parallel sum
+// order the f32 gradient additions differently, and bf16 parameters turn those last-bit
+// differences into 1e-4 after a few steps.)
+TEST_CASE("combined layouts: bf16 with an f32 residual stream, PP4", "[combined4]") {
+  check_layout({"parallel.pipeline_model_parallel_size=4", "training.precision=bf16",
+                "model.fp32_residual_connection=true", "model.untie_embeddings_and_output_weights=true"},
                4);
 }
 

@@ -35,7 +35,7 @@ done
 # A fresh run into the same directory: every rank exits 1, one line says why.
 again="$work/again.txt"
 if "$mpirun_sh" -np 2 "$strata" train --config "$work/run.yaml" model.num_layers=2 model.hidden_size=32 \
-    model.num_attention_heads=4 model.seq_length=16 training.train_iters=4 training.device=cpu \
+    model.num_attention_heads=4 model.seq_length=16 training.train_iters=4 training.device=cpu optimizer.lr=1.0e-3 \
     checkpoint.save="$work/ckpt" >"$again" 2>&1; then
   cat "$again"; echo "FAIL: a fresh run replaced another run's checkpoints"; exit 1
 fi

@@ -263,7 +263,7 @@ TEST_CASE("cli train: checkpoint paths are checked before any training", "[cli_t
   fs::remove_all(base);
 }
 
-TEST_CASE("cli train: another run's checkpoints are never replaced silently; interrupted saves are cleaned",
+TEST_CASE("cli train: another run's checkpoints are never replaced silently, interrupted saves are cleaned",
           "[cli_train][checkpoint]") {
   namespace fs = std::filesystem;
   const std::string good = write_file("good_owner.yaml", kGood);
@@ -340,7 +340,7 @@ TEST_CASE("cli train: another run's checkpoints are never replaced silently; int
   fs::remove_all(base);
 }
 
-TEST_CASE("cli train: a resume into another model is refused naming each field; finetune lists what it skips",
+TEST_CASE("cli train: a resume into another model is refused naming each field, finetune lists what it skips",
           "[cli_train][checkpoint]") {
   namespace fs = std::filesystem;
   const std::string good = write_file("good_arch.yaml", kGood);

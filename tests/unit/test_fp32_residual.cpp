@@ -137,7 +137,7 @@ TEST_CASE("fp32 residual: the stream is f32 and closer to the f32 model than a b
   }
 }
 
-TEST_CASE("fp32 residual: pipeline stages exchange f32; refused with mHC and in fp32 runs", "[fp32_residual][config]") {
+TEST_CASE("fp32 residual: pipeline stages exchange f32, refused with mHC and in fp32 runs", "[fp32_residual][config]") {
   const StrataConfig cfg = config_of({"model.num_layers=2"}, "bf16", true);
   CHECK(make_model(cfg, Device::cpu())->residual_stream().dtype == DType::F32);
   CHECK(make_model(config_of({"model.num_layers=2"}, "bf16", false), Device::cpu())->residual_stream().dtype ==
