@@ -1,6 +1,6 @@
 // BLAKE2b (RFC 7693) without a key, with a variable digest length of 1..64 bytes: the hash
 // Python's hashlib.blake2b(digest_size=n) computes. The tensor metrics seed their deterministic
-// samples with it (spec megatron-observation-tracer-moe.md §3.1, LayerSampledMedianMetric), so a
+// samples with it (LayerSampledMedianMetric), so a
 // sample picks the same elements as Megatron-LM's.
 // Reference: RFC 7693 §2–§3 (parameter block, G mixing, compression F, padding of the last block).
 #pragma once

@@ -8,7 +8,7 @@
 // `--disable-bias-linear` → model.add_bias_linear=false). Values are decoded with the field's
 // type and rules; a list field takes every following argument up to the next flag or override
 // (argparse nargs='*'). The few flags that do not follow the rule are MegatronFlagRules, declared
-// once next to the table (training/megatron_flags.cpp):
+// once next to the table (training/config/megatron_flag_table.cpp):
 //   rename       another flag name for a field (--norm-epsilon → model.layernorm_epsilon)
 //   constant     a switch that sets a field to a value (--bf16 → training.precision=bf16)
 //   no_effect    picks Megatron's implementation and changes no numbers: accepted, reported once

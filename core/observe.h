@@ -1,30 +1,10 @@
-// Tensor observation (ARCHITECTURE decision 6; Megatron-Core tensor_observation.py): layers emit
-// short-lived tensors at fixed sites to the observer of the current scope, with the 7-field
-// callback of Megatron's later revision (owner, name, source kind, tensor, tp_shard_dim,
-// sequence_dim, batch_dim).
-//   CaptureScope(observer, kinds)  installs an observer for a set of source kinds on this thread;
-//                                  a nested scope replaces the outer one and restores it on exit.
-//   SuspendScope                   nothing is observed inside (activation recompute). The
-//                                  suspension is separate state, as Megatron's context variable:
-//                                  a CaptureScope opened inside a suspended region stays suspended.
-//   is_observing(kind)             true iff not suspended and the scope's kinds include `kind`:
-//                                  sites test it before building a derived tensor (the residual
-//                                  contribution, the normalised router scores, …).
-//   observe(owner, name, kind, t, tp_shard_dim, sequence_dim, batch_dim)
-//                                  notifies the observer when `kind` is observed. The tensor is
-//                                  valid during the call only: observers copy or reduce it there.
-// With no observer both calls are a thread-local load and a branch: no allocation, no copy, no
-// device synchronisation (tests/unit/test_observe.cpp counts allocations).
-// Owners are module names with GLOBAL layer numbers ("decoder.layers.3",
-// "decoder.layers.3.mlp.router", "output_layer"); names are local to the owner
-// ("residual_accumulator", "router_logits", …). The dims are dimension indices of the tensor:
-// tp_shard_dim the one split over tensor-parallel ranks (none: replicated over tp), sequence_dim
-// the sequence population (split over cp), batch_dim the batch population (split over dp).
-// ObservationContext (a second thread-local, set by the trainer and the generator) says which
-// iteration, micro-batch and phase the forward belongs to, for observers that record it.
-// Several observers share a step through ObserverFanout.
+// Tensor observation: layers emit short-lived tensors at fixed sites to the observer of the
+// current scope, with the 7-field callback of Megatron's later revision (owner, name, source kind,
+// tensor, tp_shard_dim, sequence_dim, batch_dim). With no observer a site costs a thread-local load
+// and a branch (no allocation, copy or device synchronisation; tests/unit/test_observe.cpp).
 // Reference: megatron/core/tensor_observation.py (capture_tensor_observations,
-// suspend_tensor_observations, is_observing_tensor, observe_tensor), spec §1.1–§1.4.
+// suspend_tensor_observations, is_observing_tensor, observe_tensor).
+// Details (API, owners and site names, dims, every source kind's shape): docs/observation.md.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -96,7 +76,10 @@ class SourceKinds {
   uint32_t bits_ = 0;
 };
 
-// One notification (the 7 fields of Megatron's callback).
+// One notification (the 7 fields of Megatron's callback). owner: the module name with GLOBAL layer
+// numbers ("decoder.layers.3", "decoder.layers.3.mlp.router", "output_layer"); name: local to the
+// owner ("residual_accumulator", …). Dims: tp_shard_dim split over tp ranks (none: replicated),
+// sequence_dim the sequence population (split over cp), batch_dim the batch population (over dp).
 struct Observation {
   std::string_view owner;
   std::string_view name;
@@ -127,7 +110,8 @@ class ObserverFanout : public Observer {
   std::vector<Member> members_;
 };
 
-// Which forward is running (set by the trainer, the evaluator and the generator).
+// Which forward is running (set by the trainer, the evaluator and the generator), a second
+// thread-local for observers that record the iteration, micro-batch and phase.
 enum class ObservationPhase { Train, Eval, Generate };
 const char* observation_phase_name(ObservationPhase p);  // "train" | "eval" | "generate"
 struct ObservationContext {
@@ -148,11 +132,15 @@ inline thread_local bool t_suspended = false;
 inline thread_local ObservationContext t_observation_context;
 }  // namespace detail
 
+// True iff not suspended and the scope's kinds include `kind`: sites test it before building a
+// derived tensor (the residual contribution, the normalised router scores, …).
 inline bool is_observing(SourceKind kind) {
   const detail::ObserverState& s = detail::t_observer;
   return s.kinds.contains(kind) && !detail::t_suspended;
 }
 
+// Notifies the observer when `kind` is observed. The tensor is valid during the call only:
+// observers copy or reduce it there.
 inline void observe(std::string_view owner, std::string_view name, SourceKind kind, const Tensor& t,
                     std::optional<int> tp_shard_dim = std::nullopt, std::optional<int> sequence_dim = std::nullopt,
                     std::optional<int> batch_dim = std::nullopt) {
@@ -173,6 +161,8 @@ inline void observe_activation(std::string_view owner, std::string_view name, So
   observe(owner, name, kind, t, d.tp_shard_dim, 0, 1);
 }
 
+// Installs an observer for a set of source kinds on this thread; a nested scope replaces the outer
+// one and restores it on exit.
 class CaptureScope {
  public:
   CaptureScope(Observer& observer, SourceKinds kinds) : saved_(detail::t_observer) {
@@ -186,6 +176,8 @@ class CaptureScope {
   detail::ObserverState saved_;
 };
 
+// Nothing is observed inside (activation recompute). The suspension is separate state, as
+// Megatron's context variable: a CaptureScope opened inside a suspended region stays suspended.
 class SuspendScope {
  public:
   SuspendScope() : was_(detail::t_suspended) { detail::t_suspended = true; }

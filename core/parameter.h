@@ -1,5 +1,5 @@
 // A trainable parameter as the trainer, checkpoints and exports see it.
-// `name` is the canonical global name (ARCHITECTURE decision 7: Megatron-Core's state-dict names,
+// `name` is the canonical global name (Megatron-Core's state-dict names,
 // e.g. "embedding.word_embeddings.weight", "decoder.layers.3.self_attention.linear_qkv.weight",
 // "decoder.final_layernorm.weight", "output_layer.weight"), identical under every parallel layout;
 // `global_shape` and `slice` say which part of the global tensor this rank holds.
@@ -88,7 +88,7 @@ inline void fill_uniform_rule(const Tensor& t, const Parameter& p, philox::Key k
 }  // namespace detail
 
 // Initialise a parameter from the counter-based RNG keyed by (seed, hash(name)) so every shard of
-// it draws its slice of the global tensor (ARCHITECTURE decision 3).
+// it draws its slice of the global tensor.
 inline void init_parameter(Parameter& p, uint64_t seed) {
   const philox::Key key{seed, philox::stream_id(p.name.c_str())};
   if ((p.init_std > 0 || p.init_uniform) && !p.blocks.empty()) {

@@ -1,5 +1,5 @@
 // Counter-based random numbers: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy
-// as 1, 2, 3", SC'11) keyed by (seed, stream id, global element index) — ARCHITECTURE decision 3.
+// as 1, 2, 3", SC'11) keyed by (seed, stream id, global element index).
 //
 // Element i of a stream draws from counter block i/4 (uniform, bernoulli) or i/2 (normal), so any
 // shard of a tensor draws exactly the numbers of its slice of the global tensor. The transforms

@@ -1,23 +1,11 @@
-// Tokenizers with Megatron's build_tokenizer semantics: text → token ids → text.
-//   ByteLevelTokenizer  ids 0..255 are the UTF-8 bytes, EOD = 256, vocab_size = 257.
-//   GPT2BPETokenizer    OpenAI GPT-2 byte-level BPE from vocab.json + merges.txt: the
-//                       bytes_to_unicode map, the GPT-2 pre-tokenizer pattern (a hand-written
-//                       scanner, data/tokenizer_gpt2.cpp), merges applied by rank, EOD is the id of
-//                       "<|endoftext|>". Like Megatron's GPT2Tokenizer, "<|endoftext|>" inside the
-//                       text is NOT special: it is encoded as ordinary text.
-//   NullTokenizer       ids written as text ("1 2 3"), vocab_size = N, EOD = N - 1 (current
-//                       Megatron-Core's NullTokenizer(vocab_size): the EOD id is inside the
-//                       vocabulary, so model.vocab_size = N holds every id it produces).
+// Tokenizers with Megatron's build_tokenizer semantics, text → token ids → text:
+// ByteLevelTokenizer, GPT2BPETokenizer (byte-level BPE from vocab.json + merges.txt) and
+// NullTokenizer (ids written as text). Each class's comment gives its ids and EOD.
 // Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer,
 // _GPT2BPETokenizer), megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer)
-// and megatron/training/tokenizer/gpt2_tokenization.py (from
-// openai/gpt-2 src/encoder.py: bytes_to_unicode, get_pairs, bpe).
-//
-// Use:
-//   auto tok = data::build_tokenizer(TokenizerType::GPT2BPETokenizer, "vocab.json", "merges.txt");
-//   std::vector<int64_t> ids = tok->encode("Hello world");
-//   std::string text = tok->decode(ids);   // == "Hello world"
-// encode() is not safe to call from several threads on one GPT2BPETokenizer (its BPE cache).
+// and megatron/training/tokenizer/gpt2_tokenization.py (from openai/gpt-2 src/encoder.py:
+// bytes_to_unicode, get_pairs, bpe).
+// Use: build_tokenizer(TokenizerType::GPT2BPETokenizer, "vocab.json", "merges.txt")->encode(text).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -43,6 +31,7 @@ class Tokenizer {
   virtual std::string name() const = 0;    // "ByteLevelTokenizer", …
 };
 
+// Ids 0..255 are the UTF-8 bytes, EOD = 256, vocab_size = 257.
 class ByteLevelTokenizer final : public Tokenizer {
  public:
   std::vector<int64_t> encode(std::string_view text) const override;
@@ -53,6 +42,9 @@ class ByteLevelTokenizer final : public Tokenizer {
   std::string name() const override { return "ByteLevelTokenizer"; }
 };
 
+// Ids written as text ("1 2 3"), vocab_size = N, EOD = N - 1 (current Megatron-Core's
+// NullTokenizer(vocab_size): the EOD id is inside the vocabulary, so model.vocab_size = N holds
+// every id it produces).
 class NullTokenizer final : public Tokenizer {
  public:
   explicit NullTokenizer(int64_t vocab_size);  // ids 0 .. vocab_size - 1, EOD = vocab_size - 1
@@ -67,6 +59,11 @@ class NullTokenizer final : public Tokenizer {
   int64_t n_;
 };
 
+// OpenAI GPT-2 byte-level BPE: the bytes_to_unicode map, the GPT-2 pre-tokenizer pattern (a
+// hand-written scanner, data/tokenizer_gpt2.cpp), merges applied by rank; EOD is the id of
+// "<|endoftext|>". Like Megatron's GPT2Tokenizer, "<|endoftext|>" inside the text is NOT special:
+// it is encoded as ordinary text. encode() is not safe to call from several threads on one
+// tokenizer (its BPE cache).
 class GPT2BPETokenizer final : public Tokenizer {
  public:
   // vocab.json: {"token": id, …} over the bytes_to_unicode alphabet; merges.txt: an optional

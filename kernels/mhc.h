@@ -16,7 +16,7 @@
 // the products and sums run in f32 and the output is rounded once. docs/mhc.md has the formulas.
 // Reference: Megatron-LM dev megatron/core/transformer/hyper_connection.py (native_proj_rms,
 // _compute_h, _sinkhorn_iterations, native_h_aggregate, native_h_post_bda, learned_output_contract,
-// input_expand, output_contract), fusions/fused_mhc_kernels.py; spec §1.3, §1.7, §2.4.
+// input_expand, output_contract), fusions/fused_mhc_kernels.py.
 #pragma once
 #include <cstdint>
 

@@ -3,7 +3,7 @@
 // reverse-mode derivative of the unrolled forward: it re-runs the forward from the logits into a
 // trace (the softmax output and every normalisation step's output and divisors), then sweeps it in
 // reverse. Reference: Megatron-LM dev hyper_connection.py (_sinkhorn_iterations, SinkhornKnopp) and
-// fused_mhc_kernels.py (_triton_sinkhorn_bwd: stored per-iteration matrices and sums); spec §1.3, §2.4.
+// fused_mhc_kernels.py (_triton_sinkhorn_bwd: stored per-iteration matrices and sums).
 #pragma once
 #include <cmath>
 #include <cstdint>

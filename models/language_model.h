@@ -1,7 +1,7 @@
 // The interface between a language model (GPT now; hybrid and MTP later) and the trainer,
 // checkpointing, export, generation and pipeline schedules: parameters, a forward/backward pair
 // over the loss channel (models/loss.h), the pipeline-stage plumbing and the residual-stream shape
-// (models/residual_stream.h), and KV-cached generation. Explicit forward/backward (ARCHITECTURE decision 1):
+// (models/residual_stream.h), and KV-cached generation. Explicit forward/backward:
 // forward saves what backward needs in a per-micro-batch ForwardContext; pipeline schedules keep
 // several contexts alive; recompute drops and re-runs them.
 #pragma once

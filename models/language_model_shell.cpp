@@ -10,6 +10,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "models/model_manifest.h"
 #include "parallel/tensor_parallel.h"
 
 namespace strata {
@@ -208,7 +209,7 @@ DType LanguageModelShell::residual_dtype() const {
 
 std::vector<std::string> LanguageModelShell::loss_names() const {
   std::vector<std::string> names = {kLmLossName};
-  for (int64_t k = 1; k <= cfg_.mtp_depths(); ++k) names.push_back("mtp_" + std::to_string(k) + " loss");
+  for (int64_t k = 1; k <= cfg_.mtp_depths(); ++k) names.push_back(mtp_loss_name(k));
   names.insert(names.end(), aux_loss_names_.begin(), aux_loss_names_.end());
   return names;
 }
@@ -385,7 +386,7 @@ void LanguageModelShell::mtp_losses(Context& ctx, const Tensor& h0, const Batch&
     const Tensor targets = sequence_first_targets(Tensor::from_data(labels, Shape{b, s}), *cfg_.vocab_size, opt_.device);
     Tensor loss = head_loss(ctx.mtp_heads[static_cast<size_t>(k)], hs[static_cast<size_t>(k)], targets,
                             /*reuse_buffer=*/false, SourceKind::MtpLogits, "mtp_logits." + std::to_string(k));
-    NamedLoss l{"mtp_" + std::to_string(k + 1) + " loss", LossReduction::PerToken,
+    NamedLoss l{mtp_loss_name(k + 1), LossReduction::PerToken,
                 loss.reshape({s, b}).transpose(0, 1), scale};
     l.mask = Tensor::from_data(mask, Shape{b, s});
     out.losses.push_back(std::move(l));

@@ -1,27 +1,11 @@
-// LanguageModelShell: the parts every decoder language model shares, written once — the
-// vocab-parallel embedding (first stage), one Block per pipeline stage/model chunk (a
-// TransformerBlock for GPT; a HybridStack later), the final norm, the output layer tied to the word
-// embeddings unless untie_embeddings_and_output_weights, the fused vocab-parallel cross entropy
-// (last stage), the pipeline-stage plumbing (input/output residual streams) and the tied-weight
-// copy on the last stage — behind the LanguageModel interface, with explicit forward/backward
-// through per-micro-batch saved activations and KV-cached generation (logits_for).
-// A model (GPTModel, the hybrid model later) is this shell plus the block it builds.
-// mHC (model.enable_hyper_connections; Megatron dev TransformerBlock/HybridStack entry and exit):
-// the first stage expands the embedding output to n streams [s, b, n·h] (mhc_expand), the stage
-// with the final norm contracts them (HyperConnectionHead <hc_head_prefix>.hc_head_{fn,base,scale},
-// or their mean with mhc_learned_output_contract false) before the norm; in between, pipeline
-// stages exchange [s/sp, b, n·h] (residual_stream().num_streams = n).
-// Precision: f32, or bf16 (bf16 parameter values and activations, f32 main grads, f32
-// softmax statistics and loss); f64 is accepted for reference checks (f64 grads and losses).
-// Tensor parallelism (groups.tp): vocab-parallel embedding, the output layer column-parallel over
-// the vocabulary (tied: the embedding shard), vocab-parallel cross entropy; with sequence_parallel
-// the activations between TP regions are [s/tp, b, h] shards.
-// Context parallelism (groups.cp): forward takes this cp rank's part of the batch
-// (parallel/context_parallel.h split_batch: chunks r and 2cp−1−r of every sequence) and returns the
-// per-token losses of those tokens; positions, dropout masks and attention use global positions.
+// LanguageModelShell: the parts every decoder language model shares, written once (vocab-parallel
+// embedding, one Block per pipeline stage / model chunk, final norm, output layer tied to the word
+// embeddings unless untied, fused vocab-parallel cross entropy, MTP heads, the stage plumbing)
+// behind the LanguageModel interface; a model (GPTModel, HybridModel) is this shell plus its block.
 // Reference: Megatron-Core models/common/language_module/language_module.py (LanguageModule:
 // setup_embeddings_and_output_layer, compute_language_model_loss), models/gpt/gpt_model.py
 // (forward), tensor_parallel/cross_entropy.py; llm.c gpt2_forward/gpt2_backward.
+// Details: docs/architecture.md ("models/"); tp, sp, cp: docs/parallelism.md; mHC: docs/mhc.md.
 #pragma once
 #include <functional>
 #include <memory>
@@ -41,6 +25,8 @@
 
 namespace strata {
 
+// Precision: f32, or bf16 (bf16 parameter values and activations, f32 main grads, f32 softmax
+// statistics and loss); f64 for reference checks (f64 grads and losses).
 struct LanguageModelOptions {
   DType dtype = DType::F32;  // F32 | BF16 (precision) | F64 (reference checks)
   Device device = Device::cpu();
@@ -88,6 +74,8 @@ class LanguageModelShell : public LanguageModel {
   std::unique_ptr<ForwardContext> make_context(int64_t step, int64_t micro_batch, bool training) override;
   // batch.tokens, batch.labels: [b, s] i64 -> "lm loss" per-token losses [b, s] (f32; f64 for an
   // f64 model) and the layers' auxiliary losses; a stage before the last: its output [s, b, h].
+  // Under cp the batch is this rank's part (chunks r and 2cp−1−r of every sequence) and the losses
+  // are those tokens'; positions, dropout masks and attention use global positions.
   ForwardOutput forward_pass(ForwardContext& ctx, const Batch& batch) override;
   void backward_pass(ForwardContext& ctx, const BackwardInput& grads) override;
   std::vector<std::string> loss_names() const override;
@@ -98,7 +86,8 @@ class LanguageModelShell : public LanguageModel {
   // The residual stream's dtype: f32 under model.fp32_residual_connection, else the model's.
   DType residual_dtype() const;
   // The embedding output [s, b, h] as the residual stream: f32 under fp32_residual_connection,
-  // n copies under mHC, else itself.
+  // n copies under mHC (mhc_expand: [s, b, n·h]; pipeline stages then exchange [s/sp, b, n·h]),
+  // else itself.
   Tensor residual_from_embedding(const Tensor& x) const;
   void end_of_step() override;
   // The block's routers, then the MTP inner layers' (global layer numbers after the decoder's).
@@ -129,7 +118,9 @@ class LanguageModelShell : public LanguageModel {
   int64_t first_layer() const { return opt_.first_layer; }
   layers::Norm& final_layernorm() { return *final_norm_; }
   // mHC: the residual streams n (1 without hyper-connections) and the stack-exit contraction
-  // (null before the last stage or without mHC).
+  // (null before the last stage or without mHC): HyperConnectionHead
+  // <hc_head_prefix>.hc_head_{fn,base,scale} before the final norm, or the streams' mean with
+  // mhc_learned_output_contract false.
   int64_t residual_streams() const { return streams_; }
   layers::HyperConnectionHead* hc_head() { return hc_head_.get(); }
   // The MTP block of the last stage (null without model.mtp_num_layers or before the last stage).

@@ -2,6 +2,8 @@
 #include "models/model_manifest.h"
 
 #include "models/hybrid/hybrid_pattern.h"
+#include "models/layers/moe/moe_layer.h"
+#include "models/loss.h"
 
 namespace strata {
 
@@ -83,6 +85,8 @@ void add_mtp_layers(ModelManifest& out, const ModelConfig& m, const std::string&
 
 std::string mtp_model_layer_path(int64_t k) { return "mtp.layers." + std::to_string(k) + ".mtp_model_layer"; }
 
+std::string mtp_loss_name(int64_t depth) { return "mtp_" + std::to_string(depth) + " loss"; }
+
 ModelManifest build_model_manifest(const ModelConfig& m) {
   ModelManifest out;
   const hybrid::HybridPattern pattern =
@@ -98,6 +102,9 @@ ModelManifest build_model_manifest(const ModelConfig& m) {
     out.sites.push_back(ObservationSite{"output_layer", std::string(source_kind_name(SourceKind::MtpLogits)) + "." +
                                                             std::to_string(k),
                                         SourceKind::MtpLogits});
+  out.losses = {kLmLossName};
+  for (int64_t k = 1; k <= m.mtp_depths(); ++k) out.losses.push_back(mtp_loss_name(k));
+  for (const std::string& n : layers::moe::moe_loss_names(m)) out.losses.push_back(n);
   return out;
 }
 

@@ -74,7 +74,7 @@ void finalize_moe_config(ModelConfig& m);
 
 // The MoE rules that involve the parallel layout (experts over ep, expert FFN over etp, bias with
 // etp, sequence parallelism with tp, ep/etp on a dense model). Needs finalized sections. It does
-// NOT refuse MoE itself: that is check_moe_supported() in training/config.cpp while the layer is
+// NOT refuse MoE itself: that is check_moe_supported() in training/config/config.cpp while the layer is
 // missing.
 void validate_moe_layout(const ModelConfig& m, const ParallelConfig& p);
 

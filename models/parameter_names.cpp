@@ -1,5 +1,5 @@
 // CanonicalParameterNameMap (models/parameter_names.h): validation and lookups over a rank's
-// parameters. Reference: megatron/core/parameter_names.py (spec §1.6), layer label regex §1.7.
+// parameters. Reference: megatron/core/parameter_names.py; the layer label as the tensor metrics' regex.
 #include "models/parameter_names.h"
 
 #include <regex>

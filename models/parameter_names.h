@@ -1,25 +1,10 @@
 // CanonicalParameterNameMap: one rank's parameters by canonical global name and back, built from
 // its model chunks and its expert-parallel position, with no collectives. Checkpoints, exports,
-// tensor metrics and the tracers take parameter names from here.
-// Reference: Megatron-LM megatron/core/parameter_names.py (PR-head version; spec
-// megatron-observation-tracer-moe.md §1.6) and the layer-label regex of §1.7.
-//
-// In Strata the layers already build every Parameter::name as the canonical global name (global
-// layer numbers under any PP/VPP split, experts as `…mlp.experts.linear_fc1.weight<global id>`),
-// so the map checks that rather than rewriting names:
-//  - ep_size >= 1, 0 <= ep_rank < ep_size, at least one chunk;
-//  - num_experts (the chunks' model config) divisible by ep_size; every per-expert parameter
-//    (`…mlp.experts.linear_fc<d>.(weight|bias)<id>`, `…mlp.experts.local_experts.<id>.…`) has its
-//    global id in this rank's range [ep_rank·E/ep, (ep_rank+1)·E/ep); `mlp.shared_experts.*` is
-//    never treated as an expert;
-//  - a single grouped expert tensor (`…mlp.experts.linear_fc<d>.weight`, no id) under ep > 1 is
-//    named `…[experts=a:b]` (this rank's half-open global range);
-//  - a Parameter met twice (in two chunks, or twice in one) is listed once, at its first place;
-//    one Parameter with two names, or two Parameters with one name, is an error naming both.
-// Shared copies (Parameter::shared_copy: the last pipeline stage's copy of the tied word
-// embeddings, which carries the owner's name) are NOT listed: the owner's rank lists the name, so
-// over all ranks every name is listed by exactly one (rank, chunk) up to tp/dp replicas, which is
-// Megatron's "first name wins" across the tie. name_of() still answers for a copy.
+// tensor metrics and the tracers take parameter names from here. The layers already name every
+// Parameter canonically (global layer numbers under any PP/VPP split, experts by global id), so
+// the map checks names rather than rewriting them; the rules are above its constructor.
+// Reference: Megatron-LM megatron/core/parameter_names.py (PR-head version) and the tensor
+// metrics' layer-label regex (megatron/training/tensor_metrics).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -32,8 +17,19 @@
 
 namespace strata {
 
+// Shared copies (Parameter::shared_copy: the last pipeline stage's copy of the tied word
+// embeddings, which carries the owner's name) are NOT listed: the owner's rank lists the name, so
+// over all ranks every name is listed by exactly one (rank, chunk) up to tp/dp replicas (Megatron's
+// "first name wins" across the tie). name_of() still answers for a copy.
 class CanonicalParameterNameMap {
  public:
+  // Checks: ep_size >= 1, 0 <= ep_rank < ep_size, at least one chunk; num_experts divisible by
+  // ep_size; every per-expert parameter (`…mlp.experts.linear_fc<d>.(weight|bias)<id>`,
+  // `…mlp.experts.local_experts.<id>.…`) has its global id in [ep_rank·E/ep, (ep_rank+1)·E/ep)
+  // (`mlp.shared_experts.*` is never an expert); a single grouped expert tensor
+  // (`…mlp.experts.linear_fc<d>.weight`, no id) under ep > 1 is named `…[experts=a:b]` (this rank's
+  // half-open global range); a Parameter met twice is listed once, at its first place; one
+  // Parameter with two names, or two Parameters with one name, is an error naming both.
   // From this rank's model chunks (virtual-stage order); num_experts from the chunks' config.
   CanonicalParameterNameMap(const std::vector<LanguageModel*>& chunks, int ep_rank, int ep_size);
   // From explicit parameter lists, one per chunk (tests, and callers holding a flat list);
@@ -64,7 +60,7 @@ class CanonicalParameterNameMap {
   std::map<std::string, size_t> index_;           // name -> position in params_
 };
 
-// The layer label of a name (spec §1.7: the innermost `layers.N` prefix, e.g.
+// The layer label of a name (the innermost `layers.N` prefix, e.g.
 // "decoder.layers.3.mlp.router.weight" -> "decoder.layers.3"); nullopt without a layers.N segment.
 std::optional<std::string> layer_of(const std::string& name);
 

@@ -32,7 +32,7 @@ const char* to_string(RecomputeMethod m);
 
 void add_recompute_fields(config::SectionFields<ModelConfig>& f);
 // Rules within the model section (run by finalize_model_config, after the MoE rules). The
-// per-stage bound of recompute_num_layers needs the pipeline layout (training/config.cpp).
+// per-stage bound of recompute_num_layers needs the pipeline layout (training/config/config.cpp).
 void finalize_recompute_config(ModelConfig& m);
 
 // Selective recompute of one module (valid after finalize_recompute_config).

@@ -1,27 +1,10 @@
 // Context parallelism (cp): the sequence of every sample is split over the cp ranks with
-// Megatron's load-balanced causal split, and self-attention runs over the sequence shards.
-//   - Split (Megatron get_batch_on_this_cp_rank): the sequence is cut into 2·cp chunks of
-//     c = s / (2·cp) positions; cp rank r holds chunks r and 2cp−1−r, in that order, as its local
-//     sequence of s/cp rows (each rank gets the same amount of causal work).
-//   - Attention (Transformer Engine AttnFuncWithCPAndKVAllGather / AttnFuncWithCPAndKVP2P):
-//       all_gather: K and V are all-gathered over cp and put back in global order; each local
-//         query chunk attends to the global prefix it may see (causal mask in global positions);
-//         backward: dK, dV of the global sequence, reduce-scattered back to their owners.
-//       p2p (ring): cp steps; at step i rank r holds the KV block of rank (r − i) mod cp, computes
-//         the partial attention of its query chunks with that block's chunks (same chunk: causal
-//         diagonal; an earlier chunk: full; a later chunk: skipped), combines the partial outputs
-//         with the log-sum-exp correction (online softmax) and passes the block to rank r + 1
-//         (batched send/recv). Backward walks the ring again, each KV block travelling with its
-//         dK, dV accumulator, which ends on the block's owner.
-//     Attention dropout is keyed by global (sample, head, query position, key position), so both
-//     give the unsharded masks. Every call goes through the ProcessGroup (host: MPI, device:
-//     NCCL), so the code is device-agnostic; the ring's output combination runs on the host
-//     (a copy for device tensors).
-// Tensors: q [s_local, b, np, hn], k, v [s_local, b, ng, hn] (local = this rank's two chunks),
-// out [s_local, b, np, hn], softmax_lse [b, np, s_local] (f32; f64 for f64 tensors).
+// Megatron's load-balanced causal split (cp rank r holds chunks r and 2cp−1−r of 2·cp), and
+// self-attention runs over the sequence shards with K/V all-gathered or passed round a ring.
 // Reference: Megatron-Core utils.py get_batch_on_this_cp_rank, transformer_engine
 // pytorch/attention.py (AttnFuncWithCPAndKVP2P, AttnFuncWithCPAndKVAllGather), Liu et al. 2023
 // "Ring Attention with Blockwise Transformers" (arXiv:2310.01889).
+// Details: docs/parallelism.md, "Context parallelism" (split, positions, exchanges, loss, tests).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -45,7 +28,10 @@ Tensor merge_sequence(const std::vector<Tensor>& shards, int dim);
 
 // Attention of this rank's queries over the whole (sharded) sequence. p: the unsharded call's
 // parameters (causal, dropout, batch/head offsets); global positions and global_seq_len are set
-// here. cp.size() == 1: the plain kernel.
+// here. cp.size() == 1: the plain kernel. q [s_local, b, np, hn], k, v [s_local, b, ng, hn] (local:
+// this rank's two chunks), out [s_local, b, np, hn], softmax_lse [b, np, s_local] (f32; f64 for f64).
+// Attention dropout is keyed by global (sample, head, query, key) positions: the unsharded masks.
+// Every call goes through the ProcessGroup (host: MPI, device: NCCL).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& softmax_lse,
                        const kernels::AttentionParams& p, const ProcessGroup& cp, CpCommType type);
 // Backward of attention_forward (out, softmax_lse: its outputs) -> dq, dk, dv of the local rows.
@@ -56,7 +42,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 // The per-rank pieces of both schemes, without communication (the unit tests run them for every
 // simulated rank). cp_rank, cp_size: the rank whose queries q holds.
 //
-// all_gather: k_global, v_global [s, b, ng, hn] in global order.
+// all_gather: K and V all-gathered over cp and put back in global order; each local query chunk
+// attends to the global prefix it may see; backward: dK, dV of the global sequence,
+// reduce-scattered back to their owners. k_global, v_global [s, b, ng, hn] in global order.
 void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
                       const Tensor& softmax_lse, const kernels::AttentionParams& p, int cp_size, int cp_rank);
 // dq: written; dk_global, dv_global [s, b, ng, hn]: written (this rank's contribution).
@@ -64,6 +52,10 @@ void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_
                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_global,
                        const Tensor& dv_global, const kernels::AttentionParams& p, int cp_size, int cp_rank);
 
+// p2p (ring): cp steps; at step i rank r holds the KV block of rank (r − i) mod cp, adds the partial
+// attention of its query chunks with that block's (same chunk: causal; earlier: full; later:
+// skipped), combined with the log-sum-exp correction (online softmax, on the host), and passes the
+// block to rank r + 1. Backward walks the ring again, each KV block with its dK, dV accumulator.
 // Ring: the running output of the local queries. out_acc [s_local, b, np, hn] and lse_acc
 // [b, np, s_local] on the host in the statistics dtype (f32; f64 for f64 q); start with
 // make_ring_accumulator (lse −inf, out 0).

@@ -1,4 +1,4 @@
-// Process groups as data (ARCHITECTURE decision 4): a group is the list of global ranks it holds,
+// Process groups as data: a group is the list of global ranks it holds,
 // this rank's position in it, and the communicators that carry its collectives — a host one
 // (MPI, or "self" for a group of one) and, on GPU ranks, a device one (NCCL). Each collective is
 // routed by the tensor's device. Layers receive the groups they use explicitly; there is no

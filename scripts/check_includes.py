@@ -2,7 +2,7 @@
 """Include-order check: every `#include "folder/..."` in the source tree must respect the
 folder order of docs/architecture.md ("Folder order").
 
-    core < kernels < parallel, data < models < training < apps
+    core < kernels < parallel, data < models < sweep < training < apps
 
 Rule: a file in folder X may include a header of X itself or of any folder strictly below X.
 parallel and data are siblings (the same level): neither may include the other. tests/ and
@@ -12,24 +12,35 @@ models; apps/strata is apps). A source folder including tests/ or scripts/ is a 
 Includes whose first path component is not one of these folders (bare "sweep.h", third-party
 "nlohmann/json.hpp") are not checked.
 
+Inside training/ the subsystems have an order of their own (TRAINING_ORDER_TEXT below): a file in
+training/X may include training/Y only when Y is below X. A bare include that resolves to a header
+under tests/ (a source folder reaching into test code) is a violation too.
+
 Each violation is printed as
     file:line: folder X includes Y (order: core < kernels < parallel, data < models < training < apps)
 and the exit status is 1 when there is any.
 
 --allow FILE: a baseline of known violations, one `file -> include` pair a line (`#` comments),
-e.g. `models/gpt_model.h -> training/config.h`. Listed pairs are not reported; a listed pair that
+e.g. `models/gpt_model.h -> training/config/config.h`. Listed pairs are not reported; a listed pair that
 no longer occurs is reported as stale (exit 1), so the list shrinks as the violations are fixed.
 
 Usage: check_includes.py [--root DIR] [--allow FILE]     (DIR: the repository root, default .)
 """
 import argparse
+import glob
 import os
 import re
 import sys
 
-ORDER_TEXT = "core < kernels < parallel, data < models < training < apps"
+ORDER_TEXT = "core < kernels < parallel, data < models < sweep < training < apps"
+# Inside training/: its subsystems, each a folder (docs/architecture.md "training/"). The run and
+# the training loop are the folder's root; golden/ runs training, so it sits above the root.
+TRAINING_ORDER_TEXT = ("config < optimizer < checkpointing, planning, observability < hf, inference "
+                       "< (root: run, trainer) < golden")
+TRAINING_LEVELS = {"config": 0, "optimizer": 1, "checkpointing": 2, "planning": 2, "observability": 2,
+                   "hf": 3, "inference": 3, "": 4, "golden": 5}
 # Level of each checked folder; equal levels are siblings (no includes between them).
-LEVELS = {"core": 0, "kernels": 1, "parallel": 2, "data": 2, "models": 3, "training": 4, "apps": 5}
+LEVELS = {"core": 0, "kernels": 1, "parallel": 2, "data": 2, "models": 3, "sweep": 3.5, "training": 4, "apps": 5}
 # Folders above every source folder: they may include anything and nothing may include them.
 UNCHECKED = {"tests": 6, "scripts": 6}
 SOURCE_EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".inl")
@@ -62,12 +73,42 @@ def includes_of(root, rel):
                 yield lineno, m.group(1)
 
 
+def training_part(path):
+    """The training/ sub-folder of a path under training/ ("" for the root), or None elsewhere."""
+    parts = path.split("/")
+    if parts[0] != "training":
+        return None
+    return parts[1] if len(parts) > 2 else ""
+
+
+def training_violation(rel, inc):
+    """True when a training/ file includes a training/ header of a sub-folder not below its own."""
+    src, dst = training_part(rel), training_part(inc)
+    if src is None or dst is None or src == dst:
+        return False
+    if src not in TRAINING_LEVELS or dst not in TRAINING_LEVELS:
+        return True  # a sub-folder without a place in the order
+    return TRAINING_LEVELS[dst] >= TRAINING_LEVELS[src]
+
+
+def resolves_into_tests(root, rel, inc):
+    """A bare include ("sweep.h") that the build resolves to a header under tests/."""
+    if os.path.exists(os.path.join(root, os.path.dirname(rel), inc)):
+        return False
+    return bool(glob.glob(os.path.join(root, "tests", "**", inc), recursive=True))
+
+
 def find_violations(root):
     """[(file, line, folder, included folder, include path)] in file order."""
     out = []
     for folder, rel in source_files(root):
         for lineno, inc in includes_of(root, rel):
             if "/" not in inc:
+                if resolves_into_tests(root, rel, inc):
+                    out.append((rel, lineno, folder, "tests", inc))
+                continue
+            if training_violation(rel, inc):
+                out.append((rel, lineno, "training/" + (training_part(rel) or "(root)"), inc.rsplit("/", 1)[0], inc))
                 continue
             target = inc.split("/", 1)[0]
             if target not in LEVELS and target not in UNCHECKED:
@@ -108,7 +149,8 @@ def main(argv):
         if (rel, inc) in allowed:
             seen.add((rel, inc))
             continue
-        print(f"{rel}:{lineno}: folder {folder} includes {target} (order: {ORDER_TEXT})")
+        order = TRAINING_ORDER_TEXT if folder.startswith("training/") else ORDER_TEXT
+        print(f"{rel}:{lineno}: folder {folder} includes {target} (order: {order})")
         failures += 1
     for (rel, inc), lineno in sorted(allowed.items(), key=lambda kv: kv[1]):
         if (rel, inc) not in seen:

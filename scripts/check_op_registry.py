@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Op registry check (ggml's test-backend-ops habit): every public op declared in kernels/<op>.h
-must be covered by a case of the op sweep (tests/sweep/), so that no kernel lands without its
+must be covered by a case of the op sweep (sweep/), so that no kernel lands without its
 CUDA-vs-CPU comparison.
 
 Public ops: the functions declared directly in `namespace strata::kernels` (not in its cpu::,
@@ -131,10 +131,12 @@ def read_registry(args):
 
 
 def resolve(root, path):
-    """The registering file: as given when it exists, else tests/sweep/<basename> under root."""
+    """The registering file: as given when it exists, else sweep/<basename> (tests/sweep/ in the
+    fixtures) under root."""
     if os.path.isabs(path) and os.path.exists(path):
         return path
-    for cand in (os.path.join(root, path), os.path.join(root, "tests", "sweep", os.path.basename(path))):
+    for cand in (os.path.join(root, path), os.path.join(root, "sweep", os.path.basename(path)),
+                 os.path.join(root, "tests", "sweep", os.path.basename(path))):
         if os.path.exists(cand):
             return cand
     return None
@@ -161,7 +163,7 @@ def check(root, ops, cases):
     for fn, header in sorted(ops.items(), key=lambda kv: (kv[1], kv[0])):
         if fn not in covered:
             problems.append(f"{header}: op {fn} has no op sweep case (add it to a STRATA_SWEEP_OP covers "
-                            "list in tests/sweep/sweep_<op>.cpp, comparing the target against the f64 CPU)")
+                            "list in sweep/sweep_<op>.cpp, comparing the target against the f64 CPU)")
     return problems
 
 

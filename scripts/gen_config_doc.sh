@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates docs/config.md from the config table (training/config.cpp and the section files) by
+# Regenerates docs/config.md from the config table (training/config/config.cpp and the section files) by
 # running the [config] unit test in write mode; the same test fails whenever the two differ.
 #   scripts/gen_config_doc.sh [BUILD_DIR]
 set -euo pipefail

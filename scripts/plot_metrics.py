@@ -10,7 +10,7 @@ validation loss ("lm loss", "lm loss validation"); any logged metric can be name
 ("learning-rate", "grad-norm", "lm loss validation ppl" ...). A metric and its "<name> validation"
 twin share one panel; every other metric gets its own. Several runs are drawn on the same panels.
 
-Sources (training/metrics_log.h): the JSONL file has one object per logged iteration
+Sources (training/observability/metrics_log.h): the JSONL file has one object per logged iteration
 ({"iteration": 10, "lm loss": ..., ...}) and one per evaluation ({"iteration": 100,
 "lm loss validation": ...}); TensorBoard event files are TFRecord-framed Event protos
 (core/formats/tfevents.h), parsed here directly: no tensorboard or protobuf package. When a run

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-ORDER = "(order: core < kernels < parallel, data < models < training < apps)"
+ORDER = "(order: core < kernels < parallel, data < models < sweep < training < apps)"
 
 
 def run(root, *args):

@@ -29,7 +29,7 @@ def expect(cond, what, out):
 def main():
     root = os.path.abspath(sys.argv[1])
     missing = ("kernels/foo.h: op foo_backward has no op sweep case (add it to a STRATA_SWEEP_OP covers list "
-               "in tests/sweep/sweep_<op>.cpp, comparing the target against the f64 CPU)")
+               "in sweep/sweep_<op>.cpp, comparing the target against the f64 CPU)")
     rc, out, err = run(root, "list_ok.txt")
     expect(rc == 0 and out == ["check_op_registry: ok (2 public ops, all covered by 3 sweep cases)"],
            "every op covered: passes (helpers, cpu:: twins and *_math.h are not ops)", out)

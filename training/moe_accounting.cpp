@@ -48,15 +48,6 @@ nlohmann::json to_json(const ExpertLoadStats& s) {
           {"ep_max_over_mean", s.ep_max_over_mean}};
 }
 
-std::vector<Parameter*> checkpoint_tensors(const std::vector<LanguageModel*>& chunks) {
-  std::vector<Parameter*> out;
-  for (LanguageModel* chunk : chunks)
-    for (Parameter* p : chunk->parameters()) out.push_back(p);
-  for (LanguageModel* chunk : chunks)
-    for (const MoeRouterRef& r : chunk->moe_routers()) r.router->collect_buffers(out);
-  return out;
-}
-
 MoeAccounting::MoeAccounting(const std::vector<LanguageModel*>& chunks, int64_t num_layers, int64_t num_experts,
                              int64_t ep, ProcessGroup tp_dp_cp, ProcessGroup pp)
     : num_layers_(num_layers), num_experts_(num_experts), ep_(ep), tp_dp_cp_(std::move(tp_dp_cp)), pp_(std::move(pp)) {

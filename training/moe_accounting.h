@@ -1,22 +1,11 @@
 // The per-step MoE accounting of the trainer, at the end of every global batch (after the
-// optimizer step, skipped steps included):
-//   1. the tokens-per-expert counts every MoE router of every local model chunk accumulated in the
-//      step's training forwards are stacked [L_local, E] and summed over tp × cp × dp in ONE
-//      all-reduce (ParallelGroups::tp_dp_cp);
-//   2. with moe_router_enable_expert_bias each router's expert_bias moves by
-//      rate · sign(mean(counts) − counts) (aux-loss-free balancing, spec §6.5);
-//   3. the same reduced counts give the load statistics of each MoE layer (min, max, coefficient of
-//      variation, dead experts, tokens per expert-parallel rank), gathered over the pipeline
-//      stages (a sum over pp, each layer living on one stage) so the logging rank has every layer;
-//   4. the counts are zeroed.
-// Megatron runs step 1–2 inside finalize_model_grads (_update_router_expert_bias), which comes
-// before optimizer.step() and so also runs when the step is then skipped for a non-finite grad
-// norm; the bias takes no part in the optimizer step, so running it right after is the same.
-// The expert bias is a checkpointed, untrained tensor: checkpoint_tensors() lists it next to the
-// parameters (never given to the optimizer, the gradient buffer, the grad norm or weight decay).
+// optimizer step, skipped steps included): the routers' tokens-per-expert counts reduced in one
+// all-reduce, the aux-loss-free expert-bias update and the per-layer load statistics.
 // Reference: megatron/core/distributed/finalize_model_grads.py (_update_router_expert_bias,
 // reset_model_temporary_tensors), megatron/core/transformer/moe/moe_utils.py
 // (get_updated_expert_bias), router.py (_update_expert_bias: counts in training forwards with grad).
+// The steps: MoeAccounting::end_of_step below; the expert bias as a checkpointed, untrained
+// tensor: checkpoint_tensors() (training/checkpointing/checkpoint.h).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -46,9 +35,6 @@ ExpertLoadStats expert_load_stats(int64_t layer, const std::vector<double>& coun
 //  "ep_max_over_mean"}.
 nlohmann::json to_json(const ExpertLoadStats& s);
 
-// The parameters and the untrained checkpointed buffers (the routers' expert_bias) of some chunks.
-std::vector<Parameter*> checkpoint_tensors(const std::vector<LanguageModel*>& chunks);
-
 class MoeAccounting {
  public:
   // chunks: this rank's model chunks; num_layers: the whole model's layer count; num_experts E;
@@ -56,7 +42,19 @@ class MoeAccounting {
   MoeAccounting(const std::vector<LanguageModel*>& chunks, int64_t num_layers, int64_t num_experts, int64_t ep,
                 ProcessGroup tp_dp_cp, ProcessGroup pp);
 
-  // The end of a global batch (collective over tp_dp_cp and, with pp > 1, pp): steps 1–4 above.
+  // The end of a global batch (collective over tp_dp_cp and, with pp > 1, pp):
+  //   1. the tokens-per-expert counts every MoE router of every local model chunk accumulated in
+  //      the step's training forwards are stacked [L_local, E] and summed over tp × cp × dp in ONE
+  //      all-reduce (ParallelGroups::tp_dp_cp);
+  //   2. with moe_router_enable_expert_bias each router's expert_bias moves by
+  //      rate · sign(mean(counts) − counts) (aux-loss-free balancing);
+  //   3. the same counts give each MoE layer's load statistics, gathered over the pipeline stages
+  //      (a sum over pp, each layer living on one stage) so the logging rank has every layer;
+  //   4. the counts are zeroed.
+  // Megatron runs 1–2 in finalize_model_grads, before optimizer.step(), so also when the step is
+  // then skipped for a non-finite grad norm; the bias takes no part in the optimizer step, so
+  // running it right after is the same. The expert bias is never given to the optimizer, the
+  // gradient buffer, the grad norm or weight decay.
   void end_of_step();
   // The statistics of the last end_of_step(), every MoE layer of the model in layer order (on every
   // rank of the pp group).

@@ -1,6 +1,6 @@
 // Wiring for pipeline-parallel training: the PipelineLayout (training/schedules.h) of this rank's
 // model chunks and groups, so `strata train` (and tests) set up PP in one call:
-//   auto chunks = make_model_chunks(cfg, device, groups);       // training/model_factory.h
+//   auto chunks = make_model_chunks(cfg, device, groups);       // training/config/model_factory.h
 //   options.pipeline = make_pipeline_layout(chunks, groups);
 //   options.model_parallel = groups.mp;
 //   Trainer trainer(cfg, *chunks.front(), data, valid, options);

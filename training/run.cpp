@@ -20,12 +20,12 @@
 #include "parallel/distributed.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_grid.h"
-#include "training/checkpoint_paths.h"
-#include "training/memory_check.h"
+#include "training/checkpointing/checkpoint_paths.h"
+#include "training/planning/memory_check.h"
 #include "training/dataset_batch_source.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 #include "training/pipeline_setup.h"
-#include "training/tensor_dumper.h"
+#include "training/observability/tensor_dumper.h"
 #include "training/trainer.h"
 
 namespace strata::training {

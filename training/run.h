@@ -6,7 +6,7 @@
 #include <iosfwd>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 #include "training/trainer.h"
 
 namespace strata::training {

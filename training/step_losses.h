@@ -2,25 +2,9 @@
 // the loss function the pipeline schedule calls after each forward (it accumulates every named
 // loss and returns each loss's gradient) and the reduction of the accumulated values over cp,
 // pp and dp into the logged values, one per loss name, in the model's loss_names() order.
-// Normalisation (Megatron pretrain_gpt loss_func + schedules.forward_step):
-//  - PerToken losses (lm loss, later mtp_k loss): by default each micro-batch's loss is the mean
-//    over its valid tokens (the token count summed over cp) and the step's loss the mean over
-//    micro-batches: d/dloss_i = scale · cp · mask_i / (valid tokens of its micro-batch ·
-//    num_micro_batches); with calculate_per_token_loss the mean over the global batch's valid
-//    tokens: d/dloss_i = scale · mask_i / (valid tokens of the global batch).
-//  - PerToken losses with their own mask (MTP's mtp_k loss, NamedLoss::mask): normalised by
-//    their own valid-token count num_k (Megatron process_mtp_loss + MTPLossAutoScaler):
-//    d/dloss_i = scale · mask_i / (num_k · num_micro_batches), logged Σ_mb (Σ loss / num_k) /
-//    num_micro_batches; with calculate_per_token_loss d/dloss_i = scale · mask_i · (valid tokens
-//    of the micro-batch / num_k) / (valid tokens of the global batch), logged Σ loss / Σ num_k.
-//  - PerMicroBatch losses (MoE auxiliary losses): the mean over micro-batches, d/dvalue =
-//    scale / num_micro_batches (Megatron's MoEAuxLossAutoScaler main_loss_backward_scale).
-// Logged values: summed over cp (their tokens' parts) and over pipeline stages (each stage
-// reports its own layers' part; the LM loss exists on the last stage only; entries of the same
-// name, one per MoE layer, are summed), then the dp average (per-token loss: global sum / global
-// count).
 // Reference: megatron/training/training.py (train_step: losses_reduced), pretrain_gpt.py
-// (loss_func), core/transformer/moe/moe_utils.py (aux-loss tracker reduction).
+// (loss_func), core/transformer/moe/moe_utils.py (aux-loss tracker reduction), schedules.py
+// (forward_step). The normalisations are above StepLosses::on_forward; MTP's: docs/mtp.md.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -50,9 +34,24 @@ class StepLosses {
   StepLosses(std::vector<std::string> names, const std::vector<Batch>& batches, bool per_token_loss,
              const LossGroups& groups, Device device, double& comm_seconds);
 
-  // The schedule's loss function for micro-batch mb: accumulates, returns one gradient per loss.
+  // The schedule's loss function for micro-batch mb: accumulates, returns one gradient per loss
+  // (Megatron pretrain_gpt loss_func + schedules.forward_step):
+  //  - PerToken (lm loss): by default each micro-batch's loss is the mean over its valid tokens
+  //    (counted over cp), the step's the mean over micro-batches: d/dloss_i = scale · cp · mask_i /
+  //    (valid tokens of its micro-batch · num_micro_batches); with calculate_per_token_loss the mean
+  //    over the global batch's valid tokens: d/dloss_i = scale · mask_i / (its valid tokens).
+  //  - PerToken with its own mask (MTP's mtp_k loss; Megatron process_mtp_loss + MTPLossAutoScaler),
+  //    num_k its own valid tokens: d/dloss_i = scale · mask_i / (num_k · num_micro_batches), logged
+  //    Σ_mb (Σ loss / num_k) / num_micro_batches; with calculate_per_token_loss d/dloss_i = scale ·
+  //    mask_i · (valid tokens of the micro-batch / num_k) / (valid tokens of the global batch),
+  //    logged Σ loss / Σ num_k.
+  //  - PerMicroBatch (MoE auxiliary losses): the mean over micro-batches, d/dvalue = scale /
+  //    num_micro_batches (Megatron's MoEAuxLossAutoScaler main_loss_backward_scale).
   std::vector<Tensor> on_forward(int64_t mb, const std::vector<NamedLoss>& losses);
-  // The logged value of every name (after the step; collective over cp, pp and dp).
+  // The logged value of every name (after the step; collective over cp, pp and dp): summed over cp
+  // (their tokens' parts) and over pipeline stages (each stage reports its own layers' part; the LM
+  // loss exists on the last stage only; entries of one name, one per MoE layer, are summed), then
+  // the dp average (per-token loss: global sum / global count).
   std::vector<std::pair<std::string, double>> reduce();
   double global_valid_tokens() const { return global_valid_; }
 

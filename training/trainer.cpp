@@ -12,13 +12,13 @@
 #include "core/logging.h"
 #include "core/phase_timer.h"
 #include "models/mtp_config.h"
-#include "training/tensor_metrics/metric_observer.h"
-#include "training/tensor_metrics/registry.h"
+#include "training/observability/tensor_metrics/metric_observer.h"
+#include "training/observability/tensor_metrics/registry.h"
 #include "parallel/context_parallel.h"
-#include "training/checkpoint.h"
-#include "training/checkpoint_architecture.h"
-#include "training/checkpoint_directory.h"
-#include "training/router_tracer.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/checkpointing/checkpoint_architecture.h"
+#include "training/checkpointing/checkpoint_directory.h"
+#include "training/observability/router_tracer.h"
 #include "training/signals.h"
 #include "training/step_losses.h"
 
@@ -117,7 +117,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
             << (lo.finetune ? " (finetune: weights only, starting at iteration 0)" : "") << std::endl;
     }
   }
-  // logging.moe_routing_trace_path: the router tracer over every chunk's routers (training/router_tracer.h).
+  // logging.moe_routing_trace_path: the router tracer over every chunk's routers (training/observability/router_tracer.h).
   if (auto tracer = make_router_tracer(cfg_, pipeline_.chunks, options_.groups.global_rank,
                                          options_.groups.ep.rank(), options_.groups.ep.size()))
     observers_.add(std::move(tracer));
@@ -125,7 +125,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
 }
 
 // logging.tensor_metrics: the forward sites through the run's observers, the optimizer's values
-// just before each step (training/tensor_metrics/metric_observer.h).
+// just before each step (training/observability/tensor_metrics/metric_observer.h).
 void Trainer::setup_tensor_metrics() {
   using namespace tensor_metrics;
   if (cfg_.logging.tensor_metrics.empty()) return;
@@ -216,7 +216,7 @@ LossGroups Trainer::loss_groups() const {
 
 Trainer::StepOutcome Trainer::train_step(double lr) {
   StepOutcome o;
-  // The run's observers (training/run_observers.h) for this iteration (0-based, as Megatron's tracer).
+  // The run's observers (training/observability/run_observers.h) for this iteration (0-based, as Megatron's tracer).
   RunObservers::Step observed(observers_, ObservationContext{iteration_, 0, 0, ObservationPhase::Train});
   {
     phase_timer::Scope t("zero_grad");
@@ -246,7 +246,7 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   sched.loss_func = [&](int64_t mb, const std::vector<NamedLoss>& l) { return losses.on_forward(mb, l); };
   // Overlapped gradient reduction (parallel.overlap_grad_reduce, Megatron DDP's grad hooks): the
   // last micro-batch's backward reports each parameter as it finishes it, and a bucket starts its
-  // asynchronous reduction once all its parameters are reported (training/grad_buffer.h).
+  // asynchronous reduction once all its parameters are reported (training/optimizer/grad_buffer.h).
   grad_buffer_->set_reduce_op(cfg_.training.calculate_per_token_loss ? ReduceOp::Sum : ReduceOp::Avg);
   if (expert_grad_buffer_) expert_grad_buffer_->set_reduce_op(ReduceOp::Sum);  // scaled by 1 / |dp × cp| first
   if (cfg_.parallel.overlap_grad_reduce) {
@@ -320,7 +320,7 @@ void Trainer::save_checkpoint() {
   st.seed = static_cast<uint64_t>(cfg_.training.seed);
   st.config_yaml = cfg_.to_yaml();
   const auto t0 = Clock::now();
-  // Collective (sharded checkpoint, training/checkpoint.h): the distributed optimizer's shards are
+  // Collective (sharded checkpoint, training/checkpointing/checkpoint.h): the distributed optimizer's shards are
   // gathered within dp to the tp/pp shard; every rank writes the pieces it uniquely owns (dp rank 0;
   // replicated parameters from tp rank 0); rank 0 writes the manifest and, after a barrier, the tracker.
   const ProcessGroup& world = options_.groups.world;

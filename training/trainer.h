@@ -1,27 +1,11 @@
-// The training loop against the LanguageModel interface:
-// per iteration, num_micro_batches × (forward → masked loss → backward) accumulating into the
-// parameters' main grads, then one optimizer step (global grad norm, clipping, AdamW; a
-// NaN/Inf norm skips the step); Megatron's log line and metric sinks every log_interval;
-// validation every eval_interval; checkpoints every save_interval, on SIGTERM/SIGINT (at the
-// next step boundary, then exit 0) and at the end; resume from checkpoint.load.
-// Losses come through the loss channel (models/loss.h): every named loss of the model
-// (LanguageModel::loss_names(), "lm loss" first) is normalised by training/step_losses.h
-// (Megatron pretrain_gpt loss_func + schedules.forward_step: by default each micro-batch's loss
-// is the mean over its valid tokens and the step's loss the mean over micro-batches, so
-// dL/dloss_i = mask_i / (valid tokens of its micro-batch · num_micro_batches); with
-// calculate_per_token_loss the loss is the mean over the valid tokens of the whole global batch,
-// dL/dloss_i = mask_i / (valid tokens of the global batch); per-micro-batch auxiliary losses are
-// averaged over micro-batches) and logged under its name.
-// Data parallelism (Megatron DDP, options.groups.dp_cp > 1): each rank runs its own micro-batches
-// (the batch sources are built with its dp rank), the gradients live in a GradBuffer and are
-// averaged over dp × cp after the last backward (summed with calculate_per_token_loss, whose
-// valid-token count is summed over dp × cp first); the reported loss is the dp average. The log
-// line, TensorBoard and JSONL come from the last rank (Megatron's print_rank_last); checkpoints are
-// sharded (training/checkpoint.h): every rank writes the pieces of the global tensors it uniquely
-// owns (the distributed optimizer's state gathered within dp first), rank 0 the manifest and, after
-// a barrier, the tracker; any layout loads them.
+// The training loop against the LanguageModel interface: per iteration, num_micro_batches ×
+// (forward → losses → backward) accumulating into the main grads, then one optimizer step (global
+// grad norm, clipping, AdamW; a NaN/Inf norm skips the step); Megatron's log line and metric sinks
+// every log_interval, validation every eval_interval, checkpoints every save_interval, on
+// SIGTERM/SIGINT and at the end; resume from checkpoint.load.
 // Reference: megatron/training/training.py (train, train_step, training_log, evaluate,
 // save_checkpoint_and_time), megatron/core/pipeline_parallel/schedules.py.
+// Details: loss normalisation training/step_losses.h; data parallelism docs/parallelism.md.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -33,16 +17,16 @@
 
 #include "models/language_model.h"
 #include "training/batch_source.h"
-#include "training/config.h"
-#include "training/lr_schedule.h"
-#include "training/metrics_log.h"
+#include "training/config/config.h"
+#include "training/optimizer/lr_schedule.h"
+#include "training/observability/metrics_log.h"
 #include "training/moe_accounting.h"
-#include "training/optimizer.h"
+#include "training/optimizer/optimizer.h"
 #include "training/schedules.h"
 #include "training/step_losses.h"
-#include "training/grad_buffer.h"
-#include "training/run_observers.h"
-#include "training/tensor_file.h"
+#include "training/optimizer/grad_buffer.h"
+#include "training/observability/run_observers.h"
+#include "training/checkpointing/tensor_file.h"
 
 namespace strata {
 
@@ -94,7 +78,7 @@ struct TrainResult {
   std::vector<int64_t> saved_iterations;  // checkpoints written by this call
   double train_step_seconds = 0.0;       // wall time inside train steps (this call)
   double communication_seconds = 0.0;    // of which in data-parallel collectives
-  // Gradient reduction over dp × cp (training/grad_buffer.h): seconds it was in flight, of which
+  // Gradient reduction over dp × cp (training/optimizer/grad_buffer.h): seconds it was in flight, of which
   // exposed (the rank blocked in it; with overlap_grad_reduce the rest ran under the backward),
   // and the buckets whose reduction started during a backward (overlap_grad_reduce).
   double grad_reduce_seconds = 0.0;
@@ -102,6 +86,12 @@ struct TrainResult {
   int64_t grad_buckets_started_early = 0;
 };
 
+// Losses come through the loss channel (models/loss.h): every named loss of the model
+// (LanguageModel::loss_names(), "lm loss" first) is normalised by StepLosses and logged under its
+// name. Data parallelism (groups.dp_cp > 1): each rank runs its own micro-batches, the gradients
+// live in a GradBuffer reduced over dp × cp after the last backward; the reported loss is the dp
+// average; the log line, TensorBoard and JSONL come from the last rank (Megatron's
+// print_rank_last); checkpoints are sharded (training/checkpointing/checkpoint.h).
 class Trainer {
  public:
   // cfg must be validated. Initialises the parameters (unless options say otherwise), builds the
@@ -110,7 +100,8 @@ class Trainer {
           TrainerOptions options = {});
   ~Trainer();
 
-  // Runs iterations until training.train_iters (or a stop condition).
+  // Runs iterations until training.train_iters (or a stop condition: on SIGTERM/SIGINT it saves
+  // a checkpoint at the next step boundary, then exits 0).
   TrainResult train();
   // One validation pass (eval_iters iterations of the validation source), the `index`-th one.
   EvalResult evaluate(int64_t index);
@@ -122,7 +113,7 @@ class Trainer {
   AdamWOptimizer& optimizer() { return *optimizer_; }
   GradBuffer* grad_buffer() { return grad_buffer_.get(); }  // the dense parameters' (dp × cp)
   GradBuffer* expert_grad_buffer() { return expert_grad_buffer_.get(); }  // experts' (expert dp); null: none
-  // The run's observers (training/run_observers.h): add before train().
+  // The run's observers (training/observability/run_observers.h): add before train().
   RunObservers& observers() { return observers_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
   // The MoE accounting (null for a dense model): the last step's per-layer expert load.

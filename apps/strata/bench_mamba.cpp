@@ -5,6 +5,8 @@
 // results, then times; repeats alternate ours and the reference, the median ratio is reported.
 #include "apps/strata/bench_mamba.h"
 
+#include "apps/strata/bench_reference.h"
+
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -121,27 +123,16 @@ json run_reference(const BenchMambaOptions& o, const std::string& file, int thre
       << shell_quoted(file) << " --heads " << 2 * o.hidden / o.head_dim << " --groups " << o.groups << " --chunk "
       << o.chunk << " --iters " << o.iters << " --warmup " << o.warmup << " --threads " << threads
       << " --tolerance " << kTolerance << " 2>&1";
-  std::fflush(stdout);
-  FILE* p = popen(cmd.str().c_str(), "r");
-  STRATA_CHECK(p != nullptr, "bench mamba: cannot start ", o.python, " ", script);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == kNoTorch) {
+  const ReferenceRun r = run_reference_command(cmd.str(), "bench mamba");
+  if (r.exited && r.exit_code == kNoTorch) {
     std::printf("reference: skipped, %s has no torch (scripts/setup.sh --bench installs python3-torch)\n",
                 o.python.c_str());
     return json::object();
   }
-  const size_t brace = out.rfind("\n{");
-  json j;
-  try {
-    j = json::parse(out.substr(brace == std::string::npos ? 0 : brace + 1));
-  } catch (const std::exception&) {
-    STRATA_THROW("bench mamba: the PyTorch reference failed (", cmd.str(), "), exit status ", status, "; output: ", out);
-  }
-  j["exit_ok"] = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  STRATA_CHECK(r.result.is_object(), "bench mamba: the PyTorch reference failed (", r.command, "), exit status ",
+               r.status, "; output: ", r.output);
+  json j = r.result;
+  j["exit_ok"] = r.exited && r.exit_code == 0;
   return j;
 }
 

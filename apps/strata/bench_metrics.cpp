@@ -12,7 +12,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "parallel/distributed.h"
-#include "training/metrics_log.h"
+#include "training/observability/metrics_log.h"
 #include "training/run.h"
 
 namespace strata::app {

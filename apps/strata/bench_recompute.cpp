@@ -13,8 +13,8 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "models/recompute_config.h"
-#include "training/memory_plan.h"
-#include "training/metrics_log.h"
+#include "training/planning/memory_plan.h"
+#include "training/observability/metrics_log.h"
 #include "training/run.h"
 
 namespace strata::app {

@@ -6,6 +6,8 @@
 // Repeats alternate ours and the reference so that load from other processes hits both alike; the
 // median ratio is reported.
 #include "apps/strata/bench_train.h"
+
+#include "apps/strata/bench_reference.h"
 #include "apps/strata/bench_train_moe.h"
 #include "apps/strata/commands.h"
 
@@ -29,8 +31,8 @@
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "data/tokenizer.h"
-#include "training/config.h"
-#include "training/metrics_log.h"
+#include "training/config/config.h"
+#include "training/observability/metrics_log.h"
 #include "training/run.h"
 
 namespace strata::app {
@@ -188,24 +190,11 @@ json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads,
       << " --warmup " << o.warmup << " --threads " << threads << " --seed " << cfg.training.seed << " --device "
       << shell_quoted(resolve_device(cfg.training.device).str()) << " --init-from " << shell_quoted(init_file)
       << moe_reference_args(cfg);
-  std::fflush(stdout);
-  FILE* p = popen(cmd.str().c_str(), "r");
-  STRATA_CHECK(p != nullptr, "bench train: cannot start ", o.python, " ", script);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  STRATA_CHECK(status == 0, "bench train: the PyTorch reference failed (", cmd.str(), "), exit status ", status,
-               "; output: ", out, " (is python3-torch installed? scripts/setup.sh --bench)");
-  const size_t brace = out.rfind("\n{");
-  const std::string line = out.substr(brace == std::string::npos ? 0 : brace + 1);
-  try {
-    return json::parse(line);
-  } catch (const std::exception& e) {
-    STRATA_CHECK(false, "bench train: cannot parse the PyTorch reference's output '", out, "': ", e.what());
-  }
-  return {};
+  const ReferenceRun r = run_reference_command(cmd.str(), "bench train");
+  STRATA_CHECK(r.status == 0, "bench train: the PyTorch reference failed (", r.command, "), exit status ", r.status,
+               "; output: ", r.output, " (is python3-torch installed? scripts/setup.sh --bench)");
+  STRATA_CHECK(r.result.is_object(), "bench train: cannot parse the PyTorch reference's output '", r.output, "'");
+  return r.result;
 }
 
 void print_result(const json& j) {
@@ -280,25 +269,6 @@ bool compare_losses(const json& ours, const json& ref) {
 // Next to the build directory of this binary (build/strata -> ../scripts), else at __FILE__'s tree
 // when that path is absolute (ccache's base_dir makes it relative, and then it would name whatever
 // tree the current directory is in), else relative to the current directory.
-std::string source_tree_script(const std::string& name) {
-  namespace fs = std::filesystem;
-  const fs::path rel = fs::path("scripts") / "bench" / name;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  if (!ec) candidates.push_back(exe.parent_path() / ".." / rel);
-  if (fs::path(__FILE__).is_absolute()) candidates.push_back(fs::path(__FILE__).parent_path() / ".." / ".." / rel);
-  for (const fs::path& c : candidates)
-    if (fs::exists(c)) return fs::weakly_canonical(c).string();
-  return rel.string();
-}
-
-std::string shell_quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 StepTimes step_time_stats(std::vector<double> ms) {
   StepTimes s;
   if (ms.empty()) return s;

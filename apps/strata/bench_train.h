@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 
 namespace strata::app {
 
@@ -41,9 +41,5 @@ struct StepTimes {
 // Median (upper middle for an even count) and p90 (nearest rank) of `ms`; empty → zeros.
 StepTimes step_time_stats(std::vector<double> ms);
 
-// The source tree's scripts/bench/<name> (next to this binary's build directory, else relative to
-// the current directory), and one shell-quoted argument: for the benchmarks' reference scripts.
-std::string source_tree_script(const std::string& name);
-std::string shell_quoted(const std::string& s);
 
 }  // namespace strata::app

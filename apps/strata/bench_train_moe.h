@@ -11,7 +11,7 @@
 
 #include "core/parameter.h"
 #include "training/batch_source.h"
-#include "training/config.h"
+#include "training/config/config.h"
 
 namespace strata::app {
 

@@ -16,7 +16,7 @@
 #include "apps/strata/commands.h"
 #include "core/device.h"
 #include "kernels/cpu/cpu_platform.h"
-#include "sweep.h"
+#include "sweep/sweep.h"
 
 namespace strata::app {
 namespace {

@@ -3,7 +3,7 @@
 // a GPT-2 BPE tokenizer) from a Strata checkpoint, as LlamaForCausalLM, Qwen3ForCausalLM,
 // GPT2LMHeadModel, MixtralForCausalLM or Qwen3MoeForCausalLM, whichever the model config matches. An
 // OUT that exists and is not empty is refused unless --force (as import). The logic is in
-// training/hf_export.h.
+// training/hf/hf_export.h.
 // Reference: Megatron-LM tools/checkpoint/convert.py (saver for HF), transformers save_pretrained.
 #include <cstdio>
 #include <filesystem>
@@ -13,7 +13,7 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
-#include "training/hf_export.h"
+#include "training/hf/hf_export.h"
 
 namespace strata::app {
 

@@ -5,7 +5,7 @@
 // tokens. Defaults come from the checkpoint config's inference section; the flags obey that
 // section's rules (temperature >= 0 with 0 greedy, top_k >= 0, top_p in [0, 1], not both filters),
 // and a --max-new-tokens beyond the model's positions is said on stderr. The logic is in
-// training/generation.h.
+// training/inference/generation.h.
 // Reference: Megatron-LM tools/run_text_generation_server.py, megatron/inference/text_generation.
 #include <algorithm>
 #include <cmath>
@@ -17,8 +17,8 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
-#include "training/generation.h"
-#include "training/router_tracer.h"
+#include "training/inference/generation.h"
+#include "training/observability/router_tracer.h"
 
 namespace strata::app {
 namespace {

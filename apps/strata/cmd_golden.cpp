@@ -1,6 +1,6 @@
 // `strata golden run <case-dir> [--platform cpu] [--work-dir D] [--resume-in-process]` trains a
-// golden-value case (training/golden_case.h), reads back its TensorBoard event files and compares
-// them with <case-dir>/golden_values_<platform>.json by Megatron's rules (training/golden_values.h);
+// golden-value case (training/golden/golden_case.h), reads back its TensorBoard event files and compares
+// them with <case-dir>/golden_values_<platform>.json by Megatron's rules (training/golden/golden_values.h);
 // prints a per-metric report and exits 1 on a mismatch.
 // On the CPU the file is chosen by platform fingerprint (golden::choose_golden_file): exact checks
 // against a file written with this process's numerics, cross-platform ones otherwise.
@@ -30,8 +30,8 @@
 #include "kernels/cpu/cpu_platform.h"
 #include "parallel/distributed.h"
 #include "parallel/parallel_config.h"
-#include "training/golden_case.h"
-#include "training/golden_values.h"
+#include "training/golden/golden_case.h"
+#include "training/golden/golden_values.h"
 
 extern char** environ;
 

@@ -5,7 +5,7 @@
 // (OUT/iter_0000000, tracker "0") that `strata generate --load OUT` and
 // `strata train checkpoint.load=OUT checkpoint.finetune=true` read. An OUT that already holds a
 // checkpoint is refused unless --force (its tracker would be rewritten). The logic is in
-// training/hf_export.h.
+// training/hf/hf_export.h.
 // Reference: Megatron-LM tools/checkpoint/convert.py (loader_llama_mistral.py, saver_megatron.py).
 #include <cstdio>
 #include <filesystem>
@@ -15,7 +15,7 @@
 
 #include "apps/strata/commands.h"
 #include "core/error.h"
-#include "training/hf_export.h"
+#include "training/hf/hf_export.h"
 
 namespace strata::app {
 

@@ -18,9 +18,9 @@
 #include "apps/strata/commands.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "training/memory_plan.h"
+#include "training/planning/memory_plan.h"
 #include "parallel/rank_grid.h"
-#include "training/config.h"
+#include "training/config/config.h"
 
 namespace strata::app {
 namespace {

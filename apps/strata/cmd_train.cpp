@@ -1,10 +1,10 @@
 // `strata train --config FILE [section.field=value | Megatron flag ...] [--print-config] [--validate-only]
 // [--help-config] [--overwrite]` (`--help` prints the usage and the same field table as --help-config):
-// loads the StrataConfig (training/config.h), applies the overrides and Megatron flags in order
+// loads the StrataConfig (training/config/config.h), applies the overrides and Megatron flags in order
 // (core/megatron_flags.h; flags without effect are listed in one line), validates it with the
 // launched world size (launched_world_size, parallel/distributed.h; --validate-only and
 // --print-config without a launcher: parallel.world_size as given), checks model.vocab_size
-// against the tokenizer and the checkpoint paths (training/checkpoint_paths.h), prints Megatron's
+// against the tokenizer and the checkpoint paths (training/checkpointing/checkpoint_paths.h), prints Megatron's
 // argument table and calls training::run (training/run.h). Config errors exit 1 with
 // "strata: error: ConfigError: section.field: ..." before anything is allocated.
 // Reference: megatron/training/arguments.py (parse_args, validate_args, _print_args),
@@ -19,8 +19,8 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "parallel/distributed.h"
-#include "training/checkpoint_paths.h"
-#include "training/config.h"
+#include "training/checkpointing/checkpoint_paths.h"
+#include "training/config/config.h"
 #include "training/run.h"
 
 namespace strata::app {

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 
 namespace strata::app {
 namespace {

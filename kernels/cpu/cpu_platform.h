@@ -2,7 +2,7 @@
 // (kernels/cpu/cpu_isa.h), the BLAS library, its version and its core type (the OpenBLAS kernel
 // set, OPENBLAS_CORETYPE or auto-detected), and the compiler. Two runs of the same build and
 // config with equal fingerprints give the same bits (docs/reproducibility.md); golden files
-// record it (training/golden_values.h) to choose the exact or the cross-platform comparison.
+// record it (training/golden/golden_values.h) to choose the exact or the cross-platform comparison.
 #pragma once
 #include <string>
 

@@ -12,7 +12,7 @@
 // name: decoder.layers.<i> (the wrapper). Selective mhc recompute (models/blocks/mhc_recompute.h):
 // mhc_release drops the site input and the aggregation the inner layer's pre-norm keeps (the
 // Mamba layer exposes it through HybridLayer::kept_input), mhc_replay rebuilds both.
-// Reference: megatron/core/models/hybrid/hybrid_block.py (dev: HyperConnectionHybridLayer); spec §1.3.
+// Reference: megatron/core/models/hybrid/hybrid_block.py (dev: HyperConnectionHybridLayer).
 #pragma once
 #include <memory>
 #include <string>

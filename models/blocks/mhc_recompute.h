@@ -10,7 +10,7 @@
 // proceeds. The sub-layers (attention, MLP, Mamba) are not recomputed. All state lives in the
 // micro-batch's saved block state, so any pipeline schedule works.
 // Reference: Megatron-LM dev megatron/core/transformer/hyper_connection.py, transformer_block.py
-// (mhc_recompute_layer_num groups), tensor_parallel/random.py (CheckpointWithoutOutput); spec §2.3.
+// (mhc_recompute_layer_num groups), tensor_parallel/random.py (CheckpointWithoutOutput).
 #pragma once
 #include <cstddef>
 #include <functional>

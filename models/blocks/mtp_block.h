@@ -1,46 +1,10 @@
-// MtpBlock: DeepSeek-V3 multi-token prediction modules (Megatron-Core MultiTokenPredictionBlock,
-// without mHC), run by the language-model shell on the last pipeline stage after the decoder's
-// final norm. Depth k = 1..D takes h^{k−1} (h^0: the decoder output after its final norm) and the
-// input ids rolled left k times (the last k positions filled with id 0):
-//   e   = dropout(embedding(rolled ids))         the model's word-embedding table (shared)
-//   h'  = eh_proj(cat([enorm(e), hnorm(h^{k−1})]))   order [embedding; hidden], 2C → C, no bias
-//   h^k = final_layernorm(mtp_model_layer(h'))
-// The inner model layer is a Block built by the model (MtpLayerFactory): GPT — a one-layer
-// TransformerBlock with the decoder's last layer spec, named mtp.layers.{k−1}.transformer_layer;
-// hybrid — a nested HybridStack of the '/' pattern's symbols (any of M * - E, no final norm of its
-// own), its layers named mtp.layers.{k−1}.mtp_model_layer.layers.{j}. The inner layers take global
-// layer numbers after the decoder's (num_layers + (k−1)·P + j, P layers per depth; dropout keys,
-// router layer numbers); their residual sites fire once per application (the block loop).
-// h^k feeds the output head (the shell: logits with the shared output weight, per-token loss) and
-// depth k+1. Rotary embeddings are not rolled (the layer sees positions 0..s−1 as the decoder).
-// Parameters: mtp.layers.{k−1}.{enorm,hnorm,final_layernorm}.weight (+ .bias for LayerNorm),
-// mtp.layers.{k−1}.eh_proj.weight [C, 2C] (column-parallel over tp), and the inner block's; with
-// mtp_use_repeated_layer one module mtp.layers.0 is applied D times. mtp_detach_heads: the block
-// neither sends a gradient to h^0 nor to the word embeddings (the shell also leaves the output
-// weight out of the MTP heads' backward).
-// Full recompute (recompute_granularity full, method uniform; Megatron's
-// MultiTokenPredictionLayer._checkpointed_forward): each depth's eh_proj → inner block → final
-// norm is one checkpoint — its forward keeps only e, h^{k−1} and the keys, the backward replays it
-// with the same dropout keys (observation suspended, router side effects skipped, the auxiliary
-// losses' gradients routed back; models/blocks/recompute.h). Method block does not recompute the
-// MTP depths (Megatron skips them). Selective recompute applies inside the inner layers as in the
-// decoder.
-// Tensor/sequence parallelism: eh_proj is column-parallel (sequence parallel: the input gathered
-// along the sequence), its output gathered over tp and, under sequence parallelism, scattered
-// back to this rank's rows; the embedding is vocab-parallel as VocabEmbedding's.
-// mHC (model.enable_hyper_connections; Megatron dev's mHC MTP, spec §4.3): h^0 is the decoder's
-// PRE-contraction n-stream [s(/tp), b, n·C] and each depth's raw n-stream output chains to the next;
-//   h'  = e_proj(enorm(e))[:, :, None, :] + h_proj(hnorm(h^{k−1} as [s, b, n, C]))   → [s, b, n·C]
-//         (e_proj, h_proj: column-parallel C → C, no bias; hnorm and h_proj shared across streams)
-//   x^k = mtp_model_layer(h')                    mHC layers on the n-stream input (raw; feeds k+1)
-//   h^k = final_layernorm(contract(x^k))         own head mtp.layers.{k−1}.hc_head_{fn,base,scale}
-//                                                (or the mean with mhc_learned_output_contract false)
-// Full recompute checkpoints e_proj/h_proj → inner block (the contraction and norm stay outside,
-// as Megatron's _proj_and_transformer_layer).
+// MtpBlock: DeepSeek-V3 multi-token prediction modules (Megatron-Core MultiTokenPredictionBlock),
+// run by the language-model shell on the last pipeline stage after the decoder's final norm: depth
+// k maps h^{k−1} and the input ids rolled left k times to h^k, the input of its own loss head.
 // Reference: megatron/core/transformer/multi_token_prediction.py (MultiTokenPredictionLayer:
-// __init__ (hybrid path: HybridStack with post_layer_norm false; GPT path: TransformerLayer),
-// _get_embeddings, _concat_embeddings, _proj_and_transformer_layer, _postprocess,
+// __init__, _get_embeddings, _concat_embeddings, _proj_and_transformer_layer, _postprocess,
 // _checkpointed_forward; MultiTokenPredictionBlock.forward, _build_layers, sharded_state_dict).
+// Details (formulas, mHC variant, parameter names, recompute, tp/sp, MoE layers): docs/mtp.md.
 #pragma once
 #include <functional>
 #include <memory>
@@ -58,10 +22,22 @@
 namespace strata {
 
 // Builds the inner model layer of MTP module `module` (0-based; one module with the repeated
-// layer). cfg: the model section with full recompute removed (the MTP block checkpoints the depth).
+// layer): GPT a one-layer TransformerBlock with the decoder's last layer spec; hybrid a nested
+// HybridStack of the '/' pattern's symbols (post_layer_norm false). Its layers take global layer
+// numbers after the decoder's, num_layers + (k−1)·P + j with P layers per depth. cfg: the model
+// section with full recompute removed (the MTP block checkpoints the depth).
 using MtpLayerFactory = std::function<std::unique_ptr<Block>(const ModelConfig& cfg, const layers::LayerEnv& env,
                                                              const ParallelGroups& groups, int64_t module)>;
 
+// Depth k = 1..D (h^0: the decoder output after its final norm; rotary embeddings not rolled):
+//   e   = dropout(embedding(ids rolled left k, last k positions id 0))   the shared word embeddings
+//   h'  = eh_proj(cat([enorm(e), hnorm(h^{k−1})]))   order [embedding; hidden], 2C → C, no bias
+//   h^k = final_layernorm(mtp_model_layer(h'))
+// eh_proj [C, 2C] is column-parallel over tp (sequence parallel: input gathered, output scattered).
+// mHC: h' = e_proj(enorm(e))[:, :, None, :] + h_proj(hnorm(h^{k−1} as [s, b, n, C])), the raw
+// n-stream output x^k feeds depth k+1 and h^k = final_layernorm(contract(x^k)) (the depth's head).
+// Full recompute (method uniform): each depth is one checkpoint keeping only e, h^{k−1} and the
+// dropout keys (models/blocks/recompute.h); method block does not recompute the depths.
 class MtpBlock {
  public:
   // One micro-batch's saved activations of every depth.
@@ -128,6 +104,8 @@ class MtpBlock {
   int64_t depths_ = 0, hidden_ = 0;
   int64_t streams_ = 1;  // mHC: n (1 without)
   bool mhc_ = false;
+  // repeated_: mtp_use_repeated_layer, one module mtp.layers.0 applied D times. detach_:
+  // mtp_detach_heads, no gradient to h^0 nor to the word embeddings.
   bool repeated_ = false, detach_ = false, sequence_parallel_ = false;
   bool recompute_ = false;  // full recompute, method uniform: each depth is one checkpoint
   double hidden_dropout_ = 0.0;

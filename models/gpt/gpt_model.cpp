@@ -27,7 +27,7 @@ LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::Transfor
   };
   // Megatron get_gpt_mtp_block_spec: the MTP layer takes the decoder's last layer spec; one layer,
   // global number num_layers + k, named mtp.layers.{k}.mtp_model_layer (Megatron's module path; its
-  // checkpoints name it transformer_layer: training/checkpoint_names.h).
+  // checkpoints name it transformer_layer: checkpoint_parameter_name, models/parameter_names.h).
   parts.make_mtp_layer = [specs](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                                  int64_t k) -> std::unique_ptr<Block> {
     const int64_t last = cfg.num_layers - 1;

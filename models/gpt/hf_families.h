@@ -1,8 +1,8 @@
 // The Hugging Face families a Megatron-Core GPT model exports to and imports from, and the tensor
 // name and layout maps between GPTModel's canonical parameter names and HF names (pure functions
-// over host tensors; training/hf_format.h maps config.json, training/hf_export.h does the files).
+// over host tensors; training/hf/hf_format.h maps config.json, training/hf/hf_export.h does the files).
 // The family notes (QKV split per query group, SwiGLU halves, Conv1D transposes, real-vocabulary
-// rows) are in training/hf_format.h.
+// rows) are in docs/formats.md, "Hugging Face directories".
 // The mixture-of-experts families (Mixtral, Qwen3-MoE) map the MoE layers' router and experts
 // (models/gpt/hf_moe_map.h; which Strata MoE options each can express: hf_families.cpp).
 // Reference: transformers models/llama, models/qwen3, models/gpt2, models/mixtral, models/qwen3_moe;

@@ -1,25 +1,9 @@
-// mHC hyper-connections, the per-site module and the stack-exit contraction (Megatron dev's
-// HyperConnectionModule, learned_output_contract / output_contract, input_expand).
-// One site wraps one sub-layer F (attention, MLP/MoE, a hybrid layer) over n residual streams:
-//   forward:  (h_pre, h_post, H_res) = mappings(x);  agg = Σ_i h_pre[i]·x_i       → F(agg) = (y, bias)
-//   merge:    x_next_j = Σ_i H_res[i,j]·x_i + h_post[j]·(y + bias)
-//             (training with hidden dropout p > 0: Σ_i H_res[i,j]·x_i + dropout(h_post[j]·y + h_post[j]·bias),
-//              one mask over the whole [s, b, n·C] tensor, so independent per stream)
-//   backward: merge_backward(g_next) → (g_y, g_bias) for F's backward → backward(g_agg) → g_x, the sum
-//             of the three consumers of x (mappings, aggregation, residual), accumulated in f32.
-// Layouts: x, x_next [s, b, n·C] (stream j = columns j·C .. (j+1)·C), agg, y [s, b, C], bias [C].
-// Parameters (f32; f64 in an f64 model): <prefix>.mapping_proj.weight [n²+2n, n·C] xavier-uniform,
-// <prefix>.alpha_pre / alpha_post / alpha_res [1] = mhc_init_gating_factor, <prefix>.bias [n²+2n]
-// zeros; the 1-d ones without weight decay. Replicated over tp; under sequence parallelism their
-// gradients are summed over tp (Megatron's sequence_parallel attribute), as the norms'.
-// Observation (core/observe.h; owner = the prefix): mhc_h_pre [s, b, n], mhc_h_post [s, b, n],
-// mhc_h_res [s, b, n, n] and mhc_sinkhorn_residual [s, b, 2] (per token max_i |row sum − 1|,
-// max_j |column sum − 1|, computed on the host only when observed), mhc_layer_input [s, b, C] (the
-// aggregation agg, F's input) and mhc_layer_output [s, b, C] (F's y + bias before dropout and the
-// merge, built only when observed), all sequence-sharded under SP. With x (the residual_accumulator
-// of the layer, or the previous site's output) these verify a site from outside.
-// The caller (a layer or block) owns the saved state. Math: kernels/mhc.h; docs/mhc.md.
-// Reference: Megatron-LM dev megatron/core/transformer/hyper_connection.py; spec §1.3.
+// mHC hyper-connections: the per-site module that wraps one sub-layer F (attention, MLP/MoE, a
+// hybrid layer) over n residual streams, the block entry (mhc_expand) and the stack-exit
+// contraction. The caller (a layer or block) owns the saved state. Math: kernels/mhc.h.
+// Reference: Megatron-LM dev megatron/core/transformer/hyper_connection.py (HyperConnectionModule,
+// learned_output_contract / output_contract, input_expand).
+// Details (formulas, parameters, dropout, wiring, observation sites): docs/mhc.md.
 #pragma once
 #include <string>
 #include <vector>
@@ -46,6 +30,15 @@ struct HyperConnectionState {
   void clear() { *this = HyperConnectionState{}; }
 };
 
+// One site: (h_pre, h_post, H_res) = mappings(x); agg = Σ_i h_pre[i]·x_i → F(agg) = (y, bias);
+// merge x_next_j = Σ_i H_res[i,j]·x_i + h_post[j]·(y + bias) (training with hidden dropout: the
+// h_post terms under one mask over the whole [s, b, n·C] tensor); backward: merge_backward →
+// F's backward → backward, g_x summed over x's three consumers in f32. x, x_next [s, b, n·C]
+// (stream j = columns j·C .. (j+1)·C), agg, y [s, b, C], bias [C]. Parameters (f32; f64 in an f64
+// model) <prefix>.mapping_proj.weight [n²+2n, n·C], alpha_pre / alpha_post / alpha_res [1],
+// bias [n²+2n], replicated over tp (gradients summed over tp under sp). Observation sites (owner
+// the prefix): mhc_h_pre, mhc_h_post, mhc_h_res, mhc_sinkhorn_residual, mhc_layer_input,
+// mhc_layer_output, sequence-sharded under sp.
 class HyperConnection {
  public:
   // hidden = C; sp: the sequence-parallel group (tp under SP, else single).

@@ -67,18 +67,27 @@ DropoutSpec DropoutKeys::hidden(double p, int64_t layer, DropoutSite site, const
   return d;
 }
 
-Tensor apply_dropout(const Tensor& x, const DropoutSpec& d) {
-  if (!d.active()) return x;
+namespace {
+// The mask kernel (dropout_forward or dropout_backward) over x's rows: one call, or two when the
+// rows span the two chunks of a context-parallel rank (split_row: where the second chunk starts).
+template <class Kernel>
+Tensor apply_rows(const Tensor& x, const DropoutSpec& d, Kernel kernel) {
   Tensor y = empty_like_shape(x, x.shape());
   if (d.split_row < 0) {
-    kernels::dropout_forward(x, y, d.p, d.key, d.slice);
+    kernel(x, y, d.p, d.key, d.slice);
     return y;
   }
   const Tensor xc = x.contiguous();
   const int64_t k = d.split_row, n = x.size(0) - k;
-  kernels::dropout_forward(xc.narrow(0, 0, k), y.narrow(0, 0, k), d.p, d.key, d.slice);
-  kernels::dropout_forward(xc.narrow(0, k, n), y.narrow(0, k, n), d.p, d.key, d.slice2);
+  kernel(xc.narrow(0, 0, k), y.narrow(0, 0, k), d.p, d.key, d.slice);
+  kernel(xc.narrow(0, k, n), y.narrow(0, k, n), d.p, d.key, d.slice2);
   return y;
+}
+}  // namespace
+
+Tensor apply_dropout(const Tensor& x, const DropoutSpec& d) {
+  if (!d.active()) return x;
+  return apply_rows(x, d, kernels::dropout_forward);
 }
 
 Tensor residual_add(const Tensor& x, const Tensor& y, const DropoutSpec& d) {
@@ -101,16 +110,7 @@ Tensor residual_grad_sum(const Tensor& dy, const Tensor& branch_dx) {
 
 Tensor apply_dropout_backward(const Tensor& dy, const DropoutSpec& d) {
   if (!d.active()) return dy;
-  Tensor dx = empty_like_shape(dy, dy.shape());
-  if (d.split_row < 0) {
-    kernels::dropout_backward(dy, dx, d.p, d.key, d.slice);
-    return dx;
-  }
-  const Tensor dyc = dy.contiguous();
-  const int64_t k = d.split_row, n = dy.size(0) - k;
-  kernels::dropout_backward(dyc.narrow(0, 0, k), dx.narrow(0, 0, k), d.p, d.key, d.slice);
-  kernels::dropout_backward(dyc.narrow(0, k, n), dx.narrow(0, k, n), d.p, d.key, d.slice2);
-  return dx;
+  return apply_rows(dy, d, kernels::dropout_backward);
 }
 
 SequenceParallelGrad::SequenceParallelGrad(Parameter& p, const ProcessGroup& sp, DType dtype, Device device)

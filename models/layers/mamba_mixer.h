@@ -1,23 +1,9 @@
-// The Mamba-2 mixer (Megatron-Core MambaMixer with TE's fused pre-norm), over the residual stream
-// [s, b, h]:
-//   zxBCdt = in_proj(norm(x))                 order [z | x | B | C | dt], no bias
-//   xBC    = SiLU(causal depthwise conv1d(xBC; conv1d.weight [conv_dim, 1, 4], conv1d.bias))
-//   dt     = softplus(dt + dt_bias), A = −exp(A_log), y = SSD scan(x, dt, A, B, C, D)   (kernels/ssd_scan.h)
-//   y      = RMSNorm_group(y·SiLU(z)) · norm.weight   (groups of d_inner/G, eps 1e-5)
-//   out    = out_proj(y)                      no bias; MambaLayer adds the residual
-// Parameters (Megatron's state-dict names under `prefix` = "decoder.layers.N.mixer"):
-// in_proj.layer_norm_weight (+ layer_norm_bias under LayerNorm), in_proj.weight, conv1d.weight,
-// conv1d.bias, dt_bias, A_log (f32), D (f32), norm.weight, out_proj.weight. Init: in_proj
-// N(0, init_method_std); out_proj N(0, init_method_std/√(1.0·num_layers)) (the hybrid multiplier);
-// conv1d weight and bias U(±1/2) (kaiming_uniform a=√5 and U(±1/√fan_in), fan_in = 4);
-// dt_bias = softplus⁻¹(clamp(exp(U(log 1e-3, log 0.1)), 1e-4)); A_log = log U(1, 16); D = 1;
-// norm.weight = 1 — all drawn from Philox keyed by name at global indices, so any shard draws its
-// slice. Tensor parallelism: heads and groups split over tp (in_proj column-parallel with the five
-// parts sharded separately, conv1d by its three parts, dt_bias/A_log/D/norm.weight by rows,
-// out_proj row-parallel); sequence parallelism as the MLP (the norm on sequence shards, in_proj
-// gathers, out_proj reduce-scatters). Generation: a MambaStateCache carries the conv inputs and
-// the SSM state from call to call (the same outputs as one forward over the whole sequence).
+// The Mamba-2 mixer (Megatron-Core MambaMixer with TE's fused pre-norm) over the residual stream
+// [s, b, h]: in_proj, causal depthwise conv1d, the SSD scan (kernels/ssd_scan.h), the gated group
+// RMSNorm and out_proj; MambaLayer adds the residual. Tensor parallel by heads and groups, and
+// KV-cache style generation through a MambaStateCache.
 // Reference: Megatron-Core ssm/mamba_mixer.py, models/hybrid/hybrid_layer_specs.py.
+// Details: the comments below; the hybrid model: docs/hybrid.md.
 #pragma once
 #include <memory>
 #include <string>
@@ -33,6 +19,11 @@
 
 namespace strata::layers {
 
+//   zxBCdt = in_proj(norm(x))                 order [z | x | B | C | dt], no bias
+//   xBC    = SiLU(causal depthwise conv1d(xBC; conv1d.weight [conv_dim, 1, 4], conv1d.bias))
+//   dt     = softplus(dt + dt_bias), A = −exp(A_log), y = SSD scan(x, dt, A, B, C, D)
+//   y      = RMSNorm_group(y·SiLU(z)) · norm.weight   (groups of d_inner/G, eps 1e-5)
+//   out    = out_proj(y)                      no bias
 class MambaMixer {
  public:
   struct Saved {
@@ -48,19 +39,31 @@ class MambaMixer {
     Tensor normed;    // out_proj input [s, b, d_inner]
   };
   // prefix: "decoder.layers.{i}.mixer". Checks the mamba_* config against tp before allocating.
+  // Tensor parallelism: heads and groups split over tp (in_proj column-parallel with the five parts
+  // sharded separately, conv1d by its three parts, dt_bias/A_log/D/norm.weight by rows, out_proj
+  // row-parallel); sequence parallelism as the MLP (the norm on sequence shards, in_proj gathers,
+  // out_proj reduce-scatters).
   MambaMixer(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups);
   // x: [s, b, h] -> [s, b, h]; cache: generation (state read and updated, nothing saved).
   Tensor forward(const Tensor& x, MambaStateCache* cache, Saved* saved) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
   Tensor backward(const Saved& saved, const Tensor& dy);
   void collect(std::vector<Parameter*>& out);
-  // A zero generation state for `batch` sequences.
+  // A zero generation state for `batch` sequences. The MambaStateCache carries the conv inputs and
+  // the SSM state from call to call (the same outputs as one forward over the whole sequence).
   MambaStateCache make_cache(int64_t batch) const;
 
   const MambaDims& dims() const { return dims_; }
   int64_t local_heads() const { return heads_; }
   int64_t local_groups() const { return groups_; }
 
+  // Megatron's state-dict names under the prefix: in_proj.layer_norm_weight (+ layer_norm_bias
+  // under LayerNorm), in_proj.weight, conv1d.weight, conv1d.bias, dt_bias, A_log (f32), D (f32),
+  // norm.weight, out_proj.weight. Init: in_proj N(0, init_method_std); out_proj N(0,
+  // init_method_std/√(1.0·num_layers)); conv1d weight and bias U(±1/2) (kaiming_uniform a=√5 and
+  // U(±1/√fan_in), fan_in = 4); dt_bias = softplus⁻¹(clamp(exp(U(log 1e-3, log 0.1)), 1e-4));
+  // A_log = log U(1, 16); D = 1; norm.weight = 1; all from Philox keyed by name at global indices,
+  // so any shard draws its slice.
   Norm in_proj_norm;  // in_proj.layer_norm_weight / layer_norm_bias
   Linear in_proj;
   Parameter conv1d_weight, conv1d_bias, dt_bias, A_log, D, norm_weight;

@@ -119,32 +119,56 @@ Tensor TransformerLayer::mlp_sublayer(const Tensor& x, const DropoutKeys& keys, 
   return m;
 }
 
+namespace {
+
+// One residual branch around a sub-layer F: the plain x + dropout(F(x)) (the norm is F's first
+// step; the mask drawn on F's output), or with a hyper-connection site the site's merge of F(agg)
+// (the mask drawn on the merge's [s, b, n·h] output). F(input, bias): the sub-layer's output, and
+// with a site also its output bias apart (the merge adds it per stream).
+template <class Sublayer>
+Tensor residual_branch(const HyperConnection* hc, HyperConnectionState& st, DropoutSpec& plain_dropout,
+                       const DropoutKeys& keys, double p, int64_t layer, DropoutSite site, const Tensor& x,
+                       const Sublayer& sublayer) {
+  if (hc) {
+    const Tensor agg = hc->forward(x, st);
+    Tensor bias;
+    const Tensor y = sublayer(agg, &bias);
+    return hc->merge(y, bias, keys.hidden(p, layer, site, x), st);
+  }
+  const Tensor y = sublayer(x, nullptr);
+  plain_dropout = keys.hidden(p, layer, site, y);
+  return residual_add(x, y, plain_dropout);
+}
+
+// Its backward: dy (the stream after the branch) -> dx (before it). sublayer_backward: d(F's
+// output) -> d(F's input).
+template <class SublayerBackward>
+Tensor residual_branch_backward(HyperConnection* hc, HyperConnectionState& st, const DropoutSpec& plain_dropout,
+                                DType dtype, const Tensor& dy, const SublayerBackward& sublayer_backward) {
+  if (hc) {  // the merge, the sub-layer, the site (the merge's g_bias is what F's backward adds to its bias)
+    const HyperConnection::MergeGrads g = hc->merge_backward(dy, st);
+    return hc->backward(sublayer_backward(g.g_y), st);
+  }
+  // y = x + drop(F(x)): dx = dy + Fᵀ(dropᵀ(dy))
+  return residual_grad_sum(dy, sublayer_backward(residual_branch_grad(dy, plain_dropout, dtype)));
+}
+
+}  // namespace
+
 Tensor TransformerLayer::attention_branch(const Tensor& x, const DropoutKeys& keys, int64_t position_offset,
                                           LayerKVCache* cache, Saved& sv, bool keep) const {
-  if (attention_hc_) {  // mHC: x [s, b, n·h]; the mask is drawn on the merge's [s, b, n·h] output
-    const Tensor agg = attention_hc_->forward(x, sv.attention_hc);
-    Tensor bias;
-    const Tensor a = attention_sublayer(agg, keys, position_offset, cache, sv, keep, &bias);
-    const DropoutSpec d = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, x);
-    return attention_hc_->merge(a, bias, d, sv.attention_hc);
-  }
-  const Tensor a = attention_sublayer(x, keys, position_offset, cache, sv, keep);
-  sv.attention_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::AttentionOutput, a);
-  return residual_add(x, a, sv.attention_dropout);
+  return residual_branch(attention_hc_.get(), sv.attention_hc, sv.attention_dropout, keys, hidden_dropout_, index_,
+                         DropoutSite::AttentionOutput, x, [&](const Tensor& in, Tensor* bias) {
+                           return attention_sublayer(in, keys, position_offset, cache, sv, keep, bias);
+                         });
 }
 
 Tensor TransformerLayer::mlp_branch(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
                                     AuxLossChannel* aux, bool replay) const {
-  if (mlp_hc_) {
-    const Tensor agg = mlp_hc_->forward(x, sv.mlp_hc);
-    Tensor bias;
-    const Tensor m = mlp_sublayer(agg, keys, sv, keep, aux, replay, &bias);
-    const DropoutSpec d = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, x);
-    return mlp_hc_->merge(m, bias, d, sv.mlp_hc);
-  }
-  const Tensor m = mlp_sublayer(x, keys, sv, keep, aux, replay);
-  sv.mlp_dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MlpOutput, m);
-  return residual_add(x, m, sv.mlp_dropout);
+  return residual_branch(mlp_hc_.get(), sv.mlp_hc, sv.mlp_dropout, keys, hidden_dropout_, index_,
+                         DropoutSite::MlpOutput, x, [&](const Tensor& in, Tensor* bias) {
+                           return mlp_sublayer(in, keys, sv, keep, aux, replay, bias);
+                         });
 }
 
 Tensor TransformerLayer::attention_sublayer_backward(const Saved& sv, const Tensor& dy) {
@@ -199,23 +223,12 @@ Tensor TransformerLayer::forward(const Tensor& x, const DropoutKeys& keys, int64
 
 Tensor TransformerLayer::backward(const Saved& sv, const Tensor& dy) {
   Tensor dx = dy;
-  if (spec_.mlp) {
-    if (mlp_hc_) {  // x_next = merge(x, mlp(norm(agg(x))), bias): the merge, the sub-layer, the site
-      // (the merge's g_bias = Σ_tokens g_y is what linear_fc2's backward adds to its bias itself)
-      const HyperConnection::MergeGrads g = mlp_hc_->merge_backward(dx, sv.mlp_hc);
-      dx = mlp_hc_->backward(mlp_sublayer_backward(sv, g.g_y), sv.mlp_hc);
-    } else {  // y = x2 + drop(mlp(norm2(x2))): dx2 = dy + norm2ᵀ(mlpᵀ(dropᵀ(dy)))
-      dx = residual_grad_sum(dx, mlp_sublayer_backward(sv, residual_branch_grad(dx, sv.mlp_dropout, dtype_)));
-    }
-  }
-  if (spec_.self_attention) {
-    if (attention_hc_) {
-      const HyperConnection::MergeGrads g = attention_hc_->merge_backward(dx, sv.attention_hc);
-      dx = attention_hc_->backward(attention_sublayer_backward(sv, g.g_y), sv.attention_hc);
-    } else {  // x2 = x + drop(attn(norm1(x))): dx = dx2 + norm1ᵀ(attnᵀ(dropᵀ(dx2)))
-      dx = residual_grad_sum(dx, attention_sublayer_backward(sv, residual_branch_grad(dx, sv.attention_dropout, dtype_)));
-    }
-  }
+  if (spec_.mlp)
+    dx = residual_branch_backward(mlp_hc_.get(), sv.mlp_hc, sv.mlp_dropout, dtype_, dx,
+                                  [&](const Tensor& d) { return mlp_sublayer_backward(sv, d); });
+  if (spec_.self_attention)
+    dx = residual_branch_backward(attention_hc_.get(), sv.attention_hc, sv.attention_dropout, dtype_, dx,
+                                  [&](const Tensor& d) { return attention_sublayer_backward(sv, d); });
   return dx;
 }
 

@@ -1,24 +1,10 @@
 // One pre-norm transformer layer assembled from a TransformerLayerSpec (Megatron-Core
-// TransformerLayer with TE-fused norms and IdentityOp defaults for absent submodules):
-//   spec.self_attention: x = x + dropout(linear_proj(attention(input_layernorm(x))))   site AttentionOutput
-//   spec.mlp:            x = x + dropout(mlp_slot(pre_mlp_layernorm(x)))              site MlpOutput
-// (hidden_dropout both). The full GPT layer has both branches; attention-only and MLP-only layers
-// (the hybrid stack's `*` and `-`) have one. The norms carry the TE names
-// self_attention.linear_qkv.layer_norm_{weight,bias} and mlp.linear_fc1.layer_norm_{weight,bias}.
-// mHC (model.enable_hyper_connections; Megatron dev HyperConnectionTransformerLayer): each branch
-// is wrapped in a HyperConnection site, decoder.layers.{i}.self_attention_hyper_connection.* and
-// ….mlp_hyper_connection.*, over the n-stream residual x [s, b, n·h]:
-//   agg = hc.forward(x); y = sub-layer(agg) (its pre-norm inside, no residual add);
-//   x_next = hc.merge(y, dropout = hidden_dropout with the branch's dropout key, drawn on [s, b, n·h]).
-// The plain and the mHC path share the sub-layer calls (attention_sublayer / mlp_sublayer). With
-// mHC the output linear's bias stays apart (Megatron's bias-dropout-add pair): merge(y, bias); its
-// gradient is the linear's own (Σ over tokens of d y, equal to the merge's g_bias).
-// Observation sites: ResidualIn and LayerOutput, owner "decoder.layers.{i}" (global i), dims
-// "s,b,h". Selective recompute (recompute_modules mlp for a dense slot, moe for an MoE slot) keeps
-// only the slot's input and re-runs the slot's forward in backward (Megatron's checkpointed MLP /
-// MoE layer). Selective mhc recompute: mhc_release / mhc_replay drop and rebuild the sites' inputs
-// and aggregations, driven by the block (models/blocks/mhc_recompute.h). Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
-// models/hybrid/hybrid_layer_specs.py (attention-only / MLP-only layers).
+// TransformerLayer with TE-fused norms and IdentityOp defaults for absent submodules): the full GPT
+// layer has both branches, attention-only and MLP-only layers (the hybrid stack's `*` and `-`) one;
+// with mHC each branch is wrapped in a HyperConnection site.
+// Reference: Megatron-Core transformer/transformer_layer.py, fusions/fused_bias_dropout.py,
+// models/hybrid/hybrid_layer_specs.py (attention-only / MLP-only layers); Megatron dev
+// HyperConnectionTransformerLayer. Details: docs/architecture.md ("models/"), mHC docs/mhc.md.
 #pragma once
 #include <memory>
 #include <string>
@@ -35,6 +21,17 @@
 
 namespace strata::layers {
 
+// Branches (hidden_dropout both):
+//   spec.self_attention: x = x + dropout(linear_proj(attention(input_layernorm(x))))   site AttentionOutput
+//   spec.mlp:            x = x + dropout(mlp_slot(pre_mlp_layernorm(x)))              site MlpOutput
+// The norms carry the TE names self_attention.linear_qkv.layer_norm_{weight,bias} and
+// mlp.linear_fc1.layer_norm_{weight,bias}. mHC: the sites decoder.layers.{i}.
+// self_attention_hyper_connection.* and ….mlp_hyper_connection.* over x [s, b, n·h]: agg =
+// hc.forward(x); y = sub-layer(agg) (its pre-norm inside, no residual add); x_next = hc.merge(y,
+// bias, hidden_dropout with the branch's key, drawn on [s, b, n·h]); the output linear's bias stays
+// apart (Megatron's bias-dropout-add pair), its gradient the linear's own. The plain and mHC paths
+// share attention_sublayer / mlp_sublayer. The residual observation sites are the block's
+// (models/blocks/layer_residuals.h).
 class TransformerLayer {
  public:
   struct Saved {
@@ -130,6 +127,8 @@ class TransformerLayer {
   std::unique_ptr<SelfAttention> self_attention_;
   std::unique_ptr<Norm> pre_mlp_layernorm_;
   std::unique_ptr<MlpSlot> mlp_;
+  // Selective recompute (recompute_modules mlp for a dense slot, moe for an MoE slot) keeps only
+  // the slot's input and re-runs the slot's forward in backward (Megatron's checkpointed MLP / MoE).
   bool recompute_mlp_ = false;  // selective recompute of the slot (mlp: dense, moe: MoE)
   int64_t streams_ = 1;
   std::unique_ptr<HyperConnection> attention_hc_, mlp_hc_;  // mHC sites (null without mHC)

@@ -1,15 +1,15 @@
 // The generic tensor metrics' local compaction on CUDA tensors (run only where a GPU is usable):
 // the device reductions with float64 output (Σx², signed max, the non-finite count's device sum)
 // and the host-side samples and entropies give the values of the same tensor on the CPU, and
-// prepare() returns host tensors (training/tensor_metrics/local_contribution.h, generic_metrics.h).
+// prepare() returns host tensors (training/observability/tensor_metrics/local_contribution.h, generic_metrics.h).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "training/tensor_metrics/generic_metrics.h"
-#include "training/tensor_metrics/local_contribution.h"
+#include "training/observability/tensor_metrics/generic_metrics.h"
+#include "training/observability/tensor_metrics/local_contribution.h"
 
 using namespace strata;
 using namespace strata::tensor_metrics;

@@ -18,7 +18,7 @@
 #include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/rank_grid.h"
-#include "training/config.h"
+#include "training/config/config.h"
 
 namespace strata::mpitest {
 

@@ -17,7 +17,7 @@
 #include "training/batch_source.h"
 #include "training/pipeline_setup.h"
 #include "training/trainer.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 
 namespace strata::mpitest {
 

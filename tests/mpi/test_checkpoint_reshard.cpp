@@ -22,7 +22,7 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/rank_grid.h"
 #include "trainer_test_support.h"
-#include "training/checkpoint.h"
+#include "training/checkpointing/checkpoint.h"
 #include "training/pipeline_setup.h"
 #include "training/trainer.h"
 

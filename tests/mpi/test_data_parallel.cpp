@@ -24,9 +24,9 @@
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"
 #include "training/batch_source.h"
-#include "training/checkpoint.h"
+#include "training/checkpointing/checkpoint.h"
 #include "training/trainer.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 
 namespace strata {
 namespace {

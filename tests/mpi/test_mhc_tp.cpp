@@ -4,7 +4,7 @@
 // parameters' main grads (summed over tp, Megatron's sequence_parallel attribute) equal the
 // single-rank ones (1e-12), with hidden dropout drawn from the same global masks.
 // Reference: Megatron-LM dev hyper_connection.py (_init_weights: sequence_parallel on every mHC
-// parameter), spec §1.3.
+// parameter).
 #include <algorithm>
 #include <cmath>
 

@@ -16,8 +16,8 @@
 #include "layout_training.h"
 #include "mpi_test_helpers.h"
 #include "parallel/rank_grid.h"
-#include "training/checkpoint.h"
-#include "training/model_factory.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/config/model_factory.h"
 #include "training/pipeline_setup.h"
 #include "training/trainer.h"
 

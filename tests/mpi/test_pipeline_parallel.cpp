@@ -22,7 +22,7 @@
 #include "training/pipeline_setup.h"
 #include "training/schedules.h"
 #include "training/trainer.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-// `strata plan`'s parameter counts per rank (training/memory_plan.h, training/layer_plan.h) against
+// `strata plan`'s parameter counts per rank (training/planning/memory_plan.h, training/planning/layer_plan.h) against
 // the model each rank builds under mpirun: hybrid models with Mamba, attention, MLP and MoE layers
 // under TP2 (+ SP; heads and groups split, norms replicated) and PP2 with uneven `|` segments and
 // MTP depths on the last stage — the plan's stage count equals the numel sum of the rank's
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "layout_check.h"
-#include "training/memory_plan.h"
-#include "training/model_factory.h"
+#include "training/planning/memory_plan.h"
+#include "training/config/model_factory.h"
 
 namespace strata {
 namespace {

@@ -4,7 +4,7 @@
 // the tp × cp group (the bias channel is equal everywhere) and normalised they equal the
 // router_diagnostics tensor of the single-process forward on the whole sequences (counts, valid
 // tokens and overlap exactly, scores and the margin within f32 rounding).
-// Reference: megatron/core/transformer/moe/router_diagnostics.py (spec §1.5).
+// Reference: megatron/core/transformer/moe/router_diagnostics.py.
 #include <cmath>
 #include <map>
 #include <string>

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "layout_check.h"
-#include "training/tensor_metrics/registry.h"
+#include "training/observability/tensor_metrics/registry.h"
 
 namespace strata {
 namespace {

@@ -17,7 +17,7 @@
 #include "mpi_test_helpers.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/tensor_parallel.h"
-#include "training/optimizer.h"
+#include "training/optimizer/optimizer.h"
 
 namespace strata {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "sweep.h"
+#include "sweep/sweep.h"
 
 int main(int argc, char** argv) {
   strata::sweep::Options opts;

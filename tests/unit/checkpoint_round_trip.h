@@ -1,5 +1,5 @@
 // A parameter-only checkpoint round trip for the model tests: save one model's parameters with the
-// default tensor file format (training/checkpoint.h, as the trainer writes them), load them into
+// default tensor file format (training/checkpointing/checkpoint.h, as the trainer writes them), load them into
 // another model's parameters (no optimizer state, no RNG), in a fresh temporary directory that is
 // removed afterwards. Used by the MTP, hybrid-MTP and mHC tests to show the new parameters persist.
 #pragma once
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/parameter.h"
-#include "training/checkpoint.h"
+#include "training/checkpointing/checkpoint.h"
 
 namespace strata::test {
 

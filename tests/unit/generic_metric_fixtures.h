@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tests/unit/metric_test_ranks.h"
-#include "training/tensor_metrics/generic_metrics.h"
+#include "training/observability/tensor_metrics/generic_metrics.h"
 
 namespace strata::tensor_metrics::test {
 

@@ -18,10 +18,10 @@
 
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
-#include "training/checkpoint.h"
-#include "training/hf_format.h"
-#include "training/tensor_file.h"
-#include "training/model_factory.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/hf/hf_format.h"
+#include "training/checkpointing/tensor_file.h"
+#include "training/config/model_factory.h"
 #if __has_include("strata_source_dir.h")
 #include "strata_source_dir.h"
 #endif

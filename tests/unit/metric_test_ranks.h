@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "training/tensor_metrics/logical_reduction.h"
-#include "training/tensor_metrics/metric_core.h"
+#include "training/observability/tensor_metrics/logical_reduction.h"
+#include "training/observability/tensor_metrics/metric_core.h"
 
 namespace strata::tensor_metrics::test {
 

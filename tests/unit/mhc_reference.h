@@ -2,7 +2,7 @@
 // written from the spec's formulas, sharing no code with kernels/): mappings, Sinkhorn,
 // aggregation, merge and the learned contraction. Layouts as kernels/mhc.h: x [T, n·C]
 // stream-major, mapping rows [pre n | post n | res n²].
-// Reference: /work/shared/specs/mhc-hybrid-mtp.md §1.3 (Megatron-LM dev hyper_connection.py).
+// Reference: Megatron-LM dev megatron/core/transformer/hyper_connection.py.
 #pragma once
 #include <cmath>
 #include <cstdint>

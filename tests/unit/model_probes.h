@@ -13,9 +13,9 @@
 #include "core/allocator.h"
 #include "core/observe.h"
 #include "test_helpers.h"
-#include "training/config.h"
+#include "training/config/config.h"
 #include "models/layers/moe/router.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 
 namespace strata::test {
 

@@ -1,5 +1,5 @@
 // Shared by the MoE router tests (test_moe_router*.cpp): a loop-by-loop f64 reference of the
-// TopKRouter written from the spec (../shared/specs/megatron-observation-tracer-moe.md §6.1–§6.9)
+// TopKRouter written from Megatron's router.py and moe_utils.py
 // and the option/input builders.
 #pragma once
 #include <algorithm>

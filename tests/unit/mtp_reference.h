@@ -1,5 +1,5 @@
 // The float64 reference of multi-token prediction shared by tests/unit/test_mtp.cpp (GPT) and
-// test_hybrid_mtp.cpp (hybrid), written from the formulas of spec §4 (DeepSeek-V3 / Megatron):
+// test_hybrid_mtp.cpp (hybrid), written from the formulas of Megatron's multi_token_prediction.py (DeepSeek-V3 / Megatron):
 // for each token row, the decoder's MLP-only layers (position-free, so every position is
 // independent), the final norm and the tied head's cross entropy; then per depth k the rolled id
 // t_{i+k} (id 0 and masked past the end), [enorm(e); hnorm(h)], eh_proj, the depth's inner MLP

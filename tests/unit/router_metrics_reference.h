@@ -1,8 +1,8 @@
-// A float64 reference for the router-diagnostic metrics, written from spec §3.2 (not from
-// training/tensor_metrics/): whole-sequence sums [8 · E] normalised as spec §1.5, every
+// A float64 reference for the router-diagnostic metrics, written from Megatron's router_metrics.py (not from
+// training/observability/tensor_metrics/): whole-sequence sums [8 · E] normalised as router_diagnostics.py does, every
 // per-sequence statistic, the bundles' operations and scopes as the spec lists them.
 //   Labeled want = router_reference::reference("layer-router-health", {{"decoder.layers.1", sums}});
-// Reference: megatron/training/tensor_metrics/router_metrics.py (spec §3.2).
+// Reference: megatron/training/tensor_metrics/router_metrics.py.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -98,7 +98,7 @@ struct RefOp {
   char agg;  // 'm' mean, 'x' max, 'n' min, 'g' global
   bool worst_min = false;
 };
-// The bundles as spec §3.2 lists them: scopes and operations.
+// The bundles as router_metrics.py lists them: scopes and operations.
 struct RefBundle {
   bool per_layer, worst;
   std::vector<RefOp> ops;

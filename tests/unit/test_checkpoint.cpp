@@ -1,4 +1,4 @@
-// Checkpoints (training/checkpoint.h) through the Trainer: Megatron's layout and tracker, the
+// Checkpoints (training/checkpointing/checkpoint.h) through the Trainer: Megatron's layout and tracker, the
 // manifest contents, bit-exact resume (20 steps with dropout saving at 10 vs. stop at 10 + a fresh
 // trainer loading iteration 10: steps 11–20 have bitwise identical losses and final weights; f32
 // and bf16), no_load_optim, finetune, corrupt / truncated shards detected with the file name,
@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "tests/unit/trainer_test_support.h"
-#include "training/checkpoint.h"
-#include "training/checksum.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/checkpointing/checksum.h"
 #include "training/trainer.h"
 
 using namespace strata;

@@ -1,4 +1,4 @@
-// Sharded (version-2) checkpoints (training/checkpoint.h, checkpoint_pieces.h) in one process:
+// Sharded (version-2) checkpoints (training/checkpointing/checkpoint.h, checkpoint_pieces.h) in one process:
 // the box intersection arithmetic (hand-computed cases), the boxes of a tensor-parallel slice and of
 // a SwiGLU fc1 shard (two blocks), loading a hand-written TP2 checkpoint (column pieces) into an
 // unsharded parameter, a row shard and a two-block shard (values = their global indices), the
@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "tests/unit/trainer_test_support.h"
-#include "training/checkpoint.h"
-#include "training/checkpoint_pieces.h"
-#include "training/checksum.h"
-#include "training/generation.h"
-#include "training/hf_export.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/checkpointing/checkpoint_pieces.h"
+#include "training/checkpointing/checksum.h"
+#include "training/inference/generation.h"
+#include "training/hf/hf_export.h"
 #include "training/trainer.h"
 
 using namespace strata;

@@ -4,7 +4,7 @@
 // naming the file when the golden file is missing; a ckpt-resume case resumes from the middle
 // checkpoint and matches; golden files keyed by CPU platform (exact on the writer's numerics,
 // cross-platform elsewhere, regenerate adds a file beside another platform's). Also: `strata train --help` lists every config field with its default,
-// and the TensorBoard "<tag> vs samples" twins (training/metrics_log.h) read back from the events.
+// and the TensorBoard "<tag> vs samples" twins (training/observability/metrics_log.h) read back from the events.
 #include <unistd.h>
 
 #include <cmath>
@@ -19,9 +19,9 @@
 #include "kernels/cpu/cpu_platform.h"
 #include "test_helpers.h"
 #include "tests/unit/trainer_test_support.h"
-#include "training/config.h"
-#include "training/golden_case.h"
-#include "training/golden_values.h"
+#include "training/config/config.h"
+#include "training/golden/golden_case.h"
+#include "training/golden/golden_values.h"
 #include "training/trainer.h"
 
 using namespace strata;

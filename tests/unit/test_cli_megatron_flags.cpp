@@ -122,7 +122,7 @@ TEST_CASE("cli train: moe_tiny.yaml with Megatron's MoE flags trains, logs the r
   CHECK(recs[0]["load_balancing_loss"].get<double>() > 0.5);  // E·Σ f·P ≈ 1 when balanced, ≥ 1 always
   CliResult p = run_cli({"plan", "--config", (kRepo / "configs/moe_tiny.yaml").string(), "--world-size", "2"});
   INFO(p.err);
-  CHECK(p.rc == 0);  // MoE layers are counted (training/moe_plan.h)
+  CHECK(p.rc == 0);  // MoE layers are counted (training/planning/moe_plan.h)
   CHECK_THAT(p.out, Contains("MoE: ") && Contains(" expert; "));
   CliResult g = run_cli({"generate", "--load", save, "--prompt", "abc", "--score"});
   INFO(g.err);

@@ -15,8 +15,8 @@
 #include "apps/strata/cli.h"
 #include "cli_test_helpers.h"
 #include "test_helpers.h"
-#include "training/config.h"
-#include "training/memory_check.h"
+#include "training/config/config.h"
+#include "training/planning/memory_check.h"
 
 using namespace strata;
 using Catch::Matchers::Contains;

@@ -1,4 +1,4 @@
-// StrataConfig (training/config.h): the committed configs load and validate, derived defaults
+// StrataConfig (training/config/config.h): the committed configs load and validate, derived defaults
 // follow Megatron's rules, the resolved config round-trips through YAML, overrides reach every
 // section, more than 30 bad configs fail in validate() with the field named, decoding errors name
 // the field and suggest a name, --help lists every field, and docs/config.md is the generated text.
@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "strata_source_dir.h"
-#include "training/config.h"
+#include "training/config/config.h"
 
 using namespace strata;
 using strata::config::ConfigError;
@@ -440,4 +440,13 @@ TEST_CASE("config: docs/config.md is the generated reference", "[config]") {
   ss << in.rdbuf();
   INFO("docs/config.md differs from the config table; run scripts/gen_config_doc.sh");
   CHECK(ss.str() == generated);
+}
+
+TEST_CASE("config: the subsystems' rules are registered with the config, which includes none of them", "[config]") {
+  const std::vector<std::string> names = config_validator_names();
+  CHECK(std::count(names.begin(), names.end(), "logging.tensor_dump_*") == 1);
+  CHECK(std::count(names.begin(), names.end(), "logging.tensor_metrics") == 1);
+  // And they run: a dump pattern that matches no site is refused by validate().
+  CHECK_THAT(error_of([] { base({"logging.tensor_dump_sites=['nosuch.*']", "logging.tensor_dump_iters=[0]"}).validate(1); }),
+             Catch::Matchers::Contains("logging.tensor_dump_sites: pattern 'nosuch.*' matches no site"));
 }

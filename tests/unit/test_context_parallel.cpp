@@ -13,7 +13,7 @@
 #include "kernels/elementwise.h"
 #include "parallel/context_parallel.h"
 #include "test_helpers.h"
-#include "training/config.h"
+#include "training/config/config.h"
 #include "models/batch.h"
 
 using namespace strata;

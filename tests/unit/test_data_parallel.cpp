@@ -5,8 +5,8 @@
 // (The multi-rank equivalence runs under mpirun: tests/mpi/test_data_parallel.cpp.)
 #include "test_helpers.h"
 #include "training/batch_source.h"
-#include "training/grad_buffer.h"
-#include "training/optimizer.h"
+#include "training/optimizer/grad_buffer.h"
+#include "training/optimizer/optimizer.h"
 
 using namespace strata;
 using strata::test::max_abs_diff;

@@ -15,7 +15,7 @@
 #include "core/half.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-// Tests of generation (training/generation.h) and `strata generate`: top-k / top-p filtering on
+// Tests of generation (training/inference/generation.h) and `strata generate`: top-k / top-p filtering on
 // hand cases, greedy KV-cached generation against argmax of full forwards, seeded sampling
 // reproducibility, --score log-probabilities against a hand computation, and the CLI end to end
 // (train 3 steps with mock data, then generate / score from the checkpoint; bad arguments).
@@ -20,7 +20,7 @@
 #include "models/gpt/gpt_model.h"
 #include "cli_test_helpers.h"
 #include "test_helpers.h"
-#include "training/generation.h"
+#include "training/inference/generation.h"
 
 using namespace strata;
 using Catch::Matchers::Contains;

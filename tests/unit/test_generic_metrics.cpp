@@ -1,4 +1,4 @@
-// The generic optimizer-sourced tensor metrics (training/tensor_metrics/generic_metrics.h,
+// The generic optimizer-sourced tensor metrics (training/observability/tensor_metrics/generic_metrics.h,
 // row_column_l2.h) on in-process ranks: global-param-l2, layer-param-l2, global-wgrad-l2,
 // layer-wgrad-l2 (with Strata's param-group labels), global-param-mean-row-l2 / -column-l2 and
 // global-nonfinite-origin, each against a float64 computation on the full parameters, with TP
@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "tests/unit/generic_metric_fixtures.h"
-#include "training/tensor_metrics/row_column_l2.h"
+#include "training/observability/tensor_metrics/row_column_l2.h"
 
 using namespace strata;
 using namespace strata::tensor_metrics;

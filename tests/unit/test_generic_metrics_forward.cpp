@@ -1,4 +1,4 @@
-// The generic forward-sourced tensor metrics (training/tensor_metrics/generic_metrics.h,
+// The generic forward-sourced tensor metrics (training/observability/tensor_metrics/generic_metrics.h,
 // sampled_median.h) on in-process ranks: residual and logits L2 norms, the router logits' L2,
 // signed max and sampled median, and the router decision entropy — against a float64 computation
 // on the full tensors of every micro-batch (occurrence), with sequence shards over cp and tp
@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "tests/unit/generic_metric_fixtures.h"
-#include "training/tensor_metrics/sampled_median.h"
+#include "training/observability/tensor_metrics/sampled_median.h"
 
 using namespace strata;
 using namespace strata::tensor_metrics;

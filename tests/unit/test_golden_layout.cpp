@@ -1,4 +1,4 @@
-// Golden cases with a parallel layout (training/golden_case.h): the ranks a case needs
+// Golden cases with a parallel layout (training/golden/golden_case.h): the ranks a case needs
 // (parallel.world_size, else tp·cp·pp), its config validated for that many ranks, the rule
 // shared with tests/CMakeLists.txt on the committed TP2×PP2 case, and a single-process
 // `strata golden run` of a 4-rank case refused before training with the mpirun line to use.
@@ -11,7 +11,7 @@
 #include "cli_test_helpers.h"
 #include "strata_source_dir.h"
 #include "test_helpers.h"
-#include "training/golden_case.h"
+#include "training/golden/golden_case.h"
 
 using namespace strata;
 using Catch::Matchers::Contains;

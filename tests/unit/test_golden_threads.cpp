@@ -13,8 +13,8 @@
 
 #include "strata_source_dir.h"
 #include "test_helpers.h"
-#include "training/golden_case.h"
-#include "training/golden_values.h"
+#include "training/golden/golden_case.h"
+#include "training/golden/golden_values.h"
 
 using namespace strata;
 namespace fs = std::filesystem;

@@ -1,8 +1,8 @@
-// Golden values (training/golden_values.h): Megatron's comparison rules on hand-made value sets —
+// Golden values (training/golden/golden_values.h): Megatron's comparison rules on hand-made value sets —
 // a last-bit difference fails the deterministic check, the rtol boundary (|a−g| ≤ rtol·|g|), the
 // allowed-failures formula min(max(N//100, 1), 50), NaN/missing handling, the iteration-time
 // median window — the JSON schema round trip at full precision, and bad golden files named in the
-// error. Expected values are computed by hand from Megatron's rules (spec §7.3–7.5).
+// error. Expected values are computed by hand from Megatron's rules.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -14,9 +14,9 @@
 
 #include "strata_source_dir.h"
 #include "test_helpers.h"
-#include "training/config.h"
-#include "training/golden_case.h"
-#include "training/golden_values.h"
+#include "training/config/config.h"
+#include "training/golden/golden_case.h"
+#include "training/golden/golden_values.h"
 
 using namespace strata;
 using namespace strata::golden;

@@ -10,7 +10,7 @@
 
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 
 namespace strata {
 namespace {

@@ -7,9 +7,9 @@
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/checkpoint.h"
+#include "training/checkpointing/checkpoint.h"
 #include "training/trainer.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 
 using namespace strata;
 using namespace strata::test;

@@ -1,5 +1,5 @@
-// Tests of `strata export --format hf` / `strata import --hf` (training/hf_format.h,
-// training/hf_export.h): export → import round trips are bit-identical (Llama and GPT-2, f32 and
+// Tests of `strata export --format hf` / `strata import --hf` (training/hf/hf_format.h,
+// training/hf/hf_export.h): export → import round trips are bit-identical (Llama and GPT-2, f32 and
 // bf16, tied and untied); exported directories give the logits of an independent numpy
 // implementation of transformers' LlamaForCausalLM / GPT2LMHeadModel (tests/hf/hf_reference.py,
 // float64, skipped when /usr/bin/python3 has no numpy) and, where torch + transformers are
@@ -27,13 +27,13 @@
 #include "hf_test_helpers.h"
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
-#include "training/checkpoint.h"
-#include "training/generation.h"
-#include "training/hf_export.h"
-#include "training/tensor_file.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/inference/generation.h"
+#include "training/hf/hf_export.h"
+#include "training/checkpointing/tensor_file.h"
 #if __has_include("strata_source_dir.h")
 #include "strata_source_dir.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 #endif
 
 using namespace strata;

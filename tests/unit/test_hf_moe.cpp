@@ -16,8 +16,8 @@
 #include "cli_test_helpers.h"
 #include "core/formats/safetensors.h"
 #include "hf_test_helpers.h"
-#include "training/generation.h"
-#include "training/hf_export.h"
+#include "training/inference/generation.h"
+#include "training/hf/hf_export.h"
 
 using namespace strata;
 using namespace strata::test;

@@ -25,9 +25,9 @@
 #include "models/parameter_names.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/checkpoint.h"
-#include "training/memory_plan.h"
-#include "training/model_factory.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/planning/memory_plan.h"
+#include "training/config/model_factory.h"
 #include "training/trainer.h"
 
 namespace strata {

@@ -1,5 +1,5 @@
-// Multi-token prediction of a hybrid model (model.hybrid_layer_pattern "main/mtp/mtp…"; spec §3.1,
-// §4.2 step 4): mtp_num_layers inferred from the '/' patterns, the nested HybridStack's Megatron
+// Multi-token prediction of a hybrid model (model.hybrid_layer_pattern "main/mtp/mtp…", as
+// Megatron's hybrid_layer_allocation.py parses it): mtp_num_layers inferred from the '/' patterns, the nested HybridStack's Megatron
 // names (mtp.layers.K.mtp_model_layer.layers.J.…, no final norm of its own), the per-depth losses
 // against a float64 reference written from the formulas (roll, [enorm(e); hnorm(h)], eh_proj, the
 // MTP pattern's layers, final norm, shared head), gradients of Mamba, attention, MLP and MoE MTP
@@ -23,8 +23,8 @@
 #include "checkpoint_round_trip.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/model_factory.h"
-#include "training/tensor_dump_sites.h"
+#include "training/config/model_factory.h"
+#include "training/observability/tensor_dump_sites.h"
 #include "training/trainer.h"
 
 namespace strata {

@@ -11,7 +11,7 @@
 
 #include "models/hybrid/hybrid_pattern.h"
 #include "strata_source_dir.h"
-#include "training/config.h"
+#include "training/config/config.h"
 
 using namespace strata;
 using strata::config::ConfigError;

@@ -12,7 +12,7 @@
 #include "models/language_model_shell.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 #include "training/trainer.h"
 
 namespace strata {

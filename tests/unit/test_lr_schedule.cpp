@@ -1,4 +1,4 @@
-// LrSchedule (training/lr_schedule.h): exact values of Megatron's OptimizerParamScheduler.get_lr at
+// LrSchedule (training/optimizer/lr_schedule.h): exact values of Megatron's OptimizerParamScheduler.get_lr at
 // several steps — warmup from 0, constant, linear, cosine, WSD with each anneal shape — computed
 // here from the formulas, plus the config path (lr_warmup_fraction) and bad arguments.
 #include <catch2/catch.hpp>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "training/lr_schedule.h"
+#include "training/optimizer/lr_schedule.h"
 
 using namespace strata;
 

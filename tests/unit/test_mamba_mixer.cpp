@@ -11,7 +11,7 @@
 #include "models/layers/mamba_mixer.h"
 #include "models/mamba_config.h"
 #include "test_helpers.h"
-#include "training/checkpoint_pieces.h"
+#include "training/checkpointing/checkpoint_pieces.h"
 
 using namespace strata;
 using namespace strata::layers;

@@ -1,4 +1,4 @@
-// Megatron-LM command-line flags onto StrataConfig (core/megatron_flags.h, training/megatron_flags.cpp):
+// Megatron-LM command-line flags onto StrataConfig (core/megatron_flags.h, training/config/megatron_flag_table.cpp):
 // a Megatron launch script's argument list (examples/gpt3/train_gpt3_175b_distributed.sh, scaled
 // down, plus the usual Llama-style switches) parses to the expected config; order and mixing with
 // section.field=value overrides; every error kind (unsupported feature, unknown flag with a
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 
 using namespace strata;
 using strata::config::ConfigError;

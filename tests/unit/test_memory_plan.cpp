@@ -1,4 +1,4 @@
-// Layout planning (training/memory_plan.h): parameter counts against the real GPTModel, tp
+// Layout planning (training/planning/memory_plan.h): parameter counts against the real GPTModel, tp
 // sharding sums, the 12h² + 13h layer count, pipeline layer ranges (Megatron's interleaving
 // docstring, uneven stages), Korthikanti et al.'s activation formula on hand-computed numbers,
 // in-flight micro-batches, bubble fraction and the per-rank memory arithmetic; MoE layers (expert
@@ -6,8 +6,8 @@
 // Reference: Korthikanti et al. 2022 (eq. 1–4), megatron/core/parallel_state.py
 // (initialize_model_parallel docstring: virtual pipeline layer assignment).
 #include "models/gpt/gpt_model.h"
-#include "training/memory_plan.h"
-#include "training/moe_plan.h"
+#include "training/planning/memory_plan.h"
+#include "training/planning/moe_plan.h"
 #include "test_helpers.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// `strata plan` for hybrid models, MTP and mHC (training/layer_plan.h, training/memory_plan.h):
+// `strata plan` for hybrid models, MTP and mHC (training/planning/layer_plan.h, training/planning/memory_plan.h):
 // per-symbol parameter counts by hand and against the built HybridModel (exact), the `|` pipeline
 // segments per stage, the activations of each layer kind and of the MTP depths against the
 // allocator's measured peak (drops under full and selective recompute within 15%), and the mHC
@@ -13,9 +13,9 @@
 #include "model_probes.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/layer_plan.h"
-#include "training/memory_plan.h"
-#include "training/model_factory.h"
+#include "training/planning/layer_plan.h"
+#include "training/planning/memory_plan.h"
+#include "training/config/model_factory.h"
 
 using namespace strata;
 using namespace strata::test;

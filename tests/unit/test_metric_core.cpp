@@ -1,4 +1,4 @@
-// The tensor-metric framework (training/tensor_metrics/metric_core.h, logical_reduction.h) over
+// The tensor-metric framework (training/observability/tensor_metrics/metric_core.h, logical_reduction.h) over
 // in-process ranks: a sum-of-squares metric on every placement kind equals the float64 value of
 // the gathered tensor; Owned values become placeholders on the other ranks; requests of several
 // values and metrics travel in one collective per (axis, op, dtype).
@@ -15,7 +15,7 @@ using Catch::Matchers::WithinRel;
 namespace {
 
 // Σx² with one result per layer label and "global" (a test metric; the real ones are in
-// training/tensor_metrics/).
+// training/observability/tensor_metrics/).
 class SumSquares : public TensorMetric {
  public:
   explicit SumSquares(ReduceOp op = ReduceOp::Sum) : op_(op) {}

@@ -1,4 +1,4 @@
-// The training side of the tensor metrics (training/tensor_metrics/metric_observer.h,
+// The training side of the tensor metrics (training/observability/tensor_metrics/metric_observer.h,
 // metric_specs.h, optimizer_sources.h): spec parsing and its errors, the schedule, forward
 // observations prepared at once with their sites, occurrences and relations, the optimizer's
 // masters and main grads as parameter / wgrad values (full and distributed-optimizer ranges),
@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "core/config_table.h"
-#include "training/tensor_metrics/logical_reduction.h"
-#include "training/tensor_metrics/metric_observer.h"
+#include "training/observability/tensor_metrics/logical_reduction.h"
+#include "training/observability/tensor_metrics/metric_observer.h"
 #include "tests/unit/metric_test_ranks.h"
 
 using namespace strata;

@@ -15,8 +15,8 @@
 #include "cli_test_helpers.h"
 #include "strata_source_dir.h"
 #include "test_helpers.h"
-#include "training/config.h"
-#include "training/memory_plan.h"
+#include "training/config/config.h"
+#include "training/planning/memory_plan.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;

@@ -5,7 +5,7 @@
 // names and shapes, learned vs mean contraction, a checkpoint round trip, KV-cache generation,
 // the n-stream residual observations and the config errors.
 // Reference: Megatron-LM dev transformer_layer.py (HyperConnectionTransformerLayer),
-// transformer_block.py (input_expand / learned_output_contract); spec §1.3.
+// transformer_block.py (input_expand / learned_output_contract).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -16,7 +16,7 @@
 #include "models/gpt/gpt_model.h"
 #include "checkpoint_round_trip.h"
 #include "test_helpers.h"
-#include "training/config.h"
+#include "training/config/config.h"
 
 namespace strata {
 namespace {

@@ -4,7 +4,7 @@
 // the fast path (`-`) and the delta path (`M`: no double counting of the input), f64 finite
 // differences of a whole `M*E-` model with dropout (every parameter), and KV/state-cached
 // generation with n streams.
-// Reference: megatron/core/models/hybrid/hybrid_block.py (dev: HyperConnectionHybridLayer); spec §1.3.
+// Reference: megatron/core/models/hybrid/hybrid_block.py (dev: HyperConnectionHybridLayer).
 #include <algorithm>
 #include <cmath>
 #include <map>

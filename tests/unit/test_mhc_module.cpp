@@ -14,7 +14,7 @@
 #include "kernels/elementwise.h"
 #include "models/layers/hyper_connection.h"
 #include "test_helpers.h"
-#include "training/config.h"
+#include "training/config/config.h"
 
 using namespace strata;
 using namespace strata::layers;
@@ -140,7 +140,7 @@ TEST_CASE("mhc module: parameters (names, f32 under bf16, init, no weight decay 
   CHECK(ps[4]->value.shape() == Shape{24});
   for (Parameter* p : ps) {
     CHECK(p->value.dtype() == DType::F32);  // Megatron's mark_keep_in_fp32
-    CHECK(p->no_weight_decay == (p->value.dim() == 1));  // the optimizer's wd_mult 0 (training/optimizer.cpp)
+    CHECK(p->no_weight_decay == (p->value.dim() == 1));  // the optimizer's wd_mult 0 (training/optimizer/optimizer.cpp)
     init_parameter(*p, 1234);
   }
   const double bound = std::sqrt(6.0 / (32 + 24));

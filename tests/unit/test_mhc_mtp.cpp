@@ -1,5 +1,5 @@
 // Multi-token prediction with mHC (models/blocks/mtp_block.*, models/language_model_shell.cpp;
-// Megatron dev's mHC MTP, spec §4.3): Megatron's names (e_proj, h_proj and a per-depth hc_head_*
+// Megatron dev's mHC MTP): Megatron's names (e_proj, h_proj and a per-depth hc_head_*
 // instead of eh_proj), the depth input is the decoder's pre-contraction n-stream and the next depth
 // takes the previous depth's raw n-stream output (both checked as invariances: the decoder's
 // contraction and final norm do not change any MTP loss, depth 1's contraction and final norm do not
@@ -23,9 +23,9 @@
 #include "checkpoint_round_trip.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/layer_plan.h"
-#include "training/memory_plan.h"
-#include "training/model_factory.h"
+#include "training/planning/layer_plan.h"
+#include "training/planning/memory_plan.h"
+#include "training/config/model_factory.h"
 
 namespace strata {
 namespace {

@@ -15,8 +15,8 @@
 #include "model_probes.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/memory_plan.h"
-#include "training/model_factory.h"
+#include "training/planning/memory_plan.h"
+#include "training/config/model_factory.h"
 
 using namespace strata;
 using namespace strata::test;

@@ -16,8 +16,8 @@
 #include "models/model_manifest.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/model_factory.h"
-#include "training/tensor_dump_sites.h"
+#include "training/config/model_factory.h"
+#include "training/observability/tensor_dump_sites.h"
 
 namespace strata {
 namespace {
@@ -102,6 +102,8 @@ TEST_CASE("model manifest: the sites a real forward and backward emit are the ma
       INFO(path);
       CHECK(rec.seen.count(path) == 1);  // manifest ⊆ emitted
     }
+    // The named losses are the model's.
+    CHECK(manifest.losses == make_model(cfg, Device::cpu())->loss_names());
     // The manifest's layers: decoder layers in order, then the MTP inner layers.
     const int64_t decoder = cfg.model.num_layers;
     REQUIRE(static_cast<int64_t>(manifest.layers.size()) >= decoder);

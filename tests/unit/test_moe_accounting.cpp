@@ -13,9 +13,9 @@
 #include "models/layers/moe/router.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/checkpoint.h"
-#include "training/generation.h"
-#include "training/model_factory.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/inference/generation.h"
+#include "training/config/model_factory.h"
 #include "training/moe_accounting.h"
 #include "training/trainer.h"
 

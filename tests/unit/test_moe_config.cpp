@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <functional>
 
-#include "training/config.h"
+#include "training/config/config.h"
 
 using namespace strata;
 using strata::config::ConfigError;

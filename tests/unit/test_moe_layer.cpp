@@ -16,7 +16,7 @@
 #include "moe_test_config.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 #include "training/trainer.h"
 
 namespace strata {

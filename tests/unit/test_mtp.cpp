@@ -1,6 +1,6 @@
 // Multi-token prediction (models/blocks/mtp_block.h, the shell's MTP heads, the trainer's own-mask
 // normalisation): the per-depth losses against a float64 reference written from the DeepSeek-V3 /
-// Megatron formulas (spec §4: roll, [enorm(e); hnorm(h)], eh_proj, layer, final norm, shared head,
+// Megatron's formulas (multi_token_prediction.py: roll, [enorm(e); hnorm(h)], eh_proj, layer, final norm, shared head,
 // L^k normalised by its own valid tokens, weight λ/D); gradients by finite differences (f64), tied
 // and untied; the repeated layer; detached heads; names; the trainer's log line and JSONL; config
 // errors.
@@ -17,10 +17,10 @@
 #include "checkpoint_round_trip.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/config.h"
-#include "training/model_factory.h"
+#include "training/config/config.h"
+#include "training/config/model_factory.h"
 #include "training/step_losses.h"
-#include "training/tensor_dump_sites.h"
+#include "training/observability/tensor_dump_sites.h"
 #include "training/trainer.h"
 
 namespace strata {
@@ -62,7 +62,7 @@ using mtp_ref::Ref;
 using mtp_ref::Vec;
 using mtp_ref::weighted;
 
-// Spec §4.1/§4.2/§4.4 on an MLP-only decoder of 2 layers (position-free: each position independent).
+// Megatron's MTP (multi_token_prediction.py) on an MLP-only decoder of 2 layers (position-free: each position independent).
 mtp_ref::Losses reference(LanguageModel& model, const Batch& batch, int64_t depths, bool repeated) {
   mtp_ref::Model m;
   m.decoder_layers = {"decoder.layers.0", "decoder.layers.1"};
@@ -90,7 +90,7 @@ void check_close(const Vec& got, const Vec& want, double tol) {
 
 }  // namespace
 
-TEST_CASE("mtp: per-depth losses, masks and normalisation equal the float64 reference of spec §4", "[mtp]") {
+TEST_CASE("mtp: per-depth losses, masks and normalisation equal the float64 reference of Megatron's MTP formulas", "[mtp]") {
   for (const bool repeated : {false, true}) {
     ModelConfig cfg = mtp_model(2);
     cfg.mtp_use_repeated_layer = repeated;

@@ -5,7 +5,7 @@
 // direct f64 computations (gating, normalised scores, top-k probabilities, and the seven
 // diagnostics channels with padding and dropped tokens); with no observer nothing is computed
 // (allocation counts) and the losses are bit-identical.
-// Reference: megatron/core/tensor_observation.py, router_diagnostics.py (spec §1.1–§1.5).
+// Reference: megatron/core/tensor_observation.py, router_diagnostics.py.
 #include <catch2/catch.hpp>
 
 #include <cfloat>
@@ -225,7 +225,7 @@ TEST_CASE("observe: every site of a GPT + MoE forward, with owners, shapes and d
   CHECK(dropped > 0);  // capacity 0.5: ceil(12·2/4·0.5) = 3 per expert of 24 pairs
 }
 
-// The seven channels written out from their definitions (spec §1.5), in f64.
+// The seven channels written out from their definitions, in f64.
 std::vector<double> diagnostics_reference(const std::vector<double>& logits, const std::vector<uint8_t>& actual,
                                           const std::vector<uint8_t>& pad, const std::vector<double>& bias, int64_t s,
                                           int64_t b, int64_t E, int64_t k) {

@@ -17,7 +17,7 @@
 #include "models/gpt/gpt_model.h"
 #include "parallel/communicator.h"
 #include "test_helpers.h"
-#include "training/grad_buffer.h"
+#include "training/optimizer/grad_buffer.h"
 #include "training/schedules.h"
 
 namespace strata {

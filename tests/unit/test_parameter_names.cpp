@@ -19,10 +19,10 @@
 #include "models/parameter_names.h"
 #include "parallel/communicator.h"
 #include "parallel/rank_grid.h"
-#include "training/checkpoint.h"
-#include "training/config.h"
-#include "training/model_factory.h"
-#include "training/tensor_file.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/config/config.h"
+#include "training/config/model_factory.h"
+#include "training/checkpointing/tensor_file.h"
 
 namespace strata {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "parallel/pipeline_layout.h"
 #include "test_helpers.h"
-#include "training/config.h"
+#include "training/config/config.h"
 #include "training/schedule_order.h"
 
 namespace strata {

@@ -16,8 +16,8 @@
 #include "model_probes.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/memory_plan.h"
-#include "training/model_factory.h"
+#include "training/planning/memory_plan.h"
+#include "training/config/model_factory.h"
 #include "training/trainer.h"
 
 using namespace strata;

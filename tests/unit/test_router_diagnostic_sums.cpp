@@ -2,7 +2,7 @@
 // of whole sequences gives the router_diagnostics tensor (same routing) on several router
 // configurations; the sums of a sequence split along s are the sums of its parts (bias channel
 // equal); the kind is emitted under split sequences, where router_diagnostics is refused.
-// Reference: megatron/core/transformer/moe/router_diagnostics.py (spec §1.5).
+// Reference: megatron/core/transformer/moe/router_diagnostics.py.
 #include <catch2/catch.hpp>
 
 #include "core/observe.h"

@@ -1,10 +1,10 @@
-// The diagnostic-based router metrics (training/tensor_metrics/router_metrics.h) from
+// The diagnostic-based router metrics (training/observability/tensor_metrics/router_metrics.h) from
 // router_diagnostic_sums: hand-computed cases (balanced routing: loss and max-over-mean 1,
 // imbalances and gap 0; a skewed layer; the expert bias), every bundle against a float64
 // computation on synthetic token routings, and the same sequences split over cp 2 × tp 2
 // (Partial), dp 2 (Shard) and pp 2 (Owned, layers on different stages) over in-process ranks
 // giving the single-rank values; layer-free sites are not accepted.
-// Reference: megatron/training/tensor_metrics/router_metrics.py (spec §1.5, §3.2).
+// Reference: megatron/training/tensor_metrics/router_metrics.py.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -14,7 +14,7 @@
 
 #include "tests/unit/metric_test_ranks.h"
 #include "tests/unit/router_metrics_reference.h"
-#include "training/tensor_metrics/router_metrics.h"
+#include "training/observability/tensor_metrics/router_metrics.h"
 
 using namespace strata;
 using namespace strata::tensor_metrics;
@@ -225,7 +225,7 @@ Sequence make_sequence(std::mt19937& rng, bool all_padding) {
   return seq;
 }
 
-// Sums of the tokens at `positions` (spec §1.5's definitions before the divisions).
+// Sums of the tokens at `positions` (router_diagnostics.py's definitions before the divisions).
 V sums_of(const Sequence& seq, const std::vector<int>& positions, const V& bias) {
   V score(kE), aux(kE), actual(kE);
   double both = 0, valid = 0, margins = 0, boundary = 0;

@@ -1,4 +1,4 @@
-// The router tracer (training/router_tracer.h) fed directly through its observation sites: the
+// The router tracer (training/observability/router_tracer.h) fed directly through its observation sites: the
 // exact JSONL text of Megatron's schema (key order, json.dumps formatting, Strata's micro_batch /
 // phase / dropped after Megatron's keys, no phase in generation), the bf16 sidecar bytes at the
 // recorded offsets, the captured-steps limits (then kinds_for selects nothing), evaluation not
@@ -13,7 +13,7 @@
 #include "core/half.h"
 #include "formats_test_helpers.h"
 #include "trainer_test_support.h"
-#include "training/router_tracer.h"
+#include "training/observability/router_tracer.h"
 
 namespace strata {
 namespace {

@@ -24,9 +24,9 @@
 #include "models/layers/moe/router.h"
 #include "trainer_test_support.h"
 #include "training/batch_source.h"
-#include "training/generation.h"
-#include "training/model_factory.h"
-#include "training/router_tracer.h"
+#include "training/inference/generation.h"
+#include "training/config/model_factory.h"
+#include "training/observability/router_tracer.h"
 #include "training/trainer.h"
 
 namespace strata {

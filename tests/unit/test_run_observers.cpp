@@ -1,4 +1,4 @@
-// The run's observers (training/run_observers.h) in a training run: each StepObserver is asked
+// The run's observers (training/observability/run_observers.h) in a training run: each StepObserver is asked
 // per training iteration and evaluation pass which kinds it wants, sees only those, and gets the
 // observation context of every forward (0-based iteration, micro-batch, phase); end_step follows
 // each scope, finish the run; a step it declines installs nothing (the model's sites stay off).
@@ -12,8 +12,8 @@
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/batch_source.h"
-#include "training/model_factory.h"
-#include "training/run_observers.h"
+#include "training/config/model_factory.h"
+#include "training/observability/run_observers.h"
 #include "training/trainer.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// Strata's extra tensor metrics (training/tensor_metrics/strata_metrics.h) over in-process ranks
+// Strata's extra tensor metrics (training/observability/tensor_metrics/strata_metrics.h) over in-process ranks
 // against float64 computations on the gathered tensors: the residual metrics with sequence
 // shards over tp (uneven, one empty) and cp, pp Owned placeholders and two occurrences per layer;
 // the output-logit metrics with the vocabulary split over tp (even, uneven, empty shard), tokens
@@ -14,7 +14,7 @@
 #include "parallel/context_parallel.h"
 #include "test_helpers.h"
 #include "tests/unit/metric_test_ranks.h"
-#include "training/tensor_metrics/strata_metrics.h"
+#include "training/observability/tensor_metrics/strata_metrics.h"
 
 using namespace strata;
 using namespace strata::tensor_metrics;

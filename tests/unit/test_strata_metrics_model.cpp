@@ -1,6 +1,6 @@
-// Strata's extra tensor metrics (training/tensor_metrics/strata_metrics.h) end to end on one rank:
+// Strata's extra tensor metrics (training/observability/tensor_metrics/strata_metrics.h) end to end on one rank:
 // a tiny GPT (f64, RoPE, qk-layernorm, GQA, padded vocabulary) runs two micro-batches under the
-// training side's TensorMetricObserver (training/tensor_metrics/metric_observer.h) with all seven
+// training side's TensorMetricObserver (training/observability/tensor_metrics/metric_observer.h) with all seven
 // metrics due; each reported scalar equals a float64 computation on the tensors the model's sites
 // emitted (recorded alongside), the logits' padding columns included.
 #include <catch2/catch.hpp>
@@ -11,8 +11,8 @@
 #include "core/observe.h"
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
-#include "training/tensor_metrics/metric_observer.h"
-#include "training/tensor_metrics/strata_metrics.h"
+#include "training/observability/tensor_metrics/metric_observer.h"
+#include "training/observability/tensor_metrics/strata_metrics.h"
 #include "tests/unit/metric_test_ranks.h"
 
 using namespace strata;

@@ -1,4 +1,4 @@
-// The tensor dumper (training/tensor_dumper.h, tensor_dump_sites.h): glob matching over site
+// The tensor dumper (training/observability/tensor_dumper.h, tensor_dump_sites.h): glob matching over site
 // names; the kinds the patterns can reach (a residual pattern does not turn on router_scores);
 // the logging.tensor_dump_* config errors, each naming its field; a tiny MoE training run dumps
 // the chosen iterations only, with exactly the matching keys (training and evaluation forwards),
@@ -18,9 +18,9 @@
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/batch_source.h"
-#include "training/model_factory.h"
-#include "training/tensor_dump_sites.h"
-#include "training/tensor_dumper.h"
+#include "training/config/model_factory.h"
+#include "training/observability/tensor_dump_sites.h"
+#include "training/observability/tensor_dumper.h"
 #include "training/trainer.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// Tensor metrics in a real training run (training/tensor_metrics/metric_observer.h through the
+// Tensor metrics in a real training run (training/observability/tensor_metrics/metric_observer.h through the
 // trainer), on one rank, against numbers the trainer computes independently: global-wgrad-l2 is
 // the logged grad norm (both the L2 of the finalized main grads before clipping),
 // global-param-l2 at iteration 1 is the norm of the initial parameters; the schedule
@@ -13,7 +13,7 @@
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/batch_source.h"
-#include "training/model_factory.h"
+#include "training/config/model_factory.h"
 #include "training/trainer.h"
 
 namespace strata {
@@ -131,6 +131,9 @@ TEST_CASE("tensor metrics in training: config errors name logging.tensor_metrics
   CHECK_THAT(error({"logging.tensor_metrics=[layer-router-health:10]"}),
              Catch::Contains("no MoE layers"));  // tiny_config is dense
   CHECK_THAT(error({"logging.tensor_metrics=[global-mtp-logits-l2:10]"}), Catch::Contains("no MTP layers"));
+  // Availability is the model manifest's: a model with MTP depths emits the mtp_logits sites.
+  CHECK(error({"logging.tensor_metrics=[global-mtp-logits-l2:10]", "model.mtp_num_layers=1",
+               "model.position_embedding_type=rope"}) == "no error");
   CHECK_THAT(error({"logging.tensor_metrics=[layer-mhc-stream-l2:10]"}),
              Catch::Contains("logging.tensor_metrics") && Catch::Contains("model.enable_hyper_connections is false"));
   CHECK(error({"logging.tensor_metrics=[layer-mhc-sinkhorn-error:10]", "model.enable_hyper_connections=true"}) ==

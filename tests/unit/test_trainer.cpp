@@ -14,9 +14,9 @@
 
 #include "parallel/watchdog.h"
 #include "tests/unit/trainer_test_support.h"
-#include "training/checkpoint.h"
-#include "training/metrics_log.h"
-#include "training/optimizer.h"
+#include "training/checkpointing/checkpoint.h"
+#include "training/observability/metrics_log.h"
+#include "training/optimizer/optimizer.h"
 #include "training/signals.h"
 #include "training/trainer.h"
 

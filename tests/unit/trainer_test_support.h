@@ -15,8 +15,8 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "models/language_model.h"
-#include "training/config.h"
-#include "training/tensor_file.h"
+#include "training/config/config.h"
+#include "training/checkpointing/tensor_file.h"
 
 namespace strata::test {
 

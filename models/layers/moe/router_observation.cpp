@@ -21,7 +21,7 @@ std::vector<uint8_t> padding_of(const Tensor& padding, int64_t T) {
   return p;
 }
 
-// One sequence's sums over this rank's valid tokens (spec §1.5 before its divisions).
+// One sequence's sums over this rank's valid tokens (router_diagnostics.py before its divisions).
 struct SequenceSums {
   std::vector<double> score, aux, actual;  // [E] Σ scores, aux (top-k) counts, actual counts
   double valid = 0, aux_total = 0, act_total = 0, both = 0, margin_sum = 0, boundary = 0;

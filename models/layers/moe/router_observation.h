@@ -1,30 +1,10 @@
-// The router's observation sites (core/observe.h; Megatron TopKRouter.forward / routing and
-// router_diagnostics.py): what one router forward emits, each built only when its kind is observed.
-//   router_input        [s, b, h]  the router's input (after the pre-MLP norm, before jitter)
-//   router_logits       [s, b, E]  the raw gating output (before forced load balancing), router dtype
-//   router_scores       [s, b, E]  f32: softmax, or sigmoid / sqrt(softplus) normalised over all
-//                                  experts (+1e-20) — no bias, no group limit, no scaling
-//   router_topk_probs   [s, b, E]  the routed top-k probabilities (after scaling, before dropping),
-//                                  padding tokens 0
-//   router_top_indices  [s·b, k]   i64 selected experts, descending selection score
-//   router_top_kept     [s·b, k]   u8 1 = the pair survived capacity
-//   router_diagnostics  [b, 7, E]  f32, training only, per local sequence (router_diagnostics):
-//     0 mean score over valid tokens; 1 aux load (plain top-k of the scores: counts / Σ);
-//     2 actual load (routing map after dropping: counts / Σ); 3 expert bias (0 without);
-//     4 [0] #(aux ∧ actual) / Σ aux counts; 5 [0] valid tokens; 6 [0] mean over boundary tokens of
-//     max(floor − ceil, 0) / max(floor, eps_f32) (floor: lowest aux-selected score, ceil: highest
-//     unselected). Padding tokens are left out of everything; every denominator is at least 1.
-//     Like Megatron, refused when sequences are split (tensor × context parallel > 1).
-//   router_diagnostic_sums [b, 8, E] f32, training only (Strata): the same per local sequence as
-//     sums over THIS rank's valid tokens, so a sequence split over sp / cp ranks is the
-//     elementwise sum of its shards (channel 3, the bias, is identical on every shard):
-//     0 Σ scores; 1 aux (top-k) counts; 2 actual counts; 3 expert bias (0 without); 4 [0] #(aux ∧
-//     actual) pairs; 5 [0] valid tokens; 6 [0] Σ over boundary tokens of the relative margin;
-//     7 [0] boundary tokens; other elements 0. Always allowed; normalize_router_diagnostic_sums
-//     turns whole-sequence sums into router_diagnostics.
+// The router's observation sites (core/observe.h): what one router forward emits (router_input,
+// router_logits, router_scores, router_topk_probs, router_top_indices, router_top_kept,
+// router_diagnostics, router_diagnostic_sums), each built only when its kind is observed.
 // Activation dims: sequence 0, batch 1, tp-sharded along the sequence under sequence parallelism.
-// Reference: Megatron-Core transformer/moe/router.py, moe_utils.py
-// (compute_normalized_router_scores), router_diagnostics.py (spec §1.2, §1.5).
+// Reference: Megatron-Core transformer/moe/router.py (TopKRouter.forward, routing), moe_utils.py
+// (compute_normalized_router_scores), router_diagnostics.py.
+// Details (shapes, dtypes, channels, dims of each site): docs/observation.md.
 #pragma once
 #include <string_view>
 
@@ -34,12 +14,18 @@
 
 namespace strata::layers::moe {
 
-// logits: [T, E] -> [T, E] f32 normalised scores over all experts.
+// logits: [T, E] -> [T, E] f32 normalised scores over all experts: softmax, or sigmoid /
+// sqrt(softplus) normalised (+1e-20); no bias, no group limit, no scaling.
 Tensor normalized_router_scores(const Tensor& logits, ScoreFunction f);
 // top_indices, top_probs: [T, k], padding: [T] (undefined: none) -> [T, E] (top_probs' dtype).
 Tensor dense_topk_probs(const Tensor& top_indices, const Tensor& top_probs, const Tensor& padding, int64_t experts);
 // logits [T, E] (raw), actual routing map [T, E] u8, expert bias [E] (undefined: none), T = s·b in
-// [s, b] order, padding [T] -> [b, 7, E] f32.
+// [s, b] order, padding [T] -> [b, 7, E] f32, training only, per local sequence: 0 mean score over
+// valid tokens; 1 aux load (plain top-k of the scores: counts / Σ); 2 actual load (routing map after
+// dropping: counts / Σ); 3 expert bias (0 without); 4 [0] #(aux ∧ actual) / Σ aux counts; 5 [0]
+// valid tokens; 6 [0] mean over boundary tokens of max(floor − ceil, 0) / max(floor, eps_f32)
+// (floor: lowest aux-selected score, ceil: highest unselected). Padding tokens are left out of
+// everything; every denominator is at least 1. Refused, as Megatron, when tp × cp > 1.
 Tensor router_diagnostics(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
                           const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding);
 
@@ -55,7 +41,9 @@ enum RouterDiagnosticSumChannel : int64_t {
   kSumMargin = 6,
   kSumBoundaryTokens = 7,
 };
-// The same inputs as router_diagnostics -> [b, 8, E] f32 sums over the given tokens.
+// The same inputs as router_diagnostics -> [b, 8, E] f32 sums over the given tokens (Strata), so a
+// sequence split over sp / cp ranks is the elementwise sum of its shards (the bias channel is
+// identical on every shard): channels as RouterDiagnosticSumChannel, other elements 0.
 Tensor router_diagnostic_sums(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
                               const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding);
 // [b, 8, E] sums (of whole sequences) -> Megatron's [b, 7, E] f32: s = ch0 / max(ch5, 1),
@@ -63,7 +51,11 @@ Tensor router_diagnostic_sums(const RouterOptions& o, const Tensor& logits, cons
 // valid = ch5, margin = ch6 / max(ch7, 1).
 Tensor normalize_router_diagnostic_sums(const Tensor& sums);
 
-// What a router forward hands its observation sites.
+// What a router forward hands its observation sites: router_input [s, b, h] (after the pre-MLP
+// norm, before jitter); router_logits [s, b, E] (raw, before forced load balancing, router dtype);
+// router_scores, router_topk_probs [s, b, E] f32 (the routed probabilities after scaling, before
+// dropping, padding 0); router_top_indices [s·b, k] i64 (descending selection score);
+// router_top_kept [s·b, k] u8 (1 = survived capacity); router_diagnostics; router_diagnostic_sums.
 struct RouterObservation {
   std::string_view owner;   // "decoder.layers.<i>.mlp.router"
   const Tensor* input = nullptr;  // [s, b, h]

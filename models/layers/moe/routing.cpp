@@ -79,7 +79,7 @@ void choose(const RouterOptions& o, const double* v, int64_t* idx) {
   topk_desc(v, E, k, allowed.data(), idx);
 }
 
-// Selection and probabilities of one token (spec §6.2): idx [k], p [k].
+// Selection and probabilities of one token: idx [k], p [k].
 void select_row(const RouterOptions& o, const double* l, const float* bias, int64_t* idx, double* p) {
   const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
   const double scale = o.moe_router_topk_scaling_factor.value_or(1.0);
@@ -140,7 +140,7 @@ void select_row_backward(const RouterOptions& o, const double* l, const int64_t*
   }
 }
 
-// Capacity mask [T, E] (spec §6.3): per expert the `cap` tokens with the largest key (probs, or
+// Capacity mask [T, E]: per expert the `cap` tokens with the largest key (probs, or
 // the routing map for the position policy), ties to the lower token index.
 std::vector<uint8_t> capacity_mask(const RouterOptions& o, const std::vector<double>& probs,
                                    const std::vector<uint8_t>& map, int64_t T, int64_t cap) {

@@ -1,23 +1,11 @@
 // The ROUTING half of the MoE TopKRouter: pure functions of the router logits (no parameters), a
 // forward that returns the routing and saves what its backward needs, and an explicit backward
-// from d(probs) and the gradients of the router's losses to d(logits). CPU reference: every value
-// is computed in double and rounded to the logits' dtype (the router dtype) at the end.
-//
-// Order (spec §6.1 step 5): z-loss on the logits; score function and top-k (§6.2: softmax post /
-// pre, sigmoid, sqrtsoftplus, k > 1 normalisation + 1e-20, scaling factor, expert bias for
-// selection only, group-limited selection); capacity and token dropping (§6.3); the aux losses
-// from the unbiased normalised scores and a plain top-k map (§6.4); tokens-per-expert counts.
-// Precision: Megatron computes the scores in fp32 even for fp64 logits; this reference keeps double
-// throughout (what the f64 finite-difference tests need) and rounds only the outputs.
-//
-// Tie-breaking (torch.topk leaves it open): equal scores select the LOWER expert id first, equal
-// group scores the lower group id, and capacity keeps equal-keyed tokens with the LOWER token
-// index first (so the position policy drops the tokens at the end, as Megatron documents).
-// Padding: Megatron's polarity, padding_mask[t] != 0 means token t is padding.
+// from d(probs) and the gradients of the router's losses to d(logits).
 // Reference: megatron/core/transformer/moe/moe_utils.py (topk_routing_with_score_function,
 // group_limited_topk, apply_router_token_dropping, compute_routing_scores_for_aux_loss,
 // switch_load_balancing_loss_func, z_loss_func, get_tokens_per_expert_and_token_count),
 // megatron/core/transformer/moe/router.py (TopKRouter.routing, _apply_*aux_loss, apply_z_loss).
+// Order, precision and tie-breaking: above route(); docs/architecture.md ("models/").
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -29,7 +17,7 @@
 
 namespace strata::layers::moe {
 
-// The groups the router reduces over (spec §6.4 table): token counts of aux_loss and
+// The groups the router reduces over: token counts of aux_loss and
 // seq_aux_loss and the z-loss scale over tp×cp, those of global_aux_loss over tp×dp×cp.
 // Groups of one when not distributed.
 struct RouterGroups {
@@ -107,6 +95,17 @@ struct RoutingSaved {
   bool any_aux = false;
 };
 
+// Order (Megatron's TopKRouter.routing): z-loss on the logits; score function and top-k (softmax
+// post / pre, sigmoid, sqrtsoftplus, k > 1 normalisation + 1e-20, scaling factor, expert bias for
+// selection only, group-limited selection); capacity and token dropping; the aux losses from the
+// unbiased normalised scores and a plain top-k map; tokens-per-expert counts.
+// CPU reference: every value is computed in double and rounded to the logits' dtype (the router
+// dtype) at the end (Megatron computes the scores in fp32 even for fp64 logits; double throughout
+// is what the f64 finite-difference tests need).
+// Tie-breaking (torch.topk leaves it open): equal scores select the LOWER expert id first, equal
+// group scores the lower group id, and capacity keeps equal-keyed tokens with the LOWER token
+// index first (so the position policy drops the tokens at the end, as Megatron documents).
+// Padding: Megatron's polarity, padding_mask[t] != 0 means token t is padding.
 // Routing forward; tracker: global_aux_loss counts (required when that loss is active).
 RoutingOutput route(const RouterOptions& o, const RoutingInput& in, const RouterGroups& groups,
                     GlobalAuxLossTracker* tracker, RoutingSaved* saved);
@@ -120,7 +119,7 @@ Tensor route_backward_topk(const RoutingSaved& saved, const Tensor& dtop_probs, 
 // Expert capacity ceil(T·k / E · capacity_factor) (Megatron's get_capacity).
 int64_t expert_capacity(int64_t tokens, int64_t topk, int64_t experts, double capacity_factor);
 
-// Aux-loss-free balancing (spec §6.5): bias + rate · sign(mean(counts) − counts).
+// Aux-loss-free balancing: bias + rate · sign(mean(counts) − counts).
 // counts: [E] already reduced over tp×dp×cp; bias: [E] f32 -> the updated bias [E] f32.
 Tensor updated_expert_bias(const Tensor& counts, const Tensor& bias, double rate);
 

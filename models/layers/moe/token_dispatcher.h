@@ -2,27 +2,10 @@
 // move each routed (token, expert) pair to the rank that holds the expert, in the row layout the
 // grouped expert GEMM wants, and bring the expert outputs back. Experts are split contiguously
 // over the expert-parallel group: rank r holds global experts [r·E/ep, (r+1)·E/ep).
-//
-//   dispatch:  x [T, H], routing   -> rows [M, H], probs [M], rows_per_expert [E/ep] (local experts,
-//                                     each block ordered by source rank, then token)
-//   combine:   y [M, H]            -> out [T, H] (a token's k outputs summed, by ascending expert)
-//   and their backwards: combine_backward(dout [T, H]) -> dy [M, H];
-//                        dispatch_backward(drows [M, H], dprobs [M]) -> dx [T, H], dtop_probs [T, k].
-//
-// all-to-all: permute locally by global expert ([N, H], blocks in expert order, so ep rank r's
-//   experts are one contiguous run), exchange the per-expert row counts (one all-to-all of E
-//   integers), send each run to its rank (uneven all-to-all of rows and probabilities), then sort
-//   the received (source rank, local expert) blocks into (local expert, source rank) order —
-//   Megatron's sort_chunks_by_idxs. combine runs the same steps backwards.
-// all-gather: all-gather the tokens and their routing over the expert-parallel group, keep the
-//   pairs routed to this rank's experts (the routing table's expert_start), run them, and
-//   reduce-scatter the per-token sums back.
-// With one expert-parallel rank both are the local permute / unpermute. Everything is
-// deterministic (no atomics; the all-gather dispatcher's reduce-scatter sums in rank order under
-// training.deterministic).
 // Reference: Megatron-Core transformer/moe/token_dispatcher.py (MoEAlltoAllTokenDispatcher:
 // preprocess / token_permutation / token_unpermutation, MoEAllGatherTokenDispatcher),
 // moe_utils.py (permute, unpermute, sort_chunks_by_idxs).
+// Details: docs/parallelism.md, "Expert parallelism (EP, expert TP)".
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -35,6 +18,14 @@
 
 namespace strata::layers::moe {
 
+// AllToAll: permute locally by global expert ([N, H], ep rank r's experts one contiguous run),
+// exchange the per-expert row counts (one all-to-all of E integers), send each run to its rank
+// (uneven all-to-all of rows and probabilities), then sort the received (source rank, local expert)
+// blocks into (local expert, source rank) order (Megatron's sort_chunks_by_idxs); combine runs the
+// same steps backwards. AllGather: all-gather the tokens and their routing over the group, keep the
+// pairs routed to this rank's experts (the routing table's expert_start), reduce-scatter the
+// per-token sums back. With one ep rank both are the local permute / unpermute. Deterministic (no
+// atomics; the reduce-scatter sums in rank order under training.deterministic).
 enum class DispatcherKind { AllToAll, AllGather };
 
 // out[r] = src[map[r]] for a [n] or [n, w] tensor (map: i64 on src's device; -1 gives a zero row):
@@ -53,6 +44,9 @@ struct DispatchState {
   virtual ~DispatchState() = default;
 };
 
+// dispatch: x [T, H], routing -> rows [M, H], probs [M], rows_per_expert [E/ep] (local experts,
+// each block ordered by source rank, then token); combine: y [M, H] -> out [T, H] (a token's k
+// outputs summed, by ascending expert); and their backwards.
 class TokenDispatcher {
  public:
   virtual ~TokenDispatcher() = default;

@@ -1,0 +1,557 @@
+// Megatron-layout sharded checkpoints with a JSON manifest and CRC-32C checksums (see checkpoint.h):
+// the collective save (per-rank shard files, manifest merged by rank 0) and the layout-independent
+// load (version 2 pieces, version 1 whole tensors).
+#include "training/checkpointing/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+#include "core/error.h"
+#include "models/layers/moe/router.h"
+#include "models/parameter_names.h"
+#include "training/checkpointing/checkpoint_pieces.h"
+#include "training/checkpointing/checksum.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const char* kManifestFile = "manifest.json";
+
+// fsync a file or directory by path (best effort on filesystems that refuse directory fsync).
+void fsync_path(const fs::path& p, bool is_dir) {
+  const int fd = ::open(p.c_str(), is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  STRATA_CHECK(fd >= 0, "checkpoint: cannot open ", p.string(), " to fsync");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  STRATA_CHECK(rc == 0 || is_dir, "checkpoint: fsync failed for ", p.string());
+}
+
+void write_text_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  STRATA_CHECK(out.good(), "checkpoint: cannot write ", p.string());
+  out << text;
+  out.close();
+  STRATA_CHECK(!out.fail(), "checkpoint: error writing ", p.string());
+}
+
+std::string read_text_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  STRATA_CHECK(in.good(), "checkpoint: cannot read ", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()).contiguous().clone(); }
+
+std::string rank_file(const char* stem, int rank, const std::string& ext) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s_rank_%04d", stem, rank);
+  return buf + ext;
+}
+
+json box_json(const TensorBox& b) { return {{"offsets", b.offsets}, {"shape", b.shape}}; }
+
+// ---- reading a manifest: every member checked, errors naming the file and the member ----------
+
+template <typename T>
+bool json_holds(const json& j) {
+  if constexpr (std::is_same_v<T, bool>) return j.is_boolean();
+  else if constexpr (std::is_same_v<T, std::string>) return j.is_string();
+  else if constexpr (std::is_unsigned_v<T>) return j.is_number_unsigned();
+  else if constexpr (std::is_integral_v<T>) return j.is_number_integer();
+  else return j.is_number();
+}
+
+template <typename T>
+const char* json_type_word() {
+  if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  else if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_unsigned_v<T>) return "a non-negative integer";
+  else if constexpr (std::is_integral_v<T>) return "an integer";
+  else return "a number";
+}
+
+// Member `key` of `obj` as T. `name` is its path in the manifest for messages ("optimizer.step_count").
+// Missing (and no fallback) or of another type: an error naming the manifest and the member, where
+// nlohmann's own (type_error.302, out_of_range.403) would name neither.
+template <typename T>
+T manifest_member(const json& obj, const std::string& key, const std::string& name, const fs::path& file,
+                  std::optional<T> fallback = std::nullopt) {
+  if (!obj.is_object() || !obj.contains(key)) {
+    if (fallback) return *fallback;
+    STRATA_THROW("checkpoint: ", file.string(), " has no \"", name, "\"");
+  }
+  const json& j = obj.at(key);
+  STRATA_CHECK(json_holds<T>(j), "checkpoint: ", file.string(), ": \"", name, "\" is ", j.dump(), ", not ",
+               json_type_word<T>());
+  return j.get<T>();
+}
+
+// Member `key` of `obj`, which must be a JSON object.
+const json& manifest_object(const json& obj, const std::string& key, const std::string& name, const fs::path& file) {
+  STRATA_CHECK(obj.is_object() && obj.contains(key), "checkpoint: ", file.string(), " has no \"", name, "\"");
+  const json& j = obj.at(key);
+  STRATA_CHECK(j.is_object(), "checkpoint: ", file.string(), ": \"", name, "\" is ", j.type_name(), ", not an object");
+  return j;
+}
+
+// The pieces one rank writes: file contents and their manifest entries ("tensors" fragment).
+struct ShardWriter {
+  std::string file;
+  std::map<std::string, Tensor> tensors;
+  json* table = nullptr;
+  // Adds t (shaped like p.value) as the pieces of global tensor `name` (p's boxes).
+  void add(const std::string& name, const Parameter& p, const Tensor& t) {
+    const std::vector<LocalRegion> regions = parameter_regions(p, t);
+    json& entry = (*table)[name];
+    if (entry.is_null()) {
+      entry["shape"] = parameter_global_shape(p).vec();
+      entry["dtype"] = dtype_name(t.dtype());
+      entry["pieces"] = json::array();
+    }
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const std::string key = regions.size() == 1 ? name : name + "#" + std::to_string(i);
+      STRATA_CHECK(!tensors.count(key), "checkpoint: duplicate tensor ", key);
+      tensors[key] = host_copy(regions[i].local);
+      json piece = box_json(regions[i].box);
+      piece["file"] = file;
+      piece["key"] = key;
+      entry["pieces"].push_back(piece);
+    }
+  }
+};
+
+// Merges the per-rank fragments into one "tensors" table and checks every global tensor is
+// covered exactly once (pieces of one tensor never overlap, so their sizes must add up).
+json merge_fragments(const std::vector<json>& fragments, json& files) {
+  json tensors = json::object();
+  for (const json& f : fragments) {
+    for (auto it = f.at("files").begin(); it != f.at("files").end(); ++it) files[it.key()] = it.value();
+    for (auto it = f.at("tensors").begin(); it != f.at("tensors").end(); ++it) {
+      json& e = tensors[it.key()];
+      if (e.is_null()) {
+        e = it.value();
+        continue;
+      }
+      STRATA_CHECK(e.at("shape") == it.value().at("shape") && e.at("dtype") == it.value().at("dtype"),
+                   "checkpoint: ranks disagree on the global shape or dtype of ", it.key(), ": ",
+                   e.at("shape").dump(), " ", e.at("dtype").dump(), " vs ", it.value().at("shape").dump(), " ",
+                   it.value().at("dtype").dump());
+      for (const json& piece : it.value().at("pieces")) e["pieces"].push_back(piece);
+    }
+  }
+  for (auto it = tensors.begin(); it != tensors.end(); ++it) {
+    int64_t global = 1, covered = 0;
+    for (int64_t d : it.value().at("shape")) global *= d;
+    for (const json& piece : it.value().at("pieces")) {
+      int64_t n = 1;
+      for (int64_t d : piece.at("shape")) n *= d;
+      covered += n;
+    }
+    STRATA_CHECK(covered == global, "checkpoint: the saved pieces of ", it.key(), " cover ", covered, " of ",
+                 global, " elements (a parameter is owned by no rank, or by several)");
+  }
+  return tensors;
+}
+
+// One global tensor of a checkpoint: its shape and the pieces it is stored as.
+struct Piece {
+  std::string file, key;
+  TensorBox box;
+};
+struct TensorEntry {
+  std::vector<int64_t> shape;
+  std::vector<Piece> pieces;
+};
+
+std::string shape_str(const std::vector<int64_t>& s) { return Shape(s).str(); }
+
+// Up to 8 names, then how many more.
+std::string name_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) s += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > 8) s += ", … (" + std::to_string(names.size() - 8) + " more)";
+  return s;
+}
+
+}  // namespace
+
+std::vector<Parameter*> checkpoint_tensors(const std::vector<LanguageModel*>& chunks) {
+  std::vector<Parameter*> out;
+  for (LanguageModel* chunk : chunks)
+    for (Parameter* p : chunk->parameters()) out.push_back(p);
+  for (LanguageModel* chunk : chunks)
+    for (const MoeRouterRef& r : chunk->moe_routers()) r.router->collect_buffers(out);
+  return out;
+}
+
+std::string checkpoint_dir_name(int64_t iteration) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "iter_%07lld", static_cast<long long>(iteration));
+  return buf;
+}
+
+std::optional<int64_t> read_checkpoint_tracker(const std::string& dir) {
+  const fs::path p = fs::path(dir) / kTrackerFile;
+  if (!fs::exists(p)) return std::nullopt;
+  std::string text = read_text_file(p);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  STRATA_CHECK(text != "release", "checkpoint: ", p.string(), " says 'release', which is not supported");
+  try {
+    size_t used = 0;
+    const long long it = std::stoll(text, &used);
+    STRATA_CHECK(used == text.size() && it >= 0, "bad value");
+    return static_cast<int64_t>(it);
+  } catch (const std::exception&) {
+    STRATA_CHECK(false, "checkpoint: ", p.string(), " does not hold an iteration number: '", text, "'");
+  }
+  return std::nullopt;
+}
+
+std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
+                            const std::vector<Parameter*>& params, AdamWOptimizer* opt, TensorFileIO& io,
+                            bool write_tracker, const CheckpointSaveLayout& layout) {
+  STRATA_CHECK(!save_dir.empty(), "checkpoint: empty save directory");
+  const ProcessGroup& world = layout.world;
+  const int rank = world.rank(), nranks = world.size();
+  auto barrier = [&] {
+    if (nranks > 1) world.barrier();
+  };
+  const fs::path root(save_dir);
+  const std::string name = checkpoint_dir_name(state.iteration);
+  const fs::path final_dir = root / name;
+  const fs::path tmp_dir = root / (name + ".tmp");
+  if (rank == 0) {
+    fs::create_directories(root);
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
+  }
+  barrier();
+
+  // ---- this rank's pieces: what it uniquely owns ----
+  const std::map<std::string, std::string> meta{{"format", kCheckpointFormat},
+                                                {"iteration", std::to_string(state.iteration)}};
+  auto owns = [&](const Parameter& p) {
+    if (p.expert_parallel) return layout.expert_dp_rank == 0 && (p.tensor_parallel || layout.expert_tp_rank == 0);
+    return layout.dp_rank == 0 && !p.shared_copy && (p.tensor_parallel || layout.tp_rank == 0);
+  };
+  json fragment = {{"tensors", json::object()}, {"files", json::object()}};
+  ShardWriter model{rank_file("model", rank, io.extension()), {}, &fragment["tensors"]};
+  ShardWriter optim{rank_file("optimizer", rank, io.extension()), {}, &fragment["tensors"]};
+  // The name map rejects two parameters with one name (and lists each parameter once).
+  const CanonicalParameterNameMap names({params}, 0, 1, 0);
+  for (Parameter* p : params)
+    if (owns(*p)) model.add(checkpoint_parameter_name(names.name_of(p)), *p, p->value);
+  if (opt) {
+    for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed optimizer: gathered)
+      const Parameter& p = *s.param;
+      if (!owns(p)) continue;
+      const Shape& shape = p.value.shape();
+      const std::string name = checkpoint_parameter_name(p.name);
+      optim.add("optimizer.exp_avg." + name, p, s.exp_avg.reshape(shape));
+      optim.add("optimizer.exp_avg_sq." + name, p, s.exp_avg_sq.reshape(shape));
+      if (s.separate_master) optim.add("optimizer.master." + name, p, s.master.reshape(shape));
+    }
+  }
+  for (ShardWriter* w : {&model, &optim}) {
+    if (w->tensors.empty()) continue;
+    const fs::path fp = tmp_dir / w->file;
+    io.write(fp.string(), w->tensors, meta);
+    fsync_path(fp, false);
+    uint64_t size = 0;
+    const uint32_t crc = crc32c_file(fp.string(), &size);
+    fragment["files"][w->file] = {{"crc32c", hex32(crc)}, {"bytes", size}};
+  }
+  const fs::path fragment_path = tmp_dir / ("shard_rank_" + std::to_string(rank) + ".json");
+  write_text_file(fragment_path, fragment.dump());
+  fsync_path(fragment_path, false);
+  barrier();
+
+  // ---- rank 0: the manifest, then the rename ----
+  if (rank == 0) {
+    std::vector<json> fragments;
+    for (int r = 0; r < nranks; ++r) {
+      const fs::path fp = tmp_dir / ("shard_rank_" + std::to_string(r) + ".json");
+      STRATA_CHECK(fs::exists(fp), "checkpoint: rank ", r, " wrote no ", fp.string());
+      fragments.push_back(json::parse(read_text_file(fp)));
+      fs::remove(fp);
+    }
+    json jfiles = json::object();
+    const json tensors = merge_fragments(fragments, jfiles);
+    json manifest;
+    manifest["format"] = kCheckpointFormat;
+    manifest["version"] = kCheckpointVersion;
+    manifest["iteration"] = state.iteration;
+    manifest["consumed_samples"] = state.consumed_train_samples;
+    manifest["optimizer"] = {{"step_count", state.optimizer_step_count},
+                             {"saved", opt != nullptr},
+                             {"num_skipped_iterations", state.num_skipped_iterations}};
+    manifest["rng"] = {{"kind", "philox-counter"}, {"seed", state.seed}};
+    manifest["data"] = {{"consumed_train_samples", state.consumed_train_samples},
+                        {"num_evaluations", state.num_evaluations}};
+    manifest["config"] = state.config_yaml;
+    manifest["saved_world_size"] = nranks;
+    json jparams = json::array();
+    for (auto it = tensors.begin(); it != tensors.end(); ++it)
+      if (it.key().rfind("optimizer.", 0) != 0) jparams.push_back(it.key());
+    manifest["parameters"] = jparams;
+    manifest["tensors"] = tensors;
+    manifest["files"] = jfiles;
+    write_text_file(tmp_dir / kManifestFile, manifest.dump(1) + "\n");
+    fsync_path(tmp_dir / kManifestFile, false);
+    fsync_path(tmp_dir, true);
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    fs::rename(tmp_dir, final_dir);
+    fsync_path(root, true);
+  }
+  barrier();
+  // Tracker last, atomically, once every rank's files are in place.
+  if (write_tracker && rank == 0) write_checkpoint_tracker(save_dir, state.iteration);
+  if (write_tracker) barrier();
+  return final_dir.string();
+}
+
+void write_checkpoint_tracker(const std::string& save_dir, int64_t iteration) {
+  const fs::path root(save_dir);
+  fs::create_directories(root);
+  const fs::path tracker_tmp = root / (std::string(kTrackerFile) + ".tmp");
+  write_text_file(tracker_tmp, std::to_string(iteration));
+  fsync_path(tracker_tmp, false);
+  fs::rename(tracker_tmp, root / kTrackerFile);
+  fsync_path(root, true);
+}
+
+CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<Parameter*>& params,
+                                AdamWOptimizer* opt, TensorFileIO& io, const CheckpointLoadOptions& options,
+                                std::optional<int64_t> iteration) {
+  if (!iteration) iteration = read_checkpoint_tracker(load_dir);
+  STRATA_CHECK(iteration.has_value(), "checkpoint: no ", kTrackerFile, " in ", load_dir);
+  const fs::path dir = fs::path(load_dir) / checkpoint_dir_name(*iteration);
+  STRATA_CHECK(fs::is_directory(dir), "checkpoint: directory ", dir.string(), " does not exist");
+
+  const fs::path manifest_path = dir / kManifestFile;
+  json manifest;
+  try {
+    manifest = json::parse(read_text_file(manifest_path));
+  } catch (const json::exception& e) {
+    STRATA_CHECK(false, "checkpoint: ", manifest_path.string(), " is not valid JSON: ", e.what());
+  }
+  STRATA_CHECK(manifest.is_object() && manifest.contains("format") && manifest.at("format").is_string() &&
+                   manifest.at("format").get<std::string>() == kCheckpointFormat,
+               "checkpoint: ", manifest_path.string(), " is not a ", kCheckpointFormat, " manifest");
+  const int64_t version = manifest_member<int64_t>(manifest, "version", "version", manifest_path, int64_t{0});
+  STRATA_CHECK(version == 1 || version == 2, "checkpoint: ", manifest_path.string(), " has version ", version,
+               ", this build reads versions 1 and 2");
+  const json& jfiles = manifest_object(manifest, "files", "files", manifest_path);
+
+  // The run state, checked before any tensor is read: the iteration must be the directory's, the
+  // counters non-negative.
+  CheckpointState st;
+  const json& jopt = manifest_object(manifest, "optimizer", "optimizer", manifest_path);
+  const json& jdata = manifest_object(manifest, "data", "data", manifest_path);
+  const json& jrng = manifest_object(manifest, "rng", "rng", manifest_path);
+  st.iteration = manifest_member<int64_t>(manifest, "iteration", "iteration", manifest_path);
+  st.consumed_train_samples = manifest_member<int64_t>(manifest, "consumed_samples", "consumed_samples", manifest_path);
+  st.optimizer_step_count = manifest_member<int64_t>(jopt, "step_count", "optimizer.step_count", manifest_path);
+  st.num_skipped_iterations = manifest_member<int64_t>(jopt, "num_skipped_iterations",
+                                                       "optimizer.num_skipped_iterations", manifest_path, int64_t{0});
+  st.num_evaluations =
+      manifest_member<int64_t>(jdata, "num_evaluations", "data.num_evaluations", manifest_path, int64_t{0});
+  st.seed = manifest_member<uint64_t>(jrng, "seed", "rng.seed", manifest_path);
+  st.config_yaml = manifest_member<std::string>(manifest, "config", "config", manifest_path, std::string());
+  const bool saved_optim = manifest_member<bool>(jopt, "saved", "optimizer.saved", manifest_path, false);
+  STRATA_CHECK(st.iteration == *iteration, "checkpoint: ", manifest_path.string(), " says iteration ", st.iteration,
+               ", but its directory is ", checkpoint_dir_name(*iteration), " (iteration ", *iteration, ")");
+  const std::pair<const char*, int64_t> counters[] = {{"consumed_samples", st.consumed_train_samples},
+                                                      {"optimizer.step_count", st.optimizer_step_count},
+                                                      {"optimizer.num_skipped_iterations", st.num_skipped_iterations},
+                                                      {"data.num_evaluations", st.num_evaluations}};
+  for (const auto& [name, v] : counters)
+    STRATA_CHECK(v >= 0, "checkpoint: ", manifest_path.string(), ": \"", name, "\" is ", v, ", not >= 0");
+
+  // Shard files, read on first use (only those holding pieces this rank needs), each verified
+  // against the manifest's size and CRC-32C first.
+  std::map<std::string, TensorFileContents> cache;
+  auto file_tensors = [&](const std::string& f) -> const std::map<std::string, Tensor>& {
+    auto hit = cache.find(f);
+    if (hit != cache.end()) return hit->second.tensors;
+    STRATA_CHECK(jfiles.contains(f), "checkpoint: ", f, " is not listed in ", manifest_path.string());
+    const json& jf = manifest_object(jfiles, f, "files." + f, manifest_path);
+    const uint64_t want_size = manifest_member<uint64_t>(jf, "bytes", "files." + f + ".bytes", manifest_path);
+    const std::string want_crc = manifest_member<std::string>(jf, "crc32c", "files." + f + ".crc32c", manifest_path);
+    const fs::path fp = dir / f;
+    STRATA_CHECK(fs::exists(fp), "checkpoint: file ", fp.string(), " listed in the manifest is missing");
+    uint64_t size = 0;
+    const uint32_t crc = crc32c_file(fp.string(), &size);
+    STRATA_CHECK(size == want_size, "checkpoint: file ", fp.string(), " is truncated or corrupt: ", size,
+                 " bytes, the manifest says ", want_size);
+    STRATA_CHECK(hex32(crc) == want_crc, "checkpoint: checksum mismatch in ", fp.string(), ": crc32c ",
+                 hex32(crc), ", the manifest says ", want_crc);
+    TensorFileContents c;
+    try {
+      c = io.read(fp.string());
+    } catch (const std::exception& e) {
+      const std::string msg = e.what();
+      if (msg.find(fp.string()) != std::string::npos) throw;
+      STRATA_CHECK(false, "checkpoint: cannot read ", fp.string(), ": ", msg);
+    }
+    return cache.emplace(f, std::move(c)).first->second.tensors;
+  };
+
+  // The table of global tensors: version 2 lists it; version 1 is every tensor of model<ext> /
+  // optimizer<ext> whole (one piece each).
+  std::map<std::string, TensorEntry> table;
+  auto add_whole_tensors = [&](const std::string& f) {
+    for (const auto& [key, t] : file_tensors(f)) {
+      TensorEntry e;
+      e.shape = t.shape().vec();
+      e.pieces.push_back({f, key, {std::vector<int64_t>(e.shape.size(), 0), e.shape}});
+      table[key] = std::move(e);
+    }
+  };
+  if (version == 2) {
+    try {
+      for (auto it = manifest.at("tensors").begin(); it != manifest.at("tensors").end(); ++it) {
+        TensorEntry e;
+        e.shape = it.value().at("shape").get<std::vector<int64_t>>();
+        for (const json& jp : it.value().at("pieces")) {
+          Piece piece{jp.at("file").get<std::string>(), jp.at("key").get<std::string>(),
+                      {jp.at("offsets").get<std::vector<int64_t>>(), jp.at("shape").get<std::vector<int64_t>>()}};
+          STRATA_CHECK(piece.box.offsets.size() == e.shape.size() && piece.box.shape.size() == e.shape.size(),
+                       "checkpoint: ", manifest_path.string(), ": a piece of ", it.key(), " has ",
+                       piece.box.shape.size(), " dimensions, the tensor ", e.shape.size());
+          e.pieces.push_back(std::move(piece));
+        }
+        table[it.key()] = std::move(e);
+      }
+    } catch (const json::exception& e) {
+      STRATA_CHECK(false, "checkpoint: ", manifest_path.string(), " has a malformed tensor table: ", e.what());
+    }
+  } else {
+    add_whole_tensors("model" + io.extension());
+  }
+
+  // Fills t (shaped like p.value: the value or an optimizer state) with its boxes of global
+  // tensor `name` from every piece that intersects them.
+  auto load_tensor = [&](const std::string& name, const Parameter& p, const Tensor& t) {
+    auto it = table.find(name);
+    STRATA_CHECK(it != table.end(), "checkpoint: tensor '", name, "' is missing from ", dir.string());
+    const TensorEntry& e = it->second;
+    const Shape want = parameter_global_shape(p);
+    // Another vocabulary padding (weights-only readers): only dimension 0 of a vocab tensor differs.
+    const bool vocab_rows = options.vocab_padding_may_differ && Shape(e.shape) != want && want.ndim() == 2 &&
+                            e.shape.size() == 2 && e.shape[1] == want[1] &&
+                            p.vocab_rows;
+    STRATA_CHECK(Shape(e.shape) == want || vocab_rows, "checkpoint: tensor '", name, "' has global shape ",
+                 shape_str(e.shape), " in ", dir.string(), ", the model expects ", want.str());
+    for (const LocalRegion& r : parameter_regions(p, t)) {
+      int64_t expected = r.box.numel();
+      if (vocab_rows) {
+        Tensor(r.local).fill_(0.0);  // a view: zeroes the rows the checkpoint lacks
+        const int64_t rows = std::max<int64_t>(0, std::min(r.box.offsets[0] + r.box.shape[0], e.shape[0]) - r.box.offsets[0]);
+        expected = rows * r.box.shape[1];
+      }
+      int64_t covered = 0;
+      for (const Piece& piece : e.pieces) {
+        if (!intersect_boxes(piece.box, r.box)) continue;
+        const auto& tensors = file_tensors(piece.file);
+        auto src = tensors.find(piece.key);
+        STRATA_CHECK(src != tensors.end(), "checkpoint: tensor '", piece.key, "' is missing from ",
+                     (dir / piece.file).string());
+        STRATA_CHECK(src->second.shape() == Shape(piece.box.shape), "checkpoint: tensor '", piece.key, "' in ",
+                     (dir / piece.file).string(), " has shape ", src->second.shape().str(), ", the manifest says ",
+                     shape_str(piece.box.shape));
+        covered += copy_box_intersection(src->second, piece.box, r.local, r.box);
+      }
+      STRATA_CHECK(covered == expected, "checkpoint: the pieces of '", name, "' in ", manifest_path.string(),
+                   " cover ", covered, " of the ", expected, " elements of ", r.box.str());
+    }
+  };
+
+  // The tensor sets: this model's against the checkpoint's (finetune: listed and skipped).
+  std::vector<Parameter*> present;
+  std::set<std::string> wanted;
+  for (Parameter* p : params) {
+    const std::string name = checkpoint_parameter_name(p->name);
+    wanted.insert(name);
+    if (table.count(name))
+      present.push_back(p);
+    else
+      st.finetune_missing.push_back(name);
+  }
+  if (options.holds_whole_model)
+    for (const auto& [name, e] : table)
+      if (name.rfind("optimizer.", 0) != 0 && !wanted.count(name)) st.finetune_unused.push_back(name);
+  if (!options.finetune) {
+    STRATA_CHECK(st.finetune_missing.empty(), "checkpoint: ", st.finetune_missing.size(),
+                 " tensor(s) of this model are missing from ", dir.string(), ": ", name_list(st.finetune_missing),
+                 " (set checkpoint.finetune=true to start them from their initialisation)");
+    STRATA_CHECK(st.finetune_unused.empty(), "checkpoint: ", dir.string(), " holds ", st.finetune_unused.size(),
+                 " tensor(s) this model does not have: ", name_list(st.finetune_unused),
+                 " (set checkpoint.finetune=true to load only the tensors the two models share)");
+  }
+  for (Parameter* p : present) load_tensor(checkpoint_parameter_name(p->name), *p, p->value);
+  cache.clear();  // the model files are no longer needed
+
+  if (opt) {
+    if (options.load_optimizer && !options.finetune) {
+      STRATA_CHECK(saved_optim, "checkpoint: ", dir.string(),
+                   " has no optimizer state (set checkpoint.no_load_optim to load weights only)");
+      if (version == 1) add_whole_tensors("optimizer" + io.extension());
+      for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed: prepared, then scattered)
+        const Parameter& p = *s.param;
+        const Shape& shape = p.value.shape();
+        const std::string name = checkpoint_parameter_name(p.name);
+        load_tensor("optimizer.exp_avg." + name, p, s.exp_avg.reshape(shape));
+        load_tensor("optimizer.exp_avg_sq." + name, p, s.exp_avg_sq.reshape(shape));
+        const std::string master = "optimizer.master." + name;
+        if (table.count(master))  // (also bf16 saved, fp32 loaded: the f32 master is the value)
+          load_tensor(master, p, s.master.reshape(shape));
+        else if (s.separate_master)
+          s.master.copy_(p.value.flatten());
+      }
+      opt->set_step_count(st.optimizer_step_count);
+    } else {
+      opt->reset_masters_from_values();
+      for (ParamState& s : opt->states()) {
+        s.exp_avg.zero_();
+        s.exp_avg_sq.zero_();
+      }
+      opt->set_step_count(0);
+      st.optimizer_step_count = 0;
+    }
+  }
+  if (options.finetune) {
+    st.iteration = 0;
+    st.consumed_train_samples = 0;
+    st.num_skipped_iterations = 0;
+    st.num_evaluations = 0;
+    st.optimizer_step_count = 0;
+  }
+  return st;
+}
+
+}  // namespace strata

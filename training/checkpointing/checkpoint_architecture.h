@@ -1,0 +1,30 @@
+// A checkpoint's model against this run's: the architecture fields (models/model_config.h
+// architecture_field_names) of the config saved in the checkpoint's manifest compared with this
+// run's, before any tensor is read. A resume (not checkpoint.finetune) into a model that differs in
+// any of them is refused, naming each field with both values; a finetune lists them and goes on
+// (it loads the tensors the two models share: training/checkpointing/checkpoint.h).
+// Reference: megatron/training/checkpointing.py (load_checkpoint: check_checkpoint_args compares
+// num_layers, hidden_size, num_attention_heads, … of the saved args with the run's).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "training/config/config.h"
+
+namespace strata {
+
+// The config YAML saved in <load_dir>/iter_<iteration>/manifest.json ("config"); empty when the
+// manifest has none. A missing or unreadable manifest is an error naming the file.
+std::string read_checkpoint_config(const std::string& load_dir, int64_t iteration);
+
+// "model.<field>: the checkpoint has A, this run B" for each architecture field that differs
+// (fields the saved config does not have, and fields still null in this one, are skipped).
+std::vector<std::string> architecture_differences(const std::string& saved_config_yaml, const StrataConfig& cfg);
+
+// The rule above: throws config::ConfigError("checkpoint.load", …) listing every difference unless
+// cfg.checkpoint.finetune; returns the differences (a finetune's, to be logged).
+std::vector<std::string> check_checkpoint_architecture(const std::string& load_dir, int64_t iteration,
+                                                       const StrataConfig& cfg);
+
+}  // namespace strata

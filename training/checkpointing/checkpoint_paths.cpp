@@ -1,0 +1,90 @@
+// check_checkpoint_paths (training/checkpointing/checkpoint_paths.h).
+// Reference: megatron/training/checkpointing.py (load_checkpoint, save_checkpoint).
+#include "training/checkpointing/checkpoint_paths.h"
+
+#include "training/checkpointing/checkpoint.h"
+#include "training/checkpointing/checkpoint_architecture.h"
+#include "training/checkpointing/checkpoint_directory.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+
+namespace strata::training {
+
+namespace fs = std::filesystem;
+using config::ConfigError;
+
+namespace {
+
+std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+
+// The nearest ancestor of `p` (itself included) that exists; empty when none does.
+fs::path nearest_existing(fs::path p) {
+  std::error_code ec;
+  p = fs::absolute(p, ec);
+  while (!p.empty()) {
+    if (fs::exists(p, ec)) return p;
+    if (p == p.parent_path()) break;
+    p = p.parent_path();
+  }
+  return {};
+}
+
+void check_save(const fs::path& save, bool create) {
+  std::error_code ec;
+  if (fs::exists(save, ec) && !fs::is_directory(save, ec))
+    throw ConfigError("checkpoint.save", quoted(save) + " exists and is not a directory");
+  if (!create) {
+    const fs::path base = nearest_existing(save);
+    if (base.empty() || !fs::is_directory(base, ec))
+      throw ConfigError("checkpoint.save",
+                        quoted(save) + " cannot be created: " + quoted(base) + " is not a directory");
+    if (::access(base.c_str(), W_OK | X_OK) != 0)
+      throw ConfigError("checkpoint.save", quoted(save) + " cannot be created: " + quoted(base) + " is not writable");
+    return;
+  }
+  fs::create_directories(save, ec);
+  if (ec) throw ConfigError("checkpoint.save", "cannot create " + quoted(save) + ": " + ec.message());
+  // A probe file per process (ranks share the directory).
+  const fs::path probe = save / (".strata_write_test_" + std::to_string(::getpid()));
+  bool ok = false;
+  {
+    std::ofstream out(probe, std::ios::binary | std::ios::trunc);
+    ok = out.good() && (out << "ok").good();
+  }
+  fs::remove(probe, ec);
+  if (!ok) throw ConfigError("checkpoint.save", quoted(save) + " is not writable");
+}
+
+void check_load(const fs::path& load, const std::optional<std::string>& save) {
+  std::error_code ec;
+  if (fs::exists(load, ec)) {
+    if (!fs::is_directory(load, ec))
+      throw ConfigError("checkpoint.load", quoted(load) + " is not a directory (give the checkpoint directory, "
+                                           "the one holding latest_checkpointed_iteration.txt)");
+    return;
+  }
+  const bool is_save = save && fs::weakly_canonical(fs::path(*save), ec) == fs::weakly_canonical(load, ec);
+  if (!is_save)
+    throw ConfigError("checkpoint.load", quoted(load) + " does not exist (to start from scratch leave "
+                                         "checkpoint.load null, or point it at an existing directory)");
+}
+
+}  // namespace
+
+void check_checkpoint_paths(const StrataConfig& cfg, bool create_save) {
+  if (cfg.checkpoint.save) check_save(*cfg.checkpoint.save, create_save);
+  check_save_directory(cfg);  // another run's checkpoints are not replaced silently
+  if (cfg.checkpoint.load) check_load(*cfg.checkpoint.load, cfg.checkpoint.save);
+  // A resume into another model: refused here, before the model is allocated (the Trainer checks
+  // again and logs a finetune's differences).
+  if (cfg.checkpoint.load)
+    if (const auto it = read_checkpoint_tracker(*cfg.checkpoint.load))
+      check_checkpoint_architecture(*cfg.checkpoint.load, *it, cfg);
+}
+
+}  // namespace strata::training

@@ -1,0 +1,25 @@
+// Checks of checkpoint.save and checkpoint.load against the filesystem, run when training starts
+// (before the model is allocated or a step is taken) and by `strata train --validate-only`, so
+// that a run is neither trained and then lost (a save path that cannot be written) nor silently
+// started from scratch (a load path with a typo).
+//   checkpoint.save: an existing non-directory is an error; otherwise the directory is created
+//     (create_save) and a probe file written and removed, or (validate-only) its nearest existing
+//     ancestor must be a writable directory.
+//   checkpoint.save holding another run's checkpoints: refused unless the run resumes from it or
+//     checkpoint.overwrite is set (training/checkpointing/checkpoint_directory.h).
+//   checkpoint.load holding a checkpoint of another model (architecture fields): refused unless
+//     checkpoint.finetune (training/checkpointing/checkpoint_architecture.h).
+//   checkpoint.load: must be a directory. A path that does not exist is an error, unless it is the
+//     save directory too (the first run of a job whose save equals load). An existing directory
+//     without a tracker file stays a warning (the Trainer logs it), as in Megatron.
+// Errors are config::ConfigError naming the field.
+// Reference: megatron/training/checkpointing.py (load_checkpoint: a missing tracker file warns and
+// trains from scratch; save_checkpoint: ensure_directory_exists).
+#pragma once
+#include "training/config/config.h"
+
+namespace strata::training {
+
+void check_checkpoint_paths(const StrataConfig& cfg, bool create_save);
+
+}  // namespace strata::training

@@ -1,0 +1,526 @@
+// StrataConfig (training/config/config.h): the sections' field declarations, loading, cross-field
+// validation and the generated reference text.
+// Reference: megatron/training/arguments.py (validate_args and argument defaults),
+// megatron/core/optimizer_param_scheduler.py (warmup/decay iterations, WSD),
+// megatron/core/datasets/utils.py (get_blend_from_list), megatron/training/tokenizer.
+#include "training/config/config.h"
+
+#include "models/mtp_config.h"
+#include "models/hybrid/hybrid_pattern.h"
+
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+namespace strata {
+
+using config::ConfigError;
+using config::in_range;
+using config::non_negative;
+using config::normal_f32;
+using config::positive;
+
+namespace {
+
+std::string str(int64_t x) {
+  return std::to_string(x);
+}
+std::string str(double x) {
+  return config::python_repr(config::Value(x));
+}
+
+
+config::Validator device_spec() {
+  return config::custom("auto, cpu, cuda or cuda:N", [](const config::Value& v) -> std::string {
+    const std::string& s = std::get<std::string>(v);
+    if (s == "auto" || s == "cpu" || s == "cuda") return "";
+    if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.find_first_not_of("0123456789", 5) == std::string::npos)
+      return "";
+    return "must be auto, cpu, cuda or cuda:N, got '" + s + "'";
+  });
+}
+
+config::SectionFields<TrainingConfig> training_fields() {
+  using T = TrainingConfig;
+  config::SectionFields<T> f;
+  f.add("micro_batch_size", &T::micro_batch_size, "Samples per micro-batch on each data-parallel rank.")
+      .check(positive());
+  f.add("global_batch_size", &T::global_batch_size,
+        "Samples per optimizer step over all data-parallel ranks (gradient accumulation makes up the "
+        "difference). null: micro_batch_size times the data-parallel size.")
+      .check(positive());
+  f.add("train_iters", &T::train_iters, "Number of optimizer steps to train for.").check(positive());
+  f.add("seed", &T::seed, "Seed of every random stream (init, dropout, data order).").check(non_negative());
+  f.add_enum("precision", &T::precision, kPrecisionNames,
+             "fp32, or bf16 mixed precision (bf16 compute, fp32 master weights and gradient accumulation).");
+  f.add("deterministic", &T::deterministic,
+        "Bitwise-reproducible runs: fixed reduction orders and algorithms; contradicting options are refused.");
+  f.add("device", &T::device, "Device: auto (a GPU when usable, else cpu), cpu, cuda or cuda:N.").check(device_spec());
+  f.add("eval_interval", &T::eval_interval, "Evaluate on the validation split every this many steps.")
+      .check(positive());
+  f.add("eval_iters", &T::eval_iters, "Validation micro-batch steps per evaluation (0: no evaluation).")
+      .check(non_negative());
+  f.add("check_for_nan_in_loss_and_grad", &T::check_for_nan_in_loss_and_grad,
+        "Check the gradient norm for NaN/Inf each step; a non-finite step is skipped, counted and logged "
+        "with the first parameter whose gradient is not finite (Megatron stops instead: see exit_on_nan). "
+        "false: no check, as Megatron with bf16/fp32 (it skips only under fp16's loss scaler, which "
+        "Strata does not have): the step is applied with the non-finite gradients.");
+  f.add("exit_on_nan", &T::exit_on_nan,
+        "Exit with an error at the first non-finite step instead of skipping it (needs "
+        "check_for_nan_in_loss_and_grad).");
+  f.add("exit_interval", &T::exit_interval, "Exit after the step whose number is a multiple of this. null: never.")
+      .check(positive());
+  f.add("exit_duration_in_mins", &T::exit_duration_in_mins,
+        "Save (when checkpoint.save is set) and exit after this many minutes. null: never.")
+      .check(positive());
+  f.add("calculate_per_token_loss", &T::calculate_per_token_loss,
+        "Average the loss over all tokens of the global batch instead of per micro-batch.");
+  return f;
+}
+
+config::SectionFields<OptimizerConfig> optimizer_fields() {
+  using O = OptimizerConfig;
+  config::SectionFields<O> f;
+  f.add_enum("optimizer", &O::optimizer, kOptimizerTypeNames,
+             "Optimizer: adam (Adam with decoupled weight decay, i.e. AdamW; no decay on biases and 1-D parameters).");
+  f.add("lr", &O::lr, "Peak learning rate (after warmup). Required.").check(positive());
+  f.add("min_lr", &O::min_lr, "Learning rate at the end of the decay.").check(non_negative());
+  f.add_enum("lr_decay_style", &O::lr_decay_style, kLrDecayStyleNames,
+             "Decay after warmup: constant, linear, cosine or WSD (warmup-stable-decay).");
+  f.add("lr_warmup_iters", &O::lr_warmup_iters, "Linear warmup steps from 0 to lr.").check(non_negative());
+  f.add("lr_warmup_fraction", &O::lr_warmup_fraction,
+        "Warmup as a fraction of lr_decay_iters (instead of lr_warmup_iters). null: use lr_warmup_iters.")
+      .check(in_range(0, true, 1, true));
+  f.add("lr_decay_iters", &O::lr_decay_iters, "Steps over which lr decays to min_lr. null: training.train_iters.")
+      .check(positive());
+  f.add_enum("lr_wsd_decay_style", &O::lr_wsd_decay_style, kWsdDecayStyleNames, "Shape of the WSD decay phase.");
+  f.add("lr_wsd_decay_iters", &O::lr_wsd_decay_iters, "Length of the WSD decay phase, in steps (required with WSD).")
+      .check(positive());
+  f.add("weight_decay", &O::weight_decay, "Decoupled weight decay coefficient.").check(non_negative());
+  f.add("adam_beta1", &O::adam_beta1, "Adam first-moment decay.").check(in_range(0, true, 1, false));
+  f.add("adam_beta2", &O::adam_beta2, "Adam second-moment decay.").check(in_range(0, true, 1, false));
+  f.add("adam_eps", &O::adam_eps, "Adam denominator epsilon (added in f32).").check(positive()).check(normal_f32());
+  f.add("clip_grad", &O::clip_grad, "Clip the global gradient L2 norm to this value (0: no clipping).")
+      .check(non_negative());
+  return f;
+}
+
+config::SectionFields<DataConfig> data_fields() {
+  using D = DataConfig;
+  config::SectionFields<D> f;
+  f.add("data_path", &D::data_path,
+        "Dataset path prefixes (.bin/.idx), optionally weighted: [prefix, …] or "
+        "[weight, prefix, weight, prefix, …]. Required unless mock_data.");
+  f.add("split", &D::split, "Train, validation, test proportions of each dataset, comma-separated.");
+  f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
+  f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
+             "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file) or "
+             "NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron).");
+  f.add("vocab_file", &D::vocab_file, "GPT-2 BPE vocab.json (GPT2BPETokenizer).");
+  f.add("merge_file", &D::merge_file, "GPT-2 BPE merges.txt (GPT2BPETokenizer).");
+  f.add("eod_mask_loss", &D::eod_mask_loss, "Exclude end-of-document tokens from the loss.");
+  return f;
+}
+
+config::SectionFields<CheckpointConfig> checkpoint_fields() {
+  using C = CheckpointConfig;
+  config::SectionFields<C> f;
+  f.add("save", &C::save,
+        "Directory to save checkpoints to; created and checked writable when training starts, before the "
+        "first step (--validate-only checks it can be created). null: no checkpoints.");
+  f.add("load", &C::load,
+        "Directory to load a checkpoint from (its latest iteration). A path that does not exist is an error "
+        "(unless it is also checkpoint.save: a job's first run); an existing directory without a checkpoint "
+        "trains from scratch with a warning. null: start from scratch.");
+  f.add("save_interval", &C::save_interval, "Save every this many steps (needs save). null: only at the end.")
+      .check(positive());
+  f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");
+  f.add("no_load_rng", &C::no_load_rng, "Do not load the RNG state when loading.");
+  f.add("finetune", &C::finetune,
+        "Load only the model weights and start at iteration 0 (no optimizer, RNG or data position).");
+  f.add("overwrite", &C::overwrite,
+        "Let a run that does not resume from checkpoint.save replace the Strata checkpoints already there "
+        "(`strata train --overwrite`). false: such a directory is refused, naming the iterations it holds.");
+  return f;
+}
+
+config::SectionFields<LoggingConfig> logging_fields() {
+  using L = LoggingConfig;
+  config::SectionFields<L> f;
+  f.add("log_interval", &L::log_interval, "Print the iteration log line every this many steps.").check(positive());
+  f.add("tensorboard_dir", &L::tensorboard_dir, "Write TensorBoard event files here. null: none.");
+  f.add("metrics_jsonl", &L::metrics_jsonl, "Write one JSON object per logged step to this file. null: none.");
+  f.add("log_num_zeros_in_grad", &L::log_num_zeros_in_grad, "Log the number of zero gradient elements.");
+  f.add("log_throughput", &L::log_throughput, "Log throughput (TFLOP/s per GPU) in the iteration line.");
+  f.add("log_params_norm", &L::log_params_norm, "Log the L2 norm of the parameters.");
+  f.add("moe_routing_trace_path", &L::moe_routing_trace_path,
+        "Trace the MoE routers' top-k selections into this directory (router_trace_rank<R>.jsonl per rank, "
+        "docs/router_trace.md); needs MoE layers. null: no tracing.");
+  f.add("moe_routing_trace_max_training_iters", &L::moe_routing_trace_max_training_iters,
+        "Training iterations to trace (counted from the first traced one, so a resumed run traces); then the "
+        "tracer detaches. null: training.train_iters.")
+      .check(positive());
+  f.add("moe_routing_trace_max_inference_steps", &L::moe_routing_trace_max_inference_steps,
+        "Generation forwards to trace (the prompt, then each decode step). null: 10^9.")
+      .check(positive());
+  f.add("moe_routing_trace_capture_logits", &L::moe_routing_trace_capture_logits,
+        "Also write the raw router logits [T, E] as bf16 to logits_rank<R>.bin.");
+  f.add("moe_routing_trace_capture_hidden_states", &L::moe_routing_trace_capture_hidden_states,
+        "Also write the router inputs [T, H] (after the pre-MLP norm, before jitter) as bf16 to "
+        "hidden_states_rank<R>.bin.");
+  f.add("moe_routing_trace_dump_weights", &L::moe_routing_trace_dump_weights,
+        "Also write each traced router's weight, expert bias, score function and top-k (at its first traced "
+        "forward) to router_state_rank<R>.safetensors.");
+  f.add("tensor_metrics", &L::tensor_metrics,
+        "Tensor metrics as NAME:INTERVAL (Megatron --tensor-metrics), e.g. [layer-router-health:100, "
+        "global-param-l2:100]: each computed on iterations where (iteration + 1) % INTERVAL == 0 (0-based), "
+        "written to TensorBoard as tensor-metrics/<metric>/<label>, to the JSONL file, or as one log line "
+        "without either (docs/metrics.md lists every metric). []: none.");
+  f.add("tensor_dump_sites", &L::tensor_dump_sites,
+        "Tensor dumper: glob patterns (* and ?) over forward-site names <owner>.<name>, e.g. "
+        "decoder.layers.*.residual_contribution, decoder.layers.3.mlp.router.router_logits, "
+        "output_layer.output_logits (docs/observation.md). []: no dump.");
+  f.add("tensor_dump_iters", &L::tensor_dump_iters,
+        "Tensor dumper: the 0-based iterations whose matching tensors are written (training forwards, and the "
+        "evaluation run at that iteration). Required with tensor_dump_sites.")
+      .check(non_negative());
+  f.add("tensor_dump_dir", &L::tensor_dump_dir,
+        "Tensor dumper output directory (iter_NNNNNNN/rank_NNNN.safetensors). null: <checkpoint.save>/tensor_dump, "
+        "or ./tensor_dump without checkpoint.save.");
+  return f;
+}
+
+config::SectionFields<InferenceConfig> inference_fields() {
+  using I = InferenceConfig;
+  config::SectionFields<I> f;
+  f.add("max_new_tokens", &I::max_new_tokens, "Tokens to generate after the prompt.").check(positive());
+  f.add("temperature", &I::temperature, "Sampling temperature.").check(positive());
+  f.add("top_k", &I::top_k, "Sample among the k most likely tokens (0: off; 1: greedy).").check(non_negative());
+  f.add("top_p", &I::top_p, "Nucleus sampling probability mass (0: off).").check(in_range(0, true, 1, true));
+  f.add("random_seed", &I::random_seed, "Sampling seed. null: training.seed.").check(non_negative());
+  return f;
+}
+
+config::ConfigTable<StrataConfig> build_table() {
+  config::ConfigTable<StrataConfig> t;
+  t.add_section("model", &StrataConfig::model, "Transformer architecture (Megatron-Core TransformerConfig).",
+                model_config_fields());
+  t.add_section("parallel", &StrataConfig::parallel, "Parallel layout: tp, pp, vpp, cp, ep and the data-parallel size.",
+                parallel_config_fields());
+  t.add_section("training", &StrataConfig::training, "Batch sizes, length, seed, precision, device, evaluation.",
+                training_fields());
+  t.add_section("optimizer", &StrataConfig::optimizer, "Optimizer, learning-rate schedule, weight decay, clipping.",
+                optimizer_fields());
+  t.add_section("data", &StrataConfig::data, "Datasets and tokenizer.", data_fields());
+  t.add_section("checkpoint", &StrataConfig::checkpoint, "Saving and loading checkpoints.", checkpoint_fields());
+  t.add_section("logging", &StrataConfig::logging, "Log line, TensorBoard and JSONL metrics.", logging_fields());
+  t.add_section("inference", &StrataConfig::inference, "Text generation (strata generate).", inference_fields());
+  t.set_megatron_rules(megatron_flag_rules());
+  return t;
+}
+
+}  // namespace
+
+// ---- section helpers -----------------------------------------------------------------------------
+
+int64_t OptimizerConfig::warmup_iters() const {
+  if (lr_warmup_fraction)
+    return static_cast<int64_t>(*lr_warmup_fraction * static_cast<double>(lr_decay_iters.value_or(0)));
+  return lr_warmup_iters;
+}
+
+
+// ---- StrataConfig --------------------------------------------------------------------------------
+
+const config::ConfigTable<StrataConfig>& StrataConfig::table() {
+  static const config::ConfigTable<StrataConfig> t = build_table();
+  return t;
+}
+
+StrataConfig StrataConfig::load(const std::string& yaml_path, const std::vector<std::string>& args,
+                                std::vector<std::string>* no_effect, const std::vector<std::string>& own_flags) {
+  StrataConfig cfg;
+  if (!yaml_path.empty()) table().load_file(yaml_path, cfg);
+  table().apply_command_line(args, cfg, no_effect, own_flags);
+  return cfg;
+}
+
+std::string no_effect_flags_line(const std::vector<std::string>& flags) {
+  if (flags.empty()) return "";
+  std::string out =
+      "strata: Megatron flags accepted without effect (they choose Megatron's implementation and change no "
+      "numbers):";
+  for (size_t i = 0; i < flags.size(); ++i) out += (i ? ", " : " ") + flags[i];
+  return out;
+}
+
+StrataConfig StrataConfig::from_yaml_text(const std::string& text, const std::vector<std::string>& overrides,
+                                          const std::string& source) {
+  StrataConfig cfg;
+  table().decode_yaml_text(text, cfg, source);
+  table().apply_command_line(overrides, cfg, nullptr);
+  return cfg;
+}
+
+void StrataConfig::apply_override(const std::string& assignment) {
+  table().apply_override(assignment, *this);
+}
+
+int64_t StrataConfig::num_micro_batches() const {
+  STRATA_INTERNAL_ASSERT(training.global_batch_size.has_value(), "StrataConfig read before validate()");
+  return *training.global_batch_size / (training.micro_batch_size * data_parallel_size());
+}
+
+namespace {
+
+// ---- cross-field rules, grouped by the section that owns them (Megatron validate_args) ----
+
+// What the MoE layer (models/layers/moe/moe_layer.h) does not run, after all of Megatron's MoE
+// rules passed (models/moe_rules.cpp): expert biases (Megatron's TE grouped experts have none
+// either). Each refusal names the field.
+void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
+  if (!m.num_experts) return;
+  auto refuse = [](const char* field, const std::string& why) { throw ConfigError(field, why); };
+  if (m.add_bias_linear) refuse("model.add_bias_linear", "the MoE experts have no biases; set it false");
+}
+
+// The model's rules that involve the parallel layout: heads, query groups and FFN split over tp,
+// layers over pipeline stages, the sequence over cp and sp, experts over ep and etp (validate_moe_layout).
+void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
+  const int64_t tp = p.tensor_model_parallel_size, cp = p.context_parallel_size;
+  if (m.num_attention_heads % tp != 0)
+    throw ConfigError(
+        "model.num_attention_heads",
+        str(m.num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (m.query_groups() % tp != 0)
+    throw ConfigError(
+        "model.num_query_groups",
+        str(m.query_groups()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (m.ffn() % tp != 0)
+    throw ConfigError("model.ffn_hidden_size",
+                      str(m.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+  if (!m.is_hybrid() || !hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).has_pipes())
+    layers_per_pipeline_stage(p, m.num_layers);  // '|' segments define a hybrid model's stages instead
+  if (const size_t mamba = m.is_hybrid() ? m.hybrid_layer_pattern->find(hybrid::kMamba) : std::string::npos;
+      mamba != std::string::npos) {
+    check_mamba_config(m, tp);  // the M layers' heads and groups, split over tp
+    if (cp > 1)
+      throw ConfigError("parallel.context_parallel_size",
+                        str(cp) + " is not supported with Mamba layers ('M' at position " +
+                            str(static_cast<int64_t>(mamba)) +
+                            " of model.hybrid_layer_pattern): the SSM state is not handed across cp ranks");
+  }
+  if (cp > 1 && m.seq_length % (2 * cp) != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) +
+                                              " is not divisible by 2 x parallel.context_parallel_size (" +
+                                              str(2 * cp) + "), needed by load-balanced causal context parallelism");
+  if (p.sequence_parallel && m.seq_length % tp != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) +
+                                              " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
+                                              "), needed by parallel.sequence_parallel");
+  // Context + sequence parallelism: each cp rank's s/cp tokens are split again over tp.
+  if (p.sequence_parallel && cp > 1 && (m.seq_length / cp) % tp != 0)
+    throw ConfigError("model.seq_length", str(m.seq_length) + " / parallel.context_parallel_size (" + str(cp) +
+                                              ") is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
+                                              "), needed by parallel.sequence_parallel with context parallelism");
+  validate_moe_layout(m, p);
+  check_moe_supported(m, p);
+  validate_mtp_layout(m, p);
+}
+
+// Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.
+void validate_training(StrataConfig& c) {
+  TrainingConfig& training = c.training;
+  const ParallelConfig& parallel = c.parallel;
+  const ModelConfig& model = c.model;
+  const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
+  if (!training.global_batch_size) training.global_batch_size = mbs * dp;
+  if (*training.global_batch_size % (mbs * dp) != 0)
+    throw ConfigError("training.global_batch_size", str(*training.global_batch_size) +
+                                                        " is not divisible by training.micro_batch_size (" + str(mbs) +
+                                                        ") x data-parallel size (" + str(dp) + ")");
+  // Megatron validate_args: the interleaved schedule runs micro-batches in groups of pp.
+  if (parallel.virtual_pipeline_model_parallel_size &&
+      (*training.global_batch_size / (mbs * dp)) % parallel.pipeline_model_parallel_size != 0)
+    throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
+                      "the interleaved schedule needs the number of micro-batches (" +
+                          str(*training.global_batch_size / (mbs * dp)) +
+                          ") to be divisible by parallel.pipeline_model_parallel_size (" +
+                          str(parallel.pipeline_model_parallel_size) + ")");
+  if (training.exit_on_nan && !training.check_for_nan_in_loss_and_grad)
+    throw ConfigError("training.exit_on_nan", "needs training.check_for_nan_in_loss_and_grad");
+  if (model.fp32_residual_connection && training.precision == Precision::Fp32)
+    throw ConfigError("model.fp32_residual_connection", "only applies with training.precision bf16");
+  // As Megatron-LM main (transformer_config.py): the n-stream mHC residual is what the H_res
+  // mixing multiplies, in the activation dtype; an f32 copy of n streams would also multiply the
+  // residual memory by 2n where mhc_keep_mappings_in_fp32 already keeps the mixing itself in f32.
+  if (model.fp32_residual_connection && model.enable_hyper_connections)
+    throw ConfigError("model.fp32_residual_connection",
+                      "cannot be combined with model.enable_hyper_connections (Megatron-LM refuses it too: the "
+                      "mHC streams are mixed in the activation dtype; use model.mhc_keep_mappings_in_fp32 for f32 "
+                      "mixing weights)");
+  // Extension point: deterministic-mode contradictions (non-deterministic attention backward,
+  // atomics-based MoE dispatch …) are refused here as those options arrive.
+}
+
+// Learning-rate schedule: the peak lr, min lr, warmup, decay and WSD lengths.
+void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& training) {
+  if (!optimizer.lr) throw ConfigError("optimizer.lr", "required (the peak learning rate, e.g. 3.0e-4)");
+  if (optimizer.min_lr > *optimizer.lr)
+    throw ConfigError("optimizer.min_lr",
+                      str(optimizer.min_lr) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");
+  if (optimizer.lr_warmup_fraction && optimizer.lr_warmup_iters != 0)
+    throw ConfigError("optimizer.lr_warmup_fraction", "set either it or optimizer.lr_warmup_iters, not both");
+  if (!optimizer.lr_decay_iters) optimizer.lr_decay_iters = training.train_iters;
+  const int64_t decay = *optimizer.lr_decay_iters, warmup = optimizer.warmup_iters();
+  if (warmup > decay)
+    throw ConfigError("optimizer.lr_warmup_iters",
+                      "warmup (" + str(warmup) + ") is longer than optimizer.lr_decay_iters (" + str(decay) + ")");
+  if (optimizer.lr_decay_style == LrDecayStyle::WSD) {
+    if (!optimizer.lr_wsd_decay_iters)
+      throw ConfigError("optimizer.lr_wsd_decay_iters", "required with optimizer.lr_decay_style WSD");
+    if (*optimizer.lr_wsd_decay_iters > decay - warmup)
+      throw ConfigError("optimizer.lr_wsd_decay_iters", str(*optimizer.lr_wsd_decay_iters) +
+                                                            " is longer than optimizer.lr_decay_iters minus warmup (" +
+                                                            str(decay - warmup) + ")");
+  }
+}
+
+// Data sources, blend and split strings, tokenizer files.
+void validate_data(const DataConfig& data, const ModelConfig& model) {
+  if (data.mock_data && !data.data_path.empty())
+    throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
+  if (!data.mock_data && data.data_path.empty())
+    throw ConfigError("data.data_path", "required unless data.mock_data is true");
+  data.blend();
+  data.split_fractions();
+  if (data.tokenizer_type == TokenizerType::GPT2BPETokenizer) {
+    if (!data.vocab_file) throw ConfigError("data.vocab_file", "required by data.tokenizer_type GPT2BPETokenizer");
+    if (!data.merge_file) throw ConfigError("data.merge_file", "required by data.tokenizer_type GPT2BPETokenizer");
+  } else {
+    if (data.vocab_file)
+      throw ConfigError("data.vocab_file", "only used by GPT2BPETokenizer, not by data.tokenizer_type " +
+                                               std::string(config::enum_to_string<TokenizerType>(kTokenizerTypeNames,
+                                                                                                 data.tokenizer_type)));
+    if (data.merge_file) throw ConfigError("data.merge_file", "only used by GPT2BPETokenizer");
+  }
+  if (data.tokenizer_type == TokenizerType::NullTokenizer && !model.vocab_size)
+    throw ConfigError("model.vocab_size", "required with data.tokenizer_type NullTokenizer");
+}
+
+void validate_checkpoint(const CheckpointConfig& checkpoint) {
+  if (checkpoint.save_interval && !checkpoint.save)
+    throw ConfigError("checkpoint.save_interval", "needs checkpoint.save (the directory to save to)");
+  if (checkpoint.overwrite && !checkpoint.save)
+    throw ConfigError("checkpoint.overwrite", "needs checkpoint.save (the directory whose checkpoints it replaces)");
+  if (checkpoint.finetune && !checkpoint.load)
+    throw ConfigError("checkpoint.finetune", "needs checkpoint.load (the checkpoint to start from)");
+}
+
+// The router tracer (Megatron's moe_routing_trace_*): only for MoE models, options only with the path.
+void validate_logging(const LoggingConfig& l, const ModelConfig& model) {
+  if (l.moe_routing_trace_path) {
+    if (l.moe_routing_trace_path->empty()) throw ConfigError("logging.moe_routing_trace_path", "is empty");
+    if (!model.is_moe())
+      throw ConfigError("logging.moe_routing_trace_path", "traces MoE routers, but the model has none "
+                                                          "(model.num_experts is null)");
+    return;
+  }
+  const std::pair<const char*, bool> needs_path[] = {
+      {"logging.moe_routing_trace_max_training_iters", l.moe_routing_trace_max_training_iters.has_value()},
+      {"logging.moe_routing_trace_max_inference_steps", l.moe_routing_trace_max_inference_steps.has_value()},
+      {"logging.moe_routing_trace_capture_logits", l.moe_routing_trace_capture_logits},
+      {"logging.moe_routing_trace_capture_hidden_states", l.moe_routing_trace_capture_hidden_states},
+      {"logging.moe_routing_trace_dump_weights", l.moe_routing_trace_dump_weights}};
+  for (const auto& [field, set] : needs_path)
+    if (set) throw ConfigError(field, "needs logging.moe_routing_trace_path (the trace directory)");
+}
+
+void validate_inference(InferenceConfig& inference, const TrainingConfig& training) {
+  if (inference.top_k > 0 && inference.top_p > 0)
+    throw ConfigError("inference.top_p", "cannot be combined with inference.top_k > 0; use one of them");
+  if (!inference.random_seed) inference.random_seed = training.seed;
+}
+
+}  // namespace
+
+namespace {
+std::vector<std::pair<std::string, ConfigValidator>>& config_validators() {
+  static std::vector<std::pair<std::string, ConfigValidator>> validators;  // built during static init
+  return validators;
+}
+}  // namespace
+
+ConfigValidatorRegistration::ConfigValidatorRegistration(const char* name, ConfigValidator validator) {
+  config_validators().emplace_back(name, validator);
+}
+
+std::vector<std::string> config_validator_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, v] : config_validators()) names.push_back(name);
+  return names;
+}
+
+void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
+  table().check_fields(*this);
+  finalize_model_config(model);
+  if (model.is_hybrid())  // '|' segments: the stages and the virtual pipeline size (before the parallel rules)
+    hybrid::apply_hybrid_pipeline_layout(hybrid::parse_hybrid_pattern(*model.hybrid_layer_pattern), parallel);
+  finalize_parallel_config(parallel, launched_world_size);
+  validate_model_layout(model, parallel);
+  validate_training(*this);
+  validate_optimizer(optimizer, training);
+  validate_data(data, model);
+  validate_checkpoint(checkpoint);
+  validate_logging(logging, model);
+  validate_inference(inference, training);
+  for (const auto& [name, validator] : config_validators()) validator(*this);
+}
+
+std::string StrataConfig::to_yaml() const {
+  return table().to_yaml(*this);
+}
+
+std::string StrataConfig::argument_table() const {
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (parallel.world_size) extra.emplace_back("data_parallel_size", str(data_parallel_size()));
+  if (model.vocab_size)
+    extra.emplace_back("padded_vocab_size", str(padded_vocab_size(*model.vocab_size, model.make_vocab_size_divisible_by,
+                                                                  parallel.tensor_model_parallel_size)));
+  return table().argument_table(*this, extra);
+}
+
+std::string StrataConfig::help_text() {
+  return "Configuration: a YAML file of sections (model:, training:, …) with `field: value` entries,\n"
+         "then overrides `section.field=value` whose value is parsed as YAML (lists: [a, b]; null: null).\n" +
+         table().help_text();
+}
+
+std::string StrataConfig::reference_markdown() {
+  return "# Configuration reference\n\n"
+         "<!-- Generated from the config table (training/config/config.cpp, models/model_config.cpp,\n"
+         "     parallel/parallel_config.cpp); do not edit. Regenerate with scripts/gen_config_doc.sh;\n"
+         "     the unit test [config] fails when this file and the table differ. -->\n\n"
+         "A run is configured by one YAML file of sections, then command-line overrides:\n\n"
+         "```\n"
+         "strata train --config configs/gpt_tiny.yaml training.train_iters=100 optimizer.lr=3.0e-4\n"
+         "```\n\n"
+         "- Field names are Megatron-LM's argument names with underscores (`--tensor-model-parallel-size`\n"
+         "  is `parallel.tensor_model_parallel_size`). Strata's own names, where Megatron has no such\n"
+         "  argument: `training.precision` (Megatron: `--bf16`), `training.device`, `training.exit_on_nan`,\n"
+         "  `parallel.world_size`, `logging.metrics_jsonl`, `inference.max_new_tokens`.\n"
+         "- An override is `section.field=value`; the value is parsed as YAML, so a list is written\n"
+         "  `data.data_path=[0.3,a,0.7,b]` and `null` resets a nullable field. A single value given for a\n"
+         "  list field is a one-element list.\n"
+         "- Types are strict: an int64 field rejects `1.5` and `\"4\"`, a bool accepts only true/false.\n"
+         "- Unknown sections and fields are errors with a \"did you mean\" suggestion.\n"
+         "- `null` defaults are Megatron's `None`: the value is derived from other fields when the config\n"
+         "  is validated (the doc says how), and the resolved config (`--print-config`) shows the result.\n"
+         "- Validation is pure and runs before any allocation or communication; every error names the\n"
+         "  field as `section.field`.\n"
+         "- Megatron-LM's command-line flags work as they are (`--num-layers 4 --bf16 --lr 3e-4`); each\n"
+         "  field's flags are in its table, the exceptions in \"Megatron command-line flags\" at the end.\n" +
+         table().markdown() + config::MegatronFlags(table().untyped()).markdown();
+}
+
+}  // namespace strata

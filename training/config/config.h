@@ -1,0 +1,182 @@
+// StrataConfig: the whole run configuration — every section (model, parallel, training, optimizer,
+// data, checkpoint, logging, inference) in one typed struct, declared once in the config table —
+// with loading (YAML file + `section.field=value` overrides and Megatron's command-line flags),
+// cross-field validation, `--help`
+// text, the generated reference docs/config.md, `to_yaml()` and Megatron's argument table.
+// Reference: megatron/training/arguments.py (argument names, defaults and validate_args),
+// megatron/training/yaml_arguments.py; docs/config.md.
+//
+// Use:
+//   StrataConfig cfg = StrataConfig::load("configs/gpt_tiny.yaml", {"training.train_iters=10"});
+//   cfg.validate(launched_world_size);   // pure: no allocation, no communication
+//   log(cfg.argument_table());
+// Every error is a config::ConfigError whose message starts with "section.field".
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config_table.h"
+#include "data/data_config.h"
+#include "models/model_config.h"
+#include "parallel/parallel_config.h"
+
+namespace strata {
+
+enum class Precision { Fp32, Bf16 };
+inline constexpr config::EnumName<Precision> kPrecisionNames[] = {{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}};
+
+enum class OptimizerType { Adam };
+inline constexpr config::EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::Adam, "adam"}};
+
+enum class LrDecayStyle { Constant, Linear, Cosine, WSD };
+inline constexpr config::EnumName<LrDecayStyle> kLrDecayStyleNames[] = {{LrDecayStyle::Constant, "constant"},
+                                                                        {LrDecayStyle::Linear, "linear"},
+                                                                        {LrDecayStyle::Cosine, "cosine"},
+                                                                        {LrDecayStyle::WSD, "WSD"}};
+
+enum class WsdDecayStyle { Exponential, Linear, Cosine, MinusSqrt };
+inline constexpr config::EnumName<WsdDecayStyle> kWsdDecayStyleNames[] = {{WsdDecayStyle::Exponential, "exponential"},
+                                                                          {WsdDecayStyle::Linear, "linear"},
+                                                                          {WsdDecayStyle::Cosine, "cosine"},
+                                                                          {WsdDecayStyle::MinusSqrt, "minus_sqrt"}};
+
+struct TrainingConfig {
+  int64_t micro_batch_size = 1;
+  std::optional<int64_t> global_batch_size;  // null → micro_batch_size × data-parallel size
+  int64_t train_iters = 1000;
+  int64_t seed = 1234;
+  Precision precision = Precision::Fp32;
+  bool deterministic = false;
+  std::string device = "auto";
+  int64_t eval_interval = 1000;
+  int64_t eval_iters = 100;
+  bool check_for_nan_in_loss_and_grad = true;
+  bool exit_on_nan = false;
+  std::optional<int64_t> exit_interval;
+  std::optional<int64_t> exit_duration_in_mins;
+  bool calculate_per_token_loss = false;
+};
+
+struct OptimizerConfig {
+  OptimizerType optimizer = OptimizerType::Adam;
+  std::optional<double> lr;  // required (Megatron has no default learning rate)
+  double min_lr = 0.0;
+  LrDecayStyle lr_decay_style = LrDecayStyle::Linear;
+  int64_t lr_warmup_iters = 0;
+  std::optional<double> lr_warmup_fraction;
+  std::optional<int64_t> lr_decay_iters;  // null → training.train_iters
+  WsdDecayStyle lr_wsd_decay_style = WsdDecayStyle::Exponential;
+  std::optional<int64_t> lr_wsd_decay_iters;
+  double weight_decay = 0.01;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double clip_grad = 1.0;
+
+  // Iterations of linear warmup after validate(): lr_warmup_iters, or
+  // lr_warmup_fraction × lr_decay_iters (Megatron's OptimizerParamScheduler setup).
+  int64_t warmup_iters() const;
+};
+
+struct CheckpointConfig {
+  std::optional<std::string> save;
+  std::optional<std::string> load;
+  std::optional<int64_t> save_interval;
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool finetune = false;
+  bool overwrite = false;  // replace another run's checkpoints in `save` (training/checkpointing/checkpoint_directory.h)
+};
+
+struct LoggingConfig {
+  int64_t log_interval = 100;
+  std::optional<std::string> tensorboard_dir;
+  std::optional<std::string> metrics_jsonl;
+  bool log_num_zeros_in_grad = false;
+  bool log_throughput = false;
+  bool log_params_norm = false;
+  // The MoE router tracer (training/observability/router_tracer.h; Megatron's LoggerConfig moe_routing_trace_*).
+  std::optional<std::string> moe_routing_trace_path;               // null: no tracing
+  std::optional<int64_t> moe_routing_trace_max_training_iters;     // null: training.train_iters
+  std::optional<int64_t> moe_routing_trace_max_inference_steps;    // null: 10^9
+  bool moe_routing_trace_capture_logits = false;
+  bool moe_routing_trace_capture_hidden_states = false;
+  bool moe_routing_trace_dump_weights = false;
+  // The tensor dumper (training/observability/tensor_dumper.h): site-name globs, 0-based iterations, directory.
+  std::vector<std::string> tensor_dump_sites;
+  std::vector<int64_t> tensor_dump_iters;
+  std::optional<std::string> tensor_dump_dir;
+  // Tensor metrics (training/observability/tensor_metrics/; Megatron's --tensor-metrics): "NAME:INTERVAL" specs.
+  std::vector<std::string> tensor_metrics;
+};
+
+struct InferenceConfig {
+  int64_t max_new_tokens = 64;
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  double top_p = 0.0;
+  std::optional<int64_t> random_seed;  // null → training.seed
+};
+
+// The Megatron flags that do not map onto a field by name (training/config/megatron_flag_table.cpp).
+std::vector<config::MegatronFlagRule> megatron_flag_rules();
+
+// "strata: accepted Megatron flags without effect in Strata (...): --use-mcore-models, …" or "".
+std::string no_effect_flags_line(const std::vector<std::string>& flags);
+
+struct StrataConfig {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+  InferenceConfig inference;
+
+  // The one table of every field (built once).
+  static const config::ConfigTable<StrataConfig>& table();
+
+  // Defaults, then the YAML file (if `yaml_path` is not empty), then the command-line arguments in
+  // order: `section.field=value` overrides and Megatron flags (`--num-layers 4 --bf16`,
+  // core/megatron_flags.h). Flags accepted without effect are appended to `no_effect`;
+  // `own_flags` (the subcommand's options) join the "did you mean" candidates.
+  // Decoding checks names and types only; call validate() next.
+  static StrataConfig load(const std::string& yaml_path, const std::vector<std::string>& args = {},
+                           std::vector<std::string>* no_effect = nullptr,
+                           const std::vector<std::string>& own_flags = {});
+  static StrataConfig from_yaml_text(const std::string& text, const std::vector<std::string>& overrides = {},
+                                     const std::string& source = "<yaml>");
+  void apply_override(const std::string& assignment);  // "section.field=value"
+
+  // Checks every field, resolves the null defaults that follow from other fields (Megatron's
+  // validate_args) and checks every cross-field rule. Pure and idempotent; throws
+  // config::ConfigError naming the field. `launched_world_size`: the number of processes the
+  // launcher started (null: use parallel.world_size, else 1).
+  void validate(std::optional<int64_t> launched_world_size = std::nullopt);
+
+  // After validate(): world_size / (tp·pp·cp).
+  int64_t data_parallel_size() const { return strata::data_parallel_size(parallel); }
+  // After validate(): micro-batches per step and data-parallel rank.
+  int64_t num_micro_batches() const;
+
+  std::string to_yaml() const;              // resolved config; loads back to the same config
+  std::string argument_table() const;       // Megatron's sorted "arguments" block
+  static std::string help_text();           // every field: type, default, rules, doc
+  static std::string reference_markdown();  // the text of docs/config.md
+};
+
+// Rules of subsystems above the config (the tensor dumper's site patterns against the model's
+// sites, the tensor metrics' names and intervals): each subsystem registers its validator from
+// its own file (a namespace-scope ConfigValidatorRegistration), and StrataConfig::validate() runs
+// them after the section rules, in registration order. The config knows no subsystem.
+using ConfigValidator = void (*)(const StrataConfig&);
+struct ConfigValidatorRegistration {
+  ConfigValidatorRegistration(const char* name, ConfigValidator validator);
+};
+// The registered validators' names (tests check that the dumper's and the metrics' are there).
+std::vector<std::string> config_validator_names();
+
+}  // namespace strata

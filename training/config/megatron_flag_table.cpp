@@ -1,0 +1,117 @@
+// The Megatron-LM flags of StrataConfig that do not map onto a field by name (core/megatron_flags.h
+// describes the rule every other field follows: --field-name, bool switches with --no-/--disable-).
+// Registered with the config table in training/config/config.cpp; docs/config.md lists them (generated).
+// Reference: megatron/training/arguments.py and the argparse_meta names of megatron/core's
+// TransformerConfig / ModelParallelConfig and megatron/training/config/*.py.
+#include "training/config/config.h"
+
+namespace strata {
+
+using config::FlagArity;
+using config::no_effect_flag;
+using config::unsupported_flag;
+
+std::vector<config::MegatronFlagRule> megatron_flag_rules() {
+  using A = FlagArity;
+  const std::string fp16 = "fp16 mixed precision with loss scaling; use --bf16 (training.precision=bf16)";
+  const std::string samples = "sample-based training length and schedules; use --train-iters and the --lr-*-iters flags";
+  const std::string mla = "multi-latent attention (MLA)";
+  return {
+      // Other names for a field.
+      config::rename_flag("--norm-epsilon", "layernorm_epsilon"),
+      config::rename_flag("--decoder-first-pipeline-num-layers", "num_layers_in_first_pipeline_stage"),
+      config::rename_flag("--decoder-last-pipeline-num-layers", "num_layers_in_last_pipeline_stage"),
+      config::rename_flag("--deterministic-mode", "deterministic"),
+      config::rename_flag("--persistent-save-interval", "save_interval"),
+      config::rename_flag("--mhc-num-residual-streams", "num_residual_streams"),  // Megatron main's mHC names
+      // Switches that set a field to a value.
+      config::constant_flag("--bf16", "precision", "bf16"),
+      config::constant_flag("--disable-bias-linear", "add_bias_linear", "false"),
+      config::constant_flag("--use-rotary-position-embeddings", "position_embedding_type", "rope"),
+      config::constant_flag("--no-position-embedding", "position_embedding_type", "none"),
+      config::constant_flag("--recompute-activations", "recompute_granularity", "selective"),
+      config::constant_flag("--enable-mhc-connections", "enable_hyper_connections", "true"),
+      // Megatron implementation choices: the numbers are the same in Strata.
+      no_effect_flag("--use-mcore-models", A::Switch, "the Megatron-Core model classes"),
+      no_effect_flag("--use-legacy-models", A::Switch, "Megatron's legacy model classes"),
+      no_effect_flag("--transformer-impl", A::One, "Megatron's layer implementation (local or Transformer Engine)"),
+      no_effect_flag("--attention-backend", A::One, "Megatron's attention kernel"),
+      no_effect_flag("--use-flash-attn", A::Switch, "FlashAttention kernels"),
+      no_effect_flag("--num-workers", A::One, "data-loader worker processes"),
+      no_effect_flag("--distributed-backend", A::One, "torch.distributed's backend"),
+      no_effect_flag("--local-rank", A::One, "the launcher's local rank (Strata reads the MPI/Slurm environment)"),
+      no_effect_flag("--no-gradient-accumulation-fusion", A::Switch, "unfused weight-gradient accumulation"),
+      no_effect_flag("--no-masked-softmax-fusion", A::Switch, "the unfused softmax"),
+      no_effect_flag("--no-bias-gelu-fusion", A::Switch, "the unfused bias + GeLU"),
+      no_effect_flag("--no-bias-swiglu-fusion", A::Switch, "the unfused bias + SwiGLU"),
+      no_effect_flag("--no-bias-dropout-fusion", A::Switch, "the unfused bias + dropout + add"),
+      no_effect_flag("--no-rope-fusion", A::Switch, "the unfused RoPE"),
+      no_effect_flag("--no-persist-layer-norm", A::Switch, "the non-persistent LayerNorm kernel"),
+      no_effect_flag("--cross-entropy-loss-fusion", A::Switch, "the fused cross-entropy kernel"),
+      no_effect_flag("--no-async-tensor-model-parallel-allreduce", A::Switch, "blocking TP all-reduces"),
+      no_effect_flag("--overlap-param-gather", A::Switch, "overlapping the distributed optimizer's all-gather"),
+      no_effect_flag("--tp-comm-overlap", A::Switch, "Transformer Engine's TP communication overlap"),
+      no_effect_flag("--accumulate-allreduce-grads-in-fp32", A::Switch,
+                     "fp32 gradient accumulation and reduction (what Strata always does)"),
+      no_effect_flag("--use-cpu-initialization", A::Switch, "initialising weights on the CPU"),
+      no_effect_flag("--no-create-attention-mask-in-dataloader", A::Switch, "the causal mask built in the kernel"),
+      no_effect_flag("--no-mmap-bin-files", A::Switch, "reading .bin files without mmap"),
+      no_effect_flag("--data-cache-path", A::One, "where Megatron caches its sample indices"),
+      no_effect_flag("--ckpt-format", A::One, "Megatron's checkpoint file format (Strata writes safetensors)"),
+      no_effect_flag("--ckpt-fully-parallel-load", A::Switch, "Megatron's parallel checkpoint loading"),
+      no_effect_flag("--no-ckpt-fully-parallel-save", A::Switch, "Megatron's checkpoint saving strategy"),
+      no_effect_flag("--exit-signal-handler", A::Switch, "saving and exiting on SIGTERM (Strata always does)"),
+      no_effect_flag("--timing-log-level", A::One, "Megatron's timer detail"),
+      no_effect_flag("--log-timers-to-tensorboard", A::Switch, "Megatron's timers in TensorBoard"),
+      no_effect_flag("--log-memory-to-tensorboard", A::Switch, "Megatron's memory scalars in TensorBoard"),
+      no_effect_flag("--log-validation-ppl-to-tensorboard", A::Switch,
+                     "validation perplexity in TensorBoard (Strata logs it with the validation loss)"),
+      no_effect_flag("--tensorboard-queue-size", A::One, "TensorBoard's writer queue"),
+      // Megatron features Strata does not have. A rule with a field maps onto it once it exists.
+      unsupported_flag("--fp16", A::Switch, fp16),
+      unsupported_flag("--loss-scale", A::One, fp16),
+      unsupported_flag("--initial-loss-scale", A::One, fp16),
+      unsupported_flag("--min-loss-scale", A::One, fp16),
+      unsupported_flag("--loss-scale-window", A::One, fp16),
+      unsupported_flag("--hysteresis", A::One, fp16),
+      unsupported_flag("--apply-query-key-layer-scaling", A::Switch, fp16),
+      unsupported_flag("--fp8-*", A::One, "FP8 training"),
+      unsupported_flag("--fp4-*", A::One, "FP4 training"),
+      // MoE: --num-experts and the --moe-* flags map by name onto model.num_experts and model.moe_*.
+      // Recompute: --recompute-granularity/-method/-num-layers/-modules, --distribute-saved-activations
+      // and --moe-layer-recompute map by name onto model.recompute_* (models/recompute_config.h).
+      unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
+                       "layers per virtual stage; set --virtual-pipeline-model-parallel-size (model chunks per "
+                       "pipeline rank) instead"),
+      unsupported_flag("--train-samples", A::One, samples),
+      unsupported_flag("--lr-decay-samples", A::One, samples),
+      unsupported_flag("--lr-warmup-samples", A::One, samples),
+      unsupported_flag("--lr-wsd-decay-samples", A::One, samples),
+      unsupported_flag("--rampup-batch-size", A::List, "batch-size ramp-up"),
+      unsupported_flag("--step-batch-size-schedule", A::One, "batch-size ramp-up"),
+      unsupported_flag("--multi-latent-attention", A::Switch, mla),
+      unsupported_flag("--q-lora-rank", A::One, mla),
+      unsupported_flag("--kv-lora-rank", A::One, mla),
+      unsupported_flag("--squared-relu", A::Switch, "the squared-ReLU MLP"),
+      unsupported_flag("--rotary-seq-len-interpolation-factor", A::One, "RoPE sequence-length interpolation"),
+      unsupported_flag("--hierarchical-context-parallel-sizes", A::List, "hierarchical context parallelism"),
+      unsupported_flag("--use-torch-fsdp2", A::Switch, "FSDP (use --use-distributed-optimizer)"),
+      unsupported_flag("--use-megatron-fsdp", A::Switch, "FSDP (use --use-distributed-optimizer)"),
+      unsupported_flag("--optimizer-cpu-offload", A::Switch, "optimizer CPU offload"),
+      unsupported_flag("--train-data-path", A::List, "per-split datasets; use --data-path with --split"),
+      unsupported_flag("--valid-data-path", A::List, "per-split datasets; use --data-path with --split"),
+      unsupported_flag("--test-data-path", A::List, "per-split datasets; use --data-path with --split"),
+      unsupported_flag("--tokenizer-model", A::One,
+                       "tokenizer model files (SentencePiece, HuggingFace, TikToken); Strata has the byte-level, "
+                       "GPT-2 BPE and null tokenizers"),
+      unsupported_flag("--no-save-optim", A::Switch, "checkpoints without optimizer state"),
+      unsupported_flag("--no-save-rng", A::Switch, "checkpoints without RNG state"),
+      unsupported_flag("--start-weight-decay", A::One, "weight-decay schedules"),
+      unsupported_flag("--end-weight-decay", A::One, "weight-decay schedules"),
+      unsupported_flag("--weight-decay-incr-style", A::One, "weight-decay schedules"),
+      unsupported_flag("--wandb-*", A::One, "Weights & Biases logging (Strata writes TensorBoard and JSONL)"),
+      unsupported_flag("--spec", A::List, "custom layer specs"),
+  };
+}
+
+}  // namespace strata

@@ -1,0 +1,41 @@
+// Learning-rate schedule: Megatron-Core's OptimizerParamScheduler.get_lr, counted in iterations.
+// Linear warmup from lr_warmup_init (0) to lr over warmup_iters, then constant | linear | cosine |
+// WSD (warmup-stable-decay with an exponential, linear, cosine or minus_sqrt anneal over the last
+// lr_wsd_decay_iters) down to min_lr at lr_decay_iters; min_lr after that.
+// Reference: megatron/core/optimizer_param_scheduler.py (get_lr).
+//
+// Step convention (Megatron): the scheduler's counter is the number of completed iterations, so
+// iteration i (1-based) updates the weights with lr(i - 1), and the learning rate Megatron logs
+// after iteration i is lr(i).
+#pragma once
+#include <cstdint>
+
+#include "training/config/config.h"
+
+namespace strata {
+
+class LrSchedule {
+ public:
+  // cfg must be validated (lr and lr_decay_iters resolved).
+  explicit LrSchedule(const OptimizerConfig& cfg);
+  LrSchedule(double max_lr, double min_lr, LrDecayStyle style, int64_t warmup_iters, int64_t decay_iters,
+             WsdDecayStyle wsd_style = WsdDecayStyle::Exponential, int64_t wsd_decay_iters = 0,
+             double warmup_init_lr = 0.0);
+
+  // Learning rate after `num_steps` completed iterations (Megatron get_lr).
+  double lr(int64_t num_steps) const;
+
+  double max_lr() const { return max_lr_; }
+  double min_lr() const { return min_lr_; }
+  int64_t warmup_iters() const { return warmup_iters_; }
+  int64_t decay_iters() const { return decay_iters_; }
+
+ private:
+  double max_lr_, min_lr_, warmup_init_lr_;
+  LrDecayStyle style_;
+  int64_t warmup_iters_, decay_iters_;
+  WsdDecayStyle wsd_style_;
+  int64_t wsd_decay_iters_;
+};
+
+}  // namespace strata

@@ -1,0 +1,314 @@
+// Per-layer-kind parameter and activation counts of `strata plan` (training/planning/layer_plan.h).
+// Reference: megatron/core/ssm/mamba_mixer.py, megatron/core/models/hybrid/hybrid_layer_specs.py,
+// megatron/core/transformer/multi_token_prediction.py, Megatron dev transformer/hyper_connection.py.
+#include "training/planning/layer_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "models/hybrid/hybrid_pattern.h"
+#include "models/mamba_config.h"
+#include "models/recompute_config.h"
+
+namespace strata {
+
+namespace {
+bool layer_norm(const ModelConfig& m) { return m.normalization == Normalization::LayerNorm; }
+int64_t norm_params(const ModelConfig& m, int64_t n) { return layer_norm(m) ? 2 * n : n; }
+// A norm's saved statistics (f32 rstd, and mean for LayerNorm) over `rows` rows.
+int64_t norm_stats(const ModelConfig& m, int64_t rows) { return 4 * rows * (layer_norm(m) ? 2 : 1); }
+ParameterCount attention_part(const GptParameterCounts& c) {
+  return {c.layer.sharded - c.dense_mlp.sharded, c.layer.replicated - c.dense_mlp.replicated, 0, 0};
+}
+int64_t sum_of(const std::vector<LayerActivations>& l, int64_t LayerActivations::*f) {
+  int64_t s = 0;
+  for (const auto& x : l) s += x.*f;
+  return s;
+}
+// A replayed run of layers [first, end) at its peak: the backward goes last layer first, freeing
+// each layer's state after it, so layer i's backward buffers sit on the states of layers ≤ i.
+int64_t replayed_peak(const std::vector<LayerActivations>& layers, size_t first, size_t end) {
+  int64_t below = 0, peak = 0;
+  for (size_t i = first; i < std::min(end, layers.size()); ++i) {
+    below += layers[i].full;
+    peak = std::max(peak, below + layers[i].backward);
+  }
+  return peak;
+}
+// The largest uniform chunk of k layers replayed.
+int64_t largest_chunk(const std::vector<LayerActivations>& layers, size_t k) {
+  int64_t largest = 0;
+  for (size_t first = 0; first < layers.size(); first += k) largest = std::max(largest, replayed_peak(layers, first, first + k));
+  return largest;
+}
+}  // namespace
+
+ParameterCount mamba_layer_parameters(const ModelConfig& m, int64_t tp) {
+  const MambaDims d = mamba_dims(m);
+  const int64_t h = m.hidden_size, conv = d.conv_dim() / tp, heads = d.heads / tp, inner = d.d_inner / tp;
+  ParameterCount c;
+  c.replicated = norm_params(m, h);                            // in_proj's fused pre-norm
+  c.sharded = d.in_proj_out() / tp * h                         // in_proj, its five parts split
+              + conv * d.conv_kernel + conv                    // conv1d weight and bias
+              + 3 * heads + inner                              // dt_bias, A_log, D; norm.weight
+              + h * inner;                                     // out_proj (row-parallel, no bias)
+  c.f32 = 2 * heads;                                           // A_log, D
+  return c;
+}
+
+ParameterCount mhc_site_parameters(const ModelConfig& m) {
+  if (!m.enable_hyper_connections) return {};
+  const int64_t n = m.num_residual_streams, rows = n * n + 2 * n;
+  const int64_t p = rows * n * m.hidden_size + 3 + rows;
+  return {0, p, 0, p};
+}
+
+int64_t mhc_sites_per_layer(const ModelConfig& m) {
+  if (!m.enable_hyper_connections) return 0;
+  return m.is_hybrid() ? 1 : 2;
+}
+
+ParameterCount mhc_head_parameters(const ModelConfig& m) {
+  if (!m.enable_hyper_connections || !m.mhc_learned_output_contract) return {};
+  const int64_t n = m.num_residual_streams;
+  const int64_t p = n * n * m.hidden_size + n + 1;
+  return {0, p, 0, p};
+}
+
+ParameterCount hybrid_layer_parameters(const ModelConfig& m, char symbol, const GptParameterCounts& c, int64_t tp) {
+  ParameterCount p = mhc_sites_per_layer(m) * mhc_site_parameters(m);
+  switch (symbol) {
+    case hybrid::kMamba: p += mamba_layer_parameters(m, tp); break;
+    case hybrid::kAttention: p += attention_part(c); break;
+    case hybrid::kMlp: p += c.dense_mlp; break;
+    case hybrid::kMoe: {
+      const ParameterCount a = attention_part(c);
+      p += ParameterCount{c.moe_layer.sharded - a.sharded, c.moe_layer.replicated - a.replicated, c.moe_layer.expert, 0};
+      break;
+    }
+    default: STRATA_INTERNAL_ASSERT(false, "hybrid_layer_parameters: symbol ", symbol);
+  }
+  return p;
+}
+
+std::string hybrid_layer_symbols(const ModelConfig& m) {
+  return m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).layers : std::string();
+}
+std::string hybrid_mtp_symbols(const ModelConfig& m) {
+  return m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).mtp : std::string();
+}
+
+ParameterCount hybrid_mtp_parameters(const ModelConfig& m, const GptParameterCounts& c, int64_t tp) {
+  if (m.mtp_depths() == 0) return {};
+  const int64_t h = m.hidden_size;
+  // eh_proj (mHC: e_proj + h_proj, the same count); enorm, hnorm, final_layernorm; mHC: hc_head_*
+  ParameterCount one{h / tp * 2 * h, 3 * norm_params(m, h), 0, 0};
+  one += mhc_head_parameters(m);
+  for (char s : hybrid_mtp_symbols(m)) one += hybrid_layer_parameters(m, s, c, tp);
+  return (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
+}
+
+int64_t hybrid_total_parameters(const ModelConfig& m) {
+  const GptParameterCounts c = gpt_parameter_counts(m, 1);
+  ParameterCount t = c.word_embeddings;
+  t += c.position_embeddings;
+  for (char s : hybrid_layer_symbols(m)) t += hybrid_layer_parameters(m, s, c, 1);
+  t += c.final_norm;
+  t += mhc_head_parameters(m);
+  if (m.untie_embeddings_and_output_weights) t += c.output_layer;
+  t += hybrid_mtp_parameters(m, c, 1);
+  return t.total();
+}
+
+ActivationShape activation_shape(const ModelConfig& m, int64_t tp, int64_t etp, int64_t cp, bool sp,
+                                 int64_t micro_batch_size, int64_t element_bytes) {
+  return {m.seq_length / cp * micro_batch_size, tp, etp > 0 ? etp : tp, element_bytes, sp};
+}
+
+int64_t mhc_site_activations(const ModelConfig& m, const ActivationShape& a) {
+  if (!m.enable_hyper_connections) return 0;
+  const int64_t n = m.num_residual_streams, T = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size;
+  return a.e * T * (n * C + C) + 4 * T * ((n * n + 2 * n) + 1 + 2 * n + 2 * n * n);
+}
+
+int64_t mhc_head_activations(const ModelConfig& m, const ActivationShape& a) {
+  if (!m.enable_hyper_connections) return 0;
+  return a.e * (a.sp ? a.tokens / a.tp : a.tokens) * m.num_residual_streams * m.hidden_size;
+}
+
+LayerActivations hybrid_layer_activations(const ModelConfig& m, char symbol, const ActivationShape& a) {
+  const int64_t T = a.tokens, e = a.e, t = a.tp, C = m.hidden_size;
+  const int64_t Ts = a.sp ? T / t : T;  // sequence-sharded rows
+  const int64_t norm_in = e * Ts * C + norm_stats(m, Ts);
+  const int64_t width = m.enable_hyper_connections ? m.num_residual_streams * C : C;
+  LayerActivations r;
+  r.input = e * Ts * width;
+  switch (symbol) {
+    case hybrid::kMamba: {
+      const MambaDims d = mamba_dims(m);
+      r.full = norm_in + e * Ts * C + e * T * (2 * d.conv_dim() + 3 * d.d_inner + 2 * d.heads) / t;
+      r.backward = e * T * (d.in_proj_out() + 2 * d.conv_dim() + d.d_inner) / t;  // dzx, dxbc (+ conv in), dg
+      break;
+    }
+    case hybrid::kAttention: {
+      const int64_t dh = m.head_dim(), heads = m.num_attention_heads, g = m.query_groups();
+      r.full = norm_in + e * Ts * C + e * T * dh * (2 * heads + 2 * g) / t + 4 * T * heads / t;
+      break;
+    }
+    case hybrid::kMlp: {
+      r.selective_saving = e * T * m.ffn() * (m.swiglu ? 3 : 2) / t;
+      r.full = norm_in + e * Ts * C + r.selective_saving;
+      break;
+    }
+    case hybrid::kMoe: {
+      const int64_t E = m.num_experts.value_or(0), k = m.moe_router_topk, F = m.moe_ffn();
+      // The router's input and f32 scores, the top-k indices (i64) and probabilities (f32), then per
+      // dispatched row (T·k): the tokens (and the experts' input when scaled by the probabilities),
+      // fc1 output, activation output and fc2 input.
+      const int64_t fc1 = m.swiglu ? 2 * F : F, rows = e * T * k;
+      int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k +
+                     rows * ((m.moe_apply_probs_on_input ? 2 : 1) * C + (fc1 + 2 * F) / a.etp);
+      if (m.moe_shared_expert_intermediate_size)
+        slot += e * T * *m.moe_shared_expert_intermediate_size * (m.swiglu ? 3 : 2) / t;
+      r.selective_saving = slot - e * Ts * C;
+      r.backward = rows * F / a.etp;  // the experts' activation gradient
+      r.full = e * Ts * C + norm_stats(m, Ts) + slot;
+      break;
+    }
+    default: STRATA_INTERNAL_ASSERT(false, "hybrid_layer_activations: symbol ", symbol);
+  }
+  r.full += mhc_site_activations(m, a);  // the n·C stream input, the mappings, the merge's y
+  if (m.enable_hyper_connections) {
+    r.mhc_input = e * Ts * width;
+    r.mhc_dropped = e * Ts * (width + C);
+  }
+  return r;
+}
+
+LayerActivations gpt_layer_activations(const ModelConfig& m, const ActivationSizes& s, const ActivationShape& a) {
+  LayerActivations r{s.per_layer, s.per_layer_recompute, s.per_layer_mlp_recompute_saving};
+  if (m.enable_hyper_connections) {
+    const int64_t Ts = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size, n = m.num_residual_streams;
+    r.input = a.e * Ts * n * C;
+    r.full += 2 * mhc_site_activations(m, a);
+    r.mhc_input = r.input;
+    r.mhc_dropped = 2 * a.e * Ts * (n * C + C);
+  }
+  return r;
+}
+
+int64_t plain_layer_activations(const std::vector<LayerActivations>& layers, int64_t in_flight) {
+  if (layers.empty()) return 0;
+  // The micro-batch in its backward peaks with some layer's backward buffers on the states of the
+  // layers up to it (the last layer's, usually).
+  return (in_flight - 1) * sum_of(layers, &LayerActivations::full) + replayed_peak(layers, 0, layers.size());
+}
+
+int64_t full_recompute_layer_activations(const std::vector<LayerActivations>& layers, int64_t in_flight) {
+  if (layers.empty()) return 0;
+  return in_flight * sum_of(layers, &LayerActivations::input) + replay_layer_activations(ModelConfig{}, layers, true);
+}
+
+int64_t replay_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers, bool full) {
+  if (layers.empty()) return 0;
+  if (full) return largest_chunk(layers, 1);
+  if (!m.recompute_granularity) return 0;
+  if (*m.recompute_granularity == RecomputeGranularity::Selective) {
+    if (!recompute_module(m, "mlp") && !recompute_module(m, "moe")) return 0;
+    int64_t replay = 0;
+    for (const LayerActivations& l : layers)
+      if (l.selective_saving > 0) replay = std::max(replay, l.selective_saving + l.backward);
+    return replay;
+  }
+  if (*m.recompute_method == RecomputeMethod::Uniform)
+    return largest_chunk(layers, std::min(static_cast<size_t>(*m.recompute_num_layers), layers.size()));
+  // Block: what the replay adds over the states the backward holds before it (the first k layers'
+  // inputs and the other layers' activations).
+  const size_t k = std::min(static_cast<size_t>(*m.recompute_num_layers), layers.size());
+  const std::vector<LayerActivations> first(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(k));
+  const std::vector<LayerActivations> kept(layers.begin() + static_cast<std::ptrdiff_t>(k), layers.end());
+  return std::max(replayed_peak(kept, 0, kept.size()), largest_chunk(first, 1)) - sum_of(kept, &LayerActivations::full);
+}
+
+// Selective mhc recompute (models/blocks/mhc_recompute.h): what the groups of a model chunk no
+// longer keep. Every micro-batch drops each group's sites' inputs and aggregations but the group
+// input; the one in its backward peaks when its last group is rebuilt (the others still dropped).
+int64_t mhc_recompute_saving(const ModelConfig& m, const std::vector<LayerActivations>& layers, int64_t in_flight) {
+  if (!m.enable_hyper_connections || !recompute_module(m, "mhc") || layers.empty()) return 0;
+  const size_t n = layers.size(), k = m.mhc_recompute_layer_num ? static_cast<size_t>(*m.mhc_recompute_layer_num) : n;
+  int64_t all = 0, last = 0;
+  for (size_t first = 0; first < n; first += k) {
+    last = -layers[first].mhc_input;
+    for (size_t i = first; i < std::min(n, first + k); ++i) last += layers[i].mhc_dropped;
+    all += last;
+  }
+  return in_flight * all - last;
+}
+
+int64_t configured_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers,
+                                     int64_t in_flight) {
+  if (layers.empty()) return 0;
+  if (!m.recompute_granularity) return plain_layer_activations(layers, in_flight);
+  if (*m.recompute_granularity == RecomputeGranularity::Selective) {
+    const bool mlp = recompute_module(m, "mlp") || recompute_module(m, "moe");
+    const int64_t mhc = mhc_recompute_saving(m, layers, in_flight);
+    if (!mlp) return plain_layer_activations(layers, in_flight) - mhc;
+    // Each layer keeps full − saving; at the peak one MLP slot is replayed, with its backward
+    // buffers (measured: the other layers' backward stays below that).
+    const int64_t kept = sum_of(layers, &LayerActivations::full) - sum_of(layers, &LayerActivations::selective_saving);
+    return in_flight * kept + replay_layer_activations(m, layers, false) - mhc;
+  }
+  const size_t n = layers.size(), k = std::min(static_cast<size_t>(*m.recompute_num_layers), n);
+  if (*m.recompute_method == RecomputeMethod::Uniform) {
+    int64_t inputs = 0;
+    for (size_t first = 0; first < n; first += k) inputs += layers[first].input;
+    return in_flight * inputs + largest_chunk(layers, k);
+  }
+  // Block: the first k layers keep their inputs; the replayed micro-batch peaks at those inputs
+  // plus the larger of the kept layers and one replayed layer.
+  int64_t first_inputs = 0, rest = 0;
+  for (size_t i = 0; i < n; ++i) (i < k ? first_inputs += layers[i].input : rest += layers[i].full);
+  const std::vector<LayerActivations> first(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(k));
+  const std::vector<LayerActivations> kept(layers.begin() + static_cast<std::ptrdiff_t>(k), layers.end());
+  return (in_flight - 1) * (first_inputs + rest) + first_inputs +
+         std::max(replayed_peak(kept, 0, kept.size()), largest_chunk(first, 1));
+}
+
+MtpActivations mtp_activations(const ModelConfig& m, const std::vector<LayerActivations>& inner, int64_t head,
+                               const ActivationShape& a, int recompute) {
+  const int64_t D = m.mtp_depths();
+  if (D == 0) return {};
+  const int64_t Ts = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size, e = a.e;
+  // The embedding (enorm's input), h^(k−1) (hnorm's input), eh_proj's input [T, 2C], the final
+  // norm's input, three norms' statistics.
+  int64_t own = e * Ts * 5 * C + 3 * norm_stats(m, Ts);
+  int64_t kept = 2 * e * Ts * C;  // a checkpointed depth: e and h^(k−1)
+  if (m.enable_hyper_connections) {
+    // mHC: e, the e_proj and h_proj inputs (C, nC), the contraction's input x^k (nC; it is also
+    // the next depth's hnorm input, and h^0 the decoder head's input: counted once) and the final
+    // norm's (C); enorm, the n streams' hnorm rows and the final norm's statistics. Checkpointed: e,
+    // and the contraction / final norm outside the checkpoint.
+    const int64_t n = m.num_residual_streams;
+    own = e * Ts * (3 * C + 2 * n * C) + (2 + n) * norm_stats(m, Ts);
+    kept = e * Ts * (2 * C + n * C) + norm_stats(m, Ts);
+  }
+  const int64_t depth = own + sum_of(inner, &LayerActivations::full);
+  bool full = recompute == 1;
+  if (recompute == 2 && m.recompute_granularity) {
+    if (*m.recompute_granularity == RecomputeGranularity::Full) {
+      if (*m.recompute_method == RecomputeMethod::Block) return {D * (depth + head), 0};
+      full = true;
+    } else {
+      const int64_t replay = replay_layer_activations(m, inner, false);
+      return {D * (own + configured_layer_activations(m, inner, 1) - replay + head), replay};
+    }
+  }
+  // Replaying a depth: its own tensors and inner layers, while the gradients of every depth's
+  // output (the heads' backward runs first, for all depths) are held.
+  // mHC: the gradient d x^k [T, nC] entering the depth is held during its replay as well.
+  const int64_t carry = m.enable_hyper_connections ? e * Ts * m.num_residual_streams * C : 0;
+  if (full) return {D * (kept + head), own + replayed_peak(inner, 0, inner.size()) + D * e * Ts * C + carry};
+  return {D * (depth + head), 0};
+}
+
+}  // namespace strata

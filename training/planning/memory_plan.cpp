@@ -1,0 +1,376 @@
+// Parameter counts, memory estimate and pipeline bubble of a layout (parallel/memory_plan.h).
+// Reference: megatron/training/theoretical_memory_usage.py; Korthikanti et al. 2022 (activation
+// memory); Megatron-Core tensor_parallel/layers.py (which tensors are split over tp).
+#include "training/planning/memory_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "models/hybrid/hybrid_pattern.h"
+#include "training/planning/layer_plan.h"
+#include "training/planning/moe_plan.h"
+
+namespace strata {
+
+ParameterCount operator*(int64_t n, const ParameterCount& c) {
+  return {n * c.sharded, n * c.replicated, n * c.expert, n * c.f32};
+}
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A norm over `n` features: weight, and bias for LayerNorm (replicated over tp).
+int64_t norm_params(const ModelConfig& m, int64_t n) {
+  return m.normalization == Normalization::LayerNorm ? 2 * n : n;
+}
+}  // namespace
+
+GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_t ep, int64_t etp) {
+  STRATA_INTERNAL_ASSERT(m.vocab_size.has_value(), "gpt_parameter_counts needs model.vocab_size");
+  STRATA_INTERNAL_ASSERT(tp > 0, "tp must be positive");
+  const int64_t h = m.hidden_size, a = m.num_attention_heads, g = m.query_groups(), d = m.head_dim(), ffn = m.ffn();
+  GptParameterCounts c;
+  c.padded_vocab = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, tp);
+  c.word_embeddings.sharded = c.padded_vocab / tp * h;
+  if (m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute)
+    c.position_embeddings.replicated = m.max_positions() * h;
+
+  ParameterCount& L = c.layer;
+  // self_attention.linear_qkv (column-parallel) with its fused input layer norm
+  const int64_t qkv = d * (a + 2 * g);
+  L.replicated += norm_params(m, h);
+  L.sharded += qkv / tp * h + ((m.add_bias_linear || m.add_qkv_bias) ? qkv / tp : 0);
+  if (m.qk_layernorm) L.replicated += 2 * norm_params(m, d);
+  // self_attention.linear_proj (row-parallel): weight split along its input, bias whole
+  L.sharded += h * (d * a / tp);
+  if (m.add_bias_linear) L.replicated += h;
+  // mlp.linear_fc1 (column-parallel; gate and up with SwiGLU) with its fused layer norm
+  ParameterCount& M = c.dense_mlp;
+  const int64_t fc1 = m.swiglu ? 2 * ffn : ffn;
+  M.replicated += norm_params(m, h);
+  M.sharded += fc1 / tp * h + (m.add_bias_linear ? fc1 / tp : 0);
+  // mlp.linear_fc2 (row-parallel)
+  M.sharded += h * (ffn / tp);
+  if (m.add_bias_linear) M.replicated += h;
+  L += M;
+  if (m.num_experts) c.moe_layer = moe_layer_parameters(m, tp, ep, etp > 0 ? etp : tp, L, M);
+
+  c.final_norm.replicated = norm_params(m, h);
+  c.output_layer.sharded = c.padded_vocab / tp * h;  // untied, or the tied copy on the last stage
+  if (m.mtp_depths() > 0) {  // models/blocks/mtp_block.h
+    ParameterCount one;
+    one.replicated = 3 * norm_params(m, h);
+    one.sharded = h / tp * 2 * h;  // eh_proj [C, 2C]; mHC: e_proj and h_proj [C, C] each, the same count
+    one += m.is_moe_layer(m.num_layers - 1) ? c.moe_layer : c.layer;
+    one += mhc_sites_per_layer(m) * mhc_site_parameters(m);  // mHC: the inner layer's two sites
+    one += mhc_head_parameters(m);                           // mHC: the depth's own hc_head_*
+    c.mtp = (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
+  }
+  c.mhc_layer = mhc_sites_per_layer(m) * mhc_site_parameters(m);
+  return c;
+}
+
+int64_t gpt_total_parameters(const ModelConfig& m) {
+  const GptParameterCounts c = gpt_parameter_counts(m, 1);
+  ParameterCount total = c.word_embeddings;
+  total += c.position_embeddings;
+  const int64_t moe = moe_layers_in(m, 0, m.num_layers);
+  total += (m.num_layers - moe) * c.layer;
+  total += moe * c.moe_layer;
+  total += c.final_norm;
+  if (m.untie_embeddings_and_output_weights) total += c.output_layer;
+  total += c.mtp;
+  total += m.num_layers * c.mhc_layer;
+  total += mhc_head_parameters(m);
+  return total.total();
+}
+
+std::vector<std::vector<LayerRange>> pipeline_layer_ranges(const ParallelConfig& p, int64_t num_layers) {
+  const std::vector<int64_t> per_stage = layers_per_pipeline_stage(p, num_layers);
+  const int64_t pp = static_cast<int64_t>(per_stage.size());
+  const int64_t vpp = p.virtual_pipeline_model_parallel_size.value_or(1);
+  // Layers per chunk of each stage, and the layers of one full round over the stages.
+  std::vector<int64_t> per_chunk(pp), before(pp, 0);
+  for (int64_t i = 0; i < pp; ++i) {
+    per_chunk[i] = per_stage[i] / vpp;
+    if (i > 0) before[i] = before[i - 1] + per_chunk[i - 1];
+  }
+  const int64_t round = num_layers / vpp;
+  std::vector<std::vector<LayerRange>> out(pp);
+  for (int64_t i = 0; i < pp; ++i)
+    for (int64_t v = 0; v < vpp; ++v) out[i].push_back({v * round + before[i], per_chunk[i]});
+  return out;
+}
+
+ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
+                                 int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab) {
+  const int64_t s = m.seq_length / cp, b = micro_batch_size, h = m.hidden_size, a = m.num_attention_heads;
+  const int64_t e = element_bytes, sbh = s * b * h;
+  ActivationSizes out;
+  // Not split by tp (layer-norm inputs, the inputs of linear_qkv and linear_fc1, two dropout
+  // masks): (4e + 2)·sbh, split along the sequence by sp. Split by tp: 12e·sbh (q, k, v, the
+  // attention output, the MLP's fc1 and activation outputs …). Strata's attention is fused
+  // (flash-style): it keeps the f32 log-sum-exp per head and query, 4·a·s·b, never the
+  // (2e + 1)·a·s²·b scores, softmax and dropout mask of Korthikanti's standard attention.
+  const int64_t unsplit = (4 * e + 2) * sbh, split = 12 * e * sbh + 4 * a * s * b;
+  out.per_layer = (sequence_parallel ? unsplit / tp : unsplit) + split / tp;
+  out.per_layer_recompute = sequence_parallel ? e * sbh / tp : e * sbh;
+  out.output_layer = 4 * s * b * (h + padded_vocab) / tp;
+  out.per_layer_mlp_recompute_saving = e * s * b * m.ffn() * (m.swiglu ? 3 : 2) / tp;
+  if (m.is_moe() && m.num_layers > 0) {
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+    const int64_t per_moe_layer =
+        e * (s * b / tp) * m.moe_router_topk * m.moe_ffn() * (m.moe_apply_probs_on_input ? 1 : 2);
+    out.per_layer_moe_act_recompute_saving = per_moe_layer * moe_layers / m.num_layers;
+  }
+  return out;
+}
+
+int64_t configured_activations(const ModelConfig& m, const ActivationSizes& a, int64_t in_flight, int64_t layers) {
+  if (layers <= 0) return 0;
+  if (!m.recompute_granularity) return in_flight * layers * a.per_layer;
+  if (*m.recompute_granularity == RecomputeGranularity::Selective) {
+    const bool mlp = recompute_module(m, "mlp") || recompute_module(m, "moe");
+    const int64_t saving = (mlp ? a.per_layer_mlp_recompute_saving : 0) +
+                           (recompute_module(m, "moe_act") && !recompute_module(m, "moe") ? a.per_layer_moe_act_recompute_saving : 0);
+    return in_flight * layers * (a.per_layer - saving) + saving;
+  }
+  const int64_t k = std::min(*m.recompute_num_layers, layers);
+  if (*m.recompute_method == RecomputeMethod::Uniform) {
+    const int64_t chunks = (layers + k - 1) / k;
+    return in_flight * chunks * a.per_layer_recompute + k * a.per_layer;
+  }
+  // Block: the backward reaches the checkpointed layers after freeing the others, so the
+  // micro-batch being replayed peaks at its inputs plus max(the kept layers, one replayed layer).
+  const int64_t kept = k * a.per_layer_recompute + (layers - k) * a.per_layer;
+  return (in_flight - 1) * kept + k * a.per_layer_recompute + std::max<int64_t>(layers - k, 1) * a.per_layer;
+}
+
+int64_t in_flight_micro_batches(int64_t stage, int64_t pp, int64_t vpp, int64_t num_micro_batches) {
+  STRATA_INTERNAL_ASSERT(stage >= 0 && stage < pp && vpp >= 1 && num_micro_batches >= 1, "bad in-flight query");
+  if (vpp == 1) return std::min(num_micro_batches, pp - stage);
+  return std::min(num_micro_batches * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1);
+}
+
+const StagePlan& LayoutPlan::peak_stage(bool recompute) const {
+  STRATA_INTERNAL_ASSERT(!stages.empty(), "a plan without stages");
+  const StagePlan* best = &stages.front();
+  for (const auto& s : stages) {
+    const int64_t t = recompute ? s.memory.total_recompute() : s.memory.total();
+    if (t > (recompute ? best->memory.total_recompute() : best->memory.total())) best = &s;
+  }
+  return *best;
+}
+
+namespace {
+// The chunks of a hybrid model's stage `stage`: segment v·pp + stage with `|`, else the even split.
+std::vector<LayerRange> hybrid_stage_chunks(const hybrid::HybridPattern& pattern, const ParallelConfig& p,
+                                            int64_t stage, int64_t vpp) {
+  std::vector<LayerRange> out;
+  for (int64_t v = 0; v < vpp; ++v) {
+    const PipelineChunkLayout l = hybrid::hybrid_chunk_layout(pattern, p, stage, v);
+    out.push_back({l.first_layer, l.num_layers});
+  }
+  return out;
+}
+
+// A stage's activations from its layers one by one (hybrid symbols, or GPT layers with mHC sites);
+// with interleaving the average chunk stands for each model chunk in flight.
+void stage_layer_activations(const ModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+                             const ActivationShape& shape, StagePlan& st) {
+  for (const LayerRange& c : st.chunks) {
+    std::vector<LayerActivations> layers;
+    for (int64_t l = c.first; l < c.first + c.count; ++l)
+      layers.push_back(m.is_hybrid() ? hybrid_layer_activations(m, pattern.layers[static_cast<size_t>(l)], shape)
+                                     : gpt_layer_activations(m, plan.activations, shape));
+    st.memory.activations += plain_layer_activations(layers, st.in_flight) / plan.vpp;
+    st.memory.activations_recompute += full_recompute_layer_activations(layers, st.in_flight) / plan.vpp;
+    st.memory.activations_configured += configured_layer_activations(m, layers, st.in_flight) / plan.vpp;
+  }
+}
+
+// The decoder's layers of a stage, one by one.
+std::vector<LayerActivations> stage_layers(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+                                           const LayoutPlan& plan, const ActivationShape& shape, const StagePlan& st) {
+  std::vector<LayerActivations> out;
+  for (const LayerRange& c : st.chunks)
+    for (int64_t l = c.first; l < c.first + c.count; ++l)
+      out.push_back(m.is_hybrid() ? hybrid_layer_activations(m, pattern.layers[static_cast<size_t>(l)], shape)
+                                  : gpt_layer_activations(m, plan.activations, shape));
+  return out;
+}
+
+// The last stage's MTP depths (mHC: their inner layers' sites too): each depth's inputs, eh_proj, inner layer(s)
+// and its output head, under no recompute, full recompute and the config's mode. The depths'
+// backward runs first and frees them before the decoder replays, so only their excess over the
+// decoder's replay adds to the peak.
+void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+                         const ActivationShape& shape, StagePlan& st) {
+  if (model.mtp_depths() == 0) return;
+  const ModelConfig& m = model;
+  std::vector<LayerActivations> inner;
+  if (m.is_hybrid()) {
+    for (char s : pattern.mtp) inner.push_back(hybrid_layer_activations(m, s, shape));
+  } else {
+    inner.push_back(gpt_layer_activations(m, plan.activations, shape));
+  }
+  const std::vector<LayerActivations> decoder = stage_layers(model, pattern, plan, shape, st);
+  const int64_t head = plan.activations.output_layer;
+  // The depths' backward (and everything they hold) is over before the decoder's replay starts.
+  auto add = [](int64_t& total, const MtpActivations& a, int64_t decoder_replay) {
+    total += std::max<int64_t>(0, a.kept + a.replay - decoder_replay);
+  };
+  add(st.memory.activations, mtp_activations(m, inner, head, shape, 0), 0);
+  add(st.memory.activations_recompute, mtp_activations(m, inner, head, shape, 1),
+      replay_layer_activations(model, decoder, true));
+  add(st.memory.activations_configured, mtp_activations(m, inner, head, shape, 2),
+      replay_layer_activations(model, decoder, false));
+}
+// The parameters one rank of stage `st` holds (its layers, the embeddings on the first stage; the
+// final norm, mHC head, output layer or its tied copy, MTP modules on the last).
+ParameterCount stage_parameters(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+                                const GptParameterCounts& counts, const LayoutPlan& plan, const StagePlan& st,
+                                int64_t layers) {
+  ParameterCount c;
+  if (m.is_hybrid()) {
+    for (const auto& r : st.chunks)
+      for (int64_t l = r.first; l < r.first + r.count; ++l)
+        c += hybrid_layer_parameters(m, pattern.layers[static_cast<size_t>(l)], counts, plan.tp);
+  } else {
+    c = (layers - st.moe_layers) * counts.layer;
+    c += st.moe_layers * counts.moe_layer;
+    c += layers * counts.mhc_layer;
+  }
+  if (st.has_embedding) {
+    c += counts.word_embeddings;
+    c += counts.position_embeddings;
+  }
+  if (st.has_output_layer) {
+    const bool tied = !m.untie_embeddings_and_output_weights;
+    c += counts.final_norm;
+    c += mhc_head_parameters(m);
+    if (!tied || plan.pp > 1) c += counts.output_layer;
+    c += m.is_hybrid() ? hybrid_mtp_parameters(m, counts, plan.tp) : counts.mtp;
+    if (m.mtp_depths() > 0 && !tied && plan.pp > 1) c += counts.word_embeddings;  // MTP's lookup copy
+  }
+  return c;
+}
+
+// Each symbol of a hybrid pattern (first-use order) with one such layer's activations.
+std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+                                                      const ActivationShape& shape) {
+  std::vector<LayoutPlan::LayerKind> out;
+  for (char sym : pattern.layers) {
+    bool seen = false;
+    for (const auto& k : out) seen = seen || k.symbol == sym;
+    if (seen) continue;
+    const LayerActivations a = hybrid_layer_activations(m, sym, shape);
+    out.push_back({sym, a.full, a.input});
+  }
+  return out;
+}
+// A stage's activations without recompute, with full recompute and under the config's mode: GPT
+// layers by activation_sizes' formula, hybrid layers (or mHC sites) one by one, the output layer
+// and the MTP depths on the last stage.
+void stage_activations(const ModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+                       const ActivationShape& shape, int64_t layers, StagePlan& st) {
+  if (m.is_hybrid() || m.enable_hyper_connections) {
+    stage_layer_activations(m, pattern, plan, shape, st);
+  } else {
+    const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk
+    st.memory.activations = st.in_flight * layers_per_unit * plan.activations.per_layer;
+    // Full recompute: every held layer input, plus one layer's activations while it is recomputed.
+    st.memory.activations_recompute = st.in_flight * layers_per_unit * plan.activations.per_layer_recompute +
+                                      (layers > 0 ? plan.activations.per_layer : 0);
+    st.memory.activations_configured = configured_activations(m, plan.activations, st.in_flight, layers_per_unit);
+  }
+  if (st.has_output_layer) {
+    const int64_t head = plan.activations.output_layer + mhc_head_activations(m, shape);
+    st.memory.activations_configured += head;
+    st.memory.activations += head;
+    st.memory.activations_recompute += head;
+    add_mtp_activations(m, pattern, plan, shape, st);
+  }
+}
+}  // namespace
+
+LayoutPlan plan_layout(const StrataConfig& cfg) {
+  const ModelConfig& m = cfg.model;
+  const ParallelConfig& p = cfg.parallel;
+  STRATA_INTERNAL_ASSERT(p.world_size.has_value() && cfg.training.global_batch_size.has_value(),
+                         "plan_layout needs a validated config");
+  STRATA_CHECK(m.vocab_size.has_value(), "model.vocab_size: needed to plan (set it, or use a tokenizer that gives it)");
+  LayoutPlan plan;
+  plan.world_size = *p.world_size;
+  plan.tp = p.tensor_model_parallel_size;
+  plan.cp = p.context_parallel_size;
+  plan.ep = p.expert_model_parallel_size;
+  plan.etp = p.expert_tensor_parallel_size.value_or(plan.tp);
+  plan.pp = p.pipeline_model_parallel_size;
+  plan.vpp = p.virtual_pipeline_model_parallel_size.value_or(1);
+  plan.dp = cfg.data_parallel_size();
+  plan.sequence_parallel = p.sequence_parallel;
+  plan.distributed_optimizer = p.use_distributed_optimizer;
+  plan.bf16 = cfg.training.precision == Precision::Bf16;
+  plan.micro_batch_size = cfg.training.micro_batch_size;
+  plan.recompute = recompute_mode_text(m);
+  plan.global_batch_size = *cfg.training.global_batch_size;
+  plan.num_micro_batches = cfg.num_micro_batches();
+  plan.model_parameters = m.is_hybrid() ? hybrid_total_parameters(m) : gpt_total_parameters(m);
+  plan.bubble_fraction = static_cast<double>(plan.pp - 1) / static_cast<double>(plan.vpp * plan.num_micro_batches);
+
+  const GptParameterCounts counts = gpt_parameter_counts(m, plan.tp, plan.ep, plan.etp);
+  plan.padded_vocab = counts.padded_vocab;
+  const int64_t e = plan.bf16 ? 2 : 4;
+  plan.activations = activation_sizes(m, plan.tp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e,
+                                      counts.padded_vocab);
+  plan.expert_dp = plan.world_size / (plan.etp * plan.ep * plan.pp);
+  if (m.num_experts) {
+    plan.num_experts = *m.num_experts;
+    plan.topk = m.moe_router_topk;
+    plan.local_experts = plan.num_experts / plan.ep;
+    plan.all_to_all_bytes_per_layer =
+        moe_all_to_all_bytes(m, plan.micro_batch_size, plan.tp, plan.cp, plan.sequence_parallel, plan.ep, e);
+  }
+  const int64_t optimizer_shards = plan.distributed_optimizer ? plan.dp * plan.cp : 1;
+  const int64_t expert_shards = plan.distributed_optimizer ? plan.expert_dp : 1;
+  // A hybrid model's stages are its `|` segments (uneven ones too), not the even split.
+  const auto ranges = m.is_hybrid() ? std::vector<std::vector<LayerRange>>{} : pipeline_layer_ranges(p, m.num_layers);
+
+  const hybrid::HybridPattern pattern =
+      m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern) : hybrid::HybridPattern{};
+  const ActivationShape shape =
+      activation_shape(m, plan.tp, plan.etp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e);
+
+  plan.hybrid_layer_kinds = hybrid_layer_kinds(m, pattern, shape);
+
+  for (int64_t i = 0; i < plan.pp; ++i) {
+    StagePlan st;
+    st.stage = i;
+    st.chunks = m.is_hybrid() ? hybrid_stage_chunks(pattern, p, i, plan.vpp) : ranges[i];
+    st.has_embedding = i == 0;
+    st.has_output_layer = i == plan.pp - 1;
+    int64_t layers = 0;
+    for (const auto& c : st.chunks) {
+      layers += c.count;
+      st.moe_layers += moe_layers_in(m, c.first, c.count);
+    }
+    st.parameters = stage_parameters(m, pattern, counts, plan, st, layers);
+    st.all_to_all_bytes_per_step = st.moe_layers * plan.num_micro_batches * plan.all_to_all_bytes_per_layer;
+    const int64_t n = st.parameters.total();
+    st.memory.weights = (n - st.parameters.f32) * e + 4 * st.parameters.f32;
+    // The distributed optimizer's shard: dense state over dp × cp, expert state over expert dp.
+    const int64_t shard = ceil_div(st.parameters.dense(), optimizer_shards) + ceil_div(st.parameters.expert, expert_shards);
+    st.memory.main_params = plan.bf16 ? 4 * shard : 0;
+    st.memory.grads = 4 * n;
+    st.memory.optimizer = 8 * shard;
+
+    st.in_flight = in_flight_micro_batches(i, plan.pp, plan.vpp, plan.num_micro_batches);
+    stage_activations(m, pattern, plan, shape, layers, st);
+    plan.stages.push_back(std::move(st));
+  }
+  return plan;
+}
+
+}  // namespace strata
