@@ -134,8 +134,11 @@ void finalize_hybrid_pattern(ModelConfig& m) {
     m.hybrid_layer_pattern = std::move(m.hybrid_override_pattern);
     m.hybrid_override_pattern.reset();
   }
+  m.parsed_hybrid_pattern = hybrid::HybridPattern{};
+  m.parsed_from = m.hybrid_layer_pattern;
   if (!m.hybrid_layer_pattern) return;
-  const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern);
+  const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern);  // the one parse
+  m.parsed_hybrid_pattern = p;
   hybrid::check_hybrid_pattern_supported(p, *m.hybrid_layer_pattern);
   if (m.num_layers != p.num_layers()) {
     if (m.num_layers != ModelConfig{}.num_layers)
@@ -263,10 +266,17 @@ void finalize_model_config(ModelConfig& m) {
   check_model_sizes(m);
   finalize_moe_config(m);
   if (m.is_hybrid() && m.num_experts)  // the MoE layers are the pattern's E symbols
-    m.moe_layer_map = hybrid::hybrid_moe_layer_map(hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern));
+    m.moe_layer_map = hybrid::hybrid_moe_layer_map(m.hybrid_pattern());
   finalize_mtp_config(m);
   finalize_mhc_config(m);
   finalize_recompute_config(m);
+}
+
+const hybrid::HybridPattern& ModelConfig::hybrid_pattern() const {
+  STRATA_INTERNAL_ASSERT(parsed_hybrid_pattern.has_value() && parsed_from == hybrid_layer_pattern,
+                         "ModelConfig::hybrid_pattern() read before finalize_model_config() or after "
+                         "model.hybrid_layer_pattern changed");
+  return *parsed_hybrid_pattern;
 }
 
 const std::vector<std::string>& architecture_field_names() {

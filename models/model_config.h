@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config_table.h"
+#include "models/hybrid/hybrid_pattern.h"
 #include "models/mamba_config.h"
 #include "models/mhc_config.h"
 #include "models/moe_config.h"
@@ -156,6 +157,9 @@ struct ModelConfig {
 
   // A hybrid model (model.hybrid_layer_pattern set; after finalize_model_config() the alias is resolved).
   bool is_hybrid() const { return hybrid_layer_pattern.has_value(); }
+  // The parsed hybrid_layer_pattern: finalize_model_config() parses it once (an internal error
+  // before, or when the pattern changed since; a GPT model's is empty).
+  const hybrid::HybridPattern& hybrid_pattern() const;
   // The std of the output projections (linear_proj, linear_fc2, the experts' fc2, Mamba out_proj):
   // init_method_std / sqrt(multiplier · num_layers), multiplier 2.0 for GPT and 1.0 for hybrid
   // models (Megatron TransformerConfig: is_hybrid_model).
@@ -171,6 +175,10 @@ struct ModelConfig {
   std::vector<MoeLoadBalancingLoss> moe_load_balancing_losses() const;
   // MTP depths D (0 without MTP).
   int64_t mtp_depths() const { return mtp_num_layers.value_or(0); }
+
+  // Set by finalize_model_config() (hybrid_pattern() reads it).
+  std::optional<hybrid::HybridPattern> parsed_hybrid_pattern;
+  std::optional<std::string> parsed_from;  // the hybrid_layer_pattern it was parsed from
 
  private:
   static int64_t resolved(const std::optional<int64_t>& v) {

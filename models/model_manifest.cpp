@@ -89,8 +89,7 @@ std::string mtp_loss_name(int64_t depth) { return "mtp_" + std::to_string(depth)
 
 ModelManifest build_model_manifest(const ModelConfig& m) {
   ModelManifest out;
-  const hybrid::HybridPattern pattern =
-      m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern) : hybrid::HybridPattern{};
+  const hybrid::HybridPattern& pattern = m.hybrid_pattern();
   for (int64_t l = 0; l < m.num_layers; ++l) {
     const char symbol = m.is_hybrid() ? pattern.layers[static_cast<size_t>(l)] : 'T';
     add_layer(out, m, "decoder.layers." + std::to_string(l), symbol, l, false,

@@ -47,7 +47,7 @@ double model_flops_per_token(const StrataConfig& cfg, const std::vector<Paramete
   const auto& m = cfg.model;
   int64_t attention_layers = m.num_layers;
   if (m.is_hybrid()) {
-    const std::string layers = hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).layers;
+    const std::string& layers = m.hybrid_pattern().layers;
     attention_layers = static_cast<int64_t>(std::count(layers.begin(), layers.end(), hybrid::kAttention));
   }
   return 6.0 * n + 12.0 * static_cast<double>(attention_layers) * m.hidden_size * m.seq_length;

@@ -19,7 +19,7 @@ LanguageModelParts hybrid_parts(ModelConfig cfg) {
   parts.aux_loss_names = layers::moe::moe_loss_names(cfg);  // the E layers' router losses
   parts.make_block = [](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                         int64_t first, int64_t count) -> std::unique_ptr<Block> {
-    const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*cfg.hybrid_layer_pattern);
+    const hybrid::HybridPattern& p = cfg.hybrid_pattern();
     STRATA_CHECK(first >= 0 && count >= 0 && first + count <= p.num_layers(), "HybridModel: layers [", first, ", ",
                  first + count, ") outside the ", p.num_layers(), " layers of model.hybrid_layer_pattern");
     return std::make_unique<HybridStack>(first, p.layers.substr(static_cast<size_t>(first), static_cast<size_t>(count)),
@@ -30,7 +30,7 @@ LanguageModelParts hybrid_parts(ModelConfig cfg) {
   // global numbers num_layers + k·P + j.
   parts.make_mtp_layer = [](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                             int64_t k) -> std::unique_ptr<Block> {
-    const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*cfg.hybrid_layer_pattern);
+    const hybrid::HybridPattern& p = cfg.hybrid_pattern();
     STRATA_CHECK(!p.mtp.empty(), "HybridModel: model.mtp_num_layers needs '/' patterns in model.hybrid_layer_pattern");
     return std::make_unique<HybridStack>(cfg.num_layers + k * static_cast<int64_t>(p.mtp.size()), p.mtp, cfg, env,
                                          groups, mtp_model_layer_path(k) + ".layers.");

@@ -31,7 +31,7 @@ std::string write_config(const std::string& name, const std::string& layers) {
                       "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n";
   return p.string();
 }
-std::string hybrid() {
+std::string hybrid_yaml() {
   return write_config("hybrid.yaml", "  hybrid_layer_pattern: \"M*M-\"\n  mamba_head_dim: 8\n  mamba_num_groups: 2\n"
                                      "  mamba_state_dim: 4\n  mamba_chunk_size: 8\n");
 }
@@ -54,7 +54,7 @@ TEST_CASE("bench recompute: mode names and their overrides", "[bench][recompute]
 
 TEST_CASE("bench recompute: a tiny hybrid under every mode, against a GPT", "[bench][recompute]") {
   const std::string path = (temp_dir() / "recompute.json").string();
-  const CliResult r = run_cli({"bench", "recompute", "--config", hybrid(), "--compare-config", gpt(), "--iters", "2",
+  const CliResult r = run_cli({"bench", "recompute", "--config", hybrid_yaml(), "--compare-config", gpt(), "--iters", "2",
                                "--warmup", "0", "--json", path});
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
@@ -105,10 +105,10 @@ TEST_CASE("bench recompute: a GPT with the plan's estimate next to the measured 
 }
 
 TEST_CASE("bench recompute: bad modes are named before anything runs", "[bench][recompute]") {
-  CliResult r = run_cli({"bench", "recompute", "--config", hybrid(), "--modes", "none", "full"});
+  CliResult r = run_cli({"bench", "recompute", "--config", hybrid_yaml(), "--modes", "none", "full"});
   CHECK(r.rc != 0);
   CHECK_THAT(r.err, Contains("--modes: 'full'"));
-  r = run_cli({"bench", "recompute", "--config", hybrid(), "--modes", "full_uniform"});
+  r = run_cli({"bench", "recompute", "--config", hybrid_yaml(), "--modes", "full_uniform"});
   CHECK(r.rc != 0);
   CHECK_THAT(r.err, Contains("--modes must start with none"));
 }

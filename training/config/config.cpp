@@ -299,7 +299,7 @@ void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
   if (m.ffn() % tp != 0)
     throw ConfigError("model.ffn_hidden_size",
                       str(m.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  if (!m.is_hybrid() || !hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).has_pipes())
+  if (!m.is_hybrid() || !m.hybrid_pattern().has_pipes())
     layers_per_pipeline_stage(p, m.num_layers);  // '|' segments define a hybrid model's stages instead
   if (const size_t mamba = m.is_hybrid() ? m.hybrid_layer_pattern->find(hybrid::kMamba) : std::string::npos;
       mamba != std::string::npos) {
@@ -465,7 +465,7 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   table().check_fields(*this);
   finalize_model_config(model);
   if (model.is_hybrid())  // '|' segments: the stages and the virtual pipeline size (before the parallel rules)
-    hybrid::apply_hybrid_pipeline_layout(hybrid::parse_hybrid_pattern(*model.hybrid_layer_pattern), parallel);
+    hybrid::apply_hybrid_pipeline_layout(model.hybrid_pattern(), parallel);
   finalize_parallel_config(parallel, launched_world_size);
   validate_model_layout(model, parallel);
   validate_training(*this);

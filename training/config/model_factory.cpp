@@ -27,7 +27,7 @@ LanguageModelOptions language_model_options(const StrataConfig& cfg, Device devi
                  cfg.parallel.pipeline_model_parallel_size);
     const PipelineChunkLayout l =
         cfg.model.is_hybrid()  // '|' segments (segment = chunk·pp + pp_rank), else the even/first/last split
-            ? hybrid::hybrid_chunk_layout(hybrid::parse_hybrid_pattern(*cfg.model.hybrid_layer_pattern), cfg.parallel,
+            ? hybrid::hybrid_chunk_layout(cfg.model.hybrid_pattern(), cfg.parallel,
                                           groups.pp.rank(), chunk)
             : pipeline_chunk_layout(cfg.parallel, cfg.model.num_layers, groups.pp.rank(), chunk);
     o.first_layer = l.first_layer;

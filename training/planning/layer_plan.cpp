@@ -92,10 +92,10 @@ ParameterCount hybrid_layer_parameters(const ModelConfig& m, char symbol, const 
 }
 
 std::string hybrid_layer_symbols(const ModelConfig& m) {
-  return m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).layers : std::string();
+  return m.hybrid_pattern().layers;
 }
 std::string hybrid_mtp_symbols(const ModelConfig& m) {
-  return m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern).mtp : std::string();
+  return m.hybrid_pattern().mtp;
 }
 
 ParameterCount hybrid_mtp_parameters(const ModelConfig& m, const GptParameterCounts& c, int64_t tp) {

@@ -338,8 +338,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   // A hybrid model's stages are its `|` segments (uneven ones too), not the even split.
   const auto ranges = m.is_hybrid() ? std::vector<std::vector<LayerRange>>{} : pipeline_layer_ranges(p, m.num_layers);
 
-  const hybrid::HybridPattern pattern =
-      m.is_hybrid() ? hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern) : hybrid::HybridPattern{};
+  const hybrid::HybridPattern& pattern = m.hybrid_pattern();
   const ActivationShape shape =
       activation_shape(m, plan.tp, plan.etp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e);
 
