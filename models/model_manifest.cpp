@@ -4,6 +4,7 @@
 #include "models/hybrid/hybrid_pattern.h"
 #include "models/layers/moe/moe_layer.h"
 #include "models/loss.h"
+#include "parallel/pipeline_layout.h"
 
 namespace strata {
 
@@ -84,6 +85,23 @@ void add_mtp_layers(ModelManifest& out, const ModelConfig& m, const std::string&
 }  // namespace
 
 std::string mtp_model_layer_path(int64_t k) { return "mtp.layers." + std::to_string(k) + ".mtp_model_layer"; }
+
+ModelManifest build_model_manifest(const ModelConfig& m, const ParallelConfig& parallel) {
+  ModelManifest out = build_model_manifest(m);
+  const int64_t pp = parallel.pipeline_model_parallel_size, chunks = num_model_chunks(parallel);
+  for (int64_t stage = 0; stage < pp; ++stage)
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const PipelineChunkLayout c = m.is_hybrid() ? hybrid::hybrid_chunk_layout(m.hybrid_pattern(), parallel, stage, chunk)
+                                                  : pipeline_chunk_layout(parallel, m.num_layers, stage, chunk);
+      for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
+        ManifestLayer& layer = out.layers[static_cast<size_t>(l)];
+        layer.stage = stage, layer.chunk = chunk;
+      }
+    }
+  for (ManifestLayer& layer : out.layers)
+    if (layer.mtp) layer.stage = pp - 1, layer.chunk = chunks - 1;
+  return out;
+}
 
 std::string mtp_loss_name(int64_t depth) { return "mtp_" + std::to_string(depth) + " loss"; }
 

@@ -13,6 +13,7 @@
 
 #include "core/observe.h"
 #include "models/model_config.h"
+#include "parallel/parallel_config.h"
 
 namespace strata {
 
@@ -26,12 +27,14 @@ struct ObservationSite {
 
 // One layer: its module path, its symbol (a hybrid pattern symbol; 'T' for a GPT transformer
 // layer), its global layer number (MTP inner layers continue after the decoder's) and whether it
-// belongs to an MTP depth.
+// belongs to an MTP depth; with a pipeline layout, the stage (pipeline rank) and model chunk
+// (virtual stage) that build it.
 struct ManifestLayer {
   std::string name;
   char symbol;
   int64_t number;
   bool mtp;
+  int64_t stage = 0, chunk = 0;
 };
 
 struct ModelManifest {
@@ -55,6 +58,10 @@ struct ModelManifest {
 // and once per model: output_layer.output_logits and output_layer.mtp_logits.<k>, k = 0..D−1
 // (Megatron's process_mtp_loss numbers the MTP logit sites from 0; the losses stay mtp_1 .. mtp_D).
 ModelManifest build_model_manifest(const ModelConfig& m);
+// The same with each layer's stage and chunk under `parallel` (validated, the hybrid pattern's `|`
+// segments applied): parallel/pipeline_layout.h's split, or the hybrid segments; the MTP layers on
+// the last stage's last chunk, with the output layer.
+ModelManifest build_model_manifest(const ModelConfig& m, const ParallelConfig& parallel);
 
 // The module path of MTP module k's inner layer (0-based k), Megatron's MultiTokenPredictionLayer
 // submodule: "mtp.layers.<k>.mtp_model_layer" (GPT: the layer itself; hybrid: a stack whose layers

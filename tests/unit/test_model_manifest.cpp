@@ -200,4 +200,25 @@ TEST_CASE("model manifest: an mHC layer verified from its dumped inputs and outp
   CHECK(max_diff(without, x2) > 1e-2);
 }
 
+TEST_CASE("model manifest: stages and chunks of a hybrid pattern's segments (hand-computed)", "[manifest]") {
+  // Megatron's select_pipeline_segment: segment index = chunk · pp + stage; four segments on two
+  // stages make two virtual chunks; the MTP depth sits with the output layer.
+  std::vector<std::string> o = kCommon;
+  o.insert(o.end(), {"model.hybrid_layer_pattern='M*|-E|M*|-E/*-'", "model.num_experts=4", "model.moe_ffn_hidden_size=8",
+                     "model.moe_router_topk=2", "model.seq_length=8", "model.max_position_embeddings=8",
+                     "parallel.pipeline_model_parallel_size=2", "training.micro_batch_size=1",
+                     "training.global_batch_size=4"});
+  StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "m.yaml");
+  cfg.validate(2);
+  const ModelManifest m = build_model_manifest(cfg.model, cfg.parallel);
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 0}, {0, 0}, {1, 0}, {1, 0}, {0, 1}, {0, 1},
+                                                         {1, 1}, {1, 1}, {1, 1}, {1, 1}};
+  REQUIRE(m.layers.size() == want.size());  // 8 decoder layers, then the MTP depth's two
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(m.layers[i].name);
+    CHECK(std::make_pair(m.layers[i].stage, m.layers[i].chunk) == want[i]);
+  }
+  CHECK(m.layers[8].name == "mtp.layers.0.mtp_model_layer.layers.0");
+}
+
 }  // namespace strata

@@ -1,7 +1,8 @@
 // Tests of models/parameter_names.h (CanonicalParameterNameMap, layer_of, checkpoint_parameter_name):
 // the rules of Megatron's parameter_names.py case by case on hand-built Parameters, the error
 // cases, the checkpoint writer's duplicate check, GPT MTP names (module path vs checkpoint name),
-// and the same name set under ten parallel layouts (real model chunks of every rank of a layout,
+// and the same name set under ten parallel layouts, each layer's parameters on the stage and
+// chunk its model manifest names (real model chunks of every rank of a layout,
 // built without MPI from hand-set ParallelGroups whose communicators refuse every collective).
 #include "test_helpers.h"
 #include "trainer_test_support.h"
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "models/model_manifest.h"
 #include "models/parameter_names.h"
 #include "parallel/communicator.h"
 #include "parallel/rank_grid.h"
@@ -278,7 +280,10 @@ struct Listed {
 // exactly one (pp rank, chunk), by one ep rank when an expert, and by every tp/cp/dp replica.
 void check_layout(bool moe, int world, const std::vector<std::string>& extra) {
   INFO((moe ? "moe" : "gpt") << " world " << world);
-  const StrataConfig one = layout_config(moe, 1, {});
+  std::vector<std::string> model_extra;  // the model's own overrides (not the layout's)
+  for (const std::string& e : extra)
+    if (e.rfind("model.", 0) == 0) model_extra.push_back(e);
+  const StrataConfig one = layout_config(moe, 1, model_extra);
   std::map<std::string, Shape> single;
   {
     auto chunks = make_model_chunks(one, Device::cpu(), ParallelGroups::single_process());
@@ -309,13 +314,28 @@ void check_layout(bool moe, int world, const std::vector<std::string>& extra) {
   for (auto& [n, s] : single) want.insert(n);
   CHECK(got == want);
   const int pp = static_cast<int>(pc.pipeline_model_parallel_size), ep = static_cast<int>(pc.expert_model_parallel_size);
+  // The model manifest says which stage and chunk build each layer: the chunks that list a
+  // layer's parameters.
+  const ModelManifest manifest = build_model_manifest(cfg.model, pc);
+  auto layer_of_name = [&](const std::string& n) -> const ManifestLayer* {
+    const ManifestLayer* best = nullptr;
+    for (const ManifestLayer& layer : manifest.layers)
+      if (n.rfind(layer.name + ".", 0) == 0 && (!best || layer.name.size() > best->name.size())) best = &layer;
+    return best;
+  };
+  int layer_params = 0;
   for (auto& [n, l] : seen) {
     INFO(n);
     CHECK(l.stage_chunks.size() == 1);
+    if (const ManifestLayer* layer = layer_of_name(n)) {
+      ++layer_params;
+      CHECK(l.stage_chunks == std::set<std::pair<int, int>>{{static_cast<int>(layer->stage), static_cast<int>(layer->chunk)}});
+    }
     CHECK(static_cast<int>(l.ranks.size()) == (l.expert ? world / pp / ep : world / pp));
     if (l.expert) CHECK(l.ep_ranks.size() == 1);
     if (single.count(n)) CHECK(l.global_shape == single[n]);
   }
+  CHECK(layer_params > 0);
   if (moe) CHECK(want.count("decoder.layers.3.mlp.experts.linear_fc2.weight3") == 1);
 }
 
@@ -331,6 +351,9 @@ TEST_CASE("parameter names: the same name set under ten layouts", "[parameter_na
     check_layout(moe, 2, {"parallel.context_parallel_size=2"});
     check_layout(moe, 2, none);  // dp2
   }
+  // MTP layers are built on the last stage's last chunk.
+  check_layout(false, 2, {"parallel.pipeline_model_parallel_size=2", "model.mtp_num_layers=1",
+                          "model.position_embedding_type=rope"});
   check_layout(true, 2, {"parallel.expert_model_parallel_size=2"});
   check_layout(true, 4, {"parallel.expert_model_parallel_size=4"});
   check_layout(true, 4, {"parallel.expert_model_parallel_size=2", "parallel.expert_tensor_parallel_size=2"});
