@@ -89,10 +89,12 @@ std::string mtp_model_layer_path(int64_t k) { return "mtp.layers." + std::to_str
 ModelManifest build_model_manifest(const ModelConfig& m, const ParallelConfig& parallel) {
   ModelManifest out = build_model_manifest(m);
   const int64_t pp = parallel.pipeline_model_parallel_size, chunks = num_model_chunks(parallel);
+  out.chunks.assign(static_cast<size_t>(pp), std::vector<ChunkLayers>(static_cast<size_t>(chunks)));
   for (int64_t stage = 0; stage < pp; ++stage)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const PipelineChunkLayout c = m.is_hybrid() ? hybrid::hybrid_chunk_layout(m.hybrid_pattern(), parallel, stage, chunk)
                                                   : pipeline_chunk_layout(parallel, m.num_layers, stage, chunk);
+      out.chunks[static_cast<size_t>(stage)][static_cast<size_t>(chunk)] = ChunkLayers{c.first_layer, c.num_layers};
       for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
         ManifestLayer& layer = out.layers[static_cast<size_t>(l)];
         layer.stage = stage, layer.chunk = chunk;

@@ -37,8 +37,15 @@ struct ManifestLayer {
   int64_t stage = 0, chunk = 0;
 };
 
+// The decoder layers of one model chunk: global numbers [first, first + count).
+struct ChunkLayers {
+  int64_t first = 0, count = 0;
+};
+
 struct ModelManifest {
   std::vector<ManifestLayer> layers;
+  // With a pipeline layout: [stage][chunk] → its decoder layers (what each rank's chunks build).
+  std::vector<std::vector<ChunkLayers>> chunks;
   std::vector<ObservationSite> sites;  // in layer order, then the output layer's
   // The named losses, as the log line, JSONL, TensorBoard and the golden values show them:
   // "lm loss", the MTP depths' "mtp_<k> loss", then the MoE router losses.

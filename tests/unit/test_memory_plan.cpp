@@ -5,6 +5,7 @@
 // parameters per EP/ETP rank, optimizer sharding over dp·cp and expert dp, all-to-all bytes).
 // Reference: Korthikanti et al. 2022 (eq. 1–4), megatron/core/parallel_state.py
 // (initialize_model_parallel docstring: virtual pipeline layer assignment).
+#include "models/model_manifest.h"
 #include "models/gpt/gpt_model.h"
 #include "training/planning/memory_plan.h"
 #include "training/planning/moe_plan.h"
@@ -126,13 +127,19 @@ TEST_CASE("memory plan: the tp shards sum to the unsharded count plus vocab padd
   }
 }
 
-TEST_CASE("memory plan: pipeline layer ranges", "[memory_plan]") {
+TEST_CASE("memory plan: the pipeline layer ranges it reads from the model manifest", "[memory_plan]") {
   using R = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+  // The model manifest's chunks, what the planner reads (and the model builds).
   auto ranges = [](ParallelConfig p, int64_t layers) {
     p.world_size = p.pipeline_model_parallel_size;
     finalize_parallel_config(p, std::nullopt);
+    ModelConfig m;
+    m.num_layers = layers;
+    m.hidden_size = 16;
+    m.num_attention_heads = 4;
+    finalize_model_config(m);
     R out;
-    for (const auto& stage : pipeline_layer_ranges(p, layers)) {
+    for (const auto& stage : build_model_manifest(m, p).chunks) {
       out.emplace_back();
       for (const auto& c : stage) out.back().push_back({c.first, c.count});
     }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "models/hybrid/hybrid_pattern.h"
+#include "models/model_manifest.h"
 #include "training/planning/layer_plan.h"
 #include "training/planning/moe_plan.h"
 
@@ -85,23 +86,6 @@ int64_t gpt_total_parameters(const ModelConfig& m) {
   return total.total();
 }
 
-std::vector<std::vector<LayerRange>> pipeline_layer_ranges(const ParallelConfig& p, int64_t num_layers) {
-  const std::vector<int64_t> per_stage = layers_per_pipeline_stage(p, num_layers);
-  const int64_t pp = static_cast<int64_t>(per_stage.size());
-  const int64_t vpp = p.virtual_pipeline_model_parallel_size.value_or(1);
-  // Layers per chunk of each stage, and the layers of one full round over the stages.
-  std::vector<int64_t> per_chunk(pp), before(pp, 0);
-  for (int64_t i = 0; i < pp; ++i) {
-    per_chunk[i] = per_stage[i] / vpp;
-    if (i > 0) before[i] = before[i - 1] + per_chunk[i - 1];
-  }
-  const int64_t round = num_layers / vpp;
-  std::vector<std::vector<LayerRange>> out(pp);
-  for (int64_t i = 0; i < pp; ++i)
-    for (int64_t v = 0; v < vpp; ++v) out[i].push_back({v * round + before[i], per_chunk[i]});
-  return out;
-}
-
 ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
                                  int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab) {
   const int64_t s = m.seq_length / cp, b = micro_batch_size, h = m.hidden_size, a = m.num_attention_heads;
@@ -164,17 +148,6 @@ const StagePlan& LayoutPlan::peak_stage(bool recompute) const {
 }
 
 namespace {
-// The chunks of a hybrid model's stage `stage`: segment v·pp + stage with `|`, else the even split.
-std::vector<LayerRange> hybrid_stage_chunks(const hybrid::HybridPattern& pattern, const ParallelConfig& p,
-                                            int64_t stage, int64_t vpp) {
-  std::vector<LayerRange> out;
-  for (int64_t v = 0; v < vpp; ++v) {
-    const PipelineChunkLayout l = hybrid::hybrid_chunk_layout(pattern, p, stage, v);
-    out.push_back({l.first_layer, l.num_layers});
-  }
-  return out;
-}
-
 // A stage's activations from its layers one by one (hybrid symbols, or GPT layers with mHC sites);
 // with interleaving the average chunk stands for each model chunk in flight.
 void stage_layer_activations(const ModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
@@ -335,8 +308,9 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   }
   const int64_t optimizer_shards = plan.distributed_optimizer ? plan.dp * plan.cp : 1;
   const int64_t expert_shards = plan.distributed_optimizer ? plan.expert_dp : 1;
-  // A hybrid model's stages are its `|` segments (uneven ones too), not the even split.
-  const auto ranges = m.is_hybrid() ? std::vector<std::vector<LayerRange>>{} : pipeline_layer_ranges(p, m.num_layers);
+  // Each stage's chunks as the model builds them (models/model_manifest.h: the even or uneven split,
+  // or a hybrid model's `|` segments).
+  const ModelManifest manifest = build_model_manifest(m, p);
 
   const hybrid::HybridPattern& pattern = m.hybrid_pattern();
   const ActivationShape shape =
@@ -347,7 +321,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   for (int64_t i = 0; i < plan.pp; ++i) {
     StagePlan st;
     st.stage = i;
-    st.chunks = m.is_hybrid() ? hybrid_stage_chunks(pattern, p, i, plan.vpp) : ranges[i];
+    for (const ChunkLayers& c : manifest.chunks[static_cast<size_t>(i)]) st.chunks.push_back({c.first, c.count});
     st.has_embedding = i == 0;
     st.has_output_layer = i == plan.pp - 1;
     int64_t layers = 0;

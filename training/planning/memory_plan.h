@@ -64,9 +64,6 @@ int64_t gpt_total_parameters(const ModelConfig& m);
 struct LayerRange {
   int64_t first = 0, count = 0;
 };
-// [stage][virtual chunk] → its layers: Megatron's get_transformer_layer_offset — chunk v of
-// stage i starts at v·(num_layers/vpp) + the layers per chunk of the stages before i.
-std::vector<std::vector<LayerRange>> pipeline_layer_ranges(const ParallelConfig& p, int64_t num_layers);
 
 // Activation bytes of one transformer layer for one micro-batch on one rank (Korthikanti et al.
 // 2022, eq. 1–4, with fused attention keeping the f32 log-sum-exp instead of the s×s scores):
