@@ -4,6 +4,7 @@
 // All tensors contiguous, same device and dtype; math in float (double for f64).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -23,21 +24,12 @@ void swiglu_forward(const Tensor& x, const Tensor& y);
 // x: [..., 2f], dy: [..., f] -> dx: [..., 2f]
 void swiglu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 
-namespace cpu {
-void gelu_forward(const Tensor& x, const Tensor& y, GeluApprox approx);
-void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, GeluApprox approx);
-void silu_forward(const Tensor& x, const Tensor& y);
-void silu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
-void swiglu_forward(const Tensor& x, const Tensor& y);
-void swiglu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
-}  // namespace cpu
-namespace cuda {
-void gelu_forward(const Tensor& x, const Tensor& y, GeluApprox approx);
-void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, GeluApprox approx);
-void silu_forward(const Tensor& x, const Tensor& y);
-void silu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
-void swiglu_forward(const Tensor& x, const Tensor& y);
-void swiglu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(gelu_forward)
+STRATA_BACKEND_OP(gelu_backward)
+STRATA_BACKEND_OP(silu_forward)
+STRATA_BACKEND_OP(silu_backward)
+STRATA_BACKEND_OP(swiglu_forward)
+STRATA_BACKEND_OP(swiglu_backward)
 
 }  // namespace strata::kernels

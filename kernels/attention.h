@@ -14,6 +14,7 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -49,19 +50,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,
                         const Tensor& dk, const Tensor& dv, const AttentionParams& p);
 
-namespace cpu {
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                       const Tensor& softmax_lse, const AttentionParams& p);
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,
-                        const Tensor& dk, const Tensor& dv, const AttentionParams& p);
-}  // namespace cpu
-namespace cuda {
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                       const Tensor& softmax_lse, const AttentionParams& p);
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,
-                        const Tensor& dk, const Tensor& dv, const AttentionParams& p);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(attention_forward)
+STRATA_BACKEND_OP(attention_backward)
 
 }  // namespace strata::kernels

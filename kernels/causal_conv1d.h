@@ -9,6 +9,7 @@
 // padding=d_conv−1) then SiLU; causal_conv1d_fn / causal_conv1d_update with conv_state).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -18,17 +19,8 @@ void causal_conv1d_silu_forward(const Tensor& x, const Tensor& w, const Tensor& 
 void causal_conv1d_silu_backward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& dy,
                                  const Tensor& dx, const Tensor& dw, const Tensor& dbias);
 
-namespace cpu {
-void causal_conv1d_silu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& history,
-                                const Tensor& y, const Tensor& final_history);
-void causal_conv1d_silu_backward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& dy,
-                                 const Tensor& dx, const Tensor& dw, const Tensor& dbias);
-}  // namespace cpu
-namespace cuda {
-void causal_conv1d_silu_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& history,
-                                const Tensor& y, const Tensor& final_history);
-void causal_conv1d_silu_backward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& dy,
-                                 const Tensor& dx, const Tensor& dw, const Tensor& dbias);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(causal_conv1d_silu_forward)
+STRATA_BACKEND_OP(causal_conv1d_silu_backward)
 
 }  // namespace strata::kernels

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -40,29 +41,11 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             int64_t vocab_start = 0, double label_smoothing = 0.0,
                             int64_t vocab_size_global = 0);
 
-namespace cpu {
-void cross_entropy_max(const Tensor& logits, const Tensor& row_max);
-void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
-                           const Tensor& sum_exp, const Tensor& target_logit, int64_t vocab_start);
-void cross_entropy_loss(const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
-                        const Tensor& loss);
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss,
-                           const Tensor& row_max, const Tensor& sum_exp, int64_t vocab_start);
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
-                            const Tensor& sum_exp, const Tensor& dloss, const Tensor& dlogits,
-                            int64_t vocab_start, double label_smoothing, int64_t vocab_size_global);
-}  // namespace cpu
-namespace cuda {
-void cross_entropy_max(const Tensor& logits, const Tensor& row_max);
-void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
-                           const Tensor& sum_exp, const Tensor& target_logit, int64_t vocab_start);
-void cross_entropy_loss(const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
-                        const Tensor& loss);
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss,
-                           const Tensor& row_max, const Tensor& sum_exp, int64_t vocab_start);
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& row_max,
-                            const Tensor& sum_exp, const Tensor& dloss, const Tensor& dlogits,
-                            int64_t vocab_start, double label_smoothing, int64_t vocab_size_global);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(cross_entropy_max)
+STRATA_BACKEND_OP(cross_entropy_sum_exp)
+STRATA_BACKEND_OP(cross_entropy_loss)
+STRATA_BACKEND_OP(cross_entropy_forward)
+STRATA_BACKEND_OP(cross_entropy_backward)
 
 }  // namespace strata::kernels

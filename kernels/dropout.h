@@ -10,6 +10,7 @@
 #include "core/philox.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -33,13 +34,8 @@ STRATA_HD bool dropout_keep(const philox::Key& key, uint64_t global_index, doubl
   return static_cast<double>(philox::uniform(key, global_index)) >= p;
 }
 
-namespace cpu {
-void dropout_forward(const Tensor& x, const Tensor& y, double p, philox::Key key, const GlobalSlice& slice);
-void dropout_backward(const Tensor& dy, const Tensor& dx, double p, philox::Key key, const GlobalSlice& slice);
-}  // namespace cpu
-namespace cuda {
-void dropout_forward(const Tensor& x, const Tensor& y, double p, philox::Key key, const GlobalSlice& slice);
-void dropout_backward(const Tensor& dy, const Tensor& dx, double p, philox::Key key, const GlobalSlice& slice);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(dropout_forward)
+STRATA_BACKEND_OP(dropout_backward)
 
 }  // namespace strata::kernels

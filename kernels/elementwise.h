@@ -13,6 +13,7 @@
 // dx)); add_bias: dx = dy and dbias = bias_grad(dy).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -36,23 +37,13 @@ void add_bias(const Tensor& x, const Tensor& bias, const Tensor& out);
 // in f32 (f64 when either is f64) in a fixed order, so the result is deterministic.
 void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate);
 
-namespace cpu {
-void add(const Tensor& a, const Tensor& b, const Tensor& out);
-void mul(const Tensor& a, const Tensor& b, const Tensor& out);
-void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dout, const Tensor& da, const Tensor& db);
-void scale(const Tensor& x, double alpha, const Tensor& out);
-void axpy(double alpha, const Tensor& x, const Tensor& y);
-void add_bias(const Tensor& x, const Tensor& bias, const Tensor& out);
-void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate);
-}  // namespace cpu
-namespace cuda {
-void add(const Tensor& a, const Tensor& b, const Tensor& out);
-void mul(const Tensor& a, const Tensor& b, const Tensor& out);
-void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dout, const Tensor& da, const Tensor& db);
-void scale(const Tensor& x, double alpha, const Tensor& out);
-void axpy(double alpha, const Tensor& x, const Tensor& y);
-void add_bias(const Tensor& x, const Tensor& bias, const Tensor& out);
-void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(add)
+STRATA_BACKEND_OP(mul)
+STRATA_BACKEND_OP(mul_backward)
+STRATA_BACKEND_OP(scale)
+STRATA_BACKEND_OP(axpy)
+STRATA_BACKEND_OP(add_bias)
+STRATA_BACKEND_OP(bias_grad)
 
 }  // namespace strata::kernels

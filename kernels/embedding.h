@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -29,17 +30,8 @@ void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& ou
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dweight, bool accumulate,
                         int64_t vocab_start = 0);
 
-namespace cpu {
-void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& out, int64_t vocab_start,
-                       int64_t vocab_size_global);
-void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dweight, bool accumulate,
-                        int64_t vocab_start);
-}  // namespace cpu
-namespace cuda {
-void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& out, int64_t vocab_start,
-                       int64_t vocab_size_global);
-void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dweight, bool accumulate,
-                        int64_t vocab_start);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(embedding_forward)
+STRATA_BACKEND_OP(embedding_backward)
 
 }  // namespace strata::kernels

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -125,75 +126,20 @@ void merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, 
                     const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y, const Tensor& g_bias);
 }  // namespace mhc_args
 
-namespace cpu {
-void mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                          const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
-                          const Tensor& h_res_logits, const Tensor& proj, const Tensor& rinv);
-void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                           const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o,
-                           const Tensor& g_pre, const Tensor& g_post, const Tensor& g_res_logits,
-                           const Tensor& g_x, const Tensor& g_w, const Tensor& g_alpha, const Tensor& g_bias);
-void mhc_compute_h_forward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
-                           int64_t K, const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
-                           const Tensor& h_res_logits, const Tensor& rinv);
-void mhc_compute_h_backward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
-                            int64_t K, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
-                            const Tensor& g_res_logits, const Tensor& g_proj, const Tensor& g_sumsq,
-                            const Tensor& g_alpha, const Tensor& g_bias);
-void mhc_sinkhorn_forward(const Tensor& logits, int64_t iterations, double eps, const Tensor& out);
-void mhc_sinkhorn_backward(const Tensor& logits, int64_t iterations, double eps, const Tensor& g_out,
-                           const Tensor& g_logits);
-void mhc_aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out);
-void mhc_aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out,
-                            const Tensor& g_x, const Tensor& g_h_pre);
-void mhc_merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
-                       const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& out);
-void mhc_merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
-                        const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& g_out,
-                        const Tensor& g_x, const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y,
-                        const Tensor& g_bias);
-void mhc_contract_forward(const Tensor& x, const Tensor& head_fn, const Tensor& head_base,
-                          const Tensor& head_scale, double eps, const Tensor& out);
-void mhc_contract_backward(const Tensor& x, const Tensor& head_fn, const Tensor& head_base,
-                           const Tensor& head_scale, double eps, const Tensor& g_out, const Tensor& g_x,
-                           const Tensor& g_fn, const Tensor& g_base, const Tensor& g_scale);
-void mhc_stream_sum(const Tensor& x, int64_t n, double scale, const Tensor& out);
-void mhc_stream_broadcast(const Tensor& x, int64_t n, double scale, const Tensor& out);
-}  // namespace cpu
-namespace cuda {
-void mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                          const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
-                          const Tensor& h_res_logits, const Tensor& proj, const Tensor& rinv);
-void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                           const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o,
-                           const Tensor& g_pre, const Tensor& g_post, const Tensor& g_res_logits,
-                           const Tensor& g_x, const Tensor& g_w, const Tensor& g_alpha, const Tensor& g_bias);
-void mhc_compute_h_forward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
-                           int64_t K, const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
-                           const Tensor& h_res_logits, const Tensor& rinv);
-void mhc_compute_h_backward(const Tensor& proj, const Tensor& sumsq, const Tensor& alpha, const Tensor& bias,
-                            int64_t K, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
-                            const Tensor& g_res_logits, const Tensor& g_proj, const Tensor& g_sumsq,
-                            const Tensor& g_alpha, const Tensor& g_bias);
-void mhc_sinkhorn_forward(const Tensor& logits, int64_t iterations, double eps, const Tensor& out);
-void mhc_sinkhorn_backward(const Tensor& logits, int64_t iterations, double eps, const Tensor& g_out,
-                           const Tensor& g_logits);
-void mhc_aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out);
-void mhc_aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out,
-                            const Tensor& g_x, const Tensor& g_h_pre);
-void mhc_merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
-                       const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& out);
-void mhc_merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
-                        const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& g_out,
-                        const Tensor& g_x, const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y,
-                        const Tensor& g_bias);
-void mhc_contract_forward(const Tensor& x, const Tensor& head_fn, const Tensor& head_base,
-                          const Tensor& head_scale, double eps, const Tensor& out);
-void mhc_contract_backward(const Tensor& x, const Tensor& head_fn, const Tensor& head_base,
-                           const Tensor& head_scale, double eps, const Tensor& g_out, const Tensor& g_x,
-                           const Tensor& g_fn, const Tensor& g_base, const Tensor& g_scale);
-void mhc_stream_sum(const Tensor& x, int64_t n, double scale, const Tensor& out);
-void mhc_stream_broadcast(const Tensor& x, int64_t n, double scale, const Tensor& out);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(mhc_mappings_forward)
+STRATA_BACKEND_OP(mhc_mappings_backward)
+STRATA_BACKEND_OP(mhc_compute_h_forward)
+STRATA_BACKEND_OP(mhc_compute_h_backward)
+STRATA_BACKEND_OP(mhc_sinkhorn_forward)
+STRATA_BACKEND_OP(mhc_sinkhorn_backward)
+STRATA_BACKEND_OP(mhc_aggregate_forward)
+STRATA_BACKEND_OP(mhc_aggregate_backward)
+STRATA_BACKEND_OP(mhc_merge_forward)
+STRATA_BACKEND_OP(mhc_merge_backward)
+STRATA_BACKEND_OP(mhc_contract_forward)
+STRATA_BACKEND_OP(mhc_contract_backward)
+STRATA_BACKEND_OP(mhc_stream_sum)
+STRATA_BACKEND_OP(mhc_stream_broadcast)
 
 }  // namespace strata::kernels

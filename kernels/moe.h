@@ -21,6 +21,7 @@
 
 #include "core/tensor.h"
 #include "kernels/gemm.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -123,8 +124,6 @@ MoeRouting moe_routing(const Tensor& top_indices, const Tensor* keep, int64_t nu
 void moe_gather_rows(const Tensor& src, const Tensor* row_map, const Tensor* scale, const Tensor& out,
                      const Tensor* dot_with, const Tensor* dscale);
 void moe_combine_rows(const Tensor& src, const Tensor& pair_rows, const Tensor* weights, const Tensor& out);
-void moe_permute_probs_forward(const Tensor& probs, const Tensor& pair_rows, const Tensor& permuted_probs);
-void moe_permute_probs_backward(const Tensor& dpermuted_probs, const Tensor& pair_rows, const Tensor& dprobs);
 }  // namespace cpu
 namespace cuda {
 MoeRouting moe_routing(const Tensor& top_indices, const Tensor* keep, int64_t num_experts,
@@ -132,8 +131,6 @@ MoeRouting moe_routing(const Tensor& top_indices, const Tensor* keep, int64_t nu
 void moe_gather_rows(const Tensor& src, const Tensor* row_map, const Tensor* scale, const Tensor& out,
                      const Tensor* dot_with, const Tensor* dscale);
 void moe_combine_rows(const Tensor& src, const Tensor& pair_rows, const Tensor* weights, const Tensor& out);
-void moe_permute_probs_forward(const Tensor& probs, const Tensor& pair_rows, const Tensor& permuted_probs);
-void moe_permute_probs_backward(const Tensor& dpermuted_probs, const Tensor& pair_rows, const Tensor& dprobs);
 // The grouped GEMMs: one cublasGemmGroupedBatchedEx call over the non-empty experts.
 void moe_grouped_linear_forward(const Tensor& x, const std::vector<Tensor>& w,
                                 const std::vector<int64_t>& rows_per_expert, const Tensor& y,
@@ -142,5 +139,8 @@ void moe_grouped_linear_backward(const Tensor& x, const std::vector<Tensor>& w, 
                                  const std::vector<int64_t>& rows_per_expert, const Tensor* dx,
                                  const std::vector<Tensor>& dw, bool accumulate, const GemmOptions& options);
 }  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(moe_permute_probs_forward)
+STRATA_BACKEND_OP(moe_permute_probs_backward)
 
 }  // namespace strata::kernels

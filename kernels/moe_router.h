@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -37,17 +38,8 @@ void moe_router_topk_forward(const Tensor& logits, const Tensor* expert_bias, co
 void moe_router_topk_backward(const Tensor& logits, const Tensor& top_indices, const Tensor& dtop_probs,
                               const MoeRouterTopkOptions& options, const Tensor& dlogits);
 
-namespace cpu {
-void moe_router_topk_forward(const Tensor& logits, const Tensor* expert_bias, const MoeRouterTopkOptions& options,
-                             const Tensor& top_probs, const Tensor& top_indices);
-void moe_router_topk_backward(const Tensor& logits, const Tensor& top_indices, const Tensor& dtop_probs,
-                              const MoeRouterTopkOptions& options, const Tensor& dlogits);
-}  // namespace cpu
-namespace cuda {
-void moe_router_topk_forward(const Tensor& logits, const Tensor* expert_bias, const MoeRouterTopkOptions& options,
-                             const Tensor& top_probs, const Tensor& top_indices);
-void moe_router_topk_backward(const Tensor& logits, const Tensor& top_indices, const Tensor& dtop_probs,
-                              const MoeRouterTopkOptions& options, const Tensor& dlogits);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(moe_router_topk_forward)
+STRATA_BACKEND_OP(moe_router_topk_backward)
 
 }  // namespace strata::kernels

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -50,20 +51,14 @@ bool has_non_finite(const Tensor& t);
 
 // Backend functions (arguments already checked). scale_grads multiplies each grad by `factor`.
 namespace cpu {
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                const AdamWConfig& cfg, int64_t step, double weight_decay_mult, double grad_scale,
-                const Tensor* model_param);
-void grad_sum_of_squares(const std::vector<Tensor>& grads, const Tensor& out);
 void scale_grads(const std::vector<Tensor>& grads, double factor);
-bool has_non_finite(const Tensor& t);
 }  // namespace cpu
 namespace cuda {
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                const AdamWConfig& cfg, int64_t step, double weight_decay_mult, double grad_scale,
-                const Tensor* model_param);
-void grad_sum_of_squares(const std::vector<Tensor>& grads, const Tensor& out);
 void scale_grads(const std::vector<Tensor>& grads, double factor);
-bool has_non_finite(const Tensor& t);
 }  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(adamw_step)
+STRATA_BACKEND_OP(grad_sum_of_squares)
+STRATA_BACKEND_OP(has_non_finite)
 
 }  // namespace strata::kernels

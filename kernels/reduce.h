@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -38,19 +39,11 @@ void count_zeros(const Tensor& x, const Tensor& out);
 // dtype) = sum over the last dimension. Rows of length 0 give 0.
 void sum_rows(const Tensor& x, const Tensor& out);
 
-namespace cpu {
-void sum(const Tensor& x, const Tensor& out);
-void max(const Tensor& x, const Tensor& out);
-void sum_of_squares(const Tensor& x, const Tensor& out);
-void count_zeros(const Tensor& x, const Tensor& out);
-void sum_rows(const Tensor& x, const Tensor& out);
-}  // namespace cpu
-namespace cuda {
-void sum(const Tensor& x, const Tensor& out);
-void max(const Tensor& x, const Tensor& out);
-void sum_of_squares(const Tensor& x, const Tensor& out);
-void count_zeros(const Tensor& x, const Tensor& out);
-void sum_rows(const Tensor& x, const Tensor& out);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(sum)
+STRATA_BACKEND_OP(max)
+STRATA_BACKEND_OP(sum_of_squares)
+STRATA_BACKEND_OP(count_zeros)
+STRATA_BACKEND_OP(sum_rows)
 
 }  // namespace strata::kernels

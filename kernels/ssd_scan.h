@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -43,16 +44,11 @@ void ssd_scan_backward(const SsdScanInputs& in, const Tensor& dy, const Tensor& 
                        const SsdScanGrads& grads);
 
 namespace cpu {
-void ssd_scan_forward(const SsdScanInputs& in, const Tensor& y, const Tensor& final_state);
-void ssd_scan_backward(const SsdScanInputs& in, const Tensor& dy, const Tensor& d_final_state,
-                       const SsdScanGrads& grads);
 // The token-by-token recurrence (the tests' reference for the chunked forward).
 void ssd_scan_sequential_forward(const SsdScanInputs& in, const Tensor& y, const Tensor& final_state);
 }  // namespace cpu
-namespace cuda {
-void ssd_scan_forward(const SsdScanInputs& in, const Tensor& y, const Tensor& final_state);
-void ssd_scan_backward(const SsdScanInputs& in, const Tensor& dy, const Tensor& d_final_state,
-                       const SsdScanGrads& grads);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(ssd_scan_forward)
+STRATA_BACKEND_OP(ssd_scan_backward)
 
 }  // namespace strata::kernels

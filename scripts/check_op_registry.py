@@ -5,7 +5,8 @@ CUDA-vs-CPU comparison.
 
 Public ops: the functions declared directly in `namespace strata::kernels` (not in its cpu::,
 cuda:: or helper namespaces) of an op header — a kernels/*.h that declares backend twins in a
-`namespace cpu` or `namespace cuda` block — that take a Tensor argument. Helpers without tensors
+`namespace cpu` or `namespace cuda` block, or through STRATA_BACKEND_OP (kernels/backend_op.h) —
+that take a Tensor argument. Helpers without tensors
 (rotary_dim, norm_rows_per_chunk, attention_softmax_scale) are thereby not ops; NOT_OPS lists the
 few tensor-taking helpers that are not ops either.
 
@@ -95,9 +96,12 @@ def public_ops(root):
         with open(os.path.join(kdir, name), encoding="utf-8") as f:
             text = strip_comments_and_strings(f.read())
         text = re.sub(r"(?m)^\s*#.*$", "", text)  # preprocessor lines
+        # STRATA_BACKEND_OP(name) (kernels/backend_op.h) declares an op's cpu:: and cuda:: twins.
+        macro_twins = re.findall(r"(?m)^\s*STRATA_BACKEND_OP\((\w+)\)\s*$", text)
+        text = re.sub(r"(?m)^\s*STRATA_BACKEND_OP\(\w+\)\s*$", "", text)
         stmts = list(top_level_statements(text))
-        if not any(ns in (KERNELS_NS + "::cpu", KERNELS_NS + "::cuda") for ns, _ in stmts):
-            continue  # not an op header (dispatch.h, *_math.h)
+        if not macro_twins and not any(ns in (KERNELS_NS + "::cpu", KERNELS_NS + "::cuda") for ns, _ in stmts):
+            continue  # not an op header (dispatch.h, backend_op.h, *_math.h)
         for ns, stmt in stmts:
             if ns != KERNELS_NS:
                 continue
