@@ -119,15 +119,11 @@ std::vector<int64_t> moe_rows_per_expert(const std::vector<int64_t>& tokens_per_
 //   moe_combine_rows: src [N, H], pair_rows [T, k], weights [N] (null: 1)
 //                     -> out [T, H] = Σ weights[r]·src[r] over t's rows, ascending r.
 namespace cpu {
-MoeRouting moe_routing(const Tensor& top_indices, const Tensor* keep, int64_t num_experts,
-                       const MoeRoutingOptions& options);
 void moe_gather_rows(const Tensor& src, const Tensor* row_map, const Tensor* scale, const Tensor& out,
                      const Tensor* dot_with, const Tensor* dscale);
 void moe_combine_rows(const Tensor& src, const Tensor& pair_rows, const Tensor* weights, const Tensor& out);
 }  // namespace cpu
 namespace cuda {
-MoeRouting moe_routing(const Tensor& top_indices, const Tensor* keep, int64_t num_experts,
-                       const MoeRoutingOptions& options);
 void moe_gather_rows(const Tensor& src, const Tensor* row_map, const Tensor* scale, const Tensor& out,
                      const Tensor* dot_with, const Tensor* dscale);
 void moe_combine_rows(const Tensor& src, const Tensor& pair_rows, const Tensor* weights, const Tensor& out);
@@ -140,6 +136,7 @@ void moe_grouped_linear_backward(const Tensor& x, const std::vector<Tensor>& w, 
                                  const std::vector<Tensor>& dw, bool accumulate, const GemmOptions& options);
 }  // namespace cuda
 // The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(moe_routing)
 STRATA_BACKEND_OP(moe_permute_probs_forward)
 STRATA_BACKEND_OP(moe_permute_probs_backward)
 

@@ -15,6 +15,7 @@
 // x may have any leading shape [..., h], flattened to n rows. dx must not alias dy or x.
 #pragma once
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -43,27 +44,10 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, co
 // at least 32 rows and at most 1024 chunks in all.
 int64_t norm_rows_per_chunk(int64_t n);
 
-namespace cpu {
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
-                       const Tensor& mean, const Tensor& rstd, const NormOptions& opt);
-void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        const NormOptions& opt, bool accumulate);
-void rmsnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& rstd,
-                     const NormOptions& opt);
-void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
-                      const Tensor& dx, const Tensor& dgamma, const NormOptions& opt, bool accumulate);
-}  // namespace cpu
-namespace cuda {
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
-                       const Tensor& mean, const Tensor& rstd, const NormOptions& opt);
-void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        const NormOptions& opt, bool accumulate);
-void rmsnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& rstd,
-                     const NormOptions& opt);
-void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
-                      const Tensor& dx, const Tensor& dgamma, const NormOptions& opt, bool accumulate);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(layernorm_forward)
+STRATA_BACKEND_OP(layernorm_backward)
+STRATA_BACKEND_OP(rmsnorm_forward)
+STRATA_BACKEND_OP(rmsnorm_backward)
 
 }  // namespace strata::kernels

@@ -13,6 +13,7 @@
 // Tensors contiguous on one device, x/y (dy/dx) same floating dtype; y may alias x (in place).
 #pragma once
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -32,13 +33,8 @@ void rotary_forward(const Tensor& x, const Tensor& y, const RotaryOptions& opt =
 // dy: [s, b, heads, d] -> dx: [s, b, heads, d]
 void rotary_backward(const Tensor& dy, const Tensor& dx, const RotaryOptions& opt = {});
 
-namespace cpu {
-void rotary_forward(const Tensor& x, const Tensor& y, const RotaryOptions& opt);
-void rotary_backward(const Tensor& dy, const Tensor& dx, const RotaryOptions& opt);
-}  // namespace cpu
-namespace cuda {
-void rotary_forward(const Tensor& x, const Tensor& y, const RotaryOptions& opt);
-void rotary_backward(const Tensor& dy, const Tensor& dx, const RotaryOptions& opt);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(rotary_forward)
+STRATA_BACKEND_OP(rotary_backward)
 
 }  // namespace strata::kernels

@@ -10,6 +10,7 @@
 // All tensors contiguous, same device and floating dtype; y may alias x, dx may alias dy.
 #pragma once
 #include "core/tensor.h"
+#include "kernels/backend_op.h"
 
 namespace strata::kernels {
 
@@ -23,13 +24,8 @@ void softmax_forward(const Tensor& x, const Tensor& y, const SoftmaxOptions& opt
 // y: [..., c], dy: [..., c] -> dx: [..., c]   (y is the forward output)
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, const SoftmaxOptions& opt = {});
 
-namespace cpu {
-void softmax_forward(const Tensor& x, const Tensor& y, const SoftmaxOptions& opt);
-void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, const SoftmaxOptions& opt);
-}  // namespace cpu
-namespace cuda {
-void softmax_forward(const Tensor& x, const Tensor& y, const SoftmaxOptions& opt);
-void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, const SoftmaxOptions& opt);
-}  // namespace cuda
+// The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
+STRATA_BACKEND_OP(softmax_forward)
+STRATA_BACKEND_OP(softmax_backward)
 
 }  // namespace strata::kernels
