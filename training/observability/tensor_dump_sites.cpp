@@ -1,6 +1,7 @@
 // The tensor dumper's site selection and config rules (see tensor_dump_sites.h).
 #include "training/observability/tensor_dump_sites.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/config_table.h"
@@ -79,7 +80,7 @@ void validate_tensor_dump(const StrataConfig& c) {
   for (size_t i = 0; i < l.tensor_dump_sites.size(); ++i) {
     const std::string& p = l.tensor_dump_sites[i];
     if (p.empty()) throw ConfigError("logging.tensor_dump_sites", "pattern " + str(static_cast<int64_t>(i)) + " is empty");
-    if (!site_kinds({p}, c.model).empty()) continue;
+    if (std::any_of(sites.begin(), sites.end(), [&](const std::string& site) { return glob_match(p, site); })) continue;
     throw ConfigError("logging.tensor_dump_sites",
                       "pattern '" + p + "' matches no site of this model (sites are named like " + sites.front() +
                           ", " + sites.back() + "; `*` matches any characters, dots included)");
