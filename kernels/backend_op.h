@@ -4,6 +4,10 @@
 // changing it touches that header, the CPU file and the CUDA file only.
 #pragma once
 
+// A function of the current namespace declared with exactly the type of kernels::name (another
+// implementation of the op, or its argument checks).
+#define STRATA_DECLARE_LIKE_OP(name) decltype(::strata::kernels::name) name;
+
 #define STRATA_BACKEND_OP(name)                     \
   namespace cpu {                                   \
   decltype(::strata::kernels::name) name;           \

@@ -57,13 +57,6 @@ GemmDims gemm_dims(const Tensor& a, bool transpose_a, const Tensor& b, bool tran
 
 // The backends implement gemm; linear_forward and linear_backward (kernels/gemm.cpp) compose it
 // with the bias ops of kernels/elementwise.h, so both devices share one definition.
-namespace cuda {
-// Benchmark baseline: the bare cublasLtMatmul for C[m, n] = A[m, k] · B[k, n] (row-major, bf16
-// in and out, f32 compute; the same orientation gemm() uses without transposes) on buffers it
-// allocates itself. Returns milliseconds per call, timed with cudaEvents over `iters` calls
-// after a warm-up, on device 0.
-double bench_raw_cublaslt_bf16(int64_t m, int64_t n, int64_t k, int iters);
-}  // namespace cuda
 // The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
 STRATA_BACKEND_OP(gemm)
 

@@ -1,6 +1,8 @@
 // Argument checks and device dispatch for kernels/mhc.h.
 #include "kernels/mhc.h"
 
+#include "kernels/mhc_checks.h"
+
 #include "kernels/dispatch.h"
 
 namespace strata::kernels {
@@ -47,7 +49,7 @@ void check_mapping_params(const char* op, const Tensor& x, const Tensor& w, cons
 }
 }  // namespace
 
-void mhc_args::mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+void mhc_checks::mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
                  const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
                  const Tensor& h_res_logits, const Tensor& proj, const Tensor& rinv) {
   const char* op = "mhc_mappings_forward";
@@ -62,11 +64,11 @@ void mhc_args::mappings_forward(const Tensor& x, const Tensor& w, const Tensor& 
 void mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
                           const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
                           const Tensor& h_res_logits, const Tensor& proj, const Tensor& rinv) {
-  mhc_args::mappings_forward(x, w, alpha, bias, o, h_pre, h_post, h_res_logits, proj, rinv);
+  mhc_checks::mhc_mappings_forward(x, w, alpha, bias, o, h_pre, h_post, h_res_logits, proj, rinv);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_mappings_forward(x, w, alpha, bias, o, h_pre, h_post, h_res_logits, proj, rinv));
 }
 
-void mhc_args::mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+void mhc_checks::mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
                   const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre,
                   const Tensor& g_post, const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w,
                   const Tensor& g_alpha, const Tensor& g_bias) {
@@ -85,7 +87,8 @@ void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha
                            const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre,
                            const Tensor& g_post, const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w,
                            const Tensor& g_alpha, const Tensor& g_bias) {
-  mhc_args::mappings_backward(x, w, alpha, bias, proj, rinv, o, g_pre, g_post, g_res_logits, g_x, g_w, g_alpha, g_bias);
+  mhc_checks::mhc_mappings_backward(x, w, alpha, bias, proj, rinv, o, g_pre, g_post, g_res_logits, g_x, g_w, g_alpha,
+                                    g_bias);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_mappings_backward(x, w, alpha, bias, proj, rinv, o, g_pre, g_post,
                                                            g_res_logits, g_x, g_w, g_alpha, g_bias));
 }
@@ -162,7 +165,7 @@ void mhc_sinkhorn_backward(const Tensor& logits, int64_t iterations, double eps,
   STRATA_DEVICE_DISPATCH(logits.device(), mhc_sinkhorn_backward(logits, iterations, eps, g_out, g_logits));
 }
 
-void mhc_args::aggregate_forward(const Tensor& x, const Tensor& h_pre, bool /*keep_fp32*/, const Tensor& out) {
+void mhc_checks::mhc_aggregate_forward(const Tensor& x, const Tensor& h_pre, bool /*keep_fp32*/, const Tensor& out) {
   const char* op = "mhc_aggregate_forward";
   const int64_t n = streams_of(op, h_pre), C = check_streams(op, x, n), T = x.size(0);
   want(op, "h_pre", h_pre, Shape{T, n}, acc_of(x));
@@ -170,11 +173,11 @@ void mhc_args::aggregate_forward(const Tensor& x, const Tensor& h_pre, bool /*ke
 }
 
 void mhc_aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out) {
-  mhc_args::aggregate_forward(x, h_pre, keep_fp32, out);
+  mhc_checks::mhc_aggregate_forward(x, h_pre, keep_fp32, out);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_aggregate_forward(x, h_pre, keep_fp32, out));
 }
 
-void mhc_args::aggregate_backward(const Tensor& x, const Tensor& h_pre, bool /*keep_fp32*/, const Tensor& g_out,
+void mhc_checks::mhc_aggregate_backward(const Tensor& x, const Tensor& h_pre, bool /*keep_fp32*/, const Tensor& g_out,
                    const Tensor& g_x, const Tensor& g_h_pre) {
   const char* op = "mhc_aggregate_backward";
   const int64_t n = streams_of(op, h_pre), C = check_streams(op, x, n), T = x.size(0);
@@ -186,7 +189,7 @@ void mhc_args::aggregate_backward(const Tensor& x, const Tensor& h_pre, bool /*k
 
 void mhc_aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out,
                             const Tensor& g_x, const Tensor& g_h_pre) {
-  mhc_args::aggregate_backward(x, h_pre, keep_fp32, g_out, g_x, g_h_pre);
+  mhc_checks::mhc_aggregate_backward(x, h_pre, keep_fp32, g_out, g_x, g_h_pre);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_aggregate_backward(x, h_pre, keep_fp32, g_out, g_x, g_h_pre));
 }
 
@@ -203,7 +206,7 @@ int64_t check_merge(const char* op, const Tensor& x, const Tensor& h_res, const 
 }
 }  // namespace
 
-void mhc_args::merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
+void mhc_checks::mhc_merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
                        const Tensor& bias, const Tensor& post_scale, bool /*keep_fp32*/, const Tensor& out) {
   const char* op = "mhc_merge_forward";
   check_merge(op, x, h_res, h_post, y, bias, post_scale);
@@ -212,11 +215,11 @@ void mhc_args::merge_forward(const Tensor& x, const Tensor& h_res, const Tensor&
 
 void mhc_merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
                        const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& out) {
-  mhc_args::merge_forward(x, h_res, h_post, y, bias, post_scale, keep_fp32, out);
+  mhc_checks::mhc_merge_forward(x, h_res, h_post, y, bias, post_scale, keep_fp32, out);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_merge_forward(x, h_res, h_post, y, bias, post_scale, keep_fp32, out));
 }
 
-void mhc_args::merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
+void mhc_checks::mhc_merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y,
                         const Tensor& bias, const Tensor& post_scale, bool /*keep_fp32*/, const Tensor& g_out,
                         const Tensor& g_x, const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y,
                         const Tensor& g_bias) {
@@ -234,7 +237,8 @@ void mhc_merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_po
                         const Tensor& bias, const Tensor& post_scale, bool keep_fp32, const Tensor& g_out,
                         const Tensor& g_x, const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y,
                         const Tensor& g_bias) {
-  mhc_args::merge_backward(x, h_res, h_post, y, bias, post_scale, keep_fp32, g_out, g_x, g_h_res, g_h_post, g_y, g_bias);
+  mhc_checks::mhc_merge_backward(x, h_res, h_post, y, bias, post_scale, keep_fp32, g_out, g_x, g_h_res, g_h_post, g_y,
+                                 g_bias);
   STRATA_DEVICE_DISPATCH(x.device(), mhc_merge_backward(x, h_res, h_post, y, bias, post_scale, keep_fp32, g_out, g_x,
                                                         g_h_res, g_h_post, g_y, g_bias));
 }

@@ -106,25 +106,11 @@ void mhc_stream_sum(const Tensor& x, int64_t n, double scale, const Tensor& out)
 // mean contraction's backward with 1/n). Written.
 void mhc_stream_broadcast(const Tensor& x, int64_t n, double scale, const Tensor& out);
 
-// The argument checks of the six ops above (messages name the op and the tensor), for the unfused
-// path (kernels/mhc_composed.h) that implements the same contracts without dispatching to them.
-namespace mhc_args {
-void mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                      const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post, const Tensor& h_res_logits,
-                      const Tensor& proj, const Tensor& rinv);
-void mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias, const Tensor& proj,
-                       const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
-                       const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w, const Tensor& g_alpha,
-                       const Tensor& g_bias);
-void aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out);
-void aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
-                        const Tensor& g_h_pre);
-void merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
-                   const Tensor& post_scale, bool keep_fp32, const Tensor& out);
-void merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
-                    const Tensor& post_scale, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
-                    const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y, const Tensor& g_bias);
-}  // namespace mhc_args
+// The ops that also have an unfused composition (kernels/mhc_composed.h) and argument checks
+// shared by both paths (kernels/mhc_checks.h): F(op) for each.
+#define STRATA_MHC_COMPOSED_OPS(F)                                                                  \
+  F(mhc_mappings_forward) F(mhc_mappings_backward) F(mhc_aggregate_forward) F(mhc_aggregate_backward) \
+  F(mhc_merge_forward) F(mhc_merge_backward)
 
 // The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
 STRATA_BACKEND_OP(mhc_mappings_forward)

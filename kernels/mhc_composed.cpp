@@ -1,6 +1,6 @@
 // The unfused mHC path composed from generic kernels (kernels/mhc_composed.h). Shapes: T tokens,
 // n streams, C hidden, K = n·C, m = n² + 2n; an n-stream tensor [T, n·C] is viewed as [T, n, C].
-// Every op first runs the fused op's argument checks (mhc_args), so bad input gets the same error.
+// Every op first runs the fused op's argument checks (kernels/mhc_checks.h): bad input, one error.
 // Reference: Megatron-LM dev hyper_connection.py (native_proj_rms, _compute_h, native_h_aggregate,
 // native_h_post_bda).
 #include "kernels/mhc_composed.h"
@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/mhc_checks.h"
 
 namespace strata::kernels {
 namespace mhc_composed {
@@ -53,10 +54,10 @@ Tensor dropout_scaled(const Tensor& t, const Tensor& post_scale, DType work) {
 }
 }  // namespace
 
-void mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
-                      const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post, const Tensor& h_res_logits,
-                      const Tensor& proj, const Tensor& rinv) {
-  mhc_args::mappings_forward(x, w, alpha, bias, o, h_pre, h_post, h_res_logits, proj, rinv);
+void mhc_mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+                          const MhcMappingOptions& o, const Tensor& h_pre, const Tensor& h_post,
+                          const Tensor& h_res_logits, const Tensor& proj, const Tensor& rinv) {
+  mhc_checks::mhc_mappings_forward(x, w, alpha, bias, o, h_pre, h_post, h_res_logits, proj, rinv);
   const int64_t T = x.size(0), K = x.size(1);
   if (T == 0) return;
   const Tensor xa = x.to(acc_of(x));  // native_proj_rms runs on x.float()
@@ -66,11 +67,12 @@ void mappings_forward(const Tensor& x, const Tensor& w, const Tensor& alpha, con
   mhc_compute_h_forward(proj, ss.reshape({T}), alpha, bias, K, o, h_pre, h_post, h_res_logits, rinv);
 }
 
-void mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias, const Tensor& proj,
-                       const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre, const Tensor& g_post,
-                       const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w, const Tensor& g_alpha,
-                       const Tensor& g_bias) {
-  mhc_args::mappings_backward(x, w, alpha, bias, proj, rinv, o, g_pre, g_post, g_res_logits, g_x, g_w, g_alpha, g_bias);
+void mhc_mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+                           const Tensor& proj, const Tensor& rinv, const MhcMappingOptions& o, const Tensor& g_pre,
+                           const Tensor& g_post, const Tensor& g_res_logits, const Tensor& g_x, const Tensor& g_w,
+                           const Tensor& g_alpha, const Tensor& g_bias) {
+  mhc_checks::mhc_mappings_backward(x, w, alpha, bias, proj, rinv, o, g_pre, g_post, g_res_logits, g_x, g_w, g_alpha,
+                                    g_bias);
   const int64_t T = x.size(0), K = x.size(1), m = proj.size(1);
   if (T == 0) return;
   const DType a = acc_of(x);
@@ -87,8 +89,8 @@ void mappings_backward(const Tensor& x, const Tensor& w, const Tensor& alpha, co
   in_dtype(g_w, a, [&](const Tensor& gw) { gemm(g_proj, true, xa, false, gw, 1.0, 1.0); });  // g_W += g_projᵀ · x
 }
 
-void aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out) {
-  mhc_args::aggregate_forward(x, h_pre, keep_fp32, out);
+void mhc_aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& out) {
+  mhc_checks::mhc_aggregate_forward(x, h_pre, keep_fp32, out);
   const int64_t T = x.size(0), n = h_pre.size(1), C = x.size(1) / n;
   if (T == 0) return;
   const DType wk = work_of(x, keep_fp32);
@@ -97,9 +99,9 @@ void aggregate_forward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, con
   });
 }
 
-void aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
-                        const Tensor& g_h_pre) {
-  mhc_args::aggregate_backward(x, h_pre, keep_fp32, g_out, g_x, g_h_pre);
+void mhc_aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, const Tensor& g_out,
+                            const Tensor& g_x, const Tensor& g_h_pre) {
+  mhc_checks::mhc_aggregate_backward(x, h_pre, keep_fp32, g_out, g_x, g_h_pre);
   const int64_t T = x.size(0), n = h_pre.size(1), C = x.size(1) / n;
   if (T == 0) return;
   const DType wk = work_of(x, keep_fp32), a = acc_of(x);
@@ -111,9 +113,9 @@ void aggregate_backward(const Tensor& x, const Tensor& h_pre, bool keep_fp32, co
   round_like(g_h_pre, wk);
 }
 
-void merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
-                   const Tensor& post_scale, bool keep_fp32, const Tensor& out) {
-  mhc_args::merge_forward(x, h_res, h_post, y, bias, post_scale, keep_fp32, out);
+void mhc_merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
+                       const Tensor& post_scale, bool keep_fp32, const Tensor& out) {
+  mhc_checks::mhc_merge_forward(x, h_res, h_post, y, bias, post_scale, keep_fp32, out);
   const int64_t T = x.size(0), n = h_post.size(1), C = x.size(1) / n;
   if (T == 0) return;
   const DType wk = work_of(x, keep_fp32);
@@ -127,10 +129,10 @@ void merge_forward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, c
   });
 }
 
-void merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
-                    const Tensor& post_scale, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
-                    const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y, const Tensor& g_bias) {
-  mhc_args::merge_backward(x, h_res, h_post, y, bias, post_scale, keep_fp32, g_out, g_x, g_h_res, g_h_post, g_y,
+void mhc_merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, const Tensor& y, const Tensor& bias,
+                        const Tensor& post_scale, bool keep_fp32, const Tensor& g_out, const Tensor& g_x,
+                        const Tensor& g_h_res, const Tensor& g_h_post, const Tensor& g_y, const Tensor& g_bias) {
+  mhc_checks::mhc_merge_backward(x, h_res, h_post, y, bias, post_scale, keep_fp32, g_out, g_x, g_h_res, g_h_post, g_y,
                            g_bias);
   const int64_t T = x.size(0), n = h_post.size(1), C = x.size(1) / n;
   if (T == 0) return;
@@ -151,14 +153,5 @@ void merge_backward(const Tensor& x, const Tensor& h_res, const Tensor& h_post, 
   if (g_bias.defined()) bias_grad(gy.reshape({T, C}), g_bias, true);
 }
 }  // namespace mhc_composed
-
-const MhcOps& mhc_ops(bool fused) {
-  static const MhcOps fused_ops{&mhc_mappings_forward,  &mhc_mappings_backward, &mhc_aggregate_forward,
-                                &mhc_aggregate_backward, &mhc_merge_forward,     &mhc_merge_backward};
-  static const MhcOps composed_ops{&mhc_composed::mappings_forward,  &mhc_composed::mappings_backward,
-                                   &mhc_composed::aggregate_forward, &mhc_composed::aggregate_backward,
-                                   &mhc_composed::merge_forward,     &mhc_composed::merge_backward};
-  return fused ? fused_ops : composed_ops;
-}
 
 }  // namespace strata::kernels

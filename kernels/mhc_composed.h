@@ -1,11 +1,13 @@
 // The unfused mHC path (`model.use_fused_mhc: false`, the default): the mapping computation, the
 // aggregation and the merge of kernels/mhc.h composed from generic kernels (batched GEMMs of
 // kernels/gemm.h, elementwise ops, the gate op mhc_compute_h) with the same signatures and dtype
-// contracts as the fused ops, so a site calls either set through one table (MhcOps).
+// contracts as the fused ops; a site names both and calls one (mhc_call).
 // Reference: Megatron-LM dev megatron/core/transformer/hyper_connection.py (native_proj_rms,
 // _compute_h, native_h_aggregate, native_h_post_bda, _fused_h_res_h_post_bda_native).
 // Details (each op of both paths, numerics): docs/mhc.md, "Kernels".
 #pragma once
+#include <utility>
+
 #include "kernels/mhc.h"
 
 namespace strata::kernels {
@@ -22,14 +24,15 @@ namespace strata::kernels {
 // its two terms and their sum separately, as Megatron's bf16 bmm and adds; the fused merge once),
 // and the mapping gradients are rounded to the activation dtype, as in the fused ops. Gradients of
 // x accumulate into an f32 (f64) g_x. Sinkhorn and the contraction are single ops in both paths.
-struct MhcOps {
-  decltype(&mhc_mappings_forward) mappings_forward;
-  decltype(&mhc_mappings_backward) mappings_backward;
-  decltype(&mhc_aggregate_forward) aggregate_forward;
-  decltype(&mhc_aggregate_backward) aggregate_backward;
-  decltype(&mhc_merge_forward) merge_forward;
-  decltype(&mhc_merge_backward) merge_backward;
-};
-const MhcOps& mhc_ops(bool fused);
+namespace mhc_composed {
+STRATA_MHC_COMPOSED_OPS(STRATA_DECLARE_LIKE_OP)
+}  // namespace mhc_composed
+
+// Calls the fused op (use_fused_mhc) or its composition, which share one signature:
+//   mhc_call(fused, mhc_merge_forward, mhc_composed::mhc_merge_forward, x, h_res, …).
+template <typename Op, typename... Args>
+void mhc_call(bool fused, Op& fused_op, Op& composed_op, Args&&... args) {
+  (fused ? fused_op : composed_op)(std::forward<Args>(args)...);
+}
 
 }  // namespace strata::kernels

@@ -8,6 +8,7 @@
 
 #include "core/phase_timer.h"
 #include "kernels/dispatch.h"
+#include "kernels/moe_rows.h"
 
 namespace strata::kernels {
 namespace {

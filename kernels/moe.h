@@ -111,30 +111,6 @@ void moe_grouped_linear_backward(const Tensor& x, const Tensor& w, const Tensor&
 // for every expert; an expert with more kept pairs than the capacity is an error naming it.
 std::vector<int64_t> moe_rows_per_expert(const std::vector<int64_t>& tokens_per_expert, int64_t capacity);
 
-// Backend twins (arguments checked by kernels/moe.cpp). The row ops share two primitives:
-//   moe_gather_rows:  src [S, H], row_map [N] (null: identity), scale [N] (null: 1)
-//                     -> out [N, H] = scale[r]·src[row_map[r]] (zeros where row_map[r] < 0);
-//                     dscale [N] (may be null) = Σ_j dot_with[r, j]·src[row_map[r], j].
-//                     out may be src or dot_with (each element is read before it is written).
-//   moe_combine_rows: src [N, H], pair_rows [T, k], weights [N] (null: 1)
-//                     -> out [T, H] = Σ weights[r]·src[r] over t's rows, ascending r.
-namespace cpu {
-void moe_gather_rows(const Tensor& src, const Tensor* row_map, const Tensor* scale, const Tensor& out,
-                     const Tensor* dot_with, const Tensor* dscale);
-void moe_combine_rows(const Tensor& src, const Tensor& pair_rows, const Tensor* weights, const Tensor& out);
-}  // namespace cpu
-namespace cuda {
-void moe_gather_rows(const Tensor& src, const Tensor* row_map, const Tensor* scale, const Tensor& out,
-                     const Tensor* dot_with, const Tensor* dscale);
-void moe_combine_rows(const Tensor& src, const Tensor& pair_rows, const Tensor* weights, const Tensor& out);
-// The grouped GEMMs: one cublasGemmGroupedBatchedEx call over the non-empty experts.
-void moe_grouped_linear_forward(const Tensor& x, const std::vector<Tensor>& w,
-                                const std::vector<int64_t>& rows_per_expert, const Tensor& y,
-                                const GemmOptions& options);
-void moe_grouped_linear_backward(const Tensor& x, const std::vector<Tensor>& w, const Tensor& dy,
-                                 const std::vector<int64_t>& rows_per_expert, const Tensor* dx,
-                                 const std::vector<Tensor>& dw, bool accumulate, const GemmOptions& options);
-}  // namespace cuda
 // The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
 STRATA_BACKEND_OP(moe_routing)
 STRATA_BACKEND_OP(moe_permute_probs_forward)

@@ -12,6 +12,9 @@
 #include "core/phase_timer.h"
 #include "kernels/dispatch.h"
 #include "kernels/moe.h"
+#if STRATA_WITH_CUDA
+#include "kernels/cuda/moe_grouped.h"
+#endif
 
 namespace strata::kernels {
 namespace {

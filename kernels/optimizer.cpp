@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/dispatch.h"
+#include "kernels/scale_grads.h"
 
 namespace strata::kernels {
 namespace {

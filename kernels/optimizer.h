@@ -49,13 +49,6 @@ double clip_grad_norm(const std::vector<Tensor>& grads, double max_norm);
 // t: [*] contiguous, any float dtype
 bool has_non_finite(const Tensor& t);
 
-// Backend functions (arguments already checked). scale_grads multiplies each grad by `factor`.
-namespace cpu {
-void scale_grads(const std::vector<Tensor>& grads, double factor);
-}  // namespace cpu
-namespace cuda {
-void scale_grads(const std::vector<Tensor>& grads, double factor);
-}  // namespace cuda
 // The CPU and CUDA implementations of the ops above (kernels/backend_op.h).
 STRATA_BACKEND_OP(adamw_step)
 STRATA_BACKEND_OP(grad_sum_of_squares)

@@ -33,7 +33,7 @@ Tensor zeros64(const Shape& s) { return Tensor::zeros(s, DType::F64); }
 const char* path_name(bool fused) { return fused ? "fused." : "unfused."; }
 
 // The target outputs of one op set: fwd h_pre, h_post, h_res_logits, proj, rinv; bwd g_x, g_w, g_alpha, g_bias.
-std::vector<Tensor> mappings_on_target(sweep::Context& c, const MhcOps& ops, const MhcMappingOptions& o,
+std::vector<Tensor> mappings_on_target(sweep::Context& c, bool fused, const MhcMappingOptions& o,
                                        const std::vector<Tensor>& ref_inputs) {
   const Tensor &x = ref_inputs[0], &w = ref_inputs[1];
   const int64_t n = o.n, K = x.size(1), m = n * n + 2 * n, T = x.size(0);
@@ -44,9 +44,11 @@ std::vector<Tensor> mappings_on_target(sweep::Context& c, const MhcOps& ops, con
                            zeros_map(c, {3}), zeros_map(c, {m})};
   const Tensor xt = c.on_target(x), wt = on_target_map(c, w), at = on_target_map(c, ref_inputs[2]);
   const Tensor bt = on_target_map(c, ref_inputs[3]);
-  ops.mappings_forward(xt, wt, at, bt, o, g[0], g[1], g[2], g[3], g[4]);
-  ops.mappings_backward(xt, wt, at, bt, g[3], g[4], o, on_target_map(c, ref_inputs[4]), on_target_map(c, ref_inputs[5]),
-                        on_target_map(c, ref_inputs[6]), g[5], g[6], g[7], g[8]);
+  mhc_call(fused, mhc_mappings_forward, mhc_composed::mhc_mappings_forward, xt, wt, at, bt, o, g[0], g[1], g[2],
+           g[3], g[4]);
+  mhc_call(fused, mhc_mappings_backward, mhc_composed::mhc_mappings_backward, xt, wt, at, bt, g[3], g[4], o,
+           on_target_map(c, ref_inputs[4]), on_target_map(c, ref_inputs[5]), on_target_map(c, ref_inputs[6]),
+           g[5], g[6], g[7], g[8]);
   return g;
 }
 
@@ -59,7 +61,8 @@ void mappings_case(sweep::Context& c, const MhcShape& s, bool inside) {
   const Tensor gres = ref_of(c, c.input({T, n, n}, 7));
   std::vector<Tensor> r = {Tensor::empty({T, n}, DType::F64), Tensor::empty({T, n}, DType::F64),
                            Tensor::empty({T, n, n}, DType::F64), Tensor::empty({T, m}, DType::F64),
-                           Tensor::empty({T}, DType::F64), zeros64({T, K}), zeros64({m, K}), zeros64({3}), zeros64({m})};
+                           Tensor::empty({T}, DType::F64), zeros64({T, K}), zeros64({m, K}), zeros64({3}),
+                           zeros64({m})};
   mhc_mappings_forward(x, w, alpha, bias, o, r[0], r[1], r[2], r[3], r[4]);
   mhc_mappings_backward(x, w, alpha, bias, r[3], r[4], o, gpre, gpost, gres, r[5], r[6], r[7], r[8]);
   const std::vector<Tensor> in = {x, w, alpha, bias, gpre, gpost, gres};
@@ -69,7 +72,7 @@ void mappings_case(sweep::Context& c, const MhcShape& s, bool inside) {
                          "bwd.g_x",   "bwd.g_w",    "bwd.g_alpha",      "bwd.g_bias"};
   std::vector<Tensor> outs[2];
   for (bool fused : {true, false}) {
-    outs[fused] = mappings_on_target(c, mhc_ops(fused), o, in);
+    outs[fused] = mappings_on_target(c, fused, o, in);
     for (size_t i = 0; i < r.size(); ++i)
       if (names[i])
         c.compare(std::string(path_name(fused)) + (inside ? "inside." : "outside.") + names[i], sh, outs[fused][i],
@@ -120,7 +123,6 @@ void sinkhorn_case(sweep::Context& c, const MhcShape& s) {
 }
 
 void streams_case(sweep::Context& c, const MhcShape& s, bool keep, bool fused) {
-  const MhcOps& ops = mhc_ops(fused);
   const int64_t T = s.T, n = s.n, C = s.C, K = n * C;
   const Tensor x = c.input({T, K}, 10), y = c.input({T, C}, 11), b = c.input({C}, 12), gagg = c.input({T, C}, 13);
   const Tensor gout = c.input({T, K}, 14), hp = ref_of(c, c.input({T, n}, 15, 0.2, 1.0));
@@ -131,12 +133,14 @@ void streams_case(sweep::Context& c, const MhcShape& s, bool keep, bool fused) {
   // Aggregation.
   Tensor ra = Tensor::empty({T, C}, DType::F64), a = c.empty({T, C});
   mhc_aggregate_forward(x, hp, true, ra);
-  ops.aggregate_forward(c.on_target(x), on_target_map(c, hp), keep, a);
+  mhc_call(fused, mhc_aggregate_forward, mhc_composed::mhc_aggregate_forward, c.on_target(x), on_target_map(c, hp),
+           keep, a);
   c.compare(p + "aggregate.fwd", Shape{T, K}, a, ra, tol);
   Tensor rgx = zeros64({T, K}), rgh = Tensor::empty({T, n}, DType::F64);
   mhc_aggregate_backward(x, hp, true, gagg, rgx, rgh);
   Tensor gx = zeros_map(c, {T, K}), gh = zeros_map(c, {T, n});
-  ops.aggregate_backward(c.on_target(x), on_target_map(c, hp), keep, c.on_target(gagg), gx, gh);
+  mhc_call(fused, mhc_aggregate_backward, mhc_composed::mhc_aggregate_backward, c.on_target(x), on_target_map(c, hp),
+           keep, c.on_target(gagg), gx, gh);
   c.compare(p + "aggregate.bwd.g_x", Shape{T, K}, gx, rgx, tol);
   c.compare(p + "aggregate.bwd.g_h_pre", Shape{T, K}, gh, rgh, tol);
   // Merge, without and with the dropout scale.
@@ -145,16 +149,17 @@ void streams_case(sweep::Context& c, const MhcShape& s, bool keep, bool fused) {
     const Tensor sr = scaled ? ps : Tensor(), st = scaled ? on_target_map(c, ps) : Tensor();
     Tensor ro = Tensor::empty({T, K}, DType::F64), out = c.empty({T, K});
     mhc_merge_forward(x, hr, hq, y, b, sr, true, ro);
-    ops.merge_forward(c.on_target(x), on_target_map(c, hr), on_target_map(c, hq), c.on_target(y), c.on_target(b), st,
-                      keep, out);
+    mhc_call(fused, mhc_merge_forward, mhc_composed::mhc_merge_forward, c.on_target(x), on_target_map(c, hr),
+             on_target_map(c, hq), c.on_target(y), c.on_target(b), st, keep, out);
     c.compare(q + "fwd", Shape{T, K}, out, ro, tol);
     Tensor r1 = zeros64({T, K}), r2 = Tensor::empty({T, n, n}, DType::F64), r3 = Tensor::empty({T, n}, DType::F64);
     Tensor r4 = Tensor::empty({T, C}, DType::F64), r5 = zeros64({C});
     mhc_merge_backward(x, hr, hq, y, b, sr, true, gout, r1, r2, r3, r4, r5);
     Tensor g1 = zeros_map(c, {T, K}), g2 = zeros_map(c, {T, n, n}), g3 = zeros_map(c, {T, n});
     Tensor g4 = zeros_map(c, {T, C}), g5 = zeros_map(c, {C});
-    ops.merge_backward(c.on_target(x), on_target_map(c, hr), on_target_map(c, hq), c.on_target(y), c.on_target(b), st,
-                       keep, c.on_target(gout), g1, g2, g3, g4, g5);
+    mhc_call(fused, mhc_merge_backward, mhc_composed::mhc_merge_backward, c.on_target(x), on_target_map(c, hr),
+             on_target_map(c, hq), c.on_target(y), c.on_target(b), st, keep,
+             c.on_target(gout), g1, g2, g3, g4, g5);
     c.compare(q + "bwd.g_x", Shape{T, K}, g1, r1, tol), c.compare(q + "bwd.g_h_res", Shape{T, K}, g2, r2, tol);
     c.compare(q + "bwd.g_h_post", Shape{T, K}, g3, r3, tol), c.compare(q + "bwd.g_y", Shape{T, K}, g4, r4, tol);
     c.compare(q + "bwd.g_bias", Shape{T, K}, g5, r5, tol);

@@ -24,6 +24,9 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "kernels/softmax.h"
+#if STRATA_WITH_CUDA
+#include "kernels/cuda/cublaslt_baseline.h"
+#endif
 
 namespace strata::app {
 namespace {

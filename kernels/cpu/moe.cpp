@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/moe.h"
+#include "kernels/moe_rows.h"
 
 namespace strata::kernels::cpu {
 namespace {

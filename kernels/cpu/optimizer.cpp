@@ -10,6 +10,7 @@
 
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_math.h"
+#include "kernels/scale_grads.h"
 
 namespace strata::kernels::cpu {
 namespace {

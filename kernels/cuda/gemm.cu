@@ -17,6 +17,7 @@
 #include "core/cuda/cuda_utils.h"
 #include "core/stream.h"
 #include "kernels/cuda/blas_handle.h"
+#include "kernels/cuda/cublaslt_baseline.h"
 #include "kernels/gemm.h"
 
 namespace strata::kernels::cuda {

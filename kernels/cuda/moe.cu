@@ -16,6 +16,7 @@
 #include "core/cuda/cuda_utils.h"
 #include "kernels/cuda/row_reduce.cuh"
 #include "kernels/moe.h"
+#include "kernels/moe_rows.h"
 
 namespace strata::kernels::cuda {
 namespace {

@@ -16,7 +16,7 @@
 #include "core/cuda/cuda_utils.h"
 #include "core/stream.h"
 #include "kernels/cuda/blas_handle.h"
-#include "kernels/moe.h"
+#include "kernels/cuda/moe_grouped.h"
 
 namespace strata::kernels::cuda {
 namespace {

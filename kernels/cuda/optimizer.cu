@@ -12,6 +12,7 @@
 #include "core/cuda/cuda_utils.h"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_math.h"
+#include "kernels/scale_grads.h"
 
 namespace strata::kernels::cuda {
 namespace {

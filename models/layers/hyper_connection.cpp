@@ -14,6 +14,9 @@
 #include "kernels/mhc_composed.h"
 
 namespace strata::layers {
+
+namespace composed = kernels::mhc_composed;  // the unfused mHC path
+
 namespace {
 // The mappings' and mHC parameters' dtype: f64 for an f64 model, else f32 (Megatron keeps them fp32).
 DType map_dtype(const Tensor& x) { return x.dtype() == DType::F64 ? DType::F64 : DType::F32; }
@@ -104,12 +107,14 @@ Tensor HyperConnection::forward(const Tensor& x, HyperConnectionState& st) const
   st.h_res_logits = Tensor::empty({T, n, n}, a, d), st.h_res = Tensor::empty({T, n, n}, a, d);
   st.proj = Tensor::empty({T, m}, a, d), st.rinv = Tensor::empty({T}, a, d);
   const kernels::MhcMappingOptions mo{n, o_.norm_eps_inside_sqrt, o_.norm_eps};
-  ops().mappings_forward(st.x, mapping_weight.value, alpha3(), bias.value, mo, st.h_pre, st.h_post,
-                                st.h_res_logits, st.proj, st.rinv);
+  kernels::mhc_call(o_.use_fused, kernels::mhc_mappings_forward, composed::mhc_mappings_forward,
+                    st.x, mapping_weight.value, alpha3(), bias.value, mo, st.h_pre, st.h_post,
+                    st.h_res_logits, st.proj, st.rinv);
   kernels::mhc_sinkhorn_forward(st.h_res_logits, o_.sinkhorn_iterations, kernels::kMhcSinkhornEps, st.h_res);
   observe_mappings(st);
   Tensor agg = Tensor::empty({T, C}, x.dtype(), d);
-  ops().aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, agg);
+  kernels::mhc_call(o_.use_fused, kernels::mhc_aggregate_forward, composed::mhc_aggregate_forward,
+                    st.x, st.h_pre, o_.keep_mappings_in_fp32, agg);
   agg = agg.reshape({x.size(0), x.size(1), C});
   observe_activation(prefix_, "mhc_layer_input", SourceKind::MhcLayerInput, agg,
                      ActivationDims::of(sequence_parallel_));
@@ -137,7 +142,8 @@ Tensor HyperConnection::merge(const Tensor& y, const Tensor& b, const DropoutSpe
   st.dropout = dropout;
   if (is_observing(SourceKind::MhcLayerOutput)) observe_layer_output(st);
   Tensor out = Tensor::empty(st.x.shape(), st.x.dtype(), st.x.device());
-  ops().merge_forward(st.x, st.h_res, st.h_post, st.y, b, post_scale(st), o_.keep_mappings_in_fp32, out);
+  kernels::mhc_call(o_.use_fused, kernels::mhc_merge_forward, composed::mhc_merge_forward,
+                    st.x, st.h_res, st.h_post, st.y, b, post_scale(st), o_.keep_mappings_in_fp32, out);
   return out.reshape(st.shape);
 }
 
@@ -148,9 +154,11 @@ Tensor HyperConnection::replay(const Tensor& x, HyperConnectionState& st, Tensor
                x.shape().str(), ", expected ", T * o_.streams * hidden_, " elements");
   st.x = rows_of(x, T);
   *agg = Tensor::empty({T, hidden_}, x.dtype(), x.device());
-  ops().aggregate_forward(st.x, st.h_pre, o_.keep_mappings_in_fp32, *agg);
+  kernels::mhc_call(o_.use_fused, kernels::mhc_aggregate_forward, composed::mhc_aggregate_forward,
+                    st.x, st.h_pre, o_.keep_mappings_in_fp32, *agg);
   Tensor out = Tensor::empty(st.x.shape(), st.x.dtype(), st.x.device());
-  ops().merge_forward(st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32, out);
+  kernels::mhc_call(o_.use_fused, kernels::mhc_merge_forward, composed::mhc_merge_forward,
+                    st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32, out);
   return out.reshape(st.shape);
 }
 
@@ -164,8 +172,9 @@ HyperConnection::MergeGrads HyperConnection::merge_backward(const Tensor& g_next
   st.g_h_post = Tensor::empty({T, n}, a, d);
   MergeGrads out;
   if (st.bias.defined()) out.g_bias = Tensor::zeros({C}, a, d);
-  ops().merge_backward(st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32,
-                              rows_of(g_next, T), st.g_x, g_h_res, st.g_h_post, g_y, out.g_bias);
+  kernels::mhc_call(o_.use_fused, kernels::mhc_merge_backward, composed::mhc_merge_backward,
+                    st.x, st.h_res, st.h_post, st.y, st.bias, post_scale(st), o_.keep_mappings_in_fp32,
+                    rows_of(g_next, T), st.g_x, g_h_res, st.g_h_post, g_y, out.g_bias);
   st.g_res_logits = Tensor::empty({T, n, n}, a, d);
   kernels::mhc_sinkhorn_backward(st.h_res_logits, o_.sinkhorn_iterations, kernels::kMhcSinkhornEps, g_h_res,
                                  st.g_res_logits);
@@ -179,14 +188,16 @@ Tensor HyperConnection::backward(const Tensor& g_agg, HyperConnectionState& st) 
   const DType a = map_dtype(st.x);
   const Device d = st.x.device();
   Tensor g_h_pre = Tensor::empty({T, n}, a, d);
-  ops().aggregate_backward(st.x, st.h_pre, o_.keep_mappings_in_fp32, rows_of(g_agg, T), st.g_x, g_h_pre);
+  kernels::mhc_call(o_.use_fused, kernels::mhc_aggregate_backward, composed::mhc_aggregate_backward,
+                    st.x, st.h_pre, o_.keep_mappings_in_fp32, rows_of(g_agg, T), st.g_x, g_h_pre);
   // Replicated parameters: under sequence parallelism each tp rank's tokens add their part (layer_common.h).
   SequenceParallelGrad gw(mapping_weight, sp_, mapping_weight.main_grad.dtype(), d);
   SequenceParallelGrad gb(bias, sp_, bias.main_grad.dtype(), d);
   Tensor ga = Tensor::zeros({3}, a, d);
   const kernels::MhcMappingOptions mo{n, o_.norm_eps_inside_sqrt, o_.norm_eps};
-  ops().mappings_backward(st.x, mapping_weight.value, alpha3(), bias.value, st.proj, st.rinv, mo, g_h_pre,
-                                 st.g_h_post, st.g_res_logits, st.g_x, gw.target(), ga, gb.target());
+  kernels::mhc_call(o_.use_fused, kernels::mhc_mappings_backward, composed::mhc_mappings_backward,
+                    st.x, mapping_weight.value, alpha3(), bias.value, st.proj, st.rinv, mo, g_h_pre,
+                    st.g_h_post, st.g_res_logits, st.g_x, gw.target(), ga, gb.target());
   gw.finish();
   gb.finish();
   Parameter* alphas[3] = {&alpha_pre, &alpha_post, &alpha_res};

@@ -74,7 +74,6 @@ class HyperConnection {
 
  private:
   Tensor alpha3() const;  // [3] = (α_pre, α_post, α_res)
-  const kernels::MhcOps& ops() const { return kernels::mhc_ops(o_.use_fused); }  // fused or composed
   void observe_mappings(const HyperConnectionState& st) const;
   void observe_layer_output(const HyperConnectionState& st) const;
   std::string prefix_;

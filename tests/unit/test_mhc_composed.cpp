@@ -38,13 +38,14 @@ double max_diff(const Tensor& a, const Tensor& b) { return max_diff(a.to_vector(
 struct Maps {
   Tensor pre, post, res, proj, rinv;
 };
-Maps mappings(const MhcOps& ops, const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
+Maps mappings(bool fused, const Tensor& x, const Tensor& w, const Tensor& alpha, const Tensor& bias,
               const MhcMappingOptions& o) {
   const int64_t T = x.size(0), n = o.n;
   const DType a = w.dtype();
   Maps m{Tensor::empty({T, n}, a), Tensor::empty({T, n}, a), Tensor::empty({T, n, n}, a),
          Tensor::empty({T, n * n + 2 * n}, a), Tensor::empty({T}, a)};
-  ops.mappings_forward(x, w, alpha, bias, o, m.pre, m.post, m.res, m.proj, m.rinv);
+  mhc_call(fused, mhc_mappings_forward, mhc_composed::mhc_mappings_forward, x, w, alpha, bias, o, m.pre, m.post, m.res,
+           m.proj, m.rinv);
   return m;
 }
 // Largest |a − b| relative to max(1, max |b|).
@@ -53,8 +54,6 @@ double rel_diff(const Tensor& a, const Tensor& b) {
   for (double v : b.to_vector()) scale = std::max(scale, std::abs(v));
   return max_diff(a, b) / scale;
 }
-const MhcOps& composed() { return mhc_ops(false); }
-const MhcOps& fused() { return mhc_ops(true); }
 }  // namespace
 
 TEST_CASE("mhc composed: the gate op matches the reference and finite differences (either norm)", "[mhc][mhc_composed]") {
@@ -98,17 +97,17 @@ TEST_CASE("mhc composed: mappings match the reference and finite differences, an
     Tensor alpha = f64({0.7, -1.3, 2.1}, {3}), bias = random_tensor({m}, 43);
     const ref::Maps want = ref::mappings(x.to_vector(), w.to_vector(), alpha.to_vector(), bias.to_vector(), T, n, C,
                                          inside, o.norm_eps);
-    const Maps got = mappings(composed(), x, w, alpha, bias, o);
+    const Maps got = mappings(false, x, w, alpha, bias, o);
     CHECK(max_diff(got.pre, want.pre) < 1e-12);
     CHECK(max_diff(got.post, want.post) < 1e-12);
     CHECK(max_diff(got.res, want.res_logits) < 1e-12);
     const Tensor r1 = random_tensor({T, n}, 44), r2 = random_tensor({T, n}, 45), r3 = random_tensor({T, n, n}, 46);
     auto loss = [&] {
-      const Maps mp = mappings(composed(), x, w, alpha, bias, o);
+      const Maps mp = mappings(false, x, w, alpha, bias, o);
       return test::dot(mp.pre, r1) + test::dot(mp.post, r2) + test::dot(mp.res, r3);
     };
     Tensor gx = zeros64(x.shape()), gw = zeros64(w.shape()), ga = zeros64({3}), gb = zeros64({m});
-    composed().mappings_backward(x, w, alpha, bias, got.proj, got.rinv, o, r1, r2, r3, gx, gw, ga, gb);
+    mhc_composed::mhc_mappings_backward(x, w, alpha, bias, got.proj, got.rinv, o, r1, r2, r3, gx, gw, ga, gb);
     check_gradient("g_x", gx, numeric_gradient(x, loss), 1e-7);
     check_gradient("g_w", gw, numeric_gradient(w, loss), 1e-7);
     check_gradient("g_alpha", ga, numeric_gradient(alpha, loss), 1e-7);
@@ -116,7 +115,7 @@ TEST_CASE("mhc composed: mappings match the reference and finite differences, an
     // f32 and bf16 activations: the composed and the fused op agree within f32 rounding.
     for (DType act : {DType::F32, DType::BF16}) {
       const Tensor xa = x.to(act), w32 = w.to(DType::F32), a32 = alpha.to(DType::F32), b32 = bias.to(DType::F32);
-      const Maps c = mappings(composed(), xa, w32, a32, b32, o), f = mappings(fused(), xa, w32, a32, b32, o);
+      const Maps c = mappings(false, xa, w32, a32, b32, o), f = mappings(true, xa, w32, a32, b32, o);
       CHECK(max_diff(c.pre, f.pre) < 1e-6);
       CHECK(max_diff(c.post, f.post) < 1e-6);
       CHECK(max_diff(c.res, f.res) < 1e-5);
@@ -125,8 +124,8 @@ TEST_CASE("mhc composed: mappings match the reference and finite differences, an
       Tensor gwc = Tensor::zeros(w.shape(), DType::F32), gwf = Tensor::zeros(w.shape(), DType::F32);
       Tensor gac = Tensor::zeros({3}, DType::F32), gaf = Tensor::zeros({3}, DType::F32);
       Tensor gbc = Tensor::zeros({m}, DType::F32), gbf = Tensor::zeros({m}, DType::F32);
-      composed().mappings_backward(xa, w32, a32, b32, c.proj, c.rinv, o, r132, r232, r332, gxc, gwc, gac, gbc);
-      fused().mappings_backward(xa, w32, a32, b32, f.proj, f.rinv, o, r132, r232, r332, gxf, gwf, gaf, gbf);
+      mhc_composed::mhc_mappings_backward(xa, w32, a32, b32, c.proj, c.rinv, o, r132, r232, r332, gxc, gwc, gac, gbc);
+      mhc_mappings_backward(xa, w32, a32, b32, f.proj, f.rinv, o, r132, r232, r332, gxf, gwf, gaf, gbf);
       CHECK(max_diff(gxc, gxf) < 1e-5);
       CHECK(max_diff(gwc, gwf) < 1e-5);
       CHECK(max_diff(gac, gaf) < 1e-4);
@@ -142,33 +141,33 @@ TEST_CASE("mhc composed: aggregation and merge match the reference and finite di
   Tensor hr = random_tensor({T, n, n}, 53, 0.0, 0.7), hq = random_tensor({T, n}, 54, 0.0, 2.0);
   Tensor y = random_tensor({T, C}, 55), b = random_tensor({C}, 56), ps = random_tensor({T, n * C}, 57, 0.0, 2.0);
   Tensor agg = zeros64({T, C}), out = zeros64({T, n * C});
-  composed().aggregate_forward(x, hp, false, agg);
+  mhc_composed::mhc_aggregate_forward(x, hp, false, agg);
   CHECK(max_diff(agg, ref::aggregate(x.to_vector(), hp.to_vector(), T, n, C)) < 1e-14);
   const Tensor Ra = random_tensor({T, C}, 58);
   auto agg_loss = [&] {
-    composed().aggregate_forward(x, hp, false, agg);
+    mhc_composed::mhc_aggregate_forward(x, hp, false, agg);
     return test::dot(agg, Ra);
   };
   Tensor gx = zeros64(x.shape()), ghp = zeros64(hp.shape());
-  composed().aggregate_backward(x, hp, false, Ra, gx, ghp);
+  mhc_composed::mhc_aggregate_backward(x, hp, false, Ra, gx, ghp);
   check_gradient("aggregate g_x", gx, numeric_gradient(x, agg_loss), 1e-8);
   check_gradient("aggregate g_h_pre", ghp, numeric_gradient(hp, agg_loss), 1e-8);
   for (bool scaled : {false, true})
     for (bool with_bias : {false, true}) {
       INFO("dropout scale " << scaled << ", bias " << with_bias);
       const Tensor s = scaled ? ps : Tensor(), bb = with_bias ? b : Tensor();
-      composed().merge_forward(x, hr, hq, y, bb, s, false, out);
+      mhc_composed::mhc_merge_forward(x, hr, hq, y, bb, s, false, out);
       const std::vector<double> bias_v = with_bias ? b.to_vector() : std::vector<double>(C, 0.0);
       CHECK(max_diff(out, ref::merge(x.to_vector(), hr.to_vector(), hq.to_vector(), y.to_vector(), bias_v,
                                      scaled ? ps.to_vector() : std::vector<double>{}, T, n, C)) < 1e-14);
       const Tensor R = random_tensor({T, n * C}, 59);
       auto loss = [&] {
-        composed().merge_forward(x, hr, hq, y, bb, s, false, out);
+        mhc_composed::mhc_merge_forward(x, hr, hq, y, bb, s, false, out);
         return test::dot(out, R);
       };
       Tensor gx2 = zeros64(x.shape()), ghr = zeros64(hr.shape()), ghq = zeros64(hq.shape()), gy = zeros64(y.shape());
       Tensor gb = with_bias ? zeros64(b.shape()) : Tensor();
-      composed().merge_backward(x, hr, hq, y, bb, s, false, R, gx2, ghr, ghq, gy, gb);
+      mhc_composed::mhc_merge_backward(x, hr, hq, y, bb, s, false, R, gx2, ghr, ghq, gy, gb);
       check_gradient("merge g_x", gx2, numeric_gradient(x, loss), 1e-8);
       check_gradient("merge g_h_res", ghr, numeric_gradient(hr, loss), 1e-8);
       check_gradient("merge g_h_post", ghq, numeric_gradient(hq, loss), 1e-8);
@@ -188,17 +187,17 @@ TEST_CASE("mhc composed: bf16 aggregation and merge agree with the fused ops in 
   for (bool keep : {false, true}) {
     INFO("keep_fp32 " << keep);
     Tensor a1 = Tensor::empty({T, C}, DType::BF16), a2 = Tensor::empty({T, C}, DType::BF16);
-    composed().aggregate_forward(xb, hp, keep, a1);
-    fused().aggregate_forward(xb, hp, keep, a2);
+    mhc_composed::mhc_aggregate_forward(xb, hp, keep, a1);
+    mhc_aggregate_forward(xb, hp, keep, a2);
     CHECK(max_diff(a1, a2) <= 1.0 / 64);  // one bf16 step at |agg| < 4
     Tensor o1 = Tensor::empty({T, n * C}, DType::BF16), o2 = Tensor::empty({T, n * C}, DType::BF16);
-    composed().merge_forward(xb, hr, hq, y, b, ps, keep, o1);
-    fused().merge_forward(xb, hr, hq, y, b, ps, keep, o2);
+    mhc_composed::mhc_merge_forward(xb, hr, hq, y, b, ps, keep, o1);
+    mhc_merge_forward(xb, hr, hq, y, b, ps, keep, o2);
     CHECK(max_diff(o1, o2) <= 3.0 / 64);  // the composed merge rounds three times
     Tensor gx1 = Tensor::zeros(xb.shape(), DType::F32), gx2 = Tensor::zeros(xb.shape(), DType::F32);
     Tensor gh1 = Tensor::empty({T, n}, DType::F32), gh2 = Tensor::empty({T, n}, DType::F32);
-    composed().aggregate_backward(xb, hp, keep, ga, gx1, gh1);
-    fused().aggregate_backward(xb, hp, keep, ga, gx2, gh2);
+    mhc_composed::mhc_aggregate_backward(xb, hp, keep, ga, gx1, gh1);
+    mhc_aggregate_backward(xb, hp, keep, ga, gx2, gh2);
     CHECK(max_diff(gx1, gx2) < 1e-6);
     CHECK(rel_diff(gh1, gh2) <= 1.0 / 128);  // one bf16 step when rounded
     Tensor gxm1 = Tensor::zeros(xb.shape(), DType::F32), gxm2 = Tensor::zeros(xb.shape(), DType::F32);
@@ -206,8 +205,8 @@ TEST_CASE("mhc composed: bf16 aggregation and merge agree with the fused ops in 
     Tensor ghq1 = Tensor::empty({T, n}, DType::F32), ghq2 = Tensor::empty({T, n}, DType::F32);
     Tensor gy1 = Tensor::empty({T, C}, DType::BF16), gy2 = Tensor::empty({T, C}, DType::BF16);
     Tensor gb1 = Tensor::zeros({C}, DType::F32), gb2 = Tensor::zeros({C}, DType::F32);
-    composed().merge_backward(xb, hr, hq, y, b, ps, keep, gm, gxm1, ghr1, ghq1, gy1, gb1);
-    fused().merge_backward(xb, hr, hq, y, b, ps, keep, gm, gxm2, ghr2, ghq2, gy2, gb2);
+    mhc_composed::mhc_merge_backward(xb, hr, hq, y, b, ps, keep, gm, gxm1, ghr1, ghq1, gy1, gb1);
+    mhc_merge_backward(xb, hr, hq, y, b, ps, keep, gm, gxm2, ghr2, ghq2, gy2, gb2);
     CHECK(max_diff(gxm1, gxm2) < 1e-5);
     CHECK(rel_diff(ghr1, ghr2) <= 1.0 / 128);
     CHECK(rel_diff(ghq1, ghq2) <= 1.0 / 128);
@@ -290,14 +289,14 @@ TEST_CASE("mhc composed: use_fused_mhc changes the kernels, not the model (GPT, 
 TEST_CASE("mhc composed: bad arguments get the fused ops' errors (op and tensor named)", "[mhc][mhc_composed]") {
   const Tensor x = Tensor::zeros({2, 6}, DType::F32);
   Tensor out = Tensor::empty({2, 3}, DType::F32);
-  CHECK_THROWS_WITH(composed().aggregate_forward(x, Tensor::zeros({2, 2}, DType::BF16), true, out),
+  CHECK_THROWS_WITH(mhc_composed::mhc_aggregate_forward(x, Tensor::zeros({2, 2}, DType::BF16), true, out),
                     Catch::Contains("mhc_aggregate_forward") && Catch::Contains("h_pre"));
   const Tensor hp = Tensor::zeros({2, 2}, DType::F32), hr = Tensor::zeros({2, 2, 2}, DType::F32);
-  CHECK_THROWS_WITH(composed().merge_forward(x, hr, hp, Tensor::zeros({2, 4}, DType::F32), Tensor(), Tensor(), true,
+  CHECK_THROWS_WITH(mhc_composed::mhc_merge_forward(x, hr, hp, Tensor::zeros({2, 4}, DType::F32), Tensor(), Tensor(), true,
                                              Tensor::empty({2, 6}, DType::F32)),
                     Catch::Contains("mhc_merge_forward") && Catch::Contains("y"));
   const MhcMappingOptions o{2, false, kMhcNormEps};
-  CHECK_THROWS_WITH(mappings(composed(), x, Tensor::zeros({8, 5}, DType::F32), Tensor::zeros({3}, DType::F32),
+  CHECK_THROWS_WITH(mappings(false, x, Tensor::zeros({8, 5}, DType::F32), Tensor::zeros({3}, DType::F32),
                              Tensor::zeros({8}, DType::F32), o),
                     Catch::Contains("mhc_mappings_forward") && Catch::Contains("w"));
 }
@@ -313,7 +312,7 @@ TEST_CASE("mhc composed: the dropout scale is applied in f32 and rounded once (b
   for (size_t i = 0; i < s.size(); ++i) s[i] = i % 3 == 0 ? 0.0 : static_cast<double>(1.0f / 0.9f);
   const Tensor ps = Tensor::from_vector(s, Shape{T, n * C}, DType::F64).to(DType::F32);
   Tensor out = Tensor::empty({T, n * C}, DType::BF16);
-  composed().merge_forward(x, hr, hq, y, Tensor(), ps, false, out);
+  mhc_composed::mhc_merge_forward(x, hr, hq, y, Tensor(), ps, false, out);
   const std::vector<double> got = out.to_vector(), h = hq.to(DType::BF16).to_vector(), yv = y.to_vector();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < n; ++j)
