@@ -41,10 +41,6 @@ struct LanguageModelShell::Context : ForwardContext {
 };
 
 namespace {
-ModelConfig finalized(ModelConfig cfg) {
-  finalize_model_config(cfg);
-  return cfg;
-}
 DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 // labels [b, s] i64 (any device) -> [s·b] on `device`, row (t, b) = labels[b, t], each checked
@@ -70,9 +66,9 @@ void roll_left(std::vector<T>& x, int64_t b, int64_t s, T fill) {
 }
 }  // namespace
 
-LanguageModelShell::LanguageModelShell(const ModelConfig& cfg_in, const LanguageModelOptions& options,
+LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const LanguageModelOptions& options,
                                        const ParallelGroups& groups, const LanguageModelParts& parts)
-    : cfg_(finalized(cfg_in)), opt_(options), groups_(groups), aux_loss_names_(parts.aux_loss_names) {
+    : cfg_(cfg_in), opt_(options), groups_(groups), aux_loss_names_(parts.aux_loss_names) {
   STRATA_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F64,
                "language model: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
   STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,

@@ -50,7 +50,7 @@ struct LanguageModelOptions {
 // the auxiliary losses its layers add through the loss channel (the whole model's, from the
 // config: e.g. MoE's load_balancing_loss), logged after "lm loss".
 struct LanguageModelParts {
-  std::function<std::unique_ptr<Block>(const ModelConfig& cfg, const layers::LayerEnv& env,
+  std::function<std::unique_ptr<Block>(const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
                                        const ParallelGroups& groups, int64_t first, int64_t count)>
       make_block;
   std::string final_norm_prefix = "decoder.final_layernorm";
@@ -64,8 +64,8 @@ struct LanguageModelParts {
 
 class LanguageModelShell : public LanguageModel {
  public:
-  // cfg: a model section (finalized here; vocab_size must be set).
-  LanguageModelShell(const ModelConfig& cfg, const LanguageModelOptions& options, const ParallelGroups& groups,
+  // cfg: a resolved model section (vocab_size must be set).
+  LanguageModelShell(const ResolvedModelConfig& cfg, const LanguageModelOptions& options, const ParallelGroups& groups,
                      const LanguageModelParts& parts);
   ~LanguageModelShell() override;
 
@@ -103,7 +103,7 @@ class LanguageModelShell : public LanguageModel {
   // A KV cache for generation (make_inference_cache under the name generation used first).
   InferenceCache make_kv_cache(int64_t batch, int64_t max_seq) const { return make_inference_cache(batch, max_seq); }
 
-  const ModelConfig& config() const { return cfg_; }
+  const ResolvedModelConfig& config() const { return cfg_; }
   const LanguageModelOptions& options() const { return opt_; }
   int64_t padded_vocab() const { return padded_vocab_; }
   // First global vocabulary row of this rank's output-layer / embedding shard (0 without TP).
@@ -151,7 +151,7 @@ class LanguageModelShell : public LanguageModel {
   Tensor output_logits(const Tensor& hidden, bool reuse_buffer = false);
   void report_grads(Context& ctx, std::vector<Parameter*> ps) const;
 
-  ModelConfig cfg_;
+  ResolvedModelConfig cfg_;
   LanguageModelOptions opt_;
   ParallelGroups groups_;
   std::vector<std::string> aux_loss_names_;

@@ -17,14 +17,14 @@ struct ModelConfig;
 void add_mhc_fields(config::SectionFields<ModelConfig>& f);
 // The cross-field rules (use_fused_mhc needs mHC and excludes the precision flags; the 'mhc'
 // recompute module rule below), then — until the layers are wired — the error for
-// enable_hyper_connections: true. Called by finalize_model_config(); ConfigError naming the field.
+// enable_hyper_connections: true. Part of ResolvedModelConfig's resolution; ConfigError naming the field.
 void finalize_mhc_config(const ModelConfig& m);
 // The rule for 'mhc' in model.recompute_modules under selective recompute: it needs
 // model.enable_hyper_connections and cannot be combined with 'mlp' (Megatron dev). Nothing when the
 // list has no 'mhc' or the granularity is not selective.
 void check_mhc_recompute_modules(const ModelConfig& m);
 
-// What the mHC module of one site needs from the config (valid after finalize_model_config()).
+// What the mHC module of one site needs from the config (of a resolved section).
 struct MhcOptions {
   int64_t streams = 4;
   int64_t sinkhorn_iterations = 20;

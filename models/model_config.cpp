@@ -125,7 +125,7 @@ namespace {
 // The hybrid pattern's rules that need only the model section: the deprecated alias, the symbols,
 // num_layers derived from the pattern (Megatron ignores a conflicting --num-layers with a warning;
 // so does Strata), E layers needing num_experts, moe_layer_freq unused.
-void finalize_hybrid_pattern(ModelConfig& m) {
+hybrid::HybridPattern resolve_hybrid_pattern(ModelConfig& m) {
   if (m.hybrid_override_pattern) {
     if (m.hybrid_layer_pattern)
       throw ConfigError("model.hybrid_override_pattern",
@@ -134,11 +134,8 @@ void finalize_hybrid_pattern(ModelConfig& m) {
     m.hybrid_layer_pattern = std::move(m.hybrid_override_pattern);
     m.hybrid_override_pattern.reset();
   }
-  m.parsed_hybrid_pattern = hybrid::HybridPattern{};
-  m.parsed_from = m.hybrid_layer_pattern;
-  if (!m.hybrid_layer_pattern) return;
-  const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern);  // the one parse
-  m.parsed_hybrid_pattern = p;
+  if (!m.hybrid_layer_pattern) return {};
+  hybrid::HybridPattern p = hybrid::parse_hybrid_pattern(*m.hybrid_layer_pattern);  // the one parse
   hybrid::check_hybrid_pattern_supported(p, *m.hybrid_layer_pattern);
   if (m.num_layers != p.num_layers()) {
     if (m.num_layers != ModelConfig{}.num_layers)
@@ -159,6 +156,7 @@ void finalize_hybrid_pattern(ModelConfig& m) {
   if (m.moe_layer_freq != ModelConfig{}.moe_layer_freq)
     throw ConfigError("model.moe_layer_freq", "is not used with model.hybrid_layer_pattern (its 'E' symbols place "
                                               "the MoE layers); leave it at its default");
+  return p;
 }
 }  // namespace
 
@@ -213,9 +211,9 @@ void check_model_sizes(const ModelConfig& m) {
   bounded_product("the model's weights", {{"model.num_layers", total}});
 }
 
-void finalize_model_config(ModelConfig& m) {
-  finalize_hybrid_pattern(m);
-  // Derived defaults (Megatron's validate_args).
+namespace {
+// Megatron's validate_args defaults that follow from other fields.
+void resolve_derived_defaults(ModelConfig& m) {
   if (!m.ffn_hidden_size) {
     int64_t ffn = default_ffn_hidden_size(m.hidden_size, m.swiglu);
     if (ffn <= 0)
@@ -241,8 +239,10 @@ void finalize_model_config(ModelConfig& m) {
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
   if (!m.max_position_embeddings) m.max_position_embeddings = m.seq_length;
+}
 
-  // Rules within the section.
+// The rules within the section that the derived defaults make checkable.
+void check_section_rules(const ModelConfig& m) {
   if (m.num_attention_heads % *m.num_query_groups != 0)
     throw ConfigError("model.num_attention_heads", std::to_string(m.num_attention_heads) +
                                                        " is not divisible by model.num_query_groups (" +
@@ -263,21 +263,23 @@ void finalize_model_config(ModelConfig& m) {
   if (m.apply_residual_connection_post_layernorm)
     throw ConfigError("model.apply_residual_connection_post_layernorm",
                       "true is not supported yet (Strata builds pre-norm GPT layers only)");
+}
+}  // namespace
+
+ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ModelConfig(raw) {
+  ModelConfig& m = *this;  // the fields, their null defaults filled in below
+  pattern_ = resolve_hybrid_pattern(m);
+  resolve_derived_defaults(m);
+  check_section_rules(m);
   check_model_sizes(m);
-  finalize_moe_config(m);
+  moe_layer_map_ = finalize_moe_config(m);
   if (m.is_hybrid() && m.num_experts)  // the MoE layers are the pattern's E symbols
-    m.moe_layer_map = hybrid::hybrid_moe_layer_map(m.hybrid_pattern());
+    moe_layer_map_ = hybrid::hybrid_moe_layer_map(pattern_);
   finalize_mtp_config(m);
   finalize_mhc_config(m);
   finalize_recompute_config(m);
 }
 
-const hybrid::HybridPattern& ModelConfig::hybrid_pattern() const {
-  STRATA_INTERNAL_ASSERT(parsed_hybrid_pattern.has_value() && parsed_from == hybrid_layer_pattern,
-                         "ModelConfig::hybrid_pattern() read before finalize_model_config() or after "
-                         "model.hybrid_layer_pattern changed");
-  return *parsed_hybrid_pattern;
-}
 
 const std::vector<std::string>& architecture_field_names() {
   static const std::vector<std::string> names = {

@@ -6,7 +6,10 @@
 // (_add_network_size_args, validate_args: ffn_hidden_size, kv_channels and query-group rules),
 // megatron/training/tokenizer/tokenizer.py (_vocab_size_with_padding).
 // Field names are Megatron's. The default of each field is its member initializer; std::optional
-// members are Megatron's `None` defaults, resolved by finalize_model_config().
+// members are Megatron's `None` defaults. Two types: ModelConfig is the section as written (YAML,
+// flags, HF import); ResolvedModelConfig is one resolved once (the defaults derived, the hybrid
+// pattern parsed, the MoE layer map, every rule of the section checked), which models/, the
+// planner and the exports take.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -138,53 +141,56 @@ struct ModelConfig {
   bool distribute_saved_activations = false;
   bool moe_layer_recompute = false;  // deprecated: selective + moe
 
-  // Resolved by finalize_moe_config() from moe_layer_freq (not a config field): 1 = MoE layer.
-  std::vector<int64_t> moe_layer_map;
-
   // ---- hybrid models (models/hybrid/hybrid_pattern.h; Megatron's --hybrid-layer-pattern) ----
   std::optional<std::string> hybrid_layer_pattern;     // null → a GPT model; set: num_layers from it
   std::optional<std::string> hybrid_override_pattern;  // deprecated alias of hybrid_layer_pattern
 
   // Extension points (declare the member here, bind it in model_config_fields(), check it in
-  // finalize_model_config()): mHC (mhc_*), MTP (mtp_num_layers, mtp_loss_scaling_factor),
+  // ResolvedModelConfig's resolution): mHC (mhc_*), MTP (mtp_num_layers, mtp_loss_scaling_factor),
   // recompute: see the recompute members above.
 
-  // Resolved values; valid after finalize_model_config() (an internal error before).
-  int64_t ffn() const { return resolved(ffn_hidden_size); }
-  int64_t query_groups() const { return resolved(num_query_groups); }
-  int64_t head_dim() const { return resolved(kv_channels); }
-  int64_t max_positions() const { return resolved(max_position_embeddings); }
-
-  // A hybrid model (model.hybrid_layer_pattern set; after finalize_model_config() the alias is resolved).
-  bool is_hybrid() const { return hybrid_layer_pattern.has_value(); }
-  // The parsed hybrid_layer_pattern: finalize_model_config() parses it once (an internal error
-  // before, or when the pattern changed since; a GPT model's is empty).
-  const hybrid::HybridPattern& hybrid_pattern() const;
+  // What the fields alone say (no resolution needed).
+  bool is_hybrid() const { return hybrid_layer_pattern.has_value() || hybrid_override_pattern.has_value(); }
+  bool is_moe() const { return num_experts.has_value(); }
+  int64_t mtp_depths() const { return mtp_num_layers.value_or(0); }  // MTP depths D (0 without MTP)
   // The std of the output projections (linear_proj, linear_fc2, the experts' fc2, Mamba out_proj):
   // init_method_std / sqrt(multiplier · num_layers), multiplier 2.0 for GPT and 1.0 for hybrid
   // models (Megatron TransformerConfig: is_hybrid_model).
   double output_layer_init_std() const;
-
-  // MoE (valid after finalize_model_config()).
-  bool is_moe() const { return num_experts.has_value(); }
-  // Whether layer `layer` (0-based, over the whole model) has an MoE MLP: false for a dense model.
-  bool is_moe_layer(int64_t layer) const;
-  // The experts' FFN size: moe_ffn_hidden_size, which defaults to ffn_hidden_size.
-  int64_t moe_ffn() const { return resolved(moe_ffn_hidden_size); }
   // The active load-balancing losses (type not `none`, coefficient > 0), in the configured order.
   std::vector<MoeLoadBalancingLoss> moe_load_balancing_losses() const;
-  // MTP depths D (0 without MTP).
-  int64_t mtp_depths() const { return mtp_num_layers.value_or(0); }
 
-  // Set by finalize_model_config() (hybrid_pattern() reads it).
-  std::optional<hybrid::HybridPattern> parsed_hybrid_pattern;
-  std::optional<std::string> parsed_from;  // the hybrid_layer_pattern it was parsed from
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// A model section resolved once, at construction from the section as written: Megatron's derived
+// defaults filled in (ffn_hidden_size, num_query_groups, kv_channels, max_position_embeddings,
+// moe_ffn_hidden_size; the hybrid alias resolved and num_layers taken from the pattern), the hybrid
+// pattern parsed, the MoE layer map, and every rule that needs only the model section checked
+// (config::ConfigError naming the field). Rules that involve the parallel layout (heads % tp,
+// experts % ep …) are StrataConfig::validate's. Its fields are read, not written: a changed
+// section is resolved anew (a copy with a field switched off for an inner module is the exception
+// the model code makes, e.g. an mHC site's wrapped layer).
+class ResolvedModelConfig : public ModelConfig {
+ public:
+  explicit ResolvedModelConfig(const ModelConfig& raw);
+
+  int64_t ffn() const { return *ffn_hidden_size; }
+  int64_t query_groups() const { return *num_query_groups; }
+  int64_t head_dim() const { return *kv_channels; }
+  int64_t max_positions() const { return *max_position_embeddings; }
+  // The experts' FFN size: moe_ffn_hidden_size, which defaults to ffn_hidden_size (0: dense).
+  int64_t moe_ffn() const { return moe_ffn_hidden_size.value_or(0); }
+  // The parsed hybrid_layer_pattern (a GPT model's is empty).
+  const hybrid::HybridPattern& hybrid_pattern() const { return pattern_; }
+  // Whether layer `layer` (0-based, over the whole model) has an MoE MLP: false for a dense model.
+  bool is_moe_layer(int64_t layer) const;
+  // 1 where a layer has an MoE MLP (moe_layer_freq, or a hybrid pattern's E symbols); empty: dense.
+  const std::vector<int64_t>& moe_layer_map() const { return moe_layer_map_; }
 
  private:
-  static int64_t resolved(const std::optional<int64_t>& v) {
-    STRATA_INTERNAL_ASSERT(v.has_value(), "ModelConfig read before finalize_model_config()");
-    return *v;
-  }
+  hybrid::HybridPattern pattern_;
+  std::vector<int64_t> moe_layer_map_;
 };
 
 // The `model` section's fields (names, docs, validators) for the config table.
@@ -197,12 +203,7 @@ int64_t default_ffn_hidden_size(int64_t hidden_size, bool swiglu);
 // make_vocab_size_divisible_by × tensor_model_parallel_size.
 int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_by, int64_t tensor_model_parallel_size);
 
-// Resolves the null defaults (ffn_hidden_size, num_query_groups, kv_channels,
-// max_position_embeddings, moe_ffn_hidden_size, the MoE layer map) and checks the rules that need
-// only the model section. Pure; throws config::ConfigError naming the field. Idempotent. Rules that
-// involve the parallel layout (heads % tp, experts % ep …) are checked by StrataConfig::validate.
-void finalize_model_config(ModelConfig& m);
-// Part of finalize: every tensor's element count and the model's total within 2^48, each product
+// Part of the resolution: every tensor's element count and the model's total within 2^48, each product
 // computed overflow-safe; a ConfigError naming the field that makes one too large.
 void check_model_sizes(const ModelConfig& m);
 

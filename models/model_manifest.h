@@ -1,8 +1,10 @@
-// The resolved description of a built model, derived from its finalized config: the layers in
-// order (decoder, then the MTP depths' inner layers) and the observation sites each emits
-// (core/observe.h), so that the tensor dumper and the metric checks read the model's sites from
-// one place. tests/unit/test_model_manifest.cpp checks a real forward and backward of every model
-// family emits exactly these sites.
+// The resolved description of a built model, derived from its resolved config: the layers in
+// order (decoder, then the MTP depths' inner layers), the observation sites each emits
+// (core/observe.h), the named losses and the parameters, so that the tensor dumper, the metric
+// checks, the loss channel and the planner read the model from one place.
+// tests/unit/test_model_manifest.cpp checks a real forward and backward of every model family
+// emits exactly these sites; test_manifest_parameters.cpp that every rank of every layout builds
+// exactly these parameters.
 // Reference: megatron/core/tensor_observation.py (owners and names), transformer_block.py,
 // models/hybrid/hybrid_block.py, transformer/multi_token_prediction.py (module paths).
 // Details (every site kind, shapes and dims): docs/observation.md.
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "core/observe.h"
+#include "core/shape.h"
 #include "models/model_config.h"
 #include "parallel/parallel_config.h"
 
@@ -37,6 +40,21 @@ struct ManifestLayer {
   int64_t stage = 0, chunk = 0;
 };
 
+// One parameter: its canonical name (core/parameter.h) and global shape (the vocabulary rows padded
+// at the layout's tp), how tensor and expert parallelism split it, and where it is built.
+struct ManifestParameter {
+  std::string name;
+  Shape shape;
+  bool tensor_parallel = false;  // split over tp when tp > 1 (an expert's weight: over the expert tp group)
+  int64_t expert = -1;           // an expert's weight: its global id; the ep rank holding it builds it
+  bool f32 = false;              // kept in f32 whatever the compute dtype (mHC, Mamba's A_log and D)
+  bool shared_copy = false;      // a last-stage copy of the word embeddings (Parameter::shared_copy)
+  int64_t layer = -1;            // index into ModelManifest::layers; -1: embedding, stack exit, MTP module
+  int64_t stage = 0, chunk = 0;  // the pipeline stage and model chunk that build it
+  // The elements one rank holds: the shard when split over tp (experts: etp) ranks.
+  int64_t local_elements(int64_t tp, int64_t etp) const;
+};
+
 // The decoder layers of one model chunk: global numbers [first, first + count).
 struct ChunkLayers {
   int64_t first = 0, count = 0;
@@ -50,9 +68,13 @@ struct ModelManifest {
   // The named losses, as the log line, JSONL, TensorBoard and the golden values show them:
   // "lm loss", the MTP depths' "mtp_<k> loss", then the MoE router losses.
   std::vector<std::string> losses;
+  // Every parameter, each once (with a pipeline layout: each shared copy too, on its stage): each
+  // layer's, then the embedding, stack exit and MTP modules' own. Empty while model.vocab_size is
+  // unset (the tokenizer not yet resolved).
+  std::vector<ManifestParameter> parameters;
 };
 
-// The manifest of a finalized model config (finalize_model_config has run). Sites per layer
+// The manifest of a resolved model section. Sites per layer
 // (owner "decoder.layers.N" or an MTP inner layer's module path):
 //   every layer          residual_accumulator, residual_contribution
 //   attention (GPT, `*`) <attention owner>.self_attention.attention_logit_max
@@ -64,11 +86,15 @@ struct ModelManifest {
 //                        and mlp_hyper_connection; hybrid: hyper_connection (layer under inner_layer)
 // and once per model: output_layer.output_logits and output_layer.mtp_logits.<k>, k = 0..D−1
 // (Megatron's process_mtp_loss numbers the MTP logit sites from 0; the losses stay mtp_1 .. mtp_D).
-ModelManifest build_model_manifest(const ModelConfig& m);
+// Parameters at tp = 1, on one stage.
+ModelManifest build_model_manifest(const ResolvedModelConfig& m);
 // The same with each layer's stage and chunk under `parallel` (validated, the hybrid pattern's `|`
 // segments applied): parallel/pipeline_layout.h's split, or the hybrid segments; the MTP layers on
-// the last stage's last chunk, with the output layer.
-ModelManifest build_model_manifest(const ModelConfig& m, const ParallelConfig& parallel);
+// the last stage's last chunk, with the output layer. Parameters: the vocabulary padded at the
+// layout's tp; the embedding on stage 0's first chunk, the stack exit and MTP modules with the
+// output layer; with pp > 1 the last stage also builds a copy of the word embeddings when they are
+// tied to the output layer, or (untied) for the MTP depths' lookups.
+ModelManifest build_model_manifest(const ResolvedModelConfig& m, const ParallelConfig& parallel);
 
 // The module path of MTP module k's inner layer (0-based k), Megatron's MultiTokenPredictionLayer
 // submodule: "mtp.layers.<k>.mtp_model_layer" (GPT: the layer itself; hybrid: a stack whose layers

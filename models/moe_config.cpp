@@ -336,12 +336,10 @@ std::vector<int64_t> resolve_moe_layer_freq(const std::vector<std::string>& valu
   return map;
 }
 
-bool ModelConfig::is_moe_layer(int64_t layer) const {
+bool ResolvedModelConfig::is_moe_layer(int64_t layer) const {
   if (!num_experts) return false;
-  STRATA_INTERNAL_ASSERT(static_cast<int64_t>(moe_layer_map.size()) == num_layers,
-                         "ModelConfig read before finalize_model_config()");
   STRATA_INTERNAL_ASSERT(layer >= 0 && layer < num_layers, "layer ", layer, " out of range");
-  return moe_layer_map[static_cast<size_t>(layer)] == 1;
+  return moe_layer_map_[static_cast<size_t>(layer)] == 1;
 }
 
 std::vector<MoeLoadBalancingLoss> ModelConfig::moe_load_balancing_losses() const {

@@ -15,6 +15,7 @@
 namespace strata {
 
 struct ModelConfig;
+class ResolvedModelConfig;
 struct ParallelConfig;
 
 enum class MoeScoreFunction { Softmax, Sigmoid, SqrtSoftplus };
@@ -67,15 +68,16 @@ std::vector<int64_t> resolve_moe_layer_freq(const std::vector<std::string>& valu
 // Adds the MoE fields (num_experts, moe_*) to the model section's table.
 void add_moe_fields(config::SectionFields<ModelConfig>& f);
 
-// Resolves moe_ffn_hidden_size and the per-layer MoE map, and checks Megatron's MoE rules that need
-// only the model section (router, load balancing, capacity, shared experts, MoE fields set on a
-// dense model). Called by finalize_model_config(); throws config::ConfigError naming the fields.
-void finalize_moe_config(ModelConfig& m);
+// Resolves moe_ffn_hidden_size (after ffn_hidden_size) and returns the per-layer MoE map (empty for
+// a dense model), and checks Megatron's MoE rules that need only the model section (router, load
+// balancing, capacity, shared experts, MoE fields set on a dense model). Part of
+// ResolvedModelConfig's resolution; throws config::ConfigError naming the fields.
+std::vector<int64_t> finalize_moe_config(ModelConfig& m);
 
 // The MoE rules that involve the parallel layout (experts over ep, expert FFN over etp, bias with
-// etp, sequence parallelism with tp, ep/etp on a dense model). Needs finalized sections. It does
+// etp, sequence parallelism with tp, ep/etp on a dense model), on a resolved section. It does
 // NOT refuse MoE itself: that is check_moe_supported() in training/config/config.cpp while the layer is
 // missing.
-void validate_moe_layout(const ModelConfig& m, const ParallelConfig& p);
+void validate_moe_layout(const ResolvedModelConfig& m, const ParallelConfig& p);
 
 }  // namespace strata

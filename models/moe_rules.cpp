@@ -104,20 +104,20 @@ void check_experts(const ModelConfig& m) {
 
 }  // namespace
 
-void finalize_moe_config(ModelConfig& m) {
+std::vector<int64_t> finalize_moe_config(ModelConfig& m) {
   if (!m.num_experts) {
     check_dense_model(m);
-    m.moe_layer_map.clear();
-    return;
+    return {};
   }
-  if (!m.moe_ffn_hidden_size) m.moe_ffn_hidden_size = m.ffn();
-  m.moe_layer_map = resolve_moe_layer_freq(m.moe_layer_freq, m.num_layers);
+  if (!m.moe_ffn_hidden_size) m.moe_ffn_hidden_size = m.ffn_hidden_size;
+  std::vector<int64_t> map = resolve_moe_layer_freq(m.moe_layer_freq, m.num_layers);
   check_router(m);
   check_load_balancing(m);
   check_experts(m);
+  return map;
 }
 
-void validate_moe_layout(const ModelConfig& m, const ParallelConfig& p) {
+void validate_moe_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
   const int64_t tp = p.tensor_model_parallel_size, ep = p.expert_model_parallel_size;
   const int64_t etp = p.expert_tensor_parallel_size.value_or(tp);
   if (!m.num_experts) {

@@ -51,15 +51,15 @@ void finalize_mtp_config(ModelConfig& m) {
                           "checkpoint, as Megatron-LM requires)");
 }
 
-int64_t mtp_layers_per_depth(const ModelConfig& m) {
+int64_t mtp_layers_per_depth(const ResolvedModelConfig& m) {
   if (!m.mtp_num_layers) return 0;
   if (!m.is_hybrid()) return 1;
   return static_cast<int64_t>(m.hybrid_pattern().mtp.size());
 }
 
-int64_t num_layers_with_mtp(const ModelConfig& m) { return m.num_layers + m.mtp_depths() * mtp_layers_per_depth(m); }
+int64_t num_layers_with_mtp(const ResolvedModelConfig& m) { return m.num_layers + m.mtp_depths() * mtp_layers_per_depth(m); }
 
-int64_t mtp_moe_layers(const ModelConfig& m) {
+int64_t mtp_moe_layers(const ResolvedModelConfig& m) {
   if (!m.mtp_num_layers || !m.is_moe()) return 0;
   int64_t per_depth = 0;
   if (m.is_hybrid()) {

@@ -11,24 +11,25 @@
 namespace strata {
 
 struct ModelConfig;
+class ResolvedModelConfig;
 struct ParallelConfig;
 
 // Adds the mtp_* fields to the model section's table.
 void add_mtp_fields(config::SectionFields<ModelConfig>& f);
 // The rules that need only the model section (position embeddings). Called by
-// finalize_model_config(); throws config::ConfigError naming the field.
+// ResolvedModelConfig's resolution; throws config::ConfigError naming the field.
 void finalize_mtp_config(ModelConfig& m);
 // The rules involving the parallel layout (context parallelism is not supported with MTP).
 void validate_mtp_layout(const ModelConfig& m, const ParallelConfig& p);
 
 // The layers of one MTP depth's inner block: 1 for GPT, the '/' pattern's symbols for a hybrid
-// model (0 without MTP). A finalized config.
-int64_t mtp_layers_per_depth(const ModelConfig& m);
+// model (0 without MTP).
+int64_t mtp_layers_per_depth(const ResolvedModelConfig& m);
 // The layer numbers the model uses: num_layers decoder layers, then D · mtp_layers_per_depth MTP
 // inner layers (depth k's layer j is num_layers + (k−1)·P + j; the repeated layer uses depth 1's).
-int64_t num_layers_with_mtp(const ModelConfig& m);
+int64_t num_layers_with_mtp(const ResolvedModelConfig& m);
 // The MoE layers among the MTP inner layers, counted as Megatron's MoE logging averages them
 // (training.py: the repeated layer counts once).
-int64_t mtp_moe_layers(const ModelConfig& m);
+int64_t mtp_moe_layers(const ResolvedModelConfig& m);
 
 }  // namespace strata

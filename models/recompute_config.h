@@ -31,7 +31,7 @@ const char* to_string(RecomputeGranularity g);
 const char* to_string(RecomputeMethod m);
 
 void add_recompute_fields(config::SectionFields<ModelConfig>& f);
-// Rules within the model section (run by finalize_model_config, after the MoE rules). The
+// Rules within the model section (part of ResolvedModelConfig's resolution, after the MoE rules). The
 // per-stage bound of recompute_num_layers needs the pipeline layout (training/config/config.cpp).
 void finalize_recompute_config(ModelConfig& m);
 

@@ -31,20 +31,20 @@
 namespace strata::training {
 namespace {
 
-// Model FLOPs per token for forward + backward: 6·N (weights multiplied by activations; lookup
-// tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
-// masking not discounted) — the PaLM / Megatron convention for MFU. L counts the layers with
-// attention: every layer of GPT, the `*` layers of a hybrid pattern.
 std::string trimmed(std::string s) {
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
 }
 
+// Model FLOPs per token for forward + backward: 6·N (weights multiplied by activations; lookup
+// tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
+// masking not discounted) — the PaLM / Megatron convention for MFU. L counts the layers with
+// attention: every layer of GPT, the `*` layers of a hybrid pattern.
 double model_flops_per_token(const StrataConfig& cfg, const std::vector<Parameter*>& params) {
   double n = 0;
   for (const Parameter* p : params)
     if (p->counted_in_model_flops) n += static_cast<double>(p->value.numel());
-  const auto& m = cfg.model;
+  const ResolvedModelConfig& m = cfg.resolved_model();
   int64_t attention_layers = m.num_layers;
   if (m.is_hybrid()) {
     const std::string& layers = m.hybrid_pattern().layers;

@@ -190,7 +190,7 @@ Trainer::~Trainer() = default;
 void Trainer::setup_moe_accounting() {
   checkpointed_ = checkpoint_tensors(pipeline_.chunks);  // the parameters, then the routers' expert biases
   if (!cfg_.model.is_moe()) return;
-  moe_ = std::make_unique<MoeAccounting>(pipeline_.chunks, num_layers_with_mtp(cfg_.model), *cfg_.model.num_experts,
+  moe_ = std::make_unique<MoeAccounting>(pipeline_.chunks, num_layers_with_mtp(cfg_.resolved_model()), *cfg_.model.num_experts,
                                          cfg_.parallel.expert_model_parallel_size, options_.groups.tp_dp_cp,
                                          pipeline_.pp);
 }

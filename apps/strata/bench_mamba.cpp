@@ -39,7 +39,7 @@ constexpr int kNoTorch = 77;
 // f32 agreement of ours and the reference (summation orders differ): max |a − b| / max |b|.
 constexpr double kTolerance = 2e-4;
 
-ModelConfig mixer_config(const BenchMambaOptions& o) {
+ResolvedModelConfig mixer_config(const BenchMambaOptions& o) {
   ModelConfig c;
   c.num_layers = 1;
   c.hidden_size = o.hidden;
@@ -50,8 +50,7 @@ ModelConfig mixer_config(const BenchMambaOptions& o) {
   c.mamba_chunk_size = o.chunk;
   c.normalization = Normalization::RMSNorm;
   c.hidden_dropout = 0.0;
-  finalize_model_config(c);
-  return c;
+  return ResolvedModelConfig(c);
 }
 
 Tensor uniform_tensor(const Shape& shape, std::mt19937_64& rng, DType dtype) {
@@ -150,7 +149,7 @@ void check_options(const BenchMambaOptions& o) {
 
 int run_mamba_benchmark(const BenchMambaOptions& o) {
   check_options(o);
-  const ModelConfig cfg = mixer_config(o);  // check_mamba_config names the field on a bad shape
+  const ResolvedModelConfig cfg = mixer_config(o);  // check_mamba_config names the field on a bad shape
   const MambaDims d = mamba_dims(cfg);
   layers::LayerEnv env;
   env.dtype = o.dtype == "f64" ? DType::F64 : DType::F32;

@@ -157,7 +157,7 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o, const std::st
 // The reference models only the GPT-2-style architecture (GeLU or SwiGLU MLPs, dense or MoE) in
 // fp32 without dropout.
 void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOptions& o) {
-  const ModelConfig& m = cfg.model;
+  const ResolvedModelConfig& m = cfg.resolved_model();
   check_moe_reference_applies(cfg);
   STRATA_CHECK(m.normalization == Normalization::LayerNorm && !m.qk_layernorm &&
                    m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute &&
@@ -173,7 +173,7 @@ void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOpti
 }
 
 json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads, const std::string& init_file) {
-  const ModelConfig& m = cfg.model;
+  const ResolvedModelConfig& m = cfg.resolved_model();
   const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
   const std::string script = o.torch_script.empty() ? source_tree_script("gpt_train_torch.py") : o.torch_script;
   std::ostringstream cmd;
@@ -294,7 +294,7 @@ int run_train_benchmark(const BenchTrainOptions& o) {
                "bench train: --reference torch compares one process; run it without mpirun");
   if (o.reference == "torch") check_torch_reference_applies(cfg, o);
   const int threads = omp_get_max_threads();
-  const ModelConfig& m = cfg.model;
+  const ResolvedModelConfig& m = cfg.resolved_model();
   std::printf("bench train: %s, %lld layers, hidden %lld, %lld heads, vocab %lld, seq %lld, batch %lld, %s, "
               "%d threads, %d warm-up + %d timed steps%s\n",
               o.config.c_str(), (long long)m.num_layers, (long long)m.hidden_size, (long long)m.num_attention_heads,

@@ -36,7 +36,7 @@ Tensor stacked(const std::vector<Tensor>& parts) {
 }  // namespace
 
 void check_moe_reference_applies(const StrataConfig& cfg) {
-  const ModelConfig& m = cfg.model;
+  const ResolvedModelConfig& m = cfg.resolved_model();
   if (!m.is_moe()) return;
   refuse(m.moe_router_enable_expert_bias, "model.moe_router_enable_expert_bias", "the expert bias");
   refuse(m.moe_router_group_topk.has_value() && *m.moe_router_group_topk > 0, "model.moe_router_group_topk",
@@ -53,7 +53,7 @@ void check_moe_reference_applies(const StrataConfig& cfg) {
 }
 
 std::string moe_reference_args(const StrataConfig& cfg) {
-  const ModelConfig& m = cfg.model;
+  const ResolvedModelConfig& m = cfg.resolved_model();
   if (!m.is_moe()) return "";
   std::ostringstream a;
   a << " --moe-experts " << *m.num_experts << " --moe-ffn " << m.moe_ffn() << " --moe-topk " << m.moe_router_topk

@@ -21,7 +21,7 @@ layers::TransformerLayerSpec hybrid_transformer_spec(char symbol) {
   return {};
 }
 
-TransformerHybridLayer::TransformerHybridLayer(char symbol, int64_t index, const ModelConfig& cfg,
+TransformerHybridLayer::TransformerHybridLayer(char symbol, int64_t index, const ResolvedModelConfig& cfg,
                                                const layers::LayerEnv& env, const ParallelGroups& groups,
                                                const std::string& name)
     : symbol_(symbol), layer_(index, cfg, env, groups, hybrid_transformer_spec(symbol), name) {}
@@ -89,7 +89,7 @@ Tensor* MambaHybridLayer::kept_input(State& saved) {
   return &sv->layer.mixer.norm.x;
 }
 
-std::unique_ptr<HybridLayer> make_hybrid_layer(char symbol, int64_t index, const ModelConfig& cfg,
+std::unique_ptr<HybridLayer> make_hybrid_layer(char symbol, int64_t index, const ResolvedModelConfig& cfg,
                                                const layers::LayerEnv& env, const ParallelGroups& groups,
                                                const std::string& name) {
   switch (symbol) {

@@ -54,7 +54,7 @@ class HybridLayer {
 // `*`, `-`, `E`: a TransformerLayer from the matching spec.
 class TransformerHybridLayer : public HybridLayer {
  public:
-  TransformerHybridLayer(char symbol, int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env,
+  TransformerHybridLayer(char symbol, int64_t index, const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
                          const ParallelGroups& groups, const std::string& name = {});
   Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
                  std::unique_ptr<State>* saved, bool replay) override;
@@ -77,7 +77,7 @@ class TransformerHybridLayer : public HybridLayer {
 // `M`: the MambaLayer (mixer with its fused pre-norm; recurrent state cache).
 class MambaHybridLayer : public HybridLayer {
  public:
-  MambaHybridLayer(int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+  MambaHybridLayer(int64_t index, const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                    const std::string& name = {})
       : layer_(index, cfg, env, groups, name) {}
   Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
@@ -105,7 +105,7 @@ layers::TransformerLayerSpec hybrid_transformer_spec(char symbol);
 // The layer of `symbol` at global layer `index` (name: its canonical prefix when not
 // "decoder.layers.{index}"). A symbol this build lacks is a ConfigError naming
 // model.hybrid_layer_pattern (config validation refuses it first).
-std::unique_ptr<HybridLayer> make_hybrid_layer(char symbol, int64_t index, const ModelConfig& cfg,
+std::unique_ptr<HybridLayer> make_hybrid_layer(char symbol, int64_t index, const ResolvedModelConfig& cfg,
                                                const layers::LayerEnv& env, const ParallelGroups& groups,
                                                const std::string& name = {});
 

@@ -11,7 +11,7 @@ namespace {
 std::string layer_name(int64_t index, const std::string& name) {
   return name.empty() ? "decoder.layers." + std::to_string(index) : name;
 }
-ModelConfig without_mhc(ModelConfig cfg) {
+ResolvedModelConfig without_mhc(ResolvedModelConfig cfg) {
   cfg.enable_hyper_connections = false;  // the inner layer is the plain one; the wrapper is its site
   return cfg;
 }
@@ -26,7 +26,7 @@ struct HyperConnectionHybridLayer::Saved : HybridLayer::State {
   std::unique_ptr<HybridLayer::State> inner;  // delta path
 };
 
-HyperConnectionHybridLayer::HyperConnectionHybridLayer(char symbol, int64_t index, const ModelConfig& cfg,
+HyperConnectionHybridLayer::HyperConnectionHybridLayer(char symbol, int64_t index, const ResolvedModelConfig& cfg,
                                                        const layers::LayerEnv& env, const ParallelGroups& groups,
                                                        const std::string& name)
     : name_(layer_name(index, name)),

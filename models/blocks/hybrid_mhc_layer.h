@@ -25,7 +25,7 @@ namespace strata {
 
 class HyperConnectionHybridLayer : public HybridLayer {
  public:
-  HyperConnectionHybridLayer(char symbol, int64_t index, const ModelConfig& cfg, const layers::LayerEnv& env,
+  HyperConnectionHybridLayer(char symbol, int64_t index, const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
                              const ParallelGroups& groups, const std::string& name = {});
   Tensor forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache, std::unique_ptr<State>* saved,
                  bool replay) override;

@@ -14,7 +14,7 @@ struct HybridStack::Saved : Block::State {
   std::vector<RecomputeSaved> chunks;  // one per recompute chunk (full recompute)
 };
 
-HybridStack::HybridStack(int64_t first_layer, const std::string& symbols, const ModelConfig& cfg,
+HybridStack::HybridStack(int64_t first_layer, const std::string& symbols, const ResolvedModelConfig& cfg,
                          const layers::LayerEnv& env, const ParallelGroups& groups, const std::string& name_prefix)
     : first_layer_(first_layer),
       symbols_(symbols),

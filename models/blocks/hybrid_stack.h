@@ -26,7 +26,7 @@ class HybridStack : public Block {
   // symbols: one per layer of the stack (global layers first_layer …). name_prefix: when set, local
   // layer j is named name_prefix + j (an MTP depth's nested stack,
   // "mtp.layers.{k}.mtp_model_layer.layers."), else "decoder.layers.{first_layer + j}".
-  HybridStack(int64_t first_layer, const std::string& symbols, const ModelConfig& cfg, const layers::LayerEnv& env,
+  HybridStack(int64_t first_layer, const std::string& symbols, const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
               const ParallelGroups& groups, const std::string& name_prefix = {});
 
   Tensor forward(const Tensor& x, const BlockRun& run, std::unique_ptr<State>* saved) override;

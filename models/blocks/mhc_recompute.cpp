@@ -11,7 +11,7 @@
 
 namespace strata {
 
-MhcRecomputeGroups mhc_recompute_groups(const ModelConfig& cfg, size_t num_layers) {
+MhcRecomputeGroups mhc_recompute_groups(const ResolvedModelConfig& cfg, size_t num_layers) {
   MhcRecomputeGroups g;
   if (!cfg.enable_hyper_connections || cfg.recompute_granularity != RecomputeGranularity::Selective ||
       !recompute_module(cfg, "mhc") || num_layers == 0)

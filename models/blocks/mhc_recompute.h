@@ -32,7 +32,7 @@ struct MhcRecomputeGroups {
 };
 
 // The groups of a block of num_layers local layers under the config.
-MhcRecomputeGroups mhc_recompute_groups(const ModelConfig& cfg, size_t num_layers);
+MhcRecomputeGroups mhc_recompute_groups(const ResolvedModelConfig& cfg, size_t num_layers);
 
 // Before the backward of local layer i: when i closes a group, rebuild the group's dropped
 // tensors. replay(l, x) rebuilds layer l from its input x (undefined: the layer's kept input) and

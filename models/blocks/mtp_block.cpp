@@ -59,8 +59,8 @@ Tensor sum(const Tensor& a, const Tensor& b) {
 }
 
 // The inner blocks' config: full recompute is the MTP block's (one checkpoint per depth).
-ModelConfig inner_config(const ModelConfig& cfg) {
-  ModelConfig c = cfg;
+ResolvedModelConfig inner_config(const ResolvedModelConfig& cfg) {
+  ResolvedModelConfig c = cfg;
   if (c.recompute_granularity == RecomputeGranularity::Full) {
     c.recompute_granularity.reset();
     c.recompute_method.reset();
@@ -70,7 +70,7 @@ ModelConfig inner_config(const ModelConfig& cfg) {
 }
 }  // namespace
 
-MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+MtpBlock::MtpBlock(const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                    const MtpLayerFactory& make_layer)
     : depths_(cfg.mtp_depths()),
       hidden_(cfg.hidden_size),
@@ -89,7 +89,7 @@ MtpBlock::MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const Pa
   if (cfg.recompute_granularity == RecomputeGranularity::Full && !recompute_)
     log::warn("model.recompute_method block: the MTP depths are not recomputed (as in Megatron-LM)");
   const ProcessGroup sp = sp_group(env, groups);
-  const ModelConfig inner = inner_config(cfg);
+  const ResolvedModelConfig inner = inner_config(cfg);
   const int64_t n = repeated_ ? 1 : depths_;
   for (int64_t k = 0; k < n; ++k) {
     const std::string p = "mtp.layers." + std::to_string(k);

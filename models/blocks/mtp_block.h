@@ -26,7 +26,7 @@ namespace strata {
 // HybridStack of the '/' pattern's symbols (post_layer_norm false). Its layers take global layer
 // numbers after the decoder's, num_layers + (k−1)·P + j with P layers per depth. cfg: the model
 // section with full recompute removed (the MTP block checkpoints the depth).
-using MtpLayerFactory = std::function<std::unique_ptr<Block>(const ModelConfig& cfg, const layers::LayerEnv& env,
+using MtpLayerFactory = std::function<std::unique_ptr<Block>(const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
                                                              const ParallelGroups& groups, int64_t module)>;
 
 // Depth k = 1..D (h^0: the decoder output after its final norm; rotary embeddings not rolled):
@@ -45,7 +45,7 @@ class MtpBlock {
     virtual ~State() = default;
   };
   // cfg.mtp_num_layers set; make_layer: the model's inner layer of each module.
-  MtpBlock(const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+  MtpBlock(const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
            const MtpLayerFactory& make_layer);
   ~MtpBlock();
 

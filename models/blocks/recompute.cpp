@@ -11,7 +11,7 @@
 
 namespace strata {
 
-std::vector<RecomputeChunk> full_recompute_chunks(const ModelConfig& cfg, size_t num_layers) {
+std::vector<RecomputeChunk> full_recompute_chunks(const ResolvedModelConfig& cfg, size_t num_layers) {
   std::vector<RecomputeChunk> out;
   if (cfg.recompute_granularity != RecomputeGranularity::Full) return out;
   STRATA_INTERNAL_ASSERT(cfg.recompute_method && cfg.recompute_num_layers && *cfg.recompute_num_layers > 0,

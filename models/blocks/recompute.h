@@ -34,7 +34,7 @@ struct RecomputeChunk {
 
 // The checkpointed chunks of a block of `num_layers` layers under the config (empty: nothing is
 // recomputed, also for selective granularity, which the layers handle themselves).
-std::vector<RecomputeChunk> full_recompute_chunks(const ModelConfig& cfg, size_t num_layers);
+std::vector<RecomputeChunk> full_recompute_chunks(const ResolvedModelConfig& cfg, size_t num_layers);
 
 // What a checkpointed chunk keeps from its forward.
 struct RecomputeSaved {

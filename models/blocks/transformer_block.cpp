@@ -15,7 +15,7 @@ struct TransformerBlock::Saved : Block::State {
 };
 
 TransformerBlock::TransformerBlock(int64_t first_layer, const std::vector<layers::TransformerLayerSpec>& specs,
-                                   const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+                                   const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                                    const std::vector<std::string>& names)
     : first_layer_(first_layer), dtype_(env.dtype), device_(env.device), sequence_parallel_(env.sequence_parallel) {
   STRATA_INTERNAL_ASSERT(names.empty() || names.size() == specs.size(), "TransformerBlock: ", names.size(),

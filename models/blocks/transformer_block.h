@@ -23,7 +23,7 @@ class TransformerBlock : public Block {
  public:
   // specs: one per layer of the block (global layers first_layer …). names: the layers' canonical
   // name prefixes when not "decoder.layers.{i}" (an MTP depth's "mtp.layers.{k}.transformer_layer").
-  TransformerBlock(int64_t first_layer, const std::vector<layers::TransformerLayerSpec>& specs, const ModelConfig& cfg,
+  TransformerBlock(int64_t first_layer, const std::vector<layers::TransformerLayerSpec>& specs, const ResolvedModelConfig& cfg,
                    const layers::LayerEnv& env, const ParallelGroups& groups,
                    const std::vector<std::string>& names = {});
 

@@ -9,12 +9,11 @@
 namespace strata {
 
 namespace {
-LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::TransformerLayerSpec>& specs) {
+LanguageModelParts gpt_parts(const ResolvedModelConfig& cfg, const std::vector<layers::TransformerLayerSpec>& specs) {
   LanguageModelParts parts;
   parts.final_norm_prefix = "decoder.final_layernorm";
-  finalize_model_config(cfg);
   parts.aux_loss_names = layers::moe::moe_loss_names(cfg);  // the MoE layers' router losses
-  parts.make_block = [specs](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+  parts.make_block = [specs](const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                              int64_t first, int64_t count) -> std::unique_ptr<Block> {
     STRATA_CHECK(specs.empty() || static_cast<int64_t>(specs.size()) == cfg.num_layers, "GPTModel: ", specs.size(),
                  " layer specs for model.num_layers ", cfg.num_layers);
@@ -28,7 +27,7 @@ LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::Transfor
   // Megatron get_gpt_mtp_block_spec: the MTP layer takes the decoder's last layer spec; one layer,
   // global number num_layers + k, named mtp.layers.{k}.mtp_model_layer (Megatron's module path; its
   // checkpoints name it transformer_layer: checkpoint_parameter_name, models/parameter_names.h).
-  parts.make_mtp_layer = [specs](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+  parts.make_mtp_layer = [specs](const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                                  int64_t k) -> std::unique_ptr<Block> {
     const int64_t last = cfg.num_layers - 1;
     layers::TransformerLayerSpec spec =
@@ -42,7 +41,10 @@ LanguageModelParts gpt_parts(ModelConfig cfg, const std::vector<layers::Transfor
 }
 }  // namespace
 
-GPTModel::GPTModel(const ModelConfig& cfg, const GPTModelOptions& options, const ParallelGroups& groups)
+GPTModel::GPTModel(const ResolvedModelConfig& cfg, const GPTModelOptions& options, const ParallelGroups& groups)
     : LanguageModelShell(cfg, options, groups, gpt_parts(cfg, options.layer_specs)) {}
+
+GPTModel::GPTModel(const ModelConfig& cfg, const GPTModelOptions& options, const ParallelGroups& groups)
+    : GPTModel(ResolvedModelConfig(cfg), options, groups) {}
 
 }  // namespace strata

@@ -24,7 +24,10 @@ struct GPTModelOptions : LanguageModelOptions {
 
 class GPTModel : public LanguageModelShell {
  public:
-  // From a model section (finalized here; vocab_size must be set) and explicit options.
+  // From a resolved model section (vocab_size must be set) and explicit options; or from a section
+  // as written, resolved here (once, for this model).
+  GPTModel(const ResolvedModelConfig& cfg, const GPTModelOptions& options,
+           const ParallelGroups& groups = ParallelGroups::single_process());
   GPTModel(const ModelConfig& cfg, const GPTModelOptions& options,
            const ParallelGroups& groups = ParallelGroups::single_process());
 

@@ -48,7 +48,7 @@ bool is_llama_like(Family f) { return f != Family::GPT2; }
 namespace {
 
 // The MoE options of a finalized MoE config that family f (Mixtral or Qwen3Moe) cannot express.
-std::string moe_incompatibility(const ModelConfig& m, Family f) {
+std::string moe_incompatibility(const ResolvedModelConfig& m, Family f) {
   std::ostringstream why;
   const char* arch = architecture_name(f);
   if (m.moe_router_score_function != MoeScoreFunction::Softmax) {
@@ -85,7 +85,7 @@ std::string moe_incompatibility(const ModelConfig& m, Family f) {
 }
 
 // The Llama-like (RMSNorm, SwiGLU, RoPE, no biases) and GPT-2 checks.
-std::string architecture_incompatibility(const ModelConfig& m, Family f) {
+std::string architecture_incompatibility(const ResolvedModelConfig& m, Family f) {
   std::ostringstream why;
   if (is_llama_like(f)) {
     if (m.normalization != Normalization::RMSNorm)
@@ -123,7 +123,7 @@ std::string architecture_incompatibility(const ModelConfig& m, Family f) {
 
 }  // namespace
 
-std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
+std::optional<std::string> incompatibility(const ResolvedModelConfig& m, Family f) {
   std::ostringstream why;
   if (m.num_experts && !is_moe(f)) {
     why << "model.num_experts is set: " << architecture_name(f)
@@ -148,7 +148,7 @@ std::optional<std::string> incompatibility(const ModelConfig& m, Family f) {
 
 namespace {
 
-Family moe_family_for(const ModelConfig& m) {
+Family moe_family_for(const ResolvedModelConfig& m) {
   if (m.qk_layernorm) {
     const auto qwen = incompatibility(m, Family::Qwen3Moe);
     if (!qwen) return Family::Qwen3Moe;
@@ -162,7 +162,7 @@ Family moe_family_for(const ModelConfig& m) {
 
 }  // namespace
 
-Family family_for(const ModelConfig& m) {
+Family family_for(const ResolvedModelConfig& m) {
   if (m.num_experts) return moe_family_for(m);
   if (m.qk_layernorm) {
     const auto qwen3 = incompatibility(m, Family::Qwen3);

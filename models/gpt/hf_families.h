@@ -26,12 +26,12 @@ bool is_llama_like(Family f);              // every family but GPT-2: RMSNorm, S
 
 // Why a finalized model config cannot be exported as `f` ("model.normalization=LayerNorm is not
 // Llama's RMSNorm", "model.moe_router_score_function=sigmoid: …"), or nullopt when it can.
-std::optional<std::string> incompatibility(const ModelConfig& m, Family f);
+std::optional<std::string> incompatibility(const ResolvedModelConfig& m, Family f);
 // The family a finalized model config matches; throws naming the field that prevents each.
-Family family_for(const ModelConfig& m);
+Family family_for(const ResolvedModelConfig& m);
 
 // Megatron canonical tensors (GPTModel::parameters() names and shapes) → HF tensors (same dtype).
-std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m, Family f,
+std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family f,
                                             const std::map<std::string, Tensor>& megatron);
 // HF tensors → Megatron canonical tensors. Accepts names without the base-model prefix
 // ("h.0.attn.c_attn.weight", "layers.0…"), ignores HF buffers (GPT-2 attn.bias / attn.masked_bias,
@@ -40,7 +40,7 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m, Family f,
 // wrong-shaped tensors are errors naming the tensor and `file`. `file_vocab`: the embedding rows
 // in the file (config.json vocab_size); `padded_vocab`: the model's rows (Megatron's padding),
 // reached by repeating the last row.
-std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m, Family f, int64_t file_vocab, int64_t padded_vocab,
+std::map<std::string, Tensor> from_hf_tensors(const ResolvedModelConfig& m, Family f, int64_t file_vocab, int64_t padded_vocab,
                                               const std::map<std::string, Tensor>& hf, const std::string& file);
 
 }  // namespace strata::hf

@@ -44,7 +44,7 @@ struct Dims {
   std::vector<MlpDims> mlp;  // per layer: dense (experts 0) or MoE
 };
 
-Dims dims_of(const ModelConfig& m, int64_t padded_vocab) {
+Dims dims_of(const ResolvedModelConfig& m, int64_t padded_vocab) {
   Dims d{m.hidden_size, m.num_attention_heads, m.query_groups(), m.head_dim(), m.ffn(), padded_vocab,
          m.max_positions(), m.num_layers, !m.untie_embeddings_and_output_weights, m.apply_layernorm_1p,
          m.qk_layernorm, {}};
@@ -169,10 +169,8 @@ Tensor pad_rows(const Tensor& t, int64_t rows) {
 
 }  // namespace
 
-std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
+std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family f,
                                             const std::map<std::string, Tensor>& mg) {
-  ModelConfig m = m_in;
-  finalize_model_config(m);
   auto get = [&](const std::string& name) -> const Tensor& {
     auto it = mg.find(name);
     STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
@@ -241,11 +239,9 @@ std::map<std::string, Tensor> to_hf_tensors(const ModelConfig& m_in, Family f,
   return out;
 }
 
-std::map<std::string, Tensor> from_hf_tensors(const ModelConfig& m_in, Family f, int64_t file_vocab,
+std::map<std::string, Tensor> from_hf_tensors(const ResolvedModelConfig& m, Family f, int64_t file_vocab,
                                               int64_t padded_vocab, const std::map<std::string, Tensor>& hf_in,
                                               const std::string& file) {
-  ModelConfig m = m_in;
-  finalize_model_config(m);
   STRATA_CHECK(file_vocab <= padded_vocab, file, ": vocab_size ", file_vocab,
                " is larger than the model's padded vocabulary ", padded_vocab, " (model.vocab_size ", *m.vocab_size,
                ", model.make_vocab_size_divisible_by ", m.make_vocab_size_divisible_by, ")");

@@ -11,13 +11,12 @@
 namespace strata {
 
 namespace {
-LanguageModelParts hybrid_parts(ModelConfig cfg) {
-  finalize_model_config(cfg);
+LanguageModelParts hybrid_parts(const ResolvedModelConfig& cfg) {
   STRATA_CHECK(cfg.is_hybrid(), "HybridModel: model.hybrid_layer_pattern is not set");
   LanguageModelParts parts;
   parts.final_norm_prefix = "decoder.final_norm";
   parts.aux_loss_names = layers::moe::moe_loss_names(cfg);  // the E layers' router losses
-  parts.make_block = [](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+  parts.make_block = [](const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                         int64_t first, int64_t count) -> std::unique_ptr<Block> {
     const hybrid::HybridPattern& p = cfg.hybrid_pattern();
     STRATA_CHECK(first >= 0 && count >= 0 && first + count <= p.num_layers(), "HybridModel: layers [", first, ", ",
@@ -28,7 +27,7 @@ LanguageModelParts hybrid_parts(ModelConfig cfg) {
   // Megatron MultiTokenPredictionLayer (hybrid path): a nested HybridStack of the MTP pattern
   // (pre/post_process, no final norm of its own), layers mtp.layers.{k}.mtp_model_layer.layers.{j},
   // global numbers num_layers + k·P + j.
-  parts.make_mtp_layer = [](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
+  parts.make_mtp_layer = [](const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                             int64_t k) -> std::unique_ptr<Block> {
     const hybrid::HybridPattern& p = cfg.hybrid_pattern();
     STRATA_CHECK(!p.mtp.empty(), "HybridModel: model.mtp_num_layers needs '/' patterns in model.hybrid_layer_pattern");
@@ -39,7 +38,10 @@ LanguageModelParts hybrid_parts(ModelConfig cfg) {
 }
 }  // namespace
 
-HybridModel::HybridModel(const ModelConfig& cfg, const LanguageModelOptions& options, const ParallelGroups& groups)
+HybridModel::HybridModel(const ResolvedModelConfig& cfg, const LanguageModelOptions& options, const ParallelGroups& groups)
     : LanguageModelShell(cfg, options, groups, hybrid_parts(cfg)) {}
+
+HybridModel::HybridModel(const ModelConfig& cfg, const LanguageModelOptions& options, const ParallelGroups& groups)
+    : HybridModel(ResolvedModelConfig(cfg), options, groups) {}
 
 }  // namespace strata

@@ -19,7 +19,10 @@ namespace strata {
 
 class HybridModel : public LanguageModelShell {
  public:
-  // From a model section with hybrid_layer_pattern set (finalized here; vocab_size must be set).
+  // From a resolved model section with hybrid_layer_pattern set (vocab_size must be set); or from a
+  // section as written, resolved here (once, for this model).
+  HybridModel(const ResolvedModelConfig& cfg, const LanguageModelOptions& options,
+              const ParallelGroups& groups = ParallelGroups::single_process());
   HybridModel(const ModelConfig& cfg, const LanguageModelOptions& options,
               const ParallelGroups& groups = ParallelGroups::single_process());
 

@@ -10,7 +10,7 @@
 
 namespace strata::layers {
 
-VocabEmbedding::VocabEmbedding(const ModelConfig& cfg, int64_t padded_vocab, const LayerEnv& env,
+VocabEmbedding::VocabEmbedding(const ResolvedModelConfig& cfg, int64_t padded_vocab, const LayerEnv& env,
                                const ProcessGroup& tp)
     : learned_positions(cfg.position_embedding_type == PositionEmbeddingType::LearnedAbsolute),
       h_(cfg.hidden_size),

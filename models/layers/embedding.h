@@ -29,7 +29,7 @@ class VocabEmbedding {
     DropoutSpec dropout;
   };
   // padded_vocab: rows of the word-embedding table (padded_vocab_size()).
-  VocabEmbedding(const ModelConfig& cfg, int64_t padded_vocab, const LayerEnv& env, const ProcessGroup& tp);
+  VocabEmbedding(const ResolvedModelConfig& cfg, int64_t padded_vocab, const LayerEnv& env, const ProcessGroup& tp);
   // tokens: [b, s] i64 (any device) -> [s, b, h]. position_offset: position of tokens[:, 0].
   Tensor forward(const Tensor& tokens, int64_t position_offset, const DropoutKeys& keys, Saved* saved) const;
   // dy: [s, b, h]: adds the word (and position) embedding gradients into main_grad.

@@ -7,7 +7,7 @@
 
 namespace strata::layers {
 
-MambaLayer::MambaLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
+MambaLayer::MambaLayer(int64_t index, const ResolvedModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
                        const std::string& name)
     : index_(index),
       name_(name.empty() ? "decoder.layers." + std::to_string(index) : name),

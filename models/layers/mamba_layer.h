@@ -39,7 +39,7 @@ class MambaLayer {
   };
   // name: the canonical name prefix when not "decoder.layers.{index}" (an MTP depth's
   // "mtp.layers.{k}.mtp_model_layer.layers.{j}").
-  MambaLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
+  MambaLayer(int64_t index, const ResolvedModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
              const std::string& name = {});
   Tensor forward(const Tensor& x, const DropoutKeys& keys, int64_t position_offset, LayerKVCache* cache,
                  Saved* saved, AuxLossChannel* aux = nullptr) const;

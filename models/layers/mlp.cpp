@@ -8,7 +8,7 @@
 
 namespace strata::layers {
 
-MLP::MLP(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp)
+MLP::MLP(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp)
     : linear_fc1(prefix + ".linear_fc1", cfg.hidden_size, cfg.swiglu ? 2 * cfg.ffn() : cfg.ffn(), cfg.add_bias_linear,
                  cfg.init_method_std, env, tp, TensorParallelMode::Column, cfg.swiglu ? 2 : 1),
       linear_fc2(prefix + ".linear_fc2", cfg.ffn(), cfg.hidden_size, cfg.add_bias_linear,

@@ -24,7 +24,7 @@ class MLP {
     Tensor act_out;  // [s, b, ffn]
   };
   // prefix: "decoder.layers.{i}.mlp"; linear_fc2 init std = init_std/sqrt(2L).
-  MLP(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp);
+  MLP(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp);
   // x: [s, b, h] -> [s, b, h]
   // add_output_bias false: linear_fc2's bias left out (mHC merges it).
   Tensor forward(const Tensor& x, Saved* saved, bool add_output_bias = true) const;

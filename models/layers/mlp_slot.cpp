@@ -26,7 +26,7 @@ Tensor DenseMlpSlot::backward(const SlotState& saved, const Tensor& dy) {
   return mlp.backward(st->mlp, dy);
 }
 
-std::unique_ptr<MlpSlot> make_mlp_slot(MlpKind kind, const std::string& prefix, const ModelConfig& cfg,
+std::unique_ptr<MlpSlot> make_mlp_slot(MlpKind kind, const std::string& prefix, const ResolvedModelConfig& cfg,
                                        const LayerEnv& env, const ParallelGroups& groups) {
   switch (kind) {
     case MlpKind::Dense:

@@ -63,7 +63,7 @@ class MlpSlot {
 // The dense MLP in the slot.
 class DenseMlpSlot : public MlpSlot {
  public:
-  DenseMlpSlot(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp)
+  DenseMlpSlot(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp)
       : mlp(prefix, cfg, env, tp) {}
   Tensor forward(const Tensor& x, const SlotRun& run, std::unique_ptr<SlotState>* saved) const override;
   Tensor backward(const SlotState& saved, const Tensor& dy) override;
@@ -77,7 +77,7 @@ class DenseMlpSlot : public MlpSlot {
 };
 
 // The slot of a spec; prefix: "decoder.layers.{i}.mlp".
-std::unique_ptr<MlpSlot> make_mlp_slot(MlpKind kind, const std::string& prefix, const ModelConfig& cfg,
+std::unique_ptr<MlpSlot> make_mlp_slot(MlpKind kind, const std::string& prefix, const ResolvedModelConfig& cfg,
                                        const LayerEnv& env, const ParallelGroups& groups);
 
 }  // namespace strata::layers

@@ -16,7 +16,7 @@
 
 namespace strata::layers {
 
-SelfAttention::SelfAttention(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env,
+SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
                              const ProcessGroup& tp, const ProcessGroup& cp)
     : linear_qkv(prefix + ".linear_qkv", cfg.hidden_size,
                  cfg.head_dim() * (cfg.num_attention_heads + 2 * cfg.query_groups()),

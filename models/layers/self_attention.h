@@ -52,7 +52,7 @@ class SelfAttention {
   };
 
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
-  SelfAttention(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp,
+  SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp,
                 const ProcessGroup& cp = ProcessGroup::single("cp"));
   // x: [s, b, h] -> [s, b, h]; saves into *saved when not null (not with a cache).
   Tensor forward(const Tensor& x, const Run& run, Saved* saved) const;

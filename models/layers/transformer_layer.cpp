@@ -24,7 +24,7 @@ T& present(const std::unique_ptr<T>& p, const std::string& layer, const char* wh
 }
 }  // namespace
 
-TransformerLayer::TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env,
+TransformerLayer::TransformerLayer(int64_t index, const ResolvedModelConfig& cfg, const LayerEnv& env,
                                    const ParallelGroups& groups, const TransformerLayerSpec& spec,
                                    const std::string& name)
     : spec_(spec),

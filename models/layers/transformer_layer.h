@@ -52,7 +52,7 @@ class TransformerLayer {
   };
   // index: global layer number i (0-based) in canonical names and dropout keys. name: the canonical
   // name prefix when not "decoder.layers.{i}" (an MTP module's "mtp.layers.{k}.transformer_layer").
-  TransformerLayer(int64_t index, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
+  TransformerLayer(int64_t index, const ResolvedModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups,
                    const TransformerLayerSpec& spec = TransformerLayerSpec::full(), const std::string& name = {});
   // x: [s, b, h] -> [s, b, h] ([s, b, n·h] with mHC). position_offset: position of token 0 (RoPE, KV cache);
   // cache: generation only (no saved state); aux: the micro-batch's auxiliary-loss channel;

@@ -29,7 +29,7 @@ struct LogitMaxRecorder : Observer {
   void on_tensor(const Observation& o) override { seen.push_back(o.tensor.clone()); }
 };
 
-ModelConfig site_config() {
+ResolvedModelConfig site_config() {
   ModelConfig m;
   m.num_layers = 2;
   m.hidden_size = 16;
@@ -42,8 +42,7 @@ ModelConfig site_config() {
   m.vocab_size = 32;
   m.seq_length = 16;
   m.init_method_std = 0.5;
-  finalize_model_config(m);
-  return m;
+  return ResolvedModelConfig(m);
 }
 
 // The layer's site value for x (and its saved q, k when `saved`).
@@ -70,7 +69,7 @@ void fill_parameters(layers::SelfAttention& attn) {
 void check_site(CpCommType type) {
   const ProcessGroup cpg = world_cp_group();
   const int n = cpg.size(), r = cpg.rank();
-  const ModelConfig cfg = site_config();
+  const ResolvedModelConfig cfg = site_config();
   layers::LayerEnv env{DType::F64, Device::cpu()};
   env.cp_comm_type = type;
   layers::SelfAttention single("decoder.layers.1.self_attention", cfg, env, ProcessGroup::single("tp"));

@@ -46,15 +46,15 @@ std::vector<Parameter*> params_of(layers::MambaMixer& m) {
 void check_mixer_tp(bool sp) {
   const ProcessGroup tp = mamba_world_tp();
   const int n = tp.size(), r = tp.rank();
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 8;
-  c.mamba_head_dim = 4;  // 4 heads
-  c.mamba_num_groups = 2;
-  c.mamba_state_dim = 3;
-  c.mamba_chunk_size = 3;
-  c.normalization = Normalization::RMSNorm;
-  finalize_model_config(c);
+  ModelConfig raw_c;
+  raw_c.num_layers = 2;
+  raw_c.hidden_size = 8;
+  raw_c.mamba_head_dim = 4;  // 4 heads
+  raw_c.mamba_num_groups = 2;
+  raw_c.mamba_state_dim = 3;
+  raw_c.mamba_chunk_size = 3;
+  raw_c.normalization = Normalization::RMSNorm;
+  const ResolvedModelConfig c(raw_c);
   ParallelGroups single, par;
   par.tp = tp;
   layers::LayerEnv env{DType::F64, Device::cpu(), false}, penv{DType::F64, Device::cpu(), sp};

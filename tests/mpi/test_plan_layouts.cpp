@@ -1,4 +1,4 @@
-// `strata plan`'s parameter counts per rank (training/planning/memory_plan.h, training/planning/layer_plan.h) against
+// `strata plan`'s parameter counts per rank (training/planning/memory_plan.h, from the model manifest) against
 // the model each rank builds under mpirun: hybrid models with Mamba, attention, MLP and MoE layers
 // under TP2 (+ SP; heads and groups split, norms replicated) and PP2 with uneven `|` segments and
 // MTP depths on the last stage — the plan's stage count equals the numel sum of the rank's

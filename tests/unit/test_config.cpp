@@ -40,9 +40,9 @@ TEST_CASE("config: the committed configs load and validate", "[config]") {
   tiny.validate();
   CHECK(tiny.model.num_layers == 4);
   CHECK(tiny.model.hidden_size == 256);
-  CHECK(tiny.model.ffn() == 1024);
-  CHECK(tiny.model.head_dim() == 64);
-  CHECK(tiny.model.query_groups() == 4);
+  CHECK(tiny.resolved_model().ffn() == 1024);
+  CHECK(tiny.resolved_model().head_dim() == 64);
+  CHECK(tiny.resolved_model().query_groups() == 4);
   CHECK(!tiny.model.vocab_size);
   CHECK(tiny.data.tokenizer_type == TokenizerType::ByteLevelTokenizer);
   CHECK(tiny.num_micro_batches() == 1);
@@ -50,7 +50,7 @@ TEST_CASE("config: the committed configs load and validate", "[config]") {
 
   StrataConfig gpt = StrataConfig::load((kRepo / "configs/gpt_125m.yaml").string());
   gpt.validate(8);
-  CHECK(gpt.model.ffn() == 3072);
+  CHECK(gpt.resolved_model().ffn() == 3072);
   CHECK(gpt.training.precision == Precision::Bf16);
   CHECK(gpt.data_parallel_size() == 8);
   CHECK(gpt.num_micro_batches() == 8);
@@ -72,10 +72,10 @@ TEST_CASE("config: derived defaults follow Megatron", "[config]") {
             "parallel.world_size=8", "parallel.tensor_model_parallel_size=2", "parallel.pipeline_model_parallel_size=2",
             "training.micro_batch_size=2", "training.global_batch_size=8", "inference.top_k=1"});
   c.validate();
-  CHECK(c.model.ffn() == 1344);  // int(1365.33/64)*64
-  CHECK(c.model.head_dim() == 64);
-  CHECK(c.model.query_groups() == 2);
-  CHECK(c.model.max_positions() == c.model.seq_length);
+  CHECK(c.resolved_model().ffn() == 1344);  // int(1365.33/64)*64
+  CHECK(c.resolved_model().head_dim() == 64);
+  CHECK(c.resolved_model().query_groups() == 2);
+  CHECK(c.resolved_model().max_positions() == c.model.seq_length);
   CHECK(c.data_parallel_size() == 2);
   CHECK(c.num_micro_batches() == 2);
   CHECK(*c.parallel.expert_tensor_parallel_size == 2);

@@ -478,7 +478,7 @@ TEST_CASE("golden: the committed GPT cases are what the issue asks for, with 50-
   CHECK(a.position_embedding_type == PositionEmbeddingType::LearnedAbsolute);
   CHECK_FALSE(a.untie_embeddings_and_output_weights);
   CHECK((a.hidden_dropout == 0.1 && a.attention_dropout == 0.1));
-  const ModelConfig& b = cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").model;
+  const ResolvedModelConfig& b = cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").resolved_model();
   CHECK(b.normalization == Normalization::RMSNorm);
   CHECK(b.swiglu);
   CHECK(b.position_embedding_type == PositionEmbeddingType::Rope);

@@ -116,7 +116,7 @@ std::map<std::string, Tensor> read_model_file(const fs::path& ckpt_iter_dir) {
 TEST_CASE("hf: family detection names the field that prevents export", "[hf]") {
   auto finalized = [](StrataConfig c) {
     c.validate(1);
-    return c.model;
+    return c.resolved_model();  // a copy: c goes out of scope
   };
   CHECK(hf::family_for(finalized(family_config(hf::Family::Llama, true, Precision::Fp32))) == hf::Family::Llama);
   CHECK(hf::family_for(finalized(family_config(hf::Family::GPT2, true, Precision::Fp32))) == hf::Family::GPT2);
@@ -177,8 +177,8 @@ TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2, f32, bf
           CHECK(*im.config.model.vocab_size == 257);
           CHECK(im.config.model.make_vocab_size_divisible_by == 64);
           CHECK(im.config.model.seq_length == 16);
-          CHECK(im.config.model.query_groups() == cfg.model.query_groups());
-          CHECK(im.config.model.ffn() == cfg.model.ffn());
+          CHECK(im.config.resolved_model().query_groups() == cfg.resolved_model().query_groups());
+          CHECK(im.config.resolved_model().ffn() == cfg.resolved_model().ffn());
           CHECK(im.config.model.untie_embeddings_and_output_weights == !tied);
           CHECK(im.config.data.tokenizer_type == TokenizerType::ByteLevelTokenizer);
           const auto a = read_model_file(dir / "ckpt" / "iter_0000007");

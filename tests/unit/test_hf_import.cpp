@@ -146,9 +146,9 @@ TEST_CASE("hf: a Llama config.json without strata's hints imports with HF's voca
   CHECK(*r.config.model.vocab_size == 257);  // config.json vocab_size: the real vocabulary
   CHECK(r.config.model.make_vocab_size_divisible_by == 1);
   CHECK(r.config.model.seq_length == 8);
-  CHECK(r.config.model.max_positions() == 16);
-  CHECK(r.config.model.query_groups() == 2);
-  CHECK(r.config.model.head_dim() == 8);
+  CHECK(r.config.resolved_model().max_positions() == 16);
+  CHECK(r.config.resolved_model().query_groups() == 2);
+  CHECK(r.config.resolved_model().head_dim() == 8);
   CHECK(r.config.data.tokenizer_type == TokenizerType::NullTokenizer);
   fs::remove_all(dir);
 }

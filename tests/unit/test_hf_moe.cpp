@@ -100,13 +100,13 @@ std::vector<std::string> score_case(StrataConfig cfg, const std::string& name, u
 
 // The finalized model section of a family's test config, then `edit` (after finalizing, so a
 // field that finalize would refuse in this revision can still be asked about).
-ModelConfig finalized(hf::Family f, const std::function<void(ModelConfig&)>& before = {},
-                      const std::function<void(ModelConfig&)>& after = {}) {
+ResolvedModelConfig finalized(hf::Family f, const std::function<void(ModelConfig&)>& before = {},
+                              const std::function<void(ModelConfig&)>& after = {}) {
   StrataConfig c = family_config(f, false, Precision::Fp32);
   if (before) before(c.model);
-  finalize_model_config(c.model);
-  if (after) after(c.model);
-  return c.model;
+  ResolvedModelConfig resolved_model(c.model);
+  if (after) after(resolved_model);  // a field of the resolved section changed (its derived values stay)
+  return resolved_model;
 }
 
 }  // namespace
@@ -154,14 +154,14 @@ TEST_CASE("hf moe: export → import → export is bit-identical (Mixtral, Qwen3
 
         const hf::ImportResult im = hf::import_checkpoint((dir / "hf").string(), (dir / "imported").string());
         CHECK(im.family == f);
-        const ModelConfig& a = model->config();
-        const ModelConfig& b = im.config.model;
+        const ResolvedModelConfig& a = model->config();
+        const ResolvedModelConfig& b = im.config.resolved_model();
         CHECK(*b.num_experts == 4);
         CHECK(b.moe_ffn() == 24);
         CHECK(b.ffn() == a.ffn());
         CHECK(b.moe_router_topk == 2);
         CHECK_FALSE(b.moe_router_pre_softmax);
-        CHECK(b.moe_layer_map == a.moe_layer_map);
+        CHECK(b.moe_layer_map() == a.moe_layer_map());
         CHECK(b.moe_aux_loss_coeff == std::vector<double>{0.01});
         CHECK(b.moe_z_loss_coeff == std::optional<double>(1e-3));
         CHECK(b.qk_layernorm == (f == hf::Family::Qwen3Moe));

@@ -35,7 +35,7 @@ TEST_CASE("hf moe import: MoE config.json keys and expert tensors are checked, n
     j["decoder_sparse_step"] = 2;
     j.erase("mlp_only_layers");
   });
-  CHECK(import_to("step").config.model.moe_layer_map == std::vector<int64_t>{0, 1});
+  CHECK(import_to("step").config.resolved_model().moe_layer_map() == std::vector<int64_t>{0, 1});
   restore();
   // A config.json without strata's hints (a model from the Hub): the aux loss only with
   // output_router_logits, as transformers trains.

@@ -106,8 +106,8 @@ std::vector<Tensor> loss_weights(const ForwardOutput& out, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("hybrid mtp: '/' patterns give the depths, Megatron's nested names and global layer numbers", "[mtp][hybrid]") {
-  ModelConfig cfg = hybrid_mtp("M*-E/M-E/M-E", /*moe=*/true);
-  finalize_model_config(cfg);
+  ModelConfig raw_cfg = hybrid_mtp("M*-E/M-E/M-E", /*moe=*/true);
+  const ResolvedModelConfig cfg(raw_cfg);
   CHECK(cfg.num_layers == 4);
   CHECK(cfg.mtp_num_layers == std::optional<int64_t>(2));  // inferred from the two '/' patterns
   CHECK(mtp_layers_per_depth(cfg) == 3);
@@ -298,8 +298,8 @@ TEST_CASE("hybrid mtp: the inner layers' residual sites fire once per forward, g
   }
   CHECK(obs.counts.size() == 12);  // 2 decoder + 4 MTP inner layers, 2 sites each
   // The tensor dumper lists them (and the MTP routers' sites).
-  ModelConfig m = hybrid_mtp("*E/M-E/M-E", /*moe=*/true);
-  finalize_model_config(m);
+  ModelConfig raw_m = hybrid_mtp("*E/M-E/M-E", /*moe=*/true);
+  const ResolvedModelConfig m(raw_m);
   const std::vector<std::string> sites = model_site_names(m);
   for (const char* site : {"mtp.layers.1.mtp_model_layer.layers.0.residual_contribution",
                            "mtp.layers.1.mtp_model_layer.layers.2.mlp.router.router_logits"})

@@ -129,9 +129,9 @@ TEST_CASE("hybrid pattern: E layers need num_experts and place the MoE layers", 
   const std::vector<std::string> moe = {"model.hybrid_layer_pattern=\"*E-E\"", "model.num_experts=4",
                                         "model.add_bias_linear=false"};
   const StrataConfig c = validated(moe);
-  CHECK(c.model.moe_layer_map == std::vector<int64_t>{0, 1, 0, 1});
-  CHECK_FALSE(c.model.is_moe_layer(0));
-  CHECK(c.model.is_moe_layer(3));
+  CHECK(c.resolved_model().moe_layer_map() == std::vector<int64_t>{0, 1, 0, 1});
+  CHECK_FALSE(c.resolved_model().is_moe_layer(0));
+  CHECK(c.resolved_model().is_moe_layer(3));
   std::vector<std::string> freq = moe;
   freq.push_back("model.moe_layer_freq=2");
   CHECK(config_error(freq) == "ConfigError: model.moe_layer_freq: is not used with model.hybrid_layer_pattern (its "
@@ -220,7 +220,7 @@ TEST_CASE("hybrid pattern: configs/hybrid_tiny.yaml loads and validates, also on
   c.validate(1);
   CHECK(c.model.hybrid_layer_pattern == std::optional<std::string>("*-E*-E"));
   CHECK(c.model.num_layers == 6);
-  CHECK(c.model.moe_layer_map == std::vector<int64_t>{0, 0, 1, 0, 0, 1});
+  CHECK(c.resolved_model().moe_layer_map() == std::vector<int64_t>{0, 0, 1, 0, 0, 1});
   StrataConfig pp = StrataConfig::load(file, {"model.hybrid_layer_pattern=\"*-E|*-E\"",
                                               "parallel.pipeline_model_parallel_size=2"});
   pp.validate(2);

@@ -61,7 +61,7 @@ void rope(double* x, int64_t hn, int64_t pos, const ModelConfig& cfg) {
 
 // Per-token losses [b, s] of a one-layer GPTModel computed directly from its parameters.
 Vec reference_losses(GPTModel& m, const Tensor& tokens, const Tensor& labels) {
-  const ModelConfig& cfg = m.config();
+  const ResolvedModelConfig& cfg = m.config();
   const int64_t B = tokens.size(0), S = tokens.size(1), H = cfg.hidden_size, np = cfg.num_attention_heads,
                 ng = cfg.query_groups(), hn = cfg.head_dim(), per = np / ng, V = m.padded_vocab();
   const bool ln = cfg.normalization == Normalization::LayerNorm;
@@ -277,8 +277,8 @@ TEST_CASE("layers: dropout keys depend on step/layer/site and slice the global b
 }
 
 TEST_CASE("layers: argument checks name the layer", "[layers]") {
-  ModelConfig cfg = base_config();
-  finalize_model_config(cfg);
+  ModelConfig raw_cfg = base_config();
+  const ResolvedModelConfig cfg(raw_cfg);
   layers::LayerEnv env{DType::F32, Device::cpu()};
   layers::Linear lin("decoder.layers.0.mlp.linear_fc1", 4, 3, true, 0.02, env, ProcessGroup::single("tp"));
   CHECK_THROWS_WITH(lin.forward(Tensor::zeros({2, 5}, DType::F32)), Catch::Contains("linear_fc1.weight: input has 5"));

@@ -33,7 +33,7 @@ double squared_norm(const Parameter& p) {
 // A TransformerBlock that adds kPenalty·‖w‖² of one parameter as the auxiliary loss "weight_penalty".
 class PenaltyBlock : public Block {
  public:
-  PenaltyBlock(int64_t first, int64_t count, const ModelConfig& cfg, const layers::LayerEnv& env,
+  PenaltyBlock(int64_t first, int64_t count, const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
                const ParallelGroups& groups)
       : inner_(first, std::vector<layers::TransformerLayerSpec>(static_cast<size_t>(count)), cfg, env, groups) {
     std::vector<Parameter*> ps;
@@ -78,7 +78,7 @@ class PenaltyBlock : public Block {
 
 LanguageModelParts penalty_parts() {
   LanguageModelParts parts;
-  parts.make_block = [](const ModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& g, int64_t first,
+  parts.make_block = [](const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& g, int64_t first,
                         int64_t count) -> std::unique_ptr<Block> {
     return std::make_unique<PenaltyBlock>(first, count, cfg, env, g);
   };
@@ -113,7 +113,7 @@ Parameter& find(LanguageModel& m, const std::string& name) {
 TEST_CASE("loss channel: an auxiliary loss's gradient reaches its parameter (f64 finite differences)", "[loss_channel]") {
   LanguageModelOptions o;
   o.dtype = DType::F64;
-  LanguageModelShell model(model_config(), o, ParallelGroups::single_process(), penalty_parts());
+  LanguageModelShell model(ResolvedModelConfig(model_config()), o, ParallelGroups::single_process(), penalty_parts());
   model.init_parameters(4);
   CHECK(model.loss_names() == std::vector<std::string>{"lm loss", "weight_penalty"});
   Batch batch = test::fixed_batch(2, 8, 50);
@@ -170,7 +170,7 @@ TEST_CASE("loss channel: the trainer logs every named loss (log line, JSONL, Ten
   LanguageModelOptions o;
   o.seed = static_cast<uint64_t>(cfg.training.seed);
   o.global_batch_size = *cfg.training.global_batch_size;
-  LanguageModelShell model(cfg.model, o, ParallelGroups::single_process(), penalty_parts());
+  LanguageModelShell model(cfg.resolved_model(), o, ParallelGroups::single_process(), penalty_parts());
   MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
   std::ostringstream log;
   TrainerOptions opt;

@@ -22,7 +22,7 @@ using strata::test::numeric_gradient;
 using strata::test::random_tensor;
 
 namespace {
-ModelConfig small_config() {
+ResolvedModelConfig small_config() {
   ModelConfig c;
   c.num_layers = 2;
   c.hidden_size = 8;
@@ -33,8 +33,7 @@ ModelConfig small_config() {
   c.mamba_chunk_size = 3;
   c.normalization = Normalization::RMSNorm;
   c.hidden_dropout = 0.0;
-  finalize_model_config(c);
-  return c;
+  return ResolvedModelConfig(c);
 }
 LayerEnv env_of(DType dt) {
   LayerEnv e;
@@ -97,14 +96,14 @@ TEST_CASE("mamba config: errors name the field", "[mamba]") {
                     Catch::Contains("model.mamba_num_groups: 8 is not divisible by parallel.tensor_model_parallel_size (16)"));
   CHECK_NOTHROW(check_mamba_config(c, 8));
   // The mixer checks before it allocates anything.
-  ModelConfig bad = small_config();
+  ResolvedModelConfig bad = small_config();
   bad.mamba_num_groups = 3;  // 4 heads
   CHECK_THROWS_WITH(MambaMixer("decoder.layers.0.mixer", bad, env_of(DType::F64), ParallelGroups{}),
                     Catch::Contains("model.mamba_num_groups: 3 does not divide"));
 }
 
 TEST_CASE("mamba mixer: Megatron names, shapes and init rules", "[mamba]") {
-  ModelConfig c = small_config();
+  ResolvedModelConfig c = small_config();
   c.mamba_state_dim = 16;  // enough draws for the init ranges below
   c.hidden_size = 32;
   c.mamba_head_dim = 8;  // d_inner 64, 8 heads
@@ -137,7 +136,7 @@ TEST_CASE("mamba mixer: Megatron names, shapes and init rules", "[mamba]") {
 }
 
 TEST_CASE("mamba mixer: gradients match finite differences (f64)", "[mamba]") {
-  const ModelConfig c = small_config();
+  const ResolvedModelConfig c = small_config();
   MambaMixer m("decoder.layers.0.mixer", c, env_of(DType::F64), ParallelGroups{});
   init_all(m, 3);
   // Larger projections than the default init so every path carries a visible gradient.
@@ -154,7 +153,7 @@ TEST_CASE("mamba mixer: gradients match finite differences (f64)", "[mamba]") {
 }
 
 TEST_CASE("mamba mixer: f32 agrees with f64", "[mamba]") {
-  const ModelConfig c = small_config();
+  const ResolvedModelConfig c = small_config();
   MambaMixer m64("decoder.layers.0.mixer", c, env_of(DType::F64), ParallelGroups{});
   MambaMixer m32("decoder.layers.0.mixer", c, env_of(DType::F32), ParallelGroups{});
   init_all(m64, 3);
@@ -174,7 +173,7 @@ TEST_CASE("mamba mixer: f32 agrees with f64", "[mamba]") {
 }
 
 TEST_CASE("mamba mixer: bf16 within bf16 tolerance of f64, A_log and D kept in f32", "[mamba]") {
-  const ModelConfig c = small_config();
+  const ResolvedModelConfig c = small_config();
   MambaMixer m64("decoder.layers.0.mixer", c, env_of(DType::F64), ParallelGroups{});
   MambaMixer m16("decoder.layers.0.mixer", c, env_of(DType::BF16), ParallelGroups{});
   init_all(m64, 3);
@@ -195,7 +194,7 @@ TEST_CASE("mamba mixer: bf16 within bf16 tolerance of f64, A_log and D kept in f
 }
 
 TEST_CASE("mamba layer: generation with the state cache equals the full forward (stack of 2)", "[mamba]") {
-  const ModelConfig c = small_config();
+  const ResolvedModelConfig c = small_config();
   std::vector<std::unique_ptr<MambaLayer>> stack;
   for (int64_t i = 0; i < 2; ++i) {
     stack.push_back(std::make_unique<MambaLayer>(i, c, env_of(DType::F64), ParallelGroups{}));
@@ -221,7 +220,7 @@ TEST_CASE("mamba layer: generation with the state cache equals the full forward 
 }
 
 TEST_CASE("mamba layer: residual and backward through the layer", "[mamba]") {
-  const ModelConfig c = small_config();
+  const ResolvedModelConfig c = small_config();
   MambaLayer layer(0, c, env_of(DType::F64), ParallelGroups{});
   init_all(layer, 2);
   const Tensor x = random_tensor({5, 2, c.hidden_size}, 1), w = random_tensor({5, 2, c.hidden_size}, 2);

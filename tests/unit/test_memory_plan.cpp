@@ -23,7 +23,7 @@ int64_t model_parameter_count(const ModelConfig& m) {
   return n;
 }
 
-ModelConfig small(std::function<void(ModelConfig&)> edit) {
+ResolvedModelConfig small(std::function<void(ModelConfig&)> edit) {
   ModelConfig m;
   m.num_layers = 3;
   m.hidden_size = 32;
@@ -32,11 +32,10 @@ ModelConfig small(std::function<void(ModelConfig&)> edit) {
   m.make_vocab_size_divisible_by = 16;
   m.seq_length = 16;
   edit(m);
-  finalize_model_config(m);
-  return m;
+  return ResolvedModelConfig(m);
 }
 
-std::vector<ModelConfig> model_variants() {
+std::vector<ResolvedModelConfig> model_variants() {
   return {
       small([](ModelConfig&) {}),  // LayerNorm, GeLU, learned positions, tied, biases
       small([](ModelConfig& m) {   // RMSNorm, SwiGLU, RoPE, GQA, qk-layernorm, untied, no biases
@@ -91,38 +90,55 @@ StrataConfig run_config(const std::vector<std::string>& overrides) {
 }  // namespace
 
 TEST_CASE("memory plan: tp=1 parameter count equals the real GPTModel's", "[memory_plan]") {
-  for (const ModelConfig& m : model_variants()) CHECK(gpt_total_parameters(m) == model_parameter_count(m));
+  for (const ResolvedModelConfig& m : model_variants()) CHECK(model_parameter_total(m) == model_parameter_count(m));
 }
 
+namespace {
+// The manifest of `m` under tp (one stage).
+ModelManifest manifest_at_tp(const ResolvedModelConfig& m, int64_t tp) {
+  ParallelConfig p;
+  p.tensor_model_parallel_size = tp;
+  p.sequence_parallel = tp > 1;
+  p.world_size = tp;
+  finalize_parallel_config(p, std::nullopt);
+  return build_model_manifest(m, p);
+}
+}  // namespace
+
 TEST_CASE("memory plan: a layer has 12h^2 + 13h parameters (GPT, 4h MLP, biases, LayerNorm)", "[memory_plan]") {
-  ModelConfig m = small([](ModelConfig& c) {
+  ResolvedModelConfig m = small([](ModelConfig& c) {
     c.hidden_size = 64;
     c.vocab_size = 1100;
     c.make_vocab_size_divisible_by = 128;
   });
-  const GptParameterCounts c = gpt_parameter_counts(m, 1);
-  CHECK(c.layer.total() == 12 * 64 * 64 + 13 * 64);
+  int64_t layer = 0, replicated = 0;
+  for (const ManifestParameter& p : build_model_manifest(m).parameters)
+    if (p.layer == 0) {
+      layer += p.shape.numel();
+      if (!p.tensor_parallel) replicated += p.shape.numel();
+    }
+  CHECK(layer == 12 * 64 * 64 + 13 * 64);
   // Replicated: two LayerNorms (2·2h) and the two row-parallel biases (2h).
-  CHECK(c.layer.replicated == 6 * 64);
-  CHECK(c.padded_vocab == 1152);
-  CHECK(gpt_parameter_counts(m, 2).padded_vocab == 1280);  // multiple of 128·2
-  CHECK(gpt_parameter_counts(m, 4).padded_vocab == 1536);  // multiple of 512
-  CHECK(gpt_parameter_counts(m, 8).padded_vocab == 2048);  // multiple of 1024
+  CHECK(replicated == 6 * 64);
+  CHECK(padded_vocab_size(1100, 128, 1) == 1152);
+  CHECK(padded_vocab_size(1100, 128, 2) == 1280);  // multiple of 128·2
+  CHECK(padded_vocab_size(1100, 128, 4) == 1536);  // multiple of 512
+  CHECK(padded_vocab_size(1100, 128, 8) == 2048);  // multiple of 1024
+  CHECK(stage_parameter_count(manifest_at_tp(m, 1), 0, 1, 1, 1).total() == model_parameter_count(m));
 }
 
 TEST_CASE("memory plan: the tp shards sum to the unsharded count plus vocab padding", "[memory_plan]") {
-  for (const ModelConfig& m : model_variants()) {
-    const GptParameterCounts one = gpt_parameter_counts(m, 1);
+  for (const ResolvedModelConfig& m : model_variants()) {
+    const ParameterCount one = stage_parameter_count(manifest_at_tp(m, 1), 0, 1, 1, 1);
+    const int64_t vocab1 = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
     for (int64_t tp : {2, 4}) {
       if (m.num_attention_heads % tp || m.query_groups() % tp || m.ffn() % tp) continue;
-      const GptParameterCounts c = gpt_parameter_counts(m, tp);
-      const int64_t extra_vocab = (c.padded_vocab - one.padded_vocab) * m.hidden_size;
-      CHECK(tp * c.layer.sharded == one.layer.sharded);
-      CHECK(c.layer.replicated == one.layer.replicated);
-      CHECK(tp * c.word_embeddings.sharded == one.word_embeddings.sharded + extra_vocab);
-      CHECK(tp * c.output_layer.sharded == one.output_layer.sharded + extra_vocab);
-      CHECK(c.position_embeddings.replicated == one.position_embeddings.replicated);
-      CHECK(c.final_norm.replicated == one.final_norm.replicated);
+      const ParameterCount c = stage_parameter_count(manifest_at_tp(m, tp), 0, tp, tp, 1);
+      const int64_t tables = m.untie_embeddings_and_output_weights ? 2 : 1;
+      const int64_t extra_vocab =
+          tables * (padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, tp) - vocab1) * m.hidden_size;
+      CHECK(tp * c.sharded == one.sharded + extra_vocab);
+      CHECK(c.replicated == one.replicated);
     }
   }
 }
@@ -133,11 +149,11 @@ TEST_CASE("memory plan: the pipeline layer ranges it reads from the model manife
   auto ranges = [](ParallelConfig p, int64_t layers) {
     p.world_size = p.pipeline_model_parallel_size;
     finalize_parallel_config(p, std::nullopt);
-    ModelConfig m;
-    m.num_layers = layers;
-    m.hidden_size = 16;
-    m.num_attention_heads = 4;
-    finalize_model_config(m);
+    ModelConfig raw_m;
+    raw_m.num_layers = layers;
+    raw_m.hidden_size = 16;
+    raw_m.num_attention_heads = 4;
+    const ResolvedModelConfig m(raw_m);
     R out;
     for (const auto& stage : build_model_manifest(m, p).chunks) {
       out.emplace_back();
@@ -167,12 +183,12 @@ TEST_CASE("memory plan: the pipeline layer ranges it reads from the model manife
 
 TEST_CASE("memory plan: activation bytes follow Korthikanti et al. with fused attention on hand-computed numbers",
           "[memory_plan]") {
-  ModelConfig m;
-  m.hidden_size = 1024;
-  m.num_attention_heads = 16;
-  m.seq_length = 2048;
-  m.vocab_size = 50000;
-  finalize_model_config(m);
+  ModelConfig raw_m;
+  raw_m.hidden_size = 1024;
+  raw_m.num_attention_heads = 16;
+  raw_m.seq_length = 2048;
+  raw_m.vocab_size = 50000;
+  const ResolvedModelConfig m(raw_m);
   // s = 2048, b = 2, h = 1024, a = 16: sbh = 4,194,304; the log-sum-exp 4·a·s·b = 262,144.
   // bf16, tp 1: 34·sbh + 4asb = 142,868,480; full recompute 2sbh = 8,388,608.
   const int64_t sbh = 4194304, lse = 262144;
@@ -278,7 +294,7 @@ TEST_CASE("memory plan: MoE models at tp=1 count what the real GPTModel allocate
       edit(m);
     });
   };
-  const std::vector<ModelConfig> variants = {
+  const std::vector<ResolvedModelConfig> variants = {
       moe([](ModelConfig&) {}),  // LayerNorm, GeLU, every layer MoE
       moe([](ModelConfig& m) {   // SwiGLU, RMSNorm, shared expert with its gate, dense first layer
         m.swiglu = true;
@@ -293,7 +309,7 @@ TEST_CASE("memory plan: MoE models at tp=1 count what the real GPTModel allocate
         m.moe_layer_freq = {"2"};
       }),
   };
-  for (const ModelConfig& m : variants) CHECK(gpt_total_parameters(m) == model_parameter_count(m));
+  for (const ResolvedModelConfig& m : variants) CHECK(model_parameter_total(m) == model_parameter_count(m));
 }
 
 TEST_CASE("memory plan: MoE per-rank parameters under EP, optimizer sharding and all-to-all bytes", "[memory_plan]") {
@@ -345,7 +361,7 @@ TEST_CASE("memory plan: MoE per-rank parameters under EP, optimizer sharding and
   const LayoutPlan e2 = plan_layout(cfg);
   CHECK(e2.expert_dp == 1);
   CHECK(e2.stages[0].parameters.expert == 4 * moe_expert / 2);
-  CHECK(moe_layers_in(cfg.model, 1, 4) == 2);  // layers 2 and 4
+  CHECK(moe_layers_in(cfg.resolved_model(), 1, 4) == 2);  // layers 2 and 4
 }
 
 }  // namespace strata

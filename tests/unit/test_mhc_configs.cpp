@@ -45,10 +45,10 @@ TEST_CASE("mhc configs: glm_mhc.yaml is a valid 64-rank layout whose mHC paramet
   CHECK_FALSE(with.model.mhc_learned_output_contract);
   strata::StrataConfig plain = strata::StrataConfig::load(file, {"model.enable_hyper_connections=false"});
   plain.validate(64);
-  const strata::ModelConfig& without = plain.model;
+  const strata::ResolvedModelConfig& without = plain.resolved_model();
   const int64_t n = 4, c = 4096, rows = n * n + 2 * n;
   const int64_t per_site = rows * n * c + 3 + rows;
-  CHECK(strata::gpt_total_parameters(with.model) - strata::gpt_total_parameters(without) == 40 * 2 * per_site);
+  CHECK(strata::model_parameter_total(with.resolved_model()) - strata::model_parameter_total(without) == 40 * 2 * per_site);
 }
 
 TEST_CASE("mhc configs: glm_mhc_tiny.yaml trains on the CPU with the mHC metrics", "[mhc][cli_train]") {

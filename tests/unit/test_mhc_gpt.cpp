@@ -130,15 +130,15 @@ void check_gradients(const ModelConfig& cfg_in) {
 TEST_CASE("mhc gpt: one mHC layer equals the float64 composition merge(x, F(agg(x)))", "[mhc][mhc_gpt]") {
   // The mHC layer's branches against the reference mappings/aggregate/merge around the plain
   // attention-only and MLP-only layers (same parameters), whose output minus input is F(agg).
-  ModelConfig cfg = mhc_model(3, true);
-  cfg.hidden_dropout = 0.0;
-  cfg.attention_dropout = 0.0;
-  cfg.init_method_std = 0.3;
-  finalize_model_config(cfg);
+  ModelConfig raw_cfg = mhc_model(3, true);
+  raw_cfg.hidden_dropout = 0.0;
+  raw_cfg.attention_dropout = 0.0;
+  raw_cfg.init_method_std = 0.3;
+  const ResolvedModelConfig cfg(raw_cfg);
   const layers::LayerEnv env{DType::F64, Device::cpu()};
   const ParallelGroups g = ParallelGroups::single_process();
   layers::TransformerLayer hc(0, cfg, env, g);
-  ModelConfig plain_cfg = cfg;
+  ResolvedModelConfig plain_cfg = cfg;  // the same section with mHC switched off
   plain_cfg.enable_hyper_connections = false;
   layers::TransformerLayer attn(0, plain_cfg, env, g, layers::TransformerLayerSpec::attention_only());
   layers::TransformerLayer mlp(0, plain_cfg, env, g, layers::TransformerLayerSpec::mlp_only());
@@ -323,10 +323,10 @@ TEST_CASE("mhc gpt: config errors name the fields (mhc recompute rules)", "[mhc]
 
 TEST_CASE("mhc gpt: the output linears' bias reaches the merge apart from y (Megatron's (output, bias) pair)",
           "[mhc][mhc_gpt]") {
-  ModelConfig cfg = mhc_model(2, true);  // add_bias_linear
-  cfg.hidden_dropout = 0.0;
-  cfg.attention_dropout = 0.0;
-  finalize_model_config(cfg);
+  ModelConfig raw_cfg = mhc_model(2, true);  // add_bias_linear
+  raw_cfg.hidden_dropout = 0.0;
+  raw_cfg.attention_dropout = 0.0;
+  const ResolvedModelConfig cfg(raw_cfg);
   const layers::LayerEnv env{DType::F64, Device::cpu()};
   layers::TransformerLayer layer(0, cfg, env, ParallelGroups::single_process());
   std::vector<Parameter*> ps;

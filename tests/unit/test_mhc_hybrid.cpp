@@ -96,8 +96,8 @@ TEST_CASE("mhc hybrid: Megatron dev names (hyper_connection, inner_layer, hc_hea
 
 TEST_CASE("mhc hybrid: a wrapped layer whose sub-layer returns 0 leaves x_next = H_res^T x (fast and delta path)",
           "[mhc][mhc_hybrid]") {
-  ModelConfig cfg = hybrid_mhc("M-", 0.0);
-  finalize_model_config(cfg);
+  ModelConfig raw_cfg = hybrid_mhc("M-", 0.0);
+  const ResolvedModelConfig cfg(raw_cfg);
   const layers::LayerEnv env{DType::F64, Device::cpu()};
   const int64_t n = 2, C = 16, s = 4, b = 2, T = s * b;
   const Tensor x = test::random_tensor({s, b, n * C}, 5, -1.0, 1.0);

@@ -347,7 +347,7 @@ TEST_CASE("mhc mtp: strata plan counts e_proj, h_proj, the inner sites and hc_he
     for (Parameter* p : model->parameters()) built += p->value.numel();
     INFO(v.front() << " " << v.back());
     CHECK(plan_layout(cfg).model_parameters == built);
-    CHECK((cfg.model.is_hybrid() ? hybrid_total_parameters(cfg.model) : gpt_total_parameters(cfg.model)) == built);
+    CHECK(model_parameter_total(cfg.resolved_model()) == built);
   }
 }
 

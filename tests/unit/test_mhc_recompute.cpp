@@ -85,7 +85,7 @@ TEST_CASE("mhc recompute: groups of mhc_recompute_layer_num local layers (null: 
           "[recompute][mhc_recompute]") {
   auto groups = [](const std::vector<std::string>& o, size_t n) {
     std::vector<std::pair<size_t, size_t>> out;
-    for (const RecomputeChunk& c : mhc_recompute_groups(mhc_config(false, o).model, n).groups)
+    for (const RecomputeChunk& c : mhc_recompute_groups(mhc_config(false, o).resolved_model(), n).groups)
       out.emplace_back(c.begin, c.end);
     return out;
   };
@@ -98,7 +98,7 @@ TEST_CASE("mhc recompute: groups of mhc_recompute_layer_num local layers (null: 
                 "model.mhc_recompute_layer_num=1"},
                3)
             .empty());
-  const MhcRecomputeGroups g = mhc_recompute_groups(mhc_config(false, mhc_rc("2")).model, 5);
+  const MhcRecomputeGroups g = mhc_recompute_groups(mhc_config(false, mhc_rc("2")).resolved_model(), 5);
   CHECK(g.opens(2));
   CHECK(!g.opens(3));
   CHECK(g.closes(3));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/observe.h"
+#include "manifest_check.h"
 #include "models/model_manifest.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
@@ -65,27 +66,30 @@ StrataConfig config_of(const std::vector<std::string>& variant) {
   return test::tiny_config(o);
 }
 
+// Every model family: GPT, GPT+MoE, hybrid, GPT/hybrid MTP, repeated MTP, GPT/hybrid mHC.
+const std::vector<std::vector<std::string>> kFamilies = {
+    {"model.num_layers=2"},
+    {"model.num_layers=3", "model.num_experts=4", "model.moe_layer_freq=[0, 1, 1]"},
+    {"model.hybrid_layer_pattern='M*-E'", "model.num_experts=4"},
+    {"model.num_layers=2", "model.mtp_num_layers=2", "model.num_experts=4", "model.moe_layer_freq=[0, 1]"},
+    {"model.num_layers=2", "model.mtp_num_layers=2", "model.mtp_use_repeated_layer=true"},
+    {"model.hybrid_layer_pattern='M*E/*E/*E'", "model.num_experts=4"},
+    {"model.num_layers=2", "model.enable_hyper_connections=true", "model.num_residual_streams=3",
+     "model.num_experts=4", "model.moe_layer_freq=[0, 1]"},
+    {"model.num_layers=2", "model.enable_hyper_connections=true", "model.num_residual_streams=2",
+     "model.mtp_num_layers=1"},
+    {"model.hybrid_layer_pattern='M*-E/*E'", "model.enable_hyper_connections=true", "model.num_residual_streams=2",
+     "model.num_experts=4"},
+};
+
 }  // namespace
 
 TEST_CASE("model manifest: the sites a real forward and backward emit are the manifest's", "[manifest][observe]") {
-  const std::vector<std::vector<std::string>> variants = {
-      {"model.num_layers=2"},
-      {"model.num_layers=3", "model.num_experts=4", "model.moe_layer_freq=[0, 1, 1]"},
-      {"model.hybrid_layer_pattern='M*-E'", "model.num_experts=4"},
-      {"model.num_layers=2", "model.mtp_num_layers=2", "model.num_experts=4", "model.moe_layer_freq=[0, 1]"},
-      {"model.num_layers=2", "model.mtp_num_layers=2", "model.mtp_use_repeated_layer=true"},
-      {"model.hybrid_layer_pattern='M*E/*E/*E'", "model.num_experts=4"},
-      {"model.num_layers=2", "model.enable_hyper_connections=true", "model.num_residual_streams=3",
-       "model.num_experts=4", "model.moe_layer_freq=[0, 1]"},
-      {"model.num_layers=2", "model.enable_hyper_connections=true", "model.num_residual_streams=2",
-       "model.mtp_num_layers=1"},
-      {"model.hybrid_layer_pattern='M*-E/*E'", "model.enable_hyper_connections=true", "model.num_residual_streams=2",
-       "model.num_experts=4"},
-  };
+  const std::vector<std::vector<std::string>>& variants = kFamilies;
   for (const auto& v : variants) {
     const StrataConfig cfg = config_of(v);
     INFO(v.front() << (v.size() > 1 ? " " + v[1] : std::string()) << (v.size() > 2 ? " " + v[2] : std::string()));
-    const ModelManifest manifest = build_model_manifest(cfg.model);
+    const ModelManifest manifest = build_model_manifest(cfg.resolved_model());
     std::map<std::string, const ObservationSite*> want;
     for (const ObservationSite& s : manifest.sites) {
       CHECK(want.count(s.path()) == 0);  // each site listed once
@@ -125,10 +129,10 @@ TEST_CASE("model manifest: every mHC site can be dumped", "[manifest][tensor_dum
                                   "logging.tensor_dump_sites=['*mhc*']", "logging.tensor_dump_iters=[0]"});
     INFO(pattern);
     CHECK_NOTHROW(validate_tensor_dump(cfg));
-    CHECK(site_kinds({"*mhc*"}, cfg.model) ==
+    CHECK(site_kinds({"*mhc*"}, cfg.resolved_model()) ==
           SourceKinds{SourceKind::MhcHPre, SourceKind::MhcHPost, SourceKind::MhcHRes, SourceKind::MhcSinkhornResidual,
                       SourceKind::MhcLayerInput, SourceKind::MhcLayerOutput});
-    CHECK(site_kinds({"*.mhc_layer_output"}, cfg.model) == SourceKinds{SourceKind::MhcLayerOutput});
+    CHECK(site_kinds({"*.mhc_layer_output"}, cfg.resolved_model()) == SourceKinds{SourceKind::MhcLayerOutput});
   }
 }
 
@@ -210,7 +214,7 @@ TEST_CASE("model manifest: stages and chunks of a hybrid pattern's segments (han
                      "training.global_batch_size=4"});
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "m.yaml");
   cfg.validate(2);
-  const ModelManifest m = build_model_manifest(cfg.model, cfg.parallel);
+  const ModelManifest m = build_model_manifest(cfg.resolved_model(), cfg.parallel);
   const std::vector<std::pair<int64_t, int64_t>> want = {{0, 0}, {0, 0}, {1, 0}, {1, 0}, {0, 1}, {0, 1},
                                                          {1, 1}, {1, 1}, {1, 1}, {1, 1}};
   REQUIRE(m.layers.size() == want.size());  // 8 decoder layers, then the MTP depth's two
@@ -219,6 +223,38 @@ TEST_CASE("model manifest: stages and chunks of a hybrid pattern's segments (han
     CHECK(std::make_pair(m.layers[i].stage, m.layers[i].chunk) == want[i]);
   }
   CHECK(m.layers[8].name == "mtp.layers.0.mtp_model_layer.layers.0");
+}
+
+
+TEST_CASE("model manifest: the parameters a model builds are the manifest's", "[manifest]") {
+  // Every family, and the options that add or reshape parameters: LayerNorm biases, qk norms,
+  // learned positions, untied output, shared experts with their gate, the router's expert bias.
+  std::vector<std::vector<std::string>> variants = kFamilies;
+  variants.push_back({"model.num_layers=2", "model.normalization=LayerNorm", "model.qk_layernorm=true",
+                      "model.add_bias_linear=true", "model.position_embedding_type=learned_absolute",
+                      "model.untie_embeddings_and_output_weights=true", "model.swiglu=true",
+                      "model.ffn_hidden_size=32"});
+  variants.push_back({"model.num_layers=2", "model.num_experts=4", "model.moe_shared_expert_intermediate_size=8",
+                      "model.moe_shared_expert_gate=true", "model.moe_router_enable_expert_bias=true",
+                      "model.moe_router_score_function=sigmoid", "model.mtp_num_layers=1"});
+  variants.push_back({"model.hybrid_layer_pattern='M*-/M*'", "model.add_bias_linear=true",
+                      "model.enable_hyper_connections=true", "model.mhc_learned_output_contract=false"});
+  for (std::vector<std::string> v : variants) {
+    v.push_back("training.precision=bf16");
+    const StrataConfig cfg = config_of(v);
+    INFO(v.front() << (v.size() > 1 ? " " + v[1] : std::string()) << (v.size() > 2 ? " " + v[2] : std::string()));
+    const ModelManifest manifest = build_model_manifest(cfg.resolved_model());
+    test::RankPosition r;
+    r.bf16 = true;
+    r.num_experts = cfg.model.num_experts.value_or(0);
+    const std::vector<std::string> want = test::manifest_parameter_lines(manifest, r);
+    const std::vector<std::string> got = test::built_parameter_lines(make_model(cfg, Device::cpu())->parameters(), true);
+    CHECK(got == want);
+  }
+  // Without a vocabulary the parameters are not listed yet.
+  ResolvedModelConfig m = config_of({"model.num_layers=2"}).resolved_model();
+  m.vocab_size.reset();
+  CHECK(build_model_manifest(m).parameters.empty());
 }
 
 }  // namespace strata

@@ -2,7 +2,7 @@
 // `model.field=value` override, Megatron's defaults, moe_layer_freq in its three forms (int, list,
 // Megatron's pattern string) with its error messages, the resolved helpers (is_moe_layer, moe_ffn,
 // the active load-balancing losses), and each of Megatron's (and Strata's) MoE rejections naming
-// its fields. The rules run through finalize_model_config / validate_moe_layout, without the
+// its fields. The rules run through ResolvedModelConfig / validate_moe_layout, without the
 // temporary "MoE layers are not built yet" guard of StrataConfig::validate (tested last).
 #include <catch2/catch.hpp>
 #include <functional>
@@ -30,23 +30,22 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 // The per-field validators, then the model-section rules (no parallel layout, no guard).
-ModelConfig finalized_model(const std::vector<std::string>& overrides) {
+ResolvedModelConfig finalized_model(const std::vector<std::string>& overrides) {
   StrataConfig c = base(overrides);
   StrataConfig::table().check_fields(c);
-  finalize_model_config(c.model);
-  return c.model;
+  return ResolvedModelConfig(c.model);
 }
 
 // As above, plus the parallel section and the MoE layout rules (still without the guard).
 void check_layout(const std::vector<std::string>& overrides) {
   StrataConfig c = base(overrides);
   StrataConfig::table().check_fields(c);
-  finalize_model_config(c.model);
+  const ResolvedModelConfig resolved_model(c.model);
   finalize_parallel_config(c.parallel, std::nullopt);
-  validate_moe_layout(c.model, c.parallel);
+  validate_moe_layout(resolved_model, c.parallel);
 }
 
-std::vector<int64_t> layer_map(const ModelConfig& m) {
+std::vector<int64_t> layer_map(const ResolvedModelConfig& m) {
   std::vector<int64_t> out;
   for (int64_t i = 0; i < m.num_layers; ++i) out.push_back(m.is_moe_layer(i) ? 1 : 0);
   return out;
@@ -55,7 +54,7 @@ std::vector<int64_t> layer_map(const ModelConfig& m) {
 }  // namespace
 
 TEST_CASE("moe config: Megatron's defaults, a dense model has no MoE layer", "[moe_config]") {
-  ModelConfig m = finalized_model({});
+  ResolvedModelConfig m = finalized_model({});
   CHECK(!m.num_experts);
   CHECK(!m.is_moe());
   CHECK(m.moe_layer_freq == std::vector<std::string>{"1"});
@@ -93,10 +92,10 @@ TEST_CASE("moe config: every field parses from YAML", "[moe_config]") {
       "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n";
   StrataConfig c = StrataConfig::from_yaml_text(yaml, {}, "moe.yaml");
   StrataConfig::table().check_fields(c);
-  finalize_model_config(c.model);
+  const ResolvedModelConfig resolved_model(c.model);
   finalize_parallel_config(c.parallel, std::nullopt);
-  validate_moe_layout(c.model, c.parallel);
-  const ModelConfig& m = c.model;
+  validate_moe_layout(resolved_model, c.parallel);
+  const ResolvedModelConfig& m = resolved_model;
   CHECK(*m.num_experts == 8);
   CHECK(m.moe_ffn() == 96);
   CHECK(layer_map(m) == std::vector<int64_t>{0, 1, 1, 1});
@@ -163,8 +162,8 @@ TEST_CASE("moe config: every field parses from a key=value override", "[moe_conf
                          "parallel.expert_tensor_parallel_size=1",
                          "parallel.world_size=4"});
   StrataConfig::table().check_fields(c);
-  finalize_model_config(c.model);
-  const ModelConfig& m = c.model;
+  const ResolvedModelConfig resolved_model(c.model);
+  const ResolvedModelConfig& m = resolved_model;
   CHECK(*m.num_experts == 16);
   CHECK(m.moe_ffn() == 64);
   CHECK(layer_map(m) == std::vector<int64_t>{1, 0, 1, 0});  // i % 2 == 0
@@ -256,7 +255,7 @@ TEST_CASE("moe config: moe_layer_freq errors name the field and the problem", "[
 }
 
 TEST_CASE("moe config: the active load-balancing losses and their coefficients", "[moe_config]") {
-  ModelConfig m = finalized_model(
+  ResolvedModelConfig m = finalized_model(
       {"model.num_experts=4", "model.moe_router_load_balancing_type=[aux_loss, seq_aux_loss, none, global_aux_loss]",
        "model.moe_aux_loss_coeff=[0.01, 0, 0.5, 0.002]"});
   auto losses = m.moe_load_balancing_losses();

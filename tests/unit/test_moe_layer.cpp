@@ -89,8 +89,8 @@ TEST_CASE("moe layer: output equals the direct sum over the chosen experts (f64)
   for (const std::vector<std::string>& extra :
        std::vector<std::vector<std::string>>{{}, {"swiglu", "sigmoid"}, {"on_input"}, {"shared", "gate"}}) {
     INFO("options " << extra.size());
-    ModelConfig cfg = moe_config(extra);
-    finalize_model_config(cfg);
+    ModelConfig raw_cfg = moe_config(extra);
+    const ResolvedModelConfig cfg(raw_cfg);
     layers::LayerEnv env{DType::F64, Device::cpu(), false, CpCommType::AllGather};
     layers::moe::MoELayer moe("decoder.layers.0.mlp", cfg, env, ParallelGroups::single_process());
     for (Parameter* p : [&] { std::vector<Parameter*> v; moe.collect(v); return v; }()) init_parameter(*p, 5);

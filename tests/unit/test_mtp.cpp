@@ -378,8 +378,8 @@ TEST_CASE("mtp: the mtp_logits site fires once per depth with the head's logits"
   CHECK(loss[static_cast<size_t>(b * kSeq + i)] ==
         Approx(std::log(se) + mx - zv[static_cast<size_t>((i * kBatch + b) * 24 + label)]).epsilon(1e-12));
   // The tensor dumper's site names.
-  ModelConfig m = mtp_model(2);
-  finalize_model_config(m);
+  ModelConfig raw_m = mtp_model(2);
+  const ResolvedModelConfig m(raw_m);
   const auto sites = model_site_names(m);
   CHECK(std::count(sites.begin(), sites.end(), "output_layer.mtp_logits.0") == 1);
   CHECK(std::count(sites.begin(), sites.end(), "output_layer.mtp_logits.1") == 1);

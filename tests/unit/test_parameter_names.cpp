@@ -316,7 +316,7 @@ void check_layout(bool moe, int world, const std::vector<std::string>& extra) {
   const int pp = static_cast<int>(pc.pipeline_model_parallel_size), ep = static_cast<int>(pc.expert_model_parallel_size);
   // The model manifest says which stage and chunk build each layer: the chunks that list a
   // layer's parameters.
-  const ModelManifest manifest = build_model_manifest(cfg.model, pc);
+  const ModelManifest manifest = build_model_manifest(cfg.resolved_model(), pc);
   auto layer_of_name = [&](const std::string& n) -> const ManifestLayer* {
     const ManifestLayer* best = nullptr;
     for (const ManifestLayer& layer : manifest.layers)

@@ -95,7 +95,7 @@ std::string moe_config_error(const std::vector<std::string>& o) {
 TEST_CASE("recompute: full recompute chunks (uniform: chunks of n, block: the first n layers)", "[recompute]") {
   auto chunks = [](const std::vector<std::string>& o, size_t layers) {
     std::vector<std::pair<size_t, size_t>> out;
-    for (const RecomputeChunk& c : full_recompute_chunks(rc_config(false, o).model, layers))
+    for (const RecomputeChunk& c : full_recompute_chunks(rc_config(false, o).resolved_model(), layers))
       out.push_back({c.begin, c.end});
     return out;
   };

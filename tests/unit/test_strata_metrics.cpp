@@ -229,7 +229,7 @@ struct SiteRecorder : Observer {
   }
 };
 
-ModelConfig attention_config() {
+ResolvedModelConfig attention_config() {
   ModelConfig m;
   m.num_layers = 4;
   m.hidden_size = 16;
@@ -242,8 +242,7 @@ ModelConfig attention_config() {
   m.vocab_size = 32;
   m.seq_length = 6;
   m.init_method_std = 0.5;
-  finalize_model_config(m);
-  return m;
+  return ResolvedModelConfig(m);
 }
 
 // max over b and j <= i of q·k / √hn per head, from the layer's saved (post-norm, post-RoPE) q, k.
@@ -268,7 +267,7 @@ Vec direct_logit_max(const Tensor& q, const Tensor& k) {
 
 TEST_CASE("strata metrics: the attention_logit_max site equals a direct float64 q·k (causal, GQA, RoPE, qk-norm)",
           "[tensor_metrics][observe]") {
-  const ModelConfig cfg = attention_config();
+  const ResolvedModelConfig cfg = attention_config();
   layers::LayerEnv env{DType::F64, Device::cpu()};
   layers::SelfAttention attn("decoder.layers.3.self_attention", cfg, env, ProcessGroup::single("tp"));
   std::vector<Parameter*> params;

@@ -51,15 +51,15 @@ TEST_CASE("tensor dump: glob matching of site names", "[observe][tensor_dump]") 
   CHECK(glob_match("**?", "x"));
 }
 
-ModelConfig moe_config() {
+ResolvedModelConfig moe_config() {
   const StrataConfig c = test::tiny_config({"model.num_layers=3", "model.hidden_size=16", "model.num_attention_heads=4",
                                             "model.vocab_size=50", "model.add_bias_linear=false", "model.num_experts=4",
                                             "model.moe_ffn_hidden_size=16", "model.moe_layer_freq=[0, 1, 1]"});
-  return c.model;
+  return c.resolved_model();
 }
 
 TEST_CASE("tensor dump: the model's site names and the kinds patterns reach", "[observe][tensor_dump]") {
-  const ModelConfig m = moe_config();
+  const ResolvedModelConfig m = moe_config();
   const std::vector<std::string> sites = model_site_names(m);
   // residuals and the attention logit max of 3 layers, 8 router sites on layers 1 and 2, logits
   CHECK(sites.size() == 3 * 3 + 2 * 8 + 1);

@@ -286,7 +286,7 @@ void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
 
 // The model's rules that involve the parallel layout: heads, query groups and FFN split over tp,
 // layers over pipeline stages, the sequence over cp and sp, experts over ep and etp (validate_moe_layout).
-void validate_model_layout(const ModelConfig& m, const ParallelConfig& p) {
+void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
   const int64_t tp = p.tensor_model_parallel_size, cp = p.context_parallel_size;
   if (m.num_attention_heads % tp != 0)
     throw ConfigError(
@@ -387,7 +387,7 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
 }
 
 // Data sources, blend and split strings, tokenizer files.
-void validate_data(const DataConfig& data, const ModelConfig& model) {
+void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
   if (data.mock_data && !data.data_path.empty())
     throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
   if (!data.mock_data && data.data_path.empty())
@@ -418,7 +418,7 @@ void validate_checkpoint(const CheckpointConfig& checkpoint) {
 }
 
 // The router tracer (Megatron's moe_routing_trace_*): only for MoE models, options only with the path.
-void validate_logging(const LoggingConfig& l, const ModelConfig& model) {
+void validate_logging(const LoggingConfig& l, const ResolvedModelConfig& model) {
   if (l.moe_routing_trace_path) {
     if (l.moe_routing_trace_path->empty()) throw ConfigError("logging.moe_routing_trace_path", "is empty");
     if (!model.is_moe())
@@ -461,18 +461,26 @@ std::vector<std::string> config_validator_names() {
   return names;
 }
 
+const ResolvedModelConfig& StrataConfig::resolved_model() const {
+  if (!resolved_model_ || static_cast<const ModelConfig&>(*resolved_model_) != model)
+    resolved_model_ = std::make_shared<const ResolvedModelConfig>(model);
+  return *resolved_model_;
+}
+
 void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   table().check_fields(*this);
-  finalize_model_config(model);
-  if (model.is_hybrid())  // '|' segments: the stages and the virtual pipeline size (before the parallel rules)
-    hybrid::apply_hybrid_pipeline_layout(model.hybrid_pattern(), parallel);
+  resolved_model_ = std::make_shared<const ResolvedModelConfig>(model);  // the model section's resolution
+  model = *resolved_model_;  // the section shows its resolved defaults (to_yaml, --print-config)
+  const ResolvedModelConfig& m = *resolved_model_;
+  if (m.is_hybrid())  // '|' segments: the stages and the virtual pipeline size (before the parallel rules)
+    hybrid::apply_hybrid_pipeline_layout(m.hybrid_pattern(), parallel);
   finalize_parallel_config(parallel, launched_world_size);
-  validate_model_layout(model, parallel);
+  validate_model_layout(m, parallel);
   validate_training(*this);
   validate_optimizer(optimizer, training);
-  validate_data(data, model);
+  validate_data(data, m);
   validate_checkpoint(checkpoint);
-  validate_logging(logging, model);
+  validate_logging(logging, m);
   validate_inference(inference, training);
   for (const auto& [name, validator] : config_validators()) validator(*this);
 }

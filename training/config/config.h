@@ -13,6 +13,7 @@
 // Every error is a config::ConfigError whose message starts with "section.field".
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,7 +128,7 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules();
 std::string no_effect_flags_line(const std::vector<std::string>& flags);
 
 struct StrataConfig {
-  ModelConfig model;
+  ModelConfig model;  // as written; validate() fills in its null defaults
   ParallelConfig parallel;
   TrainingConfig training;
   OptimizerConfig optimizer;
@@ -157,6 +158,11 @@ struct StrataConfig {
   // launcher started (null: use parallel.world_size, else 1).
   void validate(std::optional<int64_t> launched_world_size = std::nullopt);
 
+  // The model section resolved (models/model_config.h): what the model factory, the planner, the
+  // manifest readers and the exports take. validate() resolves it; a section changed since is
+  // resolved anew on the next call (config::ConfigError naming the field).
+  const ResolvedModelConfig& resolved_model() const;
+
   // After validate(): world_size / (tp·pp·cp).
   int64_t data_parallel_size() const { return strata::data_parallel_size(parallel); }
   // After validate(): micro-batches per step and data-parallel rank.
@@ -166,6 +172,9 @@ struct StrataConfig {
   std::string argument_table() const;       // Megatron's sorted "arguments" block
   static std::string help_text();           // every field: type, default, rules, doc
   static std::string reference_markdown();  // the text of docs/config.md
+
+ private:
+  mutable std::shared_ptr<const ResolvedModelConfig> resolved_model_;  // of the section it equals
 };
 
 // Rules of subsystems above the config (the tensor dumper's site patterns against the model's

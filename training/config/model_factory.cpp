@@ -27,7 +27,7 @@ LanguageModelOptions language_model_options(const StrataConfig& cfg, Device devi
                  cfg.parallel.pipeline_model_parallel_size);
     const PipelineChunkLayout l =
         cfg.model.is_hybrid()  // '|' segments (segment = chunk·pp + pp_rank), else the even/first/last split
-            ? hybrid::hybrid_chunk_layout(cfg.model.hybrid_pattern(), cfg.parallel,
+            ? hybrid::hybrid_chunk_layout(cfg.resolved_model().hybrid_pattern(), cfg.parallel,
                                           groups.pp.rank(), chunk)
             : pipeline_chunk_layout(cfg.parallel, cfg.model.num_layers, groups.pp.rank(), chunk);
     o.first_layer = l.first_layer;
@@ -42,7 +42,7 @@ std::unique_ptr<GPTModel> make_gpt_model(const StrataConfig& cfg, Device device,
                                          int64_t chunk) {
   GPTModelOptions o;
   static_cast<LanguageModelOptions&>(o) = language_model_options(cfg, device, groups, chunk);
-  return std::make_unique<GPTModel>(cfg.model, o, groups);
+  return std::make_unique<GPTModel>(cfg.resolved_model(), o, groups);
 }
 
 std::vector<std::unique_ptr<GPTModel>> make_gpt_model_chunks(const StrataConfig& cfg, Device device,
@@ -66,14 +66,12 @@ std::vector<std::unique_ptr<LanguageModel>> make_model_chunks(const StrataConfig
 }
 
 std::vector<std::string> model_loss_names(const StrataConfig& cfg) {
-  ModelConfig m = cfg.model;
-  finalize_model_config(m);
-  return build_model_manifest(m).losses;
+  return build_model_manifest(cfg.resolved_model()).losses;
 }
 
 std::unique_ptr<HybridModel> make_hybrid_model(const StrataConfig& cfg, Device device, const ParallelGroups& groups,
                                                int64_t chunk) {
-  return std::make_unique<HybridModel>(cfg.model, language_model_options(cfg, device, groups, chunk), groups);
+  return std::make_unique<HybridModel>(cfg.resolved_model(), language_model_options(cfg, device, groups, chunk), groups);
 }
 
 std::unique_ptr<LanguageModel> make_model(const StrataConfig& cfg, Device device) {

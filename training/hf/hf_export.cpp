@@ -162,13 +162,13 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
     cfg.model.vocab_size = tok->vocab_size();
   }
   cfg.validate(1);
-  const Family family = family_for(cfg.model);  // before allocating anything
+  const Family family = family_for(cfg.resolved_model());  // before allocating anything
 
   ExportResult r;
   r.family = family;
   r.iteration = *iteration;
   r.dtype = model_dtype(cfg.training.precision);
-  if (is_moe(family)) r.notes = detail::moe_export_notes(cfg.model);
+  if (is_moe(family)) r.notes = detail::moe_export_notes(cfg.resolved_model());
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
@@ -193,7 +193,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
     r.notes.push_back("the " + std::to_string(mtp_skipped) + " multi-token-prediction parameters (mtp.layers.*, "
                       "model.mtp_num_layers " + std::to_string(cfg.model.mtp_depths()) +
                       ") are training-only and not exported");
-  const std::map<std::string, Tensor> tensors = to_hf_tensors(cfg.model, family, mg);
+  const std::map<std::string, Tensor> tensors = to_hf_tensors(cfg.resolved_model(), family, mg);
 
   ExportInfo info;
   info.dtype = r.dtype;
@@ -203,7 +203,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   const fs::path out(out_dir);
   fs::create_directories(out);
   formats::write_safetensors((out / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  write_text(out / "config.json", config_json(cfg.model, family, info).dump(2) + "\n");
+  write_text(out / "config.json", config_json(cfg.resolved_model(), family, info).dump(2) + "\n");
   write_text(out / "generation_config.json", generation_config_json(cfg.inference, info).dump(2) + "\n");
   r.files = {"model.safetensors", "config.json", "generation_config.json"};
   if (cfg.data.tokenizer_type == TokenizerType::GPT2BPETokenizer && cfg.data.vocab_file && cfg.data.merge_file &&
@@ -257,7 +257,7 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   const int64_t padded = padded_vocab_size(*cfg.model.vocab_size, cfg.model.make_vocab_size_divisible_by, 1);
   // Names and shapes are checked here, before the model is allocated.
   const std::map<std::string, Tensor> mg =
-      from_hf_tensors(cfg.model, ic.family, ic.file_vocab, padded, hf_tensors, file);
+      from_hf_tensors(cfg.resolved_model(), ic.family, ic.file_vocab, padded, hf_tensors, file);
 
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;

@@ -51,7 +51,7 @@ Family family_of(const json& j, const std::string& file) {
 
 }  // namespace
 
-ojson config_json(const ModelConfig& m, Family f, const ExportInfo& info) {
+ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info) {
   ojson j;
   j["architectures"] = ojson::array({architecture_name(f)});
   j["model_type"] = to_string(f);

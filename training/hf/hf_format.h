@@ -28,7 +28,7 @@ struct ExportInfo {
 // padding rows are dropped, as transformers' log-softmax runs over every row).
 // make_vocab_size_divisible_by, seq_length, tokenizer and hidden_dropout ride along in a "strata"
 // object (transformers keeps unknown config keys) that import uses when present.
-nlohmann::ordered_json config_json(const ModelConfig& m, Family f, const ExportInfo& info);
+nlohmann::ordered_json config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info);
 // generation_config.json from the tokenizer ids and the inference section.
 nlohmann::ordered_json generation_config_json(const InferenceConfig& inf, const ExportInfo& info);
 

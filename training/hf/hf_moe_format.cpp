@@ -19,7 +19,7 @@ using json = nlohmann::json;
 namespace {
 
 // The coefficient of the micro-batch switch loss (aux_loss), HF's router_aux_loss_coef; 0 when off.
-double aux_loss_coef(const ModelConfig& m) {
+double aux_loss_coef(const ResolvedModelConfig& m) {
   for (const MoeLoadBalancingLoss& l : m.moe_load_balancing_losses())
     if (l.type == "aux_loss") return l.coeff;
   return 0.0;
@@ -67,7 +67,7 @@ std::vector<std::string> qwen3_moe_layers(const json& j, const std::string& file
 
 }  // namespace
 
-void moe_config_json(const ModelConfig& m, Family f, ojson& j) {
+void moe_config_json(const ResolvedModelConfig& m, Family f, ojson& j) {
   if (f == Family::Mixtral) {
     j["num_local_experts"] = *m.num_experts;
     j["num_experts_per_tok"] = m.moe_router_topk;
@@ -87,7 +87,7 @@ void moe_config_json(const ModelConfig& m, Family f, ojson& j) {
   j["output_router_logits"] = false;
 }
 
-ojson moe_strata_json(const ModelConfig& m) {
+ojson moe_strata_json(const ResolvedModelConfig& m) {
   ojson s;
   s["moe_router_load_balancing_type"] = m.moe_router_load_balancing_type;
   s["moe_aux_loss_coeff"] = m.moe_aux_loss_coeff;
@@ -165,7 +165,7 @@ void moe_strata_from_json(const json& s, const std::string& where, ModelConfig& 
   }
 }
 
-std::vector<std::string> moe_export_notes(const ModelConfig& m) {
+std::vector<std::string> moe_export_notes(const ResolvedModelConfig& m) {
   std::vector<std::string> notes;
   if (m.moe_expert_capacity_factor) {
     std::ostringstream n;

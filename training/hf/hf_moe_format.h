@@ -26,14 +26,14 @@
 namespace strata::hf::detail {
 
 // Adds the MoE keys of family f (Mixtral or Qwen3Moe) to config.json.
-void moe_config_json(const ModelConfig& m, Family f, nlohmann::ordered_json& j);
+void moe_config_json(const ResolvedModelConfig& m, Family f, nlohmann::ordered_json& j);
 // The training-only MoE options, for the "strata" object.
-nlohmann::ordered_json moe_strata_json(const ModelConfig& m);
+nlohmann::ordered_json moe_strata_json(const ResolvedModelConfig& m);
 // The model section's MoE fields from config.json keys (family f, after the Llama-like keys).
 void moe_config_from_json(const nlohmann::json& j, Family f, const std::string& file, ModelConfig& m);
 // Restores what moe_strata_json recorded (`where` names it in errors).
 void moe_strata_from_json(const nlohmann::json& s, const std::string& where, ModelConfig& m);
 // What an export ignores (training-only settings that no HF inference computes), one line each.
-std::vector<std::string> moe_export_notes(const ModelConfig& m);
+std::vector<std::string> moe_export_notes(const ResolvedModelConfig& m);
 
 }  // namespace strata::hf::detail

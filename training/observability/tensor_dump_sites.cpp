@@ -47,13 +47,13 @@ std::string str(int64_t x) {
 
 }  // namespace
 
-std::vector<std::string> model_site_names(const ModelConfig& m) {
+std::vector<std::string> model_site_names(const ResolvedModelConfig& m) {
   std::vector<std::string> names;
   for (const ObservationSite& site : build_model_manifest(m).sites) names.push_back(site.path());
   return names;
 }
 
-SourceKinds site_kinds(const std::vector<std::string>& patterns, const ModelConfig& m) {
+SourceKinds site_kinds(const std::vector<std::string>& patterns, const ResolvedModelConfig& m) {
   SourceKinds kinds;
   for (const ObservationSite& site : build_model_manifest(m).sites)
     if (matches_any(patterns, site.path())) kinds = kinds | SourceKinds{site.kind};
@@ -76,7 +76,7 @@ void validate_tensor_dump(const StrataConfig& c) {
     if (it > c.training.train_iters)
       throw ConfigError("logging.tensor_dump_iters", "iteration " + str(it) + " is never reached (training.train_iters " +
                                                          str(c.training.train_iters) + ")");
-  const std::vector<std::string> sites = model_site_names(c.model);
+  const std::vector<std::string> sites = model_site_names(c.resolved_model());
   for (size_t i = 0; i < l.tensor_dump_sites.size(); ++i) {
     const std::string& p = l.tensor_dump_sites[i];
     if (p.empty()) throw ConfigError("logging.tensor_dump_sites", "pattern " + str(static_cast<int64_t>(i)) + " is empty");

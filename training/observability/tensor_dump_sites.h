@@ -14,17 +14,17 @@
 
 namespace strata {
 
-struct ModelConfig;
+class ResolvedModelConfig;
 struct StrataConfig;
 
 // True iff `pattern` matches all of `text` (`*`: any run of characters, dots included; `?`: one).
 bool glob_match(std::string_view pattern, std::string_view text);
 
 // Every site name the model of `m` emits: the paths of its manifest's sites (models/model_manifest.h).
-std::vector<std::string> model_site_names(const ModelConfig& m);
+std::vector<std::string> model_site_names(const ResolvedModelConfig& m);
 
 // The kinds of the sites of `m` that some pattern matches (exact: no other kind is turned on).
-SourceKinds site_kinds(const std::vector<std::string>& patterns, const ModelConfig& m);
+SourceKinds site_kinds(const std::vector<std::string>& patterns, const ResolvedModelConfig& m);
 
 // logging.tensor_dump_*: non-empty patterns that each match a site of the model, iterations
 // only together with sites (and sites only with iterations), iterations the run reaches

@@ -23,7 +23,7 @@ std::unique_ptr<TensorDumper> TensorDumper::from_config(const StrataConfig& c, i
   TensorDumpOptions o;
   o.patterns = l.tensor_dump_sites;
   o.iterations = l.tensor_dump_iters;
-  o.kinds = site_kinds(o.patterns, c.model);
+  o.kinds = site_kinds(o.patterns, c.resolved_model());
   o.dir = tensor_dump_dir(c);
   o.rank = rank;
   o.chunk_keys = c.parallel.virtual_pipeline_model_parallel_size.has_value();

@@ -1,4 +1,4 @@
-// Per-layer-kind parameter and activation counts of `strata plan` (training/planning/layer_plan.h).
+// Per-layer-kind activation counts of `strata plan` (training/planning/layer_plan.h).
 // Reference: megatron/core/ssm/mamba_mixer.py, megatron/core/models/hybrid/hybrid_layer_specs.py,
 // megatron/core/transformer/multi_token_prediction.py, Megatron dev transformer/hyper_connection.py.
 #include "training/planning/layer_plan.h"
@@ -13,13 +13,9 @@
 namespace strata {
 
 namespace {
-bool layer_norm(const ModelConfig& m) { return m.normalization == Normalization::LayerNorm; }
-int64_t norm_params(const ModelConfig& m, int64_t n) { return layer_norm(m) ? 2 * n : n; }
+bool layer_norm(const ResolvedModelConfig& m) { return m.normalization == Normalization::LayerNorm; }
 // A norm's saved statistics (f32 rstd, and mean for LayerNorm) over `rows` rows.
-int64_t norm_stats(const ModelConfig& m, int64_t rows) { return 4 * rows * (layer_norm(m) ? 2 : 1); }
-ParameterCount attention_part(const GptParameterCounts& c) {
-  return {c.layer.sharded - c.dense_mlp.sharded, c.layer.replicated - c.dense_mlp.replicated, 0, 0};
-}
+int64_t norm_stats(const ResolvedModelConfig& m, int64_t rows) { return 4 * rows * (layer_norm(m) ? 2 : 1); }
 int64_t sum_of(const std::vector<LayerActivations>& l, int64_t LayerActivations::*f) {
   int64_t s = 0;
   for (const auto& x : l) s += x.*f;
@@ -43,100 +39,23 @@ int64_t largest_chunk(const std::vector<LayerActivations>& layers, size_t k) {
 }
 }  // namespace
 
-ParameterCount mamba_layer_parameters(const ModelConfig& m, int64_t tp) {
-  const MambaDims d = mamba_dims(m);
-  const int64_t h = m.hidden_size, conv = d.conv_dim() / tp, heads = d.heads / tp, inner = d.d_inner / tp;
-  ParameterCount c;
-  c.replicated = norm_params(m, h);                            // in_proj's fused pre-norm
-  c.sharded = d.in_proj_out() / tp * h                         // in_proj, its five parts split
-              + conv * d.conv_kernel + conv                    // conv1d weight and bias
-              + 3 * heads + inner                              // dt_bias, A_log, D; norm.weight
-              + h * inner;                                     // out_proj (row-parallel, no bias)
-  c.f32 = 2 * heads;                                           // A_log, D
-  return c;
-}
-
-ParameterCount mhc_site_parameters(const ModelConfig& m) {
-  if (!m.enable_hyper_connections) return {};
-  const int64_t n = m.num_residual_streams, rows = n * n + 2 * n;
-  const int64_t p = rows * n * m.hidden_size + 3 + rows;
-  return {0, p, 0, p};
-}
-
-int64_t mhc_sites_per_layer(const ModelConfig& m) {
-  if (!m.enable_hyper_connections) return 0;
-  return m.is_hybrid() ? 1 : 2;
-}
-
-ParameterCount mhc_head_parameters(const ModelConfig& m) {
-  if (!m.enable_hyper_connections || !m.mhc_learned_output_contract) return {};
-  const int64_t n = m.num_residual_streams;
-  const int64_t p = n * n * m.hidden_size + n + 1;
-  return {0, p, 0, p};
-}
-
-ParameterCount hybrid_layer_parameters(const ModelConfig& m, char symbol, const GptParameterCounts& c, int64_t tp) {
-  ParameterCount p = mhc_sites_per_layer(m) * mhc_site_parameters(m);
-  switch (symbol) {
-    case hybrid::kMamba: p += mamba_layer_parameters(m, tp); break;
-    case hybrid::kAttention: p += attention_part(c); break;
-    case hybrid::kMlp: p += c.dense_mlp; break;
-    case hybrid::kMoe: {
-      const ParameterCount a = attention_part(c);
-      p += ParameterCount{c.moe_layer.sharded - a.sharded, c.moe_layer.replicated - a.replicated, c.moe_layer.expert, 0};
-      break;
-    }
-    default: STRATA_INTERNAL_ASSERT(false, "hybrid_layer_parameters: symbol ", symbol);
-  }
-  return p;
-}
-
-std::string hybrid_layer_symbols(const ModelConfig& m) {
-  return m.hybrid_pattern().layers;
-}
-std::string hybrid_mtp_symbols(const ModelConfig& m) {
-  return m.hybrid_pattern().mtp;
-}
-
-ParameterCount hybrid_mtp_parameters(const ModelConfig& m, const GptParameterCounts& c, int64_t tp) {
-  if (m.mtp_depths() == 0) return {};
-  const int64_t h = m.hidden_size;
-  // eh_proj (mHC: e_proj + h_proj, the same count); enorm, hnorm, final_layernorm; mHC: hc_head_*
-  ParameterCount one{h / tp * 2 * h, 3 * norm_params(m, h), 0, 0};
-  one += mhc_head_parameters(m);
-  for (char s : hybrid_mtp_symbols(m)) one += hybrid_layer_parameters(m, s, c, tp);
-  return (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
-}
-
-int64_t hybrid_total_parameters(const ModelConfig& m) {
-  const GptParameterCounts c = gpt_parameter_counts(m, 1);
-  ParameterCount t = c.word_embeddings;
-  t += c.position_embeddings;
-  for (char s : hybrid_layer_symbols(m)) t += hybrid_layer_parameters(m, s, c, 1);
-  t += c.final_norm;
-  t += mhc_head_parameters(m);
-  if (m.untie_embeddings_and_output_weights) t += c.output_layer;
-  t += hybrid_mtp_parameters(m, c, 1);
-  return t.total();
-}
-
-ActivationShape activation_shape(const ModelConfig& m, int64_t tp, int64_t etp, int64_t cp, bool sp,
+ActivationShape activation_shape(const ResolvedModelConfig& m, int64_t tp, int64_t etp, int64_t cp, bool sp,
                                  int64_t micro_batch_size, int64_t element_bytes) {
   return {m.seq_length / cp * micro_batch_size, tp, etp > 0 ? etp : tp, element_bytes, sp};
 }
 
-int64_t mhc_site_activations(const ModelConfig& m, const ActivationShape& a) {
+int64_t mhc_site_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
   if (!m.enable_hyper_connections) return 0;
   const int64_t n = m.num_residual_streams, T = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size;
   return a.e * T * (n * C + C) + 4 * T * ((n * n + 2 * n) + 1 + 2 * n + 2 * n * n);
 }
 
-int64_t mhc_head_activations(const ModelConfig& m, const ActivationShape& a) {
+int64_t mhc_head_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
   if (!m.enable_hyper_connections) return 0;
   return a.e * (a.sp ? a.tokens / a.tp : a.tokens) * m.num_residual_streams * m.hidden_size;
 }
 
-LayerActivations hybrid_layer_activations(const ModelConfig& m, char symbol, const ActivationShape& a) {
+LayerActivations hybrid_layer_activations(const ResolvedModelConfig& m, char symbol, const ActivationShape& a) {
   const int64_t T = a.tokens, e = a.e, t = a.tp, C = m.hidden_size;
   const int64_t Ts = a.sp ? T / t : T;  // sequence-sharded rows
   const int64_t norm_in = e * Ts * C + norm_stats(m, Ts);
@@ -185,7 +104,7 @@ LayerActivations hybrid_layer_activations(const ModelConfig& m, char symbol, con
   return r;
 }
 
-LayerActivations gpt_layer_activations(const ModelConfig& m, const ActivationSizes& s, const ActivationShape& a) {
+LayerActivations gpt_layer_activations(const ResolvedModelConfig& m, const ActivationSizes& s, const ActivationShape& a) {
   LayerActivations r{s.per_layer, s.per_layer_recompute, s.per_layer_mlp_recompute_saving};
   if (m.enable_hyper_connections) {
     const int64_t Ts = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size, n = m.num_residual_streams;
@@ -233,7 +152,7 @@ int64_t replay_layer_activations(const ModelConfig& m, const std::vector<LayerAc
 // Selective mhc recompute (models/blocks/mhc_recompute.h): what the groups of a model chunk no
 // longer keep. Every micro-batch drops each group's sites' inputs and aggregations but the group
 // input; the one in its backward peaks when its last group is rebuilt (the others still dropped).
-int64_t mhc_recompute_saving(const ModelConfig& m, const std::vector<LayerActivations>& layers, int64_t in_flight) {
+int64_t mhc_recompute_saving(const ResolvedModelConfig& m, const std::vector<LayerActivations>& layers, int64_t in_flight) {
   if (!m.enable_hyper_connections || !recompute_module(m, "mhc") || layers.empty()) return 0;
   const size_t n = layers.size(), k = m.mhc_recompute_layer_num ? static_cast<size_t>(*m.mhc_recompute_layer_num) : n;
   int64_t all = 0, last = 0;
@@ -245,7 +164,7 @@ int64_t mhc_recompute_saving(const ModelConfig& m, const std::vector<LayerActiva
   return in_flight * all - last;
 }
 
-int64_t configured_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers,
+int64_t configured_layer_activations(const ResolvedModelConfig& m, const std::vector<LayerActivations>& layers,
                                      int64_t in_flight) {
   if (layers.empty()) return 0;
   if (!m.recompute_granularity) return plain_layer_activations(layers, in_flight);
@@ -274,7 +193,7 @@ int64_t configured_layer_activations(const ModelConfig& m, const std::vector<Lay
          std::max(replayed_peak(kept, 0, kept.size()), largest_chunk(first, 1));
 }
 
-MtpActivations mtp_activations(const ModelConfig& m, const std::vector<LayerActivations>& inner, int64_t head,
+MtpActivations mtp_activations(const ResolvedModelConfig& m, const std::vector<LayerActivations>& inner, int64_t head,
                                const ActivationShape& a, int recompute) {
   const int64_t D = m.mtp_depths();
   if (D == 0) return {};

@@ -1,7 +1,7 @@
-// Per-layer-kind counts for `strata plan` (training/planning/memory_plan.h): the parameters one tp
-// rank holds and the activation bytes one micro-batch saves, for each symbol of a hybrid pattern
-// (M Mamba2, * attention only, - MLP only, E MoE only), for the MTP depths (GPT and hybrid) and for
-// mHC hyper-connections (per site, and the stack-exit contraction).
+// Per-layer-kind activation counts for `strata plan` (training/planning/memory_plan.h): the bytes
+// one micro-batch saves, for each symbol of a hybrid pattern (M Mamba2, * attention only, - MLP
+// only, E MoE only), for the MTP depths (GPT and hybrid) and for mHC hyper-connections (per site,
+// and the stack-exit contraction). (Parameters: the model manifest, models/model_manifest.h.)
 // Reference: megatron/core/ssm/mamba_mixer.py, megatron/core/models/hybrid/hybrid_layer_specs.py,
 // megatron/core/transformer/multi_token_prediction.py, Megatron dev transformer/hyper_connection.py.
 // Details: docs/parallelism.md, "Planning a layout"; the formulas above each function.
@@ -14,36 +14,6 @@
 #include "training/planning/memory_plan.h"
 
 namespace strata {
-
-// One Mamba2 layer (mixer with its fused pre-norm) on one tp rank (models/layers/mamba_mixer.h):
-// in_proj.layer_norm_weight (+bias) [C] replicated; in_proj [2·d_inner + 2·G·N + H, C], conv1d
-// [conv_dim, 1, 4] + bias, dt_bias / A_log / D [H], norm [d_inner], out_proj [C, d_inner] split over
-// tp (heads and groups; out_proj row-parallel).
-ParameterCount mamba_layer_parameters(const ModelConfig& m, int64_t tp);
-
-// One layer of hybrid symbol `symbol` (M * - E) on one tp rank; c: gpt_parameter_counts at this tp
-// (its attention, MLP and MoE parts). Includes the layer's mHC site when mHC is enabled.
-// * the GPT layer's attention with its input norm; - its MLP with the fused norm; E the MoE layer's
-// pre-MLP norm, router, experts and shared experts (training/planning/moe_plan.h).
-ParameterCount hybrid_layer_parameters(const ModelConfig& m, char symbol, const GptParameterCounts& c, int64_t tp);
-
-// mHC: the parameters of one site, the sites of one layer (GPT 2, hybrid 1), the stack-exit head.
-// All zero without model.enable_hyper_connections. A site: mapping_proj [n²+2n, n·C],
-// alpha_pre/post/res [1], bias [n²+2n] (f32, replicated); the head: hc_head_fn [n, n·C],
-// hc_head_base [n], hc_head_scale [1] (none with mhc_learned_output_contract false).
-ParameterCount mhc_site_parameters(const ModelConfig& m);
-int64_t mhc_sites_per_layer(const ModelConfig& m);
-ParameterCount mhc_head_parameters(const ModelConfig& m);
-
-// The MTP modules of a hybrid model (mtp pattern per depth; one module with mtp_use_repeated_layer).
-ParameterCount hybrid_mtp_parameters(const ModelConfig& m, const GptParameterCounts& c, int64_t tp);
-
-// Everything a tp = pp = 1 rank of the hybrid model allocates.
-int64_t hybrid_total_parameters(const ModelConfig& m);
-
-// The symbols of the main pattern (no `|`, no MTP) and of one MTP depth ("" without MTP).
-std::string hybrid_layer_symbols(const ModelConfig& m);
-std::string hybrid_mtp_symbols(const ModelConfig& m);
 
 // The activation bytes of one layer for one micro-batch on one rank.
 struct LayerActivations {
@@ -62,7 +32,7 @@ struct ActivationShape {
   int64_t tp = 1, etp = 1, e = 2;
   bool sp = false;
 };
-ActivationShape activation_shape(const ModelConfig& m, int64_t tp, int64_t etp, int64_t cp, bool sp,
+ActivationShape activation_shape(const ResolvedModelConfig& m, int64_t tp, int64_t etp, int64_t cp, bool sp,
                                  int64_t micro_batch_size, int64_t element_bytes);
 
 // A hybrid layer of `symbol`, with its mHC site when enabled: what its Saved struct holds (T tokens,
@@ -74,23 +44,23 @@ ActivationShape activation_shape(const ModelConfig& m, int64_t tp, int64_t etp, 
 //   -  norm and fc1 inputs e·T·C each (sp); fc1 and activation outputs e·T·ffn·(3 SwiGLU, 2) (/t);
 //   E  norm and router inputs e·T·C (sp), f32 router scores 8·T·E, the routed experts' input, fc1
 //      and activation outputs e·T·topk·(C + moe_ffn·(3, 2)) (/etp), the shared expert's like -.
-LayerActivations hybrid_layer_activations(const ModelConfig& m, char symbol, const ActivationShape& a);
+LayerActivations hybrid_layer_activations(const ResolvedModelConfig& m, char symbol, const ActivationShape& a);
 // A GPT layer from activation_sizes' formula, with its two mHC sites when enabled.
-LayerActivations gpt_layer_activations(const ModelConfig& m, const ActivationSizes& s, const ActivationShape& a);
+LayerActivations gpt_layer_activations(const ResolvedModelConfig& m, const ActivationSizes& s, const ActivationShape& a);
 // One mHC site's saved state (zero without mHC), and the stack exit's (the contraction's input
 // [T, n·C] on the last stage). A site: the input x [T, n·C] and the merge's y [T, C] (e), the f32
 // mappings proj [T, n²+2n], rinv [T], h_pre / h_post [T, n], the H_res logits and H_res [T, n, n];
 // a layer's input (what full recompute keeps) is n·C wide.
-int64_t mhc_site_activations(const ModelConfig& m, const ActivationShape& a);
-int64_t mhc_head_activations(const ModelConfig& m, const ActivationShape& a);
+int64_t mhc_site_activations(const ResolvedModelConfig& m, const ActivationShape& a);
+int64_t mhc_head_activations(const ResolvedModelConfig& m, const ActivationShape& a);
 
 // `in_flight` units of `layers` under the config's recompute mode (uniform: chunks of
 // recompute_num_layers inputs plus the largest chunk replayed; block: the first recompute_num_layers
 // keep their inputs; selective: every layer's saving dropped, plus the largest replayed).
-int64_t configured_layer_activations(const ModelConfig& m, const std::vector<LayerActivations>& layers,
+int64_t configured_layer_activations(const ResolvedModelConfig& m, const std::vector<LayerActivations>& layers,
                                      int64_t in_flight);
 // Selective mhc recompute: what the mhc_recompute_layer_num groups of a model chunk free (0 without).
-int64_t mhc_recompute_saving(const ModelConfig& m, const std::vector<LayerActivations>& layers, int64_t in_flight);
+int64_t mhc_recompute_saving(const ResolvedModelConfig& m, const std::vector<LayerActivations>& layers, int64_t in_flight);
 // Of those, what the replayed layer (or chunk) adds at the peak over what the backward holds before
 // it (0 without a replay): what the MTP depths' backward overlaps with (they are freed before the
 // decoder replays).
@@ -110,7 +80,7 @@ int64_t full_recompute_layer_activations(const std::vector<LayerActivations>& la
 struct MtpActivations {
   int64_t kept = 0, replay = 0;
 };
-MtpActivations mtp_activations(const ModelConfig& m, const std::vector<LayerActivations>& inner, int64_t head,
+MtpActivations mtp_activations(const ResolvedModelConfig& m, const std::vector<LayerActivations>& inner, int64_t head,
                                const ActivationShape& a, int recompute);
 
 }  // namespace strata

@@ -19,74 +19,31 @@ ParameterCount operator*(int64_t n, const ParameterCount& c) {
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// A norm over `n` features: weight, and bias for LayerNorm (replicated over tp).
-int64_t norm_params(const ModelConfig& m, int64_t n) {
-  return m.normalization == Normalization::LayerNorm ? 2 * n : n;
-}
 }  // namespace
 
-GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_t ep, int64_t etp) {
-  STRATA_INTERNAL_ASSERT(m.vocab_size.has_value(), "gpt_parameter_counts needs model.vocab_size");
-  STRATA_INTERNAL_ASSERT(tp > 0, "tp must be positive");
-  const int64_t h = m.hidden_size, a = m.num_attention_heads, g = m.query_groups(), d = m.head_dim(), ffn = m.ffn();
-  GptParameterCounts c;
-  c.padded_vocab = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, tp);
-  c.word_embeddings.sharded = c.padded_vocab / tp * h;
-  if (m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute)
-    c.position_embeddings.replicated = m.max_positions() * h;
-
-  ParameterCount& L = c.layer;
-  // self_attention.linear_qkv (column-parallel) with its fused input layer norm
-  const int64_t qkv = d * (a + 2 * g);
-  L.replicated += norm_params(m, h);
-  L.sharded += qkv / tp * h + ((m.add_bias_linear || m.add_qkv_bias) ? qkv / tp : 0);
-  if (m.qk_layernorm) L.replicated += 2 * norm_params(m, d);
-  // self_attention.linear_proj (row-parallel): weight split along its input, bias whole
-  L.sharded += h * (d * a / tp);
-  if (m.add_bias_linear) L.replicated += h;
-  // mlp.linear_fc1 (column-parallel; gate and up with SwiGLU) with its fused layer norm
-  ParameterCount& M = c.dense_mlp;
-  const int64_t fc1 = m.swiglu ? 2 * ffn : ffn;
-  M.replicated += norm_params(m, h);
-  M.sharded += fc1 / tp * h + (m.add_bias_linear ? fc1 / tp : 0);
-  // mlp.linear_fc2 (row-parallel)
-  M.sharded += h * (ffn / tp);
-  if (m.add_bias_linear) M.replicated += h;
-  L += M;
-  if (m.num_experts) c.moe_layer = moe_layer_parameters(m, tp, ep, etp > 0 ? etp : tp, L, M);
-
-  c.final_norm.replicated = norm_params(m, h);
-  c.output_layer.sharded = c.padded_vocab / tp * h;  // untied, or the tied copy on the last stage
-  if (m.mtp_depths() > 0) {  // models/blocks/mtp_block.h
-    ParameterCount one;
-    one.replicated = 3 * norm_params(m, h);
-    one.sharded = h / tp * 2 * h;  // eh_proj [C, 2C]; mHC: e_proj and h_proj [C, C] each, the same count
-    one += m.is_moe_layer(m.num_layers - 1) ? c.moe_layer : c.layer;
-    one += mhc_sites_per_layer(m) * mhc_site_parameters(m);  // mHC: the inner layer's two sites
-    one += mhc_head_parameters(m);                           // mHC: the depth's own hc_head_*
-    c.mtp = (m.mtp_use_repeated_layer ? 1 : m.mtp_depths()) * one;
+ParameterCount stage_parameter_count(const ModelManifest& manifest, int64_t stage, int64_t tp, int64_t etp,
+                                     int64_t ep) {
+  int64_t num_experts = 0;
+  for (const ManifestParameter& p : manifest.parameters) num_experts = std::max(num_experts, p.expert + 1);
+  const int64_t local_experts = num_experts / ep;  // ep rank 0's: every ep rank holds as many
+  ParameterCount c;
+  for (const ManifestParameter& p : manifest.parameters) {
+    if (p.stage != stage || (p.expert >= 0 && p.expert >= local_experts)) continue;
+    const int64_t n = p.local_elements(tp, etp);
+    (p.expert >= 0 ? c.expert : p.tensor_parallel ? c.sharded : c.replicated) += n;
+    if (p.f32) c.f32 += n;
   }
-  c.mhc_layer = mhc_sites_per_layer(m) * mhc_site_parameters(m);
   return c;
 }
 
-int64_t gpt_total_parameters(const ModelConfig& m) {
-  const GptParameterCounts c = gpt_parameter_counts(m, 1);
-  ParameterCount total = c.word_embeddings;
-  total += c.position_embeddings;
-  const int64_t moe = moe_layers_in(m, 0, m.num_layers);
-  total += (m.num_layers - moe) * c.layer;
-  total += moe * c.moe_layer;
-  total += c.final_norm;
-  if (m.untie_embeddings_and_output_weights) total += c.output_layer;
-  total += c.mtp;
-  total += m.num_layers * c.mhc_layer;
-  total += mhc_head_parameters(m);
-  return total.total();
+int64_t model_parameter_total(const ResolvedModelConfig& m) {
+  STRATA_INTERNAL_ASSERT(m.vocab_size.has_value(), "model_parameter_total needs model.vocab_size");
+  int64_t n = 0;
+  for (const ManifestParameter& p : build_model_manifest(m).parameters) n += p.shape.numel();
+  return n;
 }
 
-ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
+ActivationSizes activation_sizes(const ResolvedModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
                                  int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab) {
   const int64_t s = m.seq_length / cp, b = micro_batch_size, h = m.hidden_size, a = m.num_attention_heads;
   const int64_t e = element_bytes, sbh = s * b * h;
@@ -111,7 +68,7 @@ ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, b
   return out;
 }
 
-int64_t configured_activations(const ModelConfig& m, const ActivationSizes& a, int64_t in_flight, int64_t layers) {
+int64_t configured_activations(const ResolvedModelConfig& m, const ActivationSizes& a, int64_t in_flight, int64_t layers) {
   if (layers <= 0) return 0;
   if (!m.recompute_granularity) return in_flight * layers * a.per_layer;
   if (*m.recompute_granularity == RecomputeGranularity::Selective) {
@@ -150,7 +107,7 @@ const StagePlan& LayoutPlan::peak_stage(bool recompute) const {
 namespace {
 // A stage's activations from its layers one by one (hybrid symbols, or GPT layers with mHC sites);
 // with interleaving the average chunk stands for each model chunk in flight.
-void stage_layer_activations(const ModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+void stage_layer_activations(const ResolvedModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
                              const ActivationShape& shape, StagePlan& st) {
   for (const LayerRange& c : st.chunks) {
     std::vector<LayerActivations> layers;
@@ -164,7 +121,7 @@ void stage_layer_activations(const ModelConfig& m, const hybrid::HybridPattern& 
 }
 
 // The decoder's layers of a stage, one by one.
-std::vector<LayerActivations> stage_layers(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+std::vector<LayerActivations> stage_layers(const ResolvedModelConfig& m, const hybrid::HybridPattern& pattern,
                                            const LayoutPlan& plan, const ActivationShape& shape, const StagePlan& st) {
   std::vector<LayerActivations> out;
   for (const LayerRange& c : st.chunks)
@@ -178,10 +135,10 @@ std::vector<LayerActivations> stage_layers(const ModelConfig& m, const hybrid::H
 // and its output head, under no recompute, full recompute and the config's mode. The depths'
 // backward runs first and frees them before the decoder replays, so only their excess over the
 // decoder's replay adds to the peak.
-void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+void add_mtp_activations(const ResolvedModelConfig& model, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
                          const ActivationShape& shape, StagePlan& st) {
   if (model.mtp_depths() == 0) return;
-  const ModelConfig& m = model;
+  const ResolvedModelConfig& m = model;
   std::vector<LayerActivations> inner;
   if (m.is_hybrid()) {
     for (char s : pattern.mtp) inner.push_back(hybrid_layer_activations(m, s, shape));
@@ -200,38 +157,8 @@ void add_mtp_activations(const ModelConfig& model, const hybrid::HybridPattern& 
   add(st.memory.activations_configured, mtp_activations(m, inner, head, shape, 2),
       replay_layer_activations(model, decoder, false));
 }
-// The parameters one rank of stage `st` holds (its layers, the embeddings on the first stage; the
-// final norm, mHC head, output layer or its tied copy, MTP modules on the last).
-ParameterCount stage_parameters(const ModelConfig& m, const hybrid::HybridPattern& pattern,
-                                const GptParameterCounts& counts, const LayoutPlan& plan, const StagePlan& st,
-                                int64_t layers) {
-  ParameterCount c;
-  if (m.is_hybrid()) {
-    for (const auto& r : st.chunks)
-      for (int64_t l = r.first; l < r.first + r.count; ++l)
-        c += hybrid_layer_parameters(m, pattern.layers[static_cast<size_t>(l)], counts, plan.tp);
-  } else {
-    c = (layers - st.moe_layers) * counts.layer;
-    c += st.moe_layers * counts.moe_layer;
-    c += layers * counts.mhc_layer;
-  }
-  if (st.has_embedding) {
-    c += counts.word_embeddings;
-    c += counts.position_embeddings;
-  }
-  if (st.has_output_layer) {
-    const bool tied = !m.untie_embeddings_and_output_weights;
-    c += counts.final_norm;
-    c += mhc_head_parameters(m);
-    if (!tied || plan.pp > 1) c += counts.output_layer;
-    c += m.is_hybrid() ? hybrid_mtp_parameters(m, counts, plan.tp) : counts.mtp;
-    if (m.mtp_depths() > 0 && !tied && plan.pp > 1) c += counts.word_embeddings;  // MTP's lookup copy
-  }
-  return c;
-}
-
 // Each symbol of a hybrid pattern (first-use order) with one such layer's activations.
-std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ModelConfig& m, const hybrid::HybridPattern& pattern,
+std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ResolvedModelConfig& m, const hybrid::HybridPattern& pattern,
                                                       const ActivationShape& shape) {
   std::vector<LayoutPlan::LayerKind> out;
   for (char sym : pattern.layers) {
@@ -246,7 +173,7 @@ std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ModelConfig& m, cons
 // A stage's activations without recompute, with full recompute and under the config's mode: GPT
 // layers by activation_sizes' formula, hybrid layers (or mHC sites) one by one, the output layer
 // and the MTP depths on the last stage.
-void stage_activations(const ModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+void stage_activations(const ResolvedModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
                        const ActivationShape& shape, int64_t layers, StagePlan& st) {
   if (m.is_hybrid() || m.enable_hyper_connections) {
     stage_layer_activations(m, pattern, plan, shape, st);
@@ -269,7 +196,7 @@ void stage_activations(const ModelConfig& m, const hybrid::HybridPattern& patter
 }  // namespace
 
 LayoutPlan plan_layout(const StrataConfig& cfg) {
-  const ModelConfig& m = cfg.model;
+  const ResolvedModelConfig& m = cfg.resolved_model();
   const ParallelConfig& p = cfg.parallel;
   STRATA_INTERNAL_ASSERT(p.world_size.has_value() && cfg.training.global_batch_size.has_value(),
                          "plan_layout needs a validated config");
@@ -290,14 +217,13 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   plan.recompute = recompute_mode_text(m);
   plan.global_batch_size = *cfg.training.global_batch_size;
   plan.num_micro_batches = cfg.num_micro_batches();
-  plan.model_parameters = m.is_hybrid() ? hybrid_total_parameters(m) : gpt_total_parameters(m);
+  plan.model_parameters = model_parameter_total(m);
   plan.bubble_fraction = static_cast<double>(plan.pp - 1) / static_cast<double>(plan.vpp * plan.num_micro_batches);
 
-  const GptParameterCounts counts = gpt_parameter_counts(m, plan.tp, plan.ep, plan.etp);
-  plan.padded_vocab = counts.padded_vocab;
+  plan.padded_vocab = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, plan.tp);
   const int64_t e = plan.bf16 ? 2 : 4;
   plan.activations = activation_sizes(m, plan.tp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e,
-                                      counts.padded_vocab);
+                                      plan.padded_vocab);
   plan.expert_dp = plan.world_size / (plan.etp * plan.ep * plan.pp);
   if (m.num_experts) {
     plan.num_experts = *m.num_experts;
@@ -329,7 +255,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
       layers += c.count;
       st.moe_layers += moe_layers_in(m, c.first, c.count);
     }
-    st.parameters = stage_parameters(m, pattern, counts, plan, st, layers);
+    st.parameters = stage_parameter_count(manifest, i, plan.tp, plan.etp, plan.ep);
     st.all_to_all_bytes_per_step = st.moe_layers * plan.num_micro_batches * plan.all_to_all_bytes_per_layer;
     const int64_t n = st.parameters.total();
     st.memory.weights = (n - st.parameters.f32) * e + 4 * st.parameters.f32;

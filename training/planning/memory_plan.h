@@ -4,14 +4,16 @@
 // Reference: megatron/training/theoretical_memory_usage.py, megatron/core/transformer/
 // transformer_block.py (get_num_layers_to_build, get_transformer_layer_offset), megatron/core/
 // pipeline_parallel/schedules.py (warmup micro-batches), Narayanan et al. 2021 (bubble),
-// Korthikanti et al. 2022 (activations). Counting rules and formulas: docs/parallelism.md,
-// "Planning a layout"; hybrid, MTP and mHC layers per kind: training/planning/layer_plan.h.
+// Korthikanti et al. 2022 (activations). The parameters come from the model manifest
+// (models/model_manifest.h); activation formulas: docs/parallelism.md, "Planning a layout"; hybrid,
+// MTP and mHC layers per kind: training/planning/layer_plan.h.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "models/model_config.h"
+#include "models/model_manifest.h"
 #include "parallel/parallel_config.h"
 #include "training/config/config.h"
 
@@ -36,29 +38,16 @@ struct ParameterCount {
 };
 ParameterCount operator*(int64_t n, const ParameterCount& c);
 
-// The GPT model's pieces as one tp rank holds them (model finalized, vocab_size set). Sharded
-// over tp: word embeddings and output layer [padded_vocab/tp, h], linear_qkv and linear_fc1
-// (weight and bias), linear_proj and linear_fc2 weights; replicated: layer norms, row-parallel
-// biases, learned position embeddings. MTP, per module: enorm, hnorm, final norm (replicated),
-// eh_proj [h/tp, 2h] and a layer like the decoder's last; untied with pp > 1 also a copy of the
-// word embeddings. MoE layers: the router and shared experts dense, E/ep local experts over etp.
-struct GptParameterCounts {
-  int64_t padded_vocab = 0;          // padded to make_vocab_size_divisible_by·tp
-  ParameterCount word_embeddings;    // first stage
-  ParameterCount position_embeddings;  // first stage (learned_absolute only)
-  ParameterCount layer;              // one transformer layer (a dense one)
-  ParameterCount dense_mlp;          // of which the MLP: linear_fc1 with its fused norm, linear_fc2
-  ParameterCount moe_layer;          // one MoE layer (training/planning/moe_plan.h; zero for a dense model)
-  ParameterCount final_norm;         // last stage
-  ParameterCount output_layer;       // last stage: untied, or the tied copy when pp > 1
-  ParameterCount mtp;                // last stage: the MTP modules (model.mtp_num_layers; one if repeated)
-  ParameterCount mhc_layer;          // each layer's mHC sites (training/planning/layer_plan.h; zero without mHC)
-};
-// ep, etp: expert model / tensor parallel sizes (etp 0: tp), used by MoE layers only.
-GptParameterCounts gpt_parameter_counts(const ModelConfig& m, int64_t tp, int64_t ep = 1, int64_t etp = 0);
+// The parameters one rank of pipeline stage `stage` holds, from the model manifest
+// (models/model_manifest.h, built under the layout): its chunks' layers, the embedding on the first
+// stage, the stack exit, MTP modules and word-embedding copies on the last; tp-split tensors as one
+// tp shard, this ep rank's E/ep experts as one etp shard.
+ParameterCount stage_parameter_count(const ModelManifest& manifest, int64_t stage, int64_t tp, int64_t etp,
+                                     int64_t ep);
 
-// The whole model's parameter count on one rank (tp = pp = ep = 1): what GPTModel allocates.
-int64_t gpt_total_parameters(const ModelConfig& m);
+// The whole model's parameter count on one rank (tp = pp = ep = 1): what a single-process model
+// allocates (model.vocab_size set).
+int64_t model_parameter_total(const ResolvedModelConfig& m);
 
 // Layers of one model chunk: global layer indices [first, first + count).
 struct LayerRange {
@@ -83,11 +72,11 @@ struct ActivationSizes {
   int64_t per_layer_moe_act_recompute_saving = 0;
 };
 // e: activation element bytes (2 for bf16, 4 for f32); s = seq_length/cp; b = micro_batch_size.
-ActivationSizes activation_sizes(const ModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
+ActivationSizes activation_sizes(const ResolvedModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
                                  int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab);
 
 // Activations of `in_flight` units of `layers` layers under the config's recompute mode.
-int64_t configured_activations(const ModelConfig& m, const ActivationSizes& a, int64_t in_flight, int64_t layers);
+int64_t configured_activations(const ResolvedModelConfig& m, const ActivationSizes& a, int64_t in_flight, int64_t layers);
 
 // Micro-batches (1F1B) or model chunks (interleaved) whose activations stage `stage` holds at its
 // peak: 1F1B min(m, pp − i); interleaved min(m·vpp, 2(pp − i − 1) + (vpp − 1)·pp + 1) (Megatron's

@@ -45,14 +45,14 @@ double loss_coeff(const RouterOptions& o, size_t slot, double tp_cp) {
 
 // The MoE layers the logged router losses average over: the decoder's and the MTP layers'
 // (Megatron training.py: num_moe_layers = main + MTP MoE layers, the repeated layer once).
-int64_t count_moe_layers(const ModelConfig& cfg) {
+int64_t count_moe_layers(const ResolvedModelConfig& cfg) {
   int64_t n = 0;
   for (int64_t i = 0; i < cfg.num_layers; ++i) n += cfg.is_moe_layer(i) ? 1 : 0;
   return n + mtp_moe_layers(cfg);
 }
 
-ModelConfig shared_expert_config(const ModelConfig& cfg) {
-  ModelConfig c = cfg;
+ResolvedModelConfig shared_expert_config(const ResolvedModelConfig& cfg) {
+  ResolvedModelConfig c = cfg;
   c.ffn_hidden_size = cfg.moe_shared_expert_intermediate_size;
   return c;
 }
@@ -60,7 +60,7 @@ ModelConfig shared_expert_config(const ModelConfig& cfg) {
 Tensor empty_rows(int64_t n, int64_t w, const Tensor& like) { return Tensor::empty({n, w}, like.dtype(), like.device()); }
 }  // namespace
 
-RouterOptions router_options(const ModelConfig& cfg) {
+RouterOptions router_options(const ResolvedModelConfig& cfg) {
   RouterOptions o;
   o.num_moe_experts = cfg.num_experts.value_or(0);
   o.hidden_size = cfg.hidden_size;
@@ -94,7 +94,7 @@ std::string per_layer_loss_name(const std::string& name, int64_t layer) {
   return "moe/" + name + "_layer_" + std::to_string(layer);
 }
 
-std::vector<std::string> moe_loss_names(const ModelConfig& cfg) {
+std::vector<std::string> moe_loss_names(const ResolvedModelConfig& cfg) {
   std::vector<std::string> names;
   if (!cfg.is_moe()) return names;
   const RouterOptions o = router_options(cfg);
@@ -127,7 +127,7 @@ struct MoELayer::State : SlotState {
   int64_t layer = 0;  // the global layer number of the forward
 };
 
-MoELayer::MoELayer(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env,
+MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
                    const ParallelGroups& groups)
     : router(prefix, router_options(cfg), env,
              RouterGroups{groups.tp_cp, groups.tp_dp_cp,

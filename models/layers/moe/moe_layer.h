@@ -36,15 +36,15 @@ namespace strata::layers::moe {
 // The loss-channel names of a config's MoE losses (empty for a dense model), in log order; with
 // moe_per_layer_logging followed by "moe/<loss>_layer_<i>" for every loss and every layer i
 // (0-based, dense layers included, as Megatron's tracker writes them; logged, not trained).
-std::vector<std::string> moe_loss_names(const ModelConfig& cfg);
+std::vector<std::string> moe_loss_names(const ResolvedModelConfig& cfg);
 std::string per_layer_loss_name(const std::string& name, int64_t layer);
 // The router options of a finalized model config.
-RouterOptions router_options(const ModelConfig& cfg);
+RouterOptions router_options(const ResolvedModelConfig& cfg);
 
 class MoELayer : public MlpSlot {
  public:
   // prefix: "decoder.layers.{i}.mlp".
-  MoELayer(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups);
+  MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups);
   ~MoELayer() override;
 
   Tensor forward(const Tensor& x, const SlotRun& run, std::unique_ptr<SlotState>* saved) const override;

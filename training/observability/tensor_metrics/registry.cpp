@@ -33,13 +33,13 @@ std::string missing_sites(const std::string& kind) {
 }
 }  // namespace
 
-// Each metric's observation kinds against the sites of the model's manifest (c.model is finalized:
-// validate() runs the registered rules last).
+// Each metric's observation kinds against the sites of the model's manifest (of the section
+// validate() resolved before it runs the registered rules).
 void validate_tensor_metrics(const StrataConfig& c) {
   const std::vector<TensorMetricSpec> specs = parse_tensor_metric_specs(c.logging.tensor_metrics, tensor_metric_factories());
   if (specs.empty()) return;
   SourceKinds emitted;
-  for (const ObservationSite& site : build_model_manifest(c.model).sites) emitted = emitted | SourceKinds{site.kind};
+  for (const ObservationSite& site : build_model_manifest(c.resolved_model()).sites) emitted = emitted | SourceKinds{site.kind};
   for (const TensorMetricSpec& s : specs) {
     const auto f = std::find_if(tensor_metric_factories().begin(), tensor_metric_factories().end(),
                                 [&](const MetricFactory& x) { return x.name == s.name; });

@@ -1,0 +1,105 @@
+// The model manifest's parameters (models/model_manifest.h) against what every rank builds under
+// mpirun: for GPT, GPT+MoE, hybrid, GPT/hybrid MTP and GPT/hybrid mHC, under TP2 (+SP), PP2,
+// PP2 with VPP2, EP2 (2 ranks) and TP2×PP2 with VPP, TP2×EP2 with expert TP 1 (4 ranks), each
+// model chunk builds exactly the manifest's parameters for its stage and chunk (the experts of its
+// ep rank, the last stage's copies of the word embeddings): names, global shapes, tp shards, f32.
+// ctest mpi_manifest_np2 ([manifest2]) and mpi_manifest_np4 ([manifest4]).
+#include <string>
+#include <vector>
+
+#include "layout_check.h"
+#include "manifest_check.h"
+#include "models/model_manifest.h"
+#include "training/config/model_factory.h"
+
+namespace strata {
+namespace {
+
+const std::vector<std::string> kMoe = {"model.num_experts=4", "model.moe_ffn_hidden_size=16", "model.add_bias_linear=false",
+                                       "model.moe_shared_expert_intermediate_size=16",
+                                       "model.moe_router_enable_expert_bias=true",
+                                       "model.moe_router_score_function=sigmoid"};
+const std::vector<std::string> kMamba = {"model.mamba_head_dim=8", "model.mamba_num_groups=2",
+                                         "model.mamba_state_dim=8", "model.mamba_chunk_size=8",
+                                         "model.position_embedding_type=rope"};
+
+std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The families at one layout: `hybrid_pattern` is the hybrid models' pattern with the stage
+// segments the layout needs ("" when the layout has no hybrid case).
+std::vector<std::vector<std::string>> families(const std::string& hybrid_pattern, const std::string& hybrid_mtp) {
+  std::vector<std::vector<std::string>> f = {
+      {},
+      join({"model.moe_layer_freq=[0, 1, 0, 1]", "model.untie_embeddings_and_output_weights=true"}, kMoe),
+      join({"model.mtp_num_layers=2", "model.moe_layer_freq=[0, 0, 0, 1]", "model.position_embedding_type=rope"},
+           kMoe),
+      {"model.mtp_num_layers=2", "model.untie_embeddings_and_output_weights=true", "model.qk_layernorm=true",
+       "model.position_embedding_type=rope"},
+      {"model.enable_hyper_connections=true", "model.num_residual_streams=2", "model.mtp_num_layers=1",
+       "model.position_embedding_type=rope"},
+  };
+  if (!hybrid_pattern.empty()) {
+    f.push_back(join(join({"model.hybrid_layer_pattern=\"" + hybrid_pattern + "\""}, kMamba), kMoe));
+    f.push_back(join(join({"model.hybrid_layer_pattern=\"" + hybrid_mtp + "\"",
+                           "model.enable_hyper_connections=true", "model.num_residual_streams=2"},
+                          kMamba),
+                     kMoe));
+  }
+  return f;
+}
+
+bool is_moe(const std::vector<std::string>& family) {
+  for (const std::string& f : family)
+    if (f.rfind("model.num_experts=", 0) == 0) return true;
+  return false;
+}
+
+// moe_only: expert-parallel layouts, which a dense model rejects.
+void check_layout(const std::vector<std::string>& layout, const std::string& hybrid_pattern,
+                  const std::string& hybrid_mtp, bool moe_only = false) {
+  const int world = mpitest::world().size();
+  for (const std::vector<std::string>& family : families(hybrid_pattern, hybrid_mtp)) {
+    if (moe_only && !is_moe(family)) continue;
+    const StrataConfig cfg = mpitest::layout_config(join(join(family, layout), {"training.precision=bf16"}), world);
+    INFO("rank " << mpitest::world().rank() << ": " << (family.empty() ? "gpt" : family.front()) << " "
+                 << (layout.empty() ? "" : layout.front()));
+    const ParallelGroups groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
+    const ModelManifest manifest = build_model_manifest(cfg.resolved_model(), cfg.parallel);
+    test::RankPosition r;
+    r.stage = groups.pp.rank(), r.tp = groups.tp.size(), r.etp = groups.expert_tp.size();
+    r.ep = groups.ep.size(), r.ep_rank = groups.ep.rank(), r.num_experts = cfg.model.num_experts.value_or(0);
+    r.bf16 = true;
+    const auto chunks = make_model_chunks(cfg, Device::cpu(), groups);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      r.chunk = static_cast<int64_t>(c);
+      INFO("chunk " << c);
+      CHECK(test::built_parameter_lines(chunks[c]->parameters(), true) == test::manifest_parameter_lines(manifest, r));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("manifest layouts: every rank of TP2, PP2, PP2+VPP2 and EP2 builds the manifest's parameters",
+          "[manifest2]") {
+  check_layout({"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}, "M*E-", "M*E-/*E");
+  check_layout({"parallel.pipeline_model_parallel_size=2"}, "M*|E-", "M*|E-/*E");
+  check_layout({"parallel.pipeline_model_parallel_size=2", "parallel.virtual_pipeline_model_parallel_size=2"},
+               "M*|E-|M|E", "M*|E-|M|E/*E");
+  check_layout({"parallel.expert_model_parallel_size=2"}, "M*E-", "M*E-/*E", true);
+}
+
+TEST_CASE("manifest layouts: every rank of TP2×PP2 (+VPP2) and TP2×EP2 builds the manifest's parameters",
+          "[manifest4]") {
+  check_layout({"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+                "parallel.pipeline_model_parallel_size=2", "parallel.virtual_pipeline_model_parallel_size=2"},
+               "M*|E-|M|E", "M*|E-|M|E/*E");
+  check_layout({"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
+                "parallel.expert_model_parallel_size=2", "parallel.expert_tensor_parallel_size=1"},
+               "M*E-", "M*E-/*E", true);
+}
+
+}  // namespace strata
