@@ -3,6 +3,8 @@
 #include "data/tokenizer_preprocess.h"
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -125,6 +127,11 @@ std::vector<std::string> read_jsonl_field(const std::string& text, const std::st
   return out;
 }
 
+double PreprocessProgress::seconds_left() const {
+  if (bytes <= 0 || seconds <= 0 || bytes >= total_bytes) return 0.0;
+  return seconds * static_cast<double>(total_bytes - bytes) / static_cast<double>(bytes);
+}
+
 PreprocessStats tokenize_documents(const PreprocessOptions& options,
                                    const std::function<std::unique_ptr<Tokenizer>()>& make_tokenizer,
                                    const std::function<void(size_t, const std::vector<int64_t>&)>& sink) {
@@ -135,13 +142,31 @@ PreprocessStats tokenize_documents(const PreprocessOptions& options,
   for (int w = 0; w < options.workers; ++w) tokenizers.push_back(make_tokenizer());
 
   PreprocessStats stats;
+  PreprocessProgress progress;
+  for (const std::string& path : options.inputs)
+    progress.total_bytes += static_cast<int64_t>(std::filesystem::file_size(path));
+  const auto start = std::chrono::steady_clock::now();
+  double reported = 0.0;
   std::vector<std::vector<int64_t>> tokens;
+  // Batches of at most batch_documents, in order; progress after each when the interval passed.
   auto emit = [&](size_t key_index, const std::vector<std::string>& docs) {
-    tokenize_batch(docs, tokens, tokenizers, options.append_eod);
-    for (const auto& t : tokens) {
-      sink(key_index, t);
-      stats.documents += 1;
-      stats.tokens += static_cast<int64_t>(t.size());
+    const size_t batch = std::max<size_t>(1, options.batch_documents);
+    for (size_t first = 0; first < docs.size(); first += batch) {
+      const std::vector<std::string> part(docs.begin() + static_cast<std::ptrdiff_t>(first),
+                                          docs.begin() + static_cast<std::ptrdiff_t>(std::min(docs.size(), first + batch)));
+      tokenize_batch(part, tokens, tokenizers, options.append_eod);
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        sink(key_index, tokens[i]);
+        stats.documents += 1;
+        stats.tokens += static_cast<int64_t>(tokens[i].size());
+        progress.bytes += static_cast<int64_t>(part[i].size());
+      }
+      progress.documents = stats.documents;
+      progress.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (options.on_progress && progress.seconds - reported >= options.progress_interval_seconds) {
+        reported = progress.seconds;
+        options.on_progress(progress);
+      }
     }
   };
   for (const std::string& path : options.inputs) {

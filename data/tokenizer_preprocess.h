@@ -15,12 +15,29 @@
 
 namespace strata::data {
 
+// Where a long run stands (Megatron's preprocess_data.py prints "Processed N documents (… docs/s,
+// … MB/s)"): documents and text bytes tokenized so far, of the inputs' total bytes, and the time.
+struct PreprocessProgress {
+  int64_t documents = 0;
+  int64_t bytes = 0;        // document text tokenized (separators and JSON syntax not counted)
+  int64_t total_bytes = 0;  // the input files' sizes
+  double seconds = 0;
+  double mb_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0; }
+  // The time left at this pace (0 when nothing is done yet or the inputs are done).
+  double seconds_left() const;
+};
+
 struct PreprocessOptions {
   std::vector<std::string> inputs;                // files; *.jsonl / *.json are JSONL, the rest plain text
   std::vector<std::string> json_keys = {"text"};  // JSONL fields; plain text is the key "text"
   bool split_paragraphs = false;                  // plain text: one document per paragraph
   bool append_eod = false;                        // append tokenizer.eod() to every document
   int workers = 1;                                // tokenizing threads (one tokenizer each)
+  // Called after a batch of documents when progress_interval_seconds have passed since the last
+  // call (documents are tokenized in batches of at most batch_documents, in input order).
+  std::function<void(const PreprocessProgress&)> on_progress;
+  double progress_interval_seconds = 5.0;
+  size_t batch_documents = 4096;
 };
 
 struct PreprocessStats {

@@ -118,6 +118,7 @@ IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, do
   f.train_iters = cfg_.training.train_iters;
   f.consumed_samples = consumed_samples_;
   f.elapsed_ms_per_iteration = secs * 1000.0 / static_cast<double>(iv.iters);
+  f.seconds_left = secs / static_cast<double>(iv.iters) * static_cast<double>(f.train_iters - iteration_);
   f.learning_rate = schedule_.lr(iteration_);  // Megatron logs the lr after the scheduler step
   f.global_batch_size = global_batch_size_;
   for (size_t k = 0; k < loss_names_.size(); ++k) {

@@ -34,6 +34,7 @@ std::string shell_quoted(const std::string& s) {
 ReferenceRun run_reference_command(const std::string& command, const std::string& who) {
   ReferenceRun r;
   r.command = command;
+  std::fprintf(stderr, "%s: running the PyTorch reference: %s\n", who.c_str(), command.c_str());
   std::fflush(stdout);
   FILE* p = popen(command.c_str(), "r");
   STRATA_CHECK(p != nullptr, who, ": cannot start ", command);

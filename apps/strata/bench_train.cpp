@@ -323,6 +323,7 @@ int run_train_benchmark(const BenchTrainOptions& o) {
         o.reference == "torch" ? (std::filesystem::temp_directory_path() /
                                   ("strata_bench_init_" + std::to_string(getpid()) + ".safetensors")).string()
                                : std::string();
+    std::fprintf(stderr, "bench train: timing Strata (%d warm-up + %d timed steps)\n", o.warmup, o.iters);
     json ours = run_ours(cfg, o, init_file);
     if (!ours.value("metrics_rank", true)) {  // a rank without the metrics: nothing to print or write
       metrics_rank = false;

@@ -85,7 +85,7 @@ void apply_flags(const SamplingFlags& f, generation::GenerateOptions& go) {
 void register_generate(CLI::App& app) {
   CLI::App* gen = app.add_subcommand("generate", "generate text from (or score a prompt with) a checkpoint");
   struct Opts {
-    std::string load;
+    std::string load, config;
     std::optional<std::string> prompt, prompt_ids;
     SamplingFlags flags;
     std::optional<int64_t> iteration;
@@ -94,6 +94,8 @@ void register_generate(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   gen->add_option("--load", o->load, "checkpoint directory (holds latest_checkpointed_iteration.txt)");
+  gen->add_option("--config", o->config,
+                  "instead of --load: this config's model as `strata train` initializes it, untrained");
   gen->add_option("--iteration", o->iteration, "iteration to load (default: the tracker's latest)");
   gen->add_option("--prompt", o->prompt, "prompt text (encoded with the checkpoint's tokenizer)");
   gen->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, comma-separated (1,2,3)");
@@ -110,13 +112,16 @@ void register_generate(CLI::App& app) {
   gen->add_option("--config-override", o->overrides, "section.field=value applied to the checkpoint's config")
       ->expected(1, -1);
   add_runner(gen, [o] {
-    STRATA_CHECK(!o->load.empty(), "strata generate: --load DIR is required");
+    STRATA_CHECK(o->load.empty() != o->config.empty(),
+                 "strata generate: give exactly one of --load DIR (a checkpoint) and --config FILE (untrained)");
     STRATA_CHECK(o->prompt.has_value() != o->prompt_ids.has_value(),
                  "strata generate: give exactly one of --prompt TEXT and --prompt-ids 1,2,3");
     check_flags(o->flags);  // before the checkpoint is read
     std::vector<int64_t> ids;
     if (o->prompt_ids) ids = parse_ids(*o->prompt_ids);
-    generation::LoadedModel lm = generation::load_for_inference(o->load, o->overrides, o->iteration);
+    STRATA_CHECK(!(o->iteration && !o->config.empty()), "strata generate: --iteration needs --load");
+    generation::LoadedModel lm = o->config.empty() ? generation::load_for_inference(o->load, o->overrides, o->iteration)
+                                                   : generation::init_for_inference(o->config, o->overrides);
     if (o->prompt) ids = lm.tokenizer->encode(*o->prompt);
     STRATA_CHECK(!ids.empty(), "strata generate: the prompt has no tokens");
     if (o->score) {

@@ -126,7 +126,14 @@ int golden_run(const GoldenOpts& o) {
 int golden_regenerate(const GoldenOpts& o) {
   const golden::GoldenCase c = golden::load_golden_case(o.case_dir);
   return in_job(c, [&](const golden::GoldenJob& job) {
+    auto say = [&](const char* what) {
+      if (!job.is_metrics_rank()) return;
+      std::printf("strata golden regenerate %s: %s\n", c.name.c_str(), what);
+      std::fflush(stdout);
+    };
+    say("training the case (run 1 of 2)");
     const golden::CaseRun first = golden::run_golden_case(c, run_options(o, c, "run1", job));
+    say("training it again (run 2 of 2), to check the two runs agree before writing");
     const golden::CaseRun second = golden::run_golden_case(c, run_options(o, c, "run2", job));
     bool passed = false;
     if (first.has_metrics) {

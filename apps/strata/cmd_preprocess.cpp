@@ -5,6 +5,7 @@
 // (core/formats/indexed_dataset.h), token dtype chosen from the vocabulary size. Inputs with no
 // document (empty or whitespace-only) are an error naming them, and nothing is written.
 // Reference: Megatron-LM tools/preprocess_data.py.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -57,6 +58,16 @@ int run_preprocess(const PreprocessArgs& a) {
   options.split_paragraphs = a.split_paragraphs;
   options.append_eod = a.append_eod;
   options.workers = a.workers;
+  options.on_progress = [](const data::PreprocessProgress& p) {  // stderr: the summary stays on stdout
+    const long long left = std::llround(p.seconds_left());
+    std::fprintf(stderr,
+                 "strata preprocess: %lld documents, %.1f of %.1f MB (%.0f%%), %.1f MB/s, about %lld:%02lld:%02lld "
+                 "left\n",
+                 static_cast<long long>(p.documents), static_cast<double>(p.bytes) / 1e6,
+                 static_cast<double>(p.total_bytes) / 1e6,
+                 p.total_bytes > 0 ? 100.0 * static_cast<double>(p.bytes) / static_cast<double>(p.total_bytes) : 0.0,
+                 p.mb_per_second(), left / 3600, left / 60 % 60, left % 60);
+  };
 
   const std::filesystem::path parent = std::filesystem::path(a.output_prefix).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);

@@ -20,6 +20,8 @@
 #include "models/gpt/gpt_model.h"
 #include "cli_test_helpers.h"
 #include "test_helpers.h"
+#include "data/tokenizer.h"
+#include "training/config/model_factory.h"
 #include "training/inference/generation.h"
 
 using namespace strata;
@@ -271,7 +273,32 @@ TEST_CASE("cli generate: train 3 steps with mock data, then generate and score",
   CHECK_THAT(r.err, Contains("outside the vocabulary"));
   r = run_cli({"generate", "--prompt-ids", "1"});
   CHECK(r.rc == 1);
-  CHECK_THAT(r.err, Contains("--load DIR is required"));
+  CHECK_THAT(r.err, Contains("exactly one of --load DIR (a checkpoint) and --config FILE (untrained)"));
+  r = run_cli({"generate", "--load", ckpt, "--config", cfg_path, "--prompt-ids", "1"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("exactly one of --load DIR"));
+  r = run_cli({"generate", "--config", cfg_path, "--iteration", "3", "--prompt-ids", "1"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("--iteration needs --load"));
+
+  // --config: the untrained model, initialized as `strata train` initializes it (training.seed).
+  r = run_cli({"generate", "--config", cfg_path, "--prompt-ids", "1,2,3", "--temperature", "0", "--max-new-tokens",
+               "6"});
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  StrataConfig c = StrataConfig::load(cfg_path);
+  const std::unique_ptr<data::Tokenizer> tok = data::build_tokenizer(c.data, c.model.vocab_size);
+  c.model.vocab_size = tok->vocab_size();
+  c.validate(1);
+  std::unique_ptr<LanguageModel> untrained = make_model(c, Device::cpu());
+  untrained->init_parameters(static_cast<uint64_t>(c.training.seed));
+  generation::GenerateOptions go;
+  go.max_new_tokens = 6;
+  go.sampling.temperature = 0.0;
+  go.eod = tok->eod();
+  std::vector<int64_t> all = {1, 2, 3};
+  for (int64_t t : generation::generate(*untrained, {1, 2, 3}, go)) all.push_back(t);
+  CHECK(r.out == tok->decode(all) + "\n");
 
   // The sampling flags follow the inference section's rules.
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {

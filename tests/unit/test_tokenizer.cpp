@@ -246,6 +246,35 @@ TEST_CASE("tokenizer: preprocess documents from plain text and JSONL", "[tokeniz
     CHECK(docs[0] == std::vector<int64_t>{'o', 'n', 'e', ' ', 't', 'w', 'o', 256});
     CHECK(docs[3] == std::vector<int64_t>{'f', 'i', 'v', 'e', ' ', 's', 'i', 'x', 256});
   }
+  // Progress: batches of one document, reported after each (interval 0); the documents and their
+  // order do not depend on the batch size.
+  o.workers = 2;
+  o.batch_documents = 1;
+  o.progress_interval_seconds = 0.0;
+  std::vector<PreprocessProgress> seen;
+  o.on_progress = [&](const PreprocessProgress& p) { seen.push_back(p); };
+  std::vector<std::vector<int64_t>> one_by_one;
+  tokenize_documents(o, [] { return std::make_unique<ByteLevelTokenizer>(); },
+                     [&](size_t, const std::vector<int64_t>& t) { one_by_one.push_back(t); });
+  CHECK(one_by_one.size() == 4);
+  CHECK(one_by_one[3] == std::vector<int64_t>{'f', 'i', 'v', 'e', ' ', 's', 'i', 'x', 256});
+  REQUIRE(seen.size() == 4);
+  const int64_t total = static_cast<int64_t>(std::filesystem::file_size(txt) + std::filesystem::file_size(jsonl));
+  const int64_t doc_bytes[] = {7, 5, 4, 8};  // "one two", "three", "four", "five six"
+  int64_t bytes = 0;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    bytes += doc_bytes[i];
+    CHECK(seen[i].documents == static_cast<int64_t>(i) + 1);
+    CHECK(seen[i].bytes == bytes);
+    CHECK(seen[i].total_bytes == total);
+  }
+  o.on_progress = nullptr;
+  PreprocessProgress p;
+  p.bytes = 25, p.total_bytes = 100, p.seconds = 2.0;
+  CHECK(p.seconds_left() == Approx(6.0));  // 75 bytes more at 12.5 bytes/s
+  CHECK(p.mb_per_second() == Approx(12.5e-6));
+  p.bytes = 100;
+  CHECK(p.seconds_left() == 0.0);
   // Two JSONL keys: two document streams.
   o.inputs = {jsonl};
   o.json_keys = {"text", "title"};

@@ -416,13 +416,17 @@ TEST_CASE("trainer: Megatron's log line, byte for byte", "[trainer]") {
   f.grad_norm = 3.4564;
   f.tokens_per_second = 12345.67;
   f.mfu_percent = 41.234;
+  f.seconds_left = 90 * 0.8124;  // appended last: Megatron's fields and their order stay
   const std::string s = format_iteration_log(f, std::chrono::system_clock::now());
   CHECK(std::regex_match(s.substr(0, 29), std::regex(R"( \[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}\])")));
   CHECK(s.substr(29) ==
         " iteration       10/     100 | consumed samples:          320 | elapsed time per iteration (ms): 812.4 |"
         " learning rate: 1.500000E-04 | global batch size:    32 | lm loss: 1.034210E+01 | loss scale: 1.0 |"
         " grad norm: 3.456 | number of skipped iterations:   0 | number of nan iterations:   0 |"
-        " tokens/s: 12345.7 | MFU: 41.23% |");
+        " tokens/s: 12345.7 | MFU: 41.23% | time left: 0:01:13 |");
+  f.seconds_left = 3 * 3600 + 25 * 60 + 7.4;
+  CHECK(format_iteration_log(f, std::chrono::system_clock::now()).find(" time left: 3:25:07 |") != std::string::npos);
+  f.seconds_left.reset();
   f.skipped_samples = 4;
   f.throughput_tflops_per_gpu = 123.45;
   f.num_zeros = 17;
@@ -457,6 +461,7 @@ TEST_CASE("trainer: log lines, metric tags, JSONL records and evaluation", "[tra
   CHECK(r.log.find("validation loss at iteration 10 | lm loss value: ") != std::string::npos);
   CHECK(r.log.find(" tokens/s: ") != std::string::npos);
   CHECK(r.log.find(" MFU: ") != std::string::npos);
+  CHECK(r.log.find(" time left: 0:00:00 |") != std::string::npos);  // after the last iteration
   REQUIRE(r.result.validations.size() == 2);
   CHECK(r.result.validations[1].second.ppl == Approx(std::exp(r.result.validations[1].second.loss)));
   std::map<std::string, int> count;

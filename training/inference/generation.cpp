@@ -181,6 +181,26 @@ std::string ScoreResult::to_json() const {
   return j.dump();
 }
 
+namespace {
+// lm.config in one process (the saving or configured layout dropped): its tokenizer (the vocabulary
+// from it when unset), validated, and its model on training.device, not yet initialized.
+void build_single_process_model(LoadedModel& lm) {
+  lm.config.parallel = ParallelConfig{};  // any saving layout (tp/pp/dp); generation runs in one process
+  lm.tokenizer = data::build_checked_tokenizer(lm.config.data, lm.config.model.vocab_size);
+  if (!lm.config.model.vocab_size) lm.config.model.vocab_size = lm.tokenizer->vocab_size();
+  lm.config.validate(1);
+  lm.model = make_model(lm.config, resolve_device(lm.config.training.device));
+}
+}  // namespace
+
+LoadedModel init_for_inference(const std::string& config_file, const std::vector<std::string>& overrides) {
+  LoadedModel lm;
+  lm.config = StrataConfig::load(config_file, overrides);
+  build_single_process_model(lm);
+  lm.model->init_parameters(static_cast<uint64_t>(lm.config.training.seed));
+  return lm;
+}
+
 LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides,
                                std::optional<int64_t> iteration) {
   STRATA_CHECK(fs::is_directory(dir), "generate: --load ", dir, " is not a directory");
@@ -223,12 +243,7 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   lg.moe_routing_trace_capture_hidden_states = untraced.moe_routing_trace_capture_hidden_states;
   lg.moe_routing_trace_dump_weights = untraced.moe_routing_trace_dump_weights;
   StrataConfig::table().apply_command_line(overrides, lm.config, nullptr);
-  lm.config.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); generation runs in one process
-  lm.tokenizer = data::build_checked_tokenizer(lm.config.data, lm.config.model.vocab_size);
-  if (!lm.config.model.vocab_size) lm.config.model.vocab_size = lm.tokenizer->vocab_size();
-  lm.config.validate(1);
-  const Device device = resolve_device(lm.config.training.device);
-  lm.model = make_model(lm.config, device);
+  build_single_process_model(lm);
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;

@@ -84,6 +84,11 @@ struct LoadedModel {
 LoadedModel load_for_inference(const std::string& dir, const std::vector<std::string>& overrides = {},
                                std::optional<int64_t> iteration = std::nullopt);
 
+// The model of a config file as `strata train` initializes it (training.seed), untrained: what a
+// run says before it learns anything (scripts/run.sh prints it beside the trained model's sample).
+// The overrides apply to the file; iteration 0.
+LoadedModel init_for_inference(const std::string& config_file, const std::vector<std::string>& overrides = {});
+
 // The sampling defaults of the config's inference section (random_seed null → training.seed).
 GenerateOptions options_from_config(const StrataConfig& cfg);
 

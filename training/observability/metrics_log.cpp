@@ -1,6 +1,8 @@
 // Megatron log line formatting and metric sinks (see metrics_log.h).
 #include "training/observability/metrics_log.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -59,6 +61,10 @@ std::string format_iteration_log(const IterationLog& f, std::chrono::system_cloc
   s += fmt_c(" number of nan iterations: %3lld |", static_cast<long long>(f.nan_iterations));
   if (f.tokens_per_second) s += fmt_c(" tokens/s: %.1f |", *f.tokens_per_second);
   if (f.mfu_percent) s += fmt_c(" MFU: %.2f%% |", *f.mfu_percent);
+  if (f.seconds_left) {
+    const long long t = std::llround(std::max(0.0, *f.seconds_left));
+    s += fmt_c(" time left: %lld:%02lld:%02lld |", t / 3600, t / 60 % 60, t % 60);
+  }
   return s;
 }
 

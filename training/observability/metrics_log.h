@@ -35,6 +35,8 @@ struct IterationLog {
   // Appended after Megatron's fields.
   std::optional<double> tokens_per_second;
   std::optional<double> mfu_percent;
+  // The iterations left at this interval's pace (evaluation not included), as "time left: H:MM:SS".
+  std::optional<double> seconds_left;
 };
 
 // " [YYYY-mm-dd HH:MM:SS.ffffff] iteration ... |" exactly as Megatron prints it (local time).
