@@ -27,7 +27,7 @@ BUILD_DIR="$build" bash scripts/prepare_corpus.sh "$build/strata"
 prompt="This program is free software"
 sample() {  # $1: generate's model flags; prints the sample and its share of corpus words
   local text
-  text="$("$build/strata" generate $1 --prompt "$prompt" --max-new-tokens 200)"
+  text="$("$build/strata" generate $1 --prompt "$prompt" --max-new-tokens 96)"  # 128 positions
   printf '%s\n' "$text"
   printf '%s' "$text" | python3 scripts/word_share.py out/corpus/licenses.txt "$prompt"
 }

@@ -46,7 +46,7 @@ TEST_CASE("config: the committed configs load and validate", "[config]") {
   CHECK(!tiny.model.vocab_size);
   CHECK(tiny.data.tokenizer_type == TokenizerType::ByteLevelTokenizer);
   CHECK(tiny.num_micro_batches() == 1);
-  CHECK(*tiny.optimizer.lr_decay_iters == 300);
+  CHECK(*tiny.optimizer.lr_decay_iters == 1100);
 
   StrataConfig gpt = StrataConfig::load((kRepo / "configs/gpt_125m.yaml").string());
   gpt.validate(8);
@@ -417,7 +417,7 @@ TEST_CASE("config: help text and argument table list every field", "[config]") {
     return "\n  " + name + " " + std::string(48 - name.size(), '.') + " " + value + "\n";
   };
   CHECK(args.find(line("num_layers", "4")) != std::string::npos);
-  CHECK(args.find(line("lr", "0.001")) != std::string::npos);
+  CHECK(args.find(line("lr", "0.002")) != std::string::npos);
   CHECK(args.find(line("adam_eps", "1e-08")) != std::string::npos);
   CHECK(args.find(line("vocab_size", "None")) != std::string::npos);
   CHECK(args.find(line("add_bias_linear", "True")) != std::string::npos);
