@@ -46,7 +46,7 @@ TEST_CASE("config: the committed configs load and validate", "[config]") {
   CHECK(!tiny.model.vocab_size);
   CHECK(tiny.data.tokenizer_type == TokenizerType::ByteLevelTokenizer);
   CHECK(tiny.num_micro_batches() == 1);
-  CHECK(*tiny.optimizer.lr_decay_iters == 1100);
+  CHECK(*tiny.optimizer.lr_decay_iters == 800);
 
   StrataConfig gpt = StrataConfig::load((kRepo / "configs/gpt_125m.yaml").string());
   gpt.validate(8);
