@@ -86,6 +86,7 @@ TEST_CASE("bench train: a tiny GPT through the command line, JSON and phases", "
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Contains("ms/step median"));
+  CHECK_THAT(r.err, Contains("bench train: timing Strata (1 warm-up + 3 timed steps)"));  // said while it runs
   nlohmann::json j;
   std::ifstream(json_path) >> j;
   REQUIRE(j["runs"].size() == 1);

@@ -86,6 +86,11 @@ TEST_CASE("cli golden: regenerate, run, and a one-ULP golden change fails", "[go
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Contains("second run vs first run"));
   CHECK_THAT(r.out, Contains("wrote " + dir + "/golden_values_cpu.json"));
+  // It says what it runs, in order.
+  const size_t first = r.out.find("training the case (run 1 of 2)"), second = r.out.find("(run 2 of 2)");
+  CHECK(first != std::string::npos);
+  CHECK(second != std::string::npos);
+  CHECK(first < second);
   const std::string golden_path = dir + "/golden_values_cpu.json";
   const golden::GoldenFile written = golden::read_golden_file(golden_path);
   REQUIRE(written.platform.has_value());  // the writer's fingerprint
