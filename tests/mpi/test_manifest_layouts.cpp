@@ -3,10 +3,14 @@
 // PP2 with VPP2, EP2 (2 ranks) and TP2×PP2 with VPP, TP2×EP2 with expert TP 1 (4 ranks), each
 // model chunk builds exactly the manifest's parameters for its stage and chunk (the experts of its
 // ep rank, the last stage's copies of the word embeddings): names, global shapes, tp shards, f32.
+// And one training step under an observer of every source kind emits, on each rank, exactly the
+// manifest's sites of the layers its stage builds (the output layer's on the last stage).
 // ctest mpi_manifest_np2 ([manifest2]) and mpi_manifest_np4 ([manifest4]).
+#include <set>
 #include <string>
 #include <vector>
 
+#include "core/observe.h"
 #include "layout_check.h"
 #include "manifest_check.h"
 #include "models/model_manifest.h"
@@ -51,6 +55,37 @@ std::vector<std::vector<std::string>> families(const std::string& hybrid_pattern
   return f;
 }
 
+struct SiteRecorder : Observer {
+  std::set<std::string> seen;
+  void on_tensor(const Observation& o) override { seen.insert(std::string(o.owner) + "." + std::string(o.name)); }
+};
+
+// The manifest's sites of the layers on pipeline stage `stage`: a site belongs to the layer whose
+// module path is the longest prefix of its owner; the output layer's are the last stage's.
+std::set<std::string> stage_sites(const ModelManifest& m, int64_t stage, int64_t stages, SourceKinds kinds) {
+  std::set<std::string> out;
+  for (const ObservationSite& s : m.sites) {
+    if (!kinds.contains(s.kind)) continue;
+    const ManifestLayer* owner = nullptr;
+    for (const ManifestLayer& l : m.layers)
+      if ((s.owner == l.name || s.owner.rfind(l.name + ".", 0) == 0) &&
+          (owner == nullptr || l.name.size() > owner->name.size()))
+        owner = &l;
+    if ((owner ? owner->stage : stages - 1) == stage) out.insert(s.path());
+  }
+  return out;
+}
+
+// One training step of this rank's chunks under an observer of `kinds`: the sites it emits.
+std::set<std::string> emitted_sites(const StrataConfig& cfg, const ParallelGroups& groups, SourceKinds kinds) {
+  std::vector<std::unique_ptr<LanguageModel>> chunks = make_model_chunks(cfg, Device::cpu(), groups);
+  SiteRecorder rec;
+  CaptureScope scope(rec, kinds);
+  using NoInspect = std::function<void(Trainer&, std::vector<std::unique_ptr<LanguageModel>>&)>;
+  mpitest::train_chunks(chunks, cfg, groups, mpitest::kVocab, false, NoInspect{}, nullptr);
+  return rec.seen;
+}
+
 bool is_moe(const std::vector<std::string>& family) {
   for (const std::string& f : family)
     if (f.rfind("model.num_experts=", 0) == 0) return true;
@@ -63,7 +98,8 @@ void check_layout(const std::vector<std::string>& layout, const std::string& hyb
   const int world = mpitest::world().size();
   for (const std::vector<std::string>& family : families(hybrid_pattern, hybrid_mtp)) {
     if (moe_only && !is_moe(family)) continue;
-    const StrataConfig cfg = mpitest::layout_config(join(join(family, layout), {"training.precision=bf16"}), world);
+    const StrataConfig cfg = mpitest::layout_config(
+        join(join(family, layout), {"training.precision=bf16", "training.train_iters=1"}), world);
     INFO("rank " << mpitest::world().rank() << ": " << (family.empty() ? "gpt" : family.front()) << " "
                  << (layout.empty() ? "" : layout.front()));
     const ParallelGroups groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
@@ -78,6 +114,13 @@ void check_layout(const std::vector<std::string>& layout, const std::string& hyb
       INFO("chunk " << c);
       CHECK(test::built_parameter_lines(chunks[c]->parameters(), true) == test::manifest_parameter_lines(manifest, r));
     }
+    // Every kind, but router_diagnostics under sequence parallelism: it needs whole local
+    // sequences, and asking for it there is an error (as in Megatron).
+    SourceKinds kinds;
+    for (int i = 0; i < kNumSourceKinds; ++i)
+      if (!(cfg.parallel.sequence_parallel && static_cast<SourceKind>(i) == SourceKind::RouterDiagnostics))
+        kinds = kinds | SourceKinds{static_cast<SourceKind>(i)};
+    CHECK(emitted_sites(cfg, groups, kinds) == stage_sites(manifest, r.stage, groups.pp.size(), kinds));
   }
 }
 
