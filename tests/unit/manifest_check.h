@@ -9,8 +9,21 @@
 
 #include "core/parameter.h"
 #include "models/model_manifest.h"
+#include "parallel/parallel_config.h"
 
 namespace strata::test {
+
+// The manifest of `m` on one stage at tensor-parallel size tp (tp 1: without a layout, so that a
+// hybrid pattern's `|` segments need no pipeline).
+inline ModelManifest manifest_at_tp(const ResolvedModelConfig& m, int64_t tp) {
+  if (tp == 1) return build_model_manifest(m);
+  ParallelConfig p;
+  p.tensor_model_parallel_size = tp;
+  p.sequence_parallel = true;
+  p.world_size = tp;
+  finalize_parallel_config(p, std::nullopt);
+  return build_model_manifest(m, p);
+}
 
 struct RankPosition {
   int64_t stage = 0, chunk = 0, tp = 1, etp = 1, ep = 1, ep_rank = 0, num_experts = 0;

@@ -5,6 +5,7 @@
 // parameters per EP/ETP rank, optimizer sharding over dp·cp and expert dp, all-to-all bytes).
 // Reference: Korthikanti et al. 2022 (eq. 1–4), megatron/core/parallel_state.py
 // (initialize_model_parallel docstring: virtual pipeline layer assignment).
+#include "manifest_check.h"
 #include "models/model_manifest.h"
 #include "models/gpt/gpt_model.h"
 #include "training/planning/memory_plan.h"
@@ -93,17 +94,7 @@ TEST_CASE("memory plan: tp=1 parameter count equals the real GPTModel's", "[memo
   for (const ResolvedModelConfig& m : model_variants()) CHECK(model_parameter_total(m) == model_parameter_count(m));
 }
 
-namespace {
-// The manifest of `m` under tp (one stage).
-ModelManifest manifest_at_tp(const ResolvedModelConfig& m, int64_t tp) {
-  ParallelConfig p;
-  p.tensor_model_parallel_size = tp;
-  p.sequence_parallel = tp > 1;
-  p.world_size = tp;
-  finalize_parallel_config(p, std::nullopt);
-  return build_model_manifest(m, p);
-}
-}  // namespace
+using test::manifest_at_tp;
 
 TEST_CASE("memory plan: a layer has 12h^2 + 13h parameters (GPT, 4h MLP, biases, LayerNorm)", "[memory_plan]") {
   ResolvedModelConfig m = small([](ModelConfig& c) {

@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "models/layers/hyper_connection.h"
+#include "manifest_check.h"
 #include "models/model_manifest.h"
 #include "model_probes.h"
 #include "test_helpers.h"
@@ -55,14 +56,8 @@ int64_t planned(const StrataConfig& c) { return plan_layout(c).stages.at(0).memo
 // The manifest's parameters of one rank at tp (tp-split tensors as one shard) that satisfy `pick`.
 template <class Pick>
 ParameterCount manifest_count(const ResolvedModelConfig& m, int64_t tp, Pick pick) {
-  ParallelConfig p;
-  p.tensor_model_parallel_size = tp;
-  p.sequence_parallel = tp > 1;
-  p.world_size = tp;
-  finalize_parallel_config(p, std::nullopt);
   ParameterCount c;
-  // tp 1: the manifest without a layout (a pattern's `|` segments need their pipeline)
-  for (const ManifestParameter& q : (tp == 1 ? build_model_manifest(m) : build_model_manifest(m, p)).parameters) {
+  for (const ManifestParameter& q : test::manifest_at_tp(m, tp).parameters) {
     if (!pick(q)) continue;
     const int64_t n = q.local_elements(tp, tp);
     (q.tensor_parallel ? c.sharded : c.replicated) += n;
