@@ -13,11 +13,28 @@
 
 namespace strata {
 
-enum class TokenizerType { NullTokenizer, ByteLevelTokenizer, GPT2BPETokenizer };
+enum class TokenizerType {
+  NullTokenizer,
+  ByteLevelTokenizer,
+  GPT2BPETokenizer,
+  HuggingFaceTokenizer,
+  SentencePieceTokenizer,
+  GPTSentencePieceTokenizer,
+  Llama2Tokenizer
+};
 inline constexpr config::EnumName<TokenizerType> kTokenizerTypeNames[] = {
     {TokenizerType::NullTokenizer, "NullTokenizer"},
     {TokenizerType::ByteLevelTokenizer, "ByteLevelTokenizer"},
-    {TokenizerType::GPT2BPETokenizer, "GPT2BPETokenizer"}};
+    {TokenizerType::GPT2BPETokenizer, "GPT2BPETokenizer"},
+    {TokenizerType::HuggingFaceTokenizer, "HuggingFaceTokenizer"},
+    {TokenizerType::SentencePieceTokenizer, "SentencePieceTokenizer"},
+    {TokenizerType::GPTSentencePieceTokenizer, "GPTSentencePieceTokenizer"},
+    {TokenizerType::Llama2Tokenizer, "Llama2Tokenizer"}};
+// Whether the type reads data.tokenizer_model (a tokenizer.json or a SentencePiece model).
+inline bool tokenizer_uses_model_file(TokenizerType t) {
+  return t == TokenizerType::HuggingFaceTokenizer || t == TokenizerType::SentencePieceTokenizer ||
+         t == TokenizerType::GPTSentencePieceTokenizer || t == TokenizerType::Llama2Tokenizer;
+}
 
 struct DataConfig {
   std::vector<std::string> data_path;
@@ -26,6 +43,8 @@ struct DataConfig {
   TokenizerType tokenizer_type = TokenizerType::ByteLevelTokenizer;
   std::optional<std::string> vocab_file;
   std::optional<std::string> merge_file;
+  std::optional<std::string> tokenizer_model;  // tokenizer.json (or its directory) / SentencePiece model
+  bool tokenizer_hf_no_include_special_tokens = false;
   bool eod_mask_loss = false;
 
   // One dataset of a blend: a path prefix (".bin"/".idx" appended) and its weight.

@@ -8,6 +8,9 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "data/tokenizer_hf.h"
+#include "data/tokenizer_sentencepiece.h"
+#include "data/utf8.h"
 
 namespace strata::data {
 
@@ -73,10 +76,14 @@ std::string NullTokenizer::decode(const std::vector<int64_t>& ids) const {
 
 // ---- build_tokenizer ----------------------------------------------------------------------------
 
-std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::optional<std::string>& vocab_file,
-                                           const std::optional<std::string>& merge_file,
-                                           std::optional<int64_t> vocab_size) {
-  switch (type) {
+std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size) {
+  const std::optional<std::string>& vocab_file = data.vocab_file;
+  const std::optional<std::string>& merge_file = data.merge_file;
+  const std::string type_name(config::enum_to_string<TokenizerType>(kTokenizerTypeNames, data.tokenizer_type));
+  if (tokenizer_uses_model_file(data.tokenizer_type))
+    STRATA_CHECK(data.tokenizer_model.has_value() && !data.tokenizer_model->empty(), "build_tokenizer: ", type_name,
+                 " needs a tokenizer model (data.tokenizer_model, --tokenizer-model)");
+  switch (data.tokenizer_type) {
     case TokenizerType::ByteLevelTokenizer: return std::make_unique<ByteLevelTokenizer>();
     case TokenizerType::NullTokenizer:
       STRATA_CHECK(vocab_size.has_value(), "build_tokenizer: NullTokenizer needs a vocab size");
@@ -85,12 +92,40 @@ std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::option
       STRATA_CHECK(vocab_file.has_value() && !vocab_file->empty(), "build_tokenizer: GPT2BPETokenizer needs a vocab file");
       STRATA_CHECK(merge_file.has_value() && !merge_file->empty(), "build_tokenizer: GPT2BPETokenizer needs a merge file");
       return std::make_unique<GPT2BPETokenizer>(*vocab_file, *merge_file);
+    case TokenizerType::HuggingFaceTokenizer:
+      return std::make_unique<HuggingFaceTokenizer>(*data.tokenizer_model, !data.tokenizer_hf_no_include_special_tokens);
+    case TokenizerType::SentencePieceTokenizer:
+    case TokenizerType::GPTSentencePieceTokenizer:
+    case TokenizerType::Llama2Tokenizer: return std::make_unique<SentencePieceTokenizer>(*data.tokenizer_model, type_name);
   }
   STRATA_THROW("build_tokenizer: unknown tokenizer type");
 }
 
-std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size) {
-  return build_tokenizer(data.tokenizer_type, data.vocab_file, data.merge_file, vocab_size);
+// ---- StreamingDetokenizer -----------------------------------------------------------------------
+
+std::string StreamingDetokenizer::push(int64_t id) {
+  ids_.push_back(id);
+  const std::string text = tokenizer_.decode(ids_);
+  if (text.size() <= prefix_.size() || text.ends_with(kReplacementCharacter)) return {};
+  STRATA_CHECK(text.compare(0, prefix_.size(), prefix_) == 0, "StreamingDetokenizer: ", tokenizer_.name(),
+               " decodes a longer sequence to text that does not extend the shorter one's");
+  std::string added = text.substr(prefix_.size());
+  // Keep the ids of the previous emission on as context: decoders that treat the first token
+  // specially (Metaspace, Strip) then see them as they are inside the whole sequence.
+  const size_t new_prefix_index = ids_.size() - prefix_index_;
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_index_));
+  prefix_ = tokenizer_.decode(ids_);
+  prefix_index_ = new_prefix_index;
+  return added;
+}
+
+std::string StreamingDetokenizer::finish() {
+  const std::string text = tokenizer_.decode(ids_);
+  std::string rest = text.size() > prefix_.size() ? text.substr(prefix_.size()) : std::string();
+  ids_.clear();
+  prefix_.clear();
+  prefix_index_ = 0;
+  return rest;
 }
 
 void check_vocab_fits(std::optional<int64_t> model_vocab_size, const Tokenizer& tokenizer) {

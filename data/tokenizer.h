@@ -1,6 +1,8 @@
 // Tokenizers with Megatron's build_tokenizer semantics, text → token ids → text:
 // ByteLevelTokenizer, GPT2BPETokenizer (byte-level BPE from vocab.json + merges.txt) and
-// NullTokenizer (ids written as text). Each class's comment gives its ids and EOD.
+// NullTokenizer (ids written as text) here; HuggingFaceTokenizer (data/tokenizer_hf.h) and the
+// SentencePiece types (data/tokenizer_sentencepiece.h) beside them; StreamingDetokenizer, which
+// prints ids as they come without splitting a character. Each class's comment gives its ids and EOD.
 // Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer,
 // _GPT2BPETokenizer), megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer)
 // and megatron/training/tokenizer/gpt2_tokenization.py (from openai/gpt-2 src/encoder.py:
@@ -29,6 +31,7 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;  // unpadded (Megatron pads it to make_vocab_size_divisible_by)
   virtual int64_t eod() const = 0;         // end-of-document id appended by `strata preprocess --append-eod`
   virtual std::string name() const = 0;    // "ByteLevelTokenizer", …
+  virtual std::optional<int64_t> bos() const { return std::nullopt; }  // beginning-of-sequence id, if any
 };
 
 // Ids 0..255 are the UTF-8 bytes, EOD = 256, vocab_size = 257.
@@ -94,13 +97,11 @@ class GPT2BPETokenizer final : public Tokenizer {
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;  // pre-token bytes → ids
 };
 
-// Megatron's build_tokenizer: the tokenizer named by `type`. GPT2BPETokenizer needs the two files;
-// NullTokenizer needs vocab_size (Megatron's --vocab-size: the whole vocabulary, EOD included).
-std::unique_ptr<Tokenizer> build_tokenizer(TokenizerType type, const std::optional<std::string>& vocab_file = {},
-                                           const std::optional<std::string>& merge_file = {},
-                                           std::optional<int64_t> vocab_size = {});
-// From the data section (tokenizer_type, vocab_file, merge_file) and model.vocab_size.
-std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size);
+// Megatron's build_tokenizer: the tokenizer named by data.tokenizer_type. GPT2BPETokenizer needs
+// vocab_file and merge_file; HuggingFaceTokenizer (data/tokenizer_hf.h) and the SentencePiece types
+// (data/tokenizer_sentencepiece.h) need tokenizer_model; NullTokenizer needs vocab_size (Megatron's
+// --vocab-size: the whole vocabulary, EOD included).
+std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size = {});
 
 // A model vocabulary (model.vocab_size, when set) smaller than the tokenizer's would meet ids
 // outside the embedding; throws config::ConfigError naming model.vocab_size and the tokenizer's
@@ -108,6 +109,24 @@ std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional
 void check_vocab_fits(std::optional<int64_t> model_vocab_size, const Tokenizer& tokenizer);
 // build_tokenizer(data, model_vocab_size) + check_vocab_fits.
 std::unique_ptr<Tokenizer> build_checked_tokenizer(const DataConfig& data, std::optional<int64_t> model_vocab_size);
+
+// Text of ids that arrive one at a time (generation): each push returns the text the ids so far
+// add, holding back while the decoded text ends in U+FFFD (a character split across ids); finish()
+// returns what is left. The pieces concatenate to tokenizer.decode(all ids) whenever decoding a
+// suffix of ids gives a suffix of the text (every tokenizer here).
+// Reference: huggingface/tokenizers tokenizers/src/tokenizer/mod.rs (DecodeStream, step_decode_stream).
+class StreamingDetokenizer {
+ public:
+  explicit StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  std::string push(int64_t id);
+  std::string finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::vector<int64_t> ids_;  // from the start of the last emitted token on
+  std::string prefix_;        // decode of ids_[0, prefix_index_)
+  size_t prefix_index_ = 0;
+};
 
 // ---- GPT-2 building blocks (exposed for tests) --------------------------------------------------
 
@@ -119,8 +138,8 @@ int gpt2_byte_decode(uint32_t code_point);
 
 // The GPT-2 pre-tokenizer:
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// Pieces are views into `text` and concatenate back to it. Invalid UTF-8 bytes are taken one at a
-// time as neither letter, number nor space (so random bytes still round-trip).
+// Pieces are views into `text` and concatenate back to it. Ill-formed UTF-8 (each maximal subpart,
+// data/utf8.h) is neither letter, number nor space (so random bytes still round-trip).
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
 // Unicode classes used by the pre-tokenizer (\p{L}, \p{N}, \s = White_Space).

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_unicode_tables.h"
+#include "data/utf8.h"
 
 namespace strata::data {
 namespace {
@@ -25,47 +26,7 @@ bool in_ranges(const unicode_tables::CodeRange (&ranges)[N], uint32_t cp) {
   return cp <= it->last;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-constexpr uint32_t kInvalid = 0xFFFFFFFFu;  // an invalid UTF-8 byte: one "character" of class other
-
-// Decodes the code point starting at s[i]; `len` is its byte length (1 for an invalid byte).
-uint32_t decode_utf8(std::string_view s, size_t i, size_t& len) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  len = 1;
-  if (b0 < 0x80) return b0;
-  size_t n;
-  uint32_t cp, min;
-  if ((b0 & 0xE0) == 0xC0) n = 2, cp = b0 & 0x1F, min = 0x80;
-  else if ((b0 & 0xF0) == 0xE0) n = 3, cp = b0 & 0x0F, min = 0x800;
-  else if ((b0 & 0xF8) == 0xF0) n = 4, cp = b0 & 0x07, min = 0x10000;
-  else return kInvalid;
-  if (i + n > s.size()) return kInvalid;
-  for (size_t k = 1; k < n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return kInvalid;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return kInvalid;
-  len = n;
-  return cp;
-}
+constexpr uint32_t kInvalid = kInvalidCodePoint;  // an ill-formed sequence: one "character" of class other
 
 enum class CharClass { Letter, Number, Space, Other };
 

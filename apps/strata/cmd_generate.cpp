@@ -143,10 +143,25 @@ void register_generate(CLI::App& app) {
     RunObservers observers;
     if (auto tracer = make_router_tracer(lm.config, {lm.model.get()}, 0)) observers.add(std::move(tracer));
     go.observers = &observers;
-    std::vector<int64_t> all = ids;
-    for (int64_t t : generation::generate(*lm.model, ids, go)) all.push_back(t);
+    // The prompt, then each token as it comes; the detokenizer never splits a UTF-8 character.
+    data::StreamingDetokenizer stream(*lm.tokenizer);
+    go.on_token = [&](int64_t id) {
+      std::fputs(stream.push(id).c_str(), stdout);
+      std::fflush(stdout);
+    };
+    bool prompt_printed = false;  // after generate() has checked the prompt's ids
+    go.on_token = [&, print = go.on_token](int64_t id) {
+      if (!prompt_printed) {
+        for (int64_t p : ids) std::fputs(stream.push(p).c_str(), stdout);
+        prompt_printed = true;
+      }
+      print(id);
+    };
+    generation::generate(*lm.model, ids, go);
+    if (!prompt_printed)
+      for (int64_t p : ids) std::fputs(stream.push(p).c_str(), stdout);
     observers.finish();
-    std::printf("%s\n", lm.tokenizer->decode(all).c_str());
+    std::printf("%s\n", stream.finish().c_str());
     return 0;
   });
 }

@@ -1,4 +1,5 @@
 // `strata preprocess --input FILE... --output-prefix P --tokenizer-type T [--vocab-file F --merge-file F]
+//   [--tokenizer-model PATH]
 //   [--vocab-size N] [--json-keys text ...] [--split-paragraphs] [--append-eod] [--workers 1]`:
 // tokenizes plain-text or JSONL files (data/tokenizer_preprocess.h) and writes one Megatron indexed
 // dataset per key, P_<key>_document.{bin,idx}, with IndexedDatasetBuilder
@@ -28,7 +29,8 @@ struct PreprocessArgs {
   std::vector<std::string> inputs;
   std::string output_prefix;
   std::string tokenizer_type;
-  std::string vocab_file, merge_file;
+  std::string vocab_file, merge_file, tokenizer_model;
+  bool hf_no_include_special_tokens = false;
   std::optional<int64_t> vocab_size;
   std::vector<std::string> json_keys = {"text"};
   bool split_paragraphs = false;
@@ -36,17 +38,27 @@ struct PreprocessArgs {
   int workers = 1;
 };
 
+std::string tokenizer_type_names() {
+  std::string names;
+  for (const auto& n : kTokenizerTypeNames) names += (names.empty() ? "" : ", ") + std::string(n.name);
+  return names;
+}
+
 TokenizerType parse_tokenizer_type(const std::string& name) {
   for (const auto& n : kTokenizerTypeNames)
     if (name == n.name) return n.value;
-  STRATA_THROW("strata preprocess: --tokenizer-type '", name,
-               "' is not one of NullTokenizer, ByteLevelTokenizer, GPT2BPETokenizer");
+  STRATA_THROW("strata preprocess: --tokenizer-type '", name, "' is not one of ", tokenizer_type_names());
 }
 
 int run_preprocess(const PreprocessArgs& a) {
-  const TokenizerType type = parse_tokenizer_type(a.tokenizer_type);
   auto opt = [](const std::string& s) { return s.empty() ? std::optional<std::string>() : std::optional<std::string>(s); };
-  auto make_tokenizer = [&] { return data::build_tokenizer(type, opt(a.vocab_file), opt(a.merge_file), a.vocab_size); };
+  DataConfig tokenizer_config;
+  tokenizer_config.tokenizer_type = parse_tokenizer_type(a.tokenizer_type);
+  tokenizer_config.vocab_file = opt(a.vocab_file);
+  tokenizer_config.merge_file = opt(a.merge_file);
+  tokenizer_config.tokenizer_model = opt(a.tokenizer_model);
+  tokenizer_config.tokenizer_hf_no_include_special_tokens = a.hf_no_include_special_tokens;
+  auto make_tokenizer = [&] { return data::build_tokenizer(tokenizer_config, a.vocab_size); };
   const std::unique_ptr<data::Tokenizer> probe = make_tokenizer();  // fails early on bad tokenizer files
   for (const auto& in : a.inputs)
     STRATA_CHECK_KIND(ErrorKind::Io, std::filesystem::is_regular_file(in), "strata preprocess: input '", in,
@@ -101,10 +113,13 @@ void register_preprocess(CLI::App& app) {
   auto a = std::make_shared<PreprocessArgs>();
   pre->add_option("--input", a->inputs, "input files: plain text (*.txt …) or JSONL (*.jsonl, *.json)")->required();
   pre->add_option("--output-prefix", a->output_prefix, "writes <prefix>_<key>_document.{bin,idx}")->required();
-  pre->add_option("--tokenizer-type", a->tokenizer_type, "ByteLevelTokenizer, GPT2BPETokenizer or NullTokenizer")
-      ->required();
+  pre->add_option("--tokenizer-type", a->tokenizer_type, tokenizer_type_names())->required();
   pre->add_option("--vocab-file", a->vocab_file, "GPT-2 vocab.json");
   pre->add_option("--merge-file", a->merge_file, "GPT-2 merges.txt");
+  pre->add_option("--tokenizer-model", a->tokenizer_model,
+                  "HuggingFaceTokenizer: tokenizer.json or its directory; SentencePiece types: tokenizer.model");
+  pre->add_flag("--tokenizer-hf-no-include-special-tokens", a->hf_no_include_special_tokens,
+                "HuggingFaceTokenizer: no template (BOS/EOS) tokens around each document");
   pre->add_option("--vocab-size", a->vocab_size,
                   "NullTokenizer: vocabulary size, EOD included (EOD = vocab-size - 1, as Megatron's)");
   pre->add_option("--json-keys", a->json_keys, "JSONL keys to tokenize (default: text)");

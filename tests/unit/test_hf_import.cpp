@@ -5,6 +5,7 @@
 // an export into a directory that holds files needs --force.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,7 +15,9 @@
 #include "cli_test_helpers.h"
 #include "core/formats/safetensors.h"
 #include "hf_test_helpers.h"
+#include "tokenizer_test_files.h"
 #include "training/hf/hf_export.h"
+#include "training/inference/generation.h"
 
 using namespace strata;
 using namespace strata::test;
@@ -273,5 +276,34 @@ TEST_CASE("hf cli: export into a directory that holds files is refused unless --
   r = run_cli({"export", "--load", ckpt, "--format", "hf", "--out", (dir / "a_file").string(), "--force"});
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("exists and is not a directory"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("hf import keeps the directory's tokenizer.json; generate and export use it", "[hf][tokenizer_hf]") {
+  const fs::path dir = exported(hf::Family::Llama, true, "tokenizer_files");
+  const fs::path hf_dir = dir / "hf";
+  std::ofstream(hf_dir / "tokenizer.json") << test::sp_style_tokenizer().dump(1);
+  std::ofstream(hf_dir / "tokenizer_config.json") << test::kSpecials;
+  const hf::ImportResult r =
+      hf::import_checkpoint(hf_dir.string(), (dir / "imported").string(), {"training.device=cpu"});
+  CHECK(r.config.data.tokenizer_type == TokenizerType::HuggingFaceTokenizer);
+  CHECK(file_bytes(dir / "imported" / "tokenizer" / "tokenizer.json") == file_bytes(hf_dir / "tokenizer.json"));
+  // generate --prompt on the import needs no extra flag: the checkpoint's config names the files.
+  const generation::LoadedModel lm = generation::load_for_inference((dir / "imported").string());
+  CHECK(lm.tokenizer->name() == "HuggingFaceTokenizer");
+  CHECK(lm.tokenizer->encode("ab ab") == std::vector<int64_t>{1, 7, 7, 2});
+  // Exported again, the HF directory holds the same tokenizer files and names BOS and EOS.
+  const hf::ExportResult e = hf::export_checkpoint((dir / "imported").string(), (dir / "again").string());
+  CHECK(std::count(e.files.begin(), e.files.end(), "tokenizer.json") == 1);
+  CHECK(file_bytes(dir / "again" / "tokenizer.json") == file_bytes(hf_dir / "tokenizer.json"));
+  CHECK(file_bytes(dir / "again" / "tokenizer_config.json") == file_bytes(hf_dir / "tokenizer_config.json"));
+  const nlohmann::json config = read_json(dir / "again" / "config.json");
+  CHECK(config["bos_token_id"] == 1);
+  CHECK(config["eos_token_id"] == 2);
+  // A broken tokenizer file fails the import, naming the file, before a checkpoint is written.
+  std::ofstream(hf_dir / "tokenizer.json") << "{\"model\": ";
+  CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), (dir / "broken").string(), {"training.device=cpu"}),
+                    Contains("tokenizer.json: not valid JSON"));
+  CHECK(!fs::exists(dir / "broken" / "latest_checkpointed_iteration.txt"));
   fs::remove_all(dir);
 }

@@ -189,14 +189,23 @@ TEST_CASE("tokenizer: byte-level and null tokenizers", "[tokenizer]") {
   CHECK_THROWS_WITH(n.encode("1 x"), Contains("'x' is not a decimal token id"));
   CHECK_THROWS_WITH(n.encode("100"), Contains("outside [0, 100)"));
 
-  auto t = build_tokenizer(TokenizerType::NullTokenizer, {}, {}, 50);
+  auto config = [](TokenizerType type, std::optional<std::string> vocab = {}, std::optional<std::string> merges = {}) {
+    DataConfig d;
+    d.tokenizer_type = type;
+    d.vocab_file = vocab;
+    d.merge_file = merges;
+    return d;
+  };
+  auto t = build_tokenizer(config(TokenizerType::NullTokenizer), 50);
   CHECK(t->name() == "NullTokenizer");
   CHECK(t->vocab_size() == 50);
   CHECK(t->eod() == 49);
-  CHECK(build_tokenizer(TokenizerType::GPT2BPETokenizer, kVocab, kMerges)->vocab_size() == 457);
-  CHECK_THROWS_WITH(build_tokenizer(TokenizerType::NullTokenizer), Contains("NullTokenizer needs a vocab size"));
-  CHECK_THROWS_WITH(build_tokenizer(TokenizerType::GPT2BPETokenizer, kVocab),
+  CHECK(build_tokenizer(config(TokenizerType::GPT2BPETokenizer, kVocab, kMerges))->vocab_size() == 457);
+  CHECK_THROWS_WITH(build_tokenizer(config(TokenizerType::NullTokenizer)), Contains("NullTokenizer needs a vocab size"));
+  CHECK_THROWS_WITH(build_tokenizer(config(TokenizerType::GPT2BPETokenizer, kVocab)),
                     Contains("GPT2BPETokenizer needs a merge file"));
+  CHECK_THROWS_WITH(build_tokenizer(config(TokenizerType::HuggingFaceTokenizer)),
+                    Contains("HuggingFaceTokenizer needs a tokenizer model (data.tokenizer_model, --tokenizer-model)"));
 }
 
 TEST_CASE("tokenizer: bad vocabulary and merge files are rejected", "[tokenizer]") {

@@ -114,10 +114,18 @@ config::SectionFields<DataConfig> data_fields() {
   f.add("split", &D::split, "Train, validation, test proportions of each dataset, comma-separated.");
   f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
   f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
-             "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file) or "
-             "NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron).");
+             "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file), "
+             "HuggingFaceTokenizer (tokenizer_model: tokenizer.json, EOD = its eos_token), SentencePieceTokenizer, "
+             "GPTSentencePieceTokenizer or Llama2Tokenizer (tokenizer_model: a SentencePiece model, EOD = its eos "
+             "id) or NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron).");
   f.add("vocab_file", &D::vocab_file, "GPT-2 BPE vocab.json (GPT2BPETokenizer).");
   f.add("merge_file", &D::merge_file, "GPT-2 BPE merges.txt (GPT2BPETokenizer).");
+  f.add("tokenizer_model", &D::tokenizer_model,
+        "HuggingFaceTokenizer: a tokenizer.json or a directory holding one (with tokenizer_config.json for its "
+        "special tokens); SentencePiece types: the tokenizer.model file.");
+  f.add("tokenizer_hf_no_include_special_tokens", &D::tokenizer_hf_no_include_special_tokens,
+        "HuggingFaceTokenizer: encode without the post-processor's template tokens (BOS/EOS) and decode without "
+        "special tokens.");
   f.add("eod_mask_loss", &D::eod_mask_loss, "Exclude end-of-document tokens from the loss.");
   return f;
 }
@@ -406,6 +414,14 @@ void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
   }
   if (data.tokenizer_type == TokenizerType::NullTokenizer && !model.vocab_size)
     throw ConfigError("model.vocab_size", "required with data.tokenizer_type NullTokenizer");
+  const std::string type_name(config::enum_to_string<TokenizerType>(kTokenizerTypeNames, data.tokenizer_type));
+  if (tokenizer_uses_model_file(data.tokenizer_type) && (!data.tokenizer_model || data.tokenizer_model->empty()))
+    throw ConfigError("data.tokenizer_model", "required by data.tokenizer_type " + type_name);
+  if (!tokenizer_uses_model_file(data.tokenizer_type) && data.tokenizer_model)
+    throw ConfigError("data.tokenizer_model", "only used by HuggingFaceTokenizer and the SentencePiece tokenizers, not "
+                                              "by data.tokenizer_type " + type_name);
+  if (data.tokenizer_hf_no_include_special_tokens && data.tokenizer_type != TokenizerType::HuggingFaceTokenizer)
+    throw ConfigError("data.tokenizer_hf_no_include_special_tokens", "only used by HuggingFaceTokenizer");
 }
 
 void validate_checkpoint(const CheckpointConfig& checkpoint) {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/formats/safetensors.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_hf.h"
 #include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint.h"
 #include "training/hf/hf_moe_format.h"
@@ -198,7 +199,10 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   ExportInfo info;
   info.dtype = r.dtype;
   info.tokenizer_type = config::enum_to_string<TokenizerType>(kTokenizerTypeNames, cfg.data.tokenizer_type);
-  if (tok) info.bos_id = info.eos_id = tok->eod();
+  if (tok) {
+    info.eos_id = tok->eod();
+    info.bos_id = tok->bos().value_or(tok->eod());
+  }
 
   const fs::path out(out_dir);
   fs::create_directories(out);
@@ -212,6 +216,16 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
     fs::copy_file(*cfg.data.merge_file, out / "merges.txt", fs::copy_options::overwrite_existing);
     r.files.push_back("vocab.json");
     r.files.push_back("merges.txt");
+  }
+  // The tokenizer files, so that transformers loads the model and its tokenizer from one directory.
+  if (cfg.data.tokenizer_type == TokenizerType::HuggingFaceTokenizer && cfg.data.tokenizer_model && tok) {
+    for (const std::string& f : data::HuggingFaceTokenizer::files_of(*cfg.data.tokenizer_model)) {
+      fs::copy_file(f, out / fs::path(f).filename(), fs::copy_options::overwrite_existing);
+      r.files.push_back(fs::path(f).filename().string());
+    }
+  } else if (tokenizer_uses_model_file(cfg.data.tokenizer_type) && cfg.data.tokenizer_model && tok) {
+    fs::copy_file(*cfg.data.tokenizer_model, out / "tokenizer.model", fs::copy_options::overwrite_existing);
+    r.files.push_back("tokenizer.model");
   }
   return r;
 }
@@ -246,6 +260,18 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
     cfg.data.tokenizer_type = TokenizerType::GPT2BPETokenizer;
     cfg.data.vocab_file = fs::absolute(save / "vocab.json").string();
     cfg.data.merge_file = fs::absolute(save / "merges.txt").string();
+  } else if (fs::exists(dir / "tokenizer.json")) {  // the directory's own tokenizer, kept with the checkpoint
+    const fs::path kept = save / "tokenizer";
+    fs::create_directories(kept);
+    for (const std::string& f : data::HuggingFaceTokenizer::files_of(dir.string()))
+      fs::copy_file(f, kept / fs::path(f).filename(), fs::copy_options::overwrite_existing);
+    cfg.data.tokenizer_type = TokenizerType::HuggingFaceTokenizer;
+    cfg.data.tokenizer_model = fs::absolute(kept).string();
+  } else if (fs::exists(dir / "tokenizer.model")) {  // a SentencePiece model only (transformers' slow tokenizer)
+    fs::create_directories(save);
+    fs::copy_file(dir / "tokenizer.model", save / "tokenizer.model", fs::copy_options::overwrite_existing);
+    cfg.data.tokenizer_type = TokenizerType::Llama2Tokenizer;
+    cfg.data.tokenizer_model = fs::absolute(save / "tokenizer.model").string();
   } else if (ic.tokenizer_type && *ic.tokenizer_type != "GPT2BPETokenizer") {
     cfg.apply_override("data.tokenizer_type=" + *ic.tokenizer_type);
   } else {
@@ -253,6 +279,7 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   }
   for (const std::string& o : overrides) cfg.apply_override(o);
   cfg.validate(1);
+  data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // a bad tokenizer file fails before the model
 
   const int64_t padded = padded_vocab_size(*cfg.model.vocab_size, cfg.model.make_vocab_size_divisible_by, 1);
   // Names and shapes are checked here, before the model is allocated.

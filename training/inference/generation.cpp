@@ -134,6 +134,7 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   for (int64_t step = 0; step < new_tokens; ++step) {
     const int64_t tok = sample_token(logits, opt.sampling, step);
     out.push_back(tok);
+    if (opt.on_token) opt.on_token(tok);
     if ((opt.eod && tok == *opt.eod) || step + 1 == new_tokens) break;
     logits = run({tok}, n + step);
   }

@@ -7,6 +7,7 @@
 // filtering, modify_logits_for_top_p_filtering, sample), generation.py (score_and_return_on_first_stage).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,8 @@ struct GenerateOptions {
   // prompt, then each decode step), ObservationPhase::Generate, iteration = the forward's index.
   // Null: none.
   RunObservers* observers = nullptr;
+  // Called with each new token as it is sampled (streaming output). Empty: none.
+  std::function<void(int64_t)> on_token;
 };
 
 // Generates up to max_new_tokens after `prompt` (batch 1) with a KV cache sized prompt + new

@@ -1,0 +1,47 @@
+// SentencePieceTokenizer (data/tokenizer_sentencepiece.h) over libsentencepiece.
+// Reference: megatron/core/tokenizers/text/libraries/sentencepiece_tokenizer.py; google/sentencepiece
+// src/sentencepiece_processor.h.
+#include "data/tokenizer_sentencepiece.h"
+
+#include <sentencepiece_processor.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/utf8.h"
+
+namespace strata::data {
+
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file, std::string type_name)
+    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), type_name_(std::move(type_name)) {
+  STRATA_CHECK_KIND(ErrorKind::Io, std::filesystem::is_regular_file(model_file), type_name_, ": ", model_file,
+                    " is not a readable file (data.tokenizer_model: a SentencePiece tokenizer.model)");
+  const auto status = sp_->Load(model_file);
+  STRATA_CHECK_KIND(ErrorKind::Config, status.ok(), type_name_, ": ", model_file,
+                    " is not a SentencePiece model (truncated or another format): ", status.ToString());
+  vocab_size_ = sp_->GetPieceSize();
+  STRATA_CHECK_KIND(ErrorKind::Config, sp_->eos_id() >= 0, type_name_, ": ", model_file,
+                    " has no EOS piece; Megatron's end-of-document id is the model's eos id");
+  eod_ = sp_->eos_id();
+  if (sp_->bos_id() >= 0) bos_ = sp_->bos_id();
+  if (sp_->pad_id() >= 0) pad_ = sp_->pad_id();
+}
+
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+std::vector<int64_t> SentencePieceTokenizer::encode(std::string_view text) const {
+  const std::vector<int> ids = sp_->EncodeAsIds(utf8_replace_invalid(text));
+  return {ids.begin(), ids.end()};
+}
+
+std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::vector<int> in;
+  in.reserve(ids.size());
+  for (int64_t id : ids) {
+    STRATA_CHECK(id >= 0 && id < vocab_size_, type_name_, ".decode: id ", id, " is outside [0, ", vocab_size_, ")");
+    in.push_back(static_cast<int>(id));
+  }
+  return sp_->DecodeIds(in);
+}
+
+}  // namespace strata::data
