@@ -279,7 +279,7 @@ TEST_CASE("hf cli: export into a directory that holds files is refused unless --
   fs::remove_all(dir);
 }
 
-TEST_CASE("hf import keeps the directory's tokenizer.json; generate and export use it", "[hf][tokenizer_hf]") {
+TEST_CASE("hf import keeps the directory's tokenizer.json, which generate and export use", "[hf][tokenizer_hf]") {
   const fs::path dir = exported(hf::Family::Llama, true, "tokenizer_files");
   const fs::path hf_dir = dir / "hf";
   std::ofstream(hf_dir / "tokenizer.json") << test::sp_style_tokenizer().dump(1);

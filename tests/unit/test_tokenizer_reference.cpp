@@ -130,6 +130,9 @@ TEST_CASE("streamed decoding concatenates to the whole decode without splitting 
           "[.tokenizer_reference]") {
   const std::vector<std::string> inputs = read_records(fs::path(reference_dir()) / "inputs.bin");
   for (const Reference& ref : references()) {
+    // "splits" decodes with Replace("  ", " "), which joins across token boundaries: no stream can
+    // match its whole decode (tokenizers' DecodeStream neither); every real family's decoder can.
+    if (ref.name == "splits") continue;
     INFO("tokenizer " << ref.name);
     const std::unique_ptr<Tokenizer> tok = build(ref.meta);
     for (size_t k = 0; k < 400 && k < inputs.size(); ++k) {
