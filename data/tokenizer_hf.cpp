@@ -221,11 +221,11 @@ std::vector<HuggingFaceTokenizer::Segment> HuggingFaceTokenizer::split_added(con
       while (begin > done) {
         size_t start = begin - 1;
         while (start > done && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-        if (!hf::is_unicode_white_space(decode_utf8(text, start, len))) break;
+        if (!unicode_is_space(decode_utf8(text, start, len))) break;
         begin = start;
       }
     if (hit->rstrip)
-      while (end < text.size() && hf::is_unicode_white_space(decode_utf8(text, end, len))) end += len;
+      while (end < text.size() && unicode_is_space(decode_utf8(text, end, len))) end += len;
     if (begin > done) out.push_back({done, begin, -1});
     out.push_back({begin, end, hit->id});
     done = i = end;

@@ -129,7 +129,13 @@ Pattern::Pattern(const JsonNode& node) {
     return;
   }
   const JsonNode re = node.at("Regex");
-  const std::string pcre = onig_to_pcre2(re.str(), re);
+  compile(re.str(), re);
+}
+
+Pattern::Pattern(const std::string& regex, const JsonNode& where) { compile(regex, where); }
+
+void Pattern::compile(const std::string& regex, const JsonNode& where) {
+  const std::string pcre = onig_to_pcre2(regex, where);
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pcre.data()), pcre.size(), PCRE2_UTF | PCRE2_UCP,
@@ -137,7 +143,7 @@ Pattern::Pattern(const JsonNode& node) {
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(error, msg, sizeof msg);
-    re.fail("the regex does not compile at offset " + std::to_string(offset) + ": " + reinterpret_cast<char*>(msg));
+    where.fail("the regex does not compile at offset " + std::to_string(offset) + ": " + reinterpret_cast<char*>(msg));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter where JIT is unavailable
   code_ = code;
@@ -346,12 +352,12 @@ class StripNormalizer final : public Normalizer {  // strips Unicode White_Space
   void normalize(std::string& text) const override {
     size_t begin = 0, end = text.size(), len = 0;
     if (left_)
-      while (begin < end && is_unicode_white_space(decode_utf8(text, begin, len))) begin += len;
+      while (begin < end && unicode_is_space(decode_utf8(text, begin, len))) begin += len;
     if (right_)
       while (end > begin) {
         size_t start = end - 1;
         while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-        if (!is_unicode_white_space(decode_utf8(text, start, len))) break;
+        if (!unicode_is_space(decode_utf8(text, start, len))) break;
         end = start;
       }
     text = text.substr(begin, end - begin);
@@ -405,8 +411,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
   explicit ByteLevelPreTokenizer(const JsonNode& node)
       : add_prefix_space_(node.bool_or("add_prefix_space", true)), use_regex_(node.bool_or("use_regex", true)),
-        regex_json_({{"Regex", kByteLevelPattern}}),
-        regex_(JsonNode(regex_json_, node.path() + " (the GPT-2 pattern)", std::make_shared<std::string>(node.file()))) {}
+        regex_(kByteLevelPattern, node) {}
   void pre_tokenize(std::vector<TextPiece>& pieces) const override {
     std::vector<TextPiece> out;
     for (TextPiece& p : pieces) {
@@ -426,7 +431,6 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
 
  private:
   bool add_prefix_space_, use_regex_;
-  json regex_json_;
   Pattern regex_;
 };
 
@@ -686,7 +690,5 @@ std::unique_ptr<Decoder> make_decoder(const JsonNode& node) {
   node.fail("decoder \"" + type + "\" is not implemented (Strata has ByteLevel, Metaspace, ByteFallback, Fuse, Strip, "
             "Replace and Sequence)");
 }
-
-bool is_unicode_white_space(uint32_t cp) { return unicode_is_space(cp); }
 
 }  // namespace strata::data::hf

@@ -59,6 +59,7 @@ using ByteRange = std::pair<size_t, size_t>;
 class Pattern {
  public:
   explicit Pattern(const JsonNode& node);  // the {"Regex"|"String": text} object
+  Pattern(const std::string& regex, const JsonNode& where);  // a built-in regex; errors name `where`
   ~Pattern();
   Pattern(const Pattern&) = delete;
   Pattern& operator=(const Pattern&) = delete;
@@ -66,6 +67,7 @@ class Pattern {
   std::vector<ByteRange> find_all(std::string_view text) const;
 
  private:
+  void compile(const std::string& regex, const JsonNode& where);
   std::string literal_;
   void* code_ = nullptr;  // pcre2_code_8*, null for a literal
 };
@@ -121,8 +123,5 @@ class BpeModel {
   std::vector<int64_t> byte_ids_;  // <0xXX> → id, or -1 when the vocabulary lacks it
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
-
-// Rust's char::is_whitespace (Unicode White_Space), for the lstrip/rstrip of added tokens.
-bool is_unicode_white_space(uint32_t cp);
 
 }  // namespace strata::data::hf
