@@ -49,7 +49,10 @@ void check_lse(const char* op, const Tensor& lse, const Tensor& q, const Dims& d
                lse.shape().str());
 }
 
-void check_params(const char* op, const AttentionParams& p, const Dims& d) {
+void check_params(const char* op, const AttentionParams& p, const Dims& d, const Tensor& q) {
+  if (p.document_start.defined())
+    STRATA_CHECK(p.document_start.device() == q.device(), op, ": document_start is on ",
+                 p.document_start.device().str(), ", q on ", q.device().str());
   STRATA_CHECK(std::isfinite(p.softmax_scale) && p.softmax_scale >= 0, op,
                ": softmax_scale must be finite and >= 0 (0 means 1/sqrt(d)), got ", p.softmax_scale);
   STRATA_CHECK(p.dropout_p >= 0 && p.dropout_p < 1, op, ": dropout_p must be in [0, 1), got ", p.dropout_p);
@@ -59,6 +62,14 @@ void check_params(const char* op, const AttentionParams& p, const Dims& d) {
                ": global_seq_len and global_batch_offset must be >= 0");
   STRATA_CHECK(p.head_offset >= 0 && (p.global_heads == 0 || p.head_offset + d.hq <= p.global_heads), op,
                ": heads [", p.head_offset, ", ", p.head_offset + d.hq, ") do not fit global_heads ", p.global_heads);
+  if (p.document_start.defined()) {
+    const Tensor& ds = p.document_start;
+    STRATA_CHECK(ds.dtype() == DType::I64 && ds.dim() == 2 && ds.size(0) == d.b && ds.size(1) == d.sq, op,
+                 ": document_start must be [b, sq] = [", d.b, ", ", d.sq, "] i64, got ", ds.shape().str(), " ",
+                 dtype_name(ds.dtype()));
+    STRATA_CHECK(ds.is_contiguous(), op, ": document_start must be contiguous");
+    STRATA_CHECK(p.causal, op, ": document_start (packed sequences) needs causal attention");
+  }
   if (p.dropout_p > 0) {
     const int64_t g = p.global_seq_len > 0 ? p.global_seq_len : d.sk;
     STRATA_CHECK(p.q_position_offset + d.sq <= g && p.k_position_offset + d.sk <= g, op,
@@ -81,7 +92,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   Dims d = check_qkv(op, q, k, v);
   check_same(op, "out", out, q, "q");
   check_lse(op, softmax_lse, q, d);
-  check_params(op, p, d);
+  check_params(op, p, d, q);
   STRATA_DEVICE_DISPATCH(q.device(), attention_forward(q, k, v, out, softmax_lse, p));
 }
 
@@ -98,7 +109,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_same(op, "dk", dk, k, "k");
   check_same(op, "dv", dv, v, "v");
   check_lse(op, softmax_lse, q, d);
-  check_params(op, p, d);
+  check_params(op, p, d, q);
   STRATA_DEVICE_DISPATCH(q.device(), attention_backward(q, k, v, out, dout, softmax_lse, dq, dk, dv, p));
 }
 

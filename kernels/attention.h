@@ -4,7 +4,9 @@
 // the CUDA algorithm and the saved log-sum-exp, llm.c attention_forward/attention_backward.
 //
 //   S = softmax_scale · Q·Kᵀ (per batch b and query head h; h uses kv head h / (hq / hkv)),
-//   causal mask keeps k_pos <= q_pos (positions include the offsets), P = softmax(S) per row,
+//   causal mask keeps k_pos <= q_pos (positions include the offsets); packed sequences
+//   (document_start) also keep k_pos >= the first position of q's document, so documents do not
+//   see each other (Megatron --reset-attention-mask, the cu_seqlens / THD layout), P = softmax(S) per row,
 //   P_drop = P ∘ M / (1 − p) with the keep mask M recomputed from a Philox key, O = P_drop·V.
 // All tensors contiguous and on one device; q, k, v, out, dout, dq, dk, dv share one dtype
 // (f64, f32, bf16, f16); softmax_lse is f32 (f64 also accepted when q is f64, for the reference).
@@ -32,6 +34,11 @@ struct AttentionParams {
   int64_t global_heads = 0;        // tensor parallelism: query heads of the unsharded layer in the
                                    // dropout index (0 -> the local hq)
   int64_t head_offset = 0;         // global index of local head 0 (head_global = head + offset)
+  // Packed sequences: [b, sq] i64 on q's device, for each query row of each sample the global
+  // position of its document's first token; query row i of sample b sees keys at positions
+  // [document_start[b][i], q_pos]. Undefined: one document. Needs causal. Key blocks wholly
+  // before a query block's documents are skipped, so the cost grows with Σ doc_len², not s².
+  Tensor document_start;
 };
 
 // softmax_scale, or 1/sqrt(head_dim) when it is 0.

@@ -21,11 +21,18 @@ struct MaskParams {
   int64_t global_seq = 0;              // sequence length of the dropout index
   int64_t batch_offset = 0;
   int64_t head_offset = 0;             // global index of local head 0 (tensor parallelism)
+  const int64_t* doc_start = nullptr;  // [b, doc_rows] document_start on the kernel's device; null: none
+  int64_t doc_rows = 0;                // sq: the row stride of doc_start
 };
 
-// Key j (local) is visible to query row i (local).
-STRATA_HD bool visible(const MaskParams& m, int64_t i, int64_t j) {
-  return !m.causal || m.k_offset + j <= m.q_offset + i;
+// Global position of the first key query row i (local) of sample b may see (0 without documents).
+STRATA_HD int64_t document_first_key(const MaskParams& m, int64_t b, int64_t i) {
+  return m.doc_start ? m.doc_start[b * m.doc_rows + i] : 0;
+}
+
+// Key j (local) is visible to query row i (local) of sample b: causal, and within i's document.
+STRATA_HD bool visible(const MaskParams& m, int64_t b, int64_t i, int64_t j) {
+  return (!m.causal || m.k_offset + j <= m.q_offset + i) && m.k_offset + j >= document_first_key(m, b, i);
 }
 
 // Dropout factor for probability (b, head, i, j): 0 when dropped, else 1/(1-p).
@@ -52,6 +59,10 @@ inline MaskParams make_mask_params(const AttentionParams& p, int64_t heads, int6
   m.head_offset = p.head_offset;
   m.global_seq = p.global_seq_len > 0 ? p.global_seq_len : sk;
   m.batch_offset = p.global_batch_offset;
+  if (p.document_start.defined()) {
+    m.doc_start = static_cast<const int64_t*>(p.document_start.data_ptr());
+    m.doc_rows = p.document_start.size(1);
+  }
   return m;
 }
 

@@ -30,8 +30,11 @@ void check_rotary(const char* op, const Tensor& in, const char* in_name, const T
   if (opt.positions) {
     const Tensor& p = *opt.positions;
     STRATA_CHECK(p.dtype() == DType::I64, op, ": positions must be i64, got ", dtype_name(p.dtype()));
-    STRATA_CHECK(p.dim() == 1 && p.size(0) == in.size(0), op, ": positions has shape ", p.shape().str(),
-                 ", expected [", in.size(0), "] (one per sequence index of ", in_name, " ", in.shape().str(), ")");
+    const bool per_sequence = p.dim() == 1 && p.size(0) == in.size(0);
+    const bool per_token = p.dim() == 2 && p.size(0) == in.size(0) && p.size(1) == in.size(1);
+    STRATA_CHECK(per_sequence || per_token, op, ": positions has shape ", p.shape().str(), ", expected [",
+                 in.size(0), "] or [", in.size(0), ", ", in.size(1), "] (per sequence index, or per token, of ",
+                 in_name, " ", in.shape().str(), ")");
   }
 }
 }  // namespace

@@ -2,8 +2,9 @@
 // Reference: Megatron-Core RotaryEmbedding + apply_rotary_pos_emb (_apply_rotary_pos_emb_bshd,
 // _rotate_half), Su et al. 2021 "RoFormer" (arXiv:2104.09864).
 //
-// x: [s, b, heads, d]. Token at sequence index t has position p = positions[t] when a positions
-// tensor is given, else t + position_offset. The first rot_dim = int(d · rotary_percent) channels
+// x: [s, b, heads, d]. Token at sequence index t of sample b has position p = positions[t] (a
+// [s] tensor) or positions[t][b] (an [s, b] tensor: packed sequences, whose positions restart at
+// each document) when a positions tensor is given, else t + position_offset. The first rot_dim = int(d · rotary_percent) channels
 // (even, >= 2) rotate, the rest pass through unchanged. inv_freq[i] = base^(-2i/rot_dim) for
 // i < rot_dim/2 and angle θ = p · inv_freq[i]; channel pair (a, b) of frequency i becomes
 //   (a·cos θ - b·sin θ, b·cos θ + a·sin θ)
@@ -22,7 +23,7 @@ struct RotaryOptions {
   double base = 10000.0;                // Megatron rotary_base
   int64_t position_offset = 0;          // first position (KV-cache decoding, context-parallel shards)
   bool interleaved = false;             // pairs (2i, 2i+1) instead of (i, i + rot_dim/2)
-  const Tensor* positions = nullptr;    // [s] i64 on x's device: explicit positions, overrides offset
+  const Tensor* positions = nullptr;    // [s] or [s, b] i64 on x's device: explicit positions, overrides offset
 };
 
 // rot_dim = int(d · rotary_percent), the number of rotated channels.

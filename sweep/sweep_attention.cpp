@@ -1,7 +1,12 @@
 // Sweep cases for kernels/attention.h: forward out and lse, backward dq, dk, dv of the target
 // (device, dtype) against the f64 CPU reference on the same rounded inputs; odd shapes always
 // (s = 1, s = 77, d = 64/128, GQA, offsets, dropout), a realistic one when !quick; plus a check
-// that two backward calls on the target are bitwise equal (bound 0).
+// that two backward calls on the target are bitwise equal (bound 0). Packed sequences
+// (document_start, tag ".docs"): documents of odd lengths, different per sample, boundaries inside
+// a tile and on a 32-row tile edge, 1-token documents, q offsets, non-monotonic starts; these also
+// exercise the CUDA kernels' skipping of key/query tiles wholly outside the rows' documents.
+#include <algorithm>
+
 #include "kernels/attention.h"
 #include "sweep/sweep.h"
 
@@ -17,7 +22,32 @@ struct Case {
   double dropout = 0;
   int64_t q_off = 0;
   bool repeat = false;  // also check backward determinism
+  // Packed sequences: document lengths per sample (sample b uses docs[b % docs.size()]), laid
+  // out from global position 0; positions past their sum form one last document. Empty: none.
+  std::vector<std::vector<int64_t>> docs = {};
+  bool irregular = false;  // also let rows i % 7 == 3 see from position 0 (non-monotonic starts)
 };
+
+// document_start [b, sq] i64 on the CPU: for q row i of sample b (global position q_off + i), the
+// global position of its document's first token.
+Tensor document_starts(const Case& cs) {
+  const int64_t total = std::max(cs.sk, cs.q_off + cs.sq);  // keys at 0..sk-1, q rows at q_off..
+  std::vector<int64_t> starts(static_cast<size_t>(cs.b * cs.sq));
+  std::vector<int64_t> start_of(static_cast<size_t>(total));
+  for (int64_t bb = 0; bb < cs.b; ++bb) {
+    const std::vector<int64_t>& lens = cs.docs[static_cast<size_t>(bb) % cs.docs.size()];
+    int64_t start = 0;
+    size_t doc = 0;
+    for (int64_t t = 0; t < total; ++t) {
+      while (doc < lens.size() && t >= start + lens[doc]) start += lens[doc++];
+      start_of[static_cast<size_t>(t)] = start;
+    }
+    for (int64_t i = 0; i < cs.sq; ++i)
+      starts[static_cast<size_t>(bb * cs.sq + i)] =
+          cs.irregular && i % 7 == 3 ? 0 : start_of[static_cast<size_t>(cs.q_off + i)];
+  }
+  return Tensor::from_data<int64_t>(starts, {cs.b, cs.sq});
+}
 
 void attention_case(sweep::Context& c, const Case& cs) {
   const Shape qs{cs.sq, cs.b, cs.hq, cs.d}, ks{cs.sk, cs.b, cs.hkv, cs.d}, ls{cs.b, cs.hq, cs.sq};
@@ -28,6 +58,8 @@ void attention_case(sweep::Context& c, const Case& cs) {
   p.q_position_offset = cs.q_off;
   p.global_seq_len = std::max(cs.sk, cs.q_off + cs.sq);
   Tensor q = c.input(qs, 1), k = c.input(ks, 2), v = c.input(ks, 3), dout = c.input(qs, 4);
+  const Tensor doc_start = cs.docs.empty() ? Tensor() : document_starts(cs);  // CPU, for the reference
+  p.document_start = doc_start;
 
   // f64 CPU reference (lse in f64).
   Tensor out_r = Tensor::empty(qs, DType::F64), lse_r = Tensor::empty(ls, DType::F64);
@@ -35,7 +67,8 @@ void attention_case(sweep::Context& c, const Case& cs) {
   Tensor dq_r = Tensor::empty(qs, DType::F64), dk_r = Tensor::empty(ks, DType::F64), dv_r = Tensor::empty(ks, DType::F64);
   attention_backward(q, k, v, out_r, dout, lse_r, dq_r, dk_r, dv_r, p);
 
-  // Target: its own forward outputs feed its backward.
+  // Target: its own forward outputs feed its backward; document_start on the target device.
+  if (doc_start.defined()) p.document_start = doc_start.to(c.device);
   Tensor qt = c.on_target(q), kt = c.on_target(k), vt = c.on_target(v), dot = c.on_target(dout);
   Tensor out = c.empty(qs), lse = Tensor::empty(ls, DType::F32, c.device);
   attention_forward(qt, kt, vt, out, lse, p);
@@ -43,7 +76,8 @@ void attention_case(sweep::Context& c, const Case& cs) {
   attention_backward(qt, kt, vt, out, dot, lse, dq, dk, dv, p);
 
   const std::string tag = std::string(cs.causal ? "causal" : "full") + (cs.dropout > 0 ? ".drop" : "") +
-                          (cs.q_off ? ".offset" : "") + (cs.hq != cs.hkv ? ".gqa" : "");
+                          (cs.q_off ? ".offset" : "") + (cs.hq != cs.hkv ? ".gqa" : "") +
+                          (cs.docs.empty() ? "" : ".docs") + (cs.irregular ? ".irregular" : "");
   const Shape shown{cs.sq, cs.sk, cs.b, cs.hq, cs.hkv, cs.d};  // [sq, sk, b, hq, hkv, d]
   c.compare(tag + ".out", shown, out, out_r, c.bound(1e-5, 1e-2, 2e-3));
   c.compare(tag + ".lse", shown, lse, lse_r, c.bound(1e-6, 1e-3, 1e-3));
@@ -70,10 +104,25 @@ STRATA_SWEEP_OP("attention", kFloat, "attention_forward attention_backward", [](
       {45, 70, 2, 2, 2, 96, true, 0.1, 25},           // offsets (q rows at 25..69), dropout, d = 96
       {33, 33, 1, 2, 2, 256, true},                   // d = 256
       {3, 5, 2, 2, 1, 7, true, 0.2, 2},               // tiny odd d
+      // Packed sequences. Sample 0: documents [0,5) [5,32) [32,33) [33,63) [63,77) (boundary on
+      // the 32-row tile edge, a 1-token document); sample 1: [0,32) [32,45) [45,77). GQA.
+      {77, 77, 2, 4, 2, 64, true, 0, 0, false, {{5, 27, 1, 30, 14}, {32, 13, 32}}},
+      // q rows at global positions 66..129, keys 0..129, dropout. Sample 0: [0,40) [40,71)
+      // [71,73) [73,130): key tiles before 40 are seen by no row (dk = dv = 0 there); sample 1:
+      // [0,97) [97,130), the boundary on the last row of the first q tile.
+      {64, 130, 2, 2, 2, 64, true, 0.1, 66, false, {{40, 31, 2, 57}, {97, 33}}},
+      // Determinism with documents, MQA, dropout, d = 96; 1-token documents at 0, 32, 64, 65.
+      {100, 100, 2, 4, 1, 96, true, 0.1, 0, true, {{1, 31, 1, 32, 35}, {64, 1, 1, 34}}},
+      // Non-monotonic starts: documents [0,20) [20,64) [64,90), and rows i % 7 == 3 see from 0,
+      // so the q tile of rows 64.. has first row start 64 but min 0 (no key tile may be skipped).
+      {90, 90, 1, 2, 2, 64, true, 0, 0, false, {{20, 44, 26}}, true},
   };
   if (!c.quick) {
     cases.push_back({1024, 1024, 2, 16, 4, 128, true});       // realistic
     cases.push_back({300, 300, 1, 8, 8, 64, true, 0.1, 0, true});
+    // Realistic packed batch: 8 documents per sample, different boundaries in each sample.
+    cases.push_back({1024, 1024, 2, 16, 4, 128, true, 0, 0, false,
+                     {{100, 37, 300, 64, 200, 123, 80, 120}, {128, 128, 128, 128, 128, 128, 128, 128}}});
   }
   for (const Case& cs : cases) attention_case(c, cs);
 });

@@ -3,10 +3,13 @@
 //   S = scale·q·kᵀ, masked; P = softmax(S) (max-subtracted, in acc_t); P_drop = P∘M/(1-p); O = P_drop·V
 //   D = rowsum(dO∘O); dP = (dO·Vᵀ)∘M/(1-p); dS = P∘(dP − D); dQ = scale·dS·K; dK = scale·dSᵀ·Q;
 //   dV = P_dropᵀ·dO.
+// Each query row visits only the keys it may see: from its document's first key (packed
+// sequences, kernels/attention.h document_start) to the causal limit, so the cost is Σ doc_len²/2.
 // Storage type T, math in acc_t<T>. OpenMP over (b, head) in forward and over (b, kv head) in
 // backward, each thread owning its outputs; the q heads of a GQA group and the query rows are
 // summed in a fixed order, so results do not depend on the thread count. f32 dot products use
 // the fixed 16-lane order of kernels/cpu/vector_math.h (vectorized, still input-determined).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -29,6 +32,15 @@ acc dot_row(const T* a, const T* b, int64_t d) {
     for (int64_t c = 0; c < d; ++c) s += convert<acc>(a[c]) * convert<acc>(b[c]);
     return s;
   }
+}
+
+// The first local key query row i of sample b may see (its document's first), in [0, sk].
+int64_t first_key(const attn::MaskParams& m, int64_t b, int64_t i, int64_t sk) {
+  return std::clamp<int64_t>(attn::document_first_key(m, b, i) - m.k_offset, 0, sk);
+}
+// One past the last local key row i may see (causal: its own position), in [0, sk].
+int64_t key_end(const attn::MaskParams& m, int64_t i, int64_t sk) {
+  return m.causal ? std::clamp<int64_t>(m.q_offset + i - m.k_offset + 1, 0, sk) : sk;
 }
 
 struct Shape4 {
@@ -81,9 +93,11 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
     for (int64_t i = 0; i < s.sq; ++i) {
       const T* qrow = qp + s.qi(i, bb, h);
       T* orow = op + s.qi(i, bb, h);
+      // Only keys [j0, j1) can be visible: row i's document (packed sequences) up to the causal limit.
+      const int64_t j0 = first_key(mp, bb, i, s.sk), j1 = key_end(mp, i, s.sk);
       acc mx = neg_inf;
-      for (int64_t j = 0; j < s.sk; ++j) {
-        if (!attn::visible(mp, i, j)) {
+      for (int64_t j = j0; j < j1; ++j) {
+        if (!attn::visible(mp, bb, i, j)) {
           score[j] = neg_inf;
           continue;
         }
@@ -98,12 +112,12 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
         continue;
       }
       acc sum = 0;
-      for (int64_t j = 0; j < s.sk; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         score[j] = score[j] == neg_inf ? acc(0) : std::exp(score[j] - mx);
         sum += score[j];
       }
       std::fill(o.begin(), o.end(), acc(0));
-      for (int64_t j = 0; j < s.sk; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         if (score[j] == 0) continue;
         acc pj = score[j] / sum;
         if (mp.dropout_p > 0) pj *= static_cast<acc>(attn::dropout_factor(mp, bb, h, i, j));
@@ -156,8 +170,9 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
         }
         acc Di = 0;  // rowsum(dO ∘ O) = rowsum(P ∘ dP) (dropout included)
         for (int64_t c = 0; c < s.d; ++c) Di += convert<acc>(dorow[c]) * convert<acc>(orow[c]);
-        for (int64_t j = 0; j < s.sk; ++j) {
-          if (!attn::visible(mp, i, j)) continue;
+        const int64_t j0 = first_key(mp, bb, i, s.sk), j1 = key_end(mp, i, s.sk);
+        for (int64_t j = j0; j < j1; ++j) {
+          if (!attn::visible(mp, bb, i, j)) continue;
           const T* krow = kp + s.ki(j, bb, hk);
           const T* vrow = vp + s.ki(j, bb, hk);
           const acc dot = dot_row<T>(qrow, krow, s.d), dpd = dot_row<T>(dorow, vrow, s.d);

@@ -1,6 +1,6 @@
 // CPU rotary position embedding (kernels/rotary.h): the readable reference.
 // Reference: Megatron-Core apply_rotary_pos_emb (_apply_rotary_pos_emb_bshd). Storage type T,
-// math in acc_t<T>; sequence positions in parallel, cos/sin computed once per position.
+// math in acc_t<T>; (position, sample) pairs in parallel, cos/sin computed once per pair.
 #include <vector>
 
 #include "kernels/rotary.h"
@@ -9,9 +9,10 @@
 namespace strata::kernels::cpu {
 namespace {
 void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt, bool inverse) {
-  const int64_t s = in.size(0), rows_per_pos = in.size(1) * in.size(2), d = in.size(3);
+  const int64_t s = in.size(0), batch = in.size(1), heads = in.size(2), d = in.size(3);
   const int64_t rot = rotary_dim(d, opt.rotary_percent), half = rot / 2;
   const int64_t* positions = opt.positions ? opt.positions->data<int64_t>() : nullptr;
+  const bool per_token = opt.positions && opt.positions->dim() == 2;  // [s, b]: packed sequences
   const bool in_place = in.data_ptr() == out.data_ptr();
   dispatch_float(in.dtype(), inverse ? "rotary_backward" : "rotary_forward", [&](auto tag) {
     STRATA_SCALAR(tag);
@@ -21,15 +22,16 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
     std::vector<A> freq(half);
     for (int64_t i = 0; i < half; ++i) freq[i] = rope::inv_freq<A>(opt.base, i, rot);
 #pragma omp parallel for if (in.numel() > 32768)
-    for (int64_t t = 0; t < s; ++t) {
-      const int64_t pos = positions ? positions[t] : t + opt.position_offset;
+    for (int64_t tb = 0; tb < s * batch; ++tb) {
+      const int64_t t = tb / batch;
+      const int64_t pos = positions ? positions[per_token ? tb : t] : t + opt.position_offset;
       std::vector<A> cos_t(half), sin_t(half);
       for (int64_t i = 0; i < half; ++i) {
         const A theta = rope::angle<A>(pos, freq[i]);
         cos_t[i] = rope::cos(theta);
         sin_t[i] = rope::sin(theta);
       }
-      for (int64_t r = t * rows_per_pos; r < (t + 1) * rows_per_pos; ++r) {
+      for (int64_t r = tb * heads; r < (tb + 1) * heads; ++r) {
         const scalar_t* ir = ip + r * d;
         scalar_t* orow = op + r * d;
         for (int64_t i = 0; i < half; ++i) {

@@ -8,6 +8,10 @@
 // Per score element: P_drop = P·f, dS = P·(dP_drop·f − D) with f the dropout factor (0 or
 // 1/(1−p), attn::dropout_factor, recomputed from the key); dQ = scale·dS·K, dK = scale·dSᵀ·Q,
 // dV = P_dropᵀ·dO. S and dP are recomputed in both kernels 2 and 3: the price of no atomics.
+// Packed sequences (document_start, the document mask of attn::visible): kernel 3 starts at the
+// key tile of the earliest document start of its q rows, and kernel 2 skips q tiles whose rows'
+// documents all start after its last key, so the cost grows with Σ doc_len², not s². Skipped
+// tiles are wholly masked (they would add exactly zero), so results do not change.
 #include "kernels/cuda/flash_attention_common.cuh"
 
 namespace strata::kernels::cuda {
@@ -74,7 +78,8 @@ __device__ __forceinline__ void tile_probs_grads(A* Pd, A* dS, const A* Qs, cons
     const int64_t qi = q0 + i, kj = k0 + j;
     const A lse_i = lse_s[i];
     A pv = A(0), f = A(1);
-    if (kj < p.sk && lse_i != neg_inf<A>() && attn::visible(p.mask, qi, kj)) {  // qi >= sq has lse -inf
+    // qi >= sq has lse -inf; checked first anyway, as visible reads document_start row qi.
+    if (qi < p.sq && kj < p.sk && lse_i != neg_inf<A>() && attn::visible(p.mask, b, qi, kj)) {
       pv = exp_acc(s[r] * scale - lse_i);
       if (p.mask.dropout_p > 0) f = static_cast<A>(attn::dropout_factor(p.mask, b, h, qi, kj));
     }
@@ -123,9 +128,16 @@ flash_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, con
     qstart = first > 0 ? (first / BQ) * BQ : 0;
   }
 
+  // Last key of this tile (global position): a q tile whose rows' documents all start after it
+  // sees none of the tile's keys.
+  const int64_t k_last = p.mask.k_offset + min(k0 + BK, p.sk) - 1;
+
   for (int64_t g = 0; g < p.group; ++g) {
     const int64_t h = hk * p.group + g;
     for (int64_t q0 = qstart; q0 < p.sq; q0 += BQ) {
+      // Same value in every thread (tile_first_key), so the skip is uniform; it comes before the
+      // barrier below, whose previous-iteration role (tiles consumed) the next iteration keeps.
+      if (p.mask.doc_start && tile_first_key<BQ>(p, b, q0) > k_last) continue;
       __syncthreads();  // previous Q/dO/P/dS tiles fully consumed
       load_tile<BQ, DMAX, DMAX>(Qs, q + (b * p.hq + h) * p.d, q0, p.sq, q_pitch, d);
       load_tile<BQ, DMAX, DMAX>(dOs, dout + (b * p.hq + h) * p.d, q0, p.sq, q_pitch, d);
@@ -197,15 +209,23 @@ flash_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const
 #pragma unroll
   for (int r = 0; r < R; ++r) dq_acc[r] = A(0);
 
+  // Keys [kbegin, kend) can be visible to some row of this tile (as in the forward): kend from the
+  // causal limit of the last row, kbegin (rounded down to a key tile edge) from the earliest
+  // document start of its rows; uniform over the block.
   int64_t kend = p.sk;
   if (p.mask.causal) {
     const int64_t last = min(q0 + BQ, p.sq) - 1;
     const int64_t lim = p.mask.q_offset + last - p.mask.k_offset + 1;
     kend = lim < 0 ? 0 : (lim < p.sk ? lim : p.sk);
   }
+  int64_t kbegin = 0;
+  if (p.mask.doc_start) {
+    const int64_t first = tile_first_key<BQ>(p, b, q0) - p.mask.k_offset;  // local key row
+    kbegin = first > 0 ? (first / BK) * BK : 0;
+  }
 
-  for (int64_t k0 = 0; k0 < kend; k0 += BK) {
-    __syncthreads();  // previous K/V/dS tiles fully consumed
+  for (int64_t k0 = kbegin; k0 < kend; k0 += BK) {
+    __syncthreads();  // previous K/V/dS tiles fully consumed (and the Q/dO/lse/D loads above)
     load_tile<BK, KS, DMAX>(Ks, k + (b * p.hkv + hk) * p.d, k0, p.sk, k_pitch, d);
     load_tile<BK, KS, DMAX>(Vs, v + (b * p.hkv + hk) * p.d, k0, p.sk, k_pitch, d);
     __syncthreads();

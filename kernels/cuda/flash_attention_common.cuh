@@ -10,6 +10,8 @@
 //     so a warp reads 32 consecutive columns of one K/V/Q/dO row and one broadcast P/dS entry.
 // DMAX ∈ {64, 128, 256} is the head dim rounded up; columns c >= d are zero-filled in shared
 // memory and never written back.
+// Packed sequences (document_start): tile_first_key gives the earliest key a q tile's documents
+// can see, which the kernels use to skip key/query tile pairs that are wholly masked.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -96,6 +98,26 @@ __device__ __forceinline__ void tile_dots(A (&out)[BQ * BK / kThreads], const A*
       out[r] += a[i * SA + c] * bv;
     }
   }
+}
+
+// Smallest document_first_key (a global key position) over the valid q rows [q0, min(q0 + ROWS, sq))
+// of sample b: no key before it is visible to any row of the tile. 0 without documents; the int64
+// maximum when the tile has no valid row. Every warp computes it (one row per lane, then a
+// shuffle reduction), so all threads of the block get the same value without shared memory or a
+// barrier, and branches on it are uniform. Must be called by all threads of the block.
+template <int ROWS>
+__device__ __forceinline__ int64_t tile_first_key(const Params& p, int64_t b, int64_t q0) {
+  static_assert(ROWS >= 1 && ROWS <= 32, "one q row per lane");
+  if (!p.mask.doc_start) return 0;
+  const int lane = threadIdx.x % 32;
+  long long v = std::numeric_limits<long long>::max();
+  if (lane < ROWS && q0 + lane < p.sq) v = static_cast<long long>(attn::document_first_key(p.mask, b, q0 + lane));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const long long w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w < v ? w : v;
+  }
+  return static_cast<int64_t>(v);
 }
 
 // Dynamic shared memory above 48 KiB must be opted into per kernel; check the device limit first.

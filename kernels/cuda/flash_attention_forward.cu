@@ -3,8 +3,10 @@
 // tiles of BK keys stream through shared memory, the online softmax keeps the running row max m
 // and sum l in f32 (f64 for f64), O accumulates in registers and is divided by l at the end;
 // LSE = m + log l (-inf and O = 0 for a row with no visible key). Key tiles beyond the causal
-// limit of the last row of the q tile are skipped. Dropout masks come from attn::dropout_factor
-// (Philox), the same as the CPU reference (kernels/cpu/attention.cpp).
+// limit of the last row of the q tile are skipped, and with packed sequences (document_start, the
+// document mask of attn::visible) so are key tiles wholly before the earliest document start of
+// the tile's rows, so the cost grows with Σ doc_len², not s². Dropout masks come from
+// attn::dropout_factor (Philox), the same as the CPU reference (kernels/cpu/attention.cpp).
 #include "kernels/cuda/flash_attention_common.cuh"
 
 namespace strata::kernels::cuda {
@@ -60,15 +62,23 @@ flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
 #pragma unroll
   for (int r = 0; r < R; ++r) o[r] = A(0);
 
-  // Keys [0, kend) can be visible to some row of this tile.
+  // Keys [kbegin, kend) can be visible to some row of this tile: kend from the causal limit of
+  // its last row, kbegin (rounded down to a key tile edge) from the earliest document start of its
+  // rows. Both are the same in every thread, so the loop (and its barriers) is uniform; tiles
+  // outside are wholly masked and would add exactly nothing.
   int64_t kend = p.sk;
   if (p.mask.causal) {
     const int64_t last = min(q0 + BQ, p.sq) - 1;
     const int64_t lim = p.mask.q_offset + last - p.mask.k_offset + 1;
     kend = lim < 0 ? 0 : (lim < p.sk ? lim : p.sk);
   }
+  int64_t kbegin = 0;
+  if (p.mask.doc_start) {
+    const int64_t first = tile_first_key<BQ>(p, b, q0) - p.mask.k_offset;  // local key row
+    kbegin = first > 0 ? (first / BK) * BK : 0;
+  }
 
-  for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+  for (int64_t k0 = kbegin; k0 < kend; k0 += BK) {
     __syncthreads();  // previous tile fully consumed
     load_tile<BK, KS, DMAX>(Ks, kb, k0, p.sk, k_pitch, d);
     load_tile<BK, KS, DMAX>(Vs, vb, k0, p.sk, k_pitch, d);
@@ -81,7 +91,7 @@ flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
     for (int r = 0; r < E; ++r) {
       const int e = tid + kThreads * r, i = e / BK, j = e % BK;
       const int64_t qi = q0 + i, kj = k0 + j;
-      const bool vis = qi < p.sq && kj < p.sk && attn::visible(p.mask, qi, kj);
+      const bool vis = qi < p.sq && kj < p.sk && attn::visible(p.mask, b, qi, kj);
       Ps[i * PS + j] = vis ? s[r] * scale : neg_inf<A>();
     }
     __syncthreads();

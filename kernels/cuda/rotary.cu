@@ -11,7 +11,8 @@
 namespace strata::kernels::cuda {
 namespace {
 template <typename T>
-__global__ void rotary_kernel(const T* in, T* out, const int64_t* positions, int64_t rows, int64_t rows_per_pos,
+__global__ void rotary_kernel(const T* in, T* out, const int64_t* positions, bool per_token, int64_t rows,
+                              int64_t heads, int64_t rows_per_pos,
                               int64_t d, int64_t rot, int64_t items_per_row, int64_t position_offset, double base,
                               bool interleaved, bool inverse) {
   using A = acc_t<T>;
@@ -23,7 +24,8 @@ __global__ void rotary_kernel(const T* in, T* out, const int64_t* positions, int
     T* orow = out + r * d;
     if (i < half) {
       const int64_t t = r / rows_per_pos;
-      const int64_t pos = positions ? positions[t] : t + position_offset;
+      // positions [s] (index t) or [s, b] (index t·b + sample = r / heads).
+      const int64_t pos = positions ? positions[per_token ? r / heads : t] : t + position_offset;
       const A theta = rope::angle<A>(pos, rope::inv_freq<A>(base, i, rot));
       const int64_t ja = rope::pair_first(i, rot, interleaved), jb = rope::pair_second(i, rot, interleaved);
       A a = convert<A>(ir[ja]), b = convert<A>(ir[jb]);
@@ -45,12 +47,13 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
   const int64_t total = rows * items_per_row;
   if (total == 0) return;
   const int64_t* positions = opt.positions ? static_cast<const int64_t*>(opt.positions->data_ptr()) : nullptr;
+  const bool per_token = opt.positions && opt.positions->dim() == 2;
   cudaStream_t s = cuda_rt::current_stream(in.device().index);
   dispatch_float(in.dtype(), inverse ? "rotary_backward" : "rotary_forward", [&](auto tag) {
     STRATA_SCALAR(tag);
     rotary_kernel<scalar_t><<<cuda_rt::grid_for(total, 256), 256, 0, s>>>(
-        static_cast<const scalar_t*>(in.data_ptr()), static_cast<scalar_t*>(out.data_ptr()), positions, rows,
-        rows_per_pos, d, rot, items_per_row, opt.position_offset, opt.base, opt.interleaved, inverse);
+        static_cast<const scalar_t*>(in.data_ptr()), static_cast<scalar_t*>(out.data_ptr()), positions, per_token, rows,
+        in.size(2), rows_per_pos, d, rot, items_per_row, opt.position_offset, opt.base, opt.interleaved, inverse);
     STRATA_CUDA_LAUNCH_CHECK();
   });
 }
