@@ -55,15 +55,6 @@ Tensor sequence_first_targets(const Tensor& labels, int64_t vocab, Device device
   return targets.to(device);
 }
 
-// x [b, s] (host) rolled left by one along the sequence, the last position filled with `fill`
-// (Megatron roll_tensor with cp = 1).
-template <class T>
-void roll_left(std::vector<T>& x, int64_t b, int64_t s, T fill) {
-  for (int64_t i = 0; i < b; ++i) {
-    for (int64_t t = 0; t + 1 < s; ++t) x[static_cast<size_t>(i * s + t)] = x[static_cast<size_t>(i * s + t + 1)];
-    x[static_cast<size_t>(i * s + s - 1)] = fill;
-  }
-}
 }  // namespace
 
 LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const LanguageModelOptions& options,
@@ -258,7 +249,33 @@ layers::DropoutKeys LanguageModelShell::dropout_keys(const ForwardContext& ctx, 
   }
   keys.cp_size = groups_.cp.size();  // the (local) sequence above is cp rank r's chunks r and 2cp−1−r
   keys.cp_rank = groups_.cp.rank();
+  keys.packed = packed_sequence(batch);
   return keys;
+}
+
+std::shared_ptr<const layers::PackedSequence> LanguageModelShell::packed_sequence(const Batch& batch) const {
+  if (!batch.position_ids.defined() && !batch.document_start.defined()) return nullptr;
+  const Shape bs = batch.tokens.shape();
+  auto p = std::make_shared<layers::PackedSequence>();
+  if (batch.position_ids.defined()) {
+    STRATA_CHECK(batch.position_ids.shape() == bs && batch.position_ids.dtype() == DType::I64,
+                 "language model forward: position_ids must be [b, s] i64 like the tokens, got ",
+                 batch.position_ids.shape().str());
+    p->positions = batch.position_ids.to(Device::cpu()).transpose(0, 1).contiguous().to(opt_.device);  // [s, b]
+  }
+  if (batch.document_start.defined()) {
+    STRATA_CHECK(batch.document_start.shape() == bs && batch.document_start.dtype() == DType::I64,
+                 "language model forward: document_start must be [b, s] i64 like the tokens, got ",
+                 batch.document_start.shape().str());
+    p->document_start_host = batch.document_start.to(Device::cpu()).contiguous();
+    p->document_start = p->document_start_host.to(opt_.device);
+    STRATA_CHECK(batch.document_index.defined() && batch.document_index.shape() == bs && batch.documents_per_sample > 0,
+                 "language model forward: a batch with document_start needs document_index and "
+                 "documents_per_sample (set_documents)");
+    p->document_index_host = batch.document_index.to(Device::cpu()).contiguous();
+    p->documents_per_sample = batch.documents_per_sample;
+  }
+  return p;
 }
 
 Tensor LanguageModelShell::stage_input(Context& ctx, const Batch& batch, const layers::DropoutKeys& keys) {
@@ -377,8 +394,8 @@ void LanguageModelShell::mtp_losses(Context& ctx, const Tensor& h0, const Batch&
     // Depth k+1 predicts labels rolled k+1 times; the rolled-in positions are masked. The loss is
     // "mtp_<k+1> loss" and the site "mtp_logits.<k>": Megatron's process_mtp_loss numbers the
     // sites from 0 and the losses from 1.
-    roll_left<int64_t>(labels, b, s, 0);
-    roll_left<float>(mask, b, s, 0.0f);
+    layers::roll_left_within_documents<int64_t>(labels, b, s, 0, run.keys.packed.get());
+    layers::roll_left_within_documents<float>(mask, b, s, 0.0f, run.keys.packed.get());
     const Tensor targets = sequence_first_targets(Tensor::from_data(labels, Shape{b, s}), *cfg_.vocab_size, opt_.device);
     Tensor loss = head_loss(ctx.mtp_heads[static_cast<size_t>(k)], hs[static_cast<size_t>(k)], targets,
                             /*reuse_buffer=*/false, SourceKind::MtpLogits, "mtp_logits." + std::to_string(k));

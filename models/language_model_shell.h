@@ -133,6 +133,8 @@ class LanguageModelShell : public LanguageModel {
   struct Context;
   struct Head;
   layers::DropoutKeys dropout_keys(const ForwardContext& ctx, const Batch& batch) const;
+  // The batch's packed-sequence documents on the model's device (null when the batch has none).
+  std::shared_ptr<const layers::PackedSequence> packed_sequence(const Batch& batch) const;
   // The stage's input stream: the embedding (first stage) or ctx.input_hidden.
   Tensor stage_input(Context& ctx, const Batch& batch, const layers::DropoutKeys& keys);
   // Output layer and vocab-parallel cross entropy of one head: hidden [s(/tp), b, h] (after its

@@ -34,12 +34,35 @@ void check_local(const Tensor& q, int cp_size, int cp_rank) {
   STRATA_INTERNAL_ASSERT(cp_size >= 1 && cp_rank >= 0 && cp_rank < cp_size);
 }
 
-kernels::AttentionParams chunk_params(const kernels::AttentionParams& p, int64_t q_off, int64_t k_off, int64_t s) {
+// The parameters of one local query chunk (rows [row0, row0 + rows) of the local sequence) against
+// keys from global position k_off: its global offsets and its rows of the document starts.
+kernels::AttentionParams chunk_params(const kernels::AttentionParams& p, int64_t q_off, int64_t k_off, int64_t s,
+                                      int64_t row0, int64_t rows) {
   kernels::AttentionParams c = p;
   c.q_position_offset = q_off;
   c.k_position_offset = k_off;
   c.global_seq_len = s;
+  if (p.document_start.defined()) c.document_start = p.document_start.narrow(1, row0, rows).contiguous();
   return c;
+}
+
+// Packed sequences: the first global key position any local query row in [row0, row0 + rows)
+// may see (the earliest start of their documents); 0 without documents. Keys before it are
+// skipped: whole KV blocks in the ring, a prefix of the gathered K/V.
+int64_t first_document_key(const std::vector<int64_t>& starts, int64_t local_len, int64_t row0, int64_t rows) {
+  if (starts.empty()) return 0;
+  int64_t first = std::numeric_limits<int64_t>::max();
+  for (size_t bb = 0; bb < starts.size() / static_cast<size_t>(local_len); ++bb)
+    for (int64_t i = row0; i < row0 + rows; ++i)
+      first = std::min(first, starts[bb * static_cast<size_t>(local_len) + static_cast<size_t>(i)]);
+  return first;
+}
+
+// document_start [b, s_local] on the host (empty without documents).
+std::vector<int64_t> host_document_starts(const kernels::AttentionParams& p) {
+  if (!p.document_start.defined()) return {};
+  const Tensor h = p.document_start.to(Device::cpu()).contiguous();
+  return std::vector<int64_t>(h.data<int64_t>(), h.data<int64_t>() + h.numel());
 }
 
 // acc ← acc ⊕ part over query rows [row0, row0 + c) (online softmax: rescale both by their
@@ -135,12 +158,15 @@ void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_g
   const int64_t L = q.size(0), c = L / 2, s = L * cp_size, b = q.size(1), np = q.size(2);
   STRATA_CHECK(k_global.size(0) == s && v_global.size(0) == s, "context-parallel attention: global K/V have ",
                k_global.size(0), " rows, expected ", s);
+  const std::vector<int64_t> starts = host_document_starts(p);
   for (int i = 0; i < 2; ++i) {
     const int64_t g = chunk_of(i, cp_size, cp_rank);
     const int64_t kend = p.causal ? (g + 1) * c : s;  // causal: the keys up to this chunk's end
+    const int64_t kbegin = std::min(first_document_key(starts, L, i * c, c), kend);
     Tensor lse = Tensor::empty({b, np, c}, softmax_lse.dtype(), q.device());
-    kernels::attention_forward(q.narrow(0, i * c, c), k_global.narrow(0, 0, kend), v_global.narrow(0, 0, kend),
-                               out.narrow(0, i * c, c), lse, chunk_params(p, g * c, 0, s));
+    kernels::attention_forward(q.narrow(0, i * c, c), k_global.narrow(0, kbegin, kend - kbegin),
+                               v_global.narrow(0, kbegin, kend - kbegin), out.narrow(0, i * c, c), lse,
+                               chunk_params(p, g * c, kbegin, s, i * c, c));
     softmax_lse.narrow(2, i * c, c).copy_(lse);
   }
 }
@@ -152,16 +178,18 @@ void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_
   const int64_t L = q.size(0), c = L / 2, s = L * cp_size;
   Tensor(dk_global).zero_();
   Tensor(dv_global).zero_();
+  const std::vector<int64_t> starts = host_document_starts(p);
   for (int i = 0; i < 2; ++i) {
     const int64_t g = chunk_of(i, cp_size, cp_rank);
     const int64_t kend = p.causal ? (g + 1) * c : s;
-    Tensor kp = k_global.narrow(0, 0, kend), vp = v_global.narrow(0, 0, kend);
+    const int64_t kbegin = std::min(first_document_key(starts, L, i * c, c), kend);
+    Tensor kp = k_global.narrow(0, kbegin, kend - kbegin), vp = v_global.narrow(0, kbegin, kend - kbegin);
     Tensor dk = Tensor::empty(kp.shape(), kp.dtype(), kp.device());
     Tensor dv = Tensor::empty(vp.shape(), vp.dtype(), vp.device());
     kernels::attention_backward(q.narrow(0, i * c, c), kp, vp, out.narrow(0, i * c, c), dout.narrow(0, i * c, c),
                                 softmax_lse.narrow(2, i * c, c).contiguous(), dq.narrow(0, i * c, c), dk, dv,
-                                chunk_params(p, g * c, 0, s));
-    Tensor dkg = dk_global.narrow(0, 0, kend), dvg = dv_global.narrow(0, 0, kend);
+                                chunk_params(p, g * c, kbegin, s, i * c, c));
+    Tensor dkg = dk_global.narrow(0, kbegin, kend - kbegin), dvg = dv_global.narrow(0, kbegin, kend - kbegin);
     kernels::add(dkg, dk, dkg);
     kernels::add(dvg, dv, dvg);
   }
@@ -184,13 +212,17 @@ void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_
   STRATA_CHECK(k_block.size(0) == L && v_block.size(0) == L, "context-parallel attention: KV block of ",
                k_block.size(0), " rows, expected ", L);
   const DType st = stat_dtype(q);
+  const std::vector<int64_t> starts = host_document_starts(p);
   for (int i = 0; i < 2; ++i) {
     const int64_t gq = chunk_of(i, cp_size, cp_rank);
+    const int64_t first_key = first_document_key(starts, L, i * c, c);
     for (int j = 0; j < 2; ++j) {
       const int64_t gk = chunk_of(j, cp_size, src);
-      if (p.causal && gk > gq) continue;  // a later chunk: every key masked
-      kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s);
-      cp.causal = p.causal && gk == gq;  // the diagonal chunk is causal, earlier chunks are whole
+      if (p.causal && gk > gq) continue;       // a later chunk: every key masked
+      if ((gk + 1) * c <= first_key) continue;  // wholly before the queries' documents
+      kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s, i * c, c);
+      // The diagonal chunk is causal, earlier chunks are whole (but for their documents' masks).
+      cp.causal = p.causal && (gk == gq || p.document_start.defined());
       Tensor o = Tensor::empty({c, b, np, q.size(3)}, q.dtype(), q.device());
       Tensor lse = Tensor::empty({b, np, c}, st, q.device());
       kernels::attention_forward(q.narrow(0, i * c, c), k_block.narrow(0, j * c, c), v_block.narrow(0, j * c, c), o,
@@ -214,14 +246,17 @@ void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v
                          const Tensor& dv_block, const kernels::AttentionParams& p, int cp_size, int cp_rank) {
   check_local(q, cp_size, cp_rank);
   const int64_t L = q.size(0), c = L / 2, s = L * cp_size;
+  const std::vector<int64_t> starts = host_document_starts(p);
   for (int i = 0; i < 2; ++i) {
     const int64_t gq = chunk_of(i, cp_size, cp_rank);
+    const int64_t first_key = first_document_key(starts, L, i * c, c);
     Tensor lse = softmax_lse.narrow(2, i * c, c).contiguous();
     for (int j = 0; j < 2; ++j) {
       const int64_t gk = chunk_of(j, cp_size, src);
       if (p.causal && gk > gq) continue;
-      kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s);
-      cp.causal = p.causal && gk == gq;
+      if ((gk + 1) * c <= first_key) continue;  // the forward skipped it too
+      kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s, i * c, c);
+      cp.causal = p.causal && (gk == gq || p.document_start.defined());
       Tensor kj = k_block.narrow(0, j * c, c), vj = v_block.narrow(0, j * c, c);
       Tensor dqi = dq.narrow(0, i * c, c), dkj = dk_block.narrow(0, j * c, c), dvj = dv_block.narrow(0, j * c, c);
       Tensor tq = Tensor::empty(dqi.shape(), dq.dtype(), dq.device());

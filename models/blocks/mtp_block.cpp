@@ -264,17 +264,15 @@ std::vector<Tensor> MtpBlock::forward(const Tensor& h0, const Tensor& tokens, co
     *saved = std::move(fresh);
   }
   phase_timer::Scope t("forward/mtp");
-  // ids[bi][i], rolled left once per depth (Megatron roll_tensor: the last position filled with 0).
+  // ids[bi][i], rolled left once per depth (Megatron roll_tensor: the last position filled with 0;
+  // packed sequences: the last position of each document).
   const std::vector<double> host = tokens.to(Device::cpu()).contiguous().to_vector();
   std::vector<int64_t> cur(host.size());
   for (size_t i = 0; i < cur.size(); ++i) cur[i] = static_cast<int64_t>(host[i]);
   std::vector<Tensor> out;
   Tensor h = h0;
   for (int64_t k = 0; k < depths_; ++k) {
-    for (int64_t bi = 0; bi < b; ++bi) {
-      for (int64_t i = 0; i + 1 < s; ++i) cur[static_cast<size_t>(bi * s + i)] = cur[static_cast<size_t>(bi * s + i + 1)];
-      cur[static_cast<size_t>(bi * s + s - 1)] = 0;
-    }
+    layers::roll_left_within_documents<int64_t>(cur, b, s, 0, run.keys.packed.get());
     std::vector<int64_t> sb(cur.size());  // row (t, b) = ids[b][t]
     for (int64_t ti = 0; ti < s; ++ti)
       for (int64_t bi = 0; bi < b; ++bi) sb[static_cast<size_t>(ti * b + bi)] = cur[static_cast<size_t>(bi * s + ti)];

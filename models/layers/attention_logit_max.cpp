@@ -9,7 +9,8 @@
 namespace strata::layers {
 
 Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<int64_t>& q_positions,
-                           const std::vector<int64_t>& k_positions, double softmax_scale, bool causal) {
+                           const std::vector<int64_t>& k_positions, double softmax_scale, bool causal,
+                           const Tensor& q_document_start) {
   STRATA_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(1) == k.size(1) && q.size(3) == k.size(3),
                "attention_logit_max: q ", q.shape().str(), " and k ", k.shape().str(),
                " must be [sq, b, hq, d] and [sk, b, hkv, d]");
@@ -19,6 +20,10 @@ Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<i
   STRATA_CHECK(static_cast<int64_t>(q_positions.size()) == sq && static_cast<int64_t>(k_positions.size()) == sk,
                "attention_logit_max: ", q_positions.size(), " query and ", k_positions.size(),
                " key positions for ", sq, " and ", sk, " rows");
+  const Tensor ds = q_document_start.defined() ? q_document_start.to(Device::cpu()).contiguous() : Tensor();
+  STRATA_CHECK(!ds.defined() || (ds.dim() == 2 && ds.size(0) == b && ds.size(1) == sq),
+               "attention_logit_max: q_document_start must be [b, sq]");
+  const int64_t* doc = ds.defined() ? ds.data<int64_t>() : nullptr;
   const std::vector<double> qv = q.contiguous().to_vector(), kv = k.contiguous().to_vector();
   const int64_t per = hq / hkv;
   std::vector<double> best(static_cast<size_t>(hq), -std::numeric_limits<double>::infinity());
@@ -31,6 +36,7 @@ Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<i
         const double* qr = qv.data() + ((i * b + bb) * hq + h) * d;
         for (int64_t j = 0; j < sk; ++j) {
           if (causal && k_positions[static_cast<size_t>(j)] > q_positions[static_cast<size_t>(i)]) continue;
+          if (doc && k_positions[static_cast<size_t>(j)] < doc[bb * sq + i]) continue;  // another document
           const double* kr = kv.data() + ((j * b + bb) * hkv + h / per) * d;
           double dot = 0;
           for (int64_t e = 0; e < d; ++e) dot += qr[e] * kr[e];

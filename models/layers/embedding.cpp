@@ -70,10 +70,16 @@ Tensor VocabEmbedding::forward(const Tensor& tokens, int64_t position_offset, co
     STRATA_CHECK(position_offset >= 0 && position_offset + s_global <= max_positions_, "embedding: positions [",
                  position_offset, ", ", position_offset + s_global, ") exceed max_position_embeddings ", max_positions_);
     std::vector<int64_t> p(static_cast<size_t>(s_local * b));
+    // Packed sequences: each token's position within its document ([s, b] over the local rows).
+    const Tensor per_token = keys.packed && keys.packed->positions.defined()
+                                 ? keys.packed->positions.to(Device::cpu()).contiguous()
+                                 : Tensor();
     for (int64_t t = 0; t < s_local; ++t) {
       const int64_t row = first + t;
       const int64_t g = keys.cp_size > 1 ? cp::global_position(row, s, keys.cp_size, keys.cp_rank) : row;
-      for (int64_t i = 0; i < b; ++i) p[static_cast<size_t>(t * b + i)] = position_offset + g;
+      for (int64_t i = 0; i < b; ++i)
+        p[static_cast<size_t>(t * b + i)] =
+            per_token.defined() ? per_token.data<int64_t>()[row * b + i] : position_offset + g;
     }
     pos = Tensor::from_data(p, Shape{s_local * b}, dev);
     Tensor pe = Tensor::empty({s_local * b, h_}, y.dtype(), dev);

@@ -5,12 +5,14 @@
 // scaled_init_method_normal), tensor_parallel/random.py (the RNG tracker these keys replace).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/philox.h"
 #include "core/random.h"
 #include "core/tensor.h"
 #include "core/parameter.h"
+#include "models/layers/packed_sequence.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_group.h"
 
@@ -73,6 +75,9 @@ struct DropoutKeys {
   // global_seq·cp_size positions (parallel/context_parallel.h); masks are drawn there.
   int cp_size = 1;
   int cp_rank = 0;
+  // Packed sequences: the micro-batch's documents (null: one document per sample). Not a key, but
+  // the rest of "where these rows sit", which every layer receives through this struct.
+  std::shared_ptr<const PackedSequence> packed;
   // Stream id of (step, layer, site): FNV-1a over the three integers.
   philox::Key key(int64_t layer, DropoutSite site) const;
   // Hidden dropout on a [s, b, h] activation of `layer` at `site`.

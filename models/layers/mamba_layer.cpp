@@ -26,7 +26,7 @@ Tensor MambaLayer::forward(const Tensor& x, const DropoutKeys& keys, int64_t /*p
     // The fp32 residual stream enters the mixer in the layer's dtype (Megatron's MambaLayer casts
     // hidden_states to params_dtype before its norm; the residual stays f32).
     const Tensor in = x.dtype() == dtype_ ? x : x.to(dtype_);
-    m = mixer_.forward(in, cache ? &cache->mamba : nullptr, (saved && !cache) ? &sv.mixer : nullptr);
+    m = mixer_.forward(in, cache ? &cache->mamba : nullptr, (saved && !cache) ? &sv.mixer : nullptr, keys.packed);
   }
   if (cache) cache->length += x.size(0);
   sv.dropout = keys.hidden(hidden_dropout_, index_, DropoutSite::MambaOutput, m);

@@ -40,7 +40,70 @@ const ModelConfig& checked(const ModelConfig& cfg, const ParallelGroups& groups)
 // Rows [start, start + n) of the last dimension, contiguous.
 Tensor last_dim(const Tensor& t, int64_t start, int64_t n) { return t.narrow(t.dim() - 1, start, n).contiguous(); }
 void accumulate(Parameter& p, const Tensor& g) { kernels::axpy(1.0, g.to(p.main_grad.device()), p.main_grad); }
+
+// The rows [begin, end) of one sample of a [b, s, ...] tensor (a contiguous view).
+Tensor piece_of(const Tensor& t, const MambaMixer::Piece& pc) {
+  return t.narrow(0, pc.sample, 1).narrow(1, pc.begin, pc.end - pc.begin);
+}
 }  // namespace
+
+std::vector<MambaMixer::Piece> MambaMixer::pieces(const PackedSequence* packed, int64_t b) {
+  std::vector<Piece> out;
+  if (!packed || !packed->splits_any_sample()) return out;
+  for (int64_t bb = 0; bb < b; ++bb)
+    for (const auto& [begin, end] : packed->documents(bb)) out.push_back({bb, begin, end});
+  return out;
+}
+
+void MambaMixer::conv_forward(const Tensor& xbc_in, const Tensor& xbc, const std::vector<Piece>& pieces,
+                              MambaStateCache* cache) const {
+  const Tensor w = conv1d_weight.value.reshape({conv_dim_, dims_.conv_kernel});
+  if (pieces.empty()) {
+    Tensor next_conv = cache ? Tensor::empty(cache->conv.shape(), xbc.dtype(), xbc.device()) : Tensor();
+    kernels::causal_conv1d_silu_forward(xbc_in, w, conv1d_bias.value, cache ? cache->conv : Tensor(), xbc, next_conv);
+    if (cache) cache->conv = next_conv;
+    return;
+  }
+  for (const Piece& pc : pieces)  // each document from a zero history
+    kernels::causal_conv1d_silu_forward(piece_of(xbc_in, pc), w, conv1d_bias.value, Tensor(), piece_of(xbc, pc),
+                                        Tensor());
+}
+
+void MambaMixer::scan_forward(const kernels::SsdScanInputs& in, const Tensor& y, const std::vector<Piece>& pieces,
+                              MambaStateCache* cache) const {
+  if (pieces.empty()) {
+    Tensor next_ssm = cache ? Tensor::empty(cache->ssm.shape(), cache->ssm.dtype(), y.device()) : Tensor();
+    kernels::ssd_scan_forward(in, y, next_ssm);
+    if (cache) cache->ssm = next_ssm;
+    return;
+  }
+  for (const Piece& pc : pieces) {  // each document from a zero state
+    const kernels::SsdScanInputs part{piece_of(in.x, pc), piece_of(in.dt, pc), in.A, piece_of(in.B, pc),
+                                      piece_of(in.C, pc), in.D, in.chunk_size, Tensor()};
+    kernels::ssd_scan_forward(part, piece_of(y, pc), Tensor());
+  }
+}
+
+void MambaMixer::scan_backward(const kernels::SsdScanInputs& in, const Tensor& dy, const kernels::SsdScanGrads& g,
+                               const std::vector<Piece>& pieces) const {
+  if (pieces.empty()) {
+    kernels::ssd_scan_backward(in, dy, Tensor(), g);
+    return;
+  }
+  Tensor(g.dA).zero_();
+  Tensor(g.dD).zero_();
+  const Tensor dA = Tensor::empty(g.dA.shape(), g.dA.dtype(), g.dA.device());
+  const Tensor dD = Tensor::empty(g.dD.shape(), g.dD.dtype(), g.dD.device());
+  for (const Piece& pc : pieces) {  // in piece order: the sums over documents are deterministic
+    const kernels::SsdScanInputs part{piece_of(in.x, pc), piece_of(in.dt, pc), in.A, piece_of(in.B, pc),
+                                      piece_of(in.C, pc), in.D, in.chunk_size, Tensor()};
+    const kernels::SsdScanGrads pg{piece_of(g.dx, pc), piece_of(g.ddt, pc), dA, piece_of(g.dB, pc),
+                                   piece_of(g.dC, pc), dD, Tensor()};
+    kernels::ssd_scan_backward(part, piece_of(dy, pc), Tensor(), pg);
+    kernels::add(g.dA, dA, g.dA);
+    kernels::add(g.dD, dD, g.dD);
+  }
+}
 
 MambaMixer::MambaMixer(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env,
                        const ParallelGroups& groups)
@@ -84,9 +147,12 @@ MambaMixer::ScanParts MambaMixer::split_xbc(const Tensor& xbc) const {
           last_dim(xbc, d_inner_ + GN, GN).reshape({b, s, groups_, dims_.state})};
 }
 
-Tensor MambaMixer::forward(const Tensor& x, MambaStateCache* cache, Saved* saved) const {
+Tensor MambaMixer::forward(const Tensor& x, MambaStateCache* cache, Saved* saved,
+                           const std::shared_ptr<const PackedSequence>& packed) const {
   Saved local;
   Saved& sv = saved ? *saved : local;
+  STRATA_CHECK(!cache || !packed, in_proj.weight.name, ": generation takes no packed sequences");
+  sv.packed = packed;
   sv.h = in_proj_norm.forward(x, saved ? &sv.norm : nullptr);
   const Tensor zx = in_proj.forward(sv.h).transpose(0, 1);  // [b, s, z | xBC | dt]
   const int64_t b = zx.size(0), s = zx.size(1);
@@ -94,21 +160,14 @@ Tensor MambaMixer::forward(const Tensor& x, MambaStateCache* cache, Saved* saved
   sv.xbc_in = last_dim(zx, d_inner_, conv_dim_);
   sv.dt_raw = last_dim(zx, d_inner_ + conv_dim_, heads_);
   sv.xbc = Tensor::empty(sv.xbc_in.shape(), zx.dtype(), zx.device());
-  const Tensor w = conv1d_weight.value.reshape({conv_dim_, dims_.conv_kernel});
-  Tensor next_conv = cache ? Tensor::empty(cache->conv.shape(), zx.dtype(), zx.device()) : Tensor();
-  kernels::causal_conv1d_silu_forward(sv.xbc_in, w, conv1d_bias.value, cache ? cache->conv : Tensor(), sv.xbc,
-                                      next_conv);
+  const std::vector<Piece> docs = pieces(packed.get(), b);
+  conv_forward(sv.xbc_in, sv.xbc, docs, cache);
   sv.dt = mamba_ops::softplus_dt(sv.dt_raw, dt_bias.value);
   sv.A = mamba_ops::neg_exp(A_log.value);
   const ScanParts p = split_xbc(sv.xbc);
   kernels::SsdScanInputs in{p.x, sv.dt, sv.A, p.B, p.C, D.value, dims_.chunk, cache ? cache->ssm : Tensor()};
   Tensor y = Tensor::empty(p.x.shape(), zx.dtype(), zx.device());
-  Tensor next_ssm = cache ? Tensor::empty(cache->ssm.shape(), cache->ssm.dtype(), zx.device()) : Tensor();
-  kernels::ssd_scan_forward(in, y, next_ssm);
-  if (cache) {
-    cache->conv = next_conv;
-    cache->ssm = next_ssm;
-  }
+  scan_forward(in, y, docs, cache);
   sv.y = y.reshape({b, s, d_inner_});
   const Tensor g = mamba_ops::gated_group_rmsnorm(sv.y, sv.z, norm_weight.value, groups_, kGatedNormEps);
   sv.normed = g.transpose(0, 1);  // [s, b, d_inner]
@@ -126,7 +185,8 @@ Tensor MambaMixer::backward(const Saved& sv, const Tensor& dy) {
   const kernels::SsdScanInputs in{p.x, sv.dt, sv.A, p.B, p.C, D.value, dims_.chunk, Tensor()};
   auto like = [](const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); };
   const kernels::SsdScanGrads sg{like(p.x), like(sv.dt), like(sv.A), like(p.B), like(p.C), like(D.value), Tensor()};
-  kernels::ssd_scan_backward(in, ng.dy.reshape(p.x.shape()), Tensor(), sg);
+  const std::vector<Piece> docs = pieces(sv.packed.get(), b);
+  scan_backward(in, ng.dy.reshape(p.x.shape()), sg, docs);
   accumulate(D, sg.dD);
   accumulate(A_log, mamba_ops::neg_exp_backward(sv.A, sg.dA));
   Tensor d_dt_bias;
@@ -138,10 +198,15 @@ Tensor MambaMixer::backward(const Saved& sv, const Tensor& dy) {
   dxbc.narrow(2, d_inner_ + GN, GN).copy_(sg.dC.reshape({b, s, GN}));
   Tensor dzx = Tensor::empty({b, s, d_inner_ + conv_dim_ + heads_}, sv.xbc.dtype(), sv.xbc.device());
   Tensor dxbc_in = dzx.narrow(2, d_inner_, conv_dim_).contiguous();
-  kernels::causal_conv1d_silu_backward(sv.xbc_in, conv1d_weight.value.reshape({conv_dim_, dims_.conv_kernel}),
-                                       conv1d_bias.value, dxbc, dxbc_in, conv1d_weight.main_grad.reshape(
-                                                                             {conv_dim_, dims_.conv_kernel}),
-                                       conv1d_bias.main_grad);
+  const Tensor w = conv1d_weight.value.reshape({conv_dim_, dims_.conv_kernel});
+  const Tensor dw = conv1d_weight.main_grad.reshape({conv_dim_, dims_.conv_kernel});
+  if (docs.empty()) {
+    kernels::causal_conv1d_silu_backward(sv.xbc_in, w, conv1d_bias.value, dxbc, dxbc_in, dw, conv1d_bias.main_grad);
+  } else {
+    for (const Piece& pc : docs)
+      kernels::causal_conv1d_silu_backward(piece_of(sv.xbc_in, pc), w, conv1d_bias.value, piece_of(dxbc, pc),
+                                           piece_of(dxbc_in, pc), dw, conv1d_bias.main_grad);
+  }
   dzx.narrow(2, 0, d_inner_).copy_(ng.dz);
   dzx.narrow(2, d_inner_, conv_dim_).copy_(dxbc_in);
   dzx.narrow(2, d_inner_ + conv_dim_, heads_).copy_(d_dt_raw);

@@ -1,7 +1,8 @@
 // The Mamba-2 mixer (Megatron-Core MambaMixer with TE's fused pre-norm) over the residual stream
 // [s, b, h]: in_proj, causal depthwise conv1d, the SSD scan (kernels/ssd_scan.h), the gated group
 // RMSNorm and out_proj; MambaLayer adds the residual. Tensor parallel by heads and groups, and
-// KV-cache style generation through a MambaStateCache.
+// KV-cache style generation through a MambaStateCache; packed sequences restart the conv1d and
+// the scan at each document.
 // Reference: Megatron-Core ssm/mamba_mixer.py, models/hybrid/hybrid_layer_specs.py.
 // Details: the comments below; the hybrid model: docs/hybrid.md.
 #pragma once
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ssd_scan.h"
 #include "models/inference_cache.h"
 #include "models/layers/layer_common.h"
 #include "models/layers/linear.h"
@@ -37,6 +39,11 @@ class MambaMixer {
     Tensor A;         // [H]
     Tensor y;         // scan output [b, s, d_inner]
     Tensor normed;    // out_proj input [s, b, d_inner]
+    std::shared_ptr<const PackedSequence> packed;  // the forward's documents (null: none)
+  };
+  // One sample's rows [begin, end): a document of a packed sequence.
+  struct Piece {
+    int64_t sample, begin, end;
   };
   // prefix: "decoder.layers.{i}.mixer". Checks the mamba_* config against tp before allocating.
   // Tensor parallelism: heads and groups split over tp (in_proj column-parallel with the five parts
@@ -45,7 +52,10 @@ class MambaMixer {
   // out_proj reduce-scatters).
   MambaMixer(const std::string& prefix, const ModelConfig& cfg, const LayerEnv& env, const ParallelGroups& groups);
   // x: [s, b, h] -> [s, b, h]; cache: generation (state read and updated, nothing saved).
-  Tensor forward(const Tensor& x, MambaStateCache* cache, Saved* saved) const;
+  // packed: documents of packed sequences; the conv1d and the SSD scan restart at each one (zero
+  // history and state), as Megatron's seq_idx does.
+  Tensor forward(const Tensor& x, MambaStateCache* cache, Saved* saved,
+                 const std::shared_ptr<const PackedSequence>& packed = nullptr) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
   Tensor backward(const Saved& saved, const Tensor& dy);
   void collect(std::vector<Parameter*>& out);
@@ -75,6 +85,17 @@ class MambaMixer {
     Tensor x, B, C;
   };
   ScanParts split_xbc(const Tensor& xbc) const;
+  // The documents of every sample when some sample holds more than one (else empty: the whole
+  // batch runs as one piece, with the generation cache when given).
+  static std::vector<Piece> pieces(const PackedSequence* packed, int64_t b);
+  // conv1d + SiLU of xbc_in [b, s, conv_dim] into xbc, per piece.
+  void conv_forward(const Tensor& xbc_in, const Tensor& xbc, const std::vector<Piece>& pieces,
+                    MambaStateCache* cache) const;
+  // The SSD scan into y [b, s, H, P], per piece; its backward (dA, dD summed over the pieces).
+  void scan_forward(const kernels::SsdScanInputs& in, const Tensor& y, const std::vector<Piece>& pieces,
+                    MambaStateCache* cache) const;
+  void scan_backward(const kernels::SsdScanInputs& in, const Tensor& dy, const kernels::SsdScanGrads& g,
+                     const std::vector<Piece>& pieces) const;
 
   MambaDims dims_;
   int64_t heads_, groups_, d_inner_, conv_dim_;  // this rank's

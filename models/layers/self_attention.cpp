@@ -60,7 +60,9 @@ kernels::RotaryOptions SelfAttention::rotary_options(int64_t position_offset) co
   return o;
 }
 
-Tensor SelfAttention::cp_positions(int64_t s, Device device) const {
+Tensor SelfAttention::rope_positions(int64_t s, Device device, const PackedSequence* packed) const {
+  if (packed && packed->positions.defined()) return packed->positions;  // [s, b]: within documents
+  if (cp_.size() == 1) return Tensor();                                // 0.. plus the offset
   return Tensor::from_data(cp::global_positions(s, cp_.size(), cp_.rank()), Shape{s}, device);
 }
 
@@ -80,7 +82,8 @@ void SelfAttention::observe_logit_max(const Tensor& q, const Tensor& k, const ke
   }
   std::vector<int64_t> k_pos(static_cast<size_t>(keys.size(0)));
   for (size_t j = 0; j < k_pos.size(); ++j) k_pos[j] = (cp_.size() > 1 ? 0 : p.k_position_offset) + static_cast<int64_t>(j);
-  const Tensor m = attention_logit_max(q, keys, q_pos, k_pos, kernels::attention_softmax_scale(p, hn_), p.causal);
+  const Tensor m = attention_logit_max(q, keys, q_pos, k_pos, kernels::attention_softmax_scale(p, hn_), p.causal,
+                                       p.document_start);
   observe(owner_, "attention_logit_max", SourceKind::AttentionLogitMax, m, /*tp_shard_dim=*/0);
 }
 
@@ -103,13 +106,12 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   const bool cp = cp_.size() > 1;
   STRATA_CHECK(!cp || !run.cache, linear_qkv.weight.name,
                ": KV-cache generation with context parallelism is not supported (use context_parallel_size 1)");
+  const PackedSequence* packed = run.packed;
+  STRATA_CHECK(!packed || !run.cache, linear_qkv.weight.name, ": generation takes no packed sequences");
   if (rope_) {
     kernels::RotaryOptions ro = rotary_options(run.position_offset);
-    Tensor positions;
-    if (cp) {  // the local rows' global positions
-      positions = cp_positions(s, x.device());
-      ro.positions = &positions;
-    }
+    Tensor positions = rope_positions(s, x.device(), packed);
+    if (positions.defined()) ro.positions = &positions;
     kernels::rotary_forward(q, q, ro);
     kernels::rotary_forward(k, k, ro);
   }
@@ -120,6 +122,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   p.global_batch_offset = run.global_batch_offset;
   p.global_heads = global_heads_;  // tp: this rank's heads are [head_offset, head_offset + np)
   p.head_offset = head_offset_;
+  if (packed && packed->has_documents()) p.document_start = packed->document_start;
   Tensor k_all = k, v_all = v;
   if (run.cache) {
     LayerKVCache& c = *run.cache;
@@ -151,7 +154,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   Tensor y = linear_proj.forward(out.reshape({s, b, np_ * hn_}), !run.skip_output_bias);
   if (saved) {
     STRATA_CHECK(!run.cache, linear_qkv.weight.name, ": a KV-cache forward saves no activations");
-    *saved = Saved{x, qn, kn, q, k, v, out, lse, p, run.position_offset};
+    *saved = Saved{x, qn, kn, q, k, v, out, lse, p, run.position_offset, packed ? packed->positions : Tensor()};
   }
   return y;
 }
@@ -172,11 +175,8 @@ Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
   }
   if (rope_) {
     kernels::RotaryOptions ro = rotary_options(sv.position_offset);
-    Tensor positions;
-    if (cp_.size() > 1) {
-      positions = cp_positions(s, dy.device());
-      ro.positions = &positions;
-    }
+    Tensor positions = sv.positions.defined() ? sv.positions : rope_positions(s, dy.device(), nullptr);
+    if (positions.defined()) ro.positions = &positions;
     kernels::rotary_backward(dq, dq, ro);
     kernels::rotary_backward(dk, dk, ro);
   }

@@ -9,7 +9,8 @@
 // (their gradients summed over tp), attention dropout keyed by the global head index.
 // Context parallelism (cp group of more than one rank): x holds this rank's two sequence chunks;
 // RoPE uses their global positions and the core attention runs over the sharded sequence
-// (parallel/context_parallel.h, K/V exchange env.cp_comm_type). Observation: the
+// (parallel/context_parallel.h, K/V exchange env.cp_comm_type). Packed sequences: RoPE positions
+// restart at each document and no query sees another document's keys. Observation: the
 // attention_logit_max site (per-head max of softmax_scale·q·k over the allowed pairs, after
 // qk-layernorm and RoPE, before dropout), emitted only when observed; under cp it all-gathers K.
 // Reference: Megatron-Core transformer/attention.py
@@ -39,6 +40,7 @@ class SelfAttention {
     Tensor out, lse;             // [s, b, np, hn], [b, np, s]
     kernels::AttentionParams params;
     int64_t position_offset = 0;
+    Tensor positions;            // [s, b] packed sequences' RoPE positions (undefined: none)
   };
   // What one forward call does besides the math: attention-probability dropout, the position of
   // token 0 (RoPE) and an optional KV cache (generation: append k, v and attend to the cache).
@@ -49,6 +51,8 @@ class SelfAttention {
     int64_t position_offset = 0;
     LayerKVCache* cache = nullptr;
     bool skip_output_bias = false;  // linear_proj's bias left out (mHC merges it: output_bias())
+    const PackedSequence* packed = nullptr;  // packed sequences: positions within documents, and
+                                             // no attention across documents
   };
 
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
@@ -72,8 +76,9 @@ class SelfAttention {
 
  private:
   kernels::RotaryOptions rotary_options(int64_t position_offset) const;
-  // Context parallelism: global positions [s] (i64, on `device`) of the s local rows.
-  Tensor cp_positions(int64_t s, Device device) const;
+  // The RoPE positions of the s local rows: [s, b] within documents (packed sequences), else the
+  // [s] global positions under context parallelism, else undefined (0.. plus the offset).
+  Tensor rope_positions(int64_t s, Device device, const PackedSequence* packed) const;
   // The attention_logit_max site (only when observed): per-head max logit of this rank's queries
   // over every key they attend to (under cp the keys of all cp ranks, all-gathered here).
   void observe_logit_max(const Tensor& q, const Tensor& k, const kernels::AttentionParams& p) const;

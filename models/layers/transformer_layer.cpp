@@ -86,6 +86,7 @@ Tensor TransformerLayer::attention_sublayer(const Tensor& x, const DropoutKeys& 
   }
   run.position_offset = position_offset;
   run.cache = cache;
+  run.packed = keys.packed.get();
   if (bias) {
     run.skip_output_bias = true;
     *bias = self_attention_->output_bias();
