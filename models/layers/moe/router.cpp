@@ -68,6 +68,21 @@ DType TopKRouter::router_dtype(DType input) const {
   return input;
 }
 
+DiagnosticRows TopKRouter::document_rows(const DropoutKeys& keys, int64_t s, int64_t b) {
+  const PackedSequence& p = *keys.packed;
+  const int64_t D = p.documents_per_sample, full = p.document_index_host.size(1);
+  DiagnosticRows r;
+  r.rows = b * D;
+  r.token_row.resize(static_cast<size_t>(s * b));
+  for (int64_t i = 0; i < s; ++i) {
+    const int64_t row = keys.seq_offset + i;  // sequence parallel: this rank's rows of the sequence
+    STRATA_INTERNAL_ASSERT(row < full);
+    for (int64_t j = 0; j < b; ++j)
+      r.token_row[static_cast<size_t>(i * b + j)] = j * D + p.document_index_host.data<int64_t>()[j * full + row];
+  }
+  return r;
+}
+
 Tensor TopKRouter::gating(const Tensor& x) const {
   STRATA_CHECK(x.dim() == 2 && x.size(1) == options_.hidden_size, "router gating: x must be [T, ",
                options_.hidden_size, "], got ", x.shape().str());
@@ -90,6 +105,7 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
   ob.training = run.mode == RoutingMode::Training;
   ob.sequence_parallel = groups_.sequence_parallel.size() > 1;
   ob.sequences_split = groups_.tp_cp.size() > 1;
+  if (run.keys && run.keys->packed && run.keys->packed->has_documents()) ob.rows = document_rows(*run.keys, s, b);
   observe_router_input(ob);
   Tensor xr = x.contiguous().reshape({T, H}).to(rd);
   Tensor jitter;

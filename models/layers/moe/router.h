@@ -23,6 +23,7 @@
 
 #include "core/parameter.h"
 #include "models/layers/layer_common.h"
+#include "models/layers/moe/router_observation.h"
 #include "models/layers/moe/router_options.h"
 #include "models/layers/moe/routing.h"
 
@@ -61,6 +62,8 @@ class TopKRouter {
 
   // Gating alone: x [T, H] in the router dtype -> logits [T, E] in the router dtype.
   Tensor gating(const Tensor& x) const;
+  // Packed sequences: the router diagnostics' rows, one per document of each sample.
+  static DiagnosticRows document_rows(const DropoutKeys& keys, int64_t s, int64_t b);
   DType router_dtype(DType input) const;
 
   void collect(std::vector<Parameter*>& out) { out.push_back(&weight); }

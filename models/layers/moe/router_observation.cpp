@@ -27,15 +27,15 @@ struct SequenceSums {
   double valid = 0, aux_total = 0, act_total = 0, both = 0, margin_sum = 0, boundary = 0;
 };
 
+// tokens: the [s, b]-order token indices of one row (a sequence, or a document of one).
 SequenceSums sequence_sums(const std::vector<double>& scores, const std::vector<uint8_t>& aux,
-                           const std::vector<double>& actual, const std::vector<uint8_t>& pad, int64_t s, int64_t b,
-                           int64_t j, int64_t E) {
+                           const std::vector<double>& actual, const std::vector<uint8_t>& pad,
+                           const std::vector<int64_t>& tokens, int64_t E) {
   SequenceSums r;
   r.score.assign(static_cast<size_t>(E), 0.0);
   r.aux.assign(static_cast<size_t>(E), 0.0);
   r.actual.assign(static_cast<size_t>(E), 0.0);
-  for (int64_t i = 0; i < s; ++i) {
-    const int64_t t = i * b + j;
+  for (const int64_t t : tokens) {
     if (pad[static_cast<size_t>(t)]) continue;
     r.valid += 1;
     double floor = 0, ceil = 0;
@@ -94,10 +94,22 @@ void sum_channels(const SequenceSums& r, const std::vector<double>& bias, int64_
   out[kSumBoundaryTokens * E] = static_cast<float>(r.boundary);
 }
 
-// Per sequence j of the [s, b] tokens: its sums, handed to `write` with the bias.
+// The tokens of each output row: sequence j (token_row empty) or row token_row[t] of `rows`.
+std::vector<std::vector<int64_t>> tokens_by_row(int64_t s, int64_t b, const DiagnosticRows& by) {
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(by.token_row.empty() ? b : by.rows));
+  for (int64_t t = 0; t < s * b; ++t) {
+    const int64_t row = by.token_row.empty() ? t % b : by.token_row[static_cast<size_t>(t)];
+    STRATA_INTERNAL_ASSERT(row >= 0 && row < static_cast<int64_t>(out.size()));
+    out[static_cast<size_t>(row)].push_back(t);
+  }
+  return out;
+}
+
+// Per row (sequence or document) of the [s, b] tokens: its sums, handed to `write` with the bias.
 template <typename Write>
 Tensor per_sequence(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map, const Tensor& expert_bias,
-                    int64_t s, int64_t b, const Tensor& padding, int64_t channels, Write write) {
+                    int64_t s, int64_t b, const Tensor& padding, const DiagnosticRows& by, int64_t channels,
+                    Write write) {
   const int64_t T = s * b, E = o.num_moe_experts, k = o.moe_router_topk;
   STRATA_CHECK(logits.size(0) == T && logits.size(1) == E, "router diagnostics: logits must be [", T, ", ", E, "]");
   const std::vector<double> l = logits.to_vector(), actual = actual_map.to_vector();
@@ -112,9 +124,12 @@ Tensor per_sequence(const RouterOptions& o, const Tensor& logits, const Tensor& 
     for (int64_t e : top) aux[static_cast<size_t>(t * E + e)] = 1;
   }
   const std::vector<double> bias = expert_bias.defined() ? expert_bias.to_vector() : std::vector<double>{};
-  Tensor out = Tensor::zeros({b, channels, E}, DType::F32);
-  for (int64_t j = 0; j < b; ++j)
-    write(sequence_sums(scores, aux, actual, pad, s, b, j, E), bias, E, out.data<float>() + j * channels * E);
+  const std::vector<std::vector<int64_t>> rows = tokens_by_row(s, b, by);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  Tensor out = Tensor::zeros({n, channels, E}, DType::F32);
+  for (int64_t j = 0; j < n; ++j)
+    write(sequence_sums(scores, aux, actual, pad, rows[static_cast<size_t>(j)], E), bias, E,
+          out.data<float>() + j * channels * E);
   return out.to(logits.device());
 }
 }  // namespace
@@ -142,13 +157,16 @@ Tensor dense_topk_probs(const Tensor& top_indices, const Tensor& top_probs, cons
 }
 
 Tensor router_diagnostics(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
-                          const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding) {
-  return per_sequence(o, logits, actual_map, expert_bias, s, b, padding, 7, normalized_channels);
+                          const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding,
+                          const DiagnosticRows& rows) {
+  return per_sequence(o, logits, actual_map, expert_bias, s, b, padding, rows, 7, normalized_channels);
 }
 
 Tensor router_diagnostic_sums(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
-                              const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding) {
-  return per_sequence(o, logits, actual_map, expert_bias, s, b, padding, kRouterDiagnosticSumChannels, sum_channels);
+                              const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding,
+                              const DiagnosticRows& rows) {
+  return per_sequence(o, logits, actual_map, expert_bias, s, b, padding, rows, kRouterDiagnosticSumChannels,
+                      sum_channels);
 }
 
 Tensor normalize_router_diagnostic_sums(const Tensor& sums) {
@@ -200,13 +218,14 @@ void observe_router_outputs(const RouterOptions& o, const RouterObservation& r) 
     observe(r.owner, "router_top_kept", SourceKind::RouterTopKept, out.top_kept, dims.tp_shard_dim);
   if (r.training && is_observing(SourceKind::RouterDiagnosticSums))  // allowed with split sequences
     observe(r.owner, "router_diagnostic_sums", SourceKind::RouterDiagnosticSums,
-            router_diagnostic_sums(o, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding), std::nullopt,
+            router_diagnostic_sums(o, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding, r.rows),
+            std::nullopt,
             std::nullopt, 0);
   if (r.training && is_observing(SourceKind::RouterDiagnostics)) {
     STRATA_CHECK(!r.sequences_split, r.owner, ": router_diagnostics needs whole local sequences; it is not "
                  "available with sequence parallelism (tp > 1) or context parallelism (as in Megatron)");
     observe(r.owner, "router_diagnostics", SourceKind::RouterDiagnostics,
-            router_diagnostics(o, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding), std::nullopt,
+            router_diagnostics(o, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding, r.rows), std::nullopt,
             std::nullopt, 0);
   }
 }

@@ -6,7 +6,9 @@
 // (compute_normalized_router_scores), router_diagnostics.py.
 // Details (shapes, dtypes, channels, dims of each site): docs/observation.md.
 #pragma once
+#include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 #include "models/layers/moe/router_options.h"
@@ -19,15 +21,26 @@ namespace strata::layers::moe {
 Tensor normalized_router_scores(const Tensor& logits, ScoreFunction f);
 // top_indices, top_probs: [T, k], padding: [T] (undefined: none) -> [T, E] (top_probs' dtype).
 Tensor dense_topk_probs(const Tensor& top_indices, const Tensor& top_probs, const Tensor& padding, int64_t experts);
+// The rows of the diagnostics: one per sequence (token_row empty), or, for packed sequences, one
+// per document (Strata's extension): token t ([s, b] order) goes to row token_row[t] of `rows`
+// (sample j's documents are rows j·D … j·D + D − 1, D = Batch::documents_per_sample; a row with no
+// valid token is all zero but its bias). Every shard of a sequence numbers the rows alike.
+struct DiagnosticRows {
+  std::vector<int64_t> token_row;
+  int64_t rows = 0;
+};
+
 // logits [T, E] (raw), actual routing map [T, E] u8, expert bias [E] (undefined: none), T = s·b in
-// [s, b] order, padding [T] -> [b, 7, E] f32, training only, per local sequence: 0 mean score over
+// [s, b] order, padding [T] -> [b, 7, E] f32 ([rows, 7, E] per document), training only, per local
+// sequence: 0 mean score over
 // valid tokens; 1 aux load (plain top-k of the scores: counts / Σ); 2 actual load (routing map after
 // dropping: counts / Σ); 3 expert bias (0 without); 4 [0] #(aux ∧ actual) / Σ aux counts; 5 [0]
 // valid tokens; 6 [0] mean over boundary tokens of max(floor − ceil, 0) / max(floor, eps_f32)
 // (floor: lowest aux-selected score, ceil: highest unselected). Padding tokens are left out of
 // everything; every denominator is at least 1. Refused, as Megatron, when tp × cp > 1.
 Tensor router_diagnostics(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
-                          const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding);
+                          const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding,
+                          const DiagnosticRows& rows = {});
 
 // The channels of router_diagnostic_sums.
 inline constexpr int64_t kRouterDiagnosticSumChannels = 8;
@@ -45,7 +58,8 @@ enum RouterDiagnosticSumChannel : int64_t {
 // sequence split over sp / cp ranks is the elementwise sum of its shards (the bias channel is
 // identical on every shard): channels as RouterDiagnosticSumChannel, other elements 0.
 Tensor router_diagnostic_sums(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
-                              const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding);
+                              const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding,
+                              const DiagnosticRows& rows = {});
 // [b, 8, E] sums (of whole sequences) -> Megatron's [b, 7, E] f32: s = ch0 / max(ch5, 1),
 // a = ch1 / max(Σ ch1, 1), c = ch2 / max(Σ ch2, 1), b = ch3, overlap = ch4 / max(Σ ch1, 1),
 // valid = ch5, margin = ch6 / max(ch7, 1).
@@ -67,6 +81,7 @@ struct RouterObservation {
   bool training = false;
   bool sequence_parallel = false;
   bool sequences_split = false;  // tp × cp > 1 (router_diagnostics refused, the sums allowed)
+  DiagnosticRows rows;           // packed sequences: one diagnostics row per document
 };
 // The input site (call before the jitter) and the others (after routing).
 void observe_router_input(const RouterObservation& r);
