@@ -46,6 +46,8 @@ struct DataConfig {
   std::optional<std::string> tokenizer_model;  // tokenizer.json (or its directory) / SentencePiece model
   bool tokenizer_hf_no_include_special_tokens = false;
   bool eod_mask_loss = false;
+  bool reset_position_ids = false;    // packed sequences: positions restart after each EOD
+  bool reset_attention_mask = false;  // packed sequences: documents (ending at an EOD) do not see each other
 
   // One dataset of a blend: a path prefix (".bin"/".idx" appended) and its weight.
   struct Blend {

@@ -2,6 +2,8 @@
 // (MockGPTLowLevelDataset: random lengths, arange + EOD tokens).
 #include "data/document_source.h"
 
+#include <algorithm>
+
 #include "data/shuffle.h"
 
 namespace strata::data {
@@ -36,6 +38,16 @@ void MockDocuments::read(int64_t doc, int64_t offset, int64_t length, int64_t* o
     int64_t j = offset + k;
     out[k] = j == n - 1 ? config_.eod_token : 1 + j % (config_.vocab_size - 1);
   }
+}
+
+bool some_document_ends_with(const DocumentSource& docs, int64_t token, int64_t sample) {
+  for (int64_t d = 0; d < std::min(sample, docs.num_documents()); ++d) {
+    const int64_t n = docs.document_length(d);
+    int64_t last = -1;
+    if (n > 0) docs.read(d, n - 1, 1, &last);
+    if (last == token) return true;
+  }
+  return false;
 }
 
 }  // namespace strata::data

@@ -62,4 +62,8 @@ class MockDocuments : public DocumentSource {
   std::vector<int32_t> lengths_;
 };
 
+// Whether any of the first `sample` documents ends with `token` (packed sequences find their
+// documents by the EOD that preprocessing with --append-eod puts at the end of each).
+bool some_document_ends_with(const DocumentSource& docs, int64_t token, int64_t sample = 64);
+
 }  // namespace strata::data

@@ -24,6 +24,23 @@ MockBatchSource::MockBatchSource(int64_t vocab_size, int64_t seq_length, int64_t
                " outside [0, ", dp_size, ")");
 }
 
+void apply_eod_rules(Batch& b, const EodRules& rules) {
+  if (!rules.mask_loss && !rules.reset_position_ids && !rules.reset_attention_mask) return;
+  STRATA_CHECK(rules.eod_token >= 0,
+               "data: eod_mask_loss / reset_position_ids / reset_attention_mask need an end-of-document token");
+  if (rules.mask_loss) {  // Megatron: loss_mask[tokens == eod] = 0
+    const Tensor tok = b.tokens.contiguous();
+    float* m = b.loss_mask.data<float>();
+    for (int64_t i = 0; i < tok.numel(); ++i)
+      if (tok.data<int64_t>()[i] == rules.eod_token) m[i] = 0.0f;
+  }
+  if (rules.reset_position_ids || rules.reset_attention_mask) {
+    const Tensor starts = document_starts_after_eod(b.tokens, rules.eod_token);
+    if (rules.reset_position_ids) b.position_ids = positions_within_documents(starts);
+    if (rules.reset_attention_mask) set_documents(b, starts);
+  }
+}
+
 Batch MockBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
   STRATA_CHECK(step >= 1, "MockBatchSource: step is 1-based, got ", step);
   STRATA_CHECK(micro_batch >= 0 && micro_batch < num_mb_, "MockBatchSource: micro-batch ", micro_batch,

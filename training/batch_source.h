@@ -29,6 +29,18 @@ class BatchSource {
 // [0, vocab_size) by Philox keyed by (seed, stream); tokens = sample[0:s], labels = sample[1:s+1],
 // loss_mask all ones. Sample index of (step, mb) row r: pretraining_sample_index (data-parallel
 // rank dp_rank of dp_size; num_micro_batches is per rank).
+// What the EOD token means for a batch (data.eod_mask_loss, reset_position_ids, reset_attention_mask).
+struct EodRules {
+  int64_t eod_token = -1;
+  bool mask_loss = false;
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+};
+// Megatron's _get_ltor_masks_and_position_ids on a batch whose tokens are set: loss_mask 0 where
+// the token is EOD (mask_loss), position_ids restarting after each EOD (reset_position_ids) and
+// document_start, documents ending after each EOD (reset_attention_mask).
+void apply_eod_rules(Batch& b, const EodRules& rules);
+
 class MockBatchSource : public BatchSource {
  public:
   // stream distinguishes splits (train 0, validation 1, ...).

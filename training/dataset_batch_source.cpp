@@ -10,10 +10,10 @@
 namespace strata {
 
 DatasetBatchSource::DatasetBatchSource(std::shared_ptr<const data::SampleDataset> dataset, int64_t micro_batch_size,
-                                       int64_t num_micro_batches, int64_t eod_token, bool eod_mask_loss,
-                                       int64_t dp_rank, int64_t dp_size)
-    : dataset_(std::move(dataset)), mbs_(micro_batch_size), num_mb_(num_micro_batches), eod_(eod_token),
-      dp_rank_(dp_rank), dp_size_(dp_size), eod_mask_loss_(eod_mask_loss) {
+                                       int64_t num_micro_batches, const EodRules& eod, int64_t dp_rank,
+                                       int64_t dp_size)
+    : dataset_(std::move(dataset)), mbs_(micro_batch_size), num_mb_(num_micro_batches), dp_rank_(dp_rank),
+      dp_size_(dp_size), eod_(eod) {
   STRATA_CHECK(dataset_ && dataset_->size() > 0, "data: the dataset split is empty");
   STRATA_CHECK(dp_size > 0 && dp_rank >= 0 && dp_rank < dp_size, "data: data-parallel rank ", dp_rank,
                " outside [0, ", dp_size, ")");
@@ -47,9 +47,10 @@ Batch DatasetBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
     for (int64_t j = 0; j < s; ++j) {
       tok[r * s + j] = sample[j];
       lab[r * s + j] = sample[j + 1];
-      mask[r * s + j] = (eod_mask_loss_ && sample[j + 1] == eod_) ? 0.0f : 1.0f;
+      mask[r * s + j] = 1.0f;
     }
   }
+  apply_eod_rules(b, eod_);
   return b;
 }
 

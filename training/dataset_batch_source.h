@@ -1,8 +1,10 @@
 // A BatchSource over a GPT sample dataset (data/gpt_dataset.h): micro-batch `mb` of iteration
 // `step` on data-parallel rank dp_rank of dp_size holds the samples pretraining_sample_index(step,
 // mb, r, …), r < mbs, of the dataset (Megatron's MegatronPretrainingSampler; wrapping at its end;
-// num_micro_batches is per rank); tokens = sample[0:s], labels = sample[1:s+1], loss_mask 1, or 0
-// where the label is the EOD token when data.eod_mask_loss (Megatron get_ltor_masks_and_position_ids).
+// num_micro_batches is per rank); tokens = sample[0:s], labels = sample[1:s+1], and from the EOD
+// tokens among the tokens (Megatron _get_ltor_masks_and_position_ids): loss_mask 0 where the token
+// is EOD (data.eod_mask_loss), positions restarting after each EOD (data.reset_position_ids) and
+// documents that end after each EOD (data.reset_attention_mask: Batch::document_start).
 #pragma once
 #include <memory>
 #include <string>
@@ -15,8 +17,7 @@ namespace strata {
 class DatasetBatchSource : public BatchSource {
  public:
   DatasetBatchSource(std::shared_ptr<const data::SampleDataset> dataset, int64_t micro_batch_size,
-                     int64_t num_micro_batches, int64_t eod_token, bool eod_mask_loss, int64_t dp_rank = 0,
-                     int64_t dp_size = 1);
+                     int64_t num_micro_batches, const EodRules& eod, int64_t dp_rank = 0, int64_t dp_size = 1);
   Batch next_microbatch(int64_t step, int64_t micro_batch) override;
   // Refuse token ids >= vocab_size (data tokenized for a larger vocabulary than the model's) as
   // they are read, with an error naming `data_name` (the dataset prefixes), the sample, the id and
@@ -25,10 +26,10 @@ class DatasetBatchSource : public BatchSource {
 
  private:
   std::shared_ptr<const data::SampleDataset> dataset_;
-  int64_t mbs_, num_mb_, eod_, dp_rank_, dp_size_;
+  int64_t mbs_, num_mb_, dp_rank_, dp_size_;
+  EodRules eod_;
   int64_t vocab_size_ = 0;
   std::string data_name_;
-  bool eod_mask_loss_;
 };
 
 }  // namespace strata

@@ -14,7 +14,9 @@
 
 #include "core/device.h"
 #include "core/logging.h"
+#include "core/config_table.h"
 #include "data/blended_dataset.h"
+#include "data/document_source.h"
 #include "data/tokenizer.h"
 #include "models/hybrid/hybrid_pattern.h"
 #include "parallel/distributed.h"
@@ -59,6 +61,20 @@ double peak_flops(Device device, Precision precision) {
   return precision == Precision::Bf16 ? 989e12 : 67e12;
 }
 
+// Packed sequences find documents by their EOD tokens: data preprocessed without --append-eod
+// would silently stay one document per sample. Refused, naming the flag, before allocation.
+void check_documents_end_with_eod(const DataConfig& data, int64_t eod) {
+  const char* field = data.reset_attention_mask ? "data.reset_attention_mask"
+                      : data.reset_position_ids  ? "data.reset_position_ids"
+                                                 : nullptr;
+  if (!field || data.mock_data) return;  // mock documents end with EOD
+  for (const DataConfig::Blend& b : data.blend())
+    if (!data::some_document_ends_with(data::IndexedDocuments(b.prefix), eod))
+      throw config::ConfigError(field, "true, but no document of data.data_path " + b.prefix +
+                                           " ends with the tokenizer's EOD token (id " + std::to_string(eod) +
+                                           "): preprocess it with --append-eod, or turn the flag off");
+}
+
 TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const RunHooks& hooks) {
   check_checkpoint_paths(cfg, /*create_save=*/true);  // before anything is allocated or trained
   std::unique_ptr<TensorDumper> tensor_dumper = TensorDumper::from_config(cfg, rt.rank);  // creates its directory
@@ -73,6 +89,7 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   }
   log::info("tokenizer {}: vocab size {} (eod {}); device {}", tokenizer->name(), tokenizer->vocab_size(),
             tokenizer->eod(), device.str());
+  check_documents_end_with_eod(cfg.data, tokenizer->eod());
   check_rank_memory(cfg, device, rt.local_size);  // a layout that cannot fit, refused before allocation
 
   const int64_t gbs = *cfg.training.global_batch_size;  // resolved by validate()
@@ -97,14 +114,15 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   const int64_t nmb = cfg.num_micro_batches();
   // Megatron's sampler: micro-batches split over the dp group (cp ranks share their samples).
   const int64_t dp_rank = groups.dp.rank(), dp_size = groups.dp.size();
-  DatasetBatchSource train(datasets[0], cfg.training.micro_batch_size, nmb, tokenizer->eod(), cfg.data.eod_mask_loss,
-                           dp_rank, dp_size);
+  const EodRules eod{tokenizer->eod(), cfg.data.eod_mask_loss, cfg.data.reset_position_ids,
+                     cfg.data.reset_attention_mask};
+  DatasetBatchSource train(datasets[0], cfg.training.micro_batch_size, nmb, eod, dp_rank, dp_size);
   const std::string data_name = cfg.data.mock_data ? std::string("mock data") : "data.data_path [" + trimmed(blend.str()) + "]";
   train.check_vocabulary(*cfg.model.vocab_size, data_name);
   std::unique_ptr<DatasetBatchSource> valid;
   if (datasets[1] && evals > 0) {
-    valid = std::make_unique<DatasetBatchSource>(datasets[1], cfg.training.micro_batch_size, nmb, tokenizer->eod(),
-                                                 cfg.data.eod_mask_loss, dp_rank, dp_size);
+    valid = std::make_unique<DatasetBatchSource>(datasets[1], cfg.training.micro_batch_size, nmb, eod, dp_rank,
+                                                 dp_size);
     valid->check_vocabulary(*cfg.model.vocab_size, data_name);
   }
 

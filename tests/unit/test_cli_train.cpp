@@ -177,6 +177,40 @@ TEST_CASE("cli train: NullTokenizer's EOD is inside model.vocab_size, as Megatro
   CHECK_THAT(r.out, Contains("eod 999") || Contains("iteration        2/"));
 }
 
+TEST_CASE("cli train: packed sequences with Megatron's reset flags train, and data without EOD is refused",
+          "[cli_train][packed]") {
+  std::string text;
+  for (int d = 0; d < 60; ++d) text += "Document " + std::to_string(d) + " is short.\n\n";
+  const std::string input = write_file("packed_docs.txt", text);
+  const std::string with_eod = (temp_dir() / "packed" / "with").string(), without = (temp_dir() / "packed" / "without").string();
+  for (const auto& [prefix, eod] : {std::pair{with_eod, true}, std::pair{without, false}}) {
+    std::vector<std::string> a = {"preprocess", "--input", input, "--output-prefix", prefix, "--tokenizer-type",
+                                  "ByteLevelTokenizer", "--split-paragraphs"};
+    if (eod) a.push_back("--append-eod");
+    const CliResult p = run_cli(a);
+    INFO(p.err);
+    REQUIRE(p.rc == 0);
+  }
+  const std::string yaml = write_file("packed.yaml", "optimizer:\n  lr: 1.0e-3\nmodel:\n  num_layers: 2\n"
+                                                     "  hidden_size: 32\n  num_attention_heads: 4\n"
+                                                     "  position_embedding_type: rope\n");
+  const std::vector<std::string> flags = {"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss",
+                                          "model.seq_length=32", "training.train_iters=2", "training.eval_iters=0",
+                                          "logging.log_interval=1", "training.device=cpu", "data.split=1"};
+  std::vector<std::string> args = {"train", "--config", yaml, "data.data_path=[" + with_eod + "_text_document]"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  CliResult r = run_cli(args);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("iteration        2/"));
+  args[3] = "data.data_path=[" + without + "_text_document]";
+  r = run_cli(args);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("data.reset_attention_mask") && Contains("--append-eod"));
+  CHECK_THAT(r.err, !Contains(".cpp:"));
+}
+
 TEST_CASE("cli train: a model vocabulary smaller than the tokenizer's is refused before allocation", "[cli_train]") {
   const std::string good = write_file("good_vocab.yaml", kGood);
   for (const char* extra : {"--validate-only", "training.train_iters=1"}) {

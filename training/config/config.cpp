@@ -126,7 +126,16 @@ config::SectionFields<DataConfig> data_fields() {
   f.add("tokenizer_hf_no_include_special_tokens", &D::tokenizer_hf_no_include_special_tokens,
         "HuggingFaceTokenizer: encode without the post-processor's template tokens (BOS/EOS) and decode without "
         "special tokens.");
-  f.add("eod_mask_loss", &D::eod_mask_loss, "Exclude end-of-document tokens from the loss.");
+  f.add("eod_mask_loss", &D::eod_mask_loss,
+        "Exclude the loss at end-of-document tokens (where the input token is EOD: the prediction across a "
+        "document boundary), as Megatron's GPTDataset.");
+  f.add("reset_position_ids", &D::reset_position_ids,
+        "Packed sequences: position ids restart after each end-of-document token (RoPE and learned position "
+        "embeddings see positions within the document).");
+  f.add("reset_attention_mask", &D::reset_attention_mask,
+        "Packed sequences: a document ends after each end-of-document token and does not see the others: "
+        "attention stays inside it, the Mamba mixer restarts its conv1d and SSD state, MTP shifts stay "
+        "inside it. Set reset_position_ids too for documents that train exactly as if alone.");
   return f;
 }
 

@@ -189,7 +189,8 @@ StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::s
     const std::string name = text.substr(p + 2, e - p - 2);
     auto it = placeholders.find(name);
     STRATA_CHECK_KIND(ErrorKind::Config, it != placeholders.end(), path, ": placeholder ${", name,
-                      "} is not available in this run (TENSORBOARD_PATH, CHECKPOINT_SAVE_PATH, CHECKPOINT_LOAD_PATH)");
+                      "} is not available in this run (TENSORBOARD_PATH, CHECKPOINT_SAVE_PATH, CHECKPOINT_LOAD_PATH, "
+                      "DATA_PATH)");
     text.replace(p, e - p + 1, it->second);
     p += it->second.size();
   }
@@ -267,8 +268,14 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
   job.barrier();
   for (const auto& [k, v] : c.env_vars) ::setenv(k.c_str(), v.c_str(), /*overwrite=*/0);
 
-  std::map<std::string, std::string> ph = {
-      {"TENSORBOARD_PATH", run.tensorboard_dir}, {"CHECKPOINT_SAVE_PATH", ckpt}, {"CHECKPOINT_LOAD_PATH", ckpt}};
+  // DATA_PATH: tests/functional/data, the cases' data files (Megatron's ${DATA_PATH} of its test data).
+  fs::path case_dir = fs::weakly_canonical(c.dir);
+  if (!case_dir.has_filename()) case_dir = case_dir.parent_path();  // "…/case/"
+  const std::string data = (case_dir.parent_path().parent_path() / "data").string();
+  std::map<std::string, std::string> ph = {{"TENSORBOARD_PATH", run.tensorboard_dir},
+                                           {"CHECKPOINT_SAVE_PATH", ckpt},
+                                           {"CHECKPOINT_LOAD_PATH", ckpt},
+                                           {"DATA_PATH", data}};
   const StrataConfig cfg = case_config(c, ph, options.platform, job.size());
   run.train_iters = cfg.training.train_iters;
   run.precision = config::enum_to_string(std::span<const config::EnumName<Precision>>(kPrecisionNames), cfg.training.precision);
