@@ -1,6 +1,7 @@
 // Shared by the layout-equivalence tests: trains a config with this rank's part of a parallel
 // layout, wired as training/run.cpp wires `strata train` (model chunks, pipeline layout, model-
-// parallel group, Megatron's sampler at the dp group's rank and size over mock data), and returns
+// parallel group, Megatron's sampler at the dp group's rank and size over mock data, packed into
+// documents when the config sets data.reset_*), and returns
 // the losses, grad norms and, optionally, the final gradients gathered to global tensors.
 #pragma once
 #include <functional>
@@ -35,13 +36,47 @@ struct LayoutRun {
 // inspect (optional): called after training with the trainer and the model chunks.
 using LayoutInspect = std::function<void(Trainer&, std::vector<std::unique_ptr<GPTModel>>&)>;
 
+// Packed-sequence layouts (data.reset_position_ids / reset_attention_mask): the mock samples with
+// the EOD token (vocab − 1) planted where (t + 3·row) mod 5 == 2, so every sample holds documents
+// of 5 tokens and shorter ones at its edges, boundaries at different places in each sample; then
+// Megatron's EOD rules as strata train applies them.
+class PackedMockBatchSource : public BatchSource {
+ public:
+  PackedMockBatchSource(std::unique_ptr<BatchSource> inner, const EodRules& rules)
+      : inner_(std::move(inner)), rules_(rules) {}
+  Batch next_microbatch(int64_t step, int64_t micro_batch) override {
+    Batch b = inner_->next_microbatch(step, micro_batch);
+    const int64_t rows = b.tokens.size(0), s = b.tokens.size(1);
+    int64_t* tok = b.tokens.data<int64_t>();
+    int64_t* lab = b.labels.data<int64_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < s; ++t) {
+        const int64_t row = b.first_sample_index + r;
+        if ((t + 3 * row) % 5 != 2) continue;
+        tok[r * s + t] = rules_.eod_token;
+        if (t > 0) lab[r * s + t - 1] = rules_.eod_token;  // the label is the next token
+      }
+    apply_eod_rules(b, rules_);
+    return b;
+  }
+
+ private:
+  std::unique_ptr<BatchSource> inner_;
+  EodRules rules_;
+};
+
 // Trains this rank's `chunks` (GPT or any LanguageModel) of `cfg` under `groups`.
 template <class Model, class Inspect>
 LayoutRun train_chunks(std::vector<std::unique_ptr<Model>>& chunks, const StrataConfig& cfg,
                        const ParallelGroups& groups, int64_t vocab, bool gather_grads, const Inspect& inspect,
                        MetricsSink* sink) {
-  MockBatchSource data(vocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
+  std::unique_ptr<BatchSource> mock = std::make_unique<MockBatchSource>(
+      vocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
+      static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
+  const EodRules rules{vocab - 1, cfg.data.eod_mask_loss, cfg.data.reset_position_ids, cfg.data.reset_attention_mask};
+  if (rules.mask_loss || rules.reset_position_ids || rules.reset_attention_mask)
+    mock = std::make_unique<PackedMockBatchSource>(std::move(mock), rules);
+  BatchSource& data = *mock;
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

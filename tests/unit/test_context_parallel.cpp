@@ -62,6 +62,30 @@ kernels::AttentionParams params(double dropout) {
   return p;
 }
 
+// Packed sequences: document_start [2, s] of documents of lengths 5, 1, 9, … (sample 0) and 3s/4,
+// the rest (sample 1): boundaries inside chunks, on chunk edges and a one-token document.
+Tensor document_starts(int64_t s) {
+  std::vector<double> v(static_cast<size_t>(2 * s));
+  const int64_t lens[] = {5, 1, 9};
+  int64_t start = 0, next = 0, k = 0;
+  for (int64_t t = 0; t < s; ++t) {
+    if (t == next) {
+      start = t;
+      next = t + lens[k++ % 3];
+    }
+    v[static_cast<size_t>(t)] = static_cast<double>(start);
+    v[static_cast<size_t>(s + t)] = t < 3 * s / 4 ? 0.0 : static_cast<double>(3 * s / 4);
+  }
+  return Tensor::from_vector(v, {2, s}, DType::I64);
+}
+
+// p with rank r's rows of the document starts (whole-sequence positions), or p unchanged.
+kernels::AttentionParams rank_params(const kernels::AttentionParams& p, int cp, int r) {
+  kernels::AttentionParams out = p;
+  if (p.document_start.defined()) out.document_start = cp::split_sequence(p.document_start, 1, cp, r);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("context parallel: the load-balanced split holds chunks r and 2cp-1-r and merges back", "[context_parallel]") {
@@ -104,28 +128,32 @@ TEST_CASE("context parallel: the load-balanced split holds chunks r and 2cp-1-r 
                     Catch::Contains("not divisible by 2 x context_parallel_size"));
 }
 
-TEST_CASE("context parallel: all-gather attention over simulated ranks equals the unsharded attention",
+TEST_CASE("context parallel: all-gather attention over simulated ranks equals the unsharded attention, "
+          "with and without packed documents",
           "[context_parallel]") {
   for (DType dt : {DType::F64, DType::F32}) {
     for (int cp : {2, 3}) {
       for (int64_t hkv : {4, 2}) {  // MHA and GQA
-        for (double dropout : {0.0, 0.2}) {
-          INFO(dtype_name(dt) << " cp " << cp << " kv heads " << hkv << " dropout " << dropout);
+        for (double dropout : {0.0, 0.2})
+        for (bool docs : {false, true}) {
+          INFO(dtype_name(dt) << " cp " << cp << " kv heads " << hkv << " dropout " << dropout << " documents " << docs);
           const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
-          const kernels::AttentionParams p = params(dropout);
           const int64_t s = 12 * cp;
+          kernels::AttentionParams p = params(dropout);
+          if (docs) p.document_start = document_starts(s);
           const Full f = full_attention(s, hkv, dt, p, 11 + cp);
           Tensor dk_sum = Tensor::zeros(f.k.shape(), DType::F64), dv_sum = Tensor::zeros(f.v.shape(), DType::F64);
           for (int r = 0; r < cp; ++r) {
             const Tensor q = cp::split_sequence(f.q, 0, cp, r);
             Tensor out = Tensor::empty(q.shape(), dt);
             Tensor lse = Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_dtype(dt));
-            cp::gathered_forward(q, f.k, f.v, out, lse, p, cp, r);
+            const kernels::AttentionParams pr = rank_params(p, cp, r);
+            cp::gathered_forward(q, f.k, f.v, out, lse, pr, cp, r);
             CHECK(rel_err(out, cp::split_sequence(f.out, 0, cp, r)) <= tol);
             CHECK(max_abs_diff(lse, cp::split_sequence(f.lse, 2, cp, r)) <= tol * 10);
             Tensor dq = Tensor::empty(q.shape(), dt), dk = Tensor::empty(f.k.shape(), dt),
                    dv = Tensor::empty(f.v.shape(), dt);
-            cp::gathered_backward(q, f.k, f.v, out, cp::split_sequence(f.dout, 0, cp, r), lse, dq, dk, dv, p, cp, r);
+            cp::gathered_backward(q, f.k, f.v, out, cp::split_sequence(f.dout, 0, cp, r), lse, dq, dk, dv, pr, cp, r);
             CHECK(rel_err(dq, cp::split_sequence(f.dq, 0, cp, r)) <= tol);
             kernels::add(dk_sum, dk.to(DType::F64), dk_sum);
             kernels::add(dv_sum, dv.to(DType::F64), dv_sum);
@@ -138,16 +166,19 @@ TEST_CASE("context parallel: all-gather attention over simulated ranks equals th
   }
 }
 
-TEST_CASE("context parallel: ring attention over simulated ranks equals the unsharded attention",
+TEST_CASE("context parallel: ring attention over simulated ranks equals the unsharded attention, "
+          "with and without packed documents",
           "[context_parallel]") {
   for (DType dt : {DType::F64, DType::F32}) {
     for (int cp : {2, 3, 4}) {
       for (int64_t hkv : {4, 2}) {
-        for (double dropout : {0.0, 0.2}) {
-          INFO(dtype_name(dt) << " cp " << cp << " kv heads " << hkv << " dropout " << dropout);
+        for (double dropout : {0.0, 0.2})
+        for (bool docs : {false, true}) {
+          INFO(dtype_name(dt) << " cp " << cp << " kv heads " << hkv << " dropout " << dropout << " documents " << docs);
           const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
-          const kernels::AttentionParams p = params(dropout);
           const int64_t s = 8 * cp;
+          kernels::AttentionParams p = params(dropout);
+          if (docs) p.document_start = document_starts(s);
           const Full f = full_attention(s, hkv, dt, p, 31 + cp);
           std::vector<Tensor> k(cp), v(cp), dk(cp), dv(cp);
           for (int r = 0; r < cp; ++r) {
@@ -158,10 +189,11 @@ TEST_CASE("context parallel: ring attention over simulated ranks equals the unsh
           }
           for (int r = 0; r < cp; ++r) {
             const Tensor q = cp::split_sequence(f.q, 0, cp, r);
+            const kernels::AttentionParams pr = rank_params(p, cp, r);
             cp::RingAccumulator acc = cp::make_ring_accumulator(q);
             for (int i = 0; i < cp; ++i) {  // ring order: own block first, then the previous rank's …
               const int src = (r + cp - i) % cp;
-              cp::ring_block_forward(q, k[src], v[src], src, acc, p, cp, r);
+              cp::ring_block_forward(q, k[src], v[src], src, acc, pr, cp, r);
             }
             Tensor out = Tensor::empty(q.shape(), dt);
             Tensor lse = Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_dtype(dt));
@@ -172,7 +204,7 @@ TEST_CASE("context parallel: ring attention over simulated ranks equals the unsh
             const Tensor dout = cp::split_sequence(f.dout, 0, cp, r);
             for (int i = 0; i < cp; ++i) {
               const int src = (r + cp - i) % cp;
-              cp::ring_block_backward(q, k[src], v[src], src, out, dout, lse, dq, dk[src], dv[src], p, cp, r);
+              cp::ring_block_backward(q, k[src], v[src], src, out, dout, lse, dq, dk[src], dv[src], pr, cp, r);
             }
             CHECK(rel_err(dq, cp::split_sequence(f.dq, 0, cp, r)) <= tol);
           }

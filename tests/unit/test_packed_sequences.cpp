@@ -1,0 +1,299 @@
+// Packed sequences (data.reset_position_ids + data.reset_attention_mask), the packing identity:
+// documents A|B|C packed into one sequence give each document the per-token losses (every loss
+// channel, MTP included), the output logits and, summed, the parameter gradients of running A, B
+// and C alone, in float64 on the CPU within 1e-10: GPT with RoPE, GPT with learned absolute
+// positions, the hybrid pattern M*-E (Mamba, attention, MLP, MoE) and GPT with two MTP depths;
+// the MoE router diagnostic sums come one row per document, each the document's own.
+// The attention kernel alone: a packed call equals one call per document, forward and backward.
+// Reference: Megatron-Core packed sequences (PackedSeqParams / THD: attention, Mamba seq_idx, MTP
+// _roll_tensor_packed_seq), the definition itself: a document never sees another.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/observe.h"
+#include "kernels/attention.h"
+#include "models/gpt/gpt_model.h"
+#include "models/hybrid/hybrid_model.h"
+#include "test_helpers.h"
+
+namespace strata {
+namespace {
+
+constexpr int64_t kVocab = 29, kEod = 28;
+
+// Two samples of 16 tokens: sample 0 = A(5) | B(7) | C(4), sample 1 = D(1) | E(9) | F(6). Every
+// document but the last of its sample ends with EOD, as preprocessed data does.
+const std::vector<std::vector<int64_t>> kDocLengths = {{5, 7, 4}, {1, 9, 6}};
+constexpr int64_t kSeq = 16;
+
+struct Doc {
+  int64_t sample, begin, length;
+  std::vector<int64_t> tokens, labels;
+};
+
+std::vector<Doc> documents() {
+  std::vector<Doc> docs;
+  for (int64_t b = 0; b < 2; ++b) {
+    int64_t begin = 0;
+    for (size_t d = 0; d < kDocLengths[b].size(); ++d) {
+      Doc doc{b, begin, kDocLengths[b][d], {}, {}};
+      for (int64_t t = 0; t < doc.length; ++t) {
+        const bool last = t + 1 == doc.length && d + 1 < kDocLengths[b].size();
+        doc.tokens.push_back(last ? kEod : (begin * 7 + t * 5 + b * 3 + 1) % (kVocab - 1));
+        doc.labels.push_back((begin * 3 + t * 11 + b + 2) % kVocab);
+      }
+      docs.push_back(doc);
+      begin += doc.length;
+    }
+  }
+  return docs;
+}
+
+Batch packed_batch(const std::vector<Doc>& docs) {
+  std::vector<int64_t> tok(2 * kSeq), lab(2 * kSeq);
+  for (const Doc& d : docs)
+    for (int64_t t = 0; t < d.length; ++t) {
+      tok[d.sample * kSeq + d.begin + t] = d.tokens[t];
+      lab[d.sample * kSeq + d.begin + t] = d.labels[t];
+    }
+  Batch b;
+  b.tokens = Tensor::from_data(tok, Shape{2, kSeq});
+  b.labels = Tensor::from_data(lab, Shape{2, kSeq});
+  b.loss_mask = Tensor::full({2, kSeq}, 1.0, DType::F32);
+  set_documents(b, document_starts_after_eod(b.tokens, kEod));
+  b.position_ids = positions_within_documents(b.document_start);
+  return b;
+}
+
+Batch alone_batch(const Doc& d) {
+  Batch b;
+  b.tokens = Tensor::from_data(d.tokens, Shape{1, d.length});
+  b.labels = Tensor::from_data(d.labels, Shape{1, d.length});
+  b.loss_mask = Tensor::full({1, d.length}, 1.0, DType::F32);
+  return b;
+}
+
+// Keeps the output logits [s, b, V] and each router's diagnostic sums [rows, 8, E] of a forward.
+class LogitsObserver : public Observer {
+ public:
+  void on_tensor(const Observation& o) override {
+    if (o.kind == SourceKind::OutputLogits) logits.push_back(o.tensor.to(Device::cpu()).clone());
+    else router_sums[std::string(o.owner)] = o.tensor.to(Device::cpu()).clone();
+  }
+  std::vector<Tensor> logits;
+  std::map<std::string, Tensor> router_sums;
+};
+
+// The loss weight of token t of document d (the same in the packed and the alone run).
+double weight(const Doc& d, int64_t t) { return 0.5 + 0.1 * static_cast<double>((d.begin + t + d.sample) % 7); }
+
+struct Pass {
+  std::vector<std::vector<double>> losses;  // per channel, [b, s] row-major
+  std::vector<double> logits;               // [s, b, V]
+  std::map<std::string, std::vector<double>> grads;
+  std::map<std::string, Tensor> router_sums;  // owner -> [rows, 8, E]
+  int64_t b = 0, s = 0, vocab = 0;
+};
+
+// One forward + backward of `batch` (per-token loss gradients from `w` [b, s]).
+Pass run(LanguageModel& model, const Batch& batch, const std::vector<double>& w) {
+  for (Parameter* p : model.parameters()) p->main_grad.zero_();
+  LogitsObserver obs;
+  Pass r;
+  r.b = batch.tokens.size(0);
+  r.s = batch.tokens.size(1);
+  auto ctx = model.make_context(1, 0, true);
+  ForwardOutput out;
+  {
+    CaptureScope scope(obs, SourceKinds{SourceKind::OutputLogits, SourceKind::RouterDiagnosticSums});
+    out = model.forward_pass(*ctx, batch);
+  }
+  r.router_sums = obs.router_sums;
+  REQUIRE(obs.logits.size() == 1);
+  r.vocab = obs.logits[0].size(2);
+  r.logits = obs.logits[0].to_vector();
+  BackwardInput in;
+  for (const NamedLoss& l : out.losses) {
+    REQUIRE(l.reduction == LossReduction::PerToken);  // no batch-level loss: nothing mixes documents
+    r.losses.push_back(l.value.to_vector());
+    in.loss_grads.push_back(Tensor::from_vector(w, l.value.shape(), DType::F64).to(l.value.dtype()));
+  }
+  model.backward_pass(*ctx, in);
+  for (Parameter* p : model.parameters()) r.grads[p->name] = p->main_grad.to_vector();
+  return r;
+}
+
+// The packed run against every document alone.
+void check_packing(LanguageModel& model) {
+  const std::vector<Doc> docs = documents();
+  std::vector<double> w(2 * kSeq);
+  for (const Doc& d : docs)
+    for (int64_t t = 0; t < d.length; ++t) w[d.sample * kSeq + d.begin + t] = weight(d, t);
+  const Pass packed = run(model, packed_batch(docs), w);
+  std::map<std::string, std::vector<double>> grad_sum;
+  double worst_loss = 0, worst_logit = 0, scale = 0;
+  std::vector<int64_t> index_in_sample(2, 0);
+  for (const Doc& d : docs) {
+    std::vector<double> wd(d.length);
+    for (int64_t t = 0; t < d.length; ++t) wd[t] = weight(d, t);
+    const Pass alone = run(model, alone_batch(d), wd);
+    // Router diagnostics per document (Strata's extension): the packed run's row of this document
+    // is the alone run's one sequence.
+    const int64_t doc_row = d.sample * 3 + index_in_sample[d.sample]++;  // 3 documents per sample
+    REQUIRE(alone.router_sums.size() == packed.router_sums.size());
+    for (const auto& [owner, sums] : alone.router_sums) {
+      INFO(owner << " document row " << doc_row);
+      const Tensor& p = packed.router_sums.at(owner);
+      REQUIRE(p.size(0) == 2 * 3);
+      CHECK(test::max_abs_diff(p.narrow(0, doc_row, 1).contiguous(), sums) <= 1e-6);
+    }
+    REQUIRE(alone.losses.size() == packed.losses.size());
+    for (size_t c = 0; c < alone.losses.size(); ++c)
+      for (int64_t t = 0; t < d.length; ++t)
+        worst_loss = std::max(worst_loss, std::fabs(alone.losses[c][t] - packed.losses[c][d.sample * kSeq + d.begin + t]));
+    const int64_t V = packed.vocab;
+    for (int64_t t = 0; t < d.length; ++t)
+      for (int64_t v = 0; v < V; ++v) {
+        const double a = alone.logits[t * V + v], p = packed.logits[((d.begin + t) * 2 + d.sample) * V + v];
+        worst_logit = std::max(worst_logit, std::fabs(a - p));
+        scale = std::max(scale, std::fabs(a));
+      }
+    for (const auto& [name, g] : alone.grads) {
+      auto& sum = grad_sum[name];
+      if (sum.empty()) sum.assign(g.size(), 0.0);
+      for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+    }
+  }
+  CHECK(scale > 0.1);
+  CHECK(worst_loss <= 1e-10);
+  CHECK(worst_logit <= 1e-10);
+  double worst_grad = 0, grad_scale = 0;
+  for (const auto& [name, g] : packed.grads) {
+    INFO(name);
+    const std::vector<double>& want = grad_sum.at(name);
+    double m = 0, e = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      m = std::max(m, std::fabs(want[i]));
+      e = std::max(e, std::fabs(g[i] - want[i]));
+    }
+    CHECK(e <= 1e-10 * std::max(m, 1.0));
+    worst_grad = std::max(worst_grad, e);
+    grad_scale = std::max(grad_scale, m);
+  }
+  CHECK(grad_scale > 1e-3);
+  UNSCOPED_INFO("worst |loss| error " << worst_loss << ", |logit| " << worst_logit << ", |grad| " << worst_grad);
+}
+
+ModelConfig base_config() {
+  ModelConfig m;
+  m.num_layers = 2;
+  m.hidden_size = 16;
+  m.num_attention_heads = 4;
+  m.num_query_groups = 2;
+  m.group_query_attention = true;
+  m.ffn_hidden_size = 24;
+  m.vocab_size = kVocab;
+  m.make_vocab_size_divisible_by = 4;
+  m.seq_length = kSeq;
+  m.max_position_embeddings = kSeq;
+  m.position_embedding_type = PositionEmbeddingType::Rope;
+  m.hidden_dropout = 0.0;
+  m.attention_dropout = 0.0;
+  return m;
+}
+
+GPTModelOptions f64_gpt() {
+  GPTModelOptions o;
+  o.dtype = DType::F64;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("packed sequences: GPT with RoPE trains each document as if alone (f64, 1e-10)", "[packed]") {
+  GPTModel model(base_config(), f64_gpt());
+  model.init_parameters(5);
+  check_packing(model);
+}
+
+TEST_CASE("packed sequences: GPT with learned absolute positions trains each document as if alone", "[packed]") {
+  ModelConfig m = base_config();
+  m.position_embedding_type = PositionEmbeddingType::LearnedAbsolute;
+  GPTModel model(m, f64_gpt());
+  model.init_parameters(6);
+  check_packing(model);
+}
+
+TEST_CASE("packed sequences: GPT with two MTP depths, the shifts inside each document", "[packed][mtp]") {
+  ModelConfig m = base_config();
+  m.mtp_num_layers = 2;
+  m.mtp_loss_scaling_factor = 0.3;
+  GPTModel model(m, f64_gpt());
+  model.init_parameters(7);
+  check_packing(model);
+}
+
+TEST_CASE("packed sequences: hybrid M*-E restarts the Mamba conv1d and SSD state at each document",
+          "[packed][hybrid]") {
+  ModelConfig m = base_config();
+  m.hybrid_layer_pattern = "M*-E";
+  m.num_layers = 4;
+  m.add_bias_linear = false;
+  m.mamba_head_dim = 4;
+  m.mamba_num_groups = 2;
+  m.mamba_state_dim = 4;
+  m.mamba_chunk_size = 3;  // chunks that straddle document boundaries
+  m.num_experts = 4;
+  m.moe_ffn_hidden_size = 8;
+  m.moe_router_topk = 2;
+  m.moe_aux_loss_coeff = {0.0};  // a batch-level loss would couple the documents
+  LanguageModelOptions o;
+  o.dtype = DType::F64;
+  HybridModel model(m, o);
+  model.init_parameters(8);
+  check_packing(model);
+}
+
+TEST_CASE("packed sequences: attention over packed documents equals attention per document", "[packed][attention]") {
+  const int64_t b = 2, hq = 4, hkv = 2, d = 8;
+  const std::vector<Doc> docs = documents();
+  const Batch batch = packed_batch(docs);
+  const Tensor q = test::random_tensor({kSeq, b, hq, d}, 1, -1, 1, DType::F64);
+  const Tensor k = test::random_tensor({kSeq, b, hkv, d}, 2, -1, 1, DType::F64);
+  const Tensor v = test::random_tensor({kSeq, b, hkv, d}, 3, -1, 1, DType::F64);
+  const Tensor dout = test::random_tensor({kSeq, b, hq, d}, 4, -1, 1, DType::F64);
+  kernels::AttentionParams p;
+  p.document_start = batch.document_start;
+  Tensor out = Tensor::empty(q.shape(), DType::F64), lse = Tensor::empty({b, hq, kSeq}, DType::F64);
+  kernels::attention_forward(q, k, v, out, lse, p);
+  Tensor dq = Tensor::empty(q.shape(), DType::F64), dk = Tensor::empty(k.shape(), DType::F64),
+         dv = Tensor::empty(v.shape(), DType::F64);
+  kernels::attention_backward(q, k, v, out, dout, lse, dq, dk, dv, p);
+  for (const Doc& doc : docs) {
+    INFO("sample " << doc.sample << " document at " << doc.begin);
+    auto part = [&](const Tensor& t) { return t.narrow(1, doc.sample, 1).narrow(0, doc.begin, doc.length).contiguous(); };
+    const Tensor qd = part(q), kd = part(k), vd = part(v), dod = part(dout);
+    Tensor o = Tensor::empty(qd.shape(), DType::F64), l = Tensor::empty({1, hq, doc.length}, DType::F64);
+    kernels::attention_forward(qd, kd, vd, o, l, kernels::AttentionParams{});
+    Tensor gq = Tensor::empty(qd.shape(), DType::F64), gk = Tensor::empty(kd.shape(), DType::F64),
+           gv = Tensor::empty(vd.shape(), DType::F64);
+    kernels::attention_backward(qd, kd, vd, o, dod, l, gq, gk, gv, kernels::AttentionParams{});
+    CHECK(test::max_abs_diff(o, part(out)) <= 1e-13);
+    CHECK(test::max_abs_diff(l, lse.narrow(0, doc.sample, 1).narrow(2, doc.begin, doc.length).contiguous()) <= 1e-13);
+    CHECK(test::max_abs_diff(gq, part(dq)) <= 1e-13);
+    CHECK(test::max_abs_diff(gk, part(dk)) <= 1e-13);
+    CHECK(test::max_abs_diff(gv, part(dv)) <= 1e-13);
+  }
+  // Bad input is named: a document mask needs causal attention and a [b, sq] i64 tensor.
+  p.causal = false;
+  CHECK_THROWS_WITH(kernels::attention_forward(q, k, v, out, lse, p), Catch::Contains("needs causal attention"));
+  p.causal = true;
+  p.document_start = Tensor::zeros({b, kSeq - 1}, DType::I64);
+  CHECK_THROWS_WITH(kernels::attention_forward(q, k, v, out, lse, p), Catch::Contains("document_start must be [b, sq]"));
+}
+
+}  // namespace strata
