@@ -12,7 +12,9 @@
 #      training-step benchmark (strata bench train on cuda vs PyTorch eager, GPT-2-small shape)
 #   6. mHC's step-time cost on one GPU (strata bench recompute, mHC vs the same GPT without it,
 #      unfused and fused mHC ops, with and without selective mhc recompute)
-#   7. compute-sanitizer memcheck over the quick sweep
+#   7. packed-sequence attention (strata bench packed: 8 documents in s 8192, bf16, against one
+#      document and the sum(doc_len^2)/seq_len^2 bound)
+#   8. compute-sanitizer memcheck over the quick sweep
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$root/out}"
@@ -70,6 +72,10 @@ for path in unfused fused; do
   note "bench mhc ($path) vs plain" "rc=$? $(grep -E 'ratio, median' "$OUT/bench_mhc_gpu_$path.log" | tail -1)"
 done
 
+timeout 60 "$bin/strata" bench packed --device cuda --dtype bf16 --seq 8192 --heads 16 --kv-heads 4 --head-dim 128 \
+  --json "$OUT/bench_packed_gpu.json" > "$OUT/bench_packed_gpu.log" 2>&1
+note "bench packed (8 documents vs one)" "rc=$? $(grep -E 'time ratio' "$OUT/bench_packed_gpu.log" | tail -1)"
+
 if command -v compute-sanitizer > /dev/null; then
   timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$bin/strata_op_sweep" --quick --backend cuda \
     > "$OUT/memcheck.log" 2>&1
@@ -81,6 +87,7 @@ grep -vE "^\[" "$OUT/bench.log" | tail -20
 cat "$OUT/torch_reference.jsonl"
 grep -vE "^\[" "$OUT/bench_train_gpu.log" | tail -8
 for path in unfused fused; do grep -vE "^\[|repeat" "$OUT/bench_mhc_gpu_$path.log" | tail -6; done
+grep -vE "^\[" "$OUT/bench_packed_gpu.log" | tail -5
 echo "==== sweep failures (first 20) ===="
 cat "$OUT/sweep_failures.txt"
 echo "==== summary ===="

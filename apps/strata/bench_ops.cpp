@@ -29,9 +29,7 @@
 #endif
 
 namespace strata::app {
-namespace {
 
-// Median milliseconds of fn over `iters` runs after `warmup` runs, timed with device events.
 double median_ms(Device dev, int warmup, int iters, const std::function<void()>& fn) {
   for (int i = 0; i < warmup; ++i) fn();
   synchronize(dev);
@@ -48,6 +46,8 @@ double median_ms(Device dev, int warmup, int iters, const std::function<void()>&
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
+
+namespace {
 
 Tensor randn(const Shape& s, DType dt, Device dev, uint64_t seed) {
   Tensor t = Tensor::empty(s, dt, dev);

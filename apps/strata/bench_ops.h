@@ -1,7 +1,10 @@
 // Op benchmarks for `strata bench ops`: throughput of the wrappers against a reference measured in
 // the same run (raw library calls, device copy bandwidth), reported as ratios.
 #pragma once
+#include <functional>
 #include <string>
+
+#include "core/device.h"
 
 namespace strata::app {
 
@@ -12,5 +15,8 @@ struct BenchOpsOptions {
   bool no_match_ok = false;  // a filter matching no benchmark is fine (it matched sweep cases)
 };
 int run_op_benchmarks(const BenchOpsOptions& opts);
+
+// Median milliseconds of fn over `iters` runs after `warmup` runs, timed with device events.
+double median_ms(Device dev, int warmup, int iters, const std::function<void()>& fn);
 
 }  // namespace strata::app

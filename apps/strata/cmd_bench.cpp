@@ -6,12 +6,15 @@
 // (apps/strata/bench_recompute.cpp).
 // `strata bench mamba`: the Mamba2 mixer's forward + backward, optionally against the PyTorch
 // reference (apps/strata/bench_mamba.cpp).
+// `strata bench packed`: attention on a packed sequence against one document, next to the
+// Σ doc_len² / seq_len² bound (apps/strata/bench_packed.cpp).
 #include <cstdio>
 
 #include "apps/strata/bench_mamba.h"
 #include "apps/strata/bench_metrics.h"
 #include "apps/strata/bench_recompute.h"
 #include "apps/strata/bench_ops.h"
+#include "apps/strata/bench_packed.h"
 #include "apps/strata/bench_train.h"
 #include "apps/strata/commands.h"
 #include "core/device.h"
@@ -44,6 +47,26 @@ void register_bench_mamba(CLI::App& bench) {
   c->add_option("--save-results", o->save_results,
                 "write the parameters, x, dy and our y, dx and parameter gradients to this safetensors file");
   add_runner(c, [o] { return run_mamba_benchmark(*o); });
+}
+
+void register_bench_packed(CLI::App& bench) {
+  CLI::App* c = bench.add_subcommand(
+      "packed", "attention forward + backward on a sequence packed with --docs documents against the same "
+                "sequence as one document: the time ratio next to the bound sum(doc_len^2) / seq_len^2");
+  auto o = std::make_shared<BenchPackedOptions>();
+  c->add_option("--device", o->device, "cpu, cuda or auto")->capture_default_str();
+  c->add_option("--seq", o->seq, "sequence length")->capture_default_str();
+  c->add_option("--docs", o->docs, "documents in the packed sequence (lengths 3:1:4:1:5:9:2:6)")->capture_default_str();
+  c->add_option("--batch", o->batch, "samples")->capture_default_str();
+  c->add_option("--heads", o->heads, "query heads")->capture_default_str();
+  c->add_option("--kv-heads", o->kv_heads, "key/value heads")->capture_default_str();
+  c->add_option("--head-dim", o->head_dim, "head dimension")->capture_default_str();
+  c->add_option("--dtype", o->dtype, "f32, bf16 or f64")->capture_default_str();
+  c->add_option("--iters", o->iters, "timed passes per run")->capture_default_str();
+  c->add_option("--warmup", o->warmup, "untimed passes before them")->capture_default_str();
+  c->add_option("--repeat", o->repeat, "alternate the two runs this many times")->capture_default_str();
+  c->add_option("--json", o->json_out, "write the results as JSON to this file");
+  add_runner(c, [o] { return run_packed_benchmark(*o); });
 }
 
 void register_bench_recompute(CLI::App& bench) {
@@ -155,6 +178,7 @@ void register_bench(CLI::App& app) {
   });
   register_bench_mamba(*bench);
   register_bench_recompute(*bench);
+  register_bench_packed(*bench);
 }
 
 }  // namespace strata::app
