@@ -18,122 +18,18 @@
 #include "kernels/attention.h"
 #include "models/gpt/gpt_model.h"
 #include "models/hybrid/hybrid_model.h"
+#include "packed_sequence_cases.h"
 #include "test_helpers.h"
 
 namespace strata {
 namespace {
 
-constexpr int64_t kVocab = 29, kEod = 28;
-
-// Two samples of 16 tokens: sample 0 = A(5) | B(7) | C(4), sample 1 = D(1) | E(9) | F(6). Every
-// document but the last of its sample ends with EOD, as preprocessed data does.
-const std::vector<std::vector<int64_t>> kDocLengths = {{5, 7, 4}, {1, 9, 6}};
-constexpr int64_t kSeq = 16;
-
-struct Doc {
-  int64_t sample, begin, length;
-  std::vector<int64_t> tokens, labels;
-};
-
-std::vector<Doc> documents() {
-  std::vector<Doc> docs;
-  for (int64_t b = 0; b < 2; ++b) {
-    int64_t begin = 0;
-    for (size_t d = 0; d < kDocLengths[b].size(); ++d) {
-      Doc doc{b, begin, kDocLengths[b][d], {}, {}};
-      for (int64_t t = 0; t < doc.length; ++t) {
-        const bool last = t + 1 == doc.length && d + 1 < kDocLengths[b].size();
-        doc.tokens.push_back(last ? kEod : (begin * 7 + t * 5 + b * 3 + 1) % (kVocab - 1));
-        doc.labels.push_back((begin * 3 + t * 11 + b + 2) % kVocab);
-      }
-      docs.push_back(doc);
-      begin += doc.length;
-    }
-  }
-  return docs;
-}
-
-Batch packed_batch(const std::vector<Doc>& docs) {
-  std::vector<int64_t> tok(2 * kSeq), lab(2 * kSeq);
-  for (const Doc& d : docs)
-    for (int64_t t = 0; t < d.length; ++t) {
-      tok[d.sample * kSeq + d.begin + t] = d.tokens[t];
-      lab[d.sample * kSeq + d.begin + t] = d.labels[t];
-    }
-  Batch b;
-  b.tokens = Tensor::from_data(tok, Shape{2, kSeq});
-  b.labels = Tensor::from_data(lab, Shape{2, kSeq});
-  b.loss_mask = Tensor::full({2, kSeq}, 1.0, DType::F32);
-  set_documents(b, document_starts_after_eod(b.tokens, kEod));
-  b.position_ids = positions_within_documents(b.document_start);
-  return b;
-}
-
-Batch alone_batch(const Doc& d) {
-  Batch b;
-  b.tokens = Tensor::from_data(d.tokens, Shape{1, d.length});
-  b.labels = Tensor::from_data(d.labels, Shape{1, d.length});
-  b.loss_mask = Tensor::full({1, d.length}, 1.0, DType::F32);
-  return b;
-}
-
-// Keeps the output logits [s, b, V] and each router's diagnostic sums [rows, 8, E] of a forward.
-class LogitsObserver : public Observer {
- public:
-  void on_tensor(const Observation& o) override {
-    if (o.kind == SourceKind::OutputLogits) logits.push_back(o.tensor.to(Device::cpu()).clone());
-    else router_sums[std::string(o.owner)] = o.tensor.to(Device::cpu()).clone();
-  }
-  std::vector<Tensor> logits;
-  std::map<std::string, Tensor> router_sums;
-};
-
-// The loss weight of token t of document d (the same in the packed and the alone run).
-double weight(const Doc& d, int64_t t) { return 0.5 + 0.1 * static_cast<double>((d.begin + t + d.sample) % 7); }
-
-struct Pass {
-  std::vector<std::vector<double>> losses;  // per channel, [b, s] row-major
-  std::vector<double> logits;               // [s, b, V]
-  std::map<std::string, std::vector<double>> grads;
-  std::map<std::string, Tensor> router_sums;  // owner -> [rows, 8, E]
-  int64_t b = 0, s = 0, vocab = 0;
-};
-
-// One forward + backward of `batch` (per-token loss gradients from `w` [b, s]).
-Pass run(LanguageModel& model, const Batch& batch, const std::vector<double>& w) {
-  for (Parameter* p : model.parameters()) p->main_grad.zero_();
-  LogitsObserver obs;
-  Pass r;
-  r.b = batch.tokens.size(0);
-  r.s = batch.tokens.size(1);
-  auto ctx = model.make_context(1, 0, true);
-  ForwardOutput out;
-  {
-    CaptureScope scope(obs, SourceKinds{SourceKind::OutputLogits, SourceKind::RouterDiagnosticSums});
-    out = model.forward_pass(*ctx, batch);
-  }
-  r.router_sums = obs.router_sums;
-  REQUIRE(obs.logits.size() == 1);
-  r.vocab = obs.logits[0].size(2);
-  r.logits = obs.logits[0].to_vector();
-  BackwardInput in;
-  for (const NamedLoss& l : out.losses) {
-    REQUIRE(l.reduction == LossReduction::PerToken);  // no batch-level loss: nothing mixes documents
-    r.losses.push_back(l.value.to_vector());
-    in.loss_grads.push_back(Tensor::from_vector(w, l.value.shape(), DType::F64).to(l.value.dtype()));
-  }
-  model.backward_pass(*ctx, in);
-  for (Parameter* p : model.parameters()) r.grads[p->name] = p->main_grad.to_vector();
-  return r;
-}
+using namespace strata::test::packed;
 
 // The packed run against every document alone.
 void check_packing(LanguageModel& model) {
   const std::vector<Doc> docs = documents();
-  std::vector<double> w(2 * kSeq);
-  for (const Doc& d : docs)
-    for (int64_t t = 0; t < d.length; ++t) w[d.sample * kSeq + d.begin + t] = weight(d, t);
-  const Pass packed = run(model, packed_batch(docs), w);
+  const Pass packed = run(model, packed_batch(docs), packed_weights(docs));
   std::map<std::string, std::vector<double>> grad_sum;
   double worst_loss = 0, worst_logit = 0, scale = 0;
   std::vector<int64_t> index_in_sample(2, 0);
@@ -171,39 +67,7 @@ void check_packing(LanguageModel& model) {
   CHECK(scale > 0.1);
   CHECK(worst_loss <= 1e-10);
   CHECK(worst_logit <= 1e-10);
-  double worst_grad = 0, grad_scale = 0;
-  for (const auto& [name, g] : packed.grads) {
-    INFO(name);
-    const std::vector<double>& want = grad_sum.at(name);
-    double m = 0, e = 0;
-    for (size_t i = 0; i < g.size(); ++i) {
-      m = std::max(m, std::fabs(want[i]));
-      e = std::max(e, std::fabs(g[i] - want[i]));
-    }
-    CHECK(e <= 1e-10 * std::max(m, 1.0));
-    worst_grad = std::max(worst_grad, e);
-    grad_scale = std::max(grad_scale, m);
-  }
-  CHECK(grad_scale > 1e-3);
-  UNSCOPED_INFO("worst |loss| error " << worst_loss << ", |logit| " << worst_logit << ", |grad| " << worst_grad);
-}
-
-ModelConfig base_config() {
-  ModelConfig m;
-  m.num_layers = 2;
-  m.hidden_size = 16;
-  m.num_attention_heads = 4;
-  m.num_query_groups = 2;
-  m.group_query_attention = true;
-  m.ffn_hidden_size = 24;
-  m.vocab_size = kVocab;
-  m.make_vocab_size_divisible_by = 4;
-  m.seq_length = kSeq;
-  m.max_position_embeddings = kSeq;
-  m.position_embedding_type = PositionEmbeddingType::Rope;
-  m.hidden_dropout = 0.0;
-  m.attention_dropout = 0.0;
-  return m;
+  check_gradients(packed.grads, grad_sum);
 }
 
 GPTModelOptions f64_gpt() {
