@@ -153,12 +153,14 @@ Tensor merge_sequence(const std::vector<Tensor>& shards, int dim) {
 // ---- all-gather scheme -------------------------------------------------------------------------
 
 void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
-                      const Tensor& softmax_lse, const kernels::AttentionParams& p, int cp_size, int cp_rank) {
+                      const Tensor& softmax_lse, const kernels::AttentionParams& p, int cp_size, int cp_rank,
+                      const std::vector<int64_t>* document_starts) {
   check_local(q, cp_size, cp_rank);
   const int64_t L = q.size(0), c = L / 2, s = L * cp_size, b = q.size(1), np = q.size(2);
   STRATA_CHECK(k_global.size(0) == s && v_global.size(0) == s, "context-parallel attention: global K/V have ",
                k_global.size(0), " rows, expected ", s);
-  const std::vector<int64_t> starts = host_document_starts(p);
+  const std::vector<int64_t> own = document_starts ? std::vector<int64_t>{} : host_document_starts(p);
+  const std::vector<int64_t>& starts = document_starts ? *document_starts : own;
   for (int i = 0; i < 2; ++i) {
     const int64_t g = chunk_of(i, cp_size, cp_rank);
     const int64_t kend = p.causal ? (g + 1) * c : s;  // causal: the keys up to this chunk's end
@@ -173,12 +175,14 @@ void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_g
 
 void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_global,
-                       const Tensor& dv_global, const kernels::AttentionParams& p, int cp_size, int cp_rank) {
+                       const Tensor& dv_global, const kernels::AttentionParams& p, int cp_size, int cp_rank,
+                       const std::vector<int64_t>* document_starts) {
   check_local(q, cp_size, cp_rank);
   const int64_t L = q.size(0), c = L / 2, s = L * cp_size;
   Tensor(dk_global).zero_();
   Tensor(dv_global).zero_();
-  const std::vector<int64_t> starts = host_document_starts(p);
+  const std::vector<int64_t> own = document_starts ? std::vector<int64_t>{} : host_document_starts(p);
+  const std::vector<int64_t>& starts = document_starts ? *document_starts : own;
   for (int i = 0; i < 2; ++i) {
     const int64_t g = chunk_of(i, cp_size, cp_rank);
     const int64_t kend = p.causal ? (g + 1) * c : s;
@@ -206,13 +210,15 @@ RingAccumulator make_ring_accumulator(const Tensor& q) {
 }
 
 void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src, RingAccumulator& acc,
-                        const kernels::AttentionParams& p, int cp_size, int cp_rank) {
+                        const kernels::AttentionParams& p, int cp_size, int cp_rank,
+                        const std::vector<int64_t>* document_starts) {
   check_local(q, cp_size, cp_rank);
   const int64_t L = q.size(0), c = L / 2, s = L * cp_size, b = q.size(1), np = q.size(2);
   STRATA_CHECK(k_block.size(0) == L && v_block.size(0) == L, "context-parallel attention: KV block of ",
                k_block.size(0), " rows, expected ", L);
   const DType st = stat_dtype(q);
-  const std::vector<int64_t> starts = host_document_starts(p);
+  const std::vector<int64_t> own = document_starts ? std::vector<int64_t>{} : host_document_starts(p);
+  const std::vector<int64_t>& starts = document_starts ? *document_starts : own;
   for (int i = 0; i < 2; ++i) {
     const int64_t gq = chunk_of(i, cp_size, cp_rank);
     const int64_t first_key = first_document_key(starts, L, i * c, c);
@@ -243,10 +249,12 @@ void ring_finish(const RingAccumulator& acc, const Tensor& out, const Tensor& so
 
 void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src, const Tensor& out,
                          const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_block,
-                         const Tensor& dv_block, const kernels::AttentionParams& p, int cp_size, int cp_rank) {
+                         const Tensor& dv_block, const kernels::AttentionParams& p, int cp_size, int cp_rank,
+                         const std::vector<int64_t>* document_starts) {
   check_local(q, cp_size, cp_rank);
   const int64_t L = q.size(0), c = L / 2, s = L * cp_size;
-  const std::vector<int64_t> starts = host_document_starts(p);
+  const std::vector<int64_t> own = document_starts ? std::vector<int64_t>{} : host_document_starts(p);
+  const std::vector<int64_t>& starts = document_starts ? *document_starts : own;
   for (int i = 0; i < 2; ++i) {
     const int64_t gq = chunk_of(i, cp_size, cp_rank);
     const int64_t first_key = first_document_key(starts, L, i * c, c);
@@ -282,10 +290,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   }
   STRATA_CHECK(p.q_position_offset == 0 && p.k_position_offset == 0,
                "context-parallel attention: position offsets (KV-cache decoding) are not supported with cp > 1");
+  const std::vector<int64_t> starts = host_document_starts(p);  // once per call, not per chunk pair
   if (type == CpCommType::AllGather) {
     Tensor kg = from_rank_order(tp::gather_dim0(k.contiguous(), cp), n);
     Tensor vg = from_rank_order(tp::gather_dim0(v.contiguous(), cp), n);
-    gathered_forward(q, kg, vg, out, softmax_lse, p, n, r);
+    gathered_forward(q, kg, vg, out, softmax_lse, p, n, r, &starts);
     return;
   }
   RingAccumulator acc = make_ring_accumulator(q);
@@ -301,7 +310,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                                        PointToPoint::recv(kn, prev, 0), PointToPoint::recv(vn, prev, 1)};
       cp.batch_send_recv(ops);
     }
-    ring_block_forward(q, kb, vb, src, acc, p, n, r);
+    ring_block_forward(q, kb, vb, src, acc, p, n, r, &starts);
     kb = kn;
     vb = vn;
   }
@@ -317,12 +326,13 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     return;
   }
   Tensor dout_c = dout.contiguous();
+  const std::vector<int64_t> starts = host_document_starts(p);
   if (type == CpCommType::AllGather) {
     Tensor kg = from_rank_order(tp::gather_dim0(k.contiguous(), cp), n);
     Tensor vg = from_rank_order(tp::gather_dim0(v.contiguous(), cp), n);
     Tensor dkg = Tensor::empty(kg.shape(), kg.dtype(), kg.device());
     Tensor dvg = Tensor::empty(vg.shape(), vg.dtype(), vg.device());
-    gathered_backward(q, kg, vg, out, dout_c, softmax_lse, dq, dkg, dvg, p, n, r);
+    gathered_backward(q, kg, vg, out, dout_c, softmax_lse, dq, dkg, dvg, p, n, r, &starts);
     Tensor(dk).copy_(tp::reduce_scatter_dim0(to_rank_order(dkg, n), cp));
     Tensor(dv).copy_(tp::reduce_scatter_dim0(to_rank_order(dvg, n), cp));
     return;
@@ -334,7 +344,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   for (int i = 0; i < n; ++i) {
     const int src = (r + n - i) % n;
-    ring_block_backward(q, kb, vb, src, out, dout_c, softmax_lse, dq, dkb, dvb, p, n, r);
+    ring_block_backward(q, kb, vb, src, out, dout_c, softmax_lse, dq, dkb, dvb, p, n, r, &starts);
     // The block moves on with its gradient accumulator; after n moves each accumulator is home.
     std::vector<PointToPoint> ops;
     Tensor kn, vn;

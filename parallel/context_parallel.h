@@ -40,17 +40,20 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const kernels::AttentionParams& p, const ProcessGroup& cp, CpCommType type);
 
 // The per-rank pieces of both schemes, without communication (the unit tests run them for every
-// simulated rank). cp_rank, cp_size: the rank whose queries q holds.
+// simulated rank). cp_rank, cp_size: the rank whose queries q holds. document_starts: p's
+// document_start on the host ([b, s_local] row-major), when the caller has it; null: copied here.
 //
 // all_gather: K and V all-gathered over cp and put back in global order; each local query chunk
 // attends to the global prefix it may see; backward: dK, dV of the global sequence,
 // reduce-scattered back to their owners. k_global, v_global [s, b, ng, hn] in global order.
 void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
-                      const Tensor& softmax_lse, const kernels::AttentionParams& p, int cp_size, int cp_rank);
+                      const Tensor& softmax_lse, const kernels::AttentionParams& p, int cp_size, int cp_rank,
+                      const std::vector<int64_t>* document_starts = nullptr);
 // dq: written; dk_global, dv_global [s, b, ng, hn]: written (this rank's contribution).
 void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_global,
-                       const Tensor& dv_global, const kernels::AttentionParams& p, int cp_size, int cp_rank);
+                       const Tensor& dv_global, const kernels::AttentionParams& p, int cp_size, int cp_rank,
+                       const std::vector<int64_t>* document_starts = nullptr);
 
 // p2p (ring): cp steps; at step i rank r holds the KV block of rank (r − i) mod cp, adds the partial
 // attention of its query chunks with that block's (same chunk: causal; earlier: full; later:
@@ -65,13 +68,15 @@ struct RingAccumulator {
 RingAccumulator make_ring_accumulator(const Tensor& q);
 // Adds the partial attention of the local queries with the KV block of rank `src` (its local k, v).
 void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src,
-                        RingAccumulator& acc, const kernels::AttentionParams& p, int cp_size, int cp_rank);
+                        RingAccumulator& acc, const kernels::AttentionParams& p, int cp_size, int cp_rank,
+                        const std::vector<int64_t>* document_starts = nullptr);
 // Writes the accumulated result into out (q's dtype and device) and softmax_lse.
 void ring_finish(const RingAccumulator& acc, const Tensor& out, const Tensor& softmax_lse);
 // Adds the gradients of the block pair (local queries, KV block of rank `src`) into dq, dk_block,
 // dv_block (same shapes and dtype as q, k_block, v_block). out, softmax_lse: the final forward.
 void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src, const Tensor& out,
                          const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_block,
-                         const Tensor& dv_block, const kernels::AttentionParams& p, int cp_size, int cp_rank);
+                         const Tensor& dv_block, const kernels::AttentionParams& p, int cp_size, int cp_rank,
+                         const std::vector<int64_t>* document_starts = nullptr);
 
 }  // namespace strata::cp

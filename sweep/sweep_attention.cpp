@@ -1,6 +1,6 @@
 // Sweep cases for kernels/attention.h: forward out and lse, backward dq, dk, dv of the target
 // (device, dtype) against the f64 CPU reference on the same rounded inputs; odd shapes always
-// (s = 1, s = 77, d = 64/128, GQA, offsets, dropout), a realistic one when !quick; plus a check
+// (s = 1, s = 77, d = 64/128, GQA, offsets, dropout, packed documents), a realistic one when !quick; plus a check
 // that two backward calls on the target are bitwise equal (bound 0). Packed sequences
 // (document_start, tag ".docs"): documents of odd lengths, different per sample, boundaries inside
 // a tile and on a 32-row tile edge, 1-token documents, q offsets, non-monotonic starts; these also
@@ -26,12 +26,13 @@ struct Case {
   // out from global position 0; positions past their sum form one last document. Empty: none.
   std::vector<std::vector<int64_t>> docs = {};
   bool irregular = false;  // also let rows i % 7 == 3 see from position 0 (non-monotonic starts)
+  int64_t k_off = 0;       // global position of key row 0 (context parallelism's narrowed K/V)
 };
 
 // document_start [b, sq] i64 on the CPU: for q row i of sample b (global position q_off + i), the
 // global position of its document's first token.
 Tensor document_starts(const Case& cs) {
-  const int64_t total = std::max(cs.sk, cs.q_off + cs.sq);  // keys at 0..sk-1, q rows at q_off..
+  const int64_t total = std::max(cs.k_off + cs.sk, cs.q_off + cs.sq);  // keys at k_off.., q rows at q_off..
   std::vector<int64_t> starts(static_cast<size_t>(cs.b * cs.sq));
   std::vector<int64_t> start_of(static_cast<size_t>(total));
   for (int64_t bb = 0; bb < cs.b; ++bb) {
@@ -56,7 +57,8 @@ void attention_case(sweep::Context& c, const Case& cs) {
   p.dropout_p = cs.dropout;
   p.dropout_key = {2024, 7};
   p.q_position_offset = cs.q_off;
-  p.global_seq_len = std::max(cs.sk, cs.q_off + cs.sq);
+  p.k_position_offset = cs.k_off;
+  p.global_seq_len = std::max(cs.k_off + cs.sk, cs.q_off + cs.sq);
   Tensor q = c.input(qs, 1), k = c.input(ks, 2), v = c.input(ks, 3), dout = c.input(qs, 4);
   const Tensor doc_start = cs.docs.empty() ? Tensor() : document_starts(cs);  // CPU, for the reference
   p.document_start = doc_start;
@@ -77,7 +79,8 @@ void attention_case(sweep::Context& c, const Case& cs) {
 
   const std::string tag = std::string(cs.causal ? "causal" : "full") + (cs.dropout > 0 ? ".drop" : "") +
                           (cs.q_off ? ".offset" : "") + (cs.hq != cs.hkv ? ".gqa" : "") +
-                          (cs.docs.empty() ? "" : ".docs") + (cs.irregular ? ".irregular" : "");
+                          (cs.docs.empty() ? "" : ".docs") + (cs.irregular ? ".irregular" : "") +
+                          (cs.k_off ? ".k_offset" : "");
   const Shape shown{cs.sq, cs.sk, cs.b, cs.hq, cs.hkv, cs.d};  // [sq, sk, b, hq, hkv, d]
   c.compare(tag + ".out", shown, out, out_r, c.bound(1e-5, 1e-2, 2e-3));
   c.compare(tag + ".lse", shown, lse, lse_r, c.bound(1e-6, 1e-3, 1e-3));
@@ -116,6 +119,13 @@ STRATA_SWEEP_OP("attention", kFloat, "attention_forward attention_backward", [](
       // Non-monotonic starts: documents [0,20) [20,64) [64,90), and rows i % 7 == 3 see from 0,
       // so the q tile of rows 64.. has first row start 64 but min 0 (no key tile may be skipped).
       {90, 90, 1, 2, 2, 64, true, 0, 0, false, {{20, 44, 26}}, true},
+      // Context parallelism, all-gather: keys narrowed to start at global 37 (not a tile edge),
+      // q rows at 70..109 in documents from 57 and 87 (sample 0) or 40 and 100 (sample 1): the
+      // last q tile skips the first key tile, the dK/dV of that key tile skips the last q tile.
+      {40, 73, 2, 2, 2, 64, true, 0.1, 70, false, {{37, 20, 30, 23, 50}, {40, 60, 50}}, false, 37},
+      // Context parallelism, ring: a KV block wholly before the queries (keys 0..31, q rows
+      // 64..95), every row's document starting inside the block, so only some keys are seen.
+      {32, 32, 2, 4, 2, 64, true, 0, 64, false, {{10, 120}, {25, 100}}, false, 0},
   };
   if (!c.quick) {
     cases.push_back({1024, 1024, 2, 16, 4, 128, true});       // realistic

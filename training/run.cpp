@@ -67,7 +67,10 @@ void check_documents_end_with_eod(const DataConfig& data, int64_t eod) {
   const char* field = data.reset_attention_mask ? "data.reset_attention_mask"
                       : data.reset_position_ids  ? "data.reset_position_ids"
                                                  : nullptr;
-  if (!field || data.mock_data) return;  // mock documents end with EOD
+  if (!field) return;
+  if (eod < 0)
+    throw config::ConfigError(field, "true needs the tokenizer's end-of-document token, and this tokenizer has none");
+  if (data.mock_data) return;  // mock documents end with EOD
   for (const DataConfig::Blend& b : data.blend())
     if (!data::some_document_ends_with(data::IndexedDocuments(b.prefix), eod))
       throw config::ConfigError(field, "true, but no document of data.data_path " + b.prefix +

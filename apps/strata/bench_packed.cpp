@@ -54,7 +54,7 @@ AttentionRun make_run(const BenchPackedOptions& o, DType dt, Device dev, const s
       start += len;
     }
   }
-  r.params.document_start = Tensor::from_data(starts, Shape{o.batch, o.seq}, dev);
+  if (lengths.size() > 1) r.params.document_start = Tensor::from_data(starts, Shape{o.batch, o.seq}, dev);
   return r;
 }
 

@@ -1,6 +1,7 @@
 // CPU rotary position embedding (kernels/rotary.h): the readable reference.
 // Reference: Megatron-Core apply_rotary_pos_emb (_apply_rotary_pos_emb_bshd). Storage type T,
-// math in acc_t<T>; (position, sample) pairs in parallel, cos/sin computed once per pair.
+// math in acc_t<T>; positions (or, per token, (position, sample) pairs) in parallel, cos/sin
+// computed once per item.
 #include <vector>
 
 #include "kernels/rotary.h"
@@ -13,6 +14,7 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
   const int64_t rot = rotary_dim(d, opt.rotary_percent), half = rot / 2;
   const int64_t* positions = opt.positions ? opt.positions->data<int64_t>() : nullptr;
   const bool per_token = opt.positions && opt.positions->dim() == 2;  // [s, b]: packed sequences
+  if (in.numel() == 0) return;
   const bool in_place = in.data_ptr() == out.data_ptr();
   dispatch_float(in.dtype(), inverse ? "rotary_backward" : "rotary_forward", [&](auto tag) {
     STRATA_SCALAR(tag);
@@ -21,17 +23,19 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
     scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
     std::vector<A> freq(half);
     for (int64_t i = 0; i < half; ++i) freq[i] = rope::inv_freq<A>(opt.base, i, rot);
+    // One work item per position t, or per (t, sample) when positions differ per sample.
+    const int64_t per_item = per_token ? 1 : batch, items = s * batch / per_item;
 #pragma omp parallel for if (in.numel() > 32768)
-    for (int64_t tb = 0; tb < s * batch; ++tb) {
-      const int64_t t = tb / batch;
-      const int64_t pos = positions ? positions[per_token ? tb : t] : t + opt.position_offset;
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t t = per_token ? it / batch : it;
+      const int64_t pos = positions ? positions[it] : t + opt.position_offset;
       std::vector<A> cos_t(half), sin_t(half);
       for (int64_t i = 0; i < half; ++i) {
         const A theta = rope::angle<A>(pos, freq[i]);
         cos_t[i] = rope::cos(theta);
         sin_t[i] = rope::sin(theta);
       }
-      for (int64_t r = tb * heads; r < (tb + 1) * heads; ++r) {
+      for (int64_t r = it * per_item * heads; r < (it + 1) * per_item * heads; ++r) {
         const scalar_t* ir = ip + r * d;
         scalar_t* orow = op + r * d;
         for (int64_t i = 0; i < half; ++i) {
