@@ -16,8 +16,8 @@ MegatronFlagRule rename_flag(std::string flag, std::string field) {
 MegatronFlagRule constant_flag(std::string flag, std::string field, std::string value) {
   return {MegatronFlagRule::Kind::Constant, std::move(flag), std::move(field), std::move(value), FlagArity::Switch, ""};
 }
-MegatronFlagRule no_effect_flag(std::string flag, FlagArity arity, std::string note) {
-  return {MegatronFlagRule::Kind::NoEffect, std::move(flag), "", "", arity, std::move(note)};
+MegatronFlagRule no_effect_flag(std::string flag, FlagArity arity, std::string note, std::vector<std::string> accepted) {
+  return {MegatronFlagRule::Kind::NoEffect, std::move(flag), "", "", arity, std::move(note), std::move(accepted)};
 }
 MegatronFlagRule unsupported_flag(std::string flag, FlagArity arity, std::string feature, std::string field) {
   return {MegatronFlagRule::Kind::Unsupported, std::move(flag), std::move(field), "", arity, std::move(feature)};
@@ -86,6 +86,7 @@ MegatronFlags::MegatronFlags(const FieldTable& table) : table_(table) {
     e.flag = r.flag;
     e.note = r.note;
     e.arity = r.arity;
+    e.accepted = r.accepted;
     switch (r.kind) {
       case MegatronFlagRule::Kind::Rename:
         STRATA_INTERNAL_ASSERT(target, "Megatron flag ", r.flag, " renames the undeclared field ", r.field);
@@ -158,6 +159,16 @@ std::string joined(const std::string& flag, const std::vector<std::string>& vals
   for (const auto& v : vals) out += " " + v;
   return out;
 }
+
+// A no-effect flag whose values must name what Strata does: anything else is refused by name.
+void check_accepted(const FlagEntry& e, const std::vector<std::string>& vals) {
+  const std::string given = joined("", vals).substr(vals.empty() ? 0 : 1);
+  for (const std::string& a : e.accepted)
+    if (given == a) return;
+  std::string list;
+  for (const std::string& a : e.accepted) list += (list.empty() ? "'" : ", '") + a + "'";
+  throw ConfigError(e.flag, "'" + given + "' is not supported by Strata (" + e.note + "); accepted: " + list);
+}
 }  // namespace
 
 void MegatronFlags::apply(const std::vector<std::string>& args, void* root, std::vector<std::string>* no_effect,
@@ -192,6 +203,7 @@ void MegatronFlags::apply(const std::vector<std::string>& args, void* root, std:
         table_.set_from_text(e->section, e->field, {e->value}, false, root, where);
         break;
       case FlagEntry::Kind::NoEffect:
+        if (!e->accepted.empty()) check_accepted(*e, vals);
         if (no_effect) no_effect->push_back(joined(flag, vals));
         break;
       case FlagEntry::Kind::Unsupported: throw ConfigError(flag, "not supported by Strata: " + e->note);

@@ -12,6 +12,7 @@
 //   rename       another flag name for a field (--norm-epsilon → model.layernorm_epsilon)
 //   constant     a switch that sets a field to a value (--bf16 → training.precision=bf16)
 //   no_effect    picks Megatron's implementation and changes no numbers: accepted, reported once
+//                (optionally only for the values that name what Strata does, e.g. --spec)
 //   unsupported  a Megatron feature Strata lacks: an error naming it. When a field of that name
 //                (or the rule's target field) is added later, the flag maps onto it instead.
 // Anything else is an error with the closest accepted flag. Reference: megatron/training/
@@ -35,11 +36,15 @@ struct MegatronFlagRule {
   std::string value;  // Constant: the value, as YAML text
   FlagArity arity = FlagArity::Switch;  // NoEffect and Unsupported: what the flag consumes
   std::string note;   // Unsupported: the feature (and what to use instead); NoEffect: what it selects
+  // NoEffect: the values (joined by spaces) that choose what Strata does anyway; empty: any value.
+  // Another value is an error naming it and these.
+  std::vector<std::string> accepted;
 };
 
 MegatronFlagRule rename_flag(std::string flag, std::string field);
 MegatronFlagRule constant_flag(std::string flag, std::string field, std::string value);
-MegatronFlagRule no_effect_flag(std::string flag, FlagArity arity, std::string note);
+MegatronFlagRule no_effect_flag(std::string flag, FlagArity arity, std::string note,
+                                std::vector<std::string> accepted = {});
 MegatronFlagRule unsupported_flag(std::string flag, FlagArity arity, std::string feature, std::string field = "");
 
 // One accepted flag, resolved against the table.
@@ -51,6 +56,7 @@ struct FlagEntry {
   std::string value;           // Constant, or a bool switch's value ("true" / "false")
   FlagArity arity = FlagArity::One;
   std::string note;
+  std::vector<std::string> accepted;  // NoEffect: MegatronFlagRule::accepted
   bool by_name = false;  // derived from the field name (not a rule)
   std::string path() const { return section + "." + field; }
 };

@@ -5,6 +5,9 @@
 
 #include <string>
 
+#include "core/logging.h"
+#include "parallel/distributed.h"
+
 namespace strata {
 
 using config::ConfigError;
@@ -44,8 +47,8 @@ config::SectionFields<ParallelConfig> parallel_config_fields() {
         "shard); world_size must be divisible by etp x ep x pp. null: tensor_model_parallel_size.")
       .check(positive());
   f.add("sequence_parallel", &P::sequence_parallel,
-        "Shard norms and dropout activations along the sequence over the tensor-parallel group "
-        "(needs tensor_model_parallel_size > 1).");
+        "Shard norms and dropout activations along the sequence over the tensor-parallel group. At "
+        "tensor_model_parallel_size 1 it is switched off with a warning, as Megatron does.");
   f.add("use_distributed_optimizer", &P::use_distributed_optimizer,
         "Shard optimizer state and master weights over the data-parallel group (ZeRO-1).");
   f.add("overlap_grad_reduce", &P::overlap_grad_reduce,
@@ -87,9 +90,12 @@ void finalize_parallel_config(ParallelConfig& p, std::optional<int64_t> launched
                           ") is not divisible by parallel.expert_tensor_parallel_size (" + str(etp) +
                           ") x parallel.expert_model_parallel_size (" + str(ep) +
                           ") x parallel.pipeline_model_parallel_size (" + str(pp) + ")");
-  if (p.sequence_parallel && tp == 1)
-    throw ConfigError("parallel.sequence_parallel",
-                      "needs parallel.tensor_model_parallel_size > 1 (it is 1); set sequence_parallel to false");
+  if (p.sequence_parallel && tp == 1) {  // Megatron's validate_args: warn (rank 0) and go on
+    if (launched_rank().value_or(0) == 0)
+      log::warn("Disabling sequence parallelism because tensor model parallelism is disabled "
+                "(parallel.sequence_parallel at tensor_model_parallel_size 1)");
+    p.sequence_parallel = false;
+  }
   if (p.virtual_pipeline_model_parallel_size && pp == 1)
     throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
                       "needs parallel.pipeline_model_parallel_size > 1 (it is 1)");

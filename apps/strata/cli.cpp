@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "apps/strata/commands.h"
+#include "core/config_table.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "parallel/distributed.h"
@@ -32,6 +33,13 @@ int report_error(const std::string& what, ErrorKind kind = ErrorKind::Runtime) {
   const bool quiet = kind == ErrorKind::Config && launched_rank().value_or(0) != 0;
   if (!quiet) std::fprintf(stderr, "strata: error: %s\n", what.c_str());
   return 1;
+}
+
+// What a user sees of an error: its kind and message. The source file and line are for internal
+// errors only (detail::internal_error prints them); a config error's text has none either.
+std::string user_message(const strata::Error& e) {
+  if (dynamic_cast<const config::ConfigError*>(&e)) return e.what();
+  return std::string(error_kind_name(e.kind())) + ": " + e.message();
 }
 
 // The subcommands' names, sorted.
@@ -73,7 +81,7 @@ int strata_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     rc = app.exit(e);
   } catch (const strata::Error& e) {
-    rc = report_error(e.what(), e.kind());
+    rc = report_error(user_message(e), e.kind());
   } catch (const std::filesystem::filesystem_error& e) {
     rc = report_error(std::string("filesystem: ") + e.what());
   } catch (const std::bad_alloc&) {

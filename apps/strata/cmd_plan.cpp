@@ -236,7 +236,7 @@ void register_plan(CLI::App& app) {
       try {
         cfg.model.vocab_size = data::build_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();
       } catch (const Error& e) {
-        STRATA_THROW("strata plan: model.vocab_size is null and the tokenizer could not be built (", e.what(),
+        STRATA_THROW("strata plan: model.vocab_size is null and the tokenizer could not be built (", e.message(),
                      "); set model.vocab_size=N to plan without the tokenizer files");
       }
     }

@@ -1,6 +1,6 @@
-// `strata train --config FILE [section.field=value | Megatron flag ...] [--print-config] [--validate-only]
+// `strata train [--config FILE] [section.field=value | Megatron flag ...] [--print-config] [--validate-only]
 // [--help-config] [--overwrite]` (`--help` prints the usage and the same field table as --help-config):
-// loads the StrataConfig (training/config/config.h), applies the overrides and Megatron flags in order
+// loads the StrataConfig (training/config/config.h; without --config, the defaults), applies the overrides and Megatron flags in order
 // (core/megatron_flags.h; flags without effect are listed in one line), validates it with the
 // launched world size (launched_world_size, parallel/distributed.h; --validate-only and
 // --print-config without a launcher: parallel.world_size as given), checks model.vocab_size
@@ -26,13 +26,15 @@
 namespace strata::app {
 
 void register_train(CLI::App& app) {
-  CLI::App* train = app.add_subcommand("train", "train a model from a YAML config (docs/config.md)");
+  CLI::App* train = app.add_subcommand(
+      "train", "train a model from a YAML config and/or Megatron-LM's flags (docs/config.md)");
   struct Opts {
     std::string config;
     bool print_config = false, validate_only = false, help_config = false, overwrite = false;
   };
   auto o = std::make_shared<Opts>();
-  train->add_option("--config", o->config, "the run config (YAML), e.g. configs/gpt_tiny.yaml");
+  train->add_option("--config", o->config,
+                    "the run config (YAML), e.g. configs/gpt_tiny.yaml; without it, the defaults and the flags");
   accept_config_args(train);
   train->add_flag("--print-config", o->print_config, "print the resolved config as YAML and exit");
   train->add_flag("--validate-only", o->validate_only, "validate the config and exit 0 (valid) or 1 (invalid)");
@@ -46,7 +48,7 @@ void register_train(CLI::App& app) {
       std::printf("%s", StrataConfig::help_text().c_str());
       return 0;
     }
-    STRATA_CHECK(!o->config.empty(), "strata train: --config FILE is required (see --help-config for the fields)");
+    // Without --config: the defaults plus the flags, as Megatron's pretrain_gpt.py takes its arguments.
     // Decoding and validation are pure: nothing is allocated before the config is known good.
     std::vector<std::string> no_effect;
     std::vector<std::string> args = config_args(train);
@@ -65,7 +67,7 @@ void register_train(CLI::App& app) {
     data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // model.vocab_size against the tokenizer, before allocation
     training::check_checkpoint_paths(cfg, /*create_save=*/false);
     if (o->validate_only) {
-      std::printf("strata train: %s is valid\n", o->config.c_str());
+      std::printf("strata train: %s is valid\n", o->config.empty() ? "the configuration" : o->config.c_str());
       return 0;
     }
     // A multi-task Slurm job's batch script (no srun) would train alone instead of on its ranks.

@@ -130,3 +130,37 @@ TEST_CASE("cli train: moe_tiny.yaml with Megatron's MoE flags trains, logs the r
   CHECK_THAT(g.out, Contains("\"logprobs\":[null,"));
   fs::remove_all(dir);
 }
+
+namespace strata {
+
+// Megatron's pretrain_gpt.py takes its whole configuration from flags; so does `strata train`
+// without --config. --sequence-parallel at tensor-parallel size 1 is disabled with Megatron's
+// warning; --spec naming Megatron's standard spec is accepted, any other refused by name; user
+// errors carry no source path.
+TEST_CASE("cli train: flags alone train, as pretrain_gpt.py; SP at TP1 warns; --spec", "[cli_train][megatron_flags]") {
+  const std::vector<std::string> flags = {
+      "train", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "32",
+      "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters",
+      "2", "--lr", "1e-3", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128",
+      "--log-interval", "1", "--sequence-parallel", "--spec", "megatron.core.models.gpt.gpt_layer_specs",
+      "get_gpt_layer_with_transformer_engine_spec", "--manual-gc", "--empty-unused-memory-level", "0",
+      "training.device=cpu"};
+  CliResult r = run_cli(flags);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Contains("iteration        2/"));
+  CHECK_THAT(r.out + r.err, Contains("Disabling sequence parallelism because tensor model parallelism is disabled"));
+  CHECK_THAT(r.out + r.err, Contains("--manual-gc") && Contains("--empty-unused-memory-level 0"));
+  std::vector<std::string> custom = flags;
+  custom.insert(custom.begin() + 1, {"--spec", "my_models.specs", "my_spec"});
+  r = run_cli(custom);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("--spec: 'my_models.specs my_spec' is not supported by Strata") &&
+                        Contains("hybrid_stack_spec"));
+  // A user error that is not a config error: its kind and message, no source file.
+  r = run_cli({"generate", "--load", "/nonexistent/strata_checkpoints", "--prompt-ids", "1"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("strata: error: ") && !Contains(".cpp:"));
+}
+
+}  // namespace strata

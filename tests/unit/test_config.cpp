@@ -204,7 +204,6 @@ TEST_CASE("config: bad configs fail in validate() naming the field", "[config]")
       {{"parallel.context_parallel_size=2", "model.seq_length=130"},
        2,
        "model.seq_length: 130 is not divisible by 2 x parallel.context_parallel_size"},
-      {{"parallel.sequence_parallel=true"}, {}, "parallel.sequence_parallel: needs"},
       {{"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true", "model.seq_length=127"},
        2,
        "model.seq_length: 127 is not divisible by parallel.tensor_model_parallel_size (2), needed by "

@@ -67,6 +67,9 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       no_effect_flag("--log-validation-ppl-to-tensorboard", A::Switch,
                      "validation perplexity in TensorBoard (Strata logs it with the validation loss)"),
       no_effect_flag("--tensorboard-queue-size", A::One, "TensorBoard's writer queue"),
+      no_effect_flag("--manual-gc", A::Switch, "Python's garbage collection schedule"),
+      no_effect_flag("--manual-gc-interval", A::One, "Python's garbage collection schedule"),
+      no_effect_flag("--empty-unused-memory-level", A::One, "emptying PyTorch's CUDA cache allocator"),
       // Megatron features Strata does not have. A rule with a field maps onto it once it exists.
       unsupported_flag("--fp16", A::Switch, fp16),
       unsupported_flag("--loss-scale", A::One, fp16),
@@ -113,7 +116,13 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--end-weight-decay", A::One, "weight-decay schedules"),
       unsupported_flag("--weight-decay-incr-style", A::One, "weight-decay schedules"),
       unsupported_flag("--wandb-*", A::One, "Weights & Biases logging (Strata writes TensorBoard and JSONL)"),
-      unsupported_flag("--spec", A::List, "custom layer specs"),
+      no_effect_flag("--spec", A::List,
+                     "Megatron's standard layer spec, which Strata builds from the model section; custom specs "
+                     "are not supported",
+                     {"megatron.core.models.gpt.gpt_layer_specs get_gpt_layer_with_transformer_engine_spec",
+                      "megatron.core.models.gpt.gpt_layer_specs get_gpt_layer_local_spec",
+                      "megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec",
+                      "megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec", "local"}),
   };
 }
 
