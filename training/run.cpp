@@ -96,7 +96,7 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   check_rank_memory(cfg, device, rt.local_size);  // a layout that cannot fit, refused before allocation
 
   const int64_t gbs = *cfg.training.global_batch_size;  // resolved by validate()
-  const int64_t evals = cfg.training.eval_interval > 0 ? cfg.training.train_iters / cfg.training.eval_interval + 1 : 0;
+  const int64_t evals = cfg.training.eval_interval > 0 ? *cfg.training.train_iters / cfg.training.eval_interval + 1 : 0;
   data::GPTDataConfig dc;
   std::ostringstream blend;
   for (const auto& b : cfg.data.blend()) blend << b.weight << " " << b.prefix << " ";
@@ -104,7 +104,7 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   dc.split = cfg.data.split;
   dc.seq_length = cfg.model.seq_length;
   dc.seed = static_cast<uint64_t>(cfg.training.seed);
-  dc.num_samples = {cfg.training.train_iters * gbs, evals * cfg.training.eval_iters * gbs,
+  dc.num_samples = {*cfg.training.train_iters * gbs, evals * cfg.training.eval_iters * gbs,
                     cfg.training.eval_iters * gbs};
   dc.mock = cfg.data.mock_data;
   dc.mock_config.vocab_size = tokenizer->vocab_size();

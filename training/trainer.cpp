@@ -53,7 +53,7 @@ AdamWSettings adam_settings(const StrataConfig& cfg) {
 Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& train_data, BatchSource* valid_data,
                  TrainerOptions options)
     : cfg_(cfg), model_(model), train_data_(train_data), valid_data_(valid_data), options_(std::move(options)),
-      schedule_(cfg.optimizer) {
+      schedule_(cfg.optimizer, cfg.training) {
   STRATA_CHECK(cfg_.training.global_batch_size.has_value(), "trainer: the config is not validated");
   num_micro_batches_ = cfg_.num_micro_batches();
   global_batch_size_ = *cfg_.training.global_batch_size;

@@ -58,7 +58,7 @@ bool Trainer::stop_requested(TrainResult& result) {
 }
 
 Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
-  const double lr = schedule_.lr(iteration_);  // Megatron: iteration i uses lr(i - 1)
+  const double lr = schedule_.lr_after(iteration_);  // Megatron: iteration i uses lr(i - 1)
   const auto step_start = Clock::now();
   // Both gradient buffers (dense over dp × cp, experts over expert dp).
   auto grad_exposed_total = [&] {
@@ -115,11 +115,11 @@ bool Trainer::account_skip(const StepOutcome& o, TrainResult& result, Interval& 
 IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, double secs) const {
   IterationLog f;
   f.iteration = iteration_;
-  f.train_iters = cfg_.training.train_iters;
+  f.train_iters = *cfg_.training.train_iters;
   f.consumed_samples = consumed_samples_;
   f.elapsed_ms_per_iteration = secs * 1000.0 / static_cast<double>(iv.iters);
   f.seconds_left = secs / static_cast<double>(iv.iters) * static_cast<double>(f.train_iters - iteration_);
-  f.learning_rate = schedule_.lr(iteration_);  // Megatron logs the lr after the scheduler step
+  f.learning_rate = schedule_.lr_after(iteration_);  // Megatron logs the lr after the scheduler step
   f.global_batch_size = global_batch_size_;
   for (size_t k = 0; k < loss_names_.size(); ++k) {
     const double v = iv.loss_sums[k] / static_cast<double>(std::max<int64_t>(1, iv.advanced));
@@ -264,7 +264,7 @@ TrainResult Trainer::train() {
   };
   auto should_save = [&]() { return cfg_.checkpoint.save.has_value() && last_saved_iteration_ != iteration_; };
 
-  while (iteration_ < cfg_.training.train_iters) {
+  while (iteration_ < *cfg_.training.train_iters) {
     if (stop_requested(result)) {
       if (should_save()) save_checkpoint();
       return finish(0);

@@ -89,7 +89,7 @@ TEST_CASE("lr_schedule: from OptimizerConfig, warmup as a fraction of lr_decay_i
   o.lr_decay_style = LrDecayStyle::Linear;
   o.lr_decay_iters = 200;
   o.lr_warmup_fraction = 0.1;  // 20 warmup iterations
-  LrSchedule s(o);
+  LrSchedule s(o, TrainingConfig{});
   CHECK(s.warmup_iters() == 20);
   CHECK(s.lr(10) == 2.0e-4 * 10.0 / 20.0);
   CHECK(s.lr(110) == 2.0e-5 + (1.0 - 90.0 / 180.0) * (2.0e-4 - 2.0e-5));
@@ -106,5 +106,59 @@ TEST_CASE("lr_schedule: bad arguments are rejected", "[lr_schedule]") {
   CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::WSD, 0, 10, WsdDecayStyle::Linear, 0),
                     Catch::Contains("lr_wsd_decay_iters"));
   OptimizerConfig unresolved;
-  CHECK_THROWS_WITH(LrSchedule(unresolved), Catch::Contains("optimizer.lr"));
+  CHECK_THROWS_WITH(LrSchedule(unresolved, TrainingConfig{}), Catch::Contains("optimizer.lr"));
+}
+
+// Megatron's sample-based schedule (get_optimizer_param_scheduler with --train-samples): the
+// scheduler counts samples, stepping by the global batch size. Worked by hand for train_samples
+// 1000, global batch 8 (update_train_iters: 1000 // 8 = 125 iterations), lr 1e-3, min_lr 1e-4,
+// cosine, lr_warmup_samples 20 (not a whole number of batches), lr_decay_samples 820:
+//   after iteration 2 (16 samples): warmup 1e-3 · 16 / 20 = 8e-4
+//   after iteration 3 (24 samples): decay ratio (24 − 20) / (820 − 20) = 0.005,
+//                                   1e-4 + 9e-4 · ½(cos(0.005π) + 1)
+//   after iteration 54 (432 samples): ratio (432 − 20) / 800 = 0.515
+//   after iteration 103 (824 samples): past the decay, min_lr
+TEST_CASE("lr_schedule: sample-based training counts samples, as Megatron's --train-samples", "[lr_schedule]") {
+  StrataConfig cfg = StrataConfig::from_yaml_text(
+      "optimizer:\n  lr: 1.0e-3\n  min_lr: 1.0e-4\n  lr_decay_style: cosine\ndata:\n  mock_data: true\n", {},
+      "samples.yaml");
+  StrataConfig::table().apply_command_line({"--train-samples", "1000", "--global-batch-size", "8", "--lr-warmup-samples",
+                                            "20", "--lr-decay-samples", "820"},
+                                           cfg, nullptr);
+  cfg.validate(1);
+  CHECK(cfg.training.train_iters == 125);
+  const LrSchedule s(cfg.optimizer, cfg.training);
+  const double pi = std::numbers::pi;
+  CHECK(s.lr_after(0) == 0.0);
+  CHECK(s.lr_after(2) == Approx(8e-4).epsilon(1e-15));
+  CHECK(s.lr_after(3) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 0.005) + 1.0)).epsilon(1e-15));
+  CHECK(s.lr_after(54) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 0.515) + 1.0)).epsilon(1e-15));
+  CHECK(s.lr_after(102) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 796.0 / 800.0) + 1.0)).epsilon(1e-15));
+  CHECK(s.lr_after(103) == 1e-4);
+  // Without lr_decay_samples: the decay runs over train_samples; a warmup fraction is of it.
+  StrataConfig f = StrataConfig::from_yaml_text(
+      "optimizer:\n  lr: 1.0e-3\n  lr_warmup_fraction: 0.1\ndata:\n  mock_data: true\n",
+      {"training.train_samples=1000", "training.global_batch_size=8"}, "fraction.yaml");
+  f.validate(1);
+  CHECK(f.optimizer.lr_decay_samples == 1000);
+  CHECK(LrSchedule(f.optimizer, f.training).lr_after(5) == Approx(1e-3 * 40.0 / 100.0).epsilon(1e-15));
+  // Megatron's rules: the two kinds of length do not mix.
+  auto error_of = [](const std::vector<std::string>& o) {
+    try {
+      StrataConfig c = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "x.yaml");
+      c.validate(1);
+    } catch (const std::exception& e) { return std::string(e.what()); }
+    return std::string("(no error)");
+  };
+  CHECK_THAT(error_of({"training.train_samples=800", "training.train_iters=50"}),
+             Catch::Contains("training.train_iters: set together with training.train_samples"));
+  CHECK_THAT(error_of({"training.train_samples=800", "optimizer.lr_decay_iters=50"}),
+             Catch::Contains("optimizer.lr_decay_iters: is iteration-based"));
+  CHECK_THAT(error_of({"training.train_samples=800", "optimizer.lr_warmup_iters=5"}),
+             Catch::Contains("optimizer.lr_warmup_iters"));
+  CHECK_THAT(error_of({"optimizer.lr_warmup_samples=50"}), Catch::Contains("needs sample-based training"));
+  CHECK_THAT(error_of({"training.train_samples=800", "optimizer.lr_decay_style=WSD"}),
+             Catch::Contains("optimizer.lr_wsd_decay_samples: required"));
+  CHECK_THAT(error_of({"training.train_samples=3", "training.global_batch_size=8"}),
+             Catch::Contains("less than one global batch"));
 }

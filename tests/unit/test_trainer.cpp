@@ -472,7 +472,7 @@ TEST_CASE("trainer: log lines, metric tags, JSONL records and evaluation", "[tra
     CHECK(count[tag] == 2);
   // The learning rate logged after iteration 5 is Megatron's lr(5).
   for (const auto& s : sink.scalars)
-    if (s.tag == "learning-rate" && s.step == 5) CHECK(s.value == LrSchedule(cfg.optimizer).lr(5));
+    if (s.tag == "learning-rate" && s.step == 5) CHECK(s.value == LrSchedule(cfg.optimizer, cfg.training).lr(5));
   CHECK(sink.records.size() == 4);
   CHECK(sink.records[0]["iteration"] == 5);
   CHECK(sink.records[0]["batch-size"] == 6);

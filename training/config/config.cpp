@@ -49,7 +49,15 @@ config::SectionFields<TrainingConfig> training_fields() {
         "Samples per optimizer step over all data-parallel ranks (gradient accumulation makes up the "
         "difference). null: micro_batch_size times the data-parallel size.")
       .check(positive());
-  f.add("train_iters", &T::train_iters, "Number of optimizer steps to train for.").check(positive());
+  f.add("train_iters", &T::train_iters,
+        "Number of optimizer steps to train for. null: training.train_samples / global_batch_size when "
+        "train_samples is set (Megatron's update_train_iters), else 1000.")
+      .check(positive());
+  f.add("train_samples", &T::train_samples,
+        "Sample-based training (Megatron's --train-samples): train on this many samples; train_iters is "
+        "train_samples / global_batch_size, and the learning rate is scheduled in samples "
+        "(optimizer.lr_*_samples). Exclusive with train_iters and the iteration-based lr lengths.")
+      .check(positive());
   f.add("seed", &T::seed, "Seed of every random stream (init, dropout, data order).").check(non_negative());
   f.add_enum("precision", &T::precision, kPrecisionNames,
              "fp32, or bf16 mixed precision (bf16 compute, fp32 master weights and gradient accumulation).");
@@ -95,6 +103,15 @@ config::SectionFields<OptimizerConfig> optimizer_fields() {
       .check(positive());
   f.add_enum("lr_wsd_decay_style", &O::lr_wsd_decay_style, kWsdDecayStyleNames, "Shape of the WSD decay phase.");
   f.add("lr_wsd_decay_iters", &O::lr_wsd_decay_iters, "Length of the WSD decay phase, in steps (required with WSD).")
+      .check(positive());
+  f.add("lr_warmup_samples", &O::lr_warmup_samples,
+        "Sample-based training: samples of linear warmup (Megatron's --lr-warmup-samples).")
+      .check(non_negative());
+  f.add("lr_decay_samples", &O::lr_decay_samples,
+        "Sample-based training: samples over which lr decays to min_lr. null: training.train_samples.")
+      .check(positive());
+  f.add("lr_wsd_decay_samples", &O::lr_wsd_decay_samples,
+        "Sample-based training: samples of the WSD decay phase (required with WSD).")
       .check(positive());
   f.add("weight_decay", &O::weight_decay, "Decoupled weight decay coefficient.").check(non_negative());
   f.add("adam_beta1", &O::adam_beta1, "Adam first-moment decay.").check(in_range(0, true, 1, false));
@@ -246,6 +263,12 @@ int64_t OptimizerConfig::warmup_iters() const {
   return lr_warmup_iters;
 }
 
+int64_t OptimizerConfig::warmup_samples() const {
+  if (lr_warmup_fraction)
+    return static_cast<int64_t>(*lr_warmup_fraction * static_cast<double>(lr_decay_samples.value_or(0)));
+  return lr_warmup_samples;
+}
+
 
 // ---- StrataConfig --------------------------------------------------------------------------------
 
@@ -346,12 +369,30 @@ void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p
 }
 
 // Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.
+// Iteration- or sample-based length (Megatron validate_args and update_train_iters, without a
+// batch-size ramp-up): train_iters = train_samples / global_batch_size.
+void resolve_train_iters(TrainingConfig& training) {
+  if (!training.train_samples) {
+    if (!training.train_iters) training.train_iters = 1000;
+    return;
+  }
+  const int64_t gbs = *training.global_batch_size, iters = *training.train_samples / gbs;
+  if (training.train_iters && *training.train_iters != iters)  // (validate() may run twice: the derived value is fine)
+    throw ConfigError("training.train_iters", "set together with training.train_samples; choose iteration- or "
+                                              "sample-based training, not both");
+  if (iters < 1)
+    throw ConfigError("training.train_samples", str(*training.train_samples) + " is less than one global batch (" +
+                                                    str(gbs) + " samples)");
+  training.train_iters = iters;
+}
+
 void validate_training(StrataConfig& c) {
   TrainingConfig& training = c.training;
   const ParallelConfig& parallel = c.parallel;
   const ModelConfig& model = c.model;
   const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
   if (!training.global_batch_size) training.global_batch_size = mbs * dp;
+  resolve_train_iters(training);
   if (*training.global_batch_size % (mbs * dp) != 0)
     throw ConfigError("training.global_batch_size", str(*training.global_batch_size) +
                                                         " is not divisible by training.micro_batch_size (" + str(mbs) +
@@ -380,15 +421,50 @@ void validate_training(StrataConfig& c) {
   // atomics-based MoE dispatch …) are refused here as those options arrive.
 }
 
+// Sample-based schedule lengths (Megatron validate_args: the iteration-based options stay off).
+void validate_sample_schedule(OptimizerConfig& o, const TrainingConfig& training) {
+  for (const auto& [field, set] : {std::pair{"optimizer.lr_decay_iters", o.lr_decay_iters.has_value()},
+                                   std::pair{"optimizer.lr_warmup_iters", o.lr_warmup_iters != 0},
+                                   std::pair{"optimizer.lr_wsd_decay_iters", o.lr_wsd_decay_iters.has_value()}})
+    if (set)
+      throw ConfigError(field, std::string("is iteration-based; with training.train_samples use ") +
+                                   "the optimizer.lr_*_samples lengths");
+  if (o.lr_warmup_fraction && o.lr_warmup_samples != 0)
+    throw ConfigError("optimizer.lr_warmup_fraction", "set either it or optimizer.lr_warmup_samples, not both");
+  if (!o.lr_decay_samples) o.lr_decay_samples = training.train_samples;
+  const int64_t decay = *o.lr_decay_samples, warmup = o.warmup_samples();
+  if (warmup > decay)
+    throw ConfigError("optimizer.lr_warmup_samples",
+                      "warmup (" + str(warmup) + ") is longer than optimizer.lr_decay_samples (" + str(decay) + ")");
+  if (o.lr_decay_style == LrDecayStyle::WSD) {
+    if (!o.lr_wsd_decay_samples)
+      throw ConfigError("optimizer.lr_wsd_decay_samples", "required with optimizer.lr_decay_style WSD");
+    if (*o.lr_wsd_decay_samples > decay - warmup)
+      throw ConfigError("optimizer.lr_wsd_decay_samples", str(*o.lr_wsd_decay_samples) +
+                                                              " is longer than optimizer.lr_decay_samples minus "
+                                                              "warmup (" + str(decay - warmup) + ")");
+  }
+}
+
 // Learning-rate schedule: the peak lr, min lr, warmup, decay and WSD lengths.
 void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& training) {
   if (!optimizer.lr) throw ConfigError("optimizer.lr", "required (the peak learning rate, e.g. 3.0e-4)");
   if (optimizer.min_lr > *optimizer.lr)
     throw ConfigError("optimizer.min_lr",
                       str(optimizer.min_lr) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");
+  if (training.train_samples) {
+    validate_sample_schedule(optimizer, training);
+    return;
+  }
+  if (optimizer.lr_warmup_samples != 0 || optimizer.lr_decay_samples || optimizer.lr_wsd_decay_samples)
+    throw ConfigError(optimizer.lr_warmup_samples != 0 ? "optimizer.lr_warmup_samples"
+                      : optimizer.lr_decay_samples    ? "optimizer.lr_decay_samples"
+                                                      : "optimizer.lr_wsd_decay_samples",
+                      "needs sample-based training (training.train_samples); with training.train_iters use the "
+                      "lr_*_iters lengths");
   if (optimizer.lr_warmup_fraction && optimizer.lr_warmup_iters != 0)
     throw ConfigError("optimizer.lr_warmup_fraction", "set either it or optimizer.lr_warmup_iters, not both");
-  if (!optimizer.lr_decay_iters) optimizer.lr_decay_iters = training.train_iters;
+  if (!optimizer.lr_decay_iters) optimizer.lr_decay_iters = *training.train_iters;
   const int64_t decay = *optimizer.lr_decay_iters, warmup = optimizer.warmup_iters();
   if (warmup > decay)
     throw ConfigError("optimizer.lr_warmup_iters",

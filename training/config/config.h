@@ -46,7 +46,8 @@ inline constexpr config::EnumName<WsdDecayStyle> kWsdDecayStyleNames[] = {{WsdDe
 struct TrainingConfig {
   int64_t micro_batch_size = 1;
   std::optional<int64_t> global_batch_size;  // null → micro_batch_size × data-parallel size
-  int64_t train_iters = 1000;
+  std::optional<int64_t> train_iters;    // null → train_samples / global_batch_size, else 1000
+  std::optional<int64_t> train_samples;  // sample-based training (Megatron --train-samples)
   int64_t seed = 1234;
   Precision precision = Precision::Fp32;
   bool deterministic = false;
@@ -70,6 +71,11 @@ struct OptimizerConfig {
   std::optional<int64_t> lr_decay_iters;  // null → training.train_iters
   WsdDecayStyle lr_wsd_decay_style = WsdDecayStyle::Exponential;
   std::optional<int64_t> lr_wsd_decay_iters;
+  // Sample-based schedules (with training.train_samples; Megatron's OptimizerParamScheduler counts
+  // samples): warmup, decay (null → training.train_samples) and WSD anneal lengths in samples.
+  int64_t lr_warmup_samples = 0;
+  std::optional<int64_t> lr_decay_samples;
+  std::optional<int64_t> lr_wsd_decay_samples;
   double weight_decay = 0.01;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
@@ -79,6 +85,9 @@ struct OptimizerConfig {
   // Iterations of linear warmup after validate(): lr_warmup_iters, or
   // lr_warmup_fraction × lr_decay_iters (Megatron's OptimizerParamScheduler setup).
   int64_t warmup_iters() const;
+  // Samples of linear warmup of a sample-based run: lr_warmup_samples, or lr_warmup_fraction ×
+  // lr_decay_samples.
+  int64_t warmup_samples() const;
 };
 
 struct CheckpointConfig {

@@ -14,7 +14,6 @@ using config::unsupported_flag;
 std::vector<config::MegatronFlagRule> megatron_flag_rules() {
   using A = FlagArity;
   const std::string fp16 = "fp16 mixed precision with loss scaling; use --bf16 (training.precision=bf16)";
-  const std::string samples = "sample-based training length and schedules; use --train-iters and the --lr-*-iters flags";
   const std::string mla = "multi-latent attention (MLA)";
   return {
       // Other names for a field.
@@ -86,10 +85,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
                        "layers per virtual stage; set --virtual-pipeline-model-parallel-size (model chunks per "
                        "pipeline rank) instead"),
-      unsupported_flag("--train-samples", A::One, samples),
-      unsupported_flag("--lr-decay-samples", A::One, samples),
-      unsupported_flag("--lr-warmup-samples", A::One, samples),
-      unsupported_flag("--lr-wsd-decay-samples", A::One, samples),
       unsupported_flag("--rampup-batch-size", A::List, "batch-size ramp-up"),
       unsupported_flag("--step-batch-size-schedule", A::One, "batch-size ramp-up"),
       unsupported_flag("--multi-latent-attention", A::Switch, mla),

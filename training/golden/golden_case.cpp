@@ -277,7 +277,7 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
                                            {"CHECKPOINT_LOAD_PATH", ckpt},
                                            {"DATA_PATH", data}};
   const StrataConfig cfg = case_config(c, ph, options.platform, job.size());
-  run.train_iters = cfg.training.train_iters;
+  run.train_iters = *cfg.training.train_iters;
   run.precision = config::enum_to_string(std::span<const config::EnumName<Precision>>(kPrecisionNames), cfg.training.precision);
   // Extracted: Megatron's metrics, the case's METRICS and every named loss of the model.
   run.loss_names = model_loss_names(cfg);
@@ -295,7 +295,7 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
                       config_path(c),
                       ": ckpt-resume needs checkpoint.save: ${CHECKPOINT_SAVE_PATH}, checkpoint.load: "
                       "${CHECKPOINT_LOAD_PATH} and checkpoint.save_interval");
-    run.resume_iteration = cfg.training.train_iters / 2;
+    run.resume_iteration = *cfg.training.train_iters / 2;
     STRATA_CHECK_KIND(ErrorKind::Config, run.resume_iteration > 0 && run.resume_iteration % *cfg.checkpoint.save_interval == 0,
                       config_path(c), ": checkpoint.save_interval (", *cfg.checkpoint.save_interval,
                       ") must divide training.train_iters/2 (", run.resume_iteration, ")");

@@ -116,7 +116,7 @@ RouterTracerOptions RouterTracerOptions::from_config(const StrataConfig& cfg, in
   RouterTracerOptions o;
   o.dir = *l.moe_routing_trace_path;
   o.rank = rank;
-  o.max_training_iters = l.moe_routing_trace_max_training_iters.value_or(cfg.training.train_iters);
+  o.max_training_iters = l.moe_routing_trace_max_training_iters.value_or(*cfg.training.train_iters);
   o.max_inference_steps = l.moe_routing_trace_max_inference_steps.value_or(1000000000);
   o.capture_logits = l.moe_routing_trace_capture_logits;
   o.capture_hidden_states = l.moe_routing_trace_capture_hidden_states;

@@ -73,9 +73,9 @@ void validate_tensor_dump(const StrataConfig& c) {
     throw ConfigError("logging.tensor_dump_iters",
                       "required with logging.tensor_dump_sites (the 0-based iterations to dump, e.g. [0, 10])");
   for (int64_t it : l.tensor_dump_iters)
-    if (it > c.training.train_iters)
+    if (it > *c.training.train_iters)
       throw ConfigError("logging.tensor_dump_iters", "iteration " + str(it) + " is never reached (training.train_iters " +
-                                                         str(c.training.train_iters) + ")");
+                                                         str(*c.training.train_iters) + ")");
   const std::vector<std::string> sites = model_site_names(c.resolved_model());
   for (size_t i = 0; i < l.tensor_dump_sites.size(); ++i) {
     const std::string& p = l.tensor_dump_sites[i];

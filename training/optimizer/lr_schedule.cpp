@@ -9,17 +9,22 @@
 namespace strata {
 
 namespace {
-const OptimizerConfig& resolved(const OptimizerConfig& cfg) {
+LrSchedule from_config(const OptimizerConfig& cfg, const TrainingConfig& training) {
   STRATA_CHECK(cfg.lr.has_value(), "LrSchedule: optimizer.lr is not set (validate the config first)");
-  STRATA_CHECK(cfg.lr_decay_iters.has_value(),
-               "LrSchedule: optimizer.lr_decay_iters is not resolved (validate the config first)");
-  return cfg;
+  STRATA_CHECK(training.train_samples ? cfg.lr_decay_samples.has_value() : cfg.lr_decay_iters.has_value(),
+               "LrSchedule: the decay length is not resolved (validate the config first)");
+  if (training.train_samples)
+    return LrSchedule(*cfg.lr, cfg.min_lr, cfg.lr_decay_style, cfg.warmup_samples(), *cfg.lr_decay_samples,
+                      cfg.lr_wsd_decay_style, cfg.lr_wsd_decay_samples.value_or(0));
+  return LrSchedule(*cfg.lr, cfg.min_lr, cfg.lr_decay_style, cfg.warmup_iters(), *cfg.lr_decay_iters,
+                    cfg.lr_wsd_decay_style, cfg.lr_wsd_decay_iters.value_or(0));
 }
 }  // namespace
 
-LrSchedule::LrSchedule(const OptimizerConfig& cfg)
-    : LrSchedule(resolved(cfg).lr.value_or(0.0), cfg.min_lr, cfg.lr_decay_style, cfg.warmup_iters(),
-                 cfg.lr_decay_iters.value_or(0), cfg.lr_wsd_decay_style, cfg.lr_wsd_decay_iters.value_or(0)) {}
+LrSchedule::LrSchedule(const OptimizerConfig& cfg, const TrainingConfig& training)
+    : LrSchedule(from_config(cfg, training)) {
+  if (training.train_samples) steps_per_iteration_ = *training.global_batch_size;
+}
 
 LrSchedule::LrSchedule(double max_lr, double min_lr, LrDecayStyle style, int64_t warmup_iters,
                        int64_t decay_iters, WsdDecayStyle wsd_style, int64_t wsd_decay_iters,
