@@ -54,6 +54,9 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
                  TrainerOptions options)
     : cfg_(cfg), model_(model), train_data_(train_data), valid_data_(valid_data), options_(std::move(options)),
       schedule_(cfg.optimizer, cfg.training) {
+  if (cfg.optimizer.decoupled_lr)
+    decoupled_schedule_ = schedule_.with_peak(*cfg.optimizer.decoupled_lr,
+                                              cfg.optimizer.decoupled_min_lr.value_or(cfg.optimizer.min_lr));
   STRATA_CHECK(cfg_.training.global_batch_size.has_value(), "trainer: the config is not validated");
   num_micro_batches_ = cfg_.num_micro_batches();
   global_batch_size_ = *cfg_.training.global_batch_size;
@@ -214,7 +217,7 @@ LossGroups Trainer::loss_groups() const {
   return g;
 }
 
-Trainer::StepOutcome Trainer::train_step(double lr) {
+Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedding_output_lr) {
   StepOutcome o;
   // The run's observers (training/observability/run_observers.h) for this iteration (0-based, as Megatron's tracer).
   RunObservers::Step observed(observers_, ObservationContext{iteration_, 0, 0, ObservationPhase::Train});
@@ -275,7 +278,7 @@ Trainer::StepOutcome Trainer::train_step(double lr) {
   o.loss = o.losses.front().second;  // the LM loss (loss_names() starts with it)
   complete_tensor_metrics();  // finalized gradients, masters before the update (Megatron's placement)
   phase_timer::Scope t("optimizer");
-  o.opt = optimizer_->step(lr);
+  o.opt = optimizer_->step(lr, embedding_output_lr);
   if (moe_) moe_->end_of_step();  // expert bias and load statistics (skipped steps too, as Megatron)
   for (LanguageModel* chunk : pipeline_.chunks) chunk->end_of_step();  // e.g. MoE global_aux_loss sums
   return o;

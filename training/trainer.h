@@ -128,7 +128,8 @@ class Trainer {
     OptimizerStepResult opt;
   };
   struct Interval;  // what the log line averages (trainer_loop.cpp)
-  StepOutcome train_step(double lr);
+  // lr: this step's learning rate; embedding_output_lr: decoupled_lr's (null without it).
+  StepOutcome train_step(double lr, std::optional<double> embedding_output_lr = std::nullopt);
   void setup_moe_accounting();
   void setup_tensor_metrics();     // logging.tensor_metrics (training/tensor_metrics/)
   void complete_tensor_metrics();  // just before the optimizer step
@@ -163,6 +164,7 @@ class Trainer {
   bool logging_rank_ = true;       // the last world rank prints and writes metrics
   double comm_seconds_ = 0.0;      // trainer-side collectives (loss, token counts)
   LrSchedule schedule_;
+  std::optional<LrSchedule> decoupled_schedule_;  // optimizer.decoupled_lr: embeddings and output layer
   std::vector<std::unique_ptr<MetricsSink>> owned_sinks_;
   std::vector<MetricsSink*> sinks_;
   int64_t num_micro_batches_ = 1;

@@ -76,7 +76,8 @@ Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
   const double comm_before = comm_total();
   const double grad_exposed_before = grad_exposed_total();
   const double grad_inflight_before = grad_inflight_total();
-  const StepOutcome o = train_step(lr);
+  const StepOutcome o =
+      train_step(lr, decoupled_schedule_ ? std::optional<double>(decoupled_schedule_->lr_after(iteration_)) : std::nullopt);
   result.train_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
   result.communication_seconds += comm_total() - comm_before;
   const double grad_exposed = grad_exposed_total() - grad_exposed_before;

@@ -104,6 +104,46 @@ TEST_CASE("trainer: AdamW step against hand-computed values (decay mask, clippin
   CHECK(w.main_grad.to_vector() == std::vector<double>{0.0, 0.0});
 }
 
+// Megatron's decoupled_lr: the word embeddings and the output layer (is_embedding_or_output_
+// parameter; Strata's Parameter::vocab_rows) step with their own learning rate, everything else
+// with lr. Hand-computed as above (no clipping, no decay): p − lr · g / (|g| + eps).
+TEST_CASE("trainer: decoupled_lr steps the embedding and output tables with their own rate", "[trainer]") {
+  Parameter table = make_param("embedding.word_embeddings.weight", {1.0, -1.0});
+  table.vocab_rows = true;
+  Parameter w = make_param("decoder.layers.0.mlp.linear_fc1.weight", {1.0});
+  AdamWSettings s;
+  s.weight_decay = 0.0;
+  s.clip_grad = 0.0;
+  AdamWOptimizer opt({&table, &w}, s);
+  table.main_grad.copy_(Tensor::from_vector({2.0, -0.5}, {2}, DType::F32));
+  w.main_grad.copy_(Tensor::from_vector({3.0}, {1}, DType::F32));
+  opt.step(0.01, 0.05);
+  const auto step = [](double p, double lr, double g) { return p - lr * g / (std::abs(g) + 1e-8); };
+  CHECK(table.value.to_vector()[0] == Approx(step(1.0, 0.05, 2.0)).epsilon(1e-6));
+  CHECK(table.value.to_vector()[1] == Approx(step(-1.0, 0.05, -0.5)).epsilon(1e-6));
+  CHECK(w.value.to_vector()[0] == Approx(step(1.0, 0.01, 3.0)).epsilon(1e-6));
+}
+
+// The decoupled schedule: the same warmup and decay between decoupled_lr and decoupled_min_lr.
+// Cosine over 100 iterations, warmup 10, lr 1e-3 → 1e-4, decoupled 5e-3 → 5e-4: after iteration 5
+// 5e-3 · 5/10 = 2.5e-3; after 55 (ratio 0.5) 5e-4 + 4.5e-3 · ½ = 2.75e-3; after 100, 5e-4.
+TEST_CASE("trainer: the decoupled lr schedule, hand-computed", "[trainer][lr_schedule]") {
+  StrataConfig cfg = StrataConfig::from_yaml_text(
+      "optimizer:\n  lr: 1.0e-3\n  min_lr: 1.0e-4\n  lr_decay_style: cosine\n  lr_warmup_iters: 10\ndata:\n  "
+      "mock_data: true\ntraining:\n  train_iters: 100\n",
+      {}, "decoupled.yaml");
+  StrataConfig::table().apply_command_line({"--decoupled-lr", "5e-3", "--decoupled-min-lr", "5e-4"}, cfg, nullptr);
+  cfg.validate(1);
+  const LrSchedule base(cfg.optimizer, cfg.training);
+  const LrSchedule d = base.with_peak(*cfg.optimizer.decoupled_lr, *cfg.optimizer.decoupled_min_lr);
+  CHECK(d.lr_after(5) == Approx(2.5e-3).epsilon(1e-14));
+  CHECK(d.lr_after(55) == Approx(2.75e-3).epsilon(1e-14));
+  CHECK(d.lr_after(100) == Approx(5e-4).epsilon(1e-14));
+  CHECK(base.lr_after(55) == Approx(5.5e-4).epsilon(1e-14));
+  cfg.optimizer.decoupled_min_lr = 6e-3;
+  CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("optimizer.decoupled_min_lr"));
+}
+
 TEST_CASE("trainer: bf16 parameters keep a separate f32 master written back each step", "[trainer]") {
   Parameter w = make_param("w", {1.0, 2.0, 3.0}, DType::BF16);
   AdamWSettings s;

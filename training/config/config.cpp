@@ -104,6 +104,14 @@ config::SectionFields<OptimizerConfig> optimizer_fields() {
   f.add_enum("lr_wsd_decay_style", &O::lr_wsd_decay_style, kWsdDecayStyleNames, "Shape of the WSD decay phase.");
   f.add("lr_wsd_decay_iters", &O::lr_wsd_decay_iters, "Length of the WSD decay phase, in steps (required with WSD).")
       .check(positive());
+  f.add("decoupled_lr", &O::decoupled_lr,
+        "Peak learning rate of the word embeddings and the output layer (Megatron's --decoupled-lr: their own "
+        "param group, on the same warmup and decay). null: optimizer.lr.")
+      .check(non_negative());
+  f.add("decoupled_min_lr", &O::decoupled_min_lr,
+        "Final learning rate of the word embeddings and the output layer (Megatron's --decoupled-min-lr). "
+        "null: optimizer.min_lr.")
+      .check(non_negative());
   f.add("lr_warmup_samples", &O::lr_warmup_samples,
         "Sample-based training: samples of linear warmup (Megatron's --lr-warmup-samples).")
       .check(non_negative());
@@ -452,6 +460,12 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
   if (optimizer.min_lr > *optimizer.lr)
     throw ConfigError("optimizer.min_lr",
                       str(optimizer.min_lr) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");
+  if (optimizer.decoupled_min_lr && !optimizer.decoupled_lr)
+    throw ConfigError("optimizer.decoupled_min_lr", "needs optimizer.decoupled_lr");
+  if (optimizer.decoupled_lr && optimizer.decoupled_min_lr.value_or(optimizer.min_lr) > *optimizer.decoupled_lr)
+    throw ConfigError(optimizer.decoupled_min_lr ? "optimizer.decoupled_min_lr" : "optimizer.decoupled_lr",
+                      "the final learning rate (" + str(optimizer.decoupled_min_lr.value_or(optimizer.min_lr)) +
+                          ") is larger than optimizer.decoupled_lr (" + str(*optimizer.decoupled_lr) + ")");
   if (training.train_samples) {
     validate_sample_schedule(optimizer, training);
     return;

@@ -76,6 +76,10 @@ struct OptimizerConfig {
   int64_t lr_warmup_samples = 0;
   std::optional<int64_t> lr_decay_samples;
   std::optional<int64_t> lr_wsd_decay_samples;
+  // Megatron's --decoupled-lr / --decoupled-min-lr: the word embeddings and the output layer
+  // (is_embedding_or_output_parameter) follow the same schedule between these instead of lr / min_lr.
+  std::optional<double> decoupled_lr;
+  std::optional<double> decoupled_min_lr;  // null: min_lr
   double weight_decay = 0.01;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;

@@ -42,6 +42,12 @@ LrSchedule::LrSchedule(double max_lr, double min_lr, LrDecayStyle style, int64_t
                "LrSchedule: WSD needs 0 < lr_wsd_decay_iters <= lr_decay_iters, got ", wsd_decay_iters);
 }
 
+LrSchedule LrSchedule::with_peak(double max_lr, double min_lr) const {
+  LrSchedule s(max_lr, min_lr, style_, warmup_iters_, decay_iters_, wsd_style_, wsd_decay_iters_, warmup_init_lr_);
+  s.steps_per_iteration_ = steps_per_iteration_;
+  return s;
+}
+
 double LrSchedule::lr(int64_t num_steps) const {
   const double n = static_cast<double>(num_steps);
   // Warmup: init + (max - init) · n / warmup, including n == warmup (Megatron's `<=`).

@@ -30,6 +30,10 @@ class LrSchedule {
   // lr(iterations × global batch size) counted in samples.
   double lr_after(int64_t iterations) const { return lr(iterations * steps_per_iteration_); }
 
+  // The same schedule between another peak and final learning rate (Megatron's per-param-group
+  // max_lr / min_lr, e.g. decoupled_lr).
+  LrSchedule with_peak(double max_lr, double min_lr) const;
+
   double max_lr() const { return max_lr_; }
   double min_lr() const { return min_lr_; }
   int64_t warmup_iters() const { return warmup_iters_; }

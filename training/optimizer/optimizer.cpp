@@ -98,7 +98,7 @@ void AdamWOptimizer::reset_masters_from_values() {
     if (s.separate_master) s.master.copy_(s.param->value.flatten().narrow(0, s.offset, s.master.numel()));
 }
 
-OptimizerStepResult AdamWOptimizer::step(double lr) {
+OptimizerStepResult AdamWOptimizer::step(double lr, std::optional<double> embedding_output_lr) {
   OptimizerStepResult r;
   if (params_.empty()) return r;
   const Device dev = params_.front()->value.device();
@@ -172,6 +172,7 @@ OptimizerStepResult AdamWOptimizer::step(double lr) {
   for (size_t i = 0; i < states_.size(); ++i) {
     ParamState& s = states_[i];
     const double wd_mult = s.param->no_weight_decay ? 0.0 : 1.0;
+    cfg.lr = embedding_output_lr && s.param->vocab_rows ? *embedding_output_lr : lr;
     if (s.separate_master) {
       Tensor model_param = s.param->value.flatten().narrow(0, s.offset, s.master.numel());
       kernels::adamw_step(s.master, grads[i], s.exp_avg, s.exp_avg_sq, cfg, step_count_, wd_mult, grad_scale,

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "kernels/optimizer.h"
@@ -85,8 +86,10 @@ class AdamWOptimizer {
   void zero_grad();
   // One step at learning rate lr over the accumulated main grads: norm, non-finite check, clip,
   // AdamW (weight_decay_mult 0 for no_weight_decay params), write back bf16 values. The step
-  // counter advances only when the step is not skipped.
-  OptimizerStepResult step(double lr);
+  // counter advances only when the step is not skipped. embedding_output_lr (Megatron's
+  // decoupled_lr): the learning rate of the word embeddings and the output layer
+  // (Parameter::vocab_rows: Megatron's is_embedding_or_output_parameter) when set.
+  OptimizerStepResult step(double lr, std::optional<double> embedding_output_lr = std::nullopt);
 
   // The model-parallel group (tp × pp) the grad norm's sum of squares and the zero count are
   // summed over (Megatron get_grad_norm_fp32 over the model-parallel group); shared copies
