@@ -2,20 +2,100 @@
 #include "core/phase_timer.h"
 
 #include <atomic>
+#include <fstream>
 #include <mutex>
+
+#include "core/error.h"
+
+#if STRATA_WITH_CUDA
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 namespace strata::phase_timer {
 namespace {
-std::atomic<bool> g_enabled{false};
+constexpr int kTotals = 1, kTrace = 2;
+std::atomic<int> g_flags{0};
 std::mutex g_mutex;
 std::vector<Total>& table() {
   static std::vector<Total> t;
   return t;
 }
+std::vector<TraceEvent> g_events;
+std::chrono::steady_clock::time_point g_trace_start;
+thread_local int t_depth = 0;
+
+void set_flag(int flag, bool on) {
+  if (on) g_flags.fetch_or(flag, std::memory_order_relaxed);
+  else g_flags.fetch_and(~flag, std::memory_order_relaxed);
+}
+
+// A JSON string literal of a scope name (names are ASCII paths; escape the two specials anyway).
+std::string json_string(const char* s) {
+  std::string out = "\"";
+  for (const char* c = s; *c; ++c) {
+    if (*c == '"' || *c == '\\') out += '\\';
+    out += *c;
+  }
+  return out + "\"";
+}
 }  // namespace
 
-void set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
-bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
+void set_enabled(bool on) { set_flag(kTotals, on); }
+bool enabled() { return (g_flags.load(std::memory_order_relaxed) & kTotals) != 0; }
+bool active() { return g_flags.load(std::memory_order_relaxed) != 0; }
+bool tracing() { return (g_flags.load(std::memory_order_relaxed) & kTrace) != 0; }
+
+void start_trace() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_events.clear();
+  g_trace_start = std::chrono::steady_clock::now();
+  set_flag(kTrace, true);
+}
+
+std::vector<TraceEvent> stop_trace() {
+  set_flag(kTrace, false);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::vector<TraceEvent> out;
+  out.swap(g_events);
+  return out;
+}
+
+void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& events, int pid) {
+  std::ofstream f(path);
+  STRATA_CHECK_KIND(ErrorKind::Io, f.good(), "profile: cannot write the trace file ", path);
+  f << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
+  for (size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& e = events[i];
+    f << (i ? ",\n" : "\n") << "{\"name\": " << json_string(e.name) << ", \"ph\": \"X\", \"ts\": " << e.start_us
+      << ", \"dur\": " << e.duration_us << ", \"pid\": " << pid << ", \"tid\": 0}";
+  }
+  f << "\n]}\n";
+  STRATA_CHECK_KIND(ErrorKind::Io, f.good(), "profile: writing the trace file ", path, " failed");
+}
+
+void Scope::begin() {
+  start_ = std::chrono::steady_clock::now();
+  traced_ = tracing();
+  if (!traced_) return;
+  ++t_depth;
+#if STRATA_WITH_CUDA
+  nvtxRangePushA(name_);
+#endif
+}
+
+void Scope::end() {
+  const auto stop = std::chrono::steady_clock::now();
+  if (enabled()) add(name_, std::chrono::duration<double, std::milli>(stop - start_).count());
+  if (!traced_) return;
+  --t_depth;
+#if STRATA_WITH_CUDA
+  nvtxRangePop();
+#endif
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!tracing()) return;  // the trace stopped inside this scope
+  g_events.push_back({name_, std::chrono::duration<double, std::micro>(start_ - g_trace_start).count(),
+                      std::chrono::duration<double, std::micro>(stop - start_).count(), t_depth});
+}
 
 void reset() {
   std::lock_guard<std::mutex> lock(g_mutex);

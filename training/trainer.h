@@ -130,6 +130,8 @@ class Trainer {
   struct Interval;  // what the log line averages (trainer_loop.cpp)
   // lr: this step's learning rate; embedding_output_lr: decoupled_lr's (null without it).
   StepOutcome train_step(double lr, std::optional<double> embedding_output_lr = std::nullopt);
+  // logging.profile: starts the trace before a step, writes it after the last profiled one.
+  void profile_boundary(bool after_step);
   void setup_moe_accounting();
   void setup_tensor_metrics();     // logging.tensor_metrics (training/tensor_metrics/)
   void complete_tensor_metrics();  // just before the optimizer step

@@ -4,12 +4,15 @@
 // checkpoints and the exit conditions.
 // Reference: megatron/training/training.py (train, training_log, evaluate_and_print_results,
 // save_checkpoint_and_time, the exit_interval / exit_duration_in_mins checks).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <ostream>
 
 #include "core/allocator.h"
 #include "core/logging.h"
+#include "core/phase_timer.h"
 #include "parallel/watchdog.h"
 #include "training/signals.h"
 #include "training/step_losses.h"
@@ -55,6 +58,24 @@ bool Trainer::stop_requested(TrainResult& result) {
           << " iterations this run trained (" << start_iteration_ + 1 << " to " << iteration_ << ") are not saved"
           << std::endl;
   return true;
+}
+
+// Megatron's --profile: the trace starts before the step after profile_step_start iterations and
+// stops after profile_step_end, on the ranks of profile_ranks.
+void Trainer::profile_boundary(bool after_step) {
+  const LoggingConfig& l = cfg_.logging;
+  if (!l.profile) return;
+  const int64_t rank = options_.groups.global_rank;
+  if (std::find(l.profile_ranks.begin(), l.profile_ranks.end(), rank) == l.profile_ranks.end()) return;
+  if (!after_step && iteration_ == l.profile_step_start) phase_timer::start_trace();
+  if (!after_step || iteration_ != l.profile_step_end || !phase_timer::tracing()) return;
+  const std::filesystem::path dir = l.tensorboard_dir.value_or(".");
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / ("trace_rank" + std::to_string(rank) + "_iterations" +
+                                   std::to_string(l.profile_step_start + 1) + "-" +
+                                   std::to_string(l.profile_step_end) + ".json")).string();
+  phase_timer::write_chrome_trace(path, phase_timer::stop_trace(), static_cast<int>(rank));
+  out() << " profile: wrote " << path << std::endl;
 }
 
 Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
@@ -273,7 +294,13 @@ TrainResult Trainer::train() {
     // A collective that hangs is reported at this step (parallel/watchdog.h): the iteration number
     // the log line gives the step once it completes.
     watchdog_set_step(iteration_ + 1);
-    const StepOutcome o = timed_step(result, iv);
+    profile_boundary(/*after_step=*/false);
+    StepOutcome o;
+    {
+      phase_timer::Scope step_scope("iteration");  // the trace's outermost event
+      o = timed_step(result, iv);
+    }
+    profile_boundary(/*after_step=*/true);
     if (account_skip(o, result, iv)) return finish(1);
     if (iteration_ % log_interval_iters == 0) log_interval(o, iv);
     if (valid_data_ && cfg_.training.eval_interval > 0 && cfg_.training.eval_iters > 0 &&

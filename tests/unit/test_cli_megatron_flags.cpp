@@ -157,6 +157,31 @@ TEST_CASE("cli train: flags alone train, as pretrain_gpt.py; SP at TP1 warns; --
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("--spec: 'my_models.specs my_spec' is not supported by Strata") &&
                         Contains("hybrid_stack_spec"));
+  // --profile: a Chrome trace of iterations 2 and 3 (Megatron: after profile_step_start = 1
+  // iterations, up to profile_step_end = 3), written to the TensorBoard directory.
+  const fs::path tb = test::process_temp_dir("strata_profile") / "tb";
+  std::vector<std::string> profiled = flags;
+  profiled.insert(profiled.end(), {"--train-iters", "4", "--profile", "--profile-step-start", "1", "--profile-step-end",
+                                   "3", "--tensorboard-dir", tb.string()});
+  r = run_cli(profiled);
+  CHECK(r.rc == 0);
+  const fs::path trace = tb / "trace_rank0_iterations2-3.json";
+  REQUIRE(fs::exists(trace));
+  const nlohmann::json events = nlohmann::json::parse(std::ifstream(trace))["traceEvents"];
+  std::vector<std::pair<double, double>> iterations;
+  for (const auto& e : events)
+    if (e["name"] == "iteration") iterations.push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  CHECK(iterations.size() == 2);
+  bool forward = false;
+  for (const auto& e : events) {  // every event complete ("X") and inside one of the two iterations
+    CHECK(e["ph"] == "X");
+    const double t0 = e["ts"].get<double>(), t1 = t0 + e["dur"].get<double>();
+    bool inside = false;
+    for (const auto& [a, b] : iterations) inside = inside || (t0 >= a && t1 <= b + 1e-3);
+    CHECK(inside);
+    forward = forward || e["name"] == "forward";
+  }
+  CHECK(forward);
   // A user error that is not a config error: its kind and message, no source file.
   r = run_cli({"generate", "--load", "/nonexistent/strata_checkpoints", "--prompt-ids", "1"});
   CHECK(r.rc == 1);

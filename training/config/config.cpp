@@ -195,6 +195,15 @@ config::SectionFields<LoggingConfig> logging_fields() {
   f.add("log_num_zeros_in_grad", &L::log_num_zeros_in_grad, "Log the number of zero gradient elements.");
   f.add("log_throughput", &L::log_throughput, "Log throughput (TFLOP/s per GPU) in the iteration line.");
   f.add("log_params_norm", &L::log_params_norm, "Log the L2 norm of the parameters.");
+  f.add("profile", &L::profile,
+        "Record a trace of iterations profile_step_start + 1 to profile_step_end on the ranks in profile_ranks "
+        "(Megatron's --profile): trace_rank<R>_iterations<a>-<b>.json in logging.tensorboard_dir (else the "
+        "working directory), Chrome trace-event JSON for chrome://tracing or ui.perfetto.dev, with NVTX ranges "
+        "for Nsight Systems on CUDA.");
+  f.add("profile_step_start", &L::profile_step_start, "The trace starts after this many iterations.")
+      .check(non_negative());
+  f.add("profile_step_end", &L::profile_step_end, "The trace ends after this many iterations.").check(positive());
+  f.add("profile_ranks", &L::profile_ranks, "Global ranks that record the trace.");
   f.add("moe_routing_trace_path", &L::moe_routing_trace_path,
         "Trace the MoE routers' top-k selections into this directory (router_trace_rank<R>.jsonl per rank, "
         "docs/router_trace.md); needs MoE layers. null: no tracing.");
@@ -534,6 +543,9 @@ void validate_checkpoint(const CheckpointConfig& checkpoint) {
 
 // The router tracer (Megatron's moe_routing_trace_*): only for MoE models, options only with the path.
 void validate_logging(const LoggingConfig& l, const ResolvedModelConfig& model) {
+  if (l.profile && l.profile_step_end <= l.profile_step_start)
+    throw ConfigError("logging.profile_step_end", str(l.profile_step_end) + " must be after logging.profile_step_start (" +
+                                                      str(l.profile_step_start) + ")");
   if (l.moe_routing_trace_path) {
     if (l.moe_routing_trace_path->empty()) throw ConfigError("logging.moe_routing_trace_path", "is empty");
     if (!model.is_moe())

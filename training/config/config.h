@@ -111,6 +111,12 @@ struct LoggingConfig {
   bool log_num_zeros_in_grad = false;
   bool log_throughput = false;
   bool log_params_norm = false;
+  // Megatron's --profile: a trace of iterations profile_step_start + 1 … profile_step_end on the
+  // ranks in profile_ranks (core/phase_timer.h: Chrome trace-event JSON, NVTX ranges on CUDA).
+  bool profile = false;
+  int64_t profile_step_start = 10;
+  int64_t profile_step_end = 12;
+  std::vector<int64_t> profile_ranks = {0};
   // The MoE router tracer (training/observability/router_tracer.h; Megatron's LoggerConfig moe_routing_trace_*).
   std::optional<std::string> moe_routing_trace_path;               // null: no tracing
   std::optional<int64_t> moe_routing_trace_max_training_iters;     // null: training.train_iters

@@ -67,6 +67,8 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
                      "validation perplexity in TensorBoard (Strata logs it with the validation loss)"),
       no_effect_flag("--tensorboard-queue-size", A::One, "TensorBoard's writer queue"),
       no_effect_flag("--manual-gc", A::Switch, "Python's garbage collection schedule"),
+      no_effect_flag("--use-pytorch-profiler", A::Switch,
+                     "PyTorch's profiler (--profile writes Strata's own Chrome trace; NVTX ranges on CUDA)"),
       no_effect_flag("--manual-gc-interval", A::One, "Python's garbage collection schedule"),
       no_effect_flag("--empty-unused-memory-level", A::One, "emptying PyTorch's CUDA cache allocator"),
       // Megatron features Strata does not have. A rule with a field maps onto it once it exists.
