@@ -137,7 +137,7 @@ namespace strata {
 // without --config. --sequence-parallel at tensor-parallel size 1 is disabled with Megatron's
 // warning; --spec naming Megatron's standard spec is accepted, any other refused by name; user
 // errors carry no source path.
-TEST_CASE("cli train: flags alone train, as pretrain_gpt.py; SP at TP1 warns; --spec", "[cli_train][megatron_flags]") {
+TEST_CASE("cli train: flags alone train as pretrain_gpt.py, SP at TP1 warns, --spec and --profile", "[cli_train][megatron_flags]") {
   const std::vector<std::string> flags = {
       "train", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "32",
       "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters",
