@@ -159,6 +159,13 @@ TEST_CASE("megatron flags: order, --flag=value and mixing with overrides", "[meg
   CHECK(*with_args({"--decoder-first-pipeline-num-layers", "3"}).parallel.num_layers_in_first_pipeline_stage == 3);
   CHECK(with_args({"--temperature", "0.5"}).inference.temperature == 0.5);
   CHECK(with_args({"--precision", "bf16"}).training.precision == Precision::Bf16);  // Strata's own fields too
+  // Megatron's deprecated --no-position-embedding: with RoPE it changes nothing (Megatron's Mixtral
+  // example passes both, in this order); without RoPE Megatron refuses it, and so does Strata.
+  CHECK(StrataConfig::load("", {"--position-embedding-type", "rope", "--no-position-embedding"})
+            .model.position_embedding_type == PositionEmbeddingType::Rope);
+  CHECK_THROWS_WITH(StrataConfig::load("", {"--no-position-embedding"}),
+                    Catch::Contains("--no-position-embedding: is deprecated") &&
+                        Catch::Contains("--position-embedding-type none"));
 }
 
 TEST_CASE("megatron flags: unsupported features, unknown flags and bad values are errors", "[megatron_flags]") {

@@ -8,6 +8,7 @@
 #include "models/mtp_config.h"
 #include "models/hybrid/hybrid_pattern.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -298,7 +299,15 @@ StrataConfig StrataConfig::load(const std::string& yaml_path, const std::vector<
                                 std::vector<std::string>* no_effect, const std::vector<std::string>& own_flags) {
   StrataConfig cfg;
   if (!yaml_path.empty()) table().load_file(yaml_path, cfg);
-  table().apply_command_line(args, cfg, no_effect, own_flags);
+  std::vector<std::string> accepted;
+  table().apply_command_line(args, cfg, &accepted, own_flags);
+  // Megatron validate_args: --no-position-embedding is deprecated and refused unless the model uses
+  // RoPE (where it changes nothing, e.g. Megatron's Mixtral example passes both).
+  if (std::find(accepted.begin(), accepted.end(), "--no-position-embedding") != accepted.end() &&
+      cfg.model.position_embedding_type != PositionEmbeddingType::Rope)
+    throw ConfigError("--no-position-embedding", "is deprecated (Megatron refuses it without RoPE too); use "
+                                                 "--position-embedding-type none");
+  if (no_effect) no_effect->insert(no_effect->end(), accepted.begin(), accepted.end());
   return cfg;
 }
 

@@ -27,7 +27,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       config::constant_flag("--bf16", "precision", "bf16"),
       config::constant_flag("--disable-bias-linear", "add_bias_linear", "false"),
       config::constant_flag("--use-rotary-position-embeddings", "position_embedding_type", "rope"),
-      config::constant_flag("--no-position-embedding", "position_embedding_type", "none"),
       config::constant_flag("--recompute-activations", "recompute_granularity", "selective"),
       config::constant_flag("--enable-mhc-connections", "enable_hyper_connections", "true"),
       // Megatron implementation choices: the numbers are the same in Strata.
@@ -67,6 +66,9 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
                      "validation perplexity in TensorBoard (Strata logs it with the validation loss)"),
       no_effect_flag("--tensorboard-queue-size", A::One, "TensorBoard's writer queue"),
       no_effect_flag("--manual-gc", A::Switch, "Python's garbage collection schedule"),
+      // Megatron's deprecated add_position_embedding=False: no learned positions, which RoPE has
+      // none of anyway; without RoPE Megatron refuses it (StrataConfig::load does too).
+      no_effect_flag("--no-position-embedding", A::Switch, "no learned position table next to RoPE"),
       no_effect_flag("--use-pytorch-profiler", A::Switch,
                      "PyTorch's profiler (--profile writes Strata's own Chrome trace; NVTX ranges on CUDA)"),
       no_effect_flag("--manual-gc-interval", A::One, "Python's garbage collection schedule"),
