@@ -261,7 +261,8 @@ std::shared_ptr<const layers::PackedSequence> LanguageModelShell::packed_sequenc
     STRATA_CHECK(batch.position_ids.shape() == bs && batch.position_ids.dtype() == DType::I64,
                  "language model forward: position_ids must be [b, s] i64 like the tokens, got ",
                  batch.position_ids.shape().str());
-    p->positions = batch.position_ids.to(Device::cpu()).transpose(0, 1).contiguous().to(opt_.device);  // [s, b]
+    p->positions_host = batch.position_ids.to(Device::cpu()).transpose(0, 1).contiguous();  // [s, b]
+    p->positions = p->positions_host.to(opt_.device);
   }
   if (batch.document_start.defined()) {
     STRATA_CHECK(batch.document_start.shape() == bs && batch.document_start.dtype() == DType::I64,

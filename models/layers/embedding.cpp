@@ -71,9 +71,7 @@ Tensor VocabEmbedding::forward(const Tensor& tokens, int64_t position_offset, co
                  position_offset, ", ", position_offset + s_global, ") exceed max_position_embeddings ", max_positions_);
     std::vector<int64_t> p(static_cast<size_t>(s_local * b));
     // Packed sequences: each token's position within its document ([s, b] over the local rows).
-    const Tensor per_token = keys.packed && keys.packed->positions.defined()
-                                 ? keys.packed->positions.to(Device::cpu()).contiguous()
-                                 : Tensor();
+    const Tensor per_token = keys.packed ? keys.packed->positions_host : Tensor();
     for (int64_t t = 0; t < s_local; ++t) {
       const int64_t row = first + t;
       const int64_t g = keys.cp_size > 1 ? cp::global_position(row, s, keys.cp_size, keys.cp_rank) : row;

@@ -49,9 +49,10 @@ Tensor piece_of(const Tensor& t, const MambaMixer::Piece& pc) {
 
 std::vector<MambaMixer::Piece> MambaMixer::pieces(const PackedSequence* packed, int64_t b) {
   std::vector<Piece> out;
-  if (!packed || !packed->splits_any_sample()) return out;
+  if (!packed || !packed->has_documents()) return out;
   for (int64_t bb = 0; bb < b; ++bb)
     for (const auto& [begin, end] : packed->documents(bb)) out.push_back({bb, begin, end});
+  if (static_cast<int64_t>(out.size()) == b) out.clear();  // one document per sample: the whole batch at once
   return out;
 }
 

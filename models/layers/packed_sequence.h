@@ -18,6 +18,7 @@ namespace strata::layers {
 
 struct PackedSequence {
   Tensor positions;            // [s, b] i64 on the device; undefined: positions 0.. (cp: global)
+  Tensor positions_host;       // the same on the host (learned position embeddings' lookup ids)
   Tensor document_start;       // [b, s] i64 on the device (positions of the whole sample);
                                // undefined: one document per sample
   Tensor document_start_host;  // [b, s] i64 on the host, the same values
@@ -37,13 +38,6 @@ struct PackedSequence {
       else out.back().second = t + 1;
     }
     return out;
-  }
-  // Whether some sample holds more than one document.
-  bool splits_any_sample() const {
-    if (!has_documents()) return false;
-    for (int64_t bb = 0; bb < document_start_host.size(0); ++bb)
-      if (documents(bb).size() > 1) return true;
-    return false;
   }
 };
 

@@ -154,34 +154,12 @@ void check_pp(ModelConfig m) {
   check_gradients(grads, alone.grad_sum);
 }
 
-ModelConfig with_mtp() {
-  ModelConfig m = base_config();
-  m.mtp_num_layers = 1;
-  m.mtp_loss_scaling_factor = 0.3;
-  return m;
-}
-
-ModelConfig hybrid_moe() {
-  ModelConfig m = base_config();
-  m.hybrid_layer_pattern = "M*-E";
-  m.num_layers = 4;
-  m.add_bias_linear = false;
-  m.mamba_head_dim = 4;
-  m.mamba_num_groups = 2;
-  m.mamba_state_dim = 4;
-  m.mamba_chunk_size = 3;
-  m.num_experts = 4;
-  m.moe_ffn_hidden_size = 8;
-  m.moe_router_topk = 2;
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("packed exact: TP2 + SP, GPT RoPE / hybrid M*-E / MTP, each document as if alone (f64)", "[packed2]") {
   check_tp_sp(base_config());
-  check_tp_sp(hybrid_moe());
-  check_tp_sp(with_mtp());
+  check_tp_sp(hybrid_moe_config());
+  check_tp_sp(mtp_config(1));
 }
 
 TEST_CASE("packed exact: CP2 all_gather and p2p, GPT RoPE, each document as if alone (f64)", "[packed2]") {
@@ -191,7 +169,7 @@ TEST_CASE("packed exact: CP2 all_gather and p2p, GPT RoPE, each document as if a
 
 TEST_CASE("packed exact: PP2, GPT RoPE and MTP, each document as if alone (f64)", "[packed2]") {
   check_pp(base_config());
-  check_pp(with_mtp());
+  check_pp(mtp_config(1));
 }
 
 }  // namespace strata

@@ -199,4 +199,30 @@ inline ModelConfig base_config() {
   return m;
 }
 
+// base_config() with `depths` MTP depths (loss scale 0.3).
+inline ModelConfig mtp_config(int64_t depths) {
+  ModelConfig m = base_config();
+  m.mtp_num_layers = depths;
+  m.mtp_loss_scaling_factor = 0.3;
+  return m;
+}
+
+// The hybrid pattern M*-E (Mamba, attention, MLP, MoE top-2 of 4), Mamba chunks of 3 that straddle
+// document boundaries; no aux loss (a batch-level loss would couple the documents).
+inline ModelConfig hybrid_moe_config() {
+  ModelConfig m = base_config();
+  m.hybrid_layer_pattern = "M*-E";
+  m.num_layers = 4;
+  m.add_bias_linear = false;
+  m.mamba_head_dim = 4;
+  m.mamba_num_groups = 2;
+  m.mamba_state_dim = 4;
+  m.mamba_chunk_size = 3;
+  m.num_experts = 4;
+  m.moe_ffn_hidden_size = 8;
+  m.moe_router_topk = 2;
+  m.moe_aux_loss_coeff = {0.0};
+  return m;
+}
+
 }  // namespace strata::test::packed

@@ -93,31 +93,16 @@ TEST_CASE("packed sequences: GPT with learned absolute positions trains each doc
 }
 
 TEST_CASE("packed sequences: GPT with two MTP depths, the shifts inside each document", "[packed][mtp]") {
-  ModelConfig m = base_config();
-  m.mtp_num_layers = 2;
-  m.mtp_loss_scaling_factor = 0.3;
-  GPTModel model(m, f64_gpt());
+  GPTModel model(mtp_config(2), f64_gpt());
   model.init_parameters(7);
   check_packing(model);
 }
 
 TEST_CASE("packed sequences: hybrid M*-E restarts the Mamba conv1d and SSD state at each document",
           "[packed][hybrid]") {
-  ModelConfig m = base_config();
-  m.hybrid_layer_pattern = "M*-E";
-  m.num_layers = 4;
-  m.add_bias_linear = false;
-  m.mamba_head_dim = 4;
-  m.mamba_num_groups = 2;
-  m.mamba_state_dim = 4;
-  m.mamba_chunk_size = 3;  // chunks that straddle document boundaries
-  m.num_experts = 4;
-  m.moe_ffn_hidden_size = 8;
-  m.moe_router_topk = 2;
-  m.moe_aux_loss_coeff = {0.0};  // a batch-level loss would couple the documents
   LanguageModelOptions o;
   o.dtype = DType::F64;
-  HybridModel model(m, o);
+  HybridModel model(hybrid_moe_config(), o);
   model.init_parameters(8);
   check_packing(model);
 }
