@@ -6,7 +6,7 @@
 // [s] tensor) or positions[t][b] (an [s, b] tensor: packed sequences, whose positions restart at
 // each document) when a positions tensor is given, else t + position_offset. The first rot_dim = int(d · rotary_percent) channels
 // (even, >= 2) rotate, the rest pass through unchanged. inv_freq[i] = base^(-2i/rot_dim) for
-// i < rot_dim/2 and angle θ = p · inv_freq[i]; channel pair (a, b) of frequency i becomes
+// i < rot_dim/2 (Llama-3 scaled with llama3_scaling_factor) and angle θ = p · inv_freq[i]; channel pair (a, b) of frequency i becomes
 //   (a·cos θ - b·sin θ, b·cos θ + a·sin θ)
 // with pairs (i, i + rot_dim/2) (non-interleaved, rotate_half) or (2i, 2i + 1) (interleaved).
 // Angles and cos/sin are computed in f32 (f64 for f64 tensors) by the same expressions on CPU
@@ -21,6 +21,7 @@ namespace strata::kernels {
 struct RotaryOptions {
   double rotary_percent = 1.0;          // fraction of d that rotates (Megatron rotary_percent)
   double base = 10000.0;                // Megatron rotary_base
+  double llama3_scaling_factor = 0.0;   // > 0: Llama 3's frequency scaling (kernels/rotary_math.h)
   int64_t position_offset = 0;          // first position (KV-cache decoding, context-parallel shards)
   bool interleaved = false;             // pairs (2i, 2i+1) instead of (i, i + rot_dim/2)
   const Tensor* positions = nullptr;    // [s] or [s, b] i64 on x's device: explicit positions, overrides offset

@@ -13,10 +13,26 @@ using std::cos;
 using std::pow;
 using std::sin;
 
-// inv_freq[i] = base^(-2i/rot_dim), evaluated in double and rounded once to A, so that CPU and
-// CUDA get the same value (single-precision pow may differ by an ulp between the two).
-template <typename A> STRATA_HD A inv_freq(double base, int64_t i, int64_t rot_dim) {
-  return static_cast<A>(pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim)));
+// Llama 3's frequency scaling (Megatron RotaryEmbedding._apply_scaling, --use-rope-scaling, with
+// its fixed low_freq_factor 1, high_freq_factor 4 and original context 8192): a frequency whose
+// wavelength 2π/f exceeds 8192 is divided by `factor`, one below 2048 is kept, and between the two
+// f ↦ (1 − w)·f/factor + w·f with w = (8192/wavelength − 1) / 3.
+STRATA_HD double llama3_scaled_inv_freq(double f, double factor) {
+  const double kOriginalContext = 8192.0, kLowFreqFactor = 1.0, kHighFreqFactor = 4.0;
+  const double wavelength = 2.0 * 3.14159265358979323846 / f;
+  if (wavelength < kOriginalContext / kHighFreqFactor) return f;
+  if (wavelength > kOriginalContext / kLowFreqFactor) return f / factor;
+  const double w = (kOriginalContext / wavelength - kLowFreqFactor) / (kHighFreqFactor - kLowFreqFactor);
+  return (1.0 - w) * f / factor + w * f;
+}
+
+// inv_freq[i] = base^(-2i/rot_dim), Llama-3 scaled when llama3_factor > 0, evaluated in double and
+// rounded once to A, so that CPU and CUDA get the same value (single-precision pow may differ by an
+// ulp between the two).
+template <typename A> STRATA_HD A inv_freq(double base, int64_t i, int64_t rot_dim, double llama3_factor = 0.0) {
+  double f = pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+  if (llama3_factor > 0.0) f = llama3_scaled_inv_freq(f, llama3_factor);
+  return static_cast<A>(f);
 }
 
 // θ = position · inv_freq, in A (Megatron: torch.outer(seq.float(), inv_freq)).

@@ -71,6 +71,8 @@ Batch split_batch(const Batch& batch, int cp_size, int cp_rank) {
   out.labels = split_sequence(batch.labels, 1, cp_size, cp_rank);
   out.loss_mask = split_sequence(batch.loss_mask, 1, cp_size, cp_rank);
   out.first_sample_index = batch.first_sample_index;
+  out.step_first_sample = batch.step_first_sample;
+  out.step_global_batch = batch.step_global_batch;
   if (batch.position_ids.defined()) out.position_ids = split_sequence(batch.position_ids, 1, cp_size, cp_rank);
   if (batch.document_start.defined()) out.document_start = split_sequence(batch.document_start, 1, cp_size, cp_rank);
   if (batch.document_index.defined()) out.document_index = split_sequence(batch.document_index, 1, cp_size, cp_rank);

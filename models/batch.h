@@ -16,6 +16,12 @@ struct Batch {
   // Global index (within the whole run) of sample 0 of this micro-batch: keys dropout masks, so
   // masks are identical under any data-parallel layout.
   int64_t first_sample_index = 0;
+  // The step the micro-batch belongs to: its first sample and its global batch size (whole-run
+  // counts; step_global_batch 0: unknown, the model's configured global batch). They place the
+  // micro-batch's rows in the step's dropout layout under any parallel layout and any batch-size
+  // schedule (training/config/batch_size_schedule.h).
+  int64_t step_first_sample = 0;
+  int64_t step_global_batch = 0;
   // Packed sequences (data.reset_position_ids / data.reset_attention_mask; Megatron
   // _get_ltor_masks_and_position_ids). Undefined when off. Under context parallelism both are
   // split like the tokens; their values stay positions of the whole sample.

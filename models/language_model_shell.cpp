@@ -67,7 +67,10 @@ LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const 
   const int64_t tp = groups_.tp.size();
   STRATA_CHECK(!opt_.sequence_parallel || tp > 1,
                "language model: parallel.sequence_parallel needs tensor_model_parallel_size > 1");
-  padded_vocab_ = padded_vocab_size(*cfg_.vocab_size, cfg_.make_vocab_size_divisible_by, tp);
+  padded_vocab_ = cfg_.padded_vocab(tp);
+  STRATA_CHECK(padded_vocab_ >= *cfg_.vocab_size && padded_vocab_ % tp == 0, "model.padded_vocab_size ", padded_vocab_,
+               " must be at least model.vocab_size (", *cfg_.vocab_size,
+               ") and a multiple of tensor_model_parallel_size (", tp, ")");
   const LayerEnv env{opt_.dtype, opt_.device, opt_.sequence_parallel && tp > 1, opt_.cp_comm_type};
   const ProcessGroup sp_group = env.sequence_parallel ? groups_.tp : ProcessGroup::single("tp");
   // Pipeline stage (whole model by default).
@@ -241,8 +244,14 @@ layers::DropoutKeys LanguageModelShell::dropout_keys(const ForwardContext& ctx, 
   keys.seed = opt_.seed;
   keys.step = ctx.step;
   keys.training = ctx.training;
-  keys.global_batch = opt_.global_batch_size > 0 ? opt_.global_batch_size : b;
-  keys.batch_offset = opt_.global_batch_size > 0 ? batch.first_sample_index % opt_.global_batch_size : 0;
+  // The step's global batch: from the batch (a batch-size schedule varies it), else the config's.
+  if (batch.step_global_batch > 0) {
+    keys.global_batch = batch.step_global_batch;
+    keys.batch_offset = batch.first_sample_index - batch.step_first_sample;
+  } else {
+    keys.global_batch = opt_.global_batch_size > 0 ? opt_.global_batch_size : b;
+    keys.batch_offset = opt_.global_batch_size > 0 ? batch.first_sample_index % opt_.global_batch_size : 0;
+  }
   if (opt_.sequence_parallel && tpg.size() > 1) {  // hidden states are rows [r·s/tp, (r+1)·s/tp) of the sequence
     keys.global_seq = s;
     keys.seq_offset = tpg.rank() * (s / tpg.size());

@@ -156,7 +156,7 @@ void add_layer_parameters(ModelManifest& out, const ResolvedModelConfig& m, int6
 
 void add_model_parameters(ModelManifest& out, const ResolvedModelConfig& m, int64_t tp) {
   ParameterAdder a(out, m, -1);
-  const int64_t C = m.hidden_size, vocab = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, tp);
+  const int64_t C = m.hidden_size, vocab = m.padded_vocab(tp);
   a.add(layers::VocabEmbedding::kWordEmbeddingsName, Shape{vocab, C}, true);
   if (m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute)
     a.add("embedding.position_embeddings.weight", Shape{m.max_positions(), C});

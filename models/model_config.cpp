@@ -50,6 +50,11 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("make_vocab_size_divisible_by", &M::make_vocab_size_divisible_by,
         "Pad the vocabulary to a multiple of this value times tensor_model_parallel_size.")
       .check(positive());
+  f.add("padded_vocab_size", &M::padded_vocab_size,
+        "Rows of the word embeddings and output layer as given (Megatron --padded-vocab-size), instead of "
+        "vocab_size padded by make_vocab_size_divisible_by; at least vocab_size, a multiple of the "
+        "tensor-parallel size. null: padded.")
+      .check(positive());
   f.add("seq_length", &M::seq_length, "Sequence length of a training sample, in tokens.").check(positive());
   f.add("max_position_embeddings", &M::max_position_embeddings,
         "Number of learned position embeddings (learned_absolute). null: seq_length.")
@@ -59,6 +64,12 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("rotary_base", &M::rotary_base, "RoPE base period (theta).").check(positive());
   f.add("rotary_percent", &M::rotary_percent, "Fraction of each head's dimensions that RoPE rotates.")
       .check(in_range(0, false, 1, true));
+  f.add("use_rope_scaling", &M::use_rope_scaling,
+        "Llama 3.x's RoPE frequency scaling (Megatron --use-rope-scaling): frequencies with a wavelength above "
+        "8192 divided by rope_scaling_factor, below 2048 kept, interpolated between (low_freq_factor 1, "
+        "high_freq_factor 4, original context 8192, fixed as in Megatron).");
+  f.add("rope_scaling_factor", &M::rope_scaling_factor, "Llama 3.x's RoPE scaling factor (use_rope_scaling).")
+      .check(positive());
   f.add("rotary_interleaved", &M::rotary_interleaved,
         "Rotate interleaved pairs (x0,x1),(x2,x3)... instead of the two halves of the head.");
   f.add_enum("normalization", &M::normalization, kNormalizationNames, "Normalization layer.");
@@ -114,6 +125,12 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_
                           int64_t tensor_model_parallel_size) {
   int64_t multiple = make_vocab_size_divisible_by * tensor_model_parallel_size;
   return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+int64_t ModelConfig::padded_vocab(int64_t tensor_model_parallel_size) const {
+  STRATA_INTERNAL_ASSERT(vocab_size.has_value(), "ModelConfig::padded_vocab before vocab_size is resolved");
+  if (padded_vocab_size) return *padded_vocab_size;
+  return strata::padded_vocab_size(*vocab_size, make_vocab_size_divisible_by, tensor_model_parallel_size);
 }
 
 double ModelConfig::output_layer_init_std() const {
@@ -258,6 +275,8 @@ void check_section_rules(const ModelConfig& m) {
                                                     std::to_string(*m.kv_channels) +
                                                     ") dimensions; RoPE needs an even number >= 2");
   }
+  if (m.use_rope_scaling && m.position_embedding_type != PositionEmbeddingType::Rope)
+    throw ConfigError("model.use_rope_scaling", "scales RoPE's frequencies; set model.position_embedding_type rope");
   if (m.swiglu && m.openai_gelu)
     throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");
   if (m.apply_residual_connection_post_layernorm)
@@ -284,8 +303,8 @@ ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ModelConfig(r
 const std::vector<std::string>& architecture_field_names() {
   static const std::vector<std::string> names = {
       "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
-      "num_query_groups", "kv_channels", "vocab_size", "max_position_embeddings", "position_embedding_type",
-      "rotary_base", "rotary_percent", "rotary_interleaved", "normalization", "layernorm_epsilon",
+      "num_query_groups", "kv_channels", "vocab_size", "padded_vocab_size", "max_position_embeddings", "position_embedding_type",
+      "rotary_base", "rotary_percent", "use_rope_scaling", "rope_scaling_factor", "rotary_interleaved", "normalization", "layernorm_epsilon",
       "apply_layernorm_1p", "qk_layernorm", "add_bias_linear", "add_qkv_bias", "swiglu", "openai_gelu",
       "untie_embeddings_and_output_weights", "apply_residual_connection_post_layernorm",
       "fp32_residual_connection", "num_experts", "moe_ffn_hidden_size", "moe_layer_freq", "moe_router_topk",

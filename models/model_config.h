@@ -52,6 +52,9 @@ struct ModelConfig {
   std::optional<int64_t> kv_channels;       // null → hidden_size / num_attention_heads
   std::optional<int64_t> vocab_size;        // null → from the tokenizer (resolved when it is built)
   int64_t make_vocab_size_divisible_by = 128;
+  // Megatron's --padded-vocab-size: the word-embedding / output rows as given (a multiple of
+  // tensor_model_parallel_size, at least vocab_size); null → padded_vocab_size() below.
+  std::optional<int64_t> padded_vocab_size;
   int64_t seq_length = 128;
   std::optional<int64_t> max_position_embeddings;  // null → seq_length
 
@@ -59,6 +62,9 @@ struct ModelConfig {
   PositionEmbeddingType position_embedding_type = PositionEmbeddingType::LearnedAbsolute;
   int64_t rotary_base = 10000;
   double rotary_percent = 1.0;
+  // Llama 3.x's RoPE frequency scaling (Megatron --use-rope-scaling / --rope-scaling-factor).
+  bool use_rope_scaling = false;
+  double rope_scaling_factor = 8.0;
   bool rotary_interleaved = false;
 
   // ---- normalization ----
@@ -157,6 +163,9 @@ struct ModelConfig {
   // init_method_std / sqrt(multiplier · num_layers), multiplier 2.0 for GPT and 1.0 for hybrid
   // models (Megatron TransformerConfig: is_hybrid_model).
   double output_layer_init_std() const;
+  // Rows of the word embeddings and output layer at this tensor-parallel size: padded_vocab_size
+  // when set, else vocab_size padded as Megatron's _vocab_size_with_padding. vocab_size must be set.
+  int64_t padded_vocab(int64_t tensor_model_parallel_size) const;
   // The active load-balancing losses (type not `none`, coefficient > 0), in the configured order.
   std::vector<MoeLoadBalancingLoss> moe_load_balancing_losses() const;
 

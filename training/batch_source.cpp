@@ -6,10 +6,9 @@
 
 namespace strata {
 
-int64_t pretraining_sample_index(int64_t step, int64_t micro_batch, int64_t row, int64_t micro_batch_size,
-                                 int64_t num_micro_batches, int64_t dp_rank, int64_t dp_size) {
-  const int64_t global_batch = num_micro_batches * micro_batch_size * dp_size;
-  return (step - 1) * global_batch + micro_batch * micro_batch_size * dp_size + dp_rank * micro_batch_size + row;
+int64_t pretraining_sample_index(int64_t first_sample, int64_t micro_batch, int64_t row, int64_t micro_batch_size,
+                                 int64_t dp_rank, int64_t dp_size) {
+  return first_sample + (micro_batch * dp_size + dp_rank) * micro_batch_size + row;
 }
 
 MockBatchSource::MockBatchSource(int64_t vocab_size, int64_t seq_length, int64_t micro_batch_size,
@@ -45,8 +44,16 @@ Batch MockBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
   STRATA_CHECK(step >= 1, "MockBatchSource: step is 1-based, got ", step);
   STRATA_CHECK(micro_batch >= 0 && micro_batch < num_mb_, "MockBatchSource: micro-batch ", micro_batch,
                " outside [0, ", num_mb_, ")");
+  return next_microbatch(StepPosition::constant_batch(step, num_mb_ * mbs_ * dp_size_), micro_batch);
+}
+
+Batch MockBatchSource::next_microbatch(const StepPosition& at, int64_t micro_batch) {
+  STRATA_CHECK(at.first_sample >= 0 && micro_batch >= 0, "MockBatchSource: negative sample position (",
+               at.first_sample, ", micro-batch ", micro_batch, ")");
   Batch b;
-  b.first_sample_index = pretraining_sample_index(step, micro_batch, 0, mbs_, num_mb_, dp_rank_, dp_size_);
+  b.first_sample_index = pretraining_sample_index(at.first_sample, micro_batch, 0, mbs_, dp_rank_, dp_size_);
+  b.step_first_sample = at.first_sample;
+  b.step_global_batch = at.global_batch;
   b.tokens = Tensor::empty({mbs_, seq_}, DType::I64);
   b.labels = Tensor::empty({mbs_, seq_}, DType::I64);
   b.loss_mask = Tensor::full({mbs_, seq_}, 1.0, DType::F32);

@@ -24,13 +24,15 @@ void DatasetBatchSource::check_vocabulary(int64_t vocab_size, std::string data_n
   data_name_ = std::move(data_name);
 }
 
-Batch DatasetBatchSource::next_microbatch(int64_t step, int64_t micro_batch) {
+Batch DatasetBatchSource::next_microbatch(const StepPosition& at, int64_t micro_batch) {
   const int64_t len = dataset_->sample_length(), s = len - 1;
   Batch b;
   b.tokens = Tensor::empty({mbs_, s}, DType::I64);
   b.labels = Tensor::empty({mbs_, s}, DType::I64);
   b.loss_mask = Tensor::empty({mbs_, s}, DType::F32);
-  b.first_sample_index = pretraining_sample_index(step, micro_batch, 0, mbs_, num_mb_, dp_rank_, dp_size_);
+  b.first_sample_index = pretraining_sample_index(at.first_sample, micro_batch, 0, mbs_, dp_rank_, dp_size_);
+  b.step_first_sample = at.first_sample;
+  b.step_global_batch = at.global_batch;
   std::vector<int64_t> sample(len);
   int64_t* tok = b.tokens.data<int64_t>();
   int64_t* lab = b.labels.data<int64_t>();

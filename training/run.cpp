@@ -104,7 +104,8 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   dc.split = cfg.data.split;
   dc.seq_length = cfg.model.seq_length;
   dc.seed = static_cast<uint64_t>(cfg.training.seed);
-  dc.num_samples = {*cfg.training.train_iters * gbs, evals * cfg.training.eval_iters * gbs,
+  dc.num_samples = {cfg.batch_size_schedule().samples_for_iterations(*cfg.training.train_iters),
+                    evals * cfg.training.eval_iters * gbs,
                     cfg.training.eval_iters * gbs};
   dc.mock = cfg.data.mock_data;
   dc.mock_config.vocab_size = tokenizer->vocab_size();

@@ -58,8 +58,8 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
     decoupled_schedule_ = schedule_.with_peak(*cfg.optimizer.decoupled_lr,
                                               cfg.optimizer.decoupled_min_lr.value_or(cfg.optimizer.min_lr));
   STRATA_CHECK(cfg_.training.global_batch_size.has_value(), "trainer: the config is not validated");
-  num_micro_batches_ = cfg_.num_micro_batches();
-  global_batch_size_ = *cfg_.training.global_batch_size;
+  batch_sizes_ = cfg_.batch_size_schedule();
+  eval_micro_batches_ = cfg_.num_micro_batches();
   pipeline_ = options_.pipeline;
   if (pipeline_.chunks.empty()) pipeline_.chunks = {&model_};
   STRATA_CHECK(pipeline_.chunks.front() == &model_, "trainer: TrainerOptions.pipeline.chunks[0] must be the model");
@@ -111,6 +111,8 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
         log::warn("checkpoint.finetune: the checkpoint's {} is not in this model; not loaded", n);
       iteration_ = start_iteration_ = st.iteration;
       consumed_samples_ = st.consumed_train_samples;
+      // Checkpoints from before the scheduler count was saved: every iteration at the config's size.
+      scheduler_steps_ = st.lr_scheduler_steps.value_or(st.iteration * *cfg_.training.global_batch_size);
       skipped_iterations_ = st.num_skipped_iterations;
       num_evaluations_ = st.num_evaluations;
       if (lo.load_rng && !lo.finetune && st.seed != static_cast<uint64_t>(cfg_.training.seed))
@@ -219,6 +221,7 @@ LossGroups Trainer::loss_groups() const {
 
 Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedding_output_lr) {
   StepOutcome o;
+  const StepPosition at{iteration_ + 1, consumed_samples_, global_batch_size_};
   // The run's observers (training/observability/run_observers.h) for this iteration (0-based, as Megatron's tracer).
   RunObservers::Step observed(observers_, ObservationContext{iteration_, 0, 0, ObservationPhase::Train});
   {
@@ -237,7 +240,7 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
   batches.reserve(static_cast<size_t>(num_micro_batches_));
   const ProcessGroup& cpg = options_.groups.cp;
   for (int64_t mb = 0; mb < num_micro_batches_; ++mb)
-    batches.push_back(cp::split_batch(train_data_.next_microbatch(step, mb), cpg.size(), cpg.rank()));
+    batches.push_back(cp::split_batch(train_data_.next_microbatch(at, mb), cpg.size(), cpg.rank()));
   StepLosses losses(loss_names_, batches, cfg_.training.calculate_per_token_loss, loss_groups(), device, comm_seconds_);
 
   // The loss function runs after every forward that reports losses (training/step_losses.h); the
@@ -290,13 +293,14 @@ EvalResult Trainer::evaluate(int64_t index) {
   for (int64_t k = 0; k < cfg_.training.eval_iters; ++k) {
     const int64_t step = index * cfg_.training.eval_iters + k + 1;
     std::vector<Batch> batches;
-    for (int64_t mb = 0; mb < num_micro_batches_; ++mb)  // context parallelism: this cp rank's chunks
-      batches.push_back(cp::split_batch(valid_data_->next_microbatch(step, mb), options_.groups.cp.size(),
+    const StepPosition at = StepPosition::constant_batch(step, *cfg_.training.global_batch_size);
+    for (int64_t mb = 0; mb < eval_micro_batches_; ++mb)  // context parallelism: this cp rank's chunks
+      batches.push_back(cp::split_batch(valid_data_->next_microbatch(at, mb), options_.groups.cp.size(),
                                         options_.groups.cp.rank()));
     RunObservers::Step observed(observers_, ObservationContext{iteration_, 0, 0, ObservationPhase::Eval});
     ScheduleStep sched;
     sched.step = step;
-    sched.num_micro_batches = num_micro_batches_;
+    sched.num_micro_batches = eval_micro_batches_;
     sched.forward_only = true;
     sched.batch = [&](int64_t mb) -> const Batch& { return batches[static_cast<size_t>(mb)]; };
     sched.loss_func = [&](int64_t mb, const std::vector<NamedLoss>& l) {
@@ -317,6 +321,7 @@ void Trainer::save_checkpoint() {
   CheckpointState st;
   st.iteration = iteration_;
   st.consumed_train_samples = consumed_samples_;
+  st.lr_scheduler_steps = scheduler_steps_;
   st.optimizer_step_count = optimizer_->step_count();
   st.num_skipped_iterations = skipped_iterations_;
   st.num_evaluations = num_evaluations_;

@@ -1,6 +1,8 @@
 // The training loop against the LanguageModel interface: per iteration, num_micro_batches ×
 // (forward → losses → backward) accumulating into the main grads, then one optimizer step (global
-// grad norm, clipping, AdamW; a NaN/Inf norm skips the step); Megatron's log line and metric sinks
+// grad norm, clipping, AdamW; a NaN/Inf norm skips the step). The number of micro-batches is the
+// step's global batch size (training/config/batch_size_schedule.h: constant, step schedule or
+// ramp-up) / (micro_batch_size × dp); a checkpoint is saved when it grows. Megatron's log line and metric sinks
 // every log_interval, validation every eval_interval, checkpoints every save_interval, on
 // SIGTERM/SIGINT and at the end; resume from checkpoint.load.
 // Reference: megatron/training/training.py (train, train_step, training_log, evaluate,
@@ -130,6 +132,9 @@ class Trainer {
   struct Interval;  // what the log line averages (trainer_loop.cpp)
   // lr: this step's learning rate; embedding_output_lr: decoupled_lr's (null without it).
   StepOutcome train_step(double lr, std::optional<double> embedding_output_lr = std::nullopt);
+  // The step about to run: its global batch size and micro-batches per rank from the schedule, and
+  // Megatron's checkpoint when the number of micro-batches changes.
+  void begin_step();
   // logging.profile: starts the trace before a step, writes it after the last profiled one.
   void profile_boundary(bool after_step);
   void setup_moe_accounting();
@@ -169,11 +174,14 @@ class Trainer {
   std::optional<LrSchedule> decoupled_schedule_;  // optimizer.decoupled_lr: embeddings and output layer
   std::vector<std::unique_ptr<MetricsSink>> owned_sinks_;
   std::vector<MetricsSink*> sinks_;
-  int64_t num_micro_batches_ = 1;
-  int64_t global_batch_size_ = 1;
+  BatchSizeSchedule batch_sizes_ = BatchSizeSchedule::constant(1);  // each step's global batch size
+  int64_t eval_micro_batches_ = 1;   // validation: training.global_batch_size's micro-batches (Megatron)
+  int64_t num_micro_batches_ = 1;    // of the current step, per dp rank
+  int64_t global_batch_size_ = 1;    // of the current step
   int64_t iteration_ = 0;
   int64_t start_iteration_ = 0;
   int64_t consumed_samples_ = 0;
+  int64_t scheduler_steps_ = 0;      // the lr scheduler's count: samples of the successful steps
   int64_t skipped_iterations_ = 0;
   int64_t num_evaluations_ = 0;
   int64_t last_saved_iteration_ = -1;

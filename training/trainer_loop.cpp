@@ -78,8 +78,28 @@ void Trainer::profile_boundary(bool after_step) {
   out() << " profile: wrote " << path << std::endl;
 }
 
+// Megatron's update_num_microbatches at the top of each iteration: the batch size from the
+// consumed samples; when the number of micro-batches changes (not at iteration 0) a checkpoint is
+// saved first.
+void Trainer::begin_step() {
+  const int64_t size = batch_sizes_.global_batch_size(consumed_samples_);
+  const int64_t per_step = cfg_.training.micro_batch_size * cfg_.data_parallel_size();
+  STRATA_CHECK(size % per_step == 0, "training: the global batch size ", size, " at ", consumed_samples_,
+               " consumed samples is not divisible by micro_batch_size x data-parallel size (", per_step, ")");
+  const int64_t micro_batches = size / per_step;
+  const bool first = iteration_ == start_iteration_;
+  const bool changed = !first && micro_batches != num_micro_batches_;
+  if (changed && cfg_.checkpoint.save && last_saved_iteration_ != iteration_) save_checkpoint();
+  if ((first || changed) && !batch_sizes_.is_constant())
+    out() << " global batch size " << size << " (" << micro_batches << " micro-batches per data-parallel rank) from "
+          << consumed_samples_ << " consumed samples" << std::endl;
+  global_batch_size_ = size;
+  num_micro_batches_ = micro_batches;
+}
+
 Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
-  const double lr = schedule_.lr_after(iteration_);  // Megatron: iteration i uses lr(i - 1)
+  begin_step();
+  const double lr = schedule_.lr(scheduler_steps_);  // Megatron: the scheduler's count before this step
   const auto step_start = Clock::now();
   // Both gradient buffers (dense over dp × cp, experts over expert dp).
   auto grad_exposed_total = [&] {
@@ -98,7 +118,7 @@ Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
   const double grad_exposed_before = grad_exposed_total();
   const double grad_inflight_before = grad_inflight_total();
   const StepOutcome o =
-      train_step(lr, decoupled_schedule_ ? std::optional<double>(decoupled_schedule_->lr_after(iteration_)) : std::nullopt);
+      train_step(lr, decoupled_schedule_ ? std::optional<double>(decoupled_schedule_->lr(scheduler_steps_)) : std::nullopt);
   result.train_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
   result.communication_seconds += comm_total() - comm_before;
   const double grad_exposed = grad_exposed_total() - grad_exposed_before;
@@ -110,6 +130,7 @@ Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
   iv.grad_inflight += grad_inflight;
   ++iteration_;
   consumed_samples_ += global_batch_size_;
+  if (!o.opt.skipped) scheduler_steps_ += global_batch_size_;  // Megatron steps the scheduler on success only
   ++iv.iters;
   iv.tokens += o.tokens;
   result.losses.push_back(o.loss);
@@ -141,7 +162,7 @@ IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, do
   f.consumed_samples = consumed_samples_;
   f.elapsed_ms_per_iteration = secs * 1000.0 / static_cast<double>(iv.iters);
   f.seconds_left = secs / static_cast<double>(iv.iters) * static_cast<double>(f.train_iters - iteration_);
-  f.learning_rate = schedule_.lr_after(iteration_);  // Megatron logs the lr after the scheduler step
+  f.learning_rate = schedule_.lr(scheduler_steps_);  // Megatron logs the lr after the scheduler step
   f.global_batch_size = global_batch_size_;
   for (size_t k = 0; k < loss_names_.size(); ++k) {
     const double v = iv.loss_sums[k] / static_cast<double>(std::max<int64_t>(1, iv.advanced));

@@ -74,8 +74,10 @@ void write_reference_init(const std::string& path, const std::vector<Parameter*>
   std::map<std::string, Tensor> tensors;
   for (const Parameter* p : params) tensors.emplace(p->name, p->value);
   std::vector<Tensor> tokens, labels, mask;
+  // One micro-batch per step on one rank (run_ours refuses more): a step holds micro_batch_size samples.
+  const int64_t rows = source.next_microbatch(StepPosition{}, 0).tokens.size(0);
   for (int64_t step = 1; step <= steps; ++step) {
-    const Batch b = source.next_microbatch(step, 0);
+    const Batch b = source.next_microbatch(StepPosition::constant_batch(step, rows), 0);
     tokens.push_back(b.tokens);
     labels.push_back(b.labels);
     mask.push_back(b.loss_mask);

@@ -4,18 +4,22 @@
 // `strata: error: …` line on stderr and exit code 1 (CLI11 usage errors keep CLI11's codes). A first
 // argument that is not a command (`strata foo`) is named, with the list of commands, and exits 1
 // (CLI11 would only say that a subcommand is required). Under a launcher a config error (every
-// rank meets the same) is printed by rank 0 only; every rank still exits 1.
+// rank meets the same) is printed by rank 0 only; every rank still exits 1, the others after a
+// grace period: the launcher aborts the job on the first non-zero exit, which must not kill rank 0
+// before it prints. A rank whose error rank 0 does not share prints it after the grace period.
 #include "apps/strata/cli.h"
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apps/strata/commands.h"
@@ -27,11 +31,15 @@
 namespace strata::app {
 
 namespace {
+constexpr auto kQuietRankGrace = std::chrono::seconds(5);
+
 int report_error(const std::string& what, ErrorKind kind = ErrorKind::Runtime) {
   std::fflush(stdout);
-  // A config error is the same on every rank of a launched job: rank 0 prints it.
+  // A config error is the same on every rank of a launched job: rank 0 prints it and exits; the
+  // launcher then ends the others during their grace period.
   const bool quiet = kind == ErrorKind::Config && launched_rank().value_or(0) != 0;
-  if (!quiet) std::fprintf(stderr, "strata: error: %s\n", what.c_str());
+  if (quiet) std::this_thread::sleep_for(kQuietRankGrace);
+  std::fprintf(stderr, "strata: error: %s\n", what.c_str());
   return 1;
 }
 

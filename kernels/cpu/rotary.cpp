@@ -22,7 +22,7 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
     const scalar_t* ip = static_cast<const scalar_t*>(in.data_ptr());
     scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
     std::vector<A> freq(half);
-    for (int64_t i = 0; i < half; ++i) freq[i] = rope::inv_freq<A>(opt.base, i, rot);
+    for (int64_t i = 0; i < half; ++i) freq[i] = rope::inv_freq<A>(opt.base, i, rot, opt.llama3_scaling_factor);
     // One work item per position t, or per (t, sample) when positions differ per sample.
     const int64_t per_item = per_token ? 1 : batch, items = s * batch / per_item;
 #pragma omp parallel for if (in.numel() > 32768)

@@ -86,6 +86,7 @@ class SelfAttention {
   int64_t global_heads_, head_offset_;
   bool rope_;
   double rotary_percent_, rotary_base_;
+  double rope_scaling_factor_;  // Llama 3's frequency scaling; 0: off
   bool rotary_interleaved_;
   ProcessGroup cp_;
   CpCommType cp_comm_type_;

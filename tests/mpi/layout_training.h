@@ -44,8 +44,8 @@ class PackedMockBatchSource : public BatchSource {
  public:
   PackedMockBatchSource(std::unique_ptr<BatchSource> inner, const EodRules& rules)
       : inner_(std::move(inner)), rules_(rules) {}
-  Batch next_microbatch(int64_t step, int64_t micro_batch) override {
-    Batch b = inner_->next_microbatch(step, micro_batch);
+  Batch next_microbatch(const StepPosition& at, int64_t micro_batch) override {
+    Batch b = inner_->next_microbatch(at, micro_batch);
     const int64_t rows = b.tokens.size(0), s = b.tokens.size(1);
     int64_t* tok = b.tokens.data<int64_t>();
     int64_t* lab = b.labels.data<int64_t>();

@@ -2,7 +2,8 @@
 # megatron_examples.sh STRATA MPIRUN_SH WORKDIR: Megatron-LM's own example launch scripts, argument
 # lists as the scripts write them (examples/llama/train_llama3_8b_h100_fp8.sh with bf16,
 # examples/mixtral/train_mixtral_8x7b_distributed.sh, examples/mamba/train.sh,
-# examples/gpt3/train_gpt3_175b_distributed.sh), sizes and parallel layouts scaled down to a few
+# examples/gpt3/train_gpt3_175b_distributed.sh, and the Llama and Qwen model files of
+# examples/post_training/modelopt/conf), sizes and parallel layouts scaled down to a few
 # ranks, tokenizer and data replaced by --mock-data, paths by WORKDIR. Each either trains its
 # iterations under mpirun, or fails naming the Megatron feature Strata lacks; the second kind is
 # listed here explicitly (EXPECT_MISSING) and shrinks as the features land.
@@ -88,17 +89,76 @@ mamba=(--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-paral
   --tensorboard-dir "$work/mamba_tb" --mamba-head-dim 16 --mamba-num-groups 2 --mamba-state-dim 16)
 run mamba_hybrid 2 train "${mamba[@]}"
 
-# examples/gpt3/train_gpt3_175b_distributed.sh: TP8 PP16 → TP2 PP2 (4 ranks), fp16, step batch schedule.
+# examples/gpt3/train_gpt3_175b_distributed.sh: TP8 PP16 → TP2 PP2 (4 ranks), fp16, and the step
+# batch-size schedule scaled to the run (thresholds in tokens: 64 tokens = 1 sample; sizes 2, 4, 8
+# for 3, 3 and 2 steps: 34 samples in 8 steps). The script also passes --global-batch-size, which Megatron's own
+# validate_args refuses next to a schedule ("Cannot specify both"): Strata does the same, and the
+# list without it trains.
 gpt3=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
-  --attention-backend auto --micro-batch-size 1 --global-batch-size 8 --train-iters 3 --weight-decay 0.1
+  --attention-backend auto --micro-batch-size 1 --global-batch-size 8
+  --step-batch-size-schedule "0:2 384:4 1152:8" --train-iters 8 --weight-decay 0.1
   --adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 --clip-grad 1.0 --lr 6.0e-5 --lr-decay-style cosine
-  --min-lr 6.0e-6 --lr-warmup-fraction .001 --lr-decay-iters 3 --tensor-model-parallel-size 2
+  --min-lr 6.0e-6 --lr-warmup-fraction .001 --lr-decay-iters 8 --tensor-model-parallel-size 2
   --pipeline-model-parallel-size 2 "${mock[@]}" --split 949,50,1 --log-interval 1 --save-interval 10000
   --eval-interval 1000 --save "$work/gpt3_ckpt" --load "$work/gpt3_ckpt" --eval-iters 1
   --tensorboard-dir "$work/gpt3_tb")
-# EXPECT_MISSING: --fp16 (mixed precision with loss scaling) and --step-batch-size-schedule (ramp-up).
+# EXPECT_MISSING: --fp16 (mixed precision with loss scaling).
 run gpt3_175b_fp16 4 "fp16 mixed precision" "${gpt3[@]}" --fp16
-run gpt3_175b_batch_schedule 4 "batch-size ramp-up" "${gpt3[@]}" --step-batch-size-schedule "0:16"
-run gpt3_175b_bf16 4 train "${gpt3[@]}" --bf16
+# Megatron's rule, as Megatron: the schedule with --global-batch-size is refused.
+run gpt3_175b_schedule_and_global_batch 4 "Cannot specify both" "${gpt3[@]}" --bf16
+gpt3_scheduled=()
+skip=0
+for a in "${gpt3[@]}"; do
+  if [[ $skip -eq 1 ]]; then skip=0; continue; fi
+  if [[ $a == --global-batch-size ]]; then skip=1; continue; fi
+  gpt3_scheduled+=("$a")
+done
+run gpt3_175b_bf16 4 train "${gpt3_scheduled[@]}" --bf16
+# The schedule's sizes in the log: 2 samples (1 micro-batch per dp rank) for 3 steps, then 4 and 8.
+for want in "global batch size:     2 |" "global batch size:     4 |" "global batch size:     8 |" \
+            "consumed samples:           26 |"; do
+  grep -qF -- "$want" "$work/gpt3_175b_bf16.txt" || { echo "FAIL: gpt3_175b_bf16 never logged '$want'"; fail=1; }
+done
+
+# examples/post_training/modelopt/conf: the MODEL_ARGS of the Llama and Qwen model files (sizes
+# scaled down, --tokenizer-type HuggingFaceTokenizer replaced by the mock data's NullTokenizer, the
+# scripts' --padded-vocab-size scaled to the mock vocabulary), plus what the launch scripts add
+# (lengths, learning rate, save directory).
+modelopt_train=(--train-iters 2 --global-batch-size 4 --lr 1e-4 --log-interval 1 --eval-iters 0 "${mock[@]}")
+llama32=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
+  --use-rotary-position-embeddings --no-rope-fusion --no-position-embedding --normalization RMSNorm --swiglu
+  --num-layers 2 --hidden-size 64 --ffn-hidden-size 256 --num-attention-heads 4 --group-query-attention
+  --num-query-groups 2 --seq-length 32 --max-position-embeddings 64 --make-vocab-size-divisible-by 1
+  --use-mcore-models --rotary-percent 1.0 --rotary-base 500000 --use-rope-scaling)
+run modelopt_llama3_2_1b_instruct 2 train "${llama32[@]}" "${modelopt_train[@]}" --save "$work/llama32_ckpt"
+llama31=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
+  --untie-embeddings-and-output-weights --use-rotary-position-embeddings --rotary-percent 1.0 --no-rope-fusion
+  --no-position-embedding --normalization RMSNorm --swiglu --num-layers 2 --hidden-size 64 --ffn-hidden-size 224
+  --num-attention-heads 4 --group-query-attention --num-query-groups 2 --seq-length 32 --max-position-embeddings 64
+  --make-vocab-size-divisible-by 1 --use-mcore-models --rotary-base 500000 --use-rope-scaling)
+run modelopt_llama3_1_8b_instruct 2 train "${llama31[@]}" "${modelopt_train[@]}" --tensor-model-parallel-size 2
+qwen25=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
+  --add-qkv-bias --position-embedding-type rope --no-rope-fusion --normalization RMSNorm --swiglu --num-layers 2
+  --hidden-size 64 --ffn-hidden-size 256 --num-attention-heads 4 --group-query-attention --num-query-groups 2
+  --kv-channels 16 --seq-length 32 --max-position-embeddings 64 --padded-vocab-size 520
+  --make-vocab-size-divisible-by 1 --use-mcore-models --rotary-percent 1.0 --rotary-base 1000000
+  --no-bias-swiglu-fusion --untie-embeddings-and-output-weights)
+run modelopt_qwen2_5_7b_instruct 2 train "${qwen25[@]}" "${modelopt_train[@]}" --tensor-model-parallel-size 2
+qwen3=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
+  --untie-embeddings-and-output-weights --position-embedding-type rope --no-rope-fusion --normalization RMSNorm
+  --swiglu --num-layers 2 --hidden-size 64 --ffn-hidden-size 192 --num-attention-heads 4 --group-query-attention
+  --num-query-groups 2 --kv-channels 16 --qk-layernorm --seq-length 32 --max-position-embeddings 64
+  --make-vocab-size-divisible-by 1187 --use-mcore-models --rotary-percent 1.0 --rotary-base 1000000
+  --no-bias-swiglu-fusion)
+run modelopt_qwen3_8b 2 train "${qwen3[@]}" "${modelopt_train[@]}"
+qwen3_moe=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
+  --untie-embeddings-and-output-weights --position-embedding-type rope --no-rope-fusion --normalization RMSNorm
+  --swiglu --num-layers 2 --hidden-size 64 --ffn-hidden-size 192 --num-attention-heads 4 --group-query-attention
+  --num-query-groups 2 --kv-channels 16 --qk-layernorm --num-experts 4 --moe-ffn-hidden-size 32
+  --moe-router-topk 2 --moe-router-dtype fp32 --moe-aux-loss-coeff 1e-3 --moe-token-dispatcher-type alltoall
+  --moe-router-load-balancing-type aux_loss --seq-length 32 --max-position-embeddings 64
+  --make-vocab-size-divisible-by 1187 --use-mcore-models --rotary-percent 1.0 --rotary-base 1000000
+  --no-bias-swiglu-fusion --sequence-parallel)
+run modelopt_qwen3_30b_a3b 2 train "${qwen3_moe[@]}" "${modelopt_train[@]}" --expert-model-parallel-size 2
 
 exit $fail

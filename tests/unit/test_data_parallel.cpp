@@ -19,13 +19,16 @@ TEST_CASE("data parallel: sampler assignment (mbs 2, 2 micro-batches, dp 2)", "[
                        {2, 0, 0, 8}, {2, 0, 1, 10}, {2, 1, 0, 12}, {2, 1, 1, 14}};
   for (const Row& r : table) {
     INFO("step " << r.step << " mb " << r.mb << " rank " << r.rank);
-    CHECK(pretraining_sample_index(r.step, r.mb, 0, 2, 2, r.rank, 2) == r.first);
-    CHECK(pretraining_sample_index(r.step, r.mb, 1, 2, 2, r.rank, 2) == r.first + 1);
+    const int64_t first_sample = StepPosition::constant_batch(r.step, 8).first_sample;
+    CHECK(pretraining_sample_index(first_sample, r.mb, 0, 2, r.rank, 2) == r.first);
+    CHECK(pretraining_sample_index(first_sample, r.mb, 1, 2, r.rank, 2) == r.first + 1);
   }
-  // dp 1: ((step-1)·nmb + mb)·mbs + row
-  CHECK(pretraining_sample_index(3, 1, 1, 4, 2, 0, 1) == (2 * 2 + 1) * 4 + 1);
+  // dp 1, 2 micro-batches of 4: ((step-1)·nmb + mb)·mbs + row
+  CHECK(pretraining_sample_index(StepPosition::constant_batch(3, 8).first_sample, 1, 1, 4, 0, 1) == (2 * 2 + 1) * 4 + 1);
   // dp 3, mbs 1, 1 micro-batch: rank r of step s holds sample 3(s-1)+r
-  CHECK(pretraining_sample_index(5, 0, 0, 1, 1, 2, 3) == 14);
+  CHECK(pretraining_sample_index(StepPosition::constant_batch(5, 3).first_sample, 0, 0, 1, 2, 3) == 14);
+  // A step after steps of other sizes starts where they ended (a batch-size schedule): 11 consumed.
+  CHECK(pretraining_sample_index(11, 1, 0, 2, 1, 2) == 11 + (1 * 2 + 1) * 2);
 }
 
 TEST_CASE("data parallel: mock micro-batch k of rank r is single-rank micro-batch k·dp + r", "[data_parallel]") {

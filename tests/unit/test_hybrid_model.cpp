@@ -71,7 +71,8 @@ std::vector<std::string> names_of(LanguageModel& m) {
 class LearnableBatchSource : public BatchSource {
  public:
   LearnableBatchSource(int64_t vocab, int64_t seq, int64_t mbs) : vocab_(vocab), seq_(seq), mbs_(mbs) {}
-  Batch next_microbatch(int64_t step, int64_t micro_batch) override {
+  Batch next_microbatch(const StepPosition& at, int64_t micro_batch) override {
+    const int64_t step = at.step;
     std::vector<int64_t> tok(static_cast<size_t>(mbs_ * seq_)), lab(tok.size());
     uint64_t x = static_cast<uint64_t>(step * 1000 + micro_batch) * 6364136223846793005ull + 1442695040888963407ull;
     for (size_t i = 0; i < tok.size(); ++i) {

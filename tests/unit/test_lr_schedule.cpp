@@ -89,22 +89,34 @@ TEST_CASE("lr_schedule: from OptimizerConfig, warmup as a fraction of lr_decay_i
   o.lr_decay_style = LrDecayStyle::Linear;
   o.lr_decay_iters = 200;
   o.lr_warmup_fraction = 0.1;  // 20 warmup iterations
-  LrSchedule s(o, TrainingConfig{});
-  CHECK(s.warmup_iters() == 20);
+  TrainingConfig t;
+  t.global_batch_size = 1;
+  LrSchedule s(o, t);
+  CHECK(s.warmup_steps() == 20.0);
   CHECK(s.lr(10) == 2.0e-4 * 10.0 / 20.0);
   CHECK(s.lr(110) == 2.0e-5 + (1.0 - 90.0 / 180.0) * (2.0e-4 - 2.0e-5));
+  // Megatron keeps the fraction's warmup unrounded, in samples: 0.003 × 430 iterations × 4 samples
+  // = 5.16 samples; after 1 iteration (4 samples) 2e-4 · 4 / 5.16; after 2 (8 samples) the decay
+  // ratio is (8 − 5.16) / (1720 − 5.16).
+  o.lr_decay_iters = 430;
+  o.lr_warmup_fraction = 0.003;
+  t.global_batch_size = 4;
+  LrSchedule f(o, t);
+  CHECK(f.warmup_steps() == 0.003 * 1720.0);
+  CHECK(f.lr(4) == 2.0e-4 * 4.0 / (0.003 * 1720.0));
+  CHECK(f.lr(8) == 2.0e-5 + (1.0 - (8.0 - 0.003 * 1720.0) / (1720.0 - 0.003 * 1720.0)) * (2.0e-4 - 2.0e-5));
 }
 
 TEST_CASE("lr_schedule: bad arguments are rejected", "[lr_schedule]") {
   CHECK_THROWS_WITH(LrSchedule(1e-3, 1e-2, LrDecayStyle::Linear, 0, 10), Catch::Contains("min_lr"));
-  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Linear, 10, 5), Catch::Contains("lr_decay_iters"));
-  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Cosine, 0, 0), Catch::Contains("lr_decay_iters"));
+  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Linear, 10, 5), Catch::Contains("the decay"));
+  CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Cosine, 0, 0), Catch::Contains("the decay"));
   // Warmup as long as the decay (allowed by the config): warmup, then min_lr.
   LrSchedule all_warmup(1e-3, 1e-4, LrDecayStyle::Linear, 10, 10);
   CHECK(all_warmup.lr(10) == 1e-3);
   CHECK(all_warmup.lr(11) == 1e-4);
   CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::WSD, 0, 10, WsdDecayStyle::Linear, 0),
-                    Catch::Contains("lr_wsd_decay_iters"));
+                    Catch::Contains("WSD decay steps"));
   OptimizerConfig unresolved;
   CHECK_THROWS_WITH(LrSchedule(unresolved, TrainingConfig{}), Catch::Contains("optimizer.lr"));
 }
@@ -129,19 +141,19 @@ TEST_CASE("lr_schedule: sample-based training counts samples, as Megatron's --tr
   CHECK(cfg.training.train_iters == 125);
   const LrSchedule s(cfg.optimizer, cfg.training);
   const double pi = std::numbers::pi;
-  CHECK(s.lr_after(0) == 0.0);
-  CHECK(s.lr_after(2) == Approx(8e-4).epsilon(1e-15));
-  CHECK(s.lr_after(3) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 0.005) + 1.0)).epsilon(1e-15));
-  CHECK(s.lr_after(54) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 0.515) + 1.0)).epsilon(1e-15));
-  CHECK(s.lr_after(102) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 796.0 / 800.0) + 1.0)).epsilon(1e-15));
-  CHECK(s.lr_after(103) == 1e-4);
+  CHECK(s.lr(0) == 0.0);
+  CHECK(s.lr(16) == Approx(8e-4).epsilon(1e-15));
+  CHECK(s.lr(24) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 0.005) + 1.0)).epsilon(1e-15));
+  CHECK(s.lr(432) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 0.515) + 1.0)).epsilon(1e-15));
+  CHECK(s.lr(816) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 796.0 / 800.0) + 1.0)).epsilon(1e-15));
+  CHECK(s.lr(824) == 1e-4);
   // Without lr_decay_samples: the decay runs over train_samples; a warmup fraction is of it.
   StrataConfig f = StrataConfig::from_yaml_text(
       "optimizer:\n  lr: 1.0e-3\n  lr_warmup_fraction: 0.1\ndata:\n  mock_data: true\n",
       {"training.train_samples=1000", "training.global_batch_size=8"}, "fraction.yaml");
   f.validate(1);
   CHECK(f.optimizer.lr_decay_samples == 1000);
-  CHECK(LrSchedule(f.optimizer, f.training).lr_after(5) == Approx(1e-3 * 40.0 / 100.0).epsilon(1e-15));
+  CHECK(LrSchedule(f.optimizer, f.training).lr(5 * 8) == Approx(1e-3 * 40.0 / 100.0).epsilon(1e-15));
   // Megatron's rules: the two kinds of length do not mix.
   auto error_of = [](const std::vector<std::string>& o) {
     try {

@@ -186,8 +186,13 @@ TEST_CASE("megatron flags: unsupported features, unknown flags and bad values ar
           std::vector<std::string>{"mlp", "moe"});
     CHECK(with_args({"--moe-layer-recompute"}).model.moe_layer_recompute);
     CHECK(with_args({"--recompute-activations"}).model.recompute_granularity == RecomputeGranularity::Selective);
+    // --padded-vocab-size: the rows as given, whatever make_vocab_size_divisible_by says.
+    const StrataConfig pv = with_args({"--padded-vocab-size", "520", "--vocab-size", "512"});
+    CHECK(pv.model.padded_vocab(1) == 520);
+    CHECK(pv.model.padded_vocab(4) == 520);
+    CHECK(with_args({"--vocab-size", "512"}).model.padded_vocab(1) == 512);
   }
-  CHECK(error_of_args({"--step-batch-size-schedule", "0:16"}).find("batch-size ramp-up") != std::string::npos);
+  CHECK(error_of_args({"--grad-reduce-in-bf16"}).find("bf16 data-parallel gradient reduction") != std::string::npos);
   CHECK(error_of_args({"--num-layer", "4"}) ==
         "ConfigError: --num-layer: unknown flag '--num-layer'; did you mean '--num-layers'? (Megatron flags map "
         "onto config fields: docs/config.md)");

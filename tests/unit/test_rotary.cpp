@@ -165,3 +165,31 @@ TEST_CASE("rotary: bad arguments are rejected", "[rotary][errors]") {
   bad_base.base = 0;
   CHECK_THROWS_WITH(rotary_forward(x, y, bad_base), Catch::Contains("rotary base"));
 }
+
+// Llama 3's frequency scaling (Megatron --use-rope-scaling, factor 8; transformers' "llama3"
+// rope_type): d 6 at base 2.77e8 has one frequency in each regime — f0 = 1 (wavelength 6.3 < 2048,
+// kept), f1 = 2.77e8^(-1/3) (wavelength ≈ 4096, between 2048 and 8192: smoothed with
+// w = (8192/wavelength − 1)/3) and f2 = 2.77e8^(-2/3) (wavelength ≈ 2.7e6 > 8192: f2 / 8).
+TEST_CASE("rotary: Llama 3 frequency scaling, each regime by hand", "[rotary]") {
+  Tensor x = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {1, 1, 1, 6}, DType::F64);
+  RotaryOptions opt;
+  opt.base = 277000000.0;
+  opt.position_offset = 1000;
+  opt.llama3_scaling_factor = 8.0;
+  const double pi = 3.14159265358979323846, f1 = std::pow(277000000.0, -1.0 / 3.0), f2 = std::pow(277000000.0, -2.0 / 3.0);
+  const double w = (8192.0 / (2.0 * pi / f1) - 1.0) / 3.0;
+  REQUIRE(w > 0.0);
+  REQUIRE(w < 1.0);
+  const double freqs[3] = {1.0, (1.0 - w) * f1 / 8.0 + w * f1, f2 / 8.0};
+  const std::vector<double> y = rope_fwd(x, opt).to_vector(), in = x.to_vector();
+  for (int i = 0; i < 3; ++i) {  // pairs (i, i + 3)
+    const double t = 1000.0 * freqs[i];
+    INFO("frequency " << i);
+    CHECK(y[i] == Approx(in[i] * std::cos(t) - in[i + 3] * std::sin(t)).epsilon(1e-12));
+    CHECK(y[i + 3] == Approx(in[i + 3] * std::cos(t) + in[i] * std::sin(t)).epsilon(1e-12));
+  }
+  // Off: the unscaled frequencies.
+  opt.llama3_scaling_factor = 0.0;
+  const std::vector<double> plain = rope_fwd(x, opt).to_vector();
+  CHECK(plain[2] == Approx(in[2] * std::cos(1000.0 * f2) - in[5] * std::sin(1000.0 * f2)).epsilon(1e-12));
+}

@@ -136,10 +136,10 @@ TEST_CASE("trainer: the decoupled lr schedule, hand-computed", "[trainer][lr_sch
   cfg.validate(1);
   const LrSchedule base(cfg.optimizer, cfg.training);
   const LrSchedule d = base.with_peak(*cfg.optimizer.decoupled_lr, *cfg.optimizer.decoupled_min_lr);
-  CHECK(d.lr_after(5) == Approx(2.5e-3).epsilon(1e-14));
-  CHECK(d.lr_after(55) == Approx(2.75e-3).epsilon(1e-14));
-  CHECK(d.lr_after(100) == Approx(5e-4).epsilon(1e-14));
-  CHECK(base.lr_after(55) == Approx(5.5e-4).epsilon(1e-14));
+  CHECK(d.lr(5) == Approx(2.5e-3).epsilon(1e-14));
+  CHECK(d.lr(55) == Approx(2.75e-3).epsilon(1e-14));
+  CHECK(d.lr(100) == Approx(5e-4).epsilon(1e-14));
+  CHECK(base.lr(55) == Approx(5.5e-4).epsilon(1e-14));
   cfg.optimizer.decoupled_min_lr = 6e-3;
   CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("optimizer.decoupled_min_lr"));
 }
@@ -208,8 +208,8 @@ namespace {
 class MaskedSource : public BatchSource {
  public:
   MaskedSource(int64_t s, int64_t b, int64_t nmb) : inner_(kVocab, s, b, nmb, 3) {}
-  Batch next_microbatch(int64_t step, int64_t mb) override {
-    Batch x = inner_.next_microbatch(step, mb);
+  Batch next_microbatch(const StepPosition& at, int64_t mb) override {
+    Batch x = inner_.next_microbatch(at, mb);
     float* m = x.loss_mask.data<float>();
     for (int64_t i = 0; i < x.loss_mask.numel(); ++i) m[i] = (i % (mb + 1) == 0) ? 1.0f : 0.0f;
     return x;
@@ -221,7 +221,7 @@ class MaskedSource : public BatchSource {
 double direct_loss(BigramModel& probe, MaskedSource& src, int64_t num_mb, bool per_token) {
   double sum_all = 0, n_all = 0, mean_of_means = 0;
   for (int64_t mb = 0; mb < num_mb; ++mb) {
-    Batch b = src.next_microbatch(1, mb);
+    Batch b = src.next_microbatch(StepPosition{}, mb);  // step 1
     auto ctx = probe.make_context(1, mb, true);
     const std::vector<double> l = probe.forward(*ctx, b).to_vector(), m = b.loss_mask.to_vector();
     double s = 0, n = 0;
@@ -245,7 +245,7 @@ double reported_first_loss(bool per_token, double* expected) {
   probe.init_parameters(static_cast<uint64_t>(cfg.training.seed));
   double sum_all = 0, n_all = 0, mean_of_means = 0;
   for (int64_t mb = 0; mb < cfg.num_micro_batches(); ++mb) {
-    Batch b = src.next_microbatch(1, mb);
+    Batch b = src.next_microbatch(StepPosition{}, mb);  // step 1
     auto ctx = probe.make_context(1, mb, true);
     const std::vector<double> l = probe.forward(*ctx, b).to_vector(), m = b.loss_mask.to_vector();
     double s = 0, n = 0;
@@ -510,9 +510,9 @@ TEST_CASE("trainer: log lines, metric tags, JSONL records and evaluation", "[tra
                           "mem-max-allocated-bytes", "loss-scale", "batch-size", "lm loss validation",
                           "lm loss validation ppl"})
     CHECK(count[tag] == 2);
-  // The learning rate logged after iteration 5 is Megatron's lr(5).
+  // The learning rate logged after iteration 5 is Megatron's lr after 5 steps of 6 samples.
   for (const auto& s : sink.scalars)
-    if (s.tag == "learning-rate" && s.step == 5) CHECK(s.value == LrSchedule(cfg.optimizer, cfg.training).lr(5));
+    if (s.tag == "learning-rate" && s.step == 5) CHECK(s.value == LrSchedule(cfg.optimizer, cfg.training).lr(5 * 6));
   CHECK(sink.records.size() == 4);
   CHECK(sink.records[0]["iteration"] == 5);
   CHECK(sink.records[0]["batch-size"] == 6);

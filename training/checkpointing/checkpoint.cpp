@@ -309,6 +309,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     manifest["optimizer"] = {{"step_count", state.optimizer_step_count},
                              {"saved", opt != nullptr},
                              {"num_skipped_iterations", state.num_skipped_iterations}};
+    if (state.lr_scheduler_steps) manifest["optimizer"]["scheduler_steps"] = *state.lr_scheduler_steps;
     manifest["rng"] = {{"kind", "philox-counter"}, {"seed", state.seed}};
     manifest["data"] = {{"consumed_train_samples", state.consumed_train_samples},
                         {"num_evaluations", state.num_evaluations}};
@@ -380,6 +381,8 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
                                                        "optimizer.num_skipped_iterations", manifest_path, int64_t{0});
   st.num_evaluations =
       manifest_member<int64_t>(jdata, "num_evaluations", "data.num_evaluations", manifest_path, int64_t{0});
+  if (jopt.contains("scheduler_steps"))
+    st.lr_scheduler_steps = manifest_member<int64_t>(jopt, "scheduler_steps", "optimizer.scheduler_steps", manifest_path);
   st.seed = manifest_member<uint64_t>(jrng, "seed", "rng.seed", manifest_path);
   st.config_yaml = manifest_member<std::string>(manifest, "config", "config", manifest_path, std::string());
   const bool saved_optim = manifest_member<bool>(jopt, "saved", "optimizer.saved", manifest_path, false);
@@ -388,7 +391,8 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
   const std::pair<const char*, int64_t> counters[] = {{"consumed_samples", st.consumed_train_samples},
                                                       {"optimizer.step_count", st.optimizer_step_count},
                                                       {"optimizer.num_skipped_iterations", st.num_skipped_iterations},
-                                                      {"data.num_evaluations", st.num_evaluations}};
+                                                      {"data.num_evaluations", st.num_evaluations},
+                                                      {"optimizer.scheduler_steps", st.lr_scheduler_steps.value_or(0)}};
   for (const auto& [name, v] : counters)
     STRATA_CHECK(v >= 0, "checkpoint: ", manifest_path.string(), ": \"", name, "\" is ", v, ", not >= 0");
 

@@ -30,6 +30,9 @@ struct CheckpointState {
   int64_t consumed_train_samples = 0;
   int64_t optimizer_step_count = 0;
   int64_t num_skipped_iterations = 0;   // NaN/Inf steps skipped so far
+  // The learning-rate scheduler's count (training/optimizer/lr_schedule.h: samples of the successful
+  // steps); null when loaded from a checkpoint written before it was saved.
+  std::optional<int64_t> lr_scheduler_steps;
   int64_t num_evaluations = 0;          // validation passes done (the validation data position)
   uint64_t seed = 0;                    // the counter-based RNG state is the seed (+ step keys)
   std::string config_yaml;              // the resolved config

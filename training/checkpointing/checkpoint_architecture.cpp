@@ -76,6 +76,9 @@ void check_vocabulary_padding(const std::string& saved_yaml, const StrataConfig&
   const YAML::Node v = saved["model"]["vocab_size"], m = saved["model"]["make_vocab_size_divisible_by"],
                    t = saved["parallel"]["tensor_model_parallel_size"];
   if (!v || !m || !t || v.IsNull() || m.IsNull() || t.IsNull()) return;
+  // An explicit model.padded_vocab_size on either side: the rows are compared with the tensors' shapes.
+  if (cfg.model.padded_vocab_size || (saved["model"]["padded_vocab_size"] && !saved["model"]["padded_vocab_size"].IsNull()))
+    return;
   const int64_t vocab = v.as<int64_t>(), saved_tp = t.as<int64_t>();
   // (a null model.vocab_size is the tokenizer's, checked against the checkpoint's tensors later)
   if (cfg.model.vocab_size && vocab != *cfg.model.vocab_size) return;  // an architecture difference

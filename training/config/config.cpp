@@ -13,6 +13,9 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/logging.h"
+#include "parallel/distributed.h"
+
 namespace strata {
 
 using config::ConfigError;
@@ -50,6 +53,15 @@ config::SectionFields<TrainingConfig> training_fields() {
         "Samples per optimizer step over all data-parallel ranks (gradient accumulation makes up the "
         "difference). null: micro_batch_size times the data-parallel size.")
       .check(positive());
+  f.add("step_batch_size_schedule", &T::step_batch_size_schedule,
+        "Megatron's --step-batch-size-schedule: the global batch size by consumed tokens, as "
+        "\"THRESHOLD:SIZE ...\" (e.g. \"0:16 2.4B:320 4.8B:624\"; K, M, B, T suffixes; thresholds in tokens, "
+        "divided by model.seq_length into samples; the first at 0). Each step's size sets its number of "
+        "micro-batches. Exclusive with global_batch_size and rampup_batch_size.");
+  f.add("rampup_batch_size", &T::rampup_batch_size,
+        "Megatron's --rampup-batch-size START INCREMENT SAMPLES (deprecated in Megatron for "
+        "step_batch_size_schedule): the global batch size grows from START by INCREMENT up to "
+        "global_batch_size over SAMPLES consumed samples. Needs train_samples. []: no ramp-up.");
   f.add("train_iters", &T::train_iters,
         "Number of optimizer steps to train for. null: training.train_samples / global_batch_size when "
         "train_samples is set (Megatron's update_train_iters), else 1000.")
@@ -337,6 +349,19 @@ int64_t StrataConfig::num_micro_batches() const {
   return *training.global_batch_size / (training.micro_batch_size * data_parallel_size());
 }
 
+BatchSizeSchedule StrataConfig::batch_size_schedule() const {
+  STRATA_INTERNAL_ASSERT(training.global_batch_size.has_value(), "StrataConfig read before validate()");
+  if (training.step_batch_size_schedule)
+    return BatchSizeSchedule::steps(parse_step_batch_size_schedule(*training.step_batch_size_schedule,
+                                                                   model.seq_length,
+                                                                   "training.step_batch_size_schedule"));
+  if (!training.rampup_batch_size.empty()) {
+    const std::vector<int64_t>& r = training.rampup_batch_size;
+    return BatchSizeSchedule::rampup(r[0], r[1], r[2], *training.global_batch_size);
+  }
+  return BatchSizeSchedule::constant(*training.global_batch_size);
+}
+
 namespace {
 
 // ---- cross-field rules, grouped by the section that owns them (Megatron validate_args) ----
@@ -354,6 +379,11 @@ void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
 // layers over pipeline stages, the sequence over cp and sp, experts over ep and etp (validate_moe_layout).
 void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
   const int64_t tp = p.tensor_model_parallel_size, cp = p.context_parallel_size;
+  if (m.padded_vocab_size && (*m.padded_vocab_size % tp != 0 || (m.vocab_size && *m.padded_vocab_size < *m.vocab_size)))
+    throw ConfigError("model.padded_vocab_size", str(*m.padded_vocab_size) + " must be a multiple of "
+                                                 "parallel.tensor_model_parallel_size (" + str(tp) +
+                                                 ") and at least model.vocab_size (" +
+                                                 (m.vocab_size ? str(*m.vocab_size) : std::string("the tokenizer's")) + ")");
   if (m.num_attention_heads % tp != 0)
     throw ConfigError(
         "model.num_attention_heads",
@@ -394,43 +424,84 @@ void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p
   validate_mtp_layout(m, p);
 }
 
-// Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.
-// Iteration- or sample-based length (Megatron validate_args and update_train_iters, without a
-// batch-size ramp-up): train_iters = train_samples / global_batch_size.
-void resolve_train_iters(TrainingConfig& training) {
+// Megatron's variable batch sizes: the step schedule replaces global_batch_size (Megatron refuses
+// both); the ramp-up grows to it and needs sample-based training (Megatron before the step
+// schedule: "expected no batch-size rampup for iteration-based training").
+void check_batch_size_schedule(const TrainingConfig& training, int64_t default_global_batch) {
+  if (training.step_batch_size_schedule) {
+    if (!training.rampup_batch_size.empty())
+      throw ConfigError("training.rampup_batch_size", "set together with training.step_batch_size_schedule; choose one");
+    if (training.global_batch_size && *training.global_batch_size != default_global_batch)
+      throw ConfigError("training.step_batch_size_schedule",
+                        "cannot be set together with training.global_batch_size (Megatron: \"Cannot specify both "
+                        "--step-batch-size-schedule and --global-batch-size\"); the schedule gives every step's size");
+  }
+  if (training.rampup_batch_size.empty()) return;
+  const std::vector<int64_t>& r = training.rampup_batch_size;
+  const char* field = "training.rampup_batch_size";
+  if (r.size() != 3) throw ConfigError(field, "takes three numbers: START INCREMENT SAMPLES");
+  if (r[0] <= 0 || r[1] <= 0 || r[2] <= 0)
+    throw ConfigError(field, "START, INCREMENT and SAMPLES must be positive, got " + str(r[0]) + " " + str(r[1]) +
+                                 " " + str(r[2]));
+  if (!training.train_samples)
+    throw ConfigError(field, "needs sample-based training (training.train_samples), as in Megatron");
+  const int64_t final_size = training.global_batch_size.value_or(default_global_batch);
+  if (final_size <= r[0] || (final_size - r[0]) % r[1] != 0)
+    throw ConfigError(field, "ramps from " + str(r[0]) + " to training.global_batch_size " + str(final_size) +
+                                 ": the difference must be a positive multiple of the increment " + str(r[1]));
+}
+
+// Iteration- or sample-based length (Megatron validate_args and update_train_iters):
+// train_iters = the steps that consume train_samples under the batch-size schedule.
+void resolve_train_iters(TrainingConfig& training, const BatchSizeSchedule& schedule) {
   if (!training.train_samples) {
     if (!training.train_iters) training.train_iters = 1000;
     return;
   }
-  const int64_t gbs = *training.global_batch_size, iters = *training.train_samples / gbs;
+  const int64_t iters = schedule.iterations_for_samples(*training.train_samples);
   if (training.train_iters && *training.train_iters != iters)  // (validate() may run twice: the derived value is fine)
     throw ConfigError("training.train_iters", "set together with training.train_samples; choose iteration- or "
                                               "sample-based training, not both");
   if (iters < 1)
     throw ConfigError("training.train_samples", str(*training.train_samples) + " is less than one global batch (" +
-                                                    str(gbs) + " samples)");
+                                                    str(schedule.global_batch_size(0)) + " samples)");
   training.train_iters = iters;
 }
 
+// Every batch size the schedule gives against micro_batch_size × dp and the interleaved schedule
+// (Megatron checks the current one each step; Strata checks them all before allocating).
+void check_batch_sizes(const StrataConfig& c, const BatchSizeSchedule& schedule) {
+  const TrainingConfig& training = c.training;
+  const ParallelConfig& parallel = c.parallel;
+  const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
+  const char* field = training.step_batch_size_schedule ? "training.step_batch_size_schedule"
+                      : training.rampup_batch_size.empty() ? "training.global_batch_size"
+                                                           : "training.rampup_batch_size";
+  for (const int64_t size : schedule.sizes()) {
+    if (size % (mbs * dp) != 0)
+      throw ConfigError(field, str(size) + (schedule.is_constant() ? "" : " (a global batch size of the schedule)") +
+                                   " is not divisible by training.micro_batch_size (" + str(mbs) +
+                                   ") x data-parallel size (" + str(dp) + ")");
+    // Megatron validate_args: the interleaved schedule runs micro-batches in groups of pp.
+    if (parallel.virtual_pipeline_model_parallel_size && (size / (mbs * dp)) % parallel.pipeline_model_parallel_size != 0)
+      throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
+                        "the interleaved schedule needs the number of micro-batches (" + str(size / (mbs * dp)) +
+                            ", of the global batch size " + str(size) +
+                            ") to be divisible by parallel.pipeline_model_parallel_size (" +
+                            str(parallel.pipeline_model_parallel_size) + ")");
+  }
+}
+
+// Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.
 void validate_training(StrataConfig& c) {
   TrainingConfig& training = c.training;
-  const ParallelConfig& parallel = c.parallel;
   const ModelConfig& model = c.model;
   const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
+  check_batch_size_schedule(training, mbs * dp);
   if (!training.global_batch_size) training.global_batch_size = mbs * dp;
-  resolve_train_iters(training);
-  if (*training.global_batch_size % (mbs * dp) != 0)
-    throw ConfigError("training.global_batch_size", str(*training.global_batch_size) +
-                                                        " is not divisible by training.micro_batch_size (" + str(mbs) +
-                                                        ") x data-parallel size (" + str(dp) + ")");
-  // Megatron validate_args: the interleaved schedule runs micro-batches in groups of pp.
-  if (parallel.virtual_pipeline_model_parallel_size &&
-      (*training.global_batch_size / (mbs * dp)) % parallel.pipeline_model_parallel_size != 0)
-    throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
-                      "the interleaved schedule needs the number of micro-batches (" +
-                          str(*training.global_batch_size / (mbs * dp)) +
-                          ") to be divisible by parallel.pipeline_model_parallel_size (" +
-                          str(parallel.pipeline_model_parallel_size) + ")");
+  const BatchSizeSchedule schedule = c.batch_size_schedule();
+  resolve_train_iters(training, schedule);
+  check_batch_sizes(c, schedule);
   if (training.exit_on_nan && !training.check_for_nan_in_loss_and_grad)
     throw ConfigError("training.exit_on_nan", "needs training.check_for_nan_in_loss_and_grad");
   if (model.fp32_residual_connection && training.precision == Precision::Fp32)
@@ -541,9 +612,13 @@ void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
     throw ConfigError("data.tokenizer_hf_no_include_special_tokens", "only used by HuggingFaceTokenizer");
 }
 
-void validate_checkpoint(const CheckpointConfig& checkpoint) {
-  if (checkpoint.save_interval && !checkpoint.save)
-    throw ConfigError("checkpoint.save_interval", "needs checkpoint.save (the directory to save to)");
+void validate_checkpoint(CheckpointConfig& checkpoint) {
+  // Megatron accepts --save-interval without --save and saves nothing: warn once (rank 0), go on.
+  if (checkpoint.save_interval && !checkpoint.save) {
+    if (launched_rank().value_or(0) == 0)
+      log::warn("checkpoint.save_interval has no effect without checkpoint.save (no checkpoints are written)");
+    checkpoint.save_interval.reset();
+  }
   if (checkpoint.overwrite && !checkpoint.save)
     throw ConfigError("checkpoint.overwrite", "needs checkpoint.save (the directory whose checkpoints it replaces)");
   if (checkpoint.finetune && !checkpoint.load)
@@ -629,8 +704,7 @@ std::string StrataConfig::argument_table() const {
   std::vector<std::pair<std::string, std::string>> extra;
   if (parallel.world_size) extra.emplace_back("data_parallel_size", str(data_parallel_size()));
   if (model.vocab_size)
-    extra.emplace_back("padded_vocab_size", str(padded_vocab_size(*model.vocab_size, model.make_vocab_size_divisible_by,
-                                                                  parallel.tensor_model_parallel_size)));
+    extra.emplace_back("padded_vocab_size", str(model.padded_vocab(parallel.tensor_model_parallel_size)));
   return table().argument_table(*this, extra);
 }
 

@@ -22,6 +22,7 @@
 #include "data/data_config.h"
 #include "models/model_config.h"
 #include "parallel/parallel_config.h"
+#include "training/config/batch_size_schedule.h"
 
 namespace strata {
 
@@ -46,6 +47,11 @@ inline constexpr config::EnumName<WsdDecayStyle> kWsdDecayStyleNames[] = {{WsdDe
 struct TrainingConfig {
   int64_t micro_batch_size = 1;
   std::optional<int64_t> global_batch_size;  // null → micro_batch_size × data-parallel size
+  // Variable global batch size (training/config/batch_size_schedule.h): Megatron's
+  // --step-batch-size-schedule string (thresholds in tokens; exclusive with global_batch_size), or
+  // --rampup-batch-size START INCREMENT SAMPLES up to global_batch_size (sample-based training).
+  std::optional<std::string> step_batch_size_schedule;
+  std::vector<int64_t> rampup_batch_size;
   std::optional<int64_t> train_iters;    // null → train_samples / global_batch_size, else 1000
   std::optional<int64_t> train_samples;  // sample-based training (Megatron --train-samples)
   int64_t seed = 1234;
@@ -184,8 +190,11 @@ struct StrataConfig {
 
   // After validate(): world_size / (tp·pp·cp).
   int64_t data_parallel_size() const { return strata::data_parallel_size(parallel); }
-  // After validate(): micro-batches per step and data-parallel rank.
+  // After validate(): micro-batches per step and data-parallel rank at training.global_batch_size
+  // (a step schedule's varies: batch_size_schedule()).
   int64_t num_micro_batches() const;
+  // After validate(): the global batch size of each step (constant, step schedule or ramp-up).
+  BatchSizeSchedule batch_size_schedule() const;
 
   std::string to_yaml() const;              // resolved config; loads back to the same config
   std::string argument_table() const;       // Megatron's sorted "arguments" block

@@ -89,10 +89,8 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
                        "layers per virtual stage; set --virtual-pipeline-model-parallel-size (model chunks per "
                        "pipeline rank) instead"),
-      unsupported_flag("--rampup-batch-size", A::List, "batch-size ramp-up"),
       unsupported_flag("--grad-reduce-in-bf16", A::Switch,
                        "bf16 data-parallel gradient reduction (Strata reduces in fp32)"),
-      unsupported_flag("--step-batch-size-schedule", A::One, "batch-size ramp-up"),
       unsupported_flag("--multi-latent-attention", A::Switch, mla),
       unsupported_flag("--q-lora-rank", A::One, mla),
       unsupported_flag("--kv-lora-rank", A::One, mla),

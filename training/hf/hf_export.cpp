@@ -281,7 +281,7 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   cfg.validate(1);
   data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // a bad tokenizer file fails before the model
 
-  const int64_t padded = padded_vocab_size(*cfg.model.vocab_size, cfg.model.make_vocab_size_divisible_by, 1);
+  const int64_t padded = cfg.model.padded_vocab(1);
   // Names and shapes are checked here, before the model is allocated.
   const std::map<std::string, Tensor> mg =
       from_hf_tensors(cfg.resolved_model(), ic.family, ic.file_vocab, padded, hf_tensors, file);

@@ -3,72 +3,75 @@
 
 #include <cmath>
 #include <numbers>
+#include <optional>
 
 #include "core/error.h"
 
 namespace strata {
 
 namespace {
+// Megatron get_optimizer_param_scheduler: sample-based lengths as they are; iteration-based ones
+// times the global batch size; a warmup fraction of the decay steps, unrounded.
 LrSchedule from_config(const OptimizerConfig& cfg, const TrainingConfig& training) {
-  STRATA_CHECK(cfg.lr.has_value(), "LrSchedule: optimizer.lr is not set (validate the config first)");
+  STRATA_CHECK(cfg.lr.has_value() && training.global_batch_size.has_value(),
+               "LrSchedule: optimizer.lr is not set (validate the config first)");
   STRATA_CHECK(training.train_samples ? cfg.lr_decay_samples.has_value() : cfg.lr_decay_iters.has_value(),
                "LrSchedule: the decay length is not resolved (validate the config first)");
-  if (training.train_samples)
-    return LrSchedule(*cfg.lr, cfg.min_lr, cfg.lr_decay_style, cfg.warmup_samples(), *cfg.lr_decay_samples,
-                      cfg.lr_wsd_decay_style, cfg.lr_wsd_decay_samples.value_or(0));
-  return LrSchedule(*cfg.lr, cfg.min_lr, cfg.lr_decay_style, cfg.warmup_iters(), *cfg.lr_decay_iters,
-                    cfg.lr_wsd_decay_style, cfg.lr_wsd_decay_iters.value_or(0));
+  const int64_t unit = training.train_samples ? 1 : *training.global_batch_size;
+  const int64_t decay = training.train_samples ? *cfg.lr_decay_samples : *cfg.lr_decay_iters * unit;
+  const int64_t warmup = training.train_samples ? cfg.lr_warmup_samples : cfg.lr_warmup_iters * unit;
+  const std::optional<int64_t> wsd = training.train_samples ? cfg.lr_wsd_decay_samples : cfg.lr_wsd_decay_iters;
+  const double warmup_steps =
+      cfg.lr_warmup_fraction ? *cfg.lr_warmup_fraction * static_cast<double>(decay) : static_cast<double>(warmup);
+  return LrSchedule(*cfg.lr, cfg.min_lr, cfg.lr_decay_style, warmup_steps, decay, cfg.lr_wsd_decay_style,
+                    wsd ? *wsd * unit : 0);
 }
 }  // namespace
 
 LrSchedule::LrSchedule(const OptimizerConfig& cfg, const TrainingConfig& training)
-    : LrSchedule(from_config(cfg, training)) {
-  if (training.train_samples) steps_per_iteration_ = *training.global_batch_size;
-}
+    : LrSchedule(from_config(cfg, training)) {}
 
-LrSchedule::LrSchedule(double max_lr, double min_lr, LrDecayStyle style, int64_t warmup_iters,
-                       int64_t decay_iters, WsdDecayStyle wsd_style, int64_t wsd_decay_iters,
-                       double warmup_init_lr)
+LrSchedule::LrSchedule(double max_lr, double min_lr, LrDecayStyle style, double warmup_steps, int64_t decay_steps,
+                       WsdDecayStyle wsd_style, int64_t wsd_decay_steps, double warmup_init_lr)
     : max_lr_(max_lr), min_lr_(min_lr), warmup_init_lr_(warmup_init_lr), style_(style),
-      warmup_iters_(warmup_iters), decay_iters_(decay_iters), wsd_style_(wsd_style),
-      wsd_decay_iters_(wsd_decay_iters) {
+      warmup_steps_(warmup_steps), decay_steps_(decay_steps), wsd_style_(wsd_style),
+      wsd_decay_steps_(wsd_decay_steps) {
   STRATA_CHECK(min_lr >= 0 && max_lr >= min_lr, "LrSchedule: need 0 <= min_lr <= lr, got min_lr=", min_lr,
                " lr=", max_lr);
-  STRATA_CHECK(warmup_iters >= 0, "LrSchedule: negative warmup iterations ", warmup_iters);
-  STRATA_CHECK(style == LrDecayStyle::Constant || (decay_iters > 0 && decay_iters >= warmup_iters),
-               "LrSchedule: lr_decay_iters (", decay_iters, ") must be positive and at least the warmup (",
-               warmup_iters, ")");
-  STRATA_CHECK(style != LrDecayStyle::WSD || (wsd_decay_iters > 0 && wsd_decay_iters <= decay_iters),
-               "LrSchedule: WSD needs 0 < lr_wsd_decay_iters <= lr_decay_iters, got ", wsd_decay_iters);
+  STRATA_CHECK(warmup_steps >= 0, "LrSchedule: negative warmup ", warmup_steps);
+  STRATA_CHECK(style == LrDecayStyle::Constant ||
+                   (decay_steps > 0 && static_cast<double>(decay_steps) >= warmup_steps),
+               "LrSchedule: the decay (", decay_steps, " steps) must be positive and at least the warmup (",
+               warmup_steps, ")");
+  STRATA_CHECK(style != LrDecayStyle::WSD || (wsd_decay_steps > 0 && wsd_decay_steps <= decay_steps),
+               "LrSchedule: WSD needs 0 < WSD decay steps <= decay steps, got ", wsd_decay_steps);
 }
 
 LrSchedule LrSchedule::with_peak(double max_lr, double min_lr) const {
-  LrSchedule s(max_lr, min_lr, style_, warmup_iters_, decay_iters_, wsd_style_, wsd_decay_iters_, warmup_init_lr_);
-  s.steps_per_iteration_ = steps_per_iteration_;
-  return s;
+  return LrSchedule(max_lr, min_lr, style_, warmup_steps_, decay_steps_, wsd_style_, wsd_decay_steps_,
+                    warmup_init_lr_);
 }
 
 double LrSchedule::lr(int64_t num_steps) const {
   const double n = static_cast<double>(num_steps);
   // Warmup: init + (max - init) · n / warmup, including n == warmup (Megatron's `<=`).
-  if (warmup_iters_ > 0 && num_steps <= warmup_iters_)
-    return warmup_init_lr_ + (max_lr_ - warmup_init_lr_) * n / static_cast<double>(warmup_iters_);
+  if (warmup_steps_ > 0 && n <= warmup_steps_)
+    return warmup_init_lr_ + (max_lr_ - warmup_init_lr_) * n / warmup_steps_;
   if (style_ == LrDecayStyle::Constant) return max_lr_;
-  if (num_steps > decay_iters_) return min_lr_;
+  if (num_steps > decay_steps_) return min_lr_;
 
-  const double decay_ratio =
-      (n - static_cast<double>(warmup_iters_)) / static_cast<double>(decay_iters_ - warmup_iters_);
+  const double decay_ratio = (n - warmup_steps_) / (static_cast<double>(decay_steps_) - warmup_steps_);
   const double delta = max_lr_ - min_lr_;
   double coeff = 1.0;
   switch (style_) {
     case LrDecayStyle::Linear: coeff = 1.0 - decay_ratio; break;
     case LrDecayStyle::Cosine: coeff = 0.5 * (std::cos(std::numbers::pi * decay_ratio) + 1.0); break;
     case LrDecayStyle::WSD: {
-      const int64_t anneal_start = decay_iters_ - wsd_decay_iters_;
+      const int64_t anneal_start = decay_steps_ - wsd_decay_steps_;
       if (num_steps <= anneal_start) {
         coeff = 1.0;
       } else {
-        const double r = (n - static_cast<double>(anneal_start)) / static_cast<double>(wsd_decay_iters_);
+        const double r = (n - static_cast<double>(anneal_start)) / static_cast<double>(wsd_decay_steps_);
         switch (wsd_style_) {
           case WsdDecayStyle::Linear: coeff = 1.0 - r; break;
           case WsdDecayStyle::Cosine: coeff = 0.5 * (std::cos(std::numbers::pi * r) + 1.0); break;

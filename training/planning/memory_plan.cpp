@@ -215,12 +215,13 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   plan.bf16 = cfg.training.precision == Precision::Bf16;
   plan.micro_batch_size = cfg.training.micro_batch_size;
   plan.recompute = recompute_mode_text(m);
-  plan.global_batch_size = *cfg.training.global_batch_size;
-  plan.num_micro_batches = cfg.num_micro_batches();
+  // A variable batch size is planned at its largest: the most micro-batches in flight.
+  plan.global_batch_size = cfg.batch_size_schedule().sizes().back();
+  plan.num_micro_batches = plan.global_batch_size / (plan.micro_batch_size * plan.dp);
   plan.model_parameters = model_parameter_total(m);
   plan.bubble_fraction = static_cast<double>(plan.pp - 1) / static_cast<double>(plan.vpp * plan.num_micro_batches);
 
-  plan.padded_vocab = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, plan.tp);
+  plan.padded_vocab = m.padded_vocab(plan.tp);
   const int64_t e = plan.bf16 ? 2 : 4;
   plan.activations = activation_sizes(m, plan.tp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e,
                                       plan.padded_vocab);
