@@ -105,6 +105,7 @@ class Runner {
       m.backward_pass(*ctx, in);
     }
     add_time(t0);
+    if (step_.after_backward) step_.after_backward(c, mb);
     if (step_.trace) step_.trace->push_back({PipelineOp::Kind::Backward, mb, c});
     return m.is_first_stage() ? Tensor() : ctx->input_hidden_grad.contiguous();
   }

@@ -49,6 +49,9 @@ struct ScheduleStep {
   // backwards report nothing (Megatron enables the grad sync on the last micro-batch only, no_sync
   // on the others). Every parameter of every chunk is reported exactly once per step.
   std::function<void(const std::vector<Parameter*>&)> grad_ready;
+  // When set, called after every backward pass (chunk c, micro-batch mb): e.g. the main grads
+  // rounded to a 16-bit accumulation dtype (training.grad_reduce_in_bf16).
+  std::function<void(int64_t chunk, int64_t micro_batch)> after_backward;
 };
 
 void forward_backward_no_pipelining(const PipelineLayout& layout, const ScheduleStep& step);

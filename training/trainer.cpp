@@ -165,6 +165,7 @@ void Trainer::build_gradient_buffers_and_optimizer() {
   for (Parameter* p : params_) (p->expert_parallel ? experts : dense).push_back(p);
   GradBufferOptions gbo;
   gbo.distributed_optimizer = cfg_.parallel.use_distributed_optimizer;
+  gbo.reduce_dtype = cfg_.training.grad_reduce_in_bf16 ? DType::BF16 : DType::F32;
   gbo.bucket_size =
       default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce, g.dp_cp.size());
   GradBufferOptions ebo = gbo;
@@ -266,6 +267,11 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
       }
     };
   }
+  if (cfg_.training.grad_reduce_in_bf16)  // bf16 main grads: each backward's sum rounded (grad_buffer.h)
+    sched.after_backward = [this](int64_t, int64_t) {
+      grad_buffer_->round_accumulated();
+      if (expert_grad_buffer_) expert_grad_buffer_->round_accumulated();
+    };
   forward_backward(pipeline_, sched);
   for (const Batch& batch : batches) o.tokens += batch.tokens.numel() * dp.size();  // the whole global batch
   // Megatron finalize_model_grads: gradients averaged over dp × cp (per-token loss: summed, the

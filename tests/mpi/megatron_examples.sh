@@ -49,12 +49,7 @@ llama=(--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "${mock[@]}"
   --data-cache-path "$work/cache" --split 99,1,0 --no-create-attention-mask-in-dataloader
   --no-mmap-bin-files --num-workers 1 --log-interval 1 --eval-iters 1 --eval-interval 1000)
-# EXPECT_MISSING: --grad-reduce-in-bf16 (bf16 data-parallel gradient reduction, issue 28).
-run llama3_8b 2 "--grad-reduce-in-bf16" "${llama[@]}"
-# The same list without that flag trains.
-llama_fp32_reduce=()
-for a in "${llama[@]}"; do [[ $a == --grad-reduce-in-bf16 ]] || llama_fp32_reduce+=("$a"); done
-run llama3_8b_without_grad_reduce_in_bf16 2 train "${llama_fp32_reduce[@]}"
+run llama3_8b 2 train "${llama[@]}"
 
 # examples/mixtral/train_mixtral_8x7b_distributed.sh: TP1, PP4 → PP2, EP8 → EP2 (4 ranks).
 mixtral=(--use-mcore-models --disable-bias-linear --seq-length 64 --max-position-embeddings 128 --num-layers 2

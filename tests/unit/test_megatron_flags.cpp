@@ -192,7 +192,10 @@ TEST_CASE("megatron flags: unsupported features, unknown flags and bad values ar
     CHECK(pv.model.padded_vocab(4) == 520);
     CHECK(with_args({"--vocab-size", "512"}).model.padded_vocab(1) == 512);
   }
-  CHECK(error_of_args({"--grad-reduce-in-bf16"}).find("bf16 data-parallel gradient reduction") != std::string::npos);
+  CHECK(error_of_args({"--fp16"}).find("fp16 mixed precision") != std::string::npos);
+  CHECK(with_args({"--grad-reduce-in-bf16", "--bf16"}).training.grad_reduce_in_bf16);
+  CHECK(error_of([] { with_args({"--grad-reduce-in-bf16"}).validate(1); })
+            .find("training.grad_reduce_in_bf16: needs training.precision bf16") != std::string::npos);
   CHECK(error_of_args({"--num-layer", "4"}) ==
         "ConfigError: --num-layer: unknown flag '--num-layer'; did you mean '--num-layers'? (Megatron flags map "
         "onto config fields: docs/config.md)");

@@ -74,6 +74,10 @@ config::SectionFields<TrainingConfig> training_fields() {
   f.add("seed", &T::seed, "Seed of every random stream (init, dropout, data order).").check(non_negative());
   f.add_enum("precision", &T::precision, kPrecisionNames,
              "fp32, or bf16 mixed precision (bf16 compute, fp32 master weights and gradient accumulation).");
+  f.add("grad_reduce_in_bf16", &T::grad_reduce_in_bf16,
+        "Megatron's --grad-reduce-in-bf16 (with precision bf16): the main gradients are bf16, accumulated over "
+        "the micro-batches with a bf16 rounding after each, scaled by 1/dp and summed over data parallelism in "
+        "bf16; the optimizer reads them as f32. false: f32 accumulation and reduction.");
   f.add("deterministic", &T::deterministic,
         "Bitwise-reproducible runs: fixed reduction orders and algorithms; contradicting options are refused.");
   f.add("device", &T::device, "Device: auto (a GPU when usable, else cpu), cpu, cuda or cuda:N.").check(device_spec());
@@ -502,6 +506,8 @@ void validate_training(StrataConfig& c) {
   const BatchSizeSchedule schedule = c.batch_size_schedule();
   resolve_train_iters(training, schedule);
   check_batch_sizes(c, schedule);
+  if (training.grad_reduce_in_bf16 && training.precision != Precision::Bf16)
+    throw ConfigError("training.grad_reduce_in_bf16", "needs training.precision bf16 (Megatron: with --bf16)");
   if (training.exit_on_nan && !training.check_for_nan_in_loss_and_grad)
     throw ConfigError("training.exit_on_nan", "needs training.check_for_nan_in_loss_and_grad");
   if (model.fp32_residual_connection && training.precision == Precision::Fp32)

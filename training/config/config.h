@@ -56,6 +56,7 @@ struct TrainingConfig {
   std::optional<int64_t> train_samples;  // sample-based training (Megatron --train-samples)
   int64_t seed = 1234;
   Precision precision = Precision::Fp32;
+  bool grad_reduce_in_bf16 = false;  // Megatron --grad-reduce-in-bf16: bf16 main grads and dp reduction
   bool deterministic = false;
   std::string device = "auto";
   int64_t eval_interval = 1000;

@@ -50,7 +50,8 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       no_effect_flag("--overlap-param-gather", A::Switch, "overlapping the distributed optimizer's all-gather"),
       no_effect_flag("--tp-comm-overlap", A::Switch, "Transformer Engine's TP communication overlap"),
       no_effect_flag("--accumulate-allreduce-grads-in-fp32", A::Switch,
-                     "fp32 gradient accumulation and reduction (what Strata always does)"),
+                     "fp32 gradient accumulation and reduction (Strata's default; training.grad_reduce_in_bf16 "
+                     "switches to bf16)"),
       no_effect_flag("--use-cpu-initialization", A::Switch, "initialising weights on the CPU"),
       no_effect_flag("--no-create-attention-mask-in-dataloader", A::Switch, "the causal mask built in the kernel"),
       no_effect_flag("--no-mmap-bin-files", A::Switch, "reading .bin files without mmap"),
@@ -89,8 +90,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
                        "layers per virtual stage; set --virtual-pipeline-model-parallel-size (model chunks per "
                        "pipeline rank) instead"),
-      unsupported_flag("--grad-reduce-in-bf16", A::Switch,
-                       "bf16 data-parallel gradient reduction (Strata reduces in fp32)"),
       unsupported_flag("--multi-latent-attention", A::Switch, mla),
       unsupported_flag("--q-lora-rank", A::One, mla),
       unsupported_flag("--kv-lora-rank", A::One, mla),

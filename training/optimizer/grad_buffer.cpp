@@ -67,6 +67,9 @@ GradBuffer::GradBuffer(const std::vector<Parameter*>& params, ProcessGroup dp, c
   started_.assign(buckets_.size(), false);
   work_.resize(buckets_.size());
   shards_.resize(buckets_.size());
+  wire_.resize(buckets_.size());
+  STRATA_CHECK(options_.reduce_dtype == DType::F32 || options_.reduce_dtype == DType::BF16,
+               "GradBuffer: main grads are f32 or bf16, got ", dtype_name(options_.reduce_dtype));
   start_time_.resize(buckets_.size());
   complete_.assign(buckets_.size(), false);
   for (size_t k = 0; k < params_.size(); ++k) index_of_[params_[k]] = k;
@@ -130,25 +133,58 @@ void GradBuffer::finish_grad_sync() {
     comm_seconds_ += std::chrono::duration<double>(t1 - t0).count();
     if (!complete_[b]) inflight_seconds_ += std::chrono::duration<double>(t1 - start_time_[b]).count();
     work_[b].reset();
-    if (options_.distributed_optimizer) {
-      const auto [begin, end] = owned_range(b);
-      data_.narrow(0, begin, end - begin).copy_(shards_[b]);
-      shards_[b] = Tensor();
-    }
+    finish_bucket(b);
   }
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (!started_[b]) reduce_bucket(b);
 }
 
+namespace {
+// The f32 values of `slice` rounded to bf16 (round to nearest even), in place.
+void round_to_bf16(Tensor slice) { slice.copy_(slice.to(DType::BF16)); }
+}  // namespace
+
+void GradBuffer::round_accumulated() {
+  if (options_.reduce_dtype != DType::BF16) return;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!started_[b]) round_to_bf16(data_.narrow(0, buckets_[b].offset, buckets_[b].numel));
+}
+
+ReduceOp GradBuffer::collective_op() const {
+  return options_.reduce_dtype == DType::BF16 ? ReduceOp::Sum : op_;  // bf16: scaled first, then summed (Megatron)
+}
+
 void GradBuffer::apply_gradient_scale(size_t b) {
-  if (options_.gradient_scale == 1.0) return;
+  const bool bf16 = options_.reduce_dtype == DType::BF16;
+  double scale = options_.gradient_scale;
+  if (bf16 && op_ == ReduceOp::Avg) scale /= static_cast<double>(dp_.size());  // Megatron's 1/dp scaling
   Tensor whole = data_.narrow(0, buckets_[b].offset, buckets_[b].numel);
-  kernels::scale(whole, options_.gradient_scale, whole);
+  if (bf16) round_to_bf16(whole);  // the last backward's sum
+  if (scale != 1.0) kernels::scale(whole, scale, whole);
+  if (bf16 && scale != 1.0) round_to_bf16(whole);  // the bf16 main_grad *= scale
+}
+
+Tensor GradBuffer::wire_input(size_t b) {
+  Tensor whole = data_.narrow(0, buckets_[b].offset, buckets_[b].numel);
+  if (options_.reduce_dtype != DType::BF16) return whole;
+  wire_[b] = whole.to(DType::BF16);
+  return wire_[b];
+}
+
+void GradBuffer::finish_bucket(size_t b) {
+  if (options_.distributed_optimizer) {
+    const auto [begin, end] = owned_range(b);
+    data_.narrow(0, begin, end - begin).copy_(shards_[b]);  // (bf16 → f32 with reduce_dtype BF16)
+    shards_[b] = Tensor();
+  } else if (wire_[b].defined()) {
+    data_.narrow(0, buckets_[b].offset, buckets_[b].numel).copy_(wire_[b]);
+  }
+  wire_[b] = Tensor();
 }
 
 namespace {
 // One bucket's collective over dp, blocking (returns null) or started (returns its work): the
-// f32 slice all-reduced in place, or with the distributed optimizer reduce-scattered into shard.
+// slice all-reduced in place, or with the distributed optimizer reduce-scattered into shard.
 std::unique_ptr<CommWork> bucket_collective(const ProcessGroup& dp, Tensor whole, Tensor& shard, bool distributed,
                                             ReduceOp op, bool async) {
   if (distributed) {
@@ -168,13 +204,10 @@ void GradBuffer::reduce_bucket(size_t b) {
   if (dp_.size() == 1) return;
   const auto t0 = Clock::now();
   const GradBucket& bucket = buckets_[b];
-  Tensor shard = options_.distributed_optimizer ? Tensor::empty({bucket.shard_numel}, DType::F32, data_.device()) : Tensor();
-  bucket_collective(dp_, data_.narrow(0, bucket.offset, bucket.numel), shard, options_.distributed_optimizer, op_,
-                    /*async=*/false);
-  if (options_.distributed_optimizer) {
-    const auto [begin, end] = owned_range(b);
-    data_.narrow(0, begin, end - begin).copy_(shard);
-  }
+  if (options_.distributed_optimizer)
+    shards_[b] = Tensor::empty({bucket.shard_numel}, options_.reduce_dtype, data_.device());
+  bucket_collective(dp_, wire_input(b), shards_[b], options_.distributed_optimizer, collective_op(), /*async=*/false);
+  finish_bucket(b);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   comm_seconds_ += seconds;
   inflight_seconds_ += seconds;
@@ -186,9 +219,10 @@ void GradBuffer::start_bucket(size_t b) {
   if (dp_.size() == 1) return;
   const auto t0 = Clock::now();
   const GradBucket& bucket = buckets_[b];
-  if (options_.distributed_optimizer) shards_[b] = Tensor::empty({bucket.shard_numel}, DType::F32, data_.device());
-  work_[b] = bucket_collective(dp_, data_.narrow(0, bucket.offset, bucket.numel), shards_[b],
-                               options_.distributed_optimizer, op_, /*async=*/true);
+  if (options_.distributed_optimizer)
+    shards_[b] = Tensor::empty({bucket.shard_numel}, options_.reduce_dtype, data_.device());
+  work_[b] = bucket_collective(dp_, wire_input(b), shards_[b], options_.distributed_optimizer, collective_op(),
+                               /*async=*/true);
   complete_[b] = false;
   start_time_[b] = t0;
   comm_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();

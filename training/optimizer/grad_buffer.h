@@ -37,6 +37,13 @@ struct GradBufferOptions {
   // the expert buffer sums over the expert-data-parallel group after scaling by 1 / |dp × cp|,
   // because an expert's gradient already holds the tokens of its whole expert-parallel group.
   double gradient_scale = 1.0;
+  // The main grads' dtype (Megatron DDP's grad dtype): F32, or BF16 (training.grad_reduce_in_bf16,
+  // Megatron --grad-reduce-in-bf16). With BF16 the buffer keeps f32 storage holding bf16 values:
+  // round_accumulated() rounds it after each backward (each micro-batch's gradient added in f32,
+  // the sum rounded, as a bf16 main_grad with fused accumulation), a bucket is scaled by
+  // gradient_scale (× 1/dp for Avg) and rounded, then summed over dp in bf16 (NCCL: bf16 ring
+  // sums; MPI: the f32 sum of the bf16 values rounded once, the same for dp 2) and written back.
+  DType reduce_dtype = DType::F32;
 };
 
 struct GradBucket {
@@ -68,6 +75,8 @@ class GradBuffer {
 
   // Zero the buffer (every main_grad) and forget which buckets were reduced.
   void zero();
+  // reduce_dtype BF16: rounds the buckets not yet started to bf16 (after a backward pass).
+  void round_accumulated();
   // Reduction used by the next sync: Avg (the default: grads averaged over dp) or Sum
   // (calculate_per_token_loss: the scale already divides by the global token count).
   void set_reduce_op(ReduceOp op) { op_ = op; }
@@ -108,6 +117,11 @@ class GradBuffer {
   void start_bucket(size_t b);
   void reduce_bucket(size_t b);  // blocking
   void apply_gradient_scale(size_t b);
+  // The collective's input for bucket b: the f32 slice, or (BF16) its scaled bf16 copy in wire_[b].
+  Tensor wire_input(size_t b);
+  // After bucket b's collective: (BF16) its reduced values back into the f32 buffer.
+  void finish_bucket(size_t b);
+  ReduceOp collective_op() const;
   void poll_in_flight();
 
   std::vector<Parameter*> params_;
@@ -122,6 +136,7 @@ class GradBuffer {
   std::vector<bool> started_;      // per bucket: reduction started this step
   std::vector<std::unique_ptr<CommWork>> work_;  // per bucket: its collective in flight
   std::vector<Tensor> shards_;     // per bucket (distributed optimizer): the reduce-scatter output
+  std::vector<Tensor> wire_;       // per bucket (reduce_dtype BF16): the bf16 copy the collective reduces
   std::vector<Clock::time_point> start_time_;    // per bucket
   std::vector<bool> complete_;     // per bucket: seen complete (in-flight time accounted)
   std::unordered_map<const Parameter*, size_t> index_of_;
