@@ -60,8 +60,9 @@ Tensor sequence_first_targets(const Tensor& labels, int64_t vocab, Device device
 LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const LanguageModelOptions& options,
                                        const ParallelGroups& groups, const LanguageModelParts& parts)
     : cfg_(cfg_in), opt_(options), groups_(groups), aux_loss_names_(parts.aux_loss_names) {
-  STRATA_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F64,
-               "language model: dtype must be f32, bf16 or f64, got ", dtype_name(opt_.dtype));
+  STRATA_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16 ||
+                   opt_.dtype == DType::F64,
+               "language model: dtype must be f32, bf16, f16 or f64, got ", dtype_name(opt_.dtype));
   STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
                "language model: model.vocab_size must be set (resolved from the tokenizer)");
   const int64_t tp = groups_.tp.size();

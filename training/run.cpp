@@ -58,7 +58,7 @@ double model_flops_per_token(const StrataConfig& cfg, const std::vector<Paramete
 // Dense peak FLOP/s of one device for MFU (H100/H200 SXM datasheet); 0 (no MFU) on the CPU.
 double peak_flops(Device device, Precision precision) {
   if (!device.is_cuda()) return 0.0;
-  return precision == Precision::Bf16 ? 989e12 : 67e12;
+  return precision == Precision::Fp32 ? 67e12 : 989e12;
 }
 
 // Packed sequences find documents by their EOD tokens: data preprocessed without --append-eod

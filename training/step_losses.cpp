@@ -81,7 +81,7 @@ std::vector<Tensor> StepLosses::on_forward(int64_t mb, const std::vector<NamedLo
       const double cp = static_cast<double>(groups_.cp.size());
       const double g = per_token_ ? static_cast<double>(batch.tokens.numel()) * cp / std::max(global_valid_, 1.0)
                                   : cp / nmb;
-      grads.push_back(Tensor::full({1}, l.scale * g, DType::F64));
+      grads.push_back(Tensor::full({1}, l.scale * g * loss_scale_, DType::F64));
       continue;
     }
     per_token_names_[k] = true;
@@ -102,7 +102,7 @@ std::vector<Tensor> StepLosses::on_forward(int64_t mb, const std::vector<NamedLo
       scale = static_cast<double>(groups_.cp.size()) / (seq_valid * nmb);
       sums_[k] += sum / seq_valid;
     }
-    grads.push_back(scaled_mask(batch.loss_mask, scale * l.scale, device_));
+    grads.push_back(scaled_mask(batch.loss_mask, scale * l.scale * loss_scale_, device_));
   }
   return grads;
 }
@@ -128,7 +128,7 @@ Tensor StepLosses::own_mask_grad(int64_t mb, size_t k, const NamedLoss& l) {
     scale = 1.0 / (num_safe * static_cast<double>(batches_.size()));
     sums_[k] += sum / num_safe;
   }
-  return scaled_mask(l.mask, scale * l.scale, device_);
+  return scaled_mask(l.mask, scale * l.scale * loss_scale_, device_);
 }
 
 std::vector<std::pair<std::string, double>> StepLosses::reduce() {

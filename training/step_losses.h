@@ -48,6 +48,9 @@ class StepLosses {
   //  - PerMicroBatch (MoE auxiliary losses): the mean over micro-batches, d/dvalue = scale /
   //    num_micro_batches (Megatron's MoEAuxLossAutoScaler main_loss_backward_scale).
   std::vector<Tensor> on_forward(int64_t mb, const std::vector<NamedLoss>& losses);
+  // fp16: every loss gradient on_forward returns is multiplied by this (Megatron's grad_scale_func;
+  // the logged values are not).
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
   // The logged value of every name (after the step; collective over cp, pp and dp): summed over cp
   // (their tokens' parts) and over pipeline stages (each stage reports its own layers' part; the LM
   // loss exists on the last stage only; entries of one name, one per MoE layer, are summed), then
@@ -72,6 +75,7 @@ class StepLosses {
   std::vector<bool> per_token_names_;  // per name: reported as PerToken
   std::vector<double> counts_;         // per name: Σ own-mask tokens (per-token loss, own-mask losses)
   std::vector<bool> own_mask_names_;   // per name: reported with its own mask
+  double loss_scale_ = 1.0;
 };
 
 // A validation pass: Σ loss·mask and Σ mask of every per-token loss, reduced over pp and dp × cp

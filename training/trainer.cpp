@@ -37,6 +37,14 @@ std::ostream& null_stream() {
   return os;
 }
 
+// Megatron DDP's grad dtype: bf16 with grad_reduce_in_bf16, the fp16 params' dtype under fp16
+// (unless accumulate_allreduce_grads_in_fp32), else f32.
+DType main_grad_dtype(const TrainingConfig& t) {
+  if (t.grad_reduce_in_bf16) return DType::BF16;
+  if (t.precision == Precision::Fp16 && !t.accumulate_allreduce_grads_in_fp32) return DType::F16;
+  return DType::F32;
+}
+
 AdamWSettings adam_settings(const StrataConfig& cfg) {
   AdamWSettings s;
   s.beta1 = cfg.optimizer.adam_beta1;
@@ -45,7 +53,8 @@ AdamWSettings adam_settings(const StrataConfig& cfg) {
   s.weight_decay = cfg.optimizer.weight_decay;
   s.clip_grad = cfg.optimizer.clip_grad;
   s.count_zeros = cfg.logging.log_num_zeros_in_grad;
-  s.skip_non_finite = cfg.training.check_for_nan_in_loss_and_grad;
+  // fp16: Megatron's mixed-precision optimizer always skips a step with Inf/NaN gradients.
+  s.skip_non_finite = cfg.training.check_for_nan_in_loss_and_grad || cfg.training.precision == Precision::Fp16;
   return s;
 }
 }  // namespace
@@ -59,6 +68,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
                                               cfg.optimizer.decoupled_min_lr.value_or(cfg.optimizer.min_lr));
   STRATA_CHECK(cfg_.training.global_batch_size.has_value(), "trainer: the config is not validated");
   batch_sizes_ = cfg_.batch_size_schedule();
+  loss_scaler_ = LossScaler::from_config(cfg_.training);
   eval_micro_batches_ = cfg_.num_micro_batches();
   pipeline_ = options_.pipeline;
   if (pipeline_.chunks.empty()) pipeline_.chunks = {&model_};
@@ -114,6 +124,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
       // Checkpoints from before the scheduler count was saved: every iteration at the config's size.
       scheduler_steps_ = st.lr_scheduler_steps.value_or(st.iteration * *cfg_.training.global_batch_size);
       skipped_iterations_ = st.num_skipped_iterations;
+      if (loss_scaler_ && st.loss_scaler && lo.load_optimizer && !lo.finetune) loss_scaler_->load(*st.loss_scaler);
       num_evaluations_ = st.num_evaluations;
       if (lo.load_rng && !lo.finetune && st.seed != static_cast<uint64_t>(cfg_.training.seed))
         log::warn("checkpoint {} was written with seed {}, this run uses training.seed={}", dir, st.seed,
@@ -165,7 +176,7 @@ void Trainer::build_gradient_buffers_and_optimizer() {
   for (Parameter* p : params_) (p->expert_parallel ? experts : dense).push_back(p);
   GradBufferOptions gbo;
   gbo.distributed_optimizer = cfg_.parallel.use_distributed_optimizer;
-  gbo.reduce_dtype = cfg_.training.grad_reduce_in_bf16 ? DType::BF16 : DType::F32;
+  gbo.reduce_dtype = main_grad_dtype(cfg_.training);
   gbo.bucket_size =
       default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce, g.dp_cp.size());
   GradBufferOptions ebo = gbo;
@@ -243,6 +254,7 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
   for (int64_t mb = 0; mb < num_micro_batches_; ++mb)
     batches.push_back(cp::split_batch(train_data_.next_microbatch(at, mb), cpg.size(), cpg.rank()));
   StepLosses losses(loss_names_, batches, cfg_.training.calculate_per_token_loss, loss_groups(), device, comm_seconds_);
+  if (loss_scaler_) losses.set_loss_scale(loss_scaler_->scale());  // fp16: the backward starts scaled
 
   // The loss function runs after every forward that reports losses (training/step_losses.h); the
   // schedule is the layout's (training/schedules.h).
@@ -267,7 +279,7 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
       }
     };
   }
-  if (cfg_.training.grad_reduce_in_bf16)  // bf16 main grads: each backward's sum rounded (grad_buffer.h)
+  if (main_grad_dtype(cfg_.training) != DType::F32)  // 16-bit main grads: each backward's sum rounded (grad_buffer.h)
     sched.after_backward = [this](int64_t, int64_t) {
       grad_buffer_->round_accumulated();
       if (expert_grad_buffer_) expert_grad_buffer_->round_accumulated();
@@ -283,11 +295,16 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
   // (The tied embedding has a bucket of its own, so with the distributed optimizer both stages'
   // dp ranks own the same rows of it: finalize_model_grads sums reduced rows with reduced rows.)
   finalize_model_grads(pipeline_);
+  if (loss_scaler_) {  // Megatron _unscale_main_grads_and_check_for_nan: Inf/NaN stay, and skip the step below
+    grad_buffer_->scale(1.0 / loss_scaler_->scale());
+    if (expert_grad_buffer_) expert_grad_buffer_->scale(1.0 / loss_scaler_->scale());
+  }
   o.losses = losses.reduce();
   o.loss = o.losses.front().second;  // the LM loss (loss_names() starts with it)
   complete_tensor_metrics();  // finalized gradients, masters before the update (Megatron's placement)
   phase_timer::Scope t("optimizer");
   o.opt = optimizer_->step(lr, embedding_output_lr);
+  if (loss_scaler_) loss_scaler_->update(o.opt.skipped);
   if (moe_) moe_->end_of_step();  // expert bias and load statistics (skipped steps too, as Megatron)
   for (LanguageModel* chunk : pipeline_.chunks) chunk->end_of_step();  // e.g. MoE global_aux_loss sums
   return o;
@@ -328,6 +345,7 @@ void Trainer::save_checkpoint() {
   st.iteration = iteration_;
   st.consumed_train_samples = consumed_samples_;
   st.lr_scheduler_steps = scheduler_steps_;
+  if (loss_scaler_) st.loss_scaler = loss_scaler_->state();
   st.optimizer_step_count = optimizer_->step_count();
   st.num_skipped_iterations = skipped_iterations_;
   st.num_evaluations = num_evaluations_;

@@ -20,6 +20,7 @@
 #include "models/language_model.h"
 #include "training/batch_source.h"
 #include "training/config/config.h"
+#include "training/optimizer/loss_scaler.h"
 #include "training/optimizer/lr_schedule.h"
 #include "training/observability/metrics_log.h"
 #include "training/moe_accounting.h"
@@ -115,6 +116,8 @@ class Trainer {
   AdamWOptimizer& optimizer() { return *optimizer_; }
   GradBuffer* grad_buffer() { return grad_buffer_.get(); }  // the dense parameters' (dp × cp)
   GradBuffer* expert_grad_buffer() { return expert_grad_buffer_.get(); }  // experts' (expert dp); null: none
+  // fp16's loss scaler (null otherwise).
+  const LossScaler* loss_scaler() const { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
   // The run's observers (training/observability/run_observers.h): add before train().
   RunObservers& observers() { return observers_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
@@ -172,6 +175,7 @@ class Trainer {
   double comm_seconds_ = 0.0;      // trainer-side collectives (loss, token counts)
   LrSchedule schedule_;
   std::optional<LrSchedule> decoupled_schedule_;  // optimizer.decoupled_lr: embeddings and output layer
+  std::optional<LossScaler> loss_scaler_;         // fp16 (training/optimizer/loss_scaler.h)
   std::vector<std::unique_ptr<MetricsSink>> owned_sinks_;
   std::vector<MetricsSink*> sinks_;
   BatchSizeSchedule batch_sizes_ = BatchSizeSchedule::constant(1);  // each step's global batch size

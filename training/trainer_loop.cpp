@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 // Accumulated since the last log line (Megatron's total_loss_dict).
 struct Trainer::Interval {
   std::vector<double> loss_sums;  // per loss name, over the advanced iterations
-  int64_t advanced = 0, skipped = 0, iters = 0, tokens = 0;
+  int64_t advanced = 0, skipped = 0, nan = 0, iters = 0, tokens = 0;
   double grad_exposed = 0.0, grad_inflight = 0.0;  // gradient reduction (dp > 1)
   Clock::time_point start = Clock::now();
   void reset(size_t num_losses) {
@@ -147,6 +147,10 @@ bool Trainer::account_skip(const StepOutcome& o, TrainResult& result, Interval& 
   ++skipped_iterations_;
   ++iv.skipped;
   if (result.first_non_finite_param.empty()) result.first_non_finite_param = o.opt.first_non_finite;
+  // fp16: the loss scaler's overflow skip, routine while the scale settles (Megatron logs it as a
+  // skipped iteration only).
+  if (loss_scaler_ && std::isfinite(o.loss)) return false;
+  ++iv.nan;
   log::warn("iteration {}: grad norm is {}, skipping the step; first parameter with a non-finite gradient: {}",
             iteration_, o.opt.grad_norm, o.opt.first_non_finite.empty() ? "(none found)" : o.opt.first_non_finite);
   if (!cfg_.training.exit_on_nan) return false;
@@ -169,11 +173,12 @@ IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, do
     // MoE per-layer losses (moe_per_layer_logging) go to TensorBoard and JSONL, not the log line.
     (is_per_layer_metric(loss_names_[k]) ? f.per_layer : f.losses).push_back({loss_names_[k], v});
   }
-  f.loss_scale = 1.0;
-  f.grad_norm = o.opt.grad_norm;
+  f.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;  // after the scaler's update (Megatron)
+  // fp16: a step the loss scaler skipped has no grad norm (Megatron's is None, not logged).
+  if (!(loss_scaler_ && o.opt.skipped)) f.grad_norm = o.opt.grad_norm;
   if (cfg_.logging.log_num_zeros_in_grad) f.num_zeros = o.opt.num_zeros;
   f.skipped_iterations = iv.skipped;
-  f.nan_iterations = iv.skipped;
+  f.nan_iterations = iv.nan;
   const double tps = secs > 0 ? static_cast<double>(iv.tokens) / secs : 0.0;
   f.tokens_per_second = tps;
   const double flops = options_.flops_per_token ? options_.flops_per_token() : 0.0;
@@ -186,7 +191,7 @@ IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, do
 
 void Trainer::write_metrics(const IterationLog& f, const Interval& iv) {
   const MemoryStats mem = memory_stats(params_.front()->value.device());
-  const double grad_norm = *f.grad_norm;
+  const double grad_norm = f.grad_norm.value_or(std::nan(""));
   nlohmann::json rec = {{"iteration", iteration_},
                         {"consumed_samples", consumed_samples_},
                         {"learning-rate", *f.learning_rate},
@@ -197,7 +202,7 @@ void Trainer::write_metrics(const IterationLog& f, const Interval& iv) {
                         {"mem-allocated-bytes", mem.allocated_bytes},
                         {"mem-max-allocated-bytes", mem.max_allocated_bytes},
                         {"skipped-iterations", iv.skipped},
-                        {"nan-iterations", iv.skipped},
+                        {"nan-iterations", iv.nan},
                         {"tokens-per-second", *f.tokens_per_second}};
   if (iv.advanced > 0) {  // an interval of skipped iterations has no loss (as TensorBoard and the log line)
     for (const auto& [name, value] : f.losses) rec[name] = value;
@@ -225,7 +230,7 @@ void Trainer::write_metrics(const IterationLog& f, const Interval& iv) {
       for (const auto& [name, value] : f.per_layer) put(name, value);
     }
     put("learning-rate", *f.learning_rate);
-    put("grad-norm", grad_norm);
+    if (f.grad_norm) put("grad-norm", grad_norm);
     if (f.num_zeros) put("num-zeros", *f.num_zeros);
     put("iteration-time", f.elapsed_ms_per_iteration / 1000.0);
     put("mem-allocated-bytes", static_cast<double>(mem.allocated_bytes));

@@ -310,6 +310,10 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
                              {"saved", opt != nullptr},
                              {"num_skipped_iterations", state.num_skipped_iterations}};
     if (state.lr_scheduler_steps) manifest["optimizer"]["scheduler_steps"] = *state.lr_scheduler_steps;
+    if (state.loss_scaler)
+      manifest["optimizer"]["loss_scaler"] = {{"scale", state.loss_scaler->scale},
+                                              {"growth_tracker", state.loss_scaler->growth_tracker},
+                                              {"hysteresis_tracker", state.loss_scaler->hysteresis_tracker}};
     manifest["rng"] = {{"kind", "philox-counter"}, {"seed", state.seed}};
     manifest["data"] = {{"consumed_train_samples", state.consumed_train_samples},
                         {"num_evaluations", state.num_evaluations}};
@@ -381,6 +385,13 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
                                                        "optimizer.num_skipped_iterations", manifest_path, int64_t{0});
   st.num_evaluations =
       manifest_member<int64_t>(jdata, "num_evaluations", "data.num_evaluations", manifest_path, int64_t{0});
+  if (jopt.contains("loss_scaler")) {
+    const json& ls = manifest_object(jopt, "loss_scaler", "optimizer.loss_scaler", manifest_path);
+    st.loss_scaler = LossScalerState{
+        manifest_member<double>(ls, "scale", "optimizer.loss_scaler.scale", manifest_path),
+        manifest_member<int64_t>(ls, "growth_tracker", "optimizer.loss_scaler.growth_tracker", manifest_path),
+        manifest_member<int64_t>(ls, "hysteresis_tracker", "optimizer.loss_scaler.hysteresis_tracker", manifest_path)};
+  }
   if (jopt.contains("scheduler_steps"))
     st.lr_scheduler_steps = manifest_member<int64_t>(jopt, "scheduler_steps", "optimizer.scheduler_steps", manifest_path);
   st.seed = manifest_member<uint64_t>(jrng, "seed", "rng.seed", manifest_path);

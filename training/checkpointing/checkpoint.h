@@ -15,6 +15,7 @@
 #include "core/parameter.h"
 #include "models/language_model.h"
 #include "parallel/process_group.h"
+#include "training/optimizer/loss_scaler.h"
 #include "training/optimizer/optimizer.h"
 #include "training/checkpointing/tensor_file.h"
 
@@ -33,6 +34,7 @@ struct CheckpointState {
   // The learning-rate scheduler's count (training/optimizer/lr_schedule.h: samples of the successful
   // steps); null when loaded from a checkpoint written before it was saved.
   std::optional<int64_t> lr_scheduler_steps;
+  std::optional<LossScalerState> loss_scaler;  // fp16 runs (training/optimizer/loss_scaler.h)
   int64_t num_evaluations = 0;          // validation passes done (the validation data position)
   uint64_t seed = 0;                    // the counter-based RNG state is the seed (+ step keys)
   std::string config_yaml;              // the resolved config

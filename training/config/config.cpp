@@ -73,7 +73,28 @@ config::SectionFields<TrainingConfig> training_fields() {
       .check(positive());
   f.add("seed", &T::seed, "Seed of every random stream (init, dropout, data order).").check(non_negative());
   f.add_enum("precision", &T::precision, kPrecisionNames,
-             "fp32, or bf16 mixed precision (bf16 compute, fp32 master weights and gradient accumulation).");
+             "fp32; bf16 mixed precision (bf16 compute, fp32 master weights and gradient accumulation); or fp16 "
+             "mixed precision with loss scaling (fp16 compute and main gradients, fp32 master weights; Megatron "
+             "--fp16).");
+  f.add("accumulate_allreduce_grads_in_fp32", &T::accumulate_allreduce_grads_in_fp32,
+        "fp16: accumulate and reduce the main gradients in fp32 instead of fp16 (bf16 runs always do, unless "
+        "grad_reduce_in_bf16).");
+  f.add("loss_scale", &T::loss_scale,
+        "fp16: a constant loss scale. null: the dynamic scaler (initial_loss_scale, min_loss_scale, "
+        "loss_scale_window, hysteresis).")
+      .check(positive());
+  f.add("initial_loss_scale", &T::initial_loss_scale, "fp16 dynamic loss scaling: the first scale. null: 2^32.")
+      .check(positive());
+  f.add("min_loss_scale", &T::min_loss_scale, "fp16 dynamic loss scaling: the scale never drops below it. null: 1.")
+      .check(positive());
+  f.add("loss_scale_window", &T::loss_scale_window,
+        "fp16 dynamic loss scaling: the scale doubles after this many steps in a row without Inf/NaN "
+        "gradients. null: 1000.")
+      .check(positive());
+  f.add("hysteresis", &T::hysteresis,
+        "fp16 dynamic loss scaling: the scale halves once this many steps with Inf/NaN gradients have "
+        "occurred since the last growth. null: 2.")
+      .check(positive());
   f.add("grad_reduce_in_bf16", &T::grad_reduce_in_bf16,
         "Megatron's --grad-reduce-in-bf16 (with precision bf16): the main gradients are bf16, accumulated over "
         "the micro-batches with a bf16 rounding after each, scaled by 1/dp and summed over data parallelism in "
@@ -496,6 +517,26 @@ void check_batch_sizes(const StrataConfig& c, const BatchSizeSchedule& schedule)
   }
 }
 
+// fp16's options (Megatron's fp16 group): refused with another precision, where they would do nothing.
+void check_loss_scaling(const TrainingConfig& t) {
+  const bool fp16 = t.precision == Precision::Fp16;
+  for (const auto& [field, set] :
+       {std::pair{"training.loss_scale", t.loss_scale.has_value()},
+        std::pair{"training.initial_loss_scale", t.initial_loss_scale.has_value()},
+        std::pair{"training.min_loss_scale", t.min_loss_scale.has_value()},
+        std::pair{"training.loss_scale_window", t.loss_scale_window.has_value()},
+        std::pair{"training.hysteresis", t.hysteresis.has_value()},
+        std::pair{"training.accumulate_allreduce_grads_in_fp32", t.accumulate_allreduce_grads_in_fp32}})
+    if (set && !fp16) throw ConfigError(field, "applies to fp16 training (training.precision fp16, Megatron --fp16)");
+  if (t.loss_scale && (t.initial_loss_scale || t.min_loss_scale || t.loss_scale_window || t.hysteresis))
+    throw ConfigError("training.loss_scale", "is a constant scale; the dynamic scaler's settings do not apply to it");
+  if (t.min_loss_scale.value_or(1.0) > t.initial_loss_scale.value_or(4294967296.0))
+    throw ConfigError("training.min_loss_scale", "is larger than training.initial_loss_scale");
+  if (fp16 && t.exit_on_nan && !t.loss_scale)
+    throw ConfigError("training.exit_on_nan", "with fp16's dynamic loss scaling a step with Inf/NaN gradients is "
+                                              "skipped and the scale lowered (Megatron turns the NaN check off)");
+}
+
 // Batch sizes against the data-parallel size and the interleaved schedule; NaN handling; precision.
 void validate_training(StrataConfig& c) {
   TrainingConfig& training = c.training;
@@ -506,12 +547,13 @@ void validate_training(StrataConfig& c) {
   const BatchSizeSchedule schedule = c.batch_size_schedule();
   resolve_train_iters(training, schedule);
   check_batch_sizes(c, schedule);
+  check_loss_scaling(training);
   if (training.grad_reduce_in_bf16 && training.precision != Precision::Bf16)
     throw ConfigError("training.grad_reduce_in_bf16", "needs training.precision bf16 (Megatron: with --bf16)");
   if (training.exit_on_nan && !training.check_for_nan_in_loss_and_grad)
     throw ConfigError("training.exit_on_nan", "needs training.check_for_nan_in_loss_and_grad");
   if (model.fp32_residual_connection && training.precision == Precision::Fp32)
-    throw ConfigError("model.fp32_residual_connection", "only applies with training.precision bf16");
+    throw ConfigError("model.fp32_residual_connection", "only applies with training.precision bf16 or fp16");
   // As Megatron-LM main (transformer_config.py): the n-stream mHC residual is what the H_res
   // mixing multiplies, in the activation dtype; an f32 copy of n streams would also multiply the
   // residual memory by 2n where mhc_keep_mappings_in_fp32 already keeps the mixing itself in f32.

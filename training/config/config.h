@@ -26,8 +26,9 @@
 
 namespace strata {
 
-enum class Precision { Fp32, Bf16 };
-inline constexpr config::EnumName<Precision> kPrecisionNames[] = {{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}};
+enum class Precision { Fp32, Bf16, Fp16 };
+inline constexpr config::EnumName<Precision> kPrecisionNames[] = {
+    {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}};
 
 enum class OptimizerType { Adam };
 inline constexpr config::EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::Adam, "adam"}};
@@ -57,6 +58,15 @@ struct TrainingConfig {
   int64_t seed = 1234;
   Precision precision = Precision::Fp32;
   bool grad_reduce_in_bf16 = false;  // Megatron --grad-reduce-in-bf16: bf16 main grads and dp reduction
+  // fp16: f32 main grads instead of fp16 ones (Megatron --accumulate-allreduce-grads-in-fp32).
+  bool accumulate_allreduce_grads_in_fp32 = false;
+  // fp16 loss scaling (training/optimizer/loss_scaler.h; Megatron's flags of the same names):
+  // a constant scale, or null for the dynamic scaler with these settings (null: Megatron's defaults).
+  std::optional<double> loss_scale;
+  std::optional<double> initial_loss_scale;  // null: 2^32
+  std::optional<double> min_loss_scale;      // null: 1
+  std::optional<int64_t> loss_scale_window;  // null: 1000
+  std::optional<int64_t> hysteresis;         // null: 2
   bool deterministic = false;
   std::string device = "auto";
   int64_t eval_interval = 1000;

@@ -13,7 +13,6 @@ using config::unsupported_flag;
 
 std::vector<config::MegatronFlagRule> megatron_flag_rules() {
   using A = FlagArity;
-  const std::string fp16 = "fp16 mixed precision with loss scaling; use --bf16 (training.precision=bf16)";
   const std::string mla = "multi-latent attention (MLA)";
   return {
       // Other names for a field.
@@ -25,6 +24,7 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       config::rename_flag("--mhc-num-residual-streams", "num_residual_streams"),  // Megatron main's mHC names
       // Switches that set a field to a value.
       config::constant_flag("--bf16", "precision", "bf16"),
+      config::constant_flag("--fp16", "precision", "fp16"),
       config::constant_flag("--disable-bias-linear", "add_bias_linear", "false"),
       config::constant_flag("--use-rotary-position-embeddings", "position_embedding_type", "rope"),
       config::constant_flag("--recompute-activations", "recompute_granularity", "selective"),
@@ -49,9 +49,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       no_effect_flag("--no-async-tensor-model-parallel-allreduce", A::Switch, "blocking TP all-reduces"),
       no_effect_flag("--overlap-param-gather", A::Switch, "overlapping the distributed optimizer's all-gather"),
       no_effect_flag("--tp-comm-overlap", A::Switch, "Transformer Engine's TP communication overlap"),
-      no_effect_flag("--accumulate-allreduce-grads-in-fp32", A::Switch,
-                     "fp32 gradient accumulation and reduction (Strata's default; training.grad_reduce_in_bf16 "
-                     "switches to bf16)"),
       no_effect_flag("--use-cpu-initialization", A::Switch, "initialising weights on the CPU"),
       no_effect_flag("--no-create-attention-mask-in-dataloader", A::Switch, "the causal mask built in the kernel"),
       no_effect_flag("--no-mmap-bin-files", A::Switch, "reading .bin files without mmap"),
@@ -75,13 +72,8 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       no_effect_flag("--manual-gc-interval", A::One, "Python's garbage collection schedule"),
       no_effect_flag("--empty-unused-memory-level", A::One, "emptying PyTorch's CUDA cache allocator"),
       // Megatron features Strata does not have. A rule with a field maps onto it once it exists.
-      unsupported_flag("--fp16", A::Switch, fp16),
-      unsupported_flag("--loss-scale", A::One, fp16),
-      unsupported_flag("--initial-loss-scale", A::One, fp16),
-      unsupported_flag("--min-loss-scale", A::One, fp16),
-      unsupported_flag("--loss-scale-window", A::One, fp16),
-      unsupported_flag("--hysteresis", A::One, fp16),
-      unsupported_flag("--apply-query-key-layer-scaling", A::Switch, fp16),
+      unsupported_flag("--apply-query-key-layer-scaling", A::Switch,
+                       "query-key layer scaling (Megatron's fp16 attention-score scaling by the layer number)"),
       unsupported_flag("--fp8-*", A::One, "FP8 training"),
       unsupported_flag("--fp4-*", A::One, "FP4 training"),
       // MoE: --num-experts and the --moe-* flags map by name onto model.num_experts and model.moe_*.

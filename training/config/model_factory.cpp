@@ -10,7 +10,14 @@
 
 namespace strata {
 
-DType model_dtype(Precision precision) { return precision == Precision::Bf16 ? DType::BF16 : DType::F32; }
+DType model_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::Bf16: return DType::BF16;
+    case Precision::Fp16: return DType::F16;
+    case Precision::Fp32: break;
+  }
+  return DType::F32;
+}
 
 LanguageModelOptions language_model_options(const StrataConfig& cfg, Device device, const ParallelGroups& groups,
                                             int64_t chunk) {

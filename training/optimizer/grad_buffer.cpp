@@ -68,8 +68,9 @@ GradBuffer::GradBuffer(const std::vector<Parameter*>& params, ProcessGroup dp, c
   work_.resize(buckets_.size());
   shards_.resize(buckets_.size());
   wire_.resize(buckets_.size());
-  STRATA_CHECK(options_.reduce_dtype == DType::F32 || options_.reduce_dtype == DType::BF16,
-               "GradBuffer: main grads are f32 or bf16, got ", dtype_name(options_.reduce_dtype));
+  STRATA_CHECK(options_.reduce_dtype == DType::F32 || options_.reduce_dtype == DType::BF16 ||
+                   options_.reduce_dtype == DType::F16,
+               "GradBuffer: main grads are f32, bf16 or f16, got ", dtype_name(options_.reduce_dtype));
   start_time_.resize(buckets_.size());
   complete_.assign(buckets_.size(), false);
   for (size_t k = 0; k < params_.size(); ++k) index_of_[params_[k]] = k;
@@ -140,41 +141,48 @@ void GradBuffer::finish_grad_sync() {
 }
 
 namespace {
-// The f32 values of `slice` rounded to bf16 (round to nearest even), in place.
-void round_to_bf16(Tensor slice) { slice.copy_(slice.to(DType::BF16)); }
+// The f32 values of `slice` rounded to `dtype` (bf16 or f16, round to nearest even; beyond f16's
+// range: ±Inf), in place.
+void round_to(Tensor slice, DType dtype) { slice.copy_(slice.to(dtype)); }
 }  // namespace
 
 void GradBuffer::round_accumulated() {
-  if (options_.reduce_dtype != DType::BF16) return;
+  if (options_.reduce_dtype == DType::F32) return;
   for (size_t b = 0; b < buckets_.size(); ++b)
-    if (!started_[b]) round_to_bf16(data_.narrow(0, buckets_[b].offset, buckets_[b].numel));
+    if (!started_[b]) round_to(data_.narrow(0, buckets_[b].offset, buckets_[b].numel), options_.reduce_dtype);
+}
+
+void GradBuffer::scale(double factor) {
+  for (const auto& w : work_)
+    STRATA_INTERNAL_ASSERT(w == nullptr, "GradBuffer::scale: a bucket reduction is still in flight");
+  kernels::scale(data_, factor, data_);
 }
 
 ReduceOp GradBuffer::collective_op() const {
-  return options_.reduce_dtype == DType::BF16 ? ReduceOp::Sum : op_;  // bf16: scaled first, then summed (Megatron)
+  return options_.reduce_dtype == DType::F32 ? op_ : ReduceOp::Sum;  // 16-bit: scaled first, then summed (Megatron)
 }
 
 void GradBuffer::apply_gradient_scale(size_t b) {
-  const bool bf16 = options_.reduce_dtype == DType::BF16;
+  const bool half = options_.reduce_dtype != DType::F32;
   double scale = options_.gradient_scale;
-  if (bf16 && op_ == ReduceOp::Avg) scale /= static_cast<double>(dp_.size());  // Megatron's 1/dp scaling
+  if (half && op_ == ReduceOp::Avg) scale /= static_cast<double>(dp_.size());  // Megatron's 1/dp scaling
   Tensor whole = data_.narrow(0, buckets_[b].offset, buckets_[b].numel);
-  if (bf16) round_to_bf16(whole);  // the last backward's sum
+  if (half) round_to(whole, options_.reduce_dtype);  // the last backward's sum
   if (scale != 1.0) kernels::scale(whole, scale, whole);
-  if (bf16 && scale != 1.0) round_to_bf16(whole);  // the bf16 main_grad *= scale
+  if (half && scale != 1.0) round_to(whole, options_.reduce_dtype);  // the 16-bit main_grad *= scale
 }
 
 Tensor GradBuffer::wire_input(size_t b) {
   Tensor whole = data_.narrow(0, buckets_[b].offset, buckets_[b].numel);
-  if (options_.reduce_dtype != DType::BF16) return whole;
-  wire_[b] = whole.to(DType::BF16);
+  if (options_.reduce_dtype == DType::F32) return whole;
+  wire_[b] = whole.to(options_.reduce_dtype);
   return wire_[b];
 }
 
 void GradBuffer::finish_bucket(size_t b) {
   if (options_.distributed_optimizer) {
     const auto [begin, end] = owned_range(b);
-    data_.narrow(0, begin, end - begin).copy_(shards_[b]);  // (bf16 → f32 with reduce_dtype BF16)
+    data_.narrow(0, begin, end - begin).copy_(shards_[b]);  // (16-bit → f32 with a 16-bit reduce_dtype)
     shards_[b] = Tensor();
   } else if (wire_[b].defined()) {
     data_.narrow(0, buckets_[b].offset, buckets_[b].numel).copy_(wire_[b]);

@@ -37,12 +37,14 @@ struct GradBufferOptions {
   // the expert buffer sums over the expert-data-parallel group after scaling by 1 / |dp × cp|,
   // because an expert's gradient already holds the tokens of its whole expert-parallel group.
   double gradient_scale = 1.0;
-  // The main grads' dtype (Megatron DDP's grad dtype): F32, or BF16 (training.grad_reduce_in_bf16,
-  // Megatron --grad-reduce-in-bf16). With BF16 the buffer keeps f32 storage holding bf16 values:
-  // round_accumulated() rounds it after each backward (each micro-batch's gradient added in f32,
-  // the sum rounded, as a bf16 main_grad with fused accumulation), a bucket is scaled by
-  // gradient_scale (× 1/dp for Avg) and rounded, then summed over dp in bf16 (NCCL: bf16 ring
-  // sums; MPI: the f32 sum of the bf16 values rounded once, the same for dp 2) and written back.
+  // The main grads' dtype (Megatron DDP's grad dtype): F32, BF16 (training.grad_reduce_in_bf16,
+  // Megatron --grad-reduce-in-bf16) or F16 (fp16 training, Megatron's default there). With a
+  // 16-bit dtype the buffer keeps f32 storage holding 16-bit values: round_accumulated() rounds it
+  // after each backward (each micro-batch's gradient added in f32, the sum rounded, as a 16-bit
+  // main_grad with fused accumulation; beyond f16's range the value becomes ±Inf), a bucket is
+  // scaled by gradient_scale (× 1/dp for Avg) and rounded, then summed over dp in the 16-bit dtype
+  // (NCCL: 16-bit ring sums; MPI: the f32 sum of the 16-bit values rounded once, the same for
+  // dp 2) and written back.
   DType reduce_dtype = DType::F32;
 };
 
@@ -75,8 +77,10 @@ class GradBuffer {
 
   // Zero the buffer (every main_grad) and forget which buckets were reduced.
   void zero();
-  // reduce_dtype BF16: rounds the buckets not yet started to bf16 (after a backward pass).
+  // 16-bit reduce_dtype: rounds the buckets not yet started to it (after a backward pass).
   void round_accumulated();
+  // Multiplies every main grad by `factor` (fp16: the loss scale's inverse after the reduction).
+  void scale(double factor);
   // Reduction used by the next sync: Avg (the default: grads averaged over dp) or Sum
   // (calculate_per_token_loss: the scale already divides by the global token count).
   void set_reduce_op(ReduceOp op) { op_ = op; }

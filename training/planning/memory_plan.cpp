@@ -212,7 +212,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   plan.dp = cfg.data_parallel_size();
   plan.sequence_parallel = p.sequence_parallel;
   plan.distributed_optimizer = p.use_distributed_optimizer;
-  plan.bf16 = cfg.training.precision == Precision::Bf16;
+  plan.bf16 = cfg.training.precision != Precision::Fp32;  // 2-byte activations and parameters (bf16 or fp16)
   plan.micro_batch_size = cfg.training.micro_batch_size;
   plan.recompute = recompute_mode_text(m);
   // A variable batch size is planned at its largest: the most micro-batches in flight.
