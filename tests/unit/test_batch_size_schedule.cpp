@@ -141,13 +141,15 @@ struct ScheduleRun {
   std::string log;
 };
 
-// tiny_config (micro-batch 2, seq 8) with the step schedule 0:2, 4 samples:4, 12 samples:6 over 30
-// samples, lr 5e-2 → 1e-4 cosine with 6 warmup samples.
-void run_schedule(ScheduleRun& r, const std::vector<std::string>& extra) {
-  std::vector<std::string> o = {"training.global_batch_size=null",  "training.train_iters=null",
-                                "training.train_samples=30",        "optimizer.lr_warmup_iters=0",
-                                "optimizer.lr_decay_iters=null",    "optimizer.lr_warmup_samples=6",
-                                "logging.log_interval=1",           "training.step_batch_size_schedule=0:2 32:4 96:6"};
+// tiny_config (micro-batch 2, seq 8) over 30 samples, lr 5e-2 → 1e-4 cosine with 6 warmup samples,
+// by default with the step schedule 0:2, 4 samples:4, 12 samples:6.
+void run_schedule(ScheduleRun& r, const std::vector<std::string>& extra,
+                  const std::vector<std::string>& batch_sizes = {"training.global_batch_size=null",
+                                                                 "training.step_batch_size_schedule=0:2 32:4 96:6"}) {
+  std::vector<std::string> o = {"training.train_iters=null",     "training.train_samples=30",
+                                "optimizer.lr_warmup_iters=0",   "optimizer.lr_decay_iters=null",
+                                "optimizer.lr_warmup_samples=6", "logging.log_interval=1"};
+  o.insert(o.end(), batch_sizes.begin(), batch_sizes.end());
   o.insert(o.end(), extra.begin(), extra.end());
   const StrataConfig cfg = tiny_config(o);
   BigramModel model(kVocab);
@@ -164,26 +166,44 @@ void run_schedule(ScheduleRun& r, const std::vector<std::string>& extra) {
 }
 }  // namespace
 
-// Steps 1–7 consume 2 2 4 4 6 6 6 samples (1 1 2 2 3 3 3 micro-batches): 2 4 8 12 18 24 30 in all.
-// The learning rate logged after each step is Megatron's lr(consumed): warmup 5e-2 · n / 6 up to
-// 6 samples, then 1e-4 + (5e-2 − 1e-4) · ½(cos(π (n − 6) / 24) + 1).
+namespace {
+// Megatron's lr after n samples for run_schedule's schedule: warmup 5e-2 · n / 6 up to 6 samples,
+// then 1e-4 + (5e-2 − 1e-4) · ½(cos(π (n − 6) / 24) + 1). The lr logged after a step is the lr of
+// the samples consumed so far.
+double hand_lr(double n) {
+  if (n <= 6) return 5e-2 * n / 6.0;
+  return 1e-4 + (5e-2 - 1e-4) * 0.5 * (std::cos(std::numbers::pi * (n - 6.0) / 24.0) + 1.0);
+}
+
+void check_steps(const ScheduleRun& run, const std::vector<int64_t>& sizes, const std::vector<int64_t>& consumed) {
+  REQUIRE(run.sink.records.size() == sizes.size());
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const nlohmann::json& rec = run.sink.records[k];
+    INFO("iteration " << k + 1);
+    CHECK(rec["batch-size"] == sizes[k]);
+    CHECK(rec["consumed_samples"] == consumed[k]);
+    CHECK(rec["learning-rate"].get<double>() == Approx(hand_lr(static_cast<double>(consumed[k]))).epsilon(1e-14));
+  }
+}
+}  // namespace
+
+// Ramp-up 2 → 6 by 2 over 8 samples (4 samples per size; 2 + int(c / 4) · 2 while c <= 8, then 6):
+// consumed 0 2 4 8 14, then (30 − 14) // 6 = 2 whole batches (update_train_iters): 6 steps of
+// 2 2 4 6 6 6 samples, 26 consumed, the learning rate by hand at each.
+TEST_CASE("batch size schedule: the ramp-up trains step by step as Megatron's", "[batch_size][trainer]") {
+  ScheduleRun run;
+  run_schedule(run, {}, {"training.global_batch_size=6", "training.rampup_batch_size=[2,2,8]"});
+  CHECK(run.result.final_iteration == 6);
+  check_steps(run, {2, 2, 4, 6, 6, 6}, {2, 4, 8, 14, 20, 26});
+}
+
+// The step schedule: steps 1–7 consume 2 2 4 4 6 6 6 samples (1 1 2 2 3 3 3 micro-batches), 2 4 8
+// 12 18 24 30 in all.
 TEST_CASE("batch size schedule: training follows it, logs it and resumes across a change", "[batch_size][trainer]") {
   ScheduleRun full;
   run_schedule(full, {});
   REQUIRE(full.result.final_iteration == 7);
-  REQUIRE(full.sink.records.size() == 7);
-  const int64_t sizes[] = {2, 2, 4, 4, 6, 6, 6}, consumed[] = {2, 4, 8, 12, 18, 24, 30};
-  auto lr = [](double n) {
-    if (n <= 6) return 5e-2 * n / 6.0;
-    return 1e-4 + (5e-2 - 1e-4) * 0.5 * (std::cos(std::numbers::pi * (n - 6.0) / 24.0) + 1.0);
-  };
-  for (int k = 0; k < 7; ++k) {
-    const nlohmann::json& rec = full.sink.records[static_cast<size_t>(k)];
-    INFO("iteration " << k + 1);
-    CHECK(rec["batch-size"] == sizes[k]);
-    CHECK(rec["consumed_samples"] == consumed[k]);
-    CHECK(rec["learning-rate"].get<double>() == Approx(lr(static_cast<double>(consumed[k]))).epsilon(1e-14));
-  }
+  check_steps(full, {2, 2, 4, 4, 6, 6, 6}, {2, 4, 8, 12, 18, 24, 30});
   CHECK(full.log.find("consumed samples:           12 |") != std::string::npos);
   CHECK(full.log.find("global batch size:     6 |") != std::string::npos);
   CHECK(full.log.find(" global batch size 4 (2 micro-batches per data-parallel rank) from 4 consumed samples") !=
