@@ -127,6 +127,19 @@ def mlp_block(cfg, g, i, m):
     return silu_mlp(m, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
 
 
+def llama3_scaled(inv_freq, rs):
+    """transformers' _compute_llama3_parameters (rope_type "llama3"): the frequencies only."""
+    factor = rs["factor"]
+    low, high = rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return np.where(medium, smoothed, scaled)
+
+
 def llama_forward(cfg, t, ids):
     g = lambda n: t[n] if n in t else t[n[len("model."):]]
     h = cfg["hidden_size"]
@@ -138,6 +151,11 @@ def llama_forward(cfg, t, ids):
     s = len(ids)
     x = g("model.embed_tokens.weight")[ids]
     inv_freq = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    rs = cfg.get("rope_scaling")
+    if rs is not None:
+        if rs.get("rope_type", rs.get("type")) != "llama3":
+            sys.exit("hf_reference.py: rope_scaling %r is not implemented here" % (rs,))
+        inv_freq = llama3_scaled(inv_freq, rs)
     freqs = np.arange(s, dtype=np.float64)[:, None] * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)  # [s, hd]
     cos, sin = np.cos(emb)[None], np.sin(emb)[None]

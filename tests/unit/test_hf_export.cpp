@@ -258,6 +258,31 @@ TEST_CASE("hf reference: Llama with GQA, head_dim unlike hidden/heads, untied, a
   reference_case(cfg, "llama", 21, [](const nlohmann::json& j) { CHECK(j.at("head_dim") == 12); });
 }
 
+// Megatron's --use-rope-scaling exported as transformers' "llama3" rope_scaling: head dim 8 at base
+// 500000 has frequencies with wavelengths 6, 167, 4443 (smoothed) and 118,000 (divided by the
+// factor), so every regime of the scaling enters the logits; and the config imports back.
+TEST_CASE("hf reference: Llama 3.1 RoPE scaling (llama3 rope_type)", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::Llama, false, Precision::Fp32);
+  cfg.model.kv_channels = 8;
+  cfg.model.rotary_base = 500000;
+  cfg.model.use_rope_scaling = true;
+  cfg.model.rope_scaling_factor = 8.0;
+  reference_case(cfg, "llama3_rope_scaling", 26, [](const nlohmann::json& j) {
+    CHECK(j.at("rope_scaling").at("rope_type") == "llama3");
+    CHECK(j.at("rope_scaling").at("factor") == 8.0);
+    CHECK(j.at("rope_scaling").at("original_max_position_embeddings") == 8192);
+    const hf::ImportedConfig back = hf::model_config_from_json(j, "config.json");
+    CHECK(back.model.use_rope_scaling);
+    CHECK(back.model.rope_scaling_factor == 8.0);
+    nlohmann::json yarn = j;
+    yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+    CHECK_THROWS_WITH(hf::model_config_from_json(yarn, "config.json"), Contains("rope_scaling") && Contains("not supported"));
+    nlohmann::json other = j;
+    other["rope_scaling"]["high_freq_factor"] = 2.0;
+    CHECK_THROWS_WITH(hf::model_config_from_json(other, "config.json"), Contains("high_freq_factor 4"));
+  });
+}
+
 TEST_CASE("hf reference: Llama tied, MHA", "[hf]") {
   StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
   cfg.model.group_query_attention = false;

@@ -19,9 +19,28 @@ using namespace detail;
 namespace {
 
 const char* torch_dtype_name(DType d) {
-  STRATA_CHECK(d == DType::F32 || d == DType::BF16, "export --format hf: dtype ", dtype_name(d),
-               " has no torch_dtype here (f32 or bf16)");
-  return d == DType::BF16 ? "bfloat16" : "float32";
+  STRATA_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::F16, "export --format hf: dtype ", dtype_name(d),
+               " has no torch_dtype here (f32, bf16 or f16)");
+  return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32";
+}
+
+// rope_scaling: null, or transformers' "llama3" type with the frequency factors and original
+// context Megatron fixes (1, 4, 8192): model.use_rope_scaling with its factor. Anything else is an
+// error naming the file and the value.
+void read_rope_scaling(const json& j, const std::string& file, ModelConfig& m) {
+  if (!j.contains("rope_scaling") || j.at("rope_scaling").is_null()) return;
+  const json& r = j.at("rope_scaling");
+  const std::string what = file + ": rope_scaling " + r.dump();
+  STRATA_CHECK(r.is_object(), what, " is not an object");
+  const std::string type = r.contains("rope_type") ? opt_string(r, "rope_type", "", file) : opt_string(r, "type", "", file);
+  STRATA_CHECK(type == "llama3", what, " is not supported (plain RoPE, or Llama 3's \"llama3\" type)");
+  STRATA_CHECK(opt_double(r, "low_freq_factor", 1.0, file) == 1.0 && opt_double(r, "high_freq_factor", 4.0, file) == 4.0 &&
+                   opt_double(r, "original_max_position_embeddings", 8192.0, file) == 8192.0,
+               what, " is not supported: Strata (as Megatron's --use-rope-scaling) fixes low_freq_factor 1, "
+               "high_freq_factor 4 and original_max_position_embeddings 8192");
+  m.use_rope_scaling = true;
+  m.rope_scaling_factor = opt_double(r, "factor", 8.0, file);
+  STRATA_CHECK(m.rope_scaling_factor > 0, what, ": factor must be positive");
 }
 
 // The first eos id ("eos_token_id" may be a list in newer Llama configs).
@@ -65,7 +84,16 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
     j["hidden_act"] = "silu";
     j["rms_norm_eps"] = m.layernorm_epsilon;
     j["rope_theta"] = static_cast<double>(m.rotary_base);
-    j["rope_scaling"] = nullptr;
+    // Megatron's --use-rope-scaling is transformers' "llama3" rope type with Megatron's fixed
+    // low/high frequency factors 1 and 4 and original context 8192.
+    if (m.use_rope_scaling)
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", m.rope_scaling_factor},
+                           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0},
+                           {"original_max_position_embeddings", 8192}};
+    else
+      j["rope_scaling"] = nullptr;
     j["max_position_embeddings"] = m.max_positions();
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
@@ -148,8 +176,7 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     STRATA_CHECK(theta == std::floor(theta) && theta > 0, file, ": rope_theta ", theta,
                  " is not a positive integer (model.rotary_base is an integer)");
     m.rotary_base = static_cast<int64_t>(theta);
-    STRATA_CHECK(!j.contains("rope_scaling") || j.at("rope_scaling").is_null(), file,
-                 ": rope_scaling ", j.value("rope_scaling", json()).dump(), " is not supported (plain RoPE only)");
+    read_rope_scaling(j, file, m);
     const std::string act = opt_string(j, "hidden_act", "silu", file);
     STRATA_CHECK(act == "silu", file, ": hidden_act '", act, "' is not supported (Llama's silu → SwiGLU)");
     STRATA_CHECK(!opt_bool(j, "attention_bias", false, file), file, ": attention_bias=true is not supported");
