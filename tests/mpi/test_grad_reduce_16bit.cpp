@@ -19,7 +19,10 @@ namespace {
 
 using mpitest::kVocab;
 
-const std::vector<std::string> kBase = {"model.untie_embeddings_and_output_weights=true", "model.hidden_dropout=0",
+// No linear biases: the key bias's true gradient is 0 (softmax is shift invariant), so its value is
+// pure rounding noise of the f16 backward, subnormal in its intermediates.
+const std::vector<std::string> kBase = {"model.untie_embeddings_and_output_weights=true", "model.add_bias_linear=false",
+                                        "model.hidden_dropout=0",
                                         "model.attention_dropout=0", "optimizer.clip_grad=0",
                                         "training.train_iters=1"};
 

@@ -75,7 +75,7 @@ const int64_t kVocab = 11;
 // A bigram model with fp16 parameters: the loss gradient is scaled by the loss scale and the fp16
 // main grads overflow to Inf while the scale is large. Every step's logged loss scale, skip and
 // learning rate must follow Megatron's rule from the skips the run reports.
-TEST_CASE("loss scaler: an fp16 run follows the dynamic rule; skipped steps leave the lr", "[loss_scaler][trainer]") {
+TEST_CASE("loss scaler: an fp16 run follows the dynamic rule, and skipped steps leave the lr", "[loss_scaler][trainer]") {
   const StrataConfig cfg = tiny_config({"training.precision=fp16", "training.initial_loss_scale=1048576",
                                         "training.loss_scale_window=4", "training.hysteresis=2",
                                         "logging.log_interval=1", "training.train_iters=20"});
