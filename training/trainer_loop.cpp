@@ -100,6 +100,7 @@ void Trainer::begin_step() {
 Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
   begin_step();
   const double lr = schedule_.lr(scheduler_steps_);  // Megatron: the scheduler's count before this step
+  optimizer_->set_weight_decay(schedule_.weight_decay(scheduler_steps_));
   const auto step_start = Clock::now();
   // Both gradient buffers (dense over dp × cp, experts over expert dp).
   auto grad_exposed_total = [&] {

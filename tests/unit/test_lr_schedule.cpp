@@ -174,3 +174,40 @@ TEST_CASE("lr_schedule: sample-based training counts samples, as Megatron's --tr
   CHECK_THAT(error_of({"training.train_samples=3", "training.global_batch_size=8"}),
              Catch::Contains("less than one global batch"));
 }
+
+// Megatron's get_wd over train_iters 10 × global batch 4 = 40 samples, 0.0 → 0.1:
+// linear after 10 samples 0.1 · 10/40 = 0.025; cosine 0.1 · ½(cos(π · 0.75) + 1); past the end 0.1.
+TEST_CASE("lr_schedule: the weight-decay increment (--start/--end-weight-decay), by hand", "[lr_schedule]") {
+  auto cfg = [](const std::string& style) {
+    StrataConfig c = StrataConfig::from_yaml_text(
+        "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n",
+        {"training.train_iters=10", "training.global_batch_size=4", "training.micro_batch_size=4"}, "wd.yaml");
+    StrataConfig::table().apply_command_line(
+        {"--start-weight-decay", "0.0", "--end-weight-decay", "0.1", "--weight-decay-incr-style", style}, c, nullptr);
+    c.validate(1);
+    return LrSchedule(c.optimizer, c.training);
+  };
+  const LrSchedule linear = cfg("linear"), cosine = cfg("cosine");
+  CHECK(linear.weight_decay(0) == 0.0);
+  CHECK(linear.weight_decay(10) == 0.1 * 10.0 / 40.0);
+  CHECK(linear.weight_decay(40) == Approx(0.1).epsilon(1e-15));
+  CHECK(linear.weight_decay(41) == 0.1);
+  CHECK(cosine.weight_decay(10) == 0.1 * 0.5 * (std::cos(std::numbers::pi * 0.75) + 1.0));
+  CHECK(cosine.weight_decay(0) == Approx(0.0).margin(1e-18));
+  // constant: weight_decay throughout; Megatron's rules on the two ends.
+  StrataConfig c = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\n  weight_decay: 0.05\ndata:\n  mock_data: true\n",
+                                                {}, "c.yaml");
+  c.validate(1);
+  CHECK(LrSchedule(c.optimizer, c.training).weight_decay(123) == 0.05);
+  auto error_of = [](const std::vector<std::string>& flags) {
+    try {
+      StrataConfig e = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", {}, "e.yaml");
+      StrataConfig::table().apply_command_line(flags, e, nullptr);
+      e.validate(1);
+    } catch (const std::exception& x) { return std::string(x.what()); }
+    return std::string("(no error)");
+  };
+  CHECK(error_of({"--start-weight-decay", "0.1"}).find("optimizer.start_weight_decay: needs") != std::string::npos);
+  CHECK(error_of({"--weight-decay-incr-style", "linear", "--start-weight-decay", "0"})
+            .find("optimizer.end_weight_decay: required") != std::string::npos);
+}

@@ -127,6 +127,22 @@ TEST_CASE("trainer: decoupled_lr steps the embedding and output tables with thei
 // The decoupled schedule: the same warmup and decay between decoupled_lr and decoupled_min_lr.
 // Cosine over 100 iterations, warmup 10, lr 1e-3 → 1e-4, decoupled 5e-3 → 5e-4: after iteration 5
 // 5e-3 · 5/10 = 2.5e-3; after 55 (ratio 0.5) 5e-4 + 4.5e-3 · ½ = 2.75e-3; after 100, 5e-4.
+// The weight-decay increment reaches the optimizer each step: from 0 to 1 linearly, step 1 uses
+// wd 0 (the run equals a constant-0 run's first step) and later steps a growing wd (they differ).
+TEST_CASE("trainer: the weight-decay increment is applied step by step", "[trainer][lr_schedule]") {
+  auto params_after = [](int64_t iters, const std::vector<std::string>& wd) {
+    std::vector<std::string> o = {"training.train_iters=" + std::to_string(iters), "optimizer.lr_decay_iters=20"};
+    o.insert(o.end(), wd.begin(), wd.end());
+    BigramModel model(kVocab);
+    return run_training(tiny_config(o), model).params;
+  };
+  const std::vector<std::string> incr = {"optimizer.weight_decay_incr_style=linear", "optimizer.start_weight_decay=0",
+                                         "optimizer.end_weight_decay=1"};
+  const std::vector<std::string> zero = {"optimizer.weight_decay=0"};
+  CHECK(params_after(1, incr) == params_after(1, zero));
+  CHECK(params_after(3, incr) != params_after(3, zero));
+}
+
 TEST_CASE("trainer: the decoupled lr schedule, hand-computed", "[trainer][lr_schedule]") {
   StrataConfig cfg = StrataConfig::from_yaml_text(
       "optimizer:\n  lr: 1.0e-3\n  min_lr: 1.0e-4\n  lr_decay_style: cosine\n  lr_warmup_iters: 10\ndata:\n  "

@@ -163,6 +163,18 @@ config::SectionFields<OptimizerConfig> optimizer_fields() {
   f.add("adam_beta1", &O::adam_beta1, "Adam first-moment decay.").check(in_range(0, true, 1, false));
   f.add("adam_beta2", &O::adam_beta2, "Adam second-moment decay.").check(in_range(0, true, 1, false));
   f.add("adam_eps", &O::adam_eps, "Adam denominator epsilon (added in f32).").check(positive()).check(normal_f32());
+  f.add("start_weight_decay", &O::start_weight_decay,
+        "Weight decay at the start of the run for weight_decay_incr_style linear or cosine (required there; "
+        "refused with constant).")
+      .check(non_negative());
+  f.add("end_weight_decay", &O::end_weight_decay,
+        "Weight decay at the end of the run (train_iters × global_batch_size, or train_samples, samples) for "
+        "weight_decay_incr_style linear or cosine.")
+      .check(non_negative());
+  f.add_enum("weight_decay_incr_style", &O::weight_decay_incr_style, kWeightDecayIncrStyleNames,
+             "How the weight decay moves over the run (Megatron's OptimizerParamScheduler.get_wd, counted in "
+             "samples like the learning rate): constant (weight_decay), linear or cosine from "
+             "start_weight_decay to end_weight_decay.");
   f.add("clip_grad", &O::clip_grad, "Clip the global gradient L2 norm to this value (0: no clipping).")
       .check(non_negative());
   return f;
@@ -594,6 +606,14 @@ void validate_sample_schedule(OptimizerConfig& o, const TrainingConfig& training
 // Learning-rate schedule: the peak lr, min lr, warmup, decay and WSD lengths.
 void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& training) {
   if (!optimizer.lr) throw ConfigError("optimizer.lr", "required (the peak learning rate, e.g. 3.0e-4)");
+  // Megatron validate_args: constant takes weight_decay alone; linear and cosine need both ends.
+  const bool incr = optimizer.weight_decay_incr_style != WeightDecayIncrStyle::Constant;
+  for (const auto& [field, set] : {std::pair{"optimizer.start_weight_decay", optimizer.start_weight_decay.has_value()},
+                                   std::pair{"optimizer.end_weight_decay", optimizer.end_weight_decay.has_value()}})
+    if (set != incr)
+      throw ConfigError(field, incr ? "required with optimizer.weight_decay_incr_style linear or cosine"
+                                    : "needs optimizer.weight_decay_incr_style linear or cosine (constant uses "
+                                      "optimizer.weight_decay)");
   if (optimizer.min_lr > *optimizer.lr)
     throw ConfigError("optimizer.min_lr",
                       str(optimizer.min_lr) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");

@@ -30,6 +30,12 @@ enum class Precision { Fp32, Bf16, Fp16 };
 inline constexpr config::EnumName<Precision> kPrecisionNames[] = {
     {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}};
 
+enum class WeightDecayIncrStyle { Constant, Linear, Cosine };
+inline constexpr config::EnumName<WeightDecayIncrStyle> kWeightDecayIncrStyleNames[] = {
+    {WeightDecayIncrStyle::Constant, "constant"},
+    {WeightDecayIncrStyle::Linear, "linear"},
+    {WeightDecayIncrStyle::Cosine, "cosine"}};
+
 enum class OptimizerType { Adam };
 inline constexpr config::EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::Adam, "adam"}};
 
@@ -98,6 +104,11 @@ struct OptimizerConfig {
   std::optional<double> decoupled_lr;
   std::optional<double> decoupled_min_lr;  // null: min_lr
   double weight_decay = 0.01;
+  // Megatron's weight-decay increment over the run (--start-weight-decay, --end-weight-decay,
+  // --weight-decay-incr-style): constant (weight_decay), or linear / cosine from start to end.
+  std::optional<double> start_weight_decay;
+  std::optional<double> end_weight_decay;
+  WeightDecayIncrStyle weight_decay_incr_style = WeightDecayIncrStyle::Constant;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;

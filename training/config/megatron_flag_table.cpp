@@ -102,9 +102,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--tiktoken-pattern", A::One, "TikTokenizer"),
       unsupported_flag("--no-save-optim", A::Switch, "checkpoints without optimizer state"),
       unsupported_flag("--no-save-rng", A::Switch, "checkpoints without RNG state"),
-      unsupported_flag("--start-weight-decay", A::One, "weight-decay schedules"),
-      unsupported_flag("--end-weight-decay", A::One, "weight-decay schedules"),
-      unsupported_flag("--weight-decay-incr-style", A::One, "weight-decay schedules"),
       unsupported_flag("--wandb-*", A::One, "Weights & Biases logging (Strata writes TensorBoard and JSONL)"),
       no_effect_flag("--spec", A::List,
                      "Megatron's standard layer spec, which Strata builds from the model section; custom specs "

@@ -29,7 +29,32 @@ LrSchedule from_config(const OptimizerConfig& cfg, const TrainingConfig& trainin
 }  // namespace
 
 LrSchedule::LrSchedule(const OptimizerConfig& cfg, const TrainingConfig& training)
-    : LrSchedule(from_config(cfg, training)) {}
+    : LrSchedule(from_config(cfg, training)) {
+  // Megatron: wd_incr_steps = train_iters × global_batch_size, or train_samples.
+  const int64_t incr = training.train_samples ? *training.train_samples
+                                              : training.train_iters.value_or(1) * *training.global_batch_size;
+  set_weight_decay_increment(cfg.start_weight_decay.value_or(cfg.weight_decay),
+                             cfg.end_weight_decay.value_or(cfg.weight_decay), cfg.weight_decay_incr_style, incr);
+}
+
+void LrSchedule::set_weight_decay_increment(double start_wd, double end_wd, WeightDecayIncrStyle style,
+                                            int64_t incr_steps) {
+  STRATA_CHECK(incr_steps > 0 && start_wd >= 0 && end_wd >= 0, "LrSchedule: bad weight-decay increment");
+  STRATA_CHECK(style != WeightDecayIncrStyle::Constant || start_wd == end_wd,
+               "LrSchedule: a constant weight decay needs start == end");
+  start_wd_ = start_wd;
+  end_wd_ = end_wd;
+  wd_style_ = style;
+  wd_incr_steps_ = incr_steps;
+}
+
+double LrSchedule::weight_decay(int64_t num_steps) const {
+  if (num_steps > wd_incr_steps_ || wd_style_ == WeightDecayIncrStyle::Constant) return end_wd_;
+  const double ratio = static_cast<double>(num_steps) / static_cast<double>(wd_incr_steps_);
+  const double coeff =
+      wd_style_ == WeightDecayIncrStyle::Linear ? ratio : 0.5 * (std::cos(std::numbers::pi * (1.0 - ratio)) + 1.0);
+  return start_wd_ + coeff * (end_wd_ - start_wd_);
+}
 
 LrSchedule::LrSchedule(double max_lr, double min_lr, LrDecayStyle style, double warmup_steps, int64_t decay_steps,
                        WsdDecayStyle wsd_style, int64_t wsd_decay_steps, double warmup_init_lr)

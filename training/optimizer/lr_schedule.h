@@ -34,6 +34,12 @@ class LrSchedule {
   // max_lr / min_lr, e.g. decoupled_lr).
   LrSchedule with_peak(double max_lr, double min_lr) const;
 
+  // The weight decay after `num_steps` scheduler steps (Megatron get_wd): end_wd past the
+  // increment's steps; constant: end_wd; else start + c·(end − start), c the linear ratio or
+  // ½(cos(π(1 − ratio)) + 1). The config's increment runs over the whole run, in samples.
+  double weight_decay(int64_t num_steps) const;
+  void set_weight_decay_increment(double start_wd, double end_wd, WeightDecayIncrStyle style, int64_t incr_steps);
+
   double max_lr() const { return max_lr_; }
   double min_lr() const { return min_lr_; }
   double warmup_steps() const { return warmup_steps_; }
@@ -46,6 +52,9 @@ class LrSchedule {
   int64_t decay_steps_;
   WsdDecayStyle wsd_style_;
   int64_t wsd_decay_steps_;
+  double start_wd_ = 0.0, end_wd_ = 0.0;
+  WeightDecayIncrStyle wd_style_ = WeightDecayIncrStyle::Constant;
+  int64_t wd_incr_steps_ = 1;
 };
 
 }  // namespace strata

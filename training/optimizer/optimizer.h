@@ -90,6 +90,9 @@ class AdamWOptimizer {
   // decoupled_lr): the learning rate of the word embeddings and the output layer
   // (Parameter::vocab_rows: Megatron's is_embedding_or_output_parameter) when set.
   OptimizerStepResult step(double lr, std::optional<double> embedding_output_lr = std::nullopt);
+  // The weight decay of the next steps (Megatron's scheduler sets it each step: get_wd).
+  void set_weight_decay(double weight_decay) { settings_.weight_decay = weight_decay; }
+  double weight_decay() const { return settings_.weight_decay; }
 
   // The model-parallel group (tp × pp) the grad norm's sum of squares and the zero count are
   // summed over (Megatron get_grad_norm_fp32 over the model-parallel group); shared copies
