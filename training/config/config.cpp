@@ -4,6 +4,7 @@
 // megatron/core/optimizer_param_scheduler.py (warmup/decay iterations, WSD),
 // megatron/core/datasets/utils.py (get_blend_from_list), megatron/training/tokenizer.
 #include "training/config/config.h"
+#include "training/config/batch_size_rules.h"
 
 #include "models/mtp_config.h"
 #include "models/hybrid/hybrid_pattern.h"
@@ -461,74 +462,6 @@ void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p
   validate_mtp_layout(m, p);
 }
 
-// Megatron's variable batch sizes: the step schedule replaces global_batch_size (Megatron refuses
-// both); the ramp-up grows to it and needs sample-based training (Megatron before the step
-// schedule: "expected no batch-size rampup for iteration-based training").
-void check_batch_size_schedule(const TrainingConfig& training, int64_t default_global_batch) {
-  if (training.step_batch_size_schedule) {
-    if (!training.rampup_batch_size.empty())
-      throw ConfigError("training.rampup_batch_size", "set together with training.step_batch_size_schedule; choose one");
-    if (training.global_batch_size && *training.global_batch_size != default_global_batch)
-      throw ConfigError("training.step_batch_size_schedule",
-                        "cannot be set together with training.global_batch_size (Megatron: \"Cannot specify both "
-                        "--step-batch-size-schedule and --global-batch-size\"); the schedule gives every step's size");
-  }
-  if (training.rampup_batch_size.empty()) return;
-  const std::vector<int64_t>& r = training.rampup_batch_size;
-  const char* field = "training.rampup_batch_size";
-  if (r.size() != 3) throw ConfigError(field, "takes three numbers: START INCREMENT SAMPLES");
-  if (r[0] <= 0 || r[1] <= 0 || r[2] <= 0)
-    throw ConfigError(field, "START, INCREMENT and SAMPLES must be positive, got " + str(r[0]) + " " + str(r[1]) +
-                                 " " + str(r[2]));
-  if (!training.train_samples)
-    throw ConfigError(field, "needs sample-based training (training.train_samples), as in Megatron");
-  const int64_t final_size = training.global_batch_size.value_or(default_global_batch);
-  if (final_size <= r[0] || (final_size - r[0]) % r[1] != 0)
-    throw ConfigError(field, "ramps from " + str(r[0]) + " to training.global_batch_size " + str(final_size) +
-                                 ": the difference must be a positive multiple of the increment " + str(r[1]));
-}
-
-// Iteration- or sample-based length (Megatron validate_args and update_train_iters):
-// train_iters = the steps that consume train_samples under the batch-size schedule.
-void resolve_train_iters(TrainingConfig& training, const BatchSizeSchedule& schedule) {
-  if (!training.train_samples) {
-    if (!training.train_iters) training.train_iters = 1000;
-    return;
-  }
-  const int64_t iters = schedule.iterations_for_samples(*training.train_samples);
-  if (training.train_iters && *training.train_iters != iters)  // (validate() may run twice: the derived value is fine)
-    throw ConfigError("training.train_iters", "set together with training.train_samples; choose iteration- or "
-                                              "sample-based training, not both");
-  if (iters < 1)
-    throw ConfigError("training.train_samples", str(*training.train_samples) + " is less than one global batch (" +
-                                                    str(schedule.global_batch_size(0)) + " samples)");
-  training.train_iters = iters;
-}
-
-// Every batch size the schedule gives against micro_batch_size × dp and the interleaved schedule
-// (Megatron checks the current one each step; Strata checks them all before allocating).
-void check_batch_sizes(const StrataConfig& c, const BatchSizeSchedule& schedule) {
-  const TrainingConfig& training = c.training;
-  const ParallelConfig& parallel = c.parallel;
-  const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
-  const char* field = training.step_batch_size_schedule ? "training.step_batch_size_schedule"
-                      : training.rampup_batch_size.empty() ? "training.global_batch_size"
-                                                           : "training.rampup_batch_size";
-  for (const int64_t size : schedule.sizes()) {
-    if (size % (mbs * dp) != 0)
-      throw ConfigError(field, str(size) + (schedule.is_constant() ? "" : " (a global batch size of the schedule)") +
-                                   " is not divisible by training.micro_batch_size (" + str(mbs) +
-                                   ") x data-parallel size (" + str(dp) + ")");
-    // Megatron validate_args: the interleaved schedule runs micro-batches in groups of pp.
-    if (parallel.virtual_pipeline_model_parallel_size && (size / (mbs * dp)) % parallel.pipeline_model_parallel_size != 0)
-      throw ConfigError("parallel.virtual_pipeline_model_parallel_size",
-                        "the interleaved schedule needs the number of micro-batches (" + str(size / (mbs * dp)) +
-                            ", of the global batch size " + str(size) +
-                            ") to be divisible by parallel.pipeline_model_parallel_size (" +
-                            str(parallel.pipeline_model_parallel_size) + ")");
-  }
-}
-
 // fp16's options (Megatron's fp16 group): refused with another precision, where they would do nothing.
 void check_loss_scaling(const TrainingConfig& t) {
   const bool fp16 = t.precision == Precision::Fp16;
@@ -558,7 +491,7 @@ void validate_training(StrataConfig& c) {
   if (!training.global_batch_size) training.global_batch_size = mbs * dp;
   const BatchSizeSchedule schedule = c.batch_size_schedule();
   resolve_train_iters(training, schedule);
-  check_batch_sizes(c, schedule);
+  check_batch_sizes(training, c.parallel, dp, schedule);
   check_loss_scaling(training);
   if (training.grad_reduce_in_bf16 && training.precision != Precision::Bf16)
     throw ConfigError("training.grad_reduce_in_bf16", "needs training.precision bf16 (Megatron: with --bf16)");
