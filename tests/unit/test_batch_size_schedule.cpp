@@ -20,15 +20,6 @@ using namespace strata;
 using namespace strata::test;
 namespace fs = std::filesystem;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) { return e.what(); }
-  return "(no error)";
-}
-}  // namespace
-
 // examples/gpt3/train_gpt3_175b_distributed.sh at --seq-length 2048: 2.4B tokens / 2048 = 1171875
 // samples, and so on (Megatron's int(float(v) × 1e9) // seq_length).
 TEST_CASE("batch size schedule: Megatron's schedule string, thresholds in tokens", "[batch_size]") {
@@ -91,12 +82,9 @@ TEST_CASE("batch size schedule: the legacy ramp-up", "[batch_size]") {
 
 TEST_CASE("batch size schedule: Megatron's flags and rules", "[batch_size][config]") {
   auto config = [](const std::vector<std::string>& flags, int64_t world = 1) {
-    StrataConfig c = StrataConfig::from_yaml_text(
+    return config_from_flags(
         "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\nmodel:\n  seq_length: 8\n  max_position_embeddings: 8\n",
-        {}, "x.yaml");
-    StrataConfig::table().apply_command_line(flags, c, nullptr);
-    c.validate(world);
-    return c;
+        flags, world);
   };
   // Thresholds 0, 32 and 96 tokens: samples 0, 4, 12; train_samples 30 → consumed 2 4 8 12 18 24 30.
   const StrataConfig c = config({"--step-batch-size-schedule", "0:2 32:4 96:6", "--train-samples", "30",

@@ -53,12 +53,6 @@ std::string read_all(const fs::path& p) {
   return ss.str();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) { return e.what(); }
-  return "(no error)";
-}
 }  // namespace
 
 TEST_CASE("checkpoint: CRC-32C check value", "[checkpoint]") {

@@ -43,12 +43,6 @@ std::string read_all(const fs::path& p) {
   return ss.str();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) { return e.what(); }
-  return "(no error)";
-}
 
 std::string hex32(uint32_t v) {
   char buf[16];

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -110,6 +111,23 @@ class TestSafetensorsIO : public TensorFileIO {
  private:
   std::shared_ptr<TensorFileIO> impl_ = make_default_tensor_file_io();
 };
+
+// The message of what f throws ("(no error)" when it returns).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) { return e.what(); }
+  return "(no error)";
+}
+
+// A config from YAML text with Megatron command-line flags applied, validated for `world` ranks.
+inline StrataConfig config_from_flags(const std::string& yaml, const std::vector<std::string>& flags,
+                                      int64_t world = 1) {
+  StrataConfig c = StrataConfig::from_yaml_text(yaml, {}, "flags.yaml");
+  StrataConfig::table().apply_command_line(flags, c, nullptr);
+  c.validate(world);
+  return c;
+}
 
 // A small valid config: bigram-sized mock run.
 inline StrataConfig tiny_config(const std::vector<std::string>& extra = {}) {

@@ -475,7 +475,8 @@ void check_loss_scaling(const TrainingConfig& t) {
     if (set && !fp16) throw ConfigError(field, "applies to fp16 training (training.precision fp16, Megatron --fp16)");
   if (t.loss_scale && (t.initial_loss_scale || t.min_loss_scale || t.loss_scale_window || t.hysteresis))
     throw ConfigError("training.loss_scale", "is a constant scale; the dynamic scaler's settings do not apply to it");
-  if (t.min_loss_scale.value_or(1.0) > t.initial_loss_scale.value_or(4294967296.0))
+  if (t.min_loss_scale.value_or(TrainingConfig::kMinLossScale) >
+      t.initial_loss_scale.value_or(TrainingConfig::kInitialLossScale))
     throw ConfigError("training.min_loss_scale", "is larger than training.initial_loss_scale");
   if (fp16 && t.exit_on_nan && !t.loss_scale)
     throw ConfigError("training.exit_on_nan", "with fp16's dynamic loss scaling a step with Inf/NaN gradients is "

@@ -69,10 +69,15 @@ struct TrainingConfig {
   // fp16 loss scaling (training/optimizer/loss_scaler.h; Megatron's flags of the same names):
   // a constant scale, or null for the dynamic scaler with these settings (null: Megatron's defaults).
   std::optional<double> loss_scale;
-  std::optional<double> initial_loss_scale;  // null: 2^32
-  std::optional<double> min_loss_scale;      // null: 1
-  std::optional<int64_t> loss_scale_window;  // null: 1000
-  std::optional<int64_t> hysteresis;         // null: 2
+  std::optional<double> initial_loss_scale;  // null: kInitialLossScale
+  std::optional<double> min_loss_scale;      // null: kMinLossScale
+  std::optional<int64_t> loss_scale_window;  // null: kLossScaleWindow
+  std::optional<int64_t> hysteresis;         // null: kHysteresis
+  // Megatron's defaults of the dynamic scaler's settings (megatron/training/arguments.py).
+  static constexpr double kInitialLossScale = 4294967296.0;  // 2^32
+  static constexpr double kMinLossScale = 1.0;
+  static constexpr int64_t kLossScaleWindow = 1000;
+  static constexpr int64_t kHysteresis = 2;
   bool deterministic = false;
   std::string device = "auto";
   int64_t eval_interval = 1000;

@@ -33,8 +33,10 @@ LossScaler LossScaler::dynamic(double initial_scale, double min_scale, int64_t g
 std::optional<LossScaler> LossScaler::from_config(const TrainingConfig& t) {
   if (t.precision != Precision::Fp16) return std::nullopt;
   if (t.loss_scale) return constant(*t.loss_scale);
-  return dynamic(t.initial_loss_scale.value_or(4294967296.0), t.min_loss_scale.value_or(1.0),
-                 t.loss_scale_window.value_or(1000), t.hysteresis.value_or(2));
+  return dynamic(t.initial_loss_scale.value_or(TrainingConfig::kInitialLossScale),
+                 t.min_loss_scale.value_or(TrainingConfig::kMinLossScale),
+                 t.loss_scale_window.value_or(TrainingConfig::kLossScaleWindow),
+                 t.hysteresis.value_or(TrainingConfig::kHysteresis));
 }
 
 void LossScaler::update(bool found_inf) {

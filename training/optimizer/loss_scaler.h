@@ -29,7 +29,7 @@ class LossScaler {
   static LossScaler dynamic(double initial_scale, double min_scale, int64_t growth_interval, int64_t hysteresis,
                             double growth_factor = 2.0, double backoff_factor = 0.5);
   // fp16 runs: the config's scaler (constant with training.loss_scale, else dynamic with
-  // Megatron's defaults 2^32, 1, 1000, 2 for the unset fields); other precisions: none.
+  // TrainingConfig::k* Megatron defaults for the unset fields); other precisions: none.
   static std::optional<LossScaler> from_config(const TrainingConfig& training);
 
   double scale() const { return state_.scale; }
