@@ -5,6 +5,7 @@
 #include "core/megatron_flags.h"
 
 #include <charconv>
+#include <map>
 
 #include "core/config_table.h"
 
@@ -173,10 +174,21 @@ void check_accepted(const FlagEntry& e, const std::vector<std::string>& vals) {
 
 void MegatronFlags::apply(const std::vector<std::string>& args, void* root, std::vector<std::string>* no_effect,
                           const std::vector<std::string>& extra_flags) const {
+  std::map<std::string, const FlagEntry*> constants_set;  // field path → the switch that set it
+  const FlagEntry* previous_switch = nullptr;              // the flag just before, when a switch
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (!is_flag(a)) {
+      if (previous_switch && a.find('=') == std::string::npos)  // `--swiglu true`: a switch takes no value
+        throw ConfigError(previous_switch->flag,
+                          "'" + previous_switch->flag + "' is a switch and takes no value, but '" + a +
+                              "' follows it: give the flag alone" +
+                              (previous_switch->section.empty()
+                                   ? std::string()
+                                   : " (it sets " + previous_switch->path() + "=" + previous_switch->value +
+                                         "; any value: " + previous_switch->path() + "=VALUE)"));
       table_.apply_override(a, root);
+      previous_switch = nullptr;
       continue;
     }
     size_t eq = a.find('=');
@@ -192,6 +204,15 @@ void MegatronFlags::apply(const std::vector<std::string>& args, void* root, std:
     std::vector<std::string> vals =
         take_values(*e, flag, eq == std::string::npos ? nullptr : &attached, args, i, table_);
     const std::string where = "flag '" + joined(flag, vals) + "'";
+    previous_switch = e->arity == FlagArity::Switch && eq == std::string::npos ? e : nullptr;
+    // Two switches that set one field to different values (--fp16 --bf16): refused, as Megatron's
+    // validate_args refuses them, instead of the last one winning silently.
+    if (e->kind == FlagEntry::Kind::Constant) {
+      auto [it, fresh] = constants_set.emplace(e->path(), e);
+      if (!fresh && it->second->value != e->value)
+        throw ConfigError(e->path(), "'" + it->second->flag + "' and '" + e->flag + "' both set it (to " +
+                                         it->second->value + " and " + e->value + "): give one of them");
+    }
     switch (e->kind) {
       case FlagEntry::Kind::Field:
         if (e->arity == FlagArity::Switch)

@@ -29,15 +29,21 @@ std::string read_whole_file(const std::string& path) {
   return ss.str();
 }
 
-// Tokenizes docs[i] into out[i] with `workers` threads (contiguous slices, one tokenizer each).
+// Tokenizes docs[i] into out[i] with `workers` threads (contiguous slices, one tokenizer each). A
+// tokenizer's error names the document: where(i) ("corpus.jsonl line 7").
 void tokenize_batch(const std::vector<std::string>& docs, std::vector<std::vector<int64_t>>& out,
-                    std::vector<std::unique_ptr<Tokenizer>>& tokenizers, bool append_eod) {
+                    std::vector<std::unique_ptr<Tokenizer>>& tokenizers, bool append_eod,
+                    const std::function<std::string(size_t)>& where) {
   out.assign(docs.size(), {});
   const size_t workers = std::min(tokenizers.size(), std::max<size_t>(docs.size(), 1));
   auto work = [&](size_t w) {
     const size_t lo = docs.size() * w / workers, hi = docs.size() * (w + 1) / workers;
     for (size_t i = lo; i < hi; ++i) {
-      out[i] = tokenizers[w]->encode(docs[i]);
+      try {
+        out[i] = tokenizers[w]->encode(docs[i]);
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.file(), e.line(), "preprocess: " + where(i) + ": " + e.message());
+      }
       if (append_eod) out[i].push_back(tokenizers[w]->eod());
     }
   };
@@ -72,16 +78,24 @@ bool is_jsonl_input(const std::string& path) {
   return ends_with(".jsonl") || ends_with(".json");
 }
 
-std::vector<std::string> split_text_documents(const std::string& text, bool split_paragraphs) {
+std::vector<std::string> split_text_documents(const std::string& text, bool split_paragraphs,
+                                              std::vector<int64_t>* first_lines) {
   std::vector<std::string> docs;
   if (!split_paragraphs) {
-    if (!is_blank(text)) docs.push_back(text);
+    if (!is_blank(text)) {
+      docs.push_back(text);
+      if (first_lines) first_lines->push_back(1);
+    }
     return docs;
   }
   std::string current;
   bool have = false;
+  int64_t line_no = 0, first_line = 0;
   auto flush = [&] {
-    if (have && !is_blank(current)) docs.push_back(current);
+    if (have && !is_blank(current)) {
+      docs.push_back(current);
+      if (first_lines) first_lines->push_back(first_line);
+    }
     current.clear();
     have = false;
   };
@@ -89,12 +103,14 @@ std::vector<std::string> split_text_documents(const std::string& text, bool spli
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
+    ++line_no;
     std::string_view line(text.data() + pos, end - pos);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (is_blank(line)) {
       flush();
     } else {
       if (have) current.push_back('\n');
+      if (!have) first_line = line_no;
       current.append(line);
       have = true;
     }
@@ -104,7 +120,8 @@ std::vector<std::string> split_text_documents(const std::string& text, bool spli
   return docs;
 }
 
-std::vector<std::string> read_jsonl_field(const std::string& text, const std::string& key, const std::string& source) {
+std::vector<std::string> read_jsonl_field(const std::string& text, const std::string& key, const std::string& source,
+                                          std::vector<int64_t>* line_numbers) {
   std::vector<std::string> out;
   std::istringstream lines(text);
   std::string line;
@@ -123,6 +140,7 @@ std::vector<std::string> read_jsonl_field(const std::string& text, const std::st
     STRATA_CHECK(it != j.end(), "preprocess: ", source, " line ", line_no, " has no key \"", key, "\"");
     STRATA_CHECK(it->is_string(), "preprocess: ", source, " line ", line_no, " key \"", key, "\" is not a string");
     out.push_back(it->get<std::string>());
+    if (line_numbers) line_numbers->push_back(line_no);
   }
   return out;
 }
@@ -149,12 +167,17 @@ PreprocessStats tokenize_documents(const PreprocessOptions& options,
   double reported = 0.0;
   std::vector<std::vector<int64_t>> tokens;
   // Batches of at most batch_documents, in order; progress after each when the interval passed.
-  auto emit = [&](size_t key_index, const std::vector<std::string>& docs) {
+  // lines[i]: the line docs[i] starts on in `path` (JSONL: its line), named in a tokenizer's error.
+  auto emit = [&](size_t key_index, const std::vector<std::string>& docs, const std::string& path,
+                  const std::vector<int64_t>& lines) {
     const size_t batch = std::max<size_t>(1, options.batch_documents);
     for (size_t first = 0; first < docs.size(); first += batch) {
       const std::vector<std::string> part(docs.begin() + static_cast<std::ptrdiff_t>(first),
                                           docs.begin() + static_cast<std::ptrdiff_t>(std::min(docs.size(), first + batch)));
-      tokenize_batch(part, tokens, tokenizers, options.append_eod);
+      tokenize_batch(part, tokens, tokenizers, options.append_eod, [&](size_t i) {
+        return path + " line " + std::to_string(lines.at(first + i)) +
+               (is_jsonl_input(path) ? " (key \"" + options.json_keys[key_index] + "\")" : std::string());
+      });
       for (size_t i = 0; i < tokens.size(); ++i) {
         sink(key_index, tokens[i]);
         stats.documents += 1;
@@ -171,12 +194,18 @@ PreprocessStats tokenize_documents(const PreprocessOptions& options,
   };
   for (const std::string& path : options.inputs) {
     const std::string text = read_whole_file(path);
+    std::vector<int64_t> lines;
     if (is_jsonl_input(path)) {
-      for (size_t k = 0; k < options.json_keys.size(); ++k) emit(k, read_jsonl_field(text, options.json_keys[k], path));
+      for (size_t k = 0; k < options.json_keys.size(); ++k) {
+        lines.clear();
+        const std::vector<std::string> docs = read_jsonl_field(text, options.json_keys[k], path, &lines);
+        emit(k, docs, path, lines);
+      }
     } else {
       STRATA_CHECK(options.json_keys.size() == 1, "preprocess: plain-text input '", path,
                    "' has one document stream; give a single --json-keys");
-      emit(0, split_text_documents(text, options.split_paragraphs));
+      const std::vector<std::string> docs = split_text_documents(text, options.split_paragraphs, &lines);
+      emit(0, docs, path, lines);
     }
   }
   return stats;

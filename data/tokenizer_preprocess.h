@@ -53,10 +53,14 @@ bool is_jsonl_input(const std::string& path);
 
 // The documents of a plain-text file: the whole text, or its paragraphs (lines up to a line that
 // is empty or whitespace-only, joined with '\n'). Whitespace-only documents are dropped.
-std::vector<std::string> split_text_documents(const std::string& text, bool split_paragraphs);
+// first_lines (optional): the 1-based line each document starts on.
+std::vector<std::string> split_text_documents(const std::string& text, bool split_paragraphs,
+                                              std::vector<int64_t>* first_lines = nullptr);
 
 // The string field `key` of every non-blank line of a JSONL text; errors name `source` and the line.
-std::vector<std::string> read_jsonl_field(const std::string& text, const std::string& key, const std::string& source);
+// line_numbers (optional): the 1-based line of each document.
+std::vector<std::string> read_jsonl_field(const std::string& text, const std::string& key, const std::string& source,
+                                          std::vector<int64_t>* line_numbers = nullptr);
 
 // Reads every input in order and calls sink(key_index, tokens) for every document, in input order
 // (per key), whatever the number of workers. make_tokenizer is called once per worker.

@@ -6,11 +6,25 @@
 #include <sentencepiece_processor.h>
 
 #include <filesystem>
+#include <regex>
+#include <string>
 
 #include "core/error.h"
 #include "data/utf8.h"
 
 namespace strata::data {
+
+namespace {
+// libsentencepiece's reason without its source location and checked condition
+// ("./src/sentencepiece_processor.cc(1101) [model_proto->ParseFromArray(...)] "): what is left, or
+// nothing when that was all.
+std::string library_reason(const sentencepiece::util::Status& status) {
+  static const std::regex location(R"((\S*/)?[A-Za-z0-9_.]+\.(cc|cpp|h)\(\d+\)\s*(\[[^\]]*\]\s*)?)");
+  std::string reason = std::regex_replace(std::string(status.message()), location, "");
+  while (!reason.empty() && (reason.back() == ' ' || reason.back() == '\n')) reason.pop_back();
+  return reason.empty() ? std::string() : " (" + reason + ")";
+}
+}  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file, std::string type_name)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), type_name_(std::move(type_name)) {
@@ -18,7 +32,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file, st
                     " is not a readable file (data.tokenizer_model: a SentencePiece tokenizer.model)");
   const auto status = sp_->Load(model_file);
   STRATA_CHECK_KIND(ErrorKind::Config, status.ok(), type_name_, ": ", model_file,
-                    " is not a SentencePiece model (truncated or another format): ", status.ToString());
+                    " is not a SentencePiece model (truncated or another format)", library_reason(status));
   vocab_size_ = sp_->GetPieceSize();
   STRATA_CHECK_KIND(ErrorKind::Config, sp_->eos_id() >= 0, type_name_, ": ", model_file,
                     " has no EOS piece; Megatron's end-of-document id is the model's eos id");

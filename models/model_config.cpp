@@ -123,8 +123,16 @@ int64_t default_ffn_hidden_size(int64_t hidden_size, bool swiglu) {
 
 int64_t padded_vocab_size(int64_t vocab_size, int64_t make_vocab_size_divisible_by,
                           int64_t tensor_model_parallel_size) {
-  int64_t multiple = make_vocab_size_divisible_by * tensor_model_parallel_size;
-  return (vocab_size + multiple - 1) / multiple * multiple;
+  int64_t multiple = 0, padded = 0;
+  // Megatron pads in Python's unbounded integers; here a padding past int64 is refused by name.
+  const bool overflow = __builtin_mul_overflow(make_vocab_size_divisible_by, tensor_model_parallel_size, &multiple) ||
+                        __builtin_add_overflow(vocab_size, multiple - 1, &padded);
+  if (overflow || multiple <= 0)
+    throw ConfigError("model.make_vocab_size_divisible_by",
+                      std::to_string(make_vocab_size_divisible_by) + " x tensor_model_parallel_size " +
+                          std::to_string(tensor_model_parallel_size) + " cannot pad a vocabulary of " +
+                          std::to_string(vocab_size) + " (the padded size is not a 64-bit integer)");
+  return padded / multiple * multiple;
 }
 
 int64_t ModelConfig::padded_vocab(int64_t tensor_model_parallel_size) const {

@@ -1,14 +1,18 @@
 // init_distributed, the launcher detection, abort_all and run_or_abort (parallel/distributed.h).
 #include "parallel/distributed.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/user_message.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/parallel_config.h"
@@ -126,7 +130,10 @@ void remove_abort_hook(uint64_t id) {
 }
 
 void abort_all(const std::string& message, int exit_code) {
-  std::fprintf(stderr, "strata: error: rank %d: %s\n", g_rank, message.c_str());
+  if (g_rank == 0)
+    std::fprintf(stderr, "strata: error: %s\n", message.c_str());
+  else
+    std::fprintf(stderr, "strata: error: rank %d: %s\n", g_rank, message.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
   std::map<uint64_t, std::function<void()>> hooks;
@@ -146,12 +153,19 @@ void abort_all(const std::string& message, int exit_code) {
   std::_Exit(exit_code);
 }
 
+void wait_for_rank0_report(std::optional<int64_t> rank) {
+  if (!rank || *rank == 0) return;
+  const auto stagger = std::chrono::milliseconds(200) * std::min<int64_t>(*rank, 64);
+  std::this_thread::sleep_for(std::chrono::seconds(5) + stagger);
+}
+
 int run_or_abort(const DistributedRuntime& runtime, const std::function<int()>& body) {
   if (runtime.world_size <= 1) return body();
   try {
     return body();
   } catch (const Error& e) {
-    abort_all(detail::concat(error_kind_name(e.kind()), ": ", e.message(), " (", e.file(), ":", e.line(), ")"), 1);
+    wait_for_rank0_report(runtime.rank);
+    abort_all(user_message(e), 1);
   } catch (const std::exception& e) {
     abort_all(e.what(), 1);
   }
@@ -196,6 +210,7 @@ DistributedRuntime init_distributed(const ParallelConfig& parallel, Device devic
                              rt.world_size, " ranks (mixed MPI installations?)"));
   }
   if (parallel.world_size && *parallel.world_size != rt.world_size) {
+    wait_for_rank0_report(rt.rank);  // every rank meets it: printed once
     abort_all(detail::concat("ConfigError: parallel.world_size: ", *parallel.world_size, " but ", rt.world_size,
                              " processes were launched"));
   }

@@ -79,7 +79,14 @@ void remove_abort_hook(uint64_t id);
 
 // Runs body; with world_size > 1 an exception escaping it aborts all ranks with a message naming
 // this rank and the error (so one failing rank does not leave the others blocked in a
-// collective). With one process the exception propagates unchanged.
+// collective). A user error (strata::Error) prints its user_message (core/user_message.h), without a source location,
+// once: see wait_for_rank0_report. With one process the exception propagates unchanged.
 int run_or_abort(const DistributedRuntime& runtime, const std::function<int()>& body);
+
+// Under a launcher every rank may meet the same user error, and each would print it. Rank 0
+// reports at once; any other rank first waits (5 s, plus 0.2 s per rank up to rank 64), so that
+// the launcher, which ends the job at the first report, leaves one message. An error that rank 0
+// does not share is still reported after the wait. Returns at once for rank 0 or one process.
+void wait_for_rank0_report(std::optional<int64_t> rank);
 
 }  // namespace strata

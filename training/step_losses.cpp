@@ -119,11 +119,11 @@ Tensor StepLosses::own_mask_grad(int64_t mb, size_t k, const NamedLoss& l) {
   const double num_safe = std::max(num, 1.0);
   own_mask_names_[k] = true;
   double scale;
+  counts_[k] += num;
   if (per_token_) {
     const double main_tokens = masked_sum(batch.loss_mask, batch.loss_mask).second;
     scale = main_tokens / num_safe / std::max(global_valid_, 1.0);
     sums_[k] += sum;
-    counts_[k] += num;
   } else {
     scale = 1.0 / (num_safe * static_cast<double>(batches_.size()));
     sums_[k] += sum / num_safe;
@@ -139,30 +139,40 @@ std::vector<std::pair<std::string, double>> StepLosses::reduce() {
   per_token_name = reduce_values(groups_.pp, per_token_name, ReduceOp::Max, comm_seconds_);
   std::vector<double> own_mask(names_.size());
   for (size_t k = 0; k < names_.size(); ++k) own_mask[k] = own_mask_names_[k] ? 1.0 : 0.0;
-  if (per_token_) own_mask = reduce_values(groups_.pp, own_mask, ReduceOp::Max, comm_seconds_);
+  own_mask = reduce_values(groups_.pp, own_mask, ReduceOp::Max, comm_seconds_);
+  double step_valid = 0.0;  // this rank's micro-batches' valid tokens (over cp)
+  for (double n : mb_valid_) step_valid += n;
   std::vector<std::pair<std::string, double>> out;
+  counted_.assign(names_.size(), true);
   for (size_t k = 0; k < names_.size(); ++k) {
     double v = sums_[k];
     // Per-token losses: each cp rank holds its tokens' part (with per-token loss: summed over dp × cp below).
     // Per-micro-batch losses (MoE's router losses) are partial over cp too: summed the same way.
     if (!per_token_ || per_token_name[k] == 0.0) v = reduce_values(groups_.cp, {v}, ReduceOp::Sum, comm_seconds_)[0];
     if (per_token_name[k] == 0.0) v = reduce_values(groups_.tp, {v}, ReduceOp::Sum, comm_seconds_)[0];
+    // The tokens a per-token loss counted (its own mask's, or the batch's), travelling with its value
+    // so that an empty denominator is known everywhere without another collective.
+    const double n = own_mask[k] > 0.0 ? counts_[k] : step_valid;
     // Each pipeline stage holds its layers' part (the LM loss: the last stage; Megatron logs it there).
-    v = reduce_values(groups_.pp, {v}, ReduceOp::Sum, comm_seconds_)[0];
+    std::vector<double> vn = reduce_values(groups_.pp, {v, n}, ReduceOp::Sum, comm_seconds_);
+    v = vn[0];
     // The reported loss is the dp average (per-token: global sum / global count).
+    double counted_tokens = 1.0;
     if (per_token_ && own_mask[k] > 0.0) {
-      const double n = reduce_values(groups_.pp, {counts_[k]}, ReduceOp::Sum, comm_seconds_)[0];
-      const std::vector<double> g = reduce_values(groups_.dp, {v, n}, ReduceOp::Sum, comm_seconds_);
+      const std::vector<double> g = reduce_values(groups_.dp, vn, ReduceOp::Sum, comm_seconds_);
       v = g[0] / std::max(g[1], 1.0);
-    } else if (per_token_) {
-      if (per_token_name[k] > 0.0) {
-        v = reduce_values(groups_.dp, {v}, ReduceOp::Sum, comm_seconds_)[0] / std::max(global_valid_, 1.0);
-      } else {
-        v = reduce_values(groups_.dp, {v / nmb}, ReduceOp::Avg, comm_seconds_)[0];
-      }
+      counted_tokens = g[1];
+    } else if (per_token_ && per_token_name[k] > 0.0) {
+      v = reduce_values(groups_.dp, {v}, ReduceOp::Sum, comm_seconds_)[0] / std::max(global_valid_, 1.0);
+      counted_tokens = global_valid_;
+    } else if (per_token_name[k] > 0.0) {
+      const std::vector<double> g = reduce_values(groups_.dp, {v / nmb, vn[1]}, ReduceOp::Avg, comm_seconds_);
+      v = g[0];
+      counted_tokens = g[1];
     } else {
       v = reduce_values(groups_.dp, {v / nmb}, ReduceOp::Avg, comm_seconds_)[0];
     }
+    counted_[k] = counted_tokens > 0.0;
     out.push_back({names_[k], v});
   }
   return out;
@@ -186,7 +196,7 @@ std::vector<std::pair<std::string, double>> ValidationLosses::reduce(const LossG
     // Computed on the stage that holds the loss (the last for the LM loss): summed over pp, then dp × cp.
     std::vector<double> v = reduce_values(groups.pp, {sums_[k], counts_[k]}, ReduceOp::Sum, comm_seconds);
     v = reduce_values(groups.dp, v, ReduceOp::Sum, comm_seconds);
-    if (v[1] > 0.0 || names_[k] == kLmLossName) out.push_back({names_[k], v[0] / std::max(v[1], 1.0)});
+    if (v[1] > 0.0) out.push_back({names_[k], v[0] / v[1]});
   }
   return out;
 }

@@ -56,6 +56,9 @@ class StepLosses {
   // loss exists on the last stage only; entries of one name, one per MoE layer, are summed), then
   // the dp average (per-token loss: global sum / global count).
   std::vector<std::pair<std::string, double>> reduce();
+  // After reduce(), per name: false where a per-token loss counted no token in the whole step (every
+  // label masked): its value is then no loss, not 0, and is not reported (Megatron divides by zero).
+  const std::vector<bool>& counted() const { return counted_; }
   double global_valid_tokens() const { return global_valid_; }
 
  private:
@@ -73,7 +76,8 @@ class StepLosses {
   double global_valid_ = 0.0;     // this rank's (per-token loss: over dp × cp)
   std::vector<double> sums_;      // per name
   std::vector<bool> per_token_names_;  // per name: reported as PerToken
-  std::vector<double> counts_;         // per name: Σ own-mask tokens (per-token loss, own-mask losses)
+  std::vector<double> counts_;         // per name: Σ own-mask tokens (own-mask losses)
+  std::vector<bool> counted_;          // per name, after reduce()
   std::vector<bool> own_mask_names_;   // per name: reported with its own mask
   double loss_scale_ = 1.0;
 };
@@ -84,7 +88,8 @@ class ValidationLosses {
  public:
   explicit ValidationLosses(std::vector<std::string> names) : names_(std::move(names)), sums_(names_.size(), 0.0), counts_(names_.size(), 0.0) {}
   void on_forward(const Batch& batch, const std::vector<NamedLoss>& losses);
-  // (name, mean over valid tokens) of every per-token loss seen on any rank.
+  // (name, mean over valid tokens) of every per-token loss seen on any rank that counted a token; a
+  // loss (the LM loss too) whose tokens were all masked has no value and is left out.
   std::vector<std::pair<std::string, double>> reduce(const LossGroups& groups, double& comm_seconds);
 
  private:

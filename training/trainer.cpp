@@ -300,6 +300,7 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
     if (expert_grad_buffer_) expert_grad_buffer_->scale(1.0 / loss_scaler_->scale());
   }
   o.losses = losses.reduce();
+  o.counted = losses.counted();
   o.loss = o.losses.front().second;  // the LM loss (loss_names() starts with it)
   complete_tensor_metrics();  // finalized gradients, masters before the update (Megatron's placement)
   phase_timer::Scope t("optimizer");
@@ -334,7 +335,8 @@ EvalResult Trainer::evaluate(int64_t index) {
   }
   EvalResult r;
   r.losses = totals.reduce(loss_groups(), comm_seconds_);
-  r.loss = r.losses.front().second;
+  r.counted = !r.losses.empty() && r.losses.front().first == kLmLossName;
+  r.loss = r.counted ? r.losses.front().second : std::nan("");
   r.ppl = std::exp(std::min(20.0, r.loss));
   return r;
 }

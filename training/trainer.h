@@ -62,7 +62,8 @@ struct TrainerOptions {
 
 struct EvalResult {
   double loss = 0.0;  // the LM loss: mean over valid tokens
-  std::vector<std::pair<std::string, double>> losses;  // every per-token loss (name, mean), LM loss first
+  bool counted = true;  // false when the pass counted no token (every label masked): no LM loss, not 0
+  std::vector<std::pair<std::string, double>> losses;  // every per-token loss that counted a token (name, mean), LM loss first
   double ppl = 0.0;   // exp(min(20, loss)) (Megatron)
 };
 
@@ -71,7 +72,7 @@ struct TrainResult {
   int64_t start_iteration = 0;           // iteration loaded from the checkpoint (0: fresh)
   int64_t final_iteration = 0;
   std::vector<std::string> loss_names;   // the model's named losses (log line, JSONL, TensorBoard)
-  std::vector<double> losses;            // LM loss of each iteration run by this call, in order
+  std::vector<double> losses;            // LM loss of each iteration run by this call, in order (NaN: no token counted)
   std::vector<double> grad_norms;        // grad norm of each iteration run by this call
   std::vector<std::pair<int64_t, EvalResult>> validations;  // (iteration, result)
   int64_t skipped_iterations = 0;        // in the whole run (including before a resume)
@@ -129,6 +130,7 @@ class Trainer {
   struct StepOutcome {
     double loss = 0.0;  // the LM loss
     std::vector<std::pair<std::string, double>> losses;  // every named loss, loss_names_ order
+    std::vector<bool> counted;  // per loss: false when it counted no token this step (no loss, not 0)
     int64_t tokens = 0;
     OptimizerStepResult opt;
   };
@@ -151,6 +153,9 @@ class Trainer {
   IterationLog iteration_log(const StepOutcome& o, const Interval& iv, double secs) const;
   void write_metrics(const IterationLog& f, const Interval& iv);
   void log_interval(const StepOutcome& o, Interval& iv);
+  void warn_no_counted_tokens(const std::string& where);  // once per run, on the logging rank
+  bool exceeds_consecutive_skips();                      // training.max_consecutive_skipped_iterations
+  void log_summary(const TrainResult& result);
   void run_validation(TrainResult& result);
   bool exit_due(std::chrono::steady_clock::time_point run_start);
   TensorFileIO& tensor_io();
@@ -189,6 +194,9 @@ class Trainer {
   int64_t skipped_iterations_ = 0;
   int64_t num_evaluations_ = 0;
   int64_t last_saved_iteration_ = -1;
+  int64_t consecutive_skips_ = 0;          // skipped iterations in a row, up to the last one
+  bool warned_scale_at_minimum_ = false;   // fp16: the loss scale at min_loss_scale and still overflowing, once
+  bool warned_no_counted_tokens_ = false;  // the warning for a step or validation without a counted token, once
   std::vector<int64_t> saved_iterations_;
 };
 

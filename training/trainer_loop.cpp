@@ -26,13 +26,15 @@ using Clock = std::chrono::steady_clock;
 
 // Accumulated since the last log line (Megatron's total_loss_dict).
 struct Trainer::Interval {
-  std::vector<double> loss_sums;  // per loss name, over the advanced iterations
+  std::vector<double> loss_sums;     // per loss name, over the advanced iterations that counted a token
+  std::vector<int64_t> loss_steps;   // per loss name: how many iterations loss_sums holds
   int64_t advanced = 0, skipped = 0, nan = 0, iters = 0, tokens = 0;
   double grad_exposed = 0.0, grad_inflight = 0.0;  // gradient reduction (dp > 1)
   Clock::time_point start = Clock::now();
   void reset(size_t num_losses) {
     *this = Interval{};
     loss_sums.assign(num_losses, 0.0);
+    loss_steps.assign(num_losses, 0);
   }
 };
 
@@ -134,20 +136,48 @@ Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
   if (!o.opt.skipped) scheduler_steps_ += global_batch_size_;  // Megatron steps the scheduler on success only
   ++iv.iters;
   iv.tokens += o.tokens;
-  result.losses.push_back(o.loss);
+  result.losses.push_back(o.counted.front() ? o.loss : std::nan(""));
   result.grad_norms.push_back(o.opt.grad_norm);
+  if (!o.counted.front()) warn_no_counted_tokens("iteration " + std::to_string(iteration_));
   return o;
+}
+
+// A step (or validation pass) whose labels are all masked has no loss: an empty denominator is
+// reported as no value everywhere (console, JSONL, TensorBoard), never as 0.
+void Trainer::warn_no_counted_tokens(const std::string& where) {
+  if (warned_no_counted_tokens_) return;
+  warned_no_counted_tokens_ = true;
+  out() << " warning: " << where
+        << ": no token was counted in the loss (every label is masked, e.g. data.eod_mask_loss on documents "
+           "of EOD tokens only), so there is no loss to report; such steps are left out of the loss averages, "
+           "the JSONL and TensorBoard (this warning is printed once)"
+        << std::endl;
 }
 
 bool Trainer::account_skip(const StepOutcome& o, TrainResult& result, Interval& iv) {
   if (!o.opt.skipped) {
-    for (size_t k = 0; k < o.losses.size(); ++k) iv.loss_sums[k] += o.losses[k].second;
+    for (size_t k = 0; k < o.losses.size(); ++k) {
+      if (!o.counted[k]) continue;
+      iv.loss_sums[k] += o.losses[k].second;
+      ++iv.loss_steps[k];
+    }
     ++iv.advanced;
+    consecutive_skips_ = 0;
     return false;
   }
   ++skipped_iterations_;
+  ++consecutive_skips_;
   ++iv.skipped;
   if (result.first_non_finite_param.empty()) result.first_non_finite_param = o.opt.first_non_finite;
+  if (loss_scaler_ && loss_scaler_->at_minimum() && !warned_scale_at_minimum_) {
+    warned_scale_at_minimum_ = true;
+    out() << " warning: iteration " << iteration_ << " overflowed with the fp16 loss scale at its minimum ("
+          << loss_scaler_->min_scale() << ", training.min_loss_scale): the scale cannot drop further, so steps that "
+          << "keep overflowing are skipped and the model stops training. Set "
+             "training.max_consecutive_skipped_iterations to stop such a run (printed once)"
+          << std::endl;
+  }
+  if (exceeds_consecutive_skips()) return true;
   // fp16: the loss scaler's overflow skip, routine while the scale settles (Megatron logs it as a
   // skipped iteration only).
   if (loss_scaler_ && std::isfinite(o.loss)) return false;
@@ -155,9 +185,31 @@ bool Trainer::account_skip(const StepOutcome& o, TrainResult& result, Interval& 
   log::warn("iteration {}: grad norm is {}, skipping the step; first parameter with a non-finite gradient: {}",
             iteration_, o.opt.grad_norm, o.opt.first_non_finite.empty() ? "(none found)" : o.opt.first_non_finite);
   if (!cfg_.training.exit_on_nan) return false;
-  log::error("training.exit_on_nan: stopping at iteration {} (non-finite grad norm in {})", iteration_,
-             o.opt.first_non_finite);
+  if (logging_rank_)
+    log::error("training.exit_on_nan: stopping at iteration {} (non-finite grad norm in {})", iteration_,
+               o.opt.first_non_finite);
   return true;
+}
+
+// training.max_consecutive_skipped_iterations: a run that only skips is stopped (every rank sees
+// the same skips: the decision is the optimizer's, after the global grad norm).
+bool Trainer::exceeds_consecutive_skips() {
+  const std::optional<int64_t>& limit = cfg_.training.max_consecutive_skipped_iterations;
+  if (!limit || consecutive_skips_ < *limit) return false;
+  if (logging_rank_)
+    log::error("training.max_consecutive_skipped_iterations: iterations {} to {} were all skipped ({} in a row{}); "
+               "stopping without a checkpoint (the last one saved holds the model before the skips)",
+               iteration_ - consecutive_skips_ + 1, iteration_, consecutive_skips_,
+               loss_scaler_ ? ", loss scale " + std::to_string(loss_scaler_->scale()) : std::string());
+  return true;
+}
+
+// The run's last line: where it ended and how many iterations it skipped.
+void Trainer::log_summary(const TrainResult& result) {
+  out() << " training ended at iteration " << iteration_ << " of " << *cfg_.training.train_iters << ": "
+        << iteration_ - start_iteration_ << " iterations this run, " << skipped_iterations_
+        << " skipped in total (" << consecutive_skips_ << " in a row at the end)"
+        << (result.exit_code != 0 ? ", stopped by an error" : "") << std::endl;
 }
 
 IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, double secs) const {
@@ -170,7 +222,8 @@ IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, do
   f.learning_rate = schedule_.lr(scheduler_steps_);  // Megatron logs the lr after the scheduler step
   f.global_batch_size = global_batch_size_;
   for (size_t k = 0; k < loss_names_.size(); ++k) {
-    const double v = iv.loss_sums[k] / static_cast<double>(std::max<int64_t>(1, iv.advanced));
+    if (iv.loss_steps[k] == 0) continue;  // no step of the interval has this loss
+    const double v = iv.loss_sums[k] / static_cast<double>(iv.loss_steps[k]);
     // MoE per-layer losses (moe_per_layer_logging) go to TensorBoard and JSONL, not the log line.
     (is_per_layer_metric(loss_names_[k]) ? f.per_layer : f.losses).push_back({loss_names_[k], v});
   }
@@ -261,7 +314,13 @@ void Trainer::log_interval(const StepOutcome& o, Interval& iv) {
 void Trainer::run_validation(TrainResult& result) {
   const EvalResult e = evaluate(num_evaluations_++);
   result.validations.push_back({iteration_, e});
-  out() << format_validation_log("iteration " + std::to_string(iteration_), e.loss, e.ppl) << std::endl;
+  const std::string at = "iteration " + std::to_string(iteration_);
+  if (e.counted) {
+    out() << format_validation_log(at, e.loss, e.ppl) << std::endl;
+  } else {
+    out() << " validation loss at " << at << " | lm loss value: none (no counted tokens) | " << std::endl;
+    warn_no_counted_tokens("validation at " + at);
+  }
   nlohmann::json rec = {{"iteration", iteration_}};
   for (const auto& [name, loss] : e.losses) {
     const double ppl = std::exp(std::min(20.0, loss));
@@ -306,12 +365,18 @@ TrainResult Trainer::train() {
     observers_.finish();  // e.g. the router tracer's files complete (also on a stop by signal)
     for (MetricsSink* s : sinks_) s->flush();
     result.exit_code = code;
+    log_summary(result);
     result.final_iteration = iteration_;
     result.skipped_iterations = skipped_iterations_;
     result.saved_iterations = saved_iterations_;
     return result;
   };
-  auto should_save = [&]() { return cfg_.checkpoint.save.has_value() && last_saved_iteration_ != iteration_; };
+  // A run saves only what it trained: relaunching a finished run (train_iters already reached) or
+  // stopping before the first step writes nothing, so no checkpoint is replaced by a copy of itself
+  // (Megatron's final save rewrites the loaded iteration, with --no-load-optim a fresh optimizer).
+  auto should_save = [&]() {
+    return cfg_.checkpoint.save.has_value() && last_saved_iteration_ != iteration_ && iteration_ > start_iteration_;
+  };
 
   while (iteration_ < *cfg_.training.train_iters) {
     if (stop_requested(result)) {
@@ -343,7 +408,10 @@ TrainResult Trainer::train() {
       return finish(0);
     }
   }
-  if (should_save() && iteration_ > 0) save_checkpoint();
+  if (should_save()) save_checkpoint();
+  if (iteration_ == start_iteration_ && start_iteration_ > 0)
+    out() << " nothing to train: the checkpoint is at iteration " << start_iteration_ << " and training.train_iters is "
+          << *cfg_.training.train_iters << "; nothing was saved" << std::endl;
   return finish(0);
 }
 

@@ -3,51 +3,42 @@
 // std::filesystem errors, any other std::exception and anything else thrown become one
 // `strata: error: …` line on stderr and exit code 1 (CLI11 usage errors keep CLI11's codes). A first
 // argument that is not a command (`strata foo`) is named, with the list of commands, and exits 1
-// (CLI11 would only say that a subcommand is required). Under a launcher a config error (every
-// rank meets the same) is printed by rank 0 only; every rank still exits 1, the others after a
-// grace period: the launcher aborts the job on the first non-zero exit, which must not kill rank 0
-// before it prints. A rank whose error rank 0 does not share prints it after the grace period.
+// (CLI11 would only say that a subcommand is required). A user error prints its kind and message,
+// never a source location. Under a launcher an error (usually met by every rank) is printed by
+// rank 0 only; every rank still exits 1, the others after a grace period: the launcher aborts the
+// job on the first non-zero exit, which must not kill rank 0 before it prints. A rank whose error
+// rank 0 does not share prints it after the grace period (parallel/distributed.h).
 #include "apps/strata/cli.h"
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 #include <new>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "apps/strata/commands.h"
 #include "core/config_table.h"
 #include "core/error.h"
+#include "core/user_message.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "parallel/distributed.h"
 
 namespace strata::app {
 
 namespace {
-constexpr auto kQuietRankGrace = std::chrono::seconds(5);
 
-int report_error(const std::string& what, ErrorKind kind = ErrorKind::Runtime) {
+int report_error(const std::string& what) {
   std::fflush(stdout);
-  // A config error is the same on every rank of a launched job: rank 0 prints it and exits; the
-  // launcher then ends the others during their grace period.
-  const bool quiet = kind == ErrorKind::Config && launched_rank().value_or(0) != 0;
-  if (quiet) std::this_thread::sleep_for(kQuietRankGrace);
+  // An error is usually the same on every rank of a launched job: rank 0 prints it and exits; the
+  // launcher then ends the others while they wait (parallel/distributed.h).
+  wait_for_rank0_report(launched_rank());
   std::fprintf(stderr, "strata: error: %s\n", what.c_str());
   return 1;
-}
-
-// What a user sees of an error: its kind and message. The source file and line are for internal
-// errors only (detail::internal_error prints them); a config error's text has none either.
-std::string user_message(const strata::Error& e) {
-  if (dynamic_cast<const config::ConfigError*>(&e)) return e.what();
-  return std::string(error_kind_name(e.kind())) + ": " + e.message();
 }
 
 // The subcommands' names, sorted.
@@ -89,7 +80,7 @@ int strata_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     rc = app.exit(e);
   } catch (const strata::Error& e) {
-    rc = report_error(user_message(e), e.kind());
+    rc = report_error(user_message(e));
   } catch (const std::filesystem::filesystem_error& e) {
     rc = report_error(std::string("filesystem: ") + e.what());
   } catch (const std::bad_alloc&) {

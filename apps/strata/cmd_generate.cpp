@@ -111,7 +111,7 @@ void register_generate(CLI::App& app) {
   gen->add_flag("--score", o->score, "print the prompt tokens' log-probabilities as JSON instead of generating");
   gen->add_option("--config-override", o->overrides, "section.field=value applied to the checkpoint's config")
       ->expected(1, -1);
-  add_runner(gen, [o] {
+  add_one_process_runner(gen, [o] {
     STRATA_CHECK(o->load.empty() != o->config.empty(),
                  "strata generate: give exactly one of --load DIR (a checkpoint) and --config FILE (untrained)");
     STRATA_CHECK(o->prompt.has_value() != o->prompt_ids.has_value(),

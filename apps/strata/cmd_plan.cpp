@@ -225,7 +225,7 @@ void register_plan(CLI::App& app) {
   accept_config_args(plan);
   plan->add_flag("--json", o->json, "print the plan as JSON");
   plan->add_option("--rank", o->rank, "also print this rank's coordinates and process groups");
-  add_runner(plan, [o, plan] {
+  add_one_process_runner(plan, [o, plan] {
     STRATA_CHECK(o->world_size > 0, "strata plan: --world-size must be positive (got ", o->world_size, ")");
     std::vector<std::string> no_effect;
     StrataConfig cfg = StrataConfig::load(o->config, config_args(plan), &no_effect, own_flags(plan));

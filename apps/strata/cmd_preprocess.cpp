@@ -125,8 +125,8 @@ void register_preprocess(CLI::App& app) {
   pre->add_option("--json-keys", a->json_keys, "JSONL keys to tokenize (default: text)");
   pre->add_flag("--split-paragraphs", a->split_paragraphs, "plain text: one document per blank-line-separated paragraph");
   pre->add_flag("--append-eod", a->append_eod, "append the end-of-document token to every document");
-  pre->add_option("--workers", a->workers, "tokenizing threads")->check(CLI::PositiveNumber);
-  add_runner(pre, [a] { return run_preprocess(*a); });
+  pre->add_option("--workers", a->workers, "tokenizing threads, 1 to 1024")->check(CLI::Range(1, 1024));
+  add_one_process_runner(pre, [a] { return run_preprocess(*a); });
 }
 
 }  // namespace strata::app

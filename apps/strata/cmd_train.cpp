@@ -64,7 +64,10 @@ void register_train(CLI::App& app) {
       std::printf("%s", cfg.to_yaml().c_str());
       return 0;
     }
-    data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // model.vocab_size against the tokenizer, before allocation
+    // model.vocab_size against the tokenizer, and the tokenizer's vocabulary padded, before allocation.
+    const int64_t vocab = data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();
+    if (!cfg.model.vocab_size && !cfg.model.padded_vocab_size)
+      padded_vocab_size(vocab, cfg.model.make_vocab_size_divisible_by, cfg.parallel.tensor_model_parallel_size);
     training::check_checkpoint_paths(cfg, /*create_save=*/false);
     if (o->validate_only) {
       std::printf("strata train: %s is valid\n", o->config.empty() ? "the configuration" : o->config.c_str());

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/error.h"
+#include "parallel/distributed.h"
 #include "training/config/config.h"
 
 namespace strata::app {
@@ -15,6 +17,16 @@ std::vector<std::pair<CLI::App*, std::function<int()>>>& runners() {
 }  // namespace
 
 void add_runner(CLI::App* sub, std::function<int()> run) { runners().emplace_back(sub, std::move(run)); }
+
+void add_one_process_runner(CLI::App* sub, std::function<int()> run) {
+  add_runner(sub, [sub, run = std::move(run)] {
+    const std::optional<int64_t> world = launched_world_size();
+    STRATA_CHECK_KIND(ErrorKind::Config, world.value_or(1) <= 1, "strata ", sub->get_name(),
+                      " runs in one process, but the launcher started ", world.value_or(1),
+                      " (each would do the same work and write the same files): run it without mpirun or srun");
+    return run();
+  });
+}
 
 void clear_runners() { runners().clear(); }
 

@@ -20,6 +20,9 @@ void register_train(CLI::App& app);
 
 // Each register_* stores its runner here; run_selected() calls the one whose subcommand parsed.
 void add_runner(CLI::App* sub, std::function<int()> run);
+// The same for a command that runs in one process (generate, export, import, preprocess, plan):
+// under a launcher of several ranks it is refused once, by name, before doing anything.
+void add_one_process_runner(CLI::App* sub, std::function<int()> run);
 int run_selected(CLI::App& app);
 void clear_runners();  // forget the runners of a finished parse (strata_main)
 

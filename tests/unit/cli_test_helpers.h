@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -66,6 +67,13 @@ inline std::filesystem::path process_temp_dir(const std::string& prefix) {
   auto d = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));
   std::filesystem::create_directories(d);
   return d;
+}
+
+// Writes `text` to dir/name (binary, replacing it) and returns the path.
+inline std::string write_text_file(const std::filesystem::path& dir, const std::string& name, const std::string& text) {
+  const auto p = dir / name;
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+  return p.string();
 }
 
 }  // namespace strata::test

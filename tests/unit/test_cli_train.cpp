@@ -29,9 +29,7 @@ namespace {
 std::filesystem::path temp_dir() { return strata::test::process_temp_dir("strata_test_cli_"); }
 
 std::string write_file(const std::string& name, const std::string& text) {
-  const auto p = temp_dir() / name;
-  std::ofstream(p, std::ios::binary) << text;
-  return p.string();
+  return strata::test::write_text_file(temp_dir(), name, text);
 }
 
 const char* kGood = "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\nmodel:\n  num_layers: 2\n  hidden_size: 64\n"

@@ -43,8 +43,8 @@ std::string shown(const YAML::Node& n) {
 }  // namespace
 
 std::vector<std::string> architecture_differences(const std::string& saved_config_yaml, const StrataConfig& cfg) {
-  if (saved_config_yaml.empty()) return {};
-  YAML::Node saved, ours;
+  STRATA_INTERNAL_ASSERT(!saved_config_yaml.empty(), "architecture_differences without a saved config");
+  YAML::Node saved, ours, defaults;
   try {
     saved = YAML::Load(saved_config_yaml)["model"];
     ours = YAML::Load(cfg.to_yaml())["model"];
@@ -52,13 +52,20 @@ std::vector<std::string> architecture_differences(const std::string& saved_confi
     STRATA_THROW("checkpoint: the saved config is not valid YAML: ", e.what());
   }
   std::vector<std::string> out;
-  if (!saved || !saved.IsMap()) return out;
+  if (!saved || !saved.IsMap()) return {"the checkpoint's config has no model section"};
   for (const std::string& f : architecture_field_names()) {
-    const YAML::Node a = saved[f], b = ours[f];
+    YAML::Node a;
+    a.reset(saved[f]);
+    const YAML::Node b = ours[f];
     STRATA_INTERNAL_ASSERT(b.IsDefined(), "architecture field model.", f, " is not in the config table");
-    // Absent from the saved config (an older checkpoint), or not resolved yet in this one (a null
-    // model.vocab_size is the tokenizer's; the Trainer checks again once it is known).
-    if (!a.IsDefined() || b.IsNull()) continue;
+    // Not resolved yet in this run (a null model.vocab_size is the tokenizer's; the Trainer checks
+    // again once it is known).
+    if (b.IsNull()) continue;
+    // A field the saved config lacks (written before the field existed) held its default then.
+    if (!a.IsDefined()) {
+      if (!defaults.IsDefined() || defaults.IsNull()) defaults.reset(YAML::Load(StrataConfig().to_yaml())["model"]);
+      a.reset(defaults[f]);
+    }
     if (shown(a) != shown(b)) out.push_back("model." + f + ": the checkpoint has " + shown(a) + ", this run " + shown(b));
   }
   return out;
@@ -105,14 +112,23 @@ void check_vocabulary_padding(const std::string& saved_yaml, const StrataConfig&
 std::vector<std::string> check_checkpoint_architecture(const std::string& load_dir, int64_t iteration,
                                                        const StrataConfig& cfg) {
   const std::string saved = read_checkpoint_config(load_dir, iteration);
+  const std::string where = "'" + load_dir + "' (iteration " + std::to_string(iteration) + ")";
+  if (saved.empty()) {  // nothing to compare: refused unless the user says how to treat it
+    const std::string why = where + ": its manifest.json has no \"config\", so its model cannot be compared with this run's";
+    if (cfg.checkpoint.finetune) return {why};
+    if (cfg.checkpoint.allow_unchecked_architecture) return {};
+    throw config::ConfigError("checkpoint.load",
+                              why + ". Set checkpoint.finetune=true to load only the tensors the two models share, or "
+                                    "checkpoint.allow_unchecked_architecture=true to resume trusting that the models "
+                                    "are the same (the tensors' shapes are still checked)");
+  }
   const std::vector<std::string> diffs = architecture_differences(saved, cfg);
   if (diffs.empty() && !cfg.checkpoint.finetune) check_vocabulary_padding(saved, cfg, load_dir);
   if (diffs.empty() || cfg.checkpoint.finetune) return diffs;
   std::string list;
   for (const std::string& d : diffs) list += "\n  " + d;
   throw config::ConfigError("checkpoint.load",
-                            "'" + load_dir + "' (iteration " + std::to_string(iteration) +
-                                ") holds another model than this run's:" + list +
+                            where + " holds another model than this run's:" + list +
                                 "\nResume with the checkpoint's model, or set checkpoint.finetune=true to load only "
                                 "the tensors the two models share (each skipped tensor is listed)");
 }

@@ -70,11 +70,50 @@ bool resumes_from_save_directory(const StrataConfig& cfg) {
   return c.save && c.load && !c.finetune && same_directory(*c.load, *c.save);
 }
 
+void check_load_directory(const std::string& dir) {
+  const CheckpointDirectoryListing l = list_checkpoint_directory(dir);
+  const std::string tracker = (fs::path(dir) / kTrackerFile).string();
+  if (l.tracker && *l.tracker < 0)
+    throw config::ConfigError("checkpoint.load", "'" + tracker + "' is not an iteration number (a corrupt tracker "
+                                                 "file): write the iteration to resume from into it");
+  if (l.tracker || (l.iterations.empty() && l.foreign.empty())) return;
+  const std::string found = l.iterations.empty() ? "iter_* directories not written by Strata"
+                                                 : "iterations " + iteration_list(l.iterations);
+  std::string fix = "restore it";
+  if (!l.iterations.empty())
+    fix += " (write " + std::to_string(l.iterations.back()) + " into it to resume from the latest)";
+  throw config::ConfigError("checkpoint.load", "'" + dir + "' holds checkpoints (" + found + ") but no " +
+                                                   kTrackerFile + ", so it is not known which to resume: " + fix +
+                                                   ", or start a new run in another directory");
+}
+
+// Resuming from checkpoint.save: the iterations after the tracker's (a rolled-back tracker, or a
+// save interrupted before the tracker moved) are replaced as training reaches them. A run that does
+// not load the whole state would replace them with less than they hold: refused.
+void check_iterations_after_resume(const StrataConfig& cfg, const CheckpointDirectoryListing& l) {
+  const CheckpointConfig& c = cfg.checkpoint;
+  if (!l.tracker || !(c.no_load_optim || c.no_load_rng)) return;
+  std::vector<int64_t> later;
+  for (int64_t it : l.iterations)
+    if (it > *l.tracker) later.push_back(it);
+  if (later.empty()) return;
+  throw config::ConfigError(c.no_load_optim ? "checkpoint.no_load_optim" : "checkpoint.no_load_rng",
+                            "'" + *c.save + "' holds iterations " + iteration_list(later) + " after the one resumed (" +
+                                std::to_string(*l.tracker) + "); this run would replace them with checkpoints "
+                                "whose " + (c.no_load_optim ? "optimizer" : "RNG") + " state was not loaded. Save to "
+                                "another directory, or remove those iterations first");
+}
+
 void check_save_directory(const StrataConfig& cfg) {
   const CheckpointConfig& c = cfg.checkpoint;
   if (!c.save) return;
   const CheckpointDirectoryListing l = list_checkpoint_directory(*c.save);
-  if (!l.holds_checkpoints() || resumes_from_save_directory(cfg)) return;
+  if (!l.holds_checkpoints()) return;
+  if (resumes_from_save_directory(cfg)) {
+    check_load_directory(*c.save);
+    check_iterations_after_resume(cfg, l);
+    return;
+  }
   if (!c.overwrite) {
     std::string found = l.iterations.empty() ? "" : "iterations " + iteration_list(l.iterations);
     if (l.tracker && *l.tracker >= 0)

@@ -6,7 +6,9 @@
 //                         another run's checkpoints is refused unless this run resumes from it
 //                         (checkpoint.load is the same directory, not as a finetune) or
 //                         checkpoint.overwrite is set; a ConfigError naming checkpoint.save and
-//                         the iterations found.
+//                         the iterations found. A resume from it must find its tracker, and
+//                         one that does not load the whole state (no_load_optim, no_load_rng)
+//                         may not replace iterations saved after the resumed one.
 //   clean_checkpoint_directory  run by world rank 0 before a run's first save: removes the
 //                         interrupted saves' leftovers and, when replacing a previous run
 //                         (checkpoint.overwrite), that run's Strata iteration directories and
@@ -37,6 +39,11 @@ CheckpointDirectoryListing list_checkpoint_directory(const std::string& dir);
 // True when the run resumes from its own save directory (checkpoint.load is checkpoint.save and
 // not checkpoint.finetune): the directory's checkpoints are this run's.
 bool resumes_from_save_directory(const StrataConfig& cfg);
+
+// Before resuming from `dir`: a directory holding checkpoints but no tracker (deleted, or never
+// written) or an unreadable tracker is a ConfigError naming checkpoint.load and what it holds
+// (Megatron starts from scratch there, beside the old run's checkpoints).
+void check_load_directory(const std::string& dir);
 
 void check_save_directory(const StrataConfig& cfg);
 

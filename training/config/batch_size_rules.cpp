@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "core/logging.h"
+#include "parallel/distributed.h"
+
 namespace strata {
 
 using config::ConfigError;
@@ -11,8 +14,17 @@ using config::ConfigError;
 // Megatron's variable batch sizes: the step schedule replaces global_batch_size (Megatron refuses
 // both); the ramp-up grows to it and needs sample-based training (Megatron before the step
 // schedule: "expected no batch-size rampup for iteration-based training").
-void check_batch_size_schedule(const TrainingConfig& training, int64_t default_global_batch) {
+void check_batch_size_schedule(TrainingConfig& training, int64_t seq_length, int64_t default_global_batch) {
   if (training.step_batch_size_schedule) {
+    // Megatron sorts the entries; so does Strata, saying so once (the field keeps the sorted order,
+    // so a second validate() finds it in order).
+    const char* field = "training.step_batch_size_schedule";
+    if (auto sorted = step_batch_size_schedule_in_order(*training.step_batch_size_schedule, seq_length, field)) {
+      if (launched_rank().value_or(0) == 0)
+        log::warn("{} \"{}\" is not in increasing threshold order; it is used sorted, as Megatron sorts it: \"{}\"",
+                  field, *training.step_batch_size_schedule, *sorted);
+      training.step_batch_size_schedule = *sorted;
+    }
     if (!training.rampup_batch_size.empty())
       throw ConfigError("training.rampup_batch_size", "set together with training.step_batch_size_schedule; choose one");
     if (training.global_batch_size && *training.global_batch_size != default_global_batch)

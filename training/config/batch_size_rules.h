@@ -13,9 +13,10 @@
 
 namespace strata {
 
-// The step schedule replaces global_batch_size (Megatron refuses both); the ramp-up grows to it
-// and needs sample-based training. default_global_batch: micro_batch_size × dp.
-void check_batch_size_schedule(const TrainingConfig& training, int64_t default_global_batch);
+// The step schedule replaces global_batch_size (Megatron refuses both), and entries out of order
+// are sorted with a warning (rank 0); the ramp-up grows to it and needs sample-based training.
+// default_global_batch: micro_batch_size × dp.
+void check_batch_size_schedule(TrainingConfig& training, int64_t seq_length, int64_t default_global_batch);
 // train_iters from train_samples under the schedule (1000 when neither is set).
 void resolve_train_iters(TrainingConfig& training, const BatchSizeSchedule& schedule);
 // Every size the schedule gives against micro_batch_size × dp and the interleaved pipeline schedule.

@@ -2,6 +2,7 @@
 #include "training/config/batch_size_schedule.h"
 
 #include <algorithm>
+#include <sstream>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -139,19 +140,36 @@ int64_t parse_count(const std::string& text, const std::string& entry, const cha
 }
 }  // namespace
 
-BatchSizeSchedule::Steps parse_step_batch_size_schedule(const std::string& text, int64_t seq_length,
-                                                        const char* field) {
+namespace {
+// The schedule's THRESHOLD:BATCH_SIZE entries as written (separated by spaces or commas).
+std::vector<std::string> schedule_entries(const std::string& text) {
   std::string spaced = text;
   std::replace(spaced.begin(), spaced.end(), ',', ' ');
+  std::vector<std::string> entries;
+  std::istringstream in(spaced);
+  for (std::string entry; in >> entry;) entries.push_back(entry);
+  return entries;
+}
+}  // namespace
+
+std::optional<std::string> step_batch_size_schedule_in_order(const std::string& text, int64_t seq_length,
+                                                             const char* field) {
+  const std::vector<std::string> entries = schedule_entries(text);
+  const BatchSizeSchedule::Steps as_written = parse_step_batch_size_schedule(text, seq_length, field, false);
+  std::vector<size_t> order(entries.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return as_written[a].first < as_written[b].first; });
+  if (std::is_sorted(order.begin(), order.end())) return std::nullopt;
+  std::string sorted;
+  for (size_t k : order) sorted += (sorted.empty() ? "" : " ") + entries[k];
+  return sorted;
+}
+
+BatchSizeSchedule::Steps parse_step_batch_size_schedule(const std::string& text, int64_t seq_length,
+                                                        const char* field, bool sorted) {
   BatchSizeSchedule::Steps steps;
-  size_t i = 0;
-  while (i < spaced.size()) {
-    while (i < spaced.size() && std::isspace(static_cast<unsigned char>(spaced[i]))) ++i;
-    size_t j = i;
-    while (j < spaced.size() && !std::isspace(static_cast<unsigned char>(spaced[j]))) ++j;
-    if (j == i) break;
-    const std::string entry = spaced.substr(i, j - i);
-    i = j;
+  for (const std::string& entry : schedule_entries(text)) {
     const size_t colon = entry.find(':');
     if (colon == std::string::npos)
       throw ConfigError(field, "invalid entry '" + entry + "'; expected THRESHOLD:BATCH_SIZE");
@@ -162,6 +180,7 @@ BatchSizeSchedule::Steps parse_step_batch_size_schedule(const std::string& text,
     steps.push_back({tokens / seq_length, size});  // Megatron: thresholds in tokens // seq_length
   }
   if (steps.empty()) throw ConfigError(field, "has no THRESHOLD:BATCH_SIZE entry");
+  if (!sorted) return steps;
   std::stable_sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (steps.front().first != 0)
     throw ConfigError(field, "the first entry must have threshold 0, got " + std::to_string(steps.front().first) +

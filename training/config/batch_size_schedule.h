@@ -8,6 +8,7 @@
 // megatron/training/training.py (update_train_iters).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,7 +51,13 @@ class BatchSizeSchedule {
 // Thresholds are tokens, converted to samples by integer division by seq_length (Megatron passes
 // its --seq-length). Sorted by threshold; the first must be 0, thresholds strictly increasing,
 // sizes positive. Errors are config::ConfigError naming `field`.
+// sorted = false: the entries in the order written, unchecked (step_batch_size_schedule_in_order).
 BatchSizeSchedule::Steps parse_step_batch_size_schedule(const std::string& text, int64_t seq_length,
-                                                        const char* field);
+                                                        const char* field, bool sorted = true);
+
+// The schedule's entries reordered by increasing threshold (stable), as Megatron's
+// StepBatchsizeNumMicroBatchesCalculator sorts them; nullopt when they are already in order.
+std::optional<std::string> step_batch_size_schedule_in_order(const std::string& text, int64_t seq_length,
+                                                             const char* field);
 
 }  // namespace strata

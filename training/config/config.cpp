@@ -110,11 +110,18 @@ config::SectionFields<TrainingConfig> training_fields() {
   f.add("check_for_nan_in_loss_and_grad", &T::check_for_nan_in_loss_and_grad,
         "Check the gradient norm for NaN/Inf each step; a non-finite step is skipped, counted and logged "
         "with the first parameter whose gradient is not finite (Megatron stops instead: see exit_on_nan). "
-        "false: no check, as Megatron with bf16/fp32 (it skips only under fp16's loss scaler, which "
-        "Strata does not have): the step is applied with the non-finite gradients.");
+        "false: no check, as Megatron with bf16/fp32: the step is applied with the non-finite gradients. "
+        "Under fp16 the loss scaler skips a step with Inf/NaN gradients whatever this says, as Megatron's "
+        "does (docs/precision.md).");
   f.add("exit_on_nan", &T::exit_on_nan,
         "Exit with an error at the first non-finite step instead of skipping it (needs "
         "check_for_nan_in_loss_and_grad).");
+  f.add("max_consecutive_skipped_iterations", &T::max_consecutive_skipped_iterations,
+        "Stop the run with an error (exit code 1, no checkpoint written) after this many skipped iterations in "
+        "a row: an fp16 run whose loss scale is stuck at min_loss_scale, or NaN steps that keep coming. null: "
+        "never, as Megatron (a warning says when the loss scale reaches its minimum and steps still "
+        "overflow). The final summary gives the skipped count either way.")
+      .check(positive());
   f.add("exit_interval", &T::exit_interval, "Exit after the step whose number is a multiple of this. null: never.")
       .check(positive());
   f.add("exit_duration_in_mins", &T::exit_duration_in_mins,
@@ -224,7 +231,8 @@ config::SectionFields<CheckpointConfig> checkpoint_fields() {
   f.add("load", &C::load,
         "Directory to load a checkpoint from (its latest iteration). A path that does not exist is an error "
         "(unless it is also checkpoint.save: a job's first run); an existing directory without a checkpoint "
-        "trains from scratch with a warning. null: start from scratch.");
+        "trains from scratch with a warning; one holding iter_* directories but no latest_checkpointed_iteration.txt "
+        "is refused. null: start from scratch.");
   f.add("save_interval", &C::save_interval, "Save every this many steps (needs save). null: only at the end.")
       .check(positive());
   f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");
@@ -234,6 +242,10 @@ config::SectionFields<CheckpointConfig> checkpoint_fields() {
   f.add("overwrite", &C::overwrite,
         "Let a run that does not resume from checkpoint.save replace the Strata checkpoints already there "
         "(`strata train --overwrite`). false: such a directory is refused, naming the iterations it holds.");
+  f.add("allow_unchecked_architecture", &C::allow_unchecked_architecture,
+        "Resume from a checkpoint whose manifest has no model config (so its architecture cannot be compared "
+        "with this run's), trusting that the two models are the same; the tensors' shapes are still checked. "
+        "false: such a checkpoint is refused unless checkpoint.finetune.");
   return f;
 }
 
@@ -488,7 +500,7 @@ void validate_training(StrataConfig& c) {
   TrainingConfig& training = c.training;
   const ModelConfig& model = c.model;
   const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
-  check_batch_size_schedule(training, mbs * dp);
+  check_batch_size_schedule(training, model.seq_length, mbs * dp);
   if (!training.global_batch_size) training.global_batch_size = mbs * dp;
   const BatchSizeSchedule schedule = c.batch_size_schedule();
   resolve_train_iters(training, schedule);
@@ -696,6 +708,7 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   validate_logging(logging, m);
   validate_inference(inference, training);
   for (const auto& [name, validator] : config_validators()) validator(*this);
+  if (model.vocab_size) model.padded_vocab(parallel.tensor_model_parallel_size);  // a padding past int64 is refused
 }
 
 std::string StrataConfig::to_yaml() const {

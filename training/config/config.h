@@ -84,6 +84,7 @@ struct TrainingConfig {
   int64_t eval_iters = 100;
   bool check_for_nan_in_loss_and_grad = true;
   bool exit_on_nan = false;
+  std::optional<int64_t> max_consecutive_skipped_iterations;  // null: never stop for skips (Megatron)
   std::optional<int64_t> exit_interval;
   std::optional<int64_t> exit_duration_in_mins;
   bool calculate_per_token_loss = false;
@@ -135,6 +136,8 @@ struct CheckpointConfig {
   bool no_load_rng = false;
   bool finetune = false;
   bool overwrite = false;  // replace another run's checkpoints in `save` (training/checkpointing/checkpoint_directory.h)
+  // Resume from a checkpoint whose manifest has no model config to check (training/checkpointing/checkpoint_architecture.h).
+  bool allow_unchecked_architecture = false;
 };
 
 struct LoggingConfig {

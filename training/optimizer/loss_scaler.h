@@ -34,6 +34,9 @@ class LossScaler {
 
   double scale() const { return state_.scale; }
   bool is_dynamic() const { return dynamic_; }
+  // A dynamic scale that can drop no further (an overflow now only skips the step).
+  bool at_minimum() const { return dynamic_ && state_.scale <= min_scale_; }
+  double min_scale() const { return min_scale_; }
   // After a step: found_inf when its gradients held an Inf or NaN (the step was skipped).
   void update(bool found_inf);
   const LossScalerState& state() const { return state_; }
