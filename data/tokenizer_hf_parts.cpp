@@ -101,7 +101,7 @@ Pattern::~Pattern() = default;
 void Pattern::compile(const std::string& regex, const JsonNode& where) {
   source_ = regex;
   regex_ = std::make_unique<OnigRegex>(regex);
-  if (!regex_->error().empty()) where.fail("the regex \"" + regex + "\" is not supported: " + regex_->error());
+  if (!regex_->error().empty()) where.fail("the regex \"" + regex + "\" cannot be used: " + regex_->error());
 }
 
 std::vector<ByteRange> Pattern::find_all(std::string_view text) const {
