@@ -38,8 +38,10 @@
 // tokenizers tokenizers/src/utils/onig.rs; PCRE2 pcre2pattern(3).
 #include "data/onig_regex.h"
 
+#include <algorithm>
 #include <cctype>
-#include <stdexcept>
+#include <optional>
+#include <vector>
 
 #include "data/onig_regex_sets.h"
 #include "data/utf8.h"
@@ -262,8 +264,8 @@ std::optional<Translator::Interval> Translator::interval() {
   auto number = [&](int& value) {
     const size_t start = j;
     value = 0;
-    while (j < p_.size() && std::isdigit(static_cast<unsigned char>(p_[j])) && value <= 100000)
-      value = value * 10 + (p_[j++] - '0');
+    while (j < p_.size() && std::isdigit(static_cast<unsigned char>(p_[j])))
+      value = std::min(value * 10 + (p_[j++] - '0'), kMaxRepeat + 1);
     return j > start;
   };
   int low = 0, high = 0;
@@ -321,8 +323,13 @@ bool Translator::group(const Options& options) {
       if (!accept(")")) refuse("a comment (?# without ')'");
       return false;
     }
-    if (accept("=") || accept("!") || accept(">") || accept("<=") || accept("<!")) {
-      open = "(?" + std::string(p_.substr(i_ - (p_[i_ - 2] == '<' ? 2 : 1), p_[i_ - 2] == '<' ? 2 : 1));
+    const auto assertion = [&]() -> std::string_view {  // look-arounds and atomic groups, as PCRE2 writes them
+      for (std::string_view a : {"=", "!", ">", "<=", "<!"})
+        if (accept(a)) return a;
+      return {};
+    }();
+    if (!assertion.empty()) {
+      open = "(?" + std::string(assertion);
     } else if (c == '<' || c == '\'') {  // a named group: only the whole match is used
       const size_t close = p_.find(c == '<' ? '>' : '\'', i_ + 1);
       if (close == std::string_view::npos || close == i_ + 1) refuse("a group name without its end");
