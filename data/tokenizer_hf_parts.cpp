@@ -3,13 +3,12 @@
 // Reference: huggingface/tokenizers tokenizers/src/normalizers/{unicode,prepend,replace,utils}.rs,
 // pre_tokenizers/{byte_level,split,metaspace,digits,sequence}.rs, decoders/{byte_level,metaspace,
 // byte_fallback,fuse,strip,sequence}.rs, tokenizer/normalizer.rs (split behaviours), tokenizer/
-// pattern.rs (find_matches); Oniguruma doc/RE (\s).
-#define PCRE2_CODE_UNIT_WIDTH 8
+// pattern.rs (find_matches: empty matches are matches, an empty text has none).
 #include "data/tokenizer_hf_parts.h"
 
-#include <pcre2.h>
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -83,117 +82,43 @@ bool JsonNode::bool_or(const std::string& key, bool fallback) const {
 
 // ---- Pattern ------------------------------------------------------------------------------------
 
-namespace {
-
-// Oniguruma's \s in Unicode mode: U+0009..U+000D, U+0085 and the separators (Zs, Zl, Zp).
-constexpr std::string_view kOnigSpaceClassBody = "\\t\\n\\x0B\\f\\r\\x{85}\\p{Z}";
-
-// An Oniguruma pattern as PCRE2 reads it the same way (\s and \S get Oniguruma's class).
-std::string onig_to_pcre2(const std::string& pattern, const JsonNode& node) {
-  std::string out;
-  bool in_class = false;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    if (c == '\\' && i + 1 < pattern.size()) {
-      const char e = pattern[++i];
-      if (e == 's') {
-        out += in_class ? std::string(kOnigSpaceClassBody) : "[" + std::string(kOnigSpaceClassBody) + "]";
-      } else if (e == 'S') {
-        if (in_class) node.fail("\\S inside a character class is not supported");
-        out += "[^" + std::string(kOnigSpaceClassBody) + "]";
-      } else {
-        out += c;
-        out += e;
-      }
-      continue;
-    }
-    if (c == '[' && !in_class) {
-      in_class = true;
-      out += c;
-      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];  // a leading ']' is literal
-      continue;
-    }
-    if (c == ']' && in_class) in_class = false;
-    out += c;
-  }
-  return out;
-}
-
-}  // namespace
-
-Pattern::Pattern(const JsonNode& node) {
+Pattern::Pattern(const JsonNode& node) : file_(node.file()), path_(node.path()) {
   if (auto s = node.find("String")) {
     literal_ = s->str();
-    if (literal_.empty()) s->fail("an empty String pattern");
+    if (literal_.empty()) compile("", *s);  // `tokenizers` escapes it into a regex that matches everywhere
     return;
   }
   const JsonNode re = node.at("Regex");
   compile(re.str(), re);
 }
 
-Pattern::Pattern(const std::string& regex, const JsonNode& where) { compile(regex, where); }
-
-void Pattern::compile(const std::string& regex, const JsonNode& where) {
-  const std::string pcre = onig_to_pcre2(regex, where);
-  int error = 0;
-  PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pcre.data()), pcre.size(), PCRE2_UTF | PCRE2_UCP,
-                                   &error, &offset, nullptr);
-  if (!code) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(error, msg, sizeof msg);
-    where.fail("the regex does not compile at offset " + std::to_string(offset) + ": " + reinterpret_cast<char*>(msg));
-  }
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter where JIT is unavailable
-  code_ = code;
+Pattern::Pattern(const std::string& regex, const JsonNode& where) : file_(where.file()), path_(where.path()) {
+  compile(regex, where);
 }
 
-Pattern::~Pattern() {
-  if (code_) pcre2_code_free(static_cast<pcre2_code*>(code_));
+Pattern::~Pattern() = default;
+
+void Pattern::compile(const std::string& regex, const JsonNode& where) {
+  source_ = regex;
+  regex_ = std::make_unique<OnigRegex>(regex);
+  if (!regex_->error().empty()) where.fail("the regex \"" + regex + "\" cannot be used: " + regex_->error());
 }
 
 std::vector<ByteRange> Pattern::find_all(std::string_view text) const {
   std::vector<ByteRange> out;
-  if (!code_) {
+  if (text.empty()) return out;
+  if (!regex_) {
     for (size_t at = text.find(literal_); at != std::string_view::npos; at = text.find(literal_, at + literal_.size()))
       out.emplace_back(at, at + literal_.size());
     return out;
   }
-  auto* code = static_cast<pcre2_code*>(code_);
-  // One match block, match context and JIT stack per thread, shared by every pattern it runs.
-  struct MatchState {
-    pcre2_match_data* data = pcre2_match_data_create(64, nullptr);
-    pcre2_match_context* context = pcre2_match_context_create(nullptr);
-    pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-    MatchState() { pcre2_jit_stack_assign(context, nullptr, stack); }
-    ~MatchState() {
-      pcre2_jit_stack_free(stack);
-      pcre2_match_context_free(context);
-      pcre2_match_data_free(data);
-    }
-  };
-  thread_local MatchState state;
-  pcre2_match_data* md = state.data;
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t start = 0;
-  int rc = 0;
-  while (start <= text.size()) {
-    rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, state.context);
-    if (rc < 0) break;
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    if (ov[1] > ov[0]) {
-      out.emplace_back(ov[0], ov[1]);
-      start = ov[1];
-    } else {  // an empty match: move on by one character
-      size_t len = 1;
-      if (ov[0] >= text.size()) break;
-      decode_utf8(text, ov[0], len);
-      start = ov[0] + len;
-    }
+  if (const int rc = regex_->find_all(text, out); rc < 0) {
+    size_t cut = std::min<size_t>(text.size(), 80);
+    while (cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) ++cut;  // a whole character
+    STRATA_THROW_KIND(ErrorKind::Runtime, file_, ": at ", path_, ": the regex \"", source_, "\" failed on a text of ", text.size(),
+                      " bytes starting \"", utf8_replace_invalid(text.substr(0, cut)), cut < text.size() ? "…" : "",
+                      "\" (", OnigRegex::match_error_message(rc), ")");
   }
-  STRATA_CHECK(rc == PCRE2_ERROR_NOMATCH || rc >= 0 || start > text.size(),
-               "tokenizer: regex matching failed (PCRE2 error ", rc, ")");
   return out;
 }
 

@@ -1,8 +1,8 @@
 // The components of a Hugging Face tokenizer.json (data/tokenizer_hf.h builds a tokenizer from
 // them): the normalizers, pre-tokenizers, decoders and the BPE model, each built from its JSON
 // object and failing with the file and JSON path of anything it does not implement. Regex
-// patterns (Oniguruma syntax in `tokenizers`) run on PCRE2 with Unicode properties; `\s` and `\S`
-// are rewritten to Oniguruma's class (PCRE2's lacks U+0085). Normalization forms come from utf8proc.
+// patterns (Oniguruma syntax in `tokenizers`) are translated to PCRE2 (data/onig_regex.h), or
+// refused by name. Normalization forms come from utf8proc.
 // Reference: huggingface/tokenizers tokenizers/src/{normalizers,pre_tokenizers,decoders,models/bpe}
 // and tokenizer/normalizer.rs (NormalizedString::split, SplitDelimiterBehavior).
 #pragma once
@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "data/onig_regex.h"
 
 namespace strata::data::hf {
 
@@ -51,11 +53,8 @@ class JsonNode {
   std::shared_ptr<const std::string> file_;
 };
 
-// A byte range [begin, end) of a string.
-using ByteRange = std::pair<size_t, size_t>;
-
-// A compiled pattern: a "Regex" (PCRE2, UTF + UCP, JIT) or a "String" (a literal), as the
-// {"Regex": …} / {"String": …} objects of Split and Replace hold.
+// A compiled pattern: a "Regex" (Oniguruma syntax, run on PCRE2: data/onig_regex.h) or a
+// "String" (a literal), as the {"Regex": …} / {"String": …} objects of Split and Replace hold.
 class Pattern {
  public:
   explicit Pattern(const JsonNode& node);  // the {"Regex"|"String": text} object
@@ -63,13 +62,16 @@ class Pattern {
   ~Pattern();
   Pattern(const Pattern&) = delete;
   Pattern& operator=(const Pattern&) = delete;
-  // The non-overlapping matches, left to right (an empty match advances one character).
+  // The matches `tokenizers` finds (pattern.rs find_matches over onig's find_iter): left to right,
+  // non-overlapping, empty matches included; none in an empty text. A regex that fails to match
+  // (PCRE2's match limit) is an error naming the file, the JSON path and the text.
   std::vector<ByteRange> find_all(std::string_view text) const;
 
  private:
   void compile(const std::string& regex, const JsonNode& where);
   std::string literal_;
-  void* code_ = nullptr;  // pcre2_code_8*, null for a literal
+  std::unique_ptr<OnigRegex> regex_;  // null for a non-empty literal
+  std::string source_, file_, path_;  // the regex and where it is, for matching errors
 };
 
 // A piece of text on its way to the model, and whether it starts the input text (Metaspace's

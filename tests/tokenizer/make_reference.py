@@ -7,7 +7,10 @@ and writes what the packages make of a set of inputs, for Strata to reproduce to
     BOS template; Qwen2's regex with NFC; SentencePiece-style BPE with byte fallback as in the
     Llama-2 (Prepend/Replace normalizers) and Mistral (Metaspace) tokenizer.json files; and two
     files that exercise the remaining components (NFKC, Digits, ByteLevel's own regex, every
-    Split behaviour, lstrip/rstrip added tokens, Strip/Replace decoders);
+    Split behaviour, lstrip/rstrip added tokens, Strip/Replace decoders); and three whose Split and
+    Replace regexes use what Oniguruma reads otherwise than PCRE2 (empty matches such as \b and
+    (?=[A-Z]) under every behaviour and invert, \h, \v, ^ $ per line, (?m), isolated options, {n}?,
+    {,n}, \w and \b with the Latin-1 table, POSIX brackets, nested classes and &&, scripts);
   - `sentencepiece`: a BPE model with byte fallback in Llama-2's trainer settings, and a default
     unigram model.
 Inputs: the license corpus (/usr/share/common-licenses and /usr/share/doc/*/copyright, its raw
@@ -181,6 +184,57 @@ def splits(lines, out):
     return save_hf(tok, out, "</s>")
 
 
+def train_regex_splits(lines, splits, normalizer=None):
+    """Byte-level BPE after a sequence of regex Splits (pattern, behaviour, invert)."""
+    tok = Tokenizer(models.BPE())
+    if normalizer:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(p), behavior=b, invert=inv) for p, b, inv in splits] +
+        [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=VOCAB_SIZE, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.add_special_tokens(["</s>"])
+    return tok
+
+
+def regex_empty(lines, out):
+    """Empty matches: word boundaries, look-aheads and line anchors under every behaviour and invert."""
+    return save_hf(train_regex_splits(lines, [
+        (r"\b", "isolated", False),
+        (r"(?=\p{Lu})", "merged_with_previous", False),
+        (r"(?<=[.,;])", "merged_with_next", False),
+        (r"$", "contiguous", False),
+        (r"\B", "merged_with_previous", True),
+        (r"(?=,)", "removed", False),
+        (r"(?=[A-Z])", "merged_with_next", True),
+        (r"x*", "contiguous", True),
+    ], normalizers.Replace(Regex(r"(?<=\d)(?=(?:\d{3})+\b)"), "\u00b7")), out, "</s>")
+
+
+def regex_escapes(lines, out):
+    """\h, \v, ^ $, (?m), isolated options, quantifiers, \w/\b and POSIX brackets, classes, scripts."""
+    return save_hf(train_regex_splits(lines, [
+        (r"\h{2,}|\H\v", "isolated", False),
+        (r"(?m)^.|.$", "merged_with_next", False),
+        (r"a(?i)n|the", "isolated", False),
+        (r"(?x) \d{2}? \. | o{,2}n # comment", "contiguous", False),
+        (r"\w{3,2}|[[:punct:]&&[^.,]]+", "merged_with_previous", False),
+        (r"[\p{Greek}\p{Cyrillic}[\u05d0-\u05ea]]+|\p{Han}", "isolated", False),
+    ], normalizers.Replace(Regex(r"(?i)\bCOPYRIGHT\b|\x{2014}"), "(c)")), out, "</s>")
+
+
+def regex_classes(lines, out):
+    """POSIX brackets and properties (Oniguruma's sets), negated and nested classes, inverted splits."""
+    return save_hf(train_regex_splits(lines, [
+        (r"[[:alpha:]]+|[[:digit:]]+", "removed", True),
+        (r"[^\w\s]|\p{Punct}", "isolated", False),
+        (r"[[:space:][:cntrl:]]+", "merged_with_next", False),
+        (r"[\w&&[^\d_]]{6,}", "isolated", True),
+    ]), out, "</s>")
+
+
 def add_byte_fallback_vocab(spec):
     """<0x00>..<0xFF> in the model's vocabulary after <unk> <s> </s>, as in Llama-2's tokenizer.json."""
     vocab = spec["model"]["vocab"]
@@ -320,6 +374,9 @@ def main():
     hf_reference(out, 'components', tok, "<|endoftext|>", None, inputs)
     tok = splits(lines, os.path.join(out, 'splits'))
     hf_reference(out, 'splits', tok, "</s>", None, inputs)
+    for name, make in (('regex_empty', regex_empty), ('regex_escapes', regex_escapes), ('regex_classes', regex_classes)):
+        tok = make(lines, os.path.join(out, name))
+        hf_reference(out, name, tok, "</s>", None, inputs)
     sp_bpe = train_sentencepiece_bpe(lines)
     tok = llama2_hf(sp_bpe, os.path.join(out, 'llama2_hf'))
     hf_reference(out, 'llama2_hf', tok, "</s>", "<s>", inputs)
