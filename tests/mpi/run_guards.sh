@@ -98,6 +98,11 @@ once "$work/spm.txt" "bad.model is not a SentencePiece model"
 must_fail "$work/vocab.txt" train training.train_iters=2 data.mock_data=false "data.data_path=[$work/bytes_text_document]" \
   data.split=1 data.tokenizer_type=NullTokenizer model.vocab_size=40
 once "$work/vocab.txt" "token id|vocab"
+cp "$work/bytes_text_document.idx" "$work/nobin_text_document.idx"  # an index without its .bin
+must_fail "$work/nobin.txt" train training.train_iters=2 data.mock_data=false "data.data_path=[$work/nobin_text_document]" \
+  data.split=1
+once "$work/nobin.txt" "nobin_text_document.bin"
+
 # One-process commands under a launcher: refused once, before doing anything (generate would print
 # the same text from every rank, interleaved; export and preprocess would write the same files).
 must_fail "$work/generate.txt" "$mpirun_sh" -np 2 "$strata" generate --load "$ckpt" --prompt-ids 1,2,3 \

@@ -111,7 +111,7 @@ TEST_CASE("messages: an fp16 run stuck at its minimum loss scale is warned about
   fs::remove_all(ckpt);
 }
 
-TEST_CASE("messages: preprocess errors name the file and line; --workers 0 names the range",
+TEST_CASE("messages: preprocess errors name the file and line, and --workers 0 names the range",
           "[cli_train][messages]") {
   const std::string input = write_file("null_ids.txt", "1 2 3\n\n4 5\n6 seven 8\n\n9\n");
   const std::string prefix = (temp_dir() / "null_ids" / "out").string();
