@@ -17,6 +17,7 @@
 #include "data/tokenizer_hf.h"
 #include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint.h"
+#include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
 #include "training/config/model_factory.h"
 #include "training/checkpointing/tensor_file.h"
@@ -238,7 +239,8 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   const fs::path dir(hf_dir);
   const fs::path config_path = dir / "config.json";
   STRATA_CHECK(fs::exists(config_path), "import --hf: ", config_path.string(), " is missing");
-  const ImportedConfig ic = model_config_from_json(parse_json(config_path, "import --hf"), config_path.string());
+  const ImportedConfig ic = model_config_from_json(
+      detail::parse_config_json(read_text(config_path, "import --hf"), config_path.string()), config_path.string());
 
   std::string file;
   const std::map<std::string, Tensor> hf_tensors = read_hf_tensors(dir, file);
