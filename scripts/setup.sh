@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs every Debian package the build and tests need (idempotent, safe to re-run).
 # The CUDA toolkit, cuBLAS, cuDNN and NCCL are expected under /usr/local/cuda when present;
-# without them the build is CPU-only. Python packages Debian lacks (the `tokenizers` reference of
-# the tokenizer tests) go into .pyenv/, a virtual environment over Debian's /usr/bin/python3.
+# without them the build is CPU-only. Python packages Debian lacks go into .pyenv/, a virtual
+# environment over Debian's /usr/bin/python3: `tokenizers` (the tokenizer tests' reference) and
+# `transformers` + `safetensors` (the HF import/export tests write config.json with transformers'
+# own config classes and load the exports back with them; no torch).
 #   scripts/setup.sh           build + test dependencies
 #   scripts/setup.sh --bench   also the Python reference stack (torch)
 set -euo pipefail
@@ -39,9 +41,13 @@ fi
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pyenv="$root/.pyenv"
-pip_packages=(tokenizers==0.23.3)
-if ! "$pyenv/bin/python" -c "import tokenizers, sentencepiece, numpy" 2>/dev/null; then
-  echo "setup: creating $pyenv with ${pip_packages[*]}"
-  /usr/bin/python3 -m venv --system-site-packages "$pyenv"
+# transformers: the newest 5.x for Python 3.11; docs/formats.md names it as the version exports are
+# written for (tests/hf/hf_transformers_config.py checks that it loads them).
+pip_packages=(tokenizers==0.23.3 transformers==5.25.0 safetensors==0.8.0)
+have="$("$pyenv/bin/python" -c "import tokenizers, sentencepiece, numpy, safetensors, transformers
+print(tokenizers.__version__, transformers.__version__, safetensors.__version__)" 2>/dev/null || true)"
+if [[ "$have" != "0.23.3 5.25.0 0.8.0" ]]; then
+  echo "setup: making $pyenv with ${pip_packages[*]}"
+  [[ -x "$pyenv/bin/python" ]] || /usr/bin/python3 -m venv --system-site-packages "$pyenv"
   "$pyenv/bin/python" -m pip install -q --disable-pip-version-check "${pip_packages[@]}"
 fi

@@ -18,6 +18,10 @@ transformers computes it:
          moe_intermediate_size.
   GPT-2: LayerNorm, Conv1D (x @ W + b with W [in, out]), c_attn split q | k | v, causal attention
          scaled by 1/sqrt(d), gelu_new (tanh) / gelu (erf) MLP, learned positions, tied lm_head.
+config.json in the Hub's older spelling (top-level rope_theta / rope_scaling, Qwen3-MoE's num_experts)
+or transformers 5's (rope_parameters, num_local_experts) is read as transformers 5 reads it
+(modeling_rope_utils.py RotaryEmbeddingConfigMixin: the RoPE dict is `rope_scaling or
+rope_parameters`, its rope_theta else the top-level one else the family's default_theta).
 Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py,
 models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py, models/gpt2/modeling_gpt2.py,
 pytorch_utils.py (Conv1D), activations.py (NewGELUActivation).
@@ -111,18 +115,34 @@ def sparse_moe(x, g, prefix, names, num_experts, top_k, renormalise):
     return out
 
 
+def num_experts(cfg):
+    """num_local_experts (Mixtral; Qwen3-MoE since transformers 5) or num_experts (older Qwen3-MoE)."""
+    return cfg["num_local_experts"] if "num_local_experts" in cfg else cfg["num_experts"]
+
+
+def rope_settings(cfg):
+    """(rope_theta, the RoPE dict) as RotaryEmbeddingConfigMixin standardises them."""
+    rope = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+    default_theta = 1e6 if cfg.get("model_type") == "mixtral" else 1e4
+    theta = rope.get("rope_theta", cfg.get("rope_theta", default_theta))
+    rope.setdefault("rope_type", rope.get("type", "default"))
+    if rope["rope_type"] == "llama3":
+        rope.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
+    return theta, rope
+
+
 def mlp_block(cfg, g, i, m):
     """The MLP of decoder layer i on the normalised input m [s, h], as the family builds it."""
     kind = cfg.get("model_type")
     p = "model.layers.%d." % i
     if kind == "mixtral":
-        return sparse_moe(m, g, p + "block_sparse_moe.", ("w1", "w3", "w2"), cfg["num_local_experts"],
+        return sparse_moe(m, g, p + "block_sparse_moe.", ("w1", "w3", "w2"), num_experts(cfg),
                           cfg.get("num_experts_per_tok", 2), True)
     if kind == "qwen3_moe":
-        sparse = (i not in (cfg.get("mlp_only_layers") or []) and cfg["num_experts"] > 0
+        sparse = (i not in (cfg.get("mlp_only_layers") or []) and num_experts(cfg) > 0
                   and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
         if sparse:
-            return sparse_moe(m, g, p + "mlp.", ("gate_proj", "up_proj", "down_proj"), cfg["num_experts"],
+            return sparse_moe(m, g, p + "mlp.", ("gate_proj", "up_proj", "down_proj"), num_experts(cfg),
                               cfg.get("num_experts_per_tok", 8), cfg.get("norm_topk_prob", False))
     return silu_mlp(m, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
 
@@ -145,17 +165,16 @@ def llama_forward(cfg, t, ids):
     h = cfg["hidden_size"]
     nh = cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads") or nh
-    hd = cfg.get("head_dim") or h // nh
+    hd = cfg.get("head_dim", 128 if cfg.get("model_type") == "qwen3" else None) or h // nh  # Qwen3Config: 128
     eps = cfg.get("rms_norm_eps", 1e-6)
-    theta = cfg.get("rope_theta", 10000.0)
+    theta, rs = rope_settings(cfg)
     s = len(ids)
     x = g("model.embed_tokens.weight")[ids]
     inv_freq = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    rs = cfg.get("rope_scaling")
-    if rs is not None:
-        if rs.get("rope_type", rs.get("type")) != "llama3":
-            sys.exit("hf_reference.py: rope_scaling %r is not implemented here" % (rs,))
+    if rs["rope_type"] == "llama3":
         inv_freq = llama3_scaled(inv_freq, rs)
+    elif rs["rope_type"] != "default":
+        sys.exit("hf_reference.py: RoPE %r is not implemented here" % (rs,))
     freqs = np.arange(s, dtype=np.float64)[:, None] * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)  # [s, hd]
     cos, sin = np.cos(emb)[None], np.sin(emb)[None]

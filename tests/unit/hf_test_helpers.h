@@ -1,10 +1,14 @@
 // Helpers for the Hugging Face export/import tests (test_hf_export.cpp, test_hf_import.cpp,
 // test_hf_moe.cpp): small Llama / Qwen3 / GPT-2 / Mixtral / Qwen3-MoE configs, random checkpoints of
-// them, and running the scripts under tests/hf with /usr/bin/python3.
+// them, running the scripts under tests/hf with /usr/bin/python3 (the numpy reference) or with the
+// project's .pyenv/bin/python (transformers' own config classes: hf_transformers_config.py), and
+// comparing logits.
 #pragma once
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +19,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/gpt/gpt_model.h"
 #include "test_helpers.h"
@@ -63,6 +68,58 @@ inline std::optional<std::string> run_script(const char* script, const std::stri
   INFO(cmd << "\n" << out);
   REQUIRE(status == 0);
   return out;
+}
+
+// Logits [s][padded vocab] of the HF directory for `ids` from tests/hf/<script>.
+inline std::optional<std::vector<std::vector<double>>> script_logits(const char* script, const fs::path& hf_dir,
+                                                              const std::vector<int64_t>& ids) {
+  std::string ids_text;
+  for (int64_t i : ids) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(i);
+  const std::optional<std::string> out = run_script(script, hf_dir.string() + " " + ids_text);
+  if (!out) return std::nullopt;
+  // transformers may log warnings before the JSON line: parse the last line.
+  std::string line = *out;
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  line = line.substr(line.find_last_of('\n') == std::string::npos ? 0 : line.find_last_of('\n') + 1);
+  return nlohmann::json::parse(line).at("logits").get<std::vector<std::vector<double>>>();
+}
+
+// max |a - b| over the first `v` columns of s rows; b row-major [s, v].
+inline double max_logit_diff(const std::vector<std::vector<double>>& a, const std::vector<double>& b, int64_t v,
+                      double* max_abs = nullptr) {
+  double d = 0, m = 0;
+  for (size_t t = 0; t < a.size(); ++t)
+    for (int64_t j = 0; j < v; ++j) {
+      d = std::max(d, std::abs(a[t][static_cast<size_t>(j)] - b[t * static_cast<size_t>(v) + static_cast<size_t>(j)]));
+      m = std::max(m, std::abs(a[t][static_cast<size_t>(j)]));
+    }
+  if (max_abs) *max_abs = m;
+  return d;
+}
+
+// The Python of the project's setup (scripts/setup.sh: .pyenv with transformers and safetensors).
+inline fs::path pyenv_python() { return fs::path(STRATA_SOURCE_DIR) / ".pyenv" / "bin" / "python"; }
+
+// Runs .pyenv/bin/python tests/hf/hf_transformers_config.py args… and returns the JSON of its last
+// line. A missing .pyenv or transformers fails the test (scripts/setup.sh installs them): the
+// transformers checks never pass by being skipped.
+inline nlohmann::json transformers_config(const std::string& args) {
+  INFO("run scripts/setup.sh: it makes .pyenv with transformers " << hf::kTransformersVersion << " and safetensors");
+  REQUIRE(fs::exists(pyenv_python()));
+  const std::string cmd =
+      pyenv_python().string() + " " + hf_script("hf_transformers_config.py").string() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  INFO(cmd << "\n" << out);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return nlohmann::json::parse(out.substr(out.find_last_of('\n') == std::string::npos ? 0 : out.find_last_of('\n') + 1));
 }
 
 inline nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(std::ifstream(p)); }

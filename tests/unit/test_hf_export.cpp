@@ -43,33 +43,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Logits [s][padded vocab] of the HF directory for `ids` from tests/hf/<script>.
-std::optional<std::vector<std::vector<double>>> script_logits(const char* script, const fs::path& hf_dir,
-                                                              const std::vector<int64_t>& ids) {
-  std::string ids_text;
-  for (int64_t i : ids) ids_text += (ids_text.empty() ? "" : ",") + std::to_string(i);
-  const std::optional<std::string> out = run_script(script, hf_dir.string() + " " + ids_text);
-  if (!out) return std::nullopt;
-  // transformers may log warnings before the JSON line: parse the last line.
-  std::string line = *out;
-  while (!line.empty() && line.back() == '\n') line.pop_back();
-  line = line.substr(line.find_last_of('\n') == std::string::npos ? 0 : line.find_last_of('\n') + 1);
-  return nlohmann::json::parse(line).at("logits").get<std::vector<std::vector<double>>>();
-}
-
-// max |a - b| over the first `v` columns of s rows; b row-major [s, v].
-double max_logit_diff(const std::vector<std::vector<double>>& a, const std::vector<double>& b, int64_t v,
-                      double* max_abs = nullptr) {
-  double d = 0, m = 0;
-  for (size_t t = 0; t < a.size(); ++t)
-    for (int64_t j = 0; j < v; ++j) {
-      d = std::max(d, std::abs(a[t][static_cast<size_t>(j)] - b[t * static_cast<size_t>(v) + static_cast<size_t>(j)]));
-      m = std::max(m, std::abs(a[t][static_cast<size_t>(j)]));
-    }
-  if (max_abs) *max_abs = m;
-  return d;
-}
-
 const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5};
 
 void check_against_reference(GPTModel& model, const fs::path& hf_dir) {
@@ -157,7 +130,7 @@ TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2, f32, bf
           CHECK(ex.family == f);
           CHECK(ex.iteration == 7);
           const auto cj = nlohmann::json::parse(std::ifstream(dir / "hf" / "config.json"));
-          CHECK(cj.at("torch_dtype") == (prec == Precision::Bf16 ? "bfloat16" : "float32"));
+          CHECK(cj.at("dtype") == (prec == Precision::Bf16 ? "bfloat16" : "float32"));  // transformers 5's key
           CHECK(cj.at("vocab_size") == 257);  // the tokenizer's vocabulary, not Megatron's padded 320
           CHECK(cj.at("tie_word_embeddings") == tied);
           CHECK(cj.at("eos_token_id") == 256);
@@ -258,7 +231,7 @@ TEST_CASE("hf reference: Llama with GQA, head_dim unlike hidden/heads, untied, a
   reference_case(cfg, "llama", 21, [](const nlohmann::json& j) { CHECK(j.at("head_dim") == 12); });
 }
 
-// Megatron's --use-rope-scaling exported as transformers' "llama3" rope_scaling: head dim 8 at base
+// Megatron's --use-rope-scaling exported as transformers' "llama3" rope_parameters: head dim 8 at base
 // 500000 has frequencies with wavelengths 6, 167, 4443 (smoothed) and 118,000 (divided by the
 // factor), so every regime of the scaling enters the logits; and the config imports back.
 TEST_CASE("hf reference: Llama 3.1 RoPE scaling (llama3 rope_type)", "[hf]") {
@@ -268,17 +241,25 @@ TEST_CASE("hf reference: Llama 3.1 RoPE scaling (llama3 rope_type)", "[hf]") {
   cfg.model.use_rope_scaling = true;
   cfg.model.rope_scaling_factor = 8.0;
   reference_case(cfg, "llama3_rope_scaling", 26, [](const nlohmann::json& j) {
-    CHECK(j.at("rope_scaling").at("rope_type") == "llama3");
-    CHECK(j.at("rope_scaling").at("factor") == 8.0);
-    CHECK(j.at("rope_scaling").at("original_max_position_embeddings") == 8192);
+    CHECK(j.at("rope_parameters").at("rope_type") == "llama3");
+    CHECK(j.at("rope_parameters").at("rope_theta") == 500000.0);
+    CHECK(j.at("rope_parameters").at("factor") == 8.0);
+    CHECK(j.at("rope_parameters").at("original_max_position_embeddings") == 8192);
     const hf::ImportedConfig back = hf::model_config_from_json(j, "config.json");
     CHECK(back.model.use_rope_scaling);
     CHECK(back.model.rope_scaling_factor == 8.0);
     nlohmann::json yarn = j;
-    yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-    CHECK_THROWS_WITH(hf::model_config_from_json(yarn, "config.json"), Contains("rope_scaling") && Contains("not supported"));
+    yarn["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+    CHECK_THROWS_WITH(hf::model_config_from_json(yarn, "config.json"),
+                      Contains("rope_parameters") && Contains("not supported"));
+    yarn["rope_scaling"] = {{"type", "dynamic"}, {"factor", 4.0}};  // the older key wins, as in transformers
+    CHECK_THROWS_WITH(hf::model_config_from_json(yarn, "config.json"),
+                      Contains("rope_scaling") && Contains("dynamic") && Contains("not supported"));
+    nlohmann::json partial = j;
+    partial["rope_parameters"]["partial_rotary_factor"] = 0.5;
+    CHECK_THROWS_WITH(hf::model_config_from_json(partial, "config.json"), Contains("partial_rotary_factor 0.5"));
     nlohmann::json other = j;
-    other["rope_scaling"]["high_freq_factor"] = 2.0;
+    other["rope_parameters"]["high_freq_factor"] = 2.0;
     CHECK_THROWS_WITH(hf::model_config_from_json(other, "config.json"), Contains("high_freq_factor 4"));
   });
 }

@@ -2,7 +2,9 @@
 // extra / wrong-shaped tensors, an untied lm_head under tie_word_embeddings, corrupt or missing
 // files (each message names the tensor or file); base-model names and HF buffers accepted;
 // `strata export` / `strata import` / `strata generate --score` / `strata train … finetune` end to end;
-// an export into a directory that holds files needs --force.
+// an export into a directory that holds files needs --force; export --iteration refuses negative
+// and names the iterations that exist; shard paths of model.safetensors.index.json (and a checkpoint
+// manifest's files) that leave their directory are refused; a failed import leaves nothing.
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,6 +91,74 @@ TEST_CASE("hf import: missing, extra and wrong-shaped tensors name the tensor an
   CHECK_NOTHROW(hf::import_checkpoint(hf_dir.string(), save));
   CHECK(fs::exists(dir / "out" / "iter_0000000" / "model_rank_0000.safetensors"));
   CHECK(*read_checkpoint_tracker(save) == 0);
+  fs::remove_all(dir);
+}
+
+// A crafted model.safetensors.index.json must not make import open files elsewhere: absolute paths,
+// ".." and symlinks leading out are refused, naming the index and the entry, before any shard is read.
+TEST_CASE("hf import: shard paths outside the directory are refused, naming the index and the entry", "[hf]") {
+  const fs::path dir = exported(hf::Family::Llama, false, "shard_paths");
+  const fs::path hf_dir = dir / "hf";
+  const std::string index = (hf_dir / "model.safetensors.index.json").string();
+  // A real sharded directory first: the tensors split over two files, one in a subfolder.
+  std::map<std::string, Tensor> all, first, second;
+  for (auto& [n, v] : formats::read_safetensors((hf_dir / "model.safetensors").string()).tensors) all[n] = v.clone();
+  nlohmann::json map = nlohmann::json::object();
+  for (const auto& [n, v] : all) {
+    const bool one = n.find("layers.1.") == std::string::npos;
+    (one ? first : second)[n] = v;
+    map[n] = one ? "model-00001-of-00002.safetensors" : "shards/model-00002-of-00002.safetensors";
+  }
+  fs::remove(hf_dir / "model.safetensors");
+  fs::create_directories(hf_dir / "shards");
+  formats::write_safetensors((hf_dir / "model-00001-of-00002.safetensors").string(), first, {{"format", "pt"}});
+  formats::write_safetensors((hf_dir / "shards" / "model-00002-of-00002.safetensors").string(), second,
+                             {{"format", "pt"}});
+  auto write_index = [&](const nlohmann::json& m) { std::ofstream(index) << nlohmann::json{{"weight_map", m}}.dump(1); };
+  write_index(map);
+  CHECK_NOTHROW(hf::import_checkpoint(hf_dir.string(), (dir / "good").string()));
+
+  // The same tensors outside the directory, reached three ways.
+  fs::create_directories(dir / "elsewhere");
+  fs::copy_file(hf_dir / "shards" / "model-00002-of-00002.safetensors", dir / "elsewhere" / "s.safetensors");
+  fs::create_directory_symlink(dir / "elsewhere", hf_dir / "link");
+  const std::string entry = "model.layers.1.mlp.up_proj.weight";
+  const std::pair<std::string, std::string> bad[] = {
+      {"../../../../etc/passwd", "climbs out with '..'"},
+      {"shards/../../elsewhere/s.safetensors", "climbs out with '..'"},
+      {(dir / "elsewhere" / "s.safetensors").string(), "an absolute path"},
+      {"link/s.safetensors", "through a symlink"},
+  };
+  for (const auto& [path, why] : bad) {
+    DYNAMIC_SECTION(path) {
+      nlohmann::json m = map;
+      m[entry] = path;
+      write_index(m);
+      CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), (dir / "bad").string()),
+                        Contains(index) && Contains("weight_map entry '" + entry + "'") && Contains(path) &&
+                            Contains(why));
+      CHECK_FALSE(fs::exists(dir / "bad"));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: a manifest's files outside the iteration directory are refused", "[hf][checkpoint]") {
+  const fs::path dir = fresh_dir("manifest_paths");
+  StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
+  save_random_checkpoint(cfg, dir / "ckpt", 4);
+  const fs::path manifest = dir / "ckpt" / "iter_0000007" / "manifest.json";
+  nlohmann::json m = read_json(manifest);
+  const std::string evil = "../../elsewhere/model_rank_0000.safetensors";
+  fs::create_directories(dir / "elsewhere");
+  fs::copy_file(dir / "ckpt" / "iter_0000007" / "model_rank_0000.safetensors", dir / "elsewhere" / "model_rank_0000.safetensors");
+  m["files"][evil] = m["files"]["model_rank_0000.safetensors"];
+  for (auto& t : m["tensors"])
+    for (auto& piece : t["pieces"])
+      if (piece["file"] == "model_rank_0000.safetensors") piece["file"] = evil;
+  std::ofstream(manifest) << m.dump(1);
+  CHECK_THROWS_WITH(hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string()),
+                    Contains(manifest.string()) && Contains(evil) && Contains("climbs out with '..'"));
   fs::remove_all(dir);
 }
 
@@ -196,7 +266,12 @@ TEST_CASE("hf cli: export, import, generate --score and finetune from the import
   CHECK_THAT(r.err, Contains("--format 'onnx' is not supported"));
   r = run_cli({"export", "--load", ckpt, "--format", "hf", "--out", hf_dir, "--iteration", "3"});
   CHECK(r.rc == 1);
-  CHECK_THAT(r.err, Contains("iter_0000003"));
+  CHECK_THAT(r.err, Contains("no checkpoint at iteration 3") && Contains("iter_0000003 is missing") &&
+                        Contains("it holds iter_0000007"));
+  r = run_cli({"export", "--load", ckpt, "--format", "hf", "--out", hf_dir, "--iteration", "-1"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("--iteration must be >= 0, got -1"));
+  CHECK_FALSE(fs::exists(dir / "hf"));
   r = run_cli({"export", "--load", (dir / "none").string(), "--format", "hf", "--out", hf_dir});
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("is not a directory"));
@@ -287,7 +362,10 @@ TEST_CASE("hf import keeps the directory's tokenizer.json, which generate and ex
   const hf::ImportResult r =
       hf::import_checkpoint(hf_dir.string(), (dir / "imported").string(), {"training.device=cpu"});
   CHECK(r.config.data.tokenizer_type == TokenizerType::HuggingFaceTokenizer);
-  CHECK(file_bytes(dir / "imported" / "tokenizer" / "tokenizer.json") == file_bytes(hf_dir / "tokenizer.json"));
+  // The save keeps a copy in the iteration (training/checkpointing/checkpoint_tokenizer.h).
+  CHECK(file_bytes(dir / "imported" / "iter_0000000" / "tokenizer" / "tokenizer.json") ==
+        file_bytes(hf_dir / "tokenizer.json"));
+  CHECK_FALSE(fs::exists(dir / "imported" / "tokenizer"));
   // generate --prompt on the import needs no extra flag: the checkpoint's config names the files.
   const generation::LoadedModel lm = generation::load_for_inference((dir / "imported").string());
   CHECK(lm.tokenizer->name() == "HuggingFaceTokenizer");
@@ -300,10 +378,14 @@ TEST_CASE("hf import keeps the directory's tokenizer.json, which generate and ex
   const nlohmann::json config = read_json(dir / "again" / "config.json");
   CHECK(config["bos_token_id"] == 1);
   CHECK(config["eos_token_id"] == 2);
-  // A broken tokenizer file fails the import, naming the file, before a checkpoint is written.
+  // A broken tokenizer file fails the import, naming the directory's file (not a copy), and leaves
+  // nothing behind.
   std::ofstream(hf_dir / "tokenizer.json") << "{\"model\": ";
   CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), (dir / "broken").string(), {"training.device=cpu"}),
-                    Contains("tokenizer.json: not valid JSON"));
-  CHECK(!fs::exists(dir / "broken" / "latest_checkpointed_iteration.txt"));
+                    Contains((hf_dir / "tokenizer.json").string() + ": not valid JSON"));
+  CHECK_FALSE(fs::exists(dir / "broken"));
+  fs::create_directories(dir / "broken");  // an existing --save directory is left as it was
+  CHECK_THROWS(hf::import_checkpoint(hf_dir.string(), (dir / "broken").string(), {"training.device=cpu"}));
+  CHECK(fs::is_empty(dir / "broken"));
   fs::remove_all(dir);
 }

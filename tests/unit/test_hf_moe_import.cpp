@@ -54,9 +54,10 @@ TEST_CASE("hf moe import: MoE config.json keys and expert tensors are checked, n
       {[](auto& j) { j["mlp_only_layers"] = {5}; }, "mlp_only_layers entry 5 is not a layer id in [0, 2)"},
       {[](auto& j) { j["mlp_only_layers"] = {0, 1}; }, "leave no MoE layer"},
       {[](auto& j) { j["shared_expert_intermediate_size"] = 64; }, "shared_expert_intermediate_size 64"},
-      {[](auto& j) { j["num_experts_per_tok"] = 5; }, "num_experts_per_tok 5 is not in [1, num_experts 4]"},
+      {[](auto& j) { j["num_experts_per_tok"] = 5; }, "num_experts_per_tok 5 is not in [1, num_local_experts 4]"},
       {[](auto& j) { j["num_experts_per_tok"] = 1; }, "num_experts_per_tok 1 with norm_topk_prob=true"},
       {[](auto& j) { j.erase("moe_intermediate_size"); }, "config key 'moe_intermediate_size' is missing"},
+      {[](auto& j) { j["num_experts"] = 6; }, "num_local_experts 4 and num_experts 6 disagree"},
       {[](auto& j) { j["strata"]["moe"]["moe_token_drop_policy"] = "random"; }, "'moe_token_drop_policy' is 'random'"},
   };
   for (const auto& [edit, message] : bad) {

@@ -23,6 +23,8 @@
 #include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint_pieces.h"
 #include "training/checkpointing/checksum.h"
+#include "training/checkpointing/checkpoint_tokenizer.h"
+#include "training/checkpointing/contained_path.h"
 
 namespace strata {
 
@@ -318,6 +320,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     manifest["data"] = {{"consumed_train_samples", state.consumed_train_samples},
                         {"num_evaluations", state.num_evaluations}};
     manifest["config"] = state.config_yaml;
+    if (json tok = save_checkpoint_tokenizer(state.config_yaml, tmp_dir); !tok.is_null()) manifest["tokenizer"] = tok;
     manifest["saved_world_size"] = nranks;
     json jparams = json::array();
     for (auto it = tensors.begin(); it != tensors.end(); ++it)
@@ -417,7 +420,7 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     const json& jf = manifest_object(jfiles, f, "files." + f, manifest_path);
     const uint64_t want_size = manifest_member<uint64_t>(jf, "bytes", "files." + f + ".bytes", manifest_path);
     const std::string want_crc = manifest_member<std::string>(jf, "crc32c", "files." + f + ".crc32c", manifest_path);
-    const fs::path fp = dir / f;
+    const fs::path fp = contained_path(dir, f, manifest_path.string(), "a \"files\" entry");
     STRATA_CHECK(fs::exists(fp), "checkpoint: file ", fp.string(), " listed in the manifest is missing");
     uint64_t size = 0;
     const uint32_t crc = crc32c_file(fp.string(), &size);

@@ -17,6 +17,9 @@
 #include "data/tokenizer_hf.h"
 #include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint.h"
+#include "training/checkpointing/checkpoint_tokenizer.h"
+#include "training/checkpointing/contained_path.h"
+#include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
 #include "training/config/model_factory.h"
 #include "training/checkpointing/tensor_file.h"
@@ -56,15 +59,6 @@ void write_text(const fs::path& p, const std::string& text) {
   fs::rename(tmp, p);
 }
 
-// The tokenizer of a config, or null when it cannot be built (e.g. moved BPE files).
-std::unique_ptr<data::Tokenizer> try_tokenizer(const StrataConfig& cfg) {
-  try {
-    return data::build_tokenizer(cfg.data, cfg.model.vocab_size);
-  } catch (const std::exception&) {
-    return nullptr;
-  }
-}
-
 // Every tensor of model.safetensors, or of the shards model.safetensors.index.json lists.
 std::map<std::string, Tensor> read_hf_tensors(const fs::path& dir, std::string& file) {
   const fs::path single = dir / "model.safetensors";
@@ -80,6 +74,8 @@ std::map<std::string, Tensor> read_hf_tensors(const fs::path& dir, std::string& 
     std::set<std::string> shards;
     for (auto it = j.at("weight_map").begin(); it != j.at("weight_map").end(); ++it) {
       STRATA_CHECK(it.value().is_string(), file, ": weight_map entry '", it.key(), "' is not a file name");
+      // A shard must lie inside the directory: a crafted index cannot make import read other files.
+      contained_path(dir, it.value().get<std::string>(), file, "weight_map entry '" + it.key() + "'");
       shards.insert(it.value().get<std::string>());
     }
     std::map<std::string, Tensor> all;
@@ -129,6 +125,118 @@ void check_out_dir(const fs::path& out, bool force) {
                "export's files there (files of the same name are replaced, the others are left)");
 }
 
+// The tokenizer of an HF directory, named by its files there: vocab.json + merges.txt →
+// GPT2BPETokenizer; tokenizer.json (+ tokenizer_config.json) → HuggingFaceTokenizer; tokenizer.model
+// alone (transformers' slow tokenizer) → Llama2Tokenizer; else the type a Strata export recorded,
+// else NullTokenizer. The checkpoint's save copies the files into its iteration
+// (checkpoint_tokenizer.h), so nothing is written here and errors name the directory's files.
+void use_directory_tokenizer(const fs::path& dir, const ImportedConfig& ic, StrataConfig& cfg) {
+  DataConfig& d = cfg.data;
+  if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
+    d.tokenizer_type = TokenizerType::GPT2BPETokenizer;
+    d.vocab_file = fs::absolute(dir / "vocab.json").string();
+    d.merge_file = fs::absolute(dir / "merges.txt").string();
+  } else if (fs::exists(dir / "tokenizer.json")) {
+    d.tokenizer_type = TokenizerType::HuggingFaceTokenizer;
+    d.tokenizer_model = fs::absolute(dir).string();
+  } else if (fs::exists(dir / "tokenizer.model")) {
+    d.tokenizer_type = TokenizerType::Llama2Tokenizer;
+    d.tokenizer_model = fs::absolute(dir / "tokenizer.model").string();
+  } else if (ic.tokenizer_type && *ic.tokenizer_type != "GPT2BPETokenizer") {
+    cfg.apply_override("data.tokenizer_type=" + *ic.tokenizer_type);
+  } else {
+    d.tokenizer_type = TokenizerType::NullTokenizer;
+  }
+}
+
+// The iteration to export: `iteration` (refused when negative; a missing one names the iterations
+// that exist) or the tracker's.
+int64_t export_iteration(const std::string& load_dir, std::optional<int64_t> iteration) {
+  if (!iteration) {
+    iteration = read_checkpoint_tracker(load_dir);
+    STRATA_CHECK(iteration.has_value(), "export --format hf: no checkpoint under ", load_dir, " (", kTrackerFile,
+                 " is missing)");
+    return *iteration;
+  }
+  STRATA_CHECK(*iteration >= 0, "export --format hf: --iteration must be >= 0, got ", *iteration);
+  if (fs::is_directory(fs::path(load_dir) / checkpoint_dir_name(*iteration))) return *iteration;
+  std::set<std::string> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(load_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("iter_", 0) == 0 && fs::exists(e.path() / "manifest.json")) found.insert(n);
+  }
+  std::string have;
+  for (const std::string& n : found) have += (have.empty() ? "" : ", ") + n;
+  STRATA_THROW("export --format hf: no checkpoint at iteration ", *iteration, " under ", load_dir, " (",
+               checkpoint_dir_name(*iteration), " is missing; ", have.empty() ? "it holds no iter_* checkpoint" :
+               "it holds " + have, ")");
+}
+
+// The export goes to a staging directory beside `out` first (so that a failure leaves `out` as it
+// was), then into place: renamed to `out` when that is absent or empty, else (--force) file by file.
+fs::path staging_dir(const fs::path& out) {
+  fs::path o = out.lexically_normal();
+  if (o.filename().empty()) o = o.parent_path();
+  return o.parent_path() / ("." + o.filename().string() + ".export.tmp");
+}
+void publish(const fs::path& staging, const fs::path& out) {
+  std::error_code ec;
+  if (fs::is_directory(out, ec) && fs::is_empty(out, ec)) fs::remove(out, ec);
+  if (!fs::exists(out, ec)) {
+    fs::rename(staging, out);
+    return;
+  }
+  for (const auto& e : fs::directory_iterator(staging)) fs::rename(e.path(), out / e.path().filename());
+  fs::remove(staging);
+}
+
+// The tokenizer files beside the weights, so that transformers loads the model and its tokenizer
+// from one directory (and strata import takes it back). Returns their names in `dir`.
+std::vector<std::string> copy_tokenizer_files(const DataConfig& d, const fs::path& dir) {
+  std::vector<std::pair<std::string, std::string>> files;  // (source, name in dir)
+  if (d.tokenizer_type == TokenizerType::GPT2BPETokenizer) {
+    files = {{*d.vocab_file, "vocab.json"}, {*d.merge_file, "merges.txt"}};
+  } else if (d.tokenizer_type == TokenizerType::HuggingFaceTokenizer) {
+    for (const std::string& f : data::HuggingFaceTokenizer::files_of(*d.tokenizer_model))
+      files.emplace_back(f, fs::path(f).filename().string());
+    files.front().second = "tokenizer.json";
+  } else if (tokenizer_uses_model_file(d.tokenizer_type)) {
+    files = {{*d.tokenizer_model, "tokenizer.model"}};
+  }
+  std::vector<std::string> names;
+  for (const auto& [source, name] : files) {
+    fs::copy_file(source, dir / name, fs::copy_options::overwrite_existing);
+    names.push_back(name);
+  }
+  return names;
+}
+
+// The checkpoint's config from its manifest, its tokenizer fields pointing at the copies the
+// checkpoint carries (checkpoint_tokenizer.h), the layout of one process.
+StrataConfig checkpoint_config(const fs::path& manifest_path) {
+  const json manifest = parse_json(manifest_path, "export --format hf");
+  const auto jc = manifest.find("config");  // end() when the manifest is not an object
+  STRATA_CHECK(jc != manifest.end() && jc->is_string() && !jc->get<std::string>().empty(), "export --format hf: ",
+               manifest_path.string(), " holds no config (a non-empty \"config\" string)");
+  StrataConfig cfg = StrataConfig::from_yaml_text(jc->get<std::string>(), {}, manifest_path.string() + " (config)");
+  use_checkpoint_tokenizer(manifest, manifest_path, cfg.data);
+  cfg.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); export runs in one process
+  return cfg;
+}
+
+// The checkpoint's tokenizer; an export without it could not be imported back, so a missing or
+// broken file is an error naming it.
+std::unique_ptr<data::Tokenizer> export_tokenizer(const StrataConfig& cfg, const fs::path& manifest_path) {
+  try {
+    return data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);
+  } catch (const std::exception& e) {
+    STRATA_THROW("export --format hf: the tokenizer of ", manifest_path.string(), " (data.tokenizer_type ",
+                 config::enum_to_string<TokenizerType>(kTokenizerTypeNames, cfg.data.tokenizer_type),
+                 ") cannot be loaded, and an export without it could not be imported back: ", e.what());
+  }
+}
+
 }  // namespace
 
 ExportResult export_checkpoint(const std::string& load_dir, const std::string& out_dir,
@@ -136,40 +244,24 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   STRATA_CHECK(fs::is_directory(load_dir), "export --format hf: --load ", load_dir, " is not a directory");
   STRATA_CHECK(!out_dir.empty(), "export --format hf: --out DIR is required");
   check_out_dir(out_dir, force);
-  if (!iteration) iteration = read_checkpoint_tracker(load_dir);
-  STRATA_CHECK(iteration.has_value(), "export --format hf: no checkpoint under ", load_dir, " (", kTrackerFile,
-               " is missing)");
-  const fs::path manifest_path = fs::path(load_dir) / checkpoint_dir_name(*iteration) / "manifest.json";
+  ExportResult r;
+  r.iteration = export_iteration(load_dir, iteration);
+  const fs::path manifest_path = fs::path(load_dir) / checkpoint_dir_name(r.iteration) / "manifest.json";
   STRATA_CHECK(fs::exists(manifest_path), "export --format hf: ", manifest_path.string(),
-               " does not exist (no checkpoint at iteration ", *iteration, ")");
-  const json manifest = parse_json(manifest_path, "export --format hf");
-  const auto jc = manifest.find("config");  // end() when the manifest is not an object
-  STRATA_CHECK(jc != manifest.end() && jc->is_string() && !jc->get<std::string>().empty(), "export --format hf: ",
-               manifest_path.string(), " holds no config (a non-empty \"config\" string)");
-  const std::string yaml = jc->get<std::string>();
-
-  StrataConfig cfg = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
+               " does not exist (no checkpoint at iteration ", r.iteration, ")");
+  StrataConfig cfg = checkpoint_config(manifest_path);
   STRATA_CHECK(!cfg.model.hybrid_layer_pattern && !cfg.model.hybrid_override_pattern,
                "export --format hf: the checkpoint is a hybrid model (model.hybrid_layer_pattern), which has no "
                "Hugging Face family in Strata yet");
   STRATA_CHECK(!cfg.model.enable_hyper_connections,
                "export --format hf: the checkpoint uses mHC hyper-connections (model.enable_hyper_connections), "
                "which no Hugging Face format represents");
-  cfg.parallel = ParallelConfig{};  // the saving layout (any tp/pp/dp); export runs in one process
-  std::unique_ptr<data::Tokenizer> tok = try_tokenizer(cfg);
-  if (!cfg.model.vocab_size) {
-    STRATA_CHECK(tok != nullptr, "export --format hf: the checkpoint config has no model.vocab_size and its "
-                 "tokenizer cannot be built");
-    cfg.model.vocab_size = tok->vocab_size();
-  }
+  const std::unique_ptr<data::Tokenizer> tok = export_tokenizer(cfg, manifest_path);
+  if (!cfg.model.vocab_size) cfg.model.vocab_size = tok->vocab_size();
   cfg.validate(1);
-  const Family family = family_for(cfg.resolved_model());  // before allocating anything
-
-  ExportResult r;
-  r.family = family;
-  r.iteration = *iteration;
+  r.family = family_for(cfg.resolved_model());  // before allocating anything
   r.dtype = model_dtype(cfg.training.precision);
-  if (is_moe(family)) r.notes = detail::moe_export_notes(cfg.resolved_model());
+  if (is_moe(r.family)) r.notes = detail::moe_export_notes(cfg.resolved_model());
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
@@ -177,7 +269,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   lo.load_optimizer = false;
   lo.load_rng = false;
   lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
-  load_checkpoint(load_dir, model.parameters(), nullptr, *io, lo, *iteration);
+  load_checkpoint(load_dir, model.parameters(), nullptr, *io, lo, r.iteration);
   std::map<std::string, Tensor> mg;
   const CanonicalParameterNameMap names({&model}, 0, 1);
   size_t mtp_skipped = 0;
@@ -194,38 +286,28 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
     r.notes.push_back("the " + std::to_string(mtp_skipped) + " multi-token-prediction parameters (mtp.layers.*, "
                       "model.mtp_num_layers " + std::to_string(cfg.model.mtp_depths()) +
                       ") are training-only and not exported");
-  const std::map<std::string, Tensor> tensors = to_hf_tensors(cfg.resolved_model(), family, mg);
+  const std::map<std::string, Tensor> tensors = to_hf_tensors(cfg.resolved_model(), r.family, mg);
 
   ExportInfo info;
   info.dtype = r.dtype;
   info.tokenizer_type = config::enum_to_string<TokenizerType>(kTokenizerTypeNames, cfg.data.tokenizer_type);
-  if (tok) {
-    info.eos_id = tok->eod();
-    info.bos_id = tok->bos().value_or(tok->eod());
-  }
+  info.eos_id = tok->eod();
+  info.bos_id = tok->bos().value_or(tok->eod());
 
-  const fs::path out(out_dir);
-  fs::create_directories(out);
-  formats::write_safetensors((out / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  write_text(out / "config.json", config_json(cfg.resolved_model(), family, info).dump(2) + "\n");
-  write_text(out / "generation_config.json", generation_config_json(cfg.inference, info).dump(2) + "\n");
-  r.files = {"model.safetensors", "config.json", "generation_config.json"};
-  if (cfg.data.tokenizer_type == TokenizerType::GPT2BPETokenizer && cfg.data.vocab_file && cfg.data.merge_file &&
-      fs::exists(*cfg.data.vocab_file) && fs::exists(*cfg.data.merge_file)) {
-    fs::copy_file(*cfg.data.vocab_file, out / "vocab.json", fs::copy_options::overwrite_existing);
-    fs::copy_file(*cfg.data.merge_file, out / "merges.txt", fs::copy_options::overwrite_existing);
-    r.files.push_back("vocab.json");
-    r.files.push_back("merges.txt");
-  }
-  // The tokenizer files, so that transformers loads the model and its tokenizer from one directory.
-  if (cfg.data.tokenizer_type == TokenizerType::HuggingFaceTokenizer && cfg.data.tokenizer_model && tok) {
-    for (const std::string& f : data::HuggingFaceTokenizer::files_of(*cfg.data.tokenizer_model)) {
-      fs::copy_file(f, out / fs::path(f).filename(), fs::copy_options::overwrite_existing);
-      r.files.push_back(fs::path(f).filename().string());
-    }
-  } else if (tokenizer_uses_model_file(cfg.data.tokenizer_type) && cfg.data.tokenizer_model && tok) {
-    fs::copy_file(*cfg.data.tokenizer_model, out / "tokenizer.model", fs::copy_options::overwrite_existing);
-    r.files.push_back("tokenizer.model");
+  const fs::path out(out_dir), staging = staging_dir(out);
+  fs::remove_all(staging);  // a crashed export's
+  fs::create_directories(staging);
+  try {
+    formats::write_safetensors((staging / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    write_text(staging / "config.json", config_json(cfg.resolved_model(), r.family, info).dump(2) + "\n");
+    write_text(staging / "generation_config.json", generation_config_json(cfg.inference, info).dump(2) + "\n");
+    r.files = {"model.safetensors", "config.json", "generation_config.json"};
+    for (const std::string& f : copy_tokenizer_files(cfg.data, staging)) r.files.push_back(f);
+    publish(staging, out);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    throw;
   }
   return r;
 }
@@ -238,7 +320,8 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   const fs::path dir(hf_dir);
   const fs::path config_path = dir / "config.json";
   STRATA_CHECK(fs::exists(config_path), "import --hf: ", config_path.string(), " is missing");
-  const ImportedConfig ic = model_config_from_json(parse_json(config_path, "import --hf"), config_path.string());
+  const ImportedConfig ic = model_config_from_json(
+      detail::parse_config_json(read_text(config_path, "import --hf"), config_path.string()), config_path.string());
 
   std::string file;
   const std::map<std::string, Tensor> hf_tensors = read_hf_tensors(dir, file);
@@ -252,34 +335,11 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   cfg.training.precision = all_bf16 ? Precision::Bf16 : Precision::Fp32;
   cfg.data.mock_data = true;  // an imported model has no dataset; a training config names its own
   cfg.optimizer.lr = 1.0e-5;  // required by validate(); a fine-tuning rate, override it for training
-  const fs::path save(save_dir);
-  if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
-    fs::create_directories(save);
-    fs::copy_file(dir / "vocab.json", save / "vocab.json", fs::copy_options::overwrite_existing);
-    fs::copy_file(dir / "merges.txt", save / "merges.txt", fs::copy_options::overwrite_existing);
-    cfg.data.tokenizer_type = TokenizerType::GPT2BPETokenizer;
-    cfg.data.vocab_file = fs::absolute(save / "vocab.json").string();
-    cfg.data.merge_file = fs::absolute(save / "merges.txt").string();
-  } else if (fs::exists(dir / "tokenizer.json")) {  // the directory's own tokenizer, kept with the checkpoint
-    const fs::path kept = save / "tokenizer";
-    fs::create_directories(kept);
-    for (const std::string& f : data::HuggingFaceTokenizer::files_of(dir.string()))
-      fs::copy_file(f, kept / fs::path(f).filename(), fs::copy_options::overwrite_existing);
-    cfg.data.tokenizer_type = TokenizerType::HuggingFaceTokenizer;
-    cfg.data.tokenizer_model = fs::absolute(kept).string();
-  } else if (fs::exists(dir / "tokenizer.model")) {  // a SentencePiece model only (transformers' slow tokenizer)
-    fs::create_directories(save);
-    fs::copy_file(dir / "tokenizer.model", save / "tokenizer.model", fs::copy_options::overwrite_existing);
-    cfg.data.tokenizer_type = TokenizerType::Llama2Tokenizer;
-    cfg.data.tokenizer_model = fs::absolute(save / "tokenizer.model").string();
-  } else if (ic.tokenizer_type && *ic.tokenizer_type != "GPT2BPETokenizer") {
-    cfg.apply_override("data.tokenizer_type=" + *ic.tokenizer_type);
-  } else {
-    cfg.data.tokenizer_type = TokenizerType::NullTokenizer;
-  }
+  use_directory_tokenizer(dir, ic, cfg);
   for (const std::string& o : overrides) cfg.apply_override(o);
   cfg.validate(1);
-  data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // a bad tokenizer file fails before the model
+  data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // a bad tokenizer file fails before the model,
+                                                                   // naming the source file
 
   const int64_t padded = cfg.model.padded_vocab(1);
   // Names and shapes are checked here, before the model is allocated.
@@ -302,7 +362,16 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   st.seed = static_cast<uint64_t>(cfg.training.seed);
   st.config_yaml = cfg.to_yaml();
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
-  r.checkpoint_dir = save_checkpoint(save_dir, st, model.parameters(), nullptr, *io);
+  // The save copies the tokenizer files into the iteration (checkpoint_tokenizer.h); a failure
+  // there leaves no trace: not the --save directory when the import made it, else no iter_0000000.tmp.
+  std::error_code ec;
+  const bool save_existed = fs::exists(save_dir, ec);
+  try {
+    r.checkpoint_dir = save_checkpoint(save_dir, st, model.parameters(), nullptr, *io);
+  } catch (...) {
+    fs::remove_all(save_existed ? fs::path(save_dir) / (checkpoint_dir_name(0) + ".tmp") : fs::path(save_dir), ec);
+    throw;
+  }
   return r;
 }
 

@@ -1,7 +1,9 @@
 // Hugging Face family detection and config.json mapping (training/hf/hf_format.h); the tensor maps
 // are in models/gpt/hf_tensor_map.cpp.
-// Reference: transformers LlamaConfig (configuration_llama.py), GPT2Config (configuration_gpt2.py),
-// GenerationConfig (generation/configuration_utils.py).
+// Reference: transformers LlamaConfig (configuration_llama.py), Qwen3Config (configuration_qwen3.py:
+// head_dim 128 by default), MixtralConfig (default_theta 1e6), GPT2Config (configuration_gpt2.py),
+// modeling_rope_utils.py (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict,
+// standardize_rope_params), GenerationConfig (generation/configuration_utils.py).
 #include <cmath>
 #include <sstream>
 
@@ -24,18 +26,38 @@ const char* torch_dtype_name(DType d) {
   return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32";
 }
 
-// rope_scaling: null, or transformers' "llama3" type with the frequency factors and original
-// context Megatron fixes (1, 4, 8192): model.use_rope_scaling with its factor. Anything else is an
-// error naming the file and the value.
-void read_rope_scaling(const json& j, const std::string& file, ModelConfig& m) {
-  if (!j.contains("rope_scaling") || j.at("rope_scaling").is_null()) return;
-  const json& r = j.at("rope_scaling");
-  const std::string what = file + ": rope_scaling " + r.dump();
+// The RoPE settings, in the Hub's older spelling (top-level rope_theta, rope_scaling) or transformers
+// 5's (rope_parameters {"rope_type", "rope_theta", ...}): as RotaryEmbeddingConfigMixin reads them,
+// the dict is `rope_scaling or rope_parameters`, rope_theta comes from the dict, else the top level,
+// else the family's default_theta (Mixtral 1e6, the others 1e4), and a llama3 dict without
+// original_max_position_embeddings takes max_position_embeddings (standardize_rope_params).
+// "default" is plain RoPE; "llama3" with Megatron's fixed constants (low_freq_factor 1,
+// high_freq_factor 4, original_max_position_embeddings 8192) is model.use_rope_scaling. Anything
+// else is an error naming the file and the value. Needs m.max_position_embeddings.
+void read_rope(const json& j, Family f, const std::string& file, ModelConfig& m) {
+  const bool legacy = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
+  const char* key = legacy ? "rope_scaling" : "rope_parameters";
+  const json r = j.contains(key) && !j.at(key).is_null() ? j.at(key) : json::object();
+  const std::string what = file + ": " + key + " " + r.dump();
   STRATA_CHECK(r.is_object(), what, " is not an object");
-  const std::string type = r.contains("rope_type") ? opt_string(r, "rope_type", "", file) : opt_string(r, "type", "", file);
-  STRATA_CHECK(type == "llama3", what, " is not supported (plain RoPE, or Llama 3's \"llama3\" type)");
+  for (auto it = r.begin(); it != r.end(); ++it)
+    STRATA_CHECK(!it.value().is_object(), what, " gives layer type '", it.key(), "' its own RoPE, which is not "
+                 "supported (one RoPE for every layer)");
+  const double dflt_theta = f == Family::Mixtral ? 1e6 : 1e4;
+  const double theta = opt_double(r, "rope_theta", opt_double(j, "rope_theta", dflt_theta, file), file);
+  STRATA_CHECK(theta == std::floor(theta) && theta > 0, file, ": rope_theta ", theta,
+               " is not a positive integer (model.rotary_base is an integer)");
+  m.rotary_base = static_cast<int64_t>(theta);
+  const double partial = opt_double(r, "partial_rotary_factor", opt_double(j, "partial_rotary_factor", 1.0, file), file);
+  STRATA_CHECK(partial == 1.0, file, ": partial_rotary_factor ", partial, " is not supported (",
+               architecture_name(f), " rotates the whole head)");
+  const std::string type = r.contains("rope_type") ? opt_string(r, "rope_type", "default", file)
+                                                   : opt_string(r, "type", "default", file);
+  if (type == "default") return;
+  STRATA_CHECK(type == "llama3", what, " is not supported (plain RoPE, rope_type \"default\", or Llama 3's \"llama3\")");
   STRATA_CHECK(opt_double(r, "low_freq_factor", 1.0, file) == 1.0 && opt_double(r, "high_freq_factor", 4.0, file) == 4.0 &&
-                   opt_double(r, "original_max_position_embeddings", 8192.0, file) == 8192.0,
+                   opt_double(r, "original_max_position_embeddings",
+                              static_cast<double>(*m.max_position_embeddings), file) == 8192.0,
                what, " is not supported: Strata (as Megatron's --use-rope-scaling) fixes low_freq_factor 1, "
                "high_freq_factor 4 and original_max_position_embeddings 8192");
   m.use_rope_scaling = true;
@@ -58,6 +80,12 @@ Family family_of(const json& j, const std::string& file) {
       j.at("architectures")[0].is_string())
     arch = j.at("architectures")[0].get<std::string>();
   const std::string type = opt_string(j, "model_type", "", file);
+  // NemotronH (hybrid Mamba/attention/MoE: hybrid_override_pattern, or transformers 5's
+  // layers_block_type list) is recognised by name so that it is refused as what it is.
+  STRATA_CHECK(arch != "NemotronHForCausalLM" && type != "nemotron_h", file, ": ",
+               arch.empty() ? "model_type nemotron_h" : arch, " (NemotronH, a hybrid Mamba/attention model) is not "
+               "imported by Strata yet; strata import reads LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+               "Qwen3MoeForCausalLM and GPT2LMHeadModel");
   if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) return Family::Llama;
   if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2")) return Family::GPT2;
   if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3")) return Family::Qwen3;
@@ -83,20 +111,22 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
     j["num_hidden_layers"] = m.num_layers;
     j["hidden_act"] = "silu";
     j["rms_norm_eps"] = m.layernorm_epsilon;
-    j["rope_theta"] = static_cast<double>(m.rotary_base);
-    // Megatron's --use-rope-scaling is transformers' "llama3" rope type with Megatron's fixed
-    // low/high frequency factors 1 and 4 and original context 8192.
+    // transformers 5's rope_parameters. Megatron's --use-rope-scaling is the "llama3" rope type
+    // with Megatron's fixed low/high frequency factors 1 and 4 and original context 8192.
+    ojson rope = {{"rope_theta", static_cast<double>(m.rotary_base)}, {"rope_type", "default"}};
     if (m.use_rope_scaling)
-      j["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", m.rope_scaling_factor},
-                           {"low_freq_factor", 1.0},
-                           {"high_freq_factor", 4.0},
-                           {"original_max_position_embeddings", 8192}};
-    else
-      j["rope_scaling"] = nullptr;
+      rope = {{"rope_theta", static_cast<double>(m.rotary_base)},
+              {"rope_type", "llama3"},
+              {"factor", m.rope_scaling_factor},
+              {"low_freq_factor", 1.0},
+              {"high_freq_factor", 4.0},
+              {"original_max_position_embeddings", 8192}};
+    j["rope_parameters"] = rope;
     j["max_position_embeddings"] = m.max_positions();
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
+    // The bias switches where the family's config class has them (MixtralConfig has neither,
+    // Qwen3Config and Qwen3MoeConfig no mlp_bias).
+    if (f != Family::Mixtral) j["attention_bias"] = false;
+    if (f == Family::Llama) j["mlp_bias"] = false;
     j["attention_dropout"] = m.attention_dropout;
     j["initializer_range"] = m.init_method_std;
     j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
@@ -109,7 +139,6 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
     j["n_head"] = m.num_attention_heads;
     j["n_inner"] = m.ffn();
     j["n_positions"] = m.max_positions();
-    j["n_ctx"] = m.max_positions();
     j["activation_function"] = m.openai_gelu ? "gelu_new" : "gelu";
     j["layer_norm_epsilon"] = m.layernorm_epsilon;
     j["resid_pdrop"] = m.hidden_dropout;
@@ -123,8 +152,9 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
   j["vocab_size"] = *m.vocab_size;
   if (info.bos_id) j["bos_token_id"] = *info.bos_id;
   if (info.eos_id) j["eos_token_id"] = *info.eos_id;
-  j["torch_dtype"] = torch_dtype_name(info.dtype);
+  j["dtype"] = torch_dtype_name(info.dtype);
   j["use_cache"] = true;
+  j["transformers_version"] = kTransformersVersion;
   j["strata"] = {{"vocab_size", *m.vocab_size},
                  {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
                  {"seq_length", m.seq_length},
@@ -167,16 +197,16 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     const std::optional<int64_t> kv = opt_int(j, "num_key_value_heads", file);
     m.num_query_groups = kv.value_or(m.num_attention_heads);
     m.group_query_attention = *m.num_query_groups != m.num_attention_heads;
+    // head_dim: missing or null is hidden_size / num_attention_heads, except that Qwen3Config
+    // defaults it to 128.
     if (auto hd = opt_int(j, "head_dim", file)) m.kv_channels = *hd;
+    else if (r.family == Family::Qwen3 && !j.contains("head_dim")) m.kv_channels = 128;
     m.normalization = Normalization::RMSNorm;
     m.layernorm_epsilon = opt_double(j, "rms_norm_eps", 1e-6, file);
     m.swiglu = true;
     m.position_embedding_type = PositionEmbeddingType::Rope;
-    const double theta = opt_double(j, "rope_theta", 10000.0, file);
-    STRATA_CHECK(theta == std::floor(theta) && theta > 0, file, ": rope_theta ", theta,
-                 " is not a positive integer (model.rotary_base is an integer)");
-    m.rotary_base = static_cast<int64_t>(theta);
-    read_rope_scaling(j, file, m);
+    m.max_position_embeddings = get_int(j, "max_position_embeddings", file);
+    read_rope(j, r.family, file, m);
     const std::string act = opt_string(j, "hidden_act", "silu", file);
     STRATA_CHECK(act == "silu", file, ": hidden_act '", act, "' is not supported (Llama's silu → SwiGLU)");
     STRATA_CHECK(!opt_bool(j, "attention_bias", false, file), file, ": attention_bias=true is not supported");
@@ -184,7 +214,6 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     m.add_bias_linear = false;
     m.add_qkv_bias = false;
     m.attention_dropout = opt_double(j, "attention_dropout", 0.0, file);
-    m.max_position_embeddings = get_int(j, "max_position_embeddings", file);
     m.untie_embeddings_and_output_weights = !opt_bool(j, "tie_word_embeddings", false, file);  // Llama's default
     if (has_qk_norm(r.family)) {
       m.qk_layernorm = true;

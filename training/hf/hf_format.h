@@ -3,6 +3,10 @@
 // model's, models/gpt/hf_families.h; training/hf/hf_export.h does the file work).
 // Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe}/ (configuration_*, modeling_*;
 // Conv1D in pytorch_utils.py), Megatron-LM tools/checkpoint/{loader_llama_mistral,saver_megatron}.py.
+// Import reads both the Hub's older spellings (top-level rope_theta / rope_scaling, torch_dtype,
+// Qwen3-MoE's num_experts) and transformers 5's (rope_parameters, dtype, num_local_experts); export
+// writes the spelling of transformers kTransformersVersion (modeling_rope_utils.py
+// RotaryEmbeddingConfigMixin, configuration_utils.py).
 // Details (families, tensor layouts, vocabulary padding, the "strata" object, MoE keys):
 // docs/formats.md, "Hugging Face directories"; MoE keys: training/hf/hf_moe_format.h.
 #pragma once
@@ -18,9 +22,13 @@
 
 namespace strata::hf {
 
+// The transformers release whose config.json spelling export writes (and config.json's
+// "transformers_version"); scripts/setup.sh installs it and the tests load exports with it.
+inline constexpr const char* kTransformersVersion = "5.25.0";
+
 // What config.json needs besides the model section.
 struct ExportInfo {
-  DType dtype = DType::F32;          // F32 | BF16 → torch_dtype
+  DType dtype = DType::F32;          // F32 | BF16 | F16 → config.json's dtype
   std::optional<int64_t> bos_id, eos_id;
   std::string tokenizer_type;        // recorded in the "strata" object
 };

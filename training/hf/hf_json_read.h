@@ -1,5 +1,8 @@
-// Typed reads of config.json keys with errors that name the key and the file (training/hf/hf_format.cpp,
-// training/hf/hf_moe_format.cpp).
+// config.json as transformers reads it (parse_config_json), and typed reads of its keys with errors
+// that name the key and the file (training/hf/hf_format.cpp, training/hf/hf_moe_format.cpp).
+// Reference: Python's json module (json.loads accepts NaN, Infinity and -Infinity; json.dumps writes
+// them), transformers configuration_utils.py (PreTrainedConfig._dict_from_json_file,
+// _decode_special_floats: transformers 5 writes them as {"__float__": "Infinity"}).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -9,6 +12,12 @@
 #include "core/error.h"
 
 namespace strata::hf::detail {
+
+// Parses the text of a config.json (`file` names it in errors) as transformers does: Python's
+// json.loads (bare NaN, Infinity, -Infinity outside strings, as NemotronH's time_step_limit is saved
+// by transformers 4) and transformers 5's {"__float__": "NaN" | "Infinity" | "-Infinity"} objects,
+// both read as the double. Anything else that is not JSON is an error naming the file.
+nlohmann::json parse_config_json(const std::string& text, const std::string& file);
 
 inline const nlohmann::json& need(const nlohmann::json& j, const char* key, const std::string& file) {
   STRATA_CHECK(j.contains(key) && !j.at(key).is_null(), file, ": config key '", key, "' is missing");

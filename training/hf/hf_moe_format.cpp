@@ -1,5 +1,6 @@
 // config.json keys of the Mixtral and Qwen3-MoE families (training/hf/hf_moe_format.h).
-// Reference: transformers models/mixtral/configuration_mixtral.py (num_local_experts,
+// Reference: transformers models/mixtral/configuration_mixtral.py (num_local_experts, and
+// attribute_map num_experts → num_local_experts, as in configuration_qwen3_moe.py since transformers 5;
 // num_experts_per_tok, router_aux_loss_coef, output_router_logits, router_jitter_noise),
 // models/qwen3_moe/configuration_qwen3_moe.py and modeling_qwen3_moe.py (Qwen3MoeDecoderLayer: the
 // layer rule), modeling_mixtral.py (load_balancing_loss_func, added only with output_router_logits).
@@ -73,7 +74,7 @@ void moe_config_json(const ResolvedModelConfig& m, Family f, ojson& j) {
     j["num_experts_per_tok"] = m.moe_router_topk;
     j["router_jitter_noise"] = 0.0;
   } else {
-    j["num_experts"] = *m.num_experts;
+    j["num_local_experts"] = *m.num_experts;  // transformers 5 (Qwen3MoeConfig.attribute_map)
     j["num_experts_per_tok"] = m.moe_router_topk;
     j["moe_intermediate_size"] = m.moe_ffn();
     j["norm_topk_prob"] = !m.moe_router_pre_softmax;
@@ -104,7 +105,12 @@ ojson moe_strata_json(const ResolvedModelConfig& m) {
 
 void moe_config_from_json(const json& j, Family f, const std::string& file, ModelConfig& m) {
   const bool mixtral = f == Family::Mixtral;
-  const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+  // Both families map num_experts to num_local_experts (attribute_map); transformers 5 saves
+  // Qwen3-MoE's as num_local_experts, the Hub's older Qwen3-MoE configs say num_experts.
+  const std::optional<int64_t> local = opt_int(j, "num_local_experts", file), plain = opt_int(j, "num_experts", file);
+  STRATA_CHECK(!local || !plain || *local == *plain, file, ": num_local_experts ", local.value_or(0),
+               " and num_experts ", plain.value_or(0), " disagree");
+  const char* experts_key = local || (mixtral && !plain) ? "num_local_experts" : "num_experts";
   const int64_t experts = get_int(j, experts_key, file);
   STRATA_CHECK(experts >= 1, file, ": ", experts_key, " must be >= 1, got ", experts);
   const int64_t k = opt_int(j, "num_experts_per_tok", file).value_or(mixtral ? 2 : 8);

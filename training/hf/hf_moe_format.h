@@ -3,7 +3,8 @@
 //                        intermediate_size = moe_ffn_hidden_size (every layer is MoE),
 //                        router_aux_loss_coef (the aux_loss coefficient), output_router_logits false,
 //                        router_jitter_noise 0.
-//   Qwen3MoeForCausalLM: num_experts, num_experts_per_tok, moe_intermediate_size,
+//   Qwen3MoeForCausalLM: num_local_experts (transformers 5; the Hub's older configs say num_experts,
+//                        also read), num_experts_per_tok, moe_intermediate_size,
 //                        intermediate_size = ffn_hidden_size (the dense layers),
 //                        norm_topk_prob = !moe_router_pre_softmax, decoder_sparse_step 1 and
 //                        mlp_only_layers = the dense layers of moe_layer_freq, router_aux_loss_coef.

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "training/checkpointing/checkpoint.h"
+#include "training/checkpointing/checkpoint_tokenizer.h"
 #include "training/config/model_factory.h"
 #include "training/checkpointing/tensor_file.h"
 
@@ -233,6 +234,7 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   LoadedModel lm;
   lm.iteration = *iteration;
   lm.config = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
+  use_checkpoint_tokenizer(manifest, manifest_path, lm.config.data);  // the checkpoint's own copies
   // The training run's router-trace settings are not generation's (its trace would be truncated):
   // generation traces only when the overrides ask (logging.moe_routing_trace_path=…).
   const LoggingConfig untraced;

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Hugging Face directories written and read by transformers' own config classes (no torch).
+
+Run with the .pyenv/bin/python that scripts/setup.sh makes (transformers + safetensors, pinned there).
+Exits 3, saying so, when transformers or safetensors is missing.
+
+  make FAMILY OUT [--old-spelling]
+      A tiny FAMILY (llama, qwen3, gpt2, mixtral, qwen3_moe, nemotron_h) model as transformers 5
+      writes it: config.json from the family's config class (LlamaConfig(...).save_pretrained),
+      random weights under the family's tensor names with numpy + safetensors.numpy.save_file.
+      --old-spelling rewrites config.json as the Hub's configs from before transformers 5 spell
+      it: top-level rope_theta / rope_scaling instead of rope_parameters, torch_dtype instead of
+      dtype, Qwen3-MoE's num_experts instead of num_local_experts, NemotronH's
+      hybrid_override_pattern instead of layers_block_type and a bare Infinity (Python's json) in
+      time_step_limit instead of transformers 5's {"__float__": "Infinity"}.
+      Prints transformers' reading of the directory (see `read`).
+  read DIR
+      Prints {"transformers_version", "reading": {...}}: the settings the family's modeling code
+      takes from AutoConfig.from_pretrained(DIR) (RoPE theta/type/factor after transformers'
+      standardisation, head_dim as the attention layer computes it, experts, layer rule, ...).
+  check DIR
+      Checks that an export (Strata's) is written in this transformers version's spelling and loads:
+      every config.json key is one the family's config class knows (besides "strata", Strata's
+      own), saving the loaded config again gives back every key with the same value, and
+      model.safetensors holds exactly the tensors (names, shapes) the family has for the config.
+      Prints the same JSON as `read`; exits 1 naming what differs.
+
+Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,nemotron_h}/configuration_*.py,
+modeling_rope_utils.py (RotaryEmbeddingConfigMixin.standardize_rope_params), configuration_utils.py
+(PreTrainedConfig.save_pretrained, _encode_special_floats); modeling_*.py for the tensor names.
+"""
+import json
+import os
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import safetensors.numpy
+    import transformers
+except ImportError as e:  # the caller turns this into a test failure (setup.sh installs them)
+    print("hf_transformers_config.py: %s (run scripts/setup.sh, which installs transformers and safetensors "
+          "into .pyenv)" % e)
+    sys.exit(3)
+
+CLASSES = {"llama": "LlamaConfig", "qwen3": "Qwen3Config", "gpt2": "GPT2Config", "mixtral": "MixtralConfig",
+           "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig"}
+ARCHS = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "gpt2": "GPT2LMHeadModel",
+         "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
+LLAMA_LIKE = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=False)
+
+
+def family_kwargs(family):
+    """Small configs that exercise each family's spelling: a RoPE theta that is not the default (or the
+    family's default where that differs: Mixtral's 1e6), Llama 3 scaling, an explicit head_dim."""
+    if family == "llama":
+        return dict(LLAMA_LIKE, intermediate_size=40, head_dim=12,
+                    rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                     "original_max_position_embeddings": 8192})
+    if family == "qwen3":
+        return dict(LLAMA_LIKE, intermediate_size=40, head_dim=8,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    if family == "mixtral":  # rope_theta left to MixtralConfig's default_theta (1e6)
+        return dict(LLAMA_LIKE, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2)
+    if family == "qwen3_moe":
+        return dict(LLAMA_LIKE, intermediate_size=40, moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2,
+                    norm_topk_prob=True, mlp_only_layers=[0], decoder_sparse_step=1,
+                    rope_parameters={"rope_type": "default", "rope_theta": 20000.0})
+    if family == "gpt2":
+        return dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=16, activation_function="gelu_new",
+                    bos_token_id=0, eos_token_id=0)
+    if family == "nemotron_h":
+        return dict(vocab_size=96, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                    layers_block_type=["mamba", "attention", "mlp"], mamba_num_heads=4, mamba_head_dim=16,
+                    n_groups=1, ssm_state_size=8, intermediate_size=40, max_position_embeddings=16)
+    raise SystemExit("unknown family " + family)
+
+
+def head_dim(cfg):
+    """As the attention layers compute it (getattr(config, "head_dim", ...) or hidden / heads)."""
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
+def tensor_shapes(cfg):
+    """{name: shape} of the family's safetensors for config cfg (modeling_*.py module names; MoE experts one
+    tensor per expert, as the Hub stores them and transformers' conversion_mapping.py reads them)."""
+    t = {}
+    if cfg.model_type == "gpt2":
+        h, f = cfg.n_embd, cfg.n_inner or 4 * cfg.n_embd
+        t["transformer.wte.weight"] = (cfg.vocab_size, h)
+        t["transformer.wpe.weight"] = (cfg.n_positions, h)
+        for i in range(cfg.n_layer):
+            p = "transformer.h.%d." % i
+            for ln in ("ln_1", "ln_2"):
+                t[p + ln + ".weight"] = t[p + ln + ".bias"] = (h,)
+            t[p + "attn.c_attn.weight"], t[p + "attn.c_attn.bias"] = (h, 3 * h), (3 * h,)  # Conv1D [in, out]
+            t[p + "attn.c_proj.weight"], t[p + "attn.c_proj.bias"] = (h, h), (h,)
+            t[p + "mlp.c_fc.weight"], t[p + "mlp.c_fc.bias"] = (h, f), (f,)
+            t[p + "mlp.c_proj.weight"], t[p + "mlp.c_proj.bias"] = (f, h), (h,)
+        t["transformer.ln_f.weight"] = t["transformer.ln_f.bias"] = (h,)
+        if not cfg.tie_word_embeddings:
+            t["lm_head.weight"] = (cfg.vocab_size, h)
+        return t
+    h, hd = cfg.hidden_size, head_dim(cfg)
+    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    t["model.embed_tokens.weight"] = (cfg.vocab_size, h)
+    for i in range(cfg.num_hidden_layers):
+        p = "model.layers.%d." % i
+        t[p + "input_layernorm.weight"] = t[p + "post_attention_layernorm.weight"] = (h,)
+        t[p + "self_attn.q_proj.weight"] = (nh * hd, h)
+        t[p + "self_attn.k_proj.weight"] = t[p + "self_attn.v_proj.weight"] = (nkv * hd, h)
+        t[p + "self_attn.o_proj.weight"] = (h, nh * hd)
+        if cfg.model_type in ("qwen3", "qwen3_moe"):
+            t[p + "self_attn.q_norm.weight"] = t[p + "self_attn.k_norm.weight"] = (hd,)
+        if cfg.model_type == "mixtral":
+            experts, names, f, block = cfg.num_local_experts, ("w1", "w3", "w2"), cfg.intermediate_size, "block_sparse_moe."
+        elif cfg.model_type == "qwen3_moe" and i not in cfg.mlp_only_layers and (i + 1) % cfg.decoder_sparse_step == 0:
+            experts, names, f, block = cfg.num_local_experts, ("gate_proj", "up_proj", "down_proj"), \
+                cfg.moe_intermediate_size, "mlp."
+        else:
+            experts, f = 0, cfg.intermediate_size
+            t[p + "mlp.gate_proj.weight"] = t[p + "mlp.up_proj.weight"] = (f, h)
+            t[p + "mlp.down_proj.weight"] = (h, f)
+        if experts:
+            t[p + block + "gate.weight"] = (experts, h)
+            for e in range(experts):
+                q = p + block + "experts.%d." % e
+                t[q + names[0] + ".weight"] = t[q + names[1] + ".weight"] = (f, h)
+                t[q + names[2] + ".weight"] = (h, f)
+    t["model.norm.weight"] = (h,)
+    if not cfg.tie_word_embeddings:
+        t["lm_head.weight"] = (cfg.vocab_size, h)
+    return t
+
+
+def reading(d):
+    """What the family's modeling code takes from AutoConfig.from_pretrained(d)."""
+    cfg = transformers.AutoConfig.from_pretrained(d)
+    r = {"model_type": cfg.model_type, "vocab_size": cfg.vocab_size, "tie_word_embeddings": cfg.tie_word_embeddings}
+    if cfg.model_type == "gpt2":
+        r.update(hidden_size=cfg.n_embd, layers=cfg.n_layer, heads=cfg.n_head, ffn=cfg.n_inner or 4 * cfg.n_embd,
+                 max_positions=cfg.n_positions, activation=cfg.activation_function, eps=cfg.layer_norm_epsilon)
+        return r
+    if cfg.model_type == "nemotron_h":
+        r.update(layers_block_type=cfg.layers_block_type, time_step_limit=[str(v) for v in cfg.time_step_limit])
+        return r
+    rope = dict(cfg.rope_parameters)
+    r.update(hidden_size=cfg.hidden_size, layers=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
+             kv_heads=cfg.num_key_value_heads, head_dim=head_dim(cfg), ffn=cfg.intermediate_size,
+             max_positions=cfg.max_position_embeddings, eps=cfg.rms_norm_eps, rope_theta=rope["rope_theta"],
+             rope_type=rope["rope_type"], rope_factor=rope.get("factor"))
+    if cfg.model_type in ("mixtral", "qwen3_moe"):
+        r.update(experts=cfg.num_local_experts, topk=cfg.num_experts_per_tok,
+                 renormalise=cfg.model_type == "mixtral" or cfg.norm_topk_prob)
+    if cfg.model_type == "qwen3_moe":
+        r.update(moe_ffn=cfg.moe_intermediate_size,
+                 moe_layers=[i for i in range(cfg.num_hidden_layers)
+                             if i not in cfg.mlp_only_layers and (i + 1) % cfg.decoder_sparse_step == 0])
+    return r
+
+
+def old_spelling(j):
+    """config.json as the Hub's configs spelled it before transformers 5."""
+    rope = j.pop("rope_parameters", None) or {}
+    if "rope_theta" in rope:
+        j["rope_theta"] = rope.pop("rope_theta")
+    if rope.get("rope_type", "default") != "default":
+        j["rope_scaling"] = rope
+    if "dtype" in j:
+        j["torch_dtype"] = j.pop("dtype")
+    if j.get("model_type") == "qwen3_moe":
+        j["num_experts"] = j.pop("num_local_experts")
+    if j.get("model_type") == "nemotron_h":  # Nemotron-H's configs on the Hub
+        letters = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+        j["hybrid_override_pattern"] = "".join(letters[b] for b in j.pop("layers_block_type"))
+        j["time_step_limit"] = [0.0, float("inf")]
+    j["transformers_version"] = "4.51.0"
+    return j
+
+
+def make(family, out, old):
+    cfg = getattr(transformers, CLASSES[family])(architectures=[ARCHS[family]], dtype="float32",
+                                                 **family_kwargs(family))
+    cfg.save_pretrained(out)
+    rng = np.random.default_rng(sum(map(ord, family)))
+    tensors = {}
+    for name, shape in sorted(tensor_shapes(cfg).items()) if family != "nemotron_h" else []:
+        if len(shape) == 1:  # norms around 1 (and biases around 0) so that a mixed-up name shows
+            v = rng.uniform(-0.3, 0.3, shape) + (0.0 if name.endswith("bias") else 1.0)
+        else:
+            v = rng.normal(0.0, 0.3, shape)
+        tensors[name] = v.astype(np.float32)
+    if tensors:
+        safetensors.numpy.save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    if old:
+        path = os.path.join(out, "config.json")
+        with open(path) as f:
+            j = json.load(f)
+        with open(path, "w") as f:
+            json.dump(old_spelling(j), f, indent=2)  # Python's json: a bare Infinity, as the Hub's files
+    print(json.dumps({"transformers_version": transformers.__version__, "reading": reading(out)}))
+
+
+def safetensors_header(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n))
+
+
+def check(d):
+    with open(os.path.join(d, "config.json")) as f:
+        ours = json.load(f)
+    cfg = transformers.AutoConfig.from_pretrained(d)
+    errors = []
+    known = set(type(cfg)().to_dict()) | set(type(cfg).attribute_map.values())
+    extra = {"strata"} | ({"head_dim"} if cfg.model_type == "qwen3_moe" else set())  # Qwen3MoeAttention's getattr
+    errors += ["config.json key %r is not one %s knows" % (k, type(cfg).__name__)
+               for k in sorted(set(ours) - known - extra)]
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg.save_pretrained(tmp)
+        with open(os.path.join(tmp, "config.json")) as f:
+            again = json.load(f)
+    for k, v in sorted(ours.items()):
+        if k != "transformers_version" and again.get(k, "<absent>") != v:
+            errors.append("config.json %s = %s, transformers %s saves it back as %s"
+                          % (k, json.dumps(v), transformers.__version__, json.dumps(again.get(k, "<absent>"))))
+    want = tensor_shapes(cfg)
+    header = safetensors_header(os.path.join(d, "model.safetensors"))  # numpy has no bfloat16: the header only
+    have = {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+    dtypes = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
+    errors += ["tensor %s is %s, config.json's dtype %s" % (k, v["dtype"], ours.get("dtype"))
+               for k, v in sorted(header.items()) if k != "__metadata__" and v["dtype"] != dtypes.get(ours.get("dtype"))]
+    errors += ["tensor %s: %s in the file, %s for %s" % (k, have.get(k), want.get(k), cfg.architectures)
+               for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)]
+    if errors:
+        print("\n".join(errors))
+        sys.exit(1)
+    print(json.dumps({"transformers_version": transformers.__version__, "reading": reading(d)}))
+
+
+def main():
+    a = sys.argv[1:]
+    if len(a) >= 3 and a[0] == "make":
+        make(a[1], a[2], "--old-spelling" in a[3:])
+    elif len(a) == 2 and a[0] == "read":
+        print(json.dumps({"transformers_version": transformers.__version__, "reading": reading(a[1])}))
+    elif len(a) == 2 and a[0] == "check":
+        check(a[1])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
