@@ -57,7 +57,7 @@ void register_export(CLI::App& app) {
   cmd->add_option("--out", o->out, "output directory (created; refused if it holds files, unless --force)")->required();
   cmd->add_option("--iteration", o->iteration, "iteration to export (default: the tracker's latest)");
   cmd->add_flag("--force", o->force, "write into an --out directory that already holds files");
-  add_runner(cmd, [o] {
+  add_one_process_runner(cmd, [o] {
     STRATA_CHECK(o->format == "hf", "strata export: --format '", o->format, "' is not supported (hf)");
     try {
       const hf::ExportResult r = hf::export_checkpoint(o->load, o->out, o->iteration, o->force);

@@ -56,7 +56,7 @@ void register_import(CLI::App& app) {
   cmd->add_flag("--force", o->force, "write into a --save directory that already holds a checkpoint");
   cmd->add_option("--config-override", o->overrides, "section.field=value applied to the imported config")
       ->expected(1, -1);
-  add_runner(cmd, [o] {
+  add_one_process_runner(cmd, [o] {
     try {
       const hf::ImportResult r = hf::import_checkpoint(o->hf, o->save, o->overrides, o->force);
       std::printf("imported %s (%s) into %s\n", hf::architecture_name(r.family),

@@ -19,6 +19,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/gpt/gpt_model.h"
@@ -54,16 +55,21 @@ inline fs::path hf_script(const char* name) {
 
 // Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
 // missing), else its stdout (the test fails on any other non-zero exit).
-inline std::optional<std::string> run_script(const char* script, const std::string& args) {
-  REQUIRE(fs::exists(hf_script(script)));
-  const std::string cmd = "/usr/bin/python3 " + hf_script(script).string() + " " + args + " 2>&1";
+// Runs a shell command; its output (stdout and stderr) and its pclose status.
+inline std::pair<std::string, int> run_command(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
+  return {out, pclose(p)};
+}
+
+inline std::optional<std::string> run_script(const char* script, const std::string& args) {
+  REQUIRE(fs::exists(hf_script(script)));
+  const std::string cmd = "/usr/bin/python3 " + hf_script(script).string() + " " + args + " 2>&1";
+  const auto [out, status] = run_command(cmd);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return std::nullopt;
   INFO(cmd << "\n" << out);
   REQUIRE(status == 0);
@@ -108,13 +114,7 @@ inline nlohmann::json transformers_config(const std::string& args) {
   REQUIRE(fs::exists(pyenv_python()));
   const std::string cmd =
       pyenv_python().string() + " " + hf_script("hf_transformers_config.py").string() + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
+  auto [out, status] = run_command(cmd);
   INFO(cmd << "\n" << out);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
