@@ -60,12 +60,6 @@ std::string read_text_file(const fs::path& p) {
   return ss.str();
 }
 
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
-}
-
 Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()).contiguous().clone(); }
 
 std::string rank_file(const char* stem, int rank, const std::string& ext) {
@@ -285,7 +279,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     fsync_path(fp, false);
     uint64_t size = 0;
     const uint32_t crc = crc32c_file(fp.string(), &size);
-    fragment["files"][w->file] = {{"crc32c", hex32(crc)}, {"bytes", size}};
+    fragment["files"][w->file] = {{"crc32c", crc32c_hex(crc)}, {"bytes", size}};
   }
   const fs::path fragment_path = tmp_dir / ("shard_rank_" + std::to_string(rank) + ".json");
   write_text_file(fragment_path, fragment.dump());
@@ -426,8 +420,8 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     const uint32_t crc = crc32c_file(fp.string(), &size);
     STRATA_CHECK(size == want_size, "checkpoint: file ", fp.string(), " is truncated or corrupt: ", size,
                  " bytes, the manifest says ", want_size);
-    STRATA_CHECK(hex32(crc) == want_crc, "checkpoint: checksum mismatch in ", fp.string(), ": crc32c ",
-                 hex32(crc), ", the manifest says ", want_crc);
+    STRATA_CHECK(crc32c_hex(crc) == want_crc, "checkpoint: checksum mismatch in ", fp.string(), ": crc32c ",
+                 crc32c_hex(crc), ", the manifest says ", want_crc);
     TensorFileContents c;
     try {
       c = io.read(fp.string());

@@ -109,8 +109,7 @@ void check_save_directory(const StrataConfig& cfg) {
   if (!c.save) return;
   const CheckpointDirectoryListing l = list_checkpoint_directory(*c.save);
   if (!l.holds_checkpoints()) return;
-  if (resumes_from_save_directory(cfg)) {
-    check_load_directory(*c.save);
+  if (resumes_from_save_directory(cfg)) {  // its tracker: check_load_directory, as checkpoint.load
     check_iterations_after_resume(cfg, l);
     return;
   }

@@ -6,9 +6,9 @@
 //                         another run's checkpoints is refused unless this run resumes from it
 //                         (checkpoint.load is the same directory, not as a finetune) or
 //                         checkpoint.overwrite is set; a ConfigError naming checkpoint.save and
-//                         the iterations found. A resume from it must find its tracker, and
-//                         one that does not load the whole state (no_load_optim, no_load_rng)
-//                         may not replace iterations saved after the resumed one.
+//                         the iterations found. A resume from it that does not load the whole
+//                         state (no_load_optim, no_load_rng) may not replace iterations saved
+//                         after the resumed one (its tracker is checked as checkpoint.load's).
 //   clean_checkpoint_directory  run by world rank 0 before a run's first save: removes the
 //                         interrupted saves' leftovers and, when replacing a previous run
 //                         (checkpoint.overwrite), that run's Strata iteration directories and

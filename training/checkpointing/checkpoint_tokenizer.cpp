@@ -20,12 +20,6 @@ namespace {
 
 constexpr const char* kDir = "tokenizer";
 
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
-}
-
 // A config field's files: (source path, name of the copy); the first is the one the field names.
 struct FieldFiles {
   const char* field;
@@ -77,7 +71,7 @@ json save_checkpoint_tokenizer(const std::string& config_yaml, const fs::path& i
       fs::copy_file(source, iter_dir / rel, fs::copy_options::overwrite_existing);
       uint64_t bytes = 0;
       const uint32_t crc = crc32c_file((iter_dir / rel).string(), &bytes);
-      member["files"][rel] = {{"crc32c", hex32(crc)}, {"bytes", bytes}, {"source", fs::absolute(source).string()}};
+      member["files"][rel] = {{"crc32c", crc32c_hex(crc)}, {"bytes", bytes}, {"source", fs::absolute(source).string()}};
     }
     member["fields"][f.field] = std::string(kDir) + "/" + f.files.front().second;
   }
@@ -101,7 +95,7 @@ void use_checkpoint_tokenizer(const json& manifest, const fs::path& manifest_pat
     STRATA_CHECK(fs::is_regular_file(p), "checkpoint: ", p.string(), ", the checkpoint's copy of its tokenizer file ",
                  e.value("source", std::string("?")), ", is missing (listed in ", where, ")");
     uint64_t bytes = 0;
-    const std::string crc = hex32(crc32c_file(p.string(), &bytes));
+    const std::string crc = crc32c_hex(crc32c_file(p.string(), &bytes));
     STRATA_CHECK(e.at("crc32c").get<std::string>() == crc && e.at("bytes").get<uint64_t>() == bytes, "checkpoint: ",
                  p.string(), " (a tokenizer file) does not match its size and CRC-32C in ", where);
   }

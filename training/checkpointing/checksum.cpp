@@ -2,6 +2,7 @@
 #include "training/checkpointing/checksum.h"
 
 #include <array>
+#include <cstdio>
 #include <fstream>
 #include <vector>
 
@@ -45,6 +46,12 @@ uint32_t crc32c_file(const std::string& path, uint64_t* size) {
   STRATA_CHECK(!in.bad(), "error reading ", path);
   if (size) *size = total;
   return crc;
+}
+
+std::string crc32c_hex(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", crc);
+  return buf;
 }
 
 }  // namespace strata
