@@ -57,7 +57,7 @@ struct LanguageModelParts {
   std::string hc_head_prefix = "decoder";  // mHC: the owner of hc_head_* (the block's name)
   std::vector<std::string> aux_loss_names;
   // The inner model layer of each MTP module (model.mtp_num_layers; GPT: a one-layer block with
-  // the decoder's last layer spec, hybrid: a HybridStack of the '/' pattern). Unset: the model has
+  // the decoder's last layer kind, hybrid: a LayerStack of the '/' pattern). Unset: the model has
   // no MTP variant.
   MtpLayerFactory make_mtp_layer;
 };

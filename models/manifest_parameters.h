@@ -1,8 +1,9 @@
-// The parameters part of the model manifest (models/model_manifest.h): each layer kind's and each
-// model-level part's parameters by canonical name and global shape, as the layers build them.
+// The model-level part of the model manifest's parameters (models/model_manifest.h) by canonical
+// name and global shape, as the shell builds them (each layer's: its kind's description,
+// models/layer_kind.h).
 // tests/unit/test_manifest_parameters.cpp checks them against real builds under TP/PP/VPP/EP.
-// Reference: the module paths of megatron/core/models/gpt/gpt_layer_specs.py, hybrid_layer_specs.py,
-// transformer/multi_token_prediction.py, ssm/mamba_mixer.py, moe/experts.py (TEGroupedMLP names).
+// Reference: the module paths of megatron/core/models/gpt/gpt_model.py, hybrid/hybrid_model.py,
+// transformer/multi_token_prediction.py.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,8 +13,6 @@
 
 namespace strata::manifest_detail {
 
-// The parameters of one decoder or MTP layer (`layer` indexes ModelManifest::layers).
-void add_layer_parameters(ModelManifest& out, const ResolvedModelConfig& m, int64_t layer, bool moe);
 // Model-level parts: the embedding (stage 0), the stack exit (mHC head, final norm, output layer)
 // and each MTP module's own parameters (norms, projections, mHC head). The vocabulary rows are
 // padded at `tp`. Their stage and chunk are set by the caller.

@@ -1,7 +1,10 @@
 // The resolved description of a built model, derived from its resolved config: the layers in
 // order (decoder, then the MTP depths' inner layers), the observation sites each emits
 // (core/observe.h), the named losses and the parameters, so that the tensor dumper, the metric
-// checks, the loss channel and the planner read the model from one place.
+// checks, the loss channel and the planner read the model from one place. Each layer's part is its
+// layer kind's own description (models/layer_kind.h) of the stacks the model builds
+// (models/model_stacks.h); the manifest adds the model-level parts (embedding, stack exit, MTP
+// modules, output layer).
 // tests/unit/test_model_manifest.cpp checks a real forward and backward of every model family
 // emits exactly these sites; test_manifest_parameters.cpp that every rank of every layout builds
 // exactly these parameters.
@@ -13,20 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "core/observe.h"
-#include "core/shape.h"
+#include "models/layer_kind.h"
 #include "models/model_config.h"
+#include "models/model_stacks.h"
 #include "parallel/parallel_config.h"
 
 namespace strata {
-
-// One observation site: the owner module, the name local to it, and its source kind.
-struct ObservationSite {
-  std::string owner, name;
-  SourceKind kind;
-  int64_t per_forward = 1;  // emissions per forward: mtp_num_layers for a repeated MTP layer's sites
-  std::string path() const { return owner + "." + name; }  // what tensor_dump_sites patterns match
-};
 
 // One layer: its module path, its symbol (a hybrid pattern symbol; 'T' for a GPT transformer
 // layer), its global layer number (MTP inner layers continue after the decoder's) and whether it
@@ -38,21 +33,6 @@ struct ManifestLayer {
   int64_t number;
   bool mtp;
   int64_t stage = 0, chunk = 0;
-};
-
-// One parameter: its canonical name (core/parameter.h) and global shape (the vocabulary rows padded
-// at the layout's tp), how tensor and expert parallelism split it, and where it is built.
-struct ManifestParameter {
-  std::string name;
-  Shape shape;
-  bool tensor_parallel = false;  // split over tp when tp > 1 (an expert's weight: over the expert tp group)
-  int64_t expert = -1;           // an expert's weight: its global id; the ep rank holding it builds it
-  bool f32 = false;              // kept in f32 whatever the compute dtype (mHC, Mamba's A_log and D)
-  bool shared_copy = false;      // a last-stage copy of the word embeddings (Parameter::shared_copy)
-  int64_t layer = -1;            // index into ModelManifest::layers; -1: embedding, stack exit, MTP module
-  int64_t stage = 0, chunk = 0;  // the pipeline stage and model chunk that build it
-  // The elements one rank holds: the shard when split over tp (experts: etp) ranks.
-  int64_t local_elements(int64_t tp, int64_t etp) const;
 };
 
 // The decoder layers of one model chunk: global numbers [first, first + count).
@@ -74,18 +54,11 @@ struct ModelManifest {
   std::vector<ManifestParameter> parameters;
 };
 
-// The manifest of a resolved model section. Sites per layer
-// (owner "decoder.layers.N" or an MTP inner layer's module path):
-//   every layer          residual_accumulator, residual_contribution
-//   attention (GPT, `*`) <attention owner>.self_attention.attention_logit_max
-//   MoE (GPT MoE, `E`)   <mlp owner>.mlp.router.{router_input, router_logits, router_scores,
-//                        router_topk_probs, router_diagnostics, router_top_indices, router_top_kept,
-//                        router_diagnostic_sums}
-//   mHC                  <hc owner>.{mhc_h_pre, mhc_h_post, mhc_h_res, mhc_sinkhorn_residual,
-//                        mhc_layer_input, mhc_layer_output} — GPT: self_attention_hyper_connection
-//                        and mlp_hyper_connection; hybrid: hyper_connection (layer under inner_layer)
-// and once per model: output_layer.output_logits and output_layer.mtp_logits.<k>, k = 0..D−1
-// (Megatron's process_mtp_loss numbers the MTP logit sites from 0; the losses stay mtp_1 .. mtp_D).
+// The manifest of a resolved model section. Sites per layer (owner "decoder.layers.N" or an MTP
+// inner layer's module path): residual_accumulator and residual_contribution, an mHC wrapper's
+// sites, then the layer kind's own (docs/observation.md lists them); once per model:
+// output_layer.output_logits and output_layer.mtp_logits.<k>, k = 0..D−1 (Megatron's
+// process_mtp_loss numbers the MTP logit sites from 0; the losses stay mtp_1 .. mtp_D).
 // Parameters at tp = 1, on one stage.
 ModelManifest build_model_manifest(const ResolvedModelConfig& m);
 // The same with each layer's stage and chunk under `parallel` (validated, the hybrid pattern's `|`
@@ -96,12 +69,9 @@ ModelManifest build_model_manifest(const ResolvedModelConfig& m);
 // tied to the output layer, or (untied) for the MTP depths' lookups.
 ModelManifest build_model_manifest(const ResolvedModelConfig& m, const ParallelConfig& parallel);
 
-// The module path of MTP module k's inner layer (0-based k), Megatron's MultiTokenPredictionLayer
-// submodule: "mtp.layers.<k>.mtp_model_layer" (GPT: the layer itself; hybrid: a stack whose layers
-// are "….mtp_model_layer.layers.<j>").
-std::string mtp_model_layer_path(int64_t k);
-
 // The loss of MTP depth k (1-based): "mtp_<k> loss" (Megatron's process_mtp_loss names).
 std::string mtp_loss_name(int64_t depth);
+// Whether `name` is some depth's MTP loss ("mtp_<k> loss", k ≥ 1).
+bool is_mtp_loss_name(const std::string& name);
 
 }  // namespace strata

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
+#include "models/layer_kind.h"
 #include "models/model_config.h"
 
 namespace strata {
@@ -20,8 +22,21 @@ const char* to_string(RecomputeMethod m) { return config::enum_to_string<Recompu
 
 namespace {
 
-// Modules Strata recomputes.
-constexpr const char* kImplemented[] = {"mlp", "moe", "moe_act", "shared_experts", "mhc"};
+// The modules Strata recomputes: those its layer kinds declare (models/layer_kind.h), each once.
+std::vector<std::string> implemented_modules() {
+  std::vector<std::string> out;
+  for (const LayerKind& k : LayerKindRegistry::instance().kinds())
+    for (const std::string& name : k.recompute_modules)
+      if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  return out;
+}
+
+// "a, b and c".
+std::string listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
 
 // Megatron's other module names and why Strata rejects each.
 struct Rejected {
@@ -44,8 +59,9 @@ constexpr Rejected kRejected[] = {
 };
 
 void check_modules(const ModelConfig& m) {
+  const std::vector<std::string> implemented = implemented_modules();
   for (const std::string& name : m.recompute_modules) {
-    if (std::any_of(std::begin(kImplemented), std::end(kImplemented), [&](const char* n) { return name == n; })) {
+    if (std::find(implemented.begin(), implemented.end(), name) != implemented.end()) {
       if (name == "shared_experts" && !m.moe_shared_expert_intermediate_size)
         throw ConfigError("model.recompute_modules",
                           "shared_experts recomputes the MoE layers' shared experts; the model has none "
@@ -69,7 +85,7 @@ void check_modules(const ModelConfig& m) {
     throw ConfigError("model.recompute_modules",
                       "unknown module '" + name +
                           "' (Megatron's: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, mhc, "
-                          "gdn, gdn_norm_out; Strata recomputes mlp, moe, moe_act, shared_experts and mhc)");
+                          "gdn, gdn_norm_out; Strata recomputes " + listed(implemented) + ")");
   }
 }
 

@@ -18,7 +18,7 @@
 #include "data/blended_dataset.h"
 #include "data/document_source.h"
 #include "data/tokenizer.h"
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/model_stacks.h"
 #include "parallel/distributed.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_grid.h"
@@ -40,19 +40,16 @@ std::string trimmed(std::string s) {
 
 // Model FLOPs per token for forward + backward: 6·N (weights multiplied by activations; lookup
 // tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
-// masking not discounted) — the PaLM / Megatron convention for MFU. L counts the layers with
-// attention: every layer of GPT, the `*` layers of a hybrid pattern.
+// masking not discounted) — the PaLM / Megatron convention for MFU. The attention term is each
+// decoder layer kind's own (models/layer_kind.h: GPT's layers and a hybrid pattern's `*` count it).
 double model_flops_per_token(const StrataConfig& cfg, const std::vector<Parameter*>& params) {
   double n = 0;
   for (const Parameter* p : params)
     if (p->counted_in_model_flops) n += static_cast<double>(p->value.numel());
   const ResolvedModelConfig& m = cfg.resolved_model();
-  int64_t attention_layers = m.num_layers;
-  if (m.is_hybrid()) {
-    const std::string& layers = m.hybrid_pattern().layers;
-    attention_layers = static_cast<int64_t>(std::count(layers.begin(), layers.end(), hybrid::kAttention));
-  }
-  return 6.0 * n + 12.0 * static_cast<double>(attention_layers) * m.hidden_size * m.seq_length;
+  double attention = 0;  // the decoder layers' attention products (each layer kind's own count)
+  for (const StackLayerSpec& s : decoder_stack_specs(m, 0, m.num_layers)) attention += s.kind->attention_flops_per_token(m);
+  return 6.0 * n + attention;
 }
 
 // Dense peak FLOP/s of one device for MFU (H100/H200 SXM datasheet); 0 (no MFU) on the CPU.

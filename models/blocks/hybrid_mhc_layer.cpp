@@ -4,13 +4,11 @@
 
 #include "core/error.h"
 #include "kernels/elementwise.h"
+#include "models/blocks/transformer_kinds.h"
 
 namespace strata {
 
 namespace {
-std::string layer_name(int64_t index, const std::string& name) {
-  return name.empty() ? "decoder.layers." + std::to_string(index) : name;
-}
 ResolvedModelConfig without_mhc(ResolvedModelConfig cfg) {
   cfg.enable_hyper_connections = false;  // the inner layer is the plain one; the wrapper is its site
   return cfg;
@@ -20,19 +18,36 @@ ProcessGroup sequence_parallel_group(const layers::LayerEnv& env, const Parallel
 }
 }  // namespace
 
-struct HyperConnectionHybridLayer::Saved : HybridLayer::State {
+struct HyperConnectionHybridLayer::Saved : StackLayer::State {
   layers::HyperConnectionState hc;
   layers::TransformerLayer::Saved layer;  // fast path
-  std::unique_ptr<HybridLayer::State> inner;  // delta path
+  std::unique_ptr<StackLayer::State> inner;  // delta path
 };
 
-HyperConnectionHybridLayer::HyperConnectionHybridLayer(char symbol, int64_t index, const ResolvedModelConfig& cfg,
-                                                       const layers::LayerEnv& env, const ParallelGroups& groups,
-                                                       const std::string& name)
-    : name_(layer_name(index, name)),
-      inner_(make_hybrid_layer(symbol, index, without_mhc(cfg), env, groups, name_ + ".inner_layer")),
+namespace {
+LayerPlace inner_place(const StackLayerSpec& spec) {
+  LayerPlace p = spec.place;
+  p.name = spec.inner_name();
+  p.branch_mhc = false;
+  return p;
+}
+}  // namespace
+
+HyperConnectionHybridLayer::HyperConnectionHybridLayer(const StackLayerSpec& spec, const ResolvedModelConfig& cfg,
+                                                       const layers::LayerEnv& env, const ParallelGroups& groups)
+    : name_(spec.place.name),
+      inner_(spec.kind->make(*spec.kind, inner_place(spec), without_mhc(cfg), env, groups)),
       hc_(name_ + ".hyper_connection", cfg.hidden_size, mhc_options(cfg), env, sequence_parallel_group(env, groups)) {
-  if (auto* t = dynamic_cast<TransformerHybridLayer*>(inner_.get())) fast_ = &t->layer();
+  STRATA_INTERNAL_ASSERT(spec.mhc_wrapper, name_, ": the spec does not wrap its layer in an mHC site");
+  auto* t = dynamic_cast<TransformerStackLayer*>(inner_.get());
+  // The fast path: a TransformerLayer with one branch (its sub-layer without the residual add).
+  if (t && t->layer().has_attention() != t->layer().has_mlp()) fast_ = &t->layer();
+}
+
+std::unique_ptr<StackLayer> make_stack_layer(const StackLayerSpec& spec, const ResolvedModelConfig& cfg,
+                                             const layers::LayerEnv& env, const ParallelGroups& groups) {
+  if (spec.mhc_wrapper) return std::make_unique<HyperConnectionHybridLayer>(spec, cfg, env, groups);
+  return spec.kind->make(*spec.kind, spec.place, cfg, env, groups);
 }
 
 Tensor HyperConnectionHybridLayer::forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
@@ -75,7 +90,7 @@ Tensor HyperConnectionHybridLayer::backward(State& state, const Tensor& dy) {
 }
 
 namespace {
-HyperConnectionHybridLayer::State& present(std::unique_ptr<HybridLayer::State>& p, const std::string& name) {
+HyperConnectionHybridLayer::State& present(std::unique_ptr<StackLayer::State>& p, const std::string& name) {
   STRATA_CHECK(p != nullptr, name, ": mhc recompute without a saved forward");
   return *p;
 }

@@ -22,8 +22,8 @@
 namespace strata {
 
 // Builds the inner model layer of MTP module `module` (0-based; one module with the repeated
-// layer): GPT a one-layer TransformerBlock with the decoder's last layer spec; hybrid a nested
-// HybridStack of the '/' pattern's symbols (post_layer_norm false). Its layers take global layer
+// layer): a LayerStack (models/model_stacks.h mtp_stack_specs) — GPT one layer of the decoder's
+// last layer kind; hybrid the '/' pattern's symbols (post_layer_norm false). Its layers take global layer
 // numbers after the decoder's, num_layers + (k−1)·P + j with P layers per depth. cfg: the model
 // section with full recompute removed (the MTP block checkpoints the depth).
 using MtpLayerFactory = std::function<std::unique_ptr<Block>(const ResolvedModelConfig& cfg, const layers::LayerEnv& env,

@@ -1,8 +1,9 @@
 // GPTModel: Megatron-Core's GPT — the language-model shell (models/language_model_shell.h:
 // embedding → block → final norm → output layer tied to the word embeddings unless
-// untie_embeddings_and_output_weights → fused vocab-parallel cross entropy) with a TransformerBlock
-// of pre-norm transformer layers. By default every layer is a full attention + MLP layer; explicit
-// layer specs (attention-only, MLP-only) build mixed stacks from the same layer.
+// untie_embeddings_and_output_weights → fused vocab-parallel cross entropy) with a LayerStack
+// (models/blocks/layer_stack.h) of pre-norm transformer layers. By default every layer is a full
+// attention + MLP layer (`T`); explicit layer symbols build mixed stacks of any registered layer
+// kind (models/layer_kind.h).
 // Parameter names are Megatron-Core GPTModel state-dict names (TE-fused layer norms):
 // embedding.*, decoder.layers.N.*, decoder.final_layernorm.*, output_layer.weight.
 // Reference: Megatron-Core models/gpt/gpt_model.py, models/gpt/gpt_layer_specs.py,
@@ -11,15 +12,18 @@
 #include <memory>
 #include <vector>
 
-#include "models/blocks/transformer_block.h"
+#include <string>
+
+#include "models/blocks/layer_stack.h"
 #include "models/language_model_shell.h"
-#include "models/layers/layer_spec.h"
+#include "models/layers/transformer_layer.h"
 
 namespace strata {
 
 struct GPTModelOptions : LanguageModelOptions {
-  // One spec per layer of the whole model (global order); empty: every layer attention + MLP.
-  std::vector<layers::TransformerLayerSpec> layer_specs;
+  // One layer-kind symbol per layer of the whole model (global order; models/layer_kind.h: `T`
+  // attention + MLP, `*` attention only, `-` MLP only, …); empty: every layer `T`.
+  std::string layer_symbols;
 };
 
 class GPTModel : public LanguageModelShell {
@@ -31,9 +35,9 @@ class GPTModel : public LanguageModelShell {
   GPTModel(const ModelConfig& cfg, const GPTModelOptions& options,
            const ParallelGroups& groups = ParallelGroups::single_process());
 
-  TransformerBlock& decoder() { return static_cast<TransformerBlock&>(block()); }
-  // Local layer i (global index first_layer() + i).
-  layers::TransformerLayer& layer(size_t i) { return decoder().layer(i); }
+  LayerStack& decoder() { return static_cast<LayerStack&>(block()); }
+  // Local layer i (global index first_layer() + i), a TransformerLayer kind (an internal error otherwise).
+  layers::TransformerLayer& layer(size_t i);
   size_t num_local_layers() const { return static_cast<size_t>(options().num_layers); }
 };
 

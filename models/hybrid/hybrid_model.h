@@ -1,7 +1,7 @@
 // HybridModel: Megatron-Core's HybridModel — the language-model shell (models/language_model_shell.h:
 // embedding with learned absolute positions unless position_embedding_type is rope or none →
 // block → final norm → output layer tied unless untie_embeddings_and_output_weights → fused
-// vocab-parallel cross entropy) with a HybridStack of this stage's part of
+// vocab-parallel cross entropy) with a LayerStack (models/blocks/layer_stack.h) of this stage's part of
 // model.hybrid_layer_pattern. RoPE applies in the `*` layers only (the only ones with attention).
 // Output projections are initialised with N(0, σ/√(1.0·L)), L = the pattern's layers (GPT: 2.0·L).
 // Parameter names are Megatron's HybridModel state-dict names: embedding.*, decoder.layers.N.*
@@ -12,7 +12,7 @@
 #pragma once
 #include <memory>
 
-#include "models/blocks/hybrid_stack.h"
+#include "models/blocks/layer_stack.h"
 #include "models/language_model_shell.h"
 
 namespace strata {
@@ -26,7 +26,7 @@ class HybridModel : public LanguageModelShell {
   HybridModel(const ModelConfig& cfg, const LanguageModelOptions& options,
               const ParallelGroups& groups = ParallelGroups::single_process());
 
-  HybridStack& decoder() { return static_cast<HybridStack&>(block()); }
+  LayerStack& decoder() { return static_cast<LayerStack&>(block()); }
 };
 
 }  // namespace strata

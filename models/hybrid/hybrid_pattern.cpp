@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/config_table.h"
+#include "models/layer_kind.h"
 
 namespace strata::hybrid {
 
@@ -28,7 +29,19 @@ const char* unsupported_symbol(char c) {
   }
 }
 
-bool is_layer_symbol(char c) { return c == kMamba || c == kAttention || c == kMlp || c == kMoe; }
+// A registered layer kind's symbol that model.hybrid_layer_pattern accepts (models/layer_kind.h).
+bool is_layer_symbol(char c) {
+  const LayerKind* k = LayerKindRegistry::instance().find(c);
+  return k != nullptr && k->hybrid_pattern;
+}
+
+// "M * - E": the pattern's layer symbols.
+std::string layer_symbols() {
+  std::string out;
+  for (const LayerKind& k : LayerKindRegistry::instance().kinds())
+    if (k.hybrid_pattern) out += (out.empty() ? "" : " ") + std::string(1, k.symbol);
+  return out;
+}
 
 // Checks the symbols of `part`, which starts at `offset` in the whole pattern.
 void check_symbols(std::string_view part, size_t offset, bool allow_pipe, const char* what) {
@@ -41,10 +54,11 @@ void check_symbols(std::string_view part, size_t offset, bool allow_pipe, const 
       throw ConfigError(kPatternField, at + ": '|' (pipeline segment) is not allowed inside an MTP pattern");
     }
     if (const char* name = unsupported_symbol(c))
-      throw ConfigError(kPatternField, at + " (" + name + ") is not supported by Strata; its layer symbols are M * - E");
-    throw ConfigError(kPatternField, at + " in the " + what +
-                                         " pattern is not a layer symbol (M Mamba2, * attention, - MLP, E MoE; "
-                                         "| between pipeline segments, / before each MTP depth)");
+      throw ConfigError(kPatternField, at + " (" + name + ") is not supported by Strata; its layer symbols are " +
+                                           layer_symbols());
+    throw ConfigError(kPatternField, at + " in the " + what + " pattern is not a layer symbol (" +
+                                         LayerKindRegistry::instance().pattern_symbols() +
+                                         "; | between pipeline segments, / before each MTP depth)");
   }
 }
 

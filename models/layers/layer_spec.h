@@ -37,8 +37,4 @@ struct TransformerLayerSpec {
   }
 };
 
-// Specs from a pattern of symbols ('T' full layer, '*' attention only, '-' MLP only); any other
-// symbol is an error naming its position.
-std::vector<TransformerLayerSpec> layer_specs_from_pattern(const std::string& pattern);
-
 }  // namespace strata::layers

@@ -38,19 +38,5 @@ std::unique_ptr<MlpSlot> make_mlp_slot(MlpKind kind, const std::string& prefix, 
   return nullptr;
 }
 
-std::vector<TransformerLayerSpec> layer_specs_from_pattern(const std::string& pattern) {
-  std::vector<TransformerLayerSpec> specs;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    switch (pattern[i]) {
-      case 'T': specs.push_back(TransformerLayerSpec::full()); break;
-      case '*': specs.push_back(TransformerLayerSpec::attention_only()); break;
-      case '-': specs.push_back(TransformerLayerSpec::mlp_only()); break;
-      default:
-        STRATA_CHECK(false, "layer pattern '", pattern, "': symbol '", pattern[i], "' at position ", i,
-                     " is not a layer ('T' attention + MLP, '*' attention only, '-' MLP only)");
-    }
-  }
-  return specs;
-}
 
 }  // namespace strata::layers

@@ -1,4 +1,4 @@
-// HybridModel / HybridStack (models/hybrid/hybrid_model.h, models/blocks/hybrid_stack.h): Megatron's
+// HybridModel and its LayerStack (models/hybrid/hybrid_model.h, models/blocks/layer_stack.h): Megatron's
 // state-dict names for `*`, `-`, `E` layers and decoder.final_norm, through the canonical name
 // map; the pattern `*-*-` equals the GPT model built from the same layer specs once the weights
 // are copied (same names but the final norm's; bit-identical losses and gradients), with the
@@ -136,7 +136,7 @@ TEST_CASE("hybrid model: *-*- equals the GPT model of the same layer specs", "[h
   HybridModel hybrid(hcfg, f64_options());
   GPTModelOptions go;
   static_cast<LanguageModelOptions&>(go) = f64_options();
-  go.layer_specs = layers::layer_specs_from_pattern("*-*-");
+  go.layer_symbols = "*-*-";
   GPTModel gpt(gcfg, go);
   gpt.init_parameters(7);
   std::map<std::string, Parameter*> gpt_by_name;

@@ -37,7 +37,7 @@ ModelConfig small_config(int64_t layers, bool swiglu) {
 std::unique_ptr<GPTModel> model_of(const ModelConfig& cfg, const std::string& pattern) {
   GPTModelOptions o;
   o.dtype = DType::F64;
-  o.layer_specs = layers::layer_specs_from_pattern(pattern);
+  o.layer_symbols = pattern;
   return std::make_unique<GPTModel>(cfg, o);
 }
 
@@ -131,10 +131,11 @@ TEST_CASE("layer specs: names of attention-only and MLP-only layers, pattern err
   const Tensor rest = m->logits_for(batch.tokens.narrow(1, 5, 3).contiguous(), &cache, 5);
   CHECK(test::max_abs_diff(rest, whole.narrow(1, 5, 3).contiguous()) < 1e-12);
   CHECK(test::max_abs_diff(first, whole.narrow(1, 0, 5).contiguous()) < 1e-12);
-  CHECK_THROWS_WITH(layers::layer_specs_from_pattern("T*x-"), Catch::Contains("'x' at position 2"));
   GPTModelOptions o;
-  o.layer_specs = layers::layer_specs_from_pattern("T*");
-  CHECK_THROWS_WITH(GPTModel(small_config(3, false), o), Catch::Contains("2 layer specs for model.num_layers 3"));
+  o.layer_symbols = "T*x-";
+  CHECK_THROWS_WITH(GPTModel(small_config(4, false), o), Catch::Contains("layer 2 is 'x'"));
+  o.layer_symbols = "T*";
+  CHECK_THROWS_WITH(GPTModel(small_config(3, false), o), Catch::Contains("2 layer symbols for model.num_layers 3"));
 }
 
 TEST_CASE("layer specs: a tiny model of mixed layers trains (loss falls, bitwise reproducible)", "[layer_specs]") {
@@ -146,7 +147,7 @@ TEST_CASE("layer specs: a tiny model of mixed layers trains (loss falls, bitwise
     GPTModelOptions o;
     o.seed = static_cast<uint64_t>(cfg.training.seed);
     o.global_batch_size = *cfg.training.global_batch_size;
-    o.layer_specs = layers::layer_specs_from_pattern("T*-T");
+    o.layer_symbols = "T*-T";
     GPTModel model(cfg.model, o);
     PatternBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size);
     std::ostringstream log;

@@ -8,7 +8,8 @@
 #include <sstream>
 
 #include "core/formats/tfevents.h"
-#include "models/blocks/transformer_block.h"
+#include "models/blocks/layer_stack.h"
+#include "models/model_stacks.h"
 #include "models/language_model_shell.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
@@ -30,12 +31,12 @@ double squared_norm(const Parameter& p) {
   return s;
 }
 
-// A TransformerBlock that adds kPenalty·‖w‖² of one parameter as the auxiliary loss "weight_penalty".
+// A LayerStack that adds kPenalty·‖w‖² of one parameter as the auxiliary loss "weight_penalty".
 class PenaltyBlock : public Block {
  public:
   PenaltyBlock(int64_t first, int64_t count, const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
                const ParallelGroups& groups)
-      : inner_(first, std::vector<layers::TransformerLayerSpec>(static_cast<size_t>(count)), cfg, env, groups) {
+      : inner_(first, decoder_stack_specs(cfg, first, count), cfg, env, groups) {
     std::vector<Parameter*> ps;
     inner_.collect(ps);
     for (Parameter* p : ps)
@@ -72,7 +73,7 @@ class PenaltyBlock : public Block {
     const AuxLossChannel* channel = nullptr;
     size_t index = 0;
   };
-  TransformerBlock inner_;
+  LayerStack inner_;
   Parameter* target_ = nullptr;
 };
 

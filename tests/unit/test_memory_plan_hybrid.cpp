@@ -3,7 +3,7 @@
 // segments per stage, the activations of each layer kind and of the MTP depths against the
 // allocator's measured peak (drops under full and selective recompute within 15%), and the mHC
 // parameter counts against the HyperConnection modules' parameters.
-// Reference: models/layers/mamba_mixer.h, models/blocks/hybrid_layers.h, models/blocks/mtp_block.h,
+// Reference: models/layers/mamba_mixer.h, models/blocks/transformer_kinds.cpp, models/blocks/mamba_kind.cpp, models/blocks/mtp_block.h,
 // models/layers/hyper_connection.h; Megatron-Core ssm/mamba_mixer.py.
 #include <cmath>
 #include <cstdio>
@@ -23,6 +23,14 @@ using namespace strata;
 using namespace strata::test;
 
 namespace {
+
+// One layer of `symbol` at decoder layer 0 of a hybrid model (its mHC wrapper when enabled), as the
+// planner counts it: the registered layer kind's activations.
+LayerActivations hybrid_layer_activations(const ResolvedModelConfig& m, char symbol, const ActivationShape& a) {
+  const std::vector<StackLayerSpec> specs =
+      stack_layer_specs(m, std::string(1, symbol), 0, {"decoder.layers.0"}, {false}, MhcPlacement::PerLayer);
+  return stack_layer_activations(m, specs.at(0), a);
+}
 constexpr int64_t kVocab = 50;
 
 // A hybrid config: h 16, Mamba d_inner 32 (4 heads of 8, 2 groups, state 4), MoE 4 experts.

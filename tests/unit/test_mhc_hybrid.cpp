@@ -103,7 +103,9 @@ TEST_CASE("mhc hybrid: a wrapped layer whose sub-layer returns 0 leaves x_next =
   const Tensor x = test::random_tensor({s, b, n * C}, 5, -1.0, 1.0);
   for (char symbol : {'M', '-'}) {
     INFO(symbol);
-    HyperConnectionHybridLayer layer(symbol, 0, cfg, env, ParallelGroups::single_process());
+    const std::vector<StackLayerSpec> specs =
+        stack_layer_specs(cfg, std::string(1, symbol), 0, {"decoder.layers.0"}, {false}, MhcPlacement::PerLayer);
+    HyperConnectionHybridLayer layer(specs.at(0), cfg, env, ParallelGroups::single_process());
     std::vector<Parameter*> ps;
     layer.collect(ps);
     std::map<std::string, Parameter*> p;

@@ -76,7 +76,7 @@ mtp_ref::Losses reference(LanguageModel& model, const Batch& batch, int64_t dept
 GPTModelOptions f64_options(bool mlp_only) {
   GPTModelOptions o;
   o.dtype = DType::F64;
-  if (mlp_only) o.layer_specs.assign(2, layers::TransformerLayerSpec::mlp_only());
+  if (mlp_only) o.layer_symbols = "--";
   return o;
 }
 

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/model_manifest.h"
+
 #include "core/config_table.h"
 #include "core/error.h"
 #include "core/formats/mapped_file.h"
@@ -25,8 +27,7 @@ using nlohmann::json;
 
 const std::vector<std::string>& extracted_metric_names() {
   static const std::vector<std::string> names = {"iteration-time", "mem-allocated-bytes", "mem-max-allocated-bytes",
-                                                 "lm loss",        "num-zeros",           "mtp_1 loss",
-                                                 "mtp_2 loss",     "total loss"};
+                                                 "lm loss",        "num-zeros",           "total loss"};
   return names;
 }
 
@@ -260,7 +261,7 @@ GoldenValues steps_after(const GoldenValues& values, int64_t after_step) {
 std::vector<Check> check_thresholds(const std::string& metric, const std::vector<std::string>& loss_names) {
   const Check det{CheckKind::Deterministic, 0.0, 0.0};
   const bool named_loss = std::find(loss_names.begin(), loss_names.end(), metric) != loss_names.end();
-  if (named_loss || metric == "lm loss" || metric == "mtp_1 loss" || metric == "mtp_2 loss" || metric == "total loss" ||
+  if (named_loss || metric == "lm loss" || is_mtp_loss_name(metric) || metric == "total loss" ||
       metric == "generated_tokens" || metric == "logprobs")
     return {det, {CheckKind::Approximate, 0.05, 0.0}};
   if (metric == "num-zeros") return {det, {CheckKind::Approximate, 0.20, 0.0}};

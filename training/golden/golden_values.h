@@ -35,7 +35,9 @@ struct MetricSeries {
 // metric name (a TensorBoard tag such as "lm loss") → block. Ordered by name, as json.dump sorts.
 using GoldenValues = std::map<std::string, MetricSeries>;
 
-// The metrics Megatron's extractor keeps (get_test_results_from_tensorboard_logs.py whitelist).
+// The metrics Megatron's extractor keeps (get_test_results_from_tensorboard_logs.py whitelist) but
+// the MTP depths' losses: a case extracts those as every named loss of its model (the model
+// manifest's, models/model_manifest.h), whatever the depth count.
 const std::vector<std::string>& extracted_metric_names();
 // The checked metrics when model_config.yaml has no METRICS key.
 const std::vector<std::string>& default_checked_metrics();

@@ -1,4 +1,4 @@
-// Per-layer-kind activation counts of `strata plan` (training/planning/layer_plan.h).
+// Activation counts of `strata plan` from the layers' own (training/planning/layer_plan.h).
 // Reference: megatron/core/ssm/mamba_mixer.py, megatron/core/models/hybrid/hybrid_layer_specs.py,
 // megatron/core/transformer/multi_token_prediction.py, Megatron dev transformer/hyper_connection.py.
 #include "training/planning/layer_plan.h"
@@ -6,8 +6,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "models/hybrid/hybrid_pattern.h"
-#include "models/mamba_config.h"
 #include "models/recompute_config.h"
 
 namespace strata {
@@ -44,76 +42,9 @@ ActivationShape activation_shape(const ResolvedModelConfig& m, int64_t tp, int64
   return {m.seq_length / cp * micro_batch_size, tp, etp > 0 ? etp : tp, element_bytes, sp};
 }
 
-int64_t mhc_site_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
-  if (!m.enable_hyper_connections) return 0;
-  const int64_t n = m.num_residual_streams, T = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size;
-  return a.e * T * (n * C + C) + 4 * T * ((n * n + 2 * n) + 1 + 2 * n + 2 * n * n);
-}
-
 int64_t mhc_head_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
   if (!m.enable_hyper_connections) return 0;
   return a.e * (a.sp ? a.tokens / a.tp : a.tokens) * m.num_residual_streams * m.hidden_size;
-}
-
-LayerActivations hybrid_layer_activations(const ResolvedModelConfig& m, char symbol, const ActivationShape& a) {
-  const int64_t T = a.tokens, e = a.e, t = a.tp, C = m.hidden_size;
-  const int64_t Ts = a.sp ? T / t : T;  // sequence-sharded rows
-  const int64_t norm_in = e * Ts * C + norm_stats(m, Ts);
-  const int64_t width = m.enable_hyper_connections ? m.num_residual_streams * C : C;
-  LayerActivations r;
-  r.input = e * Ts * width;
-  switch (symbol) {
-    case hybrid::kMamba: {
-      const MambaDims d = mamba_dims(m);
-      r.full = norm_in + e * Ts * C + e * T * (2 * d.conv_dim() + 3 * d.d_inner + 2 * d.heads) / t;
-      r.backward = e * T * (d.in_proj_out() + 2 * d.conv_dim() + d.d_inner) / t;  // dzx, dxbc (+ conv in), dg
-      break;
-    }
-    case hybrid::kAttention: {
-      const int64_t dh = m.head_dim(), heads = m.num_attention_heads, g = m.query_groups();
-      r.full = norm_in + e * Ts * C + e * T * dh * (2 * heads + 2 * g) / t + 4 * T * heads / t;
-      break;
-    }
-    case hybrid::kMlp: {
-      r.selective_saving = e * T * m.ffn() * (m.swiglu ? 3 : 2) / t;
-      r.full = norm_in + e * Ts * C + r.selective_saving;
-      break;
-    }
-    case hybrid::kMoe: {
-      const int64_t E = m.num_experts.value_or(0), k = m.moe_router_topk, F = m.moe_ffn();
-      // The router's input and f32 scores, the top-k indices (i64) and probabilities (f32), then per
-      // dispatched row (T·k): the tokens (and the experts' input when scaled by the probabilities),
-      // fc1 output, activation output and fc2 input.
-      const int64_t fc1 = m.swiglu ? 2 * F : F, rows = e * T * k;
-      int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k +
-                     rows * ((m.moe_apply_probs_on_input ? 2 : 1) * C + (fc1 + 2 * F) / a.etp);
-      if (m.moe_shared_expert_intermediate_size)
-        slot += e * T * *m.moe_shared_expert_intermediate_size * (m.swiglu ? 3 : 2) / t;
-      r.selective_saving = slot - e * Ts * C;
-      r.backward = rows * F / a.etp;  // the experts' activation gradient
-      r.full = e * Ts * C + norm_stats(m, Ts) + slot;
-      break;
-    }
-    default: STRATA_INTERNAL_ASSERT(false, "hybrid_layer_activations: symbol ", symbol);
-  }
-  r.full += mhc_site_activations(m, a);  // the n·C stream input, the mappings, the merge's y
-  if (m.enable_hyper_connections) {
-    r.mhc_input = e * Ts * width;
-    r.mhc_dropped = e * Ts * (width + C);
-  }
-  return r;
-}
-
-LayerActivations gpt_layer_activations(const ResolvedModelConfig& m, const ActivationSizes& s, const ActivationShape& a) {
-  LayerActivations r{s.per_layer, s.per_layer_recompute, s.per_layer_mlp_recompute_saving};
-  if (m.enable_hyper_connections) {
-    const int64_t Ts = a.sp ? a.tokens / a.tp : a.tokens, C = m.hidden_size, n = m.num_residual_streams;
-    r.input = a.e * Ts * n * C;
-    r.full += 2 * mhc_site_activations(m, a);
-    r.mhc_input = r.input;
-    r.mhc_dropped = 2 * a.e * Ts * (n * C + C);
-  }
-  return r;
 }
 
 int64_t plain_layer_activations(const std::vector<LayerActivations>& layers, int64_t in_flight) {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "models/hybrid/hybrid_pattern.h"
 #include "models/model_manifest.h"
+#include "models/model_stacks.h"
 #include "training/planning/layer_plan.h"
 #include "training/planning/moe_plan.h"
 
@@ -45,19 +46,18 @@ int64_t model_parameter_total(const ResolvedModelConfig& m) {
 
 ActivationSizes activation_sizes(const ResolvedModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
                                  int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab) {
-  const int64_t s = m.seq_length / cp, b = micro_batch_size, h = m.hidden_size, a = m.num_attention_heads;
-  const int64_t e = element_bytes, sbh = s * b * h;
+  const int64_t s = m.seq_length / cp, b = micro_batch_size, h = m.hidden_size;
+  const int64_t e = element_bytes;
   ActivationSizes out;
-  // Not split by tp (layer-norm inputs, the inputs of linear_qkv and linear_fc1, two dropout
-  // masks): (4e + 2)·sbh, split along the sequence by sp. Split by tp: 12e·sbh (q, k, v, the
-  // attention output, the MLP's fc1 and activation outputs …). Strata's attention is fused
-  // (flash-style): it keeps the f32 log-sum-exp per head and query, 4·a·s·b, never the
-  // (2e + 1)·a·s²·b scores, softmax and dropout mask of Korthikanti's standard attention.
-  const int64_t unsplit = (4 * e + 2) * sbh, split = 12 * e * sbh + 4 * a * s * b;
-  out.per_layer = (sequence_parallel ? unsplit / tp : unsplit) + split / tp;
-  out.per_layer_recompute = sequence_parallel ? e * sbh / tp : e * sbh;
+  // The GPT layer's own count (models/blocks/transformer_kinds.cpp, Korthikanti et al. 2022 with
+  // fused attention): every layer alike, full recompute keeping its input, selective mlp dropping
+  // its fc1 and activation outputs.
+  const ActivationShape shape{s * b, tp, tp, e, sequence_parallel};
+  const LayerActivations layer = LayerKindRegistry::instance().at(kGptLayerSymbol).activations(m, LayerPlace{}, shape);
+  out.per_layer = layer.full;
+  out.per_layer_recompute = layer.input;
   out.output_layer = 4 * s * b * (h + padded_vocab) / tp;
-  out.per_layer_mlp_recompute_saving = e * s * b * m.ffn() * (m.swiglu ? 3 : 2) / tp;
+  out.per_layer_mlp_recompute_saving = layer.selective_saving;
   if (m.is_moe() && m.num_layers > 0) {
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
@@ -105,15 +105,20 @@ const StagePlan& LayoutPlan::peak_stage(bool recompute) const {
 }
 
 namespace {
-// A stage's activations from its layers one by one (hybrid symbols, or GPT layers with mHC sites);
+// Each layer's activations, its kind's (models/layer_kind.h).
+std::vector<LayerActivations> layer_activations(const ResolvedModelConfig& m, const std::vector<StackLayerSpec>& stack,
+                                                const ActivationShape& shape) {
+  std::vector<LayerActivations> out;
+  for (const StackLayerSpec& s : stack) out.push_back(stack_layer_activations(m, s, shape));
+  return out;
+}
+
+// A stage's activations from its layers one by one (hybrid layers, or GPT layers with mHC sites);
 // with interleaving the average chunk stands for each model chunk in flight.
-void stage_layer_activations(const ResolvedModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
-                             const ActivationShape& shape, StagePlan& st) {
+void stage_layer_activations(const ResolvedModelConfig& m, const LayoutPlan& plan, const ActivationShape& shape,
+                             StagePlan& st) {
   for (const LayerRange& c : st.chunks) {
-    std::vector<LayerActivations> layers;
-    for (int64_t l = c.first; l < c.first + c.count; ++l)
-      layers.push_back(m.is_hybrid() ? hybrid_layer_activations(m, pattern.layers[static_cast<size_t>(l)], shape)
-                                     : gpt_layer_activations(m, plan.activations, shape));
+    const std::vector<LayerActivations> layers = layer_activations(m, decoder_stack_specs(m, c.first, c.count), shape);
     st.memory.activations += plain_layer_activations(layers, st.in_flight) / plan.vpp;
     st.memory.activations_recompute += full_recompute_layer_activations(layers, st.in_flight) / plan.vpp;
     st.memory.activations_configured += configured_layer_activations(m, layers, st.in_flight) / plan.vpp;
@@ -121,13 +126,12 @@ void stage_layer_activations(const ResolvedModelConfig& m, const hybrid::HybridP
 }
 
 // The decoder's layers of a stage, one by one.
-std::vector<LayerActivations> stage_layers(const ResolvedModelConfig& m, const hybrid::HybridPattern& pattern,
-                                           const LayoutPlan& plan, const ActivationShape& shape, const StagePlan& st) {
+std::vector<LayerActivations> stage_layers(const ResolvedModelConfig& m, const ActivationShape& shape,
+                                           const StagePlan& st) {
   std::vector<LayerActivations> out;
   for (const LayerRange& c : st.chunks)
-    for (int64_t l = c.first; l < c.first + c.count; ++l)
-      out.push_back(m.is_hybrid() ? hybrid_layer_activations(m, pattern.layers[static_cast<size_t>(l)], shape)
-                                  : gpt_layer_activations(m, plan.activations, shape));
+    for (const LayerActivations& a : layer_activations(m, decoder_stack_specs(m, c.first, c.count), shape))
+      out.push_back(a);
   return out;
 }
 
@@ -135,17 +139,12 @@ std::vector<LayerActivations> stage_layers(const ResolvedModelConfig& m, const h
 // and its output head, under no recompute, full recompute and the config's mode. The depths'
 // backward runs first and frees them before the decoder replays, so only their excess over the
 // decoder's replay adds to the peak.
-void add_mtp_activations(const ResolvedModelConfig& model, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+void add_mtp_activations(const ResolvedModelConfig& model, const LayoutPlan& plan,
                          const ActivationShape& shape, StagePlan& st) {
   if (model.mtp_depths() == 0) return;
   const ResolvedModelConfig& m = model;
-  std::vector<LayerActivations> inner;
-  if (m.is_hybrid()) {
-    for (char s : pattern.mtp) inner.push_back(hybrid_layer_activations(m, s, shape));
-  } else {
-    inner.push_back(gpt_layer_activations(m, plan.activations, shape));
-  }
-  const std::vector<LayerActivations> decoder = stage_layers(model, pattern, plan, shape, st);
+  const std::vector<LayerActivations> inner = layer_activations(m, mtp_stack_specs(m, 0), shape);
+  const std::vector<LayerActivations> decoder = stage_layers(model, shape, st);
   const int64_t head = plan.activations.output_layer;
   // The depths' backward (and everything they hold) is over before the decoder's replay starts.
   auto add = [](int64_t& total, const MtpActivations& a, int64_t decoder_replay) {
@@ -157,26 +156,26 @@ void add_mtp_activations(const ResolvedModelConfig& model, const hybrid::HybridP
   add(st.memory.activations_configured, mtp_activations(m, inner, head, shape, 2),
       replay_layer_activations(model, decoder, false));
 }
-// Each symbol of a hybrid pattern (first-use order) with one such layer's activations.
-std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ResolvedModelConfig& m, const hybrid::HybridPattern& pattern,
-                                                      const ActivationShape& shape) {
+// Each layer kind of a hybrid pattern (first-use order) with one such layer's activations.
+std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ResolvedModelConfig& m, const ActivationShape& shape) {
   std::vector<LayoutPlan::LayerKind> out;
-  for (char sym : pattern.layers) {
+  if (!m.is_hybrid()) return out;
+  for (const StackLayerSpec& s : decoder_stack_specs(m, 0, m.num_layers)) {
     bool seen = false;
-    for (const auto& k : out) seen = seen || k.symbol == sym;
+    for (const auto& k : out) seen = seen || k.symbol == s.kind->symbol;
     if (seen) continue;
-    const LayerActivations a = hybrid_layer_activations(m, sym, shape);
-    out.push_back({sym, a.full, a.input});
+    const LayerActivations a = stack_layer_activations(m, s, shape);
+    out.push_back({s.kind->symbol, a.full, a.input});
   }
   return out;
 }
 // A stage's activations without recompute, with full recompute and under the config's mode: GPT
 // layers by activation_sizes' formula, hybrid layers (or mHC sites) one by one, the output layer
 // and the MTP depths on the last stage.
-void stage_activations(const ResolvedModelConfig& m, const hybrid::HybridPattern& pattern, const LayoutPlan& plan,
+void stage_activations(const ResolvedModelConfig& m, const LayoutPlan& plan,
                        const ActivationShape& shape, int64_t layers, StagePlan& st) {
   if (m.is_hybrid() || m.enable_hyper_connections) {
-    stage_layer_activations(m, pattern, plan, shape, st);
+    stage_layer_activations(m, plan, shape, st);
   } else {
     const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk
     st.memory.activations = st.in_flight * layers_per_unit * plan.activations.per_layer;
@@ -190,7 +189,7 @@ void stage_activations(const ResolvedModelConfig& m, const hybrid::HybridPattern
     st.memory.activations_configured += head;
     st.memory.activations += head;
     st.memory.activations_recompute += head;
-    add_mtp_activations(m, pattern, plan, shape, st);
+    add_mtp_activations(m, plan, shape, st);
   }
 }
 }  // namespace
@@ -239,11 +238,10 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   // or a hybrid model's `|` segments).
   const ModelManifest manifest = build_model_manifest(m, p);
 
-  const hybrid::HybridPattern& pattern = m.hybrid_pattern();
   const ActivationShape shape =
       activation_shape(m, plan.tp, plan.etp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e);
 
-  plan.hybrid_layer_kinds = hybrid_layer_kinds(m, pattern, shape);
+  plan.hybrid_layer_kinds = hybrid_layer_kinds(m, shape);
 
   for (int64_t i = 0; i < plan.pp; ++i) {
     StagePlan st;
@@ -267,7 +265,7 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
     st.memory.optimizer = 8 * shard;
 
     st.in_flight = in_flight_micro_batches(i, plan.pp, plan.vpp, plan.num_micro_batches);
-    stage_activations(m, pattern, plan, shape, layers, st);
+    stage_activations(m, plan, shape, layers, st);
     plan.stages.push_back(std::move(st));
   }
   return plan;

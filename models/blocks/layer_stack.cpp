@@ -1,47 +1,49 @@
-// HybridStack (see hybrid_stack.h). Reference: megatron/core/models/hybrid/hybrid_block.py
-// (HybridStack.forward: the layer loop).
-#include "models/blocks/hybrid_stack.h"
+// LayerStack (see layer_stack.h). Reference: megatron/core/transformer/transformer_block.py
+// (TransformerBlock.forward), megatron/core/models/hybrid/hybrid_block.py (HybridStack.forward).
+#include "models/blocks/layer_stack.h"
 
 #include "core/error.h"
 #include "core/phase_timer.h"
-#include "models/blocks/hybrid_mhc_layer.h"
 #include "models/blocks/layer_residuals.h"
 
 namespace strata {
 
-struct HybridStack::Saved : Block::State {
-  std::vector<std::unique_ptr<HybridLayer::State>> layers;
+struct LayerStack::Saved : Block::State {
+  std::vector<std::unique_ptr<StackLayer::State>> layers;
   std::vector<RecomputeSaved> chunks;  // one per recompute chunk (full recompute)
 };
 
-HybridStack::HybridStack(int64_t first_layer, const std::string& symbols, const ResolvedModelConfig& cfg,
-                         const layers::LayerEnv& env, const ParallelGroups& groups, const std::string& name_prefix)
-    : first_layer_(first_layer),
-      symbols_(symbols),
-      dtype_(env.dtype),
-      device_(env.device),
-      sequence_parallel_(env.sequence_parallel) {
+void StackLayer::mhc_release(State&, bool) {
+  STRATA_INTERNAL_ASSERT(false, name(), ": mhc recompute needs a layer with mHC sites");
+}
+Tensor StackLayer::mhc_replay(State&, const Tensor&) {
+  STRATA_INTERNAL_ASSERT(false, name(), ": mhc recompute needs a layer with mHC sites");
+  return Tensor();
+}
+
+LayerStack::LayerStack(int64_t first_layer, const std::vector<StackLayerSpec>& specs, const ResolvedModelConfig& cfg,
+                       const layers::LayerEnv& env, const ParallelGroups& groups)
+    : first_layer_(first_layer), dtype_(env.dtype), device_(env.device), sequence_parallel_(env.sequence_parallel) {
   if (cfg.enable_hyper_connections) streams_ = cfg.num_residual_streams;
-  for (size_t i = 0; i < symbols.size(); ++i) {
-    const int64_t index = first_layer + static_cast<int64_t>(i);
-    const std::string name = name_prefix.empty() ? std::string() : name_prefix + std::to_string(i);
-    if (cfg.enable_hyper_connections)  // mHC: every layer is one site (hybrid_mhc_layer.h)
-      layers_.push_back(std::make_unique<HyperConnectionHybridLayer>(symbols[i], index, cfg, env, groups, name));
-    else
-      layers_.push_back(make_hybrid_layer(symbols[i], index, cfg, env, groups, name));
+  for (const StackLayerSpec& s : specs) {
+    STRATA_INTERNAL_ASSERT(s.place.index == first_layer + static_cast<int64_t>(layers_.size()), "LayerStack: layer ",
+                           s.place.name, " is global layer ", s.place.index, ", not ",
+                           first_layer + static_cast<int64_t>(layers_.size()));
+    symbols_ += s.kind->symbol;
+    layers_.push_back(make_stack_layer(s, cfg, env, groups));
   }
   recompute_ = full_recompute_chunks(cfg, layers_.size());
   mhc_recompute_ = mhc_recompute_groups(cfg, layers_.size());
 }
 
-Tensor HybridStack::layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay) {
+Tensor LayerStack::layer_forward(size_t i, const Tensor& in, const BlockRun& run, Saved* sv, bool replay) {
   Tensor x = layers_[i]->forward(in, run, run.cache ? &run.cache->layers[i] : nullptr, sv ? &sv->layers[i] : nullptr,
                                  replay || run.replay);
   observe_layer_residuals(layers_[i]->name(), in, x, sequence_parallel_, streams_);  // silent in a replay (SuspendScope)
   return x;
 }
 
-Tensor HybridStack::layer_backward(size_t i, Saved& sv, const Tensor& dy, const GradsReadyFn* grads_ready) {
+Tensor LayerStack::layer_backward(size_t i, Saved& sv, const Tensor& dy, const GradsReadyFn* grads_ready) {
   STRATA_CHECK(sv.layers[i] != nullptr, layers_[i]->name(), ": backward without a saved forward");
   Tensor dx = layers_[i]->backward(*sv.layers[i], dy);
   sv.layers[i].reset();
@@ -49,7 +51,7 @@ Tensor HybridStack::layer_backward(size_t i, Saved& sv, const Tensor& dy, const 
   return dx;
 }
 
-Tensor HybridStack::forward(const Tensor& x_in, const BlockRun& run, std::unique_ptr<State>* saved) {
+Tensor LayerStack::forward(const Tensor& x_in, const BlockRun& run, std::unique_ptr<State>* saved) {
   Saved* sv = nullptr;
   if (saved) {
     auto s = std::make_unique<Saved>();
@@ -57,7 +59,7 @@ Tensor HybridStack::forward(const Tensor& x_in, const BlockRun& run, std::unique
     sv = s.get();
     *saved = std::move(s);
   }
-  check_block_cache(run, layers_.size(), "HybridStack");
+  check_block_cache(run, layers_.size(), "LayerStack");
   phase_timer::Scope t("forward/layers");
   auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
     Tensor out = layer_forward(i, h, r, save ? sv : nullptr, replay);
@@ -68,10 +70,10 @@ Tensor HybridStack::forward(const Tensor& x_in, const BlockRun& run, std::unique
                                   layer);
 }
 
-Tensor HybridStack::backward(State& state, const Tensor& dy, const GradsReadyFn* grads_ready) {
+Tensor LayerStack::backward(State& state, const Tensor& dy, const GradsReadyFn* grads_ready) {
   auto* sv = dynamic_cast<Saved*>(&state);
   STRATA_INTERNAL_ASSERT(sv != nullptr && sv->layers.size() == layers_.size(),
-                         "HybridStack::backward: the saved state is not this stack's");
+                         "LayerStack::backward: the saved state is not this stack's");
   phase_timer::Scope t("backward/layers");
   auto layer = [&](size_t i, const Tensor& h, const BlockRun& r, bool save, bool replay) {
     return layer_forward(i, h, r, save ? sv : nullptr, replay);
@@ -86,19 +88,19 @@ Tensor HybridStack::backward(State& state, const Tensor& dy, const GradsReadyFn*
   return recompute_layers_backward(recompute_, layers_.size(), sv->chunks, dy, layer, bwd);
 }
 
-void HybridStack::collect(std::vector<Parameter*>& out) {
+void LayerStack::collect(std::vector<Parameter*>& out) {
   for (auto& l : layers_) l->collect(out);
 }
 
-void HybridStack::add_caches(InferenceCache& cache, int64_t batch, int64_t max_seq) const {
+void LayerStack::add_caches(InferenceCache& cache, int64_t batch, int64_t max_seq) const {
   for (const auto& l : layers_) cache.layers.push_back(l->make_cache(batch, max_seq, dtype_, device_));
 }
 
-void HybridStack::end_of_step() {
+void LayerStack::end_of_step() {
   for (auto& l : layers_) l->end_of_step();
 }
 
-std::vector<MoeRouterRef> HybridStack::moe_routers() {
+std::vector<MoeRouterRef> LayerStack::moe_routers() {
   std::vector<MoeRouterRef> out;
   for (auto& l : layers_)
     if (layers::moe::TopKRouter* r = l->moe_router()) out.push_back({l->index(), r});

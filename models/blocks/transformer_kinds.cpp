@@ -1,0 +1,268 @@
+// The TransformerLayer kinds `T`, `*`, `-`, `E` (see transformer_kinds.h): the stack adapter, and
+// each kind's parameters, observation sites, losses and saved activations, beside the layer that
+// builds them.
+// Reference: megatron/core/models/gpt/gpt_layer_specs.py, models/hybrid/hybrid_layer_specs.py,
+// transformer/transformer_layer.py; Korthikanti et al. 2022 (the GPT layer's activation memory).
+#include "models/blocks/transformer_kinds.h"
+
+#include "core/error.h"
+#include "models/layers/moe/moe_layer.h"
+
+namespace strata {
+
+struct TransformerStackLayer::Saved : StackLayer::State {
+  layers::TransformerLayer::Saved layer;
+};
+
+layers::TransformerLayerSpec transformer_kind_spec(char symbol, const LayerPlace& place) {
+  layers::TransformerLayerSpec spec;
+  switch (symbol) {  // the four kinds this file registers
+    case 'T': spec = layers::TransformerLayerSpec::full(); break;
+    case '*': spec = layers::TransformerLayerSpec::attention_only(); break;
+    case '-': spec = layers::TransformerLayerSpec::mlp_only(); break;
+    case 'E': spec = layers::TransformerLayerSpec::moe_only(); break;
+    default: STRATA_INTERNAL_ASSERT(false, "transformer_kind_spec: '", symbol, "' is not a transformer kind");
+  }
+  if (place.moe && spec.mlp) spec.mlp_kind = layers::MlpKind::MoE;
+  return spec;
+}
+
+TransformerStackLayer::TransformerStackLayer(const LayerKind& kind, const LayerPlace& place,
+                                             const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
+                                             const ParallelGroups& groups)
+    : kind_(kind), layer_(place.index, cfg, env, groups, transformer_kind_spec(kind.symbol, place), place.name) {}
+
+layers::TransformerLayer::Saved& TransformerStackLayer::saved_layer(State& saved, const StackLayer& layer) {
+  return saved_as<Saved>(saved, layer).layer;
+}
+
+Tensor TransformerStackLayer::forward(const Tensor& x, const BlockRun& run, layers::LayerKVCache* cache,
+                                      std::unique_ptr<State>* saved, bool replay) {
+  Saved* sv = start_saving<Saved>(saved);
+  return layer_.forward(x, run.keys, run.position_offset, cache, sv ? &sv->layer : nullptr, run.aux, replay);
+}
+
+Tensor TransformerStackLayer::backward(State& saved, const Tensor& dy) {
+  return layer_.backward(saved_layer(saved, *this), dy);
+}
+
+void TransformerStackLayer::mhc_release(State& saved, bool keep_input) {
+  layer_.mhc_release(saved_layer(saved, *this), keep_input);
+}
+
+Tensor TransformerStackLayer::mhc_replay(State& saved, const Tensor& x) {
+  return layer_.mhc_replay(x, saved_layer(saved, *this));
+}
+
+layers::LayerKVCache TransformerStackLayer::make_cache(int64_t batch, int64_t max_seq, DType dtype,
+                                                       Device device) const {
+  layers::LayerKVCache lc;
+  if (layer_.has_attention()) {
+    const auto& a = layer_.self_attention();
+    lc.k = Tensor::zeros({max_seq, batch, a.groups(), a.head_dim()}, dtype, device);
+    lc.v = Tensor::zeros({max_seq, batch, a.groups(), a.head_dim()}, dtype, device);
+  }
+  return lc;
+}
+
+namespace {
+
+// ---- Parameters (models/layers/self_attention.h, mlp.h, moe/moe_layer.h) ----
+
+// The input norm fused into linear_qkv, self_attention.
+void attention_parameters(ParameterList& a, const std::string& layer) {
+  const ResolvedModelConfig& m = a.m();
+  const std::string p = layer + ".self_attention";
+  a.norm(p + ".linear_qkv.layer_norm_weight", p + ".linear_qkv.layer_norm_bias", m.hidden_size);
+  a.linear(p + ".linear_qkv", m.hidden_size, m.head_dim() * (m.num_attention_heads + 2 * m.query_groups()),
+           m.add_bias_linear || m.add_qkv_bias, true);
+  a.linear(p + ".linear_proj", m.head_dim() * m.num_attention_heads, m.hidden_size, m.add_bias_linear, false);
+  if (m.qk_layernorm) {
+    a.norm(p + ".q_layernorm", m.head_dim());
+    a.norm(p + ".k_layernorm", m.head_dim());
+  }
+}
+
+// linear_fc1 (gate and up with SwiGLU) and linear_fc2 of an MLP of width ffn.
+void mlp_parameters(ParameterList& a, const std::string& p, int64_t ffn) {
+  const ResolvedModelConfig& m = a.m();
+  a.linear(p + ".linear_fc1", m.hidden_size, m.swiglu ? 2 * ffn : ffn, m.add_bias_linear, true);
+  a.linear(p + ".linear_fc2", ffn, m.hidden_size, m.add_bias_linear, false);
+}
+
+// Router, experts by global id, shared experts.
+void moe_parameters(ParameterList& a, const std::string& p) {
+  const ResolvedModelConfig& m = a.m();
+  const int64_t E = *m.num_experts, C = m.hidden_size, F = m.moe_ffn();
+  a.add(p + ".router.weight", Shape{E, C});  // (router.expert_bias is a buffer, not a parameter)
+  for (int64_t e = 0; e < E; ++e)  // TEGroupedMLP names: the global expert id after "weight"
+    a.add(p + ".experts.linear_fc1.weight" + std::to_string(e), Shape{m.swiglu ? 2 * F : F, C}, true, false, e);
+  for (int64_t e = 0; e < E; ++e)
+    a.add(p + ".experts.linear_fc2.weight" + std::to_string(e), Shape{C, F}, true, false, e);
+  if (m.moe_shared_expert_intermediate_size) {
+    mlp_parameters(a, p + ".shared_experts", *m.moe_shared_expert_intermediate_size);
+    if (m.moe_shared_expert_gate) a.add(p + ".shared_experts.gate_weight", Shape{1, C});
+  }
+}
+
+// The MLP slot with its pre-norm: fused into linear_fc1, or its own module (`E`).
+void mlp_slot_parameters(ParameterList& a, const std::string& layer, const layers::TransformerLayerSpec& spec) {
+  const std::string norm = layer + (spec.separate_pre_mlp_norm ? ".pre_mlp_layernorm." : ".mlp.linear_fc1.layer_norm_");
+  a.norm(norm + "weight", norm + "bias", a.m().hidden_size);
+  if (spec.mlp_kind == layers::MlpKind::MoE)
+    moe_parameters(a, layer + ".mlp");
+  else
+    mlp_parameters(a, layer + ".mlp", a.m().ffn());
+}
+
+constexpr const char* kAttentionSite = ".self_attention_hyper_connection";
+constexpr const char* kMlpSite = ".mlp_hyper_connection";
+
+void transformer_parameters(char symbol, const ResolvedModelConfig&, const LayerPlace& place, ParameterList& a) {
+  const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, place);
+  if (spec.self_attention) attention_parameters(a, place.name);
+  if (spec.mlp) mlp_slot_parameters(a, place.name, spec);
+  if (!place.branch_mhc) return;
+  if (spec.self_attention) add_mhc_site_parameters(a, place.name + kAttentionSite);
+  if (spec.mlp) add_mhc_site_parameters(a, place.name + kMlpSite);
+}
+
+// ---- Observation sites (docs/observation.md) ----
+
+constexpr SourceKind kRouterKinds[] = {SourceKind::RouterInput,       SourceKind::RouterLogits,
+                                       SourceKind::RouterScores,      SourceKind::RouterTopkProbs,
+                                       SourceKind::RouterDiagnostics, SourceKind::RouterTopIndices,
+                                       SourceKind::RouterTopKept,     SourceKind::RouterDiagnosticSums};
+
+void transformer_sites(char symbol, const LayerPlace& place, std::vector<ObservationSite>& out) {
+  const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, place);
+  if (place.branch_mhc) {
+    if (spec.self_attention) add_mhc_site_observations(out, place.name + kAttentionSite);
+    if (spec.mlp) add_mhc_site_observations(out, place.name + kMlpSite);
+  }
+  if (spec.self_attention)
+    out.push_back(ObservationSite{place.name + ".self_attention", source_kind_name(SourceKind::AttentionLogitMax),
+                                  SourceKind::AttentionLogitMax});
+  if (spec.mlp && spec.mlp_kind == layers::MlpKind::MoE)
+    for (SourceKind k : kRouterKinds) out.push_back(ObservationSite{place.name + ".mlp.router", source_kind_name(k), k});
+}
+
+// ---- Saved activations (TransformerLayer::Saved and its sub-layers' states) ----
+
+// A norm's saved statistics (f32 rstd, and mean for LayerNorm) over `rows` rows.
+int64_t norm_stats(const ResolvedModelConfig& m, int64_t rows) {
+  return 4 * rows * (m.normalization == Normalization::LayerNorm ? 2 : 1);
+}
+
+// `*`: norm and qkv inputs e·T·C each (sp); q, k, v, attention output e·T·d·(2a + 2g) and the f32
+// log-sum-exp 4·T·a (/t).
+LayerActivations attention_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
+  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m.hidden_size, t = a.tp;
+  const int64_t dh = m.head_dim(), heads = m.num_attention_heads, g = m.query_groups();
+  LayerActivations r;
+  r.input = a.e * Ts * C;
+  r.full = a.e * Ts * C + norm_stats(m, Ts) + a.e * Ts * C + a.e * T * dh * (2 * heads + 2 * g) / t + 4 * T * heads / t;
+  return r;
+}
+
+// `-`: norm and fc1 inputs e·T·C each (sp); fc1 and activation outputs e·T·ffn·(3 SwiGLU, 2) (/t).
+LayerActivations mlp_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
+  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m.hidden_size;
+  LayerActivations r;
+  r.input = a.e * Ts * C;
+  r.selective_saving = a.e * T * m.ffn() * (m.swiglu ? 3 : 2) / a.tp;
+  r.full = a.e * Ts * C + norm_stats(m, Ts) + a.e * Ts * C + r.selective_saving;
+  return r;
+}
+
+// `E`: norm and router inputs e·T·C (sp), the f32 router scores 8·T·E, the top-k indices (i64) and
+// probabilities (f32) 12·T·k, then per dispatched row (T·k) the tokens (and the experts' input when
+// scaled by the probabilities), fc1 output, activation output and fc2 input (/etp); the shared
+// expert's like `-`.
+LayerActivations moe_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
+  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m.hidden_size, e = a.e;
+  const int64_t E = m.num_experts.value_or(0), k = m.moe_router_topk, F = m.moe_ffn();
+  const int64_t fc1 = m.swiglu ? 2 * F : F, rows = e * T * k;
+  int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k + rows * ((m.moe_apply_probs_on_input ? 2 : 1) * C + (fc1 + 2 * F) / a.etp);
+  if (m.moe_shared_expert_intermediate_size)
+    slot += e * T * *m.moe_shared_expert_intermediate_size * (m.swiglu ? 3 : 2) / a.tp;
+  LayerActivations r;
+  r.input = e * Ts * C;
+  r.selective_saving = slot - e * Ts * C;
+  r.backward = rows * F / a.etp;  // the experts' activation gradient
+  r.full = e * Ts * C + norm_stats(m, Ts) + slot;
+  return r;
+}
+
+// `T` (Korthikanti et al. 2022, with fused attention): unsplit by tp (layer-norm inputs, the inputs
+// of linear_qkv and linear_fc1, two dropout masks) (4e + 2)·T·C, split along the sequence by sp;
+// split by tp 12e·T·C (q, k, v, the attention output, fc1 and activation outputs …) and the f32
+// log-sum-exp per head and query 4·a·T — never the (2e + 1)·a·s²·b scores of unfused attention.
+// Full recompute keeps the input e·T·C; selective mlp drops fc1 and activation outputs.
+LayerActivations gpt_layer_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
+  const int64_t e = a.e, T = a.tokens, tp = a.tp, sbh = T * m.hidden_size;
+  const int64_t unsplit = (4 * e + 2) * sbh, split = 12 * e * sbh + 4 * m.num_attention_heads * T;
+  LayerActivations r;
+  r.full = (a.sp ? unsplit / tp : unsplit) + split / tp;
+  r.input = a.sp ? e * sbh / tp : e * sbh;
+  r.selective_saving = e * T * m.ffn() * (m.swiglu ? 3 : 2) / tp;
+  return r;
+}
+
+LayerActivations transformer_activations(char symbol, const ResolvedModelConfig& m, const LayerPlace& place,
+                                         const ActivationShape& a) {
+  LayerActivations r = symbol == 'T' ? gpt_layer_activations(m, a)
+                       : symbol == '*' ? attention_activations(m, a)
+                       : symbol == '-' ? mlp_activations(m, a)
+                                       : moe_activations(m, a);
+  if (!place.branch_mhc) return r;
+  // One mHC site per branch: the layer's input is the n·C stream (mhc_site_activations).
+  const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, place);
+  const int64_t sites = (spec.self_attention ? 1 : 0) + (spec.mlp ? 1 : 0);
+  const int64_t rows = a.sequence_rows(), C = m.hidden_size, nC = m.num_residual_streams * C;
+  r.input = a.e * rows * nC;
+  r.full += sites * mhc_site_activations(m, a);
+  r.mhc_input = r.input;
+  r.mhc_dropped = sites * a.e * rows * (nC + C);
+  return r;
+}
+
+LayerKind transformer_kind(char symbol, const char* name, bool hybrid_pattern, std::vector<std::string> recompute) {
+  LayerKind k;
+  k.symbol = symbol, k.name = name, k.hybrid_pattern = hybrid_pattern, k.branch_hyper_connections = true;
+  k.recompute_modules = std::move(recompute);
+  k.make = [](const LayerKind& kind, const LayerPlace& place, const ResolvedModelConfig& cfg,
+              const layers::LayerEnv& env, const ParallelGroups& groups) -> std::unique_ptr<StackLayer> {
+    return std::make_unique<TransformerStackLayer>(kind, place, cfg, env, groups);
+  };
+  k.parameters = [symbol](const ResolvedModelConfig& m, const LayerPlace& p, ParameterList& out) {
+    transformer_parameters(symbol, m, p, out);
+  };
+  k.sites = [symbol](const ResolvedModelConfig&, const LayerPlace& p, std::vector<ObservationSite>& out) {
+    transformer_sites(symbol, p, out);
+  };
+  k.losses = [symbol](const ResolvedModelConfig& m, const LayerPlace& p) {
+    const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, p);
+    return spec.mlp && spec.mlp_kind == layers::MlpKind::MoE ? layers::moe::moe_loss_names(m)
+                                                              : std::vector<std::string>{};
+  };
+  k.activations = [symbol](const ResolvedModelConfig& m, const LayerPlace& p, const ActivationShape& a) {
+    return transformer_activations(symbol, m, p, a);
+  };
+  k.attention_flops_per_token = [symbol](const ResolvedModelConfig& m) {
+    const bool attention = transformer_kind_spec(symbol, LayerPlace{}).self_attention;
+    return attention ? 12.0 * static_cast<double>(m.hidden_size) * static_cast<double>(m.seq_length) : 0.0;
+  };
+  return k;
+}
+
+}  // namespace
+
+void register_transformer_kinds(LayerKindRegistry& registry) {
+  registry.add(transformer_kind('*', "attention", true, {"mhc"}));
+  registry.add(transformer_kind('-', "MLP", true, {"mlp", "mhc"}));
+  registry.add(transformer_kind('E', "MoE", true, {"moe", "moe_act", "shared_experts", "mhc"}));
+  registry.add(transformer_kind('T', "transformer (attention + MLP)", false, {"mlp", "moe", "moe_act", "shared_experts", "mhc"}));
+}
+
+}  // namespace strata

@@ -1,0 +1,167 @@
+// The layer-kind registry and the stack descriptions read from it (see layer_kind.h).
+// Reference: megatron/core/models/hybrid/hybrid_block.py (one layer per symbol, mHC wrapper),
+// Megatron dev transformer/hyper_connection.py (the site's parameters and state).
+#include "models/layer_kind.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace strata {
+
+int64_t ManifestParameter::local_elements(int64_t tp, int64_t etp) const {
+  const int64_t split = !tensor_parallel ? 1 : expert >= 0 ? etp : tp;
+  return shape.numel() / split;
+}
+
+void ParameterList::add(const std::string& name, const Shape& shape, bool tp, bool f32, int64_t expert) {
+  ManifestParameter p;
+  p.name = name, p.shape = shape, p.tensor_parallel = tp, p.f32 = f32, p.expert = expert, p.layer = layer_;
+  out_.push_back(std::move(p));
+}
+
+void ParameterList::norm(const std::string& weight, const std::string& bias, int64_t n) {
+  add(weight, Shape{n});
+  if (m_.normalization == Normalization::LayerNorm) add(bias, Shape{n});
+}
+
+void ParameterList::linear(const std::string& prefix, int64_t in, int64_t out, bool bias, bool column) {
+  add(prefix + ".weight", Shape{out, in}, true);
+  if (bias) add(prefix + ".bias", Shape{out}, column);
+}
+
+LayerKindRegistry& LayerKindRegistry::instance() {
+  static LayerKindRegistry registry;
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin_layer_kinds(registry); });
+  return registry;
+}
+
+void LayerKindRegistry::add(LayerKind kind) {
+  STRATA_INTERNAL_ASSERT(kind.symbol != 0 && kind.symbol != '|' && kind.symbol != '/', "layer kind '", kind.name,
+                         "': symbol '", kind.symbol, "' is a pattern separator");
+  STRATA_INTERNAL_ASSERT(find(kind.symbol) == nullptr, "layer kind '", kind.name, "': symbol '", kind.symbol,
+                         "' is already registered");
+  STRATA_INTERNAL_ASSERT(kind.make && kind.parameters && kind.sites && kind.losses && kind.activations &&
+                             kind.attention_flops_per_token,
+                         "layer kind '", kind.name, "' does not describe itself completely");
+  kinds_.push_back(std::move(kind));
+}
+
+void LayerKindRegistry::remove(char symbol) {
+  // The last kind only: the others' addresses stay valid (layers and specs keep pointers).
+  STRATA_INTERNAL_ASSERT(!kinds_.empty() && kinds_.back().symbol == symbol, "LayerKindRegistry::remove: '", symbol,
+                         "' is not the most recently added kind");
+  kinds_.pop_back();
+}
+
+const LayerKind* LayerKindRegistry::find(char symbol) const {
+  for (const LayerKind& k : kinds_)
+    if (k.symbol == symbol) return &k;
+  return nullptr;
+}
+
+const LayerKind& LayerKindRegistry::at(char symbol) const {
+  const LayerKind* k = find(symbol);
+  STRATA_INTERNAL_ASSERT(k != nullptr, "no layer kind has the symbol '", symbol, "'");
+  return *k;
+}
+
+std::string LayerKindRegistry::pattern_symbols() const {
+  std::string out;
+  for (const LayerKind& k : kinds_)
+    if (k.hybrid_pattern) out += (out.empty() ? "" : ", ") + std::string(1, k.symbol) + " " + k.name;
+  return out;
+}
+
+std::vector<StackLayerSpec> stack_layer_specs(const ResolvedModelConfig& m, const std::string& symbols, int64_t first,
+                                              const std::vector<std::string>& names, const std::vector<bool>& moe,
+                                              MhcPlacement placement) {
+  STRATA_INTERNAL_ASSERT(names.size() == symbols.size() && moe.size() == symbols.size(), "stack_layer_specs: ",
+                         symbols.size(), " symbols, ", names.size(), " names, ", moe.size(), " MoE flags");
+  const LayerKindRegistry& registry = LayerKindRegistry::instance();
+  std::vector<StackLayerSpec> out;
+  for (size_t i = 0; i < symbols.size(); ++i) {
+    const int64_t index = first + static_cast<int64_t>(i);
+    const LayerKind* kind = registry.find(symbols[i]);
+    STRATA_CHECK(kind != nullptr, "layer ", index, " is '", symbols[i], "', not a registered layer kind (",
+                 registry.pattern_symbols(), ")");
+    StackLayerSpec s;
+    s.kind = kind;
+    s.place = LayerPlace{index, names[i], moe[i], false};
+    if (m.enable_hyper_connections) {
+      s.place.branch_mhc = placement == MhcPlacement::PerBranch && kind->branch_hyper_connections;
+      s.mhc_wrapper = !s.place.branch_mhc;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+namespace {
+// The place the kind describes: a wrapped layer under its inner name.
+LayerPlace inner_place(const StackLayerSpec& s) {
+  LayerPlace p = s.place;
+  p.name = s.inner_name();
+  return p;
+}
+}  // namespace
+
+void add_stack_layer_parameters(const ResolvedModelConfig& m, const StackLayerSpec& s, ParameterList& out) {
+  if (s.mhc_wrapper) add_mhc_site_parameters(out, s.place.name + ".hyper_connection");
+  s.kind->parameters(m, inner_place(s), out);
+}
+
+void add_stack_layer_sites(const ResolvedModelConfig& m, const StackLayerSpec& s, std::vector<ObservationSite>& out) {
+  for (SourceKind k : {SourceKind::ResidualAccumulator, SourceKind::ResidualContribution})
+    out.push_back(ObservationSite{s.place.name, source_kind_name(k), k});
+  if (s.mhc_wrapper) add_mhc_site_observations(out, s.place.name + ".hyper_connection");
+  s.kind->sites(m, inner_place(s), out);
+}
+
+LayerActivations stack_layer_activations(const ResolvedModelConfig& m, const StackLayerSpec& s,
+                                         const ActivationShape& a) {
+  LayerActivations r = s.kind->activations(m, inner_place(s), a);
+  if (!s.mhc_wrapper) return r;
+  // The wrapper's site; the layer's input (and the stream it keeps for full recompute) is n·C wide.
+  const int64_t C = m.hidden_size, width = m.num_residual_streams * C, rows = a.sequence_rows();
+  r.input = a.e * rows * width;
+  r.full += mhc_site_activations(m, a);
+  r.mhc_input = a.e * rows * width;
+  r.mhc_dropped = a.e * rows * (width + C);
+  return r;
+}
+
+std::vector<std::string> stack_loss_names(const ResolvedModelConfig& m, const std::vector<StackLayerSpec>& layers) {
+  std::vector<std::string> out;
+  for (const StackLayerSpec& s : layers)
+    for (const std::string& n : s.kind->losses(m, s.place))
+      if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  return out;
+}
+
+namespace {
+constexpr SourceKind kMhcKinds[] = {SourceKind::MhcHPre,       SourceKind::MhcHPost,
+                                    SourceKind::MhcHRes,       SourceKind::MhcSinkhornResidual,
+                                    SourceKind::MhcLayerInput, SourceKind::MhcLayerOutput};
+}  // namespace
+
+void add_mhc_site_parameters(ParameterList& out, const std::string& owner) {
+  const int64_t n = out.m().num_residual_streams, rows = n * n + 2 * n;
+  out.add(owner + ".mapping_proj.weight", Shape{rows, n * out.m().hidden_size}, false, true);
+  for (const char* alpha : {".alpha_pre", ".alpha_post", ".alpha_res"}) out.add(owner + alpha, Shape{1}, false, true);
+  out.add(owner + ".bias", Shape{rows}, false, true);
+}
+
+void add_mhc_site_observations(std::vector<ObservationSite>& out, const std::string& owner) {
+  for (SourceKind k : kMhcKinds) out.push_back(ObservationSite{owner, source_kind_name(k), k});
+}
+
+int64_t mhc_site_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
+  if (!m.enable_hyper_connections) return 0;
+  const int64_t n = m.num_residual_streams, T = a.sequence_rows(), C = m.hidden_size;
+  return a.e * T * (n * C + C) + 4 * T * ((n * n + 2 * n) + 1 + 2 * n + 2 * n * n);
+}
+
+}  // namespace strata
