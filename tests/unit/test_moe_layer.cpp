@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "models/gpt/gpt_model.h"
-#include "models/gpt/hf_families.h"
+#include "training/hf/hf_families.h"
 #include "models/layers/moe/moe_layer.h"
 #include "moe_test_config.h"
 #include "test_helpers.h"

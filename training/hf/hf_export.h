@@ -2,7 +2,7 @@
 // directory (config.json + model.safetensors [+ generation_config.json, vocab.json, merges.txt])
 // for LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, MixtralForCausalLM and
 // Qwen3MoeForCausalLM. Names, layouts and config keys: training/hf/hf_format.h, docs/formats.md
-// (MoE: training/hf/hf_moe_format.h, models/gpt/hf_moe_map.h).
+// (MoE: training/hf/hf_moe_format.h, training/hf/hf_moe_map.h).
 // Reference: Megatron-LM tools/checkpoint/convert.py (loader_llama_mistral.py, saver_megatron.py),
 // transformers PreTrainedModel.save_pretrained / from_pretrained file names.
 // (The tokenizer: the files of tokenizer.json / tokenizer.model / vocab.json + merges.txt.)

@@ -1,5 +1,5 @@
 // Hugging Face family detection and config.json mapping (training/hf/hf_format.h); the tensor maps
-// are in models/gpt/hf_tensor_map.cpp.
+// are in training/hf/hf_tensor_map.cpp.
 // Reference: transformers LlamaConfig (configuration_llama.py), Qwen3Config (configuration_qwen3.py:
 // head_dim 128 by default), MixtralConfig (default_theta 1e6), GPT2Config (configuration_gpt2.py),
 // modeling_rope_utils.py (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict,

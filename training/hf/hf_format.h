@@ -1,6 +1,6 @@
 // Hugging Face model formats for `strata export --format hf` / `strata import --hf`: the config.json
 // mapping in both directions, pure functions over JSON (the families and tensor maps are the GPT
-// model's, models/gpt/hf_families.h; training/hf/hf_export.h does the file work).
+// model's, training/hf/hf_families.h; training/hf/hf_export.h does the file work).
 // Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe}/ (configuration_*, modeling_*;
 // Conv1D in pytorch_utils.py), Megatron-LM tools/checkpoint/{loader_llama_mistral,saver_megatron}.py.
 // Import reads both the Hub's older spellings (top-level rope_theta / rope_scaling, torch_dtype,
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "core/tensor.h"
-#include "models/gpt/hf_families.h"
+#include "training/hf/hf_families.h"
 #include "models/model_config.h"
 #include "training/config/config.h"
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt/hf_families.h"
+#include "training/hf/hf_families.h"
 #include "models/model_config.h"
 
 namespace strata::hf::detail {

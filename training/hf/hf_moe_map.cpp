@@ -1,6 +1,6 @@
 // The dense and MoE MLP tensor maps of the Llama-like Hugging Face families (see hf_moe_map.h).
 // Reference: transformers modeling_mixtral.py, modeling_qwen3_moe.py, modeling_llama.py (LlamaMLP).
-#include "models/gpt/hf_moe_map.h"
+#include "training/hf/hf_moe_map.h"
 
 namespace strata::hf::detail {
 

@@ -4,7 +4,7 @@
 // The family notes (QKV split per query group, SwiGLU halves, Conv1D transposes, real-vocabulary
 // rows) are in docs/formats.md, "Hugging Face directories".
 // The mixture-of-experts families (Mixtral, Qwen3-MoE) map the MoE layers' router and experts
-// (models/gpt/hf_moe_map.h; which Strata MoE options each can express: hf_families.cpp).
+// (training/hf/hf_moe_map.h; which Strata MoE options each can express: hf_families.cpp).
 // Reference: transformers models/llama, models/qwen3, models/gpt2, models/mixtral, models/qwen3_moe;
 // Megatron-LM tools/checkpoint/{loader_llama_mistral,loader_mixtral_hf,saver_megatron}.py.
 #pragma once

@@ -1,6 +1,6 @@
 // Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
-// Mixtral / Qwen3-MoE / GPT-2 names (models/gpt/hf_families.h: to_hf_tensors, from_hf_tensors); the
-// MLP half of the Llama-like layers (dense or MoE) is models/gpt/hf_moe_map.h.
+// Mixtral / Qwen3-MoE / GPT-2 names (training/hf/hf_families.h: to_hf_tensors, from_hf_tensors); the
+// MLP half of the Llama-like layers (dense or MoE) is training/hf/hf_moe_map.h.
 // Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
 // repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
 // c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/gpt/hf_families.h"
-#include "models/gpt/hf_moe_map.h"
+#include "training/hf/hf_families.h"
+#include "training/hf/hf_moe_map.h"
 
 namespace strata::hf {
 

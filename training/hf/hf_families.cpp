@@ -11,7 +11,7 @@
 // every Mixtral layer is MoE.
 // Reference: transformers models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py;
 // Megatron-Core transformer/moe/moe_utils.py (topk_routing_with_score_function).
-#include "models/gpt/hf_families.h"
+#include "training/hf/hf_families.h"
 
 #include <sstream>
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/gpt/hf_families.h"
+#include "training/hf/hf_families.h"
 
 namespace strata::hf::detail {
 
