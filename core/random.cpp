@@ -50,13 +50,7 @@ void fill_random(const Tensor& t, RandomKind kind, philox::Key key, double a, do
     scalar_t* p = static_cast<scalar_t*>(t.data_ptr());
 #pragma omp parallel for if (n > 16384)
     for (int64_t i = 0; i < n; ++i) {
-      uint64_t g = idx(i);
-      double v;
-      switch (kind) {
-        case RandomKind::Uniform: v = philox::rn_add(a, philox::rn_mul(b - a, philox::uniform(key, g))); break;
-        case RandomKind::Normal: v = philox::normal(key, g, a, b); break;
-        default: v = philox::bernoulli(key, g, static_cast<float>(a)) ? 1.0 : 0.0; break;
-      }
+      const double v = random_sample(kind, key, idx(i), a, b);
       p[i] = convert<scalar_t>(static_cast<float>(v));
       if constexpr (std::is_same_v<scalar_t, double>) p[i] = v;
     }

@@ -43,6 +43,18 @@ struct GlobalIndexer {
 };
 
 enum class RandomKind { Uniform, Normal, Bernoulli };
+
+// The value element g (a global index) of a fill draws: uniform in [a, b), normal with mean a and
+// standard deviation b, or bernoulli (1 with probability a, else 0). The per-element step of both
+// backends' fill loops (core/random.cpp, core/cuda/random.cu): one function, so equal values.
+STRATA_HD double random_sample(RandomKind kind, philox::Key key, uint64_t g, double a, double b) {
+  switch (kind) {
+    case RandomKind::Uniform: return philox::rn_add(a, philox::rn_mul(b - a, philox::uniform(key, g)));
+    case RandomKind::Normal: return philox::normal(key, g, a, b);
+    default: return philox::bernoulli(key, g, static_cast<float>(a)) ? 1.0 : 0.0;
+  }
+}
+
 namespace cuda_rt {
 void fill_random(const Tensor& t, RandomKind kind, philox::Key key, double a, double b,
                  const GlobalIndexer& idx);

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install, build, then
-#   1. the device report, the op sweep against the CPU float64 reference, and op benchmarks;
+#   1. the op sweep against the CPU float64 reference (strata_op_sweep --summary: one line, or the
+#      failing cases), then the device report and op benchmarks (strata bench ops);
 #   2. a real text corpus from /usr/share/common-licenses, tokenized by `strata preprocess`;
 #   3. a small GPT (configs/gpt_tiny.yaml) trained for a few minutes on it (CPU, or a GPU when
 #      one is usable: training.device=auto), with the loss falling in Megatron's log format;
 #   4. a sample from the model before training and one after (`strata generate`, KV-cached sampling);
 #   5. out/gpt_tiny/loss.png: train and validation loss against the iteration (scripts/plot_metrics.py).
 # Extra arguments are passed to `strata train` as overrides, e.g. training.train_iters=100.
-# It builds the `strata` target only, and the CUDA backend only where a GPU is usable (or with
-# STRATA_CUDA=ON); scripts/test.sh builds everything, CUDA wherever the toolkit is present.
+# It builds the `strata` and `strata_op_sweep` targets only, and the CUDA backend only where a GPU
+# is usable (or with STRATA_CUDA=ON); scripts/test.sh builds everything, CUDA wherever the toolkit
+# is present.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -20,8 +22,9 @@ if [[ -z "${STRATA_CUDA:-}" ]]; then
   fi
 fi
 bash "$root/scripts/setup.sh"
-bash "$root/scripts/build.sh" "$build" strata
-"$build/strata" bench ops --check --quick
+bash "$root/scripts/build.sh" "$build" strata strata_op_sweep
+"$build/strata_op_sweep" --quick --summary
+"$build/strata" bench ops --quick
 cd "$root"
 BUILD_DIR="$build" bash scripts/prepare_corpus.sh "$build/strata"
 prompt="This program is free software"

@@ -1,5 +1,6 @@
 // Op sweep driver (sweep/sweep.h): runs registered cases per backend × dtype, prints a
-// table of normalized and max-abs errors, fails on any bound.
+// table of normalized and max-abs errors (or a one-line summary), fails on any bound; and the
+// command line of the `strata_op_sweep` binary (ggml's test-backend-ops is the model).
 #include "sweep/sweep.h"
 
 #include <cmath>
@@ -101,72 +102,163 @@ std::string family_names() {
   for (const OpEntry& op : registry()) list += (list.empty() ? "" : ", ") + op.name + ".*";
   return list;
 }
+
+// Every case of every family the filter may match, on one device, appended to `results`.
+void run_cases_on(Device dev, const Options& opts, std::vector<Result>& results) {
+  for (const OpEntry& op : registry()) {
+    // The filter matches the printed case names ("activation.gelu_tanh.fwd"): a family runs
+    // when a case of it could match and compare() keeps the matching cases.
+    if (!opts.filter.empty() && !family_may_match(op.name, opts.filter)) continue;
+    for (DType dt : op.dtypes) {
+      if (dev.is_cpu() && dt == DType::F64) continue;  // the reference itself
+      Context c;
+      c.device = dev;
+      c.dtype = dt;
+      c.quick = opts.quick;
+      c.results = &results;
+      c.current_op = op.name;
+      c.filter = opts.filter;
+      try {
+        op.run(c);
+      } catch (const std::exception& e) {
+        Result r;
+        r.op = op.name;
+        r.backend = dev.str();
+        r.dtype = dtype_name(dt);
+        r.note = std::string("exception: ") + e.what();
+        results.push_back(r);
+      }
+    }
+  }
+}
+
+void print_table_header() {
+  std::printf("%-34s %-7s %-5s %-22s %12s %12s %10s  %s\n", "op", "backend", "dtype", "shape", "norm_err",
+              "max_abs", "bound", "result");
+}
+
+void print_table_line(const Result& r) {
+  std::printf("%-34s %-7s %-5s %-22s %12.3e %12.3e %10.1e  %s%s%s\n", r.op.c_str(), r.backend.c_str(),
+              r.dtype.c_str(), r.shape.c_str(), r.normalized_error, r.max_abs_error, r.bound,
+              r.passed ? "ok" : "FAIL", r.note.empty() ? "" : " ", r.note.c_str());
+}
+
+void write_json(const std::string& path, const std::vector<Result>& results) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const Result& r : results)
+    j.push_back({{"op", r.op}, {"backend", r.backend}, {"dtype", r.dtype}, {"shape", r.shape},
+                 {"normalized_error", r.normalized_error}, {"max_abs_error", r.max_abs_error},
+                 {"bound", r.bound}, {"passed", r.passed}, {"note", r.note}});
+  std::ofstream(path) << j.dump(1) << "\n";
+}
+
+// The summary mode's report: the table lines of the failing cases (under the header), then one line.
+// `skipped`: "cuda: <why it cannot run>" for each backend asked for that could not run.
+void print_summary(const std::vector<Result>& results, int failed, const std::vector<std::string>& ran,
+                   const std::vector<std::string>& skipped, bool quick) {
+  std::string backends, skips;
+  for (const std::string& b : ran) backends += (backends.empty() ? "" : " and ") + b;
+  for (const std::string& s : skipped) skips += "; not run on " + s;
+  if (ran.empty()) {
+    std::string why;
+    for (const std::string& s : skipped) why += (why.empty() ? "" : "; ") + s;
+    std::printf("op sweep: no backend could run (%s)\n", why.c_str());
+    return;
+  }
+  if (failed) {
+    print_table_header();
+    for (const Result& r : results)
+      if (!r.passed) print_table_line(r);
+  }
+  const char* against = quick ? "quick shapes, against the f64 CPU reference" : "against the f64 CPU reference";
+  if (failed)
+    std::printf("op sweep: %d of %zu cases FAILED on %s (%s%s)\n", failed, results.size(), backends.c_str(),
+                against, skips.c_str());
+  else
+    std::printf("op sweep: %zu cases passed on %s (%s%s)\n", results.size(), backends.c_str(), against,
+                skips.c_str());
+}
 }  // namespace
 
 int run(const Options& opts) {
   std::vector<Result> results;
-  int backends_run = 0;
+  std::vector<std::string> ran, skipped;
   for (const std::string& backend : opts.backends) {
     Device dev = Device::cpu();
     if (backend == "cuda") {
       if (cuda_device_count() == 0) {
-        std::printf("SKIPPED backend cuda: %s\n", cuda_unavailable_reason().c_str());
+        skipped.push_back("cuda: " + cuda_unavailable_reason());
+        if (!opts.summary) std::printf("SKIPPED backend cuda: %s\n", cuda_unavailable_reason().c_str());
         continue;
       }
       dev = Device::cuda(0);
     }
-    ++backends_run;
-    for (const OpEntry& op : registry()) {
-      // The filter matches the printed case names ("activation.gelu_tanh.fwd"): a family runs
-      // when a case of it could match and compare() keeps the matching cases.
-      if (!opts.filter.empty() && !family_may_match(op.name, opts.filter)) continue;
-      for (DType dt : op.dtypes) {
-        if (dev.is_cpu() && dt == DType::F64) continue;  // the reference itself
-        Context c;
-        c.device = dev;
-        c.dtype = dt;
-        c.quick = opts.quick;
-        c.results = &results;
-        c.current_op = op.name;
-        c.filter = opts.filter;
-        try {
-          op.run(c);
-        } catch (const std::exception& e) {
-          Result r;
-          r.op = op.name;
-          r.backend = dev.str();
-          r.dtype = dtype_name(dt);
-          r.note = std::string("exception: ") + e.what();
-          results.push_back(r);
-        }
-      }
-    }
+    ran.push_back(backend);
+    run_cases_on(dev, opts, results);
   }
   int failed = 0;
-  std::printf("%-34s %-7s %-5s %-22s %12s %12s %10s  %s\n", "op", "backend", "dtype", "shape", "norm_err",
-              "max_abs", "bound", "result");
-  for (const Result& r : results) {
+  for (const Result& r : results)
     if (!r.passed) ++failed;
-    std::printf("%-34s %-7s %-5s %-22s %12.3e %12.3e %10.1e  %s%s%s\n", r.op.c_str(), r.backend.c_str(),
-                r.dtype.c_str(), r.shape.c_str(), r.normalized_error, r.max_abs_error, r.bound,
-                r.passed ? "ok" : "FAIL", r.note.empty() ? "" : " ", r.note.c_str());
+  if (!opts.json_out.empty()) write_json(opts.json_out, results);
+  const bool no_match = !ran.empty() && !opts.filter.empty() && results.empty();
+  if (opts.summary) {
+    if (!no_match) print_summary(results, failed, ran, skipped, opts.quick);
+  } else {
+    print_table_header();
+    for (const Result& r : results) print_table_line(r);
+    std::printf("sweep: %zu passed, %d failed\n", results.size() - failed, failed);
   }
-  if (!opts.json_out.empty()) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const Result& r : results)
-      j.push_back({{"op", r.op}, {"backend", r.backend}, {"dtype", r.dtype}, {"shape", r.shape},
-                   {"normalized_error", r.normalized_error}, {"max_abs_error", r.max_abs_error},
-                   {"bound", r.bound}, {"passed", r.passed}, {"note", r.note}});
-    std::ofstream(opts.json_out) << j.dump(1) << "\n";
-  }
-  std::printf("sweep: %zu passed, %d failed\n", results.size() - failed, failed);
-  if (backends_run == 0) return 77;
-  if (!opts.filter.empty() && results.empty()) {
+  if (ran.empty()) return 77;
+  if (no_match) {
     std::fprintf(stderr, "sweep: error: --filter '%s' matches no case (the names printed in the first column: %s)\n",
                  opts.filter.c_str(), family_names().c_str());
     return 2;
   }
   return failed ? 1 : 0;
+}
+
+namespace {
+constexpr const char* kUsage =
+    "usage: strata_op_sweep [--list] [--quick] [--summary] [--backend cpu|cuda] [--filter NAME] [--json FILE]\n"
+    "  every op x dtype x shape on a backend against the float64 CPU reference (default: cpu and cuda,\n"
+    "  where a GPU is usable)\n"
+    "  --list           the registered cases, their dtypes, files and the kernels:: functions each covers\n"
+    "  --quick          fewer and smaller shapes\n"
+    "  --summary        one line when every case passes; else the failing cases' lines, then that line\n"
+    "  --backend B      cpu or cuda only\n"
+    "  --filter NAME    only the cases whose printed name contains NAME (activation.gelu); none is an error\n"
+    "  --json FILE      every case's result as JSON\n";
+
+int usage_error(const std::string& why) {
+  std::fprintf(stderr, "strata_op_sweep: error: %s\n%s", why.c_str(), kUsage);
+  return 2;
+}
+}  // namespace
+
+int run_command_line(int argc, char** argv) {
+  Options opts;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (a == "--list") {
+      print_registry();
+      return 0;
+    }
+    if (a == "--quick") opts.quick = true;
+    else if (a == "--summary") opts.summary = true;
+    else if (a == "--backend" && has_value) opts.backends = {argv[++i]};
+    else if (a == "--filter" && has_value) opts.filter = argv[++i];
+    else if (a == "--json" && has_value) opts.json_out = argv[++i];
+    else if (a == "--backend" || a == "--filter" || a == "--json") return usage_error(a + " needs a value");
+    else return usage_error("unknown argument '" + a + "'");
+  }
+  if (opts.backends.size() == 1 && opts.backends[0] != "cpu" && opts.backends[0] != "cuda")
+    return usage_error("--backend '" + opts.backends[0] + "': choose cpu or cuda");
+  return run(opts);
 }
 
 }  // namespace strata::sweep

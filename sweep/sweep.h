@@ -61,15 +61,23 @@ struct Registrar {
 void print_registry();
 
 // Runs every registered op on each available backend; `filter` keeps the cases whose printed name
-// ("activation.gelu_tanh.fwd": family, case) contains it. Returns 0 when all cases pass, 1 on any
-// failure, 2 when a filter matches no case, 77 when no backend could run.
+// ("activation.gelu_tanh.fwd": family, case) contains it. Prints one table line per case, or with
+// `summary` one line ("op sweep: N cases passed on cpu ...") preceded by the table lines of the
+// failing cases, if any. Returns 0 when all cases pass, 1 on any failure, 2 when a filter matches
+// no case, 77 when no backend could run.
 struct Options {
   std::vector<std::string> backends = {"cpu", "cuda"};
   std::string filter;
   bool quick = false;
+  bool summary = false;
   std::string json_out;  // optional path for machine-readable results
 };
 int run(const Options& opts);
+
+// The op sweep's command line (the `strata_op_sweep` binary, apps/strata_op_sweep/main.cpp):
+//   [--list] [--quick] [--summary] [--backend cpu|cuda] [--filter NAME] [--json FILE] [--help]
+// Returns the exit status: run()'s, or 2 for a bad argument (usage on stderr).
+int run_command_line(int argc, char** argv);
 
 }  // namespace strata::sweep
 

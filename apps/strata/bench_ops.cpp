@@ -189,10 +189,6 @@ int run_op_benchmarks(const BenchOpsOptions& opts) {
   if (!any) {
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    if (opts.no_match_ok) {
-      std::printf("bench: --filter '%s' matches no benchmark (names: %s)\n", opts.filter.c_str(), list.c_str());
-      return 0;
-    }
     std::fprintf(stderr, "strata: error: bench ops: --filter '%s' matches no benchmark (names: %s)\n",
                  opts.filter.c_str(), list.c_str());
     return 1;

@@ -12,7 +12,6 @@ struct BenchOpsOptions {
   bool quick = false;     // small sizes (CI / CPU)
   std::string json_out;   // optional: machine-readable results
   std::string filter;     // only benchmarks whose printed op name contains this; none matching: exit 1
-  bool no_match_ok = false;  // a filter matching no benchmark is fine (it matched sweep cases)
 };
 int run_op_benchmarks(const BenchOpsOptions& opts);
 

@@ -1,5 +1,6 @@
-// `strata bench ops`: device report, op benchmarks (apps/strata/bench_ops.cpp) and, with --check,
-// the op sweep against the CPU float64 reference (tests/sweep).
+// `strata bench ops`: device report and op benchmarks (apps/strata/bench_ops.cpp). The op sweep
+// against the CPU float64 reference is its own binary, strata_op_sweep (sweep/sweep.h): the
+// sweep's old options here (--check, --backend, --json) fail naming it.
 // `strata bench train`: training-step throughput, optionally against the PyTorch reference
 // (apps/strata/bench_train.cpp).
 // `strata bench recompute`: step time and peak allocator bytes under each recompute mode
@@ -18,8 +19,8 @@
 #include "apps/strata/bench_train.h"
 #include "apps/strata/commands.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "kernels/cpu/cpu_platform.h"
-#include "sweep/sweep.h"
 
 namespace strata::app {
 namespace {
@@ -97,45 +98,36 @@ void register_bench_recompute(CLI::App& bench) {
 void register_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
-  CLI::App* ops = bench->add_subcommand("ops", "device report, op benchmarks, and the op sweep with --check");
+  CLI::App* ops = bench->add_subcommand("ops", "device report and op benchmarks (the op sweep: strata_op_sweep)");
   struct Opts {
     bool check = false, quick = false;
     bool no_bench = false;
     std::string backend, filter, json, bench_json;
   };
   auto o = std::make_shared<Opts>();
-  ops->add_flag("--check", o->check, "run the op sweep (every op x dtype x shape against the f64 CPU reference)");
+  // The op sweep's options, kept only to refuse them with the binary that has them.
+  ops->add_flag("--check", o->check, "moved: the op sweep is strata_op_sweep, beside strata");
+  ops->add_option("--backend", o->backend, "moved to strata_op_sweep (the sweep's backend)");
+  ops->add_option("--json", o->json, "moved to strata_op_sweep (the sweep's results)");
   ops->add_flag("--quick", o->quick, "fewer and smaller shapes");
-  ops->add_option("--backend", o->backend, "cpu or cuda (default: both where available)");
   ops->add_option("--filter", o->filter,
-                  "only cases and benchmarks whose printed name contains this (e.g. gelu, attention_fwd); "
-                  "an error when nothing matches");
-  ops->add_option("--json", o->json, "write sweep results as JSON to this file");
+                  "only benchmarks whose printed name contains this (e.g. softmax_fwd); an error when nothing matches");
   ops->add_flag("--no-bench", o->no_bench, "skip the op benchmarks");
   ops->add_option("--bench-json", o->bench_json, "write benchmark results as JSON to this file");
   add_runner(ops, [o] {
+    STRATA_CHECK_KIND(ErrorKind::Config, !o->check && o->backend.empty() && o->json.empty(),
+                      "bench ops: ", o->check ? "--check" : !o->backend.empty() ? "--backend" : "--json",
+                      " belongs to the op sweep, which is no longer part of strata: run strata_op_sweep, built "
+                      "beside strata (strata_op_sweep [--quick] [--summary] [--backend cpu|cuda] [--filter NAME] "
+                      "[--json FILE])");
     std::printf("%s", device_report().c_str());
     std::printf("cpu numerics: %s\n", kernels::cpu::cpu_platform().describe().c_str());
-    int rc = 0;
-    if (o->check) {
-      sweep::Options so;
-      so.quick = o->quick;
-      so.filter = o->filter;
-      so.json_out = o->json;
-      if (!o->backend.empty()) so.backends = {o->backend};
-      rc = sweep::run(so);
-      if (rc == 77) rc = 0;
-    }
-    if (!o->no_bench) {
-      BenchOpsOptions bo;
-      bo.quick = o->quick;
-      bo.json_out = o->bench_json;
-      bo.filter = o->filter;
-      bo.no_match_ok = o->check;  // the sweep already failed if the filter matched none of its cases
-      int brc = run_op_benchmarks(bo);
-      if (rc == 0) rc = brc;
-    }
-    return rc;
+    if (o->no_bench) return 0;
+    BenchOpsOptions bo;
+    bo.quick = o->quick;
+    bo.json_out = o->bench_json;
+    bo.filter = o->filter;
+    return run_op_benchmarks(bo);
   });
 
   CLI::App* train = bench->add_subcommand(

@@ -8,13 +8,7 @@ template <typename T>
 __global__ void fill_random_kernel(T* p, int64_t n, RandomKind kind, philox::Key key, double a, double b,
                                    GlobalIndexer idx) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t g = idx(i);
-    double v;
-    switch (kind) {
-      case RandomKind::Uniform: v = philox::rn_add(a, philox::rn_mul(b - a, philox::uniform(key, g))); break;
-      case RandomKind::Normal: v = philox::normal(key, g, a, b); break;
-      default: v = philox::bernoulli(key, g, static_cast<float>(a)) ? 1.0 : 0.0; break;
-    }
+    const double v = random_sample(kind, key, idx(i), a, b);
     if constexpr (std::is_same_v<T, double>) p[i] = v;
     else p[i] = convert<T>(__double2float_rn(v));
   }

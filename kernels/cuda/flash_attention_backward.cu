@@ -209,22 +209,9 @@ flash_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const
 #pragma unroll
   for (int r = 0; r < R; ++r) dq_acc[r] = A(0);
 
-  // Keys [kbegin, kend) can be visible to some row of this tile (as in the forward): kend from the
-  // causal limit of the last row, kbegin (rounded down to a key tile edge) from the earliest
-  // document start of its rows; uniform over the block.
-  int64_t kend = p.sk;
-  if (p.mask.causal) {
-    const int64_t last = min(q0 + BQ, p.sq) - 1;
-    const int64_t lim = p.mask.q_offset + last - p.mask.k_offset + 1;
-    kend = lim < 0 ? 0 : (lim < p.sk ? lim : p.sk);
-  }
-  int64_t kbegin = 0;
-  if (p.mask.doc_start) {
-    const int64_t first = tile_first_key<BQ>(p, b, q0) - p.mask.k_offset;  // local key row
-    kbegin = first > 0 ? (first / BK) * BK : 0;
-  }
-
-  for (int64_t k0 = kbegin; k0 < kend; k0 += BK) {
+  // Only the key tiles that can be visible to some row of this tile (as in the forward).
+  const KeyRange keys = tile_key_range<BQ, BK>(p, b, q0);
+  for (int64_t k0 = keys.begin; k0 < keys.end; k0 += BK) {
     __syncthreads();  // previous K/V/dS tiles fully consumed (and the Q/dO/lse/D loads above)
     load_tile<BK, KS, DMAX>(Ks, k + (b * p.hkv + hk) * p.d, k0, p.sk, k_pitch, d);
     load_tile<BK, KS, DMAX>(Vs, v + (b * p.hkv + hk) * p.d, k0, p.sk, k_pitch, d);

@@ -11,7 +11,8 @@
 // DMAX ∈ {64, 128, 256} is the head dim rounded up; columns c >= d are zero-filled in shared
 // memory and never written back.
 // Packed sequences (document_start): tile_first_key gives the earliest key a q tile's documents
-// can see, which the kernels use to skip key/query tile pairs that are wholly masked.
+// can see, which the kernels use to skip key/query tile pairs that are wholly masked;
+// tile_key_range: the key rows a q tile's loop visits (causal limit and document starts).
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -118,6 +119,29 @@ __device__ __forceinline__ int64_t tile_first_key(const Params& p, int64_t b, in
     v = w < v ? w : v;
   }
   return static_cast<int64_t>(v);
+}
+
+// The local key rows [begin, end) that can be visible to some row of the q tile [q0, q0 + BQ) of
+// sample b: end from the causal limit of its last row, begin (rounded down to a key tile edge of
+// BK) from the earliest document start of its rows (tile_first_key). Both are the same in every
+// thread, so a loop over the key tiles (and its barriers) is uniform; tiles outside are wholly
+// masked and would add exactly nothing. Must be called by all threads of the block.
+struct KeyRange {
+  int64_t begin, end;
+};
+template <int BQ, int BK>
+__device__ __forceinline__ KeyRange tile_key_range(const Params& p, int64_t b, int64_t q0) {
+  KeyRange keys{0, p.sk};
+  if (p.mask.causal) {
+    const int64_t last = min(q0 + BQ, p.sq) - 1;
+    const int64_t lim = p.mask.q_offset + last - p.mask.k_offset + 1;
+    keys.end = lim < 0 ? 0 : (lim < p.sk ? lim : p.sk);
+  }
+  if (p.mask.doc_start) {
+    const int64_t first = tile_first_key<BQ>(p, b, q0) - p.mask.k_offset;  // local key row
+    keys.begin = first > 0 ? (first / BK) * BK : 0;
+  }
+  return keys;
 }
 
 // Dynamic shared memory above 48 KiB must be opted into per kernel; check the device limit first.

@@ -34,18 +34,18 @@ cublasHandle_t blas_handle(int device, cudaStream_t stream) {
   return it->second;
 }
 
-namespace {
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-
-cudaDataType_t cuda_type(DType t) {
+cudaDataType_t cuda_type(DType t, const char* op) {
   switch (t) {
     case DType::F64: return CUDA_R_64F;
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
     case DType::F16: return CUDA_R_16F;
-    default: STRATA_THROW("gemm: no cuBLAS type for dtype ", dtype_name(t));
+    default: STRATA_THROW(op, ": no cuBLAS type for dtype ", dtype_name(t));
   }
 }
+
+namespace {
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
 // Handles and workspaces live as long as the process (released by the driver at exit).
 cublasLtHandle_t lt_handle(int device) {
@@ -164,7 +164,8 @@ const Plan& cached_plan(int device, const GemmDims& d, bool ta, bool tb, DType a
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
   if (it == plans.end())
-    it = plans.emplace(key, make_plan(lt_handle(device), d, ta, tb, cuda_type(ab), cuda_type(cd), compute, align)).first;
+    it = plans.emplace(key, make_plan(lt_handle(device), d, ta, tb, cuda_type(ab, "gemm"), cuda_type(cd, "gemm"),
+                                      compute, align)).first;
   return it->second;  // std::map nodes are stable
 }
 
@@ -223,11 +224,11 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
     return;
   }
   // No cuBLASLt algorithm for this layout (e.g. unusual alignment): the cuBLAS strided-batched path.
-  const cudaDataType_t ab = cuda_type(a.dtype());
+  const cudaDataType_t ab = cuda_type(a.dtype(), "gemm");
   STRATA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       blas_handle(dev, stream), o.op_a, o.op_b, to_int(d.n, "n"), to_int(d.m, "m"), to_int(d.k, "k"), &alpha_f,
       b.data_ptr(), ab, to_int(o.rows_a, "ld(b)"), d.stride_b(), a.data_ptr(), ab, to_int(o.rows_b, "ld(a)"),
-      d.stride_a(), &beta_f, c.data_ptr(), cuda_type(c.dtype()), to_int(d.n, "ld(c)"), d.stride_c(),
+      d.stride_a(), &beta_f, c.data_ptr(), cuda_type(c.dtype(), "gemm"), to_int(d.n, "ld(c)"), d.stride_c(),
       to_int(d.batch, "batch"), compute, CUBLAS_GEMM_DEFAULT));
 }
 

@@ -20,16 +20,6 @@
 
 namespace strata::kernels::cuda {
 namespace {
-cudaDataType_t cuda_type(DType t) {
-  switch (t) {
-    case DType::F64: return CUDA_R_64F;
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F16: return CUDA_R_16F;
-    default: STRATA_THROW("moe_grouped_linear: no cuBLAS type for dtype ", dtype_name(t));
-  }
-}
-
 int to_int(int64_t v, const char* what) {
   STRATA_CHECK(v <= INT_MAX, "moe_grouped_linear: ", what, " = ", v, " exceeds the 32-bit cuBLAS interface");
   return static_cast<int>(v);
@@ -70,11 +60,12 @@ void grouped_call(const Device& dev, const std::vector<Problem>& ps, DType ab, D
   const std::vector<double> alpha64(groups, 1.0), beta64(groups, beta);
   const std::vector<float> alpha32(groups, 1.0f), beta32(groups, static_cast<float>(beta));
   const bool f64 = ab == DType::F64;
+  const cudaDataType_t ab_type = cuda_type(ab, "moe_grouped_linear"), c_type = cuda_type(c, "moe_grouped_linear");
   STRATA_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
       blas_handle(dev.index, s), ta.data(), tb.data(), m.data(), n.data(), k.data(),
-      f64 ? static_cast<const void*>(alpha64.data()) : alpha32.data(), dp, cuda_type(ab), lda.data(), dp + groups,
-      cuda_type(ab), ldb.data(), f64 ? static_cast<const void*>(beta64.data()) : beta32.data(), dp + 2 * groups,
-      cuda_type(c), ldc.data(), groups, size.data(), compute));
+      f64 ? static_cast<const void*>(alpha64.data()) : alpha32.data(), dp, ab_type, lda.data(), dp + groups,
+      ab_type, ldb.data(), f64 ? static_cast<const void*>(beta64.data()) : beta32.data(), dp + 2 * groups,
+      c_type, ldc.data(), groups, size.data(), compute));
 }
 
 cublasComputeType_t compute_for(DType t, const GemmOptions& options) {

@@ -1,11 +1,12 @@
-// Runs the `strata` command line in-process (apps/strata/cli.h strata_main) with stdout and
-// stderr captured, for the CLI tests.
+// Runs the `strata` command line in-process (apps/strata/cli.h strata_main), or another
+// command's main function, with stdout and stderr captured, for the CLI tests.
 #pragma once
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -31,9 +32,11 @@ inline std::string slurp(FILE* f) {
   return s;
 }
 
-// Runs `strata <args...>` in this process with stdout and stderr redirected to temporary files.
-inline CliResult run_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "strata");
+// Runs main_fn(argc, argv) of the command `program <args...>` in this process with stdout and
+// stderr redirected to temporary files.
+inline CliResult run_main(const std::function<int(int, char**)>& main_fn, const std::string& program,
+                          std::vector<std::string> args) {
+  args.insert(args.begin(), program);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -48,7 +51,7 @@ inline CliResult run_cli(std::vector<std::string> args) {
   dup2(fileno(out), 1);
   dup2(fileno(err), 2);
   CliResult r;
-  r.rc = app::strata_main(static_cast<int>(args.size()), argv.data());
+  r.rc = main_fn(static_cast<int>(args.size()), argv.data());
   std::cout.flush();
   std::cerr.flush();
   std::fflush(stdout);
@@ -60,6 +63,11 @@ inline CliResult run_cli(std::vector<std::string> args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// Runs `strata <args...>` in this process (apps/strata/cli.h strata_main), output captured.
+inline CliResult run_cli(std::vector<std::string> args) {
+  return run_main(app::strata_main, "strata", std::move(args));
 }
 
 // A per-process scratch directory under the system temp dir: <tmp>/<prefix><pid>, created.

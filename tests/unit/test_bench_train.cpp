@@ -6,7 +6,7 @@
 // PyTorch reference (scripts/bench/moe_torch.py; skipped when /usr/bin/python3 has no torch): both
 // start from Strata's parameters and batches, so their losses of two steps agree; MoE options the
 // reference does not model are refused naming the field. `strata bench ops --filter` matches the
-// printed case and benchmark names and fails when it matches nothing.
+// printed benchmark names and fails when it matches nothing; the op sweep's options name its binary.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -204,19 +204,8 @@ TEST_CASE("phase timers: collectives are timed per group kind", "[bench]") {
 }
 
 TEST_CASE("bench ops: --filter matches the printed names and fails when nothing matches", "[bench]") {
-  // The sweep: "activation.gelu" is what the first column prints; only those cases run.
-  CliResult r = run_cli({"bench", "ops", "--check", "--quick", "--backend", "cpu", "--no-bench", "--filter",
-                         "activation.gelu"});
-  INFO(r.out << r.err);
-  CHECK(r.rc == 0);
-  CHECK_THAT(r.out, Contains("activation.gelu_tanh") && Contains("activation.gelu_erf"));
-  CHECK_THAT(r.out, !Contains("activation.silu") && !Contains("softmax"));
-  r = run_cli(
-      {"bench", "ops", "--check", "--quick", "--backend", "cpu", "--no-bench", "--filter", "activation.nosuch"});
-  CHECK(r.rc != 0);
-  CHECK_THAT(r.err, Contains("--filter 'activation.nosuch' matches no case"));
   // The benchmarks honour the filter: only the matching rows are measured and printed.
-  r = run_cli({"bench", "ops", "--quick", "--filter", "softmax_fwd"});
+  CliResult r = run_cli({"bench", "ops", "--quick", "--filter", "softmax_fwd"});
   INFO(r.out << r.err);
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, Contains("softmax_fwd"));
@@ -224,6 +213,18 @@ TEST_CASE("bench ops: --filter matches the printed names and fails when nothing 
   r = run_cli({"bench", "ops", "--quick", "--filter", "gelu"});
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("strata: error: bench ops: --filter 'gelu' matches no benchmark"));
+}
+
+TEST_CASE("bench ops: the op sweep's options fail naming strata_op_sweep", "[bench]") {
+  for (const std::string& option : {"--check", "--backend", "--json"}) {
+    std::vector<std::string> args = {"bench", "ops", "--quick", option};
+    if (option != "--check") args.push_back(option == "--backend" ? "cpu" : "sweep.json");
+    CliResult r = run_cli(args);
+    INFO(option << ": " << r.out << r.err);
+    CHECK(r.rc != 0);
+    CHECK_THAT(r.err, Contains("bench ops: " + option) && Contains("run strata_op_sweep"));
+    CHECK_THAT(r.out, !Contains("cpu numerics"));  // refused before doing anything
+  }
 }
 
 TEST_CASE("bench train: dense and MoE GPTs against the PyTorch reference, the losses of two steps agree",

@@ -346,16 +346,32 @@ void write_checkpoint_tracker(const std::string& save_dir, int64_t iteration) {
   fsync_path(root, true);
 }
 
-CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<Parameter*>& params,
-                                AdamWOptimizer* opt, TensorFileIO& io, const CheckpointLoadOptions& options,
-                                std::optional<int64_t> iteration) {
-  if (!iteration) iteration = read_checkpoint_tracker(load_dir);
-  STRATA_CHECK(iteration.has_value(), "checkpoint: no ", kTrackerFile, " in ", load_dir);
-  const fs::path dir = fs::path(load_dir) / checkpoint_dir_name(*iteration);
-  STRATA_CHECK(fs::is_directory(dir), "checkpoint: directory ", dir.string(), " does not exist");
+namespace {
 
-  const fs::path manifest_path = dir / kManifestFile;
+// One checkpoint directory being read: its manifest (format and version checked), the shard files
+// read so far and the table of global tensors. Not copyable: `files` points into `manifest`.
+struct CheckpointReader {
+  fs::path dir, manifest_path;
+  TensorFileIO& io;
   json manifest;
+  int64_t version = 0;
+  const json* files = nullptr;  // the manifest's "files" object
+  std::map<std::string, TensorFileContents> cache;
+  std::map<std::string, TensorEntry> table;
+
+  CheckpointReader(fs::path dir_, TensorFileIO& io_) : dir(std::move(dir_)), manifest_path(dir / kManifestFile), io(io_) {}
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  void read_manifest();
+  const std::map<std::string, Tensor>& file_tensors(const std::string& f);
+  void add_whole_tensors(const std::string& f);
+  void read_tensor_table();
+  void load_tensor(const std::string& name, const Parameter& p, const Tensor& t, bool vocab_padding_may_differ);
+};
+
+// The manifest: valid JSON, this format, version 1 or 2, a "files" object.
+void CheckpointReader::read_manifest() {
   try {
     manifest = json::parse(read_text_file(manifest_path));
   } catch (const json::exception& e) {
@@ -364,13 +380,118 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
   STRATA_CHECK(manifest.is_object() && manifest.contains("format") && manifest.at("format").is_string() &&
                    manifest.at("format").get<std::string>() == kCheckpointFormat,
                "checkpoint: ", manifest_path.string(), " is not a ", kCheckpointFormat, " manifest");
-  const int64_t version = manifest_member<int64_t>(manifest, "version", "version", manifest_path, int64_t{0});
+  version = manifest_member<int64_t>(manifest, "version", "version", manifest_path, int64_t{0});
   STRATA_CHECK(version == 1 || version == 2, "checkpoint: ", manifest_path.string(), " has version ", version,
                ", this build reads versions 1 and 2");
-  const json& jfiles = manifest_object(manifest, "files", "files", manifest_path);
+  files = &manifest_object(manifest, "files", "files", manifest_path);
+}
 
-  // The run state, checked before any tensor is read: the iteration must be the directory's, the
-  // counters non-negative.
+// Shard file f's tensors, read on first use (only those holding pieces this rank needs), verified
+// against the manifest's size and CRC-32C first.
+const std::map<std::string, Tensor>& CheckpointReader::file_tensors(const std::string& f) {
+  auto hit = cache.find(f);
+  if (hit != cache.end()) return hit->second.tensors;
+  STRATA_CHECK(files->contains(f), "checkpoint: ", f, " is not listed in ", manifest_path.string());
+  const json& jf = manifest_object(*files, f, "files." + f, manifest_path);
+  const uint64_t want_size = manifest_member<uint64_t>(jf, "bytes", "files." + f + ".bytes", manifest_path);
+  const std::string want_crc = manifest_member<std::string>(jf, "crc32c", "files." + f + ".crc32c", manifest_path);
+  const fs::path fp = contained_path(dir, f, manifest_path.string(), "a \"files\" entry");
+  STRATA_CHECK(fs::exists(fp), "checkpoint: file ", fp.string(), " listed in the manifest is missing");
+  uint64_t size = 0;
+  const uint32_t crc = crc32c_file(fp.string(), &size);
+  STRATA_CHECK(size == want_size, "checkpoint: file ", fp.string(), " is truncated or corrupt: ", size,
+               " bytes, the manifest says ", want_size);
+  STRATA_CHECK(crc32c_hex(crc) == want_crc, "checkpoint: checksum mismatch in ", fp.string(), ": crc32c ",
+               crc32c_hex(crc), ", the manifest says ", want_crc);
+  TensorFileContents c;
+  try {
+    c = io.read(fp.string());
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    if (msg.find(fp.string()) != std::string::npos) throw;
+    STRATA_CHECK(false, "checkpoint: cannot read ", fp.string(), ": ", msg);
+  }
+  return cache.emplace(f, std::move(c)).first->second.tensors;
+}
+
+// Version 1: every tensor of file f whole (one piece each) into the table.
+void CheckpointReader::add_whole_tensors(const std::string& f) {
+  for (const auto& [key, t] : file_tensors(f)) {
+    TensorEntry e;
+    e.shape = t.shape().vec();
+    e.pieces.push_back({f, key, {std::vector<int64_t>(e.shape.size(), 0), e.shape}});
+    table[key] = std::move(e);
+  }
+}
+
+// The table of global tensors: version 2 lists it; version 1 is every tensor of model<ext> /
+// optimizer<ext> whole (the optimizer file is added when the optimizer state is loaded).
+void CheckpointReader::read_tensor_table() {
+  if (version != 2) {
+    add_whole_tensors("model" + io.extension());
+    return;
+  }
+  try {
+    for (auto it = manifest.at("tensors").begin(); it != manifest.at("tensors").end(); ++it) {
+      TensorEntry e;
+      e.shape = it.value().at("shape").get<std::vector<int64_t>>();
+      for (const json& jp : it.value().at("pieces")) {
+        Piece piece{jp.at("file").get<std::string>(), jp.at("key").get<std::string>(),
+                    {jp.at("offsets").get<std::vector<int64_t>>(), jp.at("shape").get<std::vector<int64_t>>()}};
+        STRATA_CHECK(piece.box.offsets.size() == e.shape.size() && piece.box.shape.size() == e.shape.size(),
+                     "checkpoint: ", manifest_path.string(), ": a piece of ", it.key(), " has ",
+                     piece.box.shape.size(), " dimensions, the tensor ", e.shape.size());
+        e.pieces.push_back(std::move(piece));
+      }
+      table[it.key()] = std::move(e);
+    }
+  } catch (const json::exception& e) {
+    STRATA_CHECK(false, "checkpoint: ", manifest_path.string(), " has a malformed tensor table: ", e.what());
+  }
+}
+
+// Fills t (shaped like p.value: the value or an optimizer state) with its boxes of global tensor
+// `name` from every piece that intersects them.
+void CheckpointReader::load_tensor(const std::string& name, const Parameter& p, const Tensor& t,
+                                   bool vocab_padding_may_differ) {
+  auto it = table.find(name);
+  STRATA_CHECK(it != table.end(), "checkpoint: tensor '", name, "' is missing from ", dir.string());
+  const TensorEntry& e = it->second;
+  const Shape want = parameter_global_shape(p);
+  // Another vocabulary padding (weights-only readers): only dimension 0 of a vocab tensor differs.
+  const bool vocab_rows = vocab_padding_may_differ && Shape(e.shape) != want && want.ndim() == 2 &&
+                          e.shape.size() == 2 && e.shape[1] == want[1] && p.vocab_rows;
+  STRATA_CHECK(Shape(e.shape) == want || vocab_rows, "checkpoint: tensor '", name, "' has global shape ",
+               shape_str(e.shape), " in ", dir.string(), ", the model expects ", want.str());
+  for (const LocalRegion& r : parameter_regions(p, t)) {
+    int64_t expected = r.box.numel();
+    if (vocab_rows) {
+      Tensor(r.local).fill_(0.0);  // a view: zeroes the rows the checkpoint lacks
+      const int64_t rows = std::max<int64_t>(0, std::min(r.box.offsets[0] + r.box.shape[0], e.shape[0]) - r.box.offsets[0]);
+      expected = rows * r.box.shape[1];
+    }
+    int64_t covered = 0;
+    for (const Piece& piece : e.pieces) {
+      if (!intersect_boxes(piece.box, r.box)) continue;
+      const auto& tensors = file_tensors(piece.file);
+      auto src = tensors.find(piece.key);
+      STRATA_CHECK(src != tensors.end(), "checkpoint: tensor '", piece.key, "' is missing from ",
+                   (dir / piece.file).string());
+      STRATA_CHECK(src->second.shape() == Shape(piece.box.shape), "checkpoint: tensor '", piece.key, "' in ",
+                   (dir / piece.file).string(), " has shape ", src->second.shape().str(), ", the manifest says ",
+                   shape_str(piece.box.shape));
+      covered += copy_box_intersection(src->second, piece.box, r.local, r.box);
+    }
+    STRATA_CHECK(covered == expected, "checkpoint: the pieces of '", name, "' in ", manifest_path.string(),
+                 " cover ", covered, " of the ", expected, " elements of ", r.box.str());
+  }
+}
+
+// The run state, checked before any tensor is read: the counters (non-negative), the loss scaler,
+// the scheduler steps, the RNG seed and the config; the iteration must be the directory's.
+// `saved_optim`: whether the checkpoint holds optimizer state.
+CheckpointState read_run_state(const json& manifest, const fs::path& manifest_path, int64_t iteration,
+                               bool& saved_optim) {
   CheckpointState st;
   const json& jopt = manifest_object(manifest, "optimizer", "optimizer", manifest_path);
   const json& jdata = manifest_object(manifest, "data", "data", manifest_path);
@@ -393,9 +514,9 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     st.lr_scheduler_steps = manifest_member<int64_t>(jopt, "scheduler_steps", "optimizer.scheduler_steps", manifest_path);
   st.seed = manifest_member<uint64_t>(jrng, "seed", "rng.seed", manifest_path);
   st.config_yaml = manifest_member<std::string>(manifest, "config", "config", manifest_path, std::string());
-  const bool saved_optim = manifest_member<bool>(jopt, "saved", "optimizer.saved", manifest_path, false);
-  STRATA_CHECK(st.iteration == *iteration, "checkpoint: ", manifest_path.string(), " says iteration ", st.iteration,
-               ", but its directory is ", checkpoint_dir_name(*iteration), " (iteration ", *iteration, ")");
+  saved_optim = manifest_member<bool>(jopt, "saved", "optimizer.saved", manifest_path, false);
+  STRATA_CHECK(st.iteration == iteration, "checkpoint: ", manifest_path.string(), " says iteration ", st.iteration,
+               ", but its directory is ", checkpoint_dir_name(iteration), " (iteration ", iteration, ")");
   const std::pair<const char*, int64_t> counters[] = {{"consumed_samples", st.consumed_train_samples},
                                                       {"optimizer.step_count", st.optimizer_step_count},
                                                       {"optimizer.num_skipped_iterations", st.num_skipped_iterations},
@@ -403,159 +524,87 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
                                                       {"optimizer.scheduler_steps", st.lr_scheduler_steps.value_or(0)}};
   for (const auto& [name, v] : counters)
     STRATA_CHECK(v >= 0, "checkpoint: ", manifest_path.string(), ": \"", name, "\" is ", v, ", not >= 0");
+  return st;
+}
 
-  // Shard files, read on first use (only those holding pieces this rank needs), each verified
-  // against the manifest's size and CRC-32C first.
-  std::map<std::string, TensorFileContents> cache;
-  auto file_tensors = [&](const std::string& f) -> const std::map<std::string, Tensor>& {
-    auto hit = cache.find(f);
-    if (hit != cache.end()) return hit->second.tensors;
-    STRATA_CHECK(jfiles.contains(f), "checkpoint: ", f, " is not listed in ", manifest_path.string());
-    const json& jf = manifest_object(jfiles, f, "files." + f, manifest_path);
-    const uint64_t want_size = manifest_member<uint64_t>(jf, "bytes", "files." + f + ".bytes", manifest_path);
-    const std::string want_crc = manifest_member<std::string>(jf, "crc32c", "files." + f + ".crc32c", manifest_path);
-    const fs::path fp = contained_path(dir, f, manifest_path.string(), "a \"files\" entry");
-    STRATA_CHECK(fs::exists(fp), "checkpoint: file ", fp.string(), " listed in the manifest is missing");
-    uint64_t size = 0;
-    const uint32_t crc = crc32c_file(fp.string(), &size);
-    STRATA_CHECK(size == want_size, "checkpoint: file ", fp.string(), " is truncated or corrupt: ", size,
-                 " bytes, the manifest says ", want_size);
-    STRATA_CHECK(crc32c_hex(crc) == want_crc, "checkpoint: checksum mismatch in ", fp.string(), ": crc32c ",
-                 crc32c_hex(crc), ", the manifest says ", want_crc);
-    TensorFileContents c;
-    try {
-      c = io.read(fp.string());
-    } catch (const std::exception& e) {
-      const std::string msg = e.what();
-      if (msg.find(fp.string()) != std::string::npos) throw;
-      STRATA_CHECK(false, "checkpoint: cannot read ", fp.string(), ": ", msg);
-    }
-    return cache.emplace(f, std::move(c)).first->second.tensors;
-  };
-
-  // The table of global tensors: version 2 lists it; version 1 is every tensor of model<ext> /
-  // optimizer<ext> whole (one piece each).
-  std::map<std::string, TensorEntry> table;
-  auto add_whole_tensors = [&](const std::string& f) {
-    for (const auto& [key, t] : file_tensors(f)) {
-      TensorEntry e;
-      e.shape = t.shape().vec();
-      e.pieces.push_back({f, key, {std::vector<int64_t>(e.shape.size(), 0), e.shape}});
-      table[key] = std::move(e);
-    }
-  };
-  if (version == 2) {
-    try {
-      for (auto it = manifest.at("tensors").begin(); it != manifest.at("tensors").end(); ++it) {
-        TensorEntry e;
-        e.shape = it.value().at("shape").get<std::vector<int64_t>>();
-        for (const json& jp : it.value().at("pieces")) {
-          Piece piece{jp.at("file").get<std::string>(), jp.at("key").get<std::string>(),
-                      {jp.at("offsets").get<std::vector<int64_t>>(), jp.at("shape").get<std::vector<int64_t>>()}};
-          STRATA_CHECK(piece.box.offsets.size() == e.shape.size() && piece.box.shape.size() == e.shape.size(),
-                       "checkpoint: ", manifest_path.string(), ": a piece of ", it.key(), " has ",
-                       piece.box.shape.size(), " dimensions, the tensor ", e.shape.size());
-          e.pieces.push_back(std::move(piece));
-        }
-        table[it.key()] = std::move(e);
-      }
-    } catch (const json::exception& e) {
-      STRATA_CHECK(false, "checkpoint: ", manifest_path.string(), " has a malformed tensor table: ", e.what());
-    }
-  } else {
-    add_whole_tensors("model" + io.extension());
-  }
-
-  // Fills t (shaped like p.value: the value or an optimizer state) with its boxes of global
-  // tensor `name` from every piece that intersects them.
-  auto load_tensor = [&](const std::string& name, const Parameter& p, const Tensor& t) {
-    auto it = table.find(name);
-    STRATA_CHECK(it != table.end(), "checkpoint: tensor '", name, "' is missing from ", dir.string());
-    const TensorEntry& e = it->second;
-    const Shape want = parameter_global_shape(p);
-    // Another vocabulary padding (weights-only readers): only dimension 0 of a vocab tensor differs.
-    const bool vocab_rows = options.vocab_padding_may_differ && Shape(e.shape) != want && want.ndim() == 2 &&
-                            e.shape.size() == 2 && e.shape[1] == want[1] &&
-                            p.vocab_rows;
-    STRATA_CHECK(Shape(e.shape) == want || vocab_rows, "checkpoint: tensor '", name, "' has global shape ",
-                 shape_str(e.shape), " in ", dir.string(), ", the model expects ", want.str());
-    for (const LocalRegion& r : parameter_regions(p, t)) {
-      int64_t expected = r.box.numel();
-      if (vocab_rows) {
-        Tensor(r.local).fill_(0.0);  // a view: zeroes the rows the checkpoint lacks
-        const int64_t rows = std::max<int64_t>(0, std::min(r.box.offsets[0] + r.box.shape[0], e.shape[0]) - r.box.offsets[0]);
-        expected = rows * r.box.shape[1];
-      }
-      int64_t covered = 0;
-      for (const Piece& piece : e.pieces) {
-        if (!intersect_boxes(piece.box, r.box)) continue;
-        const auto& tensors = file_tensors(piece.file);
-        auto src = tensors.find(piece.key);
-        STRATA_CHECK(src != tensors.end(), "checkpoint: tensor '", piece.key, "' is missing from ",
-                     (dir / piece.file).string());
-        STRATA_CHECK(src->second.shape() == Shape(piece.box.shape), "checkpoint: tensor '", piece.key, "' in ",
-                     (dir / piece.file).string(), " has shape ", src->second.shape().str(), ", the manifest says ",
-                     shape_str(piece.box.shape));
-        covered += copy_box_intersection(src->second, piece.box, r.local, r.box);
-      }
-      STRATA_CHECK(covered == expected, "checkpoint: the pieces of '", name, "' in ", manifest_path.string(),
-                   " cover ", covered, " of the ", expected, " elements of ", r.box.str());
-    }
-  };
-
-  // The tensor sets: this model's against the checkpoint's (finetune: listed and skipped).
+// The tensor sets: this model's against the checkpoint's (finetune: listed in st and skipped;
+// otherwise a difference is an error). Returns the parameters the checkpoint holds.
+std::vector<Parameter*> match_model_tensors(const CheckpointReader& ckpt, const std::vector<Parameter*>& params,
+                                            const CheckpointLoadOptions& options, CheckpointState& st) {
   std::vector<Parameter*> present;
   std::set<std::string> wanted;
   for (Parameter* p : params) {
     const std::string name = checkpoint_parameter_name(p->name);
     wanted.insert(name);
-    if (table.count(name))
+    if (ckpt.table.count(name))
       present.push_back(p);
     else
       st.finetune_missing.push_back(name);
   }
   if (options.holds_whole_model)
-    for (const auto& [name, e] : table)
+    for (const auto& [name, e] : ckpt.table)
       if (name.rfind("optimizer.", 0) != 0 && !wanted.count(name)) st.finetune_unused.push_back(name);
   if (!options.finetune) {
     STRATA_CHECK(st.finetune_missing.empty(), "checkpoint: ", st.finetune_missing.size(),
-                 " tensor(s) of this model are missing from ", dir.string(), ": ", name_list(st.finetune_missing),
+                 " tensor(s) of this model are missing from ", ckpt.dir.string(), ": ", name_list(st.finetune_missing),
                  " (set checkpoint.finetune=true to start them from their initialisation)");
-    STRATA_CHECK(st.finetune_unused.empty(), "checkpoint: ", dir.string(), " holds ", st.finetune_unused.size(),
+    STRATA_CHECK(st.finetune_unused.empty(), "checkpoint: ", ckpt.dir.string(), " holds ", st.finetune_unused.size(),
                  " tensor(s) this model does not have: ", name_list(st.finetune_unused),
                  " (set checkpoint.finetune=true to load only the tensors the two models share)");
   }
-  for (Parameter* p : present) load_tensor(checkpoint_parameter_name(p->name), *p, p->value);
-  cache.clear();  // the model files are no longer needed
+  return present;
+}
 
-  if (opt) {
-    if (options.load_optimizer && !options.finetune) {
-      STRATA_CHECK(saved_optim, "checkpoint: ", dir.string(),
-                   " has no optimizer state (set checkpoint.no_load_optim to load weights only)");
-      if (version == 1) add_whole_tensors("optimizer" + io.extension());
-      for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed: prepared, then scattered)
-        const Parameter& p = *s.param;
-        const Shape& shape = p.value.shape();
-        const std::string name = checkpoint_parameter_name(p.name);
-        load_tensor("optimizer.exp_avg." + name, p, s.exp_avg.reshape(shape));
-        load_tensor("optimizer.exp_avg_sq." + name, p, s.exp_avg_sq.reshape(shape));
-        const std::string master = "optimizer.master." + name;
-        if (table.count(master))  // (also bf16 saved, fp32 loaded: the f32 master is the value)
-          load_tensor(master, p, s.master.reshape(shape));
-        else if (s.separate_master)
-          s.master.copy_(p.value.flatten());
-      }
-      opt->set_step_count(st.optimizer_step_count);
-    } else {
-      opt->reset_masters_from_values();
-      for (ParamState& s : opt->states()) {
-        s.exp_avg.zero_();
-        s.exp_avg_sq.zero_();
-      }
-      opt->set_step_count(0);
-      st.optimizer_step_count = 0;
+// The optimizer state: loaded (Adam moments, f32 masters, step count) when asked for and not a
+// finetune, else started afresh from the loaded values (zero moments, step 0).
+void load_optimizer_state(CheckpointReader& ckpt, AdamWOptimizer& opt, const CheckpointLoadOptions& options,
+                          bool saved_optim, CheckpointState& st) {
+  if (!options.load_optimizer || options.finetune) {
+    opt.reset_masters_from_values();
+    for (ParamState& s : opt.states()) {
+      s.exp_avg.zero_();
+      s.exp_avg_sq.zero_();
     }
+    opt.set_step_count(0);
+    st.optimizer_step_count = 0;
+    return;
   }
+  STRATA_CHECK(saved_optim, "checkpoint: ", ckpt.dir.string(),
+               " has no optimizer state (set checkpoint.no_load_optim to load weights only)");
+  if (ckpt.version == 1) ckpt.add_whole_tensors("optimizer" + ckpt.io.extension());
+  const bool vocab = options.vocab_padding_may_differ;
+  for (ParamState& s : opt.checkpoint_states()) {  // full-size (distributed: prepared, then scattered)
+    const Parameter& p = *s.param;
+    const Shape& shape = p.value.shape();
+    const std::string name = checkpoint_parameter_name(p.name);
+    ckpt.load_tensor("optimizer.exp_avg." + name, p, s.exp_avg.reshape(shape), vocab);
+    ckpt.load_tensor("optimizer.exp_avg_sq." + name, p, s.exp_avg_sq.reshape(shape), vocab);
+    const std::string master = "optimizer.master." + name;
+    if (ckpt.table.count(master))  // (also bf16 saved, fp32 loaded: the f32 master is the value)
+      ckpt.load_tensor(master, p, s.master.reshape(shape), vocab);
+    else if (s.separate_master)
+      s.master.copy_(p.value.flatten());
+  }
+  opt.set_step_count(st.optimizer_step_count);
+}
+
+}  // namespace
+
+CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<Parameter*>& params,
+                                AdamWOptimizer* opt, TensorFileIO& io, const CheckpointLoadOptions& options,
+                                std::optional<int64_t> iteration) {
+  if (!iteration) iteration = read_checkpoint_tracker(load_dir);
+  STRATA_CHECK(iteration.has_value(), "checkpoint: no ", kTrackerFile, " in ", load_dir);
+  CheckpointReader ckpt(fs::path(load_dir) / checkpoint_dir_name(*iteration), io);
+  STRATA_CHECK(fs::is_directory(ckpt.dir), "checkpoint: directory ", ckpt.dir.string(), " does not exist");
+  ckpt.read_manifest();
+  bool saved_optim = false;
+  CheckpointState st = read_run_state(ckpt.manifest, ckpt.manifest_path, *iteration, saved_optim);
+  ckpt.read_tensor_table();
+  for (Parameter* p : match_model_tensors(ckpt, params, options, st))
+    ckpt.load_tensor(checkpoint_parameter_name(p->name), *p, p->value, options.vocab_padding_may_differ);
+  ckpt.cache.clear();  // the model files are no longer needed
+  if (opt) load_optimizer_state(ckpt, *opt, options, saved_optim, st);
   if (options.finetune) {
     st.iteration = 0;
     st.consumed_train_samples = 0;

@@ -206,34 +206,33 @@ std::unique_ptr<CommWork> bucket_collective(const ProcessGroup& dp, Tensor whole
 }
 }  // namespace
 
-void GradBuffer::reduce_bucket(size_t b) {
+std::optional<GradBuffer::Clock::time_point> GradBuffer::begin_bucket_reduction(size_t b, bool async) {
   started_[b] = true;
   apply_gradient_scale(b);
-  if (dp_.size() == 1) return;
+  if (dp_.size() == 1) return std::nullopt;
   const auto t0 = Clock::now();
   const GradBucket& bucket = buckets_[b];
   if (options_.distributed_optimizer)
     shards_[b] = Tensor::empty({bucket.shard_numel}, options_.reduce_dtype, data_.device());
-  bucket_collective(dp_, wire_input(b), shards_[b], options_.distributed_optimizer, collective_op(), /*async=*/false);
+  work_[b] = bucket_collective(dp_, wire_input(b), shards_[b], options_.distributed_optimizer, collective_op(), async);
+  return t0;
+}
+
+void GradBuffer::reduce_bucket(size_t b) {
+  const auto t0 = begin_bucket_reduction(b, /*async=*/false);
+  if (!t0) return;
   finish_bucket(b);
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - *t0).count();
   comm_seconds_ += seconds;
   inflight_seconds_ += seconds;
 }
 
 void GradBuffer::start_bucket(size_t b) {
-  started_[b] = true;
-  apply_gradient_scale(b);
-  if (dp_.size() == 1) return;
-  const auto t0 = Clock::now();
-  const GradBucket& bucket = buckets_[b];
-  if (options_.distributed_optimizer)
-    shards_[b] = Tensor::empty({bucket.shard_numel}, options_.reduce_dtype, data_.device());
-  work_[b] = bucket_collective(dp_, wire_input(b), shards_[b], options_.distributed_optimizer, collective_op(),
-                               /*async=*/true);
+  const auto t0 = begin_bucket_reduction(b, /*async=*/true);
+  if (!t0) return;
   complete_[b] = false;
-  start_time_[b] = t0;
-  comm_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  start_time_[b] = *t0;
+  comm_seconds_ += std::chrono::duration<double>(Clock::now() - *t0).count();
 }
 
 void GradBuffer::poll_in_flight() {

@@ -120,6 +120,10 @@ class GradBuffer {
   using Clock = std::chrono::steady_clock;
   void start_bucket(size_t b);
   void reduce_bucket(size_t b);  // blocking
+  // What start_bucket and reduce_bucket share: marks bucket b started, applies the gradient scale
+  // and, with more than one data-parallel rank, runs (blocking) or starts (async; its work in
+  // work_[b]) the bucket's collective. Returns when the collective began; nullopt with one rank.
+  std::optional<Clock::time_point> begin_bucket_reduction(size_t b, bool async);
   void apply_gradient_scale(size_t b);
   // The collective's input for bucket b: the f32 slice, or (BF16) its scaled bf16 copy in wire_[b].
   Tensor wire_input(size_t b);
