@@ -669,20 +669,9 @@ void validate_inference(InferenceConfig& inference, const TrainingConfig& traini
 
 }  // namespace
 
-namespace {
-std::vector<std::pair<std::string, ConfigValidator>>& config_validators() {
-  static std::vector<std::pair<std::string, ConfigValidator>> validators;  // built during static init
-  return validators;
-}
-}  // namespace
-
-ConfigValidatorRegistration::ConfigValidatorRegistration(const char* name, ConfigValidator validator) {
-  config_validators().emplace_back(name, validator);
-}
-
 std::vector<std::string> config_validator_names() {
   std::vector<std::string> names;
-  for (const auto& [name, v] : config_validators()) names.push_back(name);
+  for (const NamedConfigValidator& v : subsystem_config_validators()) names.push_back(v.name);
   return names;
 }
 
@@ -707,7 +696,7 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   validate_checkpoint(checkpoint);
   validate_logging(logging, m);
   validate_inference(inference, training);
-  for (const auto& [name, validator] : config_validators()) validator(*this);
+  for (const NamedConfigValidator& v : subsystem_config_validators()) v.validate(*this);
   if (model.vocab_size) model.padded_vocab(parallel.tensor_model_parallel_size);  // a padding past int64 is refused
 }
 

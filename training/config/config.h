@@ -236,14 +236,17 @@ struct StrataConfig {
 };
 
 // Rules of subsystems above the config (the tensor dumper's site patterns against the model's
-// sites, the tensor metrics' names and intervals): each subsystem registers its validator from
-// its own file (a namespace-scope ConfigValidatorRegistration), and StrataConfig::validate() runs
-// them after the section rules, in registration order. The config knows no subsystem.
+// sites, the tensor metrics' names and intervals). They are listed once, explicitly, in
+// training/subsystem_config_rules.cpp; StrataConfig::validate() runs the list after the section
+// rules, in list order. The config includes no subsystem header; its call to the list keeps every
+// rule linked (no static registration object a linker could drop).
 using ConfigValidator = void (*)(const StrataConfig&);
-struct ConfigValidatorRegistration {
-  ConfigValidatorRegistration(const char* name, ConfigValidator validator);
+struct NamedConfigValidator {
+  const char* name;  // the fields it checks: "logging.tensor_metrics"
+  ConfigValidator validate;
 };
-// The registered validators' names (tests check that the dumper's and the metrics' are there).
+const std::vector<NamedConfigValidator>& subsystem_config_validators();
+// The listed validators' names (tests check that the dumper's and the metrics' are there).
 std::vector<std::string> config_validator_names();
 
 }  // namespace strata
