@@ -94,11 +94,18 @@ struct FieldSpec {
   Value default_value;
   std::function<Value(const void*)> get;
   std::function<void(void*, const Value&)> set;
+  // Architecture-defining: a checkpoint and the run that loads it must agree on this field
+  // (models/model_config.h architecture_field_names() collects the marked model fields).
+  bool architecture = false;
 
   std::string path() const { return section + "." + name; }
   std::string type_text() const;  // "int64", "enum {LayerNorm, RMSNorm}", "string or null" …
   FieldSpec& check(Validator v) {
     validators.push_back(std::move(v));
+    return *this;
+  }
+  FieldSpec& architecture_defining() {
+    architecture = true;
     return *this;
   }
 };

@@ -1,4 +1,4 @@
-// DataConfig's blend and split parsing (see data_config.h).
+// The `data` section's field table and DataConfig's blend and split parsing (see data_config.h).
 #include "data/data_config.h"
 
 #include <charconv>
@@ -70,6 +70,40 @@ std::vector<double> DataConfig::split_fractions() const {
   parts.resize(3, 0.0);
   for (double& x : parts) x /= total;
   return parts;
+}
+
+config::SectionFields<DataConfig> data_config_fields() {
+  using D = DataConfig;
+  config::SectionFields<D> f;
+  f.add("data_path", &D::data_path,
+        "Dataset path prefixes (.bin/.idx), optionally weighted: [prefix, …] or "
+        "[weight, prefix, weight, prefix, …]. Required unless mock_data.");
+  f.add("split", &D::split, "Train, validation, test proportions of each dataset, comma-separated.");
+  f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
+  f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
+             "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file), "
+             "HuggingFaceTokenizer (tokenizer_model: tokenizer.json, EOD = its eos_token), SentencePieceTokenizer, "
+             "GPTSentencePieceTokenizer or Llama2Tokenizer (tokenizer_model: a SentencePiece model, EOD = its eos "
+             "id) or NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron).");
+  f.add("vocab_file", &D::vocab_file, "GPT-2 BPE vocab.json (GPT2BPETokenizer).");
+  f.add("merge_file", &D::merge_file, "GPT-2 BPE merges.txt (GPT2BPETokenizer).");
+  f.add("tokenizer_model", &D::tokenizer_model,
+        "HuggingFaceTokenizer: a tokenizer.json or a directory holding one (with tokenizer_config.json for its "
+        "special tokens); SentencePiece types: the tokenizer.model file.");
+  f.add("tokenizer_hf_no_include_special_tokens", &D::tokenizer_hf_no_include_special_tokens,
+        "HuggingFaceTokenizer: encode without the post-processor's template tokens (BOS/EOS) and decode without "
+        "special tokens.");
+  f.add("eod_mask_loss", &D::eod_mask_loss,
+        "Exclude the loss at end-of-document tokens (where the input token is EOD: the prediction across a "
+        "document boundary), as Megatron's GPTDataset.");
+  f.add("reset_position_ids", &D::reset_position_ids,
+        "Packed sequences: position ids restart after each end-of-document token (RoPE and learned position "
+        "embeddings see positions within the document).");
+  f.add("reset_attention_mask", &D::reset_attention_mask,
+        "Packed sequences: a document ends after each end-of-document token and does not see the others: "
+        "attention stays inside it, the Mamba mixer restarts its conv1d and SSD state, MTP shifts stay "
+        "inside it. Set reset_position_ids too for documents that train exactly as if alone.");
+  return f;
 }
 
 }  // namespace strata

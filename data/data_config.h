@@ -1,6 +1,6 @@
 // DataConfig: the `data` config section (Megatron's data and tokenizer arguments: data_path
-// blends, split, mock data, tokenizer type and files, eod_mask_loss), with the parsing of its
-// blend and split strings. Declared here, below models/ and training/, so the data pipeline and
+// blends, split, mock data, tokenizer type and files, eod_mask_loss), its field table, and the
+// parsing of its blend and split strings. Declared here, below models/ and training/, so the data pipeline and
 // the tokenizers take it without depending on the whole run configuration.
 // Reference: megatron/training/arguments.py (_add_data_args, _add_tokenizer_args),
 // megatron/core/datasets/utils.py (get_blend_from_list), blended_megatron_dataset_config.py (split).
@@ -59,5 +59,8 @@ struct DataConfig {
   // split as train/valid/test fractions summing to 1 ("969, 30, 1"; missing parts are 0).
   std::vector<double> split_fractions() const;
 };
+
+// The `data` section's fields (names, docs, validators) for the config table.
+config::SectionFields<DataConfig> data_config_fields();
 
 }  // namespace strata

@@ -14,15 +14,19 @@ using config::positive;
 void add_mamba_fields(config::SectionFields<ModelConfig>& f) {
   using M = ModelConfig;
   f.add("mamba_head_dim", &M::mamba_head_dim, "Mamba-2 head dimension P (hybrid models' M layers).")
-      .check(positive());
-  f.add("mamba_state_dim", &M::mamba_state_dim, "Mamba-2 state dimension N (d_state).").check(positive());
+      .check(positive())
+      .architecture_defining();
+  f.add("mamba_state_dim", &M::mamba_state_dim, "Mamba-2 state dimension N (d_state).").check(positive())
+      .architecture_defining();
   f.add("mamba_num_groups", &M::mamba_num_groups,
         "Mamba-2 groups G of the B and C projections (each shared by num_heads / G heads).")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("mamba_num_heads", &M::mamba_num_heads,
         "Mamba-2 heads H. null: 2*hidden_size / mamba_head_dim (d_inner = 2*hidden_size); set: d_inner = "
         "mamba_num_heads*mamba_head_dim.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("mamba_chunk_size", &M::mamba_chunk_size,
         "Tokens per chunk of the Mamba-2 SSD scan (Strata's field; Megatron's mixer fixes it at 128).")
       .check(positive());

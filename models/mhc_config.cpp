@@ -18,11 +18,14 @@ void add_mhc_fields(config::SectionFields<ModelConfig>& f) {
   using M = ModelConfig;
   f.add("enable_hyper_connections", &M::enable_hyper_connections,
         "mHC: n Sinkhorn-mixed residual streams around every layer (docs/mhc.md): two sites per GPT layer "
-        "(attention, MLP/MoE), one per hybrid layer; MTP depths too (docs/mtp.md \"MTP with mHC\").");
-  f.add("num_residual_streams", &M::num_residual_streams, "mHC residual streams n.").check(config::positive());
+        "(attention, MLP/MoE), one per hybrid layer; MTP depths too (docs/mtp.md \"MTP with mHC\").")
+      .architecture_defining();
+  f.add("num_residual_streams", &M::num_residual_streams, "mHC residual streams n.").check(config::positive())
+      .architecture_defining();
   f.add("mhc_sinkhorn_iterations", &M::mhc_sinkhorn_iterations,
         "Sinkhorn-Knopp iterations T of the residual mixing matrix (row softmax, then T (row, column) passes).")
-      .check(config::positive());
+      .check(config::positive())
+      .architecture_defining();
   f.add("mhc_init_gating_factor", &M::mhc_init_gating_factor,
         "Initial value of the gating factors alpha_pre, alpha_post, alpha_res.")
       .check(config::non_negative());
@@ -38,13 +41,16 @@ void add_mhc_fields(config::SectionFields<ModelConfig>& f) {
       .check(config::positive());
   f.add("mhc_norm_eps_inside_sqrt", &M::mhc_norm_eps_inside_sqrt,
         "mHC mapping norm rsqrt(mean(x^2) + layernorm_epsilon) (DeepSeek-V4) instead of 1/(|x|/sqrt(K) + 1e-6) "
-        "(Megatron dev).");
+        "(Megatron dev).")
+      .architecture_defining();
   f.add("mhc_keep_mappings_in_fp32", &M::mhc_keep_mappings_in_fp32,
         "Keep h_pre, h_post, h_res and the stream mixing in fp32 until the final cast; false: the mappings are "
-        "cast to the activation dtype before they are applied (Megatron dev).");
+        "cast to the activation dtype before they are applied (Megatron dev).")
+      .architecture_defining();
   f.add("mhc_learned_output_contract", &M::mhc_learned_output_contract,
         "Contract the streams with the learned hc_head weights (Megatron dev); false: their mean (also in MTP "
-        "layers).");
+        "layers).")
+      .architecture_defining();
 }
 
 void check_mhc_recompute_modules(const ModelConfig& m) {

@@ -28,25 +28,33 @@ const char* to_string(Normalization n) {
 config::SectionFields<ModelConfig> model_config_fields() {
   using M = ModelConfig;
   config::SectionFields<M> f;
-  f.add("num_layers", &M::num_layers, "Number of transformer layers.").check(positive());
-  f.add("hidden_size", &M::hidden_size, "Transformer hidden size (model width).").check(positive());
+  f.add("num_layers", &M::num_layers, "Number of transformer layers.").check(positive())
+      .architecture_defining();
+  f.add("hidden_size", &M::hidden_size, "Transformer hidden size (model width).").check(positive())
+      .architecture_defining();
   f.add("ffn_hidden_size", &M::ffn_hidden_size,
         "MLP intermediate size. null: 4*hidden_size, or with swiglu Megatron's "
         "int(4*hidden_size*2/3 / 64)*64.")
-      .check(positive());
-  f.add("num_attention_heads", &M::num_attention_heads, "Number of attention (query) heads.").check(positive());
+      .check(positive())
+      .architecture_defining();
+  f.add("num_attention_heads", &M::num_attention_heads, "Number of attention (query) heads.").check(positive())
+      .architecture_defining();
   f.add("group_query_attention", &M::group_query_attention,
-        "Grouped-query attention: num_query_groups key/value heads shared by the query heads.");
+        "Grouped-query attention: num_query_groups key/value heads shared by the query heads.")
+      .architecture_defining();
   f.add("num_query_groups", &M::num_query_groups,
         "Number of key/value head groups with group_query_attention. null: num_attention_heads "
         "(multi-head attention); required when group_query_attention is true.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("kv_channels", &M::kv_channels, "Per-head dimension. null: hidden_size / num_attention_heads.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("vocab_size", &M::vocab_size,
         "Vocabulary size before padding, at least the tokenizer's. null: taken from the tokenizer (required "
         "with NullTokenizer).")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("make_vocab_size_divisible_by", &M::make_vocab_size_divisible_by,
         "Pad the vocabulary to a multiple of this value times tensor_model_parallel_size.")
       .check(positive());
@@ -54,38 +62,55 @@ config::SectionFields<ModelConfig> model_config_fields() {
         "Rows of the word embeddings and output layer as given (Megatron --padded-vocab-size), instead of "
         "vocab_size padded by make_vocab_size_divisible_by; at least vocab_size, a multiple of the "
         "tensor-parallel size. null: padded.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("seq_length", &M::seq_length, "Sequence length of a training sample, in tokens.").check(positive());
   f.add("max_position_embeddings", &M::max_position_embeddings,
         "Number of learned position embeddings (learned_absolute). null: seq_length.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add_enum("position_embedding_type", &M::position_embedding_type, kPositionEmbeddingTypeNames,
-             "Position embedding: learned_absolute (GPT-2), rope (rotary, Llama) or none.");
-  f.add("rotary_base", &M::rotary_base, "RoPE base period (theta).").check(positive());
+             "Position embedding: learned_absolute (GPT-2), rope (rotary, Llama) or none.")
+      .architecture_defining();
+  f.add("rotary_base", &M::rotary_base, "RoPE base period (theta).").check(positive())
+      .architecture_defining();
   f.add("rotary_percent", &M::rotary_percent, "Fraction of each head's dimensions that RoPE rotates.")
-      .check(in_range(0, false, 1, true));
+      .check(in_range(0, false, 1, true))
+      .architecture_defining();
   f.add("use_rope_scaling", &M::use_rope_scaling,
         "Llama 3.x's RoPE frequency scaling (Megatron --use-rope-scaling): frequencies with a wavelength above "
         "8192 divided by rope_scaling_factor, below 2048 kept, interpolated between (low_freq_factor 1, "
-        "high_freq_factor 4, original context 8192, fixed as in Megatron).");
+        "high_freq_factor 4, original context 8192, fixed as in Megatron).")
+      .architecture_defining();
   f.add("rope_scaling_factor", &M::rope_scaling_factor, "Llama 3.x's RoPE scaling factor (use_rope_scaling).")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("rotary_interleaved", &M::rotary_interleaved,
-        "Rotate interleaved pairs (x0,x1),(x2,x3)... instead of the two halves of the head.");
-  f.add_enum("normalization", &M::normalization, kNormalizationNames, "Normalization layer.");
+        "Rotate interleaved pairs (x0,x1),(x2,x3)... instead of the two halves of the head.")
+      .architecture_defining();
+  f.add_enum("normalization", &M::normalization, kNormalizationNames, "Normalization layer.")
+      .architecture_defining();
   f.add("layernorm_epsilon", &M::layernorm_epsilon, "Epsilon of LayerNorm/RMSNorm (Megatron flag --norm-epsilon).")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("apply_layernorm_1p", &M::apply_layernorm_1p,
-        "Zero-centered norm weight: the layer computes (1 + weight) and weight is initialised to 0.");
-  f.add("qk_layernorm", &M::qk_layernorm, "Normalize queries and keys per head before attention.");
-  f.add("add_bias_linear", &M::add_bias_linear, "Biases in all linear layers (QKV, projections, MLP).");
+        "Zero-centered norm weight: the layer computes (1 + weight) and weight is initialised to 0.")
+      .architecture_defining();
+  f.add("qk_layernorm", &M::qk_layernorm, "Normalize queries and keys per head before attention.")
+      .architecture_defining();
+  f.add("add_bias_linear", &M::add_bias_linear, "Biases in all linear layers (QKV, projections, MLP).")
+      .architecture_defining();
   f.add("add_qkv_bias", &M::add_qkv_bias,
-        "Bias in the QKV projection even when add_bias_linear is false (Qwen-style).");
-  f.add("swiglu", &M::swiglu, "SwiGLU MLP (gated, SiLU) instead of GeLU.");
+        "Bias in the QKV projection even when add_bias_linear is false (Qwen-style).")
+      .architecture_defining();
+  f.add("swiglu", &M::swiglu, "SwiGLU MLP (gated, SiLU) instead of GeLU.")
+      .architecture_defining();
   f.add("openai_gelu", &M::openai_gelu,
-        "GeLU with the tanh approximation (GPT-2's 'gelu_new') instead of the exact erf GeLU.");
+        "GeLU with the tanh approximation (GPT-2's 'gelu_new') instead of the exact erf GeLU.")
+      .architecture_defining();
   f.add("untie_embeddings_and_output_weights", &M::untie_embeddings_and_output_weights,
-        "Separate output-layer weight instead of sharing the word embedding.");
+        "Separate output-layer weight instead of sharing the word embedding.")
+      .architecture_defining();
   f.add("hidden_dropout", &M::hidden_dropout, "Dropout probability after attention and MLP outputs.")
       .check(in_range(0, true, 1, false));
   f.add("attention_dropout", &M::attention_dropout, "Dropout probability on attention probabilities.")
@@ -94,13 +119,15 @@ config::SectionFields<ModelConfig> model_config_fields() {
         "Std of the normal weight init; output projections use std/sqrt(2*num_layers).")
       .check(positive());
   f.add("apply_residual_connection_post_layernorm", &M::apply_residual_connection_post_layernorm,
-        "Take the residual after the input layernorm (BERT-style). Not supported yet: must be false.");
+        "Take the residual after the input layernorm (BERT-style). Not supported yet: must be false.")
+      .architecture_defining();
   f.add("attention_softmax_in_fp32", &M::attention_softmax_in_fp32,
         "Compute the attention softmax in fp32 under bf16 precision.");
   f.add("fp32_residual_connection", &M::fp32_residual_connection,
         "Keep the residual stream in fp32 under bf16 precision (Megatron's --fp32-residual-connection): the "
         "embedding output is cast to f32, each layer normalises the f32 stream and computes in bf16, and adds "
-        "its output back in f32; pipeline stages exchange f32. Not with enable_hyper_connections.");
+        "its output back in f32; pipeline stages exchange f32. Not with enable_hyper_connections.")
+      .architecture_defining();
   add_moe_fields(f);
   add_mamba_fields(f);
   add_mtp_fields(f);
@@ -109,7 +136,8 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("hybrid_layer_pattern", &M::hybrid_layer_pattern,
         "Hybrid model: one symbol per layer, * attention, - MLP, E MoE, M Mamba2, | between pipeline "
         "segments (a multiple of pipeline_model_parallel_size; the virtual stages follow), / before each MTP "
-        "depth; num_layers is derived from it (docs/hybrid.md). null: GPT.");
+        "depth; num_layers is derived from it (docs/hybrid.md). null: GPT.")
+      .architecture_defining();
   f.add("hybrid_override_pattern", &M::hybrid_override_pattern,
         "Deprecated alias of hybrid_layer_pattern (Megatron's --hybrid-override-pattern); not both.");
   return f;
@@ -309,20 +337,13 @@ ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ModelConfig(r
 
 
 const std::vector<std::string>& architecture_field_names() {
-  static const std::vector<std::string> names = {
-      "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
-      "num_query_groups", "kv_channels", "vocab_size", "padded_vocab_size", "max_position_embeddings", "position_embedding_type",
-      "rotary_base", "rotary_percent", "use_rope_scaling", "rope_scaling_factor", "rotary_interleaved", "normalization", "layernorm_epsilon",
-      "apply_layernorm_1p", "qk_layernorm", "add_bias_linear", "add_qkv_bias", "swiglu", "openai_gelu",
-      "untie_embeddings_and_output_weights", "apply_residual_connection_post_layernorm",
-      "fp32_residual_connection", "num_experts", "moe_ffn_hidden_size", "moe_layer_freq", "moe_router_topk",
-      "moe_router_pre_softmax", "moe_router_num_groups", "moe_router_group_topk",
-      "moe_router_topk_scaling_factor", "moe_router_score_function", "moe_router_enable_expert_bias",
-      "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_apply_probs_on_input",
-      "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_num_heads", "hybrid_layer_pattern",
-      "mtp_num_layers", "mtp_use_repeated_layer", "enable_hyper_connections", "num_residual_streams",
-      "mhc_sinkhorn_iterations", "mhc_norm_eps_inside_sqrt", "mhc_keep_mappings_in_fp32",
-      "mhc_learned_output_contract"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    config::SectionFields<ModelConfig> table = model_config_fields();
+    for (const config::FieldSpec& f : table.fields())
+      if (f.architecture) out.push_back(f.name);
+    return out;
+  }();
   return names;
 }
 

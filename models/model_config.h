@@ -220,7 +220,8 @@ void check_model_sizes(const ModelConfig& m);
 // names and shapes, or the function they compute (norms, activations, positions, routing). A
 // checkpoint resumed under a config that differs in any of them is refused (training/
 // checkpoint_architecture.h). Dropouts, init, recompute, kernels choices and loss coefficients
-// are not among them: a resumed run may change those.
+// are not among them: a resumed run may change those. Derived from the field table: the fields
+// declared with .architecture_defining() (core/config_table.h), in table order.
 const std::vector<std::string>& architecture_field_names();
 
 }  // namespace strata

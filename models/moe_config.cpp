@@ -226,9 +226,11 @@ void add_router_fields(config::SectionFields<ModelConfig>& f) {
   using config::positive;
   f.add("num_experts", &M::num_experts,
         "Number of routed experts of each MoE layer (Megatron --num-experts). null: a dense model.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("moe_ffn_hidden_size", &M::moe_ffn_hidden_size, "FFN hidden size of each routed expert. null: ffn_hidden_size.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("moe_layer_freq", &M::moe_layer_freq,
         "Which layers are MoE: an int N (layer i is MoE iff i % N == 0; 1: every layer), a list of 0/1 per "
         "layer such as [0, 1, 1], or Megatron's pattern string such as \"([0]*1+[1]*3)\". A one-element list "
@@ -237,30 +239,38 @@ void add_router_fields(config::SectionFields<ModelConfig>& f) {
                     [](const config::Value& v) {
                       std::vector<int64_t> map;
                       return layer_freq_problem(std::get<std::vector<std::string>>(v), -1, map);
-                    }));
-  f.add("moe_router_topk", &M::moe_router_topk, "Number of experts each token is routed to (k).").check(positive());
+                    }))
+      .architecture_defining();
+  f.add("moe_router_topk", &M::moe_router_topk, "Number of experts each token is routed to (k).").check(positive())
+      .architecture_defining();
   f.add_enum("moe_router_score_function", &M::moe_router_score_function, kMoeScoreFunctionNames,
-             "Router score function: softmax, sigmoid (DeepSeek-V3) or sqrtsoftplus.");
+             "Router score function: softmax, sigmoid (DeepSeek-V3) or sqrtsoftplus.")
+      .architecture_defining();
   f.add("moe_router_pre_softmax", &M::moe_router_pre_softmax,
         "With softmax scores: softmax over all experts before the top-k (weights not renormalized) instead "
-        "of a softmax over the k selected logits. Required with moe_router_topk 1.");
+        "of a softmax over the k selected logits. Required with moe_router_topk 1.")
+      .architecture_defining();
   f.add("moe_router_num_groups", &M::moe_router_num_groups,
         "Group-limited routing: the experts split into this many equal groups. null: no groups.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("moe_router_group_topk", &M::moe_router_group_topk,
         "Group-limited routing: groups selected per token (by the sum of their top k/group_topk scores). "
         "Needs moe_router_num_groups.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("moe_router_topk_scaling_factor", &M::moe_router_topk_scaling_factor,
         "Factor applied to the routing weights after normalization. null: 1.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add_enum("moe_router_dtype", &M::moe_router_dtype, kMoeRouterDtypeNames,
              "Data type of the gating GEMM output and the routing math. null: the model's precision.");
   f.add("moe_router_enable_expert_bias", &M::moe_router_enable_expert_bias,
         "Aux-loss-free load balancing: a per-expert bias added to the scores for expert selection only, "
         "updated after each global batch from the tokens per expert (counted over tp x cp x dp) by "
         "moe_router_bias_update_rate x sign(mean - count); checkpointed, not trained. Needs sigmoid or "
-        "sqrtsoftplus scores.");
+        "sqrtsoftplus scores.")
+      .architecture_defining();
   f.add("moe_router_bias_update_rate", &M::moe_router_bias_update_rate,
         "Step of the expert-bias update: bias += rate * sign(mean count - expert count).")
       .check(non_negative());
@@ -298,11 +308,14 @@ void add_expert_fields(config::SectionFields<ModelConfig>& f) {
   f.add("moe_shared_expert_intermediate_size", &M::moe_shared_expert_intermediate_size,
         "Total FFN size of the shared experts (number of shared experts x their size), run on every token "
         "and added to the routed output. null: no shared expert.")
-      .check(positive());
+      .check(positive())
+      .architecture_defining();
   f.add("moe_shared_expert_gate", &M::moe_shared_expert_gate,
-        "Scale the shared experts' output by a learned sigmoid gate. Needs moe_shared_expert_intermediate_size.");
+        "Scale the shared experts' output by a learned sigmoid gate. Needs moe_shared_expert_intermediate_size.")
+      .architecture_defining();
   f.add("moe_apply_probs_on_input", &M::moe_apply_probs_on_input,
-        "Apply the routing weight to the expert input instead of after the activation. Needs moe_router_topk 1.");
+        "Apply the routing weight to the expert input instead of after the activation. Needs moe_router_topk 1.")
+      .architecture_defining();
   f.add_enum("moe_token_dispatcher_type", &M::moe_token_dispatcher_type, kMoeTokenDispatcherTypeNames,
              "Token dispatcher: allgather (tokens all-gathered over the expert-parallel group) or alltoall "
              "(uneven all-to-all of the routed tokens).");

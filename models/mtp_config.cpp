@@ -18,12 +18,14 @@ void add_mtp_fields(config::SectionFields<ModelConfig>& f) {
         "Multi-token prediction depths D (DeepSeek-V3 MTP modules on the last pipeline stage, each predicting "
         "one token further ahead). null: no MTP. Hybrid models: inferred from the '/' patterns of "
         "hybrid_layer_pattern (docs/mtp.md).")
-      .check(config::positive());
+      .check(config::positive())
+      .architecture_defining();
   f.add("mtp_loss_scaling_factor", &M::mtp_loss_scaling_factor,
         "Weight lambda of the MTP losses: the objective adds lambda / mtp_num_layers times each depth's loss.")
       .check(config::non_negative());
   f.add("mtp_use_repeated_layer", &M::mtp_use_repeated_layer,
-        "One shared MTP module (enorm, hnorm, eh_proj, transformer layer, final norm) applied mtp_num_layers times.");
+        "One shared MTP module (enorm, hnorm, eh_proj, transformer layer, final norm) applied mtp_num_layers times.")
+      .architecture_defining();
   f.add("mtp_detach_heads", &M::mtp_detach_heads,
         "Detach the MTP inputs (decoder output, embeddings) and the output weight: the MTP loss trains only the "
         "MTP modules, not the trunk.");

@@ -13,7 +13,10 @@ Includes whose first path component is not one of these folders (bare "sweep.h",
 "nlohmann/json.hpp") are not checked.
 
 Inside training/ the subsystems have an order of their own (TRAINING_ORDER_TEXT below): a file in
-training/X may include training/Y only when Y is below X. A bare include that resolves to a header
+training/X may include training/Y only when Y is below X. A subsystem's config section file
+(training/X/NAME_section.h or .cpp: the section's struct and field table, beside its owner) sits
+below training/config, which gathers the sections into StrataConfig: it may include other section
+files and folders below training/ only, and any training/ file may include it. A bare include that resolves to a header
 under tests/ (a source folder reaching into test code) is a violation too.
 
 Each violation is printed as
@@ -35,9 +38,11 @@ import sys
 ORDER_TEXT = "core < kernels < parallel, data < models < sweep < training < apps"
 # Inside training/: its subsystems, each a folder (docs/architecture.md "training/"). The run and
 # the training loop are the folder's root; golden/ runs training, so it sits above the root.
-TRAINING_ORDER_TEXT = ("config < optimizer < checkpointing, planning, observability < hf, inference "
-                       "< (root: run, trainer) < golden")
-TRAINING_LEVELS = {"config": 0, "optimizer": 1, "checkpointing": 2, "planning": 2, "observability": 2,
+# A subsystem's *_section files (its config section) sit below config, as SECTION.
+TRAINING_ORDER_TEXT = ("*_section files < config < optimizer < checkpointing, planning, observability < hf, "
+                       "inference < (root: run, trainer) < golden")
+SECTION = "*_section"
+TRAINING_LEVELS = {SECTION: -1, "config": 0, "optimizer": 1, "checkpointing": 2, "planning": 2, "observability": 2,
                    "hf": 3, "inference": 3, "": 4, "golden": 5}
 # Level of each checked folder; equal levels are siblings (no includes between them).
 LEVELS = {"core": 0, "kernels": 1, "parallel": 2, "data": 2, "models": 3, "sweep": 3.5, "training": 4, "apps": 5}
@@ -74,10 +79,13 @@ def includes_of(root, rel):
 
 
 def training_part(path):
-    """The training/ sub-folder of a path under training/ ("" for the root), or None elsewhere."""
+    """The training/ sub-folder of a path under training/ ("" for the root; SECTION for a config
+    section file), or None elsewhere."""
     parts = path.split("/")
     if parts[0] != "training":
         return None
+    if os.path.splitext(parts[-1])[0].endswith("_section"):
+        return SECTION
     return parts[1] if len(parts) > 2 else ""
 
 

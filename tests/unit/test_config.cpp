@@ -443,7 +443,7 @@ TEST_CASE("config: docs/config.md is the generated reference", "[config]") {
   CHECK(ss.str() == generated);
 }
 
-TEST_CASE("config: the subsystems' rules are registered with the config, which includes none of them", "[config]") {
+TEST_CASE("config: the subsystems' rules are one explicit list that validate() runs, the config including none of them", "[config]") {
   const std::vector<std::string> names = config_validator_names();
   CHECK(std::count(names.begin(), names.end(), "logging.tensor_dump_*") == 1);
   CHECK(std::count(names.begin(), names.end(), "logging.tensor_metrics") == 1);

@@ -178,17 +178,6 @@ TEST_CASE("router option checks name the fields", "[moe_router]") {
   a.moe_router_topk = 1;
   fails_with(a, "moe_router_pre_softmax");
   a = o;
-  a.moe_router_num_groups = 3;
-  a.moe_router_group_topk = 1;
-  fails_with(a, "moe_router_num_groups");
-  a = o;
-  a.moe_router_group_topk = 1;
-  fails_with(a, "moe_router_num_groups");
-  a = o;
-  a.moe_router_num_groups = 4;
-  a.moe_router_group_topk = 5;
-  fails_with(a, "moe_router_group_topk");
-  a = o;
   a.moe_router_topk = 9;
   fails_with(a, "moe_router_topk");
   a = o;

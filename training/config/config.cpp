@@ -1,5 +1,5 @@
-// StrataConfig (training/config/config.h): the sections' field declarations, loading, cross-field
-// validation and the generated reference text.
+// StrataConfig (training/config/config.h): the training and inference sections' fields, the table of
+// every section, loading, cross-field validation and the generated reference text.
 // Reference: megatron/training/arguments.py (validate_args and argument defaults),
 // megatron/core/optimizer_param_scheduler.py (warmup/decay iterations, WSD),
 // megatron/core/datasets/utils.py (get_blend_from_list), megatron/training/tokenizer.
@@ -132,177 +132,6 @@ config::SectionFields<TrainingConfig> training_fields() {
   return f;
 }
 
-config::SectionFields<OptimizerConfig> optimizer_fields() {
-  using O = OptimizerConfig;
-  config::SectionFields<O> f;
-  f.add_enum("optimizer", &O::optimizer, kOptimizerTypeNames,
-             "Optimizer: adam (Adam with decoupled weight decay, i.e. AdamW; no decay on biases and 1-D parameters).");
-  f.add("lr", &O::lr, "Peak learning rate (after warmup). Required.").check(positive());
-  f.add("min_lr", &O::min_lr, "Learning rate at the end of the decay.").check(non_negative());
-  f.add_enum("lr_decay_style", &O::lr_decay_style, kLrDecayStyleNames,
-             "Decay after warmup: constant, linear, cosine or WSD (warmup-stable-decay).");
-  f.add("lr_warmup_iters", &O::lr_warmup_iters, "Linear warmup steps from 0 to lr.").check(non_negative());
-  f.add("lr_warmup_fraction", &O::lr_warmup_fraction,
-        "Warmup as a fraction of lr_decay_iters (instead of lr_warmup_iters). null: use lr_warmup_iters.")
-      .check(in_range(0, true, 1, true));
-  f.add("lr_decay_iters", &O::lr_decay_iters, "Steps over which lr decays to min_lr. null: training.train_iters.")
-      .check(positive());
-  f.add_enum("lr_wsd_decay_style", &O::lr_wsd_decay_style, kWsdDecayStyleNames, "Shape of the WSD decay phase.");
-  f.add("lr_wsd_decay_iters", &O::lr_wsd_decay_iters, "Length of the WSD decay phase, in steps (required with WSD).")
-      .check(positive());
-  f.add("decoupled_lr", &O::decoupled_lr,
-        "Peak learning rate of the word embeddings and the output layer (Megatron's --decoupled-lr: their own "
-        "param group, on the same warmup and decay). null: optimizer.lr.")
-      .check(non_negative());
-  f.add("decoupled_min_lr", &O::decoupled_min_lr,
-        "Final learning rate of the word embeddings and the output layer (Megatron's --decoupled-min-lr). "
-        "null: optimizer.min_lr.")
-      .check(non_negative());
-  f.add("lr_warmup_samples", &O::lr_warmup_samples,
-        "Sample-based training: samples of linear warmup (Megatron's --lr-warmup-samples).")
-      .check(non_negative());
-  f.add("lr_decay_samples", &O::lr_decay_samples,
-        "Sample-based training: samples over which lr decays to min_lr. null: training.train_samples.")
-      .check(positive());
-  f.add("lr_wsd_decay_samples", &O::lr_wsd_decay_samples,
-        "Sample-based training: samples of the WSD decay phase (required with WSD).")
-      .check(positive());
-  f.add("weight_decay", &O::weight_decay, "Decoupled weight decay coefficient.").check(non_negative());
-  f.add("adam_beta1", &O::adam_beta1, "Adam first-moment decay.").check(in_range(0, true, 1, false));
-  f.add("adam_beta2", &O::adam_beta2, "Adam second-moment decay.").check(in_range(0, true, 1, false));
-  f.add("adam_eps", &O::adam_eps, "Adam denominator epsilon (added in f32).").check(positive()).check(normal_f32());
-  f.add("start_weight_decay", &O::start_weight_decay,
-        "Weight decay at the start of the run for weight_decay_incr_style linear or cosine (required there; "
-        "refused with constant).")
-      .check(non_negative());
-  f.add("end_weight_decay", &O::end_weight_decay,
-        "Weight decay at the end of the run (train_iters × global_batch_size, or train_samples, samples) for "
-        "weight_decay_incr_style linear or cosine.")
-      .check(non_negative());
-  f.add_enum("weight_decay_incr_style", &O::weight_decay_incr_style, kWeightDecayIncrStyleNames,
-             "How the weight decay moves over the run (Megatron's OptimizerParamScheduler.get_wd, counted in "
-             "samples like the learning rate): constant (weight_decay), linear or cosine from "
-             "start_weight_decay to end_weight_decay.");
-  f.add("clip_grad", &O::clip_grad, "Clip the global gradient L2 norm to this value (0: no clipping).")
-      .check(non_negative());
-  return f;
-}
-
-config::SectionFields<DataConfig> data_fields() {
-  using D = DataConfig;
-  config::SectionFields<D> f;
-  f.add("data_path", &D::data_path,
-        "Dataset path prefixes (.bin/.idx), optionally weighted: [prefix, …] or "
-        "[weight, prefix, weight, prefix, …]. Required unless mock_data.");
-  f.add("split", &D::split, "Train, validation, test proportions of each dataset, comma-separated.");
-  f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
-  f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
-             "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file), "
-             "HuggingFaceTokenizer (tokenizer_model: tokenizer.json, EOD = its eos_token), SentencePieceTokenizer, "
-             "GPTSentencePieceTokenizer or Llama2Tokenizer (tokenizer_model: a SentencePiece model, EOD = its eos "
-             "id) or NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron).");
-  f.add("vocab_file", &D::vocab_file, "GPT-2 BPE vocab.json (GPT2BPETokenizer).");
-  f.add("merge_file", &D::merge_file, "GPT-2 BPE merges.txt (GPT2BPETokenizer).");
-  f.add("tokenizer_model", &D::tokenizer_model,
-        "HuggingFaceTokenizer: a tokenizer.json or a directory holding one (with tokenizer_config.json for its "
-        "special tokens); SentencePiece types: the tokenizer.model file.");
-  f.add("tokenizer_hf_no_include_special_tokens", &D::tokenizer_hf_no_include_special_tokens,
-        "HuggingFaceTokenizer: encode without the post-processor's template tokens (BOS/EOS) and decode without "
-        "special tokens.");
-  f.add("eod_mask_loss", &D::eod_mask_loss,
-        "Exclude the loss at end-of-document tokens (where the input token is EOD: the prediction across a "
-        "document boundary), as Megatron's GPTDataset.");
-  f.add("reset_position_ids", &D::reset_position_ids,
-        "Packed sequences: position ids restart after each end-of-document token (RoPE and learned position "
-        "embeddings see positions within the document).");
-  f.add("reset_attention_mask", &D::reset_attention_mask,
-        "Packed sequences: a document ends after each end-of-document token and does not see the others: "
-        "attention stays inside it, the Mamba mixer restarts its conv1d and SSD state, MTP shifts stay "
-        "inside it. Set reset_position_ids too for documents that train exactly as if alone.");
-  return f;
-}
-
-config::SectionFields<CheckpointConfig> checkpoint_fields() {
-  using C = CheckpointConfig;
-  config::SectionFields<C> f;
-  f.add("save", &C::save,
-        "Directory to save checkpoints to; created and checked writable when training starts, before the "
-        "first step (--validate-only checks it can be created). null: no checkpoints.");
-  f.add("load", &C::load,
-        "Directory to load a checkpoint from (its latest iteration). A path that does not exist is an error "
-        "(unless it is also checkpoint.save: a job's first run); an existing directory without a checkpoint "
-        "trains from scratch with a warning; one holding iter_* directories but no latest_checkpointed_iteration.txt "
-        "is refused. null: start from scratch.");
-  f.add("save_interval", &C::save_interval, "Save every this many steps (needs save). null: only at the end.")
-      .check(positive());
-  f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");
-  f.add("no_load_rng", &C::no_load_rng, "Do not load the RNG state when loading.");
-  f.add("finetune", &C::finetune,
-        "Load only the model weights and start at iteration 0 (no optimizer, RNG or data position).");
-  f.add("overwrite", &C::overwrite,
-        "Let a run that does not resume from checkpoint.save replace the Strata checkpoints already there "
-        "(`strata train --overwrite`). false: such a directory is refused, naming the iterations it holds.");
-  f.add("allow_unchecked_architecture", &C::allow_unchecked_architecture,
-        "Resume from a checkpoint whose manifest has no model config (so its architecture cannot be compared "
-        "with this run's), trusting that the two models are the same; the tensors' shapes are still checked. "
-        "false: such a checkpoint is refused unless checkpoint.finetune.");
-  return f;
-}
-
-config::SectionFields<LoggingConfig> logging_fields() {
-  using L = LoggingConfig;
-  config::SectionFields<L> f;
-  f.add("log_interval", &L::log_interval, "Print the iteration log line every this many steps.").check(positive());
-  f.add("tensorboard_dir", &L::tensorboard_dir, "Write TensorBoard event files here. null: none.");
-  f.add("metrics_jsonl", &L::metrics_jsonl, "Write one JSON object per logged step to this file. null: none.");
-  f.add("log_num_zeros_in_grad", &L::log_num_zeros_in_grad, "Log the number of zero gradient elements.");
-  f.add("log_throughput", &L::log_throughput, "Log throughput (TFLOP/s per GPU) in the iteration line.");
-  f.add("log_params_norm", &L::log_params_norm, "Log the L2 norm of the parameters.");
-  f.add("profile", &L::profile,
-        "Record a trace of iterations profile_step_start + 1 to profile_step_end on the ranks in profile_ranks "
-        "(Megatron's --profile): trace_rank<R>_iterations<a>-<b>.json in logging.tensorboard_dir (else the "
-        "working directory), Chrome trace-event JSON for chrome://tracing or ui.perfetto.dev, with NVTX ranges "
-        "for Nsight Systems on CUDA.");
-  f.add("profile_step_start", &L::profile_step_start, "The trace starts after this many iterations.")
-      .check(non_negative());
-  f.add("profile_step_end", &L::profile_step_end, "The trace ends after this many iterations.").check(positive());
-  f.add("profile_ranks", &L::profile_ranks, "Global ranks that record the trace.");
-  f.add("moe_routing_trace_path", &L::moe_routing_trace_path,
-        "Trace the MoE routers' top-k selections into this directory (router_trace_rank<R>.jsonl per rank, "
-        "docs/router_trace.md); needs MoE layers. null: no tracing.");
-  f.add("moe_routing_trace_max_training_iters", &L::moe_routing_trace_max_training_iters,
-        "Training iterations to trace (counted from the first traced one, so a resumed run traces); then the "
-        "tracer detaches. null: training.train_iters.")
-      .check(positive());
-  f.add("moe_routing_trace_max_inference_steps", &L::moe_routing_trace_max_inference_steps,
-        "Generation forwards to trace (the prompt, then each decode step). null: 10^9.")
-      .check(positive());
-  f.add("moe_routing_trace_capture_logits", &L::moe_routing_trace_capture_logits,
-        "Also write the raw router logits [T, E] as bf16 to logits_rank<R>.bin.");
-  f.add("moe_routing_trace_capture_hidden_states", &L::moe_routing_trace_capture_hidden_states,
-        "Also write the router inputs [T, H] (after the pre-MLP norm, before jitter) as bf16 to "
-        "hidden_states_rank<R>.bin.");
-  f.add("moe_routing_trace_dump_weights", &L::moe_routing_trace_dump_weights,
-        "Also write each traced router's weight, expert bias, score function and top-k (at its first traced "
-        "forward) to router_state_rank<R>.safetensors.");
-  f.add("tensor_metrics", &L::tensor_metrics,
-        "Tensor metrics as NAME:INTERVAL (Megatron --tensor-metrics), e.g. [layer-router-health:100, "
-        "global-param-l2:100]: each computed on iterations where (iteration + 1) % INTERVAL == 0 (0-based), "
-        "written to TensorBoard as tensor-metrics/<metric>/<label>, to the JSONL file, or as one log line "
-        "without either (docs/metrics.md lists every metric). []: none.");
-  f.add("tensor_dump_sites", &L::tensor_dump_sites,
-        "Tensor dumper: glob patterns (* and ?) over forward-site names <owner>.<name>, e.g. "
-        "decoder.layers.*.residual_contribution, decoder.layers.3.mlp.router.router_logits, "
-        "output_layer.output_logits (docs/observation.md). []: no dump.");
-  f.add("tensor_dump_iters", &L::tensor_dump_iters,
-        "Tensor dumper: the 0-based iterations whose matching tensors are written (training forwards, and the "
-        "evaluation run at that iteration). Required with tensor_dump_sites.")
-      .check(non_negative());
-  f.add("tensor_dump_dir", &L::tensor_dump_dir,
-        "Tensor dumper output directory (iter_NNNNNNN/rank_NNNN.safetensors). null: <checkpoint.save>/tensor_dump, "
-        "or ./tensor_dump without checkpoint.save.");
-  return f;
-}
 
 config::SectionFields<InferenceConfig> inference_fields() {
   using I = InferenceConfig;
@@ -324,31 +153,16 @@ config::ConfigTable<StrataConfig> build_table() {
   t.add_section("training", &StrataConfig::training, "Batch sizes, length, seed, precision, device, evaluation.",
                 training_fields());
   t.add_section("optimizer", &StrataConfig::optimizer, "Optimizer, learning-rate schedule, weight decay, clipping.",
-                optimizer_fields());
-  t.add_section("data", &StrataConfig::data, "Datasets and tokenizer.", data_fields());
-  t.add_section("checkpoint", &StrataConfig::checkpoint, "Saving and loading checkpoints.", checkpoint_fields());
-  t.add_section("logging", &StrataConfig::logging, "Log line, TensorBoard and JSONL metrics.", logging_fields());
+                optimizer_config_fields());
+  t.add_section("data", &StrataConfig::data, "Datasets and tokenizer.", data_config_fields());
+  t.add_section("checkpoint", &StrataConfig::checkpoint, "Saving and loading checkpoints.", checkpoint_config_fields());
+  t.add_section("logging", &StrataConfig::logging, "Log line, TensorBoard and JSONL metrics.", logging_config_fields());
   t.add_section("inference", &StrataConfig::inference, "Text generation (strata generate).", inference_fields());
   t.set_megatron_rules(megatron_flag_rules());
   return t;
 }
 
 }  // namespace
-
-// ---- section helpers -----------------------------------------------------------------------------
-
-int64_t OptimizerConfig::warmup_iters() const {
-  if (lr_warmup_fraction)
-    return static_cast<int64_t>(*lr_warmup_fraction * static_cast<double>(lr_decay_iters.value_or(0)));
-  return lr_warmup_iters;
-}
-
-int64_t OptimizerConfig::warmup_samples() const {
-  if (lr_warmup_fraction)
-    return static_cast<int64_t>(*lr_warmup_fraction * static_cast<double>(lr_decay_samples.value_or(0)));
-  return lr_warmup_samples;
-}
-
 
 // ---- StrataConfig --------------------------------------------------------------------------------
 
@@ -669,20 +483,9 @@ void validate_inference(InferenceConfig& inference, const TrainingConfig& traini
 
 }  // namespace
 
-namespace {
-std::vector<std::pair<std::string, ConfigValidator>>& config_validators() {
-  static std::vector<std::pair<std::string, ConfigValidator>> validators;  // built during static init
-  return validators;
-}
-}  // namespace
-
-ConfigValidatorRegistration::ConfigValidatorRegistration(const char* name, ConfigValidator validator) {
-  config_validators().emplace_back(name, validator);
-}
-
 std::vector<std::string> config_validator_names() {
   std::vector<std::string> names;
-  for (const auto& [name, v] : config_validators()) names.push_back(name);
+  for (const NamedConfigValidator& v : subsystem_config_validators()) names.push_back(v.name);
   return names;
 }
 
@@ -707,7 +510,7 @@ void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
   validate_checkpoint(checkpoint);
   validate_logging(logging, m);
   validate_inference(inference, training);
-  for (const auto& [name, validator] : config_validators()) validator(*this);
+  for (const NamedConfigValidator& v : subsystem_config_validators()) v.validate(*this);
   if (model.vocab_size) model.padded_vocab(parallel.tensor_model_parallel_size);  // a padding past int64 is refused
 }
 

@@ -1,5 +1,8 @@
 // StrataConfig: the whole run configuration — every section (model, parallel, training, optimizer,
-// data, checkpoint, logging, inference) in one typed struct, declared once in the config table —
+// data, checkpoint, logging, inference) in one typed struct, declared once in the config table
+// (each section's struct and field table beside its owner: models/, parallel/, data/,
+// training/optimizer/optimizer_section.h, training/checkpointing/checkpoint_section.h,
+// training/observability/logging_section.h; training and inference here) —
 // with loading (YAML file + `section.field=value` overrides and Megatron's command-line flags),
 // cross-field validation, `--help`
 // text, the generated reference docs/config.md, `to_yaml()` and Megatron's argument table.
@@ -22,34 +25,16 @@
 #include "data/data_config.h"
 #include "models/model_config.h"
 #include "parallel/parallel_config.h"
+#include "training/checkpointing/checkpoint_section.h"
 #include "training/config/batch_size_schedule.h"
+#include "training/observability/logging_section.h"
+#include "training/optimizer/optimizer_section.h"
 
 namespace strata {
 
 enum class Precision { Fp32, Bf16, Fp16 };
 inline constexpr config::EnumName<Precision> kPrecisionNames[] = {
     {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}};
-
-enum class WeightDecayIncrStyle { Constant, Linear, Cosine };
-inline constexpr config::EnumName<WeightDecayIncrStyle> kWeightDecayIncrStyleNames[] = {
-    {WeightDecayIncrStyle::Constant, "constant"},
-    {WeightDecayIncrStyle::Linear, "linear"},
-    {WeightDecayIncrStyle::Cosine, "cosine"}};
-
-enum class OptimizerType { Adam };
-inline constexpr config::EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::Adam, "adam"}};
-
-enum class LrDecayStyle { Constant, Linear, Cosine, WSD };
-inline constexpr config::EnumName<LrDecayStyle> kLrDecayStyleNames[] = {{LrDecayStyle::Constant, "constant"},
-                                                                        {LrDecayStyle::Linear, "linear"},
-                                                                        {LrDecayStyle::Cosine, "cosine"},
-                                                                        {LrDecayStyle::WSD, "WSD"}};
-
-enum class WsdDecayStyle { Exponential, Linear, Cosine, MinusSqrt };
-inline constexpr config::EnumName<WsdDecayStyle> kWsdDecayStyleNames[] = {{WsdDecayStyle::Exponential, "exponential"},
-                                                                          {WsdDecayStyle::Linear, "linear"},
-                                                                          {WsdDecayStyle::Cosine, "cosine"},
-                                                                          {WsdDecayStyle::MinusSqrt, "minus_sqrt"}};
 
 struct TrainingConfig {
   int64_t micro_batch_size = 1;
@@ -88,84 +73,6 @@ struct TrainingConfig {
   std::optional<int64_t> exit_interval;
   std::optional<int64_t> exit_duration_in_mins;
   bool calculate_per_token_loss = false;
-};
-
-struct OptimizerConfig {
-  OptimizerType optimizer = OptimizerType::Adam;
-  std::optional<double> lr;  // required (Megatron has no default learning rate)
-  double min_lr = 0.0;
-  LrDecayStyle lr_decay_style = LrDecayStyle::Linear;
-  int64_t lr_warmup_iters = 0;
-  std::optional<double> lr_warmup_fraction;
-  std::optional<int64_t> lr_decay_iters;  // null → training.train_iters
-  WsdDecayStyle lr_wsd_decay_style = WsdDecayStyle::Exponential;
-  std::optional<int64_t> lr_wsd_decay_iters;
-  // Sample-based schedules (with training.train_samples; Megatron's OptimizerParamScheduler counts
-  // samples): warmup, decay (null → training.train_samples) and WSD anneal lengths in samples.
-  int64_t lr_warmup_samples = 0;
-  std::optional<int64_t> lr_decay_samples;
-  std::optional<int64_t> lr_wsd_decay_samples;
-  // Megatron's --decoupled-lr / --decoupled-min-lr: the word embeddings and the output layer
-  // (is_embedding_or_output_parameter) follow the same schedule between these instead of lr / min_lr.
-  std::optional<double> decoupled_lr;
-  std::optional<double> decoupled_min_lr;  // null: min_lr
-  double weight_decay = 0.01;
-  // Megatron's weight-decay increment over the run (--start-weight-decay, --end-weight-decay,
-  // --weight-decay-incr-style): constant (weight_decay), or linear / cosine from start to end.
-  std::optional<double> start_weight_decay;
-  std::optional<double> end_weight_decay;
-  WeightDecayIncrStyle weight_decay_incr_style = WeightDecayIncrStyle::Constant;
-  double adam_beta1 = 0.9;
-  double adam_beta2 = 0.999;
-  double adam_eps = 1e-8;
-  double clip_grad = 1.0;
-
-  // Iterations of linear warmup after validate(): lr_warmup_iters, or
-  // lr_warmup_fraction × lr_decay_iters (Megatron's OptimizerParamScheduler setup).
-  int64_t warmup_iters() const;
-  // Samples of linear warmup of a sample-based run: lr_warmup_samples, or lr_warmup_fraction ×
-  // lr_decay_samples.
-  int64_t warmup_samples() const;
-};
-
-struct CheckpointConfig {
-  std::optional<std::string> save;
-  std::optional<std::string> load;
-  std::optional<int64_t> save_interval;
-  bool no_load_optim = false;
-  bool no_load_rng = false;
-  bool finetune = false;
-  bool overwrite = false;  // replace another run's checkpoints in `save` (training/checkpointing/checkpoint_directory.h)
-  // Resume from a checkpoint whose manifest has no model config to check (training/checkpointing/checkpoint_architecture.h).
-  bool allow_unchecked_architecture = false;
-};
-
-struct LoggingConfig {
-  int64_t log_interval = 100;
-  std::optional<std::string> tensorboard_dir;
-  std::optional<std::string> metrics_jsonl;
-  bool log_num_zeros_in_grad = false;
-  bool log_throughput = false;
-  bool log_params_norm = false;
-  // Megatron's --profile: a trace of iterations profile_step_start + 1 … profile_step_end on the
-  // ranks in profile_ranks (core/phase_timer.h: Chrome trace-event JSON, NVTX ranges on CUDA).
-  bool profile = false;
-  int64_t profile_step_start = 10;
-  int64_t profile_step_end = 12;
-  std::vector<int64_t> profile_ranks = {0};
-  // The MoE router tracer (training/observability/router_tracer.h; Megatron's LoggerConfig moe_routing_trace_*).
-  std::optional<std::string> moe_routing_trace_path;               // null: no tracing
-  std::optional<int64_t> moe_routing_trace_max_training_iters;     // null: training.train_iters
-  std::optional<int64_t> moe_routing_trace_max_inference_steps;    // null: 10^9
-  bool moe_routing_trace_capture_logits = false;
-  bool moe_routing_trace_capture_hidden_states = false;
-  bool moe_routing_trace_dump_weights = false;
-  // The tensor dumper (training/observability/tensor_dumper.h): site-name globs, 0-based iterations, directory.
-  std::vector<std::string> tensor_dump_sites;
-  std::vector<int64_t> tensor_dump_iters;
-  std::optional<std::string> tensor_dump_dir;
-  // Tensor metrics (training/observability/tensor_metrics/; Megatron's --tensor-metrics): "NAME:INTERVAL" specs.
-  std::vector<std::string> tensor_metrics;
 };
 
 struct InferenceConfig {
@@ -236,14 +143,17 @@ struct StrataConfig {
 };
 
 // Rules of subsystems above the config (the tensor dumper's site patterns against the model's
-// sites, the tensor metrics' names and intervals): each subsystem registers its validator from
-// its own file (a namespace-scope ConfigValidatorRegistration), and StrataConfig::validate() runs
-// them after the section rules, in registration order. The config knows no subsystem.
+// sites, the tensor metrics' names and intervals). They are listed once, explicitly, in
+// training/subsystem_config_rules.cpp; StrataConfig::validate() runs the list after the section
+// rules, in list order. The config includes no subsystem header; its call to the list keeps every
+// rule linked (no static registration object a linker could drop).
 using ConfigValidator = void (*)(const StrataConfig&);
-struct ConfigValidatorRegistration {
-  ConfigValidatorRegistration(const char* name, ConfigValidator validator);
+struct NamedConfigValidator {
+  const char* name;  // the fields it checks: "logging.tensor_metrics"
+  ConfigValidator validate;
 };
-// The registered validators' names (tests check that the dumper's and the metrics' are there).
+const std::vector<NamedConfigValidator>& subsystem_config_validators();
+// The listed validators' names (tests check that the dumper's and the metrics' are there).
 std::vector<std::string> config_validator_names();
 
 }  // namespace strata

@@ -87,10 +87,6 @@ void validate_tensor_dump(const StrataConfig& c) {
   }
 }
 
-namespace {
-const ConfigValidatorRegistration kTensorDumpRules("logging.tensor_dump_*", validate_tensor_dump);
-}  // namespace
-
 std::string tensor_dump_dir(const StrataConfig& c) {
   if (c.logging.tensor_dump_dir) return *c.logging.tensor_dump_dir;
   if (c.checkpoint.save) return *c.checkpoint.save + "/tensor_dump";

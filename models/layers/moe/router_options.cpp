@@ -27,27 +27,6 @@ bool RouterOptions::aux_loss_enabled() const {
 
 namespace {
 
-void check_groups(const RouterOptions& o) {
-  const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
-  if (o.moe_router_group_topk) {
-    STRATA_CHECK_KIND(ErrorKind::Config, o.moe_router_num_groups.has_value(),
-                      "moe_router_group_topk is set but moe_router_num_groups is not");
-  }
-  if (!o.moe_router_num_groups) return;
-  const int64_t G = *o.moe_router_num_groups;
-  STRATA_CHECK_KIND(ErrorKind::Config, G > 0 && E % G == 0, "num_experts ", E,
-                    " is not divisible by moe_router_num_groups ", G);
-  STRATA_CHECK_KIND(ErrorKind::Config, o.moe_router_group_topk.has_value(),
-                    "moe_router_num_groups is set but moe_router_group_topk is not");
-  const int64_t g = *o.moe_router_group_topk;
-  STRATA_CHECK_KIND(ErrorKind::Config, g > 0 && g <= G, "moe_router_group_topk ", g,
-                    " must be in [1, moe_router_num_groups = ", G, "]");
-  // Group score = sum of the top-(k / g) scores of a group; the g chosen groups must hold k experts.
-  STRATA_CHECK_KIND(ErrorKind::Config, g <= k && k / g <= E / G && g * (E / G) >= k, "moe_router_topk ", k,
-                    " cannot be chosen from moe_router_group_topk ", g, " groups of ", E / G,
-                    " experts (moe_router_num_groups ", G, ")");
-}
-
 void check_losses(const RouterOptions& o) {
   const auto& types = o.moe_router_load_balancing_type;
   const auto& coeffs = o.moe_aux_loss_coeff;
@@ -78,7 +57,6 @@ void check_router_options(const RouterOptions& o) {
                     "moe_router_topk 1 with moe_router_score_function softmax needs moe_router_pre_softmax");
   STRATA_CHECK_KIND(ErrorKind::Config, !(softmax && o.moe_router_enable_expert_bias),
                     "moe_router_enable_expert_bias needs moe_router_score_function sigmoid or sqrtsoftplus, not softmax");
-  check_groups(o);
   check_losses(o);
   if (o.moe_router_topk_scaling_factor)
     STRATA_CHECK_KIND(ErrorKind::Config, *o.moe_router_topk_scaling_factor > 0,

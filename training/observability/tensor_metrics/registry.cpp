@@ -56,8 +56,4 @@ void validate_tensor_metrics(const StrataConfig& c) {
   }
 }
 
-namespace {
-const ConfigValidatorRegistration kTensorMetricRules("logging.tensor_metrics", validate_tensor_metrics);
-}  // namespace
-
 }  // namespace strata::tensor_metrics

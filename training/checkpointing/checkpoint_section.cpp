@@ -1,0 +1,36 @@
+// The `checkpoint` section's field table (see checkpoint_section.h).
+// Reference: megatron/training/arguments.py (_add_checkpointing_args).
+#include "training/checkpointing/checkpoint_section.h"
+
+namespace strata {
+
+using config::positive;
+
+config::SectionFields<CheckpointConfig> checkpoint_config_fields() {
+  using C = CheckpointConfig;
+  config::SectionFields<C> f;
+  f.add("save", &C::save,
+        "Directory to save checkpoints to; created and checked writable when training starts, before the "
+        "first step (--validate-only checks it can be created). null: no checkpoints.");
+  f.add("load", &C::load,
+        "Directory to load a checkpoint from (its latest iteration). A path that does not exist is an error "
+        "(unless it is also checkpoint.save: a job's first run); an existing directory without a checkpoint "
+        "trains from scratch with a warning; one holding iter_* directories but no latest_checkpointed_iteration.txt "
+        "is refused. null: start from scratch.");
+  f.add("save_interval", &C::save_interval, "Save every this many steps (needs save). null: only at the end.")
+      .check(positive());
+  f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");
+  f.add("no_load_rng", &C::no_load_rng, "Do not load the RNG state when loading.");
+  f.add("finetune", &C::finetune,
+        "Load only the model weights and start at iteration 0 (no optimizer, RNG or data position).");
+  f.add("overwrite", &C::overwrite,
+        "Let a run that does not resume from checkpoint.save replace the Strata checkpoints already there "
+        "(`strata train --overwrite`). false: such a directory is refused, naming the iterations it holds.");
+  f.add("allow_unchecked_architecture", &C::allow_unchecked_architecture,
+        "Resume from a checkpoint whose manifest has no model config (so its architecture cannot be compared "
+        "with this run's), trusting that the two models are the same; the tensors' shapes are still checked. "
+        "false: such a checkpoint is refused unless checkpoint.finetune.");
+  return f;
+}
+
+}  // namespace strata

@@ -1,0 +1,30 @@
+// CheckpointConfig: the `checkpoint` config section (Megatron's --save, --load, --save-interval and
+// the load switches) and its field table. A section file: below training/config, which gathers the
+// sections into StrataConfig (scripts/check_includes.py).
+// Reference: megatron/training/arguments.py (_add_checkpointing_args).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config_table.h"
+
+namespace strata {
+
+struct CheckpointConfig {
+  std::optional<std::string> save;
+  std::optional<std::string> load;
+  std::optional<int64_t> save_interval;
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool finetune = false;
+  bool overwrite = false;  // replace another run's checkpoints in `save` (training/checkpointing/checkpoint_directory.h)
+  // Resume from a checkpoint whose manifest has no model config to check (training/checkpointing/checkpoint_architecture.h).
+  bool allow_unchecked_architecture = false;
+};
+
+// The `checkpoint` section's fields (names, docs, validators) for the config table.
+config::SectionFields<CheckpointConfig> checkpoint_config_fields();
+
+}  // namespace strata
