@@ -95,7 +95,7 @@ struct FieldSpec {
   std::function<Value(const void*)> get;
   std::function<void(void*, const Value&)> set;
   // Architecture-defining: a checkpoint and the run that loads it must agree on this field
-  // (models/model_config.h architecture_field_names() collects the marked model fields).
+  // (models/config/model_config.h architecture_field_names() collects the marked model fields).
   bool architecture = false;
 
   std::string path() const { return section + "." + name; }

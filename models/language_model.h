@@ -1,6 +1,6 @@
 // The interface between a language model (GPT now; hybrid and MTP later) and the trainer,
 // checkpointing, export, generation and pipeline schedules: parameters, a forward/backward pair
-// over the loss channel (models/loss.h), the pipeline-stage plumbing and the residual-stream shape
+// over the loss channel (models/layers/loss.h), the pipeline-stage plumbing and the residual-stream shape
 // (models/residual_stream.h), and KV-cached generation. Explicit forward/backward:
 // forward saves what backward needs in a per-micro-batch ForwardContext; pipeline schedules keep
 // several contexts alive; recompute drops and re-runs them.
@@ -14,21 +14,14 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "models/batch.h"
-#include "models/inference_cache.h"
-#include "models/loss.h"
+#include "models/layers/inference_cache.h"
+#include "models/layers/loss.h"
+#include "models/layers/moe/router_ref.h"
 #include "core/parameter.h"
 #include "models/residual_stream.h"
 
 namespace strata {
 
-namespace layers::moe {
-class TopKRouter;
-}
-// An MoE router of a model chunk and its global layer number (0-based).
-struct MoeRouterRef {
-  int64_t layer = 0;
-  layers::moe::TopKRouter* router = nullptr;
-};
 
 // Per-micro-batch state: what forward saved for backward, plus the keys of this micro-batch.
 class ForwardContext {
@@ -48,7 +41,7 @@ class ForwardContext {
   // schedule sets it on the context of each chunk's last micro-batch only (training/schedules.h).
   std::function<void(const std::vector<Parameter*>&)> grads_ready;
   // Auxiliary losses the layers added during this micro-batch's forward, with their gradients
-  // during its backward (models/loss.h).
+  // during its backward (models/layers/loss.h).
   AuxLossChannel aux_losses;
 };
 
@@ -65,7 +58,7 @@ class LanguageModel {
 
   virtual std::unique_ptr<ForwardContext> make_context(int64_t step, int64_t micro_batch, bool training) = 0;
 
-  // ---- the loss channel (models/loss.h) ----
+  // ---- the loss channel (models/layers/loss.h) ----
   // Forward one micro-batch. The last stage returns "lm loss" (per-token cross entropy [b, s],
   // f32 on the model's device, NOT yet masked or averaged: the trainer applies loss_mask and the
   // normalisation) first, then any further losses; a stage that is not the last returns its

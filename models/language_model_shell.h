@@ -19,7 +19,7 @@
 #include "models/layers/embedding.h"
 #include "models/layers/hyper_connection.h"
 #include "models/layers/norm.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_group.h"
 

@@ -1,6 +1,6 @@
 // The model-level parameters of the model manifest (see manifest_parameters.h): the vocabulary rows
 // split over tp, the MTP projections column-parallel, norms replicated, the mHC heads f32. (Each
-// layer's parameters are its layer kind's description, models/layer_kind.h.)
+// layer's parameters are its layer kind's description, models/config/layer_kind.h.)
 #include "models/manifest_parameters.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // The model-level part of the model manifest's parameters (models/model_manifest.h) by canonical
 // name and global shape, as the shell builds them (each layer's: its kind's description,
-// models/layer_kind.h).
+// models/config/layer_kind.h).
 // tests/unit/test_manifest_parameters.cpp checks them against real builds under TP/PP/VPP/EP.
 // Reference: the module paths of megatron/core/models/gpt/gpt_model.py, hybrid/hybrid_model.py,
 // transformer/multi_token_prediction.py.

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/config/hybrid_pattern.h"
 #include "models/layers/embedding.h"
-#include "models/loss.h"
+#include "models/layers/loss.h"
 #include "models/manifest_parameters.h"
 #include "parallel/pipeline_layout.h"
 

@@ -2,8 +2,8 @@
 // order (decoder, then the MTP depths' inner layers), the observation sites each emits
 // (core/observe.h), the named losses and the parameters, so that the tensor dumper, the metric
 // checks, the loss channel and the planner read the model from one place. Each layer's part is its
-// layer kind's own description (models/layer_kind.h) of the stacks the model builds
-// (models/model_stacks.h); the manifest adds the model-level parts (embedding, stack exit, MTP
+// layer kind's own description (models/config/layer_kind.h) of the stacks the model builds
+// (models/config/model_stacks.h); the manifest adds the model-level parts (embedding, stack exit, MTP
 // modules, output layer).
 // tests/unit/test_model_manifest.cpp checks a real forward and backward of every model family
 // emits exactly these sites; test_manifest_parameters.cpp that every rank of every layout builds
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "models/layer_kind.h"
-#include "models/model_config.h"
-#include "models/model_stacks.h"
+#include "models/config/layer_kind.h"
+#include "models/config/model_config.h"
+#include "models/config/model_stacks.h"
 #include "parallel/parallel_config.h"
 
 namespace strata {

@@ -50,7 +50,7 @@ config::SectionFields<ParallelConfig> parallel_config_fields();
 // world size divisible by tp·pp·cp and by etp·ep·pp, sequence parallelism needing tp > 1, virtual
 // stages needing pp > 1, uneven stages needing pp > 1. Pure; throws config::ConfigError. The MoE
 // rules on ep and etp (experts % ep, expert FFN % etp …) need the model: validate_moe_layout()
-// in models/moe_config.h.
+// in models/config/moe_config.h.
 void finalize_parallel_config(ParallelConfig& p, std::optional<int64_t> launched_world_size);
 
 // world_size / (tp·pp·cp); requires a finalized config.

@@ -13,7 +13,8 @@ Includes whose first path component is not one of these folders (bare "sweep.h",
 "nlohmann/json.hpp") are not checked.
 
 Inside training/ the subsystems have an order of their own (TRAINING_ORDER_TEXT below): a file in
-training/X may include training/Y only when Y is below X. A subsystem's config section file
+training/X may include training/Y only when Y is below X. Inside models/ likewise (MODELS_ORDER_TEXT:
+config < layers < blocks < the root's shell < gpt, hybrid). A subsystem's config section file
 (training/X/NAME_section.h or .cpp: the section's struct and field table, beside its owner) sits
 below training/config, which gathers the sections into StrataConfig: it may include other section
 files and folders below training/ only, and any training/ file may include it. A bare include that resolves to a header
@@ -44,6 +45,11 @@ TRAINING_ORDER_TEXT = ("*_section files < config < optimizer < checkpointing, pl
 SECTION = "*_section"
 TRAINING_LEVELS = {SECTION: -1, "config": 0, "optimizer": 1, "checkpointing": 2, "planning": 2, "observability": 2,
                    "hf": 3, "inference": 3, "": 4, "golden": 5}
+# Inside models/: the model section's config (and the layer-kind registry, the hybrid pattern)
+# at the bottom, then the layers, the blocks (stacks) that hold them, the shell at the folder's
+# root (the language-model interface, the shell, the manifest), and the models on top.
+MODELS_ORDER_TEXT = "config < layers < blocks < (root: shell) < gpt, hybrid"
+MODELS_LEVELS = {"config": 0, "layers": 1, "blocks": 2, "": 3, "gpt": 4, "hybrid": 4}
 # Level of each checked folder; equal levels are siblings (no includes between them).
 LEVELS = {"core": 0, "kernels": 1, "parallel": 2, "data": 2, "models": 3, "sweep": 3.5, "training": 4, "apps": 5}
 # Folders above every source folder: they may include anything and nothing may include them.
@@ -99,6 +105,24 @@ def training_violation(rel, inc):
     return TRAINING_LEVELS[dst] >= TRAINING_LEVELS[src]
 
 
+def models_part(path):
+    """The models/ sub-folder of a path under models/ ("" for the root), or None elsewhere."""
+    parts = path.split("/")
+    if parts[0] != "models":
+        return None
+    return parts[1] if len(parts) > 2 else ""
+
+
+def models_violation(rel, inc):
+    """True when a models/ file includes a models/ header of a sub-folder not below its own."""
+    src, dst = models_part(rel), models_part(inc)
+    if src is None or dst is None or src == dst:
+        return False
+    if src not in MODELS_LEVELS or dst not in MODELS_LEVELS:
+        return True  # a sub-folder without a place in the order
+    return MODELS_LEVELS[dst] >= MODELS_LEVELS[src]
+
+
 def resolves_into_tests(root, rel, inc):
     """A bare include ("sweep.h") that the build resolves to a header under tests/."""
     if os.path.exists(os.path.join(root, os.path.dirname(rel), inc)):
@@ -117,6 +141,9 @@ def find_violations(root):
                 continue
             if training_violation(rel, inc):
                 out.append((rel, lineno, "training/" + (training_part(rel) or "(root)"), inc.rsplit("/", 1)[0], inc))
+                continue
+            if models_violation(rel, inc):
+                out.append((rel, lineno, "models/" + (models_part(rel) or "(root)"), inc.rsplit("/", 1)[0], inc))
                 continue
             target = inc.split("/", 1)[0]
             if target not in LEVELS and target not in UNCHECKED:
@@ -157,7 +184,8 @@ def main(argv):
         if (rel, inc) in allowed:
             seen.add((rel, inc))
             continue
-        order = TRAINING_ORDER_TEXT if folder.startswith("training/") else ORDER_TEXT
+        order = (TRAINING_ORDER_TEXT if folder.startswith("training/") else
+                 MODELS_ORDER_TEXT if folder.startswith("models/") else ORDER_TEXT)
         print(f"{rel}:{lineno}: folder {folder} includes {target} (order: {order})")
         failures += 1
     for (rel, inc), lineno in sorted(allowed.items(), key=lambda kv: kv[1]):

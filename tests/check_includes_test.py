@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Fixture test of scripts/check_includes.py (ctest include_order_fixture): the checker passes
 on tests/fixtures/include_order/clean (the config including a subsystem's *_section file), fails
-on bad/ (an upward include parallel -> models, a sibling include data -> parallel, and a section
-file including the config above it) with the expected messages, honours an --allow baseline, and
+on bad/ (an upward include parallel -> models, a sibling include data -> parallel, a models/layers
+file including models/blocks above it, and a section file including the config above it) with the expected messages, honours an --allow baseline, and
 reports stale and malformed baseline lines.
 Usage: check_includes_test.py REPO_ROOT
 """
@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 ORDER = "(order: core < kernels < parallel, data < models < sweep < training < apps)"
+MODELS_ORDER = "(order: config < layers < blocks < (root: shell) < gpt, hybrid)"
 TRAINING_ORDER = ("(order: *_section files < config < optimizer < checkpointing, planning, observability < hf, "
                   "inference < (root: run, trainer) < golden)")
 
@@ -36,12 +37,13 @@ def main():
 
     rc, out, err = run(root, "--root", os.path.join(fx, "bad"))
     want = [f"data/reader.h:4: folder data includes parallel {ORDER}",
+            f"models/layers/attention.h:3: folder models/layers includes models/blocks {MODELS_ORDER}",
             f"parallel/comm.h:5: folder parallel includes models {ORDER}",
             f"training/optimizer/bad_section.h:2: folder training/*_section includes training/config {TRAINING_ORDER}"]
-    expect(rc == 1 and out.splitlines() == want, "bad tree fails with the three violations", out + err)
+    expect(rc == 1 and out.splitlines() == want, "bad tree fails with the four violations", out + err)
 
     rc, out, err = run(root, "--root", os.path.join(fx, "bad"), "--allow", os.path.join(fx, "bad_allowed.txt"))
-    expect(rc == 0 and "3 allowed by the baseline" in out, "baseline allows the listed pairs", out + err)
+    expect(rc == 0 and "4 allowed by the baseline" in out, "baseline allows the listed pairs", out + err)
 
     stale = os.path.join(fx, "stale_allowed.txt")
     rc, out, err = run(root, "--root", os.path.join(fx, "bad"), "--allow", stale)

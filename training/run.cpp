@@ -18,7 +18,7 @@
 #include "data/blended_dataset.h"
 #include "data/document_source.h"
 #include "data/tokenizer.h"
-#include "models/model_stacks.h"
+#include "models/config/model_stacks.h"
 #include "parallel/distributed.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_grid.h"
@@ -41,7 +41,7 @@ std::string trimmed(std::string s) {
 // Model FLOPs per token for forward + backward: 6·N (weights multiplied by activations; lookup
 // tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
 // masking not discounted) — the PaLM / Megatron convention for MFU. The attention term is each
-// decoder layer kind's own (models/layer_kind.h: GPT's layers and a hybrid pattern's `*` count it).
+// decoder layer kind's own (models/config/layer_kind.h: GPT's layers and a hybrid pattern's `*` count it).
 double model_flops_per_token(const StrataConfig& cfg, const std::vector<Parameter*>& params) {
   double n = 0;
   for (const Parameter* p : params)

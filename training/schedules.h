@@ -38,7 +38,7 @@ struct ScheduleStep {
   bool forward_only = false;        // evaluation: no backward, no activations kept past a stage
   std::function<const Batch&(int64_t micro_batch)> batch;
   // Called after every forward of micro-batch mb with the losses that chunk reported (the loss
-  // channel, models/loss.h: "lm loss" on the last stage, auxiliary losses on any stage); returns
+  // channel, models/layers/loss.h: "lm loss" on the last stage, auxiliary losses on any stage); returns
   // one gradient per loss for the backward (ignored when forward_only) and accumulates whatever
   // is reported.
   std::function<std::vector<Tensor>(int64_t micro_batch, const std::vector<NamedLoss>& losses)> loss_func;

@@ -1,4 +1,4 @@
-// The trainer's side of the loss channel (models/loss.h) for one step or one validation pass:
+// The trainer's side of the loss channel (models/layers/loss.h) for one step or one validation pass:
 // the loss function the pipeline schedule calls after each forward (it accumulates every named
 // loss and returns each loss's gradient) and the reduction of the accumulated values over cp,
 // pp and dp into the logged values, one per loss name, in the model's loss_names() order.

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/phase_timer.h"
-#include "models/mtp_config.h"
+#include "models/config/mtp_config.h"
 #include "training/observability/tensor_metrics/metric_observer.h"
 #include "training/observability/tensor_metrics/registry.h"
 #include "parallel/context_parallel.h"

@@ -90,7 +90,7 @@ struct TrainResult {
   int64_t grad_buckets_started_early = 0;
 };
 
-// Losses come through the loss channel (models/loss.h): every named loss of the model
+// Losses come through the loss channel (models/layers/loss.h): every named loss of the model
 // (LanguageModel::loss_names(), "lm loss" first) is normalised by StepLosses and logged under its
 // name. Data parallelism (groups.dp_cp > 1): each rank runs its own micro-batches, the gradients
 // live in a GradBuffer reduced over dp × cp after the last backward; the reported loss is the dp

@@ -26,7 +26,7 @@
 #include "core/error.h"
 #include "core/formats/safetensors.h"
 #include "models/layers/mamba_mixer.h"
-#include "models/mamba_config.h"
+#include "models/config/mamba_config.h"
 
 namespace strata::app {
 namespace {

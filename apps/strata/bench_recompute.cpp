@@ -12,7 +12,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "models/recompute_config.h"
+#include "models/config/recompute_config.h"
 #include "training/planning/memory_plan.h"
 #include "training/observability/metrics_log.h"
 #include "training/run.h"

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/inference_cache.h"
+#include "models/layers/inference_cache.h"
 #include "models/layers/layer_common.h"
-#include "models/loss.h"
+#include "models/layers/loss.h"
 #include "core/parameter.h"
-#include "models/language_model.h"
+#include "models/layers/moe/router_ref.h"
 
 namespace strata {
 

@@ -1,5 +1,5 @@
 // LayerStack: layers [first_layer, first_layer + n) of a model, one per StackLayerSpec (a layer
-// kind of models/layer_kind.h at its place), run in order over the residual stream [s, b, h]
+// kind of models/config/layer_kind.h at its place), run in order over the residual stream [s, b, h]
 // ([s, b, n·h] with mHC). The one block both models use: the GPT model's stack is a uniform
 // pattern of its `T` layers (the MoE slot by model.moe_layer_freq), the hybrid model's the symbols
 // of model.hybrid_layer_pattern, an MTP depth's a nested stack. The layer loop observes every
@@ -18,14 +18,14 @@
 #include "models/blocks/mhc_recompute.h"
 #include "models/blocks/recompute.h"
 #include "models/blocks/stack_layer.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata {
 
 class LayerStack : public Block {
  public:
-  // specs: one per layer (models/layer_kind.h stack_layer_specs); first_layer: the global number of
+  // specs: one per layer (models/config/layer_kind.h stack_layer_specs); first_layer: the global number of
   // the first (the specs' first place, or where an empty stack would start).
   LayerStack(int64_t first_layer, const std::vector<StackLayerSpec>& specs, const ResolvedModelConfig& cfg,
              const layers::LayerEnv& env, const ParallelGroups& groups);

@@ -4,7 +4,7 @@
 // A_log, D, norm, out_proj), models/hybrid/hybrid_layer_specs.py.
 #include "models/blocks/mamba_kind.h"
 
-#include "models/mamba_config.h"
+#include "models/config/mamba_config.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/observe.h"
 #include "core/phase_timer.h"
-#include "models/recompute_config.h"
+#include "models/config/recompute_config.h"
 
 namespace strata {
 

@@ -18,7 +18,7 @@
 
 #include "core/tensor.h"
 #include "models/blocks/recompute.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 namespace strata {
 

@@ -3,7 +3,7 @@
 // MultiTokenPredictionBlock).
 #include "models/blocks/mtp_block.h"
 
-#include "models/mhc_config.h"
+#include "models/config/mhc_config.h"
 
 #include "core/error.h"
 #include "core/logging.h"

@@ -16,13 +16,13 @@
 #include "models/layers/hyper_connection.h"
 #include "models/layers/linear.h"
 #include "models/layers/norm.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata {
 
 // Builds the inner model layer of MTP module `module` (0-based; one module with the repeated
-// layer): a LayerStack (models/model_stacks.h mtp_stack_specs) — GPT one layer of the decoder's
+// layer): a LayerStack (models/config/model_stacks.h mtp_stack_specs) — GPT one layer of the decoder's
 // last layer kind; hybrid the '/' pattern's symbols (post_layer_norm false). Its layers take global layer
 // numbers after the decoder's, num_layers + (k−1)·P + j with P layers per depth. cfg: the model
 // section with full recompute removed (the MTP block checkpoints the depth).

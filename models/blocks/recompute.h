@@ -22,8 +22,8 @@
 #include "core/tensor.h"
 #include "models/blocks/block.h"
 #include "models/layers/layer_common.h"
-#include "models/loss.h"
-#include "models/model_config.h"
+#include "models/layers/loss.h"
+#include "models/config/model_config.h"
 
 namespace strata {
 

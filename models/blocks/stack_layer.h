@@ -1,5 +1,5 @@
 // The interface a layer stack (models/blocks/layer_stack.h) runs its layers through: one adapter
-// per layer kind (models/layer_kind.h) — the TransformerLayer kinds (models/blocks/
+// per layer kind (models/config/layer_kind.h) — the TransformerLayer kinds (models/blocks/
 // transformer_kinds.h), the Mamba2 layer (models/blocks/mamba_kind.h) and the mHC wrapper
 // (models/blocks/hybrid_mhc_layer.h) implement it.
 // Reference: megatron/core/models/hybrid/hybrid_block.py (HybridStack: one layer per symbol, each
@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "models/blocks/block.h"
-#include "models/layer_kind.h"
+#include "models/config/layer_kind.h"
 
 namespace strata {
 

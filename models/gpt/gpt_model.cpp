@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "models/blocks/transformer_kinds.h"
-#include "models/model_stacks.h"
+#include "models/config/model_stacks.h"
 
 namespace strata {
 

@@ -3,7 +3,7 @@
 // untie_embeddings_and_output_weights → fused vocab-parallel cross entropy) with a LayerStack
 // (models/blocks/layer_stack.h) of pre-norm transformer layers. By default every layer is a full
 // attention + MLP layer (`T`); explicit layer symbols build mixed stacks of any registered layer
-// kind (models/layer_kind.h).
+// kind (models/config/layer_kind.h).
 // Parameter names are Megatron-Core GPTModel state-dict names (TE-fused layer norms):
 // embedding.*, decoder.layers.N.*, decoder.final_layernorm.*, output_layer.weight.
 // Reference: Megatron-Core models/gpt/gpt_model.py, models/gpt/gpt_layer_specs.py,
@@ -21,7 +21,7 @@
 namespace strata {
 
 struct GPTModelOptions : LanguageModelOptions {
-  // One layer-kind symbol per layer of the whole model (global order; models/layer_kind.h: `T`
+  // One layer-kind symbol per layer of the whole model (global order; models/config/layer_kind.h: `T`
   // attention + MLP, `*` attention only, `-` MLP only, …); empty: every layer `T`.
   std::string layer_symbols;
 };

@@ -4,7 +4,7 @@
 #include "models/hybrid/hybrid_model.h"
 
 #include "core/error.h"
-#include "models/model_stacks.h"
+#include "models/config/model_stacks.h"
 
 namespace strata {
 

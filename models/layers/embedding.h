@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "models/layers/layer_common.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {

@@ -12,7 +12,7 @@
 #include "core/tensor.h"
 #include "kernels/mhc_composed.h"
 #include "models/layers/layer_common.h"
-#include "models/mhc_config.h"
+#include "models/config/mhc_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {

@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "models/inference_cache.h"
+#include "models/layers/inference_cache.h"
 #include "models/layers/layer_common.h"
 #include "models/layers/mamba_mixer.h"
-#include "models/loss.h"
-#include "models/model_config.h"
+#include "models/layers/loss.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "kernels/ssd_scan.h"
-#include "models/inference_cache.h"
+#include "models/layers/inference_cache.h"
 #include "models/layers/layer_common.h"
 #include "models/layers/linear.h"
 #include "models/layers/norm.h"
-#include "models/mamba_config.h"
-#include "models/model_config.h"
+#include "models/config/mamba_config.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {

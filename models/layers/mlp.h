@@ -11,7 +11,7 @@
 
 #include "models/layers/layer_common.h"
 #include "models/layers/linear.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {

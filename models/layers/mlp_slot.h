@@ -14,8 +14,8 @@
 #include "models/layers/layer_common.h"
 #include "models/layers/layer_spec.h"
 #include "models/layers/mlp.h"
-#include "models/loss.h"
-#include "models/model_config.h"
+#include "models/layers/loss.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {

@@ -16,7 +16,7 @@
 #include "models/layers/mlp_slot.h"
 #include "models/layers/norm.h"
 #include "models/layers/self_attention.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {

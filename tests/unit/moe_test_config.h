@@ -2,7 +2,7 @@
 // vocabulary 24 (padded to 24), seq 6, no dropout, no biases, init std 0.3, 4 experts of ffn 6,
 // top-2, aux_loss 0.1. Each test adds its own options.
 #pragma once
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 namespace strata::test {
 

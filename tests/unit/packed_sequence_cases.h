@@ -17,7 +17,7 @@
 #include "models/batch.h"
 #include "core/parameter.h"
 #include "models/language_model.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 namespace strata::test::packed {
 

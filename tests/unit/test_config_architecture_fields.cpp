@@ -1,4 +1,4 @@
-// The architecture-defining model fields (models/model_config.h architecture_field_names): derived
+// The architecture-defining model fields (models/config/model_config.h architecture_field_names): derived
 // from the marks in the field table (core/config_table.h FieldSpec::architecture), they are exactly
 // the set the hand-written list held before the marks, and every one names a model field.
 #include <catch2/catch.hpp>
@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 using namespace strata;
 

@@ -1,12 +1,12 @@
 // The model section is resolved before it reaches the code that needs it resolved
-// (models/model_config.h ResolvedModelConfig): the section as written does not convert to the
+// (models/config/model_config.h ResolvedModelConfig): the section as written does not convert to the
 // resolved type at compile time, only the resolver's explicit construction makes one, and that
 // construction checks the section's rules (config::ConfigError naming the field).
 #include <catch2/catch.hpp>
 
 #include <type_traits>
 
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 using namespace strata;
 

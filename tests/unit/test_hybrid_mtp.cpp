@@ -17,7 +17,7 @@
 #include "core/observe.h"
 #include "models/hybrid/hybrid_model.h"
 #include "models/layers/moe/router.h"
-#include "models/mtp_config.h"
+#include "models/config/mtp_config.h"
 #include "mtp_reference.h"
 #include "model_probes.h"
 #include "checkpoint_round_trip.h"

@@ -1,4 +1,4 @@
-// The hybrid layer pattern (models/hybrid/hybrid_pattern.h) and its config rules: parsing (main
+// The hybrid layer pattern (models/config/hybrid_pattern.h) and its config rules: parsing (main
 // layers, `|` segments, `/` MTP depths), every rejection with its message naming the field and the
 // position, num_layers derived from the pattern (a different model.num_layers is ignored, as
 // Megatron), the deprecated alias hybrid_override_pattern, E layers and the MoE fields, the
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/config/hybrid_pattern.h"
 #include "strata_source_dir.h"
 #include "training/config/config.h"
 

@@ -1,4 +1,4 @@
-// The layer-kind registry (models/layer_kind.h): the built-in kinds, and a test-only kind added
+// The layer-kind registry (models/config/layer_kind.h): the built-in kinds, and a test-only kind added
 // through the registry alone — one registration in this file, no other file touched — that a
 // hybrid pattern and a GPT model build, the model manifest describes (layers, parameters, losses),
 // the planner counts, and whose gradients match central finite differences of the objective.

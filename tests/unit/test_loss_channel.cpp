@@ -1,4 +1,4 @@
-// The loss channel (models/loss.h): an auxiliary loss added by a block through the
+// The loss channel (models/layers/loss.h): an auxiliary loss added by a block through the
 // micro-batch's AuxLossChannel — here a fixed scalar times a parameter's squared norm — comes out
 // of forward_pass after "lm loss", its gradient from backward_pass reaches the parameter (f64
 // finite differences of the whole objective), and under the Trainer it is logged under its name in
@@ -9,7 +9,7 @@
 
 #include "core/formats/tfevents.h"
 #include "models/blocks/layer_stack.h"
-#include "models/model_stacks.h"
+#include "models/config/model_stacks.h"
 #include "models/language_model_shell.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"

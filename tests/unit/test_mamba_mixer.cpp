@@ -9,7 +9,7 @@
 #include "kernels/elementwise.h"
 #include "models/layers/mamba_layer.h"
 #include "models/layers/mamba_mixer.h"
-#include "models/mamba_config.h"
+#include "models/config/mamba_config.h"
 #include "test_helpers.h"
 #include "training/checkpointing/checkpoint_pieces.h"
 

@@ -2,7 +2,7 @@
 // forward/backward of a whole site around a nonlinear sub-layer against central finite differences
 // in f64 (with and without dropout, either norm), the dropout masks per stream, parameters (names,
 // f32 under bf16, init, weight decay), the initial behaviour, learned vs mean contraction, the
-// expansion; and the mHC config fields and rules (models/mhc_config.h).
+// expansion; and the mHC config fields and rules (models/config/mhc_config.h).
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// The mixture-of-experts config (models/moe_config.h): every MoE field parses from YAML and from a
+// The mixture-of-experts config (models/config/moe_config.h): every MoE field parses from YAML and from a
 // `model.field=value` override, Megatron's defaults, moe_layer_freq in its three forms (int, list,
 // Megatron's pattern string) with its error messages, the resolved helpers (is_moe_layer, moe_ffn,
 // the active load-balancing losses), and each of Megatron's (and Strata's) MoE rejections naming

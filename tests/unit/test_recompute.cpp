@@ -1,4 +1,4 @@
-// Activation recompute (models/blocks/recompute.h, models/recompute_config.h): the chunk layout of
+// Activation recompute (models/blocks/recompute.h, models/config/recompute_config.h): the chunk layout of
 // full recompute (uniform, block), bit-identical losses (LM and MoE auxiliary) and gradients to no
 // recompute in f32 with dropout for GPT and GPT+MoE — two micro-batches interleaved as a pipeline
 // schedule runs them, and several trainer steps — observations firing once per layer, the memory

@@ -1,4 +1,4 @@
-// A checkpoint's model against this run's: the architecture fields (models/model_config.h
+// A checkpoint's model against this run's: the architecture fields (models/config/model_config.h
 // architecture_field_names) of the config saved in the checkpoint's manifest compared with this
 // run's, before any tensor is read. A resume (not checkpoint.finetune) into a model that differs in
 // any of them is refused, naming each field with both values; a finetune lists them and goes on

@@ -6,8 +6,8 @@
 #include "training/config/config.h"
 #include "training/config/batch_size_rules.h"
 
-#include "models/mtp_config.h"
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/config/mtp_config.h"
+#include "models/config/hybrid_pattern.h"
 
 #include <algorithm>
 #include <charconv>
@@ -231,7 +231,7 @@ namespace {
 // ---- cross-field rules, grouped by the section that owns them (Megatron validate_args) ----
 
 // What the MoE layer (models/layers/moe/moe_layer.h) does not run, after all of Megatron's MoE
-// rules passed (models/moe_rules.cpp): expert biases (Megatron's TE grouped experts have none
+// rules passed (models/config/moe_rules.cpp): expert biases (Megatron's TE grouped experts have none
 // either). Each refusal names the field.
 void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
   if (!m.num_experts) return;
@@ -534,7 +534,7 @@ std::string StrataConfig::help_text() {
 
 std::string StrataConfig::reference_markdown() {
   return "# Configuration reference\n\n"
-         "<!-- Generated from the config table (training/config/config.cpp, models/model_config.cpp,\n"
+         "<!-- Generated from the config table (training/config/config.cpp, models/config/model_config.cpp,\n"
          "     parallel/parallel_config.cpp); do not edit. Regenerate with scripts/gen_config_doc.sh;\n"
          "     the unit test [config] fails when this file and the table differ. -->\n\n"
          "A run is configured by one YAML file of sections, then command-line overrides:\n\n"

@@ -23,7 +23,7 @@
 
 #include "core/config_table.h"
 #include "data/data_config.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/parallel_config.h"
 #include "training/checkpointing/checkpoint_section.h"
 #include "training/config/batch_size_schedule.h"
@@ -120,7 +120,7 @@ struct StrataConfig {
   // launcher started (null: use parallel.world_size, else 1).
   void validate(std::optional<int64_t> launched_world_size = std::nullopt);
 
-  // The model section resolved (models/model_config.h): what the model factory, the planner, the
+  // The model section resolved (models/config/model_config.h): what the model factory, the planner, the
   // manifest readers and the exports take. validate() resolves it; a section changed since is
   // resolved anew on the next call (config::ConfigError naming the field).
   const ResolvedModelConfig& resolved_model() const;

@@ -78,7 +78,7 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--fp4-*", A::One, "FP4 training"),
       // MoE: --num-experts and the --moe-* flags map by name onto model.num_experts and model.moe_*.
       // Recompute: --recompute-granularity/-method/-num-layers/-modules, --distribute-saved-activations
-      // and --moe-layer-recompute map by name onto model.recompute_* (models/recompute_config.h).
+      // and --moe-layer-recompute map by name onto model.recompute_* (models/config/recompute_config.h).
       unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
                        "layers per virtual stage; set --virtual-pipeline-model-parallel-size (model chunks per "
                        "pipeline rank) instead"),

@@ -3,7 +3,7 @@
 
 #include "core/error.h"
 #include "models/hybrid/hybrid_model.h"
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/config/hybrid_pattern.h"
 #include "models/layers/moe/moe_layer.h"
 #include "models/model_manifest.h"
 #include "parallel/pipeline_layout.h"

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/tensor.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 namespace strata::hf {
 

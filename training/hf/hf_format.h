@@ -17,7 +17,7 @@
 
 #include "core/tensor.h"
 #include "training/hf/hf_families.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "training/config/config.h"
 
 namespace strata::hf {

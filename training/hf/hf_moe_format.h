@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "training/hf/hf_families.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 namespace strata::hf::detail {
 

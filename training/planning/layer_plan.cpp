@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "models/recompute_config.h"
+#include "models/config/recompute_config.h"
 
 namespace strata {
 

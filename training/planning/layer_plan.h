@@ -1,5 +1,5 @@
 // Activation counts for `strata plan` (training/planning/memory_plan.h) from the layers' own
-// (each layer kind's description, models/layer_kind.h): a run of layers under each recompute mode,
+// (each layer kind's description, models/config/layer_kind.h): a run of layers under each recompute mode,
 // the MTP depths (GPT and hybrid) and the stack-exit mHC contraction. (Parameters: the model manifest, models/model_manifest.h.)
 // Reference: megatron/core/ssm/mamba_mixer.py, megatron/core/models/hybrid/hybrid_layer_specs.py,
 // megatron/core/transformer/multi_token_prediction.py, Megatron dev transformer/hyper_connection.py.
@@ -9,18 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "models/layer_kind.h"
-#include "models/model_config.h"
+#include "models/config/layer_kind.h"
+#include "models/config/model_config.h"
 #include "training/planning/memory_plan.h"
 
 namespace strata {
 
-// The shape of one micro-batch on one rank (ActivationShape, LayerActivations: models/layer_kind.h).
+// The shape of one micro-batch on one rank (ActivationShape, LayerActivations: models/config/layer_kind.h).
 ActivationShape activation_shape(const ResolvedModelConfig& m, int64_t tp, int64_t etp, int64_t cp, bool sp,
                                  int64_t micro_batch_size, int64_t element_bytes);
 
 // The stack exit's mHC state (zero without mHC): the contraction's input [T, n·C] on the last
-// stage. (A layer's activations, mHC sites included: its kind's, models/layer_kind.h.)
+// stage. (A layer's activations, mHC sites included: its kind's, models/config/layer_kind.h.)
 int64_t mhc_head_activations(const ResolvedModelConfig& m, const ActivationShape& a);
 
 // `in_flight` units of `layers` under the config's recompute mode (uniform: chunks of

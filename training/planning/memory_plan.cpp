@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/config/hybrid_pattern.h"
 #include "models/model_manifest.h"
-#include "models/model_stacks.h"
+#include "models/config/model_stacks.h"
 #include "training/planning/layer_plan.h"
 #include "training/planning/moe_plan.h"
 
@@ -105,7 +105,7 @@ const StagePlan& LayoutPlan::peak_stage(bool recompute) const {
 }
 
 namespace {
-// Each layer's activations, its kind's (models/layer_kind.h).
+// Each layer's activations, its kind's (models/config/layer_kind.h).
 std::vector<LayerActivations> layer_activations(const ResolvedModelConfig& m, const std::vector<StackLayerSpec>& stack,
                                                 const ActivationShape& shape) {
   std::vector<LayerActivations> out;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "models/model_manifest.h"
 #include "parallel/parallel_config.h"
 #include "training/config/config.h"

@@ -11,7 +11,7 @@
 #pragma once
 #include <cstdint>
 
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "training/planning/memory_plan.h"
 
 namespace strata {

@@ -13,7 +13,7 @@
 #include "kernels/gemm.h"
 #include "kernels/moe.h"
 #include "models/layers/linear.h"
-#include "models/mtp_config.h"
+#include "models/config/mtp_config.h"
 
 namespace strata::layers::moe {
 

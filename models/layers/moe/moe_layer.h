@@ -3,7 +3,7 @@
 // (linear_fc1 → GeLU or SwiGLU → × routing probability → linear_fc2; with
 // moe_apply_probs_on_input the probability scales the input instead), and unpermuted back,
 // summing a token's k outputs; an optional shared expert (with an optional sigmoid gate) is added.
-// The router's losses go through the loss channel (models/loss.h) as per-micro-batch losses
+// The router's losses go through the loss channel (models/layers/loss.h) as per-micro-batch losses
 // named as Megatron's MoE tracker logs them: load_balancing_loss, seq_load_balancing_loss,
 // global_load_balancing_loss, z_loss — each logged as loss / coefficient averaged over the
 // model's MoE layers, its gradient scaled like Megatron's MoEAuxLossAutoScaler (1 / micro-batches).
@@ -28,7 +28,7 @@
 #include "models/layers/moe/expert_tp_exchange.h"
 #include "models/layers/moe/router.h"
 #include "models/layers/moe/token_dispatcher.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers::moe {

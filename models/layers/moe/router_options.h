@@ -51,7 +51,7 @@ struct RouterOptions {
 // Throws a config error naming the fields of the first invalid combination Megatron rejects
 // (softmax with expert bias, post-softmax top-1, k > E, list lengths, unknown load-balancing
 // types, capacity/jitter ranges). Runs before anything is allocated. The router groups are checked
-// in one place, the model section's rules (models/moe_rules.cpp), before any router exists.
+// in one place, the model section's rules (models/config/moe_rules.cpp), before any router exists.
 void check_router_options(const RouterOptions& o);
 
 const char* score_function_name(ScoreFunction f);

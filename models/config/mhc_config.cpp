@@ -1,14 +1,14 @@
-// mHC config fields and rules (models/mhc_config.h). Each error is a ConfigError naming the field.
+// mHC config fields and rules (models/config/mhc_config.h). Each error is a ConfigError naming the field.
 // Reference: megatron/core/transformer/transformer_config.py (dev: num_residual_streams,
 // mhc_sinkhorn_iterations, mhc_init_gating_factor, use_fused_mhc "requires enable_hyper_connections",
 // 'mhc' recompute "requires enable_hyper_connections" and "incompatible with 'mlp'").
-#include "models/mhc_config.h"
+#include "models/config/mhc_config.h"
 
 #include <algorithm>
 #include <string>
 
 #include "kernels/mhc.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 namespace strata {
 

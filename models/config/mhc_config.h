@@ -3,7 +3,7 @@
 // mhc_sinkhorn_iterations, mhc_init_gating_factor, use_fused_mhc, mhc_recompute_layer_num) plus
 // Strata's three numerics flags (mhc_norm_eps_inside_sqrt, mhc_keep_mappings_in_fp32,
 // mhc_learned_output_contract maps each to a Megatron branch's behaviour) and their
-// rules. The members live in ModelConfig (models/model_config.h); docs/mhc.md.
+// rules. The members live in ModelConfig (models/config/model_config.h); docs/mhc.md.
 // Reference: megatron/core/transformer/transformer_config.py (dev, "Hyper-Connection
 // Configuration" and its __post_init__ checks), megatron/training/arguments.py (dev).
 #pragma once

@@ -1,10 +1,10 @@
-// The Mamba-2 mixer's config fields and rules (models/mamba_config.h).
+// The Mamba-2 mixer's config fields and rules (models/config/mamba_config.h).
 // Reference: megatron/core/transformer/transformer_config.py, megatron/core/ssm/mamba_mixer.py.
-#include "models/mamba_config.h"
+#include "models/config/mamba_config.h"
 
 #include <string>
 
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 namespace strata {
 

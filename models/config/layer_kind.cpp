@@ -1,7 +1,7 @@
 // The layer-kind registry and the stack descriptions read from it (see layer_kind.h).
 // Reference: megatron/core/models/hybrid/hybrid_block.py (one layer per symbol, mHC wrapper),
 // Megatron dev transformer/hyper_connection.py (the site's parameters and state).
-#include "models/layer_kind.h"
+#include "models/config/layer_kind.h"
 
 #include <algorithm>
 #include <mutex>

@@ -1,15 +1,15 @@
-// The activation-recompute fields of the `model` section and their rules (models/recompute_config.h).
+// The activation-recompute fields of the `model` section and their rules (models/config/recompute_config.h).
 // Reference: megatron/core/transformer/transformer_config.py (TransformerConfig.__post_init__: the
 // recompute_granularity / recompute_method / recompute_num_layers / recompute_modules checks and
 // the moe_layer_recompute mapping), megatron/training/arguments.py (validate_args).
-#include "models/recompute_config.h"
+#include "models/config/recompute_config.h"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "models/layer_kind.h"
-#include "models/model_config.h"
+#include "models/config/layer_kind.h"
+#include "models/config/model_config.h"
 
 namespace strata {
 
@@ -22,7 +22,7 @@ const char* to_string(RecomputeMethod m) { return config::enum_to_string<Recompu
 
 namespace {
 
-// The modules Strata recomputes: those its layer kinds declare (models/layer_kind.h), each once.
+// The modules Strata recomputes: those its layer kinds declare (models/config/layer_kind.h), each once.
 std::vector<std::string> implemented_modules() {
   std::vector<std::string> out;
   for (const LayerKind& k : LayerKindRegistry::instance().kinds())

@@ -1,4 +1,4 @@
-// The layer stacks of a model, as specs (models/layer_kind.h): the decoder's layers and each MTP
+// The layer stacks of a model, as specs (models/config/layer_kind.h): the decoder's layers and each MTP
 // depth's inner layers, for the GPT model (a uniform pattern of `T` layers, the MoE slot by
 // model.moe_layer_freq, mHC sites per branch) and the hybrid model (model.hybrid_layer_pattern's
 // symbols, each layer one mHC site). The models build these stacks and the model manifest
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "models/layer_kind.h"
-#include "models/model_config.h"
+#include "models/config/layer_kind.h"
+#include "models/config/model_config.h"
 
 namespace strata {
 

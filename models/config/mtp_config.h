@@ -1,6 +1,6 @@
 // The multi-token-prediction part of the `model` config section: the field table (mtp_num_layers,
 // mtp_loss_scaling_factor, mtp_use_repeated_layer, mtp_detach_heads, Megatron's names and
-// defaults) and its rules. The members live in ModelConfig (models/model_config.h).
+// defaults) and its rules. The members live in ModelConfig (models/config/model_config.h).
 // Reference: megatron/training/arguments.py (_add_mtp_args, validate_args: MTP needs rope or none
 // position embeddings), megatron/core/transformer/transformer_config.py (mtp_* fields),
 // docs/user-guide/features/multi_token_prediction.md (unsupported: context parallelism,

@@ -1,4 +1,4 @@
-// Mixture-of-experts config (models/moe_config.h): the moe_layer_freq parser, the MoE field
+// Mixture-of-experts config (models/config/moe_config.h): the moe_layer_freq parser, the MoE field
 // table and Megatron's MoE rules, each a ConfigError naming the fields.
 // Reference: megatron/core/transformer/transformer_config.py (__post_init__: moe_ffn_hidden_size,
 // expert bias score functions, top-1 post-softmax, group-limited routing, list lengths, capacity,
@@ -6,13 +6,13 @@
 // _eval_pattern, validate_args: expert parallelism), megatron/core/transformer/moe/router.py
 // (sinkhorn, quantile balancing), experts.py (probs on input needs top-1), shared_experts.py (no
 // bias), moe_layer.py (MoE with tp > 1 needs sequence parallelism in training).
-#include "models/moe_config.h"
+#include "models/config/moe_config.h"
 
 #include <algorithm>
 #include <cctype>
 #include <set>
 
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 #include "parallel/parallel_config.h"
 
 namespace strata {

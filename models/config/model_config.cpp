@@ -1,16 +1,16 @@
-// The `model` config section: field declarations and the model-only rules (models/model_config.h).
+// The `model` config section: field declarations and the model-only rules (models/config/model_config.h).
 // Reference: megatron/training/arguments.py (validate_args, _add_network_size_args),
 // megatron/core/transformer/transformer_config.py (__post_init__). The MoE fields and rules are
-// in models/moe_config.cpp.
-#include "models/model_config.h"
-#include "models/mtp_config.h"
+// in models/config/moe_config.cpp.
+#include "models/config/model_config.h"
+#include "models/config/mtp_config.h"
 
 #include <cmath>
 #include <string>
 #include <utility>
 
 #include "core/logging.h"
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/config/hybrid_pattern.h"
 
 namespace strata {
 

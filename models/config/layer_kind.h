@@ -17,7 +17,7 @@
 
 #include "core/observe.h"
 #include "core/shape.h"
-#include "models/model_config.h"
+#include "models/config/model_config.h"
 
 namespace strata {
 

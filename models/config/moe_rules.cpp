@@ -1,4 +1,4 @@
-// Megatron's mixture-of-experts config rules (models/moe_config.h): finalize_moe_config (the model
+// Megatron's mixture-of-experts config rules (models/config/moe_config.h): finalize_moe_config (the model
 // section alone) and validate_moe_layout (against the parallel layout). Each rejection is a
 // ConfigError naming the fields; the rules marked "Strata" refuse options that Megatron silently
 // ignores or that would route nonsensically, the others are Megatron's.
@@ -8,8 +8,8 @@
 #include <set>
 #include <string>
 
-#include "models/model_config.h"
-#include "models/moe_config.h"
+#include "models/config/model_config.h"
+#include "models/config/moe_config.h"
 #include "parallel/parallel_config.h"
 
 namespace strata {

@@ -1,11 +1,11 @@
-// Multi-token-prediction config (models/mtp_config.h). Each error is a ConfigError naming the field.
+// Multi-token-prediction config (models/config/mtp_config.h). Each error is a ConfigError naming the field.
 // Reference: megatron/training/arguments.py (_add_mtp_args, validate_args MTP block).
-#include "models/mtp_config.h"
+#include "models/config/mtp_config.h"
 
 #include <string>
 
-#include "models/hybrid/hybrid_pattern.h"
-#include "models/model_config.h"
+#include "models/config/hybrid_pattern.h"
+#include "models/config/model_config.h"
 #include "parallel/parallel_config.h"
 
 namespace strata {

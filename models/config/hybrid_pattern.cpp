@@ -1,12 +1,12 @@
 // The hybrid layer pattern: parsing and rules (see hybrid_pattern.h).
 // Reference: megatron/core/models/hybrid/hybrid_layer_allocation.py, megatron/training/arguments.py.
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/config/hybrid_pattern.h"
 
 #include <string_view>
 #include <utility>
 
 #include "core/config_table.h"
-#include "models/layer_kind.h"
+#include "models/config/layer_kind.h"
 
 namespace strata::hybrid {
 
@@ -29,7 +29,7 @@ const char* unsupported_symbol(char c) {
   }
 }
 
-// A registered layer kind's symbol that model.hybrid_layer_pattern accepts (models/layer_kind.h).
+// A registered layer kind's symbol that model.hybrid_layer_pattern accepts (models/config/layer_kind.h).
 bool is_layer_symbol(char c) {
   const LayerKind* k = LayerKindRegistry::instance().find(c);
   return k != nullptr && k->hybrid_pattern;

@@ -1,6 +1,6 @@
 // The activation-recompute part of the `model` config section: the granularity and method enums,
-// the names of recompute_modules, and the field table / rules that models/recompute_config.cpp
-// implements. The members live in ModelConfig (models/model_config.h) with Megatron's names
+// the names of recompute_modules, and the field table / rules that models/config/recompute_config.cpp
+// implements. The members live in ModelConfig (models/config/model_config.h) with Megatron's names
 // (TransformerConfig: recompute_granularity, recompute_method, recompute_num_layers,
 // recompute_modules, distribute_saved_activations, moe_layer_recompute).
 // Reference: megatron/core/transformer/transformer_config.py (__post_init__ recompute checks),

@@ -1,12 +1,12 @@
 // The layer stacks of a model (see model_stacks.h).
 // Reference: megatron/core/models/gpt/gpt_layer_specs.py, megatron/core/models/hybrid/hybrid_block.py,
 // transformer/multi_token_prediction.py.
-#include "models/model_stacks.h"
+#include "models/config/model_stacks.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "models/hybrid/hybrid_pattern.h"
+#include "models/config/hybrid_pattern.h"
 
 namespace strata {
 

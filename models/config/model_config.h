@@ -1,7 +1,7 @@
 // ModelConfig: the `model` config section — the fields of Megatron-Core's TransformerConfig (plus
 // the GPT-level vocabulary, sequence and position-embedding arguments), and the mixture-of-experts
-// fields (num_experts, moe_*; rules in models/moe_config.cpp), and the Mamba-2 mixer fields (mamba_*;
-// rules in models/mamba_config.cpp).
+// fields (num_experts, moe_*; rules in models/config/moe_config.cpp), and the Mamba-2 mixer fields (mamba_*;
+// rules in models/config/mamba_config.cpp).
 // Reference: megatron/core/transformer/transformer_config.py, megatron/training/arguments.py
 // (_add_network_size_args, validate_args: ffn_hidden_size, kv_channels and query-group rules),
 // megatron/training/tokenizer/tokenizer.py (_vocab_size_with_padding).
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "core/config_table.h"
-#include "models/hybrid/hybrid_pattern.h"
-#include "models/mamba_config.h"
-#include "models/mhc_config.h"
-#include "models/moe_config.h"
-#include "models/recompute_config.h"
+#include "models/config/hybrid_pattern.h"
+#include "models/config/mamba_config.h"
+#include "models/config/mhc_config.h"
+#include "models/config/moe_config.h"
+#include "models/config/recompute_config.h"
 
 namespace strata {
 
@@ -90,7 +90,7 @@ struct ModelConfig {
   bool attention_softmax_in_fp32 = true;
   bool fp32_residual_connection = false;
 
-  // ---- mixture of experts (models/moe_config.h; Megatron's names, defaults and rules) ----
+  // ---- mixture of experts (models/config/moe_config.h; Megatron's names, defaults and rules) ----
   std::optional<int64_t> num_experts;               // Megatron --num-experts; null → a dense model
   std::optional<int64_t> moe_ffn_hidden_size;       // null → ffn_hidden_size
   std::vector<std::string> moe_layer_freq = {"1"};  // an int N, a 0/1 list, or "([0]*1+[1]*3)"
@@ -118,18 +118,18 @@ struct ModelConfig {
   bool moe_grouped_gemm = false;
   bool moe_per_layer_logging = false;
 
-  // ---- Mamba-2 mixer (hybrid models' M layers; models/mamba_config.h) ----
+  // ---- Mamba-2 mixer (hybrid models' M layers; models/config/mamba_config.h) ----
   int64_t mamba_head_dim = 64;
   int64_t mamba_state_dim = 128;
   int64_t mamba_num_groups = 8;
   std::optional<int64_t> mamba_num_heads;  // null → 2·hidden_size / mamba_head_dim
   int64_t mamba_chunk_size = 128;
-  // Multi-token prediction (models/mtp_config.cpp; docs/mtp.md).
+  // Multi-token prediction (models/config/mtp_config.cpp; docs/mtp.md).
   std::optional<int64_t> mtp_num_layers;  // null → no MTP heads
   double mtp_loss_scaling_factor = 0.1;
   bool mtp_use_repeated_layer = false;
   bool mtp_detach_heads = false;
-  // ---- mHC hyper-connections (models/mhc_config.h; docs/mhc.md) ----
+  // ---- mHC hyper-connections (models/config/mhc_config.h; docs/mhc.md) ----
   bool enable_hyper_connections = false;
   int64_t num_residual_streams = 4;
   int64_t mhc_sinkhorn_iterations = 20;
@@ -139,7 +139,7 @@ struct ModelConfig {
   bool mhc_norm_eps_inside_sqrt = false;
   bool mhc_keep_mappings_in_fp32 = false;
   bool mhc_learned_output_contract = true;
-  // ---- activation recompute (models/recompute_config.h) ----
+  // ---- activation recompute (models/config/recompute_config.h) ----
   std::optional<RecomputeGranularity> recompute_granularity;  // null → keep every activation
   std::optional<RecomputeMethod> recompute_method;            // full only
   std::optional<int64_t> recompute_num_layers;                // full only
@@ -147,7 +147,7 @@ struct ModelConfig {
   bool distribute_saved_activations = false;
   bool moe_layer_recompute = false;  // deprecated: selective + moe
 
-  // ---- hybrid models (models/hybrid/hybrid_pattern.h; Megatron's --hybrid-layer-pattern) ----
+  // ---- hybrid models (models/config/hybrid_pattern.h; Megatron's --hybrid-layer-pattern) ----
   std::optional<std::string> hybrid_layer_pattern;     // null → a GPT model; set: num_layers from it
   std::optional<std::string> hybrid_override_pattern;  // deprecated alias of hybrid_layer_pattern
 

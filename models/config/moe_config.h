@@ -1,10 +1,10 @@
 // The mixture-of-experts part of the `model` config section: the option enums, the moe_layer_freq
 // parser (an int, a 0/1 list or Megatron's pattern string, parsed without eval), and the
-// declarations of the MoE field table and rules that models/moe_config.cpp implements.
+// declarations of the MoE field table and rules that models/config/moe_config.cpp implements.
 // Reference: megatron/core/transformer/transformer_config.py (MoE fields, __post_init__ checks),
 // megatron/training/arguments.py (_add_moe_args, moe_freq_type, _eval_pattern, validate_args MoE
 // and expert-parallel checks), megatron/core/transformer/moe/ (router, experts, shared experts).
-// The members themselves live in ModelConfig (models/model_config.h) with Megatron's names.
+// The members themselves live in ModelConfig (models/config/model_config.h) with Megatron's names.
 #pragma once
 #include <cstdint>
 #include <string>
