@@ -84,43 +84,35 @@ def includes_of(root, rel):
                 yield lineno, m.group(1)
 
 
-def training_part(path):
-    """The training/ sub-folder of a path under training/ ("" for the root; SECTION for a config
-    section file), or None elsewhere."""
+# The folders whose sub-folders have an order of their own: {top folder: {sub-folder: level}}.
+SUBFOLDER_LEVELS = {"training": TRAINING_LEVELS, "models": MODELS_LEVELS}
+SUBFOLDER_ORDER_TEXT = {"training": TRAINING_ORDER_TEXT, "models": MODELS_ORDER_TEXT}
+
+
+def subfolder_part(path, top):
+    """The sub-folder of `top` a path lies in ("" for the folder's root; SECTION for a training
+    config section file), or None when the path is not under `top`."""
     parts = path.split("/")
-    if parts[0] != "training":
+    if parts[0] != top:
         return None
-    if os.path.splitext(parts[-1])[0].endswith("_section"):
+    if top == "training" and os.path.splitext(parts[-1])[0].endswith("_section"):
         return SECTION
     return parts[1] if len(parts) > 2 else ""
 
 
-def training_violation(rel, inc):
-    """True when a training/ file includes a training/ header of a sub-folder not below its own."""
-    src, dst = training_part(rel), training_part(inc)
-    if src is None or dst is None or src == dst:
-        return False
-    if src not in TRAINING_LEVELS or dst not in TRAINING_LEVELS:
-        return True  # a sub-folder without a place in the order
-    return TRAINING_LEVELS[dst] >= TRAINING_LEVELS[src]
-
-
-def models_part(path):
-    """The models/ sub-folder of a path under models/ ("" for the root), or None elsewhere."""
-    parts = path.split("/")
-    if parts[0] != "models":
+def subfolder_violation(rel, inc):
+    """The top folder when a file of training/ or models/ includes a header of its own top folder
+    from a sub-folder not below its own; else None."""
+    top = rel.split("/", 1)[0]
+    levels = SUBFOLDER_LEVELS.get(top)
+    if levels is None:
         return None
-    return parts[1] if len(parts) > 2 else ""
-
-
-def models_violation(rel, inc):
-    """True when a models/ file includes a models/ header of a sub-folder not below its own."""
-    src, dst = models_part(rel), models_part(inc)
-    if src is None or dst is None or src == dst:
-        return False
-    if src not in MODELS_LEVELS or dst not in MODELS_LEVELS:
-        return True  # a sub-folder without a place in the order
-    return MODELS_LEVELS[dst] >= MODELS_LEVELS[src]
+    src, dst = subfolder_part(rel, top), subfolder_part(inc, top)
+    if dst is None or src == dst:
+        return None
+    if src not in levels or dst not in levels:
+        return top  # a sub-folder without a place in the order
+    return top if levels[dst] >= levels[src] else None
 
 
 def resolves_into_tests(root, rel, inc):
@@ -139,11 +131,9 @@ def find_violations(root):
                 if resolves_into_tests(root, rel, inc):
                     out.append((rel, lineno, folder, "tests", inc))
                 continue
-            if training_violation(rel, inc):
-                out.append((rel, lineno, "training/" + (training_part(rel) or "(root)"), inc.rsplit("/", 1)[0], inc))
-                continue
-            if models_violation(rel, inc):
-                out.append((rel, lineno, "models/" + (models_part(rel) or "(root)"), inc.rsplit("/", 1)[0], inc))
+            top = subfolder_violation(rel, inc)
+            if top:
+                out.append((rel, lineno, top + "/" + (subfolder_part(rel, top) or "(root)"), inc.rsplit("/", 1)[0], inc))
                 continue
             target = inc.split("/", 1)[0]
             if target not in LEVELS and target not in UNCHECKED:
@@ -184,8 +174,7 @@ def main(argv):
         if (rel, inc) in allowed:
             seen.add((rel, inc))
             continue
-        order = (TRAINING_ORDER_TEXT if folder.startswith("training/") else
-                 MODELS_ORDER_TEXT if folder.startswith("models/") else ORDER_TEXT)
+        order = SUBFOLDER_ORDER_TEXT.get(folder.split("/", 1)[0], ORDER_TEXT) if "/" in folder else ORDER_TEXT
         print(f"{rel}:{lineno}: folder {folder} includes {target} (order: {order})")
         failures += 1
     for (rel, inc), lineno in sorted(allowed.items(), key=lambda kv: kv[1]):
