@@ -1,6 +1,6 @@
 // A block: a stack of layers over the residual stream, the middle of a language model between
-// the embedding and the final norm (Megatron-Core's TransformerBlock; HybridStack and the MTP
-// block are its later siblings). The language-model shell (models/language_model_shell.h) runs one
+// the embedding and the final norm (Megatron-Core's TransformerBlock and HybridStack: Strata's
+// LayerStack; the MTP block is its sibling). The language-model shell (models/language_model_shell.h) runs one
 // block per pipeline stage/model chunk; the block owns its layers, saves their activations per
 // micro-batch, makes their generation caches, and is the place where layers are observed and
 // (later) replayed for activation recompute.

@@ -2,8 +2,8 @@
 // residual_accumulator = the hidden state entering the layer, residual_contribution = output −
 // input (computed only when that kind is observed), both [s, b, h] with sequence dim 0, batch
 // dim 1, tp-sharded along the sequence under sequence parallelism. Owner: the layer's module
-// name with its global number ("decoder.layers.3"). Every block (TransformerBlock, and the
-// hybrid stacks after it) calls this around each layer. With mHC (streams n > 1) the residual
+// name with its global number ("decoder.layers.3"). The layer stack (LayerStack, every
+// model's) calls this around each layer. With mHC (streams n > 1) the residual
 // [s, b, n·h] is observed as its 4-d view [s, b, n, h] (docs/metrics.md "mHC metrics").
 // Reference: megatron/core/tensor_observation.py (observe_layer_residuals), transformer_block.py.
 #pragma once

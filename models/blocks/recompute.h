@@ -1,7 +1,7 @@
 // Full activation recompute for a block's layer loop (Megatron's recompute_granularity=full): which
 // layers of a block are checkpointed (uniform: every layer, in chunks of recompute_num_layers;
 // block: the first recompute_num_layers layers, one chunk each), and the chunk protocol every block
-// kind (TransformerBlock, HybridStack, the MTP block) drives with two callbacks of its own:
+// kind (LayerStack, the MTP block) drives with two callbacks of its own:
 //   forward:  run the chunk's layers WITHOUT saving (observations and auxiliary losses happen
 //             here, once); keep only the chunk input, the dropout keys and the chunk's range of
 //             the auxiliary-loss channel.
@@ -59,7 +59,7 @@ Tensor recompute_chunk_forward(const RecomputeChunk& c, const Tensor& x, AuxLoss
 Tensor recompute_chunk_backward(const RecomputeChunk& c, RecomputeSaved& saved, const Tensor& dy,
                                 const RecomputeLayerForward& fwd, const RecomputeLayerBackward& bwd);
 
-// The layer loop of a block (TransformerBlock, HybridStack) with its full-recompute chunks.
+// The layer loop of a block (LayerStack) with its full-recompute chunks.
 // layer(i, x, run, save, replay): local layer i's forward — save: into the block's saved state;
 // replay: a recompute replay. saving: a training forward (the chunks are checkpointed; without
 // it — evaluation, generation — every layer simply runs). saved_chunks: filled when saving.

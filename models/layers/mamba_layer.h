@@ -3,7 +3,8 @@
 // mixer output (site MambaOutput). Megatron's MambaLayer.norm is IdentityOp with the TE spec, so
 // the layer has no parameters of its own; names are "decoder.layers.{i}.mixer.*".
 //
-// The interface a block (HybridStack) calls — the same as TransformerLayer's for TransformerBlock:
+// Its interface (the same as TransformerLayer's; the stack calls it through the `M` kind's adapter,
+// models/blocks/mamba_kind.h):
 //   MambaLayer(index, cfg, env, groups)          index: global layer number (names, dropout keys)
 //   Tensor forward(x [s, b, h], keys, position_offset, LayerKVCache* cache, Saved* saved, aux)
 //       cache != null: generation — reads and updates cache->mamba (the recurrent state; k/v

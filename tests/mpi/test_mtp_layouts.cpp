@@ -3,7 +3,7 @@
 // along the sequence and its output scattered back), the vocab-parallel MTP embedding lookup and
 // output heads; layout equivalence against the single-rank run (mpitest::check_layout: 10 losses
 // and grad norms within 1e-5 relative, every gradient after step 1 within 1e-5). The GPT PP2 case
-// is in test_pipeline_parallel.cpp. Hybrid MTP ('/' patterns, a nested HybridStack per depth):
+// is in test_pipeline_parallel.cpp. Hybrid MTP ('/' patterns, a nested LayerStack per depth):
 // PP2 with '|' segments and the MTP depths on the last stage, with full recompute, and PP2 × VPP2
 // (MTP on the last model chunk; ctest mpi_pipeline_np2, [pipeline]), and TP2 + sequence
 // parallelism (mpi_tp_np2).

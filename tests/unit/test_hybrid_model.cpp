@@ -141,7 +141,7 @@ TEST_CASE("hybrid model: *-*- equals the GPT model of the same layer specs", "[h
   gpt.init_parameters(7);
   std::map<std::string, Parameter*> gpt_by_name;
   for (Parameter* p : gpt.parameters()) gpt_by_name[p->name] = p;
-  // The same parameters by name except the final norm (HybridStack.final_norm vs
+  // The same parameters by name except the final norm (Megatron HybridStack.final_norm vs
   // TransformerBlock.final_layernorm); output projections N(0, σ/√L) against GPT's σ/√(2L).
   REQUIRE(hybrid.parameters().size() == gpt_by_name.size());
   for (Parameter* p : hybrid.parameters()) {

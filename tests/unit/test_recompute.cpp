@@ -194,7 +194,7 @@ TEST_CASE("recompute: bf16 with f32 mappings — full and mhc recompute are bit-
 }
 
 TEST_CASE("recompute: a hybrid stack (M * E -) with full and selective recompute is bit-identical", "[recompute][hybrid]") {
-  // Mamba, attention, MoE and MLP layers in one HybridStack, dropout 0.1, two micro-batches.
+  // Mamba, attention, MoE and MLP layers in one hybrid LayerStack, dropout 0.1, two micro-batches.
   auto hybrid = [](const std::vector<std::string>& extra) {
     std::vector<std::string> o = {"model.hybrid_layer_pattern='M*E-'", "model.add_bias_linear=false",
                                   "model.num_experts=4", "model.moe_ffn_hidden_size=12", "model.moe_router_topk=2",

@@ -14,11 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/model_manifest.h"
-
 #include "core/config_table.h"
 #include "core/error.h"
 #include "core/formats/mapped_file.h"
+#include "models/model_manifest.h"
 
 namespace strata::golden {
 
