@@ -4,6 +4,7 @@
 // A_log, D, norm, out_proj), models/hybrid/hybrid_layer_specs.py.
 #include "models/blocks/mamba_kind.h"
 
+#include "core/config_table.h"
 #include "models/config/mamba_config.h"
 
 namespace strata {
@@ -56,6 +57,17 @@ LayerActivations mamba_activations(const ResolvedModelConfig& m, const LayerPlac
   return r;
 }
 
+// The Mamba layers' heads and groups split over tp (check_mamba_config); no context parallelism.
+void check_mamba_layout(const ResolvedModelConfig& m, const ParallelConfig& p, int64_t position) {
+  check_mamba_config(m, p.tensor_model_parallel_size);
+  const int64_t cp = p.context_parallel_size;
+  if (cp > 1)
+    throw config::ConfigError("parallel.context_parallel_size",
+                              std::to_string(cp) + " is not supported with Mamba layers ('M' at position " +
+                                  std::to_string(position) +
+                                  " of model.hybrid_layer_pattern): the SSM state is not handed across cp ranks");
+}
+
 }  // namespace
 
 void register_mamba_kind(LayerKindRegistry& registry) {
@@ -71,6 +83,7 @@ void register_mamba_kind(LayerKindRegistry& registry) {
   k.losses = [](const ResolvedModelConfig&, const LayerPlace&) { return std::vector<std::string>{}; };
   k.activations = mamba_activations;
   k.attention_flops_per_token = [](const ResolvedModelConfig&) { return 0.0; };
+  k.check_parallel_layout = check_mamba_layout;
   registry.add(std::move(k));
 }
 

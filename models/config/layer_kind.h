@@ -18,6 +18,7 @@
 #include "core/observe.h"
 #include "core/shape.h"
 #include "models/config/model_config.h"
+#include "parallel/parallel_config.h"
 
 namespace strata {
 
@@ -120,6 +121,10 @@ struct LayerKind {
   // The FLOPs per token of a training step beyond 6 per parameter (the model FLOPs of MFU):
   // attention's score and value products, 12·h·s; 0 for a layer without them.
   std::function<double(const ResolvedModelConfig&)> attention_flops_per_token;
+  // Optional: the rules it puts on the parallel layout (Megatron validate_args), a ConfigError
+  // naming the field; `position`: where its symbol first stands in the model's pattern. Config
+  // validation calls it for every kind the model uses, before anything is allocated.
+  std::function<void(const ResolvedModelConfig&, const ParallelConfig&, int64_t position)> check_parallel_layout;
 };
 
 class LayerKindRegistry {

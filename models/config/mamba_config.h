@@ -1,8 +1,9 @@
 // The Mamba-2 mixer's config fields (the `model` section's mamba_* fields, Megatron's names and
 // defaults) and their rules. The fields live in ModelConfig; add_mamba_fields declares them in the
 // config table; check_mamba_config checks what a model with Mamba layers needs (heads, groups and
-// the tensor-parallel split), before anything is allocated — the hybrid model's validation calls
-// it when its pattern has an `M`, and MambaMixer calls it before making its parameters.
+// the tensor-parallel split), before anything is allocated — the `M` layer kind's layout check
+// (models/blocks/mamba_kind.cpp) calls it when the pattern has an `M`, and MambaMixer calls it
+// before making its parameters.
 // Reference: megatron/core/transformer/transformer_config.py (mamba_state_dim, mamba_head_dim,
 // mamba_num_groups, mamba_num_heads), megatron/core/ssm/mamba_mixer.py (expand = 2, the asserts
 // on nheads, ngroups and tp_size; chunk_size = 128, a constructor argument there, a field here).

@@ -103,6 +103,11 @@ LayerKind scale_kind() {
   k.losses = [](const ResolvedModelConfig&, const LayerPlace&) { return std::vector<std::string>{kPenaltyName}; };
   k.activations = scale_activations;
   k.attention_flops_per_token = [](const ResolvedModelConfig&) { return 0.0; };
+  k.check_parallel_layout = [](const ResolvedModelConfig& m, const ParallelConfig&, int64_t position) {
+    if (m.hidden_size % 16 != 0)
+      throw config::ConfigError("model.hidden_size", "the scale layer at position " + std::to_string(position) +
+                                                         " needs a multiple of 16");
+  };
   return k;
 }
 
@@ -112,9 +117,9 @@ struct ScopedScaleKind {
   ~ScopedScaleKind() { LayerKindRegistry::instance().remove(kScale); }
 };
 
-StrataConfig scale_config(const std::string& pattern_field) {
-  return test::tiny_config({pattern_field, "model.hidden_size=16", "model.num_attention_heads=4",
-                            "model.vocab_size=50", "model.make_vocab_size_divisible_by=8", "model.hidden_dropout=0",
+StrataConfig scale_config(const std::string& pattern_field, const std::string& hidden_size = "model.hidden_size=16") {
+  return test::tiny_config({pattern_field, hidden_size, "model.num_attention_heads=4", "model.vocab_size=50",
+                            "model.make_vocab_size_divisible_by=8", "model.hidden_dropout=0",
                             "model.attention_dropout=0", "model.init_method_std=0.2"});
 }
 
@@ -221,6 +226,14 @@ TEST_CASE("layer kinds: a test-only kind added through the registry alone runs i
   CHECK(std::count(gpt_losses.begin(), gpt_losses.end(), kPenaltyName) == 1);
   randomize(gpt);
   check_gradient_of(gpt, "decoder.layers.1.scale.weight", batch, w);
+}
+
+TEST_CASE("layer kinds: config validation runs a kind's own layout rules", "[layer_kind]") {
+  const ScopedScaleKind scope;
+  CHECK_THROWS_WITH(scale_config("model.hybrid_layer_pattern='*-Z'", "model.hidden_size=8"),
+                    Catch::Contains("model.hidden_size") && Catch::Contains("the scale layer at position 2"));
+  CHECK_NOTHROW(scale_config("model.hybrid_layer_pattern='*-Z'"));
+  CHECK_NOTHROW(scale_config("model.hybrid_layer_pattern='*-'", "model.hidden_size=8"));  // no Z, no rule
 }
 
 TEST_CASE("layer kinds: an unregistered symbol in the hybrid pattern is refused by name", "[layer_kind]") {

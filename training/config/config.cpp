@@ -8,6 +8,8 @@
 
 #include "models/config/mtp_config.h"
 #include "models/config/hybrid_pattern.h"
+#include "models/config/layer_kind.h"
+#include "models/config/model_stacks.h"
 
 #include <algorithm>
 #include <charconv>
@@ -239,6 +241,16 @@ void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
   if (m.add_bias_linear) refuse("model.add_bias_linear", "the MoE experts have no biases; set it false");
 }
 
+// The rules each layer kind the model uses puts on the parallel layout (models/config/layer_kind.h),
+// in registration order; a kind's position is where its symbol first stands in the pattern.
+void check_layer_kinds_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
+  const std::string used = m.is_hybrid() ? *m.hybrid_layer_pattern : std::string(1, kGptLayerSymbol);
+  for (const LayerKind& k : LayerKindRegistry::instance().kinds()) {
+    const size_t at = used.find(k.symbol);
+    if (k.check_parallel_layout && at != std::string::npos) k.check_parallel_layout(m, p, static_cast<int64_t>(at));
+  }
+}
+
 // The model's rules that involve the parallel layout: heads, query groups and FFN split over tp,
 // layers over pipeline stages, the sequence over cp and sp, experts over ep and etp (validate_moe_layout).
 void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
@@ -261,15 +273,7 @@ void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p
                       str(m.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
   if (!m.is_hybrid() || !m.hybrid_pattern().has_pipes())
     layers_per_pipeline_stage(p, m.num_layers);  // '|' segments define a hybrid model's stages instead
-  if (const size_t mamba = m.is_hybrid() ? m.hybrid_layer_pattern->find(hybrid::kMamba) : std::string::npos;
-      mamba != std::string::npos) {
-    check_mamba_config(m, tp);  // the M layers' heads and groups, split over tp
-    if (cp > 1)
-      throw ConfigError("parallel.context_parallel_size",
-                        str(cp) + " is not supported with Mamba layers ('M' at position " +
-                            str(static_cast<int64_t>(mamba)) +
-                            " of model.hybrid_layer_pattern): the SSM state is not handed across cp ranks");
-  }
+  check_layer_kinds_layout(m, p);
   if (cp > 1 && m.seq_length % (2 * cp) != 0)
     throw ConfigError("model.seq_length", str(m.seq_length) +
                                               " is not divisible by 2 x parallel.context_parallel_size (" +
