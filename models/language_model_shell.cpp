@@ -63,14 +63,14 @@ LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const 
   STRATA_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16 ||
                    opt_.dtype == DType::F64,
                "language model: dtype must be f32, bf16, f16 or f64, got ", dtype_name(opt_.dtype));
-  STRATA_CHECK(cfg_.vocab_size.has_value() && *cfg_.vocab_size > 0,
+  STRATA_CHECK(cfg_->vocab_size.has_value() && *cfg_->vocab_size > 0,
                "language model: model.vocab_size must be set (resolved from the tokenizer)");
   const int64_t tp = groups_.tp.size();
   STRATA_CHECK(!opt_.sequence_parallel || tp > 1,
                "language model: parallel.sequence_parallel needs tensor_model_parallel_size > 1");
-  padded_vocab_ = cfg_.padded_vocab(tp);
-  STRATA_CHECK(padded_vocab_ >= *cfg_.vocab_size && padded_vocab_ % tp == 0, "model.padded_vocab_size ", padded_vocab_,
-               " must be at least model.vocab_size (", *cfg_.vocab_size,
+  padded_vocab_ = cfg_->padded_vocab(tp);
+  STRATA_CHECK(padded_vocab_ >= *cfg_->vocab_size && padded_vocab_ % tp == 0, "model.padded_vocab_size ", padded_vocab_,
+               " must be at least model->vocab_size (", *cfg_->vocab_size,
                ") and a multiple of tensor_model_parallel_size (", tp, ")");
   const LayerEnv env{opt_.dtype, opt_.device, opt_.sequence_parallel && tp > 1, opt_.cp_comm_type};
   const ProcessGroup sp_group = env.sequence_parallel ? groups_.tp : ProcessGroup::single("tp");
@@ -78,45 +78,45 @@ LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const 
   if (opt_.num_layers < 0) {
     STRATA_CHECK(opt_.first_layer == 0, "language model: first_layer ", opt_.first_layer,
                  " needs num_layers to be set");
-    opt_.num_layers = cfg_.num_layers;
+    opt_.num_layers = cfg_->num_layers;
   }
-  STRATA_CHECK(opt_.first_layer >= 0 && opt_.first_layer + opt_.num_layers <= cfg_.num_layers,
+  STRATA_CHECK(opt_.first_layer >= 0 && opt_.first_layer + opt_.num_layers <= cfg_->num_layers,
                "language model: layers [", opt_.first_layer, ", ", opt_.first_layer + opt_.num_layers,
-               ") outside model.num_layers ", cfg_.num_layers);
+               ") outside model->num_layers ", cfg_->num_layers);
   if (opt_.pre_process) embedding_ = std::make_unique<layers::VocabEmbedding>(cfg_, padded_vocab_, env, groups_.tp);
   block_ = parts.make_block(cfg_, env, groups_, opt_.first_layer, opt_.num_layers);
   STRATA_INTERNAL_ASSERT(block_ && block_->num_layers() == opt_.num_layers, "language model: the block has the wrong layers");
-  if (cfg_.enable_hyper_connections) streams_ = cfg_.num_residual_streams;
+  if (cfg_->enable_hyper_connections) streams_ = cfg_->num_residual_streams;
   if (!opt_.post_process) return;
-  if (cfg_.enable_hyper_connections)
-    hc_head_ = std::make_unique<layers::HyperConnectionHead>(parts.hc_head_prefix, cfg_.hidden_size, mhc_options(cfg_),
+  if (cfg_->enable_hyper_connections)
+    hc_head_ = std::make_unique<layers::HyperConnectionHead>(parts.hc_head_prefix, cfg_->hidden_size, mhc_options(cfg_),
                                                              env, sp_group);
   final_norm_ = std::make_unique<layers::Norm>(parts.final_norm_prefix + ".weight", parts.final_norm_prefix + ".bias",
-                                               cfg_.hidden_size, cfg_, env, sp_group);
+                                               cfg_->hidden_size, cfg_, env, sp_group);
   // Column-parallel over the vocabulary: the same rows as the embedding shard.
   auto shard_vocab_rows = [&](Parameter& p) {
     if (tp == 1) return;
     const int64_t rows = padded_vocab_ / tp;
-    p.value = Tensor::zeros({rows, cfg_.hidden_size}, env.dtype, env.device);
-    p.main_grad = Tensor::zeros({rows, cfg_.hidden_size}, env.grad_dtype(), env.device);
-    p.slice = GlobalSlice::shard(Shape{padded_vocab_, cfg_.hidden_size}, 0, groups_.tp.rank(), static_cast<int>(tp));
+    p.value = Tensor::zeros({rows, cfg_->hidden_size}, env.dtype, env.device);
+    p.main_grad = Tensor::zeros({rows, cfg_->hidden_size}, env.grad_dtype(), env.device);
+    p.slice = GlobalSlice::shard(Shape{padded_vocab_, cfg_->hidden_size}, 0, groups_.tp.rank(), static_cast<int>(tp));
     p.tensor_parallel = true;
   };
   if (!tied()) {
-    output_layer_ = layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_.hidden_size}, env,
-                                           cfg_.init_method_std);
+    output_layer_ = layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_->hidden_size}, env,
+                                           cfg_->init_method_std);
     output_layer_.vocab_rows = true;
     shard_vocab_rows(output_layer_);
   } else if (!opt_.pre_process) {
     // Megatron: the last stage's copy of the word embeddings; same name and init rule, so it
     // starts equal to the first stage's table; gradients summed in finalize_model_grads.
-    output_layer_ = layers::make_parameter(layers::VocabEmbedding::kWordEmbeddingsName, Shape{padded_vocab_, cfg_.hidden_size}, env,
-                                           cfg_.init_method_std);
+    output_layer_ = layers::make_parameter(layers::VocabEmbedding::kWordEmbeddingsName, Shape{padded_vocab_, cfg_->hidden_size}, env,
+                                           cfg_->init_method_std);
     output_layer_.shared_copy = true;
     output_layer_.vocab_rows = true;
     shard_vocab_rows(output_layer_);
   }
-  if (cfg_.mtp_depths() == 0) return;
+  if (cfg_->mtp_depths() == 0) return;
   STRATA_CHECK(static_cast<bool>(parts.make_mtp_layer),
                "language model: this model has no multi-token prediction variant (model.mtp_num_layers)");
   mtp_ = std::make_unique<MtpBlock>(cfg_, env, groups_, parts.make_mtp_layer);
@@ -124,7 +124,7 @@ LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const 
     // Megatron: the MTP stage builds the embedding too; its table is kept equal to the first
     // stage's through the embedding group (like the tied output layer's copy).
     mtp_embedding_copy_ = layers::make_parameter(layers::VocabEmbedding::kWordEmbeddingsName,
-                                                 Shape{padded_vocab_, cfg_.hidden_size}, env, cfg_.init_method_std);
+                                                 Shape{padded_vocab_, cfg_->hidden_size}, env, cfg_->init_method_std);
     mtp_embedding_copy_.shared_copy = true;
     mtp_embedding_copy_.vocab_rows = true;
     shard_vocab_rows(mtp_embedding_copy_);
@@ -172,7 +172,7 @@ std::vector<Parameter*> LanguageModelShell::parameters() {
 
 std::vector<Parameter*> LanguageModelShell::embedding_group_parameters() {
   // MTP looks up the word embeddings on the last stage: its copy joins the group even untied.
-  const bool shared = tied() || cfg_.mtp_depths() > 0;
+  const bool shared = tied() || cfg_->mtp_depths() > 0;
   if (!shared || (opt_.pre_process && opt_.post_process)) return {};
   if (opt_.pre_process) return {&embedding_->word_embeddings};
   if (opt_.post_process) return {tied() ? &output_layer_ : &mtp_embedding_copy_};
@@ -182,7 +182,7 @@ std::vector<Parameter*> LanguageModelShell::embedding_group_parameters() {
 ResidualStreamShape LanguageModelShell::residual_stream() const {
   ResidualStreamShape r;
   r.num_streams = streams_;
-  r.hidden_size = cfg_.hidden_size;
+  r.hidden_size = cfg_->hidden_size;
   r.sequence_shards = opt_.sequence_parallel ? groups_.tp.size() : 1;
   r.dtype = residual_dtype();
   r.device = opt_.device;
@@ -190,17 +190,17 @@ ResidualStreamShape LanguageModelShell::residual_stream() const {
 }
 
 Tensor LanguageModelShell::residual_from_embedding(const Tensor& x) const {
-  if (cfg_.fp32_residual_connection) return x.to(DType::F32);  // Megatron's embeddings.float()
-  return cfg_.enable_hyper_connections ? layers::mhc_expand(x, streams_) : x;  // streams are per token
+  if (cfg_->fp32_residual_connection) return x.to(DType::F32);  // Megatron's embeddings.float()
+  return cfg_->enable_hyper_connections ? layers::mhc_expand(x, streams_) : x;  // streams are per token
 }
 
 DType LanguageModelShell::residual_dtype() const {
-  return cfg_.fp32_residual_connection ? DType::F32 : opt_.dtype;
+  return cfg_->fp32_residual_connection ? DType::F32 : opt_.dtype;
 }
 
 std::vector<std::string> LanguageModelShell::loss_names() const {
   std::vector<std::string> names = {kLmLossName};
-  for (int64_t k = 1; k <= cfg_.mtp_depths(); ++k) names.push_back(mtp_loss_name(k));
+  for (int64_t k = 1; k <= cfg_->mtp_depths(); ++k) names.push_back(mtp_loss_name(k));
   names.insert(names.end(), aux_loss_names_.begin(), aux_loss_names_.end());
   return names;
 }
@@ -219,7 +219,7 @@ std::unique_ptr<ForwardContext> LanguageModelShell::make_context(int64_t step, i
 
 Tensor LanguageModelShell::output_logits(const Tensor& hidden, bool reuse_buffer) {
   phase_timer::Scope t("forward/output_gemm");
-  const int64_t n = hidden.numel() / cfg_.hidden_size;
+  const int64_t n = hidden.numel() / cfg_->hidden_size;
   const int64_t v_local = output_weight().value.size(0);  // padded_vocab / tp
   const Shape shape{n, v_local};
   Tensor logits;
@@ -234,7 +234,7 @@ Tensor LanguageModelShell::output_logits(const Tensor& hidden, bool reuse_buffer
     logits = Tensor::empty(shape, hidden.dtype(), hidden.device());
     if (reuse_buffer) logits_buffer_ = logits;
   }
-  kernels::linear_forward(hidden.reshape({n, cfg_.hidden_size}), output_weight().value, nullptr, logits);
+  kernels::linear_forward(hidden.reshape({n, cfg_->hidden_size}), output_weight().value, nullptr, logits);
   return logits;
 }
 
@@ -336,7 +336,7 @@ ForwardOutput LanguageModelShell::forward_pass(ForwardContext& base, const Batch
     const Tensor streams = x;  // mHC: the pre-contraction n-stream is the MTP block's input
     if (hc_head_) x = hc_head_->forward(x, &ctx->hc_head);  // mHC: n streams -> one
     const Tensor h0 = final_norm_->forward(x, &ctx->final_norm);
-    Tensor loss = head_loss(ctx->lm, h0, sequence_first_targets(batch.labels, *cfg_.vocab_size, opt_.device),
+    Tensor loss = head_loss(ctx->lm, h0, sequence_first_targets(batch.labels, *cfg_->vocab_size, opt_.device),
                             /*reuse_buffer=*/true, SourceKind::OutputLogits, "output_logits");
     out.losses.push_back({kLmLossName, LossReduction::PerToken, loss.reshape({s, b}).transpose(0, 1)});  // [b, s]
     if (mtp_) mtp_losses(*ctx, hc_head_ ? streams : h0, batch, run, out);
@@ -353,7 +353,7 @@ Tensor LanguageModelShell::head_loss(Head& head, const Tensor& x, const Tensor& 
   Tensor hidden = x;
   if (opt_.sequence_parallel && tpg.size() > 1) hidden = tp::gather_dim0(hidden, tpg);  // column-parallel output layer
   const int64_t s = hidden.size(0), b = hidden.size(1);
-  hidden = hidden.reshape({n, cfg_.hidden_size});
+  hidden = hidden.reshape({n, cfg_->hidden_size});
   Tensor logits = output_logits(hidden, reuse_buffer);
   // The vocab shard (dim 2), whole sequences (the output layer gathers a sequence-parallel input).
   observe("output_layer", site, kind, logits.reshape({s, b, logits.size(1)}), 2, 0, 1);
@@ -399,7 +399,7 @@ void LanguageModelShell::mtp_losses(Context& ctx, const Tensor& h0, const Batch&
     const std::vector<double> mv = batch.loss_mask.to(Device::cpu()).contiguous().to_vector();
     for (size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<float>(mv[i]);
   }
-  const double scale = cfg_.mtp_loss_scaling_factor / static_cast<double>(depths);
+  const double scale = cfg_->mtp_loss_scaling_factor / static_cast<double>(depths);
   ctx.mtp_heads.resize(static_cast<size_t>(depths));
   for (int64_t k = 0; k < depths; ++k) {
     // Depth k+1 predicts labels rolled k+1 times; the rolled-in positions are masked. The loss is
@@ -407,7 +407,7 @@ void LanguageModelShell::mtp_losses(Context& ctx, const Tensor& h0, const Batch&
     // sites from 0 and the losses from 1.
     layers::roll_left_within_documents<int64_t>(labels, b, s, 0, run.keys.packed.get());
     layers::roll_left_within_documents<float>(mask, b, s, 0.0f, run.keys.packed.get());
-    const Tensor targets = sequence_first_targets(Tensor::from_data(labels, Shape{b, s}), *cfg_.vocab_size, opt_.device);
+    const Tensor targets = sequence_first_targets(Tensor::from_data(labels, Shape{b, s}), *cfg_->vocab_size, opt_.device);
     Tensor loss = head_loss(ctx.mtp_heads[static_cast<size_t>(k)], hs[static_cast<size_t>(k)], targets,
                             /*reuse_buffer=*/false, SourceKind::MtpLogits, "mtp_logits." + std::to_string(k));
     NamedLoss l{mtp_loss_name(k + 1), LossReduction::PerToken,
@@ -482,7 +482,7 @@ void LanguageModelShell::backward_pass(ForwardContext& base, const BackwardInput
   ctx->block.reset();
   if (opt_.pre_process) {
     phase_timer::Scope t("backward/embedding");
-    if (cfg_.enable_hyper_connections) dx = layers::mhc_expand_backward(dx, streams_);
+    if (cfg_->enable_hyper_connections) dx = layers::mhc_expand_backward(dx, streams_);
     embedding_->backward(ctx->embedding, dx.dtype() == opt_.dtype ? dx : dx.to(opt_.dtype));
     if (ctx->grads_ready) {
       std::vector<Parameter*> ps;
@@ -520,7 +520,7 @@ Tensor LanguageModelShell::head_backward(Head& head, const Tensor& dlosses, bool
   }
   head = Head{};
   // Column-parallel output layer: dx summed over tp (sequence parallel: reduce-scattered).
-  Tensor dhs = dh.reshape({s, b, cfg_.hidden_size});
+  Tensor dhs = dh.reshape({s, b, cfg_->hidden_size});
   if (tpg.size() > 1)
     dhs = opt_.sequence_parallel ? tp::reduce_scatter_dim0(dhs, tpg) : tp::all_reduce_sum(dhs, tpg);
   return dhs;
@@ -561,7 +561,7 @@ Tensor LanguageModelShell::logits_for(const Tensor& tokens, InferenceCache* cach
   if (cache) cache->positions += s;
   Tensor logits = output_logits(hidden).reshape({s, b, padded_vocab_});
   observe("output_layer", "output_logits", SourceKind::OutputLogits, logits, 2, 0, 1);
-  return logits.narrow(2, 0, *cfg_.vocab_size).transpose(0, 1);  // [b, s, vocab]
+  return logits.narrow(2, 0, *cfg_->vocab_size).transpose(0, 1);  // [b, s, vocab]
 }
 
 }  // namespace strata

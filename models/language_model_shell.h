@@ -95,7 +95,7 @@ class LanguageModelShell : public LanguageModel {
 
   InferenceCache make_inference_cache(int64_t batch, int64_t max_seq) const override;
   Tensor logits_for(const Tensor& tokens, InferenceCache* cache, int64_t position_offset) override;
-  int64_t vocab_size() const override { return *cfg_.vocab_size; }
+  int64_t vocab_size() const override { return *cfg_->vocab_size; }
   int64_t max_positions() const override { return cfg_.max_positions(); }
   Device device() const override { return opt_.device; }
   DType dtype() const override { return opt_.dtype; }
@@ -108,7 +108,7 @@ class LanguageModelShell : public LanguageModel {
   int64_t padded_vocab() const { return padded_vocab_; }
   // First global vocabulary row of this rank's output-layer / embedding shard (0 without TP).
   int64_t vocab_start() const { return padded_vocab_ / groups_.tp.size() * groups_.tp.rank(); }
-  bool tied() const { return !cfg_.untie_embeddings_and_output_weights; }
+  bool tied() const { return !cfg_->untie_embeddings_and_output_weights; }
   // The output projection weight [padded_vocab, h]: the word embeddings when tied (their copy on
   // a last pipeline stage). post_process only.
   Parameter& output_weight();

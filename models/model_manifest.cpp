@@ -25,11 +25,11 @@ void add_stack(ModelManifest& out, const ResolvedModelConfig& m, const std::vect
 
 // The MTP modules' inner layers (models/blocks/mtp_block.h); one module when the layer is repeated.
 void add_mtp_layers(ModelManifest& out, const ResolvedModelConfig& m) {
-  const int64_t modules = m.mtp_use_repeated_layer ? std::min<int64_t>(m.mtp_depths(), 1) : m.mtp_depths();
+  const int64_t modules = m->mtp_use_repeated_layer ? std::min<int64_t>(m->mtp_depths(), 1) : m->mtp_depths();
   const size_t first_site = out.sites.size();
   for (int64_t k = 0; k < modules; ++k) add_stack(out, m, mtp_stack_specs(m, k), true);
-  if (m.mtp_use_repeated_layer)  // one module applied at every depth
-    for (size_t i = first_site; i < out.sites.size(); ++i) out.sites[i].per_forward = m.mtp_depths();
+  if (m->mtp_use_repeated_layer)  // one module applied at every depth
+    for (size_t i = first_site; i < out.sites.size(); ++i) out.sites[i].per_forward = m->mtp_depths();
 }
 
 // Each parameter on its layer's stage and chunk; the embedding on the first, the rest on the last;
@@ -43,7 +43,7 @@ void place_parameters(ModelManifest& out, const ResolvedModelConfig& m, int64_t 
     } else if (p.name.rfind("embedding.", 0) == 0) {
       p.stage = 0, p.chunk = 0;
       const bool copy = pp > 1 && p.name == layers::VocabEmbedding::kWordEmbeddingsName &&
-                        (!m.untie_embeddings_and_output_weights || m.mtp_depths() > 0);
+                        (!m->untie_embeddings_and_output_weights || m->mtp_depths() > 0);
       if (copy) {
         copies.push_back(p);
         copies.back().shared_copy = true, copies.back().stage = pp - 1, copies.back().chunk = chunks - 1;
@@ -58,17 +58,17 @@ void place_parameters(ModelManifest& out, const ResolvedModelConfig& m, int64_t 
 // Layers, sites, losses and parameters (vocabulary padded at tp), all on stage 0.
 ModelManifest build_manifest(const ResolvedModelConfig& m, int64_t tp) {
   ModelManifest out;
-  add_stack(out, m, decoder_stack_specs(m, 0, m.num_layers), false);
+  add_stack(out, m, decoder_stack_specs(m, 0, m->num_layers), false);
   add_mtp_layers(out, m);
   out.sites.push_back(ObservationSite{"output_layer", source_kind_name(SourceKind::OutputLogits), SourceKind::OutputLogits});
-  for (int64_t k = 0; k < m.mtp_depths(); ++k)
+  for (int64_t k = 0; k < m->mtp_depths(); ++k)
     out.sites.push_back(ObservationSite{"output_layer", std::string(source_kind_name(SourceKind::MtpLogits)) + "." +
                                                             std::to_string(k),
                                         SourceKind::MtpLogits});
   out.losses = {kLmLossName};
-  for (int64_t k = 1; k <= m.mtp_depths(); ++k) out.losses.push_back(mtp_loss_name(k));
+  for (int64_t k = 1; k <= m->mtp_depths(); ++k) out.losses.push_back(mtp_loss_name(k));
   for (const std::string& n : model_layer_loss_names(m)) out.losses.push_back(n);
-  if (!m.vocab_size) {  // the parameters need the vocabulary: none listed before it is known
+  if (!m->vocab_size) {  // the parameters need the vocabulary: none listed before it is known
     out.parameters.clear();
     return out;
   }
@@ -97,8 +97,8 @@ ModelManifest build_model_manifest(const ResolvedModelConfig& m, const ParallelC
   out.chunks.assign(static_cast<size_t>(pp), std::vector<ChunkLayers>(static_cast<size_t>(chunks)));
   for (int64_t stage = 0; stage < pp; ++stage)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const PipelineChunkLayout c = m.is_hybrid() ? hybrid::hybrid_chunk_layout(m.hybrid_pattern(), parallel, stage, chunk)
-                                                  : pipeline_chunk_layout(parallel, m.num_layers, stage, chunk);
+      const PipelineChunkLayout c = m->is_hybrid() ? hybrid::hybrid_chunk_layout(m.hybrid_pattern(), parallel, stage, chunk)
+                                                  : pipeline_chunk_layout(parallel, m->num_layers, stage, chunk);
       out.chunks[static_cast<size_t>(stage)][static_cast<size_t>(chunk)] = ChunkLayers{c.first_layer, c.num_layers};
       for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
         ManifestLayer& layer = out.layers[static_cast<size_t>(l)];

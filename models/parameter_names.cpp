@@ -26,7 +26,7 @@ int64_t chunks_num_experts(const std::vector<LanguageModel*>& chunks) {
   int64_t e = 0;
   for (LanguageModel* m : chunks) {
     STRATA_CHECK(m != nullptr, "parameter names: a null model chunk");
-    if (auto* shell = dynamic_cast<LanguageModelShell*>(m)) e = shell->config().num_experts.value_or(0);
+    if (auto* shell = dynamic_cast<LanguageModelShell*>(m)) e = shell->config()->num_experts.value_or(0);
   }
   return e;
 }

@@ -42,13 +42,13 @@ std::string trimmed(std::string s) {
 // tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
 // masking not discounted) — the PaLM / Megatron convention for MFU. The attention term is each
 // decoder layer kind's own (models/config/layer_kind.h: GPT's layers and a hybrid pattern's `*` count it).
-double model_flops_per_token(const StrataConfig& cfg, const std::vector<Parameter*>& params) {
+double model_flops_per_token(const ResolvedConfig& cfg, const std::vector<Parameter*>& params) {
   double n = 0;
   for (const Parameter* p : params)
     if (p->counted_in_model_flops) n += static_cast<double>(p->value.numel());
-  const ResolvedModelConfig& m = cfg.resolved_model();
+  const ResolvedModelConfig& m = cfg.model;
   double attention = 0;  // the decoder layers' attention products (each layer kind's own count)
-  for (const StackLayerSpec& s : decoder_stack_specs(m, 0, m.num_layers)) attention += s.kind->attention_flops_per_token(m);
+  for (const StackLayerSpec& s : decoder_stack_specs(m, 0, m->num_layers)) attention += s.kind->attention_flops_per_token(m);
   return 6.0 * n + attention;
 }
 
@@ -75,56 +75,55 @@ void check_documents_end_with_eod(const DataConfig& data, int64_t eod) {
                                            "): preprocess it with --append-eod, or turn the flag off");
 }
 
-TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const RunHooks& hooks) {
-  check_checkpoint_paths(cfg, /*create_save=*/true);  // before anything is allocated or trained
-  std::unique_ptr<TensorDumper> tensor_dumper = TensorDumper::from_config(cfg, rt.rank);  // creates its directory
+TrainResult run_on_rank(const ResolvedConfig& validated, const DistributedRuntime& rt, const RunHooks& hooks) {
+  check_checkpoint_paths(validated, /*create_save=*/true);  // before anything is allocated or trained
+  std::unique_ptr<TensorDumper> tensor_dumper = TensorDumper::from_config(validated, rt.rank);  // creates its directory
   const Device device = rt.device;
-  const ParallelGroups groups = build_parallel_groups(cfg.parallel, rt.world_host, rt.world_device);
+  const ParallelGroups groups = build_parallel_groups(*validated.parallel, rt.world_host, rt.world_device);
   const bool last_rank = rt.rank == rt.world_size - 1;
   if (!last_rank) log::set_level("warn");
-  std::unique_ptr<data::Tokenizer> tokenizer = data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);
-  if (!cfg.model.vocab_size) {
-    cfg.model.vocab_size = tokenizer->vocab_size();
-    cfg.validate(cfg.parallel.world_size);
-  }
+  std::unique_ptr<data::Tokenizer> tokenizer =
+      data::build_checked_tokenizer(*validated.data, validated.model->vocab_size);
+  const ResolvedConfig cfg =
+      validated.model->vocab_size ? validated : validated.with_vocab_size(tokenizer->vocab_size());
   log::info("tokenizer {}: vocab size {} (eod {}); device {}", tokenizer->name(), tokenizer->vocab_size(),
             tokenizer->eod(), device.str());
   check_documents_end_with_eod(cfg.data, tokenizer->eod());
   check_rank_memory(cfg, device, rt.local_size);  // a layout that cannot fit, refused before allocation
 
-  const int64_t gbs = *cfg.training.global_batch_size;  // resolved by validate()
-  const int64_t evals = cfg.training.eval_interval > 0 ? *cfg.training.train_iters / cfg.training.eval_interval + 1 : 0;
+  const int64_t gbs = *cfg.training->global_batch_size;  // resolved by validate()
+  const int64_t evals = cfg.training->eval_interval > 0 ? *cfg.training->train_iters / cfg.training->eval_interval + 1 : 0;
   data::GPTDataConfig dc;
   std::ostringstream blend;
-  for (const auto& b : cfg.data.blend()) blend << b.weight << " " << b.prefix << " ";
+  for (const auto& b : cfg.data->blend()) blend << b.weight << " " << b.prefix << " ";
   dc.data_path = blend.str();
-  dc.split = cfg.data.split;
-  dc.seq_length = cfg.model.seq_length;
-  dc.seed = static_cast<uint64_t>(cfg.training.seed);
-  dc.num_samples = {cfg.batch_size_schedule().samples_for_iterations(*cfg.training.train_iters),
-                    evals * cfg.training.eval_iters * gbs,
-                    cfg.training.eval_iters * gbs};
-  dc.mock = cfg.data.mock_data;
+  dc.split = cfg.data->split;
+  dc.seq_length = cfg.model->seq_length;
+  dc.seed = static_cast<uint64_t>(cfg.training->seed);
+  dc.num_samples = {cfg.batch_size_schedule().samples_for_iterations(*cfg.training->train_iters),
+                    evals * cfg.training->eval_iters * gbs,
+                    cfg.training->eval_iters * gbs};
+  dc.mock = cfg.data->mock_data;
   dc.mock_config.vocab_size = tokenizer->vocab_size();
   dc.mock_config.eod_token = tokenizer->eod();
-  dc.mock_config.seed = static_cast<uint64_t>(cfg.training.seed);
+  dc.mock_config.seed = static_cast<uint64_t>(cfg.training->seed);
   auto datasets = data::build_gpt_datasets(dc);
   STRATA_CHECK_KIND(ErrorKind::Config, datasets[0] != nullptr,
-                    "data.split: the training split of '", cfg.data.split, "' is empty");
+                    "data.split: the training split of '", cfg.data->split, "' is empty");
 
   const int64_t nmb = cfg.num_micro_batches();
   // Megatron's sampler: micro-batches split over the dp group (cp ranks share their samples).
   const int64_t dp_rank = groups.dp.rank(), dp_size = groups.dp.size();
-  const EodRules eod{tokenizer->eod(), cfg.data.eod_mask_loss, cfg.data.reset_position_ids,
-                     cfg.data.reset_attention_mask};
-  DatasetBatchSource train(datasets[0], cfg.training.micro_batch_size, nmb, eod, dp_rank, dp_size);
-  const std::string data_name = cfg.data.mock_data ? std::string("mock data") : "data.data_path [" + trimmed(blend.str()) + "]";
-  train.check_vocabulary(*cfg.model.vocab_size, data_name);
+  const EodRules eod{tokenizer->eod(), cfg.data->eod_mask_loss, cfg.data->reset_position_ids,
+                     cfg.data->reset_attention_mask};
+  DatasetBatchSource train(datasets[0], cfg.training->micro_batch_size, nmb, eod, dp_rank, dp_size);
+  const std::string data_name = cfg.data->mock_data ? std::string("mock data") : "data.data_path [" + trimmed(blend.str()) + "]";
+  train.check_vocabulary(*cfg.model->vocab_size, data_name);
   std::unique_ptr<DatasetBatchSource> valid;
   if (datasets[1] && evals > 0) {
-    valid = std::make_unique<DatasetBatchSource>(datasets[1], cfg.training.micro_batch_size, nmb, eod, dp_rank,
+    valid = std::make_unique<DatasetBatchSource>(datasets[1], cfg.training->micro_batch_size, nmb, eod, dp_rank,
                                                  dp_size);
-    valid->check_vocabulary(*cfg.model.vocab_size, data_name);
+    valid->check_vocabulary(*cfg.model->vocab_size, data_name);
   }
 
   // This rank's model chunks (one without pipeline parallelism; vpp with interleaving).
@@ -141,7 +140,7 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
     for (Parameter* p : c->parameters()) params.push_back(p);
   const double fpt = model_flops_per_token(cfg, params);
   options.flops_per_token = [fpt] { return fpt; };
-  options.peak_flops_per_second = peak_flops(device, cfg.training.precision);
+  options.peak_flops_per_second = peak_flops(device, cfg.training->precision);
   int64_t n_params = 0;
   for (const Parameter* p : params) n_params += p->value.numel();
   log::info("model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
@@ -149,9 +148,9 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
   Trainer trainer(cfg, model, train, valid.get(), options);
   if (tensor_dumper) trainer.observers().add(std::move(tensor_dumper));
   log::info("layout: world {} = tp {} x cp {} x pp {} x dp {}; optimizer state {} bytes on this rank{}", rt.world_size,
-            cfg.parallel.tensor_model_parallel_size, cfg.parallel.context_parallel_size,
-            cfg.parallel.pipeline_model_parallel_size, dp_size, trainer.optimizer().state_bytes(),
-            cfg.parallel.use_distributed_optimizer ? " (distributed optimizer: sharded over dp)" : "");
+            cfg.parallel->tensor_model_parallel_size, cfg.parallel->context_parallel_size,
+            cfg.parallel->pipeline_model_parallel_size, dp_size, trainer.optimizer().state_bytes(),
+            cfg.parallel->use_distributed_optimizer ? " (distributed optimizer: sharded over dp)" : "");
   if (hooks.before_training) hooks.before_training(params, train);
   TrainResult result = trainer.train();
   if (rt.world_size > 1 && result.train_step_seconds > 0)
@@ -162,12 +161,12 @@ TrainResult run_on_rank(StrataConfig cfg, const DistributedRuntime& rt, const Ru
 
 // Joins the launched job (one process, or every rank under mpirun), with deterministic
 // (rank-ordered) collectives when training.deterministic is set.
-DistributedRuntime join_job(const StrataConfig& validated) {
-  const Device device = resolve_device(validated.training.device);
-  if (validated.training.deterministic && device.is_cuda()) nccl_prepare_deterministic_env();
+DistributedRuntime join_job(const ResolvedConfig& validated) {
+  const Device device = resolve_device(validated.training->device);
+  if (validated.training->deterministic && device.is_cuda()) nccl_prepare_deterministic_env();
   DistributedRuntime rt = init_distributed(validated.parallel, device);
   log::set_rank(rt.rank, rt.world_size);
-  if (validated.training.deterministic) {  // rank-ordered sums (parallel/communicator.h)
+  if (validated.training->deterministic) {  // rank-ordered sums (parallel/communicator.h)
     if (rt.world_host) rt.world_host->set_deterministic(true);
     if (rt.world_device) rt.world_device->set_deterministic(true);
   }
@@ -176,9 +175,9 @@ DistributedRuntime join_job(const StrataConfig& validated) {
 
 }  // namespace
 
-int run(const StrataConfig& validated) { return run_training(validated).exit_code; }
+int run(const ResolvedConfig& validated) { return run_training(validated).exit_code; }
 
-TrainResult run_training(const StrataConfig& validated, const RunHooks& hooks) {
+TrainResult run_training(const ResolvedConfig& validated, const RunHooks& hooks) {
   DistributedRuntime rt = join_job(validated);
   TrainResult result;
   result.exit_code = run_or_abort(rt, [&] {

@@ -13,7 +13,7 @@ namespace strata::training {
 
 // Runs training as configured; returns the process exit code (0 on success). `cfg` must be
 // validated. Errors are thrown as strata::Error.
-int run(const StrataConfig& cfg);
+int run(const ResolvedConfig& cfg);
 
 // What a caller of run_training adds to the run (`strata bench train`: a sink that records every
 // iteration's time, a quiet log stream, and a look at the initial parameters and the training
@@ -27,6 +27,6 @@ struct RunHooks {
 };
 
 // run() returning the trainer's result (losses, grad norms, ...) instead of the exit code.
-TrainResult run_training(const StrataConfig& cfg, const RunHooks& hooks = {});
+TrainResult run_training(const ResolvedConfig& cfg, const RunHooks& hooks = {});
 
 }  // namespace strata::training

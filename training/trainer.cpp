@@ -45,28 +45,28 @@ DType main_grad_dtype(const TrainingConfig& t) {
   return DType::F32;
 }
 
-AdamWSettings adam_settings(const StrataConfig& cfg) {
+AdamWSettings adam_settings(const ResolvedConfig& cfg) {
   AdamWSettings s;
-  s.beta1 = cfg.optimizer.adam_beta1;
-  s.beta2 = cfg.optimizer.adam_beta2;
-  s.eps = cfg.optimizer.adam_eps;
-  s.weight_decay = cfg.optimizer.weight_decay;
-  s.clip_grad = cfg.optimizer.clip_grad;
-  s.count_zeros = cfg.logging.log_num_zeros_in_grad;
+  s.beta1 = cfg.optimizer->adam_beta1;
+  s.beta2 = cfg.optimizer->adam_beta2;
+  s.eps = cfg.optimizer->adam_eps;
+  s.weight_decay = cfg.optimizer->weight_decay;
+  s.clip_grad = cfg.optimizer->clip_grad;
+  s.count_zeros = cfg.logging->log_num_zeros_in_grad;
   // fp16: Megatron's mixed-precision optimizer always skips a step with Inf/NaN gradients.
-  s.skip_non_finite = cfg.training.check_for_nan_in_loss_and_grad || cfg.training.precision == Precision::Fp16;
+  s.skip_non_finite = cfg.training->check_for_nan_in_loss_and_grad || cfg.training->precision == Precision::Fp16;
   return s;
 }
 }  // namespace
 
-Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& train_data, BatchSource* valid_data,
+Trainer::Trainer(const ResolvedConfig& cfg, LanguageModel& model, BatchSource& train_data, BatchSource* valid_data,
                  TrainerOptions options)
     : cfg_(cfg), model_(model), train_data_(train_data), valid_data_(valid_data), options_(std::move(options)),
       schedule_(cfg.optimizer, cfg.training) {
-  if (cfg.optimizer.decoupled_lr)
-    decoupled_schedule_ = schedule_.with_peak(*cfg.optimizer.decoupled_lr,
-                                              cfg.optimizer.decoupled_min_lr.value_or(cfg.optimizer.min_lr));
-  STRATA_CHECK(cfg_.training.global_batch_size.has_value(), "trainer: the config is not validated");
+  if (cfg.optimizer->decoupled_lr)
+    decoupled_schedule_ = schedule_.with_peak(*cfg.optimizer->decoupled_lr,
+                                              cfg.optimizer->decoupled_min_lr.value_or(cfg.optimizer->min_lr));
+  STRATA_CHECK(cfg_.training->global_batch_size.has_value(), "trainer: the config is not validated");
   batch_sizes_ = cfg_.batch_size_schedule();
   loss_scaler_ = LossScaler::from_config(cfg_.training);
   eval_micro_batches_ = cfg_.num_micro_batches();
@@ -79,7 +79,7 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
                    "trainer: the model is a pipeline stage; set TrainerOptions.pipeline (training/pipeline_setup.h)");
   for (LanguageModel* chunk : pipeline_.chunks) {
     for (Parameter* p : chunk->parameters()) params_.push_back(p);
-    if (options_.init_parameters) chunk->init_parameters(static_cast<uint64_t>(cfg_.training.seed));
+    if (options_.init_parameters) chunk->init_parameters(static_cast<uint64_t>(cfg_.training->seed));
   }
   STRATA_CHECK(!params_.empty(), "trainer: the model has no parameters");
   setup_moe_accounting();  // MoE: per-step token counts and expert bias (training/moe_accounting.h)
@@ -90,15 +90,15 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
   logging_rank_ = options_.groups.global_rank == options_.groups.world_size - 1;
 
   if (logging_rank_) {
-    if (cfg_.logging.tensorboard_dir)
-      if (auto s = make_tensorboard_sink(*cfg_.logging.tensorboard_dir)) owned_sinks_.push_back(std::move(s));
-    if (cfg_.logging.metrics_jsonl) owned_sinks_.push_back(make_jsonl_sink(*cfg_.logging.metrics_jsonl));
+    if (cfg_.logging->tensorboard_dir)
+      if (auto s = make_tensorboard_sink(*cfg_.logging->tensorboard_dir)) owned_sinks_.push_back(std::move(s));
+    if (cfg_.logging->metrics_jsonl) owned_sinks_.push_back(make_jsonl_sink(*cfg_.logging->metrics_jsonl));
     for (auto& s : owned_sinks_) sinks_.push_back(s.get());
     for (MetricsSink* s : options_.sinks) sinks_.push_back(s);
   }
 
-  if (cfg_.checkpoint.load) {
-    const std::string& dir = *cfg_.checkpoint.load;
+  if (cfg_.checkpoint->load) {
+    const std::string& dir = *cfg_.checkpoint->load;
     if (!read_checkpoint_tracker(dir)) {
       log::warn("checkpoint.load={}: no {} found, training from scratch", dir, kTrackerFile);
     } else {
@@ -106,9 +106,9 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
       for (const std::string& d : check_checkpoint_architecture(dir, at, cfg_))  // a finetune's differences
         log::warn("checkpoint.finetune: {}", d);
       CheckpointLoadOptions lo;
-      lo.load_optimizer = !cfg_.checkpoint.no_load_optim;
-      lo.load_rng = !cfg_.checkpoint.no_load_rng;
-      lo.finetune = cfg_.checkpoint.finetune;
+      lo.load_optimizer = !cfg_.checkpoint->no_load_optim;
+      lo.load_rng = !cfg_.checkpoint->no_load_rng;
+      lo.finetune = cfg_.checkpoint->finetune;
       lo.holds_whole_model = pipeline_.pp.size() == 1 && options_.groups.ep.size() == 1;
       // Distributed optimizer: the state is read at full size, then this rank keeps its segments.
       const bool reads_optimizer = lo.load_optimizer && !lo.finetune;
@@ -122,13 +122,13 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
       iteration_ = start_iteration_ = st.iteration;
       consumed_samples_ = st.consumed_train_samples;
       // Checkpoints from before the scheduler count was saved: every iteration at the config's size.
-      scheduler_steps_ = st.lr_scheduler_steps.value_or(st.iteration * *cfg_.training.global_batch_size);
+      scheduler_steps_ = st.lr_scheduler_steps.value_or(st.iteration * *cfg_.training->global_batch_size);
       skipped_iterations_ = st.num_skipped_iterations;
       if (loss_scaler_ && st.loss_scaler && lo.load_optimizer && !lo.finetune) loss_scaler_->load(*st.loss_scaler);
       num_evaluations_ = st.num_evaluations;
-      if (lo.load_rng && !lo.finetune && st.seed != static_cast<uint64_t>(cfg_.training.seed))
+      if (lo.load_rng && !lo.finetune && st.seed != static_cast<uint64_t>(cfg_.training->seed))
         log::warn("checkpoint {} was written with seed {}, this run uses training.seed={}", dir, st.seed,
-                  cfg_.training.seed);
+                  cfg_.training->seed);
       out() << " loaded checkpoint from " << dir << " at iteration " << st.iteration
             << (lo.finetune ? " (finetune: weights only, starting at iteration 0)" : "") << std::endl;
     }
@@ -144,17 +144,17 @@ Trainer::Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& tra
 // just before each step (training/observability/tensor_metrics/metric_observer.h).
 void Trainer::setup_tensor_metrics() {
   using namespace tensor_metrics;
-  if (cfg_.logging.tensor_metrics.empty()) return;
+  if (cfg_.logging->tensor_metrics.empty()) return;
   const ParallelGroups& g = options_.groups;
   const ForwardLayout fwd{g.tp.size(), g.cp.size(), g.dp.size(), pipeline_.pp.size(), pipeline_.pp.rank(),
-                          cfg_.parallel.sequence_parallel};
+                          cfg_.parallel->sequence_parallel};
   const OptimizerSourceLayout opt{g.tp.size(), g.expert_tp.size(), g.ep.size(), g.ep.rank(),
                                   pipeline_.pp.size(), pipeline_.pp.rank()};
   AxisGroups axes = AxisGroups::from(g);
   axes.bind(Axis::PP, pipeline_.pp);
   const std::vector<MetricFactory>& factories = tensor_metric_factories();
   auto observer = std::make_unique<TensorMetricObserver>(
-      parse_tensor_metric_specs(cfg_.logging.tensor_metrics, factories), factories,
+      parse_tensor_metric_specs(cfg_.logging->tensor_metrics, factories), factories,
       std::make_unique<ProcessGroupRunner>(std::move(axes)), fwd, opt, pipeline_.chunks);
   tensor_metrics_ = observer.get();
   observers_.add(std::move(observer));
@@ -175,10 +175,10 @@ void Trainer::build_gradient_buffers_and_optimizer() {
   std::vector<Parameter*> dense, experts;
   for (Parameter* p : params_) (p->expert_parallel ? experts : dense).push_back(p);
   GradBufferOptions gbo;
-  gbo.distributed_optimizer = cfg_.parallel.use_distributed_optimizer;
+  gbo.distributed_optimizer = cfg_.parallel->use_distributed_optimizer;
   gbo.reduce_dtype = main_grad_dtype(cfg_.training);
   gbo.bucket_size =
-      default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce, g.dp_cp.size());
+      default_ddp_bucket_size(cfg_.parallel->ddp_bucket_size, cfg_.parallel->overlap_grad_reduce, g.dp_cp.size());
   GradBufferOptions ebo = gbo;
   if (pipeline_.embedding.size() > 1)  // tied embeddings across stages: a bucket of their own (grad_buffer.h)
     for (LanguageModel* chunk : pipeline_.chunks)
@@ -188,13 +188,13 @@ void Trainer::build_gradient_buffers_and_optimizer() {
   groups[0] = {dense, g.dp_cp, gbo.distributed_optimizer ? grad_buffer_.get() : nullptr, {options_.model_parallel},
                g.tp.rank()};
   if (!experts.empty()) {
-    ebo.bucket_size = default_ddp_bucket_size(cfg_.parallel.ddp_bucket_size, cfg_.parallel.overlap_grad_reduce,
+    ebo.bucket_size = default_ddp_bucket_size(cfg_.parallel->ddp_bucket_size, cfg_.parallel->overlap_grad_reduce,
                                               g.expert_dp.size());
-    if (!cfg_.training.calculate_per_token_loss) ebo.gradient_scale = 1.0 / static_cast<double>(g.dp_cp.size());
+    if (!cfg_.training->calculate_per_token_loss) ebo.gradient_scale = 1.0 / static_cast<double>(g.dp_cp.size());
     expert_grad_buffer_ = std::make_unique<GradBuffer>(experts, g.expert_dp, ebo);
     groups.push_back({experts, g.expert_dp, ebo.distributed_optimizer ? expert_grad_buffer_.get() : nullptr,
                       {g.tp_ep, g.pp}, g.expert_tp.rank()});
-  } else if (cfg_.model.is_moe()) {
+  } else if (cfg_.model->is_moe()) {
     // A stage without MoE layers (a hybrid stage of '*'/'-' layers, a dense layer of moe_layer_freq)
     // still joins the expert group's norm reduction over pp, with nothing to add.
     groups.push_back({{}, g.expert_dp, nullptr, {g.tp_ep, g.pp}, g.expert_tp.rank()});
@@ -206,9 +206,9 @@ Trainer::~Trainer() = default;
 
 void Trainer::setup_moe_accounting() {
   checkpointed_ = checkpoint_tensors(pipeline_.chunks);  // the parameters, then the routers' expert biases
-  if (!cfg_.model.is_moe()) return;
-  moe_ = std::make_unique<MoeAccounting>(pipeline_.chunks, num_layers_with_mtp(cfg_.resolved_model()), *cfg_.model.num_experts,
-                                         cfg_.parallel.expert_model_parallel_size, options_.groups.tp_dp_cp,
+  if (!cfg_.model->is_moe()) return;
+  moe_ = std::make_unique<MoeAccounting>(pipeline_.chunks, num_layers_with_mtp(cfg_.model), *cfg_.model->num_experts,
+                                         cfg_.parallel->expert_model_parallel_size, options_.groups.tp_dp_cp,
                                          pipeline_.pp);
 }
 
@@ -253,7 +253,7 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
   const ProcessGroup& cpg = options_.groups.cp;
   for (int64_t mb = 0; mb < num_micro_batches_; ++mb)
     batches.push_back(cp::split_batch(train_data_.next_microbatch(at, mb), cpg.size(), cpg.rank()));
-  StepLosses losses(loss_names_, batches, cfg_.training.calculate_per_token_loss, loss_groups(), device, comm_seconds_);
+  StepLosses losses(loss_names_, batches, cfg_.training->calculate_per_token_loss, loss_groups(), device, comm_seconds_);
   if (loss_scaler_) losses.set_loss_scale(loss_scaler_->scale());  // fp16: the backward starts scaled
 
   // The loss function runs after every forward that reports losses (training/step_losses.h); the
@@ -266,9 +266,9 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
   // Overlapped gradient reduction (parallel.overlap_grad_reduce, Megatron DDP's grad hooks): the
   // last micro-batch's backward reports each parameter as it finishes it, and a bucket starts its
   // asynchronous reduction once all its parameters are reported (training/optimizer/grad_buffer.h).
-  grad_buffer_->set_reduce_op(cfg_.training.calculate_per_token_loss ? ReduceOp::Sum : ReduceOp::Avg);
+  grad_buffer_->set_reduce_op(cfg_.training->calculate_per_token_loss ? ReduceOp::Sum : ReduceOp::Avg);
   if (expert_grad_buffer_) expert_grad_buffer_->set_reduce_op(ReduceOp::Sum);  // scaled by 1 / |dp × cp| first
-  if (cfg_.parallel.overlap_grad_reduce) {
+  if (cfg_.parallel->overlap_grad_reduce) {
     sched.grad_ready = [this](const std::vector<Parameter*>& ps) {
       for (const Parameter* p : ps) {
         if (expert_grad_buffer_ && expert_grad_buffer_->holds(p)) {
@@ -314,10 +314,10 @@ Trainer::StepOutcome Trainer::train_step(double lr, std::optional<double> embedd
 EvalResult Trainer::evaluate(int64_t index) {
   STRATA_CHECK(valid_data_ != nullptr, "trainer: evaluate() without a validation data source");
   ValidationLosses totals(loss_names_);
-  for (int64_t k = 0; k < cfg_.training.eval_iters; ++k) {
-    const int64_t step = index * cfg_.training.eval_iters + k + 1;
+  for (int64_t k = 0; k < cfg_.training->eval_iters; ++k) {
+    const int64_t step = index * cfg_.training->eval_iters + k + 1;
     std::vector<Batch> batches;
-    const StepPosition at = StepPosition::constant_batch(step, *cfg_.training.global_batch_size);
+    const StepPosition at = StepPosition::constant_batch(step, *cfg_.training->global_batch_size);
     for (int64_t mb = 0; mb < eval_micro_batches_; ++mb)  // context parallelism: this cp rank's chunks
       batches.push_back(cp::split_batch(valid_data_->next_microbatch(at, mb), options_.groups.cp.size(),
                                         options_.groups.cp.rank()));
@@ -342,7 +342,7 @@ EvalResult Trainer::evaluate(int64_t index) {
 }
 
 void Trainer::save_checkpoint() {
-  STRATA_CHECK(cfg_.checkpoint.save.has_value(), "trainer: checkpoint.save is not set");
+  STRATA_CHECK(cfg_.checkpoint->save.has_value(), "trainer: checkpoint.save is not set");
   CheckpointState st;
   st.iteration = iteration_;
   st.consumed_train_samples = consumed_samples_;
@@ -351,7 +351,7 @@ void Trainer::save_checkpoint() {
   st.optimizer_step_count = optimizer_->step_count();
   st.num_skipped_iterations = skipped_iterations_;
   st.num_evaluations = num_evaluations_;
-  st.seed = static_cast<uint64_t>(cfg_.training.seed);
+  st.seed = static_cast<uint64_t>(cfg_.training->seed);
   st.config_yaml = cfg_.to_yaml();
   const auto t0 = Clock::now();
   // Collective (sharded checkpoint, training/checkpointing/checkpoint.h): the distributed optimizer's shards are
@@ -361,8 +361,8 @@ void Trainer::save_checkpoint() {
   STRATA_CHECK(pipeline_.pp.size() == 1 || world.size() > 1,
                "trainer: checkpoint.save under pipeline parallelism needs TrainerOptions.groups (the world group)");
   if (saved_iterations_.empty() && options_.groups.global_rank == 0)  // this run's first save
-    for (const std::string& p : clean_checkpoint_directory(*cfg_.checkpoint.save,
-                                                           cfg_.checkpoint.overwrite && !resumes_from_save_directory(cfg_)))
+    for (const std::string& p : clean_checkpoint_directory(*cfg_.checkpoint->save,
+                                                           cfg_.checkpoint->overwrite && !resumes_from_save_directory(cfg_)))
       log::info("checkpoint.save: removed {} (an interrupted save's leftover, or a replaced run's checkpoint)", p);
   optimizer_->gather_checkpoint_states();
   CheckpointSaveLayout layout;
@@ -372,7 +372,7 @@ void Trainer::save_checkpoint() {
   layout.expert_dp_rank = options_.groups.expert_dp.rank();
   layout.expert_tp_rank = options_.groups.expert_tp.rank();
   const std::string dir =
-      strata::save_checkpoint(*cfg_.checkpoint.save, st, checkpointed_, optimizer_.get(), tensor_io(), true, layout);
+      strata::save_checkpoint(*cfg_.checkpoint->save, st, checkpointed_, optimizer_.get(), tensor_io(), true, layout);
   optimizer_->release_checkpoint_states();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   out() << " saved checkpoint at iteration " << iteration_ << " to " << dir << " (" << ms << " ms)" << std::endl;

@@ -100,7 +100,7 @@ class Trainer {
  public:
   // cfg must be validated. Initialises the parameters (unless options say otherwise), builds the
   // optimizer and loads checkpoint.load when it holds a checkpoint.
-  Trainer(const StrataConfig& cfg, LanguageModel& model, BatchSource& train_data, BatchSource* valid_data,
+  Trainer(const ResolvedConfig& cfg, LanguageModel& model, BatchSource& train_data, BatchSource* valid_data,
           TrainerOptions options = {});
   ~Trainer();
 
@@ -161,7 +161,7 @@ class Trainer {
   TensorFileIO& tensor_io();
   std::ostream& out();
 
-  StrataConfig cfg_;
+  ResolvedConfig cfg_;
   LanguageModel& model_;
   BatchSource& train_data_;
   BatchSource* valid_data_;

@@ -55,7 +55,7 @@ bool Trainer::stop_requested(TrainResult& result) {
   result.stopped_by_signal = true;
   result.stop_signal = signal_number;
   out() << " received signal " << result.stop_signal << ", stopping at iteration " << iteration_ << std::endl;
-  if (!cfg_.checkpoint.save && iteration_ > start_iteration_)  // nothing will keep this run's steps
+  if (!cfg_.checkpoint->save && iteration_ > start_iteration_)  // nothing will keep this run's steps
     out() << " warning: no checkpoint.save, so the " << iteration_ - start_iteration_
           << " iterations this run trained (" << start_iteration_ + 1 << " to " << iteration_ << ") are not saved"
           << std::endl;
@@ -85,13 +85,13 @@ void Trainer::profile_boundary(bool after_step) {
 // saved first.
 void Trainer::begin_step() {
   const int64_t size = batch_sizes_.global_batch_size(consumed_samples_);
-  const int64_t per_step = cfg_.training.micro_batch_size * cfg_.data_parallel_size();
+  const int64_t per_step = cfg_.training->micro_batch_size * cfg_.data_parallel_size();
   STRATA_CHECK(size % per_step == 0, "training: the global batch size ", size, " at ", consumed_samples_,
                " consumed samples is not divisible by micro_batch_size x data-parallel size (", per_step, ")");
   const int64_t micro_batches = size / per_step;
   const bool first = iteration_ == start_iteration_;
   const bool changed = !first && micro_batches != num_micro_batches_;
-  if (changed && cfg_.checkpoint.save && last_saved_iteration_ != iteration_) save_checkpoint();
+  if (changed && cfg_.checkpoint->save && last_saved_iteration_ != iteration_) save_checkpoint();
   if ((first || changed) && !batch_sizes_.is_constant())
     out() << " global batch size " << size << " (" << micro_batches << " micro-batches per data-parallel rank) from "
           << consumed_samples_ << " consumed samples" << std::endl;
@@ -184,7 +184,7 @@ bool Trainer::account_skip(const StepOutcome& o, TrainResult& result, Interval& 
   ++iv.nan;
   log::warn("iteration {}: grad norm is {}, skipping the step; first parameter with a non-finite gradient: {}",
             iteration_, o.opt.grad_norm, o.opt.first_non_finite.empty() ? "(none found)" : o.opt.first_non_finite);
-  if (!cfg_.training.exit_on_nan) return false;
+  if (!cfg_.training->exit_on_nan) return false;
   if (logging_rank_)
     log::error("training.exit_on_nan: stopping at iteration {} (non-finite grad norm in {})", iteration_,
                o.opt.first_non_finite);
@@ -194,7 +194,7 @@ bool Trainer::account_skip(const StepOutcome& o, TrainResult& result, Interval& 
 // training.max_consecutive_skipped_iterations: a run that only skips is stopped (every rank sees
 // the same skips: the decision is the optimizer's, after the global grad norm).
 bool Trainer::exceeds_consecutive_skips() {
-  const std::optional<int64_t>& limit = cfg_.training.max_consecutive_skipped_iterations;
+  const std::optional<int64_t>& limit = cfg_.training->max_consecutive_skipped_iterations;
   if (!limit || consecutive_skips_ < *limit) return false;
   if (logging_rank_)
     log::error("training.max_consecutive_skipped_iterations: iterations {} to {} were all skipped ({} in a row{}); "
@@ -206,7 +206,7 @@ bool Trainer::exceeds_consecutive_skips() {
 
 // The run's last line: where it ended and how many iterations it skipped.
 void Trainer::log_summary(const TrainResult& result) {
-  out() << " training ended at iteration " << iteration_ << " of " << *cfg_.training.train_iters << ": "
+  out() << " training ended at iteration " << iteration_ << " of " << *cfg_.training->train_iters << ": "
         << iteration_ - start_iteration_ << " iterations this run, " << skipped_iterations_
         << " skipped in total (" << consecutive_skips_ << " in a row at the end)"
         << (result.exit_code != 0 ? ", stopped by an error" : "") << std::endl;
@@ -215,7 +215,7 @@ void Trainer::log_summary(const TrainResult& result) {
 IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, double secs) const {
   IterationLog f;
   f.iteration = iteration_;
-  f.train_iters = *cfg_.training.train_iters;
+  f.train_iters = *cfg_.training->train_iters;
   f.consumed_samples = consumed_samples_;
   f.elapsed_ms_per_iteration = secs * 1000.0 / static_cast<double>(iv.iters);
   f.seconds_left = secs / static_cast<double>(iv.iters) * static_cast<double>(f.train_iters - iteration_);
@@ -230,14 +230,14 @@ IterationLog Trainer::iteration_log(const StepOutcome& o, const Interval& iv, do
   f.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;  // after the scaler's update (Megatron)
   // fp16: a step the loss scaler skipped has no grad norm (Megatron's is None, not logged).
   if (!(loss_scaler_ && o.opt.skipped)) f.grad_norm = o.opt.grad_norm;
-  if (cfg_.logging.log_num_zeros_in_grad) f.num_zeros = o.opt.num_zeros;
+  if (cfg_.logging->log_num_zeros_in_grad) f.num_zeros = o.opt.num_zeros;
   f.skipped_iterations = iv.skipped;
   f.nan_iterations = iv.nan;
   const double tps = secs > 0 ? static_cast<double>(iv.tokens) / secs : 0.0;
   f.tokens_per_second = tps;
   const double flops = options_.flops_per_token ? options_.flops_per_token() : 0.0;
   const double per_device = tps / static_cast<double>(std::max(1, options_.groups.world_size));
-  if (cfg_.logging.log_throughput && flops > 0) f.throughput_tflops_per_gpu = flops * per_device / 1e12;
+  if (cfg_.logging->log_throughput && flops > 0) f.throughput_tflops_per_gpu = flops * per_device / 1e12;
   if (flops > 0 && options_.peak_flops_per_second > 0)
     f.mfu_percent = 100.0 * flops * per_device / options_.peak_flops_per_second;
   return f;
@@ -335,13 +335,13 @@ void Trainer::run_validation(TrainResult& result) {
 }
 
 bool Trainer::exit_due(Clock::time_point run_start) {
-  const bool exit_iter = cfg_.training.exit_interval && *cfg_.training.exit_interval > 0 &&
-                         iteration_ % *cfg_.training.exit_interval == 0;
+  const bool exit_iter = cfg_.training->exit_interval && *cfg_.training->exit_interval > 0 &&
+                         iteration_ % *cfg_.training->exit_interval == 0;
   bool exit_time =
-      cfg_.training.exit_duration_in_mins &&
-      std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0 > *cfg_.training.exit_duration_in_mins;
+      cfg_.training->exit_duration_in_mins &&
+      std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0 > *cfg_.training->exit_duration_in_mins;
   const ProcessGroup& world = options_.groups.world;
-  if (cfg_.training.exit_duration_in_mins && world.size() > 1) {  // every rank exits at the same step
+  if (cfg_.training->exit_duration_in_mins && world.size() > 1) {  // every rank exits at the same step
     double ignored = 0.0;
     exit_time = reduce_values(world, {exit_time ? 1.0 : 0.0}, ReduceOp::Max, ignored)[0] > 0.0;
   }
@@ -356,7 +356,7 @@ TrainResult Trainer::train() {
   TrainResult result;
   result.start_iteration = start_iteration_;
   result.loss_names = loss_names_;
-  const int64_t log_interval_iters = std::max<int64_t>(1, cfg_.logging.log_interval);
+  const int64_t log_interval_iters = std::max<int64_t>(1, cfg_.logging->log_interval);
   const auto run_start = Clock::now();
   Interval iv;
   iv.reset(loss_names_.size());
@@ -375,10 +375,10 @@ TrainResult Trainer::train() {
   // stopping before the first step writes nothing, so no checkpoint is replaced by a copy of itself
   // (Megatron's final save rewrites the loaded iteration, with --no-load-optim a fresh optimizer).
   auto should_save = [&]() {
-    return cfg_.checkpoint.save.has_value() && last_saved_iteration_ != iteration_ && iteration_ > start_iteration_;
+    return cfg_.checkpoint->save.has_value() && last_saved_iteration_ != iteration_ && iteration_ > start_iteration_;
   };
 
-  while (iteration_ < *cfg_.training.train_iters) {
+  while (iteration_ < *cfg_.training->train_iters) {
     if (stop_requested(result)) {
       if (should_save()) save_checkpoint();
       return finish(0);
@@ -395,13 +395,13 @@ TrainResult Trainer::train() {
     profile_boundary(/*after_step=*/true);
     if (account_skip(o, result, iv)) return finish(1);
     if (iteration_ % log_interval_iters == 0) log_interval(o, iv);
-    if (valid_data_ && cfg_.training.eval_interval > 0 && cfg_.training.eval_iters > 0 &&
-        iteration_ % cfg_.training.eval_interval == 0) {
+    if (valid_data_ && cfg_.training->eval_interval > 0 && cfg_.training->eval_iters > 0 &&
+        iteration_ % cfg_.training->eval_interval == 0) {
       run_validation(result);
       iv.start = Clock::now();  // evaluation time is not iteration time
     }
-    if (cfg_.checkpoint.save && cfg_.checkpoint.save_interval && *cfg_.checkpoint.save_interval > 0 &&
-        iteration_ % *cfg_.checkpoint.save_interval == 0)
+    if (cfg_.checkpoint->save && cfg_.checkpoint->save_interval && *cfg_.checkpoint->save_interval > 0 &&
+        iteration_ % *cfg_.checkpoint->save_interval == 0)
       save_checkpoint();
     if (exit_due(run_start)) {
       if (should_save()) save_checkpoint();
@@ -411,7 +411,7 @@ TrainResult Trainer::train() {
   if (should_save()) save_checkpoint();
   if (iteration_ == start_iteration_ && start_iteration_ > 0)
     out() << " nothing to train: the checkpoint is at iteration " << start_iteration_ << " and training.train_iters is "
-          << *cfg_.training.train_iters << "; nothing was saved" << std::endl;
+          << *cfg_.training->train_iters << "; nothing was saved" << std::endl;
   return finish(0);
 }
 

@@ -51,10 +51,12 @@ struct VariantResult {
   std::vector<double> losses;
 };
 
-VariantResult run_variant(StrataConfig cfg, const std::vector<std::string>& metrics, int64_t interval,
+VariantResult run_variant(const ResolvedConfig& base, const std::vector<std::string>& metrics, int64_t interval,
                           const BenchTrainOptions& o) {
-  cfg.logging.tensor_metrics.clear();
-  for (const std::string& m : metrics) cfg.logging.tensor_metrics.push_back(m + ":" + std::to_string(interval));
+  StrataConfig c = base.fields();
+  c.logging.tensor_metrics.clear();
+  for (const std::string& m : metrics) c.logging.tensor_metrics.push_back(m + ":" + std::to_string(interval));
+  const ResolvedConfig cfg = c.validate(base.parallel->world_size);
   MetricsBenchSink sink;
   std::ostringstream quiet;
   training::RunHooks hooks;
@@ -84,21 +86,21 @@ int run_metrics_benchmark(const BenchMetricsOptions& mo) {
   const BenchTrainOptions& o = mo.train;
   STRATA_CHECK(!mo.metrics.empty(), "bench metrics: --metrics needs at least one metric name");
   STRATA_CHECK(o.iters >= 1 && o.warmup >= 0 && o.repeat >= 1, "bench metrics: --iters >= 1, --warmup >= 0, --repeat >= 1");
-  StrataConfig cfg = bench_config(o);
+  const ResolvedConfig cfg = bench_config(o);
   for (const std::string& m : mo.metrics)
     STRATA_CHECK(m.find(':') == std::string::npos, "bench metrics: give metric names without an interval, got '", m, "'");
   // Checks the names (and that the model has their sites) before anything runs.
   {
-    StrataConfig probe = cfg;
+    StrataConfig probe = cfg.fields();
     for (const std::string& m : mo.metrics) probe.logging.tensor_metrics.push_back(m + ":1");
-    probe.validate(launched_world_size().value_or(1));
+    static_cast<void>(probe.validate(launched_world_size().value_or(1)));
   }
   std::printf("bench metrics: %s, %d warm-up + %d timed steps, %d repeats; metrics:", o.config.c_str(), o.warmup,
               o.iters, o.repeat);
   for (const std::string& m : mo.metrics) std::printf(" %s", m.c_str());
   std::printf("\n");
   // Under mpirun: MPI stays initialised across the runs (each run_training joins the same job).
-  const DistributedRuntime session = init_distributed(cfg.parallel, resolve_device(cfg.training.device));
+  const DistributedRuntime session = init_distributed(*cfg.parallel, resolve_device(cfg.training->device));
   const int64_t never = std::numeric_limits<int32_t>::max();
   std::vector<double> off, idle, due, phase, forward, not_due_ratio, due_ratio;
   VariantResult last_due;

@@ -38,7 +38,7 @@ double median(std::vector<double> v) {
 
 struct Variant {
   std::string name;
-  StrataConfig cfg;
+  ResolvedConfig cfg;
   int64_t planned_activations = 0;  // strata plan: the stage's activations under this mode; -1: none
   std::string plan_note;            // why there is no plan estimate
   std::vector<double> ms, peak;     // per repeat: median step time, allocator peak
@@ -51,8 +51,8 @@ struct RunResult {
   std::vector<double> losses;
 };
 
-RunResult run_once(const StrataConfig& cfg, const BenchTrainOptions& o) {
-  const Device device = resolve_device(cfg.training.device);
+RunResult run_once(const ResolvedConfig& cfg, const BenchTrainOptions& o) {
+  const Device device = resolve_device(cfg.training->device);
   StepSink sink;
   std::ostringstream quiet;
   training::RunHooks hooks;
@@ -70,9 +70,7 @@ RunResult run_once(const StrataConfig& cfg, const BenchTrainOptions& o) {
 Variant make_variant(const std::string& name, const BenchTrainOptions& base, const std::vector<std::string>& extra) {
   BenchTrainOptions o = base;
   o.overrides.insert(o.overrides.end(), extra.begin(), extra.end());
-  Variant v;
-  v.name = name;
-  v.cfg = bench_config(o);
+  Variant v{name, bench_config(o)};
   try {
     v.planned_activations = plan_layout(v.cfg).stages.front().memory.activations_configured;
   } catch (const Error& e) {  // a config the plan cannot count: the note says why
@@ -112,7 +110,7 @@ void print_summary(const std::vector<Variant>& vs, int64_t tokens, const Variant
   if (compare) {
     const double a = tokens * 1000.0 / median(none.ms), b = compare_tokens * 1000.0 / median(compare->ms);
     std::printf("tokens/s %s (no recompute) %.0f vs %s %.0f (medians); ratio, median over repeats: %.3f\n",
-                none.cfg.model.is_hybrid() ? "hybrid" : "model", a, compare->name.c_str(), b,
+                none.cfg.model->is_hybrid() ? "hybrid" : "model", a, compare->name.c_str(), b,
                 median_ratio(compare->ms, none.ms) * static_cast<double>(tokens) / static_cast<double>(compare_tokens));
   }
 }
@@ -151,15 +149,15 @@ std::vector<std::string> recompute_mode_overrides(const std::string& mode, int64
 int run_recompute_benchmark(const BenchRecomputeOptions& ro) {
   const BenchTrainOptions& o = ro.train;
   STRATA_CHECK(o.iters >= 1 && o.warmup >= 0 && o.repeat >= 1, "bench recompute: --iters >= 1, --warmup >= 0, --repeat >= 1");
-  const StrataConfig base = bench_config(o);
-  STRATA_CHECK(base.parallel.world_size.value_or(1) <= 1, "bench recompute: one process (run it without mpirun)");
+  const ResolvedConfig base = bench_config(o);
+  STRATA_CHECK(base.parallel->world_size.value_or(1) <= 1, "bench recompute: one process (run it without mpirun)");
   std::vector<std::string> modes = ro.modes;
   if (modes.empty()) modes = {"none", "full_uniform", "full_block", "selective:mlp"};
   STRATA_CHECK(modes.front() == "none", "bench recompute: --modes must start with none (the baseline), got '",
                modes.front(), "'");
   // Every mode is built (and validated, with the plan) before anything runs.
   std::vector<Variant> vs;
-  for (const std::string& m : modes) vs.push_back(make_variant(m, o, recompute_mode_overrides(m, base.model.num_layers)));
+  for (const std::string& m : modes) vs.push_back(make_variant(m, o, recompute_mode_overrides(m, base.model->num_layers)));
   std::unique_ptr<Variant> compare;
   if (!ro.compare_config.empty()) {
     BenchTrainOptions c = o;
@@ -167,11 +165,11 @@ int run_recompute_benchmark(const BenchRecomputeOptions& ro) {
     c.overrides.clear();
     compare = std::make_unique<Variant>(make_variant(ro.compare_config, c, {}));
   }
-  const auto tokens_of = [](const StrataConfig& c) {
-    return c.training.global_batch_size.value_or(c.training.micro_batch_size) * c.model.seq_length;
+  const auto tokens_of = [](const ResolvedConfig& c) {
+    return c.training->global_batch_size.value_or(c.training->micro_batch_size) * c.model->seq_length;
   };
   std::printf("bench recompute: %s, %lld layers, %lld tokens/step, %d warm-up + %d timed steps, %d repeats, modes:",
-              o.config.c_str(), (long long)base.model.num_layers, (long long)tokens_of(base), o.warmup, o.iters, o.repeat);
+              o.config.c_str(), (long long)base.model->num_layers, (long long)tokens_of(base), o.warmup, o.iters, o.repeat);
   for (const Variant& v : vs) std::printf(" %s (%s)", v.name.c_str(), recompute_mode_text(v.cfg.model).c_str());
   std::printf("%s%s\n", compare ? "; compared with " : "", compare ? ro.compare_config.c_str() : "");
   const size_t n = vs.size() + (compare ? 1 : 0);

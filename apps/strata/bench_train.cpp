@@ -54,7 +54,7 @@ class StepTimeSink : public MetricsSink {
 // The config of the benchmark: the user's, with train_iters = warmup + iters, a log line every
 // step (the sink needs every iteration's time), no evaluation, checkpoints or metric files, and
 // mock data when the config names no data.
-StrataConfig bench_config(const BenchTrainOptions& o) {
+ResolvedConfig bench_config(const BenchTrainOptions& o) {
   std::vector<std::string> no_effect;
   StrataConfig cfg = StrataConfig::load(o.config, o.overrides, &no_effect, o.own_flags);
   report_no_effect_flags(no_effect);
@@ -71,12 +71,9 @@ StrataConfig bench_config(const BenchTrainOptions& o) {
   if (cfg.data.data_path.empty()) cfg.data.mock_data = true;
   // Under mpirun every rank benchmarks its part of the layout (the world size is the launched one).
   const int64_t world = launched_world_size().value_or(1);
-  cfg.validate(world);
-  if (!cfg.model.vocab_size) {
-    cfg.model.vocab_size = data::build_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();
-    cfg.validate(world);
-  }
-  return cfg;
+  const ResolvedConfig resolved = cfg.validate(world);
+  if (resolved.model->vocab_size) return resolved;
+  return resolved.with_vocab_size(data::build_tokenizer(*resolved.data)->vocab_size());
 }
 
 namespace {
@@ -88,8 +85,8 @@ int64_t peak_rss_bytes() {
 }
 
 // init_file not empty: the run writes its initial parameters and batches there (the reference's start).
-json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o, const std::string& init_file) {
-  const Device device = resolve_device(cfg.training.device);
+json run_ours(const ResolvedConfig& cfg, const BenchTrainOptions& o, const std::string& init_file) {
+  const Device device = resolve_device(cfg.training->device);
   StepTimeSink sink;
   std::ostringstream quiet;  // the per-iteration log lines
   training::RunHooks hooks;
@@ -125,7 +122,7 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o, const std::st
                o.warmup + o.iters, " iteration times, got ", sink.ms.size());
   const std::vector<double> timed(sink.ms.begin() + o.warmup, sink.ms.end());
   const StepTimes st = step_time_stats(timed);
-  const int64_t tokens = cfg.training.global_batch_size.value_or(cfg.training.micro_batch_size) * cfg.model.seq_length;
+  const int64_t tokens = cfg.training->global_batch_size.value_or(cfg.training->micro_batch_size) * cfg.model->seq_length;
   const MemoryStats mem = memory_stats(device);
   json j = {{"impl", "strata"},
             {"device", device.str()},
@@ -156,39 +153,39 @@ json run_ours(const StrataConfig& cfg, const BenchTrainOptions& o, const std::st
 
 // The reference models only the GPT-2-style architecture (GeLU or SwiGLU MLPs, dense or MoE) in
 // fp32 without dropout.
-void check_torch_reference_applies(const StrataConfig& cfg, const BenchTrainOptions& o) {
-  const ResolvedModelConfig& m = cfg.resolved_model();
+void check_torch_reference_applies(const ResolvedConfig& cfg, const BenchTrainOptions& o) {
+  const ResolvedModelConfig& m = cfg.model;
   check_moe_reference_applies(cfg);
-  STRATA_CHECK(m.normalization == Normalization::LayerNorm && !m.qk_layernorm &&
-                   m.position_embedding_type == PositionEmbeddingType::LearnedAbsolute &&
-                   !m.untie_embeddings_and_output_weights && !m.apply_layernorm_1p &&
-                   m.query_groups() == m.num_attention_heads,
+  STRATA_CHECK(m->normalization == Normalization::LayerNorm && !m->qk_layernorm &&
+                   m->position_embedding_type == PositionEmbeddingType::LearnedAbsolute &&
+                   !m->untie_embeddings_and_output_weights && !m->apply_layernorm_1p &&
+                   m.query_groups() == m->num_attention_heads,
                "bench train --reference torch: the PyTorch reference is the GPT-2-style model (model.normalization "
                "LayerNorm, no qk_layernorm/GQA, position_embedding_type learned_absolute, tied output); ", o.config,
                " asks for another architecture");
-  STRATA_CHECK(m.hidden_dropout == 0.0 && m.attention_dropout == 0.0,
+  STRATA_CHECK(m->hidden_dropout == 0.0 && m->attention_dropout == 0.0,
                "bench train --reference torch: set model.hidden_dropout=0 and model.attention_dropout=0 (the "
                "reference has no dropout)");
-  STRATA_CHECK(cfg.training.precision == Precision::Fp32, "bench train --reference torch: training.precision must be fp32");
+  STRATA_CHECK(cfg.training->precision == Precision::Fp32, "bench train --reference torch: training.precision must be fp32");
 }
 
-json run_torch(const StrataConfig& cfg, const BenchTrainOptions& o, int threads, const std::string& init_file) {
-  const ResolvedModelConfig& m = cfg.resolved_model();
-  const int64_t padded = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
+json run_torch(const ResolvedConfig& cfg, const BenchTrainOptions& o, int threads, const std::string& init_file) {
+  const ResolvedModelConfig& m = cfg.model;
+  const int64_t padded = padded_vocab_size(*m->vocab_size, m->make_vocab_size_divisible_by, 1);
   const std::string script = o.torch_script.empty() ? source_tree_script("gpt_train_torch.py") : o.torch_script;
   std::ostringstream cmd;
   cmd << "OMP_NUM_THREADS=" << threads << " " << shell_quoted(o.python) << " " << shell_quoted(script)
-      << " --layers " << m.num_layers << " --hidden " << m.hidden_size << " --heads " << m.num_attention_heads
-      << " --ffn " << m.ffn() << " --vocab " << padded << " --real-vocab " << *m.vocab_size << " --seq "
-      << m.seq_length << " --max-positions " << m.max_positions() << " --batch "
-      << cfg.training.global_batch_size.value_or(cfg.training.micro_batch_size) << " --eps " << m.layernorm_epsilon
-      << (m.openai_gelu ? " --tanh-gelu" : "") << (m.swiglu ? " --swiglu" : "")
-      << (m.add_bias_linear ? "" : " --no-bias-linear") << " --init-std " << m.init_method_std << " --lr "
-      << cfg.optimizer.lr.value_or(1e-4) << " --beta1 " << cfg.optimizer.adam_beta1 << " --beta2 "
-      << cfg.optimizer.adam_beta2 << " --adam-eps " << cfg.optimizer.adam_eps << " --weight-decay "
-      << cfg.optimizer.weight_decay << " --clip-grad " << cfg.optimizer.clip_grad << " --iters " << o.iters
-      << " --warmup " << o.warmup << " --threads " << threads << " --seed " << cfg.training.seed << " --device "
-      << shell_quoted(resolve_device(cfg.training.device).str()) << " --init-from " << shell_quoted(init_file)
+      << " --layers " << m->num_layers << " --hidden " << m->hidden_size << " --heads " << m->num_attention_heads
+      << " --ffn " << m.ffn() << " --vocab " << padded << " --real-vocab " << *m->vocab_size << " --seq "
+      << m->seq_length << " --max-positions " << m.max_positions() << " --batch "
+      << cfg.training->global_batch_size.value_or(cfg.training->micro_batch_size) << " --eps " << m->layernorm_epsilon
+      << (m->openai_gelu ? " --tanh-gelu" : "") << (m->swiglu ? " --swiglu" : "")
+      << (m->add_bias_linear ? "" : " --no-bias-linear") << " --init-std " << m->init_method_std << " --lr "
+      << cfg.optimizer->lr.value_or(1e-4) << " --beta1 " << cfg.optimizer->adam_beta1 << " --beta2 "
+      << cfg.optimizer->adam_beta2 << " --adam-eps " << cfg.optimizer->adam_eps << " --weight-decay "
+      << cfg.optimizer->weight_decay << " --clip-grad " << cfg.optimizer->clip_grad << " --iters " << o.iters
+      << " --warmup " << o.warmup << " --threads " << threads << " --seed " << cfg.training->seed << " --device "
+      << shell_quoted(resolve_device(cfg.training->device).str()) << " --init-from " << shell_quoted(init_file)
       << moe_reference_args(cfg);
   const ReferenceRun r = run_reference_command(cmd.str(), "bench train");
   STRATA_CHECK(r.status == 0, "bench train: the PyTorch reference failed (", r.command, "), exit status ", r.status,
@@ -289,24 +286,24 @@ int run_train_benchmark(const BenchTrainOptions& o) {
   STRATA_CHECK(o.repeat >= 1, "bench train: --repeat must be >= 1, got ", o.repeat);
   STRATA_CHECK(o.reference.empty() || o.reference == "torch", "bench train: --reference must be 'torch', got '",
                o.reference, "'");
-  const StrataConfig cfg = bench_config(o);
+  const ResolvedConfig cfg = bench_config(o);
   STRATA_CHECK(o.reference.empty() || launched_world_size().value_or(1) == 1,
                "bench train: --reference torch compares one process; run it without mpirun");
   if (o.reference == "torch") check_torch_reference_applies(cfg, o);
   const int threads = omp_get_max_threads();
-  const ResolvedModelConfig& m = cfg.resolved_model();
+  const ResolvedModelConfig& m = cfg.model;
   std::printf("bench train: %s, %lld layers, hidden %lld, %lld heads, vocab %lld, seq %lld, batch %lld, %s, "
               "%d threads, %d warm-up + %d timed steps%s\n",
-              o.config.c_str(), (long long)m.num_layers, (long long)m.hidden_size, (long long)m.num_attention_heads,
-              (long long)*m.vocab_size, (long long)m.seq_length,
-              (long long)cfg.training.global_batch_size.value_or(cfg.training.micro_batch_size),
-              cfg.training.precision == Precision::Bf16 ? "bf16" : "fp32", threads, o.warmup, o.iters,
-              cfg.data.mock_data ? ", mock data" : "");
+              o.config.c_str(), (long long)m->num_layers, (long long)m->hidden_size, (long long)m->num_attention_heads,
+              (long long)*m->vocab_size, (long long)m->seq_length,
+              (long long)cfg.training->global_batch_size.value_or(cfg.training->micro_batch_size),
+              cfg.training->precision == Precision::Bf16 ? "bf16" : "fp32", threads, o.warmup, o.iters,
+              cfg.data->mock_data ? ", mock data" : "");
 
   json runs = json::array();
   std::vector<double> ratios;
   bool ok = true;
-  const double ln_vocab = std::log(static_cast<double>(padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1)));
+  const double ln_vocab = std::log(static_cast<double>(padded_vocab_size(*m->vocab_size, m->make_vocab_size_divisible_by, 1)));
   auto check_initial_loss = [&](const json& j) {
     const double l0 = j["initial_loss"].get<double>();
     // Init std 0.02 gives logits of std ~0.3: the initial loss is ln(V) + O(0.1).
@@ -335,7 +332,7 @@ int run_train_benchmark(const BenchTrainOptions& o) {
       for (const auto& ph : ours["phases"])
         std::printf("    %-36s %8.2f ms/step  (%g calls)\n", ph["phase"].get<std::string>().c_str(),
                     ph["ms_per_step"].get<double>(), ph["calls_per_step"].get<double>());
-      if (m.is_moe()) print_dispatch_share(ours);
+      if (m->is_moe()) print_dispatch_share(ours);
     }
     json run = {{"strata", ours}};
     if (o.reference == "torch") {

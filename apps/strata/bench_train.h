@@ -28,7 +28,7 @@ struct BenchTrainOptions {
 
 // The benchmark's config: the user's with train_iters = warmup + iters, a log line every step,
 // no evaluation, checkpoints or metric files; mock data when the config names none.
-StrataConfig bench_config(const BenchTrainOptions& options);
+ResolvedConfig bench_config(const BenchTrainOptions& options);
 
 // Returns the exit code: 0, or 1 when a run fails, an initial loss is not ≈ ln(vocab), or the
 // reference's losses of the first steps differ from ours by more than 2e-3.

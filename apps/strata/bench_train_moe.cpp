@@ -35,37 +35,37 @@ Tensor stacked(const std::vector<Tensor>& parts) {
 
 }  // namespace
 
-void check_moe_reference_applies(const StrataConfig& cfg) {
-  const ResolvedModelConfig& m = cfg.resolved_model();
-  if (!m.is_moe()) return;
-  refuse(m.moe_router_enable_expert_bias, "model.moe_router_enable_expert_bias", "the expert bias");
-  refuse(m.moe_router_group_topk.has_value() && *m.moe_router_group_topk > 0, "model.moe_router_group_topk",
+void check_moe_reference_applies(const ResolvedConfig& cfg) {
+  const ResolvedModelConfig& m = cfg.model;
+  if (!m->is_moe()) return;
+  refuse(m->moe_router_enable_expert_bias, "model.moe_router_enable_expert_bias", "the expert bias");
+  refuse(m->moe_router_group_topk.has_value() && *m->moe_router_group_topk > 0, "model.moe_router_group_topk",
          "group-limited routing");
-  refuse(m.moe_expert_capacity_factor.has_value(), "model.moe_expert_capacity_factor",
+  refuse(m->moe_expert_capacity_factor.has_value(), "model.moe_expert_capacity_factor",
          "expert capacity (token dropping)");
-  refuse(m.moe_input_jitter_eps.has_value(), "model.moe_input_jitter_eps", "input jitter");
-  refuse(m.moe_router_force_load_balancing, "model.moe_router_force_load_balancing", "forced load balancing");
-  refuse(m.moe_router_dtype.has_value() && *m.moe_router_dtype == MoeRouterDtype::Fp64, "model.moe_router_dtype",
+  refuse(m->moe_input_jitter_eps.has_value(), "model.moe_input_jitter_eps", "input jitter");
+  refuse(m->moe_router_force_load_balancing, "model.moe_router_force_load_balancing", "forced load balancing");
+  refuse(m->moe_router_dtype.has_value() && *m->moe_router_dtype == MoeRouterDtype::Fp64, "model.moe_router_dtype",
          "an fp64 router");
   refuse(cfg.num_micro_batches() != 1, "training.global_batch_size",
          "more than one micro-batch per step (its router losses are per micro-batch); set global_batch_size = "
          "micro_batch_size");
 }
 
-std::string moe_reference_args(const StrataConfig& cfg) {
-  const ResolvedModelConfig& m = cfg.resolved_model();
-  if (!m.is_moe()) return "";
+std::string moe_reference_args(const ResolvedConfig& cfg) {
+  const ResolvedModelConfig& m = cfg.model;
+  if (!m->is_moe()) return "";
   std::ostringstream a;
-  a << " --moe-experts " << *m.num_experts << " --moe-ffn " << m.moe_ffn() << " --moe-topk " << m.moe_router_topk
-    << " --moe-score " << score_name(m.moe_router_score_function) << " --moe-layers ";
-  for (int64_t i = 0; i < m.num_layers; ++i) a << (i ? "," : "") << (m.is_moe_layer(i) ? 1 : 0);
-  if (m.moe_router_pre_softmax) a << " --moe-pre-softmax";
-  if (m.moe_router_topk_scaling_factor) a << " --moe-scaling " << *m.moe_router_topk_scaling_factor;
-  for (const MoeLoadBalancingLoss& l : m.moe_load_balancing_losses()) a << " --moe-" << l.type << " " << l.coeff;
-  if (m.moe_z_loss_coeff) a << " --moe-z-loss " << *m.moe_z_loss_coeff;
-  if (m.moe_shared_expert_intermediate_size) a << " --moe-shared " << *m.moe_shared_expert_intermediate_size;
-  if (m.moe_shared_expert_gate) a << " --moe-shared-gate";
-  if (m.moe_apply_probs_on_input) a << " --moe-probs-on-input";
+  a << " --moe-experts " << *m->num_experts << " --moe-ffn " << m.moe_ffn() << " --moe-topk " << m->moe_router_topk
+    << " --moe-score " << score_name(m->moe_router_score_function) << " --moe-layers ";
+  for (int64_t i = 0; i < m->num_layers; ++i) a << (i ? "," : "") << (m.is_moe_layer(i) ? 1 : 0);
+  if (m->moe_router_pre_softmax) a << " --moe-pre-softmax";
+  if (m->moe_router_topk_scaling_factor) a << " --moe-scaling " << *m->moe_router_topk_scaling_factor;
+  for (const MoeLoadBalancingLoss& l : m->moe_load_balancing_losses()) a << " --moe-" << l.type << " " << l.coeff;
+  if (m->moe_z_loss_coeff) a << " --moe-z-loss " << *m->moe_z_loss_coeff;
+  if (m->moe_shared_expert_intermediate_size) a << " --moe-shared " << *m->moe_shared_expert_intermediate_size;
+  if (m->moe_shared_expert_gate) a << " --moe-shared-gate";
+  if (m->moe_apply_probs_on_input) a << " --moe-probs-on-input";
   return a.str();
 }
 

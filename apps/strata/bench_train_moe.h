@@ -18,10 +18,10 @@ namespace strata::app {
 // Throws a config error naming the first MoE field the reference does not model (expert bias,
 // group-limited routing, capacity, jitter, forced balancing, router dtype, per-layer logging,
 // more than one micro-batch per step).
-void check_moe_reference_applies(const StrataConfig& cfg);
+void check_moe_reference_applies(const ResolvedConfig& cfg);
 
 // " --moe-experts E --moe-ffn F ..." for the reference script (empty for a dense model).
-std::string moe_reference_args(const StrataConfig& cfg);
+std::string moe_reference_args(const ResolvedConfig& cfg);
 
 // Writes `path` (safetensors): every parameter under its name, and the int64 tensors
 // "bench.tokens" / "bench.labels" [steps, global batch, seq] and f32 "bench.loss_mask" of steps

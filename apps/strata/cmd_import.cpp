@@ -60,7 +60,7 @@ void register_import(CLI::App& app) {
     try {
       const hf::ImportResult r = hf::import_checkpoint(o->hf, o->save, o->overrides, o->force);
       std::printf("imported %s (%s) into %s\n", hf::architecture_name(r.family),
-                  r.config.training.precision == Precision::Bf16 ? "bf16" : "fp32", r.checkpoint_dir.c_str());
+                  r.config.training->precision == Precision::Bf16 ? "bf16" : "fp32", r.checkpoint_dir.c_str());
     } catch (const std::filesystem::filesystem_error& e) {
       STRATA_THROW("strata import: ", e.what());
     }

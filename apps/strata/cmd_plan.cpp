@@ -143,6 +143,19 @@ ordered_json plan_json(const LayoutPlan& p) {
   return j;
 }
 
+// The resolved config with model.vocab_size from the tokenizer when the config leaves it null.
+ResolvedConfig with_tokenizer_vocab(const ResolvedConfig& cfg) {
+  if (cfg.model->vocab_size) return cfg;
+  try {
+    return cfg.with_vocab_size(data::build_tokenizer(*cfg.data)->vocab_size());
+  } catch (const config::ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    STRATA_THROW("strata plan: model.vocab_size is null and the tokenizer could not be built (", e.message(),
+                 "); set model.vocab_size=N to plan without the tokenizer files");
+  }
+}
+
 void print_text(const std::string& config, const LayoutPlan& p, const ModelConfig& m) {
   std::printf("strata plan: %s on %lld ranks (valid)\n\n", config.c_str(), static_cast<long long>(p.world_size));
   std::printf("grid (Megatron order tp-cp-ep-dp-pp): tp %lld  cp %lld  ep %lld  dp %lld  pp %lld  vpp %lld  sp %s\n",
@@ -231,19 +244,11 @@ void register_plan(CLI::App& app) {
     StrataConfig cfg = StrataConfig::load(o->config, config_args(plan), &no_effect, own_flags(plan));
     report_no_effect_flags(no_effect);
     cfg.parallel.world_size = o->world_size;  // --world-size wins over the file's parallel.world_size
-    cfg.validate(std::nullopt);
-    if (!cfg.model.vocab_size) {
-      try {
-        cfg.model.vocab_size = data::build_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();
-      } catch (const Error& e) {
-        STRATA_THROW("strata plan: model.vocab_size is null and the tokenizer could not be built (", e.message(),
-                     "); set model.vocab_size=N to plan without the tokenizer files");
-      }
-    }
-    const LayoutPlan p = plan_layout(cfg);
+    const ResolvedConfig resolved = with_tokenizer_vocab(cfg.validate(std::nullopt));
+    const LayoutPlan p = plan_layout(resolved);
     std::optional<RankGrid> grid;
     if (o->rank) {
-      grid.emplace(RankGrid::from_config(cfg.parallel));
+      grid.emplace(RankGrid::from_config(*resolved.parallel));
       STRATA_CHECK(*o->rank >= 0 && *o->rank < p.world_size, "strata plan: --rank ", *o->rank,
                    " is outside the world of ", p.world_size, " ranks");
     }
@@ -253,7 +258,7 @@ void register_plan(CLI::App& app) {
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
     }
-    print_text(o->config, p, cfg.model);
+    print_text(o->config, p, *resolved.model);
     if (grid) {
       const ordered_json r = rank_json(*grid, static_cast<int>(*o->rank));
       std::printf("\nrank %lld: tp %d cp %d dp %d pp %d, expert tp %d ep %d expert dp %d\n", (long long)*o->rank,

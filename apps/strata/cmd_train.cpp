@@ -58,17 +58,18 @@ void register_train(CLI::App& app) {
     // (`--validate-only parallel.world_size=8` on one process). Under a launcher it must match.
     const bool dry = o->print_config || o->validate_only;
     const std::optional<int64_t> launched = launched_world_size();
-    cfg.validate(dry ? launched : launched.value_or(1));
+    const ResolvedConfig resolved = cfg.validate(dry ? launched : launched.value_or(1));
     report_no_effect_flags(no_effect);
     if (o->print_config) {
-      std::printf("%s", cfg.to_yaml().c_str());
+      std::printf("%s", resolved.to_yaml().c_str());
       return 0;
     }
     // model.vocab_size against the tokenizer, and the tokenizer's vocabulary padded, before allocation.
-    const int64_t vocab = data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size)->vocab_size();
-    if (!cfg.model.vocab_size && !cfg.model.padded_vocab_size)
-      padded_vocab_size(vocab, cfg.model.make_vocab_size_divisible_by, cfg.parallel.tensor_model_parallel_size);
-    training::check_checkpoint_paths(cfg, /*create_save=*/false);
+    const ResolvedModelConfig& m = resolved.model;
+    const int64_t vocab = data::build_checked_tokenizer(*resolved.data, m->vocab_size)->vocab_size();
+    if (!m->vocab_size && !m->padded_vocab_size)
+      padded_vocab_size(vocab, m->make_vocab_size_divisible_by, resolved.parallel->tensor_model_parallel_size);
+    training::check_checkpoint_paths(resolved, /*create_save=*/false);
     if (o->validate_only) {
       std::printf("strata train: %s is valid\n", o->config.empty() ? "the configuration" : o->config.c_str());
       return 0;
@@ -77,9 +78,9 @@ void register_train(CLI::App& app) {
     if (auto tasks = slurm_tasks_outside_step())
       STRATA_THROW_KIND(ErrorKind::Config, "this process runs in a Slurm allocation of ", *tasks,
                         " tasks (SLURM_NTASKS) but was not started by srun: run `srun strata train …`");
-    std::printf("%s", cfg.argument_table().c_str());
+    std::printf("%s", resolved.argument_table().c_str());
     std::fflush(stdout);
-    return training::run(cfg);
+    return training::run(resolved);
   });
 }
 

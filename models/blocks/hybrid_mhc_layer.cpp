@@ -9,10 +9,6 @@
 namespace strata {
 
 namespace {
-ResolvedModelConfig without_mhc(ResolvedModelConfig cfg) {
-  cfg.enable_hyper_connections = false;  // the inner layer is the plain one; the wrapper is its site
-  return cfg;
-}
 ProcessGroup sequence_parallel_group(const layers::LayerEnv& env, const ParallelGroups& groups) {
   return env.sequence_parallel && groups.tp.size() > 1 ? groups.tp : ProcessGroup::single("tp");
 }
@@ -36,8 +32,8 @@ LayerPlace inner_place(const StackLayerSpec& spec) {
 HyperConnectionHybridLayer::HyperConnectionHybridLayer(const StackLayerSpec& spec, const ResolvedModelConfig& cfg,
                                                        const layers::LayerEnv& env, const ParallelGroups& groups)
     : name_(spec.place.name),
-      inner_(spec.kind->make(*spec.kind, inner_place(spec), without_mhc(cfg), env, groups)),
-      hc_(name_ + ".hyper_connection", cfg.hidden_size, mhc_options(cfg), env, sequence_parallel_group(env, groups)) {
+      inner_(spec.kind->make(*spec.kind, inner_place(spec), cfg, env, groups)),
+      hc_(name_ + ".hyper_connection", cfg->hidden_size, mhc_options(cfg), env, sequence_parallel_group(env, groups)) {
   STRATA_INTERNAL_ASSERT(spec.mhc_wrapper, name_, ": the spec does not wrap its layer in an mHC site");
   auto* t = dynamic_cast<TransformerStackLayer*>(inner_.get());
   // The fast path: a TransformerLayer with one branch (its sub-layer without the residual add).

@@ -22,9 +22,9 @@ Tensor StackLayer::mhc_replay(State&, const Tensor&) {
 }
 
 LayerStack::LayerStack(int64_t first_layer, const std::vector<StackLayerSpec>& specs, const ResolvedModelConfig& cfg,
-                       const layers::LayerEnv& env, const ParallelGroups& groups)
+                       const layers::LayerEnv& env, const ParallelGroups& groups, bool full_recompute)
     : first_layer_(first_layer), dtype_(env.dtype), device_(env.device), sequence_parallel_(env.sequence_parallel) {
-  if (cfg.enable_hyper_connections) streams_ = cfg.num_residual_streams;
+  if (cfg->enable_hyper_connections) streams_ = cfg->num_residual_streams;
   for (const StackLayerSpec& s : specs) {
     STRATA_INTERNAL_ASSERT(s.place.index == first_layer + static_cast<int64_t>(layers_.size()), "LayerStack: layer ",
                            s.place.name, " is global layer ", s.place.index, ", not ",
@@ -32,7 +32,7 @@ LayerStack::LayerStack(int64_t first_layer, const std::vector<StackLayerSpec>& s
     symbols_ += s.kind->symbol;
     layers_.push_back(make_stack_layer(s, cfg, env, groups));
   }
-  recompute_ = full_recompute_chunks(cfg, layers_.size());
+  if (full_recompute) recompute_ = full_recompute_chunks(cfg, layers_.size());
   mhc_recompute_ = mhc_recompute_groups(cfg, layers_.size());
 }
 

@@ -27,8 +27,10 @@ class LayerStack : public Block {
  public:
   // specs: one per layer (models/config/layer_kind.h stack_layer_specs); first_layer: the global number of
   // the first (the specs' first place, or where an empty stack would start).
+  // full_recompute false: the stack does not checkpoint its layers under recompute_granularity full
+  // (an MTP depth's inner stack: the MTP block checkpoints each depth as one, as Megatron-LM does).
   LayerStack(int64_t first_layer, const std::vector<StackLayerSpec>& specs, const ResolvedModelConfig& cfg,
-             const layers::LayerEnv& env, const ParallelGroups& groups);
+             const layers::LayerEnv& env, const ParallelGroups& groups, bool full_recompute = true);
 
   Tensor forward(const Tensor& x, const BlockRun& run, std::unique_ptr<State>* saved) override;
   Tensor backward(State& saved, const Tensor& dy, const GradsReadyFn* grads_ready) override;

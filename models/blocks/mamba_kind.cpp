@@ -32,15 +32,15 @@ namespace {
 void mamba_parameters(const ResolvedModelConfig& m, const LayerPlace& place, ParameterList& a) {
   const MambaDims d = mamba_dims(m);
   const std::string p = place.name + ".mixer";
-  a.norm(p + ".in_proj.layer_norm_weight", p + ".in_proj.layer_norm_bias", m.hidden_size);
-  a.add(p + ".in_proj.weight", Shape{d.in_proj_out(), m.hidden_size}, true);
+  a.norm(p + ".in_proj.layer_norm_weight", p + ".in_proj.layer_norm_bias", m->hidden_size);
+  a.add(p + ".in_proj.weight", Shape{d.in_proj_out(), m->hidden_size}, true);
   a.add(p + ".conv1d.weight", Shape{d.conv_dim(), 1, d.conv_kernel}, true);
   a.add(p + ".conv1d.bias", Shape{d.conv_dim()}, true);
   a.add(p + ".dt_bias", Shape{d.heads}, true);
   a.add(p + ".A_log", Shape{d.heads}, true, true);
   a.add(p + ".D", Shape{d.heads}, true, true);
   a.add(p + ".norm.weight", Shape{d.d_inner}, true);
-  a.add(p + ".out_proj.weight", Shape{m.hidden_size, d.d_inner}, true);
+  a.add(p + ".out_proj.weight", Shape{m->hidden_size, d.d_inner}, true);
 }
 
 // MambaLayer::Saved: norm and in_proj inputs e·T·C each (sp) with the norm's statistics, conv input
@@ -48,8 +48,8 @@ void mamba_parameters(const ResolvedModelConfig& m, const LayerPlace& place, Par
 // softplus 2e·T·H (/t); its backward adds the in_proj, conv and gate gradients.
 LayerActivations mamba_activations(const ResolvedModelConfig& m, const LayerPlace&, const ActivationShape& a) {
   const MambaDims d = mamba_dims(m);
-  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m.hidden_size, e = a.e, t = a.tp;
-  const int64_t norm_stats = 4 * Ts * (m.normalization == Normalization::LayerNorm ? 2 : 1);
+  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m->hidden_size, e = a.e, t = a.tp;
+  const int64_t norm_stats = 4 * Ts * (m->normalization == Normalization::LayerNorm ? 2 : 1);
   LayerActivations r;
   r.input = e * Ts * C;
   r.full = e * Ts * C + norm_stats + e * Ts * C + e * T * (2 * d.conv_dim() + 3 * d.d_inner + 2 * d.heads) / t;

@@ -13,10 +13,10 @@ namespace strata {
 
 MhcRecomputeGroups mhc_recompute_groups(const ResolvedModelConfig& cfg, size_t num_layers) {
   MhcRecomputeGroups g;
-  if (!cfg.enable_hyper_connections || cfg.recompute_granularity != RecomputeGranularity::Selective ||
+  if (!cfg->enable_hyper_connections || cfg->recompute_granularity != RecomputeGranularity::Selective ||
       !recompute_module(cfg, "mhc") || num_layers == 0)
     return g;
-  const size_t size = cfg.mhc_recompute_layer_num ? static_cast<size_t>(*cfg.mhc_recompute_layer_num) : num_layers;
+  const size_t size = cfg->mhc_recompute_layer_num ? static_cast<size_t>(*cfg->mhc_recompute_layer_num) : num_layers;
   for (size_t b = 0; b < num_layers; b += size) g.groups.push_back({b, std::min(num_layers, b + size)});
   return g;
 }

@@ -57,39 +57,27 @@ Tensor sum(const Tensor& a, const Tensor& b) {
   kernels::add(a, b, out);
   return out;
 }
-
-// The inner blocks' config: full recompute is the MTP block's (one checkpoint per depth).
-ResolvedModelConfig inner_config(const ResolvedModelConfig& cfg) {
-  ResolvedModelConfig c = cfg;
-  if (c.recompute_granularity == RecomputeGranularity::Full) {
-    c.recompute_granularity.reset();
-    c.recompute_method.reset();
-    c.recompute_num_layers.reset();
-  }
-  return c;
-}
 }  // namespace
 
 MtpBlock::MtpBlock(const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                    const MtpLayerFactory& make_layer)
-    : depths_(cfg.mtp_depths()),
-      hidden_(cfg.hidden_size),
-      streams_(cfg.enable_hyper_connections ? cfg.num_residual_streams : 1),
-      mhc_(cfg.enable_hyper_connections),
-      repeated_(cfg.mtp_use_repeated_layer),
-      detach_(cfg.mtp_detach_heads),
+    : depths_(cfg->mtp_depths()),
+      hidden_(cfg->hidden_size),
+      streams_(cfg->enable_hyper_connections ? cfg->num_residual_streams : 1),
+      mhc_(cfg->enable_hyper_connections),
+      repeated_(cfg->mtp_use_repeated_layer),
+      detach_(cfg->mtp_detach_heads),
       sequence_parallel_(env.sequence_parallel && groups.tp.size() > 1),
-      recompute_(cfg.recompute_granularity == RecomputeGranularity::Full && cfg.recompute_method == RecomputeMethod::Uniform),
-      hidden_dropout_(cfg.hidden_dropout),
-      fp32_residual_(cfg.fp32_residual_connection),
+      recompute_(cfg->recompute_granularity == RecomputeGranularity::Full && cfg->recompute_method == RecomputeMethod::Uniform),
+      hidden_dropout_(cfg->hidden_dropout),
+      fp32_residual_(cfg->fp32_residual_connection),
       dtype_(env.dtype),
       tp_(groups.tp) {
   STRATA_CHECK(depths_ > 0, "MTP block: model.mtp_num_layers must be set");
   STRATA_INTERNAL_ASSERT(static_cast<bool>(make_layer), "MTP block: no inner-layer factory");
-  if (cfg.recompute_granularity == RecomputeGranularity::Full && !recompute_)
+  if (cfg->recompute_granularity == RecomputeGranularity::Full && !recompute_)
     log::warn("model.recompute_method block: the MTP depths are not recomputed (as in Megatron-LM)");
   const ProcessGroup sp = sp_group(env, groups);
-  const ResolvedModelConfig inner = inner_config(cfg);
   const int64_t n = repeated_ ? 1 : depths_;
   for (int64_t k = 0; k < n; ++k) {
     const std::string p = "mtp.layers." + std::to_string(k);
@@ -98,18 +86,18 @@ MtpBlock::MtpBlock(const ResolvedModelConfig& cfg, const layers::LayerEnv& env, 
     m.hnorm = std::make_unique<layers::Norm>(p + ".hnorm.weight", p + ".hnorm.bias", hidden_, cfg, env, sp);
     if (mhc_) {  // Megatron dev: e_proj and h_proj (C → C) instead of eh_proj, and the depth's own head
       m.e_proj = std::make_unique<layers::Linear>(p + ".e_proj", hidden_, hidden_, /*has_bias=*/false,
-                                                  cfg.init_method_std, env, groups.tp,
+                                                  cfg->init_method_std, env, groups.tp,
                                                   layers::TensorParallelMode::Column);
       m.h_proj = std::make_unique<layers::Linear>(p + ".h_proj", hidden_, hidden_, /*has_bias=*/false,
-                                                  cfg.init_method_std, env, groups.tp,
+                                                  cfg->init_method_std, env, groups.tp,
                                                   layers::TensorParallelMode::Column);
       m.head = std::make_unique<layers::HyperConnectionHead>(p, hidden_, mhc_options(cfg), env, sp);
     } else {
       m.eh_proj = std::make_unique<layers::Linear>(p + ".eh_proj", 2 * hidden_, hidden_, /*has_bias=*/false,
-                                                   cfg.init_method_std, env, groups.tp,
+                                                   cfg->init_method_std, env, groups.tp,
                                                    layers::TensorParallelMode::Column);
     }
-    m.layer = make_layer(inner, env, groups, k);
+    m.layer = make_layer(cfg, env, groups, k);
     STRATA_INTERNAL_ASSERT(m.layer != nullptr && m.layer->num_layers() > 0, "MTP block: module ", k,
                            " has no inner layers");
     m.final_layernorm =

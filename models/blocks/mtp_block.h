@@ -24,8 +24,9 @@ namespace strata {
 // Builds the inner model layer of MTP module `module` (0-based; one module with the repeated
 // layer): a LayerStack (models/config/model_stacks.h mtp_stack_specs) — GPT one layer of the decoder's
 // last layer kind; hybrid the '/' pattern's symbols (post_layer_norm false). Its layers take global layer
-// numbers after the decoder's, num_layers + (k−1)·P + j with P layers per depth. cfg: the model
-// section with full recompute removed (the MTP block checkpoints the depth).
+// numbers after the decoder's, num_layers + (k−1)·P + j with P layers per depth. The factory builds
+// a stack without full recompute of its own (LayerStack full_recompute false): the MTP block
+// checkpoints the depth.
 using MtpLayerFactory = std::function<std::unique_ptr<Block>(const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
                                                              const ParallelGroups& groups, int64_t module)>;
 
@@ -44,7 +45,7 @@ class MtpBlock {
   struct State {
     virtual ~State() = default;
   };
-  // cfg.mtp_num_layers set; make_layer: the model's inner layer of each module.
+  // cfg->mtp_num_layers set; make_layer: the model's inner layer of each module.
   MtpBlock(const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
            const MtpLayerFactory& make_layer);
   ~MtpBlock();

@@ -13,11 +13,11 @@ namespace strata {
 
 std::vector<RecomputeChunk> full_recompute_chunks(const ResolvedModelConfig& cfg, size_t num_layers) {
   std::vector<RecomputeChunk> out;
-  if (cfg.recompute_granularity != RecomputeGranularity::Full) return out;
-  STRATA_INTERNAL_ASSERT(cfg.recompute_method && cfg.recompute_num_layers && *cfg.recompute_num_layers > 0,
+  if (cfg->recompute_granularity != RecomputeGranularity::Full) return out;
+  STRATA_INTERNAL_ASSERT(cfg->recompute_method && cfg->recompute_num_layers && *cfg->recompute_num_layers > 0,
                          "full recompute without method / num_layers (finalize_recompute_config)");
-  const size_t k = static_cast<size_t>(*cfg.recompute_num_layers);
-  if (*cfg.recompute_method == RecomputeMethod::Uniform) {
+  const size_t k = static_cast<size_t>(*cfg->recompute_num_layers);
+  if (*cfg->recompute_method == RecomputeMethod::Uniform) {
     for (size_t l = 0; l < num_layers; l += k) out.push_back({l, std::min(num_layers, l + k)});
   } else {
     for (size_t l = 0; l < std::min(k, num_layers); ++l) out.push_back({l, l + 1});

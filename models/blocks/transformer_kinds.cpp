@@ -24,6 +24,7 @@ layers::TransformerLayerSpec transformer_kind_spec(char symbol, const LayerPlace
     default: STRATA_INTERNAL_ASSERT(false, "transformer_kind_spec: '", symbol, "' is not a transformer kind");
   }
   if (place.moe && spec.mlp) spec.mlp_kind = layers::MlpKind::MoE;
+  spec.branch_hyper_connections = place.branch_mhc;
   return spec;
 }
 
@@ -73,11 +74,11 @@ namespace {
 void attention_parameters(ParameterList& a, const std::string& layer) {
   const ResolvedModelConfig& m = a.m();
   const std::string p = layer + ".self_attention";
-  a.norm(p + ".linear_qkv.layer_norm_weight", p + ".linear_qkv.layer_norm_bias", m.hidden_size);
-  a.linear(p + ".linear_qkv", m.hidden_size, m.head_dim() * (m.num_attention_heads + 2 * m.query_groups()),
-           m.add_bias_linear || m.add_qkv_bias, true);
-  a.linear(p + ".linear_proj", m.head_dim() * m.num_attention_heads, m.hidden_size, m.add_bias_linear, false);
-  if (m.qk_layernorm) {
+  a.norm(p + ".linear_qkv.layer_norm_weight", p + ".linear_qkv.layer_norm_bias", m->hidden_size);
+  a.linear(p + ".linear_qkv", m->hidden_size, m.head_dim() * (m->num_attention_heads + 2 * m.query_groups()),
+           m->add_bias_linear || m->add_qkv_bias, true);
+  a.linear(p + ".linear_proj", m.head_dim() * m->num_attention_heads, m->hidden_size, m->add_bias_linear, false);
+  if (m->qk_layernorm) {
     a.norm(p + ".q_layernorm", m.head_dim());
     a.norm(p + ".k_layernorm", m.head_dim());
   }
@@ -86,29 +87,29 @@ void attention_parameters(ParameterList& a, const std::string& layer) {
 // linear_fc1 (gate and up with SwiGLU) and linear_fc2 of an MLP of width ffn.
 void mlp_parameters(ParameterList& a, const std::string& p, int64_t ffn) {
   const ResolvedModelConfig& m = a.m();
-  a.linear(p + ".linear_fc1", m.hidden_size, m.swiglu ? 2 * ffn : ffn, m.add_bias_linear, true);
-  a.linear(p + ".linear_fc2", ffn, m.hidden_size, m.add_bias_linear, false);
+  a.linear(p + ".linear_fc1", m->hidden_size, m->swiglu ? 2 * ffn : ffn, m->add_bias_linear, true);
+  a.linear(p + ".linear_fc2", ffn, m->hidden_size, m->add_bias_linear, false);
 }
 
 // Router, experts by global id, shared experts.
 void moe_parameters(ParameterList& a, const std::string& p) {
   const ResolvedModelConfig& m = a.m();
-  const int64_t E = *m.num_experts, C = m.hidden_size, F = m.moe_ffn();
+  const int64_t E = *m->num_experts, C = m->hidden_size, F = m.moe_ffn();
   a.add(p + ".router.weight", Shape{E, C});  // (router.expert_bias is a buffer, not a parameter)
   for (int64_t e = 0; e < E; ++e)  // TEGroupedMLP names: the global expert id after "weight"
-    a.add(p + ".experts.linear_fc1.weight" + std::to_string(e), Shape{m.swiglu ? 2 * F : F, C}, true, false, e);
+    a.add(p + ".experts.linear_fc1.weight" + std::to_string(e), Shape{m->swiglu ? 2 * F : F, C}, true, false, e);
   for (int64_t e = 0; e < E; ++e)
     a.add(p + ".experts.linear_fc2.weight" + std::to_string(e), Shape{C, F}, true, false, e);
-  if (m.moe_shared_expert_intermediate_size) {
-    mlp_parameters(a, p + ".shared_experts", *m.moe_shared_expert_intermediate_size);
-    if (m.moe_shared_expert_gate) a.add(p + ".shared_experts.gate_weight", Shape{1, C});
+  if (m->moe_shared_expert_intermediate_size) {
+    mlp_parameters(a, p + ".shared_experts", *m->moe_shared_expert_intermediate_size);
+    if (m->moe_shared_expert_gate) a.add(p + ".shared_experts.gate_weight", Shape{1, C});
   }
 }
 
 // The MLP slot with its pre-norm: fused into linear_fc1, or its own module (`E`).
 void mlp_slot_parameters(ParameterList& a, const std::string& layer, const layers::TransformerLayerSpec& spec) {
   const std::string norm = layer + (spec.separate_pre_mlp_norm ? ".pre_mlp_layernorm." : ".mlp.linear_fc1.layer_norm_");
-  a.norm(norm + "weight", norm + "bias", a.m().hidden_size);
+  a.norm(norm + "weight", norm + "bias", a.m()->hidden_size);
   if (spec.mlp_kind == layers::MlpKind::MoE)
     moe_parameters(a, layer + ".mlp");
   else
@@ -151,14 +152,14 @@ void transformer_sites(char symbol, const LayerPlace& place, std::vector<Observa
 
 // A norm's saved statistics (f32 rstd, and mean for LayerNorm) over `rows` rows.
 int64_t norm_stats(const ResolvedModelConfig& m, int64_t rows) {
-  return 4 * rows * (m.normalization == Normalization::LayerNorm ? 2 : 1);
+  return 4 * rows * (m->normalization == Normalization::LayerNorm ? 2 : 1);
 }
 
 // `*`: norm and qkv inputs e·T·C each (sp); q, k, v, attention output e·T·d·(2a + 2g) and the f32
 // log-sum-exp 4·T·a (/t).
 LayerActivations attention_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
-  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m.hidden_size, t = a.tp;
-  const int64_t dh = m.head_dim(), heads = m.num_attention_heads, g = m.query_groups();
+  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m->hidden_size, t = a.tp;
+  const int64_t dh = m.head_dim(), heads = m->num_attention_heads, g = m.query_groups();
   LayerActivations r;
   r.input = a.e * Ts * C;
   r.full = a.e * Ts * C + norm_stats(m, Ts) + a.e * Ts * C + a.e * T * dh * (2 * heads + 2 * g) / t + 4 * T * heads / t;
@@ -167,10 +168,10 @@ LayerActivations attention_activations(const ResolvedModelConfig& m, const Activ
 
 // `-`: norm and fc1 inputs e·T·C each (sp); fc1 and activation outputs e·T·ffn·(3 SwiGLU, 2) (/t).
 LayerActivations mlp_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
-  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m.hidden_size;
+  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m->hidden_size;
   LayerActivations r;
   r.input = a.e * Ts * C;
-  r.selective_saving = a.e * T * m.ffn() * (m.swiglu ? 3 : 2) / a.tp;
+  r.selective_saving = a.e * T * m.ffn() * (m->swiglu ? 3 : 2) / a.tp;
   r.full = a.e * Ts * C + norm_stats(m, Ts) + a.e * Ts * C + r.selective_saving;
   return r;
 }
@@ -180,12 +181,12 @@ LayerActivations mlp_activations(const ResolvedModelConfig& m, const ActivationS
 // scaled by the probabilities), fc1 output, activation output and fc2 input (/etp); the shared
 // expert's like `-`.
 LayerActivations moe_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
-  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m.hidden_size, e = a.e;
-  const int64_t E = m.num_experts.value_or(0), k = m.moe_router_topk, F = m.moe_ffn();
-  const int64_t fc1 = m.swiglu ? 2 * F : F, rows = e * T * k;
-  int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k + rows * ((m.moe_apply_probs_on_input ? 2 : 1) * C + (fc1 + 2 * F) / a.etp);
-  if (m.moe_shared_expert_intermediate_size)
-    slot += e * T * *m.moe_shared_expert_intermediate_size * (m.swiglu ? 3 : 2) / a.tp;
+  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m->hidden_size, e = a.e;
+  const int64_t E = m->num_experts.value_or(0), k = m->moe_router_topk, F = m.moe_ffn();
+  const int64_t fc1 = m->swiglu ? 2 * F : F, rows = e * T * k;
+  int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k + rows * ((m->moe_apply_probs_on_input ? 2 : 1) * C + (fc1 + 2 * F) / a.etp);
+  if (m->moe_shared_expert_intermediate_size)
+    slot += e * T * *m->moe_shared_expert_intermediate_size * (m->swiglu ? 3 : 2) / a.tp;
   LayerActivations r;
   r.input = e * Ts * C;
   r.selective_saving = slot - e * Ts * C;
@@ -200,12 +201,12 @@ LayerActivations moe_activations(const ResolvedModelConfig& m, const ActivationS
 // log-sum-exp per head and query 4·a·T — never the (2e + 1)·a·s²·b scores of unfused attention.
 // Full recompute keeps the input e·T·C; selective mlp drops fc1 and activation outputs.
 LayerActivations gpt_layer_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
-  const int64_t e = a.e, T = a.tokens, tp = a.tp, sbh = T * m.hidden_size;
-  const int64_t unsplit = (4 * e + 2) * sbh, split = 12 * e * sbh + 4 * m.num_attention_heads * T;
+  const int64_t e = a.e, T = a.tokens, tp = a.tp, sbh = T * m->hidden_size;
+  const int64_t unsplit = (4 * e + 2) * sbh, split = 12 * e * sbh + 4 * m->num_attention_heads * T;
   LayerActivations r;
   r.full = (a.sp ? unsplit / tp : unsplit) + split / tp;
   r.input = a.sp ? e * sbh / tp : e * sbh;
-  r.selective_saving = e * T * m.ffn() * (m.swiglu ? 3 : 2) / tp;
+  r.selective_saving = e * T * m.ffn() * (m->swiglu ? 3 : 2) / tp;
   return r;
 }
 
@@ -219,7 +220,7 @@ LayerActivations transformer_activations(char symbol, const ResolvedModelConfig&
   // One mHC site per branch: the layer's input is the n·C stream (mhc_site_activations).
   const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, place);
   const int64_t sites = (spec.self_attention ? 1 : 0) + (spec.mlp ? 1 : 0);
-  const int64_t rows = a.sequence_rows(), C = m.hidden_size, nC = m.num_residual_streams * C;
+  const int64_t rows = a.sequence_rows(), C = m->hidden_size, nC = m->num_residual_streams * C;
   r.input = a.e * rows * nC;
   r.full += sites * mhc_site_activations(m, a);
   r.mhc_input = r.input;
@@ -251,7 +252,7 @@ LayerKind transformer_kind(char symbol, const char* name, bool hybrid_pattern, s
   };
   k.attention_flops_per_token = [symbol](const ResolvedModelConfig& m) {
     const bool attention = transformer_kind_spec(symbol, LayerPlace{}).self_attention;
-    return attention ? 12.0 * static_cast<double>(m.hidden_size) * static_cast<double>(m.seq_length) : 0.0;
+    return attention ? 12.0 * static_cast<double>(m->hidden_size) * static_cast<double>(m->seq_length) : 0.0;
   };
   return k;
 }

@@ -23,7 +23,7 @@ void ParameterList::add(const std::string& name, const Shape& shape, bool tp, bo
 
 void ParameterList::norm(const std::string& weight, const std::string& bias, int64_t n) {
   add(weight, Shape{n});
-  if (m_.normalization == Normalization::LayerNorm) add(bias, Shape{n});
+  if (m_->normalization == Normalization::LayerNorm) add(bias, Shape{n});
 }
 
 void ParameterList::linear(const std::string& prefix, int64_t in, int64_t out, bool bias, bool column) {
@@ -90,7 +90,7 @@ std::vector<StackLayerSpec> stack_layer_specs(const ResolvedModelConfig& m, cons
     StackLayerSpec s;
     s.kind = kind;
     s.place = LayerPlace{index, names[i], moe[i], false};
-    if (m.enable_hyper_connections) {
+    if (m->enable_hyper_connections) {
       s.place.branch_mhc = placement == MhcPlacement::PerBranch && kind->branch_hyper_connections;
       s.mhc_wrapper = !s.place.branch_mhc;
     }
@@ -125,7 +125,7 @@ LayerActivations stack_layer_activations(const ResolvedModelConfig& m, const Sta
   LayerActivations r = s.kind->activations(m, inner_place(s), a);
   if (!s.mhc_wrapper) return r;
   // The wrapper's site; the layer's input (and the stream it keeps for full recompute) is n·C wide.
-  const int64_t C = m.hidden_size, width = m.num_residual_streams * C, rows = a.sequence_rows();
+  const int64_t C = m->hidden_size, width = m->num_residual_streams * C, rows = a.sequence_rows();
   r.input = a.e * rows * width;
   r.full += mhc_site_activations(m, a);
   r.mhc_input = a.e * rows * width;
@@ -148,8 +148,8 @@ constexpr SourceKind kMhcKinds[] = {SourceKind::MhcHPre,       SourceKind::MhcHP
 }  // namespace
 
 void add_mhc_site_parameters(ParameterList& out, const std::string& owner) {
-  const int64_t n = out.m().num_residual_streams, rows = n * n + 2 * n;
-  out.add(owner + ".mapping_proj.weight", Shape{rows, n * out.m().hidden_size}, false, true);
+  const int64_t n = out.m()->num_residual_streams, rows = n * n + 2 * n;
+  out.add(owner + ".mapping_proj.weight", Shape{rows, n * out.m()->hidden_size}, false, true);
   for (const char* alpha : {".alpha_pre", ".alpha_post", ".alpha_res"}) out.add(owner + alpha, Shape{1}, false, true);
   out.add(owner + ".bias", Shape{rows}, false, true);
 }
@@ -159,8 +159,8 @@ void add_mhc_site_observations(std::vector<ObservationSite>& out, const std::str
 }
 
 int64_t mhc_site_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
-  if (!m.enable_hyper_connections) return 0;
-  const int64_t n = m.num_residual_streams, T = a.sequence_rows(), C = m.hidden_size;
+  if (!m->enable_hyper_connections) return 0;
+  const int64_t n = m->num_residual_streams, T = a.sequence_rows(), C = m->hidden_size;
   return a.e * T * (n * C + C) + 4 * T * ((n * n + 2 * n) + 1 + 2 * n + 2 * n * n);
 }
 

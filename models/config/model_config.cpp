@@ -321,20 +321,35 @@ void check_section_rules(const ModelConfig& m) {
 }
 }  // namespace
 
-ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ModelConfig(raw) {
-  ModelConfig& m = *this;  // the fields, their null defaults filled in below
-  pattern_ = resolve_hybrid_pattern(m);
+// The section's fields with their null defaults filled in, and what resolution derives beside them.
+struct ResolvedModelConfig::Resolution {
+  ModelConfig fields;
+  hybrid::HybridPattern pattern;
+  std::vector<int64_t> moe_layer_map;
+};
+
+ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ResolvedModelConfig(resolve(raw)) {}
+
+ResolvedModelConfig::ResolvedModelConfig(Resolution r)
+    : Resolved<ModelConfig>(ResolutionKey{}, std::move(r.fields)),
+      pattern_(std::move(r.pattern)),
+      moe_layer_map_(std::move(r.moe_layer_map)) {}
+
+ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& raw) {
+  ResolvedModelConfig::Resolution r{raw, {}, {}};
+  ModelConfig& m = r.fields;  // the fields, their null defaults filled in below
+  r.pattern = resolve_hybrid_pattern(m);
   resolve_derived_defaults(m);
   check_section_rules(m);
   check_model_sizes(m);
-  moe_layer_map_ = finalize_moe_config(m);
+  r.moe_layer_map = finalize_moe_config(m);
   if (m.is_hybrid() && m.num_experts)  // the MoE layers are the pattern's E symbols
-    moe_layer_map_ = hybrid::hybrid_moe_layer_map(pattern_);
+    r.moe_layer_map = hybrid::hybrid_moe_layer_map(r.pattern);
   finalize_mtp_config(m);
   finalize_mhc_config(m);
   finalize_recompute_config(m);
+  return r;
 }
-
 
 const std::vector<std::string>& architecture_field_names() {
   static const std::vector<std::string> names = [] {

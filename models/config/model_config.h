@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/config_table.h"
+#include "core/resolved.h"
 #include "models/config/hybrid_pattern.h"
 #include "models/config/mamba_config.h"
 #include "models/config/mhc_config.h"
@@ -177,19 +178,19 @@ struct ModelConfig {
 // moe_ffn_hidden_size; the hybrid alias resolved and num_layers taken from the pattern), the hybrid
 // pattern parsed, the MoE layer map, and every rule that needs only the model section checked
 // (config::ConfigError naming the field). Rules that involve the parallel layout (heads % tp,
-// experts % ep …) are StrataConfig::validate's. Its fields are read, not written: a changed
-// section is resolved anew (a copy with a field switched off for an inner module is the exception
-// the model code makes, e.g. an mHC site's wrapped layer).
-class ResolvedModelConfig : public ModelConfig {
+// experts % ep …) are StrataConfig::validate's. The fields are read through `->`
+// (`cfg->hidden_size`, core/resolved.h) and cannot be written: a module that needs another value
+// takes it as an argument, and a changed section is resolved anew (`ResolvedModelConfig(edited)`).
+class ResolvedModelConfig : public Resolved<ModelConfig> {
  public:
   explicit ResolvedModelConfig(const ModelConfig& raw);
 
-  int64_t ffn() const { return *ffn_hidden_size; }
-  int64_t query_groups() const { return *num_query_groups; }
-  int64_t head_dim() const { return *kv_channels; }
-  int64_t max_positions() const { return *max_position_embeddings; }
+  int64_t ffn() const { return *fields().ffn_hidden_size; }
+  int64_t query_groups() const { return *fields().num_query_groups; }
+  int64_t head_dim() const { return *fields().kv_channels; }
+  int64_t max_positions() const { return *fields().max_position_embeddings; }
   // The experts' FFN size: moe_ffn_hidden_size, which defaults to ffn_hidden_size (0: dense).
-  int64_t moe_ffn() const { return moe_ffn_hidden_size.value_or(0); }
+  int64_t moe_ffn() const { return fields().moe_ffn_hidden_size.value_or(0); }
   // The parsed hybrid_layer_pattern (a GPT model's is empty).
   const hybrid::HybridPattern& hybrid_pattern() const { return pattern_; }
   // Whether layer `layer` (0-based, over the whole model) has an MoE MLP: false for a dense model.
@@ -198,6 +199,11 @@ class ResolvedModelConfig : public ModelConfig {
   const std::vector<int64_t>& moe_layer_map() const { return moe_layer_map_; }
 
  private:
+  struct Resolution;
+  static Resolution resolve(const ModelConfig& raw);
+  explicit ResolvedModelConfig(Resolution r);
+  const ModelConfig& fields() const { return **this; }
+
   hybrid::HybridPattern pattern_;
   std::vector<int64_t> moe_layer_map_;
 };

@@ -350,8 +350,8 @@ std::vector<int64_t> resolve_moe_layer_freq(const std::vector<std::string>& valu
 }
 
 bool ResolvedModelConfig::is_moe_layer(int64_t layer) const {
-  if (!num_experts) return false;
-  STRATA_INTERNAL_ASSERT(layer >= 0 && layer < num_layers, "layer ", layer, " out of range");
+  if (!fields().num_experts) return false;
+  STRATA_INTERNAL_ASSERT(layer >= 0 && layer < fields().num_layers, "layer ", layer, " out of range");
   return moe_layer_map_[static_cast<size_t>(layer)] == 1;
 }
 

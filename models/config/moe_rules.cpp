@@ -120,7 +120,7 @@ std::vector<int64_t> finalize_moe_config(ModelConfig& m) {
 void validate_moe_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
   const int64_t tp = p.tensor_model_parallel_size, ep = p.expert_model_parallel_size;
   const int64_t etp = p.expert_tensor_parallel_size.value_or(tp);
-  if (!m.num_experts) {
+  if (!m->num_experts) {
     if (ep > 1)
       throw ConfigError("parallel.expert_model_parallel_size",
                         str(ep) + " > 1 needs MoE layers (model.num_experts is null)");
@@ -129,19 +129,19 @@ void validate_moe_layout(const ResolvedModelConfig& m, const ParallelConfig& p) 
                         str(etp) + " only applies to MoE layers (model.num_experts is null); leave it null");
     return;
   }
-  if (*m.num_experts % ep != 0)
+  if (*m->num_experts % ep != 0)
     throw ConfigError(
         "model.num_experts",
-        str(*m.num_experts) + " is not divisible by parallel.expert_model_parallel_size (" + str(ep) + ")");
+        str(*m->num_experts) + " is not divisible by parallel.expert_model_parallel_size (" + str(ep) + ")");
   if (m.moe_ffn() % etp != 0)
     throw ConfigError(
         "model.moe_ffn_hidden_size",
         str(m.moe_ffn()) + " is not divisible by parallel.expert_tensor_parallel_size (" + str(etp) + ")");
-  if (m.moe_shared_expert_intermediate_size && *m.moe_shared_expert_intermediate_size % tp != 0)
+  if (m->moe_shared_expert_intermediate_size && *m->moe_shared_expert_intermediate_size % tp != 0)
     throw ConfigError("model.moe_shared_expert_intermediate_size",
-                      str(*m.moe_shared_expert_intermediate_size) +
+                      str(*m->moe_shared_expert_intermediate_size) +
                           " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  if (m.add_bias_linear && etp != 1)
+  if (m->add_bias_linear && etp != 1)
     throw ConfigError("parallel.expert_tensor_parallel_size",
                       str(etp) +
                           " > 1 with model.add_bias_linear: expert biases need expert_tensor_parallel_size 1; "

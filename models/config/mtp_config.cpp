@@ -54,22 +54,22 @@ void finalize_mtp_config(ModelConfig& m) {
 }
 
 int64_t mtp_layers_per_depth(const ResolvedModelConfig& m) {
-  if (!m.mtp_num_layers) return 0;
-  if (!m.is_hybrid()) return 1;
+  if (!m->mtp_num_layers) return 0;
+  if (!m->is_hybrid()) return 1;
   return static_cast<int64_t>(m.hybrid_pattern().mtp.size());
 }
 
-int64_t num_layers_with_mtp(const ResolvedModelConfig& m) { return m.num_layers + m.mtp_depths() * mtp_layers_per_depth(m); }
+int64_t num_layers_with_mtp(const ResolvedModelConfig& m) { return m->num_layers + m->mtp_depths() * mtp_layers_per_depth(m); }
 
 int64_t mtp_moe_layers(const ResolvedModelConfig& m) {
-  if (!m.mtp_num_layers || !m.is_moe()) return 0;
+  if (!m->mtp_num_layers || !m->is_moe()) return 0;
   int64_t per_depth = 0;
-  if (m.is_hybrid()) {
+  if (m->is_hybrid()) {
     for (char c : m.hybrid_pattern().mtp) per_depth += c == hybrid::kMoe ? 1 : 0;
   } else {
-    per_depth = m.is_moe_layer(m.num_layers - 1) ? 1 : 0;  // the MTP layer takes the last layer's spec
+    per_depth = m.is_moe_layer(m->num_layers - 1) ? 1 : 0;  // the MTP layer takes the last layer's spec
   }
-  return m.mtp_use_repeated_layer ? per_depth : per_depth * m.mtp_depths();
+  return m->mtp_use_repeated_layer ? per_depth : per_depth * m->mtp_depths();
 }
 
 void validate_mtp_layout(const ModelConfig& m, const ParallelConfig& p) {

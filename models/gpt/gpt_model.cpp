@@ -22,7 +22,8 @@ LanguageModelParts gpt_parts(const ResolvedModelConfig& cfg, const std::string& 
   // checkpoints name it transformer_layer: checkpoint_parameter_name, models/parameter_names.h).
   parts.make_mtp_layer = [symbols](const ResolvedModelConfig& cfg, const layers::LayerEnv& env,
                                    const ParallelGroups& groups, int64_t k) -> std::unique_ptr<Block> {
-    return std::make_unique<LayerStack>(cfg.num_layers + k, mtp_stack_specs(cfg, k, symbols), cfg, env, groups);
+    return std::make_unique<LayerStack>(cfg->num_layers + k, mtp_stack_specs(cfg, k, symbols), cfg, env, groups,
+                                        /*full_recompute=*/false);
   };
   return parts;
 }

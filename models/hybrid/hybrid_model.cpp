@@ -10,7 +10,7 @@ namespace strata {
 
 namespace {
 LanguageModelParts hybrid_parts(const ResolvedModelConfig& cfg) {
-  STRATA_CHECK(cfg.is_hybrid(), "HybridModel: model.hybrid_layer_pattern is not set");
+  STRATA_CHECK(cfg->is_hybrid(), "HybridModel: model.hybrid_layer_pattern is not set");
   LanguageModelParts parts;
   parts.final_norm_prefix = "decoder.final_norm";
   parts.aux_loss_names = model_layer_loss_names(cfg);  // the E layers' router losses
@@ -24,7 +24,7 @@ LanguageModelParts hybrid_parts(const ResolvedModelConfig& cfg) {
   parts.make_mtp_layer = [](const ResolvedModelConfig& cfg, const layers::LayerEnv& env, const ParallelGroups& groups,
                             int64_t k) -> std::unique_ptr<Block> {
     const std::vector<StackLayerSpec> specs = mtp_stack_specs(cfg, k);
-    return std::make_unique<LayerStack>(specs.front().place.index, specs, cfg, env, groups);
+    return std::make_unique<LayerStack>(specs.front().place.index, specs, cfg, env, groups, /*full_recompute=*/false);
   };
   return parts;
 }

@@ -12,17 +12,17 @@ namespace strata::layers {
 
 VocabEmbedding::VocabEmbedding(const ResolvedModelConfig& cfg, int64_t padded_vocab, const LayerEnv& env,
                                const ProcessGroup& tp)
-    : learned_positions(cfg.position_embedding_type == PositionEmbeddingType::LearnedAbsolute),
-      h_(cfg.hidden_size),
-      vocab_(cfg.vocab_size.value_or(padded_vocab)),
+    : learned_positions(cfg->position_embedding_type == PositionEmbeddingType::LearnedAbsolute),
+      h_(cfg->hidden_size),
+      vocab_(cfg->vocab_size.value_or(padded_vocab)),
       padded_vocab_(padded_vocab),
       max_positions_(cfg.max_positions()),
-      dropout_p_(cfg.hidden_dropout),
+      dropout_p_(cfg->hidden_dropout),
       sequence_parallel_(env.sequence_parallel && tp.size() > 1),
       tp_(tp) {
   STRATA_CHECK(padded_vocab % tp.size() == 0, "embedding: padded vocabulary ", padded_vocab,
                " is not divisible by the tensor-parallel size ", tp.size());
-  word_embeddings = make_parameter(kWordEmbeddingsName, Shape{padded_vocab, h_}, env, cfg.init_method_std);
+  word_embeddings = make_parameter(kWordEmbeddingsName, Shape{padded_vocab, h_}, env, cfg->init_method_std);
   word_embeddings.vocab_rows = true;
   if (tp.size() > 1) {  // VocabParallelEmbedding: rows [vocab_start, vocab_start + padded_vocab/tp)
     const int64_t rows = padded_vocab / tp.size();
@@ -34,7 +34,7 @@ VocabEmbedding::VocabEmbedding(const ResolvedModelConfig& cfg, int64_t padded_vo
   }
   if (learned_positions) {
     position_embeddings = make_parameter("embedding.position_embeddings.weight", Shape{max_positions_, h_}, env,
-                                         cfg.init_method_std);
+                                         cfg->init_method_std);
     position_embeddings.counted_in_model_flops = false;  // a lookup table, multiplied by nothing
   }
 }

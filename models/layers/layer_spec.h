@@ -26,6 +26,10 @@ struct TransformerLayerSpec {
   // names pre_mlp_layernorm.{weight,bias}) instead of fused into linear_fc1
   // (mlp.linear_fc1.layer_norm_{weight,bias}). The hybrid stack's `E` layers.
   bool separate_pre_mlp_norm = false;
+  // One mHC site per branch (self_attention_hyper_connection, mlp_hyper_connection): a GPT layer
+  // with model.enable_hyper_connections. False without mHC and for a layer that an mHC wrapper
+  // holds (the wrapper is its site).
+  bool branch_hyper_connections = false;
 
   static TransformerLayerSpec full() { return {}; }
   static TransformerLayerSpec attention_only() { return {true, false, MlpKind::Dense}; }

@@ -11,7 +11,7 @@ MambaLayer::MambaLayer(int64_t index, const ResolvedModelConfig& cfg, const Laye
                        const std::string& name)
     : index_(index),
       name_(name.empty() ? "decoder.layers." + std::to_string(index) : name),
-      hidden_dropout_(cfg.hidden_dropout),
+      hidden_dropout_(cfg->hidden_dropout),
       dtype_(env.dtype),
       mixer_(name_ + ".mixer", cfg, env, groups) {}
 

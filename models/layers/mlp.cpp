@@ -8,14 +8,15 @@
 
 namespace strata::layers {
 
-MLP::MLP(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp)
-    : linear_fc1(prefix + ".linear_fc1", cfg.hidden_size, cfg.swiglu ? 2 * cfg.ffn() : cfg.ffn(), cfg.add_bias_linear,
-                 cfg.init_method_std, env, tp, TensorParallelMode::Column, cfg.swiglu ? 2 : 1),
-      linear_fc2(prefix + ".linear_fc2", cfg.ffn(), cfg.hidden_size, cfg.add_bias_linear,
-                 cfg.output_layer_init_std(), env, tp,
+MLP::MLP(const std::string& prefix, const ResolvedModelConfig& cfg, int64_t ffn, const LayerEnv& env,
+         const ProcessGroup& tp)
+    : linear_fc1(prefix + ".linear_fc1", cfg->hidden_size, cfg->swiglu ? 2 * ffn : ffn, cfg->add_bias_linear,
+                 cfg->init_method_std, env, tp, TensorParallelMode::Column, cfg->swiglu ? 2 : 1),
+      linear_fc2(prefix + ".linear_fc2", ffn, cfg->hidden_size, cfg->add_bias_linear,
+                 cfg->output_layer_init_std(), env, tp,
                  TensorParallelMode::Row),
-      swiglu_(cfg.swiglu),
-      openai_gelu_(cfg.openai_gelu),
+      swiglu_(cfg->swiglu),
+      openai_gelu_(cfg->openai_gelu),
       ffn_(linear_fc2.in_features) {}
 
 Tensor MLP::forward(const Tensor& x, Saved* saved, bool add_output_bias) const {

@@ -23,8 +23,10 @@ class MLP {
     Tensor fc1_out;  // [s, b, ffn] or [s, b, 2·ffn]
     Tensor act_out;  // [s, b, ffn]
   };
-  // prefix: "decoder.layers.{i}.mlp"; linear_fc2 init std = init_std/sqrt(2L).
-  MLP(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp);
+  // prefix: "decoder.layers.{i}.mlp"; ffn: the hidden size of the MLP (cfg.ffn(), or a shared
+  // expert's moe_shared_expert_intermediate_size); linear_fc2 init std = init_std/sqrt(2L).
+  MLP(const std::string& prefix, const ResolvedModelConfig& cfg, int64_t ffn, const LayerEnv& env,
+      const ProcessGroup& tp);
   // x: [s, b, h] -> [s, b, h]
   // add_output_bias false: linear_fc2's bias left out (mHC merges it).
   Tensor forward(const Tensor& x, Saved* saved, bool add_output_bias = true) const;

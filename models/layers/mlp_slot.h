@@ -64,7 +64,7 @@ class MlpSlot {
 class DenseMlpSlot : public MlpSlot {
  public:
   DenseMlpSlot(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp)
-      : mlp(prefix, cfg, env, tp) {}
+      : mlp(prefix, cfg, cfg.ffn(), env, tp) {}
   Tensor forward(const Tensor& x, const SlotRun& run, std::unique_ptr<SlotState>* saved) const override;
   Tensor backward(const SlotState& saved, const Tensor& dy) override;
   void collect(std::vector<Parameter*>& out) override { mlp.collect(out); }

@@ -18,31 +18,31 @@ namespace strata::layers {
 
 SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
                              const ProcessGroup& tp, const ProcessGroup& cp)
-    : linear_qkv(prefix + ".linear_qkv", cfg.hidden_size,
-                 cfg.head_dim() * (cfg.num_attention_heads + 2 * cfg.query_groups()),
-                 cfg.add_bias_linear || cfg.add_qkv_bias, cfg.init_method_std, env, tp, TensorParallelMode::Column),
-      linear_proj(prefix + ".linear_proj", cfg.head_dim() * cfg.num_attention_heads, cfg.hidden_size,
-                  cfg.add_bias_linear, cfg.output_layer_init_std(),
+    : linear_qkv(prefix + ".linear_qkv", cfg->hidden_size,
+                 cfg.head_dim() * (cfg->num_attention_heads + 2 * cfg.query_groups()),
+                 cfg->add_bias_linear || cfg->add_qkv_bias, cfg->init_method_std, env, tp, TensorParallelMode::Column),
+      linear_proj(prefix + ".linear_proj", cfg.head_dim() * cfg->num_attention_heads, cfg->hidden_size,
+                  cfg->add_bias_linear, cfg->output_layer_init_std(),
                   env, tp, TensorParallelMode::Row),
-      h_(cfg.hidden_size),
-      np_(cfg.num_attention_heads / tp.size()),
+      h_(cfg->hidden_size),
+      np_(cfg->num_attention_heads / tp.size()),
       ng_(cfg.query_groups() / tp.size()),
       hn_(cfg.head_dim()),
-      global_heads_(cfg.num_attention_heads),
-      head_offset_(static_cast<int64_t>(tp.rank()) * (cfg.num_attention_heads / tp.size())),
-      rope_(cfg.position_embedding_type == PositionEmbeddingType::Rope),
-      rotary_percent_(cfg.rotary_percent),
-      rotary_base_(static_cast<double>(cfg.rotary_base)),
-      rope_scaling_factor_(cfg.use_rope_scaling ? cfg.rope_scaling_factor : 0.0),
-      rotary_interleaved_(cfg.rotary_interleaved),
+      global_heads_(cfg->num_attention_heads),
+      head_offset_(static_cast<int64_t>(tp.rank()) * (cfg->num_attention_heads / tp.size())),
+      rope_(cfg->position_embedding_type == PositionEmbeddingType::Rope),
+      rotary_percent_(cfg->rotary_percent),
+      rotary_base_(static_cast<double>(cfg->rotary_base)),
+      rope_scaling_factor_(cfg->use_rope_scaling ? cfg->rope_scaling_factor : 0.0),
+      rotary_interleaved_(cfg->rotary_interleaved),
       cp_(cp),
       cp_comm_type_(env.cp_comm_type),
       owner_(prefix) {
-  STRATA_CHECK(cfg.num_attention_heads % tp.size() == 0 && cfg.query_groups() % tp.size() == 0, prefix,
-               ": num_attention_heads ", cfg.num_attention_heads, " and num_query_groups ", cfg.query_groups(),
+  STRATA_CHECK(cfg->num_attention_heads % tp.size() == 0 && cfg.query_groups() % tp.size() == 0, prefix,
+               ": num_attention_heads ", cfg->num_attention_heads, " and num_query_groups ", cfg.query_groups(),
                " must be divisible by the tensor-parallel size ", tp.size());
   STRATA_CHECK(np_ % ng_ == 0, prefix, ": num_attention_heads ", np_, " not divisible by num_query_groups ", ng_);
-  if (cfg.qk_layernorm) {
+  if (cfg->qk_layernorm) {
     // Shared over the heads, which tp splits: their gradients are summed over tp.
     const ProcessGroup reduce = tp.size() > 1 ? tp : ProcessGroup::single("tp");
     q_layernorm =

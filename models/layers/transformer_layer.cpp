@@ -30,31 +30,33 @@ TransformerLayer::TransformerLayer(int64_t index, const ResolvedModelConfig& cfg
     : spec_(spec),
       index_(index),
       name_(name.empty() ? layer_prefix(index) : name),
-      hidden_dropout_(cfg.hidden_dropout),
-      attention_dropout_(cfg.attention_dropout),
+      hidden_dropout_(cfg->hidden_dropout),
+      attention_dropout_(cfg->attention_dropout),
       dtype_(env.dtype) {
   STRATA_CHECK(spec.self_attention || spec.mlp, name_, ": a layer spec needs attention, an MLP or both");
   const ProcessGroup sp = sequence_parallel_group(env, groups);
   if (spec.self_attention) {
     input_layernorm_ = std::make_unique<Norm>(name_ + ".self_attention.linear_qkv.layer_norm_weight",
-                                              name_ + ".self_attention.linear_qkv.layer_norm_bias", cfg.hidden_size,
+                                              name_ + ".self_attention.linear_qkv.layer_norm_bias", cfg->hidden_size,
                                               cfg, env, sp);
     self_attention_ = std::make_unique<SelfAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp);
   }
   if (spec.mlp) {
     const std::string norm = name_ + (spec.separate_pre_mlp_norm ? ".pre_mlp_layernorm." : ".mlp.linear_fc1.layer_norm_");
-    pre_mlp_layernorm_ = std::make_unique<Norm>(norm + "weight", norm + "bias", cfg.hidden_size, cfg, env, sp);
+    pre_mlp_layernorm_ = std::make_unique<Norm>(norm + "weight", norm + "bias", cfg->hidden_size, cfg, env, sp);
     mlp_ = make_mlp_slot(spec.mlp_kind, name_ + ".mlp", cfg, env, groups);
     recompute_mlp_ = recompute_module(cfg, mlp_->kind() == MlpKind::Dense ? "mlp" : "moe");
   }
-  if (cfg.enable_hyper_connections) {
+  STRATA_INTERNAL_ASSERT(!spec.branch_hyper_connections || cfg->enable_hyper_connections, name_,
+                         ": mHC sites asked for without model.enable_hyper_connections");
+  if (spec.branch_hyper_connections) {
     const MhcOptions o = mhc_options(cfg);
     streams_ = o.streams;
     if (spec.self_attention)
-      attention_hc_ = std::make_unique<HyperConnection>(name_ + ".self_attention_hyper_connection", cfg.hidden_size,
+      attention_hc_ = std::make_unique<HyperConnection>(name_ + ".self_attention_hyper_connection", cfg->hidden_size,
                                                         o, env, sp);
     if (spec.mlp)
-      mlp_hc_ = std::make_unique<HyperConnection>(name_ + ".mlp_hyper_connection", cfg.hidden_size, o, env, sp);
+      mlp_hc_ = std::make_unique<HyperConnection>(name_ + ".mlp_hyper_connection", cfg->hidden_size, o, env, sp);
   }
 }
 

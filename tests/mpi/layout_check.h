@@ -25,7 +25,7 @@ namespace strata::mpitest {
 inline constexpr int64_t kVocab = 128;
 inline constexpr int kSteps = 10;
 
-inline StrataConfig layout_config(const std::vector<std::string>& extra, int64_t world) {
+inline ResolvedConfig layout_config(const std::vector<std::string>& extra, int64_t world) {
   std::vector<std::string> o = {"model.num_layers=4",           "model.hidden_size=32",
                                 "model.num_attention_heads=4",  "model.vocab_size=128",
                                 "model.make_vocab_size_divisible_by=8",
@@ -36,10 +36,9 @@ inline StrataConfig layout_config(const std::vector<std::string>& extra, int64_t
                                 "training.eval_interval=1000",  "optimizer.lr_warmup_iters=2",
                                 "optimizer.lr_decay_iters=10",  "optimizer.weight_decay=0.1"};
   o.insert(o.end(), extra.begin(), extra.end());
-  StrataConfig cfg =
+  const StrataConfig cfg =
       StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "layouts.yaml");
-  cfg.validate(world);
-  return cfg;
+  return cfg.validate(world);
 }
 
 struct RunResult {
@@ -48,7 +47,7 @@ struct RunResult {
 };
 
 // Trains `cfg` with this rank's part of the layout in `groups`, as training/run.cpp does.
-inline RunResult train(const StrataConfig& cfg, const ParallelGroups& groups) {
+inline RunResult train(const ResolvedConfig& cfg, const ParallelGroups& groups) {
   LayoutRun t = train_layout(cfg, groups, kVocab);
   RunResult r;
   r.losses = t.losses;
@@ -65,11 +64,11 @@ inline void check_layout(const std::vector<std::string>& layout, int expected_wo
                          const std::vector<std::string>* baseline = nullptr, double grad_floor = 1e-6) {
   const int world = mpitest::world().size();
   REQUIRE(world == expected_world);
-  const StrataConfig cfg = layout_config(layout, world);
-  const ParallelGroups groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
+  const ResolvedConfig cfg = layout_config(layout, world);
+  const ParallelGroups groups = build_parallel_groups(*cfg.parallel, mpitest::world_comm());
   std::vector<std::string> one = layout;
   one.push_back("training.train_iters=1");
-  const StrataConfig cfg1 = layout_config(one, world);
+  const ResolvedConfig cfg1 = layout_config(one, world);
   // The baseline: the same run without the parallel.* settings, on one rank.
   std::vector<std::string> base_opts;
   for (const auto& s : layout)

@@ -67,13 +67,13 @@ class PackedMockBatchSource : public BatchSource {
 
 // Trains this rank's `chunks` (GPT or any LanguageModel) of `cfg` under `groups`.
 template <class Model, class Inspect>
-LayoutRun train_chunks(std::vector<std::unique_ptr<Model>>& chunks, const StrataConfig& cfg,
+LayoutRun train_chunks(std::vector<std::unique_ptr<Model>>& chunks, const ResolvedConfig& cfg,
                        const ParallelGroups& groups, int64_t vocab, bool gather_grads, const Inspect& inspect,
                        MetricsSink* sink) {
   std::unique_ptr<BatchSource> mock = std::make_unique<MockBatchSource>(
-      vocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-      static_cast<uint64_t>(cfg.training.seed), 0, groups.dp.rank(), groups.dp.size());
-  const EodRules rules{vocab - 1, cfg.data.eod_mask_loss, cfg.data.reset_position_ids, cfg.data.reset_attention_mask};
+      vocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+      static_cast<uint64_t>(cfg.training->seed), 0, groups.dp.rank(), groups.dp.size());
+  const EodRules rules{vocab - 1, cfg.data->eod_mask_loss, cfg.data->reset_position_ids, cfg.data->reset_attention_mask};
   if (rules.mask_loss || rules.reset_position_ids || rules.reset_attention_mask)
     mock = std::make_unique<PackedMockBatchSource>(std::move(mock), rules);
   BatchSource& data = *mock;
@@ -107,9 +107,9 @@ LayoutRun train_chunks(std::vector<std::unique_ptr<Model>>& chunks, const Strata
 
 // sink (optional): fed what the logging rank (the last world rank) writes. A hybrid config
 // (model.hybrid_layer_pattern) trains the factory's HybridModel chunks (no inspect).
-inline LayoutRun train_layout(const StrataConfig& cfg, const ParallelGroups& groups, int64_t vocab,
+inline LayoutRun train_layout(const ResolvedConfig& cfg, const ParallelGroups& groups, int64_t vocab,
                               bool gather_grads = true, const LayoutInspect& inspect = {}, MetricsSink* sink = nullptr) {
-  if (cfg.model.is_hybrid()) {
+  if (cfg.model->is_hybrid()) {
     STRATA_CHECK(!inspect, "train_layout: no inspect callback for hybrid models");
     std::vector<std::unique_ptr<LanguageModel>> chunks = make_model_chunks(cfg, Device::cpu(), groups);
     using NoInspect = std::function<void(Trainer&, std::vector<std::unique_ptr<LanguageModel>>&)>;

@@ -36,7 +36,7 @@ using mpitest::world_comm;
 
 // The config of a layout on `world` ranks; vocab padding 64·tp gives 128 rows at tp 1 and 2, so
 // every layout has the same global model.
-StrataConfig gpt_config(int64_t world, const std::vector<std::string>& extra) {
+ResolvedConfig gpt_config(int64_t world, const std::vector<std::string>& extra) {
   std::vector<std::string> o = {
       "model.num_layers=4", "model.hidden_size=32", "model.num_attention_heads=4", "model.vocab_size=128",
       "model.make_vocab_size_divisible_by=64", "model.swiglu=true", "model.ffn_hidden_size=64",
@@ -45,18 +45,17 @@ StrataConfig gpt_config(int64_t world, const std::vector<std::string>& extra) {
       "training.train_iters=10", "logging.log_interval=100", "training.eval_interval=1000",
       "optimizer.lr_warmup_iters=2", "optimizer.lr_decay_iters=10", "optimizer.weight_decay=0.1"};
   o.insert(o.end(), extra.begin(), extra.end());
-  StrataConfig cfg =
+  const StrataConfig cfg =
       StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "reshard.yaml");
-  cfg.validate(world);
-  return cfg;
+  return cfg.validate(world);
 }
 
 // The groups of cfg's layout over `comm` (the world, or a sub-job of it).
-ParallelGroups groups_for(const StrataConfig& cfg, const std::shared_ptr<Communicator>& comm) {
-  return build_parallel_groups(cfg.parallel, comm);
+ParallelGroups groups_for(const ResolvedConfig& cfg, const std::shared_ptr<Communicator>& comm) {
+  return build_parallel_groups(*cfg.parallel, comm);
 }
 
-std::vector<double> train(const StrataConfig& cfg, const ParallelGroups& groups) {
+std::vector<double> train(const ResolvedConfig& cfg, const ParallelGroups& groups) {
   return mpitest::train_layout(cfg, groups, kVocab, /*gather_grads=*/false).losses;
 }
 
@@ -99,7 +98,7 @@ void track_iteration_5(const fs::path& dir, const ProcessGroup& world) {
 TEST_CASE("checkpoint reshard: TP2xPP2 -> TP1xPP1, DP2, DP2 + distributed optimizer", "[ckpt_reshard]") {
   auto comm = world_comm();
   REQUIRE(comm->size() == 4);
-  const StrataConfig c4 = gpt_config(4, kTP2PP2);
+  const ResolvedConfig c4 = gpt_config(4, kTP2PP2);
   const ParallelGroups g4 = groups_for(c4, comm);
   const fs::path dir = fresh_shared_dir("from_tp2pp2", g4.world);
   const std::vector<double> source =
@@ -130,8 +129,8 @@ TEST_CASE("checkpoint reshard: TP2xPP2 -> TP1xPP1, DP2, DP2 + distributed optimi
   // DP2 (two jobs: ranks {0,1} and {2,3}), without and with the distributed optimizer.
   auto half = comm->split(comm->rank() / 2, comm->rank());
   for (const char* distopt : {"false", "true"}) {
-    const StrataConfig c2 = gpt_config(2, {"checkpoint.load=" + dir.string(),
-                                           std::string("parallel.use_distributed_optimizer=") + distopt});
+    const ResolvedConfig c2 = gpt_config(2, {"checkpoint.load=" + dir.string(),
+                                             std::string("parallel.use_distributed_optimizer=") + distopt});
     const std::vector<double> dp = train(c2, groups_for(c2, half));
     check_continues(distopt[0] == 't' ? "DP2 + distributed optimizer" : "DP2", dp, source);
   }
@@ -145,7 +144,7 @@ TEST_CASE("checkpoint reshard: TP2xPP2 -> TP1xPP1, DP2, DP2 + distributed optimi
 TEST_CASE("checkpoint reshard: TP1xPP1 and DP2 + distributed optimizer -> TP2xPP2", "[ckpt_reshard]") {
   auto comm = world_comm();
   REQUIRE(comm->size() == 4);
-  const StrataConfig c4 = gpt_config(4, kTP2PP2);
+  const ResolvedConfig c4 = gpt_config(4, kTP2PP2);
   const ParallelGroups g4 = groups_for(c4, comm);
 
   // Saved by one process (rank 0; the others run the same job without saving).
@@ -163,7 +162,7 @@ TEST_CASE("checkpoint reshard: TP1xPP1 and DP2 + distributed optimizer -> TP2xPP
   auto half = comm->split(comm->rank() / 2, comm->rank());
   std::vector<std::string> o2 = {"parallel.use_distributed_optimizer=true"};
   if (comm->rank() < 2) o2 = with(o2, {"checkpoint.save=" + d2.string(), "checkpoint.save_interval=5"});
-  const StrataConfig c2 = gpt_config(2, o2);
+  const ResolvedConfig c2 = gpt_config(2, o2);
   const std::vector<double> src2 = train(c2, groups_for(c2, half));
   g4.world.barrier();
   track_iteration_5(d2, g4.world);
@@ -191,7 +190,7 @@ TEST_CASE("checkpoint reshard: MoE EP2xTP2 -> EP1, EP4", "[ckpt_reshard]") {
                                            "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
                                            "parallel.expert_tensor_parallel_size=1",
                                            "parallel.use_distributed_optimizer=true"};
-  const StrataConfig c4 = gpt_config(4, with(moe, ep2tp2));
+  const ResolvedConfig c4 = gpt_config(4, with(moe, ep2tp2));
   const ParallelGroups g4 = groups_for(c4, comm);
   const fs::path dir = fresh_shared_dir("moe_ep2tp2", g4.world);
   const std::vector<double> source = train(
@@ -213,7 +212,7 @@ TEST_CASE("checkpoint reshard: MoE EP2xTP2 -> EP1, EP4", "[ckpt_reshard]") {
   check_continues("MoE EP2xTP2 -> EP1",
                   train(gpt_config(1, with(moe, {"checkpoint.load=" + dir.string()})), ParallelGroups::single_process()),
                   source);
-  const StrataConfig c_ep4 =
+  const ResolvedConfig c_ep4 =
       gpt_config(4, with(moe, {"checkpoint.load=" + dir.string(), "parallel.expert_model_parallel_size=4"}));
   check_continues("MoE EP2xTP2 -> EP4", train(c_ep4, groups_for(c_ep4, comm)), source);
   g4.world.barrier();
@@ -232,7 +231,7 @@ TEST_CASE("checkpoint reshard: hybrid MoE + MTP TP2xPP2 -> TP1xPP1 (nested MTP n
       "model.position_embedding_type=rope", "model.mamba_head_dim=16", "model.mamba_num_groups=2",
       "model.mamba_state_dim=8", "model.mamba_chunk_size=8"};
   const std::vector<std::string> layout = with(kTP2PP2, {"parallel.sequence_parallel=true"});
-  const StrataConfig c4 = gpt_config(4, with(hybrid, layout));
+  const ResolvedConfig c4 = gpt_config(4, with(hybrid, layout));
   const ParallelGroups g4 = groups_for(c4, comm);
   const fs::path dir = fresh_shared_dir("hybrid_mtp", g4.world);
   const std::vector<double> source = train(

@@ -115,7 +115,7 @@ const std::vector<std::string> kSwiglu = {"model.normalization=RMSNorm",
                                           "model.add_bias_linear=false"};
 
 // The same global batch (8 samples of 16 tokens, micro-batches of 2) in every layout.
-StrataConfig cp_config(int64_t world, const std::vector<std::string>& model, const std::vector<std::string>& layout) {
+ResolvedConfig cp_config(int64_t world, const std::vector<std::string>& model, const std::vector<std::string>& layout) {
   std::vector<std::string> o = {
       "model.num_layers=2", "model.hidden_size=32", "model.num_attention_heads=4", "model.vocab_size=128",
       "model.seq_length=16", "model.max_position_embeddings=16", "model.hidden_dropout=0.1",
@@ -126,14 +126,13 @@ StrataConfig cp_config(int64_t world, const std::vector<std::string>& model, con
   o.insert(o.end(), model.begin(), model.end());
   o.insert(o.end(), layout.begin(), layout.end());
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "cp.yaml");
-  cfg.validate(world);
-  return cfg;
+  return cfg.validate(world);
 }
 
 // The groups of a layout, built once per layout (communicator splits are collective).
-const ParallelGroups& groups_for(const StrataConfig& cfg) {
+const ParallelGroups& groups_for(const ResolvedConfig& cfg) {
   static std::map<std::string, ParallelGroups> cache;
-  const ParallelConfig& p = cfg.parallel;
+  const ParallelConfig& p = *cfg.parallel;
   const std::string key = std::to_string(p.tensor_model_parallel_size) + "/" + std::to_string(p.context_parallel_size) +
                           "/" + std::to_string(p.pipeline_model_parallel_size);
   auto it = cache.find(key);
@@ -146,17 +145,17 @@ struct Run {
   std::map<std::string, Tensor> grads;  // global (gathered over tp) gradients after the last step
 };
 
-Run train(const StrataConfig& cfg, const ParallelGroups& groups) {
+Run train(const ResolvedConfig& cfg, const ParallelGroups& groups) {
   mpitest::LayoutRun t = mpitest::train_layout(cfg, groups, kVocab);
   return Run{std::move(t.losses), std::move(t.grad_norms), std::move(t.grads)};
 }
 
 void check_equivalence(const std::vector<std::string>& model, const std::vector<std::string>& layout) {
   const int64_t world = world_comm()->size();
-  const StrataConfig base_cfg = cp_config(1, model, {});
-  const StrataConfig par_cfg = cp_config(world, model, layout);
+  const ResolvedConfig base_cfg = cp_config(1, model, {});
+  const ResolvedConfig par_cfg = cp_config(world, model, layout);
   const ParallelGroups& groups = groups_for(par_cfg);
-  REQUIRE(groups.cp.size() == par_cfg.parallel.context_parallel_size);
+  REQUIRE(groups.cp.size() == par_cfg.parallel->context_parallel_size);
   const Run base = train(base_cfg, ParallelGroups::single_process());
   const Run par = train(par_cfg, groups);
   REQUIRE(base.losses.size() == 10);
@@ -173,7 +172,7 @@ void check_equivalence(const std::vector<std::string>& model, const std::vector<
   layout1.push_back("training.train_iters=1");
   const Run par1 = train(cp_config(world, model, layout1), groups);
   // Every parameter of this rank (all of them without pipeline stages; its stage's with).
-  if (par_cfg.parallel.pipeline_model_parallel_size == 1) REQUIRE(par1.grads.size() == base1.grads.size());
+  if (par_cfg.parallel->pipeline_model_parallel_size == 1) REQUIRE(par1.grads.size() == base1.grads.size());
   REQUIRE(!par1.grads.empty());
   for (const auto& [name, g] : par1.grads) {
     INFO(name);
@@ -221,7 +220,7 @@ TEST_CASE("cp layout equivalence: CP2 x PP2 (stages exchange the local shard)", 
 }
 
 TEST_CASE("cp generation is rejected with a clear error", "[cp]") {
-  const StrataConfig cfg = cp_config(world_comm()->size(), kGelu, {"parallel.context_parallel_size=2"});
+  const ResolvedConfig cfg = cp_config(world_comm()->size(), kGelu, {"parallel.context_parallel_size=2"});
   auto model_holder = make_gpt_model(cfg, Device::cpu(), groups_for(cfg));
   GPTModel& model = *model_holder;
   model.init_parameters(1);

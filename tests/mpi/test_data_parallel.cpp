@@ -60,7 +60,7 @@ ParallelGroups data_parallel_groups() {
   return g;
 }
 
-StrataConfig dp_config(int64_t world, const std::vector<std::string>& extra) {
+ResolvedConfig dp_config(int64_t world, const std::vector<std::string>& extra) {
   const int64_t n = mpitest::world().size();
   std::vector<std::string> o = {
       "model.num_layers=2", "model.hidden_size=32", "model.num_attention_heads=4", "model.vocab_size=128",
@@ -71,8 +71,7 @@ StrataConfig dp_config(int64_t world, const std::vector<std::string>& extra) {
       "logging.log_interval=1", "training.eval_interval=1000", "optimizer.weight_decay=0.1"};
   o.insert(o.end(), extra.begin(), extra.end());
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "dp.yaml");
-  cfg.validate(world);
-  return cfg;
+  return cfg.validate(world);
 }
 
 struct Run {
@@ -82,11 +81,11 @@ struct Run {
   std::string log;
 };
 
-Run train(const StrataConfig& cfg, const ParallelGroups& groups) {
+Run train(const ResolvedConfig& cfg, const ParallelGroups& groups) {
   auto model_holder = make_gpt_model(cfg, Device::cpu(), groups);
   GPTModel& model = *model_holder;
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed), 0, groups.dp_cp.rank(), groups.dp_cp.size());
+  MockBatchSource data(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                       static_cast<uint64_t>(cfg.training->seed), 0, groups.dp_cp.rank(), groups.dp_cp.size());
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

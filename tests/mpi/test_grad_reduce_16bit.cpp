@@ -54,10 +54,10 @@ double bf16(double x) { return kBf16.round(x); }
 // Micro-batch m of dp rank r of the DP2 layout's step 1, as the only micro-batch of a step.
 class OneMicroBatch : public BatchSource {
  public:
-  OneMicroBatch(const StrataConfig& layout, int64_t rank, int64_t m)
-      : inner_(kVocab, layout.model.seq_length, layout.training.micro_batch_size, 2,
-               static_cast<uint64_t>(layout.training.seed), 0, rank, 2),
-        global_batch_(*layout.training.global_batch_size), m_(m) {}
+  OneMicroBatch(const ResolvedConfig& layout, int64_t rank, int64_t m)
+      : inner_(kVocab, layout.model->seq_length, layout.training->micro_batch_size, 2,
+               static_cast<uint64_t>(layout.training->seed), 0, rank, 2),
+        global_batch_(*layout.training->global_batch_size), m_(m) {}
   Batch next_microbatch(const StepPosition&, int64_t) override {
     return inner_.next_microbatch(StepPosition{1, 0, global_batch_}, m_);
   }
@@ -68,9 +68,9 @@ class OneMicroBatch : public BatchSource {
 };
 
 // The f32 gradient of micro-batch (rank, m) alone, by parameter name.
-std::map<std::string, std::vector<double>> alone(const StrataConfig& layout, const Half& h, int64_t rank, int64_t m) {
+std::map<std::string, std::vector<double>> alone(const ResolvedConfig& layout, const Half& h, int64_t rank, int64_t m) {
   std::vector<std::string> o = with({"training.global_batch_size=2"}, h.alone);
-  const StrataConfig cfg = mpitest::layout_config(o, 1);
+  const ResolvedConfig cfg = mpitest::layout_config(o, 1);
   const ParallelGroups single = ParallelGroups::single_process();
   std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), single);
   OneMicroBatch data(layout, rank, m);
@@ -85,9 +85,9 @@ std::map<std::string, std::vector<double>> alone(const StrataConfig& layout, con
 }
 
 void check_against_reference(const Half& h, const std::vector<std::string>& layout_extra) {
-  const StrataConfig cfg = mpitest::layout_config(with(layout_extra, h.layout), 2);
+  const ResolvedConfig cfg = mpitest::layout_config(with(layout_extra, h.layout), 2);
   REQUIRE(cfg.num_micro_batches() == 2);
-  const ParallelGroups groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
+  const ParallelGroups groups = build_parallel_groups(*cfg.parallel, mpitest::world_comm());
   const mpitest::LayoutRun run = mpitest::train_layout(cfg, groups, kVocab);
   std::map<std::string, std::vector<double>> g[2][2];
   for (int64_t r = 0; r < 2; ++r)
@@ -136,8 +136,8 @@ TEST_CASE("fp16: DP2 + distributed optimizer (fp16 reduce-scatter)", "[grad16_2]
 }
 
 TEST_CASE("grad_reduce_in_bf16: off, the DP2 grads are f32 (not all bf16 values)", "[grad16_2]") {
-  const StrataConfig cfg = mpitest::layout_config(with({}, {"training.precision=bf16"}), 2);
-  const ParallelGroups groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
+  const ResolvedConfig cfg = mpitest::layout_config(with({}, {"training.precision=bf16"}), 2);
+  const ParallelGroups groups = build_parallel_groups(*cfg.parallel, mpitest::world_comm());
   const mpitest::LayoutRun run = mpitest::train_layout(cfg, groups, kVocab);
   int64_t not_bf16 = 0;
   for (const auto& [name, t] : run.grads)

@@ -68,7 +68,7 @@ void check_mixer_tp(bool sp) {
     CHECK(max_diff(tp::gather_parameter(*pp[i], pp[i]->value, tp), pf[i]->value) == 0.0);
   }
   const int64_t s = 4 * n, b = 2;
-  const Tensor x = normal({s, b, c.hidden_size}, 1), dy = normal({s, b, c.hidden_size}, 2);
+  const Tensor x = normal({s, b, c->hidden_size}, 1), dy = normal({s, b, c->hidden_size}, 2);
   layers::MambaMixer::Saved sf, spv;
   const Tensor y = full.forward(x, nullptr, &sf), dx = full.backward(sf, dy);
   auto shard = [&](const Tensor& t) { return sp ? t.narrow(0, r * (s / n), s / n).contiguous() : t; };

@@ -77,7 +77,7 @@ std::set<std::string> stage_sites(const ModelManifest& m, int64_t stage, int64_t
 }
 
 // One training step of this rank's chunks under an observer of `kinds`: the sites it emits.
-std::set<std::string> emitted_sites(const StrataConfig& cfg, const ParallelGroups& groups, SourceKinds kinds) {
+std::set<std::string> emitted_sites(const ResolvedConfig& cfg, const ParallelGroups& groups, SourceKinds kinds) {
   std::vector<std::unique_ptr<LanguageModel>> chunks = make_model_chunks(cfg, Device::cpu(), groups);
   SiteRecorder rec;
   CaptureScope scope(rec, kinds);
@@ -98,15 +98,15 @@ void check_layout(const std::vector<std::string>& layout, const std::string& hyb
   const int world = mpitest::world().size();
   for (const std::vector<std::string>& family : families(hybrid_pattern, hybrid_mtp)) {
     if (moe_only && !is_moe(family)) continue;
-    const StrataConfig cfg = mpitest::layout_config(
+    const ResolvedConfig cfg = mpitest::layout_config(
         join(join(family, layout), {"training.precision=bf16", "training.train_iters=1"}), world);
     INFO("rank " << mpitest::world().rank() << ": " << (family.empty() ? "gpt" : family.front()) << " "
                  << (layout.empty() ? "" : layout.front()));
-    const ParallelGroups groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
-    const ModelManifest manifest = build_model_manifest(cfg.resolved_model(), cfg.parallel);
+    const ParallelGroups groups = build_parallel_groups(*cfg.parallel, mpitest::world_comm());
+    const ModelManifest manifest = build_model_manifest(cfg.model, *cfg.parallel);
     test::RankPosition r;
     r.stage = groups.pp.rank(), r.tp = groups.tp.size(), r.etp = groups.expert_tp.size();
-    r.ep = groups.ep.size(), r.ep_rank = groups.ep.rank(), r.num_experts = cfg.model.num_experts.value_or(0);
+    r.ep = groups.ep.size(), r.ep_rank = groups.ep.rank(), r.num_experts = cfg.model->num_experts.value_or(0);
     r.bf16 = true;
     const auto chunks = make_model_chunks(cfg, Device::cpu(), groups);
     for (size_t c = 0; c < chunks.size(); ++c) {
@@ -118,7 +118,7 @@ void check_layout(const std::vector<std::string>& layout, const std::string& hyb
     // sequences, and asking for it there is an error (as in Megatron).
     SourceKinds kinds;
     for (int i = 0; i < kNumSourceKinds; ++i)
-      if (!(cfg.parallel.sequence_parallel && static_cast<SourceKind>(i) == SourceKind::RouterDiagnostics))
+      if (!(cfg.parallel->sequence_parallel && static_cast<SourceKind>(i) == SourceKind::RouterDiagnostics))
         kinds = kinds | SourceKinds{static_cast<SourceKind>(i)};
     CHECK(emitted_sites(cfg, groups, kinds) == stage_sites(manifest, r.stage, groups.pp.size(), kinds));
   }

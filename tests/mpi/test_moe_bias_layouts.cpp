@@ -28,7 +28,7 @@ using mpitest::world_comm;
 
 constexpr int64_t kVocab = 128;
 
-StrataConfig moe_config(int64_t world, const std::vector<std::string>& extra) {
+ResolvedConfig moe_config(int64_t world, const std::vector<std::string>& extra) {
   std::vector<std::string> o = {
       "model.num_layers=4", "model.hidden_size=32", "model.num_attention_heads=4", "model.vocab_size=128",
       "model.make_vocab_size_divisible_by=64", "model.add_bias_linear=false", "model.num_experts=4",
@@ -40,8 +40,7 @@ StrataConfig moe_config(int64_t world, const std::vector<std::string>& extra) {
       "training.eval_interval=1000", "optimizer.lr_warmup_iters=2", "optimizer.lr_decay_iters=10"};
   o.insert(o.end(), extra.begin(), extra.end());
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "moe.yaml");
-  cfg.validate(world);
-  return cfg;
+  return cfg.validate(world);
 }
 
 struct MoeRun {
@@ -50,7 +49,7 @@ struct MoeRun {
   std::map<int64_t, std::vector<double>> counts;  // the last step's counts, every layer
 };
 
-MoeRun train(const StrataConfig& cfg, const ParallelGroups& groups) {
+MoeRun train(const ResolvedConfig& cfg, const ParallelGroups& groups) {
   MoeRun r;
   auto inspect = [&r](Trainer& trainer, std::vector<std::unique_ptr<GPTModel>>& chunks) {
     for (auto& c : chunks)
@@ -74,8 +73,8 @@ TEST_CASE("moe expert bias: DP2xPP2 equals one rank; its checkpoint resumes on o
   auto comm = world_comm();
   REQUIRE(comm->size() == 4);
   const std::vector<std::string> dp2pp2 = {"parallel.pipeline_model_parallel_size=2"};
-  const StrataConfig c4 = moe_config(4, dp2pp2);
-  const ParallelGroups g4 = build_parallel_groups(c4.parallel, comm);
+  const ResolvedConfig c4 = moe_config(4, dp2pp2);
+  const ParallelGroups g4 = build_parallel_groups(*c4.parallel, comm);
   REQUIRE(g4.tp_dp_cp.size() == 2);
   const MoeRun single = train(moe_config(1, {}), ParallelGroups::single_process());
   REQUIRE(single.bias.size() == 4);

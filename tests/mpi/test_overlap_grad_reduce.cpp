@@ -50,7 +50,7 @@ std::shared_ptr<Communicator> world_comm(bool deterministic) {
   return deterministic ? ordered : plain;
 }
 
-StrataConfig overlap_config(const std::vector<std::string>& extra) {
+ResolvedConfig overlap_config(const std::vector<std::string>& extra) {
   const int64_t n = mpitest::world().size();
   std::vector<std::string> o = {
       "model.num_layers=2", "model.hidden_size=32", "model.num_attention_heads=4", "model.vocab_size=128",
@@ -62,8 +62,7 @@ StrataConfig overlap_config(const std::vector<std::string>& extra) {
   o.insert(o.end(), extra.begin(), extra.end());
   StrataConfig cfg =
       StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "overlap.yaml");
-  cfg.validate(n);
-  return cfg;
+  return cfg.validate(n);
 }
 
 struct Run {
@@ -74,8 +73,8 @@ struct Run {
   std::string log;
 };
 
-Run train(const StrataConfig& cfg, bool deterministic) {
-  const ParallelGroups groups = build_parallel_groups(cfg.parallel, world_comm(deterministic));
+Run train(const ResolvedConfig& cfg, bool deterministic) {
+  const ParallelGroups groups = build_parallel_groups(*cfg.parallel, world_comm(deterministic));
   mpitest::LayoutRun t = mpitest::train_layout(cfg, groups, kVocab);
   Run r;
   r.result = std::move(t.result);
@@ -88,17 +87,17 @@ Run train(const StrataConfig& cfg, bool deterministic) {
 // Overlap during the backward, seen from inside it: one forward/backward of micro-batch 0 on the
 // first chunk with a GradBuffer over dp, recording how many buckets had started when the backward
 // reported the word embeddings (the last parameters it finishes).
-int64_t buckets_started_before_backward_end(const StrataConfig& cfg, bool deterministic, int64_t* buckets) {
-  const ParallelGroups groups = build_parallel_groups(cfg.parallel, world_comm(deterministic));
+int64_t buckets_started_before_backward_end(const ResolvedConfig& cfg, bool deterministic, int64_t* buckets) {
+  const ParallelGroups groups = build_parallel_groups(*cfg.parallel, world_comm(deterministic));
   auto model_holder = make_gpt_model(cfg, Device::cpu(), groups);
   GPTModel& model = *model_holder;
   model.init_parameters(1);
   GradBufferOptions gbo;
-  gbo.bucket_size = default_ddp_bucket_size(cfg.parallel.ddp_bucket_size, true, groups.dp_cp.size());
-  gbo.distributed_optimizer = cfg.parallel.use_distributed_optimizer;
+  gbo.bucket_size = default_ddp_bucket_size(cfg.parallel->ddp_bucket_size, true, groups.dp_cp.size());
+  gbo.distributed_optimizer = cfg.parallel->use_distributed_optimizer;
   GradBuffer buffer(model.parameters(), groups.dp_cp, gbo);
   *buckets = static_cast<int64_t>(buffer.buckets().size());
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, 1, 1, 0, groups.dp_cp.rank(),
+  MockBatchSource data(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, 1, 1, 0, groups.dp_cp.rank(),
                        groups.dp_cp.size());
   const Batch batch = data.next_microbatch(1, 0);
   auto ctx = model.make_context(1, 0, true);
@@ -246,8 +245,8 @@ TEST_CASE("overlap: asynchronous collectives equal the blocking ones", "[overlap
 TEST_CASE("overlap: buckets are in flight before the backward ends", "[overlap]") {
   for (const char* dist : {"false", "true"}) {
     INFO("distributed optimizer " << dist);
-    const StrataConfig cfg = overlap_config({"parallel.overlap_grad_reduce=true", "parallel.ddp_bucket_size=3000",
-                                             std::string("parallel.use_distributed_optimizer=") + dist});
+    const ResolvedConfig cfg = overlap_config({"parallel.overlap_grad_reduce=true", "parallel.ddp_bucket_size=3000",
+                                               std::string("parallel.use_distributed_optimizer=") + dist});
     int64_t buckets = 0;
     const int64_t started = buckets_started_before_backward_end(cfg, false, &buckets);
     CHECK(buckets >= 4);

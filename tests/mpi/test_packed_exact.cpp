@@ -25,12 +25,12 @@ using namespace strata::test::packed;
 
 // This launch's groups for a parallel section (world of 2).
 ParallelGroups groups_for(const std::string& parallel_yaml) {
-  StrataConfig cfg = StrataConfig::from_yaml_text(
+  const StrataConfig cfg = StrataConfig::from_yaml_text(
       "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\nmodel:\n  num_layers: 2\n  hidden_size: 16\n"
       "  num_attention_heads: 4\n  seq_length: 16\n  max_position_embeddings: 16\nparallel:\n" + parallel_yaml,
       {}, "packed_exact.yaml");
-  cfg.validate(2);
-  return build_parallel_groups(cfg.parallel, mpitest::world_comm());
+  const ResolvedConfig resolved = cfg.validate(2);
+  return build_parallel_groups(*resolved.parallel, mpitest::world_comm());
 }
 
 std::unique_ptr<LanguageModel> make(const ModelConfig& m, LanguageModelOptions o, const ParallelGroups& g) {

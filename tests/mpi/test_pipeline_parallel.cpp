@@ -50,7 +50,7 @@ ParallelGroups pipeline_groups() {
   return g;
 }
 
-StrataConfig gpt_config(const std::vector<std::string>& extra, int64_t world) {
+ResolvedConfig gpt_config(const std::vector<std::string>& extra, int64_t world) {
   std::vector<std::string> o = {"model.num_layers=4",        "model.hidden_size=32",
                                 "model.num_attention_heads=4", "model.vocab_size=128",
                                 "model.hidden_dropout=0.1",  "model.attention_dropout=0.1",
@@ -60,8 +60,7 @@ StrataConfig gpt_config(const std::vector<std::string>& extra, int64_t world) {
                                 "optimizer.lr_warmup_iters=2", "optimizer.lr_decay_iters=10"};
   o.insert(o.end(), extra.begin(), extra.end());
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "pp.yaml");
-  cfg.validate(world);
-  return cfg;
+  return cfg.validate(world);
 }
 
 struct RunResult {
@@ -71,10 +70,10 @@ struct RunResult {
 };
 
 // Trains `cfg` with this rank's chunks of the layout in `groups` (single_process: the baseline).
-RunResult train(const StrataConfig& cfg, const ParallelGroups& groups) {
+RunResult train(const ResolvedConfig& cfg, const ParallelGroups& groups) {
   std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed));
+  MockBatchSource data(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                       static_cast<uint64_t>(cfg.training->seed));
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -167,7 +166,7 @@ struct ScheduleRun {
   double wall_s = 0.0, compute_s = 0.0;
 };
 
-ScheduleRun run_schedule(const StrataConfig& cfg, const ParallelGroups& groups) {
+ScheduleRun run_schedule(const ResolvedConfig& cfg, const ParallelGroups& groups) {
   std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), groups);
   PipelineLayout layout;
   for (auto& c : chunks) {
@@ -177,7 +176,7 @@ ScheduleRun run_schedule(const StrataConfig& cfg, const ParallelGroups& groups) 
   }
   layout.pp = groups.pp;
   layout.embedding = groups.embedding;
-  MockBatchSource data(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource data(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
   std::vector<Batch> batches;
   for (int64_t mb = 0; mb < cfg.num_micro_batches(); ++mb) batches.push_back(data.next_microbatch(1, mb));
   ScheduleRun r;
@@ -203,7 +202,7 @@ TEST_CASE("pipeline parallel: executed pass order equals pipeline_schedule_order
     for (const char* gbs : {"training.global_batch_size=8", "training.global_batch_size=16"}) {
       std::vector<std::string> o = {gbs, "parallel.pipeline_model_parallel_size=" + std::to_string(pp)};
       if (*vpp) o.push_back(vpp);
-      const StrataConfig cfg = gpt_config(o, pp);
+      const ResolvedConfig cfg = gpt_config(o, pp);
       const ScheduleRun r = run_schedule(cfg, groups);
       const int64_t v = *vpp ? 2 : 1;
       INFO(vpp << " " << gbs);
@@ -224,7 +223,7 @@ TEST_CASE("pipeline parallel: measured bubble fraction", "[.pipeline_bubble]") {
                                     "training.global_batch_size=" + std::to_string(2 * m),
                                     "parallel.pipeline_model_parallel_size=" + std::to_string(pp)};
       if (v > 1) o.push_back("parallel.virtual_pipeline_model_parallel_size=" + std::to_string(v));
-      const StrataConfig cfg = gpt_config(o, pp);
+      const ResolvedConfig cfg = gpt_config(o, pp);
       double best = 1e9;
       for (int rep = 0; rep < 3; ++rep) {
         const ScheduleRun r = run_schedule(cfg, groups);

@@ -18,7 +18,7 @@ namespace {
 
 constexpr int64_t kVocab = 64;
 
-StrataConfig pp_config(bool moe, const std::vector<std::string>& extra) {
+ResolvedConfig pp_config(bool moe, const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.num_layers=4",
                                 "model.hidden_size=16",
                                 "model.num_attention_heads=4",
@@ -41,15 +41,14 @@ StrataConfig pp_config(bool moe, const std::vector<std::string>& extra) {
       o.push_back(s);
   o.insert(o.end(), extra.begin(), extra.end());
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-2\ndata:\n  mock_data: true\n", o, "pp.yaml");
-  cfg.validate(2);
-  return cfg;
+  return cfg.validate(2);
 }
 
 void check_recompute_matches(const std::vector<std::string>& layout) {
   for (bool moe : {false, true}) {
     INFO((moe ? "GPT+MoE" : "GPT"));
-    const StrataConfig base_cfg = pp_config(moe, layout);
-    const ParallelGroups groups = build_parallel_groups(base_cfg.parallel, mpitest::world_comm());
+    const ResolvedConfig base_cfg = pp_config(moe, layout);
+    const ParallelGroups groups = build_parallel_groups(*base_cfg.parallel, mpitest::world_comm());
     const mpitest::LayoutRun base = mpitest::train_layout(base_cfg, groups, kVocab);
     REQUIRE(base.losses.size() == 3);
     std::vector<std::vector<std::string>> modes = {

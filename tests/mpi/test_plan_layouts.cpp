@@ -24,8 +24,8 @@ const std::vector<std::string> kHybrid = {"model.num_experts=4",        "model.m
 void check_rank_parameters(std::vector<std::string> extra) {
   extra.insert(extra.begin(), kHybrid.begin(), kHybrid.end());
   const int world = mpitest::world().size();
-  const StrataConfig cfg = mpitest::layout_config(extra, world);
-  const ParallelGroups groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
+  const ResolvedConfig cfg = mpitest::layout_config(extra, world);
+  const ParallelGroups groups = build_parallel_groups(*cfg.parallel, mpitest::world_comm());
   int64_t built = 0;
   for (auto& chunk : make_model_chunks(cfg, Device::cpu(), groups))
     for (Parameter* p : chunk->parameters()) built += p->value.numel();

@@ -22,10 +22,10 @@ struct SumsRecorder : Observer {
   void on_tensor(const Observation& o) override { seen[std::string(o.owner)] = o.tensor.clone(); }
 };
 
-std::map<std::string, Tensor> observe(const StrataConfig& cfg, const ParallelGroups& g, SourceKind kind) {
+std::map<std::string, Tensor> observe(const ResolvedConfig& cfg, const ParallelGroups& g, SourceKind kind) {
   std::vector<std::unique_ptr<GPTModel>> chunks = make_gpt_model_chunks(cfg, Device::cpu(), g);
-  MockBatchSource data(mpitest::kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                       static_cast<uint64_t>(cfg.training.seed), 0, g.dp.rank(), g.dp.size());
+  MockBatchSource data(mpitest::kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                       static_cast<uint64_t>(cfg.training->seed), 0, g.dp.rank(), g.dp.size());
   const Batch batch = cp::split_batch(data.next_microbatch(1, 0), g.cp.size(), g.cp.rank());
   SumsRecorder rec;
   {
@@ -43,8 +43,8 @@ void check_merged(const std::vector<std::string>& layout) {
                                         "model.attention_dropout=0.0"};
   std::vector<std::string> o = moe;
   o.insert(o.end(), layout.begin(), layout.end());
-  const StrataConfig cfg = mpitest::layout_config(o, mpitest::world().size());
-  const ParallelGroups g = build_parallel_groups(cfg.parallel, mpitest::world_comm());
+  const ResolvedConfig cfg = mpitest::layout_config(o, mpitest::world().size());
+  const ParallelGroups g = build_parallel_groups(*cfg.parallel, mpitest::world_comm());
   const auto single =
       observe(mpitest::layout_config(moe, 1), ParallelGroups::single_process(), SourceKind::RouterDiagnostics);
   const auto par = observe(cfg, g, SourceKind::RouterDiagnosticSums);

@@ -32,9 +32,9 @@ Traced trace(const std::string& name, std::vector<std::string> layout) {
                                 "model.moe_router_topk=2", "model.moe_layer_freq=[0, 1, 1, 0]",
                                 "training.train_iters=2", "logging.moe_routing_trace_path=" + dir};
   o.insert(o.end(), layout.begin(), layout.end());
-  const StrataConfig cfg = mpitest::layout_config(o, world);
+  const ResolvedConfig cfg = mpitest::layout_config(o, world);
   Traced t;
-  t.groups = build_parallel_groups(cfg.parallel, mpitest::world_comm());
+  t.groups = build_parallel_groups(*cfg.parallel, mpitest::world_comm());
   mpitest::train_layout(cfg, t.groups, mpitest::kVocab, /*gather_grads=*/false);
   t.records = formats::read_jsonl(dir + "/router_trace_rank" + std::to_string(t.groups.global_rank) + ".jsonl");
   return t;

@@ -61,8 +61,8 @@ std::map<std::string, double> run_metrics(const std::vector<std::string>& opts, 
 }
 
 // Whether the layout splits a layer's tokens over ranks (dp, cp or sequence parallelism).
-bool splits_tokens(const StrataConfig& cfg) {
-  const ParallelConfig& p = cfg.parallel;
+bool splits_tokens(const ResolvedConfig& cfg) {
+  const ParallelConfig& p = *cfg.parallel;
   return cfg.data_parallel_size() > 1 || p.context_parallel_size > 1 ||
          (p.sequence_parallel && p.tensor_model_parallel_size > 1);
 }
@@ -80,8 +80,8 @@ void check_metrics(std::vector<std::string> layout, bool moe, bool mhc = false) 
   for (const auto& s : layout)
     if (s.rfind("parallel.", 0) != 0) base_opts.push_back(s);
   const std::map<std::string, double> base = run_metrics(base_opts, ParallelGroups::single_process(), 1);
-  const StrataConfig par_cfg = layout_config(par, world);
-  const ParallelGroups groups = build_parallel_groups(par_cfg.parallel, mpitest::world_comm());
+  const ResolvedConfig par_cfg = layout_config(par, world);
+  const ParallelGroups groups = build_parallel_groups(*par_cfg.parallel, mpitest::world_comm());
   int64_t collectives = 0;
   const std::map<std::string, double> got = run_metrics(par, groups, world, nullptr, &collectives);
   const bool sampled_differs = splits_tokens(par_cfg);
@@ -140,7 +140,7 @@ TEST_CASE("tensor metrics: losses are bit-identical with metrics due, configured
           "[tensor_metrics2]") {
   const int world = mpitest::world().size();
   const std::vector<std::string> layout = {"parallel.pipeline_model_parallel_size=2", "training.train_iters=3"};
-  const ParallelGroups groups = build_parallel_groups(layout_config(layout, world).parallel, mpitest::world_comm());
+  const ParallelGroups groups = build_parallel_groups(*layout_config(layout, world).parallel, mpitest::world_comm());
   auto losses = [&](const std::string& metrics) {
     std::vector<std::string> o = kMoe;
     o.insert(o.end(), layout.begin(), layout.end());

@@ -186,9 +186,9 @@ inline StrataConfig family_config(hf::Family f, bool tied, Precision precision) 
 }
 
 // A model with random weights (norm weights and biases too, so a mixed-up name shows) saved as
-// iteration 7 under dir.
-inline std::unique_ptr<GPTModel> save_random_checkpoint(StrataConfig& cfg, const fs::path& dir, uint64_t seed) {
-  cfg.validate(1);
+// iteration 7 under dir (with the config resolved for one rank).
+inline std::unique_ptr<GPTModel> save_random_checkpoint(const StrataConfig& raw, const fs::path& dir, uint64_t seed) {
+  const ResolvedConfig cfg = raw.validate(1);
   auto model = make_gpt_model(cfg, Device::cpu());
   model->init_parameters(seed);
   uint64_t k = seed * 100;

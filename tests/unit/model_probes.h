@@ -26,7 +26,7 @@ struct TwoMicroBatchPass {
   std::vector<std::vector<double>> losses, grads;  // grads: then each MoE router's token counts
 };
 
-inline TwoMicroBatchPass two_micro_batch_pass(const StrataConfig& cfg, int64_t vocab) {
+inline TwoMicroBatchPass two_micro_batch_pass(const ResolvedConfig& cfg, int64_t vocab) {
   auto model = make_model(cfg, Device::cpu());  // GPT, or the HybridModel of a hybrid pattern
   model->init_parameters(7);
   for (Parameter* p : model->parameters()) p->main_grad.zero_();
@@ -35,7 +35,7 @@ inline TwoMicroBatchPass two_micro_batch_pass(const StrataConfig& cfg, int64_t v
   std::vector<ForwardOutput> outs;
   for (int64_t mb = 0; mb < 2; ++mb) {
     ctx.push_back(model->make_context(1, mb, true));
-    outs.push_back(model->forward_pass(*ctx.back(), fixed_batch(2, cfg.model.seq_length, vocab)));
+    outs.push_back(model->forward_pass(*ctx.back(), fixed_batch(2, cfg.model->seq_length, vocab)));
     for (const NamedLoss& l : outs.back().losses) r.losses.push_back(l.value.to_vector());
   }
   for (int64_t mb = 0; mb < 2; ++mb) {
@@ -55,10 +55,10 @@ inline TwoMicroBatchPass two_micro_batch_pass(const StrataConfig& cfg, int64_t v
 
 // Peak allocated bytes above the starting point of one micro-batch's training forward and
 // backward (every loss with gradient 1) of the config's model on the CPU, initialised with seed 7.
-inline int64_t peak_training_bytes(const StrataConfig& cfg, int64_t vocab) {
+inline int64_t peak_training_bytes(const ResolvedConfig& cfg, int64_t vocab) {
   auto model = make_model(cfg, Device::cpu());
   model->init_parameters(7);
-  Batch batch = fixed_batch(cfg.training.micro_batch_size, cfg.model.seq_length, vocab);
+  Batch batch = fixed_batch(cfg.training->micro_batch_size, cfg.model->seq_length, vocab);
   auto ctx = model->make_context(1, 0, true);
   reset_peak_memory_stats(Device::cpu());
   const int64_t base = memory_stats(Device::cpu()).allocated_bytes;
@@ -77,7 +77,7 @@ class CountingObserver : public Observer {
 };
 
 // owner/name → how often it was observed over two_micro_batch_pass(cfg, vocab) (every source kind).
-inline std::map<std::string, int> two_micro_batch_observations(const StrataConfig& cfg, int64_t vocab) {
+inline std::map<std::string, int> two_micro_batch_observations(const ResolvedConfig& cfg, int64_t vocab) {
   CountingObserver obs;
   CaptureScope scope(obs, SourceKinds::all());
   two_micro_batch_pass(cfg, vocab);

@@ -87,15 +87,15 @@ TEST_CASE("batch size schedule: Megatron's flags and rules", "[batch_size][confi
         flags, world);
   };
   // Thresholds 0, 32 and 96 tokens: samples 0, 4, 12; train_samples 30 → consumed 2 4 8 12 18 24 30.
-  const StrataConfig c = config({"--step-batch-size-schedule", "0:2 32:4 96:6", "--train-samples", "30",
-                                 "--micro-batch-size", "2"});
-  CHECK(c.training.train_iters == 7);
-  CHECK(c.training.global_batch_size == 2);  // Megatron: micro_batch_size × dp when not given
+  const ResolvedConfig c = config({"--step-batch-size-schedule", "0:2 32:4 96:6", "--train-samples", "30",
+                                   "--micro-batch-size", "2"});
+  CHECK(c.training->train_iters == 7);
+  CHECK(c.training->global_batch_size == 2);  // Megatron: micro_batch_size × dp when not given
   CHECK(c.batch_size_schedule().samples_for_iterations(7) == 30);
-  const StrataConfig r = config({"--rampup-batch-size", "4", "4", "30", "--global-batch-size", "16", "--train-samples",
-                                 "100"});
-  CHECK(r.training.rampup_batch_size == std::vector<int64_t>{4, 4, 30});
-  CHECK(r.training.train_iters == 9);
+  const ResolvedConfig r = config({"--rampup-batch-size", "4", "4", "30", "--global-batch-size", "16",
+                                   "--train-samples", "100"});
+  CHECK(r.training->rampup_batch_size == std::vector<int64_t>{4, 4, 30});
+  CHECK(r.training->train_iters == 9);
   for (const auto& [flags, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--step-batch-size-schedule", "0:8", "--global-batch-size", "8"}, "Cannot specify both"},
            {{"--rampup-batch-size", "4", "4", "30", "--global-batch-size", "16"}, "needs sample-based training"},
@@ -139,10 +139,10 @@ void run_schedule(ScheduleRun& r, const std::vector<std::string>& extra,
                                 "optimizer.lr_warmup_samples=6", "logging.log_interval=1"};
   o.insert(o.end(), batch_sizes.begin(), batch_sizes.end());
   o.insert(o.end(), extra.begin(), extra.end());
-  const StrataConfig cfg = tiny_config(o);
+  const ResolvedConfig cfg = tiny_config(o);
   BigramModel model(kVocab);
-  MockBatchSource train(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                        static_cast<uint64_t>(cfg.training.seed));
+  MockBatchSource train(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                        static_cast<uint64_t>(cfg.training->seed));
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

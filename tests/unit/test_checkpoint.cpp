@@ -26,9 +26,9 @@ struct Run {
   std::vector<std::vector<double>> params;
 };
 
-Run run(const StrataConfig& cfg, BigramModel& model) {
-  MockBatchSource train(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                        static_cast<uint64_t>(cfg.training.seed));
+Run run(const ResolvedConfig& cfg, BigramModel& model) {
+  MockBatchSource train(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                        static_cast<uint64_t>(cfg.training->seed));
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -64,7 +64,7 @@ TEST_CASE("checkpoint: CRC-32C check value", "[checkpoint]") {
 
 TEST_CASE("checkpoint: Megatron layout, tracker and manifest", "[checkpoint]") {
   const fs::path dir = temp_dir("layout");
-  StrataConfig cfg = tiny_config({"checkpoint.save=" + dir.string(), "checkpoint.save_interval=10"});
+  const ResolvedConfig cfg = tiny_config({"checkpoint.save=" + dir.string(), "checkpoint.save_interval=10"});
   BigramModel model(kVocab);
   const Run r = run(cfg, model);
   CHECK(r.result.saved_iterations == std::vector<int64_t>{10, 20});
@@ -80,7 +80,7 @@ TEST_CASE("checkpoint: Megatron layout, tracker and manifest", "[checkpoint]") {
   CHECK(m["iteration"] == 10);
   CHECK(m["consumed_samples"] == 60);
   CHECK(m["optimizer"]["step_count"] == 10);
-  CHECK(m["rng"]["seed"] == cfg.training.seed);
+  CHECK(m["rng"]["seed"] == cfg.training->seed);
   CHECK(m["config"] == cfg.to_yaml());
   CHECK(m["files"].contains("model_rank_0000.safetensors"));
   CHECK(m["files"].contains("optimizer_rank_0000.safetensors"));
@@ -153,7 +153,7 @@ TEST_CASE("checkpoint: no_load_optim and finetune", "[checkpoint]") {
 
   SECTION("no_load_optim: weights and iteration, fresh optimizer") {
     BigramModel m(kVocab);
-    StrataConfig cfg = tiny_config({"checkpoint.load=" + dir.string(), "checkpoint.no_load_optim=true"});
+    const ResolvedConfig cfg = tiny_config({"checkpoint.load=" + dir.string(), "checkpoint.no_load_optim=true"});
     MockBatchSource src(kVocab, 8, 2, 3, 1);
     TrainerOptions opt;
     opt.tensor_io = std::make_shared<TestSafetensorsIO>();
@@ -168,7 +168,7 @@ TEST_CASE("checkpoint: no_load_optim and finetune", "[checkpoint]") {
   }
   SECTION("finetune: weights only, iteration 0") {
     BigramModel m(kVocab);
-    StrataConfig cfg = tiny_config({"checkpoint.load=" + dir.string(), "checkpoint.finetune=true"});
+    const ResolvedConfig cfg = tiny_config({"checkpoint.load=" + dir.string(), "checkpoint.finetune=true"});
     MockBatchSource src(kVocab, 8, 2, 3, 1);
     TrainerOptions opt;
     opt.tensor_io = std::make_shared<TestSafetensorsIO>();

@@ -297,10 +297,10 @@ struct Run {
   std::vector<std::vector<double>> params;
 };
 
-Run run(const StrataConfig& cfg) {
+Run run(const ResolvedConfig& cfg) {
   BigramModel model(kVocab);
-  MockBatchSource train(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                        static_cast<uint64_t>(cfg.training.seed));
+  MockBatchSource train(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                        static_cast<uint64_t>(cfg.training->seed));
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

@@ -74,7 +74,7 @@ TEST_CASE("checkpoint tokenizer: a moved checkpoint exports and generates with i
   CHECK(lm.tokenizer->encode("ab ab") == std::vector<int64_t>{1, 7, 7, 2});
   // ... and the export imports back with that tokenizer.
   const hf::ImportResult back = hf::import_checkpoint((dir / "hf").string(), (dir / "back").string());
-  CHECK(back.config.data.tokenizer_type == TokenizerType::HuggingFaceTokenizer);
+  CHECK(back.config.data->tokenizer_type == TokenizerType::HuggingFaceTokenizer);
   CHECK(file_bytes(dir / "back" / "iter_0000000" / "tokenizer" / "tokenizer.json") ==
         file_bytes(dir / "tok_gone" / "tokenizer.json"));
 

@@ -267,11 +267,12 @@ TEST_CASE("metrics log: TensorBoard '<tag> vs samples' twins against consumed sa
   // the twins into its event file.
   const fs::path tb = case_root() / "twins_tb";
   fs::remove_all(tb);
-  StrataConfig cfg = test::tiny_config({"training.train_iters=10", "training.eval_interval=5",
-                                        "logging.log_num_zeros_in_grad=true", "logging.tensorboard_dir=" + tb.string()});
+  const ResolvedConfig cfg = test::tiny_config({"training.train_iters=10", "training.eval_interval=5",
+                                                "logging.log_num_zeros_in_grad=true",
+                                                "logging.tensorboard_dir=" + tb.string()});
   test::BigramModel model(16);
-  MockBatchSource train(16, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1, 0);
-  MockBatchSource valid(16, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1, 1);
+  MockBatchSource train(16, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1, 0);
+  MockBatchSource valid(16, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1, 1);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

@@ -49,10 +49,9 @@ TEST_CASE("cli train: a good config validates and prints", "[cli_train]") {
   CHECK_THAT(r.out, Contains("num_layers: 2"));
   CHECK_THAT(r.out, Contains("train_iters: 7"));
   // The printed config is the resolved one and loads back to the same config.
-  StrataConfig back = StrataConfig::from_yaml_text(r.out, {}, "printed.yaml");
-  back.validate(1);
-  CHECK(back.training.train_iters == 7);
-  CHECK(back.model.hidden_size == 64);
+  const ResolvedConfig back = StrataConfig::from_yaml_text(r.out, {}, "printed.yaml").validate(1);
+  CHECK(back.training->train_iters == 7);
+  CHECK(back.model->hidden_size == 64);
   CHECK(back.to_yaml() == r.out);
 }
 

@@ -36,26 +36,24 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST_CASE("config: the committed configs load and validate", "[config]") {
-  StrataConfig tiny = StrataConfig::load((kRepo / "configs/gpt_tiny.yaml").string());
-  tiny.validate();
-  CHECK(tiny.model.num_layers == 4);
-  CHECK(tiny.model.hidden_size == 256);
-  CHECK(tiny.resolved_model().ffn() == 1024);
-  CHECK(tiny.resolved_model().head_dim() == 64);
-  CHECK(tiny.resolved_model().query_groups() == 4);
-  CHECK(!tiny.model.vocab_size);
-  CHECK(tiny.data.tokenizer_type == TokenizerType::ByteLevelTokenizer);
+  const ResolvedConfig tiny = StrataConfig::load((kRepo / "configs/gpt_tiny.yaml").string()).validate();
+  CHECK(tiny.model->num_layers == 4);
+  CHECK(tiny.model->hidden_size == 256);
+  CHECK(tiny.model.ffn() == 1024);
+  CHECK(tiny.model.head_dim() == 64);
+  CHECK(tiny.model.query_groups() == 4);
+  CHECK(!tiny.model->vocab_size);
+  CHECK(tiny.data->tokenizer_type == TokenizerType::ByteLevelTokenizer);
   CHECK(tiny.num_micro_batches() == 1);
-  CHECK(*tiny.optimizer.lr_decay_iters == 800);
+  CHECK(*tiny.optimizer->lr_decay_iters == 800);
 
-  StrataConfig gpt = StrataConfig::load((kRepo / "configs/gpt_125m.yaml").string());
-  gpt.validate(8);
-  CHECK(gpt.resolved_model().ffn() == 3072);
-  CHECK(gpt.training.precision == Precision::Bf16);
+  const ResolvedConfig gpt = StrataConfig::load((kRepo / "configs/gpt_125m.yaml").string()).validate(8);
+  CHECK(gpt.model.ffn() == 3072);
+  CHECK(gpt.training->precision == Precision::Bf16);
   CHECK(gpt.data_parallel_size() == 8);
   CHECK(gpt.num_micro_batches() == 8);
-  CHECK(gpt.optimizer.warmup_iters() == 5722);
-  CHECK(padded_vocab_size(50257, gpt.model.make_vocab_size_divisible_by, 1) == 50304);
+  CHECK(gpt.optimizer->warmup_iters() == 5722);
+  CHECK(padded_vocab_size(50257, gpt.model->make_vocab_size_divisible_by, 1) == 50304);
 }
 
 TEST_CASE("config: derived defaults follow Megatron", "[config]") {
@@ -66,25 +64,24 @@ TEST_CASE("config: derived defaults follow Megatron", "[config]") {
   CHECK(padded_vocab_size(257, 128, 2) == 512);
   CHECK(padded_vocab_size(256, 128, 1) == 256);
 
-  StrataConfig c =
+  const ResolvedConfig c =
       base({"model.swiglu=true", "model.hidden_size=512", "model.num_attention_heads=8",
             "model.group_query_attention=true", "model.num_query_groups=2", "model.position_embedding_type=rope",
             "parallel.world_size=8", "parallel.tensor_model_parallel_size=2", "parallel.pipeline_model_parallel_size=2",
-            "training.micro_batch_size=2", "training.global_batch_size=8", "inference.top_k=1"});
-  c.validate();
-  CHECK(c.resolved_model().ffn() == 1344);  // int(1365.33/64)*64
-  CHECK(c.resolved_model().head_dim() == 64);
-  CHECK(c.resolved_model().query_groups() == 2);
-  CHECK(c.resolved_model().max_positions() == c.model.seq_length);
+            "training.micro_batch_size=2", "training.global_batch_size=8", "inference.top_k=1"})
+          .validate();
+  CHECK(c.model.ffn() == 1344);  // int(1365.33/64)*64
+  CHECK(c.model.head_dim() == 64);
+  CHECK(c.model.query_groups() == 2);
+  CHECK(c.model.max_positions() == c.model->seq_length);
   CHECK(c.data_parallel_size() == 2);
   CHECK(c.num_micro_batches() == 2);
-  CHECK(*c.parallel.expert_tensor_parallel_size == 2);
-  CHECK(*c.inference.random_seed == c.training.seed);
+  CHECK(*c.parallel->expert_tensor_parallel_size == 2);
+  CHECK(*c.inference->random_seed == c.training->seed);
 
-  StrataConfig d = base();
-  d.validate(4);  // world size from the launcher
-  CHECK(*d.parallel.world_size == 4);
-  CHECK(*d.training.global_batch_size == 4);  // micro 1 × dp 4
+  const ResolvedConfig d = base().validate(4);  // world size from the launcher
+  CHECK(*d.parallel->world_size == 4);
+  CHECK(*d.training->global_batch_size == 4);  // micro 1 × dp 4
 }
 
 TEST_CASE("config: pipeline stage layers, data blends and splits", "[config]") {
@@ -120,16 +117,15 @@ TEST_CASE("config: pipeline stage layers, data blends and splits", "[config]") {
 TEST_CASE("config: the resolved config round-trips through YAML and validate is idempotent", "[config]") {
   for (const char* file : {"configs/gpt_tiny.yaml", "configs/gpt_125m.yaml"}) {
     INFO(file);
-    StrataConfig a = StrataConfig::load((kRepo / file).string());
-    a.validate();
-    std::string y = a.to_yaml();
-    StrataConfig b = StrataConfig::from_yaml_text(y, {}, "resolved.yaml");
+    const ResolvedConfig a = StrataConfig::load((kRepo / file).string()).validate();
+    const std::string y = a.to_yaml();
+    const StrataConfig b = StrataConfig::from_yaml_text(y, {}, "resolved.yaml");
     CHECK(b.to_yaml() == y);
-    b.validate();
-    CHECK(b.to_yaml() == y);
-    a.validate();
-    CHECK(a.to_yaml() == y);
-    CHECK(a.argument_table() == b.argument_table());
+    const ResolvedConfig rb = b.validate();
+    CHECK(rb.to_yaml() == y);
+    // Resolving the resolved fields again changes nothing.
+    CHECK(a.fields().validate().to_yaml() == y);
+    CHECK(a.argument_table() == rb.argument_table());
   }
 }
 
@@ -140,21 +136,21 @@ TEST_CASE("config: overrides reach every section and every type", "[config]") {
                          "optimizer.lr_wsd_decay_iters=100", "data.mock_data=false", "data.data_path=[0.3,a,0.7,b]",
                          "data.split=90,5,5", "checkpoint.save=/tmp/ck", "checkpoint.save_interval=50",
                          "logging.metrics_jsonl=m.jsonl", "inference.top_p=0.9", "inference.random_seed=7"});
-  c.validate();
-  CHECK(c.model.num_layers == 6);
-  CHECK(c.model.normalization == Normalization::RMSNorm);
-  CHECK(c.model.rotary_percent == 0.5);
-  CHECK(!c.model.add_bias_linear);
-  CHECK(c.training.device == "cuda:1");
-  CHECK(c.training.precision == Precision::Bf16);
-  CHECK(*c.optimizer.lr == 3e-4);
-  CHECK(c.optimizer.lr_decay_style == LrDecayStyle::WSD);
-  CHECK(c.data.data_path == std::vector<std::string>{"0.3", "a", "0.7", "b"});
-  CHECK(c.data.split == "90,5,5");
-  CHECK(*c.checkpoint.save == "/tmp/ck");
-  CHECK(*c.logging.metrics_jsonl == "m.jsonl");
-  CHECK(c.inference.top_p == 0.9);
-  CHECK(*c.inference.random_seed == 7);
+  const ResolvedConfig rc = c.validate();
+  CHECK(rc.model->num_layers == 6);
+  CHECK(rc.model->normalization == Normalization::RMSNorm);
+  CHECK(rc.model->rotary_percent == 0.5);
+  CHECK(!rc.model->add_bias_linear);
+  CHECK(rc.training->device == "cuda:1");
+  CHECK(rc.training->precision == Precision::Bf16);
+  CHECK(*rc.optimizer->lr == 3e-4);
+  CHECK(rc.optimizer->lr_decay_style == LrDecayStyle::WSD);
+  CHECK(rc.data->data_path == std::vector<std::string>{"0.3", "a", "0.7", "b"});
+  CHECK(rc.data->split == "90,5,5");
+  CHECK(*rc.checkpoint->save == "/tmp/ck");
+  CHECK(*rc.logging->metrics_jsonl == "m.jsonl");
+  CHECK(rc.inference->top_p == 0.9);
+  CHECK(*rc.inference->random_seed == 7);
   // Later overrides win; null resets an optional field.
   StrataConfig d = base({"checkpoint.save=/x", "checkpoint.save=null"});
   CHECK(!d.checkpoint.save);
@@ -278,7 +274,7 @@ TEST_CASE("config: bad configs fail in validate() naming the field", "[config]")
     INFO("overrides: " << what);
     StrataConfig c;
     REQUIRE_NOTHROW(c = base(b.overrides));  // decoding succeeds: the rule is found by validate()
-    std::string err = error_of([&] { c.validate(b.launched); });
+    std::string err = error_of([&] { static_cast<void>(c.validate(b.launched)); });
     INFO("error: " << err);
     CHECK(err.find(b.expected) != std::string::npos);
     CHECK(err.rfind("ConfigError: ", 0) == 0);
@@ -297,14 +293,14 @@ TEST_CASE("config: inf and nan are refused for every float field, before allocat
       for (const char* bad : {".inf", "-.inf", ".nan"}) {
         const std::string v = list ? std::string("[") + bad + "]" : std::string(bad);
         INFO(f.path() << "=" << v);
-        const std::string err = error_of([&] { base({f.path() + "=" + v}).validate(1); });
+        const std::string err = error_of([&] { static_cast<void>(base({f.path() + "=" + v}).validate(1)); });
         CHECK_THAT(err, Catch::Matchers::Contains("ConfigError: " + f.path() + ": ") &&
                             Catch::Matchers::Contains("finite"));
       }
       ++checked;
     }
   CHECK(checked >= 10);  // lr, min_lr, betas, eps, dropouts, init std, … (the table has them all)
-  CHECK(error_of([] { base({"optimizer.lr=.inf"}).validate(1); }) ==
+  CHECK(error_of([] { static_cast<void>(base({"optimizer.lr=.inf"}).validate(1)); }) ==
         "ConfigError: optimizer.lr: must be a finite number, got inf");
 }
 
@@ -400,8 +396,7 @@ TEST_CASE("config: field names are Megatron's and unique", "[config]") {
 
 TEST_CASE("config: help text and argument table list every field", "[config]") {
   std::string help = StrataConfig::help_text();
-  StrataConfig c = StrataConfig::load((kRepo / "configs/gpt_tiny.yaml").string());
-  c.validate();
+  const ResolvedConfig c = StrataConfig::load((kRepo / "configs/gpt_tiny.yaml").string()).validate();
   std::string args = c.argument_table();
   for (const auto& s : StrataConfig::table().sections())
     for (const auto& f : s.fields) {
@@ -448,6 +443,9 @@ TEST_CASE("config: the subsystems' rules are one explicit list that validate() r
   CHECK(std::count(names.begin(), names.end(), "logging.tensor_dump_*") == 1);
   CHECK(std::count(names.begin(), names.end(), "logging.tensor_metrics") == 1);
   // And they run: a dump pattern that matches no site is refused by validate().
-  CHECK_THAT(error_of([] { base({"logging.tensor_dump_sites=['nosuch.*']", "logging.tensor_dump_iters=[0]"}).validate(1); }),
+  CHECK_THAT(error_of([] {
+               static_cast<void>(
+                   base({"logging.tensor_dump_sites=['nosuch.*']", "logging.tensor_dump_iters=[0]"}).validate(1));
+             }),
              Catch::Matchers::Contains("logging.tensor_dump_sites: pattern 'nosuch.*' matches no site"));
 }

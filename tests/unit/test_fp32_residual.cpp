@@ -31,7 +31,7 @@ struct RunResult {
   std::map<std::string, std::vector<double>> grads;  // by parameter name
 };
 
-StrataConfig config_of(const std::vector<std::string>& model, const std::string& precision, bool fp32_residual) {
+ResolvedConfig config_of(const std::vector<std::string>& model, const std::string& precision, bool fp32_residual) {
   std::vector<std::string> o = {"model.hidden_size=64", "model.num_attention_heads=4", "model.vocab_size=50",
                                 "model.make_vocab_size_divisible_by=8", "model.position_embedding_type=rope",
                                 "model.normalization=RMSNorm", "model.swiglu=true", "model.ffn_hidden_size=128",
@@ -47,7 +47,7 @@ StrataConfig config_of(const std::vector<std::string>& model, const std::string&
 }
 
 // One training forward and backward of the model of `cfg`, its parameters taken from `values`.
-RunResult run(const StrataConfig& cfg, const std::map<std::string, std::vector<double>>& values) {
+RunResult run(const ResolvedConfig& cfg, const std::map<std::string, std::vector<double>>& values) {
   std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
   for (Parameter* p : model->parameters())
     p->value.copy_(Tensor::from_vector(values.at(p->name), p->value.shape(), DType::F64).to(p->value.dtype()));
@@ -70,7 +70,7 @@ RunResult run(const StrataConfig& cfg, const std::map<std::string, std::vector<d
 }
 
 // bf16-rounded initial values of the model of `cfg` (so every precision starts from the same weights).
-std::map<std::string, std::vector<double>> bf16_weights(const StrataConfig& cfg) {
+std::map<std::string, std::vector<double>> bf16_weights(const ResolvedConfig& cfg) {
   std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
   model->init_parameters(21);
   std::map<std::string, std::vector<double>> v;
@@ -138,7 +138,7 @@ TEST_CASE("fp32 residual: the stream is f32 and closer to the f32 model than a b
 }
 
 TEST_CASE("fp32 residual: pipeline stages exchange f32, refused with mHC and in fp32 runs", "[fp32_residual][config]") {
-  const StrataConfig cfg = config_of({"model.num_layers=2"}, "bf16", true);
+  const ResolvedConfig cfg = config_of({"model.num_layers=2"}, "bf16", true);
   CHECK(make_model(cfg, Device::cpu())->residual_stream().dtype == DType::F32);
   CHECK(make_model(config_of({"model.num_layers=2"}, "bf16", false), Device::cpu())->residual_stream().dtype ==
         DType::BF16);

@@ -289,9 +289,9 @@ TEST_CASE("cli generate: train 3 steps with mock data, then generate and score",
   StrataConfig c = StrataConfig::load(cfg_path);
   const std::unique_ptr<data::Tokenizer> tok = data::build_tokenizer(c.data, c.model.vocab_size);
   c.model.vocab_size = tok->vocab_size();
-  c.validate(1);
-  std::unique_ptr<LanguageModel> untrained = make_model(c, Device::cpu());
-  untrained->init_parameters(static_cast<uint64_t>(c.training.seed));
+  const ResolvedConfig rc = c.validate(1);
+  std::unique_ptr<LanguageModel> untrained = make_model(rc, Device::cpu());
+  untrained->init_parameters(static_cast<uint64_t>(rc.training->seed));
   generation::GenerateOptions go;
   go.max_new_tokens = 6;
   go.sampling.temperature = 0.0;

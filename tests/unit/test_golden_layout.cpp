@@ -60,8 +60,8 @@ TEST_CASE("golden layout: the ranks a case needs come from its parallel section"
   // The config validates for the layout's ranks (dp = world / (tp·pp·cp)), and not for one.
   const golden::GoldenCase c = load_golden_case(dp);
   const std::map<std::string, std::string> ph = {{"TENSORBOARD_PATH", "/tmp/tb"}};
-  const StrataConfig cfg = golden::case_config(c, ph, "cpu", 4);
-  CHECK(data_parallel_size(cfg.parallel) == 2);
+  const ResolvedConfig cfg = golden::case_config(c, ph, "cpu", 4);
+  CHECK(data_parallel_size(*cfg.parallel) == 2);
   CHECK_THROWS_WITH(golden::case_config(c, ph, "cpu", 1), Contains("world_size"));
 
   // The committed TP2×PP2 case needs 4 ranks (the same rule as tests/CMakeLists.txt's).

@@ -439,7 +439,7 @@ TEST_CASE("golden: metrics from TensorBoard scalars (whitelist, steps, step_inte
 
 TEST_CASE("golden: the committed GPT cases are what the issue asks for, with 50-step CPU goldens", "[golden]") {
   const fs::path gpt = fs::path(STRATA_SOURCE_DIR) / "tests" / "functional" / "gpt";
-  std::map<std::string, StrataConfig> cfg;
+  std::map<std::string, ResolvedConfig> cfg;
   std::map<std::string, GoldenCase> cases;
   for (const char* name : {"gpt_layernorm_gelu_learned_tied_dropout", "gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied",
                            "gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied_bf16",
@@ -451,15 +451,15 @@ TEST_CASE("golden: the committed GPT cases are what the issue asks for, with 50-
     CHECK_FALSE(c.allow_nondeterministic);
     CHECK(c.metrics == std::vector<std::string>{"lm loss", "num-zeros", "iteration-time", "mem-allocated-bytes",
                                                 "mem-max-allocated-bytes"});
-    const StrataConfig s = case_config(c, {{"TENSORBOARD_PATH", "/tb"}, {"CHECKPOINT_SAVE_PATH", "/ck"},
-                                           {"CHECKPOINT_LOAD_PATH", "/ck"}}, "cpu");
-    CHECK(s.training.train_iters == 50);
-    CHECK(s.training.deterministic);
-    CHECK(s.training.device == "cpu");
-    CHECK(s.logging.tensorboard_dir == "/tb");
-    CHECK(s.logging.log_interval == 1);
-    CHECK(s.logging.log_num_zeros_in_grad);
-    CHECK(s.data.mock_data);
+    const ResolvedConfig s = case_config(c, {{"TENSORBOARD_PATH", "/tb"}, {"CHECKPOINT_SAVE_PATH", "/ck"},
+                                             {"CHECKPOINT_LOAD_PATH", "/ck"}}, "cpu");
+    CHECK(s.training->train_iters == 50);
+    CHECK(s.training->deterministic);
+    CHECK(s.training->device == "cpu");
+    CHECK(s.logging->tensorboard_dir == "/tb");
+    CHECK(s.logging->log_interval == 1);
+    CHECK(s.logging->log_num_zeros_in_grad);
+    CHECK(s.data->mock_data);
     const GoldenValues g = read_golden_file(golden_file_path(c, "cpu")).values;
     for (const std::string& m : c.metrics) {
       INFO(m);
@@ -472,29 +472,29 @@ TEST_CASE("golden: the committed GPT cases are what the issue asks for, with 50-
     cfg.emplace(name, s);
     cases.emplace(name, c);
   }
-  const ModelConfig& a = cfg.at("gpt_layernorm_gelu_learned_tied_dropout").model;
+  const ModelConfig& a = *cfg.at("gpt_layernorm_gelu_learned_tied_dropout").model;
   CHECK(a.normalization == Normalization::LayerNorm);
   CHECK_FALSE(a.swiglu);
   CHECK(a.position_embedding_type == PositionEmbeddingType::LearnedAbsolute);
   CHECK_FALSE(a.untie_embeddings_and_output_weights);
   CHECK((a.hidden_dropout == 0.1 && a.attention_dropout == 0.1));
-  const ResolvedModelConfig& b = cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").resolved_model();
-  CHECK(b.normalization == Normalization::RMSNorm);
-  CHECK(b.swiglu);
-  CHECK(b.position_embedding_type == PositionEmbeddingType::Rope);
-  CHECK(b.query_groups() < b.num_attention_heads);
-  CHECK(b.qk_layernorm);
-  CHECK(b.untie_embeddings_and_output_weights);
-  CHECK(cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").training.precision == Precision::Fp32);
+  const ResolvedModelConfig& b = cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").model;
+  CHECK(b->normalization == Normalization::RMSNorm);
+  CHECK(b->swiglu);
+  CHECK(b->position_embedding_type == PositionEmbeddingType::Rope);
+  CHECK(b.query_groups() < b->num_attention_heads);
+  CHECK(b->qk_layernorm);
+  CHECK(b->untie_embeddings_and_output_weights);
+  CHECK(cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").training->precision == Precision::Fp32);
   // (c) is (b) in bf16, nothing else changed.
-  StrataConfig c16 = cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied_bf16");
+  StrataConfig c16 = cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied_bf16").fields();
   CHECK(c16.training.precision == Precision::Bf16);
   c16.training.precision = Precision::Fp32;
   CHECK(c16.to_yaml() == cfg.at("gpt_rmsnorm_swiglu_rope_gqa_qknorm_untied").to_yaml());
   // (d) is (a) as a ckpt-resume test saving every 25 iterations.
   CHECK(cases.at("gpt_layernorm_gelu_learned_tied_dropout").test_type == "regular");
   CHECK(cases.at("gpt_layernorm_gelu_learned_tied_dropout_ckpt_resume").test_type == "ckpt-resume");
-  StrataConfig d = cfg.at("gpt_layernorm_gelu_learned_tied_dropout_ckpt_resume");
+  StrataConfig d = cfg.at("gpt_layernorm_gelu_learned_tied_dropout_ckpt_resume").fields();
   CHECK(d.checkpoint.save_interval == 25);
   CHECK((d.checkpoint.save == "/ck" && d.checkpoint.load == "/ck"));
   d.checkpoint = CheckpointConfig{};

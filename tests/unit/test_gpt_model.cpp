@@ -372,18 +372,19 @@ namespace strata {
 namespace strata {
 
 TEST_CASE("gpt_model: built from a validated StrataConfig (precision, vocab padding, seed)", "[gpt_model]") {
-  StrataConfig cfg = StrataConfig::from_yaml_text(
-      "model:\n  num_layers: 1\n  hidden_size: 16\n  num_attention_heads: 4\n  vocab_size: 200\n"
-      "  seq_length: 8\ntraining:\n  precision: bf16\n  micro_batch_size: 2\n  seed: 9\n"
-      "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n");
-  cfg.validate();
+  const ResolvedConfig cfg =
+      StrataConfig::from_yaml_text(
+          "model:\n  num_layers: 1\n  hidden_size: 16\n  num_attention_heads: 4\n  vocab_size: 200\n"
+          "  seq_length: 8\ntraining:\n  precision: bf16\n  micro_batch_size: 2\n  seed: 9\n"
+          "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n")
+          .validate();
   auto model_holder = make_gpt_model(cfg, Device::cpu());
   GPTModel& model = *model_holder;
   CHECK(model.dtype() == DType::BF16);
   CHECK(model.padded_vocab() == 256);  // make_vocab_size_divisible_by 128
   CHECK(model.embedding().word_embeddings.value.shape() == Shape{256, 16});
   CHECK(model.embedding().word_embeddings.main_grad.dtype() == DType::F32);
-  model.init_parameters(static_cast<uint64_t>(cfg.training.seed));
+  model.init_parameters(static_cast<uint64_t>(cfg.training->seed));
   std::vector<int64_t> tok(16, 5);
   Batch batch{Tensor::from_data(tok, Shape{2, 8}), Tensor::from_data(tok, Shape{2, 8}), Tensor(), 0};
   auto ctx = model.make_context(1, 0, true);

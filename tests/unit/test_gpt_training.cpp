@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 constexpr int64_t kGptVocab = 50;
 
-StrataConfig gpt_config(const std::vector<std::string>& extra) {
+ResolvedConfig gpt_config(const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
                                 "model.vocab_size=50", "model.hidden_dropout=0.1", "model.attention_dropout=0.1",
                                 "model.make_vocab_size_divisible_by=8", "training.train_iters=8"};
@@ -31,11 +31,11 @@ struct GptRun {
   std::vector<std::vector<double>> params;
 };
 
-GptRun run_gpt(const StrataConfig& cfg) {
+GptRun run_gpt(const ResolvedConfig& cfg) {
   auto model_holder = make_gpt_model(cfg, Device::cpu());
   GPTModel& model = *model_holder;
-  MockBatchSource train(kGptVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                        static_cast<uint64_t>(cfg.training.seed));
+  MockBatchSource train(kGptVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                        static_cast<uint64_t>(cfg.training->seed));
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

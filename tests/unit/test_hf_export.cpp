@@ -50,7 +50,7 @@ void check_against_reference(GPTModel& model, const fs::path& hf_dir) {
   REQUIRE(ref.has_value());
   const Tensor ours = model.logits_for(Tensor::from_data(kIds, Shape{1, static_cast<int64_t>(kIds.size())}), nullptr, 0);
   REQUIRE(ref->size() == kIds.size());
-  REQUIRE(static_cast<int64_t>((*ref)[0].size()) == *model.config().vocab_size);  // the real vocabulary only
+  REQUIRE(static_cast<int64_t>((*ref)[0].size()) == *model.config()->vocab_size);  // the real vocabulary only
   double max_abs = 0;
   const double diff = max_logit_diff(*ref, ours.to_vector(), ours.size(2), &max_abs);
   INFO("max |ours - numpy reference| = " << diff << ", max |logit| = " << max_abs);
@@ -87,9 +87,8 @@ std::map<std::string, Tensor> read_model_file(const fs::path& ckpt_iter_dir) {
 }  // namespace
 
 TEST_CASE("hf: family detection names the field that prevents export", "[hf]") {
-  auto finalized = [](StrataConfig c) {
-    c.validate(1);
-    return c.resolved_model();  // a copy: c goes out of scope
+  auto finalized = [](const StrataConfig& c) {
+    return c.validate(1).model;  // a copy: the resolved config goes out of scope
   };
   CHECK(hf::family_for(finalized(family_config(hf::Family::Llama, true, Precision::Fp32))) == hf::Family::Llama);
   CHECK(hf::family_for(finalized(family_config(hf::Family::GPT2, true, Precision::Fp32))) == hf::Family::GPT2);
@@ -124,7 +123,8 @@ TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2, f32, bf
       for (bool tied : {true, false}) {
         DYNAMIC_SECTION(hf::to_string(f) << (prec == Precision::Bf16 ? " bf16" : " f32") << (tied ? " tied" : " untied")) {
           const fs::path dir = fresh_dir("roundtrip");
-          StrataConfig cfg = family_config(f, tied, prec);
+          const StrataConfig cfg = family_config(f, tied, prec);
+          const ResolvedConfig resolved = cfg.validate(1);
           auto model = save_random_checkpoint(cfg, dir / "ckpt", 11);
           const hf::ExportResult ex = hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
           CHECK(ex.family == f);
@@ -146,14 +146,14 @@ TEST_CASE("hf: export then import is bit-identical (Llama, Qwen3, GPT-2, f32, bf
           const hf::ImportResult im = hf::import_checkpoint((dir / "hf").string(), (dir / "imported").string());
           CHECK(im.family == f);
           CHECK(im.checkpoint_dir == (dir / "imported" / "iter_0000000").string());
-          CHECK(im.config.training.precision == prec);
-          CHECK(*im.config.model.vocab_size == 257);
-          CHECK(im.config.model.make_vocab_size_divisible_by == 64);
-          CHECK(im.config.model.seq_length == 16);
-          CHECK(im.config.resolved_model().query_groups() == cfg.resolved_model().query_groups());
-          CHECK(im.config.resolved_model().ffn() == cfg.resolved_model().ffn());
-          CHECK(im.config.model.untie_embeddings_and_output_weights == !tied);
-          CHECK(im.config.data.tokenizer_type == TokenizerType::ByteLevelTokenizer);
+          CHECK(im.config.training->precision == prec);
+          CHECK(*im.config.model->vocab_size == 257);
+          CHECK(im.config.model->make_vocab_size_divisible_by == 64);
+          CHECK(im.config.model->seq_length == 16);
+          CHECK(im.config.model.query_groups() == resolved.model.query_groups());
+          CHECK(im.config.model.ffn() == resolved.model.ffn());
+          CHECK(im.config.model->untie_embeddings_and_output_weights == !tied);
+          CHECK(im.config.data->tokenizer_type == TokenizerType::ByteLevelTokenizer);
           const auto a = read_model_file(dir / "ckpt" / "iter_0000007");
           const auto b = read_model_file(dir / "imported" / "iter_0000000");
           REQUIRE(a.size() == b.size());

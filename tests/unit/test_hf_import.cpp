@@ -216,13 +216,13 @@ TEST_CASE("hf: a Llama config.json without strata's hints imports with HF's voca
   });
   const hf::ImportResult r = hf::import_checkpoint(hf_dir.string(), (dir / "out").string(),
                                                    {"training.device=cpu", "model.seq_length=8"});
-  CHECK(*r.config.model.vocab_size == 257);  // config.json vocab_size: the real vocabulary
-  CHECK(r.config.model.make_vocab_size_divisible_by == 1);
-  CHECK(r.config.model.seq_length == 8);
-  CHECK(r.config.resolved_model().max_positions() == 16);
-  CHECK(r.config.resolved_model().query_groups() == 2);
-  CHECK(r.config.resolved_model().head_dim() == 8);
-  CHECK(r.config.data.tokenizer_type == TokenizerType::NullTokenizer);
+  CHECK(*r.config.model->vocab_size == 257);  // config.json vocab_size: the real vocabulary
+  CHECK(r.config.model->make_vocab_size_divisible_by == 1);
+  CHECK(r.config.model->seq_length == 8);
+  CHECK(r.config.model.max_positions() == 16);
+  CHECK(r.config.model.query_groups() == 2);
+  CHECK(r.config.model.head_dim() == 8);
+  CHECK(r.config.data->tokenizer_type == TokenizerType::NullTokenizer);
   fs::remove_all(dir);
 }
 
@@ -239,8 +239,8 @@ TEST_CASE("hf import: an export with the padded vocabulary (before it was droppe
   });
   edit_config(hf_dir, [](auto& j) { j["vocab_size"] = 320; });
   const hf::ImportResult r = hf::import_checkpoint(hf_dir.string(), (dir / "out").string());
-  CHECK(*r.config.model.vocab_size == 257);
-  CHECK(r.config.model.make_vocab_size_divisible_by == 64);
+  CHECK(*r.config.model->vocab_size == 257);
+  CHECK(r.config.model->make_vocab_size_divisible_by == 64);
   // A config.json vocabulary that is neither the real nor the padded size is an error.
   edit_config(hf_dir, [](auto& j) { j["vocab_size"] = 300; });
   CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), (dir / "out2").string()),
@@ -361,7 +361,7 @@ TEST_CASE("hf import keeps the directory's tokenizer.json, which generate and ex
   std::ofstream(hf_dir / "tokenizer_config.json") << test::kSpecials;
   const hf::ImportResult r =
       hf::import_checkpoint(hf_dir.string(), (dir / "imported").string(), {"training.device=cpu"});
-  CHECK(r.config.data.tokenizer_type == TokenizerType::HuggingFaceTokenizer);
+  CHECK(r.config.data->tokenizer_type == TokenizerType::HuggingFaceTokenizer);
   // The save keeps a copy in the iteration (training/checkpointing/checkpoint_tokenizer.h).
   CHECK(file_bytes(dir / "imported" / "iter_0000000" / "tokenizer" / "tokenizer.json") ==
         file_bytes(hf_dir / "tokenizer.json"));

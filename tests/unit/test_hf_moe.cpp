@@ -98,15 +98,17 @@ std::vector<std::string> score_case(StrataConfig cfg, const std::string& name, u
   return notes;
 }
 
-// The finalized model section of a family's test config, then `edit` (after finalizing, so a
-// field that finalize would refuse in this revision can still be asked about).
+// The resolved model section of a family's test config: `before` edits the section as written;
+// `after` edits the resolved fields (so the derived values stay), which are then resolved again.
 ResolvedModelConfig finalized(hf::Family f, const std::function<void(ModelConfig&)>& before = {},
                               const std::function<void(ModelConfig&)>& after = {}) {
   StrataConfig c = family_config(f, false, Precision::Fp32);
   if (before) before(c.model);
-  ResolvedModelConfig resolved_model(c.model);
-  if (after) after(resolved_model);  // a field of the resolved section changed (its derived values stay)
-  return resolved_model;
+  const ResolvedModelConfig resolved_model(c.model);
+  if (!after) return resolved_model;
+  ModelConfig edited = *resolved_model;
+  after(edited);
+  return ResolvedModelConfig(edited);
 }
 
 }  // namespace
@@ -155,17 +157,17 @@ TEST_CASE("hf moe: export → import → export is bit-identical (Mixtral, Qwen3
         const hf::ImportResult im = hf::import_checkpoint((dir / "hf").string(), (dir / "imported").string());
         CHECK(im.family == f);
         const ResolvedModelConfig& a = model->config();
-        const ResolvedModelConfig& b = im.config.resolved_model();
-        CHECK(*b.num_experts == 4);
+        const ResolvedModelConfig& b = im.config.model;
+        CHECK(*b->num_experts == 4);
         CHECK(b.moe_ffn() == 24);
         CHECK(b.ffn() == a.ffn());
-        CHECK(b.moe_router_topk == 2);
-        CHECK_FALSE(b.moe_router_pre_softmax);
+        CHECK(b->moe_router_topk == 2);
+        CHECK_FALSE(b->moe_router_pre_softmax);
         CHECK(b.moe_layer_map() == a.moe_layer_map());
-        CHECK(b.moe_aux_loss_coeff == std::vector<double>{0.01});
-        CHECK(b.moe_z_loss_coeff == std::optional<double>(1e-3));
-        CHECK(b.qk_layernorm == (f == hf::Family::Qwen3Moe));
-        CHECK(im.config.training.precision == prec);
+        CHECK(b->moe_aux_loss_coeff == std::vector<double>{0.01});
+        CHECK(b->moe_z_loss_coeff == std::optional<double>(1e-3));
+        CHECK(b->qk_layernorm == (f == hf::Family::Qwen3Moe));
+        CHECK(im.config.training->precision == prec);
         // Tensors: bit-identical (the vocabulary rows as the dense test checks them).
         const auto ta = formats::read_safetensors((dir / "ckpt" / "iter_0000007" / "model_rank_0000.safetensors").string()).tensors;
         const auto tb = formats::read_safetensors((dir / "imported" / "iter_0000000" / "model_rank_0000.safetensors").string()).tensors;
@@ -276,7 +278,6 @@ TEST_CASE("hf moe: each MoE option the families cannot express is an export erro
        "model.moe_router_score_function=sigmoid"},
       {[](ModelConfig& m) { m.moe_router_score_function = MoeScoreFunction::SqrtSoftplus; },
        "model.moe_router_score_function=sqrtsoftplus"},
-      {[](ModelConfig& m) { m.moe_router_enable_expert_bias = true; }, "model.moe_router_enable_expert_bias=true"},
       {[](ModelConfig& m) {
          m.moe_router_num_groups = 2;
          m.moe_router_group_topk = 1;
@@ -285,7 +286,12 @@ TEST_CASE("hf moe: each MoE option the families cannot express is an export erro
       {[](ModelConfig& m) { m.moe_router_topk_scaling_factor = 2.5; }, "model.moe_router_topk_scaling_factor=2.5"},
       {[](ModelConfig& m) { m.moe_shared_expert_intermediate_size = 32; },
        "model.moe_shared_expert_intermediate_size=32: MixtralForCausalLM has no shared experts"},
-      {[](ModelConfig& m) { m.moe_apply_probs_on_input = true; }, "model.moe_apply_probs_on_input=true"},
+      {[](ModelConfig& m) {  // top-1 (the resolution's rule for moe_apply_probs_on_input), pre-softmax
+         m.moe_router_topk = 1;
+         m.moe_router_pre_softmax = true;
+         m.moe_apply_probs_on_input = true;
+       },
+       "model.moe_apply_probs_on_input=true"},
       {[](ModelConfig& m) { m.moe_router_force_load_balancing = true; }, "model.moe_router_force_load_balancing=true"},
       {[](ModelConfig& m) { m.moe_router_pre_softmax = true; }, "model.moe_router_pre_softmax=true"},
       {[](ModelConfig& m) { m.swiglu = false; }, "model.swiglu=false"},
@@ -296,6 +302,10 @@ TEST_CASE("hf moe: each MoE option the families cannot express is an export erro
                         Contains("not MixtralForCausalLM") && Contains(message));
     }
   }
+  // An expert bias under the families' softmax routing is refused by the resolution already, before
+  // any export (with a sigmoid score function, the score function is what the export names).
+  CHECK_THROWS_WITH(finalized(Family::Mixtral, {}, [](ModelConfig& m) { m.moe_router_enable_expert_bias = true; }),
+                    Contains("model.moe_router_enable_expert_bias"));
   // The layer pattern: Mixtral has no dense layers; Qwen3-MoE has, but needs q/k norms.
   CHECK_THROWS_WITH(hf::family_for(finalized(Family::Mixtral, [](ModelConfig& m) { m.moe_layer_freq = {"0", "1"}; })),
                     Contains("model.moe_layer_freq makes layer 0 dense") &&

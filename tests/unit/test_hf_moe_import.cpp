@@ -35,19 +35,19 @@ TEST_CASE("hf moe import: MoE config.json keys and expert tensors are checked, n
     j["decoder_sparse_step"] = 2;
     j.erase("mlp_only_layers");
   });
-  CHECK(import_to("step").config.resolved_model().moe_layer_map() == std::vector<int64_t>{0, 1});
+  CHECK(import_to("step").config.model.moe_layer_map() == std::vector<int64_t>{0, 1});
   restore();
   // A config.json without strata's hints (a model from the Hub): the aux loss only with
   // output_router_logits, as transformers trains.
   edit_hf_config(hf_dir, [](auto& j) { j.erase("strata"); });
   hf::ImportResult plain = import_to("plain");
-  CHECK(plain.config.model.moe_aux_loss_coeff == std::vector<double>{0.0});
-  CHECK_FALSE(plain.config.model.moe_z_loss_coeff.has_value());
+  CHECK(plain.config.model->moe_aux_loss_coeff == std::vector<double>{0.0});
+  CHECK_FALSE(plain.config.model->moe_z_loss_coeff.has_value());
   edit_hf_config(hf_dir, [](auto& j) {
     j["output_router_logits"] = true;
     j["router_aux_loss_coef"] = 0.02;
   });
-  CHECK(import_to("plain_aux").config.model.moe_aux_loss_coeff == std::vector<double>{0.02});
+  CHECK(import_to("plain_aux").config.model->moe_aux_loss_coeff == std::vector<double>{0.02});
   restore();
 
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> bad = {

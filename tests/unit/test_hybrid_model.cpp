@@ -179,17 +179,17 @@ TEST_CASE("hybrid model: *-*- equals the GPT model of the same layer specs", "[h
 }
 
 TEST_CASE("hybrid model: the factory builds it and *-E*- trains (losses finite and falling)", "[hybrid]") {
-  const StrataConfig cfg = test::tiny_config(
+  const ResolvedConfig cfg = test::tiny_config(
       {"model.hybrid_layer_pattern=\"*-E*-\"", "model.hidden_size=16", "model.num_attention_heads=4",
        "model.vocab_size=50", "model.make_vocab_size_divisible_by=8", "model.num_experts=4",
        "model.moe_ffn_hidden_size=16", "model.add_bias_linear=false", "model.moe_aux_loss_coeff=0.01",
        "model.hidden_dropout=0", "model.attention_dropout=0", "training.train_iters=20"});
-  REQUIRE(cfg.model.num_layers == 5);
+  REQUIRE(cfg.model->num_layers == 5);
   auto run = [&] {
     std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
     REQUIRE(dynamic_cast<HybridModel*>(model.get()) != nullptr);
-    model->init_parameters(static_cast<uint64_t>(cfg.training.seed));
-    LearnableBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size);
+    model->init_parameters(static_cast<uint64_t>(cfg.training->seed));
+    LearnableBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size);
     std::ostringstream log;
     TrainerOptions opt;
     opt.log_stream = &log;
@@ -238,7 +238,7 @@ TEST_CASE("hybrid model: each layer observed once, KV-cached generation equals t
 }
 
 TEST_CASE("hybrid model: strata plan counts its parameters (once refused)", "[hybrid]") {
-  const StrataConfig cfg = test::tiny_config({"model.hybrid_layer_pattern=\"*-\"", "model.vocab_size=50"});
+  const ResolvedConfig cfg = test::tiny_config({"model.hybrid_layer_pattern=\"*-\"", "model.vocab_size=50"});
   auto model = make_model(cfg, Device::cpu());
   int64_t n = 0;
   for (Parameter* p : model->parameters()) n += p->value.numel();
@@ -258,9 +258,9 @@ TEST_CASE("hybrid model: a checkpoint resumes bit-exactly (E layers, dropout)", 
   auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> o = base;
     o.insert(o.end(), extra.begin(), extra.end());
-    const StrataConfig cfg = test::tiny_config(o);
+    const ResolvedConfig cfg = test::tiny_config(o);
     std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
-    LearnableBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size);
+    LearnableBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size);
     std::ostringstream log;
     TrainerOptions opt;
     opt.log_stream = &log;
@@ -292,7 +292,7 @@ TEST_CASE("hybrid model: M layers — Megatron's mixer names, training, generati
                                 "model.attention_dropout=0", "model.position_embedding_type=rope",
                                 "training.train_iters=20"};
   o.insert(o.end(), kMamba.begin(), kMamba.end());
-  const StrataConfig cfg = test::tiny_config(o);
+  const ResolvedConfig cfg = test::tiny_config(o);
   std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
   auto* hybrid = dynamic_cast<HybridModel*>(model.get());
   REQUIRE(hybrid != nullptr);
@@ -318,7 +318,7 @@ TEST_CASE("hybrid model: M layers — Megatron's mixer names, training, generati
   CHECK(test::max_abs_diff(first, whole.narrow(1, 0, 5).contiguous()) < 1e-4);
   CHECK(test::max_abs_diff(rest, whole.narrow(1, 5, 1).contiguous()) < 1e-4);
   // Training: finite, falling losses.
-  LearnableBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size);
+  LearnableBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -338,21 +338,21 @@ TEST_CASE("hybrid model: a pattern with M checks the mamba_* fields and refuses 
                                 "model.num_attention_heads=4", "model.mamba_head_dim=8", "model.mamba_num_groups=3"};
   CHECK_THROWS_WITH(test::tiny_config(o), Catch::Contains("model.mamba_num_groups"));
   o.back() = "model.mamba_num_groups=2";
-  CHECK(test::tiny_config(o).model.num_layers == 2);
+  CHECK(test::tiny_config(o).model->num_layers == 2);
   std::vector<std::string> cp = o;
   cp.push_back("parallel.context_parallel_size=2");
   CHECK_THROWS_WITH(
       [&] {
-        StrataConfig c = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", cp,
-                                                      "cp.yaml");
-        c.validate(2);
+        const StrataConfig c = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n",
+                                                            cp, "cp.yaml");
+        static_cast<void>(c.validate(2));
       }(),
       Catch::Contains("parallel.context_parallel_size: 2 is not supported with Mamba layers ('M' at position 0 of "
                       "model.hybrid_layer_pattern): the SSM state is not handed across cp ranks"));
   // Without M the mamba_* fields are not checked (a GPT or * - E model keeps their defaults).
   CHECK(test::tiny_config({"model.hybrid_layer_pattern=\"*-\"", "model.hidden_size=16",
                            "model.mamba_num_groups=3"})
-            .model.num_layers == 2);
+            .model->num_layers == 2);
 }
 
 }  // namespace strata

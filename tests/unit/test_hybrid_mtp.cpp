@@ -108,8 +108,8 @@ std::vector<Tensor> loss_weights(const ForwardOutput& out, uint64_t seed) {
 TEST_CASE("hybrid mtp: '/' patterns give the depths, Megatron's nested names and global layer numbers", "[mtp][hybrid]") {
   ModelConfig raw_cfg = hybrid_mtp("M*-E/M-E/M-E", /*moe=*/true);
   const ResolvedModelConfig cfg(raw_cfg);
-  CHECK(cfg.num_layers == 4);
-  CHECK(cfg.mtp_num_layers == std::optional<int64_t>(2));  // inferred from the two '/' patterns
+  CHECK(cfg->num_layers == 4);
+  CHECK(cfg->mtp_num_layers == std::optional<int64_t>(2));  // inferred from the two '/' patterns
   CHECK(mtp_layers_per_depth(cfg) == 3);
   CHECK(num_layers_with_mtp(cfg) == 10);
   CHECK(mtp_moe_layers(cfg) == 2);
@@ -330,7 +330,7 @@ TEST_CASE("hybrid mtp: checkpoints save and load the nested MTP parameters", "[m
 }
 
 TEST_CASE("hybrid mtp: the trainer updates the MTP routers' expert bias and logs the MTP losses", "[mtp][hybrid]") {
-  const StrataConfig cfg = test::tiny_config(
+  const ResolvedConfig cfg = test::tiny_config(
       {"model.hybrid_layer_pattern='*E/*E'", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
        "model.position_embedding_type=rope", "model.add_bias_linear=false", "model.num_experts=4",
        "model.moe_ffn_hidden_size=8", "model.moe_router_topk=2", "model.moe_router_enable_expert_bias=true",
@@ -340,7 +340,7 @@ TEST_CASE("hybrid mtp: the trainer updates the MTP routers' expert bias and logs
   const std::vector<MoeRouterRef> routers = model->moe_routers();
   REQUIRE(routers.size() == 2);
   CHECK(routers[1].layer == 3);  // num_layers 2 + depth 1's layer 1
-  MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

@@ -33,10 +33,9 @@ std::string parse_error(const std::string& pattern) {
   return error_of([&] { hybrid::parse_hybrid_pattern(pattern); });
 }
 
-StrataConfig validated(const std::vector<std::string>& overrides, int64_t world = 1) {
-  StrataConfig c = StrataConfig::from_yaml_text(kBase, overrides, "hybrid.yaml");
-  c.validate(world);
-  return c;
+ResolvedConfig validated(const std::vector<std::string>& overrides, int64_t world = 1) {
+  const StrataConfig c = StrataConfig::from_yaml_text(kBase, overrides, "hybrid.yaml");
+  return c.validate(world);
 }
 
 std::string config_error(const std::vector<std::string>& overrides, int64_t world = 1) {
@@ -100,25 +99,26 @@ TEST_CASE("hybrid pattern: a symbol this build lacks is a config error with its 
     CHECK(config_error({"model.hybrid_layer_pattern=\"*-/*-\""}) ==
           kField + "'/' at position 2: multi-token prediction is not in this build");
   // With MTP in the build: the depths are inferred (tests/unit/test_hybrid_mtp.cpp has the model).
-  const StrataConfig c = validated({"model.hybrid_layer_pattern=\"*-|*-/*-/*-\"", "model.position_embedding_type=rope"});
-  CHECK(c.model.num_layers == 4);
-  CHECK(c.model.mtp_num_layers == std::optional<int64_t>(2));
+  const ResolvedConfig c =
+      validated({"model.hybrid_layer_pattern=\"*-|*-/*-/*-\"", "model.position_embedding_type=rope"});
+  CHECK(c.model->num_layers == 4);
+  CHECK(c.model->mtp_num_layers == std::optional<int64_t>(2));
 }
 
 TEST_CASE("hybrid pattern: num_layers comes from the pattern, the deprecated alias", "[hybrid]") {
-  CHECK(validated({"model.hybrid_layer_pattern=\"*-*\"", "model.num_layers=7"}).model.num_layers == 3);
-  CHECK(validated({"model.hybrid_layer_pattern=\"*-|*-\""}).model.num_layers == 4);
-  const StrataConfig alias = validated({"model.hybrid_override_pattern=\"*--\""});
-  CHECK(alias.model.hybrid_layer_pattern == std::optional<std::string>("*--"));
-  CHECK_FALSE(alias.model.hybrid_override_pattern.has_value());
-  CHECK(alias.model.num_layers == 3);
+  CHECK(validated({"model.hybrid_layer_pattern=\"*-*\"", "model.num_layers=7"}).model->num_layers == 3);
+  CHECK(validated({"model.hybrid_layer_pattern=\"*-|*-\""}).model->num_layers == 4);
+  const ResolvedConfig alias = validated({"model.hybrid_override_pattern=\"*--\""});
+  CHECK(alias.model->hybrid_layer_pattern == std::optional<std::string>("*--"));
+  CHECK_FALSE(alias.model->hybrid_override_pattern.has_value());
+  CHECK(alias.model->num_layers == 3);
   CHECK(config_error({"model.hybrid_override_pattern=\"*-\"", "model.hybrid_layer_pattern=\"*-\""}) ==
         "ConfigError: model.hybrid_override_pattern: is a deprecated alias of model.hybrid_layer_pattern; set "
         "only model.hybrid_layer_pattern");
-  CHECK_FALSE(validated({}).model.is_hybrid());
+  CHECK_FALSE(validated({}).model->is_hybrid());
   // The resolved config (what checkpoints store) reads back with the pattern intact.
-  const StrataConfig piped = validated({"model.hybrid_layer_pattern=\"*-|E-\"", "model.num_experts=2",
-                                        "model.add_bias_linear=false"});
+  const ResolvedConfig piped = validated({"model.hybrid_layer_pattern=\"*-|E-\"", "model.num_experts=2",
+                                          "model.add_bias_linear=false"});
   const StrataConfig back = StrataConfig::from_yaml_text(piped.to_yaml(), {}, "resolved.yaml");
   CHECK(back.model.hybrid_layer_pattern == std::optional<std::string>("*-|E-"));
 }
@@ -128,10 +128,10 @@ TEST_CASE("hybrid pattern: E layers need num_experts and place the MoE layers", 
         "ConfigError: model.num_experts: required by the MoE layer 'E' at position 2 of model.hybrid_layer_pattern");
   const std::vector<std::string> moe = {"model.hybrid_layer_pattern=\"*E-E\"", "model.num_experts=4",
                                         "model.add_bias_linear=false"};
-  const StrataConfig c = validated(moe);
-  CHECK(c.resolved_model().moe_layer_map() == std::vector<int64_t>{0, 1, 0, 1});
-  CHECK_FALSE(c.resolved_model().is_moe_layer(0));
-  CHECK(c.resolved_model().is_moe_layer(3));
+  const ResolvedConfig c = validated(moe);
+  CHECK(c.model.moe_layer_map() == std::vector<int64_t>{0, 1, 0, 1});
+  CHECK_FALSE(c.model.is_moe_layer(0));
+  CHECK(c.model.is_moe_layer(3));
   std::vector<std::string> freq = moe;
   freq.push_back("model.moe_layer_freq=2");
   CHECK(config_error(freq) == "ConfigError: model.moe_layer_freq: is not used with model.hybrid_layer_pattern (its "
@@ -149,30 +149,31 @@ TEST_CASE("hybrid pattern: output projections use multiplier 1.0 (GPT 2.0)", "[h
 
 TEST_CASE("hybrid pattern: | segments against the pipeline layout", "[hybrid]") {
   const std::string pp2 = "parallel.pipeline_model_parallel_size=2";
-  StrataConfig c = validated({"model.hybrid_layer_pattern=\"*-|E*-\"", "model.num_experts=2",
-                              "model.add_bias_linear=false", pp2},
-                             2);
-  CHECK_FALSE(c.parallel.virtual_pipeline_model_parallel_size.has_value());  // 2 segments over pp 2
+  const ResolvedConfig c = validated({"model.hybrid_layer_pattern=\"*-|E*-\"", "model.num_experts=2",
+                                      "model.add_bias_linear=false", pp2},
+                                     2);
+  CHECK_FALSE(c.parallel->virtual_pipeline_model_parallel_size.has_value());  // 2 segments over pp 2
   const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern("*-|E*-");
-  PipelineChunkLayout l0 = hybrid::hybrid_chunk_layout(p, c.parallel, 0, 0);
-  PipelineChunkLayout l1 = hybrid::hybrid_chunk_layout(p, c.parallel, 1, 0);
+  PipelineChunkLayout l0 = hybrid::hybrid_chunk_layout(p, *c.parallel, 0, 0);
+  PipelineChunkLayout l1 = hybrid::hybrid_chunk_layout(p, *c.parallel, 1, 0);
   CHECK((l0.first_layer == 0 && l0.num_layers == 2 && l0.pre_process && !l0.post_process));
   CHECK((l1.first_layer == 2 && l1.num_layers == 3 && !l1.pre_process && l1.post_process));
 
   // Four segments over pp 2: VPP 2, chunk c of rank r holds segment c·2 + r.
-  c = validated({"model.hybrid_layer_pattern=\"*|--|***|-\"", pp2, "training.global_batch_size=4"}, 2);
-  REQUIRE(c.parallel.virtual_pipeline_model_parallel_size == std::optional<int64_t>(2));
+  const ResolvedConfig v =
+      validated({"model.hybrid_layer_pattern=\"*|--|***|-\"", pp2, "training.global_batch_size=4"}, 2);
+  REQUIRE(v.parallel->virtual_pipeline_model_parallel_size == std::optional<int64_t>(2));
   const hybrid::HybridPattern q = hybrid::parse_hybrid_pattern("*|--|***|-");
-  const PipelineChunkLayout r0c1 = hybrid::hybrid_chunk_layout(q, c.parallel, 0, 1);  // segment 2
-  const PipelineChunkLayout r1c0 = hybrid::hybrid_chunk_layout(q, c.parallel, 1, 0);  // segment 1
+  const PipelineChunkLayout r0c1 = hybrid::hybrid_chunk_layout(q, *v.parallel, 0, 1);  // segment 2
+  const PipelineChunkLayout r1c0 = hybrid::hybrid_chunk_layout(q, *v.parallel, 1, 0);  // segment 1
   CHECK((r0c1.first_layer == 3 && r0c1.num_layers == 3 && !r0c1.pre_process && !r0c1.post_process));
   CHECK((r1c0.first_layer == 1 && r1c0.num_layers == 2));
-  CHECK(hybrid::hybrid_chunk_layout(q, c.parallel, 1, 1).post_process);
+  CHECK(hybrid::hybrid_chunk_layout(q, *v.parallel, 1, 1).post_process);
   // The same VPP given explicitly is accepted; another one is a conflict.
   CHECK(validated({"model.hybrid_layer_pattern=\"*|--|***|-\"", pp2, "training.global_batch_size=4",
                    "parallel.virtual_pipeline_model_parallel_size=2"},
                   2)
-            .parallel.virtual_pipeline_model_parallel_size == std::optional<int64_t>(2));
+            .parallel->virtual_pipeline_model_parallel_size == std::optional<int64_t>(2));
   CHECK(config_error({"model.hybrid_layer_pattern=\"*|--|***|-\"", pp2, "parallel.virtual_pipeline_model_parallel_size=4"},
                      2) ==
         "ConfigError: parallel.virtual_pipeline_model_parallel_size: 4 conflicts with model.hybrid_layer_pattern: 4 "
@@ -180,9 +181,9 @@ TEST_CASE("hybrid pattern: | segments against the pipeline layout", "[hybrid]") 
   CHECK(config_error({"model.hybrid_layer_pattern=\"*|-|*\"", pp2}, 2) ==
         kField + "has 3 '|' pipeline segments, not a multiple of parallel.pipeline_model_parallel_size (2)");
   // One stage holds every segment without pipeline parallelism (generation, export, one rank).
-  const StrataConfig one = validated({"model.hybrid_layer_pattern=\"*|-\""});
-  CHECK(one.model.num_layers == 2);
-  CHECK_FALSE(one.parallel.virtual_pipeline_model_parallel_size.has_value());
+  const ResolvedConfig one = validated({"model.hybrid_layer_pattern=\"*|-\""});
+  CHECK(one.model->num_layers == 2);
+  CHECK_FALSE(one.parallel->virtual_pipeline_model_parallel_size.has_value());
   CHECK(config_error({"model.hybrid_layer_pattern=\"*|--\"", pp2, "parallel.num_layers_in_first_pipeline_stage=1"},
                      2) ==
         "ConfigError: parallel.num_layers_in_first_pipeline_stage: cannot be set when model.hybrid_layer_pattern has "
@@ -191,14 +192,14 @@ TEST_CASE("hybrid pattern: | segments against the pipeline layout", "[hybrid]") 
 
 TEST_CASE("hybrid pattern: without | the even (or first/last) split, and no virtual pipeline", "[hybrid]") {
   const std::string pp2 = "parallel.pipeline_model_parallel_size=2";
-  const StrataConfig c = validated({"model.hybrid_layer_pattern=\"*-*-\"", pp2}, 2);
+  const ResolvedConfig c = validated({"model.hybrid_layer_pattern=\"*-*-\"", pp2}, 2);
   const hybrid::HybridPattern p = hybrid::parse_hybrid_pattern("*-*-");
-  CHECK(hybrid::hybrid_chunk_layout(p, c.parallel, 1, 0).first_layer == 2);
-  CHECK(hybrid::hybrid_chunk_layout(p, c.parallel, 1, 0).num_layers == 2);
+  CHECK(hybrid::hybrid_chunk_layout(p, *c.parallel, 1, 0).first_layer == 2);
+  CHECK(hybrid::hybrid_chunk_layout(p, *c.parallel, 1, 0).num_layers == 2);
   CHECK(config_error({"model.hybrid_layer_pattern=\"*-*\"", pp2}, 2).rfind(
             "ConfigError: model.num_layers: 3 is not divisible by parallel.pipeline_model_parallel_size (2)", 0) == 0);
   CHECK(validated({"model.hybrid_layer_pattern=\"*-*\"", pp2, "parallel.num_layers_in_first_pipeline_stage=1"}, 2)
-            .model.num_layers == 3);
+            .model->num_layers == 3);
   CHECK(config_error({"model.hybrid_layer_pattern=\"*-*-\"", pp2, "parallel.virtual_pipeline_model_parallel_size=2"},
                      2) ==
         "ConfigError: parallel.virtual_pipeline_model_parallel_size: needs '|' segments in model.hybrid_layer_pattern "
@@ -216,15 +217,14 @@ TEST_CASE("hybrid pattern: mtp_num_layers is inferred from the / depths, a confl
 
 TEST_CASE("hybrid pattern: configs/hybrid_tiny.yaml loads and validates, also on two pipeline stages", "[hybrid]") {
   const std::string file = (std::filesystem::path(STRATA_SOURCE_DIR) / "configs/hybrid_tiny.yaml").string();
-  StrataConfig c = StrataConfig::load(file);
-  c.validate(1);
-  CHECK(c.model.hybrid_layer_pattern == std::optional<std::string>("*-E*-E"));
-  CHECK(c.model.num_layers == 6);
-  CHECK(c.resolved_model().moe_layer_map() == std::vector<int64_t>{0, 0, 1, 0, 0, 1});
-  StrataConfig pp = StrataConfig::load(file, {"model.hybrid_layer_pattern=\"*-E|*-E\"",
-                                              "parallel.pipeline_model_parallel_size=2"});
-  pp.validate(2);
-  CHECK(pp.model.num_layers == 6);
+  const ResolvedConfig c = StrataConfig::load(file).validate(1);
+  CHECK(c.model->hybrid_layer_pattern == std::optional<std::string>("*-E*-E"));
+  CHECK(c.model->num_layers == 6);
+  CHECK(c.model.moe_layer_map() == std::vector<int64_t>{0, 0, 1, 0, 0, 1});
+  const ResolvedConfig pp =
+      StrataConfig::load(file, {"model.hybrid_layer_pattern=\"*-E|*-E\"", "parallel.pipeline_model_parallel_size=2"})
+          .validate(2);
+  CHECK(pp.model->num_layers == 6);
 }
 
 TEST_CASE("hybrid pattern: Megatron's --hybrid-layer-pattern flag, any leading symbol", "[hybrid]") {
@@ -238,6 +238,6 @@ TEST_CASE("hybrid pattern: Megatron's --hybrid-layer-pattern flag, any leading s
   }
   StrataConfig c = StrataConfig::from_yaml_text(kBase, {}, "base.yaml");
   StrataConfig::table().apply_command_line({"--hybrid-override-pattern", "*-"}, c, nullptr);
-  c.validate(1);
-  CHECK(c.model.hybrid_layer_pattern == std::optional<std::string>("*-"));
+  const ResolvedConfig resolved = c.validate(1);
+  CHECK(resolved.model->hybrid_layer_pattern == std::optional<std::string>("*-"));
 }

@@ -31,7 +31,7 @@ class ScaleLayer : public StackLayer {
  public:
   ScaleLayer(const LayerKind& kind, const LayerPlace& place, const ResolvedModelConfig& cfg, const layers::LayerEnv& env)
       : kind_(kind), name_(place.name), index_(place.index) {
-    gate_ = make_parameter(name_ + ".scale.weight", Shape{cfg.hidden_size}, env, 0.0, 0.0);
+    gate_ = make_parameter(name_ + ".scale.weight", Shape{cfg->hidden_size}, env, 0.0, 0.0);
   }
   struct Saved : State {
     Tensor x;
@@ -85,7 +85,7 @@ class ScaleLayer : public StackLayer {
 // What one micro-batch of the scale layer saves: its input.
 LayerActivations scale_activations(const ResolvedModelConfig& m, const LayerPlace&, const ActivationShape& a) {
   LayerActivations r;
-  r.full = r.input = a.e * a.sequence_rows() * m.hidden_size;
+  r.full = r.input = a.e * a.sequence_rows() * m->hidden_size;
   return r;
 }
 
@@ -97,14 +97,14 @@ LayerKind scale_kind() {
     return std::make_unique<ScaleLayer>(kind, place, cfg, env);
   };
   k.parameters = [](const ResolvedModelConfig& m, const LayerPlace& p, ParameterList& out) {
-    out.add(p.name + ".scale.weight", Shape{m.hidden_size});
+    out.add(p.name + ".scale.weight", Shape{m->hidden_size});
   };
   k.sites = [](const ResolvedModelConfig&, const LayerPlace&, std::vector<ObservationSite>&) {};
   k.losses = [](const ResolvedModelConfig&, const LayerPlace&) { return std::vector<std::string>{kPenaltyName}; };
   k.activations = scale_activations;
   k.attention_flops_per_token = [](const ResolvedModelConfig&) { return 0.0; };
   k.check_parallel_layout = [](const ResolvedModelConfig& m, const ParallelConfig&, int64_t position) {
-    if (m.hidden_size % 16 != 0)
+    if (m->hidden_size % 16 != 0)
       throw config::ConfigError("model.hidden_size", "the scale layer at position " + std::to_string(position) +
                                                          " needs a multiple of 16");
   };
@@ -117,7 +117,8 @@ struct ScopedScaleKind {
   ~ScopedScaleKind() { LayerKindRegistry::instance().remove(kScale); }
 };
 
-StrataConfig scale_config(const std::string& pattern_field, const std::string& hidden_size = "model.hidden_size=16") {
+ResolvedConfig scale_config(const std::string& pattern_field,
+                            const std::string& hidden_size = "model.hidden_size=16") {
   return test::tiny_config({pattern_field, hidden_size, "model.num_attention_heads=4", "model.vocab_size=50",
                             "model.make_vocab_size_divisible_by=8", "model.hidden_dropout=0",
                             "model.attention_dropout=0", "model.init_method_std=0.2"});
@@ -179,8 +180,8 @@ TEST_CASE("layer kinds: the built-in kinds each describe themselves once", "[lay
 
 TEST_CASE("layer kinds: a test-only kind added through the registry alone runs in both models", "[layer_kind]") {
   const ScopedScaleKind scope;
-  const StrataConfig cfg = scale_config("model.hybrid_layer_pattern='*Z-'");
-  const ResolvedModelConfig& m = cfg.resolved_model();
+  const ResolvedConfig cfg = scale_config("model.hybrid_layer_pattern='*Z-'");
+  const ResolvedModelConfig& m = cfg.model;
 
   // The manifest describes it: its layer, its parameter, its loss.
   const ModelManifest manifest = build_model_manifest(m);
@@ -219,8 +220,8 @@ TEST_CASE("layer kinds: a test-only kind added through the registry alone runs i
   GPTModelOptions g;
   g.dtype = DType::F64;
   g.layer_symbols = "TZ";
-  const StrataConfig gpt_cfg = scale_config("model.num_layers=2");
-  GPTModel gpt(gpt_cfg.resolved_model(), g);
+  const ResolvedConfig gpt_cfg = scale_config("model.num_layers=2");
+  GPTModel gpt(gpt_cfg.model, g);
   CHECK(gpt.decoder().symbols() == "TZ");
   const std::vector<std::string> gpt_losses = gpt.loss_names();
   CHECK(std::count(gpt_losses.begin(), gpt_losses.end(), kPenaltyName) == 1);

@@ -139,17 +139,17 @@ TEST_CASE("layer specs: names of attention-only and MLP-only layers, pattern err
 }
 
 TEST_CASE("layer specs: a tiny model of mixed layers trains (loss falls, bitwise reproducible)", "[layer_specs]") {
-  const StrataConfig cfg = test::tiny_config({"model.num_layers=4", "model.hidden_size=16",
-                                              "model.num_attention_heads=4", "model.vocab_size=50",
-                                              "model.make_vocab_size_divisible_by=8", "training.train_iters=20",
-                                              "model.hidden_dropout=0", "model.attention_dropout=0"});
+  const ResolvedConfig cfg = test::tiny_config({"model.num_layers=4", "model.hidden_size=16",
+                                                "model.num_attention_heads=4", "model.vocab_size=50",
+                                                "model.make_vocab_size_divisible_by=8", "training.train_iters=20",
+                                                "model.hidden_dropout=0", "model.attention_dropout=0"});
   auto run = [&] {
     GPTModelOptions o;
-    o.seed = static_cast<uint64_t>(cfg.training.seed);
-    o.global_batch_size = *cfg.training.global_batch_size;
+    o.seed = static_cast<uint64_t>(cfg.training->seed);
+    o.global_batch_size = *cfg.training->global_batch_size;
     o.layer_symbols = "T*-T";
     GPTModel model(cfg.model, o);
-    PatternBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size);
+    PatternBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size);
     std::ostringstream log;
     TrainerOptions opt;
     opt.log_stream = &log;

@@ -61,9 +61,10 @@ void rope(double* x, int64_t hn, int64_t pos, const ModelConfig& cfg) {
 
 // Per-token losses [b, s] of a one-layer GPTModel computed directly from its parameters.
 Vec reference_losses(GPTModel& m, const Tensor& tokens, const Tensor& labels) {
-  const ResolvedModelConfig& cfg = m.config();
+  const ResolvedModelConfig& resolved = m.config();
+  const ModelConfig& cfg = *resolved;
   const int64_t B = tokens.size(0), S = tokens.size(1), H = cfg.hidden_size, np = cfg.num_attention_heads,
-                ng = cfg.query_groups(), hn = cfg.head_dim(), per = np / ng, V = m.padded_vocab();
+                ng = resolved.query_groups(), hn = resolved.head_dim(), per = np / ng, V = m.padded_vocab();
   const bool ln = cfg.normalization == Normalization::LayerNorm;
   Vec tok = tokens.to_vector(), lab = labels.to_vector();
   auto& L = m.layer(0);
@@ -85,7 +86,7 @@ Vec reference_losses(GPTModel& m, const Tensor& tokens, const Tensor& labels) {
     qw = vals(A.q_layernorm->weight), kw = vals(A.k_layernorm->weight);
     qb = opt(A.q_layernorm->bias, ln), kb = opt(A.k_layernorm->bias, ln);
   }
-  const int64_t F = cfg.ffn();
+  const int64_t F = resolved.ffn();
   // x[t][b] : [H]
   std::vector<std::vector<Vec>> x(S, std::vector<Vec>(B));
   std::vector<std::vector<Vec>> q(S, std::vector<Vec>(B)), k(S, std::vector<Vec>(B)), v(S, std::vector<Vec>(B));
@@ -282,7 +283,7 @@ TEST_CASE("layers: argument checks name the layer", "[layers]") {
   layers::LayerEnv env{DType::F32, Device::cpu()};
   layers::Linear lin("decoder.layers.0.mlp.linear_fc1", 4, 3, true, 0.02, env, ProcessGroup::single("tp"));
   CHECK_THROWS_WITH(lin.forward(Tensor::zeros({2, 5}, DType::F32)), Catch::Contains("linear_fc1.weight: input has 5"));
-  layers::Norm n("decoder.final_layernorm.weight", "decoder.final_layernorm.bias", 4, cfg, env);
+  layers::Norm n("decoder.final_layernorm.weight", "decoder.final_layernorm.bias", 4, *cfg, env);
   CHECK_THROWS_WITH(n.forward(Tensor::zeros({2, 3}, DType::F32), nullptr), Catch::Contains("final_layernorm.weight"));
   layers::SelfAttention attn("decoder.layers.0.self_attention", cfg, env, ProcessGroup::single("tp"));
   CHECK_THROWS_WITH(attn.forward(Tensor::zeros({2, 3, 5}, DType::F32), {}, nullptr), Catch::Contains("must be [s, b, 24]"));

@@ -162,17 +162,18 @@ TEST_CASE("loss channel: an auxiliary loss's gradient reaches its parameter (f64
 TEST_CASE("loss channel: the trainer logs every named loss (log line, JSONL, TensorBoard)", "[loss_channel]") {
   const fs::path dir = fs::temp_directory_path() / "strata_loss_channel";
   fs::remove_all(dir);
-  const StrataConfig cfg = test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
-                                              "model.vocab_size=50", "model.make_vocab_size_divisible_by=8",
-                                              "model.hidden_dropout=0", "model.attention_dropout=0",
-                                              "training.train_iters=3", "logging.log_interval=1",
-                                              "logging.metrics_jsonl=" + (dir / "metrics.jsonl").string(),
-                                              "logging.tensorboard_dir=" + (dir / "tb").string()});
+  const ResolvedConfig cfg =
+      test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
+                         "model.vocab_size=50", "model.make_vocab_size_divisible_by=8",
+                         "model.hidden_dropout=0", "model.attention_dropout=0",
+                         "training.train_iters=3", "logging.log_interval=1",
+                         "logging.metrics_jsonl=" + (dir / "metrics.jsonl").string(),
+                         "logging.tensorboard_dir=" + (dir / "tb").string()});
   LanguageModelOptions o;
-  o.seed = static_cast<uint64_t>(cfg.training.seed);
-  o.global_batch_size = *cfg.training.global_batch_size;
-  LanguageModelShell model(cfg.resolved_model(), o, ParallelGroups::single_process(), penalty_parts());
-  MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+  o.seed = static_cast<uint64_t>(cfg.training->seed);
+  o.global_batch_size = *cfg.training->global_batch_size;
+  LanguageModelShell model(cfg.model, o, ParallelGroups::single_process(), penalty_parts());
+  MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -219,8 +220,9 @@ TEST_CASE("loss channel: a loss the model did not declare is an error naming it"
 
 namespace strata {
 TEST_CASE("loss channel: the factory's loss names are the built model's", "[loss_channel]") {
-  const StrataConfig cfg = test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
-                                              "model.vocab_size=50", "model.make_vocab_size_divisible_by=8"});
+  const ResolvedConfig cfg =
+      test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
+                         "model.vocab_size=50", "model.make_vocab_size_divisible_by=8"});
   CHECK(make_model(cfg, Device::cpu())->loss_names() == model_loss_names(cfg));
   CHECK(model_loss_names(cfg) == std::vector<std::string>{"lm loss"});
 }

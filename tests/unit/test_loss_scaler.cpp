@@ -40,17 +40,17 @@ TEST_CASE("loss scaler: fp16 config and Megatron's flags", "[loss_scaler][config
   auto config = [](const std::vector<std::string>& flags) {
     return config_from_flags("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", flags);
   };
-  const StrataConfig d = config({"--fp16"});
-  CHECK(d.training.precision == Precision::Fp16);
-  const LossScaler dyn = *LossScaler::from_config(d.training);
+  const ResolvedConfig d = config({"--fp16"});
+  CHECK(d.training->precision == Precision::Fp16);
+  const LossScaler dyn = *LossScaler::from_config(*d.training);
   CHECK(dyn.is_dynamic());
   CHECK(dyn.scale() == 4294967296.0);  // Megatron's --initial-loss-scale default, 2^32
-  const StrataConfig c = config({"--fp16", "--loss-scale", "4096"});
-  CHECK_FALSE(LossScaler::from_config(c.training)->is_dynamic());
+  const ResolvedConfig c = config({"--fp16", "--loss-scale", "4096"});
+  CHECK_FALSE(LossScaler::from_config(*c.training)->is_dynamic());
   CHECK(config({"--fp16", "--initial-loss-scale", "65536", "--min-loss-scale", "4", "--loss-scale-window", "10",
                 "--hysteresis", "3"})
-            .training.hysteresis == 3);
-  CHECK_FALSE(LossScaler::from_config(config({"--bf16"}).training).has_value());
+            .training->hysteresis == 3);
+  CHECK_FALSE(LossScaler::from_config(*config({"--bf16"}).training).has_value());
   auto error_with = [&](const std::vector<std::string>& flags) { return error_of([&] { config(flags); }); };
   CHECK(error_with({"--bf16", "--loss-scale", "8"}).find("training.loss_scale: applies to fp16") != std::string::npos);
   CHECK(error_with({"--fp16", "--loss-scale", "8", "--hysteresis", "3"}).find("constant scale") != std::string::npos);
@@ -68,12 +68,12 @@ const int64_t kVocab = 11;
 // main grads overflow to Inf while the scale is large. Every step's logged loss scale, skip and
 // learning rate must follow Megatron's rule from the skips the run reports.
 TEST_CASE("loss scaler: an fp16 run follows the dynamic rule, and skipped steps leave the lr", "[loss_scaler][trainer]") {
-  const StrataConfig cfg = tiny_config({"training.precision=fp16", "training.initial_loss_scale=1048576",
-                                        "training.loss_scale_window=4", "training.hysteresis=2",
-                                        "logging.log_interval=1", "training.train_iters=20"});
+  const ResolvedConfig cfg = tiny_config({"training.precision=fp16", "training.initial_loss_scale=1048576",
+                                          "training.loss_scale_window=4", "training.hysteresis=2",
+                                          "logging.log_interval=1", "training.train_iters=20"});
   BigramModel model(kVocab, DType::F16);
-  MockBatchSource train(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                        static_cast<uint64_t>(cfg.training.seed));
+  MockBatchSource train(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                        static_cast<uint64_t>(cfg.training->seed));
   std::ostringstream log;
   MemoryMetricsSink sink;
   TrainerOptions opt;
@@ -83,7 +83,7 @@ TEST_CASE("loss scaler: an fp16 run follows the dynamic rule, and skipped steps 
   const TrainResult r = trainer.train();
   REQUIRE(sink.records.size() == 20);
   LossScaler expected = LossScaler::dynamic(1048576, 1, 4, 2);
-  const LrSchedule lr(cfg.optimizer, cfg.training);
+  const LrSchedule lr(*cfg.optimizer, *cfg.training);
   int64_t skipped = 0, successful_samples = 0;
   for (size_t i = 0; i < 20; ++i) {
     const nlohmann::json& rec = sink.records[i];
@@ -116,11 +116,10 @@ TEST_CASE("loss scaler: a GPT trains in fp16 close to fp32", "[loss_scaler][trai
     o.insert(o.end(), extra.begin(), extra.end());
     const StrataConfig cfg =
         StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "gpt.yaml");
-    StrataConfig v = cfg;
-    v.validate(1);
+    const ResolvedConfig v = cfg.validate(1);
     std::vector<std::unique_ptr<LanguageModel>> chunks =
         make_model_chunks(v, Device::cpu(), ParallelGroups::single_process());
-    MockBatchSource data(64, 16, 2, 2, static_cast<uint64_t>(v.training.seed));
+    MockBatchSource data(64, 16, 2, 2, static_cast<uint64_t>(v.training->seed));
     std::ostringstream log;
     TrainerOptions opt;
     opt.log_stream = &log;

@@ -137,9 +137,9 @@ TEST_CASE("lr_schedule: sample-based training counts samples, as Megatron's --tr
   StrataConfig::table().apply_command_line({"--train-samples", "1000", "--global-batch-size", "8", "--lr-warmup-samples",
                                             "20", "--lr-decay-samples", "820"},
                                            cfg, nullptr);
-  cfg.validate(1);
-  CHECK(cfg.training.train_iters == 125);
-  const LrSchedule s(cfg.optimizer, cfg.training);
+  const ResolvedConfig resolved = cfg.validate(1);
+  CHECK(resolved.training->train_iters == 125);
+  const LrSchedule s(*resolved.optimizer, *resolved.training);
   const double pi = std::numbers::pi;
   CHECK(s.lr(0) == 0.0);
   CHECK(s.lr(16) == Approx(8e-4).epsilon(1e-15));
@@ -148,17 +148,18 @@ TEST_CASE("lr_schedule: sample-based training counts samples, as Megatron's --tr
   CHECK(s.lr(816) == Approx(1e-4 + 9e-4 * 0.5 * (std::cos(pi * 796.0 / 800.0) + 1.0)).epsilon(1e-15));
   CHECK(s.lr(824) == 1e-4);
   // Without lr_decay_samples: the decay runs over train_samples; a warmup fraction is of it.
-  StrataConfig f = StrataConfig::from_yaml_text(
-      "optimizer:\n  lr: 1.0e-3\n  lr_warmup_fraction: 0.1\ndata:\n  mock_data: true\n",
-      {"training.train_samples=1000", "training.global_batch_size=8"}, "fraction.yaml");
-  f.validate(1);
-  CHECK(f.optimizer.lr_decay_samples == 1000);
-  CHECK(LrSchedule(f.optimizer, f.training).lr(5 * 8) == Approx(1e-3 * 40.0 / 100.0).epsilon(1e-15));
+  const ResolvedConfig f =
+      StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\n  lr_warmup_fraction: 0.1\ndata:\n  mock_data: true\n",
+                                   {"training.train_samples=1000", "training.global_batch_size=8"}, "fraction.yaml")
+          .validate(1);
+  CHECK(f.optimizer->lr_decay_samples == 1000);
+  CHECK(LrSchedule(*f.optimizer, *f.training).lr(5 * 8) == Approx(1e-3 * 40.0 / 100.0).epsilon(1e-15));
   // Megatron's rules: the two kinds of length do not mix.
   auto error_of = [](const std::vector<std::string>& o) {
     try {
-      StrataConfig c = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "x.yaml");
-      c.validate(1);
+      const StrataConfig c =
+          StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "x.yaml");
+      static_cast<void>(c.validate(1));
     } catch (const std::exception& e) { return std::string(e.what()); }
     return std::string("(no error)");
   };
@@ -184,8 +185,8 @@ TEST_CASE("lr_schedule: the weight-decay increment (--start/--end-weight-decay),
         {"training.train_iters=10", "training.global_batch_size=4", "training.micro_batch_size=4"}, "wd.yaml");
     StrataConfig::table().apply_command_line(
         {"--start-weight-decay", "0.0", "--end-weight-decay", "0.1", "--weight-decay-incr-style", style}, c, nullptr);
-    c.validate(1);
-    return LrSchedule(c.optimizer, c.training);
+    const ResolvedConfig resolved = c.validate(1);
+    return LrSchedule(*resolved.optimizer, *resolved.training);
   };
   const LrSchedule linear = cfg("linear"), cosine = cfg("cosine");
   CHECK(linear.weight_decay(0) == 0.0);
@@ -195,15 +196,16 @@ TEST_CASE("lr_schedule: the weight-decay increment (--start/--end-weight-decay),
   CHECK(cosine.weight_decay(10) == 0.1 * 0.5 * (std::cos(std::numbers::pi * 0.75) + 1.0));
   CHECK(cosine.weight_decay(0) == Approx(0.0).margin(1e-18));
   // constant: weight_decay throughout; Megatron's rules on the two ends.
-  StrataConfig c = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\n  weight_decay: 0.05\ndata:\n  mock_data: true\n",
-                                                {}, "c.yaml");
-  c.validate(1);
-  CHECK(LrSchedule(c.optimizer, c.training).weight_decay(123) == 0.05);
+  const ResolvedConfig c =
+      StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\n  weight_decay: 0.05\ndata:\n  mock_data: true\n", {},
+                                   "c.yaml")
+          .validate(1);
+  CHECK(LrSchedule(*c.optimizer, *c.training).weight_decay(123) == 0.05);
   auto error_of = [](const std::vector<std::string>& flags) {
     try {
       StrataConfig e = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", {}, "e.yaml");
       StrataConfig::table().apply_command_line(flags, e, nullptr);
-      e.validate(1);
+      static_cast<void>(e.validate(1));
     } catch (const std::exception& x) { return std::string(x.what()); }
     return std::string("(no error)");
   };

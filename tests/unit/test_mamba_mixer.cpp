@@ -96,17 +96,19 @@ TEST_CASE("mamba config: errors name the field", "[mamba]") {
                     Catch::Contains("model.mamba_num_groups: 8 is not divisible by parallel.tensor_model_parallel_size (16)"));
   CHECK_NOTHROW(check_mamba_config(c, 8));
   // The mixer checks before it allocates anything.
-  ResolvedModelConfig bad = small_config();
-  bad.mamba_num_groups = 3;  // 4 heads
+  ModelConfig raw_bad = *small_config();
+  raw_bad.mamba_num_groups = 3;  // 4 heads
+  const ResolvedModelConfig bad(raw_bad);  // no M layer: the model section's resolution leaves mamba_* alone
   CHECK_THROWS_WITH(MambaMixer("decoder.layers.0.mixer", bad, env_of(DType::F64), ParallelGroups{}),
                     Catch::Contains("model.mamba_num_groups: 3 does not divide"));
 }
 
 TEST_CASE("mamba mixer: Megatron names, shapes and init rules", "[mamba]") {
-  ResolvedModelConfig c = small_config();
-  c.mamba_state_dim = 16;  // enough draws for the init ranges below
-  c.hidden_size = 32;
-  c.mamba_head_dim = 8;  // d_inner 64, 8 heads
+  ModelConfig raw = *small_config();
+  raw.mamba_state_dim = 16;  // enough draws for the init ranges below
+  raw.hidden_size = 32;
+  raw.mamba_head_dim = 8;  // d_inner 64, 8 heads
+  const ResolvedModelConfig c(raw);
   MambaMixer m("decoder.layers.0.mixer", c, env_of(DType::F64), ParallelGroups{});
   init_all(m, 7);
   std::vector<std::string> names;
@@ -142,7 +144,7 @@ TEST_CASE("mamba mixer: gradients match finite differences (f64)", "[mamba]") {
   // Larger projections than the default init so every path carries a visible gradient.
   for (Parameter* p : {&m.in_proj.weight, &m.out_proj.weight}) p->value.copy_(random_tensor(p->value.shape(), 9, -0.6, 0.6));
   const int64_t s = 7, b = 2;
-  const Tensor x = random_tensor({s, b, c.hidden_size}, 5), w = random_tensor({s, b, c.hidden_size}, 6);
+  const Tensor x = random_tensor({s, b, c->hidden_size}, 5), w = random_tensor({s, b, c->hidden_size}, 6);
   auto loss = [&]() { return weighted_sum(m.forward(x, nullptr, nullptr), w); };
   MambaMixer::Saved sv;
   const Tensor out = m.forward(x, nullptr, &sv);
@@ -158,7 +160,7 @@ TEST_CASE("mamba mixer: f32 agrees with f64", "[mamba]") {
   MambaMixer m32("decoder.layers.0.mixer", c, env_of(DType::F32), ParallelGroups{});
   init_all(m64, 3);
   init_all(m32, 3);
-  const Tensor x = random_tensor({9, 2, c.hidden_size}, 5);
+  const Tensor x = random_tensor({9, 2, c->hidden_size}, 5);
   MambaMixer::Saved s64, s32;
   const Tensor y64 = m64.forward(x, nullptr, &s64), y32 = m32.forward(x.to(DType::F32), nullptr, &s32);
   CHECK(normalized_error(y32, y64) < 1e-5);
@@ -184,7 +186,7 @@ TEST_CASE("mamba mixer: bf16 within bf16 tolerance of f64, A_log and D kept in f
   // The f64 mixer with the bf16-rounded parameters, so only the computation's rounding differs.
   const auto p64 = params_of(m64), p16 = params_of(m16);
   for (size_t i = 0; i < p64.size(); ++i) p64[i]->value.copy_(p16[i]->value);
-  const Tensor x = random_tensor({9, 2, c.hidden_size}, 5, -1, 1, DType::BF16);
+  const Tensor x = random_tensor({9, 2, c->hidden_size}, 5, -1, 1, DType::BF16);
   MambaMixer::Saved s64, s16;
   const Tensor y64 = m64.forward(x.to(DType::F64), nullptr, &s64), y16 = m16.forward(x, nullptr, &s16);
   CHECK(y16.dtype() == DType::BF16);
@@ -202,7 +204,7 @@ TEST_CASE("mamba layer: generation with the state cache equals the full forward 
   }
   CHECK(stack[1]->mixer().in_proj.weight.name == "decoder.layers.1.mixer.in_proj.weight");
   const int64_t s = 8, b = 2;
-  const Tensor x = random_tensor({s, b, c.hidden_size}, 4);
+  const Tensor x = random_tensor({s, b, c->hidden_size}, 4);
   DropoutKeys keys;
   Tensor full = x;
   for (auto& l : stack) full = l->forward(full, keys, 0, nullptr, nullptr);
@@ -223,7 +225,7 @@ TEST_CASE("mamba layer: residual and backward through the layer", "[mamba]") {
   const ResolvedModelConfig c = small_config();
   MambaLayer layer(0, c, env_of(DType::F64), ParallelGroups{});
   init_all(layer, 2);
-  const Tensor x = random_tensor({5, 2, c.hidden_size}, 1), w = random_tensor({5, 2, c.hidden_size}, 2);
+  const Tensor x = random_tensor({5, 2, c->hidden_size}, 1), w = random_tensor({5, 2, c->hidden_size}, 2);
   DropoutKeys keys;
   MambaLayer::Saved sv;
   const Tensor y = layer.forward(x, keys, 0, nullptr, &sv);

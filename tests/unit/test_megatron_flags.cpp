@@ -67,9 +67,8 @@ const std::vector<std::string> kLaunchScript = {
 TEST_CASE("megatron flags: a launch script's argument list parses to the expected config", "[megatron_flags]") {
   // No YAML file: the defaults, then the script's arguments.
   std::vector<std::string> no_effect;
-  StrataConfig c = StrataConfig::load("", kLaunchScript, &no_effect);
-  c.validate(8);  // tp 2 x pp 2 x dp 2
-  const auto& m = c.model;
+  const ResolvedConfig c = StrataConfig::load("", kLaunchScript, &no_effect).validate(8);  // tp 2 x pp 2 x dp 2
+  const ModelConfig& m = *c.model;
   CHECK(m.num_layers == 4);
   CHECK(m.hidden_size == 256);
   CHECK(m.num_attention_heads == 8);
@@ -88,7 +87,7 @@ TEST_CASE("megatron flags: a launch script's argument list parses to the expecte
   CHECK(m.attention_dropout == 0.0);
   CHECK(m.hidden_dropout == 0.0);
   CHECK(*m.ffn_hidden_size == 640);  // Megatron's SwiGLU default int(4*256*2/3 / 64)*64
-  const auto& t = c.training;
+  const TrainingConfig& t = *c.training;
   CHECK(t.micro_batch_size == 2);
   CHECK(*t.global_batch_size == 16);
   CHECK(t.train_iters == 500);
@@ -97,7 +96,7 @@ TEST_CASE("megatron flags: a launch script's argument list parses to the expecte
   CHECK(t.eval_interval == 1000);
   CHECK(t.eval_iters == 10);
   CHECK_FALSE(t.check_for_nan_in_loss_and_grad);
-  const auto& o = c.optimizer;
+  const OptimizerConfig& o = *c.optimizer;
   CHECK(*o.lr == 6.0e-5);
   CHECK(o.min_lr == 6.0e-6);
   CHECK(o.lr_decay_style == LrDecayStyle::Cosine);
@@ -107,26 +106,26 @@ TEST_CASE("megatron flags: a launch script's argument list parses to the expecte
   CHECK(o.adam_beta1 == 0.9);
   CHECK(o.adam_beta2 == 0.95);
   CHECK(o.clip_grad == 1.0);
-  const auto& p = c.parallel;
+  const ParallelConfig& p = *c.parallel;
   CHECK(p.tensor_model_parallel_size == 2);
   CHECK(p.pipeline_model_parallel_size == 2);
   CHECK(p.sequence_parallel);
   CHECK(p.use_distributed_optimizer);
   CHECK(p.overlap_grad_reduce);
   CHECK(c.data_parallel_size() == 2);
-  CHECK(c.data.data_path ==
+  CHECK(c.data->data_path ==
         std::vector<std::string>{"0.3", "/data/a_text_document", "0.7", "/data/b_text_document"});
-  CHECK(c.data.blend().size() == 2);
-  CHECK(c.data.tokenizer_type == TokenizerType::GPT2BPETokenizer);
-  CHECK(*c.data.vocab_file == "/v/gpt2-vocab.json");
-  CHECK(*c.data.merge_file == "/v/gpt2-merges.txt");
-  CHECK(c.data.split == "949,50,1");
-  CHECK(*c.checkpoint.save == "/ckpt");
-  CHECK(*c.checkpoint.load == "/ckpt");
-  CHECK(*c.checkpoint.save_interval == 10000);
-  CHECK(c.logging.log_interval == 100);
-  CHECK(*c.logging.tensorboard_dir == "/tb");
-  CHECK(c.logging.log_throughput);
+  CHECK(c.data->blend().size() == 2);
+  CHECK(c.data->tokenizer_type == TokenizerType::GPT2BPETokenizer);
+  CHECK(*c.data->vocab_file == "/v/gpt2-vocab.json");
+  CHECK(*c.data->merge_file == "/v/gpt2-merges.txt");
+  CHECK(c.data->split == "949,50,1");
+  CHECK(*c.checkpoint->save == "/ckpt");
+  CHECK(*c.checkpoint->load == "/ckpt");
+  CHECK(*c.checkpoint->save_interval == 10000);
+  CHECK(c.logging->log_interval == 100);
+  CHECK(*c.logging->tensorboard_dir == "/tb");
+  CHECK(c.logging->log_throughput);
   CHECK(no_effect == std::vector<std::string>{"--attention-backend auto", "--use-mcore-models",
                                               "--transformer-impl transformer_engine", "--use-flash-attn",
                                               "--num-workers 2", "--distributed-backend nccl",
@@ -193,7 +192,7 @@ TEST_CASE("megatron flags: unsupported features, unknown flags and bad values ar
   }
   CHECK(with_args({"--fp16"}).training.precision == Precision::Fp16);
   CHECK(with_args({"--grad-reduce-in-bf16", "--bf16"}).training.grad_reduce_in_bf16);
-  CHECK(error_of([] { with_args({"--grad-reduce-in-bf16"}).validate(1); })
+  CHECK(error_of([] { static_cast<void>(with_args({"--grad-reduce-in-bf16"}).validate(1)); })
             .find("training.grad_reduce_in_bf16: needs training.precision bf16") != std::string::npos);
   CHECK(error_of_args({"--num-layer", "4"}) ==
         "ConfigError: --num-layer: unknown flag '--num-layer'; did you mean '--num-layers'? (Megatron flags map "
@@ -213,8 +212,8 @@ TEST_CASE("megatron flags: unsupported features, unknown flags and bad values ar
   // A negative number is a value, not a flag.
   CHECK(error_of_args({"--seed", "-1"}) == "(no ConfigError)");
   CHECK(error_of([] {
-          StrataConfig c = with_args({"--seed", "-1"});
-          c.validate(1);
+          const StrataConfig c = with_args({"--seed", "-1"});
+          static_cast<void>(c.validate(1));
         }) == "ConfigError: training.seed: must be >= 0, got -1");
 }
 

@@ -15,7 +15,7 @@
 namespace strata {
 namespace {
 
-int64_t model_parameter_count(const ModelConfig& m) {
+int64_t model_parameter_count(const ResolvedModelConfig& m) {
   GPTModelOptions o;
   o.dtype = DType::F32;
   GPTModel model(m, o);
@@ -77,15 +77,14 @@ std::vector<ResolvedModelConfig> model_variants() {
   };
 }
 
-StrataConfig run_config(const std::vector<std::string>& overrides) {
-  StrataConfig cfg = StrataConfig::from_yaml_text(
+ResolvedConfig run_config(const std::vector<std::string>& overrides) {
+  const StrataConfig cfg = StrataConfig::from_yaml_text(
       "model: {num_layers: 8, hidden_size: 64, num_attention_heads: 8, seq_length: 64, vocab_size: 1000}\n"
       "training: {micro_batch_size: 2, global_batch_size: 32}\n"
       "optimizer: {lr: 1.0e-3}\n"
       "data: {mock_data: true}\n",
       overrides);
-  cfg.validate(std::nullopt);
-  return cfg;
+  return cfg.validate(std::nullopt);
 }
 
 }  // namespace
@@ -121,13 +120,13 @@ TEST_CASE("memory plan: a layer has 12h^2 + 13h parameters (GPT, 4h MLP, biases,
 TEST_CASE("memory plan: the tp shards sum to the unsharded count plus vocab padding", "[memory_plan]") {
   for (const ResolvedModelConfig& m : model_variants()) {
     const ParameterCount one = stage_parameter_count(manifest_at_tp(m, 1), 0, 1, 1, 1);
-    const int64_t vocab1 = padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, 1);
+    const int64_t vocab1 = padded_vocab_size(*m->vocab_size, m->make_vocab_size_divisible_by, 1);
     for (int64_t tp : {2, 4}) {
-      if (m.num_attention_heads % tp || m.query_groups() % tp || m.ffn() % tp) continue;
+      if (m->num_attention_heads % tp || m.query_groups() % tp || m.ffn() % tp) continue;
       const ParameterCount c = stage_parameter_count(manifest_at_tp(m, tp), 0, tp, tp, 1);
-      const int64_t tables = m.untie_embeddings_and_output_weights ? 2 : 1;
+      const int64_t tables = m->untie_embeddings_and_output_weights ? 2 : 1;
       const int64_t extra_vocab =
-          tables * (padded_vocab_size(*m.vocab_size, m.make_vocab_size_divisible_by, tp) - vocab1) * m.hidden_size;
+          tables * (padded_vocab_size(*m->vocab_size, m->make_vocab_size_divisible_by, tp) - vocab1) * m->hidden_size;
       CHECK(tp * c.sharded == one.sharded + extra_vocab);
       CHECK(c.replicated == one.replicated);
     }
@@ -210,8 +209,8 @@ TEST_CASE("memory plan: micro-batches in flight and the bubble", "[memory_plan]"
   CHECK(in_flight_micro_batches(3, 4, 2, 8) == 5);
   CHECK(in_flight_micro_batches(0, 4, 2, 4) == 8);
 
-  StrataConfig cfg = run_config({"parallel.world_size=8", "parallel.pipeline_model_parallel_size=4",
-                                 "parallel.virtual_pipeline_model_parallel_size=2"});
+  const ResolvedConfig cfg = run_config({"parallel.world_size=8", "parallel.pipeline_model_parallel_size=4",
+                                         "parallel.virtual_pipeline_model_parallel_size=2"});
   const LayoutPlan p = plan_layout(cfg);
   CHECK(p.dp == 2);
   CHECK(p.num_micro_batches == 8);
@@ -223,7 +222,7 @@ TEST_CASE("memory plan: micro-batches in flight and the bubble", "[memory_plan]"
 
 TEST_CASE("memory plan: per-rank parameters and memory of a layout", "[memory_plan]") {
   // h 64, 8 layers, vocab 1000 → padded 1024 at tp 1 and 2; tied; LayerNorm; learned positions.
-  const StrataConfig one = run_config({});
+  const ResolvedConfig one = run_config({});
   const LayoutPlan p1 = plan_layout(one);
   const int64_t layer = 12 * 64 * 64 + 13 * 64, emb = 1024 * 64, pos = 64 * 64, fnorm = 128;
   REQUIRE(p1.stages.size() == 1);
@@ -235,9 +234,9 @@ TEST_CASE("memory plan: per-rank parameters and memory of a layout", "[memory_pl
 
   // tp 2, pp 2 (tied: the last stage holds its own copy of the word embeddings), dp 2, bf16,
   // distributed optimizer over dp·cp = 2.
-  const StrataConfig cfg = run_config({"parallel.world_size=8", "parallel.tensor_model_parallel_size=2",
-                                       "parallel.pipeline_model_parallel_size=2", "parallel.sequence_parallel=true",
-                                       "parallel.use_distributed_optimizer=true", "training.precision=bf16"});
+  const ResolvedConfig cfg = run_config({"parallel.world_size=8", "parallel.tensor_model_parallel_size=2",
+                                         "parallel.pipeline_model_parallel_size=2", "parallel.sequence_parallel=true",
+                                         "parallel.use_distributed_optimizer=true", "training.precision=bf16"});
   const LayoutPlan p = plan_layout(cfg);
   REQUIRE(p.stages.size() == 2);
   const int64_t layer_tp2 = (12 * 64 * 64 + 7 * 64) / 2 + 6 * 64;  // sharded half + replicated
@@ -305,9 +304,10 @@ TEST_CASE("memory plan: MoE models at tp=1 count what the real GPTModel allocate
 
 TEST_CASE("memory plan: MoE per-rank parameters under EP, optimizer sharding and all-to-all bytes", "[memory_plan]") {
   // h 64, 8 layers, MoE on layers 0, 2, 4, 6 (freq 2): 8 experts of F = 32 (GeLU), top-2; no biases.
-  StrataConfig cfg = run_config({"model.num_experts=8", "model.moe_ffn_hidden_size=32", "model.moe_router_topk=2",
-                                 "model.moe_layer_freq=2", "model.add_bias_linear=false", "parallel.world_size=8",
-                                 "training.precision=bf16", "parallel.use_distributed_optimizer=true"});
+  const ResolvedConfig cfg =
+      run_config({"model.num_experts=8", "model.moe_ffn_hidden_size=32", "model.moe_router_topk=2",
+                  "model.moe_layer_freq=2", "model.add_bias_linear=false", "parallel.world_size=8",
+                  "training.precision=bf16", "parallel.use_distributed_optimizer=true"});
   const LayoutPlan one = plan_layout(cfg);  // 8 ranks of dp: tp = ep = 1
   const int64_t dense_tp1 = 256 + 3 * 4096 + 4096 + 2 * 16384;     // 2 LayerNorms, qkv, proj, fc1, fc2
   const int64_t moe_tp1 = 256 + 4 * 4096 + 8 * 64 + 8 * 2 * 32 * 64;  // norms, attention, router, 8 experts
@@ -315,14 +315,15 @@ TEST_CASE("memory plan: MoE per-rank parameters under EP, optimizer sharding and
   CHECK(one.stages[0].parameters.total() == one.model_parameters);
   CHECK(one.stages[0].parameters.expert == 4 * 8 * 2 * 32 * 64);
   CHECK(one.all_to_all_bytes_per_layer == 0);  // ep 1: nothing leaves the rank
-  // The layout the lead's expert parallelism will run: tp 2 with sp, ep 4, etp 1 (set after
-  // validation, which refuses ep > 1 in this revision).
-  cfg.parallel.tensor_model_parallel_size = 2;
-  cfg.parallel.sequence_parallel = true;
-  cfg.parallel.expert_model_parallel_size = 4;
-  cfg.parallel.expert_tensor_parallel_size = 1;
-  cfg.training.global_batch_size = 32;  // dp 4: 4 micro-batches of 2
-  const LayoutPlan p = plan_layout(cfg);
+  // The layout the lead's expert parallelism will run: tp 2 with sp, ep 4, etp 1 (the resolved
+  // fields edited and validated again).
+  StrataConfig fields = cfg.fields();
+  fields.parallel.tensor_model_parallel_size = 2;
+  fields.parallel.sequence_parallel = true;
+  fields.parallel.expert_model_parallel_size = 4;
+  fields.parallel.expert_tensor_parallel_size = 1;
+  fields.training.global_batch_size = 32;  // dp 4: 4 micro-batches of 2
+  const LayoutPlan p = plan_layout(fields.validate(8));
   CHECK(p.dp == 4);
   CHECK(p.expert_dp == 2);  // 8 / (etp 1 · ep 4 · pp 1)
   CHECK(p.local_experts == 2);
@@ -348,11 +349,12 @@ TEST_CASE("memory plan: MoE per-rank parameters under EP, optimizer sharding and
   CHECK(p.num_micro_batches == 4);
   CHECK(s.all_to_all_bytes_per_step == 4 * 4 * 49152);  // 4 MoE layers x 4 micro-batches
   // Expert tensor parallelism splits each expert's fc1 and fc2.
-  cfg.parallel.expert_tensor_parallel_size = 2;
-  const LayoutPlan e2 = plan_layout(cfg);
+  fields.parallel.expert_tensor_parallel_size = 2;
+  const ResolvedConfig etp2 = fields.validate(8);
+  const LayoutPlan e2 = plan_layout(etp2);
   CHECK(e2.expert_dp == 1);
   CHECK(e2.stages[0].parameters.expert == 4 * moe_expert / 2);
-  CHECK(moe_layers_in(cfg.resolved_model(), 1, 4) == 2);  // layers 2 and 4
+  CHECK(moe_layers_in(etp2.model, 1, 4) == 2);  // layers 2 and 4
 }
 
 }  // namespace strata

@@ -41,25 +41,25 @@ std::vector<std::string> hybrid_options(const std::string& pattern) {
           "model.moe_aux_loss_coeff=[0.1]", "model.mamba_head_dim=8", "model.mamba_state_dim=4",
           "model.mamba_num_groups=2", "model.mamba_chunk_size=4", "model.position_embedding_type=rope"};
 }
-StrataConfig hybrid_config(const std::string& pattern, std::vector<std::string> extra = {}) {
+ResolvedConfig hybrid_config(const std::string& pattern, std::vector<std::string> extra = {}) {
   std::vector<std::string> o = hybrid_options(pattern);
   o.insert(o.end(), extra.begin(), extra.end());
   return tiny_config(o);
 }
 
-int64_t built_parameters(const StrataConfig& cfg) {
+int64_t built_parameters(const ResolvedConfig& cfg) {
   auto model = make_model(cfg, Device::cpu());
   int64_t n = 0;
   for (Parameter* p : model->parameters()) n += p->value.numel();
   return n;
 }
 
-int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
+int64_t peak_bytes(const ResolvedConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
-int64_t planned(const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; }
+int64_t planned(const ResolvedConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; }
 
 // The manifest's parameters of one rank at tp (tp-split tensors as one shard) that satisfy `pick`.
 template <class Pick>
@@ -89,7 +89,7 @@ const std::vector<std::vector<std::string>> kModes = {
 }  // namespace
 
 TEST_CASE("memory plan: a Mamba2 layer's parameters by hand (tp 1 and 2)", "[memory_plan][hybrid]") {
-  const ResolvedModelConfig m = hybrid_config("M").resolved_model();
+  const ResolvedModelConfig m = hybrid_config("M").model;
   // in_proj [2·32 + 2·2·4 + 4 = 84, 16], conv1d [48, 1, 4] + [48], dt_bias/A_log/D [4], norm [32],
   // out_proj [16, 32]; the fused pre-norm (LayerNorm: weight and bias) [16] replicated.
   const ParameterCount one = layer_count(m, 0, 1);
@@ -111,18 +111,18 @@ TEST_CASE("memory plan: hybrid parameter counts equal the built model's (M * - E
            {"M*-/ME", {"model.untie_embeddings_and_output_weights=true", "model.normalization=RMSNorm"}},
            {"M*-/M-/M-", {"model.mtp_use_repeated_layer=true"}}}) {
     INFO(pattern);
-    const StrataConfig cfg = hybrid_config(pattern, extra);
+    const ResolvedConfig cfg = hybrid_config(pattern, extra);
     const int64_t built = built_parameters(cfg);
     const LayoutPlan plan = plan_layout(cfg);
     CHECK(plan.model_parameters == built);
-    CHECK(model_parameter_total(cfg.resolved_model()) == built);
+    CHECK(model_parameter_total(cfg.model) == built);
     REQUIRE(plan.stages.size() == 1u);
     CHECK(plan.stages[0].parameters.total() == built);
   }
 }
 
 TEST_CASE("memory plan: weight bytes under bf16 count Mamba's A_log and D in f32", "[memory_plan][hybrid]") {
-  const StrataConfig cfg = hybrid_config("M*M-", {"training.precision=bf16"});
+  const ResolvedConfig cfg = hybrid_config("M*M-", {"training.precision=bf16"});
   auto model = make_model(cfg, Device::cpu());
   int64_t bytes = 0, f32 = 0;
   for (Parameter* p : model->parameters()) {
@@ -140,8 +140,9 @@ TEST_CASE("memory plan: hybrid `|` segments are the pipeline stages' layers", "[
   for (const char* s : {"parallel.pipeline_model_parallel_size=2", "training.micro_batch_size=1",
                         "training.global_batch_size=4", "model.seq_length=8", "model.max_position_embeddings=8"})
     o.push_back(s);
-  StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 5.0e-2\ndata:\n  mock_data: true\n", o, "hybrid_pp.yaml");
-  cfg.validate(2);
+  const ResolvedConfig cfg =
+      StrataConfig::from_yaml_text("optimizer:\n  lr: 5.0e-2\ndata:\n  mock_data: true\n", o, "hybrid_pp.yaml")
+          .validate(2);
   const LayoutPlan plan = plan_layout(cfg);
   REQUIRE(plan.vpp == 2);  // four segments over pp 2
   REQUIRE(plan.stages.size() == 2u);
@@ -151,20 +152,20 @@ TEST_CASE("memory plan: hybrid `|` segments are the pipeline stages' layers", "[
   CHECK(plan.stages[1].chunks[0].first == 2);
   CHECK(plan.stages[1].chunks[1].first == 6);
   // Layers by their pattern index: M * - M E * M M.
-  auto sym = [&](int64_t layer) { return layer_count(cfg.resolved_model(), layer).total(); };
-  const int64_t words = named_count(cfg.resolved_model(), "embedding.word_embeddings").total();
+  auto sym = [&](int64_t layer) { return layer_count(cfg.model, layer).total(); };
+  const int64_t words = named_count(cfg.model, "embedding.word_embeddings").total();
   CHECK(words == 56 * 16);  // vocab 50 padded to 56
   CHECK(plan.stages[0].parameters.total() == words + sym(0) + sym(1) + sym(4) + sym(5));
   CHECK(sym(1) == sym(5));
   // The last stage: the final norm and, tied with pp > 1, its copy of the word embeddings.
   CHECK(plan.stages[1].parameters.total() ==
-        sym(2) + sym(3) + sym(6) + sym(7) + named_count(cfg.resolved_model(), "decoder.final_norm").total() + words);
+        sym(2) + sym(3) + sym(6) + sym(7) + named_count(cfg.model, "decoder.final_norm").total() + words);
   CHECK(plan.stages[0].moe_layers == 1);
   CHECK(plan.model_parameters == built_parameters(hybrid_config("M*-ME*MM")));
 }
 
 TEST_CASE("memory plan: hybrid activations per layer kind (hand-computed)", "[memory_plan][hybrid]") {
-  const ResolvedModelConfig m = hybrid_config("M*-").resolved_model();
+  const ResolvedModelConfig m = hybrid_config("M*-").model;
   const ActivationShape a = activation_shape(m, 1, 1, 1, false, 2, 4);  // T = 8·2 = 16, f32
   const int64_t T = 16, norm = 16 * 4 * 2;                              // LayerNorm: mean and rstd
   // M: norm input and in_proj input [T, 16], conv in/out [T, 48] ×2, z, y, out_proj input [T, 32]
@@ -195,7 +196,7 @@ TEST_CASE("memory plan: hybrid activation drops under full and selective recompu
     o.insert(o.begin(), size.begin(), size.end());
     return hybrid_config(pattern, o);
   };
-  const StrataConfig none = cfg({});
+  const ResolvedConfig none = cfg({});
   const int64_t measured_none = peak_bytes(none), planned_none = planned(none);
   std::printf("  hybrid %s: measured peak %lld B, planned activations %lld B\n", pattern.c_str(),
               (long long)measured_none, (long long)planned_none);
@@ -204,12 +205,12 @@ TEST_CASE("memory plan: hybrid activation drops under full and selective recompu
   std::vector<std::vector<std::string>> modes = kModes;
   if (pattern == "ME*E") modes.back() = {"model.recompute_granularity=selective", "model.recompute_modules=[moe]"};
   for (const auto& mode : modes) {
-    const StrataConfig c = cfg(mode);
+    const ResolvedConfig c = cfg(mode);
     const double measured_drop = static_cast<double>(measured_none - peak_bytes(c));
     const double planned_drop = static_cast<double>(planned_none - planned(c));
-    INFO(recompute_mode_text(c.model) << ": measured drop " << measured_drop << " B, planned " << planned_drop);
+    INFO(recompute_mode_text(*c.model) << ": measured drop " << measured_drop << " B, planned " << planned_drop);
     std::printf("  hybrid recompute %-18s measured drop %8.0f B, planned %8.0f B\n",
-                recompute_mode_text(c.model).c_str(), measured_drop, planned_drop);
+                recompute_mode_text(*c.model).c_str(), measured_drop, planned_drop);
     CHECK(measured_drop > 0);
     CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
   }
@@ -236,7 +237,7 @@ TEST_CASE("memory plan: MTP depths' activations (GPT and hybrid) within 15% of t
   };
   struct Case {
     const char* name;
-    StrataConfig without, with;
+    ResolvedConfig without, with;
   };
   const std::vector<std::string> uniform = kModes[0];
   std::vector<Case> cases = {{"GPT", gpt({}), gpt({"model.mtp_num_layers=2"})},
@@ -256,14 +257,15 @@ TEST_CASE("memory plan: MTP depths' activations (GPT and hybrid) within 15% of t
 }
 
 TEST_CASE("memory plan: mHC parameters equal the HyperConnection modules' (sites, head)", "[memory_plan][mhc]") {
-  ResolvedModelConfig m = hybrid_config("M*").resolved_model();
-  m.enable_hyper_connections = true;  // still refused by the config on main: the wiring is pending
+  ModelConfig raw = *hybrid_config("M*").model;
+  raw.enable_hyper_connections = true;  // the resolved fields with mHC on, resolved again
   for (const int64_t n : {2, 4}) {
-    m.num_residual_streams = n;
+    raw.num_residual_streams = n;
+    const ResolvedModelConfig m(raw);
     MhcOptions o;
     o.streams = n;
-    layers::HyperConnection site("decoder.layers.0.hyper_connection", m.hidden_size, o, layers::LayerEnv{});
-    layers::HyperConnectionHead head("decoder", m.hidden_size, o, layers::LayerEnv{});
+    layers::HyperConnection site("decoder.layers.0.hyper_connection", m->hidden_size, o, layers::LayerEnv{});
+    layers::HyperConnectionHead head("decoder", m->hidden_size, o, layers::LayerEnv{});
     std::vector<Parameter*> ps, hs;
     site.collect(ps);
     head.collect(hs);
@@ -278,33 +280,37 @@ TEST_CASE("memory plan: mHC parameters equal the HyperConnection modules' (sites
     CHECK(named_count(m, "decoder.hc_head_").total() == head_n);
     CHECK(head_n == n * n * 16 + n + 1);
   }
-  m.mhc_learned_output_contract = false;
-  CHECK(named_count(m, "decoder.hc_head_").total() == 0);
+  raw.mhc_learned_output_contract = false;
+  CHECK(named_count(ResolvedModelConfig(raw), "decoder.hc_head_").total() == 0);
 }
 
 TEST_CASE("memory plan: mHC in the plan (GPT 2 sites per layer, hybrid 1, the head on the last stage)",
           "[memory_plan][mhc]") {
-  StrataConfig h = hybrid_config("M*-E");
+  const ResolvedConfig h = hybrid_config("M*-E");
   const int64_t base = plan_layout(h).model_parameters;
   const int64_t base_act = planned(h);
-  h.model.enable_hyper_connections = true;
-  h.model.num_residual_streams = 4;
+  StrataConfig h_fields = h.fields();
+  h_fields.model.enable_hyper_connections = true;
+  h_fields.model.num_residual_streams = 4;
+  const ResolvedConfig h_mhc = h_fields.validate(1);
   const int64_t site = (16 + 8) * 4 * 16 + 3 + 24, head = 4 * 4 * 16 + 4 + 1;
-  const LayoutPlan hp = plan_layout(h);
+  const LayoutPlan hp = plan_layout(h_mhc);
   CHECK(hp.model_parameters == base + 4 * site + head);
   CHECK(hp.stages[0].parameters.total() == base + 4 * site + head);
   // Activations: each site keeps x [T, 4·16] and y [T, 16] (f32) and its f32 mappings; the
   // contraction at the stack exit its input [T, 4·16].
   const int64_t T = 16, per_site = 4 * T * (64 + 16) + 4 * T * (24 + 1 + 8 + 32), exit = 4 * T * 64;
-  CHECK(planned(h) == base_act + 4 * per_site + exit);
+  CHECK(planned(h_mhc) == base_act + 4 * per_site + exit);
 
-  StrataConfig g = tiny_config({"model.num_layers=3", "model.hidden_size=16", "model.num_attention_heads=4",
-                                "model.vocab_size=50", "model.make_vocab_size_divisible_by=8"});
+  const ResolvedConfig g = tiny_config({"model.num_layers=3", "model.hidden_size=16", "model.num_attention_heads=4",
+                                        "model.vocab_size=50", "model.make_vocab_size_divisible_by=8"});
   const int64_t gbase = plan_layout(g).model_parameters;
-  g.model.enable_hyper_connections = true;
-  CHECK(plan_layout(g).model_parameters == gbase + 3 * 2 * site + head);
+  StrataConfig g_fields = g.fields();
+  g_fields.model.enable_hyper_connections = true;
+  const ResolvedConfig g_mhc = g_fields.validate(1);
+  CHECK(plan_layout(g_mhc).model_parameters == gbase + 3 * 2 * site + head);
   // Full recompute keeps each layer's n·C-wide input.
-  const LayoutPlan gp = plan_layout(g);
+  const LayoutPlan gp = plan_layout(g_mhc);
   CHECK(gp.stages[0].memory.activations_recompute - gp.activations.output_layer - exit ==
         3 * 4 * T * 64 + gp.activations.per_layer + 2 * per_site);
 }

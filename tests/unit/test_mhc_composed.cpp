@@ -217,7 +217,7 @@ TEST_CASE("mhc composed: bf16 aggregation and merge agree with the fused ops in 
 
 namespace {
 constexpr int64_t kVocab = 50;
-StrataConfig mhc_config(bool fused, const std::vector<std::string>& extra) {
+ResolvedConfig mhc_config(bool fused, const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.num_layers=2",          "model.hidden_size=16",
                                 "model.num_attention_heads=4", "model.vocab_size=50",
                                 "model.hidden_dropout=0.1",    "model.make_vocab_size_divisible_by=8",

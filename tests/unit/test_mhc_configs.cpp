@@ -36,19 +36,18 @@ TEST_CASE("mhc configs: glm_mhc.yaml is a valid 64-rank layout whose mHC paramet
   CHECK_THAT(p.out, Contains("(valid)") && Contains("tp 2") && Contains("pp 4") && Contains("dp 8"));
   CHECK_THAT(p.out, Contains("9.431B parameters"));  // GLM-4-9B's 9.4B plus the mHC sites
 
-  strata::StrataConfig with = strata::StrataConfig::load(file);
-  with.validate(64);
-  REQUIRE(with.model.enable_hyper_connections);
-  CHECK(with.model.num_residual_streams == 4);
-  CHECK(with.model.mhc_norm_eps_inside_sqrt);
-  CHECK(with.model.mhc_keep_mappings_in_fp32);
-  CHECK_FALSE(with.model.mhc_learned_output_contract);
-  strata::StrataConfig plain = strata::StrataConfig::load(file, {"model.enable_hyper_connections=false"});
-  plain.validate(64);
-  const strata::ResolvedModelConfig& without = plain.resolved_model();
+  const strata::ResolvedConfig with = strata::StrataConfig::load(file).validate(64);
+  REQUIRE(with.model->enable_hyper_connections);
+  CHECK(with.model->num_residual_streams == 4);
+  CHECK(with.model->mhc_norm_eps_inside_sqrt);
+  CHECK(with.model->mhc_keep_mappings_in_fp32);
+  CHECK_FALSE(with.model->mhc_learned_output_contract);
+  const strata::ResolvedConfig plain =
+      strata::StrataConfig::load(file, {"model.enable_hyper_connections=false"}).validate(64);
+  const strata::ResolvedModelConfig& without = plain.model;
   const int64_t n = 4, c = 4096, rows = n * n + 2 * n;
   const int64_t per_site = rows * n * c + 3 + rows;
-  CHECK(strata::model_parameter_total(with.resolved_model()) - strata::model_parameter_total(without) == 40 * 2 * per_site);
+  CHECK(strata::model_parameter_total(with.model) - strata::model_parameter_total(without) == 40 * 2 * per_site);
 }
 
 TEST_CASE("mhc configs: glm_mhc_tiny.yaml trains on the CPU with the mHC metrics", "[mhc][cli_train]") {
@@ -94,16 +93,16 @@ TEST_CASE("mhc configs: the GPU step-time benchmark pair differs only by mHC and
     INFO(name << ": " << p.err);
     CHECK(p.rc == 0);
   }
-  strata::StrataConfig mhc = strata::StrataConfig::load((kRepo / "configs/bench_gpt_mhc_gpu.yaml").string(),
-                                                        {"model.use_fused_mhc=true"});
-  mhc.validate(1);  // the fused ops accept its numerics (Megatron dev's)
-  strata::StrataConfig plain = strata::StrataConfig::load((kRepo / "configs/bench_gpt_gpu_ref.yaml").string());
-  plain.validate(1);
-  CHECK(mhc.model.enable_hyper_connections);
-  CHECK_FALSE(plain.model.enable_hyper_connections);
-  CHECK(mhc.model.hidden_size == plain.model.hidden_size);
-  CHECK(mhc.model.num_layers == plain.model.num_layers);
-  CHECK(mhc.model.seq_length == plain.model.seq_length);
-  CHECK(mhc.training.micro_batch_size == plain.training.micro_batch_size);
-  CHECK(mhc.training.precision == plain.training.precision);
+  const strata::ResolvedConfig mhc =  // the fused ops accept its numerics (Megatron dev's)
+      strata::StrataConfig::load((kRepo / "configs/bench_gpt_mhc_gpu.yaml").string(), {"model.use_fused_mhc=true"})
+          .validate(1);
+  const strata::ResolvedConfig plain =
+      strata::StrataConfig::load((kRepo / "configs/bench_gpt_gpu_ref.yaml").string()).validate(1);
+  CHECK(mhc.model->enable_hyper_connections);
+  CHECK_FALSE(plain.model->enable_hyper_connections);
+  CHECK(mhc.model->hidden_size == plain.model->hidden_size);
+  CHECK(mhc.model->num_layers == plain.model->num_layers);
+  CHECK(mhc.model->seq_length == plain.model->seq_length);
+  CHECK(mhc.training->micro_batch_size == plain.training->micro_batch_size);
+  CHECK(mhc.training->precision == plain.training->precision);
 }

@@ -21,6 +21,13 @@
 namespace strata {
 namespace {
 
+// A full GPT layer with its two mHC sites (what the GPT stack builds under enable_hyper_connections).
+layers::TransformerLayerSpec mhc_layer_spec() {
+  layers::TransformerLayerSpec spec = layers::TransformerLayerSpec::full();
+  spec.branch_hyper_connections = true;
+  return spec;
+}
+
 ModelConfig mhc_model(int64_t n, bool learned, bool moe = false) {
   ModelConfig m;
   m.num_layers = 2;
@@ -137,9 +144,10 @@ TEST_CASE("mhc gpt: one mHC layer equals the float64 composition merge(x, F(agg(
   const ResolvedModelConfig cfg(raw_cfg);
   const layers::LayerEnv env{DType::F64, Device::cpu()};
   const ParallelGroups g = ParallelGroups::single_process();
-  layers::TransformerLayer hc(0, cfg, env, g);
-  ResolvedModelConfig plain_cfg = cfg;  // the same section with mHC switched off
-  plain_cfg.enable_hyper_connections = false;
+  layers::TransformerLayer hc(0, cfg, env, g, mhc_layer_spec());
+  ModelConfig raw_plain = *cfg;  // the same section with mHC switched off
+  raw_plain.enable_hyper_connections = false;
+  const ResolvedModelConfig plain_cfg(raw_plain);
   layers::TransformerLayer attn(0, plain_cfg, env, g, layers::TransformerLayerSpec::attention_only());
   layers::TransformerLayer mlp(0, plain_cfg, env, g, layers::TransformerLayerSpec::mlp_only());
   std::vector<Parameter*> ps, pa, pm;
@@ -231,7 +239,7 @@ TEST_CASE("mhc gpt: learned vs mean contraction (outputs, gradients, checkpoint 
   // The mean contraction is the learned one's formula with pre_j = 1/n: hc_head_scale 0 and a base
   // with σ(base) + eps = 1/n make them agree.
   pl.at("decoder.hc_head_scale")->value.fill_(0.0);
-  const double eps = learned.config().layernorm_epsilon, q = 1.0 / 3 - eps;
+  const double eps = learned.config()->layernorm_epsilon, q = 1.0 / 3 - eps;
   pl.at("decoder.hc_head_base")->value.fill_(std::log(q / (1 - q)));
   CHECK(std::abs(weighted_loss(learned, batch, w, 1) - lm) < 1e-12);
   for (GPTModel* m : {&learned, &mean}) {
@@ -301,7 +309,7 @@ TEST_CASE("mhc gpt: config errors name the fields (mhc recompute rules)", "[mhc]
                                   "model.enable_hyper_connections=true"};
     o.insert(o.end(), extra.begin(), extra.end());
     try {
-      StrataConfig::from_yaml_text("{}", o).validate();
+      static_cast<void>(StrataConfig::from_yaml_text("{}", o).validate());
     } catch (const config::ConfigError& e) {
       return std::string(e.what());
     }
@@ -328,7 +336,7 @@ TEST_CASE("mhc gpt: the output linears' bias reaches the merge apart from y (Meg
   raw_cfg.attention_dropout = 0.0;
   const ResolvedModelConfig cfg(raw_cfg);
   const layers::LayerEnv env{DType::F64, Device::cpu()};
-  layers::TransformerLayer layer(0, cfg, env, ParallelGroups::single_process());
+  layers::TransformerLayer layer(0, cfg, env, ParallelGroups::single_process(), mhc_layer_spec());
   std::vector<Parameter*> ps;
   layer.collect(ps);
   uint64_t k = 1;

@@ -296,7 +296,7 @@ std::string mhc_error(const std::vector<std::string>& extra) {
                                 "model.vocab_size=64", "training.train_iters=1", "optimizer.lr=1e-3", "data.mock_data=true"};
   o.insert(o.end(), extra.begin(), extra.end());
   try {
-    StrataConfig::from_yaml_text("{}", o).validate();
+    static_cast<void>(StrataConfig::from_yaml_text("{}", o).validate());
   } catch (const config::ConfigError& e) {
     return e.what();
   }
@@ -305,9 +305,10 @@ std::string mhc_error(const std::vector<std::string>& extra) {
 }  // namespace
 
 TEST_CASE("mhc config: fields, defaults and rules name the field", "[mhc][config]") {
-  StrataConfig cfg = StrataConfig::from_yaml_text("{}", {"training.train_iters=1", "optimizer.lr=1e-3", "data.mock_data=true"});
-  cfg.validate();
-  const ModelConfig& m = cfg.model;
+  const ResolvedConfig cfg =
+      StrataConfig::from_yaml_text("{}", {"training.train_iters=1", "optimizer.lr=1e-3", "data.mock_data=true"})
+          .validate();
+  const ModelConfig& m = *cfg.model;
   CHECK(!m.enable_hyper_connections);
   CHECK(m.num_residual_streams == 4);
   CHECK(m.mhc_sinkhorn_iterations == 20);

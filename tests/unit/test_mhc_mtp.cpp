@@ -341,13 +341,13 @@ TEST_CASE("mhc mtp: strata plan counts e_proj, h_proj, the inner sites and hc_he
   for (const auto& v : variants) {
     std::vector<std::string> o = common;
     o.insert(o.end(), v.begin(), v.end());
-    const StrataConfig cfg = test::tiny_config(o);
+    const ResolvedConfig cfg = test::tiny_config(o);
     auto model = make_model(cfg, Device::cpu());
     int64_t built = 0;
     for (Parameter* p : model->parameters()) built += p->value.numel();
     INFO(v.front() << " " << v.back());
     CHECK(plan_layout(cfg).model_parameters == built);
-    CHECK(model_parameter_total(cfg.resolved_model()) == built);
+    CHECK(model_parameter_total(cfg.model) == built);
   }
 }
 
@@ -372,7 +372,7 @@ TEST_CASE("mhc mtp: the config accepts mHC with MTP (GPT and hybrid '/' patterns
 
 namespace strata {
 namespace {
-int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, 50); }
+int64_t peak_bytes(const ResolvedConfig& cfg) { return test::peak_training_bytes(cfg, 50); }
 }  // namespace
 
 TEST_CASE("mhc mtp: the plan's MTP activations are within 5% of the allocator's peak increase (plain, mHC, full recompute)", "[mhc][mtp][memory_plan]") {
@@ -391,8 +391,8 @@ TEST_CASE("mhc mtp: the plan's MTP activations are within 5% of the allocator's 
     a.insert(a.end(), extra.begin(), extra.end());
     b.insert(b.end(), extra.begin(), extra.end());
     b.push_back("model.mtp_num_layers=2");
-    const StrataConfig without = test::tiny_config(a), with = test::tiny_config(b);
-    auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
+    const ResolvedConfig without = test::tiny_config(a), with = test::tiny_config(b);
+    auto planned = [](const ResolvedConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
     const double measured = static_cast<double>(peak_bytes(with) - peak_bytes(without));
     const double plan = static_cast<double>(planned(with) - planned(without));
     std::printf("  %s MTP (2 depths%s): measured %.0f B, planned %.0f B\n", mhc ? "mHC" : "plain", extra.empty() ? "" : ", full recompute",

@@ -24,7 +24,7 @@ using namespace strata::test;
 namespace {
 constexpr int64_t kVocab = 50;
 
-StrataConfig mhc_config(bool moe, const std::vector<std::string>& extra) {
+ResolvedConfig mhc_config(bool moe, const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.num_layers=3",          "model.hidden_size=16",
                                 "model.num_attention_heads=4", "model.vocab_size=50",
                                 "model.hidden_dropout=0.1",    "model.attention_dropout=0.1",
@@ -47,9 +47,9 @@ std::vector<std::string> mhc_rc(const char* layer_num, const char* modules = "[m
 }
 
 using Pass = test::TwoMicroBatchPass;
-Pass two_micro_batches(const StrataConfig& cfg) { return test::two_micro_batch_pass(cfg, kVocab); }
+Pass two_micro_batches(const ResolvedConfig& cfg) { return test::two_micro_batch_pass(cfg, kVocab); }
 
-int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
+int64_t peak_bytes(const ResolvedConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
 
 // For groups of 1 and 2 layers of the model `size` describes: the measured peak drop of selective
 // mhc recompute is positive and strata plan's estimate is within 15 % of it; returns (peak
@@ -57,16 +57,18 @@ int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(c
 struct RecomputeBaseline {
   int64_t measured_none, planned_none;
 };
-int64_t planned_activations(const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; }
+int64_t planned_activations(const ResolvedConfig& c) {
+  return plan_layout(c).stages.at(0).memory.activations_configured;
+}
 RecomputeBaseline check_mhc_recompute_drops(const std::string& what, const std::vector<std::string>& size) {
   auto cfg = [&](std::vector<std::string> o) {
     o.insert(o.begin(), size.begin(), size.end());
     return mhc_config(false, o);
   };
-  const StrataConfig none = cfg({});
+  const ResolvedConfig none = cfg({});
   const RecomputeBaseline base{peak_bytes(none), planned_activations(none)};
   for (const char* k : {"1", "2"}) {
-    const StrataConfig c = cfg(mhc_rc(k));
+    const ResolvedConfig c = cfg(mhc_rc(k));
     const int64_t peak = peak_bytes(c);
     const double measured_drop = static_cast<double>(base.measured_none - peak);
     const double planned_drop = static_cast<double>(base.planned_none - planned_activations(c));
@@ -85,7 +87,7 @@ TEST_CASE("mhc recompute: groups of mhc_recompute_layer_num local layers (null: 
           "[recompute][mhc_recompute]") {
   auto groups = [](const std::vector<std::string>& o, size_t n) {
     std::vector<std::pair<size_t, size_t>> out;
-    for (const RecomputeChunk& c : mhc_recompute_groups(mhc_config(false, o).resolved_model(), n).groups)
+    for (const RecomputeChunk& c : mhc_recompute_groups(mhc_config(false, o).model, n).groups)
       out.emplace_back(c.begin, c.end);
     return out;
   };
@@ -98,7 +100,7 @@ TEST_CASE("mhc recompute: groups of mhc_recompute_layer_num local layers (null: 
                 "model.mhc_recompute_layer_num=1"},
                3)
             .empty());
-  const MhcRecomputeGroups g = mhc_recompute_groups(mhc_config(false, mhc_rc("2")).resolved_model(), 5);
+  const MhcRecomputeGroups g = mhc_recompute_groups(mhc_config(false, mhc_rc("2")).model, 5);
   CHECK(g.opens(2));
   CHECK(!g.opens(3));
   CHECK(g.closes(3));
@@ -153,7 +155,7 @@ TEST_CASE("mhc recompute: the peak memory it frees, and strata plan's estimate w
   std::vector<std::string> one = size;
   const std::vector<std::string> rc = mhc_rc(nullptr);
   one.insert(one.end(), rc.begin(), rc.end());
-  const StrataConfig single = mhc_config(false, one);
+  const ResolvedConfig single = mhc_config(false, one);
   const double one_group = static_cast<double>(base.measured_none - peak_bytes(single));
   std::printf("  mhc recompute, one group: measured drop %.0f B, planned %lld B\n", one_group,
               (long long)(base.planned_none - planned_activations(single)));
@@ -172,7 +174,9 @@ TEST_CASE("mhc recompute: a hybrid stack's peak drop (fast and delta path) again
 }
 
 namespace {
-std::map<std::string, int> observed(const StrataConfig& cfg) { return test::two_micro_batch_observations(cfg, kVocab); }
+std::map<std::string, int> observed(const ResolvedConfig& cfg) {
+  return test::two_micro_batch_observations(cfg, kVocab);
+}
 }  // namespace
 
 TEST_CASE("mhc recompute: every observation (incl. the mHC mappings) fires once per site and micro-batch",

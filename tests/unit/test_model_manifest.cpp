@@ -40,7 +40,7 @@ const std::vector<std::string> kCommon = {
     "model.mamba_num_groups=2",     "model.mamba_state_dim=4",     "model.mamba_chunk_size=4"};
 
 // Runs one training forward and backward of the model of `cfg` with every kind observed.
-Recorder run_observed(const StrataConfig& cfg, uint64_t seed = 3, bool random_biases = false) {
+Recorder run_observed(const ResolvedConfig& cfg, uint64_t seed = 3, bool random_biases = false) {
   std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
   model->init_parameters(seed);
   if (random_biases)  // Megatron initialises biases to 0; the check below needs them to matter
@@ -58,7 +58,7 @@ Recorder run_observed(const StrataConfig& cfg, uint64_t seed = 3, bool random_bi
   return rec;
 }
 
-StrataConfig config_of(const std::vector<std::string>& variant) {
+ResolvedConfig config_of(const std::vector<std::string>& variant) {
   std::vector<std::string> o = kCommon;
   o.insert(o.end(), variant.begin(), variant.end());
   for (const std::string& v : variant)  // MoE fields only with experts
@@ -87,9 +87,9 @@ const std::vector<std::vector<std::string>> kFamilies = {
 TEST_CASE("model manifest: the sites a real forward and backward emit are the manifest's", "[manifest][observe]") {
   const std::vector<std::vector<std::string>>& variants = kFamilies;
   for (const auto& v : variants) {
-    const StrataConfig cfg = config_of(v);
+    const ResolvedConfig cfg = config_of(v);
     INFO(v.front() << (v.size() > 1 ? " " + v[1] : std::string()) << (v.size() > 2 ? " " + v[2] : std::string()));
-    const ModelManifest manifest = build_model_manifest(cfg.resolved_model());
+    const ModelManifest manifest = build_model_manifest(cfg.model);
     std::map<std::string, const ObservationSite*> want;
     for (const ObservationSite& s : manifest.sites) {
       CHECK(want.count(s.path()) == 0);  // each site listed once
@@ -109,7 +109,7 @@ TEST_CASE("model manifest: the sites a real forward and backward emit are the ma
     // The named losses are the model's.
     CHECK(manifest.losses == make_model(cfg, Device::cpu())->loss_names());
     // The manifest's layers: decoder layers in order, then the MTP inner layers.
-    const int64_t decoder = cfg.model.num_layers;
+    const int64_t decoder = cfg.model->num_layers;
     REQUIRE(static_cast<int64_t>(manifest.layers.size()) >= decoder);
     for (int64_t l = 0; l < decoder; ++l) {
       CHECK(manifest.layers[static_cast<size_t>(l)].name == "decoder.layers." + std::to_string(l));
@@ -125,14 +125,15 @@ TEST_CASE("model manifest: the sites a real forward and backward emit are the ma
 
 TEST_CASE("model manifest: every mHC site can be dumped", "[manifest][tensor_dump][mhc]") {
   for (const char* pattern : {"model.num_layers=2", "model.hybrid_layer_pattern='M*'"}) {
-    StrataConfig cfg = config_of({pattern, "model.enable_hyper_connections=true", "model.num_residual_streams=2",
-                                  "logging.tensor_dump_sites=['*mhc*']", "logging.tensor_dump_iters=[0]"});
+    const ResolvedConfig cfg =
+        config_of({pattern, "model.enable_hyper_connections=true", "model.num_residual_streams=2",
+                   "logging.tensor_dump_sites=['*mhc*']", "logging.tensor_dump_iters=[0]"});
     INFO(pattern);
     CHECK_NOTHROW(validate_tensor_dump(cfg));
-    CHECK(site_kinds({"*mhc*"}, cfg.resolved_model()) ==
+    CHECK(site_kinds({"*mhc*"}, cfg.model) ==
           SourceKinds{SourceKind::MhcHPre, SourceKind::MhcHPost, SourceKind::MhcHRes, SourceKind::MhcSinkhornResidual,
                       SourceKind::MhcLayerInput, SourceKind::MhcLayerOutput});
-    CHECK(site_kinds({"*.mhc_layer_output"}, cfg.resolved_model()) == SourceKinds{SourceKind::MhcLayerOutput});
+    CHECK(site_kinds({"*.mhc_layer_output"}, cfg.model) == SourceKinds{SourceKind::MhcLayerOutput});
   }
 }
 
@@ -177,8 +178,8 @@ double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
 TEST_CASE("model manifest: an mHC layer verified from its dumped inputs and outputs alone", "[manifest][mhc]") {
   // With biases, so that mhc_layer_output must carry y + bias. The model runs in f32; the check
   // recomputes in f64 from the observed tensors.
-  const StrataConfig cfg = config_of({"model.num_layers=2", "model.enable_hyper_connections=true",
-                                      "model.num_residual_streams=3", "model.add_bias_linear=true"});
+  const ResolvedConfig cfg = config_of({"model.num_layers=2", "model.enable_hyper_connections=true",
+                                        "model.num_residual_streams=3", "model.add_bias_linear=true"});
   Recorder rec = run_observed(cfg, 11, /*random_biases=*/true);
   const std::string l0 = "decoder.layers.0", att = l0 + ".self_attention_hyper_connection.",
                     mlp = l0 + ".mlp_hyper_connection.";
@@ -212,9 +213,9 @@ TEST_CASE("model manifest: stages and chunks of a hybrid pattern's segments (han
                      "model.moe_router_topk=2", "model.seq_length=8", "model.max_position_embeddings=8",
                      "parallel.pipeline_model_parallel_size=2", "training.micro_batch_size=1",
                      "training.global_batch_size=4"});
-  StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "m.yaml");
-  cfg.validate(2);
-  const ModelManifest m = build_model_manifest(cfg.resolved_model(), cfg.parallel);
+  const ResolvedConfig cfg =
+      StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "m.yaml").validate(2);
+  const ModelManifest m = build_model_manifest(cfg.model, *cfg.parallel);
   const std::vector<std::pair<int64_t, int64_t>> want = {{0, 0}, {0, 0}, {1, 0}, {1, 0}, {0, 1}, {0, 1},
                                                          {1, 1}, {1, 1}, {1, 1}, {1, 1}};
   REQUIRE(m.layers.size() == want.size());  // 8 decoder layers, then the MTP depth's two
@@ -241,20 +242,20 @@ TEST_CASE("model manifest: the parameters a model builds are the manifest's", "[
                       "model.enable_hyper_connections=true", "model.mhc_learned_output_contract=false"});
   for (std::vector<std::string> v : variants) {
     v.push_back("training.precision=bf16");
-    const StrataConfig cfg = config_of(v);
+    const ResolvedConfig cfg = config_of(v);
     INFO(v.front() << (v.size() > 1 ? " " + v[1] : std::string()) << (v.size() > 2 ? " " + v[2] : std::string()));
-    const ModelManifest manifest = build_model_manifest(cfg.resolved_model());
+    const ModelManifest manifest = build_model_manifest(cfg.model);
     test::RankPosition r;
     r.bf16 = true;
-    r.num_experts = cfg.model.num_experts.value_or(0);
+    r.num_experts = cfg.model->num_experts.value_or(0);
     const std::vector<std::string> want = test::manifest_parameter_lines(manifest, r);
     const std::vector<std::string> got = test::built_parameter_lines(make_model(cfg, Device::cpu())->parameters(), true);
     CHECK(got == want);
   }
   // Without a vocabulary the parameters are not listed yet.
-  ResolvedModelConfig m = config_of({"model.num_layers=2"}).resolved_model();
-  m.vocab_size.reset();
-  CHECK(build_model_manifest(m).parameters.empty());
+  ModelConfig raw = *config_of({"model.num_layers=2"}).model;
+  raw.vocab_size.reset();
+  CHECK(build_model_manifest(ResolvedModelConfig(raw)).parameters.empty());
 }
 
 }  // namespace strata

@@ -136,7 +136,7 @@ TEST_CASE("moe accounting: a hand-counted routing map, the sign rule, counts res
 
 namespace {
 
-StrataConfig bias_config(const std::vector<std::string>& extra = {}) {
+ResolvedConfig bias_config(const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {
       // vocab 260: the byte-level tokenizer's 257 ids fit (generation rebuilds it); tokens stay below 50.
       "model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=260",
@@ -156,16 +156,16 @@ struct BiasRun {
   std::string log;
 };
 
-BiasRun run_bias(const StrataConfig& cfg, bool nan_output = false) {
+BiasRun run_bias(const ResolvedConfig& cfg, bool nan_output = false) {
   auto model = make_model(cfg, Device::cpu());
-  MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
   MemoryMetricsSink sink;
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
   opt.sinks = {&sink};
   opt.init_parameters = false;
-  model->init_parameters(static_cast<uint64_t>(cfg.training.seed));
+  model->init_parameters(static_cast<uint64_t>(cfg.training->seed));
   Parameter* bias = nullptr;
   for (const MoeRouterRef& r : model->moe_routers()) bias = &r.router->expert_bias;
   REQUIRE(bias != nullptr);
@@ -197,11 +197,11 @@ Vec bias_from_counts(const std::vector<nlohmann::json>& records, double rate) {
 }  // namespace
 
 TEST_CASE("moe accounting: end to end, the expert bias after 2 steps follows the logged counts", "[moe_accounting]") {
-  const StrataConfig cfg = bias_config();
+  const ResolvedConfig cfg = bias_config();
   const BiasRun r = run_bias(cfg);
   REQUIRE(r.result.losses.size() == 2);
   REQUIRE(r.records.size() == 2);
-  const int64_t tokens = *cfg.training.global_batch_size * cfg.model.seq_length;  // no padding, no capacity
+  const int64_t tokens = *cfg.training->global_batch_size * cfg.model->seq_length;  // no padding, no capacity
   for (const nlohmann::json& rec : r.records) {
     const nlohmann::json& load = rec["moe-expert-load"];
     REQUIRE(load.size() == 1);  // moe_layer_freq [0, 1]: layer 1 only
@@ -259,7 +259,7 @@ TEST_CASE("moe accounting: the expert bias is checkpointed and a resume is bit-e
 namespace strata {
 
 TEST_CASE("moe accounting: moe_per_layer_logging writes Megatron's moe/<loss>_layer_<i> tags", "[moe_accounting]") {
-  const StrataConfig cfg = test::tiny_config(
+  const ResolvedConfig cfg = test::tiny_config(
       {"model.num_layers=3", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
        "model.make_vocab_size_divisible_by=8", "model.add_bias_linear=false", "model.num_experts=4",
        "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2", "model.moe_aux_loss_coeff=0.01",
@@ -278,7 +278,7 @@ TEST_CASE("moe accounting: moe_per_layer_logging writes Megatron's moe/<loss>_la
                                          "moe/z_loss_layer_2"};
   CHECK(names == want);
   CHECK(model_loss_names(cfg) == want);
-  MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
   MemoryMetricsSink sink;
   std::ostringstream log;
   TrainerOptions opt;

@@ -47,7 +47,7 @@ void check_layout(const std::vector<std::string>& overrides) {
 
 std::vector<int64_t> layer_map(const ResolvedModelConfig& m) {
   std::vector<int64_t> out;
-  for (int64_t i = 0; i < m.num_layers; ++i) out.push_back(m.is_moe_layer(i) ? 1 : 0);
+  for (int64_t i = 0; i < m->num_layers; ++i) out.push_back(m.is_moe_layer(i) ? 1 : 0);
   return out;
 }
 
@@ -55,23 +55,23 @@ std::vector<int64_t> layer_map(const ResolvedModelConfig& m) {
 
 TEST_CASE("moe config: Megatron's defaults, a dense model has no MoE layer", "[moe_config]") {
   ResolvedModelConfig m = finalized_model({});
-  CHECK(!m.num_experts);
-  CHECK(!m.is_moe());
-  CHECK(m.moe_layer_freq == std::vector<std::string>{"1"});
-  CHECK(m.moe_router_topk == 2);
-  CHECK(m.moe_router_score_function == MoeScoreFunction::Softmax);
-  CHECK(!m.moe_router_pre_softmax);
-  CHECK(!m.moe_router_dtype);
-  CHECK(m.moe_router_bias_update_rate == 1e-3);
-  CHECK(m.moe_router_load_balancing_type == std::vector<std::string>{"aux_loss"});
-  CHECK(m.moe_aux_loss_coeff == std::vector<double>{0.0});
-  CHECK(!m.moe_z_loss_coeff);
-  CHECK(!m.moe_expert_capacity_factor);
-  CHECK(m.moe_token_drop_policy == MoeTokenDropPolicy::Probs);
-  CHECK(m.moe_token_dispatcher_type == MoeTokenDispatcherType::AllGather);
-  CHECK(!m.moe_shared_expert_intermediate_size);
-  for (int64_t i = 0; i < m.num_layers; ++i) CHECK(!m.is_moe_layer(i));
-  CHECK(m.moe_load_balancing_losses().empty());
+  CHECK(!m->num_experts);
+  CHECK(!m->is_moe());
+  CHECK(m->moe_layer_freq == std::vector<std::string>{"1"});
+  CHECK(m->moe_router_topk == 2);
+  CHECK(m->moe_router_score_function == MoeScoreFunction::Softmax);
+  CHECK(!m->moe_router_pre_softmax);
+  CHECK(!m->moe_router_dtype);
+  CHECK(m->moe_router_bias_update_rate == 1e-3);
+  CHECK(m->moe_router_load_balancing_type == std::vector<std::string>{"aux_loss"});
+  CHECK(m->moe_aux_loss_coeff == std::vector<double>{0.0});
+  CHECK(!m->moe_z_loss_coeff);
+  CHECK(!m->moe_expert_capacity_factor);
+  CHECK(m->moe_token_drop_policy == MoeTokenDropPolicy::Probs);
+  CHECK(m->moe_token_dispatcher_type == MoeTokenDispatcherType::AllGather);
+  CHECK(!m->moe_shared_expert_intermediate_size);
+  for (int64_t i = 0; i < m->num_layers; ++i) CHECK(!m.is_moe_layer(i));
+  CHECK(m->moe_load_balancing_losses().empty());
 }
 
 TEST_CASE("moe config: every field parses from YAML", "[moe_config]") {
@@ -96,35 +96,35 @@ TEST_CASE("moe config: every field parses from YAML", "[moe_config]") {
   finalize_parallel_config(c.parallel, std::nullopt);
   validate_moe_layout(resolved_model, c.parallel);
   const ResolvedModelConfig& m = resolved_model;
-  CHECK(*m.num_experts == 8);
+  CHECK(*m->num_experts == 8);
   CHECK(m.moe_ffn() == 96);
   CHECK(layer_map(m) == std::vector<int64_t>{0, 1, 1, 1});
-  CHECK(m.moe_router_topk == 4);
-  CHECK(m.moe_router_score_function == MoeScoreFunction::Sigmoid);
-  CHECK(m.moe_router_pre_softmax);
-  CHECK(*m.moe_router_num_groups == 4);
-  CHECK(*m.moe_router_group_topk == 2);
-  CHECK(*m.moe_router_topk_scaling_factor == 2.5);
-  CHECK(*m.moe_router_dtype == MoeRouterDtype::Fp64);
-  CHECK(m.moe_router_enable_expert_bias);
-  CHECK(m.moe_router_bias_update_rate == 0.01);
-  CHECK(m.moe_router_load_balancing_type == std::vector<std::string>{"seq_aux_loss", "global_aux_loss"});
-  CHECK(m.moe_aux_loss_coeff == std::vector<double>{0.001, 0.0});
-  CHECK(*m.moe_z_loss_coeff == 0.001);
-  CHECK(*m.moe_input_jitter_eps == 0.01);
-  CHECK(*m.moe_expert_capacity_factor == 1.25);
-  CHECK(m.moe_token_drop_policy == MoeTokenDropPolicy::Position);
-  CHECK(m.moe_pad_expert_input_to_capacity);
-  CHECK(m.moe_router_force_load_balancing);
-  CHECK(*m.moe_shared_expert_intermediate_size == 128);
-  CHECK(m.moe_shared_expert_gate);
-  CHECK(!m.moe_apply_probs_on_input);
-  CHECK(m.moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll);
-  CHECK(m.moe_grouped_gemm);
-  CHECK(m.moe_per_layer_logging);
+  CHECK(m->moe_router_topk == 4);
+  CHECK(m->moe_router_score_function == MoeScoreFunction::Sigmoid);
+  CHECK(m->moe_router_pre_softmax);
+  CHECK(*m->moe_router_num_groups == 4);
+  CHECK(*m->moe_router_group_topk == 2);
+  CHECK(*m->moe_router_topk_scaling_factor == 2.5);
+  CHECK(*m->moe_router_dtype == MoeRouterDtype::Fp64);
+  CHECK(m->moe_router_enable_expert_bias);
+  CHECK(m->moe_router_bias_update_rate == 0.01);
+  CHECK(m->moe_router_load_balancing_type == std::vector<std::string>{"seq_aux_loss", "global_aux_loss"});
+  CHECK(m->moe_aux_loss_coeff == std::vector<double>{0.001, 0.0});
+  CHECK(*m->moe_z_loss_coeff == 0.001);
+  CHECK(*m->moe_input_jitter_eps == 0.01);
+  CHECK(*m->moe_expert_capacity_factor == 1.25);
+  CHECK(m->moe_token_drop_policy == MoeTokenDropPolicy::Position);
+  CHECK(m->moe_pad_expert_input_to_capacity);
+  CHECK(m->moe_router_force_load_balancing);
+  CHECK(*m->moe_shared_expert_intermediate_size == 128);
+  CHECK(m->moe_shared_expert_gate);
+  CHECK(!m->moe_apply_probs_on_input);
+  CHECK(m->moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll);
+  CHECK(m->moe_grouped_gemm);
+  CHECK(m->moe_per_layer_logging);
   CHECK(c.parallel.expert_model_parallel_size == 2);
   CHECK(*c.parallel.expert_tensor_parallel_size == 1);
-  auto losses = m.moe_load_balancing_losses();
+  auto losses = m->moe_load_balancing_losses();
   REQUIRE(losses.size() == 1);  // global_aux_loss has coefficient 0: off
   CHECK(losses[0].type == "seq_aux_loss");
   CHECK(losses[0].coeff == 0.001);
@@ -164,35 +164,35 @@ TEST_CASE("moe config: every field parses from a key=value override", "[moe_conf
   StrataConfig::table().check_fields(c);
   const ResolvedModelConfig resolved_model(c.model);
   const ResolvedModelConfig& m = resolved_model;
-  CHECK(*m.num_experts == 16);
+  CHECK(*m->num_experts == 16);
   CHECK(m.moe_ffn() == 64);
   CHECK(layer_map(m) == std::vector<int64_t>{1, 0, 1, 0});  // i % 2 == 0
-  CHECK(m.moe_router_topk == 1);
-  CHECK(m.moe_router_score_function == MoeScoreFunction::SqrtSoftplus);
-  CHECK(m.moe_router_pre_softmax);
-  CHECK(*m.moe_router_num_groups == 8);
-  CHECK(*m.moe_router_group_topk == 1);
-  CHECK(*m.moe_router_topk_scaling_factor == 1.5);
-  CHECK(*m.moe_router_dtype == MoeRouterDtype::Fp32);
-  CHECK(m.moe_router_enable_expert_bias);
-  CHECK(m.moe_router_bias_update_rate == 0.002);
-  CHECK(m.moe_router_load_balancing_type == std::vector<std::string>{"aux_loss"});
-  CHECK(m.moe_aux_loss_coeff == std::vector<double>{0.01});
-  CHECK(*m.moe_z_loss_coeff == 0.0001);
-  CHECK(*m.moe_input_jitter_eps == 0.1);
-  CHECK(*m.moe_expert_capacity_factor == 1.0);
-  CHECK(m.moe_token_drop_policy == MoeTokenDropPolicy::Probs);
-  CHECK(m.moe_pad_expert_input_to_capacity);
-  CHECK(m.moe_router_force_load_balancing);
-  CHECK(*m.moe_shared_expert_intermediate_size == 256);
-  CHECK(m.moe_shared_expert_gate);
-  CHECK(m.moe_apply_probs_on_input);
-  CHECK(m.moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll);
-  CHECK(m.moe_grouped_gemm);
-  CHECK(m.moe_per_layer_logging);
+  CHECK(m->moe_router_topk == 1);
+  CHECK(m->moe_router_score_function == MoeScoreFunction::SqrtSoftplus);
+  CHECK(m->moe_router_pre_softmax);
+  CHECK(*m->moe_router_num_groups == 8);
+  CHECK(*m->moe_router_group_topk == 1);
+  CHECK(*m->moe_router_topk_scaling_factor == 1.5);
+  CHECK(*m->moe_router_dtype == MoeRouterDtype::Fp32);
+  CHECK(m->moe_router_enable_expert_bias);
+  CHECK(m->moe_router_bias_update_rate == 0.002);
+  CHECK(m->moe_router_load_balancing_type == std::vector<std::string>{"aux_loss"});
+  CHECK(m->moe_aux_loss_coeff == std::vector<double>{0.01});
+  CHECK(*m->moe_z_loss_coeff == 0.0001);
+  CHECK(*m->moe_input_jitter_eps == 0.1);
+  CHECK(*m->moe_expert_capacity_factor == 1.0);
+  CHECK(m->moe_token_drop_policy == MoeTokenDropPolicy::Probs);
+  CHECK(m->moe_pad_expert_input_to_capacity);
+  CHECK(m->moe_router_force_load_balancing);
+  CHECK(*m->moe_shared_expert_intermediate_size == 256);
+  CHECK(m->moe_shared_expert_gate);
+  CHECK(m->moe_apply_probs_on_input);
+  CHECK(m->moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll);
+  CHECK(m->moe_grouped_gemm);
+  CHECK(m->moe_per_layer_logging);
   CHECK(c.parallel.expert_model_parallel_size == 4);
   CHECK(*c.parallel.expert_tensor_parallel_size == 1);
-  auto losses = m.moe_load_balancing_losses();
+  auto losses = m->moe_load_balancing_losses();
   REQUIRE(losses.size() == 1);
   CHECK(losses[0].type == "aux_loss");
   CHECK(losses[0].coeff == 0.01);
@@ -250,7 +250,7 @@ TEST_CASE("moe config: moe_layer_freq errors name the field and the problem", "[
   CHECK(err("'(3)+[1]'").find("cannot add a list and an integer") != std::string::npos);
   // A syntax error is caught by the field's validator, before anything else is resolved.
   StrataConfig c = base({"model.moe_layer_freq='([0]*2'", "model.num_experts=4"});
-  CHECK(error_of([&] { c.validate(); }).rfind(f + "cannot parse the pattern '([0]*2'", 0) == 0);
+  CHECK(error_of([&] { static_cast<void>(c.validate()); }).rfind(f + "cannot parse the pattern '([0]*2'", 0) == 0);
   CHECK_THROWS_AS(parse_moe_layer_pattern("[1", "x.y"), ConfigError);
 }
 
@@ -258,16 +258,16 @@ TEST_CASE("moe config: the active load-balancing losses and their coefficients",
   ResolvedModelConfig m = finalized_model(
       {"model.num_experts=4", "model.moe_router_load_balancing_type=[aux_loss, seq_aux_loss, none, global_aux_loss]",
        "model.moe_aux_loss_coeff=[0.01, 0, 0.5, 0.002]"});
-  auto losses = m.moe_load_balancing_losses();
+  auto losses = m->moe_load_balancing_losses();
   REQUIRE(losses.size() == 2);
   CHECK(losses[0].type == "aux_loss");
   CHECK(losses[0].coeff == 0.01);
   CHECK(losses[1].type == "global_aux_loss");
   CHECK(losses[1].coeff == 0.002);
-  CHECK(finalized_model({"model.num_experts=4"}).moe_load_balancing_losses().empty());  // coeff 0.0
+  CHECK(finalized_model({"model.num_experts=4"})->moe_load_balancing_losses().empty());  // coeff 0.0
   CHECK(finalized_model(
             {"model.num_experts=4", "model.moe_router_load_balancing_type=none", "model.moe_aux_loss_coeff=1.0"})
-            .moe_load_balancing_losses()
+            ->moe_load_balancing_losses()
             .empty());
 }
 
@@ -413,7 +413,8 @@ TEST_CASE("moe config: StrataConfig::validate refuses what this revision's MoE l
                                "parallel.expert_tensor_parallel_size=1"});
   CHECK_NOTHROW(tp_etp1.validate());
   StrataConfig bias = base({"model.num_experts=8"});
-  CHECK(error_of([&] { bias.validate(); }).rfind("ConfigError: model.add_bias_linear: the MoE experts have no biases", 0) == 0);
+  CHECK(error_of([&] { static_cast<void>(bias.validate()); })
+            .rfind("ConfigError: model.add_bias_linear: the MoE experts have no biases", 0) == 0);
   StrataConfig ok = base({"model.num_experts=8", "model.add_bias_linear=false", "model.moe_aux_loss_coeff=0.01"});
   CHECK_NOTHROW(ok.validate());
   // Aux-loss-free expert bias and per-layer logging are built (training/moe_accounting.h).
@@ -423,10 +424,10 @@ TEST_CASE("moe config: StrataConfig::validate refuses what this revision's MoE l
   CHECK_NOTHROW(bias_ok.validate());
   // A broken MoE config gets its own error first, not the guard's.
   StrataConfig broken = base({"model.num_experts=8", "model.moe_router_enable_expert_bias=true"});
-  CHECK(error_of([&] { broken.validate(); }).rfind("ConfigError: model.moe_router_enable_expert_bias:", 0) == 0);
+  CHECK(error_of([&] { static_cast<void>(broken.validate()); }).rfind("ConfigError: model.moe_router_enable_expert_bias:", 0) == 0);
   StrataConfig dense_ep = base({"parallel.expert_model_parallel_size=2"});
   CHECK(error_of([&] {
-          dense_ep.validate(2);
+          static_cast<void>(dense_ep.validate(2));
         }).rfind("ConfigError: parallel.expert_model_parallel_size: 2 > 1 needs MoE", 0) == 0);
   StrataConfig dense = base();
   CHECK_NOTHROW(dense.validate());

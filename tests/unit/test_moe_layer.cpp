@@ -105,7 +105,7 @@ TEST_CASE("moe layer: output equals the direct sum over the chosen experts (f64)
     rr.keys = &keys;
     const layers::moe::RoutingOutput r = moe.router.forward(x, rr, nullptr);
     const Vec xs = x.to_vector(), got = out.to_vector(), idx = r.top_indices.to_vector(), pr = r.top_probs.to_vector();
-    const int64_t k = cfg.moe_router_topk;
+    const int64_t k = cfg->moe_router_topk;
     double worst = 0;
     for (int64_t t = 0; t < T; ++t) {
       const Vec xt(xs.begin() + t * H, xs.begin() + (t + 1) * H);
@@ -113,15 +113,15 @@ TEST_CASE("moe layer: output equals the direct sum over the chosen experts (f64)
       for (int64_t j = 0; j < k; ++j) {
         const auto e = static_cast<size_t>(idx[static_cast<size_t>(t * k + j)]);
         const double p = pr[static_cast<size_t>(t * k + j)];
-        const Vec y = expert_mlp(xt, moe.fc1[e], moe.fc2[e], cfg.swiglu, cfg.moe_apply_probs_on_input ? p : 1.0,
-                                 cfg.moe_apply_probs_on_input ? 1.0 : p);
+        const Vec y = expert_mlp(xt, moe.fc1[e], moe.fc2[e], cfg->swiglu, cfg->moe_apply_probs_on_input ? p : 1.0,
+                                 cfg->moe_apply_probs_on_input ? 1.0 : p);
         for (int64_t h = 0; h < H; ++h) want[static_cast<size_t>(h)] += y[static_cast<size_t>(h)];
       }
       if (moe.shared_experts) {
         const Vec y = expert_mlp(xt, moe.shared_experts->linear_fc1.weight, moe.shared_experts->linear_fc2.weight,
-                                 cfg.swiglu, 1.0, 1.0);
+                                 cfg->swiglu, 1.0, 1.0);
         double g = 1.0;
-        if (cfg.moe_shared_expert_gate) {
+        if (cfg->moe_shared_expert_gate) {
           const Vec gw = moe.shared_gate.value.to_vector();
           double z = 0;
           for (int64_t h = 0; h < H; ++h) z += gw[static_cast<size_t>(h)] * xt[static_cast<size_t>(h)];
@@ -214,14 +214,14 @@ TEST_CASE("moe layer: Megatron-Core names, dense/MoE mix, generation with the KV
 }
 
 TEST_CASE("moe layer: a tiny MoE model trains, router losses logged by name, bitwise reproducible", "[moe_layer]") {
-  const StrataConfig cfg = test::tiny_config(
+  const ResolvedConfig cfg = test::tiny_config(
       {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
        "model.make_vocab_size_divisible_by=8", "model.add_bias_linear=false", "model.num_experts=4",
        "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2", "model.moe_aux_loss_coeff=0.01",
        "model.moe_z_loss_coeff=0.001", "training.train_iters=10"});
   auto run = [&](std::string* log_text) {
     auto model = make_model(cfg, Device::cpu());
-    MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+    MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
     std::ostringstream log;
     TrainerOptions opt;
     opt.log_stream = &log;

@@ -273,9 +273,10 @@ TEST_CASE("mtp: canonical names, layer_of, loss names and the factory", "[mtp]")
   CHECK(layer_of("mtp.layers.1.mtp_model_layer.mlp.linear_fc1.weight") == std::optional<std::string>("mtp.layers.1"));
   CHECK(by_name(model).at("mtp.layers.0.eh_proj.weight")->value.shape() == Shape{kHidden, 2 * kHidden});
   CHECK(model.loss_names() == std::vector<std::string>{"lm loss", "mtp_1 loss", "mtp_2 loss"});
-  const StrataConfig cfg = test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
-                                              "model.vocab_size=50", "model.position_embedding_type=rope",
-                                              "model.mtp_num_layers=2"});
+  const ResolvedConfig cfg =
+      test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
+                         "model.vocab_size=50", "model.position_embedding_type=rope",
+                         "model.mtp_num_layers=2"});
   CHECK(model_loss_names(cfg) == make_model(cfg, Device::cpu())->loss_names());
   // Generation ignores the heads: the logits equal a model without MTP holding the same trunk.
   GPTModel plain(mtp_model(0), f64_options(false));
@@ -409,12 +410,13 @@ TEST_CASE("mtp: the trainer logs mtp_k loss (log line, JSONL)", "[mtp]") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "strata_mtp_log";
   fs::remove_all(dir);
-  const StrataConfig cfg = test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
-                                              "model.vocab_size=50", "model.position_embedding_type=rope",
-                                              "model.mtp_num_layers=2", "training.train_iters=2", "logging.log_interval=1",
-                                              "logging.metrics_jsonl=" + (dir / "metrics.jsonl").string()});
+  const ResolvedConfig cfg =
+      test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
+                         "model.vocab_size=50", "model.position_embedding_type=rope",
+                         "model.mtp_num_layers=2", "training.train_iters=2", "logging.log_interval=1",
+                         "logging.metrics_jsonl=" + (dir / "metrics.jsonl").string()});
   std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
-  MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

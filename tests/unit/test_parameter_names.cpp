@@ -165,9 +165,9 @@ TEST_CASE("parameter names: MTP inner layers follow Megatron's module path, chec
   CHECK(checkpoint_parameter_name("mtp.layers.0.eh_proj.weight") == "mtp.layers.0.eh_proj.weight");
   CHECK(checkpoint_parameter_name("decoder.layers.0.mlp.linear_fc1.weight") == "decoder.layers.0.mlp.linear_fc1.weight");
 
-  const StrataConfig cfg = test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
-                                              "model.vocab_size=50", "model.position_embedding_type=rope",
-                                              "model.mtp_num_layers=2"});
+  const ResolvedConfig cfg =
+      test::tiny_config({"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
+                         "model.vocab_size=50", "model.position_embedding_type=rope", "model.mtp_num_layers=2"});
   std::unique_ptr<LanguageModel> model = make_model(cfg, Device::cpu());
   model->init_parameters(5);
   const CanonicalParameterNameMap names({model.get()}, 0, 1);
@@ -254,7 +254,7 @@ ParallelGroups groups_of(const RankGrid& g, int r) {
   return out;
 }
 
-StrataConfig layout_config(bool moe, int world, const std::vector<std::string>& extra) {
+ResolvedConfig layout_config(bool moe, int world, const std::vector<std::string>& extra) {
   std::vector<std::string> o = {
       "model.num_layers=4", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=64",
       "model.make_vocab_size_divisible_by=16", "model.seq_length=8", "model.max_position_embeddings=8",
@@ -265,8 +265,7 @@ StrataConfig layout_config(bool moe, int world, const std::vector<std::string>& 
   o.insert(o.end(), extra.begin(), extra.end());
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o,
                                                   "names.yaml");
-  cfg.validate(world);
-  return cfg;
+  return cfg.validate(world);
 }
 
 struct Listed {
@@ -283,15 +282,15 @@ void check_layout(bool moe, int world, const std::vector<std::string>& extra) {
   std::vector<std::string> model_extra;  // the model's own overrides (not the layout's)
   for (const std::string& e : extra)
     if (e.rfind("model.", 0) == 0) model_extra.push_back(e);
-  const StrataConfig one = layout_config(moe, 1, model_extra);
+  const ResolvedConfig one = layout_config(moe, 1, model_extra);
   std::map<std::string, Shape> single;
   {
     auto chunks = make_model_chunks(one, Device::cpu(), ParallelGroups::single_process());
     const CanonicalParameterNameMap m({chunks.front().get()}, 0, 1);
     for (Parameter* p : m.parameters()) single[m.name_of(p)] = p->global_shape;
   }
-  const StrataConfig cfg = layout_config(moe, world, extra);
-  const ParallelConfig& pc = cfg.parallel;
+  const ResolvedConfig cfg = layout_config(moe, world, extra);
+  const ParallelConfig& pc = *cfg.parallel;
   const RankGrid grid = RankGrid::from_config(pc);
   std::map<std::string, Listed> seen;
   for (int r = 0; r < world; ++r) {
@@ -316,7 +315,7 @@ void check_layout(bool moe, int world, const std::vector<std::string>& extra) {
   const int pp = static_cast<int>(pc.pipeline_model_parallel_size), ep = static_cast<int>(pc.expert_model_parallel_size);
   // The model manifest says which stage and chunk build each layer: the chunks that list a
   // layer's parameters.
-  const ModelManifest manifest = build_model_manifest(cfg.resolved_model(), pc);
+  const ModelManifest manifest = build_model_manifest(cfg.model, pc);
   auto layer_of_name = [&](const std::string& n) -> const ManifestLayer* {
     const ManifestLayer* best = nullptr;
     for (const ManifestLayer& layer : manifest.layers)

@@ -80,39 +80,38 @@ TEST_CASE("schedule orders: bubble fraction and bad arguments", "[pipeline_sched
   CHECK_THROWS_WITH(pipeline_schedule_order(2, 0, 1, 0), Catch::Contains("micro-batches must be >= 1"));
 }
 
-StrataConfig pipeline_config(const std::vector<std::string>& extra, int64_t world) {
+ResolvedConfig pipeline_config(const std::vector<std::string>& extra, int64_t world) {
   std::vector<std::string> o = {"model.num_layers=8", "model.hidden_size=32", "model.num_attention_heads=4",
                                 "model.vocab_size=128", "model.seq_length=16", "model.max_position_embeddings=16",
                                 "training.micro_batch_size=1", "training.global_batch_size=8"};
   o.insert(o.end(), extra.begin(), extra.end());
   StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n", o, "pp.yaml");
-  cfg.validate(world);
-  return cfg;
+  return cfg.validate(world);
 }
 
 TEST_CASE("pipeline layout: Megatron layer offsets of stages and model chunks", "[pipeline_schedule]") {
-  auto layout = [](const StrataConfig& c, int64_t p, int64_t chunk) {
-    const PipelineChunkLayout l = pipeline_chunk_layout(c.parallel, c.model.num_layers, p, chunk);
+  auto layout = [](const ResolvedConfig& c, int64_t p, int64_t chunk) {
+    const PipelineChunkLayout l = pipeline_chunk_layout(*c.parallel, c.model->num_layers, p, chunk);
     return std::to_string(l.first_layer) + "+" + std::to_string(l.num_layers) + (l.pre_process ? "E" : "") +
            (l.post_process ? "L" : "");
   };
   // Even split, pp 4: two layers each.
-  const StrataConfig even = pipeline_config({"parallel.pipeline_model_parallel_size=4"}, 4);
+  const ResolvedConfig even = pipeline_config({"parallel.pipeline_model_parallel_size=4"}, 4);
   CHECK(layout(even, 0, 0) == "0+2E");
   CHECK(layout(even, 1, 0) == "2+2");
   CHECK(layout(even, 3, 0) == "6+2L");
   // pp 2 × vpp 2 (8 layers): rank 0 holds layers 0-1 and 4-5, rank 1 holds 2-3 and 6-7
   // (offset c·L/v + p·L/(v·pp)).
-  const StrataConfig vpp = pipeline_config({"parallel.pipeline_model_parallel_size=2",
-                                            "parallel.virtual_pipeline_model_parallel_size=2"}, 2);
+  const ResolvedConfig vpp = pipeline_config({"parallel.pipeline_model_parallel_size=2",
+                                              "parallel.virtual_pipeline_model_parallel_size=2"}, 2);
   CHECK(layout(vpp, 0, 0) == "0+2E");
   CHECK(layout(vpp, 1, 0) == "2+2");
   CHECK(layout(vpp, 0, 1) == "4+2");
   CHECK(layout(vpp, 1, 1) == "6+2L");
   // Uneven: first stage 1 layer, last stage 3, the other 4 evenly over the 2 middle stages.
-  const StrataConfig uneven = pipeline_config({"parallel.pipeline_model_parallel_size=4",
-                                               "parallel.num_layers_in_first_pipeline_stage=1",
-                                               "parallel.num_layers_in_last_pipeline_stage=3"}, 4);
+  const ResolvedConfig uneven = pipeline_config({"parallel.pipeline_model_parallel_size=4",
+                                                 "parallel.num_layers_in_first_pipeline_stage=1",
+                                                 "parallel.num_layers_in_last_pipeline_stage=3"}, 4);
   CHECK(layout(uneven, 0, 0) == "0+1E");
   CHECK(layout(uneven, 1, 0) == "1+2");
   CHECK(layout(uneven, 2, 0) == "3+2");

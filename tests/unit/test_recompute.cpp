@@ -26,7 +26,7 @@ using namespace strata::test;
 namespace {
 constexpr int64_t kVocab = 50;
 
-StrataConfig rc_config(bool moe, const std::vector<std::string>& extra) {
+ResolvedConfig rc_config(bool moe, const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.num_layers=3",
                                 "model.hidden_size=16",
                                 "model.num_attention_heads=4",
@@ -46,18 +46,18 @@ StrataConfig rc_config(bool moe, const std::vector<std::string>& extra) {
 }
 
 using Pass = test::TwoMicroBatchPass;
-Pass two_micro_batches(const StrataConfig& cfg) { return test::two_micro_batch_pass(cfg, kVocab); }
+Pass two_micro_batches(const ResolvedConfig& cfg) { return test::two_micro_batch_pass(cfg, kVocab); }
 
-std::map<std::string, int> observed(const StrataConfig& cfg);
+std::map<std::string, int> observed(const ResolvedConfig& cfg);
 
 struct Trained {
   std::vector<double> losses, grad_norms;
   std::vector<std::vector<double>> params;
 };
 
-Trained train(const StrataConfig& cfg) {
+Trained train(const ResolvedConfig& cfg) {
   auto model = make_gpt_model(cfg, Device::cpu());
-  MockBatchSource src(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 3);
+  MockBatchSource src(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 3);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -95,7 +95,7 @@ std::string moe_config_error(const std::vector<std::string>& o) {
 TEST_CASE("recompute: full recompute chunks (uniform: chunks of n, block: the first n layers)", "[recompute]") {
   auto chunks = [](const std::vector<std::string>& o, size_t layers) {
     std::vector<std::pair<size_t, size_t>> out;
-    for (const RecomputeChunk& c : full_recompute_chunks(rc_config(false, o).resolved_model(), layers))
+    for (const RecomputeChunk& c : full_recompute_chunks(rc_config(false, o).model, layers))
       out.push_back({c.begin, c.end});
     return out;
   };
@@ -290,7 +290,9 @@ TEST_CASE("recompute: several trainer steps are bit-identical (losses, grad norm
 }
 
 namespace {
-std::map<std::string, int> observed(const StrataConfig& cfg) { return test::two_micro_batch_observations(cfg, kVocab); }
+std::map<std::string, int> observed(const ResolvedConfig& cfg) {
+  return test::two_micro_batch_observations(cfg, kVocab);
+}
 }  // namespace
 
 TEST_CASE("recompute: every observation fires once per layer and micro-batch (no replay observed)", "[recompute]") {
@@ -304,7 +306,7 @@ TEST_CASE("recompute: every observation fires once per layer and micro-batch (no
 }
 
 namespace {
-int64_t peak_bytes(const StrataConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
+int64_t peak_bytes(const ResolvedConfig& cfg) { return test::peak_training_bytes(cfg, kVocab); }
 }  // namespace
 
 TEST_CASE("recompute: full and selective recompute lower the peak activation memory", "[recompute]") {
@@ -370,13 +372,13 @@ TEST_CASE("recompute: strata plan's estimate of the memory each mode frees is wi
     o.insert(o.begin(), size.begin(), size.end());
     return rc_config(false, o);
   };
-  auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
-  const StrataConfig none = cfg({});
+  auto planned = [](const ResolvedConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
+  const ResolvedConfig none = cfg({});
   const int64_t measured_none = peak_bytes(none), planned_none = planned(none);
   for (const auto& m :
        {kModes[0], kModes[2],
         std::vector<std::string>{"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"}}) {
-    const StrataConfig c = cfg(m);
+    const ResolvedConfig c = cfg(m);
     const double measured_drop = static_cast<double>(measured_none - peak_bytes(c));
     const double planned_drop = static_cast<double>(planned_none - planned(c));
     INFO(recompute_mode_text(c.model) << ": measured drop " << measured_drop << " B, planned " << planned_drop << " B");
@@ -400,8 +402,9 @@ TEST_CASE("recompute: strata plan's estimate of what moe_act frees is within 15%
     o.insert(o.begin(), size.begin(), size.end());
     return rc_config(true, o);
   };
-  auto planned = [](const StrataConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
-  const StrataConfig none = cfg({}), act = cfg({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"});
+  auto planned = [](const ResolvedConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
+  const ResolvedConfig none = cfg({}),
+                       act = cfg({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"});
   const double measured_drop = static_cast<double>(peak_bytes(none) - peak_bytes(act));
   const double planned_drop = static_cast<double>(planned(none) - planned(act));
   INFO("moe_act: measured drop " << measured_drop << " B, planned " << planned_drop << " B");
@@ -457,7 +460,7 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
   CHECK(moe_config_error({"model.moe_router_load_balancing_type=[global_aux_loss]", "model.moe_layer_recompute=true"})
             .find("model.recompute_modules: recomputing MoE layers with the global_aux_loss") != std::string::npos);
   // --moe-layer-recompute: selective with moe (and without Megatron's default core_attn).
-  const StrataConfig c = rc_config(true, {"model.moe_layer_recompute=true"});
-  CHECK(c.model.recompute_granularity == RecomputeGranularity::Selective);
-  CHECK(c.model.recompute_modules == std::vector<std::string>{"moe"});
+  const ResolvedConfig c = rc_config(true, {"model.moe_layer_recompute=true"});
+  CHECK(c.model->recompute_granularity == RecomputeGranularity::Selective);
+  CHECK(c.model->recompute_modules == std::vector<std::string>{"moe"});
 }

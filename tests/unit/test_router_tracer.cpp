@@ -180,12 +180,16 @@ TEST_CASE("router tracer: config rules name the field, Megatron's flags map by n
   CHECK(c.logging.moe_routing_trace_capture_hidden_states);
   CHECK(c.logging.moe_routing_trace_dump_weights);
   CHECK_FALSE(c.logging.moe_routing_trace_capture_logits);
+  // The options are read from the resolved config: a valid run (the trace needs experts).
+  for (const std::string& o : moe) c.apply_override(o);
+  c.apply_override("optimizer.lr=1.0e-3");
+  c.apply_override("data.mock_data=true");
   c.training.train_iters = 9;
-  const RouterTracerOptions o = RouterTracerOptions::from_config(c, 2);
+  const RouterTracerOptions o = RouterTracerOptions::from_config(c.validate(1), 2);
   CHECK(o.max_training_iters == 3);
   CHECK(o.max_inference_steps == 1000000000);
   c.logging.moe_routing_trace_max_training_iters.reset();
-  CHECK(RouterTracerOptions::from_config(c, 2).max_training_iters == 9);  // null: train_iters
+  CHECK(RouterTracerOptions::from_config(c.validate(1), 2).max_training_iters == 9);  // null: train_iters
 }
 
 }  // namespace

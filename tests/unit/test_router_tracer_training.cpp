@@ -90,10 +90,10 @@ struct Run {
   std::vector<ExpertLoadStats> last_load;
 };
 
-Run train(const StrataConfig& cfg, Probe* probe = nullptr) {
+Run train(const ResolvedConfig& cfg, Probe* probe = nullptr) {
   auto model = make_model(cfg, Device::cpu());
-  MockBatchSource data(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
-  MockBatchSource valid(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 2);
+  MockBatchSource data(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource valid(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 2);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -103,7 +103,7 @@ Run train(const StrataConfig& cfg, Probe* probe = nullptr) {
   if (probe) trainer.observers().add(*probe);
   r.result = trainer.train();
   r.last_load = trainer.moe_accounting()->last_stats();
-  r.records = formats::read_jsonl(*cfg.logging.moe_routing_trace_path + "/router_trace_rank0.jsonl");
+  r.records = formats::read_jsonl(*cfg.logging->moe_routing_trace_path + "/router_trace_rank0.jsonl");
   return r;
 }
 
@@ -135,7 +135,7 @@ std::vector<uint16_t> sidecar(const std::string& path, const nlohmann::json& r, 
 
 TEST_CASE("router tracer: a training run's counts, sidecars, weights and evaluation records", "[router_trace]") {
   test::TempDir dir("router_trace_train");
-  const StrataConfig cfg = test::tiny_config(moe_options(
+  const ResolvedConfig cfg = test::tiny_config(moe_options(
       {"model.moe_expert_capacity_factor=0.5", "training.eval_interval=2", "training.eval_iters=1",
        "logging.moe_routing_trace_path=" + dir.path().string(), "logging.moe_routing_trace_capture_logits=true",
        "logging.moe_routing_trace_capture_hidden_states=true", "logging.moe_routing_trace_dump_weights=true"}));
@@ -188,7 +188,7 @@ TEST_CASE("router tracer: a hybrid model's MTP routers (nested stack) are traced
   // Megatron's router_trace.py: mtp.layers.<h>.mtp_model_layer.layers.<j> -> block "mtp", mtp_idx h,
   // layer j. The MoE accounting lists the MTP layers under their global numbers (2 + 2·h + 1).
   test::TempDir dir("router_trace_hybrid_mtp");
-  const StrataConfig cfg = test::tiny_config(moe_options(
+  const ResolvedConfig cfg = test::tiny_config(moe_options(
       {"model.hybrid_layer_pattern='*E/*E/*E'", "model.position_embedding_type=rope", "training.train_iters=1",
        "logging.moe_routing_trace_path=" + dir.path().string(), "logging.moe_routing_trace_dump_weights=true"}));
   const Run r = train(cfg);
@@ -216,7 +216,7 @@ TEST_CASE("router tracer: a hybrid model's MTP routers (nested stack) are traced
 
 TEST_CASE("router tracer: a GPT model's MTP router is dumped as (mtp, 0, 0)", "[router_trace][mtp]") {
   test::TempDir dir("router_trace_gpt_mtp");
-  const StrataConfig cfg = test::tiny_config(moe_options(
+  const ResolvedConfig cfg = test::tiny_config(moe_options(
       {"model.mtp_num_layers=1", "model.position_embedding_type=rope", "training.train_iters=1",
        "logging.moe_routing_trace_path=" + dir.path().string(), "logging.moe_routing_trace_dump_weights=true"}));
   const Run r = train(cfg);
@@ -233,7 +233,7 @@ TEST_CASE("router tracer: under input jitter the logits sidecar is the gating of
   // Megatron's tracer records the router's pre-jitter input and gates that same input again; the
   // router itself gated a jittered copy (its router_logits observation).
   test::TempDir dir("router_trace_jitter");
-  const StrataConfig cfg = test::tiny_config(moe_options(
+  const ResolvedConfig cfg = test::tiny_config(moe_options(
       {"model.moe_input_jitter_eps=0.3", "training.train_iters=1", "logging.moe_routing_trace_path=" + dir.path().string(),
        "logging.moe_routing_trace_capture_logits=true", "logging.moe_routing_trace_capture_hidden_states=true"}));
   Probe probe;
@@ -270,7 +270,7 @@ TEST_CASE("router tracer: under input jitter the logits sidecar is the gating of
 TEST_CASE("router tracer: max iterations stop tracing, a resumed run traces", "[router_trace]") {
   test::TempDir dir("router_trace_resume");
   const std::string trace = dir.file("trace"), ckpt = dir.file("ckpt");
-  const StrataConfig first = test::tiny_config(moe_options(
+  const ResolvedConfig first = test::tiny_config(moe_options(
       {"training.train_iters=3", "checkpoint.save=" + ckpt, "data.tokenizer_type=NullTokenizer",
        "model.moe_router_num_groups=2", "model.moe_router_group_topk=1", "logging.moe_routing_trace_dump_weights=true", "logging.moe_routing_trace_path=" + trace,
        "logging.moe_routing_trace_max_training_iters=2"}));
@@ -282,7 +282,7 @@ TEST_CASE("router tracer: max iterations stop tracing, a resumed run traces", "[
   const formats::SafetensorsHeader state = formats::read_safetensors_header(trace + "/router_state_rank0.safetensors");
   CHECK(state.metadata.at("decoder..1.num_groups") == "2");  // group-limited routing, for a predictor
   CHECK(state.metadata.at("decoder..1.group_topk") == "1");
-  const StrataConfig resumed = test::tiny_config(moe_options(
+  const ResolvedConfig resumed = test::tiny_config(moe_options(
       {"training.train_iters=5", "checkpoint.load=" + ckpt, "model.moe_router_num_groups=2",
        "model.moe_router_group_topk=1", "logging.moe_routing_trace_path=" + trace,
        "logging.moe_routing_trace_max_training_iters=1"}));
@@ -294,11 +294,11 @@ TEST_CASE("router tracer: max iterations stop tracing, a resumed run traces", "[
   // Generating from the checkpoint does not take over the training run's trace settings (it would
   // truncate that trace); it traces when the overrides ask.
   const generation::LoadedModel plain = generation::load_for_inference(ckpt);
-  CHECK_FALSE(plain.config.logging.moe_routing_trace_path.has_value());
-  CHECK_FALSE(plain.config.logging.moe_routing_trace_max_training_iters.has_value());
+  CHECK_FALSE(plain.config.logging->moe_routing_trace_path.has_value());
+  CHECK_FALSE(plain.config.logging->moe_routing_trace_max_training_iters.has_value());
   const generation::LoadedModel traced =
       generation::load_for_inference(ckpt, {"logging.moe_routing_trace_path=" + dir.file("gen")});
-  CHECK(traced.config.logging.moe_routing_trace_path == dir.file("gen"));
+  CHECK(traced.config.logging->moe_routing_trace_path == dir.file("gen"));
   CHECK(formats::read_jsonl(trace + "/router_trace_rank0.jsonl").size() == 4);  // untouched
 }
 
@@ -330,7 +330,7 @@ TEST_CASE("router tracer: activation recompute replays the routers without dupli
 
 TEST_CASE("router tracer: SIGTERM stops the run with every record written, whole lines", "[router_trace]") {
   test::TempDir dir("router_trace_signal");
-  const StrataConfig cfg = test::tiny_config(
+  const ResolvedConfig cfg = test::tiny_config(
       moe_options({"training.train_iters=10", "logging.moe_routing_trace_path=" + dir.path().string()}));
   Probe probe;
   probe.signal_iteration = 1;
@@ -347,8 +347,8 @@ TEST_CASE("router tracer: SIGTERM stops the run with every record written, whole
 
 TEST_CASE("router tracer: generation traces one record per MoE layer per forward", "[router_trace]") {
   test::TempDir dir("router_trace_generate");
-  const StrataConfig cfg = test::tiny_config(moe_options({"logging.moe_routing_trace_path=" + dir.path().string(),
-                                                          "logging.moe_routing_trace_max_inference_steps=2"}));
+  const ResolvedConfig cfg = test::tiny_config(moe_options({"logging.moe_routing_trace_path=" + dir.path().string(),
+                                                            "logging.moe_routing_trace_max_inference_steps=2"}));
   auto model = make_model(cfg, Device::cpu());
   model->init_parameters(3);
   RunObservers observers;

@@ -36,15 +36,15 @@ struct Probe : StepObserver {
 };
 
 TEST_CASE("run observers: per-step kinds, the context of every forward, end_step and finish", "[observe]") {
-  const StrataConfig cfg = test::tiny_config(
+  const ResolvedConfig cfg = test::tiny_config(
       {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
        "model.make_vocab_size_divisible_by=8", "model.add_bias_linear=false", "model.num_experts=4",
        "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2", "model.moe_layer_freq=[0, 1]",
        "training.train_iters=3", "training.micro_batch_size=2", "training.global_batch_size=4",
        "training.eval_interval=2", "training.eval_iters=1"});
   auto model = make_model(cfg, Device::cpu());
-  MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
-  MockBatchSource valid(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 2);
+  MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource valid(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 2);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -77,7 +77,7 @@ struct AllKinds : StepObserver {
 
 TEST_CASE("run observers: with no observer due, training is bit-identical, observing changes no number",
           "[observe]") {
-  const StrataConfig cfg = test::tiny_config(
+  const ResolvedConfig cfg = test::tiny_config(
       {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
        "model.make_vocab_size_divisible_by=8", "model.add_bias_linear=false", "model.num_experts=4",
        "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2", "model.moe_layer_freq=[0, 1]",
@@ -85,8 +85,8 @@ TEST_CASE("run observers: with no observer due, training is bit-identical, obser
        "training.global_batch_size=4", "training.eval_interval=2", "training.eval_iters=1"});
   auto run = [&](AllKinds* observer) {
     auto model = make_model(cfg, Device::cpu());
-    MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
-    MockBatchSource valid(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 2);
+    MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
+    MockBatchSource valid(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 2);
     std::ostringstream log;
     TrainerOptions opt;
     opt.log_stream = &log;

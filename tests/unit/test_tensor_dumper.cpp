@@ -52,10 +52,11 @@ TEST_CASE("tensor dump: glob matching of site names", "[observe][tensor_dump]") 
 }
 
 ResolvedModelConfig moe_config() {
-  const StrataConfig c = test::tiny_config({"model.num_layers=3", "model.hidden_size=16", "model.num_attention_heads=4",
-                                            "model.vocab_size=50", "model.add_bias_linear=false", "model.num_experts=4",
-                                            "model.moe_ffn_hidden_size=16", "model.moe_layer_freq=[0, 1, 1]"});
-  return c.resolved_model();
+  const ResolvedConfig c =
+      test::tiny_config({"model.num_layers=3", "model.hidden_size=16", "model.num_attention_heads=4",
+                         "model.vocab_size=50", "model.add_bias_linear=false", "model.num_experts=4",
+                         "model.moe_ffn_hidden_size=16", "model.moe_layer_freq=[0, 1, 1]"});
+  return c.model;
 }
 
 TEST_CASE("tensor dump: the model's site names and the kinds patterns reach", "[observe][tensor_dump]") {
@@ -110,8 +111,8 @@ TEST_CASE("tensor dump: config errors name the field", "[observe][tensor_dump]")
   check_config_error({"logging.tensor_dump_sites=[decoder.layer.*]", "logging.tensor_dump_iters=[0]"},
                      "logging.tensor_dump_sites", "pattern 'decoder.layer.*' matches no site of this model");
   // Valid: the last evaluation runs at train_iters.
-  const StrataConfig ok = test::tiny_config({"logging.tensor_dump_sites=['decoder.layers.*']",
-                                             "logging.tensor_dump_iters=[0, 20]"});
+  const ResolvedConfig ok = test::tiny_config({"logging.tensor_dump_sites=['decoder.layers.*']",
+                                               "logging.tensor_dump_iters=[0, 20]"});
   CHECK(tensor_dump_dir(ok) == "tensor_dump");
 }
 
@@ -146,7 +147,7 @@ TEST_CASE("tensor dump: a tiny MoE run dumps the chosen iterations with the matc
           "[observe][tensor_dump]") {
   test::TempDir dir("tensor_dump_run");
   const std::string out = (dir.path() / "dump").string();
-  const StrataConfig cfg = test::tiny_config(
+  const ResolvedConfig cfg = test::tiny_config(
       {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
        "model.make_vocab_size_divisible_by=8", "model.add_bias_linear=false", "model.num_experts=4",
        "model.moe_ffn_hidden_size=16", "model.moe_router_topk=2", "model.moe_layer_freq=[0, 1]",
@@ -156,8 +157,8 @@ TEST_CASE("tensor dump: a tiny MoE run dumps the chosen iterations with the matc
        "'decoder.layers.1.mlp.router.router_logits', 'output_layer.output_logits']",
        "logging.tensor_dump_iters=[0, 2]", "logging.tensor_dump_dir=" + out});
   auto model = make_model(cfg, Device::cpu());
-  MockBatchSource train(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
-  MockBatchSource valid(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 2);
+  MockBatchSource train(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource valid(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 2);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -208,7 +209,7 @@ TEST_CASE("tensor dump: a tiny MoE run dumps the chosen iterations with the matc
       const bool logits = k.find("output_logits") != std::string::npos;
       CHECK(m.at("tp_shard_dim") == (logits ? nlohmann::json(2) : nlohmann::json(nullptr)));  // tp 1, no sp
       CHECK(m.at("phase") == (k.rfind("eval/", 0) == 0 ? "eval" : "train"));
-      CHECK(t.shape()[0] == cfg.model.seq_length);
+      CHECK(t.shape()[0] == cfg.model->seq_length);
       CHECK(t.shape()[1] == 2);
     }
     CHECK(f.metadata.at("iteration") == std::to_string(it));

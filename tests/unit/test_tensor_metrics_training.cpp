@@ -36,9 +36,9 @@ struct Run {
 void train(const std::vector<std::string>& extra, Run& run, bool with_sink = true) {
   std::vector<std::string> o = kMoe;
   o.insert(o.end(), extra.begin(), extra.end());
-  const StrataConfig cfg = test::tiny_config(o);
+  const ResolvedConfig cfg = test::tiny_config(o);
   auto model = make_model(cfg, Device::cpu());
-  MockBatchSource data(50, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 1);
+  MockBatchSource data(50, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 1);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;

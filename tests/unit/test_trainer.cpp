@@ -33,11 +33,11 @@ struct Run {
   std::string log;
 };
 
-Run run_training(const StrataConfig& cfg, BigramModel& model, std::vector<MetricsSink*> sinks = {}) {
-  MockBatchSource train(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                        static_cast<uint64_t>(cfg.training.seed), 0);
-  MockBatchSource valid(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(),
-                        static_cast<uint64_t>(cfg.training.seed), 1);
+Run run_training(const ResolvedConfig& cfg, BigramModel& model, std::vector<MetricsSink*> sinks = {}) {
+  MockBatchSource train(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                        static_cast<uint64_t>(cfg.training->seed), 0);
+  MockBatchSource valid(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(),
+                        static_cast<uint64_t>(cfg.training->seed), 1);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -149,9 +149,9 @@ TEST_CASE("trainer: the decoupled lr schedule, hand-computed", "[trainer][lr_sch
       "mock_data: true\ntraining:\n  train_iters: 100\n",
       {}, "decoupled.yaml");
   StrataConfig::table().apply_command_line({"--decoupled-lr", "5e-3", "--decoupled-min-lr", "5e-4"}, cfg, nullptr);
-  cfg.validate(1);
-  const LrSchedule base(cfg.optimizer, cfg.training);
-  const LrSchedule d = base.with_peak(*cfg.optimizer.decoupled_lr, *cfg.optimizer.decoupled_min_lr);
+  const ResolvedConfig resolved = cfg.validate(1);
+  const LrSchedule base(*resolved.optimizer, *resolved.training);
+  const LrSchedule d = base.with_peak(*resolved.optimizer->decoupled_lr, *resolved.optimizer->decoupled_min_lr);
   CHECK(d.lr(5) == Approx(2.5e-3).epsilon(1e-14));
   CHECK(d.lr(55) == Approx(2.75e-3).epsilon(1e-14));
   CHECK(d.lr(100) == Approx(5e-4).epsilon(1e-14));
@@ -253,12 +253,13 @@ double direct_loss(BigramModel& probe, MaskedSource& src, int64_t num_mb, bool p
 }
 
 double reported_first_loss(bool per_token, double* expected) {
-  StrataConfig cfg = tiny_config({"training.train_iters=1", "logging.log_interval=1",
-                                  std::string("training.calculate_per_token_loss=") + (per_token ? "true" : "false")});
+  const ResolvedConfig cfg =
+      tiny_config({"training.train_iters=1", "logging.log_interval=1",
+                   std::string("training.calculate_per_token_loss=") + (per_token ? "true" : "false")});
   BigramModel model(kVocab), probe(kVocab);
-  MaskedSource src(cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches());
+  MaskedSource src(cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches());
   // Direct computation with an identically initialised model.
-  probe.init_parameters(static_cast<uint64_t>(cfg.training.seed));
+  probe.init_parameters(static_cast<uint64_t>(cfg.training->seed));
   double sum_all = 0, n_all = 0, mean_of_means = 0;
   for (int64_t mb = 0; mb < cfg.num_micro_batches(); ++mb) {
     Batch b = src.next_microbatch(StepPosition{}, mb);  // step 1
@@ -349,7 +350,7 @@ TEST_CASE("trainer: check_for_nan_in_loss_and_grad=false neither checks nor skip
 }
 
 TEST_CASE("trainer: same-seed runs are bitwise identical and the loss decreases", "[trainer]") {
-  StrataConfig cfg = tiny_config();
+  const ResolvedConfig cfg = tiny_config();
   BigramModel m1(kVocab), m2(kVocab);
   const Run a = run_training(cfg, m1), b = run_training(cfg, m2);
   REQUIRE(a.result.losses.size() == 20);
@@ -367,7 +368,7 @@ TEST_CASE("trainer: same-seed runs are bitwise identical and the loss decreases"
 }
 
 TEST_CASE("trainer: bf16 precision trains deterministically", "[trainer]") {
-  StrataConfig cfg = tiny_config({"training.precision=bf16"});
+  const ResolvedConfig cfg = tiny_config({"training.precision=bf16"});
   BigramModel m1(kVocab, DType::BF16), m2(kVocab, DType::BF16);
   const Run a = run_training(cfg, m1), b = run_training(cfg, m2);
   CHECK(a.result.losses == b.result.losses);
@@ -376,7 +377,7 @@ TEST_CASE("trainer: bf16 precision trains deterministically", "[trainer]") {
 }
 
 TEST_CASE("trainer: a NaN gradient skips the step, is counted and logged", "[trainer]") {
-  StrataConfig cfg = tiny_config({"training.train_iters=5"});
+  const ResolvedConfig cfg = tiny_config({"training.train_iters=5"});
   BigramModel nan_model(kVocab), ref_model(kVocab);
   nan_model.nan_step = 3;
   const Run a = run_training(cfg, nan_model);
@@ -387,12 +388,12 @@ TEST_CASE("trainer: a NaN gradient skips the step, is counted and logged", "[tra
   CHECK(a.log.find("number of skipped iterations:   1 | number of nan iterations:   1 |") != std::string::npos);
   // Skipping step 3 leaves the parameters of a 2-step run... plus steps 4 and 5; compare the
   // parameters right after the skip with a 2-step run.
-  StrataConfig cfg3 = tiny_config({"training.train_iters=5", "training.exit_interval=3"});
+  const ResolvedConfig cfg3 = tiny_config({"training.train_iters=5", "training.exit_interval=3"});
   BigramModel nan3(kVocab);
   nan3.nan_step = 3;
   const Run skipped = run_training(cfg3, nan3);
   CHECK(skipped.result.final_iteration == 3);
-  StrataConfig cfg2 = tiny_config({"training.train_iters=5", "training.exit_interval=2"});
+  const ResolvedConfig cfg2 = tiny_config({"training.train_iters=5", "training.exit_interval=2"});
   const Run two = run_training(cfg2, ref_model);
   CHECK(skipped.params == two.params);
 
@@ -407,7 +408,7 @@ TEST_CASE("trainer: a NaN gradient skips the step, is counted and logged", "[tra
 TEST_CASE("trainer: a logged interval of skipped iterations has no loss in the JSONL record", "[trainer]") {
   // TensorBoard and the log line omit the loss of an interval without an advanced iteration; the
   // JSONL record did write "lm loss": 0.0.
-  StrataConfig cfg = tiny_config({"training.train_iters=5", "logging.log_interval=1"});
+  const ResolvedConfig cfg = tiny_config({"training.train_iters=5", "logging.log_interval=1"});
   BigramModel model(kVocab);
   model.nan_step = 3;
   MemoryMetricsSink sink;
@@ -444,9 +445,9 @@ TEST_CASE("trainer: the watchdog's step is set every iteration", "[trainer][watc
     void on_tensor(const Observation&) override {}
   };
   watchdog_set_step(0);
-  StrataConfig cfg = tiny_config({"training.train_iters=4"});
+  const ResolvedConfig cfg = tiny_config({"training.train_iters=4"});
   BigramModel model(kVocab);
-  MockBatchSource train(kVocab, cfg.model.seq_length, cfg.training.micro_batch_size, cfg.num_micro_batches(), 7, 0);
+  MockBatchSource train(kVocab, cfg.model->seq_length, cfg.training->micro_batch_size, cfg.num_micro_batches(), 7, 0);
   std::ostringstream log;
   TrainerOptions opt;
   opt.log_stream = &log;
@@ -505,9 +506,9 @@ TEST_CASE("trainer: Megatron's log line, byte for byte", "[trainer]") {
 
 TEST_CASE("trainer: log lines, metric tags, JSONL records and evaluation", "[trainer]") {
   const fs::path dir = temp_dir("metrics");
-  StrataConfig cfg = tiny_config({"training.train_iters=10", "training.eval_interval=5",
-                                  "logging.log_num_zeros_in_grad=true",
-                                  "logging.metrics_jsonl=" + (dir / "metrics.jsonl").string()});
+  const ResolvedConfig cfg = tiny_config({"training.train_iters=10", "training.eval_interval=5",
+                                          "logging.log_num_zeros_in_grad=true",
+                                          "logging.metrics_jsonl=" + (dir / "metrics.jsonl").string()});
   BigramModel model(kVocab);
   MemoryMetricsSink sink;
   const Run r = run_training(cfg, model, {&sink});
@@ -528,7 +529,7 @@ TEST_CASE("trainer: log lines, metric tags, JSONL records and evaluation", "[tra
     CHECK(count[tag] == 2);
   // The learning rate logged after iteration 5 is Megatron's lr after 5 steps of 6 samples.
   for (const auto& s : sink.scalars)
-    if (s.tag == "learning-rate" && s.step == 5) CHECK(s.value == LrSchedule(cfg.optimizer, cfg.training).lr(5 * 6));
+    if (s.tag == "learning-rate" && s.step == 5) CHECK(s.value == LrSchedule(*cfg.optimizer, *cfg.training).lr(5 * 6));
   CHECK(sink.records.size() == 4);
   CHECK(sink.records[0]["iteration"] == 5);
   CHECK(sink.records[0]["batch-size"] == 6);
@@ -547,7 +548,7 @@ TEST_CASE("trainer: log lines, metric tags, JSONL records and evaluation", "[tra
 TEST_CASE("trainer: SIGTERM/SIGINT save a checkpoint at the next step boundary and exit 0", "[trainer]") {
   for (int sig : {SIGTERM, SIGINT}) {
     const fs::path dir = temp_dir("signal" + std::to_string(sig));
-    StrataConfig cfg = tiny_config({"checkpoint.save=" + dir.string(), "checkpoint.save_interval=100"});
+    const ResolvedConfig cfg = tiny_config({"checkpoint.save=" + dir.string(), "checkpoint.save_interval=100"});
     BigramModel model(kVocab);
     model.signal_step = 4;
     model.signal_number = sig;
@@ -563,7 +564,7 @@ TEST_CASE("trainer: SIGTERM/SIGINT save a checkpoint at the next step boundary a
   }
   // Without checkpoint.save the stop says that the run's iterations are lost.
   {
-    StrataConfig cfg = tiny_config();
+    const ResolvedConfig cfg = tiny_config();
     BigramModel model(kVocab);
     model.signal_step = 3;
     const Run r = run_training(cfg, model);

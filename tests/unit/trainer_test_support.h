@@ -121,16 +121,15 @@ inline std::string error_of(const std::function<void()>& f) {
 }
 
 // A config from YAML text with Megatron command-line flags applied, validated for `world` ranks.
-inline StrataConfig config_from_flags(const std::string& yaml, const std::vector<std::string>& flags,
-                                      int64_t world = 1) {
+inline ResolvedConfig config_from_flags(const std::string& yaml, const std::vector<std::string>& flags,
+                                        int64_t world = 1) {
   StrataConfig c = StrataConfig::from_yaml_text(yaml, {}, "flags.yaml");
   StrataConfig::table().apply_command_line(flags, c, nullptr);
-  c.validate(world);
-  return c;
+  return c.validate(world);
 }
 
 // A small valid config: bigram-sized mock run.
-inline StrataConfig tiny_config(const std::vector<std::string>& extra = {}) {
+inline ResolvedConfig tiny_config(const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {"training.micro_batch_size=2", "training.global_batch_size=6",
                                 "training.train_iters=20",     "model.seq_length=8",
                                 "model.max_position_embeddings=8", "optimizer.lr_warmup_iters=3",
@@ -138,9 +137,9 @@ inline StrataConfig tiny_config(const std::vector<std::string>& extra = {}) {
                                 "logging.log_interval=5",      "training.eval_interval=1000",
                                 "training.eval_iters=2",       "optimizer.weight_decay=0.1"};
   o.insert(o.end(), extra.begin(), extra.end());
-  StrataConfig cfg = StrataConfig::from_yaml_text("optimizer:\n  lr: 5.0e-2\ndata:\n  mock_data: true\n", o, "tiny.yaml");
-  cfg.validate(1);
-  return cfg;
+  const StrataConfig cfg =
+      StrataConfig::from_yaml_text("optimizer:\n  lr: 5.0e-2\ndata:\n  mock_data: true\n", o, "tiny.yaml");
+  return cfg.validate(1);
 }
 
 }  // namespace strata::test

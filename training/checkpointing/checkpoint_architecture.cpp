@@ -42,7 +42,7 @@ std::string shown(const YAML::Node& n) {
 }
 }  // namespace
 
-std::vector<std::string> architecture_differences(const std::string& saved_config_yaml, const StrataConfig& cfg) {
+std::vector<std::string> architecture_differences(const std::string& saved_config_yaml, const ResolvedConfig& cfg) {
   STRATA_INTERNAL_ASSERT(!saved_config_yaml.empty(), "architecture_differences without a saved config");
   YAML::Node saved, ours, defaults;
   try {
@@ -77,21 +77,21 @@ namespace {
 // of make_vocab_size_divisible_by × tensor_model_parallel_size, so another tp pads differently):
 // a ConfigError naming model.make_vocab_size_divisible_by with the value that pads to the
 // checkpoint's rows again, when one exists.
-void check_vocabulary_padding(const std::string& saved_yaml, const StrataConfig& cfg, const std::string& load_dir) {
+void check_vocabulary_padding(const std::string& saved_yaml, const ResolvedConfig& cfg, const std::string& load_dir) {
   if (saved_yaml.empty()) return;
   const YAML::Node saved = YAML::Load(saved_yaml);
   const YAML::Node v = saved["model"]["vocab_size"], m = saved["model"]["make_vocab_size_divisible_by"],
                    t = saved["parallel"]["tensor_model_parallel_size"];
   if (!v || !m || !t || v.IsNull() || m.IsNull() || t.IsNull()) return;
   // An explicit model.padded_vocab_size on either side: the rows are compared with the tensors' shapes.
-  if (cfg.model.padded_vocab_size || (saved["model"]["padded_vocab_size"] && !saved["model"]["padded_vocab_size"].IsNull()))
+  if (cfg.model->padded_vocab_size || (saved["model"]["padded_vocab_size"] && !saved["model"]["padded_vocab_size"].IsNull()))
     return;
   const int64_t vocab = v.as<int64_t>(), saved_tp = t.as<int64_t>();
   // (a null model.vocab_size is the tokenizer's, checked against the checkpoint's tensors later)
-  if (cfg.model.vocab_size && vocab != *cfg.model.vocab_size) return;  // an architecture difference
+  if (cfg.model->vocab_size && vocab != *cfg.model->vocab_size) return;  // an architecture difference
   const int64_t rows = padded_vocab_size(vocab, m.as<int64_t>(), saved_tp);
-  const int64_t tp = cfg.parallel.tensor_model_parallel_size;
-  const int64_t ours = padded_vocab_size(vocab, cfg.model.make_vocab_size_divisible_by, tp);
+  const int64_t tp = cfg.parallel->tensor_model_parallel_size;
+  const int64_t ours = padded_vocab_size(vocab, cfg.model->make_vocab_size_divisible_by, tp);
   if (rows == ours) return;
   std::string fix = "no make_vocab_size_divisible_by pads it to " + std::to_string(rows) + " rows at this tp";
   for (int64_t d = rows / tp; d >= 1; --d)
@@ -104,27 +104,27 @@ void check_vocabulary_padding(const std::string& saved_yaml, const StrataConfig&
       "the checkpoint in '" + load_dir + "' pads the vocabulary (" + std::to_string(vocab) + ") to " +
           std::to_string(rows) + " rows (make_vocab_size_divisible_by " + std::to_string(m.as<int64_t>()) +
           " × tensor_model_parallel_size " + std::to_string(saved_tp) + "), this run to " + std::to_string(ours) +
-          " (" + std::to_string(cfg.model.make_vocab_size_divisible_by) + " × " + std::to_string(tp) + "): " + fix);
+          " (" + std::to_string(cfg.model->make_vocab_size_divisible_by) + " × " + std::to_string(tp) + "): " + fix);
 }
 
 }  // namespace
 
 std::vector<std::string> check_checkpoint_architecture(const std::string& load_dir, int64_t iteration,
-                                                       const StrataConfig& cfg) {
+                                                       const ResolvedConfig& cfg) {
   const std::string saved = read_checkpoint_config(load_dir, iteration);
   const std::string where = "'" + load_dir + "' (iteration " + std::to_string(iteration) + ")";
   if (saved.empty()) {  // nothing to compare: refused unless the user says how to treat it
     const std::string why = where + ": its manifest.json has no \"config\", so its model cannot be compared with this run's";
-    if (cfg.checkpoint.finetune) return {why};
-    if (cfg.checkpoint.allow_unchecked_architecture) return {};
+    if (cfg.checkpoint->finetune) return {why};
+    if (cfg.checkpoint->allow_unchecked_architecture) return {};
     throw config::ConfigError("checkpoint.load",
                               why + ". Set checkpoint.finetune=true to load only the tensors the two models share, or "
                                     "checkpoint.allow_unchecked_architecture=true to resume trusting that the models "
                                     "are the same (the tensors' shapes are still checked)");
   }
   const std::vector<std::string> diffs = architecture_differences(saved, cfg);
-  if (diffs.empty() && !cfg.checkpoint.finetune) check_vocabulary_padding(saved, cfg, load_dir);
-  if (diffs.empty() || cfg.checkpoint.finetune) return diffs;
+  if (diffs.empty() && !cfg.checkpoint->finetune) check_vocabulary_padding(saved, cfg, load_dir);
+  if (diffs.empty() || cfg.checkpoint->finetune) return diffs;
   std::string list;
   for (const std::string& d : diffs) list += "\n  " + d;
   throw config::ConfigError("checkpoint.load",

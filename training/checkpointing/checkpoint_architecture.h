@@ -22,13 +22,13 @@ std::string read_checkpoint_config(const std::string& load_dir, int64_t iteratio
 // field the saved config does not have (written before the field existed) is compared as its
 // default; a field still null in this run (model.vocab_size before the tokenizer) is skipped.
 // `saved_config_yaml` is not empty.
-std::vector<std::string> architecture_differences(const std::string& saved_config_yaml, const StrataConfig& cfg);
+std::vector<std::string> architecture_differences(const std::string& saved_config_yaml, const ResolvedConfig& cfg);
 
 // The rule above: throws config::ConfigError("checkpoint.load", …) listing every difference unless
-// cfg.checkpoint.finetune; returns the differences (a finetune's, to be logged). A manifest without
+// cfg.checkpoint->finetune; returns the differences (a finetune's, to be logged). A manifest without
 // a config cannot be checked: refused unless checkpoint.finetune (returned as a difference) or
 // checkpoint.allow_unchecked_architecture (the user vouches for it; tensor shapes are still checked).
 std::vector<std::string> check_checkpoint_architecture(const std::string& load_dir, int64_t iteration,
-                                                       const StrataConfig& cfg);
+                                                       const ResolvedConfig& cfg);
 
 }  // namespace strata

@@ -65,7 +65,7 @@ CheckpointDirectoryListing list_checkpoint_directory(const std::string& dir) {
   return out;
 }
 
-bool resumes_from_save_directory(const StrataConfig& cfg) {
+bool resumes_from_save_directory(const ResolvedConfig& cfg) {
   const CheckpointConfig& c = cfg.checkpoint;
   return c.save && c.load && !c.finetune && same_directory(*c.load, *c.save);
 }
@@ -90,7 +90,7 @@ void check_load_directory(const std::string& dir) {
 // Resuming from checkpoint.save: the iterations after the tracker's (a rolled-back tracker, or a
 // save interrupted before the tracker moved) are replaced as training reaches them. A run that does
 // not load the whole state would replace them with less than they hold: refused.
-void check_iterations_after_resume(const StrataConfig& cfg, const CheckpointDirectoryListing& l) {
+void check_iterations_after_resume(const ResolvedConfig& cfg, const CheckpointDirectoryListing& l) {
   const CheckpointConfig& c = cfg.checkpoint;
   if (!l.tracker || !(c.no_load_optim || c.no_load_rng)) return;
   std::vector<int64_t> later;
@@ -104,7 +104,7 @@ void check_iterations_after_resume(const StrataConfig& cfg, const CheckpointDire
                                 "another directory, or remove those iterations first");
 }
 
-void check_save_directory(const StrataConfig& cfg) {
+void check_save_directory(const ResolvedConfig& cfg) {
   const CheckpointConfig& c = cfg.checkpoint;
   if (!c.save) return;
   const CheckpointDirectoryListing l = list_checkpoint_directory(*c.save);

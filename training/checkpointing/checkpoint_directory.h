@@ -38,14 +38,14 @@ CheckpointDirectoryListing list_checkpoint_directory(const std::string& dir);
 
 // True when the run resumes from its own save directory (checkpoint.load is checkpoint.save and
 // not checkpoint.finetune): the directory's checkpoints are this run's.
-bool resumes_from_save_directory(const StrataConfig& cfg);
+bool resumes_from_save_directory(const ResolvedConfig& cfg);
 
 // Before resuming from `dir`: a directory holding checkpoints but no tracker (deleted, or never
 // written) or an unreadable tracker is a ConfigError naming checkpoint.load and what it holds
 // (Megatron starts from scratch there, beside the old run's checkpoints).
 void check_load_directory(const std::string& dir);
 
-void check_save_directory(const StrataConfig& cfg);
+void check_save_directory(const ResolvedConfig& cfg);
 
 // Returns the paths removed.
 std::vector<std::string> clean_checkpoint_directory(const std::string& dir, bool remove_previous_run);

@@ -76,18 +76,18 @@ void check_load(const fs::path& load, const std::optional<std::string>& save) {
 
 }  // namespace
 
-void check_checkpoint_paths(const StrataConfig& cfg, bool create_save) {
-  if (cfg.checkpoint.save) check_save(*cfg.checkpoint.save, create_save);
+void check_checkpoint_paths(const ResolvedConfig& cfg, bool create_save) {
+  if (cfg.checkpoint->save) check_save(*cfg.checkpoint->save, create_save);
   check_save_directory(cfg);  // another run's checkpoints are not replaced silently
-  if (cfg.checkpoint.load) {
-    check_load(*cfg.checkpoint.load, cfg.checkpoint.save);
-    check_load_directory(*cfg.checkpoint.load);  // checkpoints without a tracker are not a fresh start
+  if (cfg.checkpoint->load) {
+    check_load(*cfg.checkpoint->load, cfg.checkpoint->save);
+    check_load_directory(*cfg.checkpoint->load);  // checkpoints without a tracker are not a fresh start
   }
   // A resume into another model: refused here, before the model is allocated (the Trainer checks
   // again and logs a finetune's differences).
-  if (cfg.checkpoint.load)
-    if (const auto it = read_checkpoint_tracker(*cfg.checkpoint.load))
-      check_checkpoint_architecture(*cfg.checkpoint.load, *it, cfg);
+  if (cfg.checkpoint->load)
+    if (const auto it = read_checkpoint_tracker(*cfg.checkpoint->load))
+      check_checkpoint_architecture(*cfg.checkpoint->load, *it, cfg);
 }
 
 }  // namespace strata::training

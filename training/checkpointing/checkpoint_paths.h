@@ -20,6 +20,6 @@
 
 namespace strata::training {
 
-void check_checkpoint_paths(const StrataConfig& cfg, bool create_save);
+void check_checkpoint_paths(const ResolvedConfig& cfg, bool create_save);
 
 }  // namespace strata::training

@@ -210,16 +210,35 @@ void StrataConfig::apply_override(const std::string& assignment) {
   table().apply_override(assignment, *this);
 }
 
-int64_t StrataConfig::num_micro_batches() const {
-  STRATA_INTERNAL_ASSERT(training.global_batch_size.has_value(), "StrataConfig read before validate()");
-  return *training.global_batch_size / (training.micro_batch_size * data_parallel_size());
+ResolvedConfig::ResolvedConfig(ResolutionKey key, const StrataConfig& resolved, ResolvedModelConfig resolved_model)
+    : model(std::move(resolved_model)),
+      parallel(key, resolved.parallel),
+      training(key, resolved.training),
+      optimizer(key, resolved.optimizer),
+      data(key, resolved.data),
+      checkpoint(key, resolved.checkpoint),
+      logging(key, resolved.logging),
+      inference(key, resolved.inference) {}
+
+StrataConfig ResolvedConfig::fields() const {
+  return StrataConfig{*model, *parallel, *training, *optimizer, *data, *checkpoint, *logging, *inference};
 }
 
-BatchSizeSchedule StrataConfig::batch_size_schedule() const {
-  STRATA_INTERNAL_ASSERT(training.global_batch_size.has_value(), "StrataConfig read before validate()");
+ResolvedConfig ResolvedConfig::with_vocab_size(int64_t vocab_size) const {
+  StrataConfig c = fields();
+  c.model.vocab_size = vocab_size;
+  return c.validate(parallel->world_size);
+}
+
+int64_t ResolvedConfig::num_micro_batches() const {
+  return *training->global_batch_size / (training->micro_batch_size * data_parallel_size());
+}
+
+namespace {
+// The global batch size of each step, once training.global_batch_size is resolved.
+BatchSizeSchedule schedule_of(const TrainingConfig& training, int64_t seq_length) {
   if (training.step_batch_size_schedule)
-    return BatchSizeSchedule::steps(parse_step_batch_size_schedule(*training.step_batch_size_schedule,
-                                                                   model.seq_length,
+    return BatchSizeSchedule::steps(parse_step_batch_size_schedule(*training.step_batch_size_schedule, seq_length,
                                                                    "training.step_batch_size_schedule"));
   if (!training.rampup_batch_size.empty()) {
     const std::vector<int64_t>& r = training.rampup_batch_size;
@@ -227,6 +246,9 @@ BatchSizeSchedule StrataConfig::batch_size_schedule() const {
   }
   return BatchSizeSchedule::constant(*training.global_batch_size);
 }
+}  // namespace
+
+BatchSizeSchedule ResolvedConfig::batch_size_schedule() const { return schedule_of(*training, model->seq_length); }
 
 namespace {
 
@@ -244,7 +266,7 @@ void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
 // The rules each layer kind the model uses puts on the parallel layout (models/config/layer_kind.h),
 // in registration order; a kind's position is where its symbol first stands in the pattern.
 void check_layer_kinds_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
-  const std::string used = m.is_hybrid() ? *m.hybrid_layer_pattern : std::string(1, kGptLayerSymbol);
+  const std::string used = m->is_hybrid() ? *m->hybrid_layer_pattern : std::string(1, kGptLayerSymbol);
   for (const LayerKind& k : LayerKindRegistry::instance().kinds()) {
     const size_t at = used.find(k.symbol);
     if (k.check_parallel_layout && at != std::string::npos) k.check_parallel_layout(m, p, static_cast<int64_t>(at));
@@ -255,15 +277,15 @@ void check_layer_kinds_layout(const ResolvedModelConfig& m, const ParallelConfig
 // layers over pipeline stages, the sequence over cp and sp, experts over ep and etp (validate_moe_layout).
 void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
   const int64_t tp = p.tensor_model_parallel_size, cp = p.context_parallel_size;
-  if (m.padded_vocab_size && (*m.padded_vocab_size % tp != 0 || (m.vocab_size && *m.padded_vocab_size < *m.vocab_size)))
-    throw ConfigError("model.padded_vocab_size", str(*m.padded_vocab_size) + " must be a multiple of "
+  if (m->padded_vocab_size && (*m->padded_vocab_size % tp != 0 || (m->vocab_size && *m->padded_vocab_size < *m->vocab_size)))
+    throw ConfigError("model.padded_vocab_size", str(*m->padded_vocab_size) + " must be a multiple of "
                                                  "parallel.tensor_model_parallel_size (" + str(tp) +
                                                  ") and at least model.vocab_size (" +
-                                                 (m.vocab_size ? str(*m.vocab_size) : std::string("the tokenizer's")) + ")");
-  if (m.num_attention_heads % tp != 0)
+                                                 (m->vocab_size ? str(*m->vocab_size) : std::string("the tokenizer's")) + ")");
+  if (m->num_attention_heads % tp != 0)
     throw ConfigError(
         "model.num_attention_heads",
-        str(m.num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
+        str(m->num_attention_heads) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
   if (m.query_groups() % tp != 0)
     throw ConfigError(
         "model.num_query_groups",
@@ -271,20 +293,20 @@ void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p
   if (m.ffn() % tp != 0)
     throw ConfigError("model.ffn_hidden_size",
                       str(m.ffn()) + " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) + ")");
-  if (!m.is_hybrid() || !m.hybrid_pattern().has_pipes())
-    layers_per_pipeline_stage(p, m.num_layers);  // '|' segments define a hybrid model's stages instead
+  if (!m->is_hybrid() || !m.hybrid_pattern().has_pipes())
+    layers_per_pipeline_stage(p, m->num_layers);  // '|' segments define a hybrid model's stages instead
   check_layer_kinds_layout(m, p);
-  if (cp > 1 && m.seq_length % (2 * cp) != 0)
-    throw ConfigError("model.seq_length", str(m.seq_length) +
+  if (cp > 1 && m->seq_length % (2 * cp) != 0)
+    throw ConfigError("model.seq_length", str(m->seq_length) +
                                               " is not divisible by 2 x parallel.context_parallel_size (" +
                                               str(2 * cp) + "), needed by load-balanced causal context parallelism");
-  if (p.sequence_parallel && m.seq_length % tp != 0)
-    throw ConfigError("model.seq_length", str(m.seq_length) +
+  if (p.sequence_parallel && m->seq_length % tp != 0)
+    throw ConfigError("model.seq_length", str(m->seq_length) +
                                               " is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel");
   // Context + sequence parallelism: each cp rank's s/cp tokens are split again over tp.
-  if (p.sequence_parallel && cp > 1 && (m.seq_length / cp) % tp != 0)
-    throw ConfigError("model.seq_length", str(m.seq_length) + " / parallel.context_parallel_size (" + str(cp) +
+  if (p.sequence_parallel && cp > 1 && (m->seq_length / cp) % tp != 0)
+    throw ConfigError("model.seq_length", str(m->seq_length) + " / parallel.context_parallel_size (" + str(cp) +
                                               ") is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel with context parallelism");
   validate_moe_layout(m, p);
@@ -317,10 +339,10 @@ void check_loss_scaling(const TrainingConfig& t) {
 void validate_training(StrataConfig& c) {
   TrainingConfig& training = c.training;
   const ModelConfig& model = c.model;
-  const int64_t dp = c.data_parallel_size(), mbs = training.micro_batch_size;
+  const int64_t dp = data_parallel_size(c.parallel), mbs = training.micro_batch_size;
   check_batch_size_schedule(training, model.seq_length, mbs * dp);
   if (!training.global_batch_size) training.global_batch_size = mbs * dp;
-  const BatchSizeSchedule schedule = c.batch_size_schedule();
+  const BatchSizeSchedule schedule = schedule_of(training, model.seq_length);
   resolve_train_iters(training, schedule);
   check_batch_sizes(training, c.parallel, dp, schedule);
   check_loss_scaling(training);
@@ -432,7 +454,7 @@ void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
                                                                                                  data.tokenizer_type)));
     if (data.merge_file) throw ConfigError("data.merge_file", "only used by GPT2BPETokenizer");
   }
-  if (data.tokenizer_type == TokenizerType::NullTokenizer && !model.vocab_size)
+  if (data.tokenizer_type == TokenizerType::NullTokenizer && !model->vocab_size)
     throw ConfigError("model.vocab_size", "required with data.tokenizer_type NullTokenizer");
   const std::string type_name(config::enum_to_string<TokenizerType>(kTokenizerTypeNames, data.tokenizer_type));
   if (tokenizer_uses_model_file(data.tokenizer_type) && (!data.tokenizer_model || data.tokenizer_model->empty()))
@@ -464,7 +486,7 @@ void validate_logging(const LoggingConfig& l, const ResolvedModelConfig& model) 
                                                       str(l.profile_step_start) + ")");
   if (l.moe_routing_trace_path) {
     if (l.moe_routing_trace_path->empty()) throw ConfigError("logging.moe_routing_trace_path", "is empty");
-    if (!model.is_moe())
+    if (!model->is_moe())
       throw ConfigError("logging.moe_routing_trace_path", "traces MoE routers, but the model has none "
                                                           "(model.num_experts is null)");
     return;
@@ -493,29 +515,25 @@ std::vector<std::string> config_validator_names() {
   return names;
 }
 
-const ResolvedModelConfig& StrataConfig::resolved_model() const {
-  if (!resolved_model_ || static_cast<const ModelConfig&>(*resolved_model_) != model)
-    resolved_model_ = std::make_shared<const ResolvedModelConfig>(model);
-  return *resolved_model_;
-}
-
-void StrataConfig::validate(std::optional<int64_t> launched_world_size) {
+ResolvedConfig StrataConfig::validate(std::optional<int64_t> launched_world_size) const {
   table().check_fields(*this);
-  resolved_model_ = std::make_shared<const ResolvedModelConfig>(model);  // the model section's resolution
-  model = *resolved_model_;  // the section shows its resolved defaults (to_yaml, --print-config)
-  const ResolvedModelConfig& m = *resolved_model_;
-  if (m.is_hybrid())  // '|' segments: the stages and the virtual pipeline size (before the parallel rules)
-    hybrid::apply_hybrid_pipeline_layout(m.hybrid_pattern(), parallel);
-  finalize_parallel_config(parallel, launched_world_size);
-  validate_model_layout(m, parallel);
-  validate_training(*this);
-  validate_optimizer(optimizer, training);
-  validate_data(data, m);
-  validate_checkpoint(checkpoint);
-  validate_logging(logging, m);
-  validate_inference(inference, training);
-  for (const NamedConfigValidator& v : subsystem_config_validators()) v.validate(*this);
-  if (model.vocab_size) model.padded_vocab(parallel.tensor_model_parallel_size);  // a padding past int64 is refused
+  StrataConfig c = *this;  // the sections, their null defaults filled in below
+  ResolvedModelConfig m(model);  // the model section's resolution
+  c.model = *m;                  // the section shows its resolved defaults (to_yaml, --print-config)
+  if (m->is_hybrid())  // '|' segments: the stages and the virtual pipeline size (before the parallel rules)
+    hybrid::apply_hybrid_pipeline_layout(m.hybrid_pattern(), c.parallel);
+  finalize_parallel_config(c.parallel, launched_world_size);
+  validate_model_layout(m, c.parallel);
+  validate_training(c);
+  validate_optimizer(c.optimizer, c.training);
+  validate_data(c.data, m);
+  validate_checkpoint(c.checkpoint);
+  validate_logging(c.logging, m);
+  validate_inference(c.inference, c.training);
+  if (m->vocab_size) m->padded_vocab(c.parallel.tensor_model_parallel_size);  // a padding past int64 is refused
+  ResolvedConfig resolved(ResolutionKey{}, c, std::move(m));
+  for (const NamedConfigValidator& v : subsystem_config_validators()) v.validate(resolved);
+  return resolved;
 }
 
 std::string StrataConfig::to_yaml() const {
@@ -524,10 +542,18 @@ std::string StrataConfig::to_yaml() const {
 
 std::string StrataConfig::argument_table() const {
   std::vector<std::pair<std::string, std::string>> extra;
-  if (parallel.world_size) extra.emplace_back("data_parallel_size", str(data_parallel_size()));
   if (model.vocab_size)
     extra.emplace_back("padded_vocab_size", str(model.padded_vocab(parallel.tensor_model_parallel_size)));
   return table().argument_table(*this, extra);
+}
+
+std::string ResolvedConfig::argument_table() const {
+  const StrataConfig c = fields();
+  std::vector<std::pair<std::string, std::string>> extra;
+  extra.emplace_back("data_parallel_size", str(data_parallel_size()));
+  if (model->vocab_size)
+    extra.emplace_back("padded_vocab_size", str(model->padded_vocab(parallel->tensor_model_parallel_size)));
+  return StrataConfig::table().argument_table(c, extra);
 }
 
 std::string StrataConfig::help_text() {

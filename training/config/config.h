@@ -11,7 +11,7 @@
 //
 // Use:
 //   StrataConfig cfg = StrataConfig::load("configs/gpt_tiny.yaml", {"training.train_iters=10"});
-//   cfg.validate(launched_world_size);   // pure: no allocation, no communication
+//   const ResolvedConfig resolved = cfg.validate(launched_world_size);  // pure: no allocation, no communication
 //   log(cfg.argument_table());
 // Every error is a config::ConfigError whose message starts with "section.field".
 #pragma once
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/config_table.h"
+#include "core/resolved.h"
 #include "data/data_config.h"
 #include "models/config/model_config.h"
 #include "parallel/parallel_config.h"
@@ -89,8 +90,10 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules();
 // "strata: accepted Megatron flags without effect in Strata (...): --use-mcore-models, …" or "".
 std::string no_effect_flags_line(const std::vector<std::string>& flags);
 
+class ResolvedConfig;
+
 struct StrataConfig {
-  ModelConfig model;  // as written; validate() fills in its null defaults
+  ModelConfig model;  // as written; validate() returns it resolved
   ParallelConfig parallel;
   TrainingConfig training;
   OptimizerConfig optimizer;
@@ -115,31 +118,53 @@ struct StrataConfig {
   void apply_override(const std::string& assignment);  // "section.field=value"
 
   // Checks every field, resolves the null defaults that follow from other fields (Megatron's
-  // validate_args) and checks every cross-field rule. Pure and idempotent; throws
-  // config::ConfigError naming the field. `launched_world_size`: the number of processes the
-  // launcher started (null: use parallel.world_size, else 1).
-  void validate(std::optional<int64_t> launched_world_size = std::nullopt);
+  // validate_args) and checks every cross-field rule; returns the resolved, read-only config and
+  // leaves this one as written. Pure: no allocation, no communication; throws config::ConfigError
+  // naming the field. `launched_world_size`: the number of processes the launcher started (null:
+  // use parallel.world_size, else 1).
+  [[nodiscard]] ResolvedConfig validate(std::optional<int64_t> launched_world_size = std::nullopt) const;
 
-  // The model section resolved (models/config/model_config.h): what the model factory, the planner, the
-  // manifest readers and the exports take. validate() resolves it; a section changed since is
-  // resolved anew on the next call (config::ConfigError naming the field).
-  const ResolvedModelConfig& resolved_model() const;
-
-  // After validate(): world_size / (tp·pp·cp).
-  int64_t data_parallel_size() const { return strata::data_parallel_size(parallel); }
-  // After validate(): micro-batches per step and data-parallel rank at training.global_batch_size
-  // (a step schedule's varies: batch_size_schedule()).
-  int64_t num_micro_batches() const;
-  // After validate(): the global batch size of each step (constant, step schedule or ramp-up).
-  BatchSizeSchedule batch_size_schedule() const;
-
-  std::string to_yaml() const;              // resolved config; loads back to the same config
+  std::string to_yaml() const;              // loads back to the same config
   std::string argument_table() const;       // Megatron's sorted "arguments" block
   static std::string help_text();           // every field: type, default, rules, doc
   static std::string reference_markdown();  // the text of docs/config.md
+};
+
+// What StrataConfig::validate() returns: every section resolved once (its null defaults derived,
+// every rule checked), each of its own resolved type (core/resolved.h), read through `->`
+// (`cfg.training->seed`). The subsystems take these types, so a section as written cannot reach
+// them. To change a field, edit a copy of fields() and validate it again.
+class ResolvedConfig {
+ public:
+  const ResolvedModelConfig model;
+  const Resolved<ParallelConfig> parallel;
+  const Resolved<TrainingConfig> training;
+  const Resolved<OptimizerConfig> optimizer;
+  const Resolved<DataConfig> data;
+  const Resolved<CheckpointConfig> checkpoint;
+  const Resolved<LoggingConfig> logging;
+  const Resolved<InferenceConfig> inference;
+
+  // Every section's fields as resolved (to edit and validate again; to_yaml shows them).
+  StrataConfig fields() const;
+  // This config with model.vocab_size set (the tokenizer's, when the config leaves it null),
+  // resolved again.
+  ResolvedConfig with_vocab_size(int64_t vocab_size) const;
+
+  // world_size / (tp·pp·cp).
+  int64_t data_parallel_size() const { return strata::data_parallel_size(*parallel); }
+  // Micro-batches per step and data-parallel rank at training.global_batch_size (a step
+  // schedule's varies: batch_size_schedule()).
+  int64_t num_micro_batches() const;
+  // The global batch size of each step (constant, step schedule or ramp-up).
+  BatchSizeSchedule batch_size_schedule() const;
+
+  std::string to_yaml() const { return fields().to_yaml(); }  // the resolved config; loads back to it
+  std::string argument_table() const;                         // Megatron's sorted "arguments" block
 
  private:
-  mutable std::shared_ptr<const ResolvedModelConfig> resolved_model_;  // of the section it equals
+  friend struct StrataConfig;
+  ResolvedConfig(ResolutionKey key, const StrataConfig& resolved, ResolvedModelConfig resolved_model);
 };
 
 // Rules of subsystems above the config (the tensor dumper's site patterns against the model's
@@ -147,7 +172,7 @@ struct StrataConfig {
 // training/subsystem_config_rules.cpp; StrataConfig::validate() runs the list after the section
 // rules, in list order. The config includes no subsystem header; its call to the list keeps every
 // rule linked (no static registration object a linker could drop).
-using ConfigValidator = void (*)(const StrataConfig&);
+using ConfigValidator = void (*)(const ResolvedConfig&);
 struct NamedConfigValidator {
   const char* name;  // the fields it checks: "logging.tensor_metrics"
   ConfigValidator validate;

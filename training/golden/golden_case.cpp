@@ -179,7 +179,7 @@ void remove_platform_variants(const GoldenCase& c, const std::string& platform) 
   for (const std::string& f : variant_files(c, platform)) fs::remove(f);
 }
 
-StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::string>& placeholders,
+ResolvedConfig case_config(const GoldenCase& c, const std::map<std::string, std::string>& placeholders,
                          const std::string& platform, int64_t world_size) {
   const std::string path = config_path(c);
   std::string text = c.config_text;
@@ -196,8 +196,7 @@ StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::s
   }
   StrataConfig cfg = decode_sections(text, path);
   cfg.training.device = platform == "cpu" ? "cpu" : "cuda";
-  cfg.validate(world_size);
-  return cfg;
+  return cfg.validate(world_size);
 }
 
 ParallelConfig case_parallel_config(const GoldenCase& c) {
@@ -230,7 +229,7 @@ namespace {
 
 // Every rank of the job trains; the metrics rank prints the argument table (as `strata train`'s
 // logging rank does).
-int train_in_process(const StrataConfig& cfg, const GoldenJob& job) {
+int train_in_process(const ResolvedConfig& cfg, const GoldenJob& job) {
   if (job.is_metrics_rank()) {
     std::printf("%s", cfg.argument_table().c_str());
     std::fflush(stdout);
@@ -238,7 +237,7 @@ int train_in_process(const StrataConfig& cfg, const GoldenJob& job) {
   return training::run(cfg);
 }
 
-void write_config_file(const std::string& path, const StrataConfig& cfg) {
+void write_config_file(const std::string& path, const ResolvedConfig& cfg) {
   std::ofstream f(path, std::ios::binary);
   f << cfg.to_yaml();
   STRATA_CHECK_KIND(ErrorKind::Io, f.good(), "golden: cannot write ", path);
@@ -276,28 +275,28 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
                                            {"CHECKPOINT_SAVE_PATH", ckpt},
                                            {"CHECKPOINT_LOAD_PATH", ckpt},
                                            {"DATA_PATH", data}};
-  const StrataConfig cfg = case_config(c, ph, options.platform, job.size());
-  run.train_iters = *cfg.training.train_iters;
-  run.precision = config::enum_to_string(std::span<const config::EnumName<Precision>>(kPrecisionNames), cfg.training.precision);
+  const ResolvedConfig cfg = case_config(c, ph, options.platform, job.size());
+  run.train_iters = *cfg.training->train_iters;
+  run.precision = config::enum_to_string(std::span<const config::EnumName<Precision>>(kPrecisionNames), cfg.training->precision);
   // Extracted: Megatron's metrics, the case's METRICS and every named loss of the model.
   run.loss_names = model_loss_names(cfg);
   std::vector<std::string> extracted = extracted_metric_names();
   for (const std::vector<std::string>* more : std::initializer_list<const std::vector<std::string>*>{&c.metrics, &run.loss_names})
     for (const std::string& m : *more)
       if (std::find(extracted.begin(), extracted.end(), m) == extracted.end()) extracted.push_back(m);
-  STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging.tensorboard_dir.has_value(), config_path(c),
+  STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging->tensorboard_dir.has_value(), config_path(c),
                     ": logging.tensorboard_dir must be ${TENSORBOARD_PATH} (the runner reads the event files)");
-  STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging.log_interval == 1, config_path(c),
+  STRATA_CHECK_KIND(ErrorKind::Config, cfg.logging->log_interval == 1, config_path(c),
                     ": logging.log_interval must be 1 (one value per step, as Megatron's --log-interval 1)");
   if (c.test_type == "ckpt-resume") {
-    STRATA_CHECK_KIND(ErrorKind::Config, cfg.checkpoint.save == ckpt && cfg.checkpoint.load == ckpt &&
-                                             cfg.checkpoint.save_interval.has_value(),
+    STRATA_CHECK_KIND(ErrorKind::Config, cfg.checkpoint->save == ckpt && cfg.checkpoint->load == ckpt &&
+                                             cfg.checkpoint->save_interval.has_value(),
                       config_path(c),
                       ": ckpt-resume needs checkpoint.save: ${CHECKPOINT_SAVE_PATH}, checkpoint.load: "
                       "${CHECKPOINT_LOAD_PATH} and checkpoint.save_interval");
-    run.resume_iteration = *cfg.training.train_iters / 2;
-    STRATA_CHECK_KIND(ErrorKind::Config, run.resume_iteration > 0 && run.resume_iteration % *cfg.checkpoint.save_interval == 0,
-                      config_path(c), ": checkpoint.save_interval (", *cfg.checkpoint.save_interval,
+    run.resume_iteration = *cfg.training->train_iters / 2;
+    STRATA_CHECK_KIND(ErrorKind::Config, run.resume_iteration > 0 && run.resume_iteration % *cfg.checkpoint->save_interval == 0,
+                      config_path(c), ": checkpoint.save_interval (", *cfg.checkpoint->save_interval,
                       ") must divide training.train_iters/2 (", run.resume_iteration, ")");
   }
 
@@ -318,8 +317,9 @@ CaseRun run_golden_case(const GoldenCase& c, const RunOptions& options) {
       t << run.resume_iteration;
     }
     job.barrier();
-    StrataConfig cfg2 = cfg;
-    cfg2.logging.tensorboard_dir = run.resume_tensorboard_dir;
+    StrataConfig resumed = cfg.fields();
+    resumed.logging.tensorboard_dir = run.resume_tensorboard_dir;
+    const ResolvedConfig cfg2 = resumed.validate(job.size());
     if (options.train_in_new_process && job.size() == 1) {
       const std::string path = (work / "resume_config.yaml").string();
       write_config_file(path, cfg2);

@@ -68,7 +68,7 @@ void remove_platform_variants(const GoldenCase& c, const std::string& platform);
 // ${CHECKPOINT_SAVE_PATH}, ${CHECKPOINT_LOAD_PATH} substituted, training.device set for the
 // platform ("cpu" → cpu, else cuda), validated for `world_size` processes, which must be the
 // case's case_world_size(). Config errors name the file.
-StrataConfig case_config(const GoldenCase& c, const std::map<std::string, std::string>& placeholders,
+ResolvedConfig case_config(const GoldenCase& c, const std::map<std::string, std::string>& placeholders,
                          const std::string& platform, int64_t world_size = 1);
 
 // The number of ranks the case's layout needs: parallel.world_size when set, else

@@ -249,19 +249,19 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   const fs::path manifest_path = fs::path(load_dir) / checkpoint_dir_name(r.iteration) / "manifest.json";
   STRATA_CHECK(fs::exists(manifest_path), "export --format hf: ", manifest_path.string(),
                " does not exist (no checkpoint at iteration ", r.iteration, ")");
-  StrataConfig cfg = checkpoint_config(manifest_path);
-  STRATA_CHECK(!cfg.model.hybrid_layer_pattern && !cfg.model.hybrid_override_pattern,
+  StrataConfig raw = checkpoint_config(manifest_path);
+  STRATA_CHECK(!raw.model.hybrid_layer_pattern && !raw.model.hybrid_override_pattern,
                "export --format hf: the checkpoint is a hybrid model (model.hybrid_layer_pattern), which has no "
                "Hugging Face family in Strata yet");
-  STRATA_CHECK(!cfg.model.enable_hyper_connections,
+  STRATA_CHECK(!raw.model.enable_hyper_connections,
                "export --format hf: the checkpoint uses mHC hyper-connections (model.enable_hyper_connections), "
                "which no Hugging Face format represents");
-  const std::unique_ptr<data::Tokenizer> tok = export_tokenizer(cfg, manifest_path);
-  if (!cfg.model.vocab_size) cfg.model.vocab_size = tok->vocab_size();
-  cfg.validate(1);
-  r.family = family_for(cfg.resolved_model());  // before allocating anything
-  r.dtype = model_dtype(cfg.training.precision);
-  if (is_moe(r.family)) r.notes = detail::moe_export_notes(cfg.resolved_model());
+  const std::unique_ptr<data::Tokenizer> tok = export_tokenizer(raw, manifest_path);
+  if (!raw.model.vocab_size) raw.model.vocab_size = tok->vocab_size();
+  const ResolvedConfig cfg = raw.validate(1);
+  r.family = family_for(cfg.model);  // before allocating anything
+  r.dtype = model_dtype(cfg.training->precision);
+  if (is_moe(r.family)) r.notes = detail::moe_export_notes(cfg.model);
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
@@ -284,13 +284,13 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   }
   if (mtp_skipped > 0)
     r.notes.push_back("the " + std::to_string(mtp_skipped) + " multi-token-prediction parameters (mtp.layers.*, "
-                      "model.mtp_num_layers " + std::to_string(cfg.model.mtp_depths()) +
+                      "model.mtp_num_layers " + std::to_string(cfg.model->mtp_depths()) +
                       ") are training-only and not exported");
-  const std::map<std::string, Tensor> tensors = to_hf_tensors(cfg.resolved_model(), r.family, mg);
+  const std::map<std::string, Tensor> tensors = to_hf_tensors(cfg.model, r.family, mg);
 
   ExportInfo info;
   info.dtype = r.dtype;
-  info.tokenizer_type = config::enum_to_string<TokenizerType>(kTokenizerTypeNames, cfg.data.tokenizer_type);
+  info.tokenizer_type = config::enum_to_string<TokenizerType>(kTokenizerTypeNames, cfg.data->tokenizer_type);
   info.eos_id = tok->eod();
   info.bos_id = tok->bos().value_or(tok->eod());
 
@@ -299,7 +299,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   fs::create_directories(staging);
   try {
     formats::write_safetensors((staging / "model.safetensors").string(), tensors, {{"format", "pt"}});
-    write_text(staging / "config.json", config_json(cfg.resolved_model(), r.family, info).dump(2) + "\n");
+    write_text(staging / "config.json", config_json(cfg.model, r.family, info).dump(2) + "\n");
     write_text(staging / "generation_config.json", generation_config_json(cfg.inference, info).dump(2) + "\n");
     r.files = {"model.safetensors", "config.json", "generation_config.json"};
     for (const std::string& f : copy_tokenizer_files(cfg.data, staging)) r.files.push_back(f);
@@ -328,23 +328,22 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   bool all_bf16 = !hf_tensors.empty();
   for (const auto& [name, t] : hf_tensors) all_bf16 = all_bf16 && t.dtype() == DType::BF16;
 
-  ImportResult r;
-  r.family = ic.family;
-  StrataConfig& cfg = r.config;
-  cfg.model = ic.model;
-  cfg.training.precision = all_bf16 ? Precision::Bf16 : Precision::Fp32;
-  cfg.data.mock_data = true;  // an imported model has no dataset; a training config names its own
-  cfg.optimizer.lr = 1.0e-5;  // required by validate(); a fine-tuning rate, override it for training
-  use_directory_tokenizer(dir, ic, cfg);
-  for (const std::string& o : overrides) cfg.apply_override(o);
-  cfg.validate(1);
-  data::build_checked_tokenizer(cfg.data, cfg.model.vocab_size);  // a bad tokenizer file fails before the model,
+  StrataConfig raw;
+  raw.model = ic.model;
+  raw.training.precision = all_bf16 ? Precision::Bf16 : Precision::Fp32;
+  raw.data.mock_data = true;  // an imported model has no dataset; a training config names its own
+  raw.optimizer.lr = 1.0e-5;  // required by validate(); a fine-tuning rate, override it for training
+  use_directory_tokenizer(dir, ic, raw);
+  for (const std::string& o : overrides) raw.apply_override(o);
+  ImportResult r{ic.family, raw.validate(1), ""};
+  const ResolvedConfig& cfg = r.config;
+  data::build_checked_tokenizer(cfg.data, cfg.model->vocab_size);  // a bad tokenizer file fails before the model,
                                                                    // naming the source file
 
-  const int64_t padded = cfg.model.padded_vocab(1);
+  const int64_t padded = cfg.model->padded_vocab(1);
   // Names and shapes are checked here, before the model is allocated.
   const std::map<std::string, Tensor> mg =
-      from_hf_tensors(cfg.resolved_model(), ic.family, ic.file_vocab, padded, hf_tensors, file);
+      from_hf_tensors(cfg.model, ic.family, ic.file_vocab, padded, hf_tensors, file);
 
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
@@ -359,7 +358,7 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   }
   CheckpointState st;
   st.iteration = 0;
-  st.seed = static_cast<uint64_t>(cfg.training.seed);
+  st.seed = static_cast<uint64_t>(cfg.training->seed);
   st.config_yaml = cfg.to_yaml();
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
   // The save copies the tokenizer files into the iteration (checkpoint_tokenizer.h); a failure

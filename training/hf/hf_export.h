@@ -41,7 +41,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
 
 struct ImportResult {
   Family family = Family::Llama;
-  StrataConfig config;          // validated; saved in the checkpoint manifest
+  ResolvedConfig config;        // saved in the checkpoint manifest
   std::string checkpoint_dir;   // <save>/iter_0000000
 };
 // Reads config.json (either spelling: training/hf/hf_format.h) and model.safetensors (or the shards

@@ -51,30 +51,30 @@ namespace {
 std::string moe_incompatibility(const ResolvedModelConfig& m, Family f) {
   std::ostringstream why;
   const char* arch = architecture_name(f);
-  if (m.moe_router_score_function != MoeScoreFunction::Softmax) {
-    why << "model.moe_router_score_function=" << strata::to_string(m.moe_router_score_function) << ": " << arch
+  if (m->moe_router_score_function != MoeScoreFunction::Softmax) {
+    why << "model.moe_router_score_function=" << strata::to_string(m->moe_router_score_function) << ": " << arch
         << " routes by a softmax over the router logits";
-  } else if (m.moe_router_enable_expert_bias) {
+  } else if (m->moe_router_enable_expert_bias) {
     why << "model.moe_router_enable_expert_bias=true: " << arch << " has no expert bias";
-  } else if (m.moe_router_num_groups || m.moe_router_group_topk) {
-    why << "model.moe_router_num_groups=" << m.moe_router_num_groups.value_or(0)
+  } else if (m->moe_router_num_groups || m->moe_router_group_topk) {
+    why << "model.moe_router_num_groups=" << m->moe_router_num_groups.value_or(0)
         << " (group-limited routing) has no " << arch << " equivalent";
-  } else if (m.moe_router_topk_scaling_factor && *m.moe_router_topk_scaling_factor != 1.0) {
-    why << "model.moe_router_topk_scaling_factor=" << *m.moe_router_topk_scaling_factor << ": " << arch
+  } else if (m->moe_router_topk_scaling_factor && *m->moe_router_topk_scaling_factor != 1.0) {
+    why << "model.moe_router_topk_scaling_factor=" << *m->moe_router_topk_scaling_factor << ": " << arch
         << " does not scale the routing weights";
-  } else if (m.moe_shared_expert_intermediate_size) {
-    why << "model.moe_shared_expert_intermediate_size=" << *m.moe_shared_expert_intermediate_size << ": " << arch
+  } else if (m->moe_shared_expert_intermediate_size) {
+    why << "model.moe_shared_expert_intermediate_size=" << *m->moe_shared_expert_intermediate_size << ": " << arch
         << " has no shared experts";
-  } else if (m.moe_apply_probs_on_input) {
+  } else if (m->moe_apply_probs_on_input) {
     why << "model.moe_apply_probs_on_input=true: " << arch << " weights the experts' outputs, not their inputs";
-  } else if (m.moe_router_force_load_balancing) {
+  } else if (m->moe_router_force_load_balancing) {
     why << "model.moe_router_force_load_balancing=true: a benchmark mode (random routing) no " << arch
         << " computes";
-  } else if (f == Family::Mixtral && m.moe_router_pre_softmax) {
+  } else if (f == Family::Mixtral && m->moe_router_pre_softmax) {
     why << "model.moe_router_pre_softmax=true: MixtralForCausalLM renormalises the top-k weights (a softmax over "
            "the k selected logits); Qwen3MoeForCausalLM with norm_topk_prob=false routes pre-softmax";
   } else if (f == Family::Mixtral) {
-    for (int64_t i = 0; i < m.num_layers; ++i)
+    for (int64_t i = 0; i < m->num_layers; ++i)
       if (!m.is_moe_layer(i)) {
         why << "model.moe_layer_freq makes layer " << i << " dense: every MixtralForCausalLM layer is an MoE layer "
             << "(Qwen3MoeForCausalLM mixes dense layers)";
@@ -88,34 +88,34 @@ std::string moe_incompatibility(const ResolvedModelConfig& m, Family f) {
 std::string architecture_incompatibility(const ResolvedModelConfig& m, Family f) {
   std::ostringstream why;
   if (is_llama_like(f)) {
-    if (m.normalization != Normalization::RMSNorm)
-      why << "model.normalization=" << strata::to_string(m.normalization) << " is not Llama's RMSNorm";
-    else if (!m.swiglu)
+    if (m->normalization != Normalization::RMSNorm)
+      why << "model.normalization=" << strata::to_string(m->normalization) << " is not Llama's RMSNorm";
+    else if (!m->swiglu)
       why << "model.swiglu=false is not Llama's SwiGLU MLP";
-    else if (m.position_embedding_type != PositionEmbeddingType::Rope)
-      why << "model.position_embedding_type=" << strata::to_string(m.position_embedding_type) << " is not Llama's rope";
-    else if (m.rotary_interleaved)
+    else if (m->position_embedding_type != PositionEmbeddingType::Rope)
+      why << "model.position_embedding_type=" << strata::to_string(m->position_embedding_type) << " is not Llama's rope";
+    else if (m->rotary_interleaved)
       why << "model.rotary_interleaved=true is not Llama's rotate_half RoPE";
-    else if (m.rotary_percent != 1.0)
-      why << "model.rotary_percent=" << m.rotary_percent << " is not Llama's full rotary (1.0)";
-    else if (m.add_bias_linear)
+    else if (m->rotary_percent != 1.0)
+      why << "model.rotary_percent=" << m->rotary_percent << " is not Llama's full rotary (1.0)";
+    else if (m->add_bias_linear)
       why << "model.add_bias_linear=true: Llama's linear layers have no biases";
-    else if (m.add_qkv_bias)
+    else if (m->add_qkv_bias)
       why << "model.add_qkv_bias=true: Llama's q/k/v projections have no biases";
   } else {
-    if (m.normalization != Normalization::LayerNorm)
-      why << "model.normalization=" << strata::to_string(m.normalization) << " is not GPT-2's LayerNorm";
-    else if (m.swiglu)
+    if (m->normalization != Normalization::LayerNorm)
+      why << "model.normalization=" << strata::to_string(m->normalization) << " is not GPT-2's LayerNorm";
+    else if (m->swiglu)
       why << "model.swiglu=true is not GPT-2's GeLU MLP";
-    else if (m.position_embedding_type != PositionEmbeddingType::LearnedAbsolute)
-      why << "model.position_embedding_type=" << strata::to_string(m.position_embedding_type)
+    else if (m->position_embedding_type != PositionEmbeddingType::LearnedAbsolute)
+      why << "model.position_embedding_type=" << strata::to_string(m->position_embedding_type)
           << " is not GPT-2's learned_absolute";
-    else if (!m.add_bias_linear)
+    else if (!m->add_bias_linear)
       why << "model.add_bias_linear=false: GPT-2's linear layers have biases";
-    else if (m.query_groups() != m.num_attention_heads)
+    else if (m.query_groups() != m->num_attention_heads)
       why << "model.num_query_groups=" << m.query_groups() << " (GQA) is not GPT-2's multi-head attention ("
-          << m.num_attention_heads << " heads)";
-    else if (m.head_dim() * m.num_attention_heads != m.hidden_size)
+          << m->num_attention_heads << " heads)";
+    else if (m.head_dim() * m->num_attention_heads != m->hidden_size)
       why << "model.kv_channels=" << m.head_dim() << " is not GPT-2's hidden_size / num_attention_heads";
   }
   return why.str();
@@ -125,17 +125,17 @@ std::string architecture_incompatibility(const ResolvedModelConfig& m, Family f)
 
 std::optional<std::string> incompatibility(const ResolvedModelConfig& m, Family f) {
   std::ostringstream why;
-  if (m.num_experts && !is_moe(f)) {
+  if (m->num_experts && !is_moe(f)) {
     why << "model.num_experts is set: " << architecture_name(f)
         << " is a dense model (MixtralForCausalLM and Qwen3MoeForCausalLM are the MoE families)";
-  } else if (!m.num_experts && is_moe(f)) {
+  } else if (!m->num_experts && is_moe(f)) {
     why << "model.num_experts is not set: " << architecture_name(f) << " is a mixture-of-experts model";
-  } else if (has_qk_norm(f) && !m.qk_layernorm) {
+  } else if (has_qk_norm(f) && !m->qk_layernorm) {
     why << "model.qk_layernorm=false: " << (is_moe(f) ? "Qwen3-MoE" : "Qwen3") << " has q_norm/k_norm";
-  } else if (!has_qk_norm(f) && m.qk_layernorm) {
+  } else if (!has_qk_norm(f) && m->qk_layernorm) {
     why << "model.qk_layernorm=true has no " << architecture_name(f) << " equivalent ("
         << (is_moe(f) ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM") << " has)";
-  } else if (m.apply_residual_connection_post_layernorm) {
+  } else if (m->apply_residual_connection_post_layernorm) {
     why << "model.apply_residual_connection_post_layernorm=true is not " << architecture_name(f) << "'s residual";
   } else {
     why << architecture_incompatibility(m, f);
@@ -149,7 +149,7 @@ std::optional<std::string> incompatibility(const ResolvedModelConfig& m, Family 
 namespace {
 
 Family moe_family_for(const ResolvedModelConfig& m) {
-  if (m.qk_layernorm) {
+  if (m->qk_layernorm) {
     const auto qwen = incompatibility(m, Family::Qwen3Moe);
     if (!qwen) return Family::Qwen3Moe;
     STRATA_THROW("export --format hf: the model is not Qwen3MoeForCausalLM (the MoE family with q/k norms): ", *qwen);
@@ -163,8 +163,8 @@ Family moe_family_for(const ResolvedModelConfig& m) {
 }  // namespace
 
 Family family_for(const ResolvedModelConfig& m) {
-  if (m.num_experts) return moe_family_for(m);
-  if (m.qk_layernorm) {
+  if (m->num_experts) return moe_family_for(m);
+  if (m->qk_layernorm) {
     const auto qwen3 = incompatibility(m, Family::Qwen3);
     if (!qwen3) return Family::Qwen3;
     STRATA_THROW("export --format hf: the model is not Qwen3ForCausalLM (the family with q/k norms): ", *qwen3);
@@ -174,7 +174,7 @@ Family family_for(const ResolvedModelConfig& m) {
   const auto gpt2 = incompatibility(m, Family::GPT2);
   if (!gpt2) return Family::GPT2;
   // Name the family the config is closest to first (by its normalization).
-  if (m.normalization == Normalization::RMSNorm)
+  if (m->normalization == Normalization::RMSNorm)
     STRATA_THROW("export --format hf: the model is not LlamaForCausalLM: ", *llama, " (nor GPT2LMHeadModel: ", *gpt2, ")");
   STRATA_THROW("export --format hf: the model is not GPT2LMHeadModel: ", *gpt2, " (nor LlamaForCausalLM: ", *llama, ")");
 }

@@ -33,7 +33,7 @@ const char* torch_dtype_name(DType d) {
 // original_max_position_embeddings takes max_position_embeddings (standardize_rope_params).
 // "default" is plain RoPE; "llama3" with Megatron's fixed constants (low_freq_factor 1,
 // high_freq_factor 4, original_max_position_embeddings 8192) is model.use_rope_scaling. Anything
-// else is an error naming the file and the value. Needs m.max_position_embeddings.
+// else is an error naming the file and the value. Needs m->max_position_embeddings.
 void read_rope(const json& j, Family f, const std::string& file, ModelConfig& m) {
   const bool legacy = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
   const char* key = legacy ? "rope_scaling" : "rope_parameters";
@@ -103,21 +103,21 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
   j["architectures"] = ojson::array({architecture_name(f)});
   j["model_type"] = to_string(f);
   if (f != Family::GPT2) {
-    j["hidden_size"] = m.hidden_size;
+    j["hidden_size"] = m->hidden_size;
     j["intermediate_size"] = f == Family::Mixtral ? m.moe_ffn() : m.ffn();  // Mixtral: the experts' size
-    j["num_attention_heads"] = m.num_attention_heads;
+    j["num_attention_heads"] = m->num_attention_heads;
     j["num_key_value_heads"] = m.query_groups();
     j["head_dim"] = m.head_dim();
-    j["num_hidden_layers"] = m.num_layers;
+    j["num_hidden_layers"] = m->num_layers;
     j["hidden_act"] = "silu";
-    j["rms_norm_eps"] = m.layernorm_epsilon;
+    j["rms_norm_eps"] = m->layernorm_epsilon;
     // transformers 5's rope_parameters. Megatron's --use-rope-scaling is the "llama3" rope type
     // with Megatron's fixed low/high frequency factors 1 and 4 and original context 8192.
-    ojson rope = {{"rope_theta", static_cast<double>(m.rotary_base)}, {"rope_type", "default"}};
-    if (m.use_rope_scaling)
-      rope = {{"rope_theta", static_cast<double>(m.rotary_base)},
+    ojson rope = {{"rope_theta", static_cast<double>(m->rotary_base)}, {"rope_type", "default"}};
+    if (m->use_rope_scaling)
+      rope = {{"rope_theta", static_cast<double>(m->rotary_base)},
               {"rope_type", "llama3"},
-              {"factor", m.rope_scaling_factor},
+              {"factor", m->rope_scaling_factor},
               {"low_freq_factor", 1.0},
               {"high_freq_factor", 4.0},
               {"original_max_position_embeddings", 8192}};
@@ -127,38 +127,38 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
     // Qwen3Config and Qwen3MoeConfig no mlp_bias).
     if (f != Family::Mixtral) j["attention_bias"] = false;
     if (f == Family::Llama) j["mlp_bias"] = false;
-    j["attention_dropout"] = m.attention_dropout;
-    j["initializer_range"] = m.init_method_std;
-    j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+    j["attention_dropout"] = m->attention_dropout;
+    j["initializer_range"] = m->init_method_std;
+    j["tie_word_embeddings"] = !m->untie_embeddings_and_output_weights;
     if (has_qk_norm(f)) j["use_sliding_window"] = false;
     if (f == Family::Mixtral) j["sliding_window"] = nullptr;
     if (is_moe(f)) moe_config_json(m, f, j);
   } else {
-    j["n_embd"] = m.hidden_size;
-    j["n_layer"] = m.num_layers;
-    j["n_head"] = m.num_attention_heads;
+    j["n_embd"] = m->hidden_size;
+    j["n_layer"] = m->num_layers;
+    j["n_head"] = m->num_attention_heads;
     j["n_inner"] = m.ffn();
     j["n_positions"] = m.max_positions();
-    j["activation_function"] = m.openai_gelu ? "gelu_new" : "gelu";
-    j["layer_norm_epsilon"] = m.layernorm_epsilon;
-    j["resid_pdrop"] = m.hidden_dropout;
-    j["embd_pdrop"] = m.hidden_dropout;
-    j["attn_pdrop"] = m.attention_dropout;
-    j["initializer_range"] = m.init_method_std;
+    j["activation_function"] = m->openai_gelu ? "gelu_new" : "gelu";
+    j["layer_norm_epsilon"] = m->layernorm_epsilon;
+    j["resid_pdrop"] = m->hidden_dropout;
+    j["embd_pdrop"] = m->hidden_dropout;
+    j["attn_pdrop"] = m->attention_dropout;
+    j["initializer_range"] = m->init_method_std;
     j["scale_attn_weights"] = true;
-    j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+    j["tie_word_embeddings"] = !m->untie_embeddings_and_output_weights;
   }
   // The real vocabulary: the rows written (Megatron's padding is dropped; hf_format.h).
-  j["vocab_size"] = *m.vocab_size;
+  j["vocab_size"] = *m->vocab_size;
   if (info.bos_id) j["bos_token_id"] = *info.bos_id;
   if (info.eos_id) j["eos_token_id"] = *info.eos_id;
   j["dtype"] = torch_dtype_name(info.dtype);
   j["use_cache"] = true;
   j["transformers_version"] = kTransformersVersion;
-  j["strata"] = {{"vocab_size", *m.vocab_size},
-                 {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
-                 {"seq_length", m.seq_length},
-                 {"hidden_dropout", m.hidden_dropout},
+  j["strata"] = {{"vocab_size", *m->vocab_size},
+                 {"make_vocab_size_divisible_by", m->make_vocab_size_divisible_by},
+                 {"seq_length", m->seq_length},
+                 {"hidden_dropout", m->hidden_dropout},
                  {"tokenizer_type", info.tokenizer_type}};
   if (is_moe(f)) {
     j["strata"]["moe"] = moe_strata_json(m);

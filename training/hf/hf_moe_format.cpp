@@ -21,7 +21,7 @@ namespace {
 
 // The coefficient of the micro-batch switch loss (aux_loss), HF's router_aux_loss_coef; 0 when off.
 double aux_loss_coef(const ResolvedModelConfig& m) {
-  for (const MoeLoadBalancingLoss& l : m.moe_load_balancing_losses())
+  for (const MoeLoadBalancingLoss& l : m->moe_load_balancing_losses())
     if (l.type == "aux_loss") return l.coeff;
   return 0.0;
 }
@@ -70,17 +70,17 @@ std::vector<std::string> qwen3_moe_layers(const json& j, const std::string& file
 
 void moe_config_json(const ResolvedModelConfig& m, Family f, ojson& j) {
   if (f == Family::Mixtral) {
-    j["num_local_experts"] = *m.num_experts;
-    j["num_experts_per_tok"] = m.moe_router_topk;
+    j["num_local_experts"] = *m->num_experts;
+    j["num_experts_per_tok"] = m->moe_router_topk;
     j["router_jitter_noise"] = 0.0;
   } else {
-    j["num_local_experts"] = *m.num_experts;  // transformers 5 (Qwen3MoeConfig.attribute_map)
-    j["num_experts_per_tok"] = m.moe_router_topk;
+    j["num_local_experts"] = *m->num_experts;  // transformers 5 (Qwen3MoeConfig.attribute_map)
+    j["num_experts_per_tok"] = m->moe_router_topk;
     j["moe_intermediate_size"] = m.moe_ffn();
-    j["norm_topk_prob"] = !m.moe_router_pre_softmax;
+    j["norm_topk_prob"] = !m->moe_router_pre_softmax;
     j["decoder_sparse_step"] = 1;
     ojson dense = ojson::array();
-    for (int64_t i = 0; i < m.num_layers; ++i)
+    for (int64_t i = 0; i < m->num_layers; ++i)
       if (!m.is_moe_layer(i)) dense.push_back(i);
     j["mlp_only_layers"] = dense;
   }
@@ -90,16 +90,16 @@ void moe_config_json(const ResolvedModelConfig& m, Family f, ojson& j) {
 
 ojson moe_strata_json(const ResolvedModelConfig& m) {
   ojson s;
-  s["moe_router_load_balancing_type"] = m.moe_router_load_balancing_type;
-  s["moe_aux_loss_coeff"] = m.moe_aux_loss_coeff;
-  s["moe_z_loss_coeff"] = opt_number(m.moe_z_loss_coeff);
-  s["moe_input_jitter_eps"] = opt_number(m.moe_input_jitter_eps);
-  s["moe_expert_capacity_factor"] = opt_number(m.moe_expert_capacity_factor);
-  s["moe_token_drop_policy"] = to_string(m.moe_token_drop_policy);
-  s["moe_pad_expert_input_to_capacity"] = m.moe_pad_expert_input_to_capacity;
-  s["moe_router_dtype"] = m.moe_router_dtype ? ojson(to_string(*m.moe_router_dtype)) : ojson(nullptr);
-  s["moe_token_dispatcher_type"] = to_string(m.moe_token_dispatcher_type);
-  s["moe_grouped_gemm"] = m.moe_grouped_gemm;
+  s["moe_router_load_balancing_type"] = m->moe_router_load_balancing_type;
+  s["moe_aux_loss_coeff"] = m->moe_aux_loss_coeff;
+  s["moe_z_loss_coeff"] = opt_number(m->moe_z_loss_coeff);
+  s["moe_input_jitter_eps"] = opt_number(m->moe_input_jitter_eps);
+  s["moe_expert_capacity_factor"] = opt_number(m->moe_expert_capacity_factor);
+  s["moe_token_drop_policy"] = to_string(m->moe_token_drop_policy);
+  s["moe_pad_expert_input_to_capacity"] = m->moe_pad_expert_input_to_capacity;
+  s["moe_router_dtype"] = m->moe_router_dtype ? ojson(to_string(*m->moe_router_dtype)) : ojson(nullptr);
+  s["moe_token_dispatcher_type"] = to_string(m->moe_token_dispatcher_type);
+  s["moe_grouped_gemm"] = m->moe_grouped_gemm;
   return s;
 }
 
@@ -173,23 +173,23 @@ void moe_strata_from_json(const json& s, const std::string& where, ModelConfig& 
 
 std::vector<std::string> moe_export_notes(const ResolvedModelConfig& m) {
   std::vector<std::string> notes;
-  if (m.moe_expert_capacity_factor) {
+  if (m->moe_expert_capacity_factor) {
     std::ostringstream n;
-    n << "model.moe_expert_capacity_factor=" << *m.moe_expert_capacity_factor
+    n << "model.moe_expert_capacity_factor=" << *m->moe_expert_capacity_factor
       << " is training-only and not exported: transformers routes every token to its top-k experts without "
          "dropping, as strata generate does (kept under \"strata\" for import)";
     notes.push_back(n.str());
   }
-  if (m.moe_input_jitter_eps)
+  if (m->moe_input_jitter_eps)
     notes.push_back("model.moe_input_jitter_eps is training-only and not exported (router_jitter_noise 0)");
-  if (m.moe_router_dtype)
-    notes.push_back(std::string("model.moe_router_dtype=") + to_string(*m.moe_router_dtype) +
+  if (m->moe_router_dtype)
+    notes.push_back(std::string("model.moe_router_dtype=") + to_string(*m->moe_router_dtype) +
                     " is not exported: transformers computes the gate in the model dtype and its softmax in f32");
-  for (const MoeLoadBalancingLoss& l : m.moe_load_balancing_losses())
+  for (const MoeLoadBalancingLoss& l : m->moe_load_balancing_losses())
     if (l.type != "aux_loss")
       notes.push_back("model.moe_router_load_balancing_type " + l.type +
                       " is training-only with no transformers equivalent (kept under \"strata\" for import)");
-  if (m.moe_z_loss_coeff)
+  if (m->moe_z_loss_coeff)
     notes.push_back("model.moe_z_loss_coeff is training-only with no transformers equivalent (kept under \"strata\")");
   return notes;
 }

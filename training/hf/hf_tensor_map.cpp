@@ -45,14 +45,14 @@ struct Dims {
 };
 
 Dims dims_of(const ResolvedModelConfig& m, int64_t padded_vocab) {
-  Dims d{m.hidden_size, m.num_attention_heads, m.query_groups(), m.head_dim(), m.ffn(), padded_vocab,
-         m.max_positions(), m.num_layers, !m.untie_embeddings_and_output_weights, m.apply_layernorm_1p,
-         m.qk_layernorm, {}};
-  for (int64_t i = 0; i < m.num_layers; ++i) {
+  Dims d{m->hidden_size, m->num_attention_heads, m.query_groups(), m.head_dim(), m.ffn(), padded_vocab,
+         m.max_positions(), m->num_layers, !m->untie_embeddings_and_output_weights, m->apply_layernorm_1p,
+         m->qk_layernorm, {}};
+  for (int64_t i = 0; i < m->num_layers; ++i) {
     if (m.is_moe_layer(i))
-      d.mlp.push_back(MlpDims{m.hidden_size, m.moe_ffn(), *m.num_experts});
+      d.mlp.push_back(MlpDims{m->hidden_size, m.moe_ffn(), *m->num_experts});
     else
-      d.mlp.push_back(MlpDims{m.hidden_size, m.ffn(), 0});
+      d.mlp.push_back(MlpDims{m->hidden_size, m.ffn(), 0});
   }
   return d;
 }
@@ -178,7 +178,7 @@ std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family
   };
   // Only the real vocabulary leaves: transformers' log-softmax runs over every row of lm_head, so
   // Megatron's padding rows would change every probability.
-  const int64_t vocab = *m.vocab_size;
+  const int64_t vocab = *m->vocab_size;
   auto real_rows = [&](const Tensor& t) {
     STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0),
                  " rows is smaller than the vocabulary ", vocab);
@@ -243,8 +243,8 @@ std::map<std::string, Tensor> from_hf_tensors(const ResolvedModelConfig& m, Fami
                                               int64_t padded_vocab, const std::map<std::string, Tensor>& hf_in,
                                               const std::string& file) {
   STRATA_CHECK(file_vocab <= padded_vocab, file, ": vocab_size ", file_vocab,
-               " is larger than the model's padded vocabulary ", padded_vocab, " (model.vocab_size ", *m.vocab_size,
-               ", model.make_vocab_size_divisible_by ", m.make_vocab_size_divisible_by, ")");
+               " is larger than the model's padded vocabulary ", padded_vocab, " (model.vocab_size ", *m->vocab_size,
+               ", model.make_vocab_size_divisible_by ", m->make_vocab_size_divisible_by, ")");
   const Dims d = dims_of(m, file_vocab);
   const std::map<std::string, Shape> want = hf_shapes(f, d);
   const std::string embed_name = f != Family::GPT2 ? "model.embed_tokens.weight" : "transformer.wte.weight";

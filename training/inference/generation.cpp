@@ -184,22 +184,21 @@ std::string ScoreResult::to_json() const {
 }
 
 namespace {
-// lm.config in one process (the saving or configured layout dropped): its tokenizer (the vocabulary
+// A config in one process (the saving or configured layout dropped): its tokenizer (the vocabulary
 // from it when unset), validated, and its model on training.device, not yet initialized.
-void build_single_process_model(LoadedModel& lm) {
-  lm.config.parallel = ParallelConfig{};  // any saving layout (tp/pp/dp); generation runs in one process
-  lm.tokenizer = data::build_checked_tokenizer(lm.config.data, lm.config.model.vocab_size);
-  if (!lm.config.model.vocab_size) lm.config.model.vocab_size = lm.tokenizer->vocab_size();
-  lm.config.validate(1);
-  lm.model = make_model(lm.config, resolve_device(lm.config.training.device));
+LoadedModel build_single_process_model(StrataConfig raw, int64_t iteration) {
+  raw.parallel = ParallelConfig{};  // any saving layout (tp/pp/dp); generation runs in one process
+  std::unique_ptr<data::Tokenizer> tokenizer = data::build_checked_tokenizer(raw.data, raw.model.vocab_size);
+  if (!raw.model.vocab_size) raw.model.vocab_size = tokenizer->vocab_size();
+  ResolvedConfig cfg = raw.validate(1);
+  std::unique_ptr<LanguageModel> model = make_model(cfg, resolve_device(cfg.training->device));
+  return LoadedModel{std::move(cfg), std::move(tokenizer), std::move(model), iteration};
 }
 }  // namespace
 
 LoadedModel init_for_inference(const std::string& config_file, const std::vector<std::string>& overrides) {
-  LoadedModel lm;
-  lm.config = StrataConfig::load(config_file, overrides);
-  build_single_process_model(lm);
-  lm.model->init_parameters(static_cast<uint64_t>(lm.config.training.seed));
+  LoadedModel lm = build_single_process_model(StrataConfig::load(config_file, overrides), 0);
+  lm.model->init_parameters(static_cast<uint64_t>(lm.config.training->seed));
   return lm;
 }
 
@@ -231,22 +230,20 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
                manifest_path.string(), " holds no config (a non-empty \"config\" string)");
   const std::string yaml = jc->get<std::string>();
 
-  LoadedModel lm;
-  lm.iteration = *iteration;
-  lm.config = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
-  use_checkpoint_tokenizer(manifest, manifest_path, lm.config.data);  // the checkpoint's own copies
+  StrataConfig raw = StrataConfig::from_yaml_text(yaml, {}, manifest_path.string() + " (config)");
+  use_checkpoint_tokenizer(manifest, manifest_path, raw.data);  // the checkpoint's own copies
   // The training run's router-trace settings are not generation's (its trace would be truncated):
   // generation traces only when the overrides ask (logging.moe_routing_trace_path=…).
   const LoggingConfig untraced;
-  LoggingConfig& lg = lm.config.logging;
+  LoggingConfig& lg = raw.logging;
   lg.moe_routing_trace_path = untraced.moe_routing_trace_path;
   lg.moe_routing_trace_max_training_iters = untraced.moe_routing_trace_max_training_iters;
   lg.moe_routing_trace_max_inference_steps = untraced.moe_routing_trace_max_inference_steps;
   lg.moe_routing_trace_capture_logits = untraced.moe_routing_trace_capture_logits;
   lg.moe_routing_trace_capture_hidden_states = untraced.moe_routing_trace_capture_hidden_states;
   lg.moe_routing_trace_dump_weights = untraced.moe_routing_trace_dump_weights;
-  StrataConfig::table().apply_command_line(overrides, lm.config, nullptr);
-  build_single_process_model(lm);
+  StrataConfig::table().apply_command_line(overrides, raw, nullptr);
+  LoadedModel lm = build_single_process_model(std::move(raw), *iteration);
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
   CheckpointLoadOptions lo;
   lo.load_optimizer = false;
@@ -258,13 +255,13 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
   return lm;
 }
 
-GenerateOptions options_from_config(const StrataConfig& cfg) {
+GenerateOptions options_from_config(const ResolvedConfig& cfg) {
   GenerateOptions o;
-  o.max_new_tokens = cfg.inference.max_new_tokens;
-  o.sampling.temperature = cfg.inference.temperature;
-  o.sampling.top_k = cfg.inference.top_k;
-  o.sampling.top_p = cfg.inference.top_p;
-  o.sampling.seed = static_cast<uint64_t>(cfg.inference.random_seed.value_or(cfg.training.seed));
+  o.max_new_tokens = cfg.inference->max_new_tokens;
+  o.sampling.temperature = cfg.inference->temperature;
+  o.sampling.top_k = cfg.inference->top_k;
+  o.sampling.top_p = cfg.inference->top_p;
+  o.sampling.seed = static_cast<uint64_t>(cfg.inference->random_seed.value_or(cfg.training->seed));
   return o;
 }
 

@@ -75,7 +75,7 @@ std::vector<double> log_softmax(const std::vector<double>& logits);
 
 // A model loaded from a checkpoint directory for inference.
 struct LoadedModel {
-  StrataConfig config;  // the checkpoint's resolved config with the overrides applied
+  ResolvedConfig config;  // the checkpoint's config with the overrides applied, resolved
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::unique_ptr<LanguageModel> model;
   int64_t iteration = 0;
@@ -93,6 +93,6 @@ LoadedModel load_for_inference(const std::string& dir, const std::vector<std::st
 LoadedModel init_for_inference(const std::string& config_file, const std::vector<std::string>& overrides = {});
 
 // The sampling defaults of the config's inference section (random_seed null → training.seed).
-GenerateOptions options_from_config(const StrataConfig& cfg);
+GenerateOptions options_from_config(const ResolvedConfig& cfg);
 
 }  // namespace strata::generation

@@ -110,13 +110,13 @@ struct RouterTracer::Pending {
   bool logits_from_input = false;  // the logits were recomputed from the pre-jitter input
 };
 
-RouterTracerOptions RouterTracerOptions::from_config(const StrataConfig& cfg, int rank) {
+RouterTracerOptions RouterTracerOptions::from_config(const ResolvedConfig& cfg, int rank) {
   const LoggingConfig& l = cfg.logging;
   STRATA_CHECK(l.moe_routing_trace_path.has_value(), "router tracer: logging.moe_routing_trace_path is not set");
   RouterTracerOptions o;
   o.dir = *l.moe_routing_trace_path;
   o.rank = rank;
-  o.max_training_iters = l.moe_routing_trace_max_training_iters.value_or(*cfg.training.train_iters);
+  o.max_training_iters = l.moe_routing_trace_max_training_iters.value_or(*cfg.training->train_iters);
   o.max_inference_steps = l.moe_routing_trace_max_inference_steps.value_or(1000000000);
   o.capture_logits = l.moe_routing_trace_capture_logits;
   o.capture_hidden_states = l.moe_routing_trace_capture_hidden_states;
@@ -323,9 +323,9 @@ void RouterTracer::finish() {
   if (jsonl_) flush();
 }
 
-std::unique_ptr<RouterTracer> make_router_tracer(const StrataConfig& cfg, const std::vector<LanguageModel*>& chunks,
+std::unique_ptr<RouterTracer> make_router_tracer(const ResolvedConfig& cfg, const std::vector<LanguageModel*>& chunks,
                                                  int rank, int ep_rank, int ep_size) {
-  if (!cfg.logging.moe_routing_trace_path) return nullptr;
+  if (!cfg.logging->moe_routing_trace_path) return nullptr;
   const CanonicalParameterNameMap names(chunks, ep_rank, ep_size);
   std::vector<MoeRouterRef> routers;
   std::map<std::string, std::string> weight_names;

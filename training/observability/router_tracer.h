@@ -28,7 +28,7 @@ struct RouterTracerOptions {
   bool capture_hidden_states = false;
   bool dump_weights = false;
   // From a validated config's logging section (moe_routing_trace_path must be set).
-  static RouterTracerOptions from_config(const StrataConfig& cfg, int rank);
+  static RouterTracerOptions from_config(const ResolvedConfig& cfg, int rank);
 };
 
 // Files (router_trace_rank<R>.jsonl, hidden_states_rank<R>.bin, logits_rank<R>.bin,
@@ -84,7 +84,7 @@ class RouterTracer : public StepObserver {
 // The tracer of a run when logging.moe_routing_trace_path is set (null otherwise), over the
 // routers of every chunk; ep_rank / ep_size: this rank's expert-parallel position (the
 // canonical parameter names).
-std::unique_ptr<RouterTracer> make_router_tracer(const StrataConfig& cfg, const std::vector<LanguageModel*>& chunks,
+std::unique_ptr<RouterTracer> make_router_tracer(const ResolvedConfig& cfg, const std::vector<LanguageModel*>& chunks,
                                                  int rank, int ep_rank = 0, int ep_size = 1);
 
 }  // namespace strata

@@ -60,7 +60,7 @@ SourceKinds site_kinds(const std::vector<std::string>& patterns, const ResolvedM
   return kinds;
 }
 
-void validate_tensor_dump(const StrataConfig& c) {
+void validate_tensor_dump(const ResolvedConfig& c) {
   const LoggingConfig& l = c.logging;
   if (l.tensor_dump_sites.empty()) {
     if (!l.tensor_dump_iters.empty())
@@ -73,10 +73,10 @@ void validate_tensor_dump(const StrataConfig& c) {
     throw ConfigError("logging.tensor_dump_iters",
                       "required with logging.tensor_dump_sites (the 0-based iterations to dump, e.g. [0, 10])");
   for (int64_t it : l.tensor_dump_iters)
-    if (it > *c.training.train_iters)
+    if (it > *c.training->train_iters)
       throw ConfigError("logging.tensor_dump_iters", "iteration " + str(it) + " is never reached (training.train_iters " +
-                                                         str(*c.training.train_iters) + ")");
-  const std::vector<std::string> sites = model_site_names(c.resolved_model());
+                                                         str(*c.training->train_iters) + ")");
+  const std::vector<std::string> sites = model_site_names(c.model);
   for (size_t i = 0; i < l.tensor_dump_sites.size(); ++i) {
     const std::string& p = l.tensor_dump_sites[i];
     if (p.empty()) throw ConfigError("logging.tensor_dump_sites", "pattern " + str(static_cast<int64_t>(i)) + " is empty");
@@ -87,9 +87,9 @@ void validate_tensor_dump(const StrataConfig& c) {
   }
 }
 
-std::string tensor_dump_dir(const StrataConfig& c) {
-  if (c.logging.tensor_dump_dir) return *c.logging.tensor_dump_dir;
-  if (c.checkpoint.save) return *c.checkpoint.save + "/tensor_dump";
+std::string tensor_dump_dir(const ResolvedConfig& c) {
+  if (c.logging->tensor_dump_dir) return *c.logging->tensor_dump_dir;
+  if (c.checkpoint->save) return *c.checkpoint->save + "/tensor_dump";
   return "tensor_dump";
 }
 

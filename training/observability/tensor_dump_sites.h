@@ -15,7 +15,7 @@
 namespace strata {
 
 class ResolvedModelConfig;
-struct StrataConfig;
+class ResolvedConfig;
 
 // True iff `pattern` matches all of `text` (`*`: any run of characters, dots included; `?`: one).
 bool glob_match(std::string_view pattern, std::string_view text);
@@ -30,10 +30,10 @@ SourceKinds site_kinds(const std::vector<std::string>& patterns, const ResolvedM
 // only together with sites (and sites only with iterations), iterations the run reaches
 // (<= training.train_iters: the last evaluation runs at train_iters), the directory only with
 // sites. Throws config::ConfigError naming the field.
-void validate_tensor_dump(const StrataConfig& c);
+void validate_tensor_dump(const ResolvedConfig& c);
 
 // logging.tensor_dump_dir, else <checkpoint.save>/tensor_dump, else ./tensor_dump.
-std::string tensor_dump_dir(const StrataConfig& c);
+std::string tensor_dump_dir(const ResolvedConfig& c);
 
 // <dir>/iter_<7 digits>/rank_<4 digits>.safetensors
 std::string tensor_dump_path(const std::string& dir, int64_t iteration, int rank);

@@ -17,16 +17,16 @@ namespace fs = std::filesystem;
 
 TensorDumper::TensorDumper(TensorDumpOptions o) : opt_(std::move(o)), due_(opt_.iterations.begin(), opt_.iterations.end()) {}
 
-std::unique_ptr<TensorDumper> TensorDumper::from_config(const StrataConfig& c, int rank) {
+std::unique_ptr<TensorDumper> TensorDumper::from_config(const ResolvedConfig& c, int rank) {
   const LoggingConfig& l = c.logging;
   if (l.tensor_dump_sites.empty()) return nullptr;
   TensorDumpOptions o;
   o.patterns = l.tensor_dump_sites;
   o.iterations = l.tensor_dump_iters;
-  o.kinds = site_kinds(o.patterns, c.resolved_model());
+  o.kinds = site_kinds(o.patterns, c.model);
   o.dir = tensor_dump_dir(c);
   o.rank = rank;
-  o.chunk_keys = c.parallel.virtual_pipeline_model_parallel_size.has_value();
+  o.chunk_keys = c.parallel->virtual_pipeline_model_parallel_size.has_value();
   std::error_code ec;
   fs::create_directories(o.dir, ec);
   STRATA_CHECK_KIND(ErrorKind::Io, !ec && fs::is_directory(o.dir), "logging.tensor_dump_dir: cannot create '", o.dir,

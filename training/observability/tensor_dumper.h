@@ -28,7 +28,7 @@
 
 namespace strata {
 
-struct StrataConfig;
+class ResolvedConfig;
 
 struct TensorDumpOptions {
   std::vector<std::string> patterns;  // glob patterns over "<owner>.<name>"
@@ -44,7 +44,7 @@ class TensorDumper : public StepObserver {
   explicit TensorDumper(TensorDumpOptions o);
   // From logging.tensor_dump_* (validated); null when tensor_dump_sites is empty. Creates the
   // directory (before training starts: an unwritable path fails first).
-  static std::unique_ptr<TensorDumper> from_config(const StrataConfig& c, int rank);
+  static std::unique_ptr<TensorDumper> from_config(const ResolvedConfig& c, int rank);
 
   SourceKinds kinds_for(const ObservationContext& c) override;
   void on_tensor(const Observation& o) override;

@@ -27,7 +27,7 @@ void check_rank_memory(int64_t bytes_per_rank, int64_t ranks_sharing, int64_t av
                     "use_distributed_optimizer, model.recompute_granularity");
 }
 
-void check_rank_memory(const StrataConfig& cfg, Device device, int64_t ranks_on_node) {
+void check_rank_memory(const ResolvedConfig& cfg, Device device, int64_t ranks_on_node) {
   const LayoutPlan plan = plan_layout(cfg);
   int64_t peak = 0;
   for (const StagePlan& s : plan.stages) peak = std::max(peak, s.memory.static_bytes() + s.memory.activations_configured);

@@ -20,6 +20,6 @@ void check_rank_memory(int64_t bytes_per_rank, int64_t ranks_sharing, int64_t av
 
 // The same from a validated config (model.vocab_size set) on `device`, with `ranks_on_node`
 // processes of the job on this node (CPU ranks share the host's memory; GPUs are one per rank).
-void check_rank_memory(const StrataConfig& cfg, Device device, int64_t ranks_on_node);
+void check_rank_memory(const ResolvedConfig& cfg, Device device, int64_t ranks_on_node);
 
 }  // namespace strata

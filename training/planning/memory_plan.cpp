@@ -38,7 +38,7 @@ ParameterCount stage_parameter_count(const ModelManifest& manifest, int64_t stag
 }
 
 int64_t model_parameter_total(const ResolvedModelConfig& m) {
-  STRATA_INTERNAL_ASSERT(m.vocab_size.has_value(), "model_parameter_total needs model.vocab_size");
+  STRATA_INTERNAL_ASSERT(m->vocab_size.has_value(), "model_parameter_total needs model.vocab_size");
   int64_t n = 0;
   for (const ManifestParameter& p : build_model_manifest(m).parameters) n += p.shape.numel();
   return n;
@@ -46,7 +46,7 @@ int64_t model_parameter_total(const ResolvedModelConfig& m) {
 
 ActivationSizes activation_sizes(const ResolvedModelConfig& m, int64_t tp, int64_t cp, bool sequence_parallel,
                                  int64_t micro_batch_size, int64_t element_bytes, int64_t padded_vocab) {
-  const int64_t s = m.seq_length / cp, b = micro_batch_size, h = m.hidden_size;
+  const int64_t s = m->seq_length / cp, b = micro_batch_size, h = m->hidden_size;
   const int64_t e = element_bytes;
   ActivationSizes out;
   // The GPT layer's own count (models/blocks/transformer_kinds.cpp, Korthikanti et al. 2022 with
@@ -58,27 +58,27 @@ ActivationSizes activation_sizes(const ResolvedModelConfig& m, int64_t tp, int64
   out.per_layer_recompute = layer.input;
   out.output_layer = 4 * s * b * (h + padded_vocab) / tp;
   out.per_layer_mlp_recompute_saving = layer.selective_saving;
-  if (m.is_moe() && m.num_layers > 0) {
+  if (m->is_moe() && m->num_layers > 0) {
     int64_t moe_layers = 0;
-    for (int64_t l = 0; l < m.num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+    for (int64_t l = 0; l < m->num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
     const int64_t per_moe_layer =
-        e * (s * b / tp) * m.moe_router_topk * m.moe_ffn() * (m.moe_apply_probs_on_input ? 1 : 2);
-    out.per_layer_moe_act_recompute_saving = per_moe_layer * moe_layers / m.num_layers;
+        e * (s * b / tp) * m->moe_router_topk * m.moe_ffn() * (m->moe_apply_probs_on_input ? 1 : 2);
+    out.per_layer_moe_act_recompute_saving = per_moe_layer * moe_layers / m->num_layers;
   }
   return out;
 }
 
 int64_t configured_activations(const ResolvedModelConfig& m, const ActivationSizes& a, int64_t in_flight, int64_t layers) {
   if (layers <= 0) return 0;
-  if (!m.recompute_granularity) return in_flight * layers * a.per_layer;
-  if (*m.recompute_granularity == RecomputeGranularity::Selective) {
+  if (!m->recompute_granularity) return in_flight * layers * a.per_layer;
+  if (*m->recompute_granularity == RecomputeGranularity::Selective) {
     const bool mlp = recompute_module(m, "mlp") || recompute_module(m, "moe");
     const int64_t saving = (mlp ? a.per_layer_mlp_recompute_saving : 0) +
                            (recompute_module(m, "moe_act") && !recompute_module(m, "moe") ? a.per_layer_moe_act_recompute_saving : 0);
     return in_flight * layers * (a.per_layer - saving) + saving;
   }
-  const int64_t k = std::min(*m.recompute_num_layers, layers);
-  if (*m.recompute_method == RecomputeMethod::Uniform) {
+  const int64_t k = std::min(*m->recompute_num_layers, layers);
+  if (*m->recompute_method == RecomputeMethod::Uniform) {
     const int64_t chunks = (layers + k - 1) / k;
     return in_flight * chunks * a.per_layer_recompute + k * a.per_layer;
   }
@@ -141,7 +141,7 @@ std::vector<LayerActivations> stage_layers(const ResolvedModelConfig& m, const A
 // decoder's replay adds to the peak.
 void add_mtp_activations(const ResolvedModelConfig& model, const LayoutPlan& plan,
                          const ActivationShape& shape, StagePlan& st) {
-  if (model.mtp_depths() == 0) return;
+  if (model->mtp_depths() == 0) return;
   const ResolvedModelConfig& m = model;
   const std::vector<LayerActivations> inner = layer_activations(m, mtp_stack_specs(m, 0), shape);
   const std::vector<LayerActivations> decoder = stage_layers(model, shape, st);
@@ -159,8 +159,8 @@ void add_mtp_activations(const ResolvedModelConfig& model, const LayoutPlan& pla
 // Each layer kind of a hybrid pattern (first-use order) with one such layer's activations.
 std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ResolvedModelConfig& m, const ActivationShape& shape) {
   std::vector<LayoutPlan::LayerKind> out;
-  if (!m.is_hybrid()) return out;
-  for (const StackLayerSpec& s : decoder_stack_specs(m, 0, m.num_layers)) {
+  if (!m->is_hybrid()) return out;
+  for (const StackLayerSpec& s : decoder_stack_specs(m, 0, m->num_layers)) {
     bool seen = false;
     for (const auto& k : out) seen = seen || k.symbol == s.kind->symbol;
     if (seen) continue;
@@ -174,7 +174,7 @@ std::vector<LayoutPlan::LayerKind> hybrid_layer_kinds(const ResolvedModelConfig&
 // and the MTP depths on the last stage.
 void stage_activations(const ResolvedModelConfig& m, const LayoutPlan& plan,
                        const ActivationShape& shape, int64_t layers, StagePlan& st) {
-  if (m.is_hybrid() || m.enable_hyper_connections) {
+  if (m->is_hybrid() || m->enable_hyper_connections) {
     stage_layer_activations(m, plan, shape, st);
   } else {
     const int64_t layers_per_unit = layers / plan.vpp;  // a micro-batch (1F1B) or a model chunk
@@ -194,12 +194,12 @@ void stage_activations(const ResolvedModelConfig& m, const LayoutPlan& plan,
 }
 }  // namespace
 
-LayoutPlan plan_layout(const StrataConfig& cfg) {
-  const ResolvedModelConfig& m = cfg.resolved_model();
+LayoutPlan plan_layout(const ResolvedConfig& cfg) {
+  const ResolvedModelConfig& m = cfg.model;
   const ParallelConfig& p = cfg.parallel;
-  STRATA_INTERNAL_ASSERT(p.world_size.has_value() && cfg.training.global_batch_size.has_value(),
+  STRATA_INTERNAL_ASSERT(p.world_size.has_value() && cfg.training->global_batch_size.has_value(),
                          "plan_layout needs a validated config");
-  STRATA_CHECK(m.vocab_size.has_value(), "model.vocab_size: needed to plan (set it, or use a tokenizer that gives it)");
+  STRATA_CHECK(m->vocab_size.has_value(), "model.vocab_size: needed to plan (set it, or use a tokenizer that gives it)");
   LayoutPlan plan;
   plan.world_size = *p.world_size;
   plan.tp = p.tensor_model_parallel_size;
@@ -211,8 +211,8 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   plan.dp = cfg.data_parallel_size();
   plan.sequence_parallel = p.sequence_parallel;
   plan.distributed_optimizer = p.use_distributed_optimizer;
-  plan.bf16 = cfg.training.precision != Precision::Fp32;  // 2-byte activations and parameters (bf16 or fp16)
-  plan.micro_batch_size = cfg.training.micro_batch_size;
+  plan.bf16 = cfg.training->precision != Precision::Fp32;  // 2-byte activations and parameters (bf16 or fp16)
+  plan.micro_batch_size = cfg.training->micro_batch_size;
   plan.recompute = recompute_mode_text(m);
   // A variable batch size is planned at its largest: the most micro-batches in flight.
   plan.global_batch_size = cfg.batch_size_schedule().sizes().back();
@@ -220,14 +220,14 @@ LayoutPlan plan_layout(const StrataConfig& cfg) {
   plan.model_parameters = model_parameter_total(m);
   plan.bubble_fraction = static_cast<double>(plan.pp - 1) / static_cast<double>(plan.vpp * plan.num_micro_batches);
 
-  plan.padded_vocab = m.padded_vocab(plan.tp);
+  plan.padded_vocab = m->padded_vocab(plan.tp);
   const int64_t e = plan.bf16 ? 2 : 4;
   plan.activations = activation_sizes(m, plan.tp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e,
                                       plan.padded_vocab);
   plan.expert_dp = plan.world_size / (plan.etp * plan.ep * plan.pp);
-  if (m.num_experts) {
-    plan.num_experts = *m.num_experts;
-    plan.topk = m.moe_router_topk;
+  if (m->num_experts) {
+    plan.num_experts = *m->num_experts;
+    plan.topk = m->moe_router_topk;
     plan.local_experts = plan.num_experts / plan.ep;
     plan.all_to_all_bytes_per_layer =
         moe_all_to_all_bytes(m, plan.micro_batch_size, plan.tp, plan.cp, plan.sequence_parallel, plan.ep, e);

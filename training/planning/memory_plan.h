@@ -139,6 +139,6 @@ struct LayoutPlan {
 };
 
 // From a validated config whose model.vocab_size is set (the tokenizer's when it was null).
-LayoutPlan plan_layout(const StrataConfig& cfg);
+LayoutPlan plan_layout(const ResolvedConfig& cfg);
 
 }  // namespace strata

@@ -47,14 +47,8 @@ double loss_coeff(const RouterOptions& o, size_t slot, double tp_cp) {
 // (Megatron training.py: num_moe_layers = main + MTP MoE layers, the repeated layer once).
 int64_t count_moe_layers(const ResolvedModelConfig& cfg) {
   int64_t n = 0;
-  for (int64_t i = 0; i < cfg.num_layers; ++i) n += cfg.is_moe_layer(i) ? 1 : 0;
+  for (int64_t i = 0; i < cfg->num_layers; ++i) n += cfg.is_moe_layer(i) ? 1 : 0;
   return n + mtp_moe_layers(cfg);
-}
-
-ResolvedModelConfig shared_expert_config(const ResolvedModelConfig& cfg) {
-  ResolvedModelConfig c = cfg;
-  c.ffn_hidden_size = cfg.moe_shared_expert_intermediate_size;
-  return c;
 }
 
 Tensor empty_rows(int64_t n, int64_t w, const Tensor& like) { return Tensor::empty({n, w}, like.dtype(), like.device()); }
@@ -62,31 +56,31 @@ Tensor empty_rows(int64_t n, int64_t w, const Tensor& like) { return Tensor::emp
 
 RouterOptions router_options(const ResolvedModelConfig& cfg) {
   RouterOptions o;
-  o.num_moe_experts = cfg.num_experts.value_or(0);
-  o.hidden_size = cfg.hidden_size;
-  o.moe_router_topk = cfg.moe_router_topk;
-  o.moe_router_score_function = cfg.moe_router_score_function == MoeScoreFunction::Softmax   ? ScoreFunction::Softmax
-                                : cfg.moe_router_score_function == MoeScoreFunction::Sigmoid ? ScoreFunction::Sigmoid
+  o.num_moe_experts = cfg->num_experts.value_or(0);
+  o.hidden_size = cfg->hidden_size;
+  o.moe_router_topk = cfg->moe_router_topk;
+  o.moe_router_score_function = cfg->moe_router_score_function == MoeScoreFunction::Softmax   ? ScoreFunction::Softmax
+                                : cfg->moe_router_score_function == MoeScoreFunction::Sigmoid ? ScoreFunction::Sigmoid
                                                                                              : ScoreFunction::SqrtSoftplus;
-  o.moe_router_pre_softmax = cfg.moe_router_pre_softmax;
-  o.moe_router_num_groups = cfg.moe_router_num_groups;
-  o.moe_router_group_topk = cfg.moe_router_group_topk;
-  o.moe_router_topk_scaling_factor = cfg.moe_router_topk_scaling_factor;
-  o.moe_router_dtype = !cfg.moe_router_dtype                        ? RouterDType::Input
-                       : *cfg.moe_router_dtype == MoeRouterDtype::Fp32 ? RouterDType::Fp32
+  o.moe_router_pre_softmax = cfg->moe_router_pre_softmax;
+  o.moe_router_num_groups = cfg->moe_router_num_groups;
+  o.moe_router_group_topk = cfg->moe_router_group_topk;
+  o.moe_router_topk_scaling_factor = cfg->moe_router_topk_scaling_factor;
+  o.moe_router_dtype = !cfg->moe_router_dtype                        ? RouterDType::Input
+                       : *cfg->moe_router_dtype == MoeRouterDtype::Fp32 ? RouterDType::Fp32
                                                                       : RouterDType::Fp64;
-  o.moe_router_enable_expert_bias = cfg.moe_router_enable_expert_bias;
-  o.moe_router_bias_update_rate = cfg.moe_router_bias_update_rate;
-  o.moe_router_load_balancing_type = cfg.moe_router_load_balancing_type;
-  o.moe_aux_loss_coeff = cfg.moe_aux_loss_coeff;
-  o.moe_z_loss_coeff = cfg.moe_z_loss_coeff;
-  o.moe_input_jitter_eps = cfg.moe_input_jitter_eps;
-  o.moe_expert_capacity_factor = cfg.moe_expert_capacity_factor;
+  o.moe_router_enable_expert_bias = cfg->moe_router_enable_expert_bias;
+  o.moe_router_bias_update_rate = cfg->moe_router_bias_update_rate;
+  o.moe_router_load_balancing_type = cfg->moe_router_load_balancing_type;
+  o.moe_aux_loss_coeff = cfg->moe_aux_loss_coeff;
+  o.moe_z_loss_coeff = cfg->moe_z_loss_coeff;
+  o.moe_input_jitter_eps = cfg->moe_input_jitter_eps;
+  o.moe_expert_capacity_factor = cfg->moe_expert_capacity_factor;
   o.moe_token_drop_policy =
-      cfg.moe_token_drop_policy == MoeTokenDropPolicy::Probs ? TokenDropPolicy::Probs : TokenDropPolicy::Position;
-  o.moe_pad_expert_input_to_capacity = cfg.moe_pad_expert_input_to_capacity;
-  o.moe_router_force_load_balancing = cfg.moe_router_force_load_balancing;
-  o.init_method_std = cfg.init_method_std;
+      cfg->moe_token_drop_policy == MoeTokenDropPolicy::Probs ? TokenDropPolicy::Probs : TokenDropPolicy::Position;
+  o.moe_pad_expert_input_to_capacity = cfg->moe_pad_expert_input_to_capacity;
+  o.moe_router_force_load_balancing = cfg->moe_router_force_load_balancing;
+  o.init_method_std = cfg->init_method_std;
   return o;
 }
 
@@ -96,11 +90,11 @@ std::string per_layer_loss_name(const std::string& name, int64_t layer) {
 
 std::vector<std::string> moe_loss_names(const ResolvedModelConfig& cfg) {
   std::vector<std::string> names;
-  if (!cfg.is_moe()) return names;
+  if (!cfg->is_moe()) return names;
   const RouterOptions o = router_options(cfg);
   for (size_t k = 0; k < std::size(kLossSlots); ++k)
     if (loss_coeff(o, k, 1.0) > 0) names.push_back(kLossSlots[k].name);
-  if (!cfg.moe_per_layer_logging) return names;
+  if (!cfg->moe_per_layer_logging) return names;
   const size_t averaged = names.size();
   const int64_t layers = num_layers_with_mtp(cfg);  // the MTP inner layers after the decoder's
   for (size_t n = 0; n < averaged; ++n)  // Megatron's tracker writes every layer (dense ones 0)
@@ -132,17 +126,17 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
     : router(prefix, router_options(cfg), env,
              RouterGroups{groups.tp_cp, groups.tp_dp_cp,
                           env.sequence_parallel ? groups.tp : ProcessGroup::single("tp")}),
-      num_experts_(cfg.num_experts.value_or(0)),
+      num_experts_(cfg->num_experts.value_or(0)),
       ffn_(cfg.moe_ffn() / groups.expert_tp.size()),
-      hidden_(cfg.hidden_size),
+      hidden_(cfg->hidden_size),
       moe_layers_(count_moe_layers(cfg)),
-      swiglu_(cfg.swiglu),
-      openai_gelu_(cfg.openai_gelu),
-      probs_on_input_(cfg.moe_apply_probs_on_input),
+      swiglu_(cfg->swiglu),
+      openai_gelu_(cfg->openai_gelu),
+      probs_on_input_(cfg->moe_apply_probs_on_input),
       expert_tp_(groups.expert_tp),
-      per_layer_logging_(cfg.moe_per_layer_logging),
-      decoder_layers_(cfg.num_layers),
-      mtp_repeats_(cfg.mtp_use_repeated_layer ? cfg.mtp_depths() : 1),
+      per_layer_logging_(cfg->moe_per_layer_logging),
+      decoder_layers_(cfg->num_layers),
+      mtp_repeats_(cfg->mtp_use_repeated_layer ? cfg->mtp_depths() : 1),
       recompute_shared_(recompute_module(cfg, "shared_experts")),
       recompute_act_(recompute_module(cfg, "moe_act")),
       tp_cp_size_(static_cast<double>(groups.tp_cp.size())) {
@@ -155,16 +149,16 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
   STRATA_CHECK(num_experts_ % ep == 0, prefix, ": ", num_experts_, " experts are not divisible by the expert-parallel size ", ep);
   local_experts_ = num_experts_ / ep;
   expert_start_ = groups.ep.rank() * local_experts_;
-  dispatcher_ = make_token_dispatcher(cfg.moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll
+  dispatcher_ = make_token_dispatcher(cfg->moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll
                                           ? DispatcherKind::AllToAll
                                           : DispatcherKind::AllGather,
                                       num_experts_, groups.ep);
   const int64_t ffn = cfg.moe_ffn(), fc1_out = swiglu_ ? 2 * ffn : ffn;
-  const double out_std = cfg.output_layer_init_std();
+  const double out_std = cfg->output_layer_init_std();
   for (int64_t j = 0; j < local_experts_; ++j) {  // names carry the GLOBAL expert id
     const std::string e = std::to_string(expert_start_ + j);
     fc1.push_back(make_parameter(prefix + ".experts.linear_fc1.weight" + e, {fc1_out, hidden_}, env,
-                                 cfg.init_method_std));
+                                 cfg->init_method_std));
     fc2.push_back(make_parameter(prefix + ".experts.linear_fc2.weight" + e, {hidden_, ffn}, env, out_std));
     if (expert_tp_.size() > 1) {  // expert tensor parallelism: fc1 by rows ([gate_r; up_r]), fc2 by columns
       shard_parameter_rows(fc1.back(), groups.expert_tp, swiglu_ ? 2 : 1);
@@ -173,10 +167,11 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
     fc1.back().expert_parallel = true;
     fc2.back().expert_parallel = true;
   }
-  if (cfg.moe_shared_expert_intermediate_size) {
-    shared_experts = std::make_unique<MLP>(prefix + ".shared_experts", shared_expert_config(cfg), env, groups.tp);
-    if (cfg.moe_shared_expert_gate)
-      shared_gate = make_parameter(prefix + ".shared_experts.gate_weight", {1, hidden_}, env, cfg.init_method_std);
+  if (cfg->moe_shared_expert_intermediate_size) {
+    shared_experts = std::make_unique<MLP>(prefix + ".shared_experts", cfg, *cfg->moe_shared_expert_intermediate_size, env,
+                                           groups.tp);
+    if (cfg->moe_shared_expert_gate)
+      shared_gate = make_parameter(prefix + ".shared_experts.gate_weight", {1, hidden_}, env, cfg->init_method_std);
   }
 }
 

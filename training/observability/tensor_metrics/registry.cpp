@@ -35,16 +35,16 @@ std::string missing_sites(const std::string& kind) {
 
 // Each metric's observation kinds against the sites of the model's manifest (of the section
 // validate() resolved before it runs the registered rules).
-void validate_tensor_metrics(const StrataConfig& c) {
-  const std::vector<TensorMetricSpec> specs = parse_tensor_metric_specs(c.logging.tensor_metrics, tensor_metric_factories());
+void validate_tensor_metrics(const ResolvedConfig& c) {
+  const std::vector<TensorMetricSpec> specs = parse_tensor_metric_specs(c.logging->tensor_metrics, tensor_metric_factories());
   if (specs.empty()) return;
   SourceKinds emitted;
-  for (const ObservationSite& site : build_model_manifest(c.resolved_model()).sites) emitted = emitted | SourceKinds{site.kind};
+  for (const ObservationSite& site : build_model_manifest(c.model).sites) emitted = emitted | SourceKinds{site.kind};
   for (const TensorMetricSpec& s : specs) {
     const auto f = std::find_if(tensor_metric_factories().begin(), tensor_metric_factories().end(),
                                 [&](const MetricFactory& x) { return x.name == s.name; });
     const std::unique_ptr<TensorMetric> metric = f->make();
-    if (metric->needs_hyper_connections() && !c.model.enable_hyper_connections)
+    if (metric->needs_hyper_connections() && !c.model->enable_hyper_connections)
       throw config::ConfigError("logging.tensor_metrics", "'" + s.name + "' reads the mHC residual streams, and " +
                                                               missing_sites("mhc_h_pre"));
     for (const std::string& kind : metric->source_kinds()) {

@@ -14,6 +14,6 @@ const std::vector<MetricFactory>& tensor_metric_factories();
 // logging.tensor_metrics: the specs parse (metric_specs.h), and each named metric can see its
 // sites in this model (router metrics need MoE layers; MTP metrics MTP layers). ConfigError
 // naming the field otherwise. Pure: runs before anything is allocated.
-void validate_tensor_metrics(const StrataConfig& c);
+void validate_tensor_metrics(const ResolvedConfig& c);
 
 }  // namespace strata::tensor_metrics
