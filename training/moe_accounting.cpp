@@ -77,7 +77,7 @@ void MoeAccounting::end_of_step() {
     layers::moe::TopKRouter& router = *routers_[i].router;
     const std::vector<double> row(counts.begin() + static_cast<std::ptrdiff_t>(i * E),
                                   counts.begin() + static_cast<std::ptrdiff_t>((i + 1) * E));
-    if (router.options().moe_router_enable_expert_bias)
+    if (router.config()->moe_router_enable_expert_bias)
       router.update_expert_bias(Tensor::from_vector(row, {num_experts_}, DType::F32));
     router.zero_local_tokens_per_expert();
   }

@@ -169,6 +169,9 @@ struct ModelConfig {
   int64_t padded_vocab(int64_t tensor_model_parallel_size) const;
   // The active load-balancing losses (type not `none`, coefficient > 0), in the configured order.
   std::vector<MoeLoadBalancingLoss> moe_load_balancing_losses() const;
+  // The coefficient of the load-balancing loss `type` (aux_loss, seq_aux_loss, global_aux_loss)
+  // when it is active, else 0 (Megatron's get_aux_loss_coeff).
+  double moe_load_balancing_coeff(const std::string& type) const;
 
   bool operator==(const ModelConfig&) const = default;
 };

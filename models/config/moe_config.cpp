@@ -366,4 +366,10 @@ std::vector<MoeLoadBalancingLoss> ModelConfig::moe_load_balancing_losses() const
   return out;
 }
 
+double ModelConfig::moe_load_balancing_coeff(const std::string& type) const {
+  for (const MoeLoadBalancingLoss& loss : moe_load_balancing_losses())
+    if (loss.type == type) return loss.coeff;
+  return 0.0;
+}
+
 }  // namespace strata

@@ -1,6 +1,6 @@
 // Shared by the MoE router tests (test_moe_router*.cpp): a loop-by-loop f64 reference of the
-// TopKRouter written from Megatron's router.py and moe_utils.py
-// and the option/input builders.
+// TopKRouter written from Megatron's router.py and moe_utils.py (reading the router fields of a
+// model section) and the config/input builders.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/layers/moe/router.h"
+#include "moe_test_config.h"
 #include "test_helpers.h"
 
 namespace strata::test::router_ref {
@@ -15,12 +16,11 @@ namespace strata::test::router_ref {
 using namespace strata::layers;
 using namespace strata::layers::moe;
 
-inline RouterOptions make_options(int64_t E, int64_t k, int64_t H = 6) {
-  RouterOptions o;
-  o.num_moe_experts = E;
-  o.moe_router_topk = k;
-  o.hidden_size = H;
-  o.moe_router_dtype = RouterDType::Fp64;
+// A model section with E experts, top-k routing and hidden size H: f64 routing, router weights
+// N(0, 0.5). A test sets more router fields; route() and TopKRouter take it resolved.
+inline ModelConfig router_model(int64_t E, int64_t k, int64_t H = 6) {
+  ModelConfig o = test::moe_model_config(E, k, H);
+  o.moe_router_dtype = MoeRouterDtype::Fp64;
   o.init_method_std = 0.5;
   return o;
 }
@@ -42,8 +42,8 @@ inline std::vector<int64_t> ref_topk(const Vec& v, int64_t k, const std::vector<
   return out;
 }
 
-inline std::vector<int64_t> ref_choose(const RouterOptions& o, const Vec& v) {
-  const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
+inline std::vector<int64_t> ref_choose(const ModelConfig& o, const Vec& v) {
+  const int64_t E = *o.num_experts, k = o.moe_router_topk;
   std::vector<bool> allowed(E, true);
   if (o.moe_router_group_topk) {
     const int64_t G = *o.moe_router_num_groups, g = *o.moe_router_group_topk, m = E / G;
@@ -67,8 +67,8 @@ inline Vec ref_softmax(const Vec& l) {
   return p;
 }
 
-inline double ref_score(ScoreFunction f, double x) {
-  return f == ScoreFunction::Sigmoid ? 1 / (1 + std::exp(-x)) : std::sqrt(std::log(1 + std::exp(x)));
+inline double ref_score(MoeScoreFunction f, double x) {
+  return f == MoeScoreFunction::Sigmoid ? 1 / (1 + std::exp(-x)) : std::sqrt(std::log(1 + std::exp(x)));
 }
 
 struct Ref {
@@ -80,18 +80,18 @@ struct Ref {
 };
 
 // Selection, probabilities and capacity of T tokens of logits l [T, E].
-inline Ref ref_route(const RouterOptions& o, const Vec& l, int64_t T, const Vec& bias) {
-  const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
+inline Ref ref_route(const ModelConfig& o, const Vec& l, int64_t T, const Vec& bias) {
+  const int64_t E = *o.num_experts, k = o.moe_router_topk;
   const double scale = o.moe_router_topk_scaling_factor.value_or(1.0);
   Ref r{Vec(T * E, 0.0), std::vector<int>(T * E, 0), {}, {}};
   for (int64_t t = 0; t < T; ++t) {
     Vec row(l.begin() + t * E, l.begin() + (t + 1) * E), p(k);
     std::vector<int64_t> idx;
-    if (o.moe_router_score_function == ScoreFunction::Softmax && o.moe_router_pre_softmax) {
+    if (o.moe_router_score_function == MoeScoreFunction::Softmax && o.moe_router_pre_softmax) {
       const Vec s = ref_softmax(row);
       idx = ref_choose(o, s);
       for (int64_t j = 0; j < k; ++j) p[j] = s[idx[j]];
-    } else if (o.moe_router_score_function == ScoreFunction::Softmax) {
+    } else if (o.moe_router_score_function == MoeScoreFunction::Softmax) {
       idx = ref_choose(o, row);
       Vec sel(k);
       for (int64_t j = 0; j < k; ++j) sel[j] = row[idx[j]];
@@ -119,7 +119,7 @@ inline Ref ref_route(const RouterOptions& o, const Vec& l, int64_t T, const Vec&
     for (int64_t e = 0; e < E; ++e)
       for (int64_t t = 0; t < T; ++t) {
         auto key = [&](int64_t u) {
-          return o.moe_token_drop_policy == TokenDropPolicy::Probs ? r.probs[u * E + e] : double(r.map[u * E + e]);
+          return o.moe_token_drop_policy == MoeTokenDropPolicy::Probs ? r.probs[u * E + e] : double(r.map[u * E + e]);
         };
         int64_t rank = 0;  // tokens ahead of t: a larger key, or the same key and a lower index
         for (int64_t u = 0; u < T; ++u) rank += key(u) > key(t) || (key(u) == key(t) && u < t);
@@ -135,15 +135,15 @@ inline Ref ref_route(const RouterOptions& o, const Vec& l, int64_t T, const Vec&
 }
 
 // Aux scores [T, E] and plain top-k map, zero on padding rows.
-inline void ref_aux_inputs(const RouterOptions& o, const Vec& l, int64_t T, const std::vector<int>& pad, Vec& A,
+inline void ref_aux_inputs(const ModelConfig& o, const Vec& l, int64_t T, const std::vector<int>& pad, Vec& A,
                     Vec& M) {
-  const int64_t E = o.num_moe_experts;
+  const int64_t E = *o.num_experts;
   A.assign(T * E, 0.0);
   M.assign(T * E, 0.0);
   for (int64_t t = 0; t < T; ++t) {
     if (!pad.empty() && pad[t]) continue;
     Vec row(l.begin() + t * E, l.begin() + (t + 1) * E), s(E);
-    if (o.moe_router_score_function == ScoreFunction::Softmax) {
+    if (o.moe_router_score_function == MoeScoreFunction::Softmax) {
       s = ref_softmax(row);
     } else {
       double sum = 0;
@@ -163,9 +163,9 @@ inline double ref_switch(double c, int64_t E, int64_t k, double T_tot, const Vec
 }
 
 // aux_loss, seq_aux_loss (S sequences of length... [S, B] tokens) and z-loss of one micro-batch.
-inline void ref_losses(const RouterOptions& o, const Vec& l, int64_t S, int64_t B, const std::vector<int>& pad, bool has_mask,
+inline void ref_losses(const ModelConfig& o, const Vec& l, int64_t S, int64_t B, const std::vector<int>& pad, bool has_mask,
                 Ref& r) {
-  const int64_t T = S * B, E = o.num_moe_experts, k = o.moe_router_topk;
+  const int64_t T = S * B, E = *o.num_experts, k = o.moe_router_topk;
   Vec A, M;
   ref_aux_inputs(o, l, T, pad, A, M);
   Vec Psum(E, 0.0), N(E, 0.0);
@@ -173,15 +173,15 @@ inline void ref_losses(const RouterOptions& o, const Vec& l, int64_t S, int64_t 
     for (int64_t e = 0; e < E; ++e) Psum[e] += A[t * E + e], N[e] += M[t * E + e];
   double Nsum = 0;
   for (double n : N) Nsum += n;
-  if (o.aux_loss_coeff("aux_loss") > 0)
-    r.aux = ref_switch(o.aux_loss_coeff("aux_loss"), E, k, has_mask ? Nsum / k : double(T), Psum, N);
-  if (o.aux_loss_coeff("seq_aux_loss") > 0) {
+  if (o.moe_load_balancing_coeff("aux_loss") > 0)
+    r.aux = ref_switch(o.moe_load_balancing_coeff("aux_loss"), E, k, has_mask ? Nsum / k : double(T), Psum, N);
+  if (o.moe_load_balancing_coeff("seq_aux_loss") > 0) {
     const double T_seq = has_mask ? Nsum / double(k * B) : double(S);
     for (int64_t j = 0; j < B; ++j) {  // sequence j: tokens i·B + j
       Vec Pj(E, 0.0), Nj(E, 0.0);
       for (int64_t i = 0; i < S; ++i)
         for (int64_t e = 0; e < E; ++e) Pj[e] += A[(i * B + j) * E + e], Nj[e] += M[(i * B + j) * E + e];
-      r.seq += ref_switch(o.aux_loss_coeff("seq_aux_loss"), E, k, T_seq, Pj, Nj) / double(B);
+      r.seq += ref_switch(o.moe_load_balancing_coeff("seq_aux_loss"), E, k, T_seq, Pj, Nj) / double(B);
     }
   }
   if (o.moe_z_loss_coeff) {
@@ -201,15 +201,17 @@ inline void ref_losses(const RouterOptions& o, const Vec& l, int64_t S, int64_t 
 
 inline Tensor f64(const Vec& v, const Shape& s) { return Tensor::from_vector(v, s, DType::F64); }
 
-inline RoutingOutput run_route(const RouterOptions& o, const Vec& l, int64_t S, int64_t B, const Vec& bias,
+// route() of the resolved section o (its rules checked) on logits l of S x B tokens.
+inline RoutingOutput run_route(const ModelConfig& o, const Vec& l, int64_t S, int64_t B, const Vec& bias,
                         const std::vector<int>& pad, GlobalAuxLossTracker* tracker = nullptr) {
+  const ResolvedModelConfig cfg(o);
   RoutingInput in;
-  in.logits = f64(l, {S * B, o.num_moe_experts});
-  if (!bias.empty()) in.expert_bias = Tensor::from_vector(bias, {o.num_moe_experts}, DType::F32);
+  in.logits = f64(l, {S * B, *o.num_experts});
+  if (!bias.empty()) in.expert_bias = Tensor::from_vector(bias, {*o.num_experts}, DType::F32);
   if (!pad.empty()) in.padding_mask = Tensor::from_vector(Vec(pad.begin(), pad.end()), {S * B}, DType::U8);
   in.seq_length = S, in.batch = B;
   GlobalAuxLossTracker local;
-  return route(o, in, RouterGroups{}, tracker ? tracker : &local, nullptr);
+  return route(cfg, in, RouterGroups{}, tracker ? tracker : &local, nullptr);
 }
 
 inline Vec random_vec(int64_t n, uint64_t seed, double lo = -2, double hi = 2) {
@@ -218,8 +220,8 @@ inline Vec random_vec(int64_t n, uint64_t seed, double lo = -2, double hi = 2) {
 
 // Checks route() against ref_route on random logits (probs, map, top indices, dropped pairs,
 // tokens per expert = a direct count of the map over non-padding tokens).
-inline void check_selection(const RouterOptions& o, uint64_t seed, const std::vector<int>& pad = {}, bool with_bias = false) {
-  const int64_t S = 5, B = 3, T = S * B, E = o.num_moe_experts, k = o.moe_router_topk;
+inline void check_selection(const ModelConfig& o, uint64_t seed, const std::vector<int>& pad = {}, bool with_bias = false) {
+  const int64_t S = 5, B = 3, T = S * B, E = *o.num_experts, k = o.moe_router_topk;
   const Vec l = random_vec(T * E, seed);
   const Vec bias = with_bias ? Vec(random_vec(E, seed + 7, -0.3, 0.3)) : Vec{};
   Vec bias_f32 = bias;

@@ -1,7 +1,11 @@
-// The tiny MoE model config the MoE layer and observation tests share: 2 layers, hidden 8, 2 heads,
-// vocabulary 24 (padded to 24), seq 6, no dropout, no biases, init std 0.3, 4 experts of ffn 6,
-// top-2, aux_loss 0.1. Each test adds its own options.
+// The MoE model configs the MoE tests share. tiny_moe_model_config: the MoE layer and observation
+// tests' model: 2 layers, hidden 8, 2 heads, vocabulary 24 (padded to 24), seq 6, no dropout, no
+// biases, init std 0.3, 4 experts of ffn 6, top-2, aux_loss 0.1. moe_model_config: the router and
+// routing tests' section (any expert count, top-k and hidden size). Each test adds its own options
+// and resolves the section with ResolvedModelConfig, which checks its rules as for a config file.
 #pragma once
+#include <cstdint>
+
 #include "models/config/model_config.h"
 
 namespace strata::test {
@@ -22,6 +26,17 @@ inline ModelConfig tiny_moe_model_config() {
   m.moe_ffn_hidden_size = 6;
   m.moe_router_topk = 2;
   m.moe_aux_loss_coeff = {0.1};
+  return m;
+}
+
+// `experts` routed experts, top-`topk` routing, hidden size `hidden`; one attention head (so any
+// hidden size resolves), the other fields ModelConfig's defaults.
+inline ModelConfig moe_model_config(int64_t experts, int64_t topk, int64_t hidden = 6) {
+  ModelConfig m;
+  m.hidden_size = hidden;
+  m.num_attention_heads = 1;
+  m.num_experts = experts;
+  m.moe_router_topk = topk;
   return m;
 }
 

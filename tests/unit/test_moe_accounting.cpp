@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "models/layers/moe/router.h"
+#include "moe_test_config.h"
 #include "test_helpers.h"
 #include "trainer_test_support.h"
 #include "training/checkpointing/checkpoint.h"
@@ -24,7 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using layers::LayerEnv;
-using layers::moe::RouterOptions;
 using layers::moe::RouterRun;
 using layers::moe::TopKRouter;
 using Vec = std::vector<double>;
@@ -39,17 +39,15 @@ class RoutersOnly : public test::BigramModel {
 
 // E = 4 experts, H = 4, weight = identity and token t = 3·e_{expert[t]}: sigmoid top-1 picks expert[t].
 std::unique_ptr<TopKRouter> identity_router(int64_t layer, bool bias) {
-  RouterOptions o;
-  o.num_moe_experts = 4;
-  o.hidden_size = 4;
-  o.moe_router_topk = 1;
-  o.moe_router_score_function = layers::moe::ScoreFunction::Sigmoid;
-  o.moe_router_dtype = layers::moe::RouterDType::Fp64;
+  ModelConfig o = test::moe_model_config(4, 1, 4);
+  o.moe_router_score_function = MoeScoreFunction::Sigmoid;
+  o.moe_router_dtype = MoeRouterDtype::Fp64;
   o.moe_router_enable_expert_bias = bias;
   o.moe_router_bias_update_rate = 0.1;
   LayerEnv env;
   env.dtype = DType::F64;
-  auto r = std::make_unique<TopKRouter>("decoder.layers." + std::to_string(layer) + ".mlp", o, env);
+  auto r = std::make_unique<TopKRouter>("decoder.layers." + std::to_string(layer) + ".mlp", ResolvedModelConfig(o),
+                                        env);
   Vec w(16, 0.0);
   for (int e = 0; e < 4; ++e) w[static_cast<size_t>(e * 4 + e)] = 1.0;
   r->weight.value.copy_(Tensor::from_vector(w, {4, 4}, DType::F64));

@@ -264,6 +264,10 @@ TEST_CASE("moe config: the active load-balancing losses and their coefficients",
   CHECK(losses[0].coeff == 0.01);
   CHECK(losses[1].type == "global_aux_loss");
   CHECK(losses[1].coeff == 0.002);
+  CHECK(m->moe_load_balancing_coeff("aux_loss") == 0.01);
+  CHECK(m->moe_load_balancing_coeff("seq_aux_loss") == 0.0);  // listed with coefficient 0: off
+  CHECK(m->moe_load_balancing_coeff("global_aux_loss") == 0.002);
+  CHECK(m->moe_load_balancing_coeff("none") == 0.0);
   CHECK(finalized_model({"model.num_experts=4"})->moe_load_balancing_losses().empty());  // coeff 0.0
   CHECK(finalized_model(
             {"model.num_experts=4", "model.moe_router_load_balancing_type=none", "model.moe_aux_loss_coeff=1.0"})

@@ -2,9 +2,9 @@
 // with ties (lower expert id first), every score function / pre-post softmax / k / scaling /
 // expert-bias combination against a hand-written f64 reference (full sort, written from the
 // formulas of Megatron's topk_routing_with_score_function) and against the MoE layer's host
-// routing (models/layers/moe/routing.cpp, inference mode), d(logits) against central finite
-// differences in f64, f32 and bf16 against f64, identical results for 1 and 2 OpenMP threads, and
-// argument errors naming the argument.
+// routing (models/layers/moe/routing.cpp, inference mode, the options a model config accepts),
+// d(logits) against central finite differences in f64, f32 and bf16 against f64, identical results
+// for 1 and 2 OpenMP threads, and argument errors naming the argument.
 #include <omp.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 
 #include "kernels/moe_router.h"
 #include "models/layers/moe/routing.h"
+#include "moe_test_config.h"
 #include "test_helpers.h"
 
 using namespace strata;
@@ -139,18 +140,22 @@ TEST_CASE("moe router kernel: every option against the f64 reference and the lay
       double worst = 0;
       for (size_t i = 0; i < p.size(); ++i) worst = std::max(worst, std::abs(p[i] - ref.probs[i]));
       CHECK(worst < 1e-14);
-      // The MoE layer's routing (inference: no capacity, no losses) selects the same.
-      layers::moe::RouterOptions ro;
-      ro.num_moe_experts = E, ro.moe_router_topk = o.topk, ro.moe_router_pre_softmax = o.pre_softmax;
-      ro.moe_router_score_function = o.score == RouterScore::Softmax   ? layers::moe::ScoreFunction::Softmax
-                                     : o.score == RouterScore::Sigmoid ? layers::moe::ScoreFunction::Sigmoid
-                                                                       : layers::moe::ScoreFunction::SqrtSoftplus;
-      if (o.scaling_factor != 1.0) ro.moe_router_topk_scaling_factor = o.scaling_factor;
+      // The MoE layer's routing (inference: no capacity, no losses) selects the same, for every
+      // option a model config accepts (post-softmax top-1 is the kernel's alone: the model
+      // section's resolution refuses it).
+      if (o.score == RouterScore::Softmax && o.topk == 1 && !o.pre_softmax) continue;
+      ModelConfig m = test::moe_model_config(E, o.topk);
+      m.moe_router_pre_softmax = o.pre_softmax;
+      m.moe_router_score_function = o.score == RouterScore::Softmax   ? MoeScoreFunction::Softmax
+                                    : o.score == RouterScore::Sigmoid ? MoeScoreFunction::Sigmoid
+                                                                      : MoeScoreFunction::SqrtSoftplus;
+      if (o.scaling_factor != 1.0) m.moe_router_topk_scaling_factor = o.scaling_factor;
+      const ResolvedModelConfig cfg(m);
       layers::moe::RoutingInput in;
       in.logits = logits;
       if (with_bias) in.expert_bias = bias;
       in.mode = layers::moe::RoutingMode::Inference;
-      const layers::moe::RoutingOutput host = layers::moe::route(ro, in, {}, nullptr, nullptr);
+      const layers::moe::RoutingOutput host = layers::moe::route(cfg, in, {}, nullptr, nullptr);
       CHECK(ints(host.top_indices) == ref.idx);
       CHECK(strata::test::normalized_error(host.top_probs, out.probs) < 1e-14);
     }

@@ -1,7 +1,11 @@
 // MoE TopKRouter (models/layers/moe/): jitter layout independence, forced balancing, expert-bias
-// bookkeeping, inference routing, router dtypes, option checks, losses over a 2-rank group, and the
-// [T, k] backward (the reference and builders: moe_router_reference.h).
+// bookkeeping, inference routing, router dtypes, the router configs the model section refuses,
+// losses over a 2-rank group, and the [T, k] backward (the reference and builders:
+// moe_router_reference.h).
+#include <optional>
+
 #include "moe_router_reference.h"
+#include "training/config/config.h"
 
 using namespace strata;
 using namespace strata::layers;
@@ -9,11 +13,11 @@ using namespace strata::layers::moe;
 using namespace strata::test::router_ref;
 
 TEST_CASE("router jitter is keyed by the global token: two halves draw what the whole draws", "[moe_router]") {
-  RouterOptions o = make_options(8, 2);
+  ModelConfig o = router_model(8, 2);
   o.moe_input_jitter_eps = 0.2;
   LayerEnv env;
   env.dtype = DType::F64;
-  TopKRouter router("decoder.layers.0.mlp", o, env);
+  TopKRouter router("decoder.layers.0.mlp", ResolvedModelConfig(o), env);
   init_parameter(router.weight, 5);
   const int64_t s = 3, b = 4, H = 6, E = 8;
   const Tensor x = test::random_tensor({s, b, H}, 6);
@@ -33,9 +37,9 @@ TEST_CASE("router jitter is keyed by the global token: two halves draw what the 
         for (int64_t e = 0; e < E; ++e) REQUIRE(part[(i * 2 + j) * E + e] == whole[(i * b + half * 2 + j) * E + e]);
   }
   // the jitter does something, and another step draws other noise
-  RouterOptions plain = o;
+  ModelConfig plain = o;
   plain.moe_input_jitter_eps.reset();
-  TopKRouter no_jitter("decoder.layers.0.mlp", plain, env);
+  TopKRouter no_jitter("decoder.layers.0.mlp", ResolvedModelConfig(plain), env);
   no_jitter.weight.value.copy_(router.weight.value);
   CHECK(no_jitter.forward(x, run, nullptr).probs.to_vector() != whole);
   DropoutKeys k3 = keys;
@@ -50,11 +54,12 @@ TEST_CASE("router jitter is keyed by the global token: two halves draw what the 
 }
 
 TEST_CASE("router forced load balancing: random logits, straight-through gradient", "[moe_router]") {
-  RouterOptions o = make_options(8, 2);
+  ModelConfig o = router_model(8, 2);
   o.moe_router_force_load_balancing = true;
   LayerEnv env;
   env.dtype = DType::F64;
-  TopKRouter a("decoder.layers.0.mlp", o, env), b("decoder.layers.0.mlp", o, env);
+  const ResolvedModelConfig cfg(o);
+  TopKRouter a("decoder.layers.0.mlp", cfg, env), b("decoder.layers.0.mlp", cfg, env);
   init_parameter(a.weight, 1);
   init_parameter(b.weight, 2);
   const Tensor x = test::random_tensor({4, 2, 6}, 3);
@@ -79,13 +84,13 @@ TEST_CASE("router forced load balancing: random logits, straight-through gradien
 }
 
 TEST_CASE("router expert-bias bookkeeping: counts of the map, sign update, eval does not count", "[moe_router]") {
-  RouterOptions o = make_options(8, 2);
-  o.moe_router_score_function = ScoreFunction::Sigmoid;
+  ModelConfig o = router_model(8, 2);
+  o.moe_router_score_function = MoeScoreFunction::Sigmoid;
   o.moe_router_enable_expert_bias = true;
   o.moe_router_bias_update_rate = 0.01;
   LayerEnv env;
   env.dtype = DType::F64;
-  TopKRouter router("decoder.layers.5.mlp", o, env);
+  TopKRouter router("decoder.layers.5.mlp", ResolvedModelConfig(o), env);
   init_parameter(router.weight, 9);
   std::vector<Parameter*> params, buffers;
   router.collect(params);
@@ -121,15 +126,15 @@ TEST_CASE("router expert-bias bookkeeping: counts of the map, sign update, eval 
 }
 
 TEST_CASE("router inference routing: no dropping, no losses, no counting", "[moe_router]") {
-  RouterOptions o = make_options(8, 2);
-  o.moe_router_score_function = ScoreFunction::Sigmoid;
+  ModelConfig o = router_model(8, 2);
+  o.moe_router_score_function = MoeScoreFunction::Sigmoid;
   o.moe_router_enable_expert_bias = true;
   o.moe_expert_capacity_factor = 0.25;
   o.moe_aux_loss_coeff = {0.1};
   o.moe_z_loss_coeff = 0.1;
   LayerEnv env;
   env.dtype = DType::F64;
-  TopKRouter router("decoder.layers.0.mlp", o, env);
+  TopKRouter router("decoder.layers.0.mlp", ResolvedModelConfig(o), env);
   init_parameter(router.weight, 9);
   RouterRun run;
   run.mode = RoutingMode::Inference;
@@ -148,52 +153,69 @@ TEST_CASE("router inference routing: no dropping, no losses, no counting", "[moe
 }
 
 TEST_CASE("router f32 dtype: probs follow the logits dtype and agree with f64", "[moe_router]") {
-  RouterOptions o = make_options(8, 2);
+  ModelConfig o = router_model(8, 2);
   const Vec l = random_vec(15 * 8, 71);
   RoutingInput in;
   in.logits = Tensor::from_vector(l, {15, 8}, DType::F32);
   GlobalAuxLossTracker tr;
-  const RoutingOutput out = route(o, in, RouterGroups{}, &tr, nullptr);
+  const RoutingOutput out = route(ResolvedModelConfig(o), in, RouterGroups{}, &tr, nullptr);
   CHECK(out.probs.dtype() == DType::F32);
   const Ref r = ref_route(o, in.logits.to_vector(), 15, {});
   CHECK(test::max_abs_diff(out.probs, f64(r.probs, {15, 8})) < 1e-7);
 }
 
-TEST_CASE("router option checks name the fields", "[moe_router]") {
-  auto fails_with = [](RouterOptions o, const std::string& field) {
-    INFO(field);
-    try {
-      check_router_options(o);
-      FAIL("no error");
-    } catch (const Error& e) {
-      CHECK(std::string(e.what()).find(field) != std::string::npos);
-    }
+namespace {
+
+// The model section's checks as StrataConfig::validate runs them: the per-field validators (the
+// field table), then the resolution's rules (ResolvedModelConfig). "" when the section is accepted,
+// else the ConfigError's message.
+std::string model_section_error(const ModelConfig& raw) {
+  StrataConfig c;
+  c.model = raw;
+  try {
+    StrataConfig::table().check_fields(c);
+    const ResolvedModelConfig resolved(c.model);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("router configs the model section refuses name the fields", "[moe_router]") {
+  auto fails_with = [](const ModelConfig& raw, const std::string& expected) {
+    INFO(expected);
+    const std::string what = model_section_error(raw);
+    INFO("got: " << what);
+    CHECK(what.rfind("ConfigError: " + expected, 0) == 0);
   };
-  RouterOptions o = make_options(8, 2);
-  check_router_options(o);
-  RouterOptions a = o;
+  const ModelConfig o = router_model(8, 2);
+  CHECK(model_section_error(o).empty());
+  ModelConfig a = o;
   a.moe_router_enable_expert_bias = true;
-  fails_with(a, "moe_router_enable_expert_bias");
+  fails_with(a, "model.moe_router_enable_expert_bias: needs model.moe_router_score_function sigmoid or sqrtsoftplus");
   a = o;
   a.moe_router_topk = 1;
-  fails_with(a, "moe_router_pre_softmax");
+  fails_with(a, "model.moe_router_pre_softmax: must be true with model.moe_router_topk 1");
   a = o;
   a.moe_router_topk = 9;
-  fails_with(a, "moe_router_topk");
+  fails_with(a, "model.moe_router_topk: 9 exceeds model.num_experts (8)");
   a = o;
   a.moe_router_load_balancing_type = {"aux_loss", "seq_aux_loss"};
   a.moe_aux_loss_coeff = {0.1, 0.2, 0.3};
-  fails_with(a, "moe_aux_loss_coeff");
+  fails_with(a, "model.moe_aux_loss_coeff: has 3 value(s) but model.moe_router_load_balancing_type has 2");
   a = o;
   a.moe_router_load_balancing_type = {"sinkhorn"};
-  fails_with(a, "moe_router_load_balancing_type");
+  fails_with(a, "model.moe_router_load_balancing_type: 'sinkhorn' (Megatron's sinkhorn routing) is not implemented");
   a = o;
   a.moe_pad_expert_input_to_capacity = true;
-  fails_with(a, "moe_expert_capacity_factor");
+  fails_with(a, "model.moe_pad_expert_input_to_capacity: needs model.moe_expert_capacity_factor");
+  // No router is built from a refused section: its resolution throws first.
   LayerEnv env;
-  RouterOptions bad = o;
+  ModelConfig bad = o;
   bad.moe_router_enable_expert_bias = true;
-  CHECK_THROWS_AS(TopKRouter("decoder.layers.0.mlp", bad, env), Error);
+  CHECK_THROWS_AS(TopKRouter("decoder.layers.0.mlp", ResolvedModelConfig(bad), env), config::ConfigError);
 }
 
 namespace {
@@ -236,7 +258,7 @@ class PeerCommunicator : public Communicator {
 TEST_CASE("router losses over a 2-rank group: the ranks' partial losses sum to the whole batch's", "[moe_router]") {
   // Sequence-sharded (tp×cp) halves: rank r holds rows [r·S/2, (r+1)·S/2) of every sequence.
   const int64_t S = 6, B = 3, E = 6, half = S / 2;
-  RouterOptions o = make_options(E, 2);
+  ModelConfig o = router_model(E, 2);
   o.moe_router_load_balancing_type = {"aux_loss", "seq_aux_loss", "global_aux_loss"};
   o.moe_aux_loss_coeff = {0.01, 0.02, 0.03};
   o.moe_z_loss_coeff = 1e-3;
@@ -261,7 +283,7 @@ TEST_CASE("router losses over a 2-rank group: the ranks' partial losses sum to t
     in.logits = f64(r == 0 ? l0 : l1, {half * B, E});
     in.seq_length = half, in.batch = B;
     GlobalAuxLossTracker tracker;
-    const RoutingOutput out = route(o, in, groups, &tracker, nullptr);
+    const RoutingOutput out = route(ResolvedModelConfig(o), in, groups, &tracker, nullptr);
     sum.aux_loss += out.losses.aux_loss;
     sum.seq_aux_loss += out.losses.seq_aux_loss;
     sum.global_aux_loss += out.losses.global_aux_loss;
@@ -274,14 +296,14 @@ TEST_CASE("router losses over a 2-rank group: the ranks' partial losses sum to t
 }
 
 TEST_CASE("router backward from d(top_probs) [T, k] equals the dense d(probs) [T, E] form", "[moe_router]") {
-  RouterOptions o = make_options(6, 2);
+  ModelConfig o = router_model(6, 2);
   o.moe_expert_capacity_factor = 0.75;
   o.moe_aux_loss_coeff = {0.1};
   RoutingInput in;
   in.logits = f64(random_vec(15 * 6, 91), {15, 6});
   GlobalAuxLossTracker tr;
   RoutingSaved saved;
-  const RoutingOutput out = route(o, in, RouterGroups{}, &tr, &saved);
+  const RoutingOutput out = route(ResolvedModelConfig(o), in, RouterGroups{}, &tr, &saved);
   REQUIRE(!out.dropped.empty());
   const Vec idx = out.top_indices.to_vector(), g = test::random_tensor({15, 2}, 92).to_vector();
   Vec dense(15 * 6, 0.0);
@@ -293,7 +315,7 @@ TEST_CASE("router backward from d(top_probs) [T, k] equals the dense d(probs) [T
 }
 
 TEST_CASE("router dtypes: an f32 model with fp64 or fp32 router dtype matches the f64 router", "[moe_router]") {
-  RouterOptions o = make_options(8, 2);
+  ModelConfig o = router_model(8, 2);
   o.moe_aux_loss_coeff = {0.1};
   o.moe_z_loss_coeff = 0.01;
   LayerEnv e64, e32;
@@ -301,10 +323,10 @@ TEST_CASE("router dtypes: an f32 model with fp64 or fp32 router dtype matches th
   e32.dtype = DType::F32;
   const Tensor x = test::random_tensor({3, 2, 6}, 95);
   const Tensor R = test::random_tensor({6, 8}, 96);
-  auto run = [&](const LayerEnv& env, RouterDType rd, Tensor& dx, Tensor& dW) {
-    RouterOptions oo = o;
-    oo.moe_router_dtype = rd;
-    TopKRouter router("decoder.layers.0.mlp", oo, env);
+  auto run = [&](const LayerEnv& env, std::optional<MoeRouterDtype> rd, Tensor& dx, Tensor& dW) {
+    ModelConfig oo = o;
+    oo.moe_router_dtype = rd;  // null: the input dtype
+    TopKRouter router("decoder.layers.0.mlp", ResolvedModelConfig(oo), env);
     init_parameter(router.weight, 97);
     RouterState st;
     const RoutingOutput out = router.forward(x.to(env.dtype), RouterRun{}, &st);
@@ -313,10 +335,11 @@ TEST_CASE("router dtypes: an f32 model with fp64 or fp32 router dtype matches th
     return out.probs;
   };
   Tensor dx64, dW64, dx, dW;
-  const Tensor p64 = run(e64, RouterDType::Fp64, dx64, dW64);
-  for (RouterDType rd : {RouterDType::Fp64, RouterDType::Fp32, RouterDType::Input}) {
+  const Tensor p64 = run(e64, MoeRouterDtype::Fp64, dx64, dW64);
+  for (std::optional<MoeRouterDtype> rd :
+       {std::optional(MoeRouterDtype::Fp64), std::optional(MoeRouterDtype::Fp32), std::optional<MoeRouterDtype>()}) {
     const Tensor p = run(e32, rd, dx, dW);
-    CHECK(p.dtype() == (rd == RouterDType::Fp64 ? DType::F64 : DType::F32));
+    CHECK(p.dtype() == (rd == MoeRouterDtype::Fp64 ? DType::F64 : DType::F32));
     CHECK(dx.dtype() == DType::F32);
     CHECK(dW.dtype() == DType::F32);
     CHECK(test::normalized_error(p, p64) < 1e-6);

@@ -275,9 +275,7 @@ std::vector<double> diagnostics_reference(const std::vector<double>& logits, con
 }
 
 TEST_CASE("observe: router diagnostics channels against a direct f64 computation, padding and drops", "[observe]") {
-  layers::moe::RouterOptions o;
-  o.num_moe_experts = 5;
-  o.moe_router_topk = 2;
+  const ResolvedModelConfig o(test::moe_model_config(5, 2));
   const int64_t s = 4, b = 3, E = 5, T = s * b;
   const Tensor logits = test::random_tensor({T, E}, 17, -2.0, 2.0).to(DType::F64);
   std::vector<uint8_t> actual(static_cast<size_t>(T * E), 0), pad(static_cast<size_t>(T), 0);

@@ -8,6 +8,7 @@
 #include "core/observe.h"
 #include "models/layers/moe/router_observation.h"
 #include "models/layers/moe/routing.h"
+#include "tests/unit/moe_test_config.h"
 #include "tests/unit/test_helpers.h"
 
 using namespace strata;
@@ -17,27 +18,21 @@ namespace {
 
 struct Case {
   const char* what;
-  RouterOptions o;
+  ResolvedModelConfig cfg;
   bool bias = false, padding = false;
 };
 
 std::vector<Case> cases() {
-  std::vector<Case> c(4);
-  for (Case& x : c) {
-    x.o.num_moe_experts = 6;
-    x.o.moe_router_topk = 2;
-  }
-  c[0].what = "softmax";
-  c[1].what = "sigmoid with expert bias";
-  c[1].o.moe_router_score_function = ScoreFunction::Sigmoid;
-  c[1].o.moe_router_enable_expert_bias = true;
-  c[1].bias = true;
-  c[2].what = "capacity dropping";
-  c[2].o.moe_expert_capacity_factor = 0.5;
-  c[3].what = "padding and sqrtsoftplus";
-  c[3].o.moe_router_score_function = ScoreFunction::SqrtSoftplus;
-  c[3].padding = true;
-  return c;
+  ModelConfig softmax = test::moe_model_config(6, 2);
+  ModelConfig sigmoid = softmax, capacity = softmax, sqrtsoftplus = softmax;
+  sigmoid.moe_router_score_function = MoeScoreFunction::Sigmoid;
+  sigmoid.moe_router_enable_expert_bias = true;
+  capacity.moe_expert_capacity_factor = 0.5;
+  sqrtsoftplus.moe_router_score_function = MoeScoreFunction::SqrtSoftplus;
+  return {{"softmax", ResolvedModelConfig(softmax)},
+          {"sigmoid with expert bias", ResolvedModelConfig(sigmoid), true},
+          {"capacity dropping", ResolvedModelConfig(capacity)},
+          {"padding and sqrtsoftplus", ResolvedModelConfig(sqrtsoftplus), false, true}};
 }
 
 struct Routed {
@@ -46,7 +41,7 @@ struct Routed {
 };
 
 Routed route_case(const Case& c, int64_t s, int64_t b, uint64_t seed) {
-  const int64_t T = s * b, E = c.o.num_moe_experts;
+  const int64_t T = s * b, E = *c.cfg->num_experts;
   Routed r{test::random_tensor({T, E}, seed, -2.0, 2.0), {}, {}, {}, s, b};
   if (c.bias) r.bias = Tensor::from_vector({0.1, -0.2, 0.0, 0.3, -0.05, 0.2}, {E}, DType::F32);
   if (c.padding) {
@@ -63,7 +58,7 @@ Routed route_case(const Case& c, int64_t s, int64_t b, uint64_t seed) {
   in.batch = b;
   GlobalAuxLossTracker tracker;
   tracker.tokens_per_expert.assign(static_cast<size_t>(E), 0.0);
-  r.map = route(c.o, in, RouterGroups{}, &tracker, nullptr).routing_map;
+  r.map = route(c.cfg, in, RouterGroups{}, &tracker, nullptr).routing_map;
   return r;
 }
 
@@ -81,10 +76,10 @@ TEST_CASE("router diagnostic sums: normalised whole-sequence sums are the router
   for (const Case& c : cases()) {
     INFO(c.what);
     const Routed r = route_case(c, s, b, ++seed);
-    const Tensor sums = router_diagnostic_sums(c.o, r.logits, r.map, r.bias, s, b, r.padding);
+    const Tensor sums = router_diagnostic_sums(c.cfg, r.logits, r.map, r.bias, s, b, r.padding);
     REQUIRE(sums.shape() == Shape{b, 8, 6});
     const std::vector<double> got = normalize_router_diagnostic_sums(sums).to_vector(),
-                              want = router_diagnostics(c.o, r.logits, r.map, r.bias, s, b, r.padding).to_vector();
+                              want = router_diagnostics(c.cfg, r.logits, r.map, r.bias, s, b, r.padding).to_vector();
     REQUIRE(got.size() == want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       INFO("sequence " << i / 42 << " channel " << (i / 6) % 7 << " expert " << i % 6);
@@ -95,7 +90,7 @@ TEST_CASE("router diagnostic sums: normalised whole-sequence sums are the router
         CHECK(got[i] == want[i]);  // counts, bias, ratios of exact counts
     }
     if (c.padding) CHECK(sums.to_vector()[2 * 48 + 5 * 6] == 0.0);  // sequence 2: no valid token
-    if (c.o.moe_expert_capacity_factor) {
+    if (c.cfg->moe_expert_capacity_factor) {
       const std::vector<double> x = sums.to_vector();
       double aux = 0, actual = 0;
       for (int64_t j = 0; j < b; ++j)
@@ -111,11 +106,11 @@ TEST_CASE("router diagnostic sums: a sequence split along s sums to the whole (b
   for (const Case& c : cases()) {
     INFO(c.what);
     const Routed r = route_case(c, s, b, ++seed);
-    const std::vector<double> whole = router_diagnostic_sums(c.o, r.logits, r.map, r.bias, s, b, r.padding).to_vector();
+    const std::vector<double> whole = router_diagnostic_sums(c.cfg, r.logits, r.map, r.bias, s, b, r.padding).to_vector();
     std::vector<double> parts(whole.size(), 0.0), bias_seen(whole.size(), 0.0);
     for (auto [from, to] : {std::pair<int64_t, int64_t>{0, 3}, {3, 3}, {3, 8}}) {  // one empty shard
       const std::vector<double> p =
-          router_diagnostic_sums(c.o, positions(r.logits, from, to, b), positions(r.map, from, to, b), r.bias,
+          router_diagnostic_sums(c.cfg, positions(r.logits, from, to, b), positions(r.map, from, to, b), r.bias,
                                  to - from, b, positions(r.padding, from, to, b))
               .to_vector();
       for (size_t i = 0; i < p.size(); ++i) {
@@ -155,7 +150,7 @@ TEST_CASE("router diagnostic sums: the kind's name and emission under split sequ
   in.batch = 2;
   GlobalAuxLossTracker tracker;
   tracker.tokens_per_expert.assign(6, 0.0);
-  const RoutingOutput out = route(c.o, in, RouterGroups{}, &tracker, nullptr);
+  const RoutingOutput out = route(c.cfg, in, RouterGroups{}, &tracker, nullptr);
   RouterObservation ob;
   ob.owner = "decoder.layers.1.mlp.router";
   ob.gated = &r.logits;
@@ -167,21 +162,21 @@ TEST_CASE("router diagnostic sums: the kind's name and emission under split sequ
   ob.sequences_split = true;  // tp × cp > 1
   {
     CaptureScope scope(rec, {SourceKind::RouterDiagnosticSums});
-    observe_router_outputs(c.o, ob);
+    observe_router_outputs(c.cfg, ob);
   }
   REQUIRE(rec.names == std::vector<std::string>{"router_diagnostic_sums"});
   CHECK(rec.batch_dim == 0);
   CHECK_FALSE(rec.tp_dim.has_value());
   {
     CaptureScope scope(rec, {SourceKind::RouterDiagnostics});
-    CHECK_THROWS_WITH(observe_router_outputs(c.o, ob),
+    CHECK_THROWS_WITH(observe_router_outputs(c.cfg, ob),
                       Catch::Contains("router_diagnostics needs whole local sequences"));
   }
   ob.training = false;  // evaluation: not emitted
   rec.names.clear();
   {
     CaptureScope scope(rec, {SourceKind::RouterDiagnosticSums});
-    observe_router_outputs(c.o, ob);
+    observe_router_outputs(c.cfg, ob);
   }
   CHECK(rec.names.empty());
 }

@@ -196,7 +196,7 @@ void RouterTracer::on_tensor(const Observation& o) {
 // router_logits are that product already and are taken as they are.
 bool RouterTracer::logits_from_input(const Observation& input, Pending& p) {
   const auto it = routers_.find(std::string(p.owner));
-  if (it == routers_.end() || it->second->options().moe_input_jitter_eps.value_or(0.0) <= 0) return false;
+  if (it == routers_.end() || it->second->config()->moe_input_jitter_eps.value_or(0.0) <= 0) return false;
   const layers::moe::TopKRouter& r = *it->second;
   const Tensor x = input.tensor.contiguous();
   const Tensor rows = x.reshape({x.numel() / x.size(-1), x.size(-1)}).to(r.router_dtype(x.dtype()));
@@ -274,14 +274,14 @@ void RouterTracer::snapshot_weights(const std::string& owner) {
   const layers::moe::TopKRouter& r = *it->second;
   const std::string p = state_prefix(parse_owner(owner));
   weights_[p + ".weight"] = r.weight.value.to(DType::F32).to(Device::cpu()).clone();
-  if (r.options().moe_router_enable_expert_bias)
+  if (r.config()->moe_router_enable_expert_bias)
     weights_[p + ".expert_bias"] = r.expert_bias.value.to(DType::F32).to(Device::cpu()).clone();
-  weight_meta_[p + ".score_function"] = layers::moe::score_function_name(r.options().moe_router_score_function);
-  weight_meta_[p + ".topk"] = std::to_string(r.options().moe_router_topk);
+  weight_meta_[p + ".score_function"] = to_string(r.config()->moe_router_score_function);
+  weight_meta_[p + ".topk"] = std::to_string(r.config()->moe_router_topk);
   if (const auto name = weight_names_.find(owner); name != weight_names_.end()) weight_meta_[p + ".parameter"] = name->second;
-  if (r.options().moe_router_num_groups) {  // group-limited routing (what a predictor needs to replay it)
-    weight_meta_[p + ".num_groups"] = std::to_string(*r.options().moe_router_num_groups);
-    weight_meta_[p + ".group_topk"] = std::to_string(r.options().moe_router_group_topk.value_or(0));
+  if (r.config()->moe_router_num_groups) {  // group-limited routing (what a predictor needs to replay it)
+    weight_meta_[p + ".num_groups"] = std::to_string(*r.config()->moe_router_num_groups);
+    weight_meta_[p + ".group_topk"] = std::to_string(r.config()->moe_router_group_topk.value_or(0));
   }
   weights_dirty_ = true;
 }

@@ -20,7 +20,7 @@ namespace strata::layers::moe {
 namespace {
 // The loss-channel name of each router loss (Megatron's MoE tracker names).
 struct LossSlot {
-  const char* type;  // RouterOptions load-balancing type, or "z_loss"
+  const char* type;  // a moe_router_load_balancing_type entry, or "z_loss"
   const char* name;
 };
 constexpr LossSlot kLossSlots[] = {{"aux_loss", "load_balancing_loss"},
@@ -38,9 +38,9 @@ void set_loss_grad(RoutingLossGrads& g, size_t slot, double v) {
 }
 
 // The coefficient a router loss carries (z-loss: coeff / |tp×cp|); 0 when inactive.
-double loss_coeff(const RouterOptions& o, size_t slot, double tp_cp) {
-  if (slot == 3) return o.moe_z_loss_coeff.value_or(0.0) / tp_cp;
-  return o.aux_loss_coeff(kLossSlots[slot].type);
+double loss_coeff(const ResolvedModelConfig& cfg, size_t slot, double tp_cp) {
+  if (slot == 3) return cfg->moe_z_loss_coeff.value_or(0.0) / tp_cp;
+  return cfg->moe_load_balancing_coeff(kLossSlots[slot].type);
 }
 
 // The MoE layers the logged router losses average over: the decoder's and the MTP layers'
@@ -54,36 +54,6 @@ int64_t count_moe_layers(const ResolvedModelConfig& cfg) {
 Tensor empty_rows(int64_t n, int64_t w, const Tensor& like) { return Tensor::empty({n, w}, like.dtype(), like.device()); }
 }  // namespace
 
-RouterOptions router_options(const ResolvedModelConfig& cfg) {
-  RouterOptions o;
-  o.num_moe_experts = cfg->num_experts.value_or(0);
-  o.hidden_size = cfg->hidden_size;
-  o.moe_router_topk = cfg->moe_router_topk;
-  o.moe_router_score_function = cfg->moe_router_score_function == MoeScoreFunction::Softmax   ? ScoreFunction::Softmax
-                                : cfg->moe_router_score_function == MoeScoreFunction::Sigmoid ? ScoreFunction::Sigmoid
-                                                                                             : ScoreFunction::SqrtSoftplus;
-  o.moe_router_pre_softmax = cfg->moe_router_pre_softmax;
-  o.moe_router_num_groups = cfg->moe_router_num_groups;
-  o.moe_router_group_topk = cfg->moe_router_group_topk;
-  o.moe_router_topk_scaling_factor = cfg->moe_router_topk_scaling_factor;
-  o.moe_router_dtype = !cfg->moe_router_dtype                        ? RouterDType::Input
-                       : *cfg->moe_router_dtype == MoeRouterDtype::Fp32 ? RouterDType::Fp32
-                                                                      : RouterDType::Fp64;
-  o.moe_router_enable_expert_bias = cfg->moe_router_enable_expert_bias;
-  o.moe_router_bias_update_rate = cfg->moe_router_bias_update_rate;
-  o.moe_router_load_balancing_type = cfg->moe_router_load_balancing_type;
-  o.moe_aux_loss_coeff = cfg->moe_aux_loss_coeff;
-  o.moe_z_loss_coeff = cfg->moe_z_loss_coeff;
-  o.moe_input_jitter_eps = cfg->moe_input_jitter_eps;
-  o.moe_expert_capacity_factor = cfg->moe_expert_capacity_factor;
-  o.moe_token_drop_policy =
-      cfg->moe_token_drop_policy == MoeTokenDropPolicy::Probs ? TokenDropPolicy::Probs : TokenDropPolicy::Position;
-  o.moe_pad_expert_input_to_capacity = cfg->moe_pad_expert_input_to_capacity;
-  o.moe_router_force_load_balancing = cfg->moe_router_force_load_balancing;
-  o.init_method_std = cfg->init_method_std;
-  return o;
-}
-
 std::string per_layer_loss_name(const std::string& name, int64_t layer) {
   return "moe/" + name + "_layer_" + std::to_string(layer);
 }
@@ -91,9 +61,8 @@ std::string per_layer_loss_name(const std::string& name, int64_t layer) {
 std::vector<std::string> moe_loss_names(const ResolvedModelConfig& cfg) {
   std::vector<std::string> names;
   if (!cfg->is_moe()) return names;
-  const RouterOptions o = router_options(cfg);
   for (size_t k = 0; k < std::size(kLossSlots); ++k)
-    if (loss_coeff(o, k, 1.0) > 0) names.push_back(kLossSlots[k].name);
+    if (loss_coeff(cfg, k, 1.0) > 0) names.push_back(kLossSlots[k].name);
   if (!cfg->moe_per_layer_logging) return names;
   const size_t averaged = names.size();
   const int64_t layers = num_layers_with_mtp(cfg);  // the MTP inner layers after the decoder's
@@ -123,7 +92,7 @@ struct MoELayer::State : SlotState {
 
 MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
                    const ParallelGroups& groups)
-    : router(prefix, router_options(cfg), env,
+    : router(prefix, cfg, env,
              RouterGroups{groups.tp_cp, groups.tp_dp_cp,
                           env.sequence_parallel ? groups.tp : ProcessGroup::single("tp")}),
       num_experts_(cfg->num_experts.value_or(0)),
@@ -204,7 +173,7 @@ std::pair<Tensor, Tensor> MoELayer::activation_forward(const Tensor& h1, const T
 
 Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* st) const {
   std::unique_ptr<DispatchState> ds;
-  DispatchedRows d = dispatcher_->dispatch(x2d, r, router.options().moe_pad_expert_input_to_capacity, ds);
+  DispatchedRows d = dispatcher_->dispatch(x2d, r, router.config()->moe_pad_expert_input_to_capacity, ds);
   ExpertTpExchange::State xs;  // expert tensor parallelism: every shard runs the group's rows
   d.rows = expert_tp_.gather_rows(d.rows, d.rows_per_expert, xs);
   d.probs = expert_tp_.gather_like(d.probs, xs);
@@ -276,9 +245,8 @@ double MoELayer::objective_scale(size_t slot, int64_t layer) const {
 }
 
 void MoELayer::add_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel& aux, State* st) const {
-  const RouterOptions& o = router.options();
   for (size_t k = 0; k < std::size(kLossSlots); ++k) {
-    const double c = loss_coeff(o, k, tp_cp_size_);
+    const double c = loss_coeff(router.config(), k, tp_cp_size_);
     if (c <= 0) continue;
     // Logged as loss / coefficient averaged over the MoE layers; objective weight c · layers, so
     // scale · value is the router's loss (Megatron's tracker and MoEAuxLossAutoScaler). The
@@ -298,7 +266,7 @@ void MoELayer::add_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel&
 // back by the backward.
 void MoELayer::add_per_layer_losses(const RoutingOutput& r, int64_t layer, AuxLossChannel& aux) const {
   for (size_t k = 0; k < std::size(kLossSlots); ++k) {
-    const double c = loss_coeff(router.options(), k, tp_cp_size_);
+    const double c = loss_coeff(router.config(), k, tp_cp_size_);
     if (c <= 0) continue;
     aux.add(NamedLoss{per_layer_loss_name(kLossSlots[k].name, layer), LossReduction::PerMicroBatch,
                       Tensor::full({1}, logged_scale(layer) * loss_value(r.losses, k) / c, DType::F64), 0.0});
@@ -433,7 +401,7 @@ Tensor MoELayer::backward(const SlotState& saved, const Tensor& dy) {
           dt[static_cast<size_t>(t * k + s)];
   RoutingLossGrads lg;
   for (const auto& [slot, index] : st->loss_entries) {
-    const double c = loss_coeff(router.options(), slot, tp_cp_size_) * static_cast<double>(moe_layers_);
+    const double c = loss_coeff(router.config(), slot, tp_cp_size_) * static_cast<double>(moe_layers_);
     // d(objective)/d(router loss) = d(objective)/d(value) · d(value)/d(router loss)
     set_loss_grad(lg, slot, st->aux->grad(index).to_vector().at(0) * logged_scale(st->layer) / c);
   }

@@ -38,8 +38,6 @@ namespace strata::layers::moe {
 // (0-based, dense layers included, as Megatron's tracker writes them; logged, not trained).
 std::vector<std::string> moe_loss_names(const ResolvedModelConfig& cfg);
 std::string per_layer_loss_name(const std::string& name, int64_t layer);
-// The router options of a finalized model config.
-RouterOptions router_options(const ResolvedModelConfig& cfg);
 
 class MoELayer : public MlpSlot {
  public:

@@ -44,13 +44,13 @@ Tensor padding_vector(const Tensor& mask, int64_t T) {
 
 }  // namespace
 
-TopKRouter::TopKRouter(const std::string& prefix, const RouterOptions& options, const LayerEnv& env,
+TopKRouter::TopKRouter(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
                        RouterGroups groups)
-    : options_(options), env_(env), groups_(std::move(groups)), owner_(prefix + ".router") {
-  check_router_options(options_);
-  const int64_t E = options_.num_moe_experts;
-  weight = make_parameter(prefix + ".router.weight", {E, options_.hidden_size}, env, options_.init_method_std);
-  if (options_.moe_router_enable_expert_bias) {
+    : cfg_(cfg), env_(env), groups_(std::move(groups)), owner_(prefix + ".router") {
+  STRATA_INTERNAL_ASSERT(cfg_->num_experts.value_or(0) > 0, prefix, ": a router needs an MoE model config (num_experts)");
+  const int64_t E = experts();
+  weight = make_parameter(prefix + ".router.weight", {E, cfg_->hidden_size}, env, cfg_->init_method_std);
+  if (cfg_->moe_router_enable_expert_bias) {
     LayerEnv f32 = env;
     f32.dtype = DType::F32;
     expert_bias = make_parameter(prefix + ".router.expert_bias", {E}, f32, 0.0, 0.0);
@@ -60,10 +60,10 @@ TopKRouter::TopKRouter(const std::string& prefix, const RouterOptions& options, 
 }
 
 DType TopKRouter::router_dtype(DType input) const {
-  switch (options_.moe_router_dtype) {
-    case RouterDType::Fp32: return DType::F32;
-    case RouterDType::Fp64: return DType::F64;
-    case RouterDType::Input: break;
+  if (!cfg_->moe_router_dtype) return input;  // Megatron's None: the input dtype
+  switch (*cfg_->moe_router_dtype) {
+    case MoeRouterDtype::Fp32: return DType::F32;
+    case MoeRouterDtype::Fp64: return DType::F64;
   }
   return input;
 }
@@ -84,18 +84,18 @@ DiagnosticRows TopKRouter::document_rows(const DropoutKeys& keys, int64_t s, int
 }
 
 Tensor TopKRouter::gating(const Tensor& x) const {
-  STRATA_CHECK(x.dim() == 2 && x.size(1) == options_.hidden_size, "router gating: x must be [T, ",
-               options_.hidden_size, "], got ", x.shape().str());
+  STRATA_CHECK(x.dim() == 2 && x.size(1) == cfg_->hidden_size, "router gating: x must be [T, ", cfg_->hidden_size,
+               "], got ", x.shape().str());
   const Tensor w = weight.value.to(x.dtype());
-  Tensor logits = Tensor::empty({x.size(0), options_.num_moe_experts}, x.dtype(), x.device());
+  Tensor logits = Tensor::empty({x.size(0), experts()}, x.dtype(), x.device());
   kernels::linear_forward(x, w, nullptr, logits);
   return logits;
 }
 
 RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterState* saved) const {
-  STRATA_CHECK(x.dim() == 3 && x.size(2) == options_.hidden_size, "router: x must be [s, b, ",
-               options_.hidden_size, "], got ", x.shape().str());
-  const int64_t s = x.size(0), b = x.size(1), T = s * b, H = x.size(2), E = options_.num_moe_experts;
+  STRATA_CHECK(x.dim() == 3 && x.size(2) == cfg_->hidden_size, "router: x must be [s, b, ", cfg_->hidden_size,
+               "], got ", x.shape().str());
+  const int64_t s = x.size(0), b = x.size(1), T = s * b, H = x.size(2), E = experts();
   const DType rd = router_dtype(x.dtype());
   RouterObservation ob;  // observation sites (router_observation.h); each costs a branch when off
   ob.owner = owner_;
@@ -109,7 +109,7 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
   observe_router_input(ob);
   Tensor xr = x.contiguous().reshape({T, H}).to(rd);
   Tensor jitter;
-  const double eps = options_.moe_input_jitter_eps.value_or(0.0);
+  const double eps = cfg_->moe_input_jitter_eps.value_or(0.0);
   if (eps > 0 && run.mode != RoutingMode::Inference) {  // InferenceTopKRouter skips the jitter
     jitter = draw(run, kJitterSite, x.shape(), false, 1.0 - eps, 1.0 + eps).reshape({T, H}).to(rd);
     Tensor jx = Tensor::empty({T, H}, rd, x.device());
@@ -118,24 +118,24 @@ RoutingOutput TopKRouter::forward(const Tensor& x, const RouterRun& run, RouterS
   }
   const Tensor gated = gating(xr);  // [T, E] router dtype
   Tensor logits = gated;
-  if (options_.moe_router_force_load_balancing)  // benchmark only: random logits, straight-through grad
+  if (cfg_->moe_router_force_load_balancing)  // benchmark only: random logits, straight-through grad
     logits = draw(run, kForceSite, Shape{s, b, E}, true, 0.0, 1.0).reshape({T, E}).to(rd);
 
   RoutingInput in;
   in.logits = logits.to(Device::cpu());
-  if (options_.moe_router_enable_expert_bias) in.expert_bias = expert_bias.value;
+  if (cfg_->moe_router_enable_expert_bias) in.expert_bias = expert_bias.value;
   in.padding_mask = padding_vector(run.padding_mask, T);
   in.seq_length = s;
   in.batch = b;
   in.mode = run.mode;
   RouterState st;
-  RoutingOutput out = route(options_, in, groups_, &global_tracker_, saved ? &st.routing : nullptr);
+  RoutingOutput out = route(cfg_, in, groups_, &global_tracker_, saved ? &st.routing : nullptr);
   out.logits = gated;
   ob.gated = &gated;
   ob.routing = &out;
   ob.padding = in.padding_mask;
   ob.expert_bias = in.expert_bias;
-  observe_router_outputs(options_, ob);
+  observe_router_outputs(cfg_, ob);
   if (run.mode == RoutingMode::Training && !run.replay)  // the expert bias and the load statistics (training/moe_accounting.h)
     kernels::axpy(1.0, out.tokens_per_expert.to(DType::F32).to(env_.device), local_tokens_per_expert_);
   if (saved) {
@@ -170,9 +170,9 @@ Tensor TopKRouter::backward(const RouterState& saved, const Tensor& dprobs, cons
 }
 
 void TopKRouter::update_expert_bias(const Tensor& reduced_counts) {
-  STRATA_CHECK(options_.moe_router_enable_expert_bias, "update_expert_bias: moe_router_enable_expert_bias is off");
+  STRATA_CHECK(cfg_->moe_router_enable_expert_bias, "update_expert_bias: moe_router_enable_expert_bias is off");
   expert_bias.value.copy_(
-      updated_expert_bias(reduced_counts, expert_bias.value, options_.moe_router_bias_update_rate).to(env_.device));
+      updated_expert_bias(reduced_counts, expert_bias.value, cfg_->moe_router_bias_update_rate).to(env_.device));
   local_tokens_per_expert_.fill_(0.0);
 }
 

@@ -4,6 +4,11 @@
 // needs; the backward takes d(probs) and the gradients of the router's losses and returns d(x),
 // adding d(W) into the weight's main_grad.
 //
+// Options: the router fields of the resolved model config (num_experts, hidden_size, moe_router_*,
+// moe_aux_loss_coeff, moe_z_loss_coeff, moe_input_jitter_eps, capacity and dropping,
+// init_method_std); the model section checks their rules before any router exists (field
+// validators in models/config/moe_config.cpp, resolution in models/config/moe_rules.cpp).
+//
 // Parameters: "<prefix>.router.weight" [E, H] (params dtype, N(0, init_method_std)); with
 // moe_router_enable_expert_bias the buffer "<prefix>.router.expert_bias" [E] f32 (checkpointed,
 // not trained: collect_buffers, updated by update_expert_bias after the optimizer step).
@@ -22,9 +27,9 @@
 #include <vector>
 
 #include "core/parameter.h"
+#include "models/config/model_config.h"
 #include "models/layers/layer_common.h"
 #include "models/layers/moe/router_observation.h"
-#include "models/layers/moe/router_options.h"
 #include "models/layers/moe/routing.h"
 
 namespace strata::layers::moe {
@@ -49,9 +54,8 @@ struct RouterState {
 
 class TopKRouter {
  public:
-  // prefix: "decoder.layers.{i}.mlp"; checks the options (config errors name the fields).
-  TopKRouter(const std::string& prefix, const RouterOptions& options, const LayerEnv& env,
-             RouterGroups groups = {});
+  // prefix: "decoder.layers.{i}.mlp"; cfg: an MoE model section (num_experts set), kept as a copy.
+  TopKRouter(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, RouterGroups groups = {});
 
   // x: [s, b, h] -> the routing of its s·b tokens ([s, b] order). Training mode accumulates the
   // tokens-per-expert counts (the expert-bias update and the trainer's load statistics) and the
@@ -69,7 +73,7 @@ class TopKRouter {
   void collect(std::vector<Parameter*>& out) { out.push_back(&weight); }
   // The expert bias (when enabled): checkpointed with the parameters, never given to the optimizer.
   void collect_buffers(std::vector<Parameter*>& out) {
-    if (options_.moe_router_enable_expert_bias) out.push_back(&expert_bias);
+    if (cfg_->moe_router_enable_expert_bias) out.push_back(&expert_bias);
   }
 
   // Tokens per expert [E] f32 (padding excluded) accumulated by training forwards since the last
@@ -81,14 +85,16 @@ class TopKRouter {
   void update_expert_bias(const Tensor& reduced_counts);
   // End of a global batch (Megatron's reset_model_temporary_tensors).
   void reset_global_aux_loss_tracker() { global_tracker_.reset(); }
-  const RouterOptions& options() const { return options_; }
+  const ResolvedModelConfig& config() const { return cfg_; }
   const std::string& owner() const { return owner_; }  // "<prefix>.router" (its sites' owner)
 
   Parameter weight;       // [E, H]
   Parameter expert_bias;  // [E] f32 (undefined value when disabled)
 
  private:
-  RouterOptions options_;
+  int64_t experts() const { return *cfg_->num_experts; }
+
+  ResolvedModelConfig cfg_;
   LayerEnv env_;
   RouterGroups groups_;
   std::string owner_;  // "<prefix>.router": the observation sites' owner

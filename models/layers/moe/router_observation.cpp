@@ -107,10 +107,10 @@ std::vector<std::vector<int64_t>> tokens_by_row(int64_t s, int64_t b, const Diag
 
 // Per row (sequence or document) of the [s, b] tokens: its sums, handed to `write` with the bias.
 template <typename Write>
-Tensor per_sequence(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map, const Tensor& expert_bias,
-                    int64_t s, int64_t b, const Tensor& padding, const DiagnosticRows& by, int64_t channels,
-                    Write write) {
-  const int64_t T = s * b, E = o.num_moe_experts, k = o.moe_router_topk;
+Tensor per_sequence(const ResolvedModelConfig& cfg, const Tensor& logits, const Tensor& actual_map,
+                    const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding, const DiagnosticRows& by,
+                    int64_t channels, Write write) {
+  const int64_t T = s * b, E = *cfg->num_experts, k = cfg->moe_router_topk;
   STRATA_CHECK(logits.size(0) == T && logits.size(1) == E, "router diagnostics: logits must be [", T, ", ", E, "]");
   const std::vector<double> l = logits.to_vector(), actual = actual_map.to_vector();
   const std::vector<uint8_t> pad = padding_of(padding, T);
@@ -119,7 +119,7 @@ Tensor per_sequence(const RouterOptions& o, const Tensor& logits, const Tensor& 
   std::vector<int64_t> top(static_cast<size_t>(k));
   for (int64_t t = 0; t < T; ++t) {
     double* row = &scores[static_cast<size_t>(t * E)];
-    detail::aux_scores_row(o.moe_router_score_function, &l[static_cast<size_t>(t * E)], E, row);
+    detail::aux_scores_row(cfg->moe_router_score_function, &l[static_cast<size_t>(t * E)], E, row);
     detail::topk_desc(row, E, k, nullptr, top.data());  // plain top-k: no bias, no group limit
     for (int64_t e : top) aux[static_cast<size_t>(t * E + e)] = 1;
   }
@@ -134,7 +134,7 @@ Tensor per_sequence(const RouterOptions& o, const Tensor& logits, const Tensor& 
 }
 }  // namespace
 
-Tensor normalized_router_scores(const Tensor& logits, ScoreFunction f) {
+Tensor normalized_router_scores(const Tensor& logits, MoeScoreFunction f) {
   const int64_t T = logits.size(0), E = logits.size(1);
   const std::vector<double> l = logits.to_vector();
   std::vector<double> out(l.size());
@@ -156,16 +156,16 @@ Tensor dense_topk_probs(const Tensor& top_indices, const Tensor& top_probs, cons
   return Tensor::from_vector(dense, {T, experts}, top_probs.dtype(), top_probs.device());
 }
 
-Tensor router_diagnostics(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
+Tensor router_diagnostics(const ResolvedModelConfig& cfg, const Tensor& logits, const Tensor& actual_map,
                           const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding,
                           const DiagnosticRows& rows) {
-  return per_sequence(o, logits, actual_map, expert_bias, s, b, padding, rows, 7, normalized_channels);
+  return per_sequence(cfg, logits, actual_map, expert_bias, s, b, padding, rows, 7, normalized_channels);
 }
 
-Tensor router_diagnostic_sums(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
+Tensor router_diagnostic_sums(const ResolvedModelConfig& cfg, const Tensor& logits, const Tensor& actual_map,
                               const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding,
                               const DiagnosticRows& rows) {
-  return per_sequence(o, logits, actual_map, expert_bias, s, b, padding, rows, kRouterDiagnosticSumChannels,
+  return per_sequence(cfg, logits, actual_map, expert_bias, s, b, padding, rows, kRouterDiagnosticSumChannels,
                       sum_channels);
 }
 
@@ -200,15 +200,15 @@ void observe_router_input(const RouterObservation& r) {
   observe_activation(r.owner, "router_input", SourceKind::RouterInput, *r.input, ActivationDims::of(r.sequence_parallel));
 }
 
-void observe_router_outputs(const RouterOptions& o, const RouterObservation& r) {
+void observe_router_outputs(const ResolvedModelConfig& cfg, const RouterObservation& r) {
   const ActivationDims dims = ActivationDims::of(r.sequence_parallel);
-  const int64_t E = o.num_moe_experts;
+  const int64_t E = *cfg->num_experts;
   const RoutingOutput& out = *r.routing;
   if (is_observing(SourceKind::RouterLogits))
     observe_activation(r.owner, "router_logits", SourceKind::RouterLogits, r.gated->reshape({r.s, r.b, E}), dims);
   if (is_observing(SourceKind::RouterScores))
     observe_activation(r.owner, "router_scores", SourceKind::RouterScores,
-                       normalized_router_scores(*r.gated, o.moe_router_score_function).reshape({r.s, r.b, E}), dims);
+                       normalized_router_scores(*r.gated, cfg->moe_router_score_function).reshape({r.s, r.b, E}), dims);
   if (is_observing(SourceKind::RouterTopkProbs))
     observe_activation(r.owner, "router_topk_probs", SourceKind::RouterTopkProbs,
                        dense_topk_probs(out.top_indices, out.top_probs, r.padding, E).reshape({r.s, r.b, E}), dims);
@@ -218,14 +218,14 @@ void observe_router_outputs(const RouterOptions& o, const RouterObservation& r) 
     observe(r.owner, "router_top_kept", SourceKind::RouterTopKept, out.top_kept, dims.tp_shard_dim);
   if (r.training && is_observing(SourceKind::RouterDiagnosticSums))  // allowed with split sequences
     observe(r.owner, "router_diagnostic_sums", SourceKind::RouterDiagnosticSums,
-            router_diagnostic_sums(o, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding, r.rows),
+            router_diagnostic_sums(cfg, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding, r.rows),
             std::nullopt,
             std::nullopt, 0);
   if (r.training && is_observing(SourceKind::RouterDiagnostics)) {
     STRATA_CHECK(!r.sequences_split, r.owner, ": router_diagnostics needs whole local sequences; it is not "
                  "available with sequence parallelism (tp > 1) or context parallelism (as in Megatron)");
     observe(r.owner, "router_diagnostics", SourceKind::RouterDiagnostics,
-            router_diagnostics(o, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding, r.rows), std::nullopt,
+            router_diagnostics(cfg, *r.gated, out.routing_map, r.expert_bias, r.s, r.b, r.padding, r.rows), std::nullopt,
             std::nullopt, 0);
   }
 }

@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/layers/moe/router_options.h"
+#include "models/config/model_config.h"
 #include "models/layers/moe/routing.h"
 
 namespace strata::layers::moe {
 
 // logits: [T, E] -> [T, E] f32 normalised scores over all experts: softmax, or sigmoid /
 // sqrt(softplus) normalised (+1e-20); no bias, no group limit, no scaling.
-Tensor normalized_router_scores(const Tensor& logits, ScoreFunction f);
+Tensor normalized_router_scores(const Tensor& logits, MoeScoreFunction f);
 // top_indices, top_probs: [T, k], padding: [T] (undefined: none) -> [T, E] (top_probs' dtype).
 Tensor dense_topk_probs(const Tensor& top_indices, const Tensor& top_probs, const Tensor& padding, int64_t experts);
 // The rows of the diagnostics: one per sequence (token_row empty), or, for packed sequences, one
@@ -30,7 +30,8 @@ struct DiagnosticRows {
   int64_t rows = 0;
 };
 
-// logits [T, E] (raw), actual routing map [T, E] u8, expert bias [E] (undefined: none), T = s·b in
+// With the model config's num_experts, moe_router_topk and moe_router_score_function: logits [T, E]
+// (raw), actual routing map [T, E] u8, expert bias [E] (undefined: none), T = s·b in
 // [s, b] order, padding [T] -> [b, 7, E] f32 ([rows, 7, E] per document), training only, per local
 // sequence: 0 mean score over
 // valid tokens; 1 aux load (plain top-k of the scores: counts / Σ); 2 actual load (routing map after
@@ -38,7 +39,7 @@ struct DiagnosticRows {
 // valid tokens; 6 [0] mean over boundary tokens of max(floor − ceil, 0) / max(floor, eps_f32)
 // (floor: lowest aux-selected score, ceil: highest unselected). Padding tokens are left out of
 // everything; every denominator is at least 1. Refused, as Megatron, when tp × cp > 1.
-Tensor router_diagnostics(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
+Tensor router_diagnostics(const ResolvedModelConfig& cfg, const Tensor& logits, const Tensor& actual_map,
                           const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding,
                           const DiagnosticRows& rows = {});
 
@@ -57,7 +58,7 @@ enum RouterDiagnosticSumChannel : int64_t {
 // The same inputs as router_diagnostics -> [b, 8, E] f32 sums over the given tokens (Strata), so a
 // sequence split over sp / cp ranks is the elementwise sum of its shards (the bias channel is
 // identical on every shard): channels as RouterDiagnosticSumChannel, other elements 0.
-Tensor router_diagnostic_sums(const RouterOptions& o, const Tensor& logits, const Tensor& actual_map,
+Tensor router_diagnostic_sums(const ResolvedModelConfig& cfg, const Tensor& logits, const Tensor& actual_map,
                               const Tensor& expert_bias, int64_t s, int64_t b, const Tensor& padding,
                               const DiagnosticRows& rows = {});
 // [b, 8, E] sums (of whole sequences) -> Megatron's [b, 7, E] f32: s = ch0 / max(ch5, 1),
@@ -85,6 +86,6 @@ struct RouterObservation {
 };
 // The input site (call before the jitter) and the others (after routing).
 void observe_router_input(const RouterObservation& r);
-void observe_router_outputs(const RouterOptions& o, const RouterObservation& r);
+void observe_router_outputs(const ResolvedModelConfig& cfg, const RouterObservation& r);
 
 }  // namespace strata::layers::moe

@@ -26,15 +26,15 @@ void topk_desc(const double* v, int64_t n, int64_t k, const uint8_t* allowed, in
   std::copy(ids.begin(), ids.begin() + k, out);
 }
 
-double score_of(ScoreFunction f, double x) {
-  if (f == ScoreFunction::Sigmoid) return 1.0 / (1.0 + std::exp(-x));
+double score_of(MoeScoreFunction f, double x) {
+  if (f == MoeScoreFunction::Sigmoid) return 1.0 / (1.0 + std::exp(-x));
   const double softplus = x > 20.0 ? x : std::log1p(std::exp(x));  // torch's threshold 20
   return std::sqrt(softplus);
 }
 
-double score_derivative(ScoreFunction f, double x) {
+double score_derivative(MoeScoreFunction f, double x) {
   const double sig = 1.0 / (1.0 + std::exp(-x));
-  if (f == ScoreFunction::Sigmoid) return sig * (1.0 - sig);
+  if (f == MoeScoreFunction::Sigmoid) return sig * (1.0 - sig);
   return (x > 20.0 ? 1.0 : sig) / (2.0 * score_of(f, x));
 }
 
@@ -60,10 +60,10 @@ using detail::topk_desc;
 
 // Top-k of selection scores v [E], group-limited when moe_router_group_topk is set: group score =
 // sum of the top-(k / g) scores of the group, the top-g groups stay, top-k over their experts.
-void choose(const RouterOptions& o, const double* v, int64_t* idx) {
-  const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
-  if (!o.moe_router_group_topk || *o.moe_router_group_topk == 0) return topk_desc(v, E, k, nullptr, idx);
-  const int64_t G = *o.moe_router_num_groups, g = *o.moe_router_group_topk, m = E / G, per = k / g;
+void choose(const ResolvedModelConfig& cfg, const double* v, int64_t* idx) {
+  const int64_t E = *cfg->num_experts, k = cfg->moe_router_topk;
+  if (!cfg->moe_router_group_topk || *cfg->moe_router_group_topk == 0) return topk_desc(v, E, k, nullptr, idx);
+  const int64_t G = *cfg->moe_router_num_groups, g = *cfg->moe_router_group_topk, m = E / G, per = k / g;
   std::vector<double> group_score(static_cast<size_t>(G));
   std::vector<int64_t> best(static_cast<size_t>(per));
   for (int64_t gi = 0; gi < G; ++gi) {
@@ -80,28 +80,28 @@ void choose(const RouterOptions& o, const double* v, int64_t* idx) {
 }
 
 // Selection and probabilities of one token: idx [k], p [k].
-void select_row(const RouterOptions& o, const double* l, const float* bias, int64_t* idx, double* p) {
-  const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
-  const double scale = o.moe_router_topk_scaling_factor.value_or(1.0);
+void select_row(const ResolvedModelConfig& cfg, const double* l, const float* bias, int64_t* idx, double* p) {
+  const int64_t E = *cfg->num_experts, k = cfg->moe_router_topk;
+  const double scale = cfg->moe_router_topk_scaling_factor.value_or(1.0);
   std::vector<double> s(static_cast<size_t>(E));
-  if (o.moe_router_score_function == ScoreFunction::Softmax) {
-    if (o.moe_router_pre_softmax) {
+  if (cfg->moe_router_score_function == MoeScoreFunction::Softmax) {
+    if (cfg->moe_router_pre_softmax) {
       detail::softmax_row(l, E, s.data());
-      choose(o, s.data(), idx);
+      choose(cfg, s.data(), idx);
       for (int64_t j = 0; j < k; ++j) p[j] = s[idx[j]];
     } else {
-      choose(o, l, idx);
+      choose(cfg, l, idx);
       for (int64_t j = 0; j < k; ++j) s[j] = l[idx[j]];
       detail::softmax_row(s.data(), k, p);
     }
   } else {
-    for (int64_t e = 0; e < E; ++e) s[e] = detail::score_of(o.moe_router_score_function, l[e]);
+    for (int64_t e = 0; e < E; ++e) s[e] = detail::score_of(cfg->moe_router_score_function, l[e]);
     if (bias) {
       std::vector<double> biased(s);
       for (int64_t e = 0; e < E; ++e) biased[e] += static_cast<double>(bias[e]);
-      choose(o, biased.data(), idx);
+      choose(cfg, biased.data(), idx);
     } else {
-      choose(o, s.data(), idx);
+      choose(cfg, s.data(), idx);
     }
     double sum = 0;
     for (int64_t j = 0; j < k; ++j) sum += (p[j] = s[idx[j]]);
@@ -111,18 +111,19 @@ void select_row(const RouterOptions& o, const double* l, const float* bias, int6
   for (int64_t j = 0; j < k; ++j) p[j] *= scale;
 }
 
-// d(logits) of one token from g [k] = d(probs) at its selected experts (recomputes the forward).
-void select_row_backward(const RouterOptions& o, const double* l, const int64_t* idx, const double* g, double* dl) {
-  const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
-  const double scale = o.moe_router_topk_scaling_factor.value_or(1.0);
+// d(logits) of one token from g [k] = d(probs) at its selected experts (recomputes the forward
+// with the saved selection options).
+void select_row_backward(const RoutingSaved& sv, const double* l, const int64_t* idx, const double* g, double* dl) {
+  const int64_t E = sv.E, k = sv.k;
+  const double scale = sv.scaling_factor;
   std::vector<double> s(static_cast<size_t>(E)), q(static_cast<size_t>(k));
-  if (o.moe_router_score_function == ScoreFunction::Softmax && o.moe_router_pre_softmax) {
+  if (sv.score_function == MoeScoreFunction::Softmax && sv.pre_softmax) {
     detail::softmax_row(l, E, s.data());
     double dot = 0;
     for (int64_t j = 0; j < k; ++j) dot += scale * g[j] * s[idx[j]];
     for (int64_t e = 0; e < E; ++e) dl[e] -= s[e] * dot;
     for (int64_t j = 0; j < k; ++j) dl[idx[j]] += s[idx[j]] * scale * g[j];
-  } else if (o.moe_router_score_function == ScoreFunction::Softmax) {
+  } else if (sv.score_function == MoeScoreFunction::Softmax) {
     for (int64_t j = 0; j < k; ++j) s[j] = l[idx[j]];
     detail::softmax_row(s.data(), k, q.data());
     double dot = 0;
@@ -130,24 +131,24 @@ void select_row_backward(const RouterOptions& o, const double* l, const int64_t*
     for (int64_t j = 0; j < k; ++j) dl[idx[j]] += scale * q[j] * (g[j] - dot);
   } else {
     double sum = 0, dot = 0;
-    for (int64_t j = 0; j < k; ++j) sum += (q[j] = detail::score_of(o.moe_router_score_function, l[idx[j]]));
+    for (int64_t j = 0; j < k; ++j) sum += (q[j] = detail::score_of(sv.score_function, l[idx[j]]));
     const double D = sum + 1e-20;
     for (int64_t j = 0; j < k; ++j) dot += g[j] * q[j] / D;
     for (int64_t j = 0; j < k; ++j) {
       const double dq = k > 1 ? scale * (g[j] - dot) / D : scale * g[j];
-      dl[idx[j]] += dq * detail::score_derivative(o.moe_router_score_function, l[idx[j]]);
+      dl[idx[j]] += dq * detail::score_derivative(sv.score_function, l[idx[j]]);
     }
   }
 }
 
 // Capacity mask [T, E]: per expert the `cap` tokens with the largest key (probs, or
 // the routing map for the position policy), ties to the lower token index.
-std::vector<uint8_t> capacity_mask(const RouterOptions& o, const std::vector<double>& probs,
+std::vector<uint8_t> capacity_mask(const ResolvedModelConfig& cfg, const std::vector<double>& probs,
                                    const std::vector<uint8_t>& map, int64_t T, int64_t cap) {
-  const int64_t E = o.num_moe_experts;
+  const int64_t E = *cfg->num_experts;
   std::vector<uint8_t> mask(static_cast<size_t>(T * E), cap > T ? 1 : 0);
   if (cap > T) return mask;
-  const bool by_probs = o.moe_token_drop_policy == TokenDropPolicy::Probs;
+  const bool by_probs = cfg->moe_token_drop_policy == MoeTokenDropPolicy::Probs;
   std::vector<int64_t> tokens(static_cast<size_t>(T));
   for (int64_t e = 0; e < E; ++e) {
     auto key = [&](int64_t t) { return by_probs ? probs[t * E + e] : static_cast<double>(map[t * E + e]); };
@@ -158,9 +159,10 @@ std::vector<uint8_t> capacity_mask(const RouterOptions& o, const std::vector<dou
   return mask;
 }
 
-void check_input(const RouterOptions& o, const RoutingInput& in, int64_t& s, int64_t& b) {
-  STRATA_CHECK(in.logits.dim() == 2 && in.logits.size(1) == o.num_moe_experts, "router: logits must be [T, ",
-               o.num_moe_experts, "], got ", in.logits.shape().str());
+void check_input(const ResolvedModelConfig& cfg, const RoutingInput& in, int64_t& s, int64_t& b) {
+  const int64_t E = *cfg->num_experts;
+  STRATA_CHECK(in.logits.dim() == 2 && in.logits.size(1) == E, "router: logits must be [T, ", E, "], got ",
+               in.logits.shape().str());
   const int64_t T = in.logits.size(0);
   s = in.seq_length, b = in.batch;
   if (s == 0 && b == 0) s = T, b = 1;
@@ -169,20 +171,20 @@ void check_input(const RouterOptions& o, const RoutingInput& in, int64_t& s, int
     STRATA_CHECK(in.padding_mask.numel() == T, "router: padding_mask has ", in.padding_mask.numel(),
                  " entries for ", T, " tokens");
   if (in.expert_bias.defined())
-    STRATA_CHECK(in.expert_bias.numel() == o.num_moe_experts && in.expert_bias.dtype() == DType::F32,
-                 "router: expert_bias must be [", o.num_moe_experts, "] f32");
+    STRATA_CHECK(in.expert_bias.numel() == E && in.expert_bias.dtype() == DType::F32, "router: expert_bias must be [",
+                 E, "] f32");
 }
 
 // The selection of every token: top_indices [T, k], probabilities [T, k] rounded to dtype.
-void select_all(const RouterOptions& o, const RoutingInput& in, const std::vector<double>& l, int64_t T,
+void select_all(const ResolvedModelConfig& cfg, const RoutingInput& in, const std::vector<double>& l, int64_t T,
                 std::vector<int64_t>& idx, std::vector<double>& p) {
-  const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
-  const bool biased = in.expert_bias.defined() && o.moe_router_score_function != ScoreFunction::Softmax;
+  const int64_t E = *cfg->num_experts, k = cfg->moe_router_topk;
+  const bool biased = in.expert_bias.defined() && cfg->moe_router_score_function != MoeScoreFunction::Softmax;
   const Tensor bias = biased ? in.expert_bias.to(Device::cpu()).contiguous() : Tensor();
   idx.assign(static_cast<size_t>(T * k), 0);
   p.assign(static_cast<size_t>(T * k), 0.0);
   for (int64_t t = 0; t < T; ++t)
-    select_row(o, &l[t * E], biased ? bias.data<float>() : nullptr, &idx[t * k], &p[t * k]);
+    select_row(cfg, &l[t * E], biased ? bias.data<float>() : nullptr, &idx[t * k], &p[t * k]);
   p = Tensor::from_vector(p, {T, k}, in.logits.dtype()).to_vector();  // probs.type_as(logits)
 }
 
@@ -193,14 +195,17 @@ int64_t expert_capacity(int64_t tokens, int64_t topk, int64_t experts, double ca
       std::ceil(static_cast<double>(tokens * topk) / static_cast<double>(experts) * capacity_factor));
 }
 
-RoutingOutput route(const RouterOptions& o, const RoutingInput& in, const RouterGroups& groups,
+RoutingOutput route(const ResolvedModelConfig& cfg, const RoutingInput& in, const RouterGroups& groups,
                     GlobalAuxLossTracker* tracker, RoutingSaved* saved) {
   int64_t S = 0, B = 0;
-  check_input(o, in, S, B);
-  const int64_t T = in.logits.size(0), E = o.num_moe_experts, k = o.moe_router_topk;
+  check_input(cfg, in, S, B);
+  const int64_t T = in.logits.size(0), E = *cfg->num_experts, k = cfg->moe_router_topk;
   const DType dt = in.logits.dtype();
   RoutingSaved sv;
-  sv.options = o, sv.T = T, sv.E = E, sv.k = k, sv.batch = B, sv.dtype = dt;
+  sv.T = T, sv.E = E, sv.k = k, sv.batch = B, sv.dtype = dt;
+  sv.score_function = cfg->moe_router_score_function;
+  sv.pre_softmax = cfg->moe_router_pre_softmax;
+  sv.scaling_factor = cfg->moe_router_topk_scaling_factor.value_or(1.0);
   sv.logits = in.logits.to_vector();
   if (in.padding_mask.defined())
     for (double v : in.padding_mask.to_vector()) sv.padding.push_back(v != 0 ? 1 : 0);
@@ -208,7 +213,7 @@ RoutingOutput route(const RouterOptions& o, const RoutingInput& in, const Router
 
   RoutingOutput out;
   std::vector<double> top_p;
-  select_all(o, in, sv.logits, T, sv.top_indices, top_p);
+  select_all(cfg, in, sv.logits, T, sv.top_indices, top_p);
   std::vector<double> probs(static_cast<size_t>(T * E), 0.0);
   std::vector<uint8_t> map(static_cast<size_t>(T * E), 0);
   for (int64_t t = 0; t < T; ++t)
@@ -217,11 +222,11 @@ RoutingOutput route(const RouterOptions& o, const RoutingInput& in, const Router
       map[t * E + sv.top_indices[t * k + j]] = 1;
     }
   sv.final_map = map;
-  if (o.moe_expert_capacity_factor && in.mode != RoutingMode::Inference) {
-    out.capacity = expert_capacity(T, k, E, *o.moe_expert_capacity_factor);
-    const std::vector<uint8_t> mask = capacity_mask(o, probs, map, T, out.capacity);
+  if (cfg->moe_expert_capacity_factor && in.mode != RoutingMode::Inference) {
+    out.capacity = expert_capacity(T, k, E, *cfg->moe_expert_capacity_factor);
+    const std::vector<uint8_t> mask = capacity_mask(cfg, probs, map, T, out.capacity);
     for (int64_t i = 0; i < T * E; ++i) {
-      sv.final_map[i] = o.moe_pad_expert_input_to_capacity ? mask[i] : (map[i] && mask[i]);
+      sv.final_map[i] = cfg->moe_pad_expert_input_to_capacity ? mask[i] : (map[i] && mask[i]);
       if (map[i] && !sv.final_map[i]) out.dropped.emplace_back(i / E, i % E);
       if (!sv.final_map[i]) probs[i] = 0.0;
     }
@@ -237,7 +242,7 @@ RoutingOutput route(const RouterOptions& o, const RoutingInput& in, const Router
       for (int64_t e = 0; e < E; ++e) counts[e] += sv.final_map[t * E + e];
     }
   }
-  if (in.mode == RoutingMode::Training) detail::aux_losses_forward(o, in, groups, tracker, sv.logits, sv.padding, out, sv);
+  if (in.mode == RoutingMode::Training) detail::aux_losses_forward(cfg, in, groups, tracker, sv.logits, sv.padding, out, sv);
   std::vector<double> map_d(sv.final_map.begin(), sv.final_map.end());
   out.probs = Tensor::from_vector(probs, {T, E}, dt);
   out.routing_map = Tensor::from_vector(map_d, {T, E}, DType::U8);
@@ -262,7 +267,7 @@ Tensor route_backward(const RoutingSaved& s, const Tensor& dprobs, const Routing
       g[j] = s.final_map[i] ? dp[i] : 0.0;  // probs = selected probs ⊙ final map
       any = any || g[j] != 0.0;
     }
-    if (any) select_row_backward(s.options, &s.logits[t * E], &s.top_indices[t * k], g.data(), &dl[t * E]);
+    if (any) select_row_backward(s, &s.logits[t * E], &s.top_indices[t * k], g.data(), &dl[t * E]);
   }
   detail::aux_losses_backward(s, grads, dl);
   return Tensor::from_vector(dl, {T, E}, s.dtype);

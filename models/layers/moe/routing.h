@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/layers/moe/router_options.h"
+#include "models/config/model_config.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers::moe {
@@ -81,8 +81,11 @@ struct RoutingOutput {
 
 // What route_backward needs (host copies; the reference recomputes the cheap parts).
 struct RoutingSaved {
-  RouterOptions options;
   int64_t T = 0, E = 0, k = 0, batch = 1;
+  // The model config's selection options the backward replays.
+  MoeScoreFunction score_function = MoeScoreFunction::Softmax;
+  bool pre_softmax = false;
+  double scaling_factor = 1.0;  // moe_router_topk_scaling_factor (null: 1)
   DType dtype = DType::F32;
   std::vector<double> logits;        // [T, E]
   std::vector<int64_t> top_indices;  // [T, k]
@@ -106,8 +109,10 @@ struct RoutingSaved {
 // group scores the lower group id, and capacity keeps equal-keyed tokens with the LOWER token
 // index first (so the position policy drops the tokens at the end, as Megatron documents).
 // Padding: Megatron's polarity, padding_mask[t] != 0 means token t is padding.
-// Routing forward; tracker: global_aux_loss counts (required when that loss is active).
-RoutingOutput route(const RouterOptions& o, const RoutingInput& in, const RouterGroups& groups,
+// Routing forward with the router fields of an MoE model config (num_experts, moe_router_*,
+// moe_aux_loss_coeff, moe_z_loss_coeff, capacity and dropping); tracker: global_aux_loss counts
+// (required when that loss is active).
+RoutingOutput route(const ResolvedModelConfig& cfg, const RoutingInput& in, const RouterGroups& groups,
                     GlobalAuxLossTracker* tracker, RoutingSaved* saved);
 
 // dprobs: [T, E] d(objective)/d(probs) -> d(logits): [T, E] in the logits dtype.

@@ -13,19 +13,19 @@
 
 namespace strata::layers::moe::detail {
 
-void aux_scores_row(ScoreFunction f, const double* l, int64_t n, double* out) {
-  if (f == ScoreFunction::Softmax) return softmax_row(l, n, out);
+void aux_scores_row(MoeScoreFunction f, const double* l, int64_t n, double* out) {
+  if (f == MoeScoreFunction::Softmax) return softmax_row(l, n, out);
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += (out[i] = score_of(f, l[i]));
   for (int64_t i = 0; i < n; ++i) out[i] /= sum + 1e-20;
 }
 
-void aux_scores_row_backward(ScoreFunction f, const double* l, int64_t n, const double* g, double* dl) {
+void aux_scores_row_backward(MoeScoreFunction f, const double* l, int64_t n, const double* g, double* dl) {
   std::vector<double> a(static_cast<size_t>(n));
   aux_scores_row(f, l, n, a.data());
   double dot = 0;
   for (int64_t i = 0; i < n; ++i) dot += g[i] * a[i];
-  if (f == ScoreFunction::Softmax) {
+  if (f == MoeScoreFunction::Softmax) {
     for (int64_t i = 0; i < n; ++i) dl[i] += a[i] * (g[i] - dot);
     return;
   }
@@ -60,14 +60,14 @@ struct AuxInputs {
   std::vector<double> map;     // [T, E] plain top-k map of the scores, zero on padding rows
 };
 
-AuxInputs aux_inputs(const RouterOptions& o, const std::vector<double>& l, const std::vector<uint8_t>& pad,
+AuxInputs aux_inputs(const ResolvedModelConfig& cfg, const std::vector<double>& l, const std::vector<uint8_t>& pad,
                      int64_t T) {
-  const int64_t E = o.num_moe_experts, k = o.moe_router_topk;
+  const int64_t E = *cfg->num_experts, k = cfg->moe_router_topk;
   AuxInputs a{std::vector<double>(static_cast<size_t>(T * E)), std::vector<double>(static_cast<size_t>(T * E), 0.0)};
   std::vector<int64_t> idx(static_cast<size_t>(k));
   for (int64_t t = 0; t < T; ++t) {
     double* row = &a.scores[t * E];
-    aux_scores_row(o.moe_router_score_function, &l[t * E], E, row);
+    aux_scores_row(cfg->moe_router_score_function, &l[t * E], E, row);
     if (!pad.empty() && pad[t]) {
       std::fill(row, row + E, 0.0);
       continue;
@@ -85,9 +85,9 @@ double weighted_sum(const std::vector<double>& P, const std::vector<double>& w) 
   return s;
 }
 
-void z_loss_forward(const RouterOptions& o, const RouterGroups& g, const std::vector<double>& l,
+void z_loss_forward(const ResolvedModelConfig& cfg, const RouterGroups& g, const std::vector<double>& l,
                     const std::vector<uint8_t>& pad, int64_t T, RoutingOutput& out, RoutingSaved& s) {
-  const int64_t E = o.num_moe_experts;
+  const int64_t E = *cfg->num_experts;
   double sum = 0;
   int64_t valid = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -96,23 +96,24 @@ void z_loss_forward(const RouterOptions& o, const RouterGroups& g, const std::ve
     sum += lse * lse;
     ++valid;
   }
-  s.w_z = *o.moe_z_loss_coeff / g.tp_cp.size() / static_cast<double>(std::max<int64_t>(valid, 1));
+  s.w_z = *cfg->moe_z_loss_coeff / g.tp_cp.size() / static_cast<double>(std::max<int64_t>(valid, 1));
   out.losses.z_loss = s.w_z * sum;
 }
 
 }  // namespace
 
-void aux_losses_forward(const RouterOptions& o, const RoutingInput& in, const RouterGroups& groups,
+void aux_losses_forward(const ResolvedModelConfig& cfg, const RoutingInput& in, const RouterGroups& groups,
                         GlobalAuxLossTracker* tracker, const std::vector<double>& l,
                         const std::vector<uint8_t>& pad, RoutingOutput& out, RoutingSaved& s) {
   const int64_t T = s.T, E = s.E, k = s.k, B = s.batch, S = T / B;
   const bool padded = in.padding_mask.defined();  // Megatron: with_padding_mask = mask is not None
-  if (o.moe_z_loss_coeff) z_loss_forward(o, groups, l, pad, T, out, s);
-  const double c_aux = o.aux_loss_coeff("aux_loss"), c_seq = o.aux_loss_coeff("seq_aux_loss"),
-               c_glob = o.aux_loss_coeff("global_aux_loss");
+  if (cfg->moe_z_loss_coeff) z_loss_forward(cfg, groups, l, pad, T, out, s);
+  const double c_aux = cfg->moe_load_balancing_coeff("aux_loss");
+  const double c_seq = cfg->moe_load_balancing_coeff("seq_aux_loss");
+  const double c_glob = cfg->moe_load_balancing_coeff("global_aux_loss");
   if (!(c_aux > 0 || c_seq > 0 || c_glob > 0)) return;
   s.any_aux = true;
-  const AuxInputs a = aux_inputs(o, l, pad, T);
+  const AuxInputs a = aux_inputs(cfg, l, pad, T);
   std::vector<double> local(static_cast<size_t>(E), 0.0);
   for (int64_t i = 0; i < T * E; ++i) local[i % E] += a.map[i];
   if (c_aux > 0) {
@@ -148,7 +149,7 @@ void aux_losses_forward(const RouterOptions& o, const RoutingInput& in, const Ro
 
 void aux_losses_backward(const RoutingSaved& s, const RoutingLossGrads& g, std::vector<double>& dl) {
   const int64_t T = s.T, E = s.E, B = s.batch;
-  const ScoreFunction f = s.options.moe_router_score_function;
+  const MoeScoreFunction f = s.score_function;
   std::vector<double> da(static_cast<size_t>(E)), sm(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     if (!s.padding.empty() && s.padding[t]) continue;  // padding rows: scores zeroed, no gradient
