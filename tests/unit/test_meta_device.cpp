@@ -1,12 +1,15 @@
-// The meta device (core/device.h, core/tensor.h): meta tensors have a shape and a dtype and
-// allocate nothing, their views work. The hidden [.meta_abort] cases touch a meta tensor's data:
-// ctest's meta_*_aborts entries (tests/CMakeLists.txt) check that each ends in an internal error
-// naming the meta device.
+// The meta device (core/device.h, core/tensor.h) and the meta build's process groups
+// (parallel/rank_grid.h meta_parallel_groups, parallel/meta_communicator.cpp): meta tensors have a
+// shape and a dtype and allocate nothing, their views work; a meta build's groups have the ranks
+// and positions of the layout. The hidden [.meta_abort] cases touch a meta tensor's data or
+// communicate over a meta group: ctest's meta_*_aborts entries (tests/CMakeLists.txt) check that
+// each ends in an internal error naming the meta device or the meta build.
 // Reference: PyTorch's meta tensors (torch.device("meta")).
 #include <catch2/catch.hpp>
 
 #include "core/allocator.h"
 #include "kernels/elementwise.h"
+#include "parallel/rank_grid.h"
 
 namespace strata {
 namespace {
@@ -44,7 +47,35 @@ TEST_CASE("meta device: tensors have a shape and a dtype and allocate nothing", 
   CHECK(memory_stats(Device::meta()).num_allocs == 0);
 }
 
-// ---- Failure paths (ctest meta_data_aborts, meta_kernel_aborts) ----
+TEST_CASE("meta device: a meta build's groups have the layout's ranks and positions", "[meta]") {
+  const RankGrid grid(16, 2, 2, 2, 2, 1);  // tp 2, cp 2, pp 2 (dp 2); ep 2, expert tp 1 (expert dp 4)
+  for (int rank : {0, 5, 11, 15}) {
+    INFO("rank " << rank);
+    const ParallelGroups g = meta_parallel_groups(grid, rank);
+    CHECK(g.world_size == 16);
+    CHECK(g.global_rank == rank);
+    CHECK(g.world.size() == 16);
+    const std::pair<GroupKind, const ProcessGroup*> kinds[] = {
+        {GroupKind::Tp, &g.tp},         {GroupKind::Cp, &g.cp},         {GroupKind::Dp, &g.dp},
+        {GroupKind::DpCp, &g.dp_cp},    {GroupKind::TpCp, &g.tp_cp},    {GroupKind::Pp, &g.pp},
+        {GroupKind::Mp, &g.mp},         {GroupKind::Ep, &g.ep},         {GroupKind::ExpertTp, &g.expert_tp},
+        {GroupKind::ExpertDp, &g.expert_dp}, {GroupKind::TpEp, &g.tp_ep},
+        {GroupKind::TpDpCp, &g.tp_dp_cp}};
+    for (const auto& [kind, group] : kinds) {
+      INFO(group_kind_name(kind));
+      CHECK(group->name() == group_kind_name(kind));
+      CHECK(group->ranks() == grid.group_of(kind, rank));
+      CHECK(group->rank() == grid.position(kind, rank));
+      CHECK(std::string(group->host_comm()->backend()) == "meta");
+      CHECK(group->host_comm()->size() == group->size());
+    }
+    // The embedding group: the first and last stage; a rank off them is in none (a group of itself).
+    CHECK(g.in_embedding_group == (grid.coordinates(rank).pp_rank == 0 || grid.is_last_stage(rank)));
+    CHECK(g.in_position_embedding_group == (grid.coordinates(rank).pp_rank == 0));
+  }
+}
+
+// ---- Failure paths (ctest meta_data_aborts, meta_kernel_aborts, meta_collective_aborts) ----
 
 TEST_CASE("meta device: reading a meta tensor's values aborts", "[.meta_abort_data]") {
   (void)Tensor::zeros({2, 3}, DType::F32, Device::meta()).to_vector();
@@ -53,6 +84,12 @@ TEST_CASE("meta device: reading a meta tensor's values aborts", "[.meta_abort_da
 TEST_CASE("meta device: a kernel on meta tensors aborts", "[.meta_abort_kernel]") {
   const Tensor a = Tensor::zeros({4}, DType::F32, Device::meta());
   kernels::add(a, a, a);
+}
+
+TEST_CASE("meta device: a collective over a meta build's group aborts", "[.meta_abort_collective]") {
+  const ParallelGroups groups = meta_parallel_groups(RankGrid(2, 2, 1, 1, 1, 2), 1);
+  Tensor t = Tensor::zeros({4}, DType::F32, Device::cpu());
+  groups.tp.all_reduce(t);
 }
 
 }  // namespace strata
