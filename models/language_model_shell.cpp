@@ -93,14 +93,15 @@ LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const 
                                                              env, sp_group);
   final_norm_ = std::make_unique<layers::Norm>(parts.final_norm_prefix + ".weight", parts.final_norm_prefix + ".bias",
                                                cfg_.hidden_size, cfg_, env, sp_group);
-  // Column-parallel over the vocabulary: the same rows as the embedding shard.
+  // Column-parallel over the vocabulary (tensor-parallel whatever the tp size, as in Megatron): the
+  // same rows as the embedding shard.
   auto shard_vocab_rows = [&](Parameter& p) {
+    p.tensor_parallel = true;
     if (tp == 1) return;
     const int64_t rows = padded_vocab_ / tp;
     p.value = Tensor::zeros({rows, cfg_.hidden_size}, env.dtype, env.device);
     p.main_grad = Tensor::zeros({rows, cfg_.hidden_size}, env.grad_dtype(), env.device);
     p.slice = GlobalSlice::shard(Shape{padded_vocab_, cfg_.hidden_size}, 0, groups_.tp.rank(), static_cast<int>(tp));
-    p.tensor_parallel = true;
   };
   if (!tied()) {
     output_layer_ = layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_.hidden_size}, env,
