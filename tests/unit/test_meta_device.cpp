@@ -1,15 +1,19 @@
 // The meta device (core/device.h, core/tensor.h) and the meta build's process groups
 // (parallel/rank_grid.h meta_parallel_groups, parallel/meta_communicator.cpp): meta tensors have a
 // shape and a dtype and allocate nothing, their views work; a meta build's groups have the ranks
-// and positions of the layout. The hidden [.meta_abort] cases touch a meta tensor's data or
-// communicate over a meta group: ctest's meta_*_aborts entries (tests/CMakeLists.txt) check that
-// each ends in an internal error naming the meta device or the meta build.
+// and positions of the layout; every model family builds on the meta device as any tp rank
+// without allocating. The hidden [.meta_abort] cases touch a meta tensor's data or communicate
+// over a meta group: ctest's meta_*_aborts entries (tests/CMakeLists.txt) check that each ends in
+// an internal error naming the meta device or the meta build.
 // Reference: PyTorch's meta tensors (torch.device("meta")).
 #include <catch2/catch.hpp>
 
 #include "core/allocator.h"
 #include "kernels/elementwise.h"
+#include "models/gpt/gpt_model.h"
+#include "models/hybrid/hybrid_model.h"
 #include "parallel/rank_grid.h"
+#include "trainer_test_support.h"
 
 namespace strata {
 namespace {
@@ -72,6 +76,43 @@ TEST_CASE("meta device: a meta build's groups have the layout's ranks and positi
     // The embedding group: the first and last stage; a rank off them is in none (a group of itself).
     CHECK(g.in_embedding_group == (grid.coordinates(rank).pp_rank == 0 || grid.is_last_stage(rank)));
     CHECK(g.in_position_embedding_group == (grid.coordinates(rank).pp_rank == 0));
+  }
+}
+
+TEST_CASE("meta device: every model family builds on it as any tp rank without allocating", "[meta]") {
+  const std::vector<std::vector<std::string>> families = {
+      {"model.num_layers=2", "model.num_experts=4", "model.moe_ffn_hidden_size=8", "model.mtp_num_layers=1",
+       "model.qk_layernorm=true", "model.untie_embeddings_and_output_weights=true",
+       "model.moe_shared_expert_intermediate_size=8"},
+      {"model.num_layers=2", "model.add_bias_linear=true", "model.normalization=LayerNorm", "model.swiglu=true",
+       "model.ffn_hidden_size=32", "model.position_embedding_type=learned_absolute"},
+      {"model.hybrid_layer_pattern='M*-E/*E'", "model.num_experts=4", "model.moe_ffn_hidden_size=8",
+       "model.enable_hyper_connections=true", "model.num_residual_streams=2", "model.mamba_head_dim=8",
+       "model.mamba_num_groups=2", "model.mamba_state_dim=4", "model.mamba_chunk_size=4"},
+  };
+  for (const std::vector<std::string>& family : families) {
+    std::vector<std::string> o = {"model.hidden_size=16", "model.num_attention_heads=4", "model.vocab_size=50",
+                                  "model.position_embedding_type=rope", "model.add_bias_linear=false"};
+    o.insert(o.end(), family.begin(), family.end());
+    const StrataConfig cfg = test::tiny_config(o);
+    for (int rank : {0, 1}) {
+      INFO(family.front() << ", tp rank " << rank << " of 2");
+      const ParallelGroups groups = meta_parallel_groups(RankGrid(2, 2, 1, 1, 1, 2), rank);
+      LanguageModelOptions opt;
+      opt.dtype = DType::BF16, opt.device = Device::meta(), opt.sequence_parallel = true;
+      std::unique_ptr<LanguageModel> model;
+      const auto allocated = cpu_allocations_during([&] {
+        if (cfg.model.is_hybrid()) model = std::make_unique<HybridModel>(cfg.resolved_model(), opt, groups);
+        else model = std::make_unique<GPTModel>(cfg.resolved_model(), GPTModelOptions{opt, ""}, groups);
+      });
+      CHECK(allocated == std::make_pair(int64_t{0}, int64_t{0}));
+      for (const Parameter* p : model->parameters()) {
+        INFO(p->name);
+        CHECK(p->value.device().is_meta());
+        CHECK(p->main_grad.device().is_meta());
+        CHECK(p->value.numel() * (p->tensor_parallel ? 2 : 1) == p->global_shape.numel());
+      }
+    }
   }
 }
 
