@@ -1,4 +1,5 @@
-// CPU aligned allocator with statistics, and device dispatch to the CUDA caching allocator.
+// CPU aligned allocator with statistics, and device dispatch to the CUDA caching allocator; the
+// meta device allocates nothing (an allocation there is an internal error).
 #include "core/allocator.h"
 
 #include <atomic>
@@ -23,6 +24,8 @@ size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 }  // namespace
 
 void* allocate_bytes(Device device, size_t nbytes) {
+  STRATA_INTERNAL_ASSERT(!device.is_meta(), "allocate_bytes: ", nbytes,
+                         " bytes on the meta device, which has no storage");
   if (device.is_cuda()) {
 #if STRATA_WITH_CUDA
     return cuda_rt::cached_alloc(device.index, nbytes);
@@ -60,6 +63,7 @@ void free_bytes(Device device, void* ptr, size_t nbytes) {
 }
 
 MemoryStats memory_stats(Device device) {
+  if (device.is_meta()) return {};  // nothing is ever allocated there
   if (device.is_cuda()) {
 #if STRATA_WITH_CUDA
     return cuda_rt::cached_stats(device.index);
@@ -73,6 +77,7 @@ MemoryStats memory_stats(Device device) {
 }
 
 void reset_peak_memory_stats(Device device) {
+  if (device.is_meta()) return;
   if (device.is_cuda()) {
 #if STRATA_WITH_CUDA
     cuda_rt::cached_reset_peak(device.index);

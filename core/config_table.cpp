@@ -454,22 +454,23 @@ Value FieldTable::get_value(const std::string& section, const std::string& field
   return f->get(find_section(section)->access(const_cast<void*>(root)));
 }
 
-void FieldTable::check_fields(const void* root) const {
-  for (const auto& sec : sections_) {
-    const void* obj = sec.access(const_cast<void*>(root));
-    for (const auto& f : sec.fields) {
-      Value v = f.get(obj);
-      if (std::holds_alternative<std::monostate>(v)) continue;
-      // No float field means anything with inf or nan (YAML's .inf / .nan): refuse them all here,
-      // whatever the field's own rules, before anything is allocated.
-      const std::string non_finite = check_numbers(v, [](double x) { return std::isfinite(x); }, "a finite number");
-      if (!non_finite.empty()) throw ConfigError(f.path(), non_finite);
-      for (const auto& val : f.validators) {
-        std::string problem = val.check(v);
-        if (!problem.empty()) throw ConfigError(f.path(), problem);
-      }
+void check_section_fields(const std::vector<FieldSpec>& fields, const void* section) {
+  for (const auto& f : fields) {
+    Value v = f.get(section);
+    if (std::holds_alternative<std::monostate>(v)) continue;
+    // No float field means anything with inf or nan (YAML's .inf / .nan): refuse them all here,
+    // whatever the field's own rules, before anything is allocated.
+    const std::string non_finite = check_numbers(v, [](double x) { return std::isfinite(x); }, "a finite number");
+    if (!non_finite.empty()) throw ConfigError(f.path(), non_finite);
+    for (const auto& val : f.validators) {
+      std::string problem = val.check(v);
+      if (!problem.empty()) throw ConfigError(f.path(), problem);
     }
   }
+}
+
+void FieldTable::check_fields(const void* root) const {
+  for (const auto& sec : sections_) check_section_fields(sec.fields, sec.access(const_cast<void*>(root)));
 }
 
 }  // namespace strata::config

@@ -242,6 +242,10 @@ struct SectionSpec {
   const FieldSpec* find(const std::string& field) const;
 };
 
+// Every per-field validator of one section's fields on its struct (`section` points at it); a
+// ConfigError naming the first field that fails.
+void check_section_fields(const std::vector<FieldSpec>& fields, const void* section);
+
 // The type-erased table (roots passed as void*). Use ConfigTable<Root> below.
 class FieldTable {
  public:

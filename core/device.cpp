@@ -14,6 +14,7 @@
 namespace strata {
 
 std::string Device::str() const {
+  if (is_meta()) return "meta";
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
@@ -41,6 +42,7 @@ const CudaProbe& probe() {
 int cuda_device_count() { return probe().count; }
 
 int64_t device_memory_bytes(Device device) {
+  STRATA_INTERNAL_ASSERT(!device.is_meta(), "device_memory_bytes: the meta device has no memory");
   if (device.is_cpu()) return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
 #if STRATA_WITH_CUDA
   return static_cast<int64_t>(cuda_rt::device_total_memory(device.index));

@@ -1,6 +1,10 @@
-// Devices (cpu, cuda:N) and runtime detection of the CUDA backend.
+// Devices (cpu, cuda:N, meta) and runtime detection of the CUDA backend.
 // "auto" resolves to cuda:0 when a GPU is usable, else cpu with one log line saying why;
 // asking for "cuda" where none is usable is an error naming the cause.
+// The meta device holds tensors with a shape and a dtype but no storage (PyTorch's
+// torch.device("meta")): creating them allocates and fills nothing, and anything that reads or
+// writes their data is an internal error naming the device (core/tensor.h). Models are built on it
+// to be described without memory (models/model_manifest.h); no config or flag selects it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,7 +12,7 @@
 
 namespace strata {
 
-enum class DeviceType : uint8_t { CPU, CUDA };
+enum class DeviceType : uint8_t { CPU, CUDA, Meta };
 
 struct Device {
   DeviceType type = DeviceType::CPU;
@@ -16,11 +20,13 @@ struct Device {
 
   static constexpr Device cpu() { return Device{DeviceType::CPU, 0}; }
   static constexpr Device cuda(int i = 0) { return Device{DeviceType::CUDA, i}; }
+  static constexpr Device meta() { return Device{DeviceType::Meta, 0}; }
   constexpr bool is_cpu() const { return type == DeviceType::CPU; }
   constexpr bool is_cuda() const { return type == DeviceType::CUDA; }
-  std::string str() const;  // "cpu" or "cuda:N"
+  constexpr bool is_meta() const { return type == DeviceType::Meta; }
+  std::string str() const;  // "cpu", "cuda:N" or "meta"
   friend constexpr bool operator==(const Device& a, const Device& b) {
-    return a.type == b.type && (a.type == DeviceType::CPU || a.index == b.index);
+    return a.type == b.type && (a.type != DeviceType::CUDA || a.index == b.index);
   }
 };
 

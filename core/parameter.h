@@ -4,8 +4,9 @@
 // "decoder.final_layernorm.weight", "output_layer.weight"), identical under every parallel layout;
 // `global_shape` and `slice` say which part of the global tensor this rank holds.
 // Tensor-parallel shards (parallel/tensor_parallel.h): `tensor_parallel` marks a parameter split
-// over the tp group (Megatron's tensor_model_parallel attribute); replicated ones are identical on
-// every tp rank. A shard is usually one block of the global tensor (`slice`); a SwiGLU linear_fc1
+// over the tp group (Megatron's tensor_model_parallel attribute, set like it on every column- and
+// row-parallel weight whatever the tp size: at tp 1 the one shard is the whole tensor); replicated
+// ones are identical on every tp rank. A shard is usually one block of the global tensor (`slice`); a SwiGLU linear_fc1
 // shard is two ([gate_r; up_r]): then `blocks` lists them in order — the local value is their
 // concatenation along dim 0, each block an equal part of it (or `block_rows[i]` rows each: the
 // Mamba mixer's in_proj z|x|B|C|dt and conv1d x|B|C shards), and `slice` is blocks[0].
@@ -30,7 +31,7 @@ struct Parameter {
   Shape global_shape;        // shape of the unsharded parameter
   GlobalSlice slice;         // this rank's part of it (GlobalSlice::whole() when unsharded)
   std::vector<GlobalSlice> blocks;  // several blocks along dim 0 (SwiGLU fc1 under tp); else empty
-  bool tensor_parallel = false;     // sharded over the tp group (else replicated on every tp rank)
+  bool tensor_parallel = false;     // split over the tp group, at any tp size (else replicated on every tp rank)
   // An expert's weight (Megatron allreduce=False): held by one expert-parallel rank, its gradient
   // reduced over the expert-data-parallel group (not dp × cp), sharded by the distributed optimizer
   // over that group, written to checkpoints by expert-dp rank 0. With tensor_parallel it is split

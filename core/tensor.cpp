@@ -1,4 +1,5 @@
-// Tensor views, copies and host access (core/tensor.h).
+// Tensor views, copies and host access (core/tensor.h); meta tensors (no storage) and the
+// internal error on touching their data.
 #include "core/tensor.h"
 
 #include <algorithm>
@@ -12,7 +13,7 @@
 namespace strata {
 
 Storage::Storage(size_t nbytes, Device device)
-    : data_(allocate_bytes(device, nbytes)), nbytes_(nbytes), device_(device) {}
+    : data_(device.is_meta() ? nullptr : allocate_bytes(device, nbytes)), nbytes_(nbytes), device_(device) {}
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {
@@ -48,7 +49,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  t.fill_(value);
+  if (!device.is_meta()) t.fill_(value);  // a meta tensor has no values to set
   return t;
 }
 
@@ -88,8 +89,17 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+namespace {
+// Reading or writing a meta tensor's data is a bug: a meta build only describes a model.
+void check_not_meta(const Tensor& t, const char* op) {
+  STRATA_INTERNAL_ASSERT(!t.device().is_meta(), op, " of a ", t.shape().str(), " ", dtype_name(t.dtype()),
+                         " tensor on the meta device, which holds no data");
+}
+}  // namespace
+
 void* Tensor::data_ptr() const {
   STRATA_CHECK(defined(), "data_ptr() of an undefined tensor");
+  check_not_meta(*this, "data_ptr()");
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size());
 }
 
@@ -159,6 +169,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
+  check_not_meta(*this, "clone()");
   Tensor out = empty(shape_, dtype_, device_);
   copy_strided(out, *this);
   return out;
@@ -195,6 +206,7 @@ Tensor Tensor::to(Device device) const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
+  check_not_meta(*this, "to(dtype)");
   Tensor out = empty(shape_, dtype, device_);
   copy_strided(out, *this);
   return out;
@@ -204,6 +216,8 @@ void Tensor::copy_(const Tensor& src) {
   check_defined(*this, "copy_", "dst");
   check_defined(src, "copy_", "src");
   STRATA_CHECK(src.shape() == shape_, "copy_: shape ", src.shape().str(), " into ", shape_.str());
+  check_not_meta(src, "copy_ from");
+  check_not_meta(*this, "copy_ into");
   if (src.device() == device_) {
     copy_strided(*this, src);
     return;
@@ -222,10 +236,12 @@ void Tensor::copy_(const Tensor& src) {
 
 void Tensor::fill_(double value) {
   check_defined(*this, "fill_", "self");
+  check_not_meta(*this, "fill_");
   fill_strided(*this, value);
 }
 
 std::vector<double> Tensor::to_vector() const {
+  check_not_meta(*this, "to_vector()");
   Tensor h = to(Device::cpu()).to(DType::F64).contiguous();
   const double* p = h.data<double>();
   return std::vector<double>(p, p + h.numel());
@@ -239,7 +255,9 @@ double Tensor::item() const {
 std::string Tensor::to_string(int64_t max_elements) const {
   std::ostringstream os;
   if (!defined()) return "Tensor(undefined)";
-  os << "Tensor(" << shape_.str() << ", " << dtype_name(dtype_) << ", " << device_.str() << ") [";
+  os << "Tensor(" << shape_.str() << ", " << dtype_name(dtype_) << ", " << device_.str() << ")";
+  if (device_.is_meta()) return os.str();  // no values to show
+  os << " [";
   std::vector<double> v = to_vector();
   int64_t n = std::min<int64_t>(max_elements, static_cast<int64_t>(v.size()));
   for (int64_t i = 0; i < n; ++i) os << (i ? ", " : "") << v[i];

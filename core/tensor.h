@@ -2,6 +2,10 @@
 // Views share storage (reshape/view, narrow/slice, select); layout changes that would need
 // general strides for kernels are explicit contiguous copies (transpose, permute, contiguous()).
 // Kernels accept contiguous tensors unless they say otherwise.
+// On the meta device (core/device.h) a tensor has its shape, strides and dtype but no storage:
+// empty/zeros/full allocate and fill nothing, views work, and data_ptr() (every kernel's way to
+// the data), copy_, fill_, clone and to_vector are internal errors naming the device.
+// Reference: PyTorch's meta tensors (torch.device("meta")).
 #pragma once
 #include <functional>
 #include <memory>
@@ -15,7 +19,8 @@
 namespace strata {
 
 // A block of bytes on one device, freed through the device's allocator (or a custom deleter
-// for memory the tensor does not own, e.g. a memory-mapped file).
+// for memory the tensor does not own, e.g. a memory-mapped file). On the meta device: no bytes
+// (data() is null), only their count.
 class Storage {
  public:
   Storage(size_t nbytes, Device device);

@@ -70,7 +70,7 @@ LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const 
                "language model: parallel.sequence_parallel needs tensor_model_parallel_size > 1");
   padded_vocab_ = cfg_->padded_vocab(tp);
   STRATA_CHECK(padded_vocab_ >= *cfg_->vocab_size && padded_vocab_ % tp == 0, "model.padded_vocab_size ", padded_vocab_,
-               " must be at least model->vocab_size (", *cfg_->vocab_size,
+               " must be at least model.vocab_size (", *cfg_->vocab_size,
                ") and a multiple of tensor_model_parallel_size (", tp, ")");
   const LayerEnv env{opt_.dtype, opt_.device, opt_.sequence_parallel && tp > 1, opt_.cp_comm_type};
   const ProcessGroup sp_group = env.sequence_parallel ? groups_.tp : ProcessGroup::single("tp");
@@ -82,7 +82,7 @@ LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const 
   }
   STRATA_CHECK(opt_.first_layer >= 0 && opt_.first_layer + opt_.num_layers <= cfg_->num_layers,
                "language model: layers [", opt_.first_layer, ", ", opt_.first_layer + opt_.num_layers,
-               ") outside model->num_layers ", cfg_->num_layers);
+               ") outside model.num_layers ", cfg_->num_layers);
   if (opt_.pre_process) embedding_ = std::make_unique<layers::VocabEmbedding>(cfg_, padded_vocab_, env, groups_.tp);
   block_ = parts.make_block(cfg_, env, groups_, opt_.first_layer, opt_.num_layers);
   STRATA_INTERNAL_ASSERT(block_ && block_->num_layers() == opt_.num_layers, "language model: the block has the wrong layers");
@@ -93,14 +93,15 @@ LanguageModelShell::LanguageModelShell(const ResolvedModelConfig& cfg_in, const 
                                                              env, sp_group);
   final_norm_ = std::make_unique<layers::Norm>(parts.final_norm_prefix + ".weight", parts.final_norm_prefix + ".bias",
                                                cfg_->hidden_size, cfg_, env, sp_group);
-  // Column-parallel over the vocabulary: the same rows as the embedding shard.
+  // Column-parallel over the vocabulary (tensor-parallel whatever the tp size, as in Megatron): the
+  // same rows as the embedding shard.
   auto shard_vocab_rows = [&](Parameter& p) {
+    p.tensor_parallel = true;
     if (tp == 1) return;
     const int64_t rows = padded_vocab_ / tp;
     p.value = Tensor::zeros({rows, cfg_->hidden_size}, env.dtype, env.device);
     p.main_grad = Tensor::zeros({rows, cfg_->hidden_size}, env.grad_dtype(), env.device);
     p.slice = GlobalSlice::shard(Shape{padded_vocab_, cfg_->hidden_size}, 0, groups_.tp.rank(), static_cast<int>(tp));
-    p.tensor_parallel = true;
   };
   if (!tied()) {
     output_layer_ = layers::make_parameter("output_layer.weight", Shape{padded_vocab_, cfg_->hidden_size}, env,

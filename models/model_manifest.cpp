@@ -1,10 +1,10 @@
-// The model manifest: layers, sites, losses and parameters of a resolved config (see model_manifest.h).
+// The model manifest: layers, sites and losses of a resolved config, and the parameters of its meta
+// build (see model_manifest.h).
 #include "models/model_manifest.h"
 
 #include <algorithm>
 
 #include "models/config/hybrid_pattern.h"
-#include "models/layers/embedding.h"
 #include "models/layers/loss.h"
 #include "models/manifest_parameters.h"
 #include "parallel/pipeline_layout.h"
@@ -13,12 +13,13 @@ namespace strata {
 
 namespace {
 
-// The layers of one stack: each with its kind's parameters and sites (mHC wrapper included).
+using manifest_detail::MetaChunk;
+using manifest_detail::MetaTensorParallel;
+
+// The layers of one stack, each with its kind's sites (mHC wrapper included).
 void add_stack(ModelManifest& out, const ResolvedModelConfig& m, const std::vector<StackLayerSpec>& stack, bool mtp) {
   for (const StackLayerSpec& s : stack) {
     out.layers.push_back(ManifestLayer{s.place.name, s.kind->symbol, s.place.index, mtp});
-    ParameterList parameters(out.parameters, m, static_cast<int64_t>(out.layers.size()) - 1);
-    add_stack_layer_parameters(m, s, parameters);
     add_stack_layer_sites(m, s, out.sites);
   }
 }
@@ -32,31 +33,8 @@ void add_mtp_layers(ModelManifest& out, const ResolvedModelConfig& m) {
     for (size_t i = first_site; i < out.sites.size(); ++i) out.sites[i].per_forward = m->mtp_depths();
 }
 
-// Each parameter on its layer's stage and chunk; the embedding on the first, the rest on the last;
-// the last stage's copies of the word embeddings (models/language_model_shell.h).
-void place_parameters(ModelManifest& out, const ResolvedModelConfig& m, int64_t pp, int64_t chunks) {
-  std::vector<ManifestParameter> copies;
-  for (ManifestParameter& p : out.parameters) {
-    if (p.layer >= 0) {
-      const ManifestLayer& l = out.layers[static_cast<size_t>(p.layer)];
-      p.stage = l.stage, p.chunk = l.chunk;
-    } else if (p.name.rfind("embedding.", 0) == 0) {
-      p.stage = 0, p.chunk = 0;
-      const bool copy = pp > 1 && p.name == layers::VocabEmbedding::kWordEmbeddingsName &&
-                        (!m->untie_embeddings_and_output_weights || m->mtp_depths() > 0);
-      if (copy) {
-        copies.push_back(p);
-        copies.back().shared_copy = true, copies.back().stage = pp - 1, copies.back().chunk = chunks - 1;
-      }
-    } else {
-      p.stage = pp - 1, p.chunk = chunks - 1;
-    }
-  }
-  for (ManifestParameter& c : copies) out.parameters.push_back(std::move(c));
-}
-
-// Layers, sites, losses and parameters (vocabulary padded at tp), all on stage 0.
-ModelManifest build_manifest(const ResolvedModelConfig& m, int64_t tp) {
+// Layers, sites and losses (the parameters are the caller's: they need the chunks).
+ModelManifest describe_layers(const ResolvedModelConfig& m) {
   ModelManifest out;
   add_stack(out, m, decoder_stack_specs(m, 0, m->num_layers), false);
   add_mtp_layers(out, m);
@@ -68,12 +46,13 @@ ModelManifest build_manifest(const ResolvedModelConfig& m, int64_t tp) {
   out.losses = {kLmLossName};
   for (int64_t k = 1; k <= m->mtp_depths(); ++k) out.losses.push_back(mtp_loss_name(k));
   for (const std::string& n : model_layer_loss_names(m)) out.losses.push_back(n);
-  if (!m->vocab_size) {  // the parameters need the vocabulary: none listed before it is known
-    out.parameters.clear();
-    return out;
-  }
-  manifest_detail::add_model_parameters(out, m, tp);
   return out;
+}
+
+// The parameters of these chunks from their meta build; none before the vocabulary is known.
+void add_parameters(ModelManifest& out, const ResolvedModelConfig& m, const std::vector<MetaChunk>& chunks,
+                    const MetaTensorParallel& at) {
+  if (m->vocab_size) out.parameters = manifest_detail::chunk_parameters(m, out.layers, chunks, at);
 }
 
 }  // namespace
@@ -89,12 +68,24 @@ bool is_mtp_loss_name(const std::string& name) {
   return depth.find_first_not_of("0123456789") == std::string::npos && depth[0] != '0';
 }
 
-ModelManifest build_model_manifest(const ResolvedModelConfig& m) { return build_manifest(m, 1); }
+int64_t ManifestParameter::local_elements(int64_t tp, int64_t etp) const {
+  const int64_t split = !tensor_parallel ? 1 : expert >= 0 ? etp : tp;
+  return shape.numel() / split;
+}
+
+ModelManifest build_model_manifest(const ResolvedModelConfig& m) {
+  ModelManifest out = describe_layers(m);
+  MetaChunk whole;  // every layer, the embedding and the output layer
+  whole.layout = PipelineChunkLayout{0, m->num_layers, true, true};
+  add_parameters(out, m, {whole}, MetaTensorParallel{});
+  return out;
+}
 
 ModelManifest build_model_manifest(const ResolvedModelConfig& m, const ParallelConfig& parallel) {
-  ModelManifest out = build_manifest(m, parallel.tensor_model_parallel_size);
+  ModelManifest out = describe_layers(m);
   const int64_t pp = parallel.pipeline_model_parallel_size, chunks = num_model_chunks(parallel);
   out.chunks.assign(static_cast<size_t>(pp), std::vector<ChunkLayers>(static_cast<size_t>(chunks)));
+  std::vector<MetaChunk> built;
   for (int64_t stage = 0; stage < pp; ++stage)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const PipelineChunkLayout c = m->is_hybrid() ? hybrid::hybrid_chunk_layout(m.hybrid_pattern(), parallel, stage, chunk)
@@ -104,10 +95,13 @@ ModelManifest build_model_manifest(const ResolvedModelConfig& m, const ParallelC
         ManifestLayer& layer = out.layers[static_cast<size_t>(l)];
         layer.stage = stage, layer.chunk = chunk;
       }
+      built.push_back(MetaChunk{stage, chunk, c});
     }
   for (ManifestLayer& layer : out.layers)
     if (layer.mtp) layer.stage = pp - 1, layer.chunk = chunks - 1;
-  place_parameters(out, m, pp, chunks);
+  const int64_t tp = parallel.tensor_model_parallel_size;
+  add_parameters(out, m, built,
+                 MetaTensorParallel{tp, parallel.expert_tensor_parallel_size.value_or(tp), parallel.sequence_parallel});
   return out;
 }
 

@@ -1,13 +1,14 @@
 // The resolved description of a built model, derived from its resolved config: the layers in
 // order (decoder, then the MTP depths' inner layers), the observation sites each emits
 // (core/observe.h), the named losses and the parameters, so that the tensor dumper, the metric
-// checks, the loss channel and the planner read the model from one place. Each layer's part is its
-// layer kind's own description (models/config/layer_kind.h) of the stacks the model builds
-// (models/config/model_stacks.h); the manifest adds the model-level parts (embedding, stack exit, MTP
-// modules, output layer).
+// checks, the loss channel and the planner read the model from one place. Each layer's sites,
+// losses and activations are its layer kind's own description (models/config/layer_kind.h) of the
+// stacks the model builds (models/config/model_stacks.h); the manifest adds the output layer's
+// sites. The parameters are not described: they are read from the model itself, each chunk built
+// on the meta device (models/manifest_parameters.h), so there is no second list of them.
 // tests/unit/test_model_manifest.cpp checks a real forward and backward of every model family
-// emits exactly these sites; test_manifest_parameters.cpp that every rank of every layout builds
-// exactly these parameters.
+// emits exactly these sites and builds exactly these parameters; tests/mpi/test_manifest_layouts.cpp
+// that every rank of every layout does.
 // Reference: megatron/core/tensor_observation.py (owners and names), transformer_block.py,
 // models/hybrid/hybrid_block.py, transformer/multi_token_prediction.py (module paths).
 // Details (every site kind, shapes and dims): docs/observation.md.
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/shape.h"
 #include "models/config/layer_kind.h"
 #include "models/config/model_config.h"
 #include "models/config/model_stacks.h"
@@ -35,6 +37,22 @@ struct ManifestLayer {
   int64_t stage = 0, chunk = 0;
 };
 
+// One parameter as the model builds it (core/parameter.h): its canonical name and global shape (the
+// vocabulary rows padded at the layout's tp), how tensor and expert parallelism split it, and where
+// it is built.
+struct ManifestParameter {
+  std::string name;
+  Shape shape;
+  bool tensor_parallel = false;  // split over tp when tp > 1 (an expert's weight: over the expert tp group)
+  int64_t expert = -1;           // an expert's weight: its global id; the ep rank holding it builds it
+  bool f32 = false;              // kept in f32 whatever the compute dtype (mHC, Mamba's A_log and D)
+  bool shared_copy = false;      // a last-stage copy of the word embeddings (Parameter::shared_copy)
+  int64_t layer = -1;            // index into ModelManifest::layers; -1: embedding, stack exit, MTP module
+  int64_t stage = 0, chunk = 0;  // the pipeline stage and model chunk that build it
+  // The elements one rank holds: the shard when split over tp (experts: etp) ranks.
+  int64_t local_elements(int64_t tp, int64_t etp) const;
+};
+
 // The decoder layers of one model chunk: global numbers [first, first + count).
 struct ChunkLayers {
   int64_t first = 0, count = 0;
@@ -49,8 +67,8 @@ struct ModelManifest {
   // "lm loss", the MTP depths' "mtp_<k> loss", then the MoE router losses.
   std::vector<std::string> losses;
   // Every parameter, each once (with a pipeline layout: each shared copy too, on its stage): each
-  // layer's, then the embedding, stack exit and MTP modules' own. Empty while model.vocab_size is
-  // unset (the tokenizer not yet resolved).
+  // layer's in layer order, then the embedding, stack exit and MTP modules' own, then the shared
+  // copies. Empty while model.vocab_size is unset (the tokenizer not yet resolved).
   std::vector<ManifestParameter> parameters;
 };
 
@@ -59,14 +77,14 @@ struct ModelManifest {
 // sites, then the layer kind's own (docs/observation.md lists them); once per model:
 // output_layer.output_logits and output_layer.mtp_logits.<k>, k = 0..D−1 (Megatron's
 // process_mtp_loss numbers the MTP logit sites from 0; the losses stay mtp_1 .. mtp_D).
-// Parameters at tp = 1, on one stage.
+// Parameters: the whole model built as one chunk at tp = 1, on the meta device.
 ModelManifest build_model_manifest(const ResolvedModelConfig& m);
 // The same with each layer's stage and chunk under `parallel` (validated, the hybrid pattern's `|`
 // segments applied): parallel/pipeline_layout.h's split, or the hybrid segments; the MTP layers on
-// the last stage's last chunk, with the output layer. Parameters: the vocabulary padded at the
-// layout's tp; the embedding on stage 0's first chunk, the stack exit and MTP modules with the
-// output layer; with pp > 1 the last stage also builds a copy of the word embeddings when they are
-// tied to the output layer, or (untied) for the MTP depths' lookups.
+// the last stage's last chunk, with the output layer. Parameters: each stage's chunks built as
+// the model factory builds them (the embedding on the first, the stack exit and MTP modules on the
+// last, with pp > 1 the last stage's copies of the word embeddings) at the layout's tp and expert
+// tp (the vocabulary padded at tp), each expert listed once.
 ModelManifest build_model_manifest(const ResolvedModelConfig& m, const ParallelConfig& parallel);
 
 // The loss of MTP depth k (1-based): "mtp_<k> loss" (Megatron's process_mtp_loss names).

@@ -2,7 +2,8 @@
 // interface with three backends —
 //   self : a group of one rank (every collective is an identity or a copy; no library involved),
 //   mpi  : host tensors over MPI (CPU ranks; also small host-side exchanges on GPU ranks),
-//   nccl : device tensors over NCCL (GPU ranks; the unique id is broadcast over MPI).
+//   nccl : device tensors over NCCL (GPU ranks; the unique id is broadcast over MPI) —
+// and the meta build's groups (a size and a position, never communicating: make_meta_communicator).
 // A ProcessGroup (parallel/process_group.h) holds a host communicator and, on GPU ranks, a device
 // communicator, and routes each call by the tensor's device.
 // All tensors are contiguous; counts and offsets are in elements of the flattened tensor; every
@@ -115,5 +116,8 @@ class Communicator {
 
 // A group of one rank: collectives are identities (all_reduce/broadcast) or copies.
 std::shared_ptr<Communicator> make_self_communicator(DeviceType device = DeviceType::CPU);
+// A meta build's group (parallel/meta_communicator.cpp): `size` ranks, this one at `rank`; every
+// collective, exchange, barrier and split is an internal error (it never communicates).
+std::shared_ptr<Communicator> make_meta_communicator(int size, int rank);
 
 }  // namespace strata

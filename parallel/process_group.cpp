@@ -56,6 +56,12 @@ ProcessGroup::ProcessGroup(std::string name, std::vector<int> ranks, int my_rank
   if (device_ != nullptr) device_->set_label(name_);
 }
 
+ProcessGroup ProcessGroup::meta(const std::string& name, std::vector<int> ranks, int my_rank) {
+  const int position = position_of(ranks, my_rank, name);
+  std::shared_ptr<Communicator> c = make_meta_communicator(static_cast<int>(ranks.size()), position);
+  return ProcessGroup(name, std::move(ranks), my_rank, c, c);  // host and device alike: neither communicates
+}
+
 Communicator& ProcessGroup::comm(DeviceType device) const {
   if (size() == 1 && host_ == nullptr) return self_communicator(device);
   if (device == DeviceType::CUDA) {

@@ -3,7 +3,7 @@
 // (MPI, or "self" for a group of one) and, on GPU ranks, a device one (NCCL). Each collective is
 // routed by the tensor's device. Layers receive the groups they use explicitly; there is no
 // global parallel state. A group built without communicators has size 1 and its collectives are
-// identities (single-process training).
+// identities (single-process training); a meta group has any size and never communicates.
 // Reference: megatron/core/parallel_state.py (the groups), torch.distributed (the calls).
 #pragma once
 #include <memory>
@@ -25,6 +25,9 @@ class ProcessGroup {
   static ProcessGroup single(const std::string& name, int global_rank = 0) {
     return ProcessGroup(name, {global_rank}, global_rank);
   }
+  // A meta build's group (a model built on the meta device to be described): these ranks, this
+  // one among them, every collective an internal error (make_meta_communicator).
+  static ProcessGroup meta(const std::string& name, std::vector<int> ranks, int my_rank);
   int size() const { return static_cast<int>(ranks_.size()); }
   int rank() const { return index_; }  // position of this rank in the group
   const std::vector<int>& ranks() const { return ranks_; }

@@ -1,4 +1,5 @@
-// Megatron's rank grid and the ParallelGroups built from it (parallel/rank_grid.h).
+// Megatron's rank grid and the ParallelGroups built from it, over MPI/NCCL or as a meta build's
+// (parallel/rank_grid.h).
 // Reference: megatron/core/parallel_state.py (generate_masked_orthogonal_rank_groups,
 // RankGenerator.get_ranks, default_embedding_ranks, initialize_model_parallel).
 #include "parallel/rank_grid.h"
@@ -168,6 +169,28 @@ RankCoordinates RankGrid::coordinates(int rank) const {
 
 namespace {
 
+// The member of `groups` that holds the groups of `kind`.
+ProcessGroup& group_slot(ParallelGroups& groups, GroupKind kind) {
+  switch (kind) {
+    case GroupKind::Tp: return groups.tp;
+    case GroupKind::Cp: return groups.cp;
+    case GroupKind::Dp: return groups.dp;
+    case GroupKind::DpCp: return groups.dp_cp;
+    case GroupKind::TpCp: return groups.tp_cp;
+    case GroupKind::Pp: return groups.pp;
+    case GroupKind::Mp: return groups.mp;
+    case GroupKind::Embedding: return groups.embedding;
+    case GroupKind::PositionEmbedding: return groups.position_embedding;
+    case GroupKind::Ep: return groups.ep;
+    case GroupKind::ExpertTp: return groups.expert_tp;
+    case GroupKind::ExpertDp: return groups.expert_dp;
+    case GroupKind::TpEp: return groups.tp_ep;
+    case GroupKind::TpDpCp: return groups.tp_dp_cp;
+  }
+  STRATA_INTERNAL_ASSERT(false, "unknown group kind");
+  return groups.tp;
+}
+
 ProcessGroup split_group(GroupKind kind, const RankGrid& grid, int rank, Communicator& host,
                                      Communicator* device, bool& member) {
   const int color = grid.group_index(kind, rank), key = grid.position(kind, rank);
@@ -203,34 +226,31 @@ ParallelGroups build_parallel_groups(const ParallelConfig& p, std::shared_ptr<Co
   for (int r = 0; r < grid.world_size(); ++r) all[r] = r;
   out.world = ProcessGroup("world", all, rank, world_host, world_device);
 
-  auto slot = [&](GroupKind k) -> ProcessGroup& {
-    switch (k) {
-      case GroupKind::Tp: return out.tp;
-      case GroupKind::Cp: return out.cp;
-      case GroupKind::Dp: return out.dp;
-      case GroupKind::DpCp: return out.dp_cp;
-      case GroupKind::TpCp: return out.tp_cp;
-      case GroupKind::Pp: return out.pp;
-      case GroupKind::Mp: return out.mp;
-      case GroupKind::Embedding: return out.embedding;
-      case GroupKind::PositionEmbedding: return out.position_embedding;
-      case GroupKind::Ep: return out.ep;
-      case GroupKind::ExpertTp: return out.expert_tp;
-      case GroupKind::ExpertDp: return out.expert_dp;
-      case GroupKind::TpEp: return out.tp_ep;
-      case GroupKind::TpDpCp: return out.tp_dp_cp;
-    }
-    STRATA_INTERNAL_ASSERT(false, "unknown group kind");
-    return out.tp;
-  };
   for (GroupKind k : group_build_order()) {
     bool member = grid.group_index(k, rank) >= 0;
     size_t largest = 0;
     for (const auto& g : grid.groups(k)) largest = std::max(largest, g.size());
     if (largest > 1)
-      slot(k) = split_group(k, grid, rank, *world_host, world_device.get(), member);
+      group_slot(out, k) = split_group(k, grid, rank, *world_host, world_device.get(), member);
     else
-      slot(k) = ProcessGroup::single(group_kind_name(k), rank);
+      group_slot(out, k) = ProcessGroup::single(group_kind_name(k), rank);
+    if (k == GroupKind::Embedding) out.in_embedding_group = member;
+    if (k == GroupKind::PositionEmbedding) out.in_position_embedding_group = member;
+  }
+  return out;
+}
+
+ParallelGroups meta_parallel_groups(const RankGrid& grid, int rank) {
+  ParallelGroups out;
+  out.world_size = grid.world_size();
+  out.global_rank = rank;
+  std::vector<int> all(grid.world_size());
+  for (int r = 0; r < grid.world_size(); ++r) all[r] = r;
+  out.world = ProcessGroup::meta("world", all, rank);
+  for (GroupKind k : group_build_order()) {
+    const bool member = grid.group_index(k, rank) >= 0;
+    const std::vector<int> ranks = member ? grid.group_of(k, rank) : std::vector<int>{rank};
+    group_slot(out, k) = ProcessGroup::meta(group_kind_name(k), ranks, rank);
     if (k == GroupKind::Embedding) out.in_embedding_group = member;
     if (k == GroupKind::PositionEmbedding) out.in_position_embedding_group = member;
   }

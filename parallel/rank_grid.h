@@ -110,4 +110,10 @@ class RankGrid {
 ParallelGroups build_parallel_groups(const ParallelConfig& p, std::shared_ptr<Communicator> world_host,
                                      std::shared_ptr<Communicator> world_device = nullptr);
 
+// The groups rank `rank` of `grid` has, for a meta build (a model built on the meta device to be
+// described, models/model_manifest.h): the ranks and positions build_parallel_groups gives it,
+// every group a meta group (ProcessGroup::meta: it never communicates), built without MPI; a group
+// kind this rank is in none of (the embedding kinds) is a meta group of this rank alone.
+ParallelGroups meta_parallel_groups(const RankGrid& grid, int rank);
+
 }  // namespace strata

@@ -1,7 +1,6 @@
-// The Mamba2 layer kind `M` (see mamba_kind.h): the stack adapter, its parameters and the
-// activations its Saved struct holds.
-// Reference: megatron/core/ssm/mamba_mixer.py (MambaMixer.__init__: in_proj, conv1d, dt_bias,
-// A_log, D, norm, out_proj), models/hybrid/hybrid_layer_specs.py.
+// The Mamba2 layer kind `M` (see mamba_kind.h): the stack adapter, the activations its Saved struct
+// holds and its layout rules (its parameters are the mixer's own, models/layers/mamba_mixer.h).
+// Reference: megatron/core/ssm/mamba_mixer.py, models/hybrid/hybrid_layer_specs.py.
 #include "models/blocks/mamba_kind.h"
 
 #include "core/config_table.h"
@@ -26,22 +25,6 @@ Tensor MambaStackLayer::backward(State& saved, const Tensor& dy) {
 Tensor* MambaStackLayer::kept_input(State& saved) { return &saved_as<Saved>(saved, *this).layer.mixer.norm.x; }
 
 namespace {
-
-// The mixer with its fused pre-norm (models/layers/mamba_mixer.h): every tensor split over tp but
-// the pre-norm; A_log and D in f32.
-void mamba_parameters(const ResolvedModelConfig& m, const LayerPlace& place, ParameterList& a) {
-  const MambaDims d = mamba_dims(m);
-  const std::string p = place.name + ".mixer";
-  a.norm(p + ".in_proj.layer_norm_weight", p + ".in_proj.layer_norm_bias", m->hidden_size);
-  a.add(p + ".in_proj.weight", Shape{d.in_proj_out(), m->hidden_size}, true);
-  a.add(p + ".conv1d.weight", Shape{d.conv_dim(), 1, d.conv_kernel}, true);
-  a.add(p + ".conv1d.bias", Shape{d.conv_dim()}, true);
-  a.add(p + ".dt_bias", Shape{d.heads}, true);
-  a.add(p + ".A_log", Shape{d.heads}, true, true);
-  a.add(p + ".D", Shape{d.heads}, true, true);
-  a.add(p + ".norm.weight", Shape{d.d_inner}, true);
-  a.add(p + ".out_proj.weight", Shape{m->hidden_size, d.d_inner}, true);
-}
 
 // MambaLayer::Saved: norm and in_proj inputs e·T·C each (sp) with the norm's statistics, conv input
 // and output 2e·T·conv_dim, gate, scan output and out_proj input 3e·T·d_inner, dt before and after
@@ -78,7 +61,6 @@ void register_mamba_kind(LayerKindRegistry& registry) {
               const layers::LayerEnv& env, const ParallelGroups& groups) -> std::unique_ptr<StackLayer> {
     return std::make_unique<MambaStackLayer>(kind, place, cfg, env, groups);
   };
-  k.parameters = mamba_parameters;
   k.sites = [](const ResolvedModelConfig&, const LayerPlace&, std::vector<ObservationSite>&) {};
   k.losses = [](const ResolvedModelConfig&, const LayerPlace&) { return std::vector<std::string>{}; };
   k.activations = mamba_activations;

@@ -75,7 +75,8 @@ MtpBlock::MtpBlock(const ResolvedModelConfig& cfg, const layers::LayerEnv& env, 
       tp_(groups.tp) {
   STRATA_CHECK(depths_ > 0, "MTP block: model.mtp_num_layers must be set");
   STRATA_INTERNAL_ASSERT(static_cast<bool>(make_layer), "MTP block: no inner-layer factory");
-  if (cfg->recompute_granularity == RecomputeGranularity::Full && !recompute_)
+  const bool described_only = env.device.is_meta();  // a meta build (the model manifest) warns nothing
+  if (cfg->recompute_granularity == RecomputeGranularity::Full && !recompute_ && !described_only)
     log::warn("model.recompute_method block: the MTP depths are not recomputed (as in Megatron-LM)");
   const ProcessGroup sp = sp_group(env, groups);
   const int64_t n = repeated_ ? 1 : depths_;

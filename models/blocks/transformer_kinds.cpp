@@ -1,6 +1,6 @@
 // The TransformerLayer kinds `T`, `*`, `-`, `E` (see transformer_kinds.h): the stack adapter, and
-// each kind's parameters, observation sites, losses and saved activations, beside the layer that
-// builds them.
+// each kind's observation sites, losses and saved activations, beside the layer that builds them
+// (its parameters are the layer's own: the model manifest reads them from a meta build).
 // Reference: megatron/core/models/gpt/gpt_layer_specs.py, models/hybrid/hybrid_layer_specs.py,
 // transformer/transformer_layer.py; Korthikanti et al. 2022 (the GPT layer's activation memory).
 #include "models/blocks/transformer_kinds.h"
@@ -68,65 +68,8 @@ layers::LayerKVCache TransformerStackLayer::make_cache(int64_t batch, int64_t ma
 
 namespace {
 
-// ---- Parameters (models/layers/self_attention.h, mlp.h, moe/moe_layer.h) ----
-
-// The input norm fused into linear_qkv, self_attention.
-void attention_parameters(ParameterList& a, const std::string& layer) {
-  const ResolvedModelConfig& m = a.m();
-  const std::string p = layer + ".self_attention";
-  a.norm(p + ".linear_qkv.layer_norm_weight", p + ".linear_qkv.layer_norm_bias", m->hidden_size);
-  a.linear(p + ".linear_qkv", m->hidden_size, m.head_dim() * (m->num_attention_heads + 2 * m.query_groups()),
-           m->add_bias_linear || m->add_qkv_bias, true);
-  a.linear(p + ".linear_proj", m.head_dim() * m->num_attention_heads, m->hidden_size, m->add_bias_linear, false);
-  if (m->qk_layernorm) {
-    a.norm(p + ".q_layernorm", m.head_dim());
-    a.norm(p + ".k_layernorm", m.head_dim());
-  }
-}
-
-// linear_fc1 (gate and up with SwiGLU) and linear_fc2 of an MLP of width ffn.
-void mlp_parameters(ParameterList& a, const std::string& p, int64_t ffn) {
-  const ResolvedModelConfig& m = a.m();
-  a.linear(p + ".linear_fc1", m->hidden_size, m->swiglu ? 2 * ffn : ffn, m->add_bias_linear, true);
-  a.linear(p + ".linear_fc2", ffn, m->hidden_size, m->add_bias_linear, false);
-}
-
-// Router, experts by global id, shared experts.
-void moe_parameters(ParameterList& a, const std::string& p) {
-  const ResolvedModelConfig& m = a.m();
-  const int64_t E = *m->num_experts, C = m->hidden_size, F = m.moe_ffn();
-  a.add(p + ".router.weight", Shape{E, C});  // (router.expert_bias is a buffer, not a parameter)
-  for (int64_t e = 0; e < E; ++e)  // TEGroupedMLP names: the global expert id after "weight"
-    a.add(p + ".experts.linear_fc1.weight" + std::to_string(e), Shape{m->swiglu ? 2 * F : F, C}, true, false, e);
-  for (int64_t e = 0; e < E; ++e)
-    a.add(p + ".experts.linear_fc2.weight" + std::to_string(e), Shape{C, F}, true, false, e);
-  if (m->moe_shared_expert_intermediate_size) {
-    mlp_parameters(a, p + ".shared_experts", *m->moe_shared_expert_intermediate_size);
-    if (m->moe_shared_expert_gate) a.add(p + ".shared_experts.gate_weight", Shape{1, C});
-  }
-}
-
-// The MLP slot with its pre-norm: fused into linear_fc1, or its own module (`E`).
-void mlp_slot_parameters(ParameterList& a, const std::string& layer, const layers::TransformerLayerSpec& spec) {
-  const std::string norm = layer + (spec.separate_pre_mlp_norm ? ".pre_mlp_layernorm." : ".mlp.linear_fc1.layer_norm_");
-  a.norm(norm + "weight", norm + "bias", a.m()->hidden_size);
-  if (spec.mlp_kind == layers::MlpKind::MoE)
-    moe_parameters(a, layer + ".mlp");
-  else
-    mlp_parameters(a, layer + ".mlp", a.m().ffn());
-}
-
 constexpr const char* kAttentionSite = ".self_attention_hyper_connection";
 constexpr const char* kMlpSite = ".mlp_hyper_connection";
-
-void transformer_parameters(char symbol, const ResolvedModelConfig&, const LayerPlace& place, ParameterList& a) {
-  const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, place);
-  if (spec.self_attention) attention_parameters(a, place.name);
-  if (spec.mlp) mlp_slot_parameters(a, place.name, spec);
-  if (!place.branch_mhc) return;
-  if (spec.self_attention) add_mhc_site_parameters(a, place.name + kAttentionSite);
-  if (spec.mlp) add_mhc_site_parameters(a, place.name + kMlpSite);
-}
 
 // ---- Observation sites (docs/observation.md) ----
 
@@ -235,9 +178,6 @@ LayerKind transformer_kind(char symbol, const char* name, bool hybrid_pattern, s
   k.make = [](const LayerKind& kind, const LayerPlace& place, const ResolvedModelConfig& cfg,
               const layers::LayerEnv& env, const ParallelGroups& groups) -> std::unique_ptr<StackLayer> {
     return std::make_unique<TransformerStackLayer>(kind, place, cfg, env, groups);
-  };
-  k.parameters = [symbol](const ResolvedModelConfig& m, const LayerPlace& p, ParameterList& out) {
-    transformer_parameters(symbol, m, p, out);
   };
   k.sites = [symbol](const ResolvedModelConfig&, const LayerPlace& p, std::vector<ObservationSite>& out) {
     transformer_sites(symbol, p, out);

@@ -1,6 +1,6 @@
 // The layer-kind registry and the stack descriptions read from it (see layer_kind.h).
 // Reference: megatron/core/models/hybrid/hybrid_block.py (one layer per symbol, mHC wrapper),
-// Megatron dev transformer/hyper_connection.py (the site's parameters and state).
+// Megatron dev transformer/hyper_connection.py (the site's observations and state).
 #include "models/config/layer_kind.h"
 
 #include <algorithm>
@@ -9,27 +9,6 @@
 #include "core/error.h"
 
 namespace strata {
-
-int64_t ManifestParameter::local_elements(int64_t tp, int64_t etp) const {
-  const int64_t split = !tensor_parallel ? 1 : expert >= 0 ? etp : tp;
-  return shape.numel() / split;
-}
-
-void ParameterList::add(const std::string& name, const Shape& shape, bool tp, bool f32, int64_t expert) {
-  ManifestParameter p;
-  p.name = name, p.shape = shape, p.tensor_parallel = tp, p.f32 = f32, p.expert = expert, p.layer = layer_;
-  out_.push_back(std::move(p));
-}
-
-void ParameterList::norm(const std::string& weight, const std::string& bias, int64_t n) {
-  add(weight, Shape{n});
-  if (m_->normalization == Normalization::LayerNorm) add(bias, Shape{n});
-}
-
-void ParameterList::linear(const std::string& prefix, int64_t in, int64_t out, bool bias, bool column) {
-  add(prefix + ".weight", Shape{out, in}, true);
-  if (bias) add(prefix + ".bias", Shape{out}, column);
-}
 
 LayerKindRegistry& LayerKindRegistry::instance() {
   static LayerKindRegistry registry;
@@ -43,8 +22,7 @@ void LayerKindRegistry::add(LayerKind kind) {
                          "': symbol '", kind.symbol, "' is a pattern separator");
   STRATA_INTERNAL_ASSERT(find(kind.symbol) == nullptr, "layer kind '", kind.name, "': symbol '", kind.symbol,
                          "' is already registered");
-  STRATA_INTERNAL_ASSERT(kind.make && kind.parameters && kind.sites && kind.losses && kind.activations &&
-                             kind.attention_flops_per_token,
+  STRATA_INTERNAL_ASSERT(kind.make && kind.sites && kind.losses && kind.activations && kind.attention_flops_per_token,
                          "layer kind '", kind.name, "' does not describe itself completely");
   kinds_.push_back(std::move(kind));
 }
@@ -108,11 +86,6 @@ LayerPlace inner_place(const StackLayerSpec& s) {
 }
 }  // namespace
 
-void add_stack_layer_parameters(const ResolvedModelConfig& m, const StackLayerSpec& s, ParameterList& out) {
-  if (s.mhc_wrapper) add_mhc_site_parameters(out, s.place.name + ".hyper_connection");
-  s.kind->parameters(m, inner_place(s), out);
-}
-
 void add_stack_layer_sites(const ResolvedModelConfig& m, const StackLayerSpec& s, std::vector<ObservationSite>& out) {
   for (SourceKind k : {SourceKind::ResidualAccumulator, SourceKind::ResidualContribution})
     out.push_back(ObservationSite{s.place.name, source_kind_name(k), k});
@@ -146,13 +119,6 @@ constexpr SourceKind kMhcKinds[] = {SourceKind::MhcHPre,       SourceKind::MhcHP
                                     SourceKind::MhcHRes,       SourceKind::MhcSinkhornResidual,
                                     SourceKind::MhcLayerInput, SourceKind::MhcLayerOutput};
 }  // namespace
-
-void add_mhc_site_parameters(ParameterList& out, const std::string& owner) {
-  const int64_t n = out.m()->num_residual_streams, rows = n * n + 2 * n;
-  out.add(owner + ".mapping_proj.weight", Shape{rows, n * out.m()->hidden_size}, false, true);
-  for (const char* alpha : {".alpha_pre", ".alpha_post", ".alpha_res"}) out.add(owner + alpha, Shape{1}, false, true);
-  out.add(owner + ".bias", Shape{rows}, false, true);
-}
 
 void add_mhc_site_observations(std::vector<ObservationSite>& out, const std::string& owner) {
   for (SourceKind k : kMhcKinds) out.push_back(ObservationSite{owner, source_kind_name(k), k});

@@ -1,8 +1,9 @@
 // The layer-kind registry: each kind of layer a stack can hold (attention, MLP, MoE, Mamba2, the
 // GPT transformer layer, and what comes next) declares in one registration its pattern symbol, its
-// factory, its parameters (canonical names and global shapes), its observation sites, its losses,
-// the activation bytes one micro-batch saves and the recompute modules that act inside it. The
-// model manifest (models/model_manifest.h), the planner (training/planning), the layer stack
+// factory, its observation sites, its losses, the activation bytes one micro-batch saves and the
+// recompute modules that act inside it. Its parameters are not declared: they are what its factory
+// builds (the model manifest builds the layers on the meta device and reads them). The model
+// manifest (models/model_manifest.h), the planner (training/planning), the layer stack
 // (models/blocks/layer_stack.h) and the hybrid pattern's symbol check read this registry; none of
 // them switches on a kind. docs/architecture.md ("Adding a layer kind") shows how to add one.
 // Reference: Megatron-Core's ModuleSpec (a layer kind is a module chosen by a spec):
@@ -16,7 +17,6 @@
 #include <vector>
 
 #include "core/observe.h"
-#include "core/shape.h"
 #include "models/config/model_config.h"
 #include "parallel/parallel_config.h"
 
@@ -34,42 +34,6 @@ struct ObservationSite {
   SourceKind kind;
   int64_t per_forward = 1;  // emissions per forward: mtp_num_layers for a repeated MTP layer's sites
   std::string path() const { return owner + "." + name; }  // what tensor_dump_sites patterns match
-};
-
-// One parameter: its canonical name (core/parameter.h) and global shape (the vocabulary rows padded
-// at the layout's tp), how tensor and expert parallelism split it, and where it is built.
-struct ManifestParameter {
-  std::string name;
-  Shape shape;
-  bool tensor_parallel = false;  // split over tp when tp > 1 (an expert's weight: over the expert tp group)
-  int64_t expert = -1;           // an expert's weight: its global id; the ep rank holding it builds it
-  bool f32 = false;              // kept in f32 whatever the compute dtype (mHC, Mamba's A_log and D)
-  bool shared_copy = false;      // a last-stage copy of the word embeddings (Parameter::shared_copy)
-  int64_t layer = -1;            // index into ModelManifest::layers; -1: embedding, stack exit, MTP module
-  int64_t stage = 0, chunk = 0;  // the pipeline stage and model chunk that build it
-  // The elements one rank holds: the shard when split over tp (experts: etp) ranks.
-  int64_t local_elements(int64_t tp, int64_t etp) const;
-};
-
-// Appends the parameters of one owner (a layer, or -1 for the model-level parts) as the modules
-// build them: column-parallel linears split weight and bias over tp, row-parallel ones the weight
-// only, norms replicated.
-class ParameterList {
- public:
-  ParameterList(std::vector<ManifestParameter>& out, const ResolvedModelConfig& m, int64_t layer)
-      : out_(out), m_(m), layer_(layer) {}
-  void add(const std::string& name, const Shape& shape, bool tp = false, bool f32 = false, int64_t expert = -1);
-  // A norm over n features: weight, and bias for LayerNorm (models/layers/norm.h).
-  void norm(const std::string& weight, const std::string& bias, int64_t n);
-  void norm(const std::string& prefix, int64_t n) { norm(prefix + ".weight", prefix + ".bias", n); }
-  // models/layers/linear.h: weight [out, in]; a column-parallel linear splits its bias too.
-  void linear(const std::string& prefix, int64_t in, int64_t out, bool bias, bool column);
-  const ResolvedModelConfig& m() const { return m_; }
-
- private:
-  std::vector<ManifestParameter>& out_;
-  const ResolvedModelConfig& m_;
-  int64_t layer_;
 };
 
 // The shape of one micro-batch on one rank.
@@ -106,12 +70,12 @@ struct LayerKind {
   bool hybrid_pattern = true;        // a symbol of model.hybrid_layer_pattern (false: GPT's own layer)
   bool branch_hyper_connections = false;  // can hold one mHC site per branch (else the stack wraps it)
   std::vector<std::string> recompute_modules;  // the model.recompute_modules entries that act inside it
-  // Builds the layer of this kind (mHC off unless place.branch_mhc: a wrapped layer is built plain).
+  // Builds the layer of this kind (mHC off unless place.branch_mhc: a wrapped layer is built plain),
+  // its parameters named under place.name. On the meta device (env.device) it must allocate and
+  // touch no data: the model manifest builds it there to list its parameters.
   std::function<std::unique_ptr<StackLayer>(const LayerKind& kind, const LayerPlace&, const ResolvedModelConfig&,
                                             const layers::LayerEnv&, const ParallelGroups&)>
       make;
-  // Its parameters under place.name (global shapes, tp = 1).
-  std::function<void(const ResolvedModelConfig&, const LayerPlace&, ParameterList&)> parameters;
   // Its observation sites under place.name (the stack adds the residual sites and a wrapper's).
   std::function<void(const ResolvedModelConfig&, const LayerPlace&, std::vector<ObservationSite>&)> sites;
   // The named losses it adds through the loss channel (the whole model's names; none: empty).
@@ -171,19 +135,17 @@ std::vector<StackLayerSpec> stack_layer_specs(const ResolvedModelConfig& m, cons
                                               const std::vector<std::string>& names, const std::vector<bool>& moe,
                                               MhcPlacement placement);
 
-// A layer's parameters, its sites (the residual sites first, then its wrapper's, then its own),
-// its named losses and its activations, mHC wrapper included.
-void add_stack_layer_parameters(const ResolvedModelConfig& m, const StackLayerSpec& s, ParameterList& out);
+// A layer's sites (the residual sites first, then its wrapper's, then its own), its named losses and
+// its activations, mHC wrapper included.
 void add_stack_layer_sites(const ResolvedModelConfig& m, const StackLayerSpec& s, std::vector<ObservationSite>& out);
 LayerActivations stack_layer_activations(const ResolvedModelConfig& m, const StackLayerSpec& s, const ActivationShape& a);
 // The named losses of a model's layers, each once, in the order the layers first add them.
 std::vector<std::string> stack_loss_names(const ResolvedModelConfig& m, const std::vector<StackLayerSpec>& layers);
 
-// One mHC site (models/layers/hyper_connection.h) under `owner`: its parameters (f32, replicated),
-// its six observation sites, and its saved state for one micro-batch (zero without mHC): the input
-// x [T, n·C] and the merge's y [T, C] (e bytes), the f32 mappings proj [T, n²+2n], rinv [T],
-// h_pre / h_post [T, n], the H_res logits and H_res [T, n, n].
-void add_mhc_site_parameters(ParameterList& out, const std::string& owner);
+// One mHC site (models/layers/hyper_connection.h) under `owner`: its six observation sites, and its
+// saved state for one micro-batch (zero without mHC): the input x [T, n·C] and the merge's y [T, C]
+// (e bytes), the f32 mappings proj [T, n²+2n], rinv [T], h_pre / h_post [T, n], the H_res logits
+// and H_res [T, n, n].
 void add_mhc_site_observations(std::vector<ObservationSite>& out, const std::string& owner);
 int64_t mhc_site_activations(const ResolvedModelConfig& m, const ActivationShape& a);
 

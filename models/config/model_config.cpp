@@ -336,6 +336,12 @@ ResolvedModelConfig::ResolvedModelConfig(Resolution r)
       moe_layer_map_(std::move(r.moe_layer_map)) {}
 
 ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& raw) {
+  static const std::vector<config::FieldSpec> field_rules = [] {
+    std::vector<config::FieldSpec> fields = model_config_fields().fields();
+    for (config::FieldSpec& f : fields) f.section = "model";
+    return fields;
+  }();
+  config::check_section_fields(field_rules, &raw);  // the per-field rules, whoever resolves the section
   ResolvedModelConfig::Resolution r{raw, {}, {}};
   ModelConfig& m = r.fields;  // the fields, their null defaults filled in below
   r.pattern = resolve_hybrid_pattern(m);

@@ -179,9 +179,10 @@ struct ModelConfig {
 // A model section resolved once, at construction from the section as written: Megatron's derived
 // defaults filled in (ffn_hidden_size, num_query_groups, kv_channels, max_position_embeddings,
 // moe_ffn_hidden_size; the hybrid alias resolved and num_layers taken from the pattern), the hybrid
-// pattern parsed, the MoE layer map, and every rule that needs only the model section checked
-// (config::ConfigError naming the field). Rules that involve the parallel layout (heads % tp,
-// experts % ep …) are StrataConfig::validate's. The fields are read through `->`
+// pattern parsed, the MoE layer map, and every rule that needs only the model section checked: the
+// field table's per-field rules and the cross-field ones (config::ConfigError naming the field).
+// Rules that involve the parallel layout (heads % tp, experts % ep …) are StrataConfig::validate's.
+// The fields are read through `->`
 // (`cfg->hidden_size`, core/resolved.h) and cannot be written: a module that needs another value
 // takes it as an argument, and a changed section is resolved anew (`ResolvedModelConfig(edited)`).
 class ResolvedModelConfig : public Resolved<ModelConfig> {

@@ -24,13 +24,13 @@ VocabEmbedding::VocabEmbedding(const ResolvedModelConfig& cfg, int64_t padded_vo
                " is not divisible by the tensor-parallel size ", tp.size());
   word_embeddings = make_parameter(kWordEmbeddingsName, Shape{padded_vocab, h_}, env, cfg->init_method_std);
   word_embeddings.vocab_rows = true;
+  word_embeddings.tensor_parallel = true;  // VocabParallelEmbedding's, whatever the tp size
   if (tp.size() > 1) {  // VocabParallelEmbedding: rows [vocab_start, vocab_start + padded_vocab/tp)
     const int64_t rows = padded_vocab / tp.size();
     vocab_start_ = rows * tp.rank();
     word_embeddings.value = Tensor::zeros({rows, h_}, env.dtype, env.device);
     word_embeddings.main_grad = Tensor::zeros({rows, h_}, env.grad_dtype(), env.device);
     word_embeddings.slice = GlobalSlice::shard(Shape{padded_vocab, h_}, 0, tp.rank(), tp.size());
-    word_embeddings.tensor_parallel = true;
   }
   if (learned_positions) {
     position_embeddings = make_parameter("embedding.position_embeddings.weight", Shape{max_positions_, h_}, env,

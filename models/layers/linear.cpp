@@ -78,6 +78,10 @@ Linear::Linear(const std::string& prefix, int64_t in, int64_t out, bool has_bias
   if (has_bias) bias = make_parameter(prefix + ".bias", Shape{out}, env, 0.0, 0.0);
   STRATA_CHECK(chunks >= 1 && out % chunks == 0, prefix, ": output size ", out, " is not divisible into ", chunks,
                " chunks");
+  // Megatron's set_tensor_model_parallel_attributes: a column- or row-parallel weight (and a
+  // column-parallel bias) is tensor-parallel whatever the tp size; at tp 1 its one shard is whole.
+  weight.tensor_parallel = mode != TensorParallelMode::Replicated;
+  if (has_bias) bias.tensor_parallel = mode == TensorParallelMode::Column;
   if (!sharded()) return;
   sequence_parallel_ = env.sequence_parallel;
   const int64_t n = tp.size();

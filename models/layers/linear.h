@@ -36,7 +36,8 @@ void shard_parameter_row_parts(Parameter& p, const ProcessGroup& tp, const std::
 class Linear {
  public:
   // in/out: global sizes. weight: [out, in] N(0, init_std) (this rank's shard of it); bias: zeros.
-  // Column/Row with tp size 1 behave as Replicated. env.sequence_parallel selects the sequence-
+  // Column/Row with tp size 1 compute as Replicated (their weight, and a Column bias, are still
+  // marked Parameter::tensor_parallel, as Megatron marks them). env.sequence_parallel selects the sequence-
   // parallel mappings (Column/Row only, tp > 1).
   Linear(const std::string& prefix, int64_t in, int64_t out, bool has_bias, double init_std, const LayerEnv& env,
          const ProcessGroup& tp, TensorParallelMode mode = TensorParallelMode::Replicated, int64_t chunks = 1);

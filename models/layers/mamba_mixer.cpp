@@ -134,6 +134,8 @@ MambaMixer::MambaMixer(const std::string& prefix, const ModelConfig& cfg, const 
                             Parameter::UniformTransform::Log);
   D = make_f32_parameter(prefix + ".D", Shape{dims_.heads}, env, 1.0);
   norm_weight = make_parameter(prefix + ".norm.weight", Shape{dims_.d_inner}, env, 0.0, 1.0);
+  // Every tensor but the pre-norm is split over tp (tensor-parallel whatever the tp size).
+  for (Parameter* p : {&conv1d_weight, &conv1d_bias, &dt_bias, &A_log, &D, &norm_weight}) p->tensor_parallel = true;
   if (tp == 1) return;
   shard_parameter_row_parts(in_proj.weight, groups.tp, {dims_.d_inner, dims_.d_inner, GN, GN, dims_.heads});
   shard_parameter_row_parts(conv1d_weight, groups.tp, {dims_.d_inner, GN, GN});

@@ -1,6 +1,7 @@
 // The model manifest's parameters (models/model_manifest.h) against the parameters a model chunk
-// really builds, as comparable lines: name, global shape, whether tp (etp) splits it, the elements
-// this rank holds, expert / shared copy / f32 flags. Used by test_model_manifest.cpp (one rank) and
+// really builds, as comparable lines: name, global shape, whether it is tensor-parallel (split over
+// tp, or etp for an expert, at any size), the elements this rank holds, expert / shared copy / f32
+// flags. Used by test_model_manifest.cpp (one rank) and
 // tests/mpi/test_manifest_layouts.cpp (every rank of TP/PP/VPP/EP layouts).
 #pragma once
 #include <algorithm>
@@ -30,9 +31,9 @@ struct RankPosition {
   bool bf16 = false;  // whether the f32 flag is visible (else every value is f32)
 };
 
-inline std::string parameter_line(const std::string& name, const Shape& shape, bool split, int64_t local, bool expert,
-                                  bool copy, bool f32) {
-  return name + " " + shape.str() + (split ? " split" : "") + " local=" + std::to_string(local) +
+inline std::string parameter_line(const std::string& name, const Shape& shape, bool tensor_parallel, int64_t local,
+                                  bool expert, bool copy, bool f32) {
+  return name + " " + shape.str() + (tensor_parallel ? " tensor_parallel" : "") + " local=" + std::to_string(local) +
          (expert ? " expert" : "") + (copy ? " copy" : "") + (f32 ? " f32" : "");
 }
 
@@ -55,8 +56,7 @@ inline std::vector<std::string> manifest_parameter_lines(const ModelManifest& m,
     if (p.stage != r.stage || p.chunk != r.chunk) continue;
     if (p.expert >= 0 && (p.expert < r.ep_rank * local_experts || p.expert >= (r.ep_rank + 1) * local_experts))
       continue;
-    const bool split = p.tensor_parallel && (p.expert >= 0 ? r.etp : r.tp) > 1;
-    out.push_back(parameter_line(p.name, p.shape, split, p.local_elements(r.tp, r.etp), p.expert >= 0,
+    out.push_back(parameter_line(p.name, p.shape, p.tensor_parallel, p.local_elements(r.tp, r.etp), p.expert >= 0,
                                  p.shared_copy, r.bf16 && p.f32));
   }
   std::sort(out.begin(), out.end());

@@ -1,7 +1,8 @@
 // The layer-kind registry (models/config/layer_kind.h): the built-in kinds, and a test-only kind added
-// through the registry alone — one registration in this file, no other file touched — that a
-// hybrid pattern and a GPT model build, the model manifest describes (layers, parameters, losses),
-// the planner counts, and whose gradients match central finite differences of the objective.
+// through the registry alone — one registration in this file, no other file touched, no parameter
+// list (the manifest reads its parameter from its layer, built on the meta device) — that a hybrid
+// pattern and a GPT model build, the model manifest describes (layers, parameters, losses), the
+// planner counts, and whose gradients match central finite differences of the objective.
 // Reference: docs/architecture.md ("Adding a layer kind").
 #include <algorithm>
 #include <cmath>
@@ -95,9 +96,6 @@ LayerKind scale_kind() {
   k.make = [](const LayerKind& kind, const LayerPlace& place, const ResolvedModelConfig& cfg,
               const layers::LayerEnv& env, const ParallelGroups&) -> std::unique_ptr<StackLayer> {
     return std::make_unique<ScaleLayer>(kind, place, cfg, env);
-  };
-  k.parameters = [](const ResolvedModelConfig& m, const LayerPlace& p, ParameterList& out) {
-    out.add(p.name + ".scale.weight", Shape{m->hidden_size});
   };
   k.sites = [](const ResolvedModelConfig&, const LayerPlace&, std::vector<ObservationSite>&) {};
   k.losses = [](const ResolvedModelConfig&, const LayerPlace&) { return std::vector<std::string>{kPenaltyName}; };

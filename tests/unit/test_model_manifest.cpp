@@ -4,14 +4,18 @@
 // tensor dumper accepts every site (the mHC ones included). And an mHC layer checked from outside
 // (in f64, within f32 rounding) from its dumped tensors alone: the aggregated input of each site is Σ_i h_pre[i]·x_i and
 // the merge Σ_i H_res[i,j]·x_i + h_post[j]·(y + bias) gives the next site's input and the next
-// layer's residual stream (Megatron dev's HyperConnectionModule semantics, docs/mhc.md).
+// layer's residual stream (Megatron dev's HyperConnectionModule semantics, docs/mhc.md). The
+// parameters the manifest reads from its meta build are the ones a real model builds, and a
+// DeepSeek-sized manifest allocates nothing and takes well under a second.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/observe.h"
 #include "manifest_check.h"
 #include "models/model_manifest.h"
@@ -256,6 +260,46 @@ TEST_CASE("model manifest: the parameters a model builds are the manifest's", "[
   ModelConfig raw = *config_of({"model.num_layers=2"}).model;
   raw.vocab_size.reset();
   CHECK(build_model_manifest(ResolvedModelConfig(raw)).parameters.empty());
+}
+
+TEST_CASE("model manifest: a DeepSeek-sized manifest allocates nothing and takes well under a second", "[manifest]") {
+  // DeepSeek-V3's sizes (attention as GQA): 61 layers, the first 3 dense, 256 experts of 2048, a
+  // shared expert, one MTP depth; the planner builds this manifest for every layout it plans.
+  ModelConfig c;
+  c.num_layers = 61;
+  c.hidden_size = 7168;
+  c.num_attention_heads = 128;
+  c.ffn_hidden_size = 18432;
+  c.swiglu = true;
+  c.normalization = Normalization::RMSNorm;
+  c.position_embedding_type = PositionEmbeddingType::Rope;
+  c.seq_length = 4096;
+  c.vocab_size = 129280;
+  c.untie_embeddings_and_output_weights = true;
+  c.add_bias_linear = false;
+  c.num_experts = 256;
+  c.moe_ffn_hidden_size = 2048;
+  c.moe_shared_expert_intermediate_size = 2048;
+  c.moe_router_topk = 8;
+  c.moe_layer_freq = {"([0]*3+[1]*58)"};
+  c.mtp_num_layers = 1;
+  const ResolvedModelConfig m(c);
+  const MemoryStats before = memory_stats(Device::cpu());
+  const auto start = std::chrono::steady_clock::now();
+  const ModelManifest manifest = build_model_manifest(m);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const MemoryStats after = memory_stats(Device::cpu());
+  CHECK(after.num_allocs == before.num_allocs);
+  CHECK(after.allocated_bytes == before.allocated_bytes);
+  INFO("built in " << seconds << " s");
+  CHECK(seconds < 0.5);
+  int64_t experts = 0, total = 0;
+  for (const ManifestParameter& p : manifest.parameters) {
+    experts += p.expert >= 0 ? 1 : 0;
+    total += p.shape.numel();
+  }
+  CHECK(experts == (58 + 1) * 256 * 2);  // fc1 and fc2 of every expert, the MTP layer's too
+  CHECK(total > 600'000'000'000);
 }
 
 }  // namespace strata

@@ -53,8 +53,11 @@ TEST_CASE("tensor_parallel: column/row modes at tp size 1 equal the replicated l
   for (layers::Linear* l : {&rep, &col, &row}) {
     init_parameter(l->weight, 3);
     l->bias.value.fill_(0.25);
-    CHECK_FALSE(l->weight.tensor_parallel);
+    // Megatron's tensor_model_parallel attribute: set on column/row weights whatever the tp size.
+    CHECK(l->weight.tensor_parallel == (l != &rep));
   }
+  CHECK(col.bias.tensor_parallel);
+  CHECK_FALSE(row.bias.tensor_parallel);
   Tensor x = test::random_tensor({3, 2, 6}, 1, -1, 1, DType::F32);
   Tensor dy = test::random_tensor({3, 2, 8}, 2, -1, 1, DType::F32);
   Tensor y = rep.forward(x), dx = rep.backward(x, dy);

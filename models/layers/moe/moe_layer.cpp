@@ -133,8 +133,8 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
       shard_parameter_rows(fc1.back(), groups.expert_tp, swiglu_ ? 2 : 1);
       shard_parameter_columns(fc2.back(), groups.expert_tp);
     }
-    fc1.back().expert_parallel = true;
-    fc2.back().expert_parallel = true;
+    fc1.back().expert_parallel = fc2.back().expert_parallel = true;
+    fc1.back().tensor_parallel = fc2.back().tensor_parallel = true;  // over expert_tp, whatever its size
   }
   if (cfg->moe_shared_expert_intermediate_size) {
     shared_experts = std::make_unique<MLP>(prefix + ".shared_experts", cfg, *cfg->moe_shared_expert_intermediate_size, env,
