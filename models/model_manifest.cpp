@@ -73,6 +73,8 @@ int64_t ManifestParameter::local_elements(int64_t tp, int64_t etp) const {
   return shape.numel() / split;
 }
 
+ModelManifest describe_model(const ResolvedModelConfig& m) { return describe_layers(m); }
+
 ModelManifest build_model_manifest(const ResolvedModelConfig& m) {
   ModelManifest out = describe_layers(m);
   MetaChunk whole;  // every layer, the embedding and the output layer

@@ -79,6 +79,9 @@ struct ModelManifest {
 // process_mtp_loss numbers the MTP logit sites from 0; the losses stay mtp_1 .. mtp_D).
 // Parameters: the whole model built as one chunk at tp = 1, on the meta device.
 ModelManifest build_model_manifest(const ResolvedModelConfig& m);
+// The same without the parameters (empty), and so without the meta build: for readers of the
+// layers, sites and losses only (config validation runs them on every validate()).
+ModelManifest describe_model(const ResolvedModelConfig& m);
 // The same with each layer's stage and chunk under `parallel` (validated, the hybrid pattern's `|`
 // segments applied): parallel/pipeline_layout.h's split, or the hybrid segments; the MTP layers on
 // the last stage's last chunk, with the output layer. Parameters: each stage's chunks built as

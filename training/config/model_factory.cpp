@@ -73,7 +73,7 @@ std::vector<std::unique_ptr<LanguageModel>> make_model_chunks(const ResolvedConf
 }
 
 std::vector<std::string> model_loss_names(const ResolvedConfig& cfg) {
-  return build_model_manifest(cfg.model).losses;
+  return describe_model(cfg.model).losses;
 }
 
 std::unique_ptr<HybridModel> make_hybrid_model(const ResolvedConfig& cfg, Device device, const ParallelGroups& groups,

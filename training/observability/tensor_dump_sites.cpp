@@ -49,13 +49,13 @@ std::string str(int64_t x) {
 
 std::vector<std::string> model_site_names(const ResolvedModelConfig& m) {
   std::vector<std::string> names;
-  for (const ObservationSite& site : build_model_manifest(m).sites) names.push_back(site.path());
+  for (const ObservationSite& site : describe_model(m).sites) names.push_back(site.path());
   return names;
 }
 
 SourceKinds site_kinds(const std::vector<std::string>& patterns, const ResolvedModelConfig& m) {
   SourceKinds kinds;
-  for (const ObservationSite& site : build_model_manifest(m).sites)
+  for (const ObservationSite& site : describe_model(m).sites)
     if (matches_any(patterns, site.path())) kinds = kinds | SourceKinds{site.kind};
   return kinds;
 }

@@ -39,7 +39,7 @@ void validate_tensor_metrics(const ResolvedConfig& c) {
   const std::vector<TensorMetricSpec> specs = parse_tensor_metric_specs(c.logging->tensor_metrics, tensor_metric_factories());
   if (specs.empty()) return;
   SourceKinds emitted;
-  for (const ObservationSite& site : build_model_manifest(c.model).sites) emitted = emitted | SourceKinds{site.kind};
+  for (const ObservationSite& site : describe_model(c.model).sites) emitted = emitted | SourceKinds{site.kind};
   for (const TensorMetricSpec& s : specs) {
     const auto f = std::find_if(tensor_metric_factories().begin(), tensor_metric_factories().end(),
                                 [&](const MetricFactory& x) { return x.name == s.name; });
