@@ -110,11 +110,16 @@ template <> struct AccType<double> { using type = double; };
 template <typename T> using acc_t = typename AccType<T>::type;
 
 // Convert any supported storage type to/from the accumulation type of another.
+// A float converts to an integer type by truncation to int64, then modulo 2^bits: -7.0 -> u8 249,
+// as numpy and PyTorch on the CPU give, on the host and the GPU alike (a direct float -> unsigned
+// conversion of a negative value is undefined, and the GPU's saturates to 0).
 template <typename To, typename From> STRATA_HD To convert(From v) {
   if constexpr (std::is_same_v<To, bfloat16> || std::is_same_v<To, float16>) {
     return To(static_cast<float>(v));
   } else if constexpr (std::is_same_v<From, bfloat16> || std::is_same_v<From, float16>) {
-    return static_cast<To>(static_cast<float>(v));
+    return convert<To>(static_cast<float>(v));
+  } else if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool> && std::is_floating_point_v<From>) {
+    return static_cast<To>(static_cast<int64_t>(v));
   } else {
     return static_cast<To>(v);
   }

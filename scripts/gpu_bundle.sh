@@ -2,7 +2,7 @@
 # Builds the CUDA binaries here (sm_90) and packs them with the shared libraries they need that a
 # bare CUDA image lacks (spdlog, fmt, yaml-cpp, OpenBLAS, OpenMPI …; not libc/libstdc++ nor the
 # CUDA libraries, which the GPU machine has) into gpu_bundle/ (git-ignored), for
-# `device run --carry gpu_bundle`. scripts/gpu_check.sh uses the bundle when it finds one.
+# `device run --carry gpu_bundle.tar.xz`. scripts/gpu_check.sh uses the bundle when it finds one.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build-sm90}"
@@ -22,4 +22,7 @@ for b in "$out"/bin/*; do
     esac
   done
 done
-du -sh "$out"
+# The device tool carries at most 64 MiB: ship the bundle as one xz archive (about 32 MiB), which
+# scripts/gpu_check.sh unpacks there.
+tar -C "$root" -cf - gpu_bundle | xz -T0 -6 > "$root/gpu_bundle.tar.xz"
+du -sh "$out" "$root/gpu_bundle.tar.xz"

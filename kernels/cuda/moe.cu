@@ -103,7 +103,7 @@ template <typename T, typename P>
 __global__ void combine_rows_kernel(const T* src, int64_t src_rows, const int64_t* table, int64_t k,
                                     const P* weights, T* out, int64_t tokens, int64_t h) {
   using acc = moe_acc_t<T, P>;
-  extern __shared__ int64_t rows[];  // [k]
+  extern __shared__ int64_t rows[];  // [k rounded up to even]
   __shared__ int64_t count;
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     __syncthreads();  // the previous token's rows are no longer read
@@ -254,7 +254,9 @@ void moe_combine_rows(const Tensor& src, const Tensor& pair_rows, const Tensor* 
   if (tokens == 0 || h == 0) return;
   STRATA_CHECK(k <= kMaxTopK, "moe_combine_rows: k = ", k, " exceeds the CUDA limit ", kMaxTopK);
   cudaStream_t s = stream_of(out);
-  const size_t shared = static_cast<size_t>(k) * sizeof(int64_t);
+  // Rounded up to an even number of rows: the compiler reads rows[] in 16-byte pairs, and
+  // compute-sanitizer on the H200 caught that pair read past an odd k's allocation.
+  const size_t shared = static_cast<size_t>((k + 1) / 2 * 2) * sizeof(int64_t);
   dispatch_float(out.dtype(), "moe_combine_rows", [&](auto tag_) {
     STRATA_SCALAR(tag_);
     dispatch_weights(weights, [&](auto ptag) {

@@ -32,7 +32,9 @@ TEST_CASE("tensor metrics on the GPU: local contributions equal the CPU's", "[te
   for (DType dt : {DType::F32, DType::BF16}) {
     const Tensor host = Tensor::from_vector(values(3 * 4097), {3, 4097}, dt);
     const Tensor dev = host.to(Device::cuda(0));
-    CHECK_THAT(local_sum_of_squares(dev), WithinRel(local_sum_of_squares(host), 1e-9));
+    // Both accumulate in f32 (the spec's accumulation dtype), each device in its own fixed tree
+    // (kernels/cpu/reduce.cpp, kernels/cuda/reduce.cu): equal to f32 rounding, not to the bit.
+    CHECK_THAT(local_sum_of_squares(dev), WithinRel(local_sum_of_squares(host), 1e-6));
     CHECK(local_max(dev) == local_max(host));
     CHECK(local_nonfinite_count(dev) == 0);
     std::vector<double> bad = values(100);

@@ -1,6 +1,7 @@
 // Tests of the CPU copy and fill fast paths (core/copy.cpp): row-wise copies of views whose last
 // dimension is contiguous (narrow, select, strided rows) and contiguous fills (zero, -0.0,
-// non-zero, every dtype) against element-by-element expectations computed from indices.
+// non-zero, every dtype) against element-by-element expectations computed from indices; float to
+// integer casts against hand-computed values.
 #include <cmath>
 #include <cstring>
 
@@ -74,4 +75,16 @@ TEST_CASE("copy_fill: contiguous and strided fills, zero and -0.0", "[copy]") {
   for (int i = 0; i < 100; ++i) CHECK(std::signbit(f.data<float>()[i]));
 }
 
+
+TEST_CASE("copy_fill: float to integer casts truncate then wrap, as numpy and PyTorch on the CPU", "[copy]") {
+  // hand-computed: trunc(-7.5) = -7 -> 256 - 7 = 249 in u8; 300 -> 300 - 256 = 44; -0.5 -> 0
+  const std::vector<double> v = {-7.5, -1.0, -0.5, 0.0, 2.9, 255.0, 300.0};
+  for (DType from : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+    INFO(dtype_name(from));
+    const Tensor x = Tensor::from_vector(v, {7}, from);
+    CHECK(x.to(DType::U8).to_vector() == std::vector<double>{249, 255, 0, 0, 2, 255, 44});
+    CHECK(x.to(DType::I32).to_vector() == std::vector<double>{-7, -1, 0, 0, 2, 255, 300});
+    CHECK(x.to(DType::Bool).to_vector() == std::vector<double>{1, 1, 1, 0, 1, 1, 1});
+  }
+}
 }  // namespace strata
