@@ -2,6 +2,9 @@
 // the bias loops. Reference: Megatron-Core tensor_parallel/layers.py (LinearWithGradAccumulation...).
 #include "kernels/gemm.h"
 
+#include <atomic>
+#include <mutex>
+
 #include "kernels/elementwise.h"
 
 #include "kernels/dispatch.h"
@@ -9,6 +12,10 @@
 namespace strata::kernels {
 namespace {
 const char* kOp = "gemm";
+
+std::atomic<bool> g_recording{false};
+std::mutex g_recorded_mutex;
+std::vector<RecordedGemm> g_recorded;
 
 // Batch size of a 2-d (1) or 3-d ([batch, ., .]) operand.
 int64_t batch_of(const Tensor& t) { return t.dim() == 3 ? t.size(0) : 1; }
@@ -89,8 +96,25 @@ GemmDims gemm_dims(const Tensor& a, bool transpose_a, const Tensor& b, bool tran
 
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, double alpha,
           double beta, const GemmOptions& options) {
-  gemm_dims(a, transpose_a, b, transpose_b, c);
+  const GemmDims d = gemm_dims(a, transpose_a, b, transpose_b, c);
+  if (g_recording.load(std::memory_order_relaxed)) {
+    const std::lock_guard<std::mutex> lock(g_recorded_mutex);
+    g_recorded.push_back({d, transpose_a, transpose_b, a.dtype()});
+  }
   STRATA_DEVICE_DISPATCH(c.device(), gemm(a, transpose_a, b, transpose_b, c, alpha, beta, options));
+}
+
+void record_gemm_shapes(bool on) {
+  if (on) {
+    const std::lock_guard<std::mutex> lock(g_recorded_mutex);
+    g_recorded.clear();
+  }
+  g_recording.store(on, std::memory_order_relaxed);
+}
+
+std::vector<RecordedGemm> recorded_gemm_shapes() {
+  const std::lock_guard<std::mutex> lock(g_recorded_mutex);
+  return g_recorded;
 }
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {

@@ -8,6 +8,7 @@
 // matmul_forward_cublaslt / matmul_backward.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/backend_op.h"
@@ -54,6 +55,17 @@ struct GemmDims {
 // Checks every argument of gemm (messages name the op, the tensor and the dimension) and
 // returns the problem's dimensions.
 GemmDims gemm_dims(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c);
+
+// Shape recording, for `strata bench train` (the machine's SGEMM rate on a step's own GEMMs):
+// while on, every gemm call appends its dimensions; off, it costs one relaxed atomic load a call.
+// Turning it on clears what was recorded.
+struct RecordedGemm {
+  GemmDims dims;
+  bool transpose_a = false, transpose_b = false;
+  DType dtype = DType::F32;
+};
+void record_gemm_shapes(bool on);
+std::vector<RecordedGemm> recorded_gemm_shapes();
 
 // The backends implement gemm; linear_forward and linear_backward (kernels/gemm.cpp) compose it
 // with the bias ops of kernels/elementwise.h, so both devices share one definition.

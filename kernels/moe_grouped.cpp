@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/phase_timer.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/dispatch.h"
 #include "kernels/moe.h"
 #if STRATA_WITH_CUDA
@@ -76,7 +77,7 @@ std::vector<Tensor> experts_of(const char* op, const char* name, const Tensor& w
 // size and never split k, so the tasks, and the cblas calls inside them, are the same for any
 // thread count (docs/reproducibility.md); only whether they run in parallel depends on it.
 // 16-bit inputs keep the sequential loop (their gemm widens to f32 scratch per call).
-constexpr int64_t kRowBlock = 256;                 // rows of one task
+constexpr int64_t kRowBlock = cpu::kGemmBlockUnit;  // rows of one task
 constexpr double kParallelMacs = double(1 << 21);  // below this the loop stays on one thread
 
 struct Task {

@@ -18,6 +18,7 @@
 #include "data/blended_dataset.h"
 #include "data/document_source.h"
 #include "data/tokenizer.h"
+#include "kernels/cpu/blas_core.h"
 #include "models/config/model_stacks.h"
 #include "parallel/distributed.h"
 #include "parallel/nccl_communicator.h"
@@ -36,20 +37,6 @@ namespace {
 std::string trimmed(std::string s) {
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
-}
-
-// Model FLOPs per token for forward + backward: 6·N (weights multiplied by activations; lookup
-// tables such as learned positions excluded) + 12·L·h·s (attention scores and context, causal
-// masking not discounted) — the PaLM / Megatron convention for MFU. The attention term is each
-// decoder layer kind's own (models/config/layer_kind.h: GPT's layers and a hybrid pattern's `*` count it).
-double model_flops_per_token(const ResolvedConfig& cfg, const std::vector<Parameter*>& params) {
-  double n = 0;
-  for (const Parameter* p : params)
-    if (p->counted_in_model_flops) n += static_cast<double>(p->value.numel());
-  const ResolvedModelConfig& m = cfg.model;
-  double attention = 0;  // the decoder layers' attention products (each layer kind's own count)
-  for (const StackLayerSpec& s : decoder_stack_specs(m, 0, m->num_layers)) attention += s.kind->attention_flops_per_token(m);
-  return 6.0 * n + attention;
 }
 
 // Dense peak FLOP/s of one device for MFU (H100/H200 SXM datasheet); 0 (no MFU) on the CPU.
@@ -144,6 +131,7 @@ TrainResult run_on_rank(const ResolvedConfig& validated, const DistributedRuntim
   int64_t n_params = 0;
   for (const Parameter* p : params) n_params += p->value.numel();
   log::info("model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
+  if (const std::string note = kernels::cpu::blas_core_restart_note(); !note.empty()) log::info("{}", note);
 
   Trainer trainer(cfg, model, train, valid.get(), options);
   if (tensor_dumper) trainer.observers().add(std::move(tensor_dumper));
@@ -174,6 +162,26 @@ DistributedRuntime join_job(const ResolvedConfig& validated) {
 }
 
 }  // namespace
+
+// Model FLOPs per token for forward + backward: 6·N (weights multiplied by activations, a routed
+// expert's weighted by the share of tokens it sees, top-k / experts; lookup tables such as learned
+// positions excluded) + 12·L·h·s (attention scores and context, causal
+// masking not discounted) — the PaLM / Megatron convention for MFU. The attention term is each
+// decoder layer kind's own (models/config/layer_kind.h: GPT's layers and a hybrid pattern's `*` count it).
+double model_flops_per_token(const ResolvedConfig& cfg, const std::vector<Parameter*>& params) {
+  const ResolvedModelConfig& m = cfg.model;
+  // A token passes through top-k of the routed experts: their weights count k / num_experts times
+  // (Megatron's num_floating_point_operations counts moe_router_topk expert MLPs per token).
+  const double routed_share =
+      m->num_experts ? static_cast<double>(m->moe_router_topk) / static_cast<double>(*m->num_experts) : 1.0;
+  double n = 0;
+  for (const Parameter* p : params)
+    if (p->counted_in_model_flops)
+      n += static_cast<double>(p->value.numel()) * (p->expert_parallel ? routed_share : 1.0);
+  double attention = 0;  // the decoder layers' attention products (each layer kind's own count)
+  for (const StackLayerSpec& s : decoder_stack_specs(m, 0, m->num_layers)) attention += s.kind->attention_flops_per_token(m);
+  return 6.0 * n + attention;
+}
 
 int run(const ResolvedConfig& validated) { return run_training(validated).exit_code; }
 

@@ -26,6 +26,11 @@ struct RunHooks {
   std::function<void(const std::vector<Parameter*>&, BatchSource&)> before_training;
 };
 
+// Model FLOPs per token, forward + backward, of the model built from `params`: 6·N (parameters
+// that multiply activations) + each decoder layer kind's attention products (the PaLM / Megatron
+// MFU convention). `strata train` logs it; `strata bench train` reports the FLOP rate with it.
+double model_flops_per_token(const ResolvedConfig& cfg, const std::vector<Parameter*>& params);
+
 // run() returning the trainer's result (losses, grad norms, ...) instead of the exit code.
 TrainResult run_training(const ResolvedConfig& cfg, const RunHooks& hooks = {});
 

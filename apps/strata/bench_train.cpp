@@ -4,7 +4,8 @@
 // bench_train_moe.h), batch, optimizer and thread count, started from Strata's initial parameters
 // and batches, and prints both, their ratio and how far their losses of the first steps differ.
 // Repeats alternate ours and the reference so that load from other processes hits both alike; the
-// median ratio is reported.
+// median ratio is reported. With the reference on the CPU it also reports the model's FLOP rate
+// against the machine's SGEMM rate (scripts/bench/sgemm_rate.py).
 #include "apps/strata/bench_train.h"
 
 #include "apps/strata/bench_reference.h"
@@ -16,10 +17,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -27,9 +30,11 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "kernels/gemm.h"
 #include "parallel/distributed.h"
 #include "core/error.h"
 #include "core/phase_timer.h"
+#include "core/random.h"
 #include "data/tokenizer.h"
 #include "training/config/config.h"
 #include "training/observability/metrics_log.h"
@@ -85,6 +90,24 @@ int64_t peak_rss_bytes() {
 }
 
 // init_file not empty: the run writes its initial parameters and batches there (the reference's start).
+// One step's GEMMs as [batch, m, n, k, transpose_a, transpose_b, broadcast_a, broadcast_b, count]
+// rows, one per distinct f32 shape (the SGEMM reference times each with torch.matmul).
+json gemm_shape_counts(const std::vector<kernels::RecordedGemm>& gemms) {
+  std::map<std::vector<int64_t>, int64_t> counts;
+  for (const kernels::RecordedGemm& g : gemms) {
+    if (g.dtype != DType::F32) continue;
+    const kernels::GemmDims& d = g.dims;
+    ++counts[{d.batch, d.m, d.n, d.k, g.transpose_a, g.transpose_b, d.broadcast_a, d.broadcast_b}];
+  }
+  json rows = json::array();
+  for (const auto& [shape, count] : counts) {
+    json row(shape);
+    row.push_back(count);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 json run_ours(const ResolvedConfig& cfg, const BenchTrainOptions& o, const std::string& init_file) {
   const Device device = resolve_device(cfg.training->device);
   StepTimeSink sink;
@@ -92,10 +115,11 @@ json run_ours(const ResolvedConfig& cfg, const BenchTrainOptions& o, const std::
   training::RunHooks hooks;
   hooks.sinks = {&sink};
   hooks.log_stream = &quiet;
-  if (!init_file.empty())
-    hooks.before_training = [&](const std::vector<Parameter*>& params, BatchSource& source) {
-      write_reference_init(init_file, params, source, o.warmup + o.iters);
-    };
+  double flops_per_token = 0;  // model FLOPs, forward + backward (training/run.h)
+  hooks.before_training = [&](const std::vector<Parameter*>& params, BatchSource& source) {
+    flops_per_token = training::model_flops_per_token(cfg, params);
+    if (!init_file.empty()) write_reference_init(init_file, params, source, o.warmup + o.iters);
+  };
   reset_peak_memory_stats(device);
   phase_timer::reset();
   // The phase timers skip the warm-up steps: enabled from the first timed step by the sink's count.
@@ -113,8 +137,21 @@ json run_ours(const ResolvedConfig& cfg, const BenchTrainOptions& o, const std::
     hooks.sinks.push_back(&phase_switch);
     if (o.warmup == 0) phase_timer::set_enabled(true);
   }
+  // The GEMMs of the first timed step, for the SGEMM reference (compare_with_sgemm_rate).
+  struct GemmRecorder : MetricsSink {
+    int warmup;
+    explicit GemmRecorder(int w) : warmup(w) {}
+    void add_scalar(const std::string& tag, double, int64_t step) override {
+      if (tag != "iteration-time") return;
+      if (step == warmup) kernels::record_gemm_shapes(true);
+      if (step == warmup + 1) kernels::record_gemm_shapes(false);
+    }
+  } gemm_recorder(o.warmup);
+  hooks.sinks.push_back(&gemm_recorder);
+  if (o.warmup == 0) kernels::record_gemm_shapes(true);
   const TrainResult r = training::run_training(cfg, hooks);
   phase_timer::set_enabled(false);
+  kernels::record_gemm_shapes(false);
   STRATA_CHECK(r.exit_code == 0, "bench train: training exited with code ", r.exit_code);
   // Under mpirun only the last rank logs the iteration times (and times the phases).
   if (sink.ms.empty() && launched_world_size().value_or(1) > 1) return json{{"impl", "strata"}, {"metrics_rank", false}};
@@ -140,7 +177,13 @@ json run_ours(const ResolvedConfig& cfg, const BenchTrainOptions& o, const std::
             {"final_loss", r.losses.empty() ? NAN : r.losses.back()},
             {"losses", r.losses},
             {"step_ms", timed}};
+  // One process sees every parameter; a pipeline stage would count only its own.
+  if (flops_per_token > 0 && launched_world_size().value_or(1) == 1) {
+    j["model_flops_per_token"] = flops_per_token;
+    j["model_gflops_per_second"] = st.median_ms > 0 ? flops_per_token * tokens / (st.median_ms * 1e6) : 0.0;
+  }
   if (device.is_cpu()) j["peak_rss_bytes"] = peak_rss_bytes();
+  j["gemm_shapes"] = gemm_shape_counts(kernels::recorded_gemm_shapes());
   if (o.phases) {
     json ph = json::array();
     for (const auto& t : phase_timer::totals())
@@ -198,6 +241,7 @@ void print_result(const json& j) {
   std::printf("%-7s %8.1f ms/step median  %8.1f p90  %9.0f tokens/s  initial loss %.4f", j["impl"].get<std::string>().c_str(),
               j["median_ms"].get<double>(), j["p90_ms"].get<double>(), j["tokens_per_second"].get<double>(),
               j["initial_loss"].get<double>());
+  if (j.contains("model_gflops_per_second")) std::printf("  %.1f model GFLOP/s", j["model_gflops_per_second"].get<double>());
   const bool on_gpu = j.contains("device") && j["device"].get<std::string>().rfind("cuda", 0) == 0;
   if (j.contains("peak_rss_bytes") && !on_gpu)
     std::printf("  peak RSS %.0f MiB", j["peak_rss_bytes"].get<double>() / 1048576.0);
@@ -261,6 +305,78 @@ bool compare_losses(const json& ours, const json& ref) {
   return true;
 }
 
+// Strata's GEMM rate on one step's recorded GEMMs (gemm_shape_counts): each distinct shape run with
+// kernels::gemm on random f32 operands, the median of 10 after a warm-up, weighted by its count; the
+// method scripts/bench/sgemm_rate.py uses for torch.matmul, so the two rates compare.
+double replayed_gemm_gflops(const json& shapes) {
+  double flop = 0, seconds = 0;
+  for (const json& row : shapes) {
+    const auto v = row.get<std::vector<int64_t>>();
+    const int64_t batch = v[0], m = v[1], n = v[2], k = v[3], count = v[8];
+    const bool ta = v[4], tb = v[5], ba = v[6], bb = v[7];
+    const auto operand = [&](int64_t rows, int64_t cols, bool transposed, bool broadcast) {
+      Shape shape = transposed ? Shape{cols, rows} : Shape{rows, cols};
+      if (batch > 1 && !broadcast) shape = Shape{batch, shape[0], shape[1]};
+      Tensor t = Tensor::empty(shape, DType::F32);
+      fill_uniform(t, philox::Key{static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)}, -1, 1);
+      return t;
+    };
+    const Tensor a = operand(m, k, ta, ba), b = operand(k, n, tb, bb);
+    const Tensor c = Tensor::empty(batch > 1 ? Shape{batch, m, n} : Shape{m, n}, DType::F32);
+    kernels::gemm(a, ta, b, tb, c);
+    std::vector<double> times;
+    for (int r = 0; r < 10; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      kernels::gemm(a, ta, b, tb, c);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    seconds += static_cast<double>(count) * times[times.size() / 2];
+    flop += static_cast<double>(count) * 2.0 * batch * m * n * k;
+  }
+  return seconds > 0 ? flop / seconds / 1e9 : 0.0;
+}
+
+// The model FLOP rate against the machine's SGEMM rate (scripts/bench/sgemm_rate.py, run once after
+// the repeats at the same thread count): torch.matmul on the first timed step's own f32 GEMMs (the
+// ceiling of a step whose other work were free), and on square sizes for scale.
+void compare_with_sgemm_rate(const BenchTrainOptions& o, int threads, const json& runs, json& result) {
+  std::vector<double> rates;
+  for (const json& run : runs)
+    if (run["strata"].contains("model_gflops_per_second")) rates.push_back(run["strata"]["model_gflops_per_second"]);
+  if (rates.empty() || !runs[0]["strata"].contains("gemm_shapes")) return;
+  std::sort(rates.begin(), rates.end());
+  const std::string shapes_file = (std::filesystem::temp_directory_path() /
+                                   ("strata_bench_gemms_" + std::to_string(getpid()) + ".json")).string();
+  std::ofstream(shapes_file) << runs[0]["strata"]["gemm_shapes"].dump() << "\n";
+  // Beside the reference script (--torch-script), else in the source tree.
+  const std::string sgemm_script =
+      o.torch_script.empty() ? source_tree_script("sgemm_rate.py")
+                             : (std::filesystem::path(o.torch_script).parent_path() / "sgemm_rate.py").string();
+  const ReferenceRun r = run_reference_command(
+      "OMP_NUM_THREADS=" + std::to_string(threads) + " " + shell_quoted(o.python) + " " +
+          shell_quoted(sgemm_script) + " --threads " + std::to_string(threads) +
+          " --shapes-file " + shell_quoted(shapes_file),
+      "bench train");
+  std::filesystem::remove(shapes_file);
+  STRATA_CHECK(r.status == 0 && r.result.is_object(), "bench train: the SGEMM reference failed (", r.command,
+               "): ", r.output);
+  const double ours = rates[rates.size() / 2], step = r.result["step_gflops"].get<double>();
+  std::printf("machine SGEMM rate (torch.matmul, f32, %d threads): %.1f GFLOP/s on this step's %lld GEMMs "
+              "(%.2f GFLOP), %.1f at best on square sizes %s\n",
+              threads, step, (long long)r.result["step_gemms"].get<int64_t>(), r.result["step_gflop"].get<double>(),
+              r.result["gflops"].get<double>(), r.result["sizes"].dump().c_str());
+  const double replayed = replayed_gemm_gflops(runs[0]["strata"]["gemm_shapes"]);
+  std::printf("strata's GEMMs (kernels::gemm) on the same shapes: %.1f GFLOP/s = %.1f%% of torch.matmul's\n", replayed,
+              100.0 * replayed / step);
+  std::printf("strata's whole step (model FLOPs / step time): %.1f GFLOP/s (median) = %.1f%% of the step's SGEMM "
+              "rate\n",
+              ours, 100.0 * ours / step);
+  result["sgemm"] = r.result;
+  result["gemm_gflops"] = replayed;
+  result["gemm_fraction"] = replayed / step;
+  result["step_fraction"] = ours / step;
+}
 }  // namespace
 
 // Next to the build directory of this binary (build/strata -> ../scripts), else at __FILE__'s tree
@@ -368,6 +484,8 @@ int run_train_benchmark(const BenchTrainOptions& o) {
     result["median_ratio"] = r[r.size() / 2];
     std::printf("median throughput ratio strata / torch over %zu runs: %.3f\n", r.size(), r[r.size() / 2]);
   }
+  if (o.reference == "torch" && metrics_rank && resolve_device(cfg.training->device).is_cpu())
+    compare_with_sgemm_rate(o, threads, runs, result);
   result["ok"] = ok;
   if (!o.json_out.empty() && metrics_rank) {
     std::ofstream f(o.json_out);

@@ -20,6 +20,7 @@
 #include "apps/strata/commands.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu_platform.h"
 
 namespace strata::app {
@@ -122,6 +123,7 @@ void register_bench(CLI::App& app) {
                       "[--json FILE])");
     std::printf("%s", device_report().c_str());
     std::printf("cpu numerics: %s\n", kernels::cpu::cpu_platform().describe().c_str());
+    if (const std::string note = kernels::cpu::blas_core_restart_note(); !note.empty()) std::printf("  %s\n", note.c_str());
     if (o->no_bench) return 0;
     BenchOpsOptions bo;
     bo.quick = o->quick;

@@ -3,13 +3,15 @@
 // (or kept in f32 when c is f32). Batches loop over cblas calls. Also the linear layer's bias add
 // and bias gradient (column sums in a fixed order). Reference: BLAS sgemm semantics (beta = 0 does
 // not read C), Megatron-Core LinearWithGradAccumulation (wgrad accumulated into f32 main_grad).
-// Threading: OpenBLAS runs single-threaded and a large GEMM is cut into fixed blocks of 256 rows
-// of C (or of columns, whichever dimension is larger), one cblas call per block, spread over our
-// OpenMP threads — one thread pool in the process instead of OpenBLAS's spinning pthreads
-// competing with the OpenMP workers of the other kernels. The blocks depend on the shape alone
-// and never split k, so every element of C is computed by the same cblas call whatever the
-// thread count (docs/reproducibility.md). STRATA_GEMM_THREADS=openblas restores OpenBLAS's own
-// threading (for comparison; results then depend on the thread count).
+// Threading: OpenBLAS runs single-threaded and a large GEMM is cut into blocks of rows of C (or of
+// columns, whichever dimension is larger) whose size depends on that dimension alone
+// (kernels/cpu/blas.h: gemm_block, multiples of 128), one cblas call per block, spread
+// over our OpenMP threads — one thread pool in the process instead of OpenBLAS's spinning pthreads
+// competing with the OpenMP workers of the other kernels. A batch of GEMMs too small to cut runs one
+// call per entry, spread the same way. The blocks depend on the shape alone and never split k, so
+// every element of C is computed by the same cblas call whatever the thread count
+// (docs/reproducibility.md). STRATA_GEMM_THREADS=openblas restores OpenBLAS's own threading (for
+// comparison; results then depend on the thread count).
 #include <cblas.h>
 #include <omp.h>
 
@@ -25,49 +27,34 @@
 namespace strata::kernels::cpu {
 namespace {
 
-void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b,
-               int ldb, double beta, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
-              lda, b, ldb, beta, c, ldc);
-}
-void blas_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const float* a, int lda, const float* b,
-               int ldb, double beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k,
-              static_cast<float>(alpha), a, lda, b, ldb, static_cast<float>(beta), c, ldc);
-}
-
 bool split_over_openmp() { return gemm_split_over_openmp(); }
 
 // Below this many multiply-adds a GEMM is one cblas call (a parallel region costs more).
 constexpr double kParallelMacs = 1 << 21;
-// Larger GEMMs are cut into blocks of this many rows (or columns) of C: a fixed size, a multiple
-// of every micro-kernel's tile, so the blocks and the cblas calls are the same for any thread
-// count (OpenBLAS kernels round a tile at a block's edge differently from one inside it).
-constexpr int64_t kGemmBlock = 256;
 
-// One row-major GEMM: one cblas call, or (above kParallelMacs) one call per fixed block of C's
-// rows (m >= n) or columns, spread over the OpenMP threads when there are several and no
-// enclosing parallel region. The calls, their shapes and their pointers depend on the shape only.
+// One row-major GEMM: one cblas call, or (above kParallelMacs) one call per block of gemm_block(m)
+// rows of C (m >= n) or gemm_block(n) columns, spread over the OpenMP threads when there are several and no
+// enclosing parallel region. The blocks, their shapes and their pointers depend on the shape only.
 template <typename T>
 void split_blas(bool ta, bool tb, int m, int n, int k, double alpha, const T* a, int lda, const T* b, int ldb,
                 double beta, T* c, int ldc) {
   const double macs = static_cast<double>(m) * n * k;
   if (!split_over_openmp() || macs < kParallelMacs) {
-    blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    mm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   const bool by_rows = m >= n;
-  const int64_t dim = by_rows ? m : n;
-  const int64_t blocks = (dim + kGemmBlock - 1) / kGemmBlock;
+  const int64_t dim = by_rows ? m : n, block = gemm_block(dim);
+  const int64_t blocks = (dim + block - 1) / block;
   const auto run_block = [&](int64_t blk) {
-    const int64_t s = blk * kGemmBlock;
-    const int len = static_cast<int>(std::min(kGemmBlock, dim - s));
+    const int64_t s = blk * block;
+    const int len = static_cast<int>(std::min(block, dim - s));
     if (by_rows) {  // rows s.. of C: rows of op(A)
       const T* as = ta ? a + s : a + s * lda;
-      blas_gemm(ta, tb, len, n, k, alpha, as, lda, b, ldb, beta, c + s * ldc, ldc);
+      mm(ta, tb, len, n, k, alpha, as, lda, b, ldb, beta, c + s * ldc, ldc);
     } else {  // columns s.. of C: columns of op(B)
       const T* bs = tb ? b + s * ldb : b + s;
-      blas_gemm(ta, tb, m, len, k, alpha, a, lda, bs, ldb, beta, c + s, ldc);
+      mm(ta, tb, m, len, k, alpha, a, lda, bs, ldb, beta, c + s, ldc);
     }
   };
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), blocks));
@@ -75,7 +62,7 @@ void split_blas(bool ta, bool tb, int m, int n, int k, double alpha, const T* a,
     for (int64_t blk = 0; blk < blocks; ++blk) run_block(blk);
     return;
   }
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t blk = 0; blk < blocks; ++blk) run_block(blk);
 }
 
@@ -87,9 +74,21 @@ void batched_blas(const GemmDims& d, bool ta, bool tb, const T* a, const T* b, T
   const int m = static_cast<int>(d.m), n = static_cast<int>(d.n), k = static_cast<int>(d.k);
   // Row-major leading dimensions = the stored matrices' column counts.
   const int lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
-  for (int64_t i = 0; i < d.batch; ++i)
+  const auto entry = [&](int64_t i) {
     split_blas(ta, tb, m, n, k, alpha, a + i * d.stride_a(), lda, b + i * d.stride_b(), ldb, beta,
                c + i * d.stride_c(), ldc);
+  };
+  // Entries too small to split run one cblas call each, spread over the threads: a call per entry
+  // whatever the thread count, so the bits do not depend on it either.
+  const double macs = static_cast<double>(m) * n * k;
+  const bool spread = split_over_openmp() && d.batch > 1 && macs < kParallelMacs &&
+                      macs * static_cast<double>(d.batch) >= kParallelMacs && !omp_in_parallel();
+  if (!spread) {
+    for (int64_t i = 0; i < d.batch; ++i) entry(i);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < d.batch; ++i) entry(i);
 }
 
 // c = beta · c (k = 0: the product is empty).

@@ -22,9 +22,11 @@
 #include "apps/strata/bench_train.h"
 #include "cli_test_helpers.h"
 #include "core/phase_timer.h"
+#include "kernels/gemm.h"
 #include "parallel/process_group.h"
 #include "strata_source_dir.h"
 #include "test_helpers.h"
+#include "training/run.h"
 
 using namespace strata;
 using Catch::Matchers::Contains;
@@ -113,6 +115,21 @@ TEST_CASE("bench train: a tiny GPT through the command line, JSON and phases", "
   CHECK(ph["optimizer/adamw"] <= ph["optimizer"] * 1.001 + 1e-3);
   CHECK_FALSE(phase_timer::enabled());
   CHECK(s["recompute"] == "none");
+  // The model FLOP rate is the model's FLOPs per token times the step's tokens over its median time.
+  CHECK(s["model_flops_per_token"].get<double>() > 0);
+  CHECK(s["model_gflops_per_second"].get<double>() ==
+        Approx(s["model_flops_per_token"].get<double>() * 32 / (s["median_ms"].get<double>() * 1e6)));
+  // One step's GEMMs, for the SGEMM reference: [batch, m, n, k, ta, tb, broadcast a, b, count] rows;
+  // the output layer's forward (tokens x padded vocab, k = hidden, weight transposed) among them.
+  REQUIRE(!s["gemm_shapes"].empty());
+  bool output_layer = false;
+  for (const auto& row : s["gemm_shapes"]) {
+    REQUIRE(row.size() == 9);
+    CHECK(row[8].get<int64_t>() >= 1);
+    output_layer |= row[1] == 32 && row[2] == 384 && row[5] == 1;
+  }
+  CHECK(output_layer);
+  CHECK_FALSE(kernels::recorded_gemm_shapes().empty());  // recording stopped, the list kept
 }
 
 TEST_CASE("bench train: full recompute lowers the peak allocated bytes and is reported", "[bench][recompute]") {
@@ -283,4 +300,28 @@ TEST_CASE("bench train: MoE options the PyTorch reference does not model are ref
     CHECK_THAT(r.err, Contains(field) && Contains("the PyTorch MoE reference does not model"));
     CHECK_THAT(r.out, !Contains("ms/step median"));  // refused before anything ran
   }
+}
+
+TEST_CASE("model FLOPs per token: a routed expert's weights count top-k / experts times", "[bench][moe]") {
+  // Hand-computed: the same parameters once as dense weights and once as routed experts of a
+  // 4-expert top-1 model differ by 6 · 80 · (1 - 1/4) FLOPs per token; a lookup table counts nothing.
+  const ResolvedConfig cfg =
+      StrataConfig::from_yaml_text(
+          "model:\n  num_layers: 1\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
+          "  seq_length: 8\n  num_experts: 4\n  moe_router_topk: 1\n  moe_router_pre_softmax: true\n"
+          "  moe_ffn_hidden_size: 8\n"
+          "  add_bias_linear: false\ntraining:\n  micro_batch_size: 1\noptimizer:\n  lr: 1.0e-3\n"
+          "data:\n  mock_data: true\n")
+          .validate();
+  Parameter dense, expert, table;
+  dense.value = Tensor::zeros({10, 10}, DType::F32);
+  expert.value = Tensor::zeros({8, 10}, DType::F32);
+  table.value = Tensor::zeros({5, 10}, DType::F32);
+  table.counted_in_model_flops = false;
+  const double as_dense = training::model_flops_per_token(cfg, {&dense, &expert, &table});
+  expert.expert_parallel = true;
+  const double as_expert = training::model_flops_per_token(cfg, {&dense, &expert, &table});
+  CHECK(as_dense - as_expert == Approx(6.0 * 80 * 0.75));
+  table.counted_in_model_flops = true;
+  CHECK(training::model_flops_per_token(cfg, {&dense, &expert, &table}) - as_expert == Approx(6.0 * 50));
 }
