@@ -8,6 +8,7 @@
 // against the machine's SGEMM rate (scripts/bench/sgemm_rate.py).
 #include "apps/strata/bench_train.h"
 
+#include "apps/strata/bench_ops.h"
 #include "apps/strata/bench_reference.h"
 #include "apps/strata/bench_train_moe.h"
 #include "apps/strata/commands.h"
@@ -17,7 +18,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -323,15 +323,8 @@ double replayed_gemm_gflops(const json& shapes) {
     };
     const Tensor a = operand(m, k, ta, ba), b = operand(k, n, tb, bb);
     const Tensor c = Tensor::empty(batch > 1 ? Shape{batch, m, n} : Shape{m, n}, DType::F32);
-    kernels::gemm(a, ta, b, tb, c);
-    std::vector<double> times;
-    for (int r = 0; r < 10; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      kernels::gemm(a, ta, b, tb, c);
-      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(times.begin(), times.end());
-    seconds += static_cast<double>(count) * times[times.size() / 2];
+    const double ms = median_ms(Device::cpu(), 1, 10, [&] { kernels::gemm(a, ta, b, tb, c); });
+    seconds += static_cast<double>(count) * ms / 1e3;
     flop += static_cast<double>(count) * 2.0 * batch * m * n * k;
   }
   return seconds > 0 ? flop / seconds / 1e9 : 0.0;

@@ -5,19 +5,18 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstdlib>
 #include <string_view>
 
 namespace strata::kernels::cpu {
 namespace {
 
-// OpenBLAS's generic x86-64 cores (no AVX2): its fallbacks for a processor it does not know.
+// OpenBLAS's generic x86-64 cores (no AVX2), as openblas_get_corename spells them: its fallbacks
+// for a processor it does not know.
 bool is_generic_core(std::string_view core) {
-  constexpr std::array<std::string_view, 7> kGeneric = {"Prescott", "Core2",  "Penryn",     "Dunnington",
-                                                        "Nehalem",  "Atom",   "Sandybridge"};
-  return std::any_of(kGeneric.begin(), kGeneric.end(),
-                     [&](std::string_view g) { return core.size() == g.size() && std::equal(core.begin(), core.end(), g.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }); });
+  constexpr std::array<std::string_view, 7> kGeneric = {"Prescott", "Core2", "Penryn",     "Dunnington",
+                                                        "Nehalem",  "Atom",  "Sandybridge"};
+  return std::find(kGeneric.begin(), kGeneric.end(), core) != kGeneric.end();
 }
 
 }  // namespace
