@@ -96,8 +96,9 @@ if command -v compute-sanitizer > /dev/null; then
     > "$LOG/memcheck.log" 2>&1
   note "memcheck (quick sweep)" "rc=$? $(grep -E 'ERROR SUMMARY' "$LOG/memcheck.log" | tail -1)"
 fi
-# The transformers interop cases need .pyenv (scripts/setup.sh), which does not travel: left out.
-timeout "$(limit 60)" "$bin/strata_unit_tests" "~[hf]" > "$LOG/unit_tests.log" 2>&1
+# The transformers interop cases need .pyenv (scripts/setup.sh), which does not travel: left out,
+# and so are the hidden cases (the meta-device aborts, run by ctest as expected failures).
+timeout "$(limit 60)" "$bin/strata_unit_tests" "~[hf]~[.]" > "$LOG/unit_tests.log" 2>&1
 rc=$?; note "cpu unit tests (there)" "rc=$rc $(grep -E 'test cases|All tests' "$LOG/unit_tests.log" | tail -1)"
 
 echo "==== benchmarks ===="
