@@ -107,6 +107,33 @@ TEST_CASE("lr_schedule: from OptimizerConfig, warmup as a fraction of lr_decay_i
   CHECK(f.lr(8) == 2.0e-5 + (1.0 - (8.0 - 0.003 * 1720.0) / (1720.0 - 0.003 * 1720.0)) * (2.0e-4 - 2.0e-5));
 }
 
+TEST_CASE("lr_schedule: --lr-warmup-init and inverse-square-root, as Megatron's get_lr computes them",
+          "[lr_schedule]") {
+  OptimizerConfig o;
+  o.lr = 1.0e-3;
+  o.min_lr = 1.0e-4;
+  o.lr_warmup_init = 2.0e-4;
+  o.lr_warmup_iters = 4;
+  o.lr_decay_iters = 100;
+  o.lr_decay_style = LrDecayStyle::InverseSquareRoot;
+  TrainingConfig t;
+  t.global_batch_size = 1;
+  LrSchedule s(o, t);
+  CHECK(s.lr(0) == 2.0e-4);
+  CHECK(s.lr(1) == 2.0e-4 + (1.0e-3 - 2.0e-4) * 1.0 / 4.0);
+  CHECK(s.lr(4) == 1.0e-3);
+  // After the warmup: lr · sqrt(4) / sqrt(n), floored at min_lr; min_lr past the decay.
+  CHECK(s.lr(9) == 1.0e-3 * 2.0 / 3.0);
+  CHECK(s.lr(25) == 1.0e-3 * 2.0 / 5.0);
+  CHECK(s.lr(100) == 1.0e-3 * 2.0 / 10.0);  // 2e-4, above min_lr
+  CHECK(s.lr(101) == 1.0e-4);
+  // Without a warmup Megatron uses max(warmup, 1) = 1: lr / sqrt(n), never below min_lr.
+  LrSchedule n(1.0e-3, 3.0e-4, LrDecayStyle::InverseSquareRoot, 0, 1000);
+  CHECK(n.lr(0) == 1.0e-3);
+  CHECK(n.lr(4) == 1.0e-3 / 2.0);
+  CHECK(n.lr(16) == 3.0e-4);  // 2.5e-4 floored
+}
+
 TEST_CASE("lr_schedule: bad arguments are rejected", "[lr_schedule]") {
   CHECK_THROWS_WITH(LrSchedule(1e-3, 1e-2, LrDecayStyle::Linear, 0, 10), Catch::Contains("min_lr"));
   CHECK_THROWS_WITH(LrSchedule(1e-3, 0, LrDecayStyle::Linear, 10, 5), Catch::Contains("the decay"));

@@ -403,6 +403,9 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
   if (optimizer.min_lr > *optimizer.lr)
     throw ConfigError("optimizer.min_lr",
                       str(optimizer.min_lr) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");
+  if (optimizer.lr_warmup_init > *optimizer.lr)  // Megatron OptimizerParamScheduler: init_lr <= max_lr
+    throw ConfigError("optimizer.lr_warmup_init",
+                      str(optimizer.lr_warmup_init) + " is larger than optimizer.lr (" + str(*optimizer.lr) + ")");
   if (optimizer.decoupled_min_lr && !optimizer.decoupled_lr)
     throw ConfigError("optimizer.decoupled_min_lr", "needs optimizer.decoupled_lr");
   if (optimizer.decoupled_lr && optimizer.decoupled_min_lr.value_or(optimizer.min_lr) > *optimizer.decoupled_lr)

@@ -1,6 +1,7 @@
 // Megatron-Core OptimizerParamScheduler.get_lr (see lr_schedule.h).
 #include "training/optimizer/lr_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <optional>
@@ -24,7 +25,7 @@ LrSchedule from_config(const OptimizerConfig& cfg, const TrainingConfig& trainin
   const double warmup_steps =
       cfg.lr_warmup_fraction ? *cfg.lr_warmup_fraction * static_cast<double>(decay) : static_cast<double>(warmup);
   return LrSchedule(*cfg.lr, cfg.min_lr, cfg.lr_decay_style, warmup_steps, decay, cfg.lr_wsd_decay_style,
-                    wsd ? *wsd * unit : 0);
+                    wsd ? *wsd * unit : 0, cfg.lr_warmup_init);
 }
 }  // namespace
 
@@ -84,6 +85,8 @@ double LrSchedule::lr(int64_t num_steps) const {
     return warmup_init_lr_ + (max_lr_ - warmup_init_lr_) * n / warmup_steps_;
   if (style_ == LrDecayStyle::Constant) return max_lr_;
   if (num_steps > decay_steps_) return min_lr_;
+  if (style_ == LrDecayStyle::InverseSquareRoot)
+    return std::max(min_lr_, max_lr_ * std::sqrt(std::max(warmup_steps_, 1.0)) / std::sqrt(std::max(n, 1.0)));
 
   const double decay_ratio = (n - warmup_steps_) / (static_cast<double>(decay_steps_) - warmup_steps_);
   const double delta = max_lr_ - min_lr_;
@@ -106,7 +109,8 @@ double LrSchedule::lr(int64_t num_steps) const {
       }
       break;
     }
-    case LrDecayStyle::Constant: break;
+    case LrDecayStyle::Constant:
+    case LrDecayStyle::InverseSquareRoot: break;
   }
   return min_lr_ + coeff * delta;
 }

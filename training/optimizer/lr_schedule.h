@@ -1,7 +1,8 @@
 // Learning-rate schedule: Megatron-Core's OptimizerParamScheduler.get_lr, counted in samples as
 // Megatron counts it: the scheduler steps by each successful step's global batch size (a skipped
 // step does not advance it), and iteration-based lengths are lr_*_iters × global_batch_size.
-// Linear warmup from lr_warmup_init (0) to lr over the warmup, then constant | linear | cosine |
+// Linear warmup from lr_warmup_init (default 0) to lr over the warmup, then constant | linear |
+// cosine | inverse-square-root (lr · sqrt(max(warmup, 1) / max(n, 1)), floored at min_lr) |
 // WSD (warmup-stable-decay with an exponential, linear, cosine or minus_sqrt anneal over the last
 // WSD decay steps) down to min_lr at the end of the decay; min_lr after that. A warmup fraction
 // gives a fractional warmup (fraction × decay steps), as in Megatron.

@@ -17,8 +17,12 @@ config::SectionFields<OptimizerConfig> optimizer_config_fields() {
   f.add("lr", &O::lr, "Peak learning rate (after warmup). Required.").check(positive());
   f.add("min_lr", &O::min_lr, "Learning rate at the end of the decay.").check(non_negative());
   f.add_enum("lr_decay_style", &O::lr_decay_style, kLrDecayStyleNames,
-             "Decay after warmup: constant, linear, cosine or WSD (warmup-stable-decay).");
-  f.add("lr_warmup_iters", &O::lr_warmup_iters, "Linear warmup steps from 0 to lr.").check(non_negative());
+             "Decay after warmup: constant, linear, cosine, inverse-square-root (lr · sqrt(max(warmup, 1) / "
+             "max(step, 1)), never below min_lr) or WSD (warmup-stable-decay).");
+  f.add("lr_warmup_iters", &O::lr_warmup_iters, "Linear warmup steps from lr_warmup_init to lr.")
+      .check(non_negative());
+  f.add("lr_warmup_init", &O::lr_warmup_init, "The learning rate the linear warmup starts from.")
+      .check(non_negative());
   f.add("lr_warmup_fraction", &O::lr_warmup_fraction,
         "Warmup as a fraction of lr_decay_iters (instead of lr_warmup_iters). null: use lr_warmup_iters.")
       .check(in_range(0, true, 1, true));

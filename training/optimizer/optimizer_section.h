@@ -22,10 +22,12 @@ inline constexpr config::EnumName<WeightDecayIncrStyle> kWeightDecayIncrStyleNam
 enum class OptimizerType { Adam };
 inline constexpr config::EnumName<OptimizerType> kOptimizerTypeNames[] = {{OptimizerType::Adam, "adam"}};
 
-enum class LrDecayStyle { Constant, Linear, Cosine, WSD };
+enum class LrDecayStyle { Constant, Linear, Cosine, InverseSquareRoot, WSD };
 inline constexpr config::EnumName<LrDecayStyle> kLrDecayStyleNames[] = {{LrDecayStyle::Constant, "constant"},
                                                                         {LrDecayStyle::Linear, "linear"},
                                                                         {LrDecayStyle::Cosine, "cosine"},
+                                                                        {LrDecayStyle::InverseSquareRoot,
+                                                                         "inverse-square-root"},
                                                                         {LrDecayStyle::WSD, "WSD"}};
 
 enum class WsdDecayStyle { Exponential, Linear, Cosine, MinusSqrt };
@@ -38,6 +40,7 @@ struct OptimizerConfig {
   OptimizerType optimizer = OptimizerType::Adam;
   std::optional<double> lr;  // required (Megatron has no default learning rate)
   double min_lr = 0.0;
+  double lr_warmup_init = 0.0;  // the learning rate warmup starts from
   LrDecayStyle lr_decay_style = LrDecayStyle::Linear;
   int64_t lr_warmup_iters = 0;
   std::optional<double> lr_warmup_fraction;
