@@ -199,11 +199,15 @@ LayerKind transformer_kind(char symbol, const char* name, bool hybrid_pattern, s
 
 }  // namespace
 
+// core_attn: the attention kernel saves q, k, v, the output and the log-sum-exp, never the s×s
+// probabilities, and its backward recomputes them: selective recompute of core_attn is what it
+// always does (Megatron: "for fused attention, you have no need to set core_attn").
 void register_transformer_kinds(LayerKindRegistry& registry) {
-  registry.add(transformer_kind('*', "attention", true, {"mhc"}));
+  registry.add(transformer_kind('*', "attention", true, {"core_attn", "mhc"}));
   registry.add(transformer_kind('-', "MLP", true, {"mlp", "mhc"}));
   registry.add(transformer_kind('E', "MoE", true, {"moe", "moe_act", "shared_experts", "mhc"}));
-  registry.add(transformer_kind('T', "transformer (attention + MLP)", false, {"mlp", "moe", "moe_act", "shared_experts", "mhc"}));
+  registry.add(transformer_kind('T', "transformer (attention + MLP)", false,
+                                {"core_attn", "mlp", "moe", "moe_act", "shared_experts", "mhc"}));
 }
 
 }  // namespace strata

@@ -44,10 +44,6 @@ struct Rejected {
   const char* why;
 };
 constexpr Rejected kRejected[] = {
-    {"core_attn",
-     "Strata's attention kernel is fused (flash-style): it saves q, k, v, the output and the log-sum-exp, "
-     "never the s×s probabilities, and its backward already recomputes them, so there is nothing for "
-     "core_attn to free (Megatron: 'for fused attention, you have no need to set core_attn')"},
     {"layernorm",
      "Strata's norms are fused into the following linear (Transformer Engine layout, "
      "linear_qkv.layer_norm_weight), where Megatron's layernorm recompute does nothing; not supported"},
@@ -127,13 +123,14 @@ void add_recompute_fields(config::SectionFields<ModelConfig>& f) {
         "null for selective.");
   f.add("recompute_modules", &M::recompute_modules,
         "Selective recompute: the submodules whose activations are dropped after the forward and recomputed in "
-        "backward. Strata implements mlp (the dense MLP: keeps its input), moe (the whole MoE layer: keeps its "
+        "backward. Strata implements core_attn (what its attention always does: the kernel never stores the "
+        "s×s probabilities and recomputes them in backward, so it frees nothing more), mlp (the dense MLP: "
+        "keeps its input), moe (the whole MoE layer: keeps its "
         "input), moe_act (the routed experts' activation: keeps the fc1 output and drops the activation and "
         "the fc2 input, recomputed before fc2's backward; needs moe_grouped_gemm) and shared_experts (the MoE "
         "layers' shared-expert MLP: keeps its input) and mhc (mHC: each site's input and aggregation are "
         "dropped and rebuilt per mhc_recompute_layer_num group; needs enable_hyper_connections, not with mlp); "
-        "Megatron's default "
-        "core_attn and the other names are errors saying why.");
+        "Megatron's other names (layernorm, mla_up_proj, gdn, …) are errors saying why.");
   f.add("distribute_saved_activations", &M::distribute_saved_activations,
         "Split the saved chunk inputs of full recompute over tensor-parallel ranks. Not supported: must be false.");
   f.add("moe_layer_recompute", &M::moe_layer_recompute,

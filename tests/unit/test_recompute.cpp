@@ -116,6 +116,10 @@ TEST_CASE("recompute: bit-identical losses and gradients to no recompute (GPT, G
             (moe ? 10u : 2u));  // per micro-batch: lm loss, and aux + z loss of each of the 2 MoE layers
     std::vector<std::vector<std::string>> modes = kModes;
     modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[mlp]"});
+    // Megatron's --recompute-activations: selective with its default core_attn (the kernel always
+    // recomputes the probabilities), alone and with mlp.
+    modes.push_back({"model.recompute_granularity=selective"});
+    modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[core_attn,mlp]"});
     if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[moe]"});
     if (moe) modes.push_back({"model.moe_layer_recompute=true"});
     if (moe) modes.push_back({"model.recompute_granularity=selective", "model.recompute_modules=[shared_experts]"});
@@ -430,10 +434,8 @@ TEST_CASE("recompute: config errors name the field", "[recompute][config]") {
   CHECK(config_error({"model.recompute_method=uniform"})
             .find("model.recompute_method: set without "
                   "model.recompute_granularity") != std::string::npos);
-  // Megatron's default module (core_attn) has nothing to free with Strata's fused attention.
-  CHECK(config_error({"model.recompute_granularity=selective"})
-            .find("model.recompute_modules: core_attn: Strata's "
-                  "attention kernel is fused") != std::string::npos);
+  // Megatron's default module (core_attn) is what Strata's attention always does: accepted.
+  CHECK(config_error({"model.recompute_granularity=selective"}) == "(no error)");
   CHECK(config_error({"model.recompute_granularity=selective", "model.recompute_modules=[mla_up_proj]"})
             .find("mla_up_proj: needs multi-latent attention") != std::string::npos);
   for (const char* m : {"mhc", "gdn", "layernorm"})
