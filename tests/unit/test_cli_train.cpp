@@ -286,6 +286,16 @@ TEST_CASE("cli train: checkpoint paths are checked before any training", "[cli_t
   INFO(r.err);
   CHECK(r.rc == 0);
   CHECK_THAT(r.out + r.err, Contains("training from scratch"));
+  // Megatron's --exit-on-missing-checkpoint: the same empty directory (and a job's first run) is an
+  // error before training, naming the directory.
+  for (const std::string& job_dir : {(base / "empty").string(), (base / "first_run").string()}) {
+    r = train({"--exit-on-missing-checkpoint", "--load", job_dir, "--save", job_dir});
+    INFO(r.err);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("ConfigError: checkpoint.exit_on_missing_checkpoint: checkpoint.load '" + job_dir +
+                               "' holds no checkpoint (no latest_checkpointed_iteration.txt)"));
+    CHECK_THAT(r.out, !Contains("iteration        1/"));
+  }
   // 3. The first run of a job whose save equals load: the directory does not exist yet.
   const std::string job = (base / "job").string();
   r = train({"checkpoint.save=" + job, "checkpoint.load=" + job});

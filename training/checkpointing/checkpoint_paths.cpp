@@ -82,6 +82,11 @@ void check_checkpoint_paths(const ResolvedConfig& cfg, bool create_save) {
   if (cfg.checkpoint->load) {
     check_load(*cfg.checkpoint->load, cfg.checkpoint->save);
     check_load_directory(*cfg.checkpoint->load);  // checkpoints without a tracker are not a fresh start
+    // Megatron's --exit-on-missing-checkpoint: no checkpoint to load is an error, not a fresh start.
+    if (cfg.checkpoint->exit_on_missing_checkpoint && !read_checkpoint_tracker(*cfg.checkpoint->load))
+      throw ConfigError("checkpoint.exit_on_missing_checkpoint",
+                        "checkpoint.load '" + *cfg.checkpoint->load + "' holds no checkpoint (no " + kTrackerFile +
+                            "): exiting instead of training from scratch");
   }
   // A resume into another model: refused here, before the model is allocated (the Trainer checks
   // again and logs a finetune's differences).

@@ -21,6 +21,10 @@ config::SectionFields<CheckpointConfig> checkpoint_config_fields() {
       .check(positive());
   f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");
   f.add("no_load_rng", &C::no_load_rng, "Do not load the RNG state when loading.");
+  f.add("exit_on_missing_checkpoint", &C::exit_on_missing_checkpoint,
+        "With checkpoint.load set: a directory holding no checkpoint (no latest_checkpointed_iteration.txt, "
+        "including a job's first run into checkpoint.save) is an error before training starts, instead of "
+        "training from scratch with a warning.");
   f.add("finetune", &C::finetune,
         "Load only the model weights and start at iteration 0 (no optimizer, RNG or data position).");
   f.add("overwrite", &C::overwrite,
