@@ -253,15 +253,6 @@ std::string FieldTable::markdown() const {
 }
 
 std::string MegatronFlags::markdown() const {
-  std::string none, unsupported;
-  auto row = [&](const FlagEntry& e, const char* star) {
-    const char* value = e.arity == FlagArity::One ? " X" : e.arity == FlagArity::List ? " X …" : "";
-    std::string r = "| `" + e.flag + star + value + "` | " + md_escape(e.note) + " |\n";
-    if (e.kind == FlagEntry::Kind::NoEffect) none += r;
-    if (e.kind == FlagEntry::Kind::Unsupported) unsupported += r;
-  };
-  for (const auto& e : entries_) row(e, "");
-  for (const auto& e : prefixes_) row(e, "*");
   return "\n## Megatron command-line flags\n\n"
          "`strata train`, `strata plan` and `strata bench train` accept a Megatron-LM launch script's arguments\n"
          "after `--config F`, mixed with `section.field=value` overrides; all apply on top of the YAML file in\n"
@@ -271,15 +262,8 @@ std::string MegatronFlags::markdown() const {
          "to the next flag (`--data-path 0.3 a 0.7 b`); `--flag=value` works too. Abbreviations are not\n"
          "accepted (Megatron's parser sets allow_abbrev=False); an unknown flag is an error naming the\n"
          "closest accepted one, and `training.bf16=true` (a flag spelled as a field) names the field to use.\n\n"
-         "### Accepted without effect\n\n"
-         "They choose Megatron's implementation and change no numbers; the run lists them in one line.\n\n"
-         "| flag | what it selects in Megatron |\n| --- | --- |\n" +
-         none +
-         "\n### Not supported\n\n"
-         "Megatron features Strata does not have: each is an error naming the feature (`*`: every flag with\n"
-         "this prefix). Once a field of the flag's name exists, the flag sets it instead.\n\n"
-         "| flag | feature |\n| --- | --- |\n" +
-         unsupported;
+         "Every other Megatron flag, each with its status (another field's name, accepted without effect,\n"
+         "or refused naming the capability), is in docs/megatron_flags.md.\n";
 }
 
 static std::string lower(std::string s) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "training/config/config.h"
+#include "training/config/megatron_flags_doc.h"
 
 using namespace strata;
 using strata::config::ConfigError;
@@ -264,7 +265,12 @@ TEST_CASE("megatron flags: every field has its flag and no rule is shadowed", "[
   CHECK(md.find("## Megatron command-line flags") != std::string::npos);
   CHECK(md.find("`--bf16` (= bf16)") != std::string::npos);
   CHECK(md.find("`--disable-bias-linear` (= false)") != std::string::npos);
-  CHECK(md.find("| `--transformer-impl X` | Megatron's layer implementation") != std::string::npos);
+  CHECK(md.find("docs/megatron_flags.md") != std::string::npos);
+  const std::string flags_md = megatron_flags_markdown();
+  CHECK(flags_md.find("| `--transformer-impl` | accepted, no effect | Megatron's layer implementation") !=
+        std::string::npos);
+  CHECK(flags_md.find("| `--lr` | implemented | `optimizer.lr` |") != std::string::npos);
+  CHECK(flags_md.find("| `--multi-latent-attention` | refused | multi-latent attention (MLA) |") != std::string::npos);
   CHECK(md.find("`--num-experts`") != std::string::npos);  // MoE fields map by name
 }
 

@@ -4,6 +4,7 @@
 // Reference: megatron/training/arguments.py and the argparse_meta names of megatron/core's
 // TransformerConfig / ModelParallelConfig and megatron/training/config/*.py.
 #include "training/config/config.h"
+#include "training/config/megatron_flag_families.h"
 
 namespace strata {
 
@@ -11,10 +12,68 @@ using config::FlagArity;
 using config::no_effect_flag;
 using config::unsupported_flag;
 
+namespace {
+// Megatron's run-level flags that are next in line for a field of their own: for now refused by
+// capability, or accepted where Strata does exactly what they select.
+std::vector<config::MegatronFlagRule> run_rules_without_field() {
+  using megatron_flags::accepted_values;
+  using megatron_flags::refused;
+  using megatron_flags::without_effect;
+  std::vector<config::MegatronFlagRule> r;
+  r.push_back(accepted_values("--dataloader-type",
+                              "Megatron's sequential sampler (MegatronPretrainingSampler), how Strata reads the "
+                              "dataset's (already shuffled) samples; cyclic and external are not supported",
+                              {"single"}));
+  megatron_flags::append(r, refused("inter-document masking from the dataset's document boundaries; "
+                                    "--reset-attention-mask with --reset-position-ids restricts attention at "
+                                    "end-of-document tokens",
+                                    {"--dataloader-inter-document-masking"}));
+  megatron_flags::append(r, refused("asynchronous checkpoint saving (Strata writes each checkpoint before the "
+                                    "next step, to a temporary directory renamed when complete)",
+                                    {"--async-save"}));
+  megatron_flags::append(r, refused("deleting older checkpoints by a retention interval", {"--save-retain-interval"}));
+  megatron_flags::append(r, refused("checking weight hashes across data-parallel replicas",
+                                    {"--check-weight-hash-across-dp-replicas-interval"}));
+  megatron_flags::append(r, refused("straggler detection (per-rank step times); Strata logs each step's time",
+                                    {"--log-straggler", "--straggler-minmax-count", "--disable-straggler-on-startup",
+                                     "--straggler-ctrlr-port"}));
+  megatron_flags::append(r, refused("RoPE skipped on some layers (Llama 4's --no-rope-freq)", {"--no-rope-freq"}));
+  megatron_flags::append(r, without_effect("the config's learning-rate and weight-decay schedule over the "
+                                           "checkpoint's, which is what Strata always does on resume",
+                                           {"--override-opt-param-scheduler", "--override-opt_param-scheduler"}));
+  megatron_flags::append(r, refused("taking the learning-rate schedule from the checkpoint instead of the config",
+                                    {"--use-checkpoint-opt-param-scheduler", "--use-checkpoint-opt_param-scheduler"}));
+  megatron_flags::append(r, refused("per-split datasets; use --data-path with --split", {"--per-split-data-args-path"}));
+  megatron_flags::append(r, refused("different initial weights on each data-parallel replica",
+                                    {"--data-parallel-random-init"}));
+  megatron_flags::append(r, without_effect("the number of gradient buckets (a schedule of the reductions: "
+                                           "Strata's reductions give the same numbers for any bucketing; the size "
+                                           "is --ddp-bucket-size)",
+                                           {"--ddp-num-buckets"}));
+  megatron_flags::append(r, refused("PyTorch's CUDA allocator history; Strata logs peak memory and `strata plan` "
+                                    "breaks it down",
+                                    {"--record-memory-history", "--memory-snapshot-path"}));
+  megatron_flags::append(r, without_effect("TikTokenizer's settings, read only by TikTokenizer (which Strata "
+                                           "refuses by name)",
+                                           {"--tiktoken-pattern", "--tiktoken-num-special-tokens"}));
+  megatron_flags::append(r, without_effect("detecting the loaded checkpoint's format (Strata reads its own "
+                                           "checkpoints and names the file it cannot read)",
+                                           {"--auto-detect-ckpt-format"}));
+  megatron_flags::append(r, refused("taking the architecture from the checkpoint's saved arguments",
+                                    {"--use-checkpoint-args"}));
+  megatron_flags::append(r, refused("a separate pretrained checkpoint to finetune from; use --load with --finetune",
+                                    {"--pretrained-checkpoint"}));
+  megatron_flags::append(r, refused("Megatron's dist-checkpoint strictness modes (Strata refuses a checkpoint "
+                                    "whose tensors differ from the model)",
+                                    {"--dist-ckpt-strictness"}));
+  return r;
+}
+}  // namespace
+
 std::vector<config::MegatronFlagRule> megatron_flag_rules() {
   using A = FlagArity;
   const std::string mla = "multi-latent attention (MLA)";
-  return {
+  std::vector<config::MegatronFlagRule> rules = {
       // Other names for a field.
       config::rename_flag("--norm-epsilon", "layernorm_epsilon"),
       config::rename_flag("--decoder-first-pipeline-num-layers", "num_layers_in_first_pipeline_stage"),
@@ -22,6 +81,7 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       config::rename_flag("--deterministic-mode", "deterministic"),
       config::rename_flag("--persistent-save-interval", "save_interval"),
       config::rename_flag("--mhc-num-residual-streams", "num_residual_streams"),  // Megatron main's mHC names
+      config::rename_flag("--num-virtual-stages-per-pipeline-rank", "virtual_pipeline_model_parallel_size"),
       // Switches that set a field to a value.
       config::constant_flag("--bf16", "precision", "bf16"),
       config::constant_flag("--fp16", "precision", "fp16"),
@@ -80,7 +140,7 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       // Recompute: --recompute-granularity/-method/-num-layers/-modules, --distribute-saved-activations
       // and --moe-layer-recompute map by name onto model.recompute_* (models/config/recompute_config.h).
       unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
-                       "layers per virtual stage; set --virtual-pipeline-model-parallel-size (model chunks per "
+                       "layers per virtual stage; set --num-virtual-stages-per-pipeline-rank (model chunks per "
                        "pipeline rank) instead"),
       unsupported_flag("--multi-latent-attention", A::Switch, mla),
       unsupported_flag("--q-lora-rank", A::One, mla),
@@ -99,7 +159,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--tokenizer-special-tokens", A::List, "special tokens added to the tokenizer's vocabulary"),
       unsupported_flag("--no-tokenizer-sentencepiece-ignore-extra-whitespaces", A::Switch,
                        "SentencePiece extra-whitespace preservation"),
-      unsupported_flag("--tiktoken-pattern", A::One, "TikTokenizer"),
       unsupported_flag("--no-save-optim", A::Switch, "checkpoints without optimizer state"),
       unsupported_flag("--no-save-rng", A::Switch, "checkpoints without RNG state"),
       unsupported_flag("--wandb-*", A::One, "Weights & Biases logging (Strata writes TensorBoard and JSONL)"),
@@ -111,6 +170,11 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
                       "megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec",
                       "megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec", "local"}),
   };
+  megatron_flags::append(rules, run_rules_without_field());
+  megatron_flags::append(rules, megatron_flags::model_flag_rules());
+  megatron_flags::append(rules, megatron_flags::run_flag_rules());
+  megatron_flags::append(rules, megatron_flags::out_of_scope_flag_rules());
+  return rules;
 }
 
 }  // namespace strata
