@@ -62,13 +62,17 @@ void check_documents_end_with_eod(const DataConfig& data, int64_t eod) {
                                            "): preprocess it with --append-eod, or turn the flag off");
 }
 
-TrainResult run_on_rank(const ResolvedConfig& validated, const DistributedRuntime& rt, const RunHooks& hooks) {
-  check_checkpoint_paths(validated, /*create_save=*/true);  // before anything is allocated or trained
+TrainResult run_on_rank(const ResolvedConfig& given, const DistributedRuntime& rt, const RunHooks& hooks) {
+  check_checkpoint_paths(given, /*create_save=*/true);  // before anything is allocated or trained
+  const ResolvedConfig validated = with_pretrained_checkpoint(given);
   std::unique_ptr<TensorDumper> tensor_dumper = TensorDumper::from_config(validated, rt.rank);  // creates its directory
   const Device device = rt.device;
   const ParallelGroups groups = build_parallel_groups(*validated.parallel, rt.world_host, rt.world_device);
   const bool last_rank = rt.rank == rt.world_size - 1;
   if (!last_rank) log::set_level("warn");
+  if (validated.checkpoint->load != given.checkpoint->load)
+    log::info("checkpoint.load {} holds no checkpoint: finetuning from checkpoint.pretrained_checkpoint {}",
+              given.checkpoint->load.value_or("(null)"), *validated.checkpoint->load);
   std::unique_ptr<data::Tokenizer> tokenizer =
       data::build_checked_tokenizer(*validated.data, validated.model->vocab_size);
   const ResolvedConfig cfg =

@@ -457,6 +457,57 @@ TEST_CASE("cli train: a resume into another model is refused naming each field, 
   fs::remove_all(base);
 }
 
+// Megatron's --pretrained-checkpoint (load_checkpoint): while --load holds no checkpoint the run
+// finetunes from the pretrained one (its weights, iteration 0: the same losses as --load P
+// --finetune); once the run has saved into --load, the next launch resumes from there.
+TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run has its own checkpoint",
+          "[cli_train][checkpoint]") {
+  namespace fs = std::filesystem;
+  const std::string good = write_file("good_pretrained.yaml", kGood);
+  const fs::path base = temp_dir() / "ckpt_pretrained";
+  fs::remove_all(base);
+  const std::string pre = (base / "pre").string(), job = (base / "job").string(), ref = (base / "ref").string();
+  auto train = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--config", good, "model.seq_length=16", "model.hidden_size=32",
+                                     "training.train_iters=2", "training.eval_iters=0", "logging.log_interval=1",
+                                     "training.device=cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  // The lm losses of the log, in order.
+  auto losses = [](const std::string& log) {
+    std::vector<std::string> out;
+    for (size_t at = log.find("lm loss: "); at != std::string::npos; at = log.find("lm loss: ", at + 1))
+      out.push_back(log.substr(at + 9, log.find(' ', at + 9) - at - 9));
+    return out;
+  };
+  REQUIRE(train({"--save", pre}).rc == 0);
+  CliResult r = train({"--pretrained-checkpoint", pre, "--load", job, "--save", job});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out + r.err, Contains("checkpoint.load " + job + " holds no checkpoint: finetuning from "
+                                     "checkpoint.pretrained_checkpoint " + pre));
+  CHECK_THAT(r.out, Contains("(finetune: weights only, starting at iteration 0)"));
+  CliResult direct = train({"--load", pre, "--finetune", "--save", ref});
+  REQUIRE(direct.rc == 0);
+  REQUIRE(losses(r.out).size() == 2u);
+  CHECK(losses(r.out) == losses(direct.out));
+  // The job has its own checkpoint now: it resumes from it (iteration 2 → 4), not from the pretrained.
+  r = train({"--pretrained-checkpoint", pre, "--load", job, "--save", job, "--train-iters", "4"});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("loaded checkpoint from " + job + " at iteration 2"));
+  CHECK_THAT(r.out, Contains("iteration        4/"));
+  // A pretrained directory without a checkpoint is an error naming both, before training.
+  fs::create_directories(base / "empty");
+  r = train({"--pretrained-checkpoint", (base / "empty").string(), "--save", (base / "other").string()});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("ConfigError: checkpoint.pretrained_checkpoint: '" + (base / "empty").string() +
+                             "' holds no checkpoint (no latest_checkpointed_iteration.txt), and checkpoint.load "
+                             "is null"));
+  fs::remove_all(base);
+}
+
 TEST_CASE("cli train: a model this machine cannot hold is refused before allocation, with both numbers",
           "[cli_train]") {
   const std::string good = write_file("good_big.yaml", kGood);

@@ -76,7 +76,23 @@ void check_load(const fs::path& load, const std::optional<std::string>& save) {
 
 }  // namespace
 
-void check_checkpoint_paths(const ResolvedConfig& cfg, bool create_save) {
+ResolvedConfig with_pretrained_checkpoint(const ResolvedConfig& cfg) {
+  const auto& pretrained = cfg.checkpoint->pretrained_checkpoint;
+  if (!pretrained) return cfg;
+  const auto& load = cfg.checkpoint->load;
+  if (load && read_checkpoint_tracker(*load)) return cfg;  // the run's own checkpoint: resume from it
+  if (!read_checkpoint_tracker(*pretrained))
+    throw ConfigError("checkpoint.pretrained_checkpoint",
+                      quoted(fs::path(*pretrained)) + " holds no checkpoint (no " + kTrackerFile + "), and checkpoint.load " +
+                          (load ? quoted(fs::path(*load)) + " holds none either" : std::string("is null")));
+  StrataConfig c = cfg.fields();
+  c.checkpoint.load = *pretrained;
+  c.checkpoint.finetune = true;
+  return c.validate(cfg.parallel->world_size);
+}
+
+void check_checkpoint_paths(const ResolvedConfig& given, bool create_save) {
+  const ResolvedConfig cfg = with_pretrained_checkpoint(given);
   if (cfg.checkpoint->save) check_save(*cfg.checkpoint->save, create_save);
   check_save_directory(cfg);  // another run's checkpoints are not replaced silently
   if (cfg.checkpoint->load) {

@@ -9,6 +9,8 @@
 //     checkpoint.overwrite is set (training/checkpointing/checkpoint_directory.h).
 //   checkpoint.load holding a checkpoint of another model (architecture fields): refused unless
 //     checkpoint.finetune (training/checkpointing/checkpoint_architecture.h).
+//   checkpoint.pretrained_checkpoint: used (with_pretrained_checkpoint) when checkpoint.load is null
+//     or holds no checkpoint; it must then hold one.
 //   checkpoint.load: must be a directory. A path that does not exist is an error, unless it is the
 //     save directory too (the first run of a job whose save equals load). An existing directory
 //     without a tracker file stays a warning (the Trainer logs it), as in Megatron.
@@ -21,5 +23,12 @@
 namespace strata::training {
 
 void check_checkpoint_paths(const ResolvedConfig& cfg, bool create_save);
+
+// Megatron's --pretrained-checkpoint (load_checkpoint in megatron/training/checkpointing.py): when
+// checkpoint.load is null or holds no checkpoint, the run starts from
+// checkpoint.pretrained_checkpoint's weights as with checkpoint.finetune (iteration 0, no optimizer,
+// scheduler or RNG state): cfg with load and finetune set so. cfg itself otherwise. A pretrained
+// directory without a checkpoint is an error naming it.
+ResolvedConfig with_pretrained_checkpoint(const ResolvedConfig& cfg);
 
 }  // namespace strata::training

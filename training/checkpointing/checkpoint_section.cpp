@@ -25,6 +25,10 @@ config::SectionFields<CheckpointConfig> checkpoint_config_fields() {
         "With checkpoint.load set: a directory holding no checkpoint (no latest_checkpointed_iteration.txt, "
         "including a job's first run into checkpoint.save) is an error before training starts, instead of "
         "training from scratch with a warning.");
+  f.add("pretrained_checkpoint", &C::pretrained_checkpoint,
+        "A checkpoint to finetune from when checkpoint.load is null or holds no checkpoint yet: its weights "
+        "only, from iteration 0, as checkpoint.finetune (Megatron's --pretrained-checkpoint). Once the run has "
+        "saved into checkpoint.load, it resumes from there. Must hold a checkpoint when used.");
   f.add("finetune", &C::finetune,
         "Load only the model weights and start at iteration 0 (no optimizer, RNG or data position).");
   f.add("overwrite", &C::overwrite,

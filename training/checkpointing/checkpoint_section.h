@@ -18,7 +18,8 @@ struct CheckpointConfig {
   std::optional<int64_t> save_interval;
   bool no_load_optim = false;
   bool no_load_rng = false;
-  bool exit_on_missing_checkpoint = false;  // load set but holding no checkpoint: an error, not a fresh start
+  bool exit_on_missing_checkpoint = false;
+  std::optional<std::string> pretrained_checkpoint;  // weights to finetune from when load holds no checkpoint  // load set but holding no checkpoint: an error, not a fresh start
   bool finetune = false;
   bool overwrite = false;  // replace another run's checkpoints in `save` (training/checkpointing/checkpoint_directory.h)
   // Resume from a checkpoint whose manifest has no model config to check (training/checkpointing/checkpoint_architecture.h).

@@ -478,8 +478,9 @@ void validate_checkpoint(CheckpointConfig& checkpoint) {
   }
   if (checkpoint.overwrite && !checkpoint.save)
     throw ConfigError("checkpoint.overwrite", "needs checkpoint.save (the directory whose checkpoints it replaces)");
-  if (checkpoint.finetune && !checkpoint.load)
-    throw ConfigError("checkpoint.finetune", "needs checkpoint.load (the checkpoint to start from)");
+  if (checkpoint.finetune && !checkpoint.load && !checkpoint.pretrained_checkpoint)
+    throw ConfigError("checkpoint.finetune",
+                      "needs checkpoint.load or checkpoint.pretrained_checkpoint (the checkpoint to start from)");
 }
 
 // The router tracer (Megatron's moe_routing_trace_*): only for MoE models, options only with the path.

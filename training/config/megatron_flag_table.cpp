@@ -61,8 +61,6 @@ std::vector<config::MegatronFlagRule> run_rules_without_field() {
                                            {"--auto-detect-ckpt-format"}));
   megatron_flags::append(r, refused("taking the architecture from the checkpoint's saved arguments",
                                     {"--use-checkpoint-args"}));
-  megatron_flags::append(r, refused("a separate pretrained checkpoint to finetune from; use --load with --finetune",
-                                    {"--pretrained-checkpoint"}));
   megatron_flags::append(r, refused("Megatron's dist-checkpoint strictness modes (Strata refuses a checkpoint "
                                     "whose tensors differ from the model)",
                                     {"--dist-ckpt-strictness"}));
