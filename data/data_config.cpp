@@ -103,6 +103,11 @@ config::SectionFields<DataConfig> data_config_fields() {
         "Packed sequences: a document ends after each end-of-document token and does not see the others: "
         "attention stays inside it, the Mamba mixer restarts its conv1d and SSD state, MTP shifts stay "
         "inside it. Set reset_position_ids too for documents that train exactly as if alone.");
+  f.add("dataloader_inter_document_masking", &D::dataloader_inter_document_masking,
+        "Megatron's inter-document masking (GPTDataset's per-document cu_seqlens and position ids): sets "
+        "reset_attention_mask and reset_position_ids. Megatron takes the documents from the dataset index, "
+        "Strata from their end-of-document tokens: the same documents when the data was preprocessed with "
+        "--append-eod, and data whose documents do not end with EOD is refused.");
   return f;
 }
 

@@ -48,6 +48,7 @@ struct DataConfig {
   bool eod_mask_loss = false;
   bool reset_position_ids = false;    // packed sequences: positions restart after each EOD
   bool reset_attention_mask = false;  // packed sequences: documents (ending at an EOD) do not see each other
+  bool dataloader_inter_document_masking = false;  // Megatron's spelling of both resets (validation sets them)
 
   // One dataset of a blend: a path prefix (".bin"/".idx" appended) and its weight.
   struct Blend {

@@ -48,7 +48,8 @@ double peak_flops(Device device, Precision precision) {
 // Packed sequences find documents by their EOD tokens: data preprocessed without --append-eod
 // would silently stay one document per sample. Refused, naming the flag, before allocation.
 void check_documents_end_with_eod(const DataConfig& data, int64_t eod) {
-  const char* field = data.reset_attention_mask ? "data.reset_attention_mask"
+  const char* field = data.dataloader_inter_document_masking ? "data.dataloader_inter_document_masking"
+                      : data.reset_attention_mask            ? "data.reset_attention_mask"
                       : data.reset_position_ids  ? "data.reset_position_ids"
                                                  : nullptr;
   if (!field) return;

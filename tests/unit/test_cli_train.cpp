@@ -207,6 +207,27 @@ TEST_CASE("cli train: packed sequences with Megatron's reset flags train, and da
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("data.reset_attention_mask") && Contains("--append-eod"));
   CHECK_THAT(r.err, !Contains(".cpp:"));
+  // Megatron's --dataloader-inter-document-masking is both resets: the same losses, the same refusal.
+  auto losses = [](const std::string& log) {
+    std::vector<std::string> out;
+    for (size_t at = log.find("lm loss: "); at != std::string::npos; at = log.find("lm loss: ", at + 1))
+      out.push_back(log.substr(at + 9, log.find(' ', at + 9) - at - 9));
+    return out;
+  };
+  args[3] = "data.data_path=[" + with_eod + "_text_document]";
+  const CliResult resets = run_cli(args);
+  std::vector<std::string> masking = args;
+  masking.erase(std::find(masking.begin(), masking.end(), "--reset-position-ids"));
+  *std::find(masking.begin(), masking.end(), "--reset-attention-mask") = "--dataloader-inter-document-masking";
+  r = run_cli(masking);
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  REQUIRE(losses(r.out).size() == 2u);
+  CHECK(losses(r.out) == losses(resets.out));
+  masking[3] = "data.data_path=[" + without + "_text_document]";
+  r = run_cli(masking);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("data.dataloader_inter_document_masking") && Contains("--append-eod"));
 }
 
 TEST_CASE("cli train: a model vocabulary smaller than the tokenizer's is refused before allocation", "[cli_train]") {

@@ -530,6 +530,7 @@ ResolvedConfig StrataConfig::validate(std::optional<int64_t> launched_world_size
   validate_model_layout(m, c.parallel);
   validate_training(c);
   validate_optimizer(c.optimizer, c.training);
+  if (c.data.dataloader_inter_document_masking) c.data.reset_attention_mask = c.data.reset_position_ids = true;
   validate_data(c.data, m);
   validate_checkpoint(c.checkpoint);
   validate_logging(c.logging, m);

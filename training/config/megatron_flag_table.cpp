@@ -24,10 +24,6 @@ std::vector<config::MegatronFlagRule> run_rules_without_field() {
                               "Megatron's sequential sampler (MegatronPretrainingSampler), how Strata reads the "
                               "dataset's (already shuffled) samples; cyclic and external are not supported",
                               {"single"}));
-  megatron_flags::append(r, refused("inter-document masking from the dataset's document boundaries; "
-                                    "--reset-attention-mask with --reset-position-ids restricts attention at "
-                                    "end-of-document tokens",
-                                    {"--dataloader-inter-document-masking"}));
   megatron_flags::append(r, refused("asynchronous checkpoint saving (Strata writes each checkpoint before the "
                                     "next step, to a temporary directory renamed when complete)",
                                     {"--async-save"}));
