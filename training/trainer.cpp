@@ -6,6 +6,7 @@
 #include <iostream>
 #include <ostream>
 #include <streambuf>
+#include <tuple>
 
 #include "core/allocator.h"
 #include "core/error.h"
@@ -25,6 +26,25 @@
 namespace strata {
 
 namespace {
+// Megatron's StrictHandling as Strata's two mismatch kinds: (this model's tensors the checkpoint
+// lacks, the checkpoint's tensors this model lacks). null: both are errors.
+std::pair<CheckpointLoadOptions::Mismatch, CheckpointLoadOptions::Mismatch> mismatch_handling(
+    const std::optional<DistCkptStrictness>& s) {
+  using M = CheckpointLoadOptions::Mismatch;
+  using S = DistCkptStrictness;
+  if (!s) return {M::Error, M::Error};
+  switch (*s) {
+    case S::AssumeOkUnexpected:
+    case S::RaiseUnexpected: return {M::Error, M::Ignore};
+    case S::RaiseAll: return {M::Error, M::Error};
+    case S::LogUnexpected: return {M::List, M::Ignore};
+    case S::LogAll: return {M::List, M::List};
+    case S::ReturnUnexpected:
+    case S::ReturnAll:
+    case S::IgnoreAll: return {M::Ignore, M::Ignore};
+  }
+  return {M::Error, M::Error};
+}
 using Clock = std::chrono::steady_clock;
 
 // Where non-logging ranks print: nowhere.
@@ -109,16 +129,18 @@ Trainer::Trainer(const ResolvedConfig& cfg, LanguageModel& model, BatchSource& t
       lo.load_optimizer = !cfg_.checkpoint->no_load_optim;
       lo.load_rng = !cfg_.checkpoint->no_load_rng;
       lo.finetune = cfg_.checkpoint->finetune;
+      std::tie(lo.absent_from_checkpoint, lo.absent_from_model) = mismatch_handling(cfg_.checkpoint->dist_ckpt_strictness);
       lo.holds_whole_model = pipeline_.pp.size() == 1 && options_.groups.ep.size() == 1;
       // Distributed optimizer: the state is read at full size, then this rank keeps its segments.
       const bool reads_optimizer = lo.load_optimizer && !lo.finetune;
       if (reads_optimizer) optimizer_->prepare_checkpoint_states();
       const CheckpointState st = load_checkpoint(dir, checkpointed_, optimizer_.get(), tensor_io(), lo);
       if (reads_optimizer) optimizer_->scatter_checkpoint_states();
+      const char* why = lo.finetune ? "checkpoint.finetune" : "checkpoint.dist_ckpt_strictness";
       for (const std::string& n : st.finetune_missing)
-        log::warn("checkpoint.finetune: {} is not in the checkpoint; it keeps its initialisation", n);
+        log::warn("{}: {} is not in the checkpoint; it keeps its initialisation", why, n);
       for (const std::string& n : st.finetune_unused)
-        log::warn("checkpoint.finetune: the checkpoint's {} is not in this model; not loaded", n);
+        log::warn("{}: the checkpoint's {} is not in this model; not loaded", why, n);
       iteration_ = start_iteration_ = st.iteration;
       consumed_samples_ = st.consumed_train_samples;
       // Checkpoints from before the scheduler count was saved: every iteration at the config's size.

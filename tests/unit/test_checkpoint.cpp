@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "tests/unit/trainer_test_support.h"
@@ -243,6 +244,46 @@ TEST_CASE("checkpoint: a parameter of the wrong shape is rejected by name", "[ch
   CHECK_THROWS_WITH(load_checkpoint(dir.string(), other.parameters(), nullptr, io, {}),
                     Catch::Contains("embedding.word_embeddings.weight") && Catch::Contains("global shape") &&
                         Catch::Contains("[13, 13]") && Catch::Contains("[14, 14]"));
+  fs::remove_all(dir);
+}
+
+// Megatron's --dist-ckpt-strictness on a resume whose tensors differ: Megatron's "unexpected" keys
+// (this model's tensors the checkpoint lacks) and "missing" keys (the checkpoint's tensors this
+// model lacks), each an error, listed (kept at the initialisation / not read) or skipped.
+TEST_CASE("checkpoint: tensor differences as dist_ckpt_strictness says", "[checkpoint]") {
+  const fs::path dir = temp_dir("strictness");
+  BigramModel saved(kVocab);
+  const Run s = run(tiny_config({"checkpoint.save=" + dir.string(), "training.train_iters=2"}), saved);
+  BigramModel m(kVocab);
+  Parameter extra;  // in the model, not in the checkpoint
+  extra.name = "decoder.final_layernorm.weight";
+  extra.value = Tensor::from_vector({1.0, 2.0, 3.0}, {3}, DType::F32, Device::cpu());
+  extra.global_shape = extra.value.shape();
+  const std::vector<Parameter*> params = {&m.w_, &extra};  // the checkpoint's output_layer.bias is not
+  using M = CheckpointLoadOptions::Mismatch;
+  TestSafetensorsIO io;
+  auto load = [&](M absent_from_checkpoint, M absent_from_model) {
+    CheckpointLoadOptions o;
+    o.load_optimizer = false;
+    o.holds_whole_model = true;
+    o.absent_from_checkpoint = absent_from_checkpoint;
+    o.absent_from_model = absent_from_model;
+    return load_checkpoint(dir.string(), params, nullptr, io, o);
+  };
+  CHECK_THROWS_WITH(load(M::Error, M::Ignore), Catch::Contains("1 tensor(s) of this model are missing") &&
+                                                   Catch::Contains("decoder.final_layernorm.weight"));
+  CHECK_THROWS_WITH(load(M::List, M::Error), Catch::Contains("holds 1 tensor(s) this model does not have") &&
+                                                 Catch::Contains("output_layer.bias"));
+  const CheckpointState listed = load(M::List, M::List);  // log_all
+  CHECK(listed.finetune_missing == std::vector<std::string>{"decoder.final_layernorm.weight"});
+  CHECK(listed.finetune_unused == std::vector<std::string>{"output_layer.bias"});
+  CHECK(listed.iteration == 2);  // a resume, not a finetune
+  CHECK(m.w_.value.to_vector() == s.params[0]);
+  CHECK(extra.value.to_vector() == std::vector<double>{1.0, 2.0, 3.0});  // kept at its initialisation
+  const CheckpointState quiet = load(M::Ignore, M::Ignore);  // ignore_all, return_*
+  CHECK(quiet.finetune_missing.empty());
+  CHECK(quiet.finetune_unused.empty());
+  CHECK(quiet.absent == std::set<std::string>{"decoder.final_layernorm.weight"});
   fs::remove_all(dir);
 }
 

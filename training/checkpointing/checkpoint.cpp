@@ -544,14 +544,18 @@ std::vector<Parameter*> match_model_tensors(const CheckpointReader& ckpt, const 
   if (options.holds_whole_model)
     for (const auto& [name, e] : ckpt.table)
       if (name.rfind("optimizer.", 0) != 0 && !wanted.count(name)) st.finetune_unused.push_back(name);
-  if (!options.finetune) {
-    STRATA_CHECK(st.finetune_missing.empty(), "checkpoint: ", st.finetune_missing.size(),
-                 " tensor(s) of this model are missing from ", ckpt.dir.string(), ": ", name_list(st.finetune_missing),
-                 " (set checkpoint.finetune=true to start them from their initialisation)");
-    STRATA_CHECK(st.finetune_unused.empty(), "checkpoint: ", ckpt.dir.string(), " holds ", st.finetune_unused.size(),
-                 " tensor(s) this model does not have: ", name_list(st.finetune_unused),
-                 " (set checkpoint.finetune=true to load only the tensors the two models share)");
-  }
+  if (options.finetune) return present;
+  using M = CheckpointLoadOptions::Mismatch;
+  STRATA_CHECK(options.absent_from_checkpoint != M::Error || st.finetune_missing.empty(), "checkpoint: ",
+               st.finetune_missing.size(), " tensor(s) of this model are missing from ", ckpt.dir.string(), ": ",
+               name_list(st.finetune_missing), " (set checkpoint.finetune=true to start them from their initialisation)");
+  STRATA_CHECK(options.absent_from_model != M::Error || st.finetune_unused.empty(), "checkpoint: ",
+               ckpt.dir.string(), " holds ", st.finetune_unused.size(),
+               " tensor(s) this model does not have: ", name_list(st.finetune_unused),
+               " (set checkpoint.finetune=true to load only the tensors the two models share)");
+  st.absent = std::set<std::string>(st.finetune_missing.begin(), st.finetune_missing.end());
+  if (options.absent_from_checkpoint == M::Ignore) st.finetune_missing.clear();
+  if (options.absent_from_model == M::Ignore) st.finetune_unused.clear();
   return present;
 }
 
@@ -577,6 +581,12 @@ void load_optimizer_state(CheckpointReader& ckpt, AdamWOptimizer& opt, const Che
     const Parameter& p = *s.param;
     const Shape& shape = p.value.shape();
     const std::string name = checkpoint_parameter_name(p.name);
+    if (st.absent.count(name)) {  // kept at its initialisation (dist_ckpt_strictness): fresh state
+      s.exp_avg.zero_();
+      s.exp_avg_sq.zero_();
+      if (s.separate_master) s.master.copy_(p.value.flatten());
+      continue;
+    }
     ckpt.load_tensor("optimizer.exp_avg." + name, p, s.exp_avg.reshape(shape), vocab);
     ckpt.load_tensor("optimizer.exp_avg_sq." + name, p, s.exp_avg_sq.reshape(shape), vocab);
     const std::string master = "optimizer.master." + name;

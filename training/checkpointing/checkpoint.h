@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,11 @@ struct CheckpointState {
   int64_t num_evaluations = 0;          // validation passes done (the validation data position)
   uint64_t seed = 0;                    // the counter-based RNG state is the seed (+ step keys)
   std::string config_yaml;              // the resolved config
-  // Loading under checkpoint.finetune: this model's tensors the checkpoint lacks (left as
-  // initialised) and the checkpoint's tensors this model lacks (not read).
+  // Loading under checkpoint.finetune (or a dist_ckpt_strictness that lists them): this model's
+  // tensors the checkpoint lacks (left as initialised) and the checkpoint's tensors this model lacks
+  // (not read).
   std::vector<std::string> finetune_missing, finetune_unused;
+  std::set<std::string> absent;  // every model tensor the checkpoint lacks, listed or not
 };
 
 struct CheckpointLoadOptions {
@@ -58,6 +61,12 @@ struct CheckpointLoadOptions {
   // without the routers' expert biases); a missing tensor is an error (listed and left as
   // initialised under finetune) either way.
   bool holds_whole_model = false;
+  // A resume's tensor differences (checkpoint.dist_ckpt_strictness; a finetune lists both and goes
+  // on): an error, listed in CheckpointState and left as initialised / not loaded (the Trainer
+  // warns), or skipped silently. A model tensor the checkpoint lacks starts its optimizer state afresh.
+  enum class Mismatch { Error, List, Ignore };
+  Mismatch absent_from_checkpoint = Mismatch::Error;  // a model tensor the checkpoint lacks
+  Mismatch absent_from_model = Mismatch::Error;       // a checkpoint tensor the model lacks
 };
 
 // What a checkpoint holds of some model chunks: their parameters, then the untrained checkpointed

@@ -13,6 +13,8 @@
 #include <string>
 #include <system_error>
 
+#include <yaml-cpp/yaml.h>
+
 namespace strata::training {
 
 namespace fs = std::filesystem;
@@ -89,6 +91,42 @@ ResolvedConfig with_pretrained_checkpoint(const ResolvedConfig& cfg) {
   c.checkpoint.load = *pretrained;
   c.checkpoint.finetune = true;
   return c.validate(cfg.parallel->world_size);
+}
+
+StrataConfig with_checkpoint_args(const StrataConfig& cfg, std::vector<std::string>* log) {
+  if (!cfg.checkpoint.use_checkpoint_args) return cfg;
+  std::optional<std::string> dir;
+  std::optional<int64_t> iteration;
+  for (const auto& d : {cfg.checkpoint.load, cfg.checkpoint.pretrained_checkpoint})
+    if (d && !iteration && (iteration = read_checkpoint_tracker(*d))) dir = d;
+  if (!iteration) return cfg;
+  const std::string saved_text = read_checkpoint_config(*dir, *iteration);
+  if (saved_text.empty())
+    throw ConfigError("checkpoint.use_checkpoint_args",
+                      quoted(fs::path(*dir)) + " (iteration " + std::to_string(*iteration) +
+                          "): its manifest.json has no \"config\" to take the arguments from");
+  YAML::Node saved, ours;
+  try {
+    saved = YAML::Load(saved_text)["model"];
+    ours = YAML::Load(cfg.to_yaml())["model"];
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("checkpoint.use_checkpoint_args", quoted(fs::path(*dir)) + ": the saved config is not valid "
+                                                        "YAML: " + e.what());
+  }
+  StrataConfig out = cfg;
+  for (const std::string& f : architecture_field_names()) {
+    const YAML::Node v = saved[f];
+    if (!v.IsDefined()) continue;  // saved before the field existed: this run's value stands
+    YAML::Emitter text, mine;
+    text.SetSeqFormat(YAML::Flow);
+    mine.SetSeqFormat(YAML::Flow);
+    text << v;
+    mine << ours[f];
+    if (std::string(text.c_str()) == mine.c_str()) continue;
+    StrataConfig::table().apply_override("model." + f + "=" + text.c_str(), out);
+    if (log) log->push_back("model." + f + "=" + text.c_str() + " (was " + mine.c_str() + ")");
+  }
+  return out;
 }
 
 void check_checkpoint_paths(const ResolvedConfig& given, bool create_save) {

@@ -31,4 +31,11 @@ void check_checkpoint_paths(const ResolvedConfig& cfg, bool create_save);
 // directory without a checkpoint is an error naming it.
 ResolvedConfig with_pretrained_checkpoint(const ResolvedConfig& cfg);
 
+// Megatron's --use-checkpoint-args (load_args_from_checkpoint): with checkpoint.use_checkpoint_args,
+// every architecture field of the model section (models/config/model_config.h
+// architecture_field_names) set to the value saved in the checkpoint that checkpoint.load holds,
+// else checkpoint.pretrained_checkpoint; `log` gets one line per field that changed. cfg unchanged
+// when neither holds a checkpoint (Megatron: "using provided arguments").
+StrataConfig with_checkpoint_args(const StrataConfig& cfg, std::vector<std::string>* log = nullptr);
+
 }  // namespace strata::training

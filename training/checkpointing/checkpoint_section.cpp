@@ -29,6 +29,21 @@ config::SectionFields<CheckpointConfig> checkpoint_config_fields() {
         "A checkpoint to finetune from when checkpoint.load is null or holds no checkpoint yet: its weights "
         "only, from iteration 0, as checkpoint.finetune (Megatron's --pretrained-checkpoint). Once the run has "
         "saved into checkpoint.load, it resumes from there. Must hold a checkpoint when used.");
+  f.add("use_checkpoint_args", &C::use_checkpoint_args,
+        "Take the model's architecture (every architecture field of the model section, the ones a resume "
+        "compares) from the config saved in the checkpoint that checkpoint.load, else "
+        "checkpoint.pretrained_checkpoint, holds; the command line's values of those fields give way, as "
+        "Megatron's --use-checkpoint-args forces them. No checkpoint there: the given config is used, as in "
+        "Megatron. A checkpoint without a saved config is an error.");
+  f.add_enum("dist_ckpt_strictness", &C::dist_ckpt_strictness, kDistCkptStrictnessNames,
+             "What a resume does when this model's tensors and the checkpoint's differ (Megatron's "
+             "--dist-ckpt-strictness; its 'unexpected' keys are this model's tensors the checkpoint lacks, its "
+             "'missing' keys the checkpoint's tensors this model lacks): assume_ok_unexpected and raise_unexpected "
+             "refuse the first kind and skip the second; raise_all refuses both; log_unexpected keeps the first "
+             "kind at their initialisation with a warning each and skips the second; log_all warns about both; "
+             "return_unexpected, return_all and ignore_all skip both without a word. A tensor kept at its "
+             "initialisation starts its optimizer state afresh. null: both kinds are errors. A finetune lists "
+             "both and goes on whatever this says.");
   f.add("finetune", &C::finetune,
         "Load only the model weights and start at iteration 0 (no optimizer, RNG or data position).");
   f.add("overwrite", &C::overwrite,

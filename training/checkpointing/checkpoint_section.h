@@ -12,6 +12,22 @@
 
 namespace strata {
 
+// Megatron's StrictHandling (megatron/core/dist_checkpointing/validation.py): what a load does with
+// "unexpected" keys (this model's tensors the checkpoint lacks) and "missing" ones (the checkpoint's
+// tensors this model lacks).
+enum class DistCkptStrictness {
+  AssumeOkUnexpected, LogUnexpected, LogAll, RaiseUnexpected, RaiseAll, ReturnUnexpected, ReturnAll, IgnoreAll
+};
+inline constexpr config::EnumName<DistCkptStrictness> kDistCkptStrictnessNames[] = {
+    {DistCkptStrictness::AssumeOkUnexpected, "assume_ok_unexpected"},
+    {DistCkptStrictness::LogUnexpected, "log_unexpected"},
+    {DistCkptStrictness::LogAll, "log_all"},
+    {DistCkptStrictness::RaiseUnexpected, "raise_unexpected"},
+    {DistCkptStrictness::RaiseAll, "raise_all"},
+    {DistCkptStrictness::ReturnUnexpected, "return_unexpected"},
+    {DistCkptStrictness::ReturnAll, "return_all"},
+    {DistCkptStrictness::IgnoreAll, "ignore_all"}};
+
 struct CheckpointConfig {
   std::optional<std::string> save;
   std::optional<std::string> load;
@@ -19,7 +35,10 @@ struct CheckpointConfig {
   bool no_load_optim = false;
   bool no_load_rng = false;
   bool exit_on_missing_checkpoint = false;
-  std::optional<std::string> pretrained_checkpoint;  // weights to finetune from when load holds no checkpoint  // load set but holding no checkpoint: an error, not a fresh start
+  std::optional<std::string> pretrained_checkpoint;
+  bool use_checkpoint_args = false;
+  // Megatron's --dist-ckpt-strictness; null: every tensor difference of a resume is an error.
+  std::optional<DistCkptStrictness> dist_ckpt_strictness;  // the model's architecture from the checkpoint's saved config  // weights to finetune from when load holds no checkpoint  // load set but holding no checkpoint: an error, not a fresh start
   bool finetune = false;
   bool overwrite = false;  // replace another run's checkpoints in `save` (training/checkpointing/checkpoint_directory.h)
   // Resume from a checkpoint whose manifest has no model config to check (training/checkpointing/checkpoint_architecture.h).
