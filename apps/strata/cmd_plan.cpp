@@ -242,6 +242,7 @@ void register_plan(CLI::App& app) {
     STRATA_CHECK(o->world_size > 0, "strata plan: --world-size must be positive (got ", o->world_size, ")");
     std::vector<std::string> no_effect;
     StrataConfig cfg = StrataConfig::load(o->config, config_args(plan), &no_effect, own_flags(plan));
+    apply_checkpoint_args(cfg);
     report_no_effect_flags(no_effect);
     cfg.parallel.world_size = o->world_size;  // --world-size wins over the file's parallel.world_size
     const ResolvedConfig resolved = with_tokenizer_vocab(cfg.validate(std::nullopt));

@@ -54,6 +54,7 @@ void register_train(CLI::App& app) {
     std::vector<std::string> args = config_args(train);
     if (o->overwrite) args.push_back("checkpoint.overwrite=true");
     StrataConfig cfg = StrataConfig::load(o->config, args, &no_effect, own_flags(train));
+    apply_checkpoint_args(cfg);
     // Checking without running: parallel.world_size may describe a layout other than this launch
     // (`--validate-only parallel.world_size=8` on one process). Under a launcher it must match.
     const bool dry = o->print_config || o->validate_only;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "parallel/distributed.h"
+#include "training/checkpointing/checkpoint_paths.h"
 #include "training/config/config.h"
 
 namespace strata::app {
@@ -52,6 +53,13 @@ std::vector<std::string> own_flags(CLI::App* sub) {
 void report_no_effect_flags(const std::vector<std::string>& flags) {
   std::string line = no_effect_flags_line(flags);
   if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void apply_checkpoint_args(StrataConfig& cfg) {
+  std::vector<std::string> changed;
+  cfg = training::with_checkpoint_args(cfg, &changed);
+  if (launched_rank().value_or(0) != 0) return;
+  for (const std::string& c : changed) std::fprintf(stderr, "strata: checkpoint.use_checkpoint_args: %s\n", c.c_str());
 }
 
 int run_selected(CLI::App& app) {

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace strata {
+struct StrataConfig;
+}
+
 namespace strata::app {
 
 void register_bench(CLI::App& app);
@@ -33,5 +37,8 @@ std::vector<std::string> config_args(CLI::App* sub);  // after parsing, for Stra
 std::vector<std::string> own_flags(CLI::App* sub);    // the subcommand's option names, for "did you mean"
 // Prints the one line listing the accepted Megatron flags without effect (to stderr), if any.
 void report_no_effect_flags(const std::vector<std::string>& flags);
+// checkpoint.use_checkpoint_args (training/checkpointing/checkpoint_paths.h): the model fields taken
+// from the checkpoint, each changed one reported once (by the launcher's rank 0).
+void apply_checkpoint_args(StrataConfig& cfg);
 
 }  // namespace strata::app

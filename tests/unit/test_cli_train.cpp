@@ -481,7 +481,7 @@ TEST_CASE("cli train: a resume into another model is refused naming each field, 
 // Megatron's --pretrained-checkpoint (load_checkpoint): while --load holds no checkpoint the run
 // finetunes from the pretrained one (its weights, iteration 0: the same losses as --load P
 // --finetune); once the run has saved into --load, the next launch resumes from there.
-TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run has its own checkpoint",
+TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run has its own; --use-checkpoint-args",
           "[cli_train][checkpoint]") {
   namespace fs = std::filesystem;
   const std::string good = write_file("good_pretrained.yaml", kGood);
@@ -519,6 +519,19 @@ TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run ha
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Contains("loaded checkpoint from " + job + " at iteration 2"));
   CHECK_THAT(r.out, Contains("iteration        4/"));
+  // Megatron's --use-checkpoint-args: the architecture comes from the checkpoint's saved config,
+  // over the command line's (num_layers 1 and heads 2 give way to the checkpoint's 2 and 4).
+  r = train({"--use-checkpoint-args", "--load", job, "--save", job, "--train-iters", "5", "--num-layers", "1",
+             "--num-attention-heads", "2"});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.err, Contains("strata: checkpoint.use_checkpoint_args: model.num_layers=2 (was 1)"));
+  CHECK_THAT(r.err, Contains("strata: checkpoint.use_checkpoint_args: model.num_attention_heads=4 (was 2)"));
+  CHECK_THAT(r.out, Contains("loaded checkpoint from " + job + " at iteration 4"));
+  // Without it the same command line is another model: refused.
+  r = train({"--load", job, "--save", job, "--train-iters", "6", "--num-layers", "1", "--validate-only"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("model.num_layers: the checkpoint has 2, this run 1"));
   // A pretrained directory without a checkpoint is an error naming both, before training.
   fs::create_directories(base / "empty");
   r = train({"--pretrained-checkpoint", (base / "empty").string(), "--save", (base / "other").string()});
