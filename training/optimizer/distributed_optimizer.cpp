@@ -56,14 +56,16 @@ void all_gather_group(const OptimizerParamGroup& grp) {
   for (size_t b = 0; b < buf.buckets().size(); ++b) {
     const GradBucket& bucket = buf.buckets()[b];
     const auto [begin, end] = buf.owned_range(b);
-    const DType dtype = buf.param(bucket.params.front()).value.dtype();
+    // Pack this rank's chunk of the bucket in the parameters' dtype (padding stays zero); a bucket
+    // that mixes dtypes (bf16 weights beside the f32 ones a layer keeps, e.g. Mamba's A_log and D)
+    // travels in f32, which holds either exactly.
+    DType dtype = buf.param(bucket.params.front()).value.dtype();
+    for (size_t k : bucket.params)
+      if (buf.param(k).value.dtype() != dtype) dtype = DType::F32;
     const Device device = buf.param(bucket.params.front()).value.device();
-    // Pack this rank's chunk of the bucket in parameter dtype (padding stays zero).
     Tensor mine = Tensor::zeros({end - begin}, dtype, device);
     for (size_t k : bucket.params) {
       Parameter& p = buf.param(k);
-      STRATA_CHECK(p.value.dtype() == dtype, "distributed optimizer: bucket ", b, " mixes parameter dtypes (",
-                   p.name, ")");
       const int64_t pbeg = buf.param_offset(k), pend = pbeg + p.value.numel();
       const int64_t lo = std::max(begin, pbeg), hi = std::min(end, pend);
       if (lo < hi) mine.narrow(0, lo - begin, hi - lo).copy_(p.value.flatten().narrow(0, lo - pbeg, hi - lo));
