@@ -386,6 +386,8 @@ void Trainer::save_checkpoint() {
     for (const std::string& p : clean_checkpoint_directory(*cfg_.checkpoint->save,
                                                            cfg_.checkpoint->overwrite && !resumes_from_save_directory(cfg_)))
       log::info("checkpoint.save: removed {} (an interrupted save's leftover, or a replaced run's checkpoint)", p);
+  const bool retains = cfg_.checkpoint->save_retain_interval && options_.groups.global_rank == 0;
+  const std::optional<int64_t> previous = retains ? read_checkpoint_tracker(*cfg_.checkpoint->save) : std::nullopt;
   optimizer_->gather_checkpoint_states();
   CheckpointSaveLayout layout;
   layout.world = world;
@@ -398,6 +400,11 @@ void Trainer::save_checkpoint() {
   optimizer_->release_checkpoint_states();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   out() << " saved checkpoint at iteration " << iteration_ << " to " << dir << " (" << ms << " ms)" << std::endl;
+  if (retains)
+    if (const std::string gone = retire_previous_checkpoint(*cfg_.checkpoint->save, previous, iteration_,
+                                                            *cfg_.checkpoint->save_retain_interval);
+        !gone.empty())
+      log::info("checkpoint.save_retain_interval: removed {}", gone);
   last_saved_iteration_ = iteration_;
   saved_iterations_.push_back(iteration_);
 }

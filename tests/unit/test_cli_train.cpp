@@ -542,6 +542,36 @@ TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run ha
   fs::remove_all(base);
 }
 
+// Megatron's --save-retain-interval: after each save the previous checkpoint goes unless its
+// iteration is a multiple of the interval (saves at 2, 4, …, 10 with 4: 4, 8 and the last, 10, stay).
+TEST_CASE("cli train: --save-retain-interval keeps the multiples and the latest checkpoint", "[cli_train][checkpoint]") {
+  namespace fs = std::filesystem;
+  const std::string good = write_file("good_retain.yaml", kGood);
+  const fs::path dir = temp_dir() / "ckpt_retain";
+  fs::remove_all(dir);
+  auto train = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--config", good, "model.seq_length=16", "model.hidden_size=32",
+                                     "training.eval_iters=0", "logging.log_interval=1", "training.device=cpu",
+                                     "--save", dir.string(), "--save-interval", "2", "--train-iters", "10"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  CliResult r = train({"--save-retain-interval", "4"});
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory()) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"iter_0000004", "iter_0000008", "iter_0000010"});
+  CHECK_THAT(r.out + r.err, Contains("checkpoint.save_retain_interval: removed " + (dir / "iter_0000006").string()));
+  r = train({"--save-retain-interval", "3", "--validate-only"});
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("ConfigError: checkpoint.save_retain_interval: 3 is not a multiple of "
+                             "checkpoint.save_interval (2)"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("cli train: a model this machine cannot hold is refused before allocation, with both numbers",
           "[cli_train]") {
   const std::string good = write_file("good_big.yaml", kGood);

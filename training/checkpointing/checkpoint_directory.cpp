@@ -143,4 +143,14 @@ std::vector<std::string> clean_checkpoint_directory(const std::string& dir, bool
   return removed;
 }
 
+std::string retire_previous_checkpoint(const std::string& dir, std::optional<int64_t> previous, int64_t iteration,
+                                       int64_t retain_interval) {
+  if (!previous || *previous <= 0 || *previous == iteration || *previous % retain_interval == 0) return "";
+  const fs::path old = fs::path(dir) / checkpoint_dir_name(*previous);
+  std::error_code ec;
+  if (fs::is_symlink(old, ec) || !fs::is_directory(old, ec)) return "";
+  fs::remove_all(old);
+  return old.string();
+}
+
 }  // namespace strata

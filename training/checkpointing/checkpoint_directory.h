@@ -50,4 +50,11 @@ void check_save_directory(const ResolvedConfig& cfg);
 // Returns the paths removed.
 std::vector<std::string> clean_checkpoint_directory(const std::string& dir, bool remove_previous_run);
 
+// Megatron's --save-retain-interval (save_checkpoint): after the checkpoint of `iteration` is saved
+// into `dir`, the one of `previous` (the tracker's iteration before that save) is deleted when
+// previous > 0, previous != iteration, previous % retain_interval != 0 and its directory is not a
+// symbolic link. Returns the removed directory, or "". Run by world rank 0.
+std::string retire_previous_checkpoint(const std::string& dir, std::optional<int64_t> previous, int64_t iteration,
+                                       int64_t retain_interval);
+
 }  // namespace strata

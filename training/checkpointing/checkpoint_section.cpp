@@ -19,6 +19,11 @@ config::SectionFields<CheckpointConfig> checkpoint_config_fields() {
         "is refused. null: start from scratch.");
   f.add("save_interval", &C::save_interval, "Save every this many steps (needs save). null: only at the end.")
       .check(positive());
+  f.add("save_retain_interval", &C::save_retain_interval,
+        "Keep older checkpoints only at multiples of this iteration count: after each save, the previous one "
+        "(the tracker's iteration before it) is deleted unless it is a multiple (or a symbolic link), as "
+        "Megatron's --save-retain-interval. A multiple of save_interval; without save it has no effect (a warning). null: keep every checkpoint.")
+      .check(positive());
   f.add("no_load_optim", &C::no_load_optim, "Do not load the optimizer state when loading.");
   f.add("no_load_rng", &C::no_load_rng, "Do not load the RNG state when loading.");
   f.add("exit_on_missing_checkpoint", &C::exit_on_missing_checkpoint,

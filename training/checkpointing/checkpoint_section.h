@@ -32,6 +32,7 @@ struct CheckpointConfig {
   std::optional<std::string> save;
   std::optional<std::string> load;
   std::optional<int64_t> save_interval;
+  std::optional<int64_t> save_retain_interval;  // older checkpoints kept only at its multiples
   bool no_load_optim = false;
   bool no_load_rng = false;
   bool exit_on_missing_checkpoint = false;

@@ -476,6 +476,16 @@ void validate_checkpoint(CheckpointConfig& checkpoint) {
       log::warn("checkpoint.save_interval has no effect without checkpoint.save (no checkpoints are written)");
     checkpoint.save_interval.reset();
   }
+  if (checkpoint.save_retain_interval && !checkpoint.save) {  // as Megatron: checked only with --save
+    if (launched_rank().value_or(0) == 0)
+      log::warn("checkpoint.save_retain_interval has no effect without checkpoint.save (no checkpoints are written)");
+    checkpoint.save_retain_interval.reset();
+  }
+  if (checkpoint.save_retain_interval && checkpoint.save_interval &&
+      *checkpoint.save_retain_interval % *checkpoint.save_interval != 0)
+    throw ConfigError("checkpoint.save_retain_interval", str(*checkpoint.save_retain_interval) +
+                                                             " is not a multiple of checkpoint.save_interval (" +
+                                                             str(*checkpoint.save_interval) + ")");
   if (checkpoint.overwrite && !checkpoint.save)
     throw ConfigError("checkpoint.overwrite", "needs checkpoint.save (the directory whose checkpoints it replaces)");
   if (checkpoint.finetune && !checkpoint.load && !checkpoint.pretrained_checkpoint)
