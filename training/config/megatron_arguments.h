@@ -1,5 +1,6 @@
 // Megatron-LM's training arguments, as data: every argparse action of megatron/training/arguments.py
-// add_megatron_arguments (with the flags ArgumentGroupFactory generates from the config classes),
+// add_megatron_arguments (with the flags ArgumentGroupFactory generates from the config classes)
+// and of megatron/post_training/arguments.py add_modelopt_args,
 // read from training/config/megatron_arguments.tsv, which scripts/megatron/extract_args.py writes
 // from a Megatron-LM commit and CMake compiles in. The flag table (megatron_flag_table.cpp) gives
 // each of them a status; docs/megatron_flags.md lists them.

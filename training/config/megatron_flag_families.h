@@ -8,7 +8,8 @@
 // The family files group Megatron's flags by what they are for:
 //   megatron_flags_model.cpp       transformer configuration, network size, MoE, MLA, mixed precision
 //   megatron_flags_run.cpp         training, checkpointing, distributed, data, logging, tokenizer
-//   megatron_flags_out_of_scope.cpp RL, inference serving, vision, BERT/T5, distillation, fault tolerance
+//   megatron_flags_out_of_scope.cpp RL, inference serving, vision, retrieval, distillation, SFT, fault
+//                                   tolerance, external services, ModelOpt post-training
 #pragma once
 #include <initializer_list>
 #include <string>

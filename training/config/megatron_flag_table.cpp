@@ -27,7 +27,6 @@ std::vector<config::MegatronFlagRule> run_rules_without_field() {
   megatron_flags::append(r, refused("asynchronous checkpoint saving (Strata writes each checkpoint before the "
                                     "next step, to a temporary directory renamed when complete)",
                                     {"--async-save"}));
-  megatron_flags::append(r, refused("deleting older checkpoints by a retention interval", {"--save-retain-interval"}));
   megatron_flags::append(r, refused("checking weight hashes across data-parallel replicas",
                                     {"--check-weight-hash-across-dp-replicas-interval"}));
   megatron_flags::append(r, refused("straggler detection (per-rank step times); Strata logs each step's time",
@@ -55,11 +54,6 @@ std::vector<config::MegatronFlagRule> run_rules_without_field() {
   megatron_flags::append(r, without_effect("detecting the loaded checkpoint's format (Strata reads its own "
                                            "checkpoints and names the file it cannot read)",
                                            {"--auto-detect-ckpt-format"}));
-  megatron_flags::append(r, refused("taking the architecture from the checkpoint's saved arguments",
-                                    {"--use-checkpoint-args"}));
-  megatron_flags::append(r, refused("Megatron's dist-checkpoint strictness modes (Strata refuses a checkpoint "
-                                    "whose tensors differ from the model)",
-                                    {"--dist-ckpt-strictness"}));
   return r;
 }
 }  // namespace
@@ -140,7 +134,10 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--q-lora-rank", A::One, mla),
       unsupported_flag("--kv-lora-rank", A::One, mla),
       unsupported_flag("--squared-relu", A::Switch, "the squared-ReLU MLP"),
-      unsupported_flag("--rotary-seq-len-interpolation-factor", A::One, "RoPE sequence-length interpolation"),
+      megatron_flags::accepted_values("--rotary-seq-len-interpolation-factor",
+                                      "RoPE sequence-length interpolation; a factor of 1 leaves the positions as "
+                                      "they are",
+                                      {"1"}),
       unsupported_flag("--hierarchical-context-parallel-sizes", A::List, "hierarchical context parallelism"),
       unsupported_flag("--use-torch-fsdp2", A::Switch, "FSDP (use --use-distributed-optimizer)"),
       unsupported_flag("--use-megatron-fsdp", A::Switch, "FSDP (use --use-distributed-optimizer)"),

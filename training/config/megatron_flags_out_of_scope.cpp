@@ -1,7 +1,9 @@
 // Megatron-LM flags of whole families Strata leaves out of scope (see megatron_flag_families.h): RL,
 // Megatron's inference engine and server, vision, retrieval biencoders and BERT embeddings, logits
 // distillation, SFT, fault tolerance (ft_package, fault injection, in-process restart) and services
-// Strata does not talk to (one-logger, OpenTelemetry, workload inspector, Multi-Storage Client).
+// Strata does not talk to (one-logger, OpenTelemetry, workload inspector, Multi-Storage Client), and
+// the ModelOpt post-training flags (megatron/post_training/arguments.py add_modelopt_args): those that
+// pick a layer implementation are accepted, those that quantize, distil or export are refused.
 // A flag that asks for the family is refused naming it, and Strata's alternative where it has one;
 // a spelling that leaves the family off (--no-X of a default-off option, a value meaning off) is
 // accepted without effect. The CUDA-graph coverage flags Megatron files under "inference" and the
@@ -232,6 +234,33 @@ static Rules service_rules() {
   return r;
 }
 
+// ModelOpt post-training (add_modelopt_args, the modelopt example model files pass some of them).
+static Rules modelopt_rules() {
+  Rules r;
+  append(r, without_effect("the model class ModelOpt's model_provider builds (Strata builds GPT or hybrid from "
+                           "the model section: --hybrid-layer-pattern)",
+                           {"--export-model-type"}));
+  append(r, without_effect("Transformer Engine or local layer implementations for ModelOpt's model (the same "
+                           "numbers)",
+                           {"--export-te-mcore-model", "--export-default-te-spec", "--export-force-local-attention"}));
+  r.push_back(accepted_values("--export-kv-cache-quant", "ModelOpt's KV-cache quantization; none is off", {"none"}));
+  append(r, refused("ModelOpt quantization (quantization-aware training and quantized export)",
+                    {"--export-quant-cfg", "--export-real-quant-cfg", "--qad-train-target"}));
+  append(r, refused("ModelOpt knowledge distillation from a teacher model",
+                    {"--export-kd-cfg", "--export-kd-teacher-load", "--export-kd-teacher-model-config",
+                     "--export-kd-teacher-ckpt-format"}));
+  append(r, refused("ModelOpt's legacy Megatron-LM and offline-model checkpoints",
+                    {"--export-legacy-megatron", "--export-offline-model", "--modelopt-enabled"}));
+  append(r, refused("ModelOpt's finetuning on a Hugging Face dataset; tokenize it to .bin/.idx with "
+                    "`strata preprocess`",
+                    {"--finetune-hf-dataset", "--finetune-data-split", "--finetune-data-files"}));
+  append(r, refused("freezing the base model to train only the MTP layers", {"--freeze-base-for-mtp"}));
+  append(r, refused("query/key L2 normalisation (Llama 4); Strata has --qk-layernorm", {"--export-qk-l2-norm"}));
+  append(r, refused("gpt-oss's YaRN RoPE defaults (YaRN RoPE scaling)", {"--enable-gpt-oss"}));
+  r.push_back(config::constant_flag("--export-moe-apply-probs-on-input", "moe_apply_probs_on_input", "true"));
+  return r;
+}
+
 Rules out_of_scope_flag_rules() {
   Rules r;
   append(r, rl_rules());
@@ -241,6 +270,7 @@ Rules out_of_scope_flag_rules() {
   append(r, objective_rules());
   append(r, resilience_rules());
   append(r, service_rules());
+  append(r, modelopt_rules());
   return r;
 }
 

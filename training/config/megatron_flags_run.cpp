@@ -328,9 +328,11 @@ static Rules tokenizer_rules() {
   append(r, refused("HuggingFace's slow (Python) tokenizers; Strata runs the tokenizer.json pipeline (the fast "
                     "tokenizer)",
                     {"--tokenizer-hf-no-use-fast"}));
-  append(r, refused("running a tokenizer's own Python code (transformers' trust_remote_code); Strata runs the "
-                    "tokenizer.json pipeline",
-                    {"--trust-remote-code"}));
+  // Strata never runs a repository's Python code: it reads tokenizer.json (and refuses, naming the
+  // file, a tokenizer directory that has none), so allowing that code changes nothing.
+  append(r, without_effect("allowing a Hugging Face repository's own Python code (transformers' "
+                           "trust_remote_code); Strata runs only the tokenizer.json pipeline",
+                           {"--trust-remote-code"}));
   // Chat templates and Megatron-Core tokenizer metadata.
   append(r, refused("a custom chat template (Jinja) for the tokenizer", {"--chat-template"}));
   append(r, refused("Megatron-Core tokenizer metadata files; use --tokenizer-type with --tokenizer-model",
