@@ -32,6 +32,14 @@ std::string write_file(const std::string& name, const std::string& text) {
   return strata::test::write_text_file(temp_dir(), name, text);
 }
 
+// The lm losses of a training log, in order, as printed.
+std::vector<std::string> losses(const std::string& log) {
+  std::vector<std::string> out;
+  for (size_t at = log.find("lm loss: "); at != std::string::npos; at = log.find("lm loss: ", at + 1))
+    out.push_back(log.substr(at + 9, log.find(' ', at + 9) - at - 9));
+  return out;
+}
+
 const char* kGood = "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\nmodel:\n  num_layers: 2\n  hidden_size: 64\n"
                     "  num_attention_heads: 4\n";
 
@@ -208,12 +216,6 @@ TEST_CASE("cli train: packed sequences with Megatron's reset flags train, and da
   CHECK_THAT(r.err, Contains("data.reset_attention_mask") && Contains("--append-eod"));
   CHECK_THAT(r.err, !Contains(".cpp:"));
   // Megatron's --dataloader-inter-document-masking is both resets: the same losses, the same refusal.
-  auto losses = [](const std::string& log) {
-    std::vector<std::string> out;
-    for (size_t at = log.find("lm loss: "); at != std::string::npos; at = log.find("lm loss: ", at + 1))
-      out.push_back(log.substr(at + 9, log.find(' ', at + 9) - at - 9));
-    return out;
-  };
   args[3] = "data.data_path=[" + with_eod + "_text_document]";
   const CliResult resets = run_cli(args);
   std::vector<std::string> masking = args;
@@ -494,13 +496,6 @@ TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run ha
                                      "training.device=cpu"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_cli(args);
-  };
-  // The lm losses of the log, in order.
-  auto losses = [](const std::string& log) {
-    std::vector<std::string> out;
-    for (size_t at = log.find("lm loss: "); at != std::string::npos; at = log.find("lm loss: ", at + 1))
-      out.push_back(log.substr(at + 9, log.find(' ', at + 9) - at - 9));
-    return out;
   };
   REQUIRE(train({"--save", pre}).rc == 0);
   CliResult r = train({"--pretrained-checkpoint", pre, "--load", job, "--save", job});

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "generated_doc_check.h"
 #include "strata_source_dir.h"
 #include "training/config/config.h"
 
@@ -424,18 +425,7 @@ TEST_CASE("config: help text and argument table list every field", "[config]") {
 }
 
 TEST_CASE("config: docs/config.md is the generated reference", "[config]") {
-  std::string generated = StrataConfig::reference_markdown();
-  std::filesystem::path doc = kRepo / "docs/config.md";
-  if (const char* w = std::getenv("STRATA_WRITE_CONFIG_DOC"); w && std::string(w) == "1") {
-    std::ofstream(doc) << generated;
-    WARN("wrote " << doc.string());
-  }
-  std::ifstream in(doc);
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  INFO("docs/config.md differs from the config table; run scripts/gen_config_doc.sh");
-  CHECK(ss.str() == generated);
+  test::check_generated_doc("docs/config.md", StrataConfig::reference_markdown());
 }
 
 TEST_CASE("config: the subsystems' rules are one explicit list that validate() runs, the config including none of them", "[config]") {

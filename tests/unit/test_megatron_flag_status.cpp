@@ -4,14 +4,10 @@
 // Also the list itself (parsed from the compiled-in TSV) and docs/megatron_flags.md, generated.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "strata_source_dir.h"
+#include "generated_doc_check.h"
 #include "training/config/config.h"
 #include "training/config/megatron_arguments.h"
 #include "training/config/megatron_flags_doc.h"
@@ -45,18 +41,7 @@ TEST_CASE("megatron flags: every Megatron argument has a status", "[megatron_fla
 }
 
 TEST_CASE("megatron flags: docs/megatron_flags.md is generated from the list and the table", "[megatron_flags]") {
-  const std::string generated = megatron_flags_markdown();
-  const std::filesystem::path doc = std::filesystem::path(STRATA_SOURCE_DIR) / "docs/megatron_flags.md";
-  if (const char* w = std::getenv("STRATA_WRITE_CONFIG_DOC"); w && std::string(w) == "1") {
-    std::ofstream(doc) << generated;
-    WARN("wrote " << doc.string());
-  }
-  std::ifstream in(doc);
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  INFO("docs/megatron_flags.md differs from the flag table; run scripts/gen_config_doc.sh");
-  CHECK(ss.str() == generated);
+  test::check_generated_doc("docs/megatron_flags.md", megatron_flags_markdown());
   const MegatronFlagCounts c = megatron_flag_counts(false);
   CHECK(c.unknown == 0);
   CHECK(c.implemented + c.accepted + c.refused == static_cast<int>(megatron_arguments().size()));
