@@ -483,7 +483,7 @@ TEST_CASE("cli train: a resume into another model is refused naming each field, 
 // Megatron's --pretrained-checkpoint (load_checkpoint): while --load holds no checkpoint the run
 // finetunes from the pretrained one (its weights, iteration 0: the same losses as --load P
 // --finetune); once the run has saved into --load, the next launch resumes from there.
-TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run has its own; --use-checkpoint-args",
+TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run has its own, and --use-checkpoint-args",
           "[cli_train][checkpoint]") {
   namespace fs = std::filesystem;
   const std::string good = write_file("good_pretrained.yaml", kGood);
