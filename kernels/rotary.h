@@ -22,6 +22,7 @@ struct RotaryOptions {
   double rotary_percent = 1.0;          // fraction of d that rotates (Megatron rotary_percent)
   double base = 10000.0;                // Megatron rotary_base
   double llama3_scaling_factor = 0.0;   // > 0: Llama 3's frequency scaling (kernels/rotary_math.h)
+  double seq_len_interpolation_factor = 1.0;  // positions divided by it (Megatron's, rotary_math.h angle)
   int64_t position_offset = 0;          // first position (KV-cache decoding, context-parallel shards)
   bool interleaved = false;             // pairs (2i, 2i+1) instead of (i, i + rot_dim/2)
   const Tensor* positions = nullptr;    // [s] or [s, b] i64 on x's device: explicit positions, overrides offset

@@ -35,8 +35,13 @@ template <typename A> STRATA_HD A inv_freq(double base, int64_t i, int64_t rot_d
   return static_cast<A>(f);
 }
 
-// θ = position · inv_freq, in A (Megatron: torch.outer(seq.float(), inv_freq)).
-template <typename A> STRATA_HD A angle(int64_t position, A freq) { return static_cast<A>(position) * freq; }
+// θ = position · inv_freq, in A (Megatron: torch.outer(seq.float(), inv_freq)); with a sequence-length
+// interpolation factor f the position is first scaled by position_scale = 1/f, rounded to A
+// (Megatron RotaryEmbedding.forward: seq *= 1 / seq_len_interpolation_factor). A scale of 1 leaves
+// the product exact.
+template <typename A> STRATA_HD A angle(int64_t position, A freq, A position_scale = A(1)) {
+  return static_cast<A>(position) * position_scale * freq;
+}
 
 // Rotates the pair (a, b) by θ, or by -θ when inverse (the backward pass).
 template <typename A> STRATA_HD void rotate(A& a, A& b, A cos_t, A sin_t, bool inverse) {

@@ -1,6 +1,6 @@
 // Sweep cases for kernels/rotary.h: rotary embedding forward and backward in both pairings,
-// partial rotation, position offsets and explicit positions, Llama 3's frequency scaling, against the f64 CPU reference on the
-// same dtype-rounded inputs.
+// partial rotation, position offsets and explicit positions, Llama 3's frequency scaling, sequence-length
+// interpolation, against the f64 CPU reference on the same dtype-rounded inputs.
 #include <algorithm>
 
 #include "kernels/rotary.h"
@@ -13,10 +13,13 @@ namespace {
 const std::vector<DType> kFloat = {DType::F64, DType::F32, DType::BF16, DType::F16};
 
 void rotary_case(sweep::Context& c, const Shape& s, double pct, bool interleaved, int64_t offset,
-                 bool explicit_positions, double llama3_factor = 0.0, double base = 10000.0) {
+                 bool explicit_positions, double llama3_factor = 0.0, double base = 10000.0,
+                 double interpolation = 1.0) {
   const std::string name = std::string(interleaved ? "interleaved" : "half") + (pct < 1 ? "_partial" : "") +
-                           (explicit_positions ? "_positions" : "") + (llama3_factor > 0 ? "_llama3" : "");
+                           (explicit_positions ? "_positions" : "") + (llama3_factor > 0 ? "_llama3" : "") +
+                           (interpolation != 1.0 ? "_interpolated" : "");
   RotaryOptions opt;
+  opt.seq_len_interpolation_factor = interpolation;
   opt.llama3_scaling_factor = llama3_factor;
   opt.base = base;
   opt.rotary_percent = pct;
@@ -54,6 +57,7 @@ STRATA_SWEEP_OP("rotary", kFloat, "rotary_forward rotary_backward", [](sweep::Co
   rotary_case(c, Shape{9, 2, 3, 64}, 0.5, true, 100, true);
   rotary_case(c, Shape{33, 2, 4, 128}, 1.0, false, 0, true);
   rotary_case(c, Shape{16, 2, 2, 128}, 1.0, false, 8000, false, 8.0, 500000.0);  // Llama 3.1's scaling
+  rotary_case(c, Shape{24, 2, 2, 64}, 1.0, false, 300, true, 0.0, 10000.0, 3.0);  // positions / 3
   if (!c.quick) {
     rotary_case(c, Shape{512, 2, 16, 128}, 1.0, false, 0, false);
     rotary_case(c, Shape{512, 2, 16, 128}, 1.0, true, 0, false);

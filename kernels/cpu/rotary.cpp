@@ -23,6 +23,7 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
     scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
     std::vector<A> freq(half);
     for (int64_t i = 0; i < half; ++i) freq[i] = rope::inv_freq<A>(opt.base, i, rot, opt.llama3_scaling_factor);
+    const A position_scale = static_cast<A>(1.0 / opt.seq_len_interpolation_factor);
     // One work item per position t, or per (t, sample) when positions differ per sample.
     const int64_t per_item = per_token ? 1 : batch, items = s * batch / per_item;
 #pragma omp parallel for if (in.numel() > 32768)
@@ -31,7 +32,7 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
       const int64_t pos = positions ? positions[it] : t + opt.position_offset;
       std::vector<A> cos_t(half), sin_t(half);
       for (int64_t i = 0; i < half; ++i) {
-        const A theta = rope::angle<A>(pos, freq[i]);
+        const A theta = rope::angle<A>(pos, freq[i], position_scale);
         cos_t[i] = rope::cos(theta);
         sin_t[i] = rope::sin(theta);
       }

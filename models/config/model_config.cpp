@@ -85,6 +85,12 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("rope_scaling_factor", &M::rope_scaling_factor, "Llama 3.x's RoPE scaling factor (use_rope_scaling).")
       .check(positive())
       .architecture_defining();
+  f.add("rotary_seq_len_interpolation_factor", &M::rotary_seq_len_interpolation_factor,
+        "RoPE position interpolation (Megatron --rotary-seq-len-interpolation-factor, transformers' rope_type "
+        "linear): every position is multiplied by 1/factor (rounded to the compute type) before the rotation "
+        "angles. Needs position_embedding_type rope. null: positions as they are.")
+      .check(positive())
+      .architecture_defining();
   f.add("rotary_interleaved", &M::rotary_interleaved,
         "Rotate interleaved pairs (x0,x1),(x2,x3)... instead of the two halves of the head.")
       .architecture_defining();
@@ -313,6 +319,9 @@ void check_section_rules(const ModelConfig& m) {
   }
   if (m.use_rope_scaling && m.position_embedding_type != PositionEmbeddingType::Rope)
     throw ConfigError("model.use_rope_scaling", "scales RoPE's frequencies; set model.position_embedding_type rope");
+  if (m.rotary_seq_len_interpolation_factor && m.position_embedding_type != PositionEmbeddingType::Rope)
+    throw ConfigError("model.rotary_seq_len_interpolation_factor",
+                      "scales RoPE's positions; set model.position_embedding_type rope");
   if (m.swiglu && m.openai_gelu)
     throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");
   if (m.apply_residual_connection_post_layernorm)

@@ -66,6 +66,8 @@ struct ModelConfig {
   // Llama 3.x's RoPE frequency scaling (Megatron --use-rope-scaling / --rope-scaling-factor).
   bool use_rope_scaling = false;
   double rope_scaling_factor = 8.0;
+  // Megatron --rotary-seq-len-interpolation-factor: RoPE positions divided by it. null: none.
+  std::optional<int64_t> rotary_seq_len_interpolation_factor;
   bool rotary_interleaved = false;
 
   // ---- normalization ----

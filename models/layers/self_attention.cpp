@@ -34,6 +34,7 @@ SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfi
       rotary_percent_(cfg->rotary_percent),
       rotary_base_(static_cast<double>(cfg->rotary_base)),
       rope_scaling_factor_(cfg->use_rope_scaling ? cfg->rope_scaling_factor : 0.0),
+      seq_len_interpolation_factor_(static_cast<double>(cfg->rotary_seq_len_interpolation_factor.value_or(1))),
       rotary_interleaved_(cfg->rotary_interleaved),
       cp_(cp),
       cp_comm_type_(env.cp_comm_type),
@@ -57,6 +58,7 @@ kernels::RotaryOptions SelfAttention::rotary_options(int64_t position_offset) co
   o.rotary_percent = rotary_percent_;
   o.base = rotary_base_;
   o.llama3_scaling_factor = rope_scaling_factor_;
+  o.seq_len_interpolation_factor = seq_len_interpolation_factor_;
   o.position_offset = position_offset;
   o.interleaved = rotary_interleaved_;
   return o;

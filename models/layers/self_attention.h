@@ -87,6 +87,7 @@ class SelfAttention {
   bool rope_;
   double rotary_percent_, rotary_base_;
   double rope_scaling_factor_;  // Llama 3's frequency scaling; 0: off
+  double seq_len_interpolation_factor_;  // RoPE positions divided by it; 1: off
   bool rotary_interleaved_;
   ProcessGroup cp_;
   CpCommType cp_comm_type_;

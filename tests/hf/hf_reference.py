@@ -6,7 +6,8 @@ standard library and numpy only) and runs the forward pass of transformers' GPT2
 LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM in float64, the way
 transformers computes it:
   Llama: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), q/k/v/o_proj, RoPE with rotate_half
-         (inv_freq = theta^(-arange(0, d, 2)/d), cos/sin of cat(freqs, freqs)), GQA by repeat_kv,
+         (inv_freq = theta^(-arange(0, d, 2)/d), divided by the factor of rope_type "linear",
+         scaled by rope_type "llama3"; cos/sin of cat(freqs, freqs)), GQA by repeat_kv,
          causal softmax(q k^T / sqrt(d)), SwiGLU MLP down(silu(gate(x)) * up(x)), lm_head or tied.
   Qwen3: Llama plus q_norm / k_norm (RMSNorm over the head dim of q and k, before RoPE).
   Mixtral: Llama whose every MLP is MixtralSparseMoeBlock: router logits = x gate^T, softmax over
@@ -173,6 +174,8 @@ def llama_forward(cfg, t, ids):
     inv_freq = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
     if rs["rope_type"] == "llama3":
         inv_freq = llama3_scaled(inv_freq, rs)
+    elif rs["rope_type"] == "linear":  # _compute_linear_scaling_rope_parameters: inv_freq /= factor
+        inv_freq = inv_freq / rs["factor"]
     elif rs["rope_type"] != "default":
         sys.exit("hf_reference.py: RoPE %r is not implemented here" % (rs,))
     freqs = np.arange(s, dtype=np.float64)[:, None] * inv_freq[None, :]

@@ -231,6 +231,23 @@ TEST_CASE("hf reference: Llama with GQA, head_dim unlike hidden/heads, untied, a
   reference_case(cfg, "llama", 21, [](const nlohmann::json& j) { CHECK(j.at("head_dim") == 12); });
 }
 
+// Megatron's --rotary-seq-len-interpolation-factor exported as transformers' "linear" rope_type
+// (inv_freq / factor; with factor 4 the same f32 angles as Strata's positions / 4), scored by
+// transformers; and the config imports back.
+TEST_CASE("hf reference: RoPE position interpolation (linear rope_type)", "[hf]") {
+  StrataConfig cfg = family_config(hf::Family::Llama, false, Precision::Fp32);
+  cfg.model.rotary_seq_len_interpolation_factor = 4;
+  reference_case(cfg, "linear_rope", 27, [](const nlohmann::json& j) {
+    CHECK(j.at("rope_parameters").at("rope_type") == "linear");
+    CHECK(j.at("rope_parameters").at("factor") == 4.0);
+    const hf::ImportedConfig back = hf::model_config_from_json(j, "config.json");
+    CHECK(back.model.rotary_seq_len_interpolation_factor == 4);
+    nlohmann::json half = j;
+    half["rope_parameters"]["factor"] = 2.5;
+    CHECK_THROWS_WITH(hf::model_config_from_json(half, "config.json"), Contains("positive integer"));
+  });
+}
+
 // Megatron's --use-rope-scaling exported as transformers' "llama3" rope_parameters: head dim 8 at base
 // 500000 has frequencies with wavelengths 6, 167, 4443 (smoothed) and 118,000 (divided by the
 // factor), so every regime of the scaling enters the logits; and the config imports back.

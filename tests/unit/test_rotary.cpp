@@ -193,3 +193,29 @@ TEST_CASE("rotary: Llama 3 frequency scaling, each regime by hand", "[rotary]") 
   const std::vector<double> plain = rope_fwd(x, opt).to_vector();
   CHECK(plain[2] == Approx(in[2] * std::cos(1000.0 * f2) - in[5] * std::sin(1000.0 * f2)).epsilon(1e-12));
 }
+
+// Megatron's --rotary-seq-len-interpolation-factor (RotaryEmbedding.forward: seq *= 1 / factor):
+// position 6 with factor 3 rotates as position 2 (f64, hand-computed); f32 against f64 at factor 3
+// over a sequence (1/3 rounds in f32); a factor of 1 is bit-identical to none.
+TEST_CASE("rotary: sequence-length interpolation divides the positions", "[rotary]") {
+  Tensor x = Tensor::from_vector({1, 2, 3, 4}, {1, 1, 1, 4}, DType::F64);
+  RotaryOptions opt;
+  opt.position_offset = 6;
+  opt.seq_len_interpolation_factor = 3;
+  const auto y = rope_fwd(x, opt).to_vector();
+  CHECK(y[0] == Approx(1 * std::cos(2.0) - 3 * std::sin(2.0)).epsilon(1e-14));
+  CHECK(y[1] == Approx(2 * std::cos(0.02) - 4 * std::sin(0.02)).epsilon(1e-14));
+  RotaryOptions two;
+  two.position_offset = 2;
+  const auto at2 = rope_fwd(x, two).to_vector();
+  for (size_t i = 0; i < 4; ++i) CHECK(y[i] == Approx(at2[i]).epsilon(1e-14));
+  // f32 against f64 on 64 positions.
+  const Tensor r64 = random_tensor({64, 2, 3, 8}, 7);
+  RotaryOptions f3;
+  f3.seq_len_interpolation_factor = 3;
+  CHECK(normalized_error(rope_fwd(r64.to(DType::F32), f3).to(DType::F64), rope_fwd(r64, f3)) < 1e-6);
+  CHECK(normalized_error(rope_bwd(rope_fwd(r64, f3), f3), r64) < 1e-12);  // the inverse rotation
+  RotaryOptions one;
+  one.seq_len_interpolation_factor = 1;
+  CHECK(rope_fwd(r64.to(DType::F32), one).to_vector() == rope_fwd(r64.to(DType::F32)).to_vector());
+}

@@ -54,7 +54,16 @@ void read_rope(const json& j, Family f, const std::string& file, ModelConfig& m)
   const std::string type = r.contains("rope_type") ? opt_string(r, "rope_type", "default", file)
                                                    : opt_string(r, "type", "default", file);
   if (type == "default") return;
-  STRATA_CHECK(type == "llama3", what, " is not supported (plain RoPE, rope_type \"default\", or Llama 3's \"llama3\")");
+  if (type == "linear") {  // positions / factor: Megatron's --rotary-seq-len-interpolation-factor (an integer)
+    const double factor = opt_double(r, "factor", 1.0, file);
+    STRATA_CHECK(factor >= 1 && factor == std::floor(factor), what,
+                 ": a linear factor must be a positive integer (model.rotary_seq_len_interpolation_factor)");
+    m.rotary_seq_len_interpolation_factor = static_cast<int64_t>(factor);
+    return;
+  }
+  STRATA_CHECK(type == "llama3", what,
+               " is not supported (plain RoPE, rope_type \"default\", position interpolation \"linear\", or "
+               "Llama 3's \"llama3\")");
   STRATA_CHECK(opt_double(r, "low_freq_factor", 1.0, file) == 1.0 && opt_double(r, "high_freq_factor", 4.0, file) == 4.0 &&
                    opt_double(r, "original_max_position_embeddings",
                               static_cast<double>(*m.max_position_embeddings), file) == 8192.0,
@@ -114,6 +123,13 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
     // transformers 5's rope_parameters. Megatron's --use-rope-scaling is the "llama3" rope type
     // with Megatron's fixed low/high frequency factors 1 and 4 and original context 8192.
     ojson rope = {{"rope_theta", static_cast<double>(m->rotary_base)}, {"rope_type", "default"}};
+    STRATA_CHECK(!(m->use_rope_scaling && m->rotary_seq_len_interpolation_factor),
+                 "hf export: transformers has no rope_type for Llama 3's scaling and position interpolation together "
+                 "(model.use_rope_scaling with model.rotary_seq_len_interpolation_factor)");
+    if (m->rotary_seq_len_interpolation_factor)
+      rope = {{"rope_theta", static_cast<double>(m->rotary_base)},
+              {"rope_type", "linear"},
+              {"factor", static_cast<double>(*m->rotary_seq_len_interpolation_factor)}};
     if (m->use_rope_scaling)
       rope = {{"rope_theta", static_cast<double>(m->rotary_base)},
               {"rope_type", "llama3"},
