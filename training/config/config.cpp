@@ -471,16 +471,15 @@ void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
 
 void validate_checkpoint(CheckpointConfig& checkpoint) {
   // Megatron accepts --save-interval without --save and saves nothing: warn once (rank 0), go on.
-  if (checkpoint.save_interval && !checkpoint.save) {
+  // (--save-retain-interval too: Megatron checks it only with --save.)
+  auto without_save = [&](std::optional<int64_t>& field, const char* name) {
+    if (!field || checkpoint.save) return;
     if (launched_rank().value_or(0) == 0)
-      log::warn("checkpoint.save_interval has no effect without checkpoint.save (no checkpoints are written)");
-    checkpoint.save_interval.reset();
-  }
-  if (checkpoint.save_retain_interval && !checkpoint.save) {  // as Megatron: checked only with --save
-    if (launched_rank().value_or(0) == 0)
-      log::warn("checkpoint.save_retain_interval has no effect without checkpoint.save (no checkpoints are written)");
-    checkpoint.save_retain_interval.reset();
-  }
+      log::warn("{} has no effect without checkpoint.save (no checkpoints are written)", name);
+    field.reset();
+  };
+  without_save(checkpoint.save_interval, "checkpoint.save_interval");
+  without_save(checkpoint.save_retain_interval, "checkpoint.save_retain_interval");
   if (checkpoint.save_retain_interval && checkpoint.save_interval &&
       *checkpoint.save_retain_interval % *checkpoint.save_interval != 0)
     throw ConfigError("checkpoint.save_retain_interval", str(*checkpoint.save_retain_interval) +
