@@ -62,6 +62,7 @@ struct LayerPlace {
   std::string name;         // its module path: "decoder.layers.3", "mtp.layers.0.mtp_model_layer"
   bool moe = false;         // its MLP slot holds the MoE layer (GPT: model.moe_layer_freq)
   bool branch_mhc = false;  // mHC: the layer holds one hyper-connection site per branch itself (GPT)
+  bool rope = true;         // its attention applies RoPE (ResolvedModelConfig::applies_rope)
 };
 
 struct LayerKind {

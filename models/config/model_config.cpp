@@ -9,12 +9,15 @@
 #include <string>
 #include <utility>
 
+#include "core/error.h"
 #include "core/logging.h"
 #include "models/config/hybrid_pattern.h"
+#include "models/config/layer_pattern.h"
 
 namespace strata {
 
 using config::ConfigError;
+using config::custom;
 using config::in_range;
 using config::positive;
 
@@ -90,6 +93,17 @@ config::SectionFields<ModelConfig> model_config_fields() {
         "linear): every position is multiplied by 1/factor (rounded to the compute type) before the rotation "
         "angles. Needs position_embedding_type rope. null: positions as they are.")
       .check(positive())
+      .architecture_defining();
+  f.add("no_rope_freq", &M::no_rope_freq,
+        "Layers whose attention skips RoPE (Megatron --no-rope-freq, Llama 4's NoPE layers): an int N (every "
+        "N-th layer, [0]*(N-1)+[1] repeated; num_layers must divide by N), a 0/1 list with one entry per layer "
+        "(1: no RoPE) or Megatron's pattern string such as \"([0]*3+[1])*2\". MTP layers read the entries of "
+        "their own numbering, as Megatron's. Needs position_embedding_type rope. Empty: RoPE on every layer.")
+      .check(custom("an int N >= 1, a 0/1 list of num_layers entries, or a pattern \"([a]*n+[b]*m...)\"",
+                    [](const config::Value& v) {
+                      std::vector<int64_t> map;
+                      return no_rope_layers_problem(std::get<std::vector<std::string>>(v), -1, map);
+                    }))
       .architecture_defining();
   f.add("rotary_interleaved", &M::rotary_interleaved,
         "Rotate interleaved pairs (x0,x1),(x2,x3)... instead of the two halves of the head.")
@@ -322,6 +336,8 @@ void check_section_rules(const ModelConfig& m) {
   if (m.rotary_seq_len_interpolation_factor && m.position_embedding_type != PositionEmbeddingType::Rope)
     throw ConfigError("model.rotary_seq_len_interpolation_factor",
                       "scales RoPE's positions; set model.position_embedding_type rope");
+  if (!m.no_rope_freq.empty() && m.position_embedding_type != PositionEmbeddingType::Rope)
+    throw ConfigError("model.no_rope_freq", "picks the layers that skip RoPE; set model.position_embedding_type rope");
   if (m.swiglu && m.openai_gelu)
     throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");
   if (m.apply_residual_connection_post_layernorm)
@@ -335,6 +351,7 @@ struct ResolvedModelConfig::Resolution {
   ModelConfig fields;
   hybrid::HybridPattern pattern;
   std::vector<int64_t> moe_layer_map;
+  std::vector<int64_t> no_rope_layers;
 };
 
 ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ResolvedModelConfig(resolve(raw)) {}
@@ -342,7 +359,8 @@ ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ResolvedModel
 ResolvedModelConfig::ResolvedModelConfig(Resolution r)
     : Resolved<ModelConfig>(ResolutionKey{}, std::move(r.fields)),
       pattern_(std::move(r.pattern)),
-      moe_layer_map_(std::move(r.moe_layer_map)) {}
+      moe_layer_map_(std::move(r.moe_layer_map)),
+      no_rope_layers_(std::move(r.no_rope_layers)) {}
 
 ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& raw) {
   static const std::vector<config::FieldSpec> field_rules = [] {
@@ -351,7 +369,7 @@ ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& 
     return fields;
   }();
   config::check_section_fields(field_rules, &raw);  // the per-field rules, whoever resolves the section
-  ResolvedModelConfig::Resolution r{raw, {}, {}};
+  ResolvedModelConfig::Resolution r{raw, {}, {}, {}};
   ModelConfig& m = r.fields;  // the fields, their null defaults filled in below
   r.pattern = resolve_hybrid_pattern(m);
   resolve_derived_defaults(m);
@@ -360,10 +378,21 @@ ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& 
   r.moe_layer_map = finalize_moe_config(m);
   if (m.is_hybrid() && m.num_experts)  // the MoE layers are the pattern's E symbols
     r.moe_layer_map = hybrid::hybrid_moe_layer_map(r.pattern);
+  const std::string no_rope = no_rope_layers_problem(m.no_rope_freq, m.num_layers, r.no_rope_layers);
+  if (!no_rope.empty()) throw ConfigError("model.no_rope_freq", no_rope);
   finalize_mtp_config(m);
   finalize_mhc_config(m);
   finalize_recompute_config(m);
   return r;
+}
+
+bool ResolvedModelConfig::applies_rope(int64_t number) const {
+  if (fields().position_embedding_type != PositionEmbeddingType::Rope) return false;
+  if (no_rope_layers_.empty()) return true;
+  // Megatron indexes no_rope_freq by the layer number; an MTP layer past its end would fail there.
+  STRATA_CHECK(number >= 0 && number < static_cast<int64_t>(no_rope_layers_.size()), "model.no_rope_freq: layer number ",
+               number, " has no entry (", no_rope_layers_.size(), " entries)");
+  return no_rope_layers_[static_cast<size_t>(number)] == 0;
 }
 
 const std::vector<std::string>& architecture_field_names() {

@@ -69,6 +69,9 @@ struct ModelConfig {
   // Megatron --rotary-seq-len-interpolation-factor: RoPE positions divided by it. null: none.
   std::optional<int64_t> rotary_seq_len_interpolation_factor;
   bool rotary_interleaved = false;
+  // Megatron --no-rope-freq: which layers skip RoPE (an int N, a 0/1 list, or a pattern string;
+  // models/config/layer_pattern.h). Empty: every layer applies it.
+  std::vector<std::string> no_rope_freq;
 
   // ---- normalization ----
   Normalization normalization = Normalization::LayerNorm;
@@ -203,6 +206,10 @@ class ResolvedModelConfig : public Resolved<ModelConfig> {
   bool is_moe_layer(int64_t layer) const;
   // 1 where a layer has an MoE MLP (moe_layer_freq, or a hybrid pattern's E symbols); empty: dense.
   const std::vector<int64_t>& moe_layer_map() const { return moe_layer_map_; }
+  // Whether the attention of the layer numbered `number` (0-based) in its stack applies RoPE:
+  // position_embedding_type rope and model.no_rope_freq not marking it. Decoder layers are numbered
+  // over the whole model; MTP inner layers by their own numbering, as Megatron's (layer_kind.cpp).
+  bool applies_rope(int64_t number) const;
 
  private:
   struct Resolution;
@@ -212,6 +219,7 @@ class ResolvedModelConfig : public Resolved<ModelConfig> {
 
   hybrid::HybridPattern pattern_;
   std::vector<int64_t> moe_layer_map_;
+  std::vector<int64_t> no_rope_layers_;  // 1 where a layer skips RoPE (model.no_rope_freq); empty: none
 };
 
 // The `model` section's fields (names, docs, validators) for the config table.

@@ -12,6 +12,7 @@
 #include <cctype>
 #include <set>
 
+#include "models/config/layer_pattern.h"
 #include "models/config/model_config.h"
 #include "parallel/parallel_config.h"
 
@@ -35,136 +36,9 @@ const char* to_string(MoeTokenDispatcherType t) {
 namespace {
 
 constexpr const char* kFreqField = "model.moe_layer_freq";
-constexpr int64_t kMaxPatternLength = int64_t{1} << 20;
 
 std::string str(int64_t x) {
   return std::to_string(x);
-}
-
-struct PatternError {
-  std::string message;
-};
-
-// expr := term ('+' term)* ; term := atom ('*' atom)* ; atom := INT | '[' INT (',' INT)* ']' | '(' expr ')'
-// A value is an integer or a list; list + list concatenates, list * int repeats, int op int is arithmetic.
-class PatternParser {
- public:
-  explicit PatternParser(const std::string& text) : s_(text) {}
-
-  std::vector<int64_t> parse() {
-    Val v = expr();
-    skip_space();
-    if (pos_ != s_.size()) fail(std::string("unexpected '") + s_[pos_] + "'");
-    if (!v.is_list) fail("the pattern is the integer " + str(v.n), false);
-    return v.list;
-  }
-
- private:
-  struct Val {
-    bool is_list = false;
-    int64_t n = 0;
-    std::vector<int64_t> list;
-  };
-
-  [[noreturn]] void fail(const std::string& what, bool at = true) const {
-    throw PatternError{"cannot parse the pattern '" + s_ + "': " + what +
-                       (at ? " at position " + str(static_cast<int64_t>(pos_)) : "") +
-                       " (expected lists of integers joined by + and repeated by *, e.g. ([0]*1+[1]*3))"};
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  bool eat(char c) {
-    skip_space();
-    if (pos_ < s_.size() && s_[pos_] == c) return ++pos_, true;
-    return false;
-  }
-  void expect(char c) {
-    if (!eat(c)) fail(std::string("expected '") + c + "'");
-  }
-  int64_t integer() {
-    skip_space();
-    size_t start = pos_;
-    int64_t x = 0;
-    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
-      x = x * 10 + (s_[pos_++] - '0');
-      if (x > kMaxPatternLength) fail("integer too large (more than " + str(kMaxPatternLength) + ")");
-    }
-    if (pos_ == start) {
-      if (pos_ == s_.size()) fail("unexpected end");
-      fail(std::string("unexpected '") + s_[pos_] + "'");
-    }
-    return x;
-  }
-  Val expr() {
-    Val v = term();
-    while (eat('+')) {
-      Val r = term();
-      if (v.is_list != r.is_list) fail("cannot add a list and an integer");
-      if (v.is_list)
-        v.list.insert(v.list.end(), r.list.begin(), r.list.end());
-      else
-        v.n += r.n;
-      check_size(v);
-    }
-    return v;
-  }
-  Val term() {
-    Val v = atom();
-    while (eat('*')) {
-      Val r = atom();
-      if (v.is_list && r.is_list) fail("cannot multiply two lists");
-      if (!v.is_list && !r.is_list) {
-        if (r.n != 0 && v.n > kMaxPatternLength / r.n) fail("integer too large");
-        v.n *= r.n;
-        continue;
-      }
-      Val& list = v.is_list ? v : r;
-      int64_t times = v.is_list ? r.n : v.n;
-      if (times != 0 && static_cast<int64_t>(list.list.size()) > kMaxPatternLength / times)
-        fail("the list is longer than " + str(kMaxPatternLength));
-      std::vector<int64_t> out;
-      for (int64_t i = 0; i < times; ++i) out.insert(out.end(), list.list.begin(), list.list.end());
-      v.is_list = true;
-      v.list = std::move(out);
-    }
-    return v;
-  }
-  Val atom() {
-    Val v;
-    if (eat('(')) {
-      v = expr();
-      expect(')');
-    } else if (eat('[')) {
-      v.is_list = true;
-      if (!eat(']')) {
-        do v.list.push_back(integer());
-        while (eat(','));
-        expect(']');
-      }
-    } else {
-      v.n = integer();
-    }
-    return v;
-  }
-  void check_size(const Val& v) const {
-    if (static_cast<int64_t>(v.list.size()) > kMaxPatternLength || v.n > kMaxPatternLength)
-      fail("the value is larger than " + str(kMaxPatternLength), false);
-  }
-
-  const std::string& s_;
-  size_t pos_ = 0;
-};
-
-bool parse_plain_int(const std::string& text, int64_t& out) {
-  size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t");
-  if (b == std::string::npos) return false;
-  std::string t = text.substr(b, e - b + 1);
-  size_t digits = (t[0] == '-' || t[0] == '+') ? 1 : 0;
-  if (t.size() == digits || t.size() > 12 || t.find_first_not_of("0123456789", digits) != std::string::npos)
-    return false;
-  out = std::stoll(t);
-  return true;
 }
 
 // The per-layer 0/1 map, or the problem ("" when fine). num_layers < 0: syntax only.
@@ -180,11 +54,8 @@ std::string layer_freq_problem(const std::vector<std::string>& value, int64_t nu
     return "";
   }
   if (value.size() == 1) {
-    try {
-      map = PatternParser(value[0]).parse();
-    } catch (const PatternError& e) {
-      return e.message;
-    }
+    std::string problem = layer_pattern_problem(value[0], map);
+    if (!problem.empty()) return problem;
   } else {
     for (const auto& v : value) {
       if (!parse_plain_int(v, n)) return "the list entry '" + v + "' is not an integer (a list holds 0 or 1 per layer)";
@@ -334,13 +205,6 @@ void add_moe_fields(config::SectionFields<ModelConfig>& f) {
   add_expert_fields(f);
 }
 
-std::vector<int64_t> parse_moe_layer_pattern(const std::string& text, const std::string& field) {
-  try {
-    return PatternParser(text).parse();
-  } catch (const PatternError& e) {
-    throw ConfigError(field, e.message);
-  }
-}
 
 std::vector<int64_t> resolve_moe_layer_freq(const std::vector<std::string>& value, int64_t num_layers) {
   std::vector<int64_t> map;

@@ -55,11 +55,6 @@ struct MoeLoadBalancingLoss {
   double coeff = 0;
 };
 
-// Megatron's string pattern "([0]*1+[1]*3)*2": lists of integers, `+` concatenation, `*` repetition
-// by an integer and parentheses, parsed by a small recursive-descent parser (never evaluated).
-// Returns the list; throws config::ConfigError on `field` naming the position of the problem.
-std::vector<int64_t> parse_moe_layer_pattern(const std::string& text, const std::string& field);
-
 // moe_layer_freq as decoded (a list of strings: one element for an int N or a pattern string,
 // several for an explicit list) → one 0/1 entry per layer (1: MoE). An int N makes layer i an MoE
 // layer iff i % N == 0 (Megatron). num_layers < 0 skips the length check (syntax only).

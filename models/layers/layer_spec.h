@@ -30,6 +30,9 @@ struct TransformerLayerSpec {
   // with model.enable_hyper_connections. False without mHC and for a layer that an mHC wrapper
   // holds (the wrapper is its site).
   bool branch_hyper_connections = false;
+  // The attention applies RoPE when the model's positions are RoPE (false: a NoPE layer of
+  // model.no_rope_freq, Megatron's Attention.forward dropping rotary_pos_emb).
+  bool rope = true;
 
   static TransformerLayerSpec full() { return {}; }
   static TransformerLayerSpec attention_only() { return {true, false, MlpKind::Dense}; }

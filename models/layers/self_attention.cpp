@@ -17,7 +17,7 @@
 namespace strata::layers {
 
 SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
-                             const ProcessGroup& tp, const ProcessGroup& cp)
+                             const ProcessGroup& tp, const ProcessGroup& cp, bool apply_rope)
     : linear_qkv(prefix + ".linear_qkv", cfg->hidden_size,
                  cfg.head_dim() * (cfg->num_attention_heads + 2 * cfg.query_groups()),
                  cfg->add_bias_linear || cfg->add_qkv_bias, cfg->init_method_std, env, tp, TensorParallelMode::Column),
@@ -30,7 +30,7 @@ SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfi
       hn_(cfg.head_dim()),
       global_heads_(cfg->num_attention_heads),
       head_offset_(static_cast<int64_t>(tp.rank()) * (cfg->num_attention_heads / tp.size())),
-      rope_(cfg->position_embedding_type == PositionEmbeddingType::Rope),
+      rope_(apply_rope && cfg->position_embedding_type == PositionEmbeddingType::Rope),
       rotary_percent_(cfg->rotary_percent),
       rotary_base_(static_cast<double>(cfg->rotary_base)),
       rope_scaling_factor_(cfg->use_rope_scaling ? cfg->rope_scaling_factor : 0.0),

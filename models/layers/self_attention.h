@@ -56,8 +56,9 @@ class SelfAttention {
   };
 
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
+  // apply_rope false: no RoPE even with position_embedding_type rope (a model.no_rope_freq layer).
   SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp,
-                const ProcessGroup& cp = ProcessGroup::single("cp"));
+                const ProcessGroup& cp = ProcessGroup::single("cp"), bool apply_rope = true);
   // x: [s, b, h] -> [s, b, h]; saves into *saved when not null (not with a cache).
   Tensor forward(const Tensor& x, const Run& run, Saved* saved) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.

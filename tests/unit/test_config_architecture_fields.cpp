@@ -16,7 +16,7 @@ const std::set<std::string> kListBeforeMarks = {
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
     "num_query_groups", "kv_channels", "vocab_size", "padded_vocab_size", "max_position_embeddings",
     "position_embedding_type", "rotary_base", "rotary_percent", "use_rope_scaling", "rope_scaling_factor",
-    "rotary_seq_len_interpolation_factor",
+    "rotary_seq_len_interpolation_factor", "no_rope_freq",
     "rotary_interleaved", "normalization", "layernorm_epsilon", "apply_layernorm_1p", "qk_layernorm",
     "add_bias_linear", "add_qkv_bias", "swiglu", "openai_gelu", "untie_embeddings_and_output_weights",
     "apply_residual_connection_post_layernorm", "fp32_residual_connection", "num_experts",

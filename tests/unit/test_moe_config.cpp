@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <functional>
 
+#include "models/config/layer_pattern.h"
 #include "training/config/config.h"
 
 using namespace strata;
@@ -217,7 +218,7 @@ TEST_CASE("moe config: moe_layer_freq as an int, a list and Megatron's pattern s
   CHECK(map({"model.moe_layer_freq='[0]+[1]*(1+2)'"}) == V{0, 1, 1, 1});
   CHECK(map({"model.moe_layer_freq='[1,1,0,0]'"}) == V{1, 1, 0, 0});
   CHECK(map({"model.moe_layer_freq=[1]", "model.num_layers=3"}) == V{1, 1, 1});  // one element: the int N
-  CHECK(parse_moe_layer_pattern("([0]+[1]*23)", "f").size() == 24);
+  CHECK(parse_layer_pattern("([0]+[1]*23)", "f").size() == 24);
 }
 
 TEST_CASE("moe config: moe_layer_freq errors name the field and the problem", "[moe_config]") {
@@ -251,7 +252,7 @@ TEST_CASE("moe config: moe_layer_freq errors name the field and the problem", "[
   // A syntax error is caught by the field's validator, before anything else is resolved.
   StrataConfig c = base({"model.moe_layer_freq='([0]*2'", "model.num_experts=4"});
   CHECK(error_of([&] { static_cast<void>(c.validate()); }).rfind(f + "cannot parse the pattern '([0]*2'", 0) == 0);
-  CHECK_THROWS_AS(parse_moe_layer_pattern("[1", "x.y"), ConfigError);
+  CHECK_THROWS_AS(parse_layer_pattern("[1", "x.y"), ConfigError);
 }
 
 TEST_CASE("moe config: the active load-balancing losses and their coefficients", "[moe_config]") {

@@ -98,6 +98,8 @@ std::string architecture_incompatibility(const ResolvedModelConfig& m, Family f)
       why << "model.rotary_interleaved=true is not Llama's rotate_half RoPE";
     else if (m->rotary_percent != 1.0)
       why << "model.rotary_percent=" << m->rotary_percent << " is not Llama's full rotary (1.0)";
+    else if (!m->no_rope_freq.empty())
+      why << "model.no_rope_freq: layers without RoPE (Llama 4's NoPE layers) are not in " << architecture_name(f);
     else if (m->add_bias_linear)
       why << "model.add_bias_linear=true: Llama's linear layers have no biases";
     else if (m->add_qkv_bias)
