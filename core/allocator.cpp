@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/memory_history.h"
 
 namespace strata {
 namespace {
@@ -28,7 +29,9 @@ void* allocate_bytes(Device device, size_t nbytes) {
                          " bytes on the meta device, which has no storage");
   if (device.is_cuda()) {
 #if STRATA_WITH_CUDA
-    return cuda_rt::cached_alloc(device.index, nbytes);
+    void* p = cuda_rt::cached_alloc(device.index, nbytes);
+    memory_history::on_alloc(device, p, nbytes, nbytes);
+    return p;
 #else
     STRATA_THROW_KIND(ErrorKind::Cuda, "cannot allocate on ", device.str(), ": built without CUDA");
 #endif
@@ -44,6 +47,7 @@ void* allocate_bytes(Device device, size_t nbytes) {
   st.s.max_reserved_bytes = st.s.max_allocated_bytes;
   st.s.num_allocs++;
   st.s.num_system_allocs++;
+  memory_history::on_alloc(device, p, rounded, nbytes);
   return p;
 }
 
@@ -51,10 +55,12 @@ void free_bytes(Device device, void* ptr, size_t nbytes) {
   if (!ptr) return;
   if (device.is_cuda()) {
 #if STRATA_WITH_CUDA
+    memory_history::on_free(device, ptr, nbytes);
     cuda_rt::cached_free(device.index, ptr);
 #endif
     return;
   }
+  memory_history::on_free(device, ptr, round_up(nbytes == 0 ? 1 : nbytes, kCpuAlignment));
   std::free(ptr);
   auto& st = cpu_stats();
   std::lock_guard<std::mutex> lock(st.mu);

@@ -1,5 +1,6 @@
 // Phase timers (core/phase_timer.h): a mutex-guarded table of totals; only touched while enabled.
 #include "core/phase_timer.h"
+#include "core/phase_scope_stack.h"
 
 #include <atomic>
 #include <fstream>
@@ -13,7 +14,7 @@
 
 namespace strata::phase_timer {
 namespace {
-constexpr int kTotals = 1, kTrace = 2;
+constexpr int kTotals = 1, kTrace = 2, kScopeStack = 4;
 std::atomic<int> g_flags{0};
 std::mutex g_mutex;
 std::vector<Total>& table() {
@@ -23,6 +24,8 @@ std::vector<Total>& table() {
 std::vector<TraceEvent> g_events;
 std::chrono::steady_clock::time_point g_trace_start;
 thread_local int t_depth = 0;
+// The open scopes of this thread while the scope stack is on: (scope, name), outermost first.
+thread_local std::vector<std::pair<const void*, const char*>> t_open;
 
 void set_flag(int flag, bool on) {
   if (on) g_flags.fetch_or(flag, std::memory_order_relaxed);
@@ -73,7 +76,16 @@ void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& 
   STRATA_CHECK_KIND(ErrorKind::Io, f.good(), "profile: writing the trace file ", path, " failed");
 }
 
+void set_scope_stack(bool on) { set_flag(kScopeStack, on); }
+bool scope_stack_enabled() { return (g_flags.load(std::memory_order_relaxed) & kScopeStack) != 0; }
+std::vector<const char*> open_scopes() {
+  std::vector<const char*> out;
+  for (const auto& [scope, name] : t_open) out.push_back(name);
+  return out;
+}
+
 void Scope::begin() {
+  if (scope_stack_enabled()) t_open.emplace_back(this, name_);
   start_ = std::chrono::steady_clock::now();
   traced_ = tracing();
   if (!traced_) return;
@@ -85,6 +97,7 @@ void Scope::begin() {
 
 void Scope::end() {
   const auto stop = std::chrono::steady_clock::now();
+  if (!t_open.empty() && t_open.back().first == this) t_open.pop_back();
   if (enabled()) add(name_, std::chrono::duration<double, std::milli>(stop - start_).count());
   if (!traced_) return;
   --t_depth;

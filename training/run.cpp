@@ -14,6 +14,7 @@
 
 #include "core/device.h"
 #include "core/logging.h"
+#include "core/memory_history.h"
 #include "core/config_table.h"
 #include "data/blended_dataset.h"
 #include "data/document_source.h"
@@ -118,6 +119,9 @@ TrainResult run_on_rank(const ResolvedConfig& given, const DistributedRuntime& r
     valid->check_vocabulary(*cfg.model->vocab_size, data_name);
   }
 
+  // logging.record_memory_history: from before the model's parameters are allocated (the trainer
+  // starts it otherwise).
+  if (memory_history_rank(cfg.logging, groups.global_rank)) memory_history::start(device);
   // This rank's model chunks (one without pipeline parallelism; vpp with interleaving).
   std::vector<std::unique_ptr<LanguageModel>> chunks = make_model_chunks(cfg, device, groups);
   LanguageModel& model = *chunks.front();
