@@ -1,6 +1,8 @@
 // The single-process training loop (see trainer.h).
 #include "training/trainer.h"
 
+#include "core/memory_history.h"
+
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -116,6 +118,12 @@ Trainer::Trainer(const ResolvedConfig& cfg, LanguageModel& model, BatchSource& t
     for (auto& s : owned_sinks_) sinks_.push_back(s.get());
     for (MetricsSink* s : options_.sinks) sinks_.push_back(s);
   }
+  if (memory_history_rank(cfg_.logging, options_.groups.global_rank) && !memory_history::recording())
+    memory_history::start(params_.front()->value.device());
+  if (cfg_.logging->log_straggler)
+    straggler_ = std::make_unique<StragglerDetector>(options_.groups.world, cfg_.logging->straggler_minmax_count,
+                                                     !cfg_.logging->disable_straggler_on_startup,
+                                                     cfg_.logging->straggler_ctrlr_port);
 
   if (cfg_.checkpoint->load) {
     const std::string& dir = *cfg_.checkpoint->load;

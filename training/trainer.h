@@ -23,6 +23,7 @@
 #include "training/optimizer/loss_scaler.h"
 #include "training/optimizer/lr_schedule.h"
 #include "training/observability/metrics_log.h"
+#include "training/observability/straggler_detector.h"
 #include "training/moe_accounting.h"
 #include "training/optimizer/optimizer.h"
 #include "training/schedules.h"
@@ -158,6 +159,11 @@ class Trainer {
   void log_summary(const TrainResult& result);
   void run_validation(TrainResult& result);
   bool exit_due(std::chrono::steady_clock::time_point run_start);
+  // training.check_weight_hash_across_dp_replicas_interval: before the first step (startup) and
+  // after every step whose number is a multiple of it (training/weight_hash_check.h).
+  void check_weight_hashes(bool startup);
+  // logging.record_memory_history: writes this rank's snapshot (core/memory_history.h).
+  void dump_memory_snapshot();
   TensorFileIO& tensor_io();
   std::ostream& out();
 
@@ -175,6 +181,7 @@ class Trainer {
   tensor_metrics::TensorMetricObserver* tensor_metrics_ = nullptr;  // owned by observers_; null: none
   std::unique_ptr<AdamWOptimizer> optimizer_;
   std::unique_ptr<MoeAccounting> moe_;     // MoE models only
+  std::unique_ptr<StragglerDetector> straggler_;  // logging.log_straggler
   std::vector<Parameter*> checkpointed_;   // params_ + untrained checkpointed buffers (expert_bias)
   bool logging_rank_ = true;       // the last world rank prints and writes metrics
   double comm_seconds_ = 0.0;      // trainer-side collectives (loss, token counts)

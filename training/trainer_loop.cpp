@@ -12,11 +12,13 @@
 
 #include "core/allocator.h"
 #include "core/logging.h"
+#include "core/memory_history.h"
 #include "core/phase_timer.h"
 #include "parallel/watchdog.h"
 #include "training/signals.h"
 #include "training/step_losses.h"
 #include "training/trainer.h"
+#include "training/weight_hash_check.h"
 
 namespace strata {
 
@@ -122,8 +124,10 @@ Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
   const double grad_inflight_before = grad_inflight_total();
   const StepOutcome o =
       train_step(lr, decoupled_schedule_ ? std::optional<double>(decoupled_schedule_->lr(scheduler_steps_)) : std::nullopt);
-  result.train_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+  const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+  result.train_step_seconds += step_seconds;
   result.communication_seconds += comm_total() - comm_before;
+  if (straggler_) straggler_->add(step_seconds - (comm_total() - comm_before));
   const double grad_exposed = grad_exposed_total() - grad_exposed_before;
   const double grad_inflight = grad_inflight_total() - grad_inflight_before;
   result.grad_reduce_exposed_seconds += grad_exposed;
@@ -307,6 +311,8 @@ void Trainer::log_interval(const StepOutcome& o, Interval& iv) {
           << " ms in flight per iteration (" << grad_buffer_->buckets().size() << " buckets, "
           << grad_buffer_->buckets_started_early_last_step() << " started during the backward)" << std::endl;
   }
+  if (straggler_)  // every rank: the report gathers their times
+    for (const std::string& line : straggler_->report(iv.iters)) out() << line << std::endl;
   write_metrics(f, iv);
   iv.reset(loss_names_.size());
 }
@@ -332,6 +338,22 @@ void Trainer::run_validation(TrainResult& result) {
     }
   }
   for (MetricsSink* s : sinks_) s->write_record(rec);
+}
+
+// Megatron's training_log: the snapshot at the first iteration and every log interval.
+void Trainer::dump_memory_snapshot() {
+  if (!memory_history::recording() || !memory_history_rank(cfg_.logging, options_.groups.global_rank)) return;
+  const std::string path =
+      memory_history::rank_snapshot_path(cfg_.logging->memory_snapshot_path, options_.groups.global_rank);
+  memory_history::dump_snapshot(path);
+  log::info("memory history: wrote {}", path);
+}
+
+void Trainer::check_weight_hashes(bool startup) {
+  const std::optional<int64_t>& every = cfg_.training->check_weight_hash_across_dp_replicas_interval;
+  if (!every || (!startup && iteration_ % *every != 0)) return;
+  check_weight_hashes_across_replicas(params_, options_.groups, iteration_);
+  out() << " weight hashes match across data-parallel replicas after " << iteration_ << " iterations" << std::endl;
 }
 
 bool Trainer::exit_due(Clock::time_point run_start) {
@@ -378,6 +400,7 @@ TrainResult Trainer::train() {
     return cfg_.checkpoint->save.has_value() && last_saved_iteration_ != iteration_ && iteration_ > start_iteration_;
   };
 
+  check_weight_hashes(/*startup=*/true);
   while (iteration_ < *cfg_.training->train_iters) {
     if (stop_requested(result)) {
       if (should_save()) save_checkpoint();
@@ -395,6 +418,8 @@ TrainResult Trainer::train() {
     profile_boundary(/*after_step=*/true);
     if (account_skip(o, result, iv)) return finish(1);
     if (iteration_ % log_interval_iters == 0) log_interval(o, iv);
+    if (iteration_ % log_interval_iters == 0 || iteration_ == start_iteration_ + 1) dump_memory_snapshot();
+    check_weight_hashes(/*startup=*/false);
     if (valid_data_ && cfg_.training->eval_interval > 0 && cfg_.training->eval_iters > 0 &&
         iteration_ % cfg_.training->eval_interval == 0) {
       run_validation(result);

@@ -124,6 +124,11 @@ config::SectionFields<TrainingConfig> training_fields() {
         "never, as Megatron (a warning says when the loss scale reaches its minimum and steps still "
         "overflow). The final summary gives the skipped count either way.")
       .check(positive());
+  f.add("check_weight_hash_across_dp_replicas_interval", &T::check_weight_hash_across_dp_replicas_interval,
+        "Compare a hash of every parameter across the data-parallel replicas (dense parameters over dp x cp, "
+        "expert parameters over the expert-data-parallel group) before the first step and after every step whose "
+        "number is a multiple of this; a difference stops the run naming the parameters. null: never.")
+      .check(positive());
   f.add("exit_interval", &T::exit_interval, "Exit after the step whose number is a multiple of this. null: never.")
       .check(positive());
   f.add("exit_duration_in_mins", &T::exit_duration_in_mins,
@@ -497,6 +502,13 @@ void validate_logging(const LoggingConfig& l, const ResolvedModelConfig& model) 
   if (l.profile && l.profile_step_end <= l.profile_step_start)
     throw ConfigError("logging.profile_step_end", str(l.profile_step_end) + " must be after logging.profile_step_start (" +
                                                       str(l.profile_step_start) + ")");
+  const LoggingConfig defaults;
+  const std::pair<const char*, bool> needs_detector[] = {
+      {"logging.straggler_minmax_count", l.straggler_minmax_count != defaults.straggler_minmax_count},
+      {"logging.disable_straggler_on_startup", l.disable_straggler_on_startup},
+      {"logging.straggler_ctrlr_port", l.straggler_ctrlr_port != defaults.straggler_ctrlr_port}};
+  for (const auto& [field, set] : needs_detector)
+    if (set && !l.log_straggler) throw ConfigError(field, "needs logging.log_straggler (the straggler detector)");
   if (l.moe_routing_trace_path) {
     if (l.moe_routing_trace_path->empty()) throw ConfigError("logging.moe_routing_trace_path", "is empty");
     if (!model->is_moe())

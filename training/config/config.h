@@ -70,6 +70,8 @@ struct TrainingConfig {
   int64_t eval_iters = 100;
   bool check_for_nan_in_loss_and_grad = true;
   bool exit_on_nan = false;
+  // Megatron --check-weight-hash-across-dp-replicas-interval (training/weight_hash_check.h). null: never.
+  std::optional<int64_t> check_weight_hash_across_dp_replicas_interval;
   std::optional<int64_t> max_consecutive_skipped_iterations;  // null: never stop for skips (Megatron)
   std::optional<int64_t> exit_interval;
   std::optional<int64_t> exit_duration_in_mins;

@@ -27,27 +27,23 @@ std::vector<config::MegatronFlagRule> run_rules_without_field() {
   megatron_flags::append(r, refused("asynchronous checkpoint saving (Strata writes each checkpoint before the "
                                     "next step, to a temporary directory renamed when complete)",
                                     {"--async-save"}));
-  megatron_flags::append(r, refused("checking weight hashes across data-parallel replicas",
-                                    {"--check-weight-hash-across-dp-replicas-interval"}));
-  megatron_flags::append(r, refused("straggler detection (per-rank step times); Strata logs each step's time",
-                                    {"--log-straggler", "--straggler-minmax-count", "--disable-straggler-on-startup",
-                                     "--straggler-ctrlr-port"}));
-  megatron_flags::append(r, refused("RoPE skipped on some layers (Llama 4's --no-rope-freq)", {"--no-rope-freq"}));
   megatron_flags::append(r, without_effect("the config's learning-rate and weight-decay schedule over the "
                                            "checkpoint's, which is what Strata always does on resume",
                                            {"--override-opt-param-scheduler", "--override-opt_param-scheduler"}));
   megatron_flags::append(r, refused("taking the learning-rate schedule from the checkpoint instead of the config",
                                     {"--use-checkpoint-opt-param-scheduler", "--use-checkpoint-opt_param-scheduler"}));
   megatron_flags::append(r, refused("per-split datasets; use --data-path with --split", {"--per-split-data-args-path"}));
-  megatron_flags::append(r, refused("different initial weights on each data-parallel replica",
-                                    {"--data-parallel-random-init"}));
+  megatron_flags::append(
+      r, without_effect("seeding each data-parallel rank differently (seed + 10 x dp rank), after which Megatron "
+                        "broadcasts the weights from data-parallel rank 0, so every replica starts from the weights "
+                        "the default seed gives; only the RNG streams differ per replica, and Strata's dropout masks "
+                        "are keyed by the global sample index, different on every replica already and the same "
+                        "under any layout",
+                        {"--data-parallel-random-init"}));
   megatron_flags::append(r, without_effect("the number of gradient buckets (a schedule of the reductions: "
                                            "Strata's reductions give the same numbers for any bucketing; the size "
                                            "is --ddp-bucket-size)",
                                            {"--ddp-num-buckets"}));
-  megatron_flags::append(r, refused("PyTorch's CUDA allocator history; Strata logs peak memory and `strata plan` "
-                                    "breaks it down",
-                                    {"--record-memory-history", "--memory-snapshot-path"}));
   megatron_flags::append(r, without_effect("TikTokenizer's settings, read only by TikTokenizer (which Strata "
                                            "refuses by name)",
                                            {"--tiktoken-pattern", "--tiktoken-num-special-tokens"}));
