@@ -176,8 +176,16 @@ void MegatronFlags::apply(const std::vector<std::string>& args, void* root, std:
                           const std::vector<std::string>& extra_flags) const {
   std::map<std::string, const FlagEntry*> constants_set;  // field path → the switch that set it
   const FlagEntry* previous_switch = nullptr;              // the flag just before, when a switch
+  const FlagEntry* previous_one = nullptr;  // the flag just before, when a field flag with its one value
+  std::string previous_value;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (!is_flag(a) && previous_one && a.find('=') == std::string::npos)  // `--cp-comm-type p2p a2a`
+      throw ConfigError(previous_one->flag, "'" + previous_one->flag + "' takes one value in Strata (it sets " +
+                                                previous_one->path() + "), but '" + a + "' follows '" +
+                                                previous_value + "'; a list of values (Megatron's per-layer form of "
+                                                "some flags) is not supported");
+    previous_one = nullptr;
     if (!is_flag(a)) {
       if (previous_switch && a.find('=') == std::string::npos)  // `--swiglu true`: a switch takes no value
         throw ConfigError(previous_switch->flag,
@@ -205,6 +213,10 @@ void MegatronFlags::apply(const std::vector<std::string>& args, void* root, std:
         take_values(*e, flag, eq == std::string::npos ? nullptr : &attached, args, i, table_);
     const std::string where = "flag '" + joined(flag, vals) + "'";
     previous_switch = e->arity == FlagArity::Switch && eq == std::string::npos ? e : nullptr;
+    if (e->kind == FlagEntry::Kind::Field && e->arity == FlagArity::One && eq == std::string::npos) {
+      previous_one = e;
+      previous_value = vals.empty() ? "" : vals.front();
+    }
     // Two switches that set one field to different values (--fp16 --bf16): refused, as Megatron's
     // validate_args refuses them, instead of the last one winning silently.
     if (e->kind == FlagEntry::Kind::Constant) {

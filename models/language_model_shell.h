@@ -42,7 +42,7 @@ struct LanguageModelOptions {
   bool pre_process = true;
   bool post_process = true;
   bool sequence_parallel = false;  // parallel.sequence_parallel (needs groups.tp.size() > 1)
-  CpCommType cp_comm_type = CpCommType::AllGather;  // parallel.cp_comm_type (groups.cp.size() > 1)
+  CpCommType cp_comm_type = CpCommType::P2P;  // parallel.cp_comm_type (groups.cp.size() > 1)
 };
 
 // What the shell asks the concrete model for: its block for layers [first, first + count), the

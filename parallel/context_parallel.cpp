@@ -1,5 +1,6 @@
 // Context parallelism: the load-balanced sequence split and attention over sequence shards with
-// an all-gather or a ring exchange of K and V (see context_parallel.h).
+// an all-gather or a ring exchange of K and V, and the dispatch to the a2a schemes
+// (context_parallel_a2a.cpp); see context_parallel.h.
 // Reference: Megatron-Core utils.py get_batch_on_this_cp_rank; transformer_engine
 // pytorch/attention.py AttnFuncWithCPAndKVAllGather, AttnFuncWithCPAndKVP2P (flash_attn_fwd_out_correction).
 #include "parallel/context_parallel.h"
@@ -281,22 +282,10 @@ void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v
 
 // ---- with communication ------------------------------------------------------------------------
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& softmax_lse,
-                       const kernels::AttentionParams& p, const ProcessGroup& cp, CpCommType type) {
-  const int n = cp.size(), r = cp.rank();
-  if (n == 1) {
-    kernels::attention_forward(q, k, v, out, softmax_lse, p);
-    return;
-  }
-  STRATA_CHECK(p.q_position_offset == 0 && p.k_position_offset == 0,
-               "context-parallel attention: position offsets (KV-cache decoding) are not supported with cp > 1");
+void ring_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                            const Tensor& softmax_lse, const kernels::AttentionParams& p, const ProcessGroup& ring) {
+  const int n = ring.size(), r = ring.rank();
   const std::vector<int64_t> starts = host_document_starts(p);  // once per call, not per chunk pair
-  if (type == CpCommType::AllGather) {
-    Tensor kg = from_rank_order(tp::gather_dim0(k.contiguous(), cp), n);
-    Tensor vg = from_rank_order(tp::gather_dim0(v.contiguous(), cp), n);
-    gathered_forward(q, kg, vg, out, softmax_lse, p, n, r, &starts);
-    return;
-  }
   RingAccumulator acc = make_ring_accumulator(q);
   Tensor kb = k.contiguous(), vb = v.contiguous();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
@@ -308,7 +297,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
       vn = Tensor::empty(vb.shape(), vb.dtype(), vb.device());
       std::vector<PointToPoint> ops = {PointToPoint::send(kb, next, 0), PointToPoint::send(vb, next, 1),
                                        PointToPoint::recv(kn, prev, 0), PointToPoint::recv(vn, prev, 1)};
-      cp.batch_send_recv(ops);
+      ring.batch_send_recv(ops);
     }
     ring_block_forward(q, kb, vb, src, acc, p, n, r, &starts);
     kb = kn;
@@ -317,26 +306,12 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   ring_finish(acc, out, softmax_lse);
 }
 
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
-                        const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const kernels::AttentionParams& p, const ProcessGroup& cp, CpCommType type) {
-  const int n = cp.size(), r = cp.rank();
-  if (n == 1) {
-    kernels::attention_backward(q, k, v, out, dout, softmax_lse, dq, dk, dv, p);
-    return;
-  }
-  Tensor dout_c = dout.contiguous();
+void ring_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                             const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                             const kernels::AttentionParams& p, const ProcessGroup& ring) {
+  const int n = ring.size(), r = ring.rank();
   const std::vector<int64_t> starts = host_document_starts(p);
-  if (type == CpCommType::AllGather) {
-    Tensor kg = from_rank_order(tp::gather_dim0(k.contiguous(), cp), n);
-    Tensor vg = from_rank_order(tp::gather_dim0(v.contiguous(), cp), n);
-    Tensor dkg = Tensor::empty(kg.shape(), kg.dtype(), kg.device());
-    Tensor dvg = Tensor::empty(vg.shape(), vg.dtype(), vg.device());
-    gathered_backward(q, kg, vg, out, dout_c, softmax_lse, dq, dkg, dvg, p, n, r, &starts);
-    Tensor(dk).copy_(tp::reduce_scatter_dim0(to_rank_order(dkg, n), cp));
-    Tensor(dv).copy_(tp::reduce_scatter_dim0(to_rank_order(dvg, n), cp));
-    return;
-  }
+  Tensor dout_c = dout.contiguous();
   Tensor(dq).zero_();
   Tensor kb = k.contiguous(), vb = v.contiguous();
   Tensor dkb = Tensor::zeros(k.shape(), dk.dtype(), dk.device());
@@ -345,6 +320,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   for (int i = 0; i < n; ++i) {
     const int src = (r + n - i) % n;
     ring_block_backward(q, kb, vb, src, out, dout_c, softmax_lse, dq, dkb, dvb, p, n, r, &starts);
+    if (n == 1) break;
     // The block moves on with its gradient accumulator; after n moves each accumulator is home.
     std::vector<PointToPoint> ops;
     Tensor kn, vn;
@@ -362,7 +338,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       ops.push_back(PointToPoint::recv(kn, prev, 0));
       ops.push_back(PointToPoint::recv(vn, prev, 1));
     }
-    cp.batch_send_recv(ops);
+    ring.batch_send_recv(ops);
     kb = kn;
     vb = vn;
     dkb = dkn;
@@ -370,6 +346,77 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   Tensor(dk).copy_(dkb);
   Tensor(dv).copy_(dvb);
+}
+
+namespace {
+// The a2a level of a2a / a2a+p2p and the ring level after it (a group of one for a2a).
+HierarchicalGroups levels_of(const ProcessGroup& cp, CpCommType type, const HierarchicalGroups& levels) {
+  if (type == CpCommType::A2A) return HierarchicalGroups{cp, ProcessGroup::single("cp_p2p")};
+  STRATA_CHECK(levels.a2a.size() * levels.p2p.size() == cp.size(),
+               "context-parallel attention (a2a+p2p): hierarchical groups of ", levels.a2a.size(), " x ",
+               levels.p2p.size(), " ranks do not make the cp group of ", cp.size(),
+               " (parallel.hierarchical_context_parallel_sizes)");
+  return levels;
+}
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& softmax_lse,
+                       const kernels::AttentionParams& p, const ProcessGroup& cp, CpCommType type,
+                       const HierarchicalGroups& levels) {
+  const int n = cp.size(), r = cp.rank();
+  if (n == 1) {
+    kernels::attention_forward(q, k, v, out, softmax_lse, p);
+    return;
+  }
+  STRATA_CHECK(p.q_position_offset == 0 && p.k_position_offset == 0,
+               "context-parallel attention: position offsets (KV-cache decoding) are not supported with cp > 1");
+  switch (type) {
+    case CpCommType::AllGather: {
+      const std::vector<int64_t> starts = host_document_starts(p);  // once per call, not per chunk
+      Tensor kg = from_rank_order(tp::gather_dim0(k.contiguous(), cp), n);
+      Tensor vg = from_rank_order(tp::gather_dim0(v.contiguous(), cp), n);
+      gathered_forward(q, kg, vg, out, softmax_lse, p, n, r, &starts);
+      return;
+    }
+    case CpCommType::P2P: ring_attention_forward(q, k, v, out, softmax_lse, p, cp); return;
+    case CpCommType::A2A:
+    case CpCommType::A2AP2P: {
+      const HierarchicalGroups g = levels_of(cp, type, levels);
+      a2a_attention_forward(q, k, v, out, softmax_lse, p, g.a2a, g.p2p);
+      return;
+    }
+  }
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const kernels::AttentionParams& p, const ProcessGroup& cp, CpCommType type,
+                        const HierarchicalGroups& levels) {
+  const int n = cp.size(), r = cp.rank();
+  if (n == 1) {
+    kernels::attention_backward(q, k, v, out, dout, softmax_lse, dq, dk, dv, p);
+    return;
+  }
+  switch (type) {
+    case CpCommType::AllGather: {
+      const std::vector<int64_t> starts = host_document_starts(p);
+      Tensor kg = from_rank_order(tp::gather_dim0(k.contiguous(), cp), n);
+      Tensor vg = from_rank_order(tp::gather_dim0(v.contiguous(), cp), n);
+      Tensor dkg = Tensor::empty(kg.shape(), kg.dtype(), kg.device());
+      Tensor dvg = Tensor::empty(vg.shape(), vg.dtype(), vg.device());
+      gathered_backward(q, kg, vg, out, dout.contiguous(), softmax_lse, dq, dkg, dvg, p, n, r, &starts);
+      Tensor(dk).copy_(tp::reduce_scatter_dim0(to_rank_order(dkg, n), cp));
+      Tensor(dv).copy_(tp::reduce_scatter_dim0(to_rank_order(dvg, n), cp));
+      return;
+    }
+    case CpCommType::P2P: ring_attention_backward(q, k, v, out, dout, softmax_lse, dq, dk, dv, p, cp); return;
+    case CpCommType::A2A:
+    case CpCommType::A2AP2P: {
+      const HierarchicalGroups g = levels_of(cp, type, levels);
+      a2a_attention_backward(q, k, v, out, dout, softmax_lse, dq, dk, dv, p, g.a2a, g.p2p);
+      return;
+    }
+  }
 }
 
 }  // namespace strata::cp

@@ -33,8 +33,18 @@ config::SectionFields<ParallelConfig> parallel_config_fields() {
         "Context-parallel group size (cp): the sequence is split over cp ranks.")
       .check(positive());
   f.add_enum("cp_comm_type", &P::cp_comm_type, kCpCommTypeNames,
-             "Context-parallel K/V exchange: all_gather (K, V all-gathered over cp) or p2p (ring of batched "
-             "send/recv with log-sum-exp merging of partial attention).");
+             "Context-parallel communication in attention (Megatron's --cp-comm-type, one type for every layer): "
+             "all_gather (K, V all-gathered over cp), p2p (ring of batched send/recv with log-sum-exp merging of "
+             "partial attention; Megatron's default), a2a (Ulysses: an all-to-all turns the local rows of all heads "
+             "into all rows of num_attention_heads/cp heads, attention over the whole sequence, the output sent back "
+             "by the inverse all-to-all; query heads and query groups per tensor-parallel rank must divide by cp) or "
+             "a2a+p2p (hierarchical: a2a inside groups of hierarchical_context_parallel_sizes[0] consecutive cp "
+             "ranks, then the p2p ring across the hierarchical_context_parallel_sizes[1] groups).");
+  f.add("hierarchical_context_parallel_sizes", &P::hierarchical_context_parallel_sizes,
+        "With cp_comm_type a2a+p2p (and only then): [inner, outer], inner x outer = context_parallel_size. The "
+        "inner (a2a) groups are consecutive cp ranks, the outer (p2p) groups every inner-th cp rank (Megatron's "
+        "create_hierarchical_groups). Empty: not hierarchical.")
+      .check(positive());
   f.add("expert_model_parallel_size", &P::expert_model_parallel_size,
         "Expert-parallel group size (ep): the routed experts of each MoE layer are split over ep ranks "
         "(model.num_experts divisible by ep; rank r holds experts [r*E/ep, (r+1)*E/ep)), the routed tokens moved "
@@ -71,6 +81,26 @@ static std::string str(int64_t x) {
   return std::to_string(x);
 }
 
+// Megatron's validate_args: the sizes multiply to cp, and a2a+p2p needs them. Strata also refuses
+// them without a2a+p2p (where nothing would use them) and takes exactly two levels (Transformer
+// Engine's a2a+p2p uses the first as the a2a group and the second as the p2p ring).
+static void check_hierarchical_context_parallel(const ParallelConfig& p) {
+  const auto& h = p.hierarchical_context_parallel_sizes;
+  const char* field = "parallel.hierarchical_context_parallel_sizes";
+  const bool a2a_p2p = p.cp_comm_type == CpCommType::A2AP2P;
+  if (a2a_p2p && h.empty())
+    throw ConfigError(field, "must be set when parallel.cp_comm_type is a2a+p2p ([inner a2a size, outer p2p size])");
+  if (h.empty()) return;
+  if (!a2a_p2p)
+    throw ConfigError(field, "is used only with parallel.cp_comm_type a2a+p2p (it is " +
+                                 std::string(config::enum_to_string(std::span<const config::EnumName<CpCommType>>(kCpCommTypeNames), p.cp_comm_type)) + "); leave it empty");
+  if (h.size() != 2)
+    throw ConfigError(field, "takes two sizes [inner a2a, outer p2p], got " + std::to_string(h.size()));
+  if (h[0] * h[1] != p.context_parallel_size)
+    throw ConfigError(field, str(h[0]) + " x " + str(h[1]) + " is not parallel.context_parallel_size (" +
+                                 str(p.context_parallel_size) + ")");
+}
+
 void finalize_parallel_config(ParallelConfig& p, std::optional<int64_t> launched_world_size) {
   if (!p.world_size) p.world_size = launched_world_size.value_or(1);
   if (launched_world_size && *p.world_size != *launched_world_size)
@@ -90,6 +120,7 @@ void finalize_parallel_config(ParallelConfig& p, std::optional<int64_t> launched
                           ") is not divisible by parallel.expert_tensor_parallel_size (" + str(etp) +
                           ") x parallel.expert_model_parallel_size (" + str(ep) +
                           ") x parallel.pipeline_model_parallel_size (" + str(pp) + ")");
+  check_hierarchical_context_parallel(p);
   if (p.sequence_parallel && tp == 1) {  // Megatron's validate_args: warn (rank 0) and go on
     if (launched_rank().value_or(0) == 0)
       log::warn("Disabling sequence parallelism because tensor model parallelism is disabled "

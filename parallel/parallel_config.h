@@ -12,11 +12,15 @@
 
 namespace strata {
 
-// How context-parallel attention exchanges K and V (Megatron/TE cp_comm_type; parallel/context_parallel.h).
-enum class CpCommType { AllGather, P2P };
+// How context-parallel attention communicates (Megatron/TE cp_comm_type; parallel/context_parallel.h):
+// K/V all-gathered, K/V passed round a ring, Q/K/V/output exchanged by all-to-all over the heads
+// (Ulysses), or all-to-all inside the inner hierarchical groups and the ring across the outer ones.
+enum class CpCommType { AllGather, P2P, A2A, A2AP2P };
 inline constexpr config::EnumName<CpCommType> kCpCommTypeNames[] = {
     {CpCommType::AllGather, "all_gather"},
     {CpCommType::P2P, "p2p"},
+    {CpCommType::A2A, "a2a"},
+    {CpCommType::A2AP2P, "a2a+p2p"},
 };
 
 struct ParallelConfig {
@@ -26,7 +30,9 @@ struct ParallelConfig {
   std::optional<int64_t> num_layers_in_first_pipeline_stage;    // null → even split
   std::optional<int64_t> num_layers_in_last_pipeline_stage;     // null → even split
   int64_t context_parallel_size = 1;
-  CpCommType cp_comm_type = CpCommType::AllGather;
+  CpCommType cp_comm_type = CpCommType::P2P;  // Megatron's default (--cp-comm-type p2p)
+  // a2a+p2p: [inner, outer] with inner x outer = context_parallel_size; empty: not hierarchical.
+  std::vector<int64_t> hierarchical_context_parallel_sizes;
   int64_t expert_model_parallel_size = 1;
   std::optional<int64_t> expert_tensor_parallel_size;  // null → tensor_model_parallel_size
   bool sequence_parallel = false;
@@ -47,7 +53,8 @@ config::SectionFields<ParallelConfig> parallel_config_fields();
 
 // Resolves world_size (from `launched_world_size` when null; a mismatch is an error) and
 // expert_tensor_parallel_size, then checks the rules that need only the parallel section: the
-// world size divisible by tp·pp·cp and by etp·ep·pp, sequence parallelism needing tp > 1, virtual
+// world size divisible by tp·pp·cp and by etp·ep·pp, hierarchical_context_parallel_sizes given
+// exactly with cp_comm_type a2a+p2p (two sizes, product cp), sequence parallelism needing tp > 1, virtual
 // stages needing pp > 1, uneven stages needing pp > 1. Pure; throws config::ConfigError. The MoE
 // rules on ep and etp (experts % ep, expert FFN % etp …) need the model: validate_moe_layout()
 // in models/config/moe_config.h.

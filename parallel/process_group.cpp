@@ -22,7 +22,8 @@ const char* phase_name(const std::string& group) {
       {"world", "comm/world"}, {"tp", "comm/tp"}, {"cp", "comm/cp"}, {"dp", "comm/dp"}, {"dp_cp", "comm/dp_cp"},
       {"tp_cp", "comm/tp_cp"}, {"pp", "comm/pp"}, {"mp", "comm/mp"}, {"embedding", "comm/embedding"},
       {"position_embedding", "comm/position_embedding"}, {"ep", "comm/ep"}, {"expert_tp", "comm/expert_tp"},
-      {"expert_dp", "comm/expert_dp"}, {"tp_ep", "comm/tp_ep"}, {"tp_dp_cp", "comm/tp_dp_cp"}};
+      {"expert_dp", "comm/expert_dp"}, {"tp_ep", "comm/tp_ep"}, {"tp_dp_cp", "comm/tp_dp_cp"},
+      {"cp_a2a", "comm/cp_a2a"}, {"cp_p2p", "comm/cp_p2p"}};
   for (const auto& n : kNames)
     if (group == n[0]) return n[1];
   return "comm/other";

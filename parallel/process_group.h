@@ -84,6 +84,12 @@ struct ParallelGroups {
   ProcessGroup expert_dp = ProcessGroup::single("expert_dp");
   ProcessGroup tp_ep = ProcessGroup::single("tp_ep");          // expert-TP × EP (MoE token exchange)
   ProcessGroup tp_dp_cp = ProcessGroup::single("tp_dp_cp");    // tp × cp × dp (MoE token counts)
+  // cp_comm_type a2a+p2p (parallel.hierarchical_context_parallel_sizes [A, B]): the two levels of
+  // Megatron's hierarchical cp groups inside this rank's cp group — cp_a2a: the A consecutive cp
+  // ranks of its inner group, cp_p2p: the B cp ranks at the same position in their inner groups.
+  // Groups of this rank alone otherwise.
+  ProcessGroup cp_a2a = ProcessGroup::single("cp_a2a");
+  ProcessGroup cp_p2p = ProcessGroup::single("cp_p2p");
   // Ranks off the first and last pipeline stage belong to no embedding group (and ranks off the
   // first stage to no position-embedding group): their `embedding` / `position_embedding` is then
   // a group of this rank alone, never used, and these flags are false.

@@ -202,6 +202,27 @@ ProcessGroup split_group(GroupKind kind, const RankGrid& grid, int rank, Communi
   return ProcessGroup(group_kind_name(kind), grid.group_of(kind, rank), rank, std::move(h), std::move(d));
 }
 
+// The cp group's sub-group of the cp ranks i with level_color(i) == level_color(this rank), split
+// from the cp communicators (collective over cp), ordered by cp rank.
+ProcessGroup split_cp(const ProcessGroup& cp, const char* name, int global_rank, int (*level_color)(int, int),
+                      int inner) {
+  const int color = level_color(cp.rank(), inner);
+  std::vector<int> ranks;
+  for (int i = 0; i < cp.size(); ++i)
+    if (level_color(i, inner) == color) ranks.push_back(cp.ranks()[static_cast<size_t>(i)]);
+  if (ranks.size() == 1) return ProcessGroup::single(name, global_rank);  // the same on every rank: no split
+  std::shared_ptr<Communicator> h = cp.host_comm()->split(color, cp.rank());
+  std::shared_ptr<Communicator> d = cp.device_comm() ? cp.device_comm()->split(color, cp.rank()) : nullptr;
+  return ProcessGroup(name, ranks, global_rank, std::move(h), std::move(d));
+}
+
+// Megatron's create_hierarchical_groups for sizes [A, B] over one cp group: level 0 (a2a) groups
+// of A consecutive cp ranks, level 1 (p2p) groups of the cp ranks equal modulo A.
+void build_hierarchical_cp(ParallelGroups& out, int inner) {
+  out.cp_a2a = split_cp(out.cp, "cp_a2a", out.global_rank, [](int i, int a) { return i / a; }, inner);
+  out.cp_p2p = split_cp(out.cp, "cp_p2p", out.global_rank, [](int i, int a) { return i % a; }, inner);
+}
+
 }  // namespace
 
 ParallelGroups build_parallel_groups(const ParallelConfig& p, std::shared_ptr<Communicator> world_host,
@@ -237,6 +258,8 @@ ParallelGroups build_parallel_groups(const ParallelConfig& p, std::shared_ptr<Co
     if (k == GroupKind::Embedding) out.in_embedding_group = member;
     if (k == GroupKind::PositionEmbedding) out.in_position_embedding_group = member;
   }
+  if (p.hierarchical_context_parallel_sizes.size() == 2 && out.cp.size() > 1)
+    build_hierarchical_cp(out, static_cast<int>(p.hierarchical_context_parallel_sizes[0]));
   return out;
 }
 

@@ -107,6 +107,9 @@ class RankGrid {
 // of that kind (-1 when in none) and key = its position — collective: every rank of the world
 // calls this with the same config. Kinds whose groups all have one rank get communicator-free
 // single groups. A world of one returns ParallelGroups::single_process() (world_host may be null).
+// With parallel.hierarchical_context_parallel_sizes [A, B], the cp group is then split into
+// cp_a2a (A consecutive cp ranks) and cp_p2p (the B cp ranks equal modulo A), collective over cp
+// (Megatron's create_hierarchical_groups).
 ParallelGroups build_parallel_groups(const ParallelConfig& p, std::shared_ptr<Communicator> world_host,
                                      std::shared_ptr<Communicator> world_device = nullptr);
 

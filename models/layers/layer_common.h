@@ -27,8 +27,8 @@ struct LayerEnv {
   // Sequence parallelism (tp > 1): activations between the tensor-parallel regions are
   // [s/tp, b, h] shards of the sequence; norms run on them and reduce their gradients over tp.
   bool sequence_parallel = false;
-  // Context parallelism (the cp group given to the layers): how attention exchanges K and V.
-  CpCommType cp_comm_type = CpCommType::AllGather;
+  // Context parallelism (the cp group given to the layers): how attention communicates.
+  CpCommType cp_comm_type = CpCommType::P2P;
   DType grad_dtype() const { return dtype == DType::F64 ? DType::F64 : DType::F32; }
 };
 

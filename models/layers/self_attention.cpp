@@ -17,7 +17,8 @@
 namespace strata::layers {
 
 SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
-                             const ProcessGroup& tp, const ProcessGroup& cp, bool apply_rope)
+                             const ProcessGroup& tp, const ProcessGroup& cp, const cp::HierarchicalGroups& cp_levels,
+                             bool apply_rope)
     : linear_qkv(prefix + ".linear_qkv", cfg->hidden_size,
                  cfg.head_dim() * (cfg->num_attention_heads + 2 * cfg.query_groups()),
                  cfg->add_bias_linear || cfg->add_qkv_bias, cfg->init_method_std, env, tp, TensorParallelMode::Column),
@@ -38,11 +39,23 @@ SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfi
       rotary_interleaved_(cfg->rotary_interleaved),
       cp_(cp),
       cp_comm_type_(env.cp_comm_type),
+      cp_levels_(cp_levels),
       owner_(prefix) {
   STRATA_CHECK(cfg->num_attention_heads % tp.size() == 0 && cfg.query_groups() % tp.size() == 0, prefix,
                ": num_attention_heads ", cfg->num_attention_heads, " and num_query_groups ", cfg.query_groups(),
                " must be divisible by the tensor-parallel size ", tp.size());
   STRATA_CHECK(np_ % ng_ == 0, prefix, ": num_attention_heads ", np_, " not divisible by num_query_groups ", ng_);
+  if (cp.size() > 1 && (cp_comm_type_ == CpCommType::A2A || cp_comm_type_ == CpCommType::A2AP2P)) {
+    // The all-to-all splits this rank's heads and query groups over the a2a group.
+    const int64_t a2a = cp_comm_type_ == CpCommType::A2A ? cp.size() : cp_levels_.a2a.size();
+    STRATA_CHECK(cp_comm_type_ == CpCommType::A2A || cp_levels_.a2a.size() * cp_levels_.p2p.size() == cp.size(),
+                 prefix, ": cp_comm_type a2a+p2p needs the hierarchical cp groups (",
+                 "parallel.hierarchical_context_parallel_sizes)");
+    STRATA_CHECK(np_ % a2a == 0 && ng_ % a2a == 0, prefix, ": cp_comm_type ",
+                 cp_comm_type_ == CpCommType::A2A ? "a2a" : "a2a+p2p", " splits the ", np_, " query heads and ", ng_,
+                 " query groups of a tensor-parallel rank over ", a2a, " ranks (model.num_attention_heads, "
+                 "model.num_query_groups)");
+  }
   if (cfg->qk_layernorm) {
     // Shared over the heads, which tp splits: their gradients are summed over tp.
     const ProcessGroup reduce = tp.size() > 1 ? tp : ProcessGroup::single("tp");
@@ -151,7 +164,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   {
     phase_timer::Scope t("forward/layers/attention/core");
     if (cp)
-      cp::attention_forward(q, k_all, v_all, out, lse, p, cp_, cp_comm_type_);
+      cp::attention_forward(q, k_all, v_all, out, lse, p, cp_, cp_comm_type_, cp_levels_);
     else
       kernels::attention_forward(q, k_all, v_all, out, lse, p);
   }
@@ -173,7 +186,8 @@ Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
   {
     phase_timer::Scope t("backward/layers/attention/core");
     if (cp_.size() > 1)
-      cp::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params, cp_, cp_comm_type_);
+      cp::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params, cp_, cp_comm_type_,
+                             cp_levels_);
     else
       kernels::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params);
   }

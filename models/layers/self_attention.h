@@ -9,7 +9,8 @@
 // (their gradients summed over tp), attention dropout keyed by the global head index.
 // Context parallelism (cp group of more than one rank): x holds this rank's two sequence chunks;
 // RoPE uses their global positions and the core attention runs over the sharded sequence
-// (parallel/context_parallel.h, K/V exchange env.cp_comm_type). Packed sequences: RoPE positions
+// (parallel/context_parallel.h, communication env.cp_comm_type; a2a+p2p uses the cp group's two
+// hierarchical levels). Packed sequences: RoPE positions
 // restart at each document and no query sees another document's keys. Observation: the
 // attention_logit_max site (per-head max of softmax_scale·q·k over the allowed pairs, after
 // qk-layernorm and RoPE, before dropout), emitted only when observed; under cp it all-gathers K.
@@ -27,6 +28,7 @@
 #include "models/layers/inference_cache.h"
 #include "models/layers/norm.h"
 #include "models/config/model_config.h"
+#include "parallel/context_parallel.h"
 #include "parallel/process_group.h"
 
 namespace strata::layers {
@@ -58,7 +60,8 @@ class SelfAttention {
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
   // apply_rope false: no RoPE even with position_embedding_type rope (a model.no_rope_freq layer).
   SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp,
-                const ProcessGroup& cp = ProcessGroup::single("cp"), bool apply_rope = true);
+                const ProcessGroup& cp = ProcessGroup::single("cp"), const cp::HierarchicalGroups& cp_levels = {},
+                bool apply_rope = true);
   // x: [s, b, h] -> [s, b, h]; saves into *saved when not null (not with a cache).
   Tensor forward(const Tensor& x, const Run& run, Saved* saved) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
@@ -92,6 +95,7 @@ class SelfAttention {
   bool rotary_interleaved_;
   ProcessGroup cp_;
   CpCommType cp_comm_type_;
+  cp::HierarchicalGroups cp_levels_;  // a2a+p2p: the a2a and p2p levels of cp_
   std::string owner_;  // "decoder.layers.{i}.self_attention"
 };
 

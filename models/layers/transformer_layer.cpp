@@ -39,7 +39,8 @@ TransformerLayer::TransformerLayer(int64_t index, const ResolvedModelConfig& cfg
     input_layernorm_ = std::make_unique<Norm>(name_ + ".self_attention.linear_qkv.layer_norm_weight",
                                               name_ + ".self_attention.linear_qkv.layer_norm_bias", cfg->hidden_size,
                                               cfg, env, sp);
-    self_attention_ = std::make_unique<SelfAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp, spec.rope);
+    self_attention_ = std::make_unique<SelfAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp,
+                                                      cp::HierarchicalGroups{groups.cp_a2a, groups.cp_p2p}, spec.rope);
   }
   if (spec.mlp) {
     const std::string norm = name_ + (spec.separate_pre_mlp_norm ? ".pre_mlp_layernorm." : ".mlp.linear_fc1.layer_norm_");

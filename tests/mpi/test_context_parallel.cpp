@@ -1,14 +1,16 @@
 // Context parallelism under mpirun (parallel/context_parallel.h). Every rank computes the
 // unsharded reference locally (no communication), then the context-parallel version with the
 // real groups, and compares:
-//   - attention alone (cp = the world size), both K/V exchanges (all_gather, p2p ring): out and
-//     lse of the local rows, dq of the local rows, dk/dv of the local rows after the reduce-scatter
-//     / ring return, against the unsharded kernel (causal, GQA, attention dropout); f64 within
-//     1e-12, f32 within 2e-6 of the tensor's largest element;
+//   - attention alone (cp = the world size), every cp_comm_type (all_gather, p2p ring, a2a, and
+//     a2a+p2p with every split of the world into inner × outer groups: 2×1 and 1×2 at np 2, 2×2,
+//     4×1 and 1×4 at np 4): out and lse of the local rows, dq of the local rows, dk/dv of the local
+//     rows after the reduce-scatter / ring return / inverse all-to-all, against the unsharded
+//     kernel (causal, GQA, attention dropout, packed documents); f64 within 1e-12, f32 within 2e-6
+//     of the tensor's largest element;
 //   - layout equivalence of a tiny GPT trained by the real Trainer (f32, hidden and attention
 //     dropout 0.1, 10 steps): CP2 (np 2) with LayerNorm/GeLU/learned positions/tied and with
-//     RMSNorm/SwiGLU/GQA/RoPE/qk-norm/untied, for both cp_comm_type values; CP2×TP2 with sequence
-//     parallelism, CP2×DP2 and CP2×PP2 (np 4). Losses within 1e-5 relative of the single-rank run, gradients
+//     RMSNorm/SwiGLU/GQA/RoPE/qk-norm/untied, for all_gather, p2p and a2a; CP2×TP2 with sequence
+//     parallelism (all_gather, p2p, a2a), CP2×DP2, CP2×PP2 and CP4 a2a+p2p with sizes 2 2 (np 4). Losses within 1e-5 relative of the single-rank run, gradients
 //     after step 1 (gathered over tp to global tensors) within 1e-5 of the tensor's largest
 //     element, grad norms within 1e-5 relative.
 // Tags: [cp] needs 2 ranks (ctest mpi_cp_np2), [cp4] 4 ranks (mpi_cp_np4).
@@ -61,7 +63,41 @@ double rel_err(const Tensor& a, const Tensor& b) {
   return d / std::max(max_abs(b), 1e-300);
 }
 
-void check_attention(CpCommType type, DType dt, int64_t hkv, double dropout) {
+// Document starts of two samples (global positions): documents of 5, 1, 9, 5, 1, 9 … tokens in
+// sample 0, one boundary at 3s/4 in sample 1.
+Tensor document_starts(int64_t s) {
+  std::vector<double> v(static_cast<size_t>(2 * s));
+  const int64_t lens[] = {5, 1, 9};
+  int64_t start = 0, next = 0, k = 0;
+  for (int64_t t = 0; t < s; ++t) {
+    if (t == next) {
+      start = t;
+      next = t + lens[k++ % 3];
+    }
+    v[static_cast<size_t>(t)] = static_cast<double>(start);
+    v[static_cast<size_t>(s + t)] = t < 3 * s / 4 ? 0.0 : static_cast<double>(3 * s / 4);
+  }
+  return Tensor::from_vector(v, {2, s}, DType::I64);
+}
+
+// a2a+p2p's levels over the world cp group: inner groups of `inner` consecutive ranks.
+cp::HierarchicalGroups world_levels(int inner) {
+  const int r = world_comm()->rank(), n = world_comm()->size();
+  auto level = [&](const char* name, int color) {
+    std::vector<int> ranks;
+    for (int i = 0; i < n; ++i)
+      if ((std::string(name) == "cp_a2a" ? i / inner : i % inner) == color) ranks.push_back(i);
+    std::shared_ptr<Communicator> c = world_comm()->split(color, r);
+    return ranks.size() == 1 ? ProcessGroup::single(name, r) : ProcessGroup(name, ranks, r, c);
+  };
+  cp::HierarchicalGroups h;
+  h.a2a = level("cp_a2a", r / inner);
+  h.p2p = level("cp_p2p", r % inner);
+  return h;
+}
+
+void check_attention(CpCommType type, const cp::HierarchicalGroups& levels, DType dt, int64_t hkv, double dropout,
+                     bool docs) {
   const ProcessGroup cpg = world_cp();
   const int n = cpg.size(), r = cpg.rank();
   const int64_t s = 8 * n, b = 2, hq = 4, d = 8;
@@ -70,6 +106,7 @@ void check_attention(CpCommType type, DType dt, int64_t hkv, double dropout) {
   p.causal = true;
   p.dropout_p = dropout;
   p.dropout_key = philox::Key{9, 1};
+  if (docs) p.document_start = document_starts(s);
   Tensor q = random({s, b, hq, d}, 1, dt), k = random({s, b, hkv, d}, 2, dt), v = random({s, b, hkv, d}, 3, dt);
   Tensor dout = random({s, b, hq, d}, 4, dt);
   Tensor out = Tensor::empty(q.shape(), dt), lse = Tensor::empty({b, hq, s}, st);
@@ -78,11 +115,13 @@ void check_attention(CpCommType type, DType dt, int64_t hkv, double dropout) {
   kernels::attention_backward(q, k, v, out, dout, lse, dq, dk, dv, p);
 
   auto local = [&](const Tensor& t) { return cp::split_sequence(t, 0, n, r); };
+  kernels::AttentionParams lp = p;
+  if (docs) lp.document_start = cp::split_sequence(p.document_start, 1, n, r);
   Tensor lq = local(q), lk = local(k), lv = local(v), ldout = local(dout);
   Tensor lout = Tensor::empty(lq.shape(), dt), llse = Tensor::empty({b, hq, s / n}, st);
-  cp::attention_forward(lq, lk, lv, lout, llse, p, cpg, type);
+  cp::attention_forward(lq, lk, lv, lout, llse, lp, cpg, type, levels);
   Tensor ldq = Tensor::empty(lq.shape(), dt), ldk = Tensor::empty(lk.shape(), dt), ldv = Tensor::empty(lv.shape(), dt);
-  cp::attention_backward(lq, lk, lv, lout, ldout, llse, ldq, ldk, ldv, p, cpg, type);
+  cp::attention_backward(lq, lk, lv, lout, ldout, llse, ldq, ldk, ldv, lp, cpg, type, levels);
   const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
   CHECK(rel_err(lout, local(out)) <= tol);
   CHECK(rel_err(llse, cp::split_sequence(lse, 2, n, r)) <= tol);
@@ -92,14 +131,29 @@ void check_attention(CpCommType type, DType dt, int64_t hkv, double dropout) {
 }
 
 void check_attention_all() {
-  for (CpCommType type : {CpCommType::AllGather, CpCommType::P2P})
+  const int n = world_comm()->size();
+  struct Case {
+    CpCommType type;
+    int inner;  // a2a+p2p: the a2a group size
+  };
+  std::vector<Case> cases = {{CpCommType::AllGather, 0}, {CpCommType::P2P, 0}, {CpCommType::A2A, 0}};
+  for (int inner = 1; inner <= n; ++inner)
+    if (n % inner == 0) cases.push_back({CpCommType::A2AP2P, inner});
+  for (const Case& c : cases) {
+    const cp::HierarchicalGroups levels = c.type == CpCommType::A2AP2P ? world_levels(c.inner) : cp::HierarchicalGroups{};
+    const int a2a = c.type == CpCommType::A2A ? n : c.type == CpCommType::A2AP2P ? c.inner : 1;
     for (DType dt : {DType::F64, DType::F32})
-      for (int64_t hkv : {4, 2})
-        for (double dropout : {0.0, 0.2}) {
-          INFO((type == CpCommType::P2P ? "p2p" : "all_gather") << " " << dtype_name(dt) << " kv heads " << hkv
-                                                                << " dropout " << dropout);
-          check_attention(type, dt, hkv, dropout);
-        }
+      for (int64_t hkv : {4, 2}) {
+        if (hkv % a2a != 0) continue;  // the a2a splits the KV heads too
+        for (double dropout : {0.0, 0.2})
+          for (bool docs : {false, true}) {
+            INFO(config::enum_to_string(std::span<const config::EnumName<CpCommType>>(kCpCommTypeNames), c.type)
+                 << " inner " << c.inner << " " << dtype_name(dt) << " kv heads " << hkv << " dropout " << dropout
+                 << " documents " << docs);
+            check_attention(c.type, levels, dt, hkv, dropout, docs);
+          }
+      }
+  }
 }
 
 // ---- layout equivalence --------------------------------------------------------------------------
@@ -133,8 +187,9 @@ ResolvedConfig cp_config(int64_t world, const std::vector<std::string>& model, c
 const ParallelGroups& groups_for(const ResolvedConfig& cfg) {
   static std::map<std::string, ParallelGroups> cache;
   const ParallelConfig& p = *cfg.parallel;
-  const std::string key = std::to_string(p.tensor_model_parallel_size) + "/" + std::to_string(p.context_parallel_size) +
-                          "/" + std::to_string(p.pipeline_model_parallel_size);
+  std::string key = std::to_string(p.tensor_model_parallel_size) + "/" + std::to_string(p.context_parallel_size) +
+                    "/" + std::to_string(p.pipeline_model_parallel_size);
+  for (int64_t h : p.hierarchical_context_parallel_sizes) key += "/h" + std::to_string(h);
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, build_parallel_groups(p, world_comm())).first;
   return it->second;
@@ -183,7 +238,7 @@ void check_equivalence(const std::vector<std::string>& model, const std::vector<
 
 }  // namespace
 
-TEST_CASE("cp attention: all-gather and ring equal the unsharded attention (fwd + bwd)", "[cp][cp4]") {
+TEST_CASE("cp attention: all-gather, ring, a2a and a2a+p2p equal the unsharded attention (fwd + bwd)", "[cp][cp4]") {
   check_attention_all();
 }
 
@@ -199,6 +254,27 @@ TEST_CASE("cp layout equivalence: CP2 all_gather, RMSNorm/SwiGLU/GQA/RoPE/qk-nor
 TEST_CASE("cp layout equivalence: CP2 p2p, RMSNorm/SwiGLU/GQA/RoPE/qk-norm/untied", "[cp]") {
   check_equivalence(kSwiglu, {"parallel.context_parallel_size=2", "parallel.cp_comm_type=p2p"});
 }
+TEST_CASE("cp layout equivalence: CP2 a2a, LayerNorm/GeLU/learned positions/tied", "[cp]") {
+  check_equivalence(kGelu, {"parallel.context_parallel_size=2", "parallel.cp_comm_type=a2a"});
+}
+TEST_CASE("cp layout equivalence: CP2 a2a, RMSNorm/SwiGLU/GQA/RoPE/qk-norm/untied", "[cp]") {
+  check_equivalence(kSwiglu, {"parallel.context_parallel_size=2", "parallel.cp_comm_type=a2a"});
+}
+TEST_CASE("cp layout equivalence: CP4 a2a+p2p with hierarchical sizes 2 2", "[cp4]") {
+  {  // Megatron's create_hierarchical_groups over cp ranks 0..3: a2a {0,1} {2,3}, p2p {0,2} {1,3}.
+    const ResolvedConfig cfg = cp_config(4, kGelu, {"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p",
+                                                    "parallel.hierarchical_context_parallel_sizes=[2, 2]"});
+    const ParallelGroups& g = groups_for(cfg);
+    const int r = world_comm()->rank();
+    CHECK(g.cp_a2a.ranks() == (r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}));
+    CHECK(g.cp_p2p.ranks() == (r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
+    CHECK(g.cp_a2a.rank() == r % 2);
+    CHECK(g.cp_p2p.rank() == r / 2);
+  }
+  for (const auto* model : {&kGelu, &kSwiglu})
+    check_equivalence(*model, {"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p",
+                               "parallel.hierarchical_context_parallel_sizes=[2, 2]"});
+}
 
 TEST_CASE("cp layout equivalence: CP2 x TP2 with sequence parallelism", "[cp4]") {
   for (const char* type : {"all_gather", "p2p"}) {
@@ -206,8 +282,9 @@ TEST_CASE("cp layout equivalence: CP2 x TP2 with sequence parallelism", "[cp4]")
     check_equivalence(kSwiglu, {"parallel.context_parallel_size=2", "parallel.tensor_model_parallel_size=2",
                                 "parallel.sequence_parallel=true", std::string("parallel.cp_comm_type=") + type});
   }
+  // a2a with tp: the 2 heads of each tp rank split over cp (kGelu: no GQA, 4 heads).
   check_equivalence(kGelu, {"parallel.context_parallel_size=2", "parallel.tensor_model_parallel_size=2",
-                            "parallel.sequence_parallel=true"});
+                            "parallel.sequence_parallel=true", "parallel.cp_comm_type=a2a"});
 }
 
 TEST_CASE("cp layout equivalence: CP2 x DP2", "[cp4]") {

@@ -2,7 +2,8 @@
 // into each sample, run under a layout, give every document the per-token losses (every loss
 // channel) and, summed, the parameter gradients of running it alone on one rank, within 1e-10.
 // Layouts: TP2 + sequence parallelism (GPT with RoPE, hybrid M*-E, GPT with MTP), CP2 with the
-// all-gather and with the ring (GPT with RoPE) and PP2 (GPT with RoPE and GPT with MTP: the two
+// all-gather, the ring, a2a and a2a+p2p (both splits of two ranks: 2 x 1 and 1 x 2) (GPT with
+// RoPE and GQA) and PP2 (GPT with RoPE and GPT with MTP: the two
 // stages exchange the activations and their gradients over the pipeline group). The cases and the
 // alone runs: tests/unit/packed_sequence_cases.h; the single-rank identity and the router rows:
 // tests/unit/test_packed_sequences.cpp.
@@ -77,13 +78,19 @@ void check_tp_sp(const ModelConfig& m) {
 }
 
 // CP2: rank r holds chunks r and 3 − r of each sample; gradients summed over cp.
-void check_cp(const ModelConfig& m, const std::string& comm) {
+// hierarchical: a2a+p2p's sizes ("[2, 1]").
+void check_cp(const ModelConfig& m, const std::string& comm, const std::string& hierarchical = "") {
+  INFO("cp_comm_type " << comm << " " << hierarchical);
   const std::vector<Doc> docs = documents();
   auto one = make(m, {}, ParallelGroups::single_process());
   const AloneRuns alone = run_alone(*one, docs);
-  const ParallelGroups g = groups_for("  context_parallel_size: 2\n  cp_comm_type: " + comm + "\n");
+  const ParallelGroups g = groups_for("  context_parallel_size: 2\n  cp_comm_type: \"" + comm + "\"\n" +
+                                      (hierarchical.empty() ? ""
+                                                            : "  hierarchical_context_parallel_sizes: " + hierarchical +
+                                                                  "\n"));
   LanguageModelOptions o;
-  o.cp_comm_type = comm == "p2p" ? CpCommType::P2P : CpCommType::AllGather;
+  for (const auto& [type, name] : kCpCommTypeNames)
+    if (comm == name) o.cp_comm_type = type;
   auto model = make(m, o, g);
   const int r = g.cp.rank();
   const Batch local = cp::split_batch(packed_batch(docs), 2, r);
@@ -162,9 +169,13 @@ TEST_CASE("packed exact: TP2 + SP, GPT RoPE / hybrid M*-E / MTP, each document a
   check_tp_sp(mtp_config(1));
 }
 
-TEST_CASE("packed exact: CP2 all_gather and p2p, GPT RoPE, each document as if alone (f64)", "[packed2]") {
+TEST_CASE("packed exact: CP2 all_gather, p2p, a2a and a2a+p2p, GPT RoPE, each document as if alone (f64)",
+          "[packed2]") {
   check_cp(base_config(), "all_gather");
   check_cp(base_config(), "p2p");
+  check_cp(base_config(), "a2a");
+  check_cp(base_config(), "a2a+p2p", "[2, 1]");
+  check_cp(base_config(), "a2a+p2p", "[1, 2]");
 }
 
 TEST_CASE("packed exact: PP2, GPT RoPE and MTP, each document as if alone (f64)", "[packed2]") {

@@ -3,8 +3,8 @@
 // layout's 10 losses, grad norms and step-1 gradients match the single-rank packed run
 // (mpitest::check_layout, 1e-5). With the single-rank packing identity (tests/unit/
 // test_packed_sequences.cpp: every document as if alone, f64 within 1e-10) this makes each layout
-// train every document as if alone. GPT with RoPE under TP2 + SP, CP2 in both exchange modes
-// (blocks wholly before a rank's documents skipped) and PP2; hybrid M*-E under TP2 + SP and PP2;
+// train every document as if alone. GPT with RoPE under TP2 + SP, CP2 with all_gather, p2p (blocks wholly
+// before a rank's documents skipped) and a2a, CP4 a2a+p2p (2 x 2), and PP2; hybrid M*-E under TP2 + SP and PP2;
 // MTP under TP2 + SP and PP2.
 #include "layout_check.h"
 
@@ -43,6 +43,16 @@ TEST_CASE("packed layouts: GPT RoPE, CP2 all_gather", "[cp][packed]") {
 
 TEST_CASE("packed layouts: GPT RoPE, CP2 p2p (ring)", "[cp][packed]") {
   check_layout(packed({"parallel.context_parallel_size=2", "parallel.cp_comm_type=p2p"}), 2);
+}
+
+TEST_CASE("packed layouts: GPT RoPE, CP2 a2a", "[cp][packed]") {
+  check_layout(packed({"parallel.context_parallel_size=2", "parallel.cp_comm_type=a2a"}), 2);
+}
+
+TEST_CASE("packed layouts: GPT RoPE, CP4 a2a+p2p with hierarchical sizes 2 2", "[cp4]") {
+  check_layout(packed({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p",
+                       "parallel.hierarchical_context_parallel_sizes=[2, 2]"}),
+               4);
 }
 
 TEST_CASE("packed layouts: GPT RoPE, PP2", "[pipeline][packed]") {

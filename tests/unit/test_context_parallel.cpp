@@ -5,8 +5,13 @@
 // the ring (each rank's queries against every rank's KV block in ring order, log-sum-exp merging;
 // dK/dV accumulated per block) — against the unsharded attention kernel, forward (out, lse) and
 // backward (dq, dk, dv), causal, GQA and attention dropout keyed by global positions: f64 within
-// 1e-12, f32 within 2e-6 of the tensor's largest element. The real exchanges run under mpirun
-// (tests/mpi/test_context_parallel.cpp). Also the config field parallel.cp_comm_type.
+// 1e-12, f32 within 2e-6 of the tensor's largest element. Likewise a2a and a2a+p2p: the
+// all-to-all over the heads simulated between the ranks of each inner group (TE's chunk order by
+// hand), attention on the gathered rows (the kernel on the whole sequence for a2a, the simulated
+// ring over the outer groups for a2a+p2p), the inverse all-to-all back to each rank's local rows.
+// The real exchanges run under mpirun (tests/mpi/test_context_parallel.cpp). Also the config
+// fields parallel.cp_comm_type (Megatron's default p2p) and
+// parallel.hierarchical_context_parallel_sizes, and the a2a head-divisibility rules.
 #include <cmath>
 
 #include "kernels/attention.h"
@@ -216,11 +221,224 @@ TEST_CASE("context parallel: ring attention over simulated ranks equals the unsh
   }
 }
 
-TEST_CASE("context parallel: parallel.cp_comm_type is validated", "[context_parallel]") {
+TEST_CASE("context parallel: parallel.cp_comm_type is validated, p2p by default", "[context_parallel]") {
   const char* yaml = "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n";
-  StrataConfig ok = StrataConfig::from_yaml_text(yaml, {"parallel.cp_comm_type=p2p"}, "cp.yaml");
-  CHECK(ok.parallel.cp_comm_type == CpCommType::P2P);
-  CHECK(StrataConfig::from_yaml_text(yaml, {}, "cp.yaml").parallel.cp_comm_type == CpCommType::AllGather);
+  StrataConfig ok = StrataConfig::from_yaml_text(yaml, {"parallel.cp_comm_type=all_gather"}, "cp.yaml");
+  CHECK(ok.parallel.cp_comm_type == CpCommType::AllGather);
+  CHECK(StrataConfig::from_yaml_text(yaml, {"parallel.cp_comm_type=a2a"}, "cp.yaml").parallel.cp_comm_type ==
+        CpCommType::A2A);
+  CHECK(StrataConfig::from_yaml_text(yaml, {}, "cp.yaml").parallel.cp_comm_type == CpCommType::P2P);  // Megatron's
   CHECK_THROWS_WITH(StrataConfig::from_yaml_text(yaml, {"parallel.cp_comm_type=ring"}, "cp.yaml"),
                     Catch::Contains("parallel.cp_comm_type"));
+  // The Megatron flag, with its values.
+  const StrataConfig flag = StrataConfig::from_yaml_text(
+      yaml, {"--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "2",
+             "2"},
+      "cp.yaml");
+  CHECK(flag.parallel.cp_comm_type == CpCommType::A2AP2P);
+  CHECK(flag.parallel.hierarchical_context_parallel_sizes == std::vector<int64_t>{2, 2});
+  // Megatron's per-layer list form is refused by name (one type for every layer).
+  CHECK_THROWS_WITH(StrataConfig::from_yaml_text(yaml, {"--cp-comm-type", "p2p", "a2a"}, "cp.yaml"),
+                    Catch::Contains("'--cp-comm-type' takes one value") && Catch::Contains("parallel.cp_comm_type") &&
+                        Catch::Contains("per-layer"));
+}
+
+TEST_CASE("context parallel: hierarchical sizes and the a2a head rules are validated by field", "[context_parallel]") {
+  const char* yaml = "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\nmodel:\n  num_layers: 2\n  hidden_size: 64\n"
+                     "  num_attention_heads: 8\n  seq_length: 64\n  max_position_embeddings: 64\n  vocab_size: 128\n";
+  auto validate = [&](std::vector<std::string> o, int64_t world) {
+    return StrataConfig::from_yaml_text(yaml, o, "cp.yaml").validate(world);
+  };
+  const ResolvedConfig ok = validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p",
+                                      "parallel.hierarchical_context_parallel_sizes=[2, 2]"},
+                                     4);
+  CHECK(ok.parallel->hierarchical_context_parallel_sizes == std::vector<int64_t>{2, 2});
+  // a2a+p2p needs the sizes; the sizes need a2a+p2p; two of them, multiplying to cp.
+  CHECK_THROWS_WITH(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p"}, 4),
+                    Catch::Contains("parallel.hierarchical_context_parallel_sizes") && Catch::Contains("must be set"));
+  CHECK_THROWS_WITH(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=p2p",
+                              "parallel.hierarchical_context_parallel_sizes=[2, 2]"},
+                             4),
+                    Catch::Contains("parallel.hierarchical_context_parallel_sizes") && Catch::Contains("only with"));
+  CHECK_THROWS_WITH(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p",
+                              "parallel.hierarchical_context_parallel_sizes=[2, 3]"},
+                             4),
+                    Catch::Contains("parallel.hierarchical_context_parallel_sizes") &&
+                        Catch::Contains("2 x 3 is not parallel.context_parallel_size (4)"));
+  CHECK_THROWS_WITH(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p",
+                              "parallel.hierarchical_context_parallel_sizes=[2, 1, 2]"},
+                             4),
+                    Catch::Contains("parallel.hierarchical_context_parallel_sizes") && Catch::Contains("two sizes"));
+  // a2a: each tensor-parallel rank's heads and query groups divide by the a2a group.
+  CHECK_NOTHROW(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a",
+                          "parallel.tensor_model_parallel_size=2"},
+                         8));  // 8 heads / tp 2 = 4 per rank, over 4
+  CHECK_THROWS_WITH(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a",
+                              "parallel.tensor_model_parallel_size=4"},
+                             16),
+                    Catch::Contains("model.num_attention_heads") && Catch::Contains("parallel.context_parallel_size (4)"));
+  CHECK_THROWS_WITH(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a",
+                              "model.group_query_attention=true", "model.num_query_groups=2"},
+                             4),
+                    Catch::Contains("model.num_query_groups"));
+  // a2a+p2p: only the inner (a2a) size has to divide them.
+  CHECK_NOTHROW(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p",
+                          "parallel.hierarchical_context_parallel_sizes=[2, 2]", "model.group_query_attention=true",
+                          "model.num_query_groups=2"},
+                         4));
+  CHECK_THROWS_WITH(validate({"parallel.context_parallel_size=4", "parallel.cp_comm_type=a2a+p2p",
+                              "parallel.hierarchical_context_parallel_sizes=[4, 1]", "model.group_query_attention=true",
+                              "model.num_query_groups=2"},
+                             4),
+                    Catch::Contains("model.num_query_groups") &&
+                        Catch::Contains("parallel.hierarchical_context_parallel_sizes[0] (4)"));
+}
+
+namespace {
+
+// One all-to-all between simulated ranks: recv[j] block i = send[i] block j.
+std::vector<Tensor> exchange(const std::vector<Tensor>& send) {
+  std::vector<Tensor> recv;
+  for (size_t j = 0; j < send.size(); ++j) {
+    Tensor t = Tensor::empty(send[0].shape(), send[0].dtype());
+    for (size_t i = 0; i < send.size(); ++i)
+      t.narrow(0, static_cast<int64_t>(i), 1).copy_(send[i].narrow(0, static_cast<int64_t>(j), 1));
+    recv.push_back(t);
+  }
+  return recv;
+}
+
+// a2a over the inner group of outer rank g (cp ranks g·A … g·A + A − 1): every rank's local rows
+// of all heads -> its head group of the group's merged rows.
+std::vector<Tensor> to_heads(const std::vector<Tensor>& local, int A, int g) {
+  std::vector<Tensor> send;
+  for (int a = 0; a < A; ++a) send.push_back(cp::a2a_pack_heads(local[static_cast<size_t>(g * A + a)], A));
+  std::vector<Tensor> out;
+  for (const Tensor& r : exchange(send)) out.push_back(cp::a2a_unpack_rows(r, A));
+  return out;
+}
+// The way back: member a's head group of the merged rows -> every member's local rows, all heads.
+std::vector<Tensor> to_rows(const std::vector<Tensor>& heads, int A) {
+  std::vector<Tensor> send;
+  for (const Tensor& h : heads) send.push_back(cp::a2a_pack_rows(h, A));
+  std::vector<Tensor> out;
+  for (const Tensor& r : exchange(send)) out.push_back(cp::a2a_unpack_heads(r, A));
+  return out;
+}
+
+// Attention of every simulated rank of cp = A·B with a2a inside groups of A and the ring (or, at
+// B = 1, the kernel on the whole sequence) across them, against the unsharded f.
+void check_a2a(const Full& f, const kernels::AttentionParams& p, int A, int B, DType dt, double tol) {
+  const int cp = A * B;
+  const int64_t hq = f.q.size(2);
+  auto locals = [&](const Tensor& t) {
+    std::vector<Tensor> v;
+    for (int r = 0; r < cp; ++r) v.push_back(cp::split_sequence(t, 0, cp, r));
+    return v;
+  };
+  const std::vector<Tensor> q = locals(f.q), k = locals(f.k), v = locals(f.v), dout = locals(f.dout);
+  std::vector<std::vector<Tensor>> qh(B), kh(B), vh(B), douth(B), oh(B), lh(B), dqh(B), dkh(B), dvh(B);
+  for (int g = 0; g < B; ++g) {
+    qh[g] = to_heads(q, A, g), kh[g] = to_heads(k, A, g), vh[g] = to_heads(v, A, g), douth[g] = to_heads(dout, A, g);
+    for (int a = 0; a < A; ++a) {
+      oh[g].push_back(Tensor::empty(qh[g][a].shape(), dt));
+      lh[g].push_back(Tensor::empty({qh[g][a].size(1), qh[g][a].size(2), qh[g][a].size(0)}, lse_dtype(dt)));
+      dqh[g].push_back(Tensor::zeros(qh[g][a].shape(), dt));
+      dkh[g].push_back(Tensor::zeros(kh[g][a].shape(), dt));
+      dvh[g].push_back(Tensor::zeros(vh[g][a].shape(), dt));
+    }
+  }
+  for (int a = 0; a < A; ++a) {
+    // The head group's parameters: global head index, the merged rows' document starts.
+    const kernels::AttentionParams pa = rank_params(cp::head_group_params(p, hq, A, a), B, 0);
+    if (B == 1) {
+      kernels::AttentionParams whole = pa;
+      whole.global_seq_len = f.q.size(0);
+      kernels::attention_forward(qh[0][a], kh[0][a], vh[0][a], oh[0][a], lh[0][a], whole);
+      kernels::attention_backward(qh[0][a], kh[0][a], vh[0][a], oh[0][a], douth[0][a], lh[0][a], dqh[0][a], dkh[0][a],
+                                  dvh[0][a], whole);
+      continue;
+    }
+    for (int g = 0; g < B; ++g) {  // the ring of member a over the outer ranks g
+      const kernels::AttentionParams pg = rank_params(cp::head_group_params(p, hq, A, a), B, g);
+      cp::RingAccumulator acc = cp::make_ring_accumulator(qh[g][a]);
+      for (int i = 0; i < B; ++i) {
+        const int src = (g + B - i) % B;
+        cp::ring_block_forward(qh[g][a], kh[src][a], vh[src][a], src, acc, pg, B, g);
+      }
+      cp::ring_finish(acc, oh[g][a], lh[g][a]);
+    }
+    for (int g = 0; g < B; ++g) {
+      const kernels::AttentionParams pg = rank_params(cp::head_group_params(p, hq, A, a), B, g);
+      for (int i = 0; i < B; ++i) {
+        const int src = (g + B - i) % B;
+        cp::ring_block_backward(qh[g][a], kh[src][a], vh[src][a], src, oh[g][a], douth[g][a], lh[g][a], dqh[g][a],
+                                dkh[src][a], dvh[src][a], pg, B, g);
+      }
+    }
+  }
+  std::vector<Tensor> dk_local, dv_local;
+  for (int g = 0; g < B; ++g) {
+    const std::vector<Tensor> out = to_rows(oh[g], A), dq = to_rows(dqh[g], A), dk = to_rows(dkh[g], A),
+                              dv = to_rows(dvh[g], A);
+    for (int a = 0; a < A; ++a) {
+      const int r = g * A + a;
+      INFO("cp rank " << r);
+      CHECK(rel_err(out[a], cp::split_sequence(f.out, 0, cp, r)) <= tol);
+      CHECK(rel_err(dq[a], cp::split_sequence(f.dq, 0, cp, r)) <= tol);
+      dk_local.push_back(dk[a]);
+      dv_local.push_back(dv[a]);
+      // The head group's lse rows: this rank's heads [a·hq/A, (a+1)·hq/A), the merged rows.
+      const Tensor want = cp::split_sequence(f.lse.narrow(1, a * (hq / A), hq / A).contiguous(), 2, B, g);
+      CHECK(max_abs_diff(lh[g][a], want) <= tol * 10);
+    }
+  }
+  CHECK(rel_err(cp::merge_sequence(dk_local, 0), f.dk) <= tol);
+  CHECK(rel_err(cp::merge_sequence(dv_local, 0), f.dv) <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("context parallel: a2a and a2a+p2p over simulated ranks equal the unsharded attention, "
+          "with and without packed documents",
+          "[context_parallel]") {
+  // (A, B): a2a over A ranks, then the ring over B groups; B = 1 is a2a, A = 1 the plain ring.
+  const std::vector<std::pair<int, int>> layouts = {{2, 1}, {4, 1}, {2, 2}, {2, 3}, {4, 2}, {1, 3}};
+  for (DType dt : {DType::F64, DType::F32})
+    for (auto [A, B] : layouts)
+      for (int64_t hkv : {4, 2}) {
+        if (hkv % A != 0) continue;  // the a2a splits the KV heads too
+        for (double dropout : {0.0, 0.2})
+          for (bool docs : {false, true}) {
+            INFO(dtype_name(dt) << " a2a " << A << " p2p " << B << " kv heads " << hkv << " dropout " << dropout
+                                << " documents " << docs);
+            const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
+            const int64_t s = 4 * A * B;
+            kernels::AttentionParams p = params(dropout);
+            if (docs) p.document_start = document_starts(s);
+            check_a2a(full_attention(s, hkv, dt, p, 51 + A * B), p, A, B, dt, tol);
+          }
+      }
+}
+
+TEST_CASE("context parallel: the a2a layout steps move heads and rows as Transformer Engine orders them",
+          "[context_parallel]") {
+  // Two ranks, rows of 4 (chunks of 2), 4 heads, d = 1: value = 100·global row + head.
+  const int n = 2;
+  const int64_t s = 8, H = 4;
+  std::vector<double> v;
+  for (int64_t t = 0; t < s; ++t)
+    for (int64_t h = 0; h < H; ++h) v.push_back(100.0 * t + h);
+  const Tensor full = Tensor::from_vector(v, {s, 1, H, 1}, DType::F64);
+  std::vector<Tensor> send;
+  for (int r = 0; r < n; ++r) send.push_back(cp::a2a_pack_heads(cp::split_sequence(full, 0, n, r), n));
+  const std::vector<Tensor> recv = exchange(send);
+  for (int a = 0; a < n; ++a) {
+    const Tensor rows = cp::a2a_unpack_rows(recv[static_cast<size_t>(a)], n);
+    REQUIRE(rows.shape() == Shape{s, 1, H / n, 1});
+    // By hand: rank 0 held global rows 0,1,6,7 and rank 1 rows 2,3,4,5; merged: 0..7 in order.
+    for (int64_t t = 0; t < s; ++t)
+      for (int64_t h = 0; h < H / n; ++h)
+        CHECK(rows.to_vector()[static_cast<size_t>(t * (H / n) + h)] == 100.0 * t + a * (H / n) + h);
+  }
 }

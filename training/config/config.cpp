@@ -278,6 +278,28 @@ void check_layer_kinds_layout(const ResolvedModelConfig& m, const ParallelConfig
   }
 }
 
+// cp_comm_type a2a / a2a+p2p: the all-to-all splits each tensor-parallel rank's query heads and
+// query groups over the a2a group (cp, or the inner hierarchical size), as Transformer Engine's
+// AttnFuncWithCPAndQKVOA2A requires.
+void check_a2a_heads(const ResolvedModelConfig& m, const ParallelConfig& p) {
+  const int64_t tp = p.tensor_model_parallel_size, cp = p.context_parallel_size;
+  if (cp == 1 || (p.cp_comm_type != CpCommType::A2A && p.cp_comm_type != CpCommType::A2AP2P)) return;
+  const bool flat = p.cp_comm_type == CpCommType::A2A;
+  if (!flat && p.hierarchical_context_parallel_sizes.size() != 2) return;  // refused by the parallel section
+  const int64_t a2a = flat ? cp : p.hierarchical_context_parallel_sizes[0];
+  const std::string over = flat ? "parallel.context_parallel_size (" + str(cp) + ")"
+                                : "parallel.hierarchical_context_parallel_sizes[0] (" + str(a2a) + ")";
+  const std::string why = " with parallel.cp_comm_type " + std::string(flat ? "a2a" : "a2a+p2p") +
+                          " (the all-to-all splits the heads of each tensor-parallel rank)";
+  if ((m->num_attention_heads / tp) % a2a != 0)
+    throw ConfigError("model.num_attention_heads", str(m->num_attention_heads) +
+                                                       " / parallel.tensor_model_parallel_size (" + str(tp) +
+                                                       ") is not divisible by " + over + why);
+  if ((m.query_groups() / tp) % a2a != 0)
+    throw ConfigError("model.num_query_groups", str(m.query_groups()) + " / parallel.tensor_model_parallel_size (" +
+                                                    str(tp) + ") is not divisible by " + over + why);
+}
+
 // The model's rules that involve the parallel layout: heads, query groups and FFN split over tp,
 // layers over pipeline stages, the sequence over cp and sp, experts over ep and etp (validate_moe_layout).
 void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
@@ -314,6 +336,7 @@ void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p
     throw ConfigError("model.seq_length", str(m->seq_length) + " / parallel.context_parallel_size (" + str(cp) +
                                               ") is not divisible by parallel.tensor_model_parallel_size (" + str(tp) +
                                               "), needed by parallel.sequence_parallel with context parallelism");
+  check_a2a_heads(m, p);
   validate_moe_layout(m, p);
   check_moe_supported(m, p);
   validate_mtp_layout(m, p);

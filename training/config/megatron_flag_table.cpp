@@ -130,7 +130,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--q-lora-rank", A::One, mla),
       unsupported_flag("--kv-lora-rank", A::One, mla),
       unsupported_flag("--squared-relu", A::Switch, "the squared-ReLU MLP"),
-      unsupported_flag("--hierarchical-context-parallel-sizes", A::List, "hierarchical context parallelism"),
       unsupported_flag("--use-torch-fsdp2", A::Switch, "FSDP (use --use-distributed-optimizer)"),
       unsupported_flag("--use-megatron-fsdp", A::Switch, "FSDP (use --use-distributed-optimizer)"),
       unsupported_flag("--optimizer-cpu-offload", A::Switch, "optimizer CPU offload"),
