@@ -480,6 +480,11 @@ void validate_checkpoint(CheckpointConfig& checkpoint) {
   };
   without_save(checkpoint.save_interval, "checkpoint.save_interval");
   without_save(checkpoint.save_retain_interval, "checkpoint.save_retain_interval");
+  if (checkpoint.async_save && !checkpoint.save) {
+    if (launched_rank().value_or(0) == 0)
+      log::warn("checkpoint.async_save has no effect without checkpoint.save (no checkpoints are written)");
+    checkpoint.async_save = false;
+  }
   if (checkpoint.save_retain_interval && checkpoint.save_interval &&
       *checkpoint.save_retain_interval % *checkpoint.save_interval != 0)
     throw ConfigError("checkpoint.save_retain_interval", str(*checkpoint.save_retain_interval) +
@@ -490,6 +495,11 @@ void validate_checkpoint(CheckpointConfig& checkpoint) {
   if (checkpoint.finetune && !checkpoint.load && !checkpoint.pretrained_checkpoint)
     throw ConfigError("checkpoint.finetune",
                       "needs checkpoint.load or checkpoint.pretrained_checkpoint (the checkpoint to start from)");
+  // Megatron's OptimizerParamScheduler asserts 'both override and use-checkpoint are set'.
+  if (checkpoint.use_checkpoint_opt_param_scheduler && checkpoint.override_opt_param_scheduler)
+    throw ConfigError("checkpoint.use_checkpoint_opt_param_scheduler",
+                      "cannot be combined with checkpoint.override_opt_param_scheduler (one takes the checkpoint's "
+                      "schedule, the other the config's)");
 }
 
 // The router tracer (Megatron's moe_routing_trace_*): only for MoE models, options only with the path.
