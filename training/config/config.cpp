@@ -443,8 +443,23 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
 void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
   if (data.mock_data && !data.data_path.empty())
     throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
-  if (!data.mock_data && data.data_path.empty())
-    throw ConfigError("data.data_path", "required unless data.mock_data is true");
+  if (data.per_split()) {  // Megatron's get_blend_and_blend_per_split: data_path or per-split, not both
+    if (data.mock_data) throw ConfigError("data.mock_data", "set together with per-split data paths; choose one");
+    if (!data.data_path.empty())
+      throw ConfigError("data.data_path", "set together with per-split data paths (data.train_data_path, "
+                                          "data.valid_data_path, data.test_data_path or data.per_split_data_args_path); "
+                                          "choose one");
+    if (data.per_split_data_args_path &&
+        (!data.train_data_path.empty() || !data.valid_data_path.empty() || !data.test_data_path.empty()))
+      throw ConfigError("data.per_split_data_args_path", "set together with data.train_data_path, "
+                                                         "data.valid_data_path or data.test_data_path; choose one");
+    if (data.split_blends()[0].empty())
+      throw ConfigError(data.per_split_data_args_path ? "data.per_split_data_args_path" : "data.train_data_path",
+                        "the training split has no datasets");
+  }
+  if (!data.mock_data && data.data_path.empty() && !data.per_split())
+    throw ConfigError("data.data_path", "required unless data.mock_data is true or the splits have their own "
+                                        "datasets (data.train_data_path …)");
   data.blend();
   data.split_fractions();
   if (data.tokenizer_type == TokenizerType::GPT2BPETokenizer) {
@@ -467,6 +482,9 @@ void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
                                               "by data.tokenizer_type " + type_name);
   if (data.tokenizer_hf_no_include_special_tokens && data.tokenizer_type != TokenizerType::HuggingFaceTokenizer)
     throw ConfigError("data.tokenizer_hf_no_include_special_tokens", "only used by HuggingFaceTokenizer");
+  if (!data.data_sharding && data.dataloader_type != DataloaderType::Cyclic)
+    throw ConfigError("data.data_sharding", "false is read only by data.dataloader_type cyclic (the sequential "
+                                            "sampler has no buckets to shard)");
 }
 
 void validate_checkpoint(CheckpointConfig& checkpoint) {
