@@ -113,9 +113,13 @@ namespace {
 // split is a data.split error naming the split (GPTDataset itself only knows the documents).
 std::shared_ptr<const SampleDataset> split_dataset(const std::shared_ptr<const DocumentSource>& source,
                                                    DocumentRange range, const GPTDatasetConfig& gpt, int split,
-                                                   const std::string& split_text) {
+                                                   const std::string& split_text, const char* per_split_field = nullptr) {
   int64_t tokens = 0;
   for (int64_t d = range.begin; d < range.end && tokens < 2; ++d) tokens += source->document_length(d);
+  if (tokens < 2 && per_split_field)
+    throw config::ConfigError(per_split_field, std::string("the ") + split_name(static_cast<Split>(split)) + " split's dataset " +
+                                                   source->name() + " holds " + std::to_string(tokens) +
+                                                   " tokens (at least 2 are needed)");
   if (tokens < 2)
     throw config::ConfigError(
         "data.split", "'" + split_text + "' gives the " + split_name(static_cast<Split>(split)) + " split of " +
@@ -126,7 +130,33 @@ std::shared_ptr<const SampleDataset> split_dataset(const std::shared_ptr<const D
 }
 }  // namespace
 
+namespace {
+// Per-split data: split s built from its own prefixes, each whole (Megatron's split_spoof (0.0, 1.0)).
+std::array<std::shared_ptr<const SampleDataset>, 3> build_per_split_datasets(const GPTDataConfig& config) {
+  GPTDatasetConfig gpt;
+  gpt.seq_length = config.seq_length;
+  gpt.seed = config.seed;
+  std::array<std::shared_ptr<const SampleDataset>, 3> out;
+  for (int s = 0; s < 3; ++s) {
+    const int64_t target = config.num_samples[s];
+    if (target == 0 || config.per_split_data_path[s].empty()) continue;
+    const Blend blend = parse_blend(config.per_split_data_path[s]);
+    const char* field = s == 0 ? "data.train_data_path" : s == 1 ? "data.valid_data_path" : "data.test_data_path";
+    std::vector<std::shared_ptr<const SampleDataset>> parts;
+    const std::vector<int64_t> sizes = blended_dataset_sizes(blend.weights, target);
+    for (size_t d = 0; d < blend.prefixes.size(); ++d) {
+      auto source = std::make_shared<IndexedDocuments>(blend.prefixes[d]);
+      gpt.num_samples = blend.prefixes.size() == 1 ? target : sizes[d];
+      parts.push_back(split_dataset(source, DocumentRange{0, source->num_documents()}, gpt, s, "", field));
+    }
+    out[s] = parts.size() == 1 ? parts[0] : std::make_shared<BlendedDataset>(parts, blend.weights, target);
+  }
+  return out;
+}
+}  // namespace
+
 std::array<std::shared_ptr<const SampleDataset>, 3> build_gpt_datasets(const GPTDataConfig& config) {
+  if (config.per_split) return build_per_split_datasets(config);
   std::vector<std::shared_ptr<const DocumentSource>> sources;
   std::vector<double> weights;
   if (config.mock) {

@@ -56,11 +56,17 @@ struct GPTDataConfig {
   std::array<int64_t, 3> num_samples{0, 0, 0};  // train/valid/test targets; 0: not built
   bool mock = false;
   MockDocumentsConfig mock_config;
+  // Per-split datasets (Megatron's blend_per_split): split s from per_split_data_path[s] (data_path
+  // form; empty: not built), every document of each of its datasets; data_path and split unread.
+  bool per_split = false;
+  std::array<std::string, 3> per_split_data_path;
 };
 
 // BlendedMegatronDatasetBuilder: one prefix → a GPTDataset per split with exactly the target
 // samples requested; several → per-prefix GPTDatasets (same split string on each) with the
-// 1.005 surplus, blended. A split that is absent (weight 0) or has target 0 is null.
+// 1.005 surplus, blended. A split that is absent (weight 0) or has target 0 is null. Per-split
+// (blended_megatron_dataset_builder.py's blend_per_split branch, split_spoof (0, 1)): the same for
+// each split's own prefixes, each dataset's whole document range.
 std::array<std::shared_ptr<const SampleDataset>, 3> build_gpt_datasets(const GPTDataConfig& config);
 
 }  // namespace strata::data

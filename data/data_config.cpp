@@ -3,7 +3,10 @@
 
 #include <charconv>
 #include <cmath>
+#include <fstream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 namespace strata {
 
@@ -19,7 +22,11 @@ bool parse_number(const std::string& s, double& out) {
 }
 }  // namespace
 
-std::vector<DataConfig::Blend> DataConfig::blend() const {
+namespace {
+// A list in --data-path form ([prefix, …] or [weight, prefix, …]) as normalized blend entries;
+// `field` names it in errors.
+std::vector<DataConfig::Blend> parse_blend_list(const std::vector<std::string>& data_path, const std::string& field) {
+  using Blend = DataConfig::Blend;
   std::vector<Blend> out;
   if (data_path.empty()) return out;
   double first;
@@ -27,19 +34,19 @@ std::vector<DataConfig::Blend> DataConfig::blend() const {
     for (const auto& p : data_path) {
       double x;
       if (parse_number(p, x))
-        throw ConfigError("data.data_path", "'" + p +
+        throw ConfigError(field, "'" + p +
                                                 "' looks like a weight but the list starts with a prefix; "
                                                 "write [prefix, …] or [weight, prefix, weight, prefix, …]");
       out.push_back({p, 1.0});
     }
   } else {
     if (data_path.size() % 2 != 0)
-      throw ConfigError("data.data_path", "a weighted list is [weight, prefix, weight, prefix, …]; got " +
+      throw ConfigError(field, "a weighted list is [weight, prefix, weight, prefix, …]; got " +
                                               str(static_cast<int64_t>(data_path.size())) + " entries");
     for (size_t i = 0; i < data_path.size(); i += 2) {
       double w;
       if (!parse_number(data_path[i], w) || !(w > 0) || !std::isfinite(w))
-        throw ConfigError("data.data_path", "weight '" + data_path[i] + "' (entry " + str(static_cast<int64_t>(i)) +
+        throw ConfigError(field, "weight '" + data_path[i] + "' (entry " + str(static_cast<int64_t>(i)) +
                                                 ") must be a number > 0");
       out.push_back({data_path[i + 1], w});
     }
@@ -48,6 +55,61 @@ std::vector<DataConfig::Blend> DataConfig::blend() const {
   for (const auto& b : out) total += b.weight;
   for (auto& b : out) b.weight /= total;
   return out;
+}
+
+// Megatron's --per-split-data-args-path file: {"train": …, "valid": …, "test": …}, each a list in
+// --data-path form or one string of them separated by white space.
+std::array<std::vector<std::string>, 3> read_per_split_file(const std::string& path) {
+  const std::string field = "data.per_split_data_args_path";
+  std::ifstream in(path);
+  if (!in.good()) throw ConfigError(field, "cannot read '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(field, "'" + path + "' is not valid JSON: " + e.what());
+  }
+  std::array<std::vector<std::string>, 3> out;
+  const char* keys[3] = {"train", "valid", "test"};
+  for (int s = 0; s < 3; ++s) {
+    if (!j.is_object() || !j.contains(keys[s]))
+      throw ConfigError(field, "'" + path + "' has no \"" + keys[s] + "\" (it needs train, valid and test)");
+    const nlohmann::json& v = j.at(keys[s]);
+    if (v.is_string()) {
+      std::istringstream words(v.get<std::string>());
+      for (std::string w; words >> w;) out[s].push_back(w);
+    } else if (v.is_array()) {
+      for (const nlohmann::json& e : v) {
+        if (!e.is_string() && !e.is_number())
+          throw ConfigError(field, "'" + path + "': \"" + keys[s] + "\" holds " + e.dump() + ", not a prefix or weight");
+        out[s].push_back(e.is_string() ? e.get<std::string>() : e.dump());
+      }
+    } else if (!v.is_null()) {
+      throw ConfigError(field, "'" + path + "': \"" + keys[s] + "\" is " + v.dump() + ", not a list or a string");
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<DataConfig::Blend> DataConfig::blend() const { return parse_blend_list(data_path, "data.data_path"); }
+
+bool DataConfig::per_split() const {
+  return per_split_data_args_path || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty();
+}
+
+std::array<std::vector<DataConfig::Blend>, 3> DataConfig::split_blends() const {
+  if (per_split_data_args_path) {
+    const std::array<std::vector<std::string>, 3> lists = read_per_split_file(*per_split_data_args_path);
+    const char* names[3] = {"train", "valid", "test"};
+    std::array<std::vector<Blend>, 3> out;
+    for (int s = 0; s < 3; ++s)
+      out[s] = parse_blend_list(lists[s], "data.per_split_data_args_path (" + std::string(names[s]) + ")");
+    return out;
+  }
+  return {parse_blend_list(train_data_path, "data.train_data_path"),
+          parse_blend_list(valid_data_path, "data.valid_data_path"),
+          parse_blend_list(test_data_path, "data.test_data_path")};
 }
 
 std::vector<double> DataConfig::split_fractions() const {
@@ -78,7 +140,18 @@ config::SectionFields<DataConfig> data_config_fields() {
   f.add("data_path", &D::data_path,
         "Dataset path prefixes (.bin/.idx), optionally weighted: [prefix, …] or "
         "[weight, prefix, weight, prefix, …]. Required unless mock_data.");
-  f.add("split", &D::split, "Train, validation, test proportions of each dataset, comma-separated.");
+  f.add("split", &D::split,
+        "Train, validation, test proportions of each dataset, comma-separated. Not read with per-split data paths.");
+  f.add("train_data_path", &D::train_data_path,
+        "The training split's datasets, in data_path form (Megatron's --train-data-path): each dataset whole, "
+        "blended by its weights; with valid_data_path and test_data_path in place of data_path and split. A "
+        "split without a list is not built.");
+  f.add("valid_data_path", &D::valid_data_path, "The validation split's datasets (--valid-data-path); see train_data_path.");
+  f.add("test_data_path", &D::test_data_path, "The test split's datasets (--test-data-path); see train_data_path.");
+  f.add("per_split_data_args_path", &D::per_split_data_args_path,
+        "A JSON file {\"train\": …, \"valid\": …, \"test\": …}, each a list in data_path form or one string of "
+        "them separated by spaces (Megatron's --per-split-data-args-path): the three splits' datasets, as "
+        "train_data_path, valid_data_path and test_data_path (which it excludes). All three keys are required.");
   f.add("mock_data", &D::mock_data, "Synthetic random tokens instead of data_path (for tests and benchmarks).");
   f.add_enum("tokenizer_type", &D::tokenizer_type, kTokenizerTypeNames,
              "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file), "
@@ -108,6 +181,16 @@ config::SectionFields<DataConfig> data_config_fields() {
         "reset_attention_mask and reset_position_ids. Megatron takes the documents from the dataset index, "
         "Strata from their end-of-document tokens: the same documents when the data was preprocessed with "
         "--append-eod, and data whose documents do not end with EOD is refused.");
+  f.add_enum("dataloader_type", &D::dataloader_type, kDataloaderTypeNames,
+             "Sample order (Megatron's --dataloader-type): single reads the dataset's (already shuffled) samples in "
+             "order, each step's global batch the next consecutive samples (MegatronPretrainingSampler); cyclic "
+             "reads them in a new random order each epoch (MegatronPretrainingRandomSampler: torch.randperm seeded "
+             "by the epoch number, the same order as Megatron's), for training and validation alike. Megatron's "
+             "external (a user's own data loader) has no Strata counterpart.");
+  f.add("data_sharding", &D::data_sharding,
+        "dataloader_type cyclic: each data-parallel rank shuffles its own contiguous bucket of the samples "
+        "(true, Megatron's default) or all ranks take turns in one shuffled order of all of them (false: "
+        "Megatron's --no-data-sharding). Read only by the cyclic sampler: false with single is refused.");
   return f;
 }
 

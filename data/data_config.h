@@ -5,6 +5,7 @@
 // Reference: megatron/training/arguments.py (_add_data_args, _add_tokenizer_args),
 // megatron/core/datasets/utils.py (get_blend_from_list), blended_megatron_dataset_config.py (split).
 #pragma once
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,9 +37,19 @@ inline bool tokenizer_uses_model_file(TokenizerType t) {
          t == TokenizerType::GPTSentencePieceTokenizer || t == TokenizerType::Llama2Tokenizer;
 }
 
+// Megatron's --dataloader-type: the sequential sampler (MegatronPretrainingSampler) or the cyclic
+// one (MegatronPretrainingRandomSampler: each epoch a fresh random order, data/random_sampler.h).
+enum class DataloaderType { Single, Cyclic };
+inline constexpr config::EnumName<DataloaderType> kDataloaderTypeNames[] = {{DataloaderType::Single, "single"},
+                                                                            {DataloaderType::Cyclic, "cyclic"}};
+
 struct DataConfig {
   std::vector<std::string> data_path;
   std::string split = "969, 30, 1";
+  // Megatron's per-split datasets (--train-data-path …, --per-split-data-args-path): each split its
+  // own blend of whole datasets, instead of data_path cut by split.
+  std::vector<std::string> train_data_path, valid_data_path, test_data_path;
+  std::optional<std::string> per_split_data_args_path;
   bool mock_data = false;
   TokenizerType tokenizer_type = TokenizerType::ByteLevelTokenizer;
   std::optional<std::string> vocab_file;
@@ -49,6 +60,8 @@ struct DataConfig {
   bool reset_position_ids = false;    // packed sequences: positions restart after each EOD
   bool reset_attention_mask = false;  // packed sequences: documents (ending at an EOD) do not see each other
   bool dataloader_inter_document_masking = false;  // Megatron's spelling of both resets (validation sets them)
+  DataloaderType dataloader_type = DataloaderType::Single;
+  bool data_sharding = true;  // cyclic: each dp rank shuffles its own bucket (false: --no-data-sharding)
 
   // One dataset of a blend: a path prefix (".bin"/".idx" appended) and its weight.
   struct Blend {
@@ -57,6 +70,11 @@ struct DataConfig {
   };
   // data_path as (prefix, weight) pairs: "a b" → weights 1 each; "0.3 a 0.7 b" → the given weights.
   std::vector<Blend> blend() const;
+  // Whether the splits have datasets of their own (train/valid/test_data_path or the JSON file).
+  bool per_split() const;
+  // The train, valid and test blends of per-split data (the file read when it is the source; an
+  // absent split empty). Errors name the field.
+  std::array<std::vector<Blend>, 3> split_blends() const;
   // split as train/valid/test fractions summing to 1 ("969, 30, 1"; missing parts are 0).
   std::vector<double> split_fractions() const;
 };

@@ -24,6 +24,10 @@ void DatasetBatchSource::check_vocabulary(int64_t vocab_size, std::string data_n
   data_name_ = std::move(data_name);
 }
 
+void DatasetBatchSource::use_random_sampler(bool data_sharding) {
+  random_.emplace(dataset_->size(), mbs_, dp_rank_, dp_size_, data_sharding);
+}
+
 Batch DatasetBatchSource::next_microbatch(const StepPosition& at, int64_t micro_batch) {
   const int64_t len = dataset_->sample_length(), s = len - 1;
   Batch b;
@@ -33,12 +37,21 @@ Batch DatasetBatchSource::next_microbatch(const StepPosition& at, int64_t micro_
   b.first_sample_index = pretraining_sample_index(at.first_sample, micro_batch, 0, mbs_, dp_rank_, dp_size_);
   b.step_first_sample = at.first_sample;
   b.step_global_batch = at.global_batch;
+  std::vector<int64_t> rows;  // the cyclic sampler's dataset indices
+  if (random_) {
+    if (!sampler_start_) sampler_start_ = at.first_sample;
+    const int64_t per_micro_batch = mbs_ * dp_size_;
+    STRATA_CHECK(at.first_sample >= *sampler_start_ && (at.first_sample - *sampler_start_) % per_micro_batch == 0,
+                 "data: the cyclic sampler was built at sample ", *sampler_start_, " and is asked for sample ",
+                 at.first_sample);
+    rows = random_->micro_batch(*sampler_start_, (at.first_sample - *sampler_start_) / per_micro_batch + micro_batch);
+  }
   std::vector<int64_t> sample(len);
   int64_t* tok = b.tokens.data<int64_t>();
   int64_t* lab = b.labels.data<int64_t>();
   float* mask = b.loss_mask.data<float>();
   for (int64_t r = 0; r < mbs_; ++r) {
-    const int64_t index = (b.first_sample_index + r) % dataset_->size();
+    const int64_t index = random_ ? rows[r] : (b.first_sample_index + r) % dataset_->size();
     dataset_->sample(index, sample.data());
     if (vocab_size_ > 0)
       for (int64_t id : sample)

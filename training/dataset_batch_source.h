@@ -6,11 +6,17 @@
 // tokens among the tokens (Megatron _get_ltor_masks_and_position_ids): loss_mask 0 where the token
 // is EOD (data.eod_mask_loss), positions restarting after each EOD (data.reset_position_ids) and
 // documents that end after each EOD (data.reset_attention_mask: Batch::document_start).
+// With use_random_sampler (data.dataloader_type cyclic) the rows' dataset indices come from
+// Megatron's MegatronPretrainingRandomSampler instead (data/random_sampler.h), a sampler built at
+// the first position asked for (the run's start or resume point, where Megatron builds its data
+// loader); the batch's sample positions (Batch::first_sample_index, the dropout keys) stay the same.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "data/gpt_dataset.h"
+#include "data/random_sampler.h"
 #include "training/batch_source.h"
 
 namespace strata {
@@ -28,6 +34,8 @@ class DatasetBatchSource : public BatchSource {
   // they are read, with an error naming `data_name` (the dataset prefixes), the sample, the id and
   // the fix; the embedding would otherwise stop with only the id.
   void check_vocabulary(int64_t vocab_size, std::string data_name);
+  // Megatron's cyclic sampler over the whole dataset (data_sharding: each dp rank's own bucket).
+  void use_random_sampler(bool data_sharding);
 
  private:
   std::shared_ptr<const data::SampleDataset> dataset_;
@@ -35,6 +43,8 @@ class DatasetBatchSource : public BatchSource {
   EodRules eod_;
   int64_t vocab_size_ = 0;
   std::string data_name_;
+  std::optional<data::RandomPretrainingSampler> random_;
+  std::optional<int64_t> sampler_start_;  // the cyclic sampler's first position (set by the first call)
 };
 
 }  // namespace strata

@@ -57,7 +57,11 @@ void check_documents_end_with_eod(const DataConfig& data, int64_t eod) {
   if (eod < 0)
     throw config::ConfigError(field, "true needs the tokenizer's end-of-document token, and this tokenizer has none");
   if (data.mock_data) return;  // mock documents end with EOD
-  for (const DataConfig::Blend& b : data.blend())
+  std::vector<DataConfig::Blend> blends = data.blend();
+  if (data.per_split())
+    for (const std::vector<DataConfig::Blend>& split : data.split_blends())
+      blends.insert(blends.end(), split.begin(), split.end());
+  for (const DataConfig::Blend& b : blends)
     if (!data::some_document_ends_with(data::IndexedDocuments(b.prefix), eod))
       throw config::ConfigError(field, "true, but no document of data.data_path " + b.prefix +
                                            " ends with the tokenizer's EOD token (id " + std::to_string(eod) +
@@ -97,6 +101,16 @@ TrainResult run_on_rank(const ResolvedConfig& given, const DistributedRuntime& r
                     evals * cfg.training->eval_iters * gbs,
                     cfg.training->eval_iters * gbs};
   dc.mock = cfg.data->mock_data;
+  if (cfg.data->per_split()) {  // Megatron's blend_per_split: each split its own datasets
+    dc.per_split = true;
+    const auto splits = cfg.data->split_blends();
+    for (int s = 0; s < 3; ++s) {
+      std::ostringstream text;
+      for (const auto& b : splits[s]) text << b.weight << " " << b.prefix << " ";
+      dc.per_split_data_path[s] = text.str();
+      if (!splits[s].empty()) blend << (s == 0 ? "train: " : s == 1 ? "valid: " : "test: ") << text.str();
+    }
+  }
   dc.mock_config.vocab_size = tokenizer->vocab_size();
   dc.mock_config.eod_token = tokenizer->eod();
   dc.mock_config.seed = static_cast<uint64_t>(cfg.training->seed);
@@ -110,13 +124,18 @@ TrainResult run_on_rank(const ResolvedConfig& given, const DistributedRuntime& r
   const EodRules eod{tokenizer->eod(), cfg.data->eod_mask_loss, cfg.data->reset_position_ids,
                      cfg.data->reset_attention_mask};
   DatasetBatchSource train(datasets[0], cfg.training->micro_batch_size, nmb, eod, dp_rank, dp_size);
-  const std::string data_name = cfg.data->mock_data ? std::string("mock data") : "data.data_path [" + trimmed(blend.str()) + "]";
+  const std::string data_name = cfg.data->mock_data   ? std::string("mock data")
+                                : cfg.data->per_split() ? "the per-split data [" + trimmed(blend.str()) + "]"
+                                                        : "data.data_path [" + trimmed(blend.str()) + "]";
   train.check_vocabulary(*cfg.model->vocab_size, data_name);
+  const bool cyclic = cfg.data->dataloader_type == DataloaderType::Cyclic;  // Megatron's random sampler
+  if (cyclic) train.use_random_sampler(cfg.data->data_sharding);
   std::unique_ptr<DatasetBatchSource> valid;
   if (datasets[1] && evals > 0) {
     valid = std::make_unique<DatasetBatchSource>(datasets[1], cfg.training->micro_batch_size, nmb, eod, dp_rank,
                                                  dp_size);
     valid->check_vocabulary(*cfg.model->vocab_size, data_name);
+    if (cyclic) valid->use_random_sampler(cfg.data->data_sharding);
   }
 
   // logging.record_memory_history: from before the model's parameters are allocated (the trainer

@@ -21,6 +21,8 @@
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/checkpoint_architecture.h"
 #include "training/checkpointing/checkpoint_directory.h"
+#include "training/checkpointing/checkpoint_save.h"
+#include "training/checkpointing/checkpoint_scheduler.h"
 #include "training/observability/router_tracer.h"
 #include "training/signals.h"
 #include "training/step_losses.h"
@@ -125,49 +127,78 @@ Trainer::Trainer(const ResolvedConfig& cfg, LanguageModel& model, BatchSource& t
                                                      !cfg_.logging->disable_straggler_on_startup,
                                                      cfg_.logging->straggler_ctrlr_port);
 
-  if (cfg_.checkpoint->load) {
-    const std::string& dir = *cfg_.checkpoint->load;
-    if (!read_checkpoint_tracker(dir)) {
-      log::warn("checkpoint.load={}: no {} found, training from scratch", dir, kTrackerFile);
-    } else {
-      const int64_t at = *read_checkpoint_tracker(dir);
-      for (const std::string& d : check_checkpoint_architecture(dir, at, cfg_))  // a finetune's differences
-        log::warn("checkpoint.finetune: {}", d);
-      CheckpointLoadOptions lo;
-      lo.load_optimizer = !cfg_.checkpoint->no_load_optim;
-      lo.load_rng = !cfg_.checkpoint->no_load_rng;
-      lo.finetune = cfg_.checkpoint->finetune;
-      std::tie(lo.absent_from_checkpoint, lo.absent_from_model) = mismatch_handling(cfg_.checkpoint->dist_ckpt_strictness);
-      lo.holds_whole_model = pipeline_.pp.size() == 1 && options_.groups.ep.size() == 1;
-      // Distributed optimizer: the state is read at full size, then this rank keeps its segments.
-      const bool reads_optimizer = lo.load_optimizer && !lo.finetune;
-      if (reads_optimizer) optimizer_->prepare_checkpoint_states();
-      const CheckpointState st = load_checkpoint(dir, checkpointed_, optimizer_.get(), tensor_io(), lo);
-      if (reads_optimizer) optimizer_->scatter_checkpoint_states();
-      const char* why = lo.finetune ? "checkpoint.finetune" : "checkpoint.dist_ckpt_strictness";
-      for (const std::string& n : st.finetune_missing)
-        log::warn("{}: {} is not in the checkpoint; it keeps its initialisation", why, n);
-      for (const std::string& n : st.finetune_unused)
-        log::warn("{}: the checkpoint's {} is not in this model; not loaded", why, n);
-      iteration_ = start_iteration_ = st.iteration;
-      consumed_samples_ = st.consumed_train_samples;
-      // Checkpoints from before the scheduler count was saved: every iteration at the config's size.
-      scheduler_steps_ = st.lr_scheduler_steps.value_or(st.iteration * *cfg_.training->global_batch_size);
-      skipped_iterations_ = st.num_skipped_iterations;
-      if (loss_scaler_ && st.loss_scaler && lo.load_optimizer && !lo.finetune) loss_scaler_->load(*st.loss_scaler);
-      num_evaluations_ = st.num_evaluations;
-      if (lo.load_rng && !lo.finetune && st.seed != static_cast<uint64_t>(cfg_.training->seed))
-        log::warn("checkpoint {} was written with seed {}, this run uses training.seed={}", dir, st.seed,
-                  cfg_.training->seed);
-      out() << " loaded checkpoint from " << dir << " at iteration " << st.iteration
-            << (lo.finetune ? " (finetune: weights only, starting at iteration 0)" : "") << std::endl;
-    }
-  }
+  if (cfg_.checkpoint->load) resume_from_checkpoint(*cfg_.checkpoint->load);
   // logging.moe_routing_trace_path: the router tracer over every chunk's routers (training/observability/router_tracer.h).
   if (auto tracer = make_router_tracer(cfg_, pipeline_.chunks, options_.groups.global_rank,
                                          options_.groups.ep.rank(), options_.groups.ep.size()))
     observers_.add(std::move(tracer));
   setup_tensor_metrics();
+}
+
+// checkpoint.load: the weights, optimizer, counters and schedule of its latest checkpoint (a warning
+// and a fresh start when it holds none).
+void Trainer::resume_from_checkpoint(const std::string& dir) {
+  if (!read_checkpoint_tracker(dir)) {
+    log::warn("checkpoint.load={}: no {} found, training from scratch", dir, kTrackerFile);
+    return;
+  }
+  const int64_t at = *read_checkpoint_tracker(dir);
+  for (const std::string& d : check_checkpoint_architecture(dir, at, cfg_))  // a finetune's differences
+    log::warn("checkpoint.finetune: {}", d);
+  CheckpointLoadOptions lo;
+  lo.load_optimizer = !cfg_.checkpoint->no_load_optim;
+  lo.load_rng = !cfg_.checkpoint->no_load_rng;
+  lo.finetune = cfg_.checkpoint->finetune;
+  std::tie(lo.absent_from_checkpoint, lo.absent_from_model) = mismatch_handling(cfg_.checkpoint->dist_ckpt_strictness);
+  lo.holds_whole_model = pipeline_.pp.size() == 1 && options_.groups.ep.size() == 1;
+  // Distributed optimizer: the state is read at full size, then this rank keeps its segments.
+  const bool reads_optimizer = lo.load_optimizer && !lo.finetune;
+  if (reads_optimizer) optimizer_->prepare_checkpoint_states();
+  const CheckpointState st = load_checkpoint(dir, checkpointed_, optimizer_.get(), tensor_io(), lo);
+  if (reads_optimizer) optimizer_->scatter_checkpoint_states();
+  const char* why = lo.finetune ? "checkpoint.finetune" : "checkpoint.dist_ckpt_strictness";
+  for (const std::string& n : st.finetune_missing)
+    log::warn("{}: {} is not in the checkpoint; it keeps its initialisation", why, n);
+  for (const std::string& n : st.finetune_unused)
+    log::warn("{}: the checkpoint's {} is not in this model; not loaded", why, n);
+  iteration_ = start_iteration_ = st.iteration;
+  consumed_samples_ = st.consumed_train_samples;
+  // Checkpoints from before the scheduler count was saved: every iteration at the config's size.
+  scheduler_steps_ = st.lr_scheduler_steps.value_or(st.iteration * *cfg_.training->global_batch_size);
+  resume_lr_schedule(st, dir);
+  skipped_iterations_ = st.num_skipped_iterations;
+  if (loss_scaler_ && st.loss_scaler && lo.load_optimizer && !lo.finetune) loss_scaler_->load(*st.loss_scaler);
+  num_evaluations_ = st.num_evaluations;
+  if (lo.load_rng && !lo.finetune && st.seed != static_cast<uint64_t>(cfg_.training->seed))
+    log::warn("checkpoint {} was written with seed {}, this run uses training.seed={}", dir, st.seed,
+              cfg_.training->seed);
+  out() << " loaded checkpoint from " << dir << " at iteration " << st.iteration
+        << (lo.finetune ? " (finetune: weights only, starting at iteration 0)" : "") << std::endl;
+}
+
+// The schedule a resume continues (training/checkpointing/checkpoint_scheduler.h): the config's, or
+// the checkpoint's under checkpoint.use_checkpoint_opt_param_scheduler; a difference without either
+// flag is refused. Under checkpoint.override_opt_param_scheduler the scheduler's position is the
+// consumed samples, as Megatron's load_checkpoint resets num_steps.
+void Trainer::resume_lr_schedule(const CheckpointState& st, const std::string& dir) {
+  if (!resume_loads_lr_schedule(cfg_)) return;
+  const std::string where = "'" + dir + "' (iteration " + std::to_string(st.iteration) + ")";
+  const LrScheduleState s = resolve_resume_lr_schedule(st.lr_schedule, cfg_, where);
+  if (cfg_.checkpoint->use_checkpoint_opt_param_scheduler) {
+    schedule_ = schedule_.with_state(s);
+    decoupled_schedule_.reset();
+    if (s.decoupled_max_lr)
+      decoupled_schedule_ = schedule_.with_peak(*s.decoupled_max_lr, s.decoupled_min_lr.value_or(s.min_lr));
+    log::info("checkpoint.use_checkpoint_opt_param_scheduler: the checkpoint's schedule (lr {}, min_lr {}, warmup "
+              "{} and decay {} samples)",
+              s.max_lr, s.min_lr, s.warmup_steps, s.decay_steps);
+  }
+  if (cfg_.checkpoint->override_opt_param_scheduler && scheduler_steps_ != consumed_samples_) {
+    log::warn("checkpoint.override_opt_param_scheduler: the scheduler's count ({} samples) differs from the "
+              "consumed samples ({}); continuing from the consumed samples, as Megatron does",
+              scheduler_steps_, consumed_samples_);
+    scheduler_steps_ = consumed_samples_;
+  }
 }
 
 // logging.tensor_metrics: the forward sites through the run's observers, the optimizer's values
@@ -369,52 +400,6 @@ EvalResult Trainer::evaluate(int64_t index) {
   r.loss = r.counted ? r.losses.front().second : std::nan("");
   r.ppl = std::exp(std::min(20.0, r.loss));
   return r;
-}
-
-void Trainer::save_checkpoint() {
-  STRATA_CHECK(cfg_.checkpoint->save.has_value(), "trainer: checkpoint.save is not set");
-  CheckpointState st;
-  st.iteration = iteration_;
-  st.consumed_train_samples = consumed_samples_;
-  st.lr_scheduler_steps = scheduler_steps_;
-  if (loss_scaler_) st.loss_scaler = loss_scaler_->state();
-  st.optimizer_step_count = optimizer_->step_count();
-  st.num_skipped_iterations = skipped_iterations_;
-  st.num_evaluations = num_evaluations_;
-  st.seed = static_cast<uint64_t>(cfg_.training->seed);
-  st.config_yaml = cfg_.to_yaml();
-  const auto t0 = Clock::now();
-  // Collective (sharded checkpoint, training/checkpointing/checkpoint.h): the distributed optimizer's shards are
-  // gathered within dp to the tp/pp shard; every rank writes the pieces it uniquely owns (dp rank 0;
-  // replicated parameters from tp rank 0); rank 0 writes the manifest and, after a barrier, the tracker.
-  const ProcessGroup& world = options_.groups.world;
-  STRATA_CHECK(pipeline_.pp.size() == 1 || world.size() > 1,
-               "trainer: checkpoint.save under pipeline parallelism needs TrainerOptions.groups (the world group)");
-  if (saved_iterations_.empty() && options_.groups.global_rank == 0)  // this run's first save
-    for (const std::string& p : clean_checkpoint_directory(*cfg_.checkpoint->save,
-                                                           cfg_.checkpoint->overwrite && !resumes_from_save_directory(cfg_)))
-      log::info("checkpoint.save: removed {} (an interrupted save's leftover, or a replaced run's checkpoint)", p);
-  const bool retains = cfg_.checkpoint->save_retain_interval && options_.groups.global_rank == 0;
-  const std::optional<int64_t> previous = retains ? read_checkpoint_tracker(*cfg_.checkpoint->save) : std::nullopt;
-  optimizer_->gather_checkpoint_states();
-  CheckpointSaveLayout layout;
-  layout.world = world;
-  layout.tp_rank = options_.groups.tp.rank();
-  layout.dp_rank = options_.groups.dp_cp.rank();
-  layout.expert_dp_rank = options_.groups.expert_dp.rank();
-  layout.expert_tp_rank = options_.groups.expert_tp.rank();
-  const std::string dir =
-      strata::save_checkpoint(*cfg_.checkpoint->save, st, checkpointed_, optimizer_.get(), tensor_io(), true, layout);
-  optimizer_->release_checkpoint_states();
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  out() << " saved checkpoint at iteration " << iteration_ << " to " << dir << " (" << ms << " ms)" << std::endl;
-  if (retains)
-    if (const std::string gone = retire_previous_checkpoint(*cfg_.checkpoint->save, previous, iteration_,
-                                                            *cfg_.checkpoint->save_retain_interval);
-        !gone.empty())
-      log::info("checkpoint.save_retain_interval: removed {}", gone);
-  last_saved_iteration_ = iteration_;
-  saved_iterations_.push_back(iteration_);
 }
 
 }  // namespace strata

@@ -14,6 +14,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@
 #include "training/checkpointing/tensor_file.h"
 
 namespace strata {
+
+struct CheckpointState;
+class AsyncCheckpointWriter;
 
 namespace tensor_metrics {
 class TensorMetricObserver;
@@ -127,6 +131,13 @@ class Trainer {
   const MoeAccounting* moe_accounting() const { return moe_.get(); }
 
  private:
+  void resume_from_checkpoint(const std::string& dir);
+  // training/trainer_checkpoint.cpp: checkpoint.async_save's finalize points.
+  void complete_save(const std::string& dir, int64_t iteration, std::optional<int64_t> previous,
+                     std::chrono::steady_clock::time_point t0);
+  void finalize_async_save();        // waits for the pending save's write and finalizes it
+  void maybe_finalize_async_save();  // finalizes it when every rank's write has ended
+  void resume_lr_schedule(const CheckpointState& st, const std::string& dir);
   void build_gradient_buffers_and_optimizer();
   struct StepOutcome {
     double loss = 0.0;  // the LM loss
@@ -205,6 +216,11 @@ class Trainer {
   bool warned_scale_at_minimum_ = false;   // fp16: the loss scale at min_loss_scale and still overflowing, once
   bool warned_no_counted_tokens_ = false;  // the warning for a step or validation without a counted token, once
   std::vector<int64_t> saved_iterations_;
+  bool cleaned_save_directory_ = false;  // this run's first save cleans checkpoint.save
+  // checkpoint.async_save: the pending save (declared last: its thread ends before the rest goes).
+  std::optional<int64_t> async_previous_;  // the tracker's iteration when it started (save_retain_interval)
+  std::chrono::steady_clock::time_point async_started_;
+  std::unique_ptr<AsyncCheckpointWriter> async_writer_;
 };
 
 }  // namespace strata

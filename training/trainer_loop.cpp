@@ -384,6 +384,7 @@ TrainResult Trainer::train() {
   iv.reset(loss_names_.size());
 
   auto finish = [&](int code) {
+    finalize_async_save();  // checkpoint.async_save: the end of training waits for the pending save
     observers_.finish();  // e.g. the router tracer's files complete (also on a stop by signal)
     for (MetricsSink* s : sinks_) s->flush();
     result.exit_code = code;
@@ -417,6 +418,7 @@ TrainResult Trainer::train() {
     }
     profile_boundary(/*after_step=*/true);
     if (account_skip(o, result, iv)) return finish(1);
+    maybe_finalize_async_save();  // a background save whose every rank has written becomes visible
     if (iteration_ % log_interval_iters == 0) log_interval(o, iv);
     if (iteration_ % log_interval_iters == 0 || iteration_ == start_iteration_ + 1) dump_memory_snapshot();
     check_weight_hashes(/*startup=*/false);

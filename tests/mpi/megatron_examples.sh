@@ -478,7 +478,7 @@ rl_common_kept 2 1
 run rl_llama3p1_8b_instruct 2 train "${rl_launch[@]}" "${rl_llama31[@]}" "${rl_common[@]}" "${rl_env[@]}"
 # nemotron5_56b.sh: TP8 → TP2; refused at --fp8-format (then --fp8-amax-history-len,
 # --fp8-amax-compute-algo, --fp8-interval, --fp8-margin, --fp8-recipe, --squared-relu,
-# --dist-ckpt-strictness, --async-save, --log-progress). Its two --seq-length (12000, then 8191).
+# --dist-ckpt-strictness, --log-progress). Its two --seq-length (12000, then 8191).
 rl_nemotron5_56b=(--calculate-per-token-loss --seq-length 48 --fp8-format hybrid --fp8-amax-history-len 1
   --fp8-amax-compute-algo max --fp8-interval 1 --fp8-margin 0 --first-last-layers-bf16 --fp8-recipe tensorwise
   --hybrid-layer-pattern "M-M*-" --spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec

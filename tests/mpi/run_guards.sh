@@ -78,7 +78,7 @@ n=$(grep -c "no token was counted in the loss" "$work/eod_run.txt" || true)
 # 3. Errors after the config stage, once and without a source location.
 truncate -s 100 "$ckpt/iter_0000004/model_rank_0000.safetensors"
 must_fail "$work/truncated.txt" train training.train_iters=6 checkpoint.load="$ckpt" \
-  checkpoint.allow_unchecked_architecture=true
+  checkpoint.allow_unchecked_architecture=true checkpoint.override_opt_param_scheduler=true
 once "$work/truncated.txt" "model_rank_0000.safetensors is truncated or corrupt"
 
 printf 'Document one is here.\n\nDocument two follows it.\n\n' >"$work/docs.txt"

@@ -7,7 +7,10 @@
 # the 512 padded rows, the same global model) to iteration 6, `mpirun -np 2 strata train` resumes
 # from it at DP2 with the distributed optimizer, and `strata export --format hf` exports it from one
 # process (its tp-1 model pads to 384 rows: the weights-only reader takes the common rows); a CP2
-# run (ring exchange) loading it continues with the TP1 run's losses.
+# run (ring exchange) loading it continues with the TP1 run's losses. The resumed runs extend
+# train_iters 4 → 6, so the learning-rate schedule changes: checkpoint.override_opt_param_scheduler
+# (Megatron's --override-opt_param-scheduler) takes the config's. The TP2×PP2 run again with
+# --async-save writes the same bytes.
 set -euo pipefail
 strata=$1; mpirun_sh=$2; work=$3
 rm -rf "$work"; mkdir -p "$work"
@@ -28,17 +31,32 @@ for r in 0 1 2 3; do
   [[ -f "$work/ckpt/iter_0000004/model_rank_000$r.safetensors" ]] || fail "model_rank_000$r.safetensors missing"
 done
 grep -q '"version": 2' "$work/ckpt/iter_0000004/manifest.json" || fail "manifest is not version 2"
-"$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 \
+# The same run with --async-save (every rank's files written by a background thread, saves at 2 and
+# 4 finalized collectively): the same losses and byte-identical files.
+"$mpirun_sh" -np 4 "$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=4 \
+  parallel.tensor_model_parallel_size=2 parallel.pipeline_model_parallel_size=2 --async-save \
+  checkpoint.save="$work/ckpt_async" checkpoint.save_interval=2 >"$work/save_async.txt" 2>&1 \
+  || { cat "$work/save_async.txt"; fail "mpirun -np 4 strata train --async-save exited non-zero"; }
+[[ "$(cat "$work/ckpt_async/latest_checkpointed_iteration.txt")" == "4" ]] || fail "async: tracker does not name 4"
+for f in model_rank_0000 model_rank_0001 model_rank_0002 model_rank_0003 optimizer_rank_0000 optimizer_rank_0001 \
+  optimizer_rank_0002 optimizer_rank_0003; do
+  cmp -s "$work/ckpt/iter_0000004/$f.safetensors" "$work/ckpt_async/iter_0000004/$f.safetensors" \
+    || fail "async: $f.safetensors differs from the synchronous save's"
+done
+cmp -s <(grep -oE "lm loss: [0-9.E+-]+" "$work/save.txt") <(grep -oE "lm loss: [0-9.E+-]+" "$work/save_async.txt") \
+  || fail "async: the losses differ from the synchronous run's"
+grep -q "saving checkpoint at iteration 2 in the background" "$work/save_async.txt" || fail "async: no background save"
+"$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 checkpoint.override_opt_param_scheduler=true \
   model.make_vocab_size_divisible_by=256 checkpoint.load="$work/ckpt" >"$work/tp1.txt" 2>&1 || { cat "$work/tp1.txt"; fail "strata train (TP1, load) exited non-zero"; }
 grep -q "loaded checkpoint from .* at iteration 4" "$work/tp1.txt" || { cat "$work/tp1.txt"; fail "TP1 run did not load iteration 4"; }
 grep -qE "iteration +6/ +6 \|" "$work/tp1.txt" || { cat "$work/tp1.txt"; fail "TP1 run did not reach iteration 6"; }
-"$mpirun_sh" -np 2 "$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 \
+"$mpirun_sh" -np 2 "$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 checkpoint.override_opt_param_scheduler=true \
   model.make_vocab_size_divisible_by=256 parallel.use_distributed_optimizer=true checkpoint.load="$work/ckpt" >"$work/dp2.txt" 2>&1 \
   || { cat "$work/dp2.txt"; fail "mpirun -np 2 strata train (DP2, load) exited non-zero"; }
 grep -qE "iteration +6/ +6 \|" "$work/dp2.txt" || { cat "$work/dp2.txt"; fail "DP2 run did not reach iteration 6"; }
 # Context parallelism reads the same checkpoint: CP2 (ring K/V exchange) continues with the TP1
 # run's losses (within 1e-5 relative; the printed values have 7 significant digits).
-"$mpirun_sh" -np 2 "$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 \
+"$mpirun_sh" -np 2 "$strata" train --config "$work/run.yaml" "${common[@]}" training.train_iters=6 checkpoint.override_opt_param_scheduler=true \
   model.make_vocab_size_divisible_by=256 parallel.context_parallel_size=2 parallel.cp_comm_type=p2p \
   checkpoint.load="$work/ckpt" >"$work/cp2.txt" 2>&1 \
   || { cat "$work/cp2.txt"; fail "mpirun -np 2 strata train (CP2, load) exited non-zero"; }

@@ -56,7 +56,10 @@ CliResult train(const std::string& dir, int64_t iters, std::vector<std::string> 
   const std::string yaml = write_file("guards.yaml", kModel);
   std::vector<std::string> args = {"train", "--config", yaml, "training.train_iters=" + std::to_string(iters),
                                    "training.eval_iters=0", "logging.log_interval=1", "training.device=cpu",
-                                   "checkpoint.save=" + dir, "checkpoint.load=" + dir};
+                                   "checkpoint.save=" + dir, "checkpoint.load=" + dir,
+                                   // The runs resume with another train_iters, so another learning-rate and
+                                   // weight-decay schedule: the config's (Megatron's --override-opt_param-scheduler).
+                                   "checkpoint.override_opt_param_scheduler=true"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_cli(args);
 }

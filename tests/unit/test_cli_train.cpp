@@ -379,7 +379,7 @@ TEST_CASE("cli train: another run's checkpoints are never replaced silently, int
   CHECK_THAT(r.err, Contains("holds another run's checkpoints"));
 
   // Resuming run A is allowed and removes the interrupted save's leftover at its first save.
-  r = train(6, {"checkpoint.load=" + dir});
+  r = train(6, {"checkpoint.load=" + dir, "checkpoint.override_opt_param_scheduler=true"});  // train_iters 4 → 6
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
   CHECK(tracker() == "6");
@@ -509,7 +509,9 @@ TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run ha
   REQUIRE(losses(r.out).size() == 2u);
   CHECK(losses(r.out) == losses(direct.out));
   // The job has its own checkpoint now: it resumes from it (iteration 2 → 4), not from the pretrained.
-  r = train({"--pretrained-checkpoint", pre, "--load", job, "--save", job, "--train-iters", "4"});
+  // (train_iters 2 → 4: the config's learning-rate schedule, --override-opt_param-scheduler)
+  r = train({"--pretrained-checkpoint", pre, "--load", job, "--save", job, "--train-iters", "4",
+             "--override-opt_param-scheduler"});
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Contains("loaded checkpoint from " + job + " at iteration 2"));
@@ -517,7 +519,7 @@ TEST_CASE("cli train: --pretrained-checkpoint finetunes from it until the run ha
   // Megatron's --use-checkpoint-args: the architecture comes from the checkpoint's saved config,
   // over the command line's (num_layers 1 and heads 2 give way to the checkpoint's 2 and 4).
   r = train({"--use-checkpoint-args", "--load", job, "--save", job, "--train-iters", "5", "--num-layers", "1",
-             "--num-attention-heads", "2"});
+             "--num-attention-heads", "2", "--override-opt_param-scheduler"});
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.err, Contains("strata: checkpoint.use_checkpoint_args: model.num_layers=2 (was 1)"));

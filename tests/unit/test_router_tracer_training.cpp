@@ -283,7 +283,8 @@ TEST_CASE("router tracer: max iterations stop tracing, a resumed run traces", "[
   CHECK(state.metadata.at("decoder..1.num_groups") == "2");  // group-limited routing, for a predictor
   CHECK(state.metadata.at("decoder..1.group_topk") == "1");
   const ResolvedConfig resumed = test::tiny_config(moe_options(
-      {"training.train_iters=5", "checkpoint.load=" + ckpt, "model.moe_router_num_groups=2",
+      {"training.train_iters=5", "checkpoint.load=" + ckpt, "checkpoint.override_opt_param_scheduler=true",
+       "model.moe_router_num_groups=2",
        "model.moe_router_group_topk=1", "logging.moe_routing_trace_path=" + trace,
        "logging.moe_routing_trace_max_training_iters=1"}));
   const Run b = train(resumed);

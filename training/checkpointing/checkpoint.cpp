@@ -1,6 +1,6 @@
 // Megatron-layout sharded checkpoints with a JSON manifest and CRC-32C checksums (see checkpoint.h):
-// the collective save (per-rank shard files, manifest merged by rank 0) and the layout-independent
-// load (version 2 pieces, version 1 whole tensors).
+// the tracker and the layout-independent load (version 2 pieces, version 1 whole tensors); the
+// collective save (per-rank shard files, manifest merged by rank 0) is checkpoint_save.cpp.
 #include "training/checkpointing/checkpoint.h"
 
 #include <fcntl.h>
@@ -22,6 +22,7 @@
 #include "models/layers/moe/router.h"
 #include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint_pieces.h"
+#include "training/checkpointing/checkpoint_scheduler.h"
 #include "training/checkpointing/checksum.h"
 #include "training/checkpointing/checkpoint_tokenizer.h"
 #include "training/checkpointing/contained_path.h"
@@ -35,23 +36,6 @@ namespace {
 
 const char* kManifestFile = "manifest.json";
 
-// fsync a file or directory by path (best effort on filesystems that refuse directory fsync).
-void fsync_path(const fs::path& p, bool is_dir) {
-  const int fd = ::open(p.c_str(), is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  STRATA_CHECK(fd >= 0, "checkpoint: cannot open ", p.string(), " to fsync");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  STRATA_CHECK(rc == 0 || is_dir, "checkpoint: fsync failed for ", p.string());
-}
-
-void write_text_file(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  STRATA_CHECK(out.good(), "checkpoint: cannot write ", p.string());
-  out << text;
-  out.close();
-  STRATA_CHECK(!out.fail(), "checkpoint: error writing ", p.string());
-}
-
 std::string read_text_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   STRATA_CHECK(in.good(), "checkpoint: cannot read ", p.string());
@@ -59,16 +43,6 @@ std::string read_text_file(const fs::path& p) {
   ss << in.rdbuf();
   return ss.str();
 }
-
-Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()).contiguous().clone(); }
-
-std::string rank_file(const char* stem, int rank, const std::string& ext) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%s_rank_%04d", stem, rank);
-  return buf + ext;
-}
-
-json box_json(const TensorBox& b) { return {{"offsets", b.offsets}, {"shape", b.shape}}; }
 
 // ---- reading a manifest: every member checked, errors naming the file and the member ----------
 
@@ -112,65 +86,6 @@ const json& manifest_object(const json& obj, const std::string& key, const std::
   const json& j = obj.at(key);
   STRATA_CHECK(j.is_object(), "checkpoint: ", file.string(), ": \"", name, "\" is ", j.type_name(), ", not an object");
   return j;
-}
-
-// The pieces one rank writes: file contents and their manifest entries ("tensors" fragment).
-struct ShardWriter {
-  std::string file;
-  std::map<std::string, Tensor> tensors;
-  json* table = nullptr;
-  // Adds t (shaped like p.value) as the pieces of global tensor `name` (p's boxes).
-  void add(const std::string& name, const Parameter& p, const Tensor& t) {
-    const std::vector<LocalRegion> regions = parameter_regions(p, t);
-    json& entry = (*table)[name];
-    if (entry.is_null()) {
-      entry["shape"] = parameter_global_shape(p).vec();
-      entry["dtype"] = dtype_name(t.dtype());
-      entry["pieces"] = json::array();
-    }
-    for (size_t i = 0; i < regions.size(); ++i) {
-      const std::string key = regions.size() == 1 ? name : name + "#" + std::to_string(i);
-      STRATA_CHECK(!tensors.count(key), "checkpoint: duplicate tensor ", key);
-      tensors[key] = host_copy(regions[i].local);
-      json piece = box_json(regions[i].box);
-      piece["file"] = file;
-      piece["key"] = key;
-      entry["pieces"].push_back(piece);
-    }
-  }
-};
-
-// Merges the per-rank fragments into one "tensors" table and checks every global tensor is
-// covered exactly once (pieces of one tensor never overlap, so their sizes must add up).
-json merge_fragments(const std::vector<json>& fragments, json& files) {
-  json tensors = json::object();
-  for (const json& f : fragments) {
-    for (auto it = f.at("files").begin(); it != f.at("files").end(); ++it) files[it.key()] = it.value();
-    for (auto it = f.at("tensors").begin(); it != f.at("tensors").end(); ++it) {
-      json& e = tensors[it.key()];
-      if (e.is_null()) {
-        e = it.value();
-        continue;
-      }
-      STRATA_CHECK(e.at("shape") == it.value().at("shape") && e.at("dtype") == it.value().at("dtype"),
-                   "checkpoint: ranks disagree on the global shape or dtype of ", it.key(), ": ",
-                   e.at("shape").dump(), " ", e.at("dtype").dump(), " vs ", it.value().at("shape").dump(), " ",
-                   it.value().at("dtype").dump());
-      for (const json& piece : it.value().at("pieces")) e["pieces"].push_back(piece);
-    }
-  }
-  for (auto it = tensors.begin(); it != tensors.end(); ++it) {
-    int64_t global = 1, covered = 0;
-    for (int64_t d : it.value().at("shape")) global *= d;
-    for (const json& piece : it.value().at("pieces")) {
-      int64_t n = 1;
-      for (int64_t d : piece.at("shape")) n *= d;
-      covered += n;
-    }
-    STRATA_CHECK(covered == global, "checkpoint: the saved pieces of ", it.key(), " cover ", covered, " of ",
-                 global, " elements (a parameter is owned by no rank, or by several)");
-  }
-  return tensors;
 }
 
 // One global tensor of a checkpoint: its shape and the pieces it is stored as.
@@ -225,125 +140,6 @@ std::optional<int64_t> read_checkpoint_tracker(const std::string& dir) {
     STRATA_CHECK(false, "checkpoint: ", p.string(), " does not hold an iteration number: '", text, "'");
   }
   return std::nullopt;
-}
-
-std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
-                            const std::vector<Parameter*>& params, AdamWOptimizer* opt, TensorFileIO& io,
-                            bool write_tracker, const CheckpointSaveLayout& layout) {
-  STRATA_CHECK(!save_dir.empty(), "checkpoint: empty save directory");
-  const ProcessGroup& world = layout.world;
-  const int rank = world.rank(), nranks = world.size();
-  auto barrier = [&] {
-    if (nranks > 1) world.barrier();
-  };
-  const fs::path root(save_dir);
-  const std::string name = checkpoint_dir_name(state.iteration);
-  const fs::path final_dir = root / name;
-  const fs::path tmp_dir = root / (name + ".tmp");
-  if (rank == 0) {
-    fs::create_directories(root);
-    fs::remove_all(tmp_dir);
-    fs::create_directories(tmp_dir);
-  }
-  barrier();
-
-  // ---- this rank's pieces: what it uniquely owns ----
-  const std::map<std::string, std::string> meta{{"format", kCheckpointFormat},
-                                                {"iteration", std::to_string(state.iteration)}};
-  auto owns = [&](const Parameter& p) {
-    if (p.expert_parallel) return layout.expert_dp_rank == 0 && (p.tensor_parallel || layout.expert_tp_rank == 0);
-    return layout.dp_rank == 0 && !p.shared_copy && (p.tensor_parallel || layout.tp_rank == 0);
-  };
-  json fragment = {{"tensors", json::object()}, {"files", json::object()}};
-  ShardWriter model{rank_file("model", rank, io.extension()), {}, &fragment["tensors"]};
-  ShardWriter optim{rank_file("optimizer", rank, io.extension()), {}, &fragment["tensors"]};
-  // The name map rejects two parameters with one name (and lists each parameter once).
-  const CanonicalParameterNameMap names({params}, 0, 1, 0);
-  for (Parameter* p : params)
-    if (owns(*p)) model.add(checkpoint_parameter_name(names.name_of(p)), *p, p->value);
-  if (opt) {
-    for (ParamState& s : opt->checkpoint_states()) {  // full-size (distributed optimizer: gathered)
-      const Parameter& p = *s.param;
-      if (!owns(p)) continue;
-      const Shape& shape = p.value.shape();
-      const std::string name = checkpoint_parameter_name(p.name);
-      optim.add("optimizer.exp_avg." + name, p, s.exp_avg.reshape(shape));
-      optim.add("optimizer.exp_avg_sq." + name, p, s.exp_avg_sq.reshape(shape));
-      if (s.separate_master) optim.add("optimizer.master." + name, p, s.master.reshape(shape));
-    }
-  }
-  for (ShardWriter* w : {&model, &optim}) {
-    if (w->tensors.empty()) continue;
-    const fs::path fp = tmp_dir / w->file;
-    io.write(fp.string(), w->tensors, meta);
-    fsync_path(fp, false);
-    uint64_t size = 0;
-    const uint32_t crc = crc32c_file(fp.string(), &size);
-    fragment["files"][w->file] = {{"crc32c", crc32c_hex(crc)}, {"bytes", size}};
-  }
-  const fs::path fragment_path = tmp_dir / ("shard_rank_" + std::to_string(rank) + ".json");
-  write_text_file(fragment_path, fragment.dump());
-  fsync_path(fragment_path, false);
-  barrier();
-
-  // ---- rank 0: the manifest, then the rename ----
-  if (rank == 0) {
-    std::vector<json> fragments;
-    for (int r = 0; r < nranks; ++r) {
-      const fs::path fp = tmp_dir / ("shard_rank_" + std::to_string(r) + ".json");
-      STRATA_CHECK(fs::exists(fp), "checkpoint: rank ", r, " wrote no ", fp.string());
-      fragments.push_back(json::parse(read_text_file(fp)));
-      fs::remove(fp);
-    }
-    json jfiles = json::object();
-    const json tensors = merge_fragments(fragments, jfiles);
-    json manifest;
-    manifest["format"] = kCheckpointFormat;
-    manifest["version"] = kCheckpointVersion;
-    manifest["iteration"] = state.iteration;
-    manifest["consumed_samples"] = state.consumed_train_samples;
-    manifest["optimizer"] = {{"step_count", state.optimizer_step_count},
-                             {"saved", opt != nullptr},
-                             {"num_skipped_iterations", state.num_skipped_iterations}};
-    if (state.lr_scheduler_steps) manifest["optimizer"]["scheduler_steps"] = *state.lr_scheduler_steps;
-    if (state.loss_scaler)
-      manifest["optimizer"]["loss_scaler"] = {{"scale", state.loss_scaler->scale},
-                                              {"growth_tracker", state.loss_scaler->growth_tracker},
-                                              {"hysteresis_tracker", state.loss_scaler->hysteresis_tracker}};
-    manifest["rng"] = {{"kind", "philox-counter"}, {"seed", state.seed}};
-    manifest["data"] = {{"consumed_train_samples", state.consumed_train_samples},
-                        {"num_evaluations", state.num_evaluations}};
-    manifest["config"] = state.config_yaml;
-    if (json tok = save_checkpoint_tokenizer(state.config_yaml, tmp_dir); !tok.is_null()) manifest["tokenizer"] = tok;
-    manifest["saved_world_size"] = nranks;
-    json jparams = json::array();
-    for (auto it = tensors.begin(); it != tensors.end(); ++it)
-      if (it.key().rfind("optimizer.", 0) != 0) jparams.push_back(it.key());
-    manifest["parameters"] = jparams;
-    manifest["tensors"] = tensors;
-    manifest["files"] = jfiles;
-    write_text_file(tmp_dir / kManifestFile, manifest.dump(1) + "\n");
-    fsync_path(tmp_dir / kManifestFile, false);
-    fsync_path(tmp_dir, true);
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);
-    fs::rename(tmp_dir, final_dir);
-    fsync_path(root, true);
-  }
-  barrier();
-  // Tracker last, atomically, once every rank's files are in place.
-  if (write_tracker && rank == 0) write_checkpoint_tracker(save_dir, state.iteration);
-  if (write_tracker) barrier();
-  return final_dir.string();
-}
-
-void write_checkpoint_tracker(const std::string& save_dir, int64_t iteration) {
-  const fs::path root(save_dir);
-  fs::create_directories(root);
-  const fs::path tracker_tmp = root / (std::string(kTrackerFile) + ".tmp");
-  write_text_file(tracker_tmp, std::to_string(iteration));
-  fsync_path(tracker_tmp, false);
-  fs::rename(tracker_tmp, root / kTrackerFile);
-  fsync_path(root, true);
 }
 
 namespace {
@@ -512,6 +308,7 @@ CheckpointState read_run_state(const json& manifest, const fs::path& manifest_pa
   }
   if (jopt.contains("scheduler_steps"))
     st.lr_scheduler_steps = manifest_member<int64_t>(jopt, "scheduler_steps", "optimizer.scheduler_steps", manifest_path);
+  if (jopt.contains("scheduler")) st.lr_schedule = lr_schedule_from_json(jopt.at("scheduler"), manifest_path);
   st.seed = manifest_member<uint64_t>(jrng, "seed", "rng.seed", manifest_path);
   st.config_yaml = manifest_member<std::string>(manifest, "config", "config", manifest_path, std::string());
   saved_optim = manifest_member<bool>(jopt, "saved", "optimizer.saved", manifest_path, false);

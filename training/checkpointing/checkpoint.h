@@ -17,6 +17,7 @@
 #include "models/language_model.h"
 #include "parallel/process_group.h"
 #include "training/optimizer/loss_scaler.h"
+#include "training/optimizer/lr_schedule.h"
 #include "training/optimizer/optimizer.h"
 #include "training/checkpointing/tensor_file.h"
 
@@ -35,6 +36,9 @@ struct CheckpointState {
   // The learning-rate scheduler's count (training/optimizer/lr_schedule.h: samples of the successful
   // steps); null when loaded from a checkpoint written before it was saved.
   std::optional<int64_t> lr_scheduler_steps;
+  // The schedule itself (Megatron's scheduler state_dict, training/checkpointing/checkpoint_scheduler.h);
+  // null when loaded from a checkpoint written before it was saved.
+  std::optional<LrScheduleState> lr_schedule;
   std::optional<LossScalerState> loss_scaler;  // fp16 runs (training/optimizer/loss_scaler.h)
   int64_t num_evaluations = 0;          // validation passes done (the validation data position)
   uint64_t seed = 0;                    // the counter-based RNG state is the seed (+ step keys)
@@ -95,6 +99,8 @@ struct CheckpointSaveLayout {
 // layout.world. Returns the final iteration directory. Rank 0 makes iter_X.tmp/, every rank writes
 // its files and a shard_rank_RRRR.json (its pieces, file checksums); rank 0 merges them into
 // manifest.json (every global tensor covered exactly once), fsyncs and renames to iter_X.
+// Defined in checkpoint_save.cpp, which also runs it in phases for checkpoint.async_save
+// (training/checkpointing/checkpoint_save.h).
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
                             const std::vector<Parameter*>& params, AdamWOptimizer* opt, TensorFileIO& io,
                             bool write_tracker = true, const CheckpointSaveLayout& layout = {});

@@ -4,6 +4,7 @@
 
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/checkpoint_architecture.h"
+#include "training/checkpointing/checkpoint_scheduler.h"
 #include "training/checkpointing/checkpoint_directory.h"
 
 #include <unistd.h>
@@ -145,8 +146,15 @@ void check_checkpoint_paths(const ResolvedConfig& given, bool create_save) {
   // A resume into another model: refused here, before the model is allocated (the Trainer checks
   // again and logs a finetune's differences).
   if (cfg.checkpoint->load)
-    if (const auto it = read_checkpoint_tracker(*cfg.checkpoint->load))
+    if (const auto it = read_checkpoint_tracker(*cfg.checkpoint->load)) {
       check_checkpoint_architecture(*cfg.checkpoint->load, *it, cfg);
+      // A resume whose schedule differs from the checkpoint's without saying which to use: refused
+      // here too (an old checkpoint without a schedule is the Trainer's warning).
+      if (resume_loads_lr_schedule(cfg))
+        if (const auto saved = read_checkpoint_lr_schedule(*cfg.checkpoint->load, *it);
+            saved || cfg.checkpoint->use_checkpoint_opt_param_scheduler)
+          resolve_resume_lr_schedule(saved, cfg, "'" + *cfg.checkpoint->load + "' (iteration " + std::to_string(*it) + ")");
+    }
 }
 
 }  // namespace strata::training

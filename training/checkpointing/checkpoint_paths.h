@@ -9,6 +9,9 @@
 //     checkpoint.overwrite is set (training/checkpointing/checkpoint_directory.h).
 //   checkpoint.load holding a checkpoint of another model (architecture fields): refused unless
 //     checkpoint.finetune (training/checkpointing/checkpoint_architecture.h).
+//   checkpoint.load holding a checkpoint whose learning-rate schedule differs from the config's:
+//     refused unless checkpoint.use_checkpoint_opt_param_scheduler or override_opt_param_scheduler
+//     (training/checkpointing/checkpoint_scheduler.h).
 //   checkpoint.pretrained_checkpoint: used (with_pretrained_checkpoint) when checkpoint.load is null
 //     or holds no checkpoint; it must then hold one.
 //   checkpoint.load: must be a directory. A path that does not exist is an error, unless it is the

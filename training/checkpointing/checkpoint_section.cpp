@@ -58,6 +58,25 @@ config::SectionFields<CheckpointConfig> checkpoint_config_fields() {
         "Resume from a checkpoint whose manifest has no model config (so its architecture cannot be compared "
         "with this run's), trusting that the two models are the same; the tensors' shapes are still checked. "
         "false: such a checkpoint is refused unless checkpoint.finetune.");
+  f.add("use_checkpoint_opt_param_scheduler", &C::use_checkpoint_opt_param_scheduler,
+        "On resume, continue the learning-rate and weight-decay schedule saved in the checkpoint (Megatron's "
+        "--use-checkpoint-opt_param-scheduler): its peak and minimum rates, warmup and decay lengths in samples, "
+        "decay style, weight-decay start, end, style and length, and the decoupled rates replace the config's "
+        "(optimizer.lr_warmup_init and the WSD anneal stay the config's, as Megatron saves neither). Not with "
+        "override_opt_param_scheduler. false, and override_opt_param_scheduler false: a resume whose schedule "
+        "differs from the checkpoint's is refused, naming each differing field. No effect under "
+        "checkpoint.finetune or checkpoint.no_load_optim, which do not load the schedule.");
+  f.add("async_save", &C::async_save,
+        "Write checkpoints in the background (Megatron's --async-save): the state is copied to host memory at the "
+        "save, each rank's files are written by a thread of its own while training continues, and the checkpoint "
+        "becomes visible (renamed from iter_X.tmp to iter_X, then the tracker) after the first step at which every "
+        "rank has finished writing, or at the next save or the end of training, which wait for it. A crash "
+        "before that leaves the previous checkpoint as the latest. Needs checkpoint.save (a warning otherwise).");
+  f.add("override_opt_param_scheduler", &C::override_opt_param_scheduler,
+        "On resume, use the config's learning-rate and weight-decay schedule whatever the checkpoint's was "
+        "(Megatron's --override-opt_param-scheduler); the scheduler's position is then the consumed samples "
+        "(Megatron resets num_steps to consumed_train_samples, so skipped steps count). Not with "
+        "use_checkpoint_opt_param_scheduler.");
   return f;
 }
 

@@ -44,6 +44,13 @@ struct CheckpointConfig {
   bool overwrite = false;  // replace another run's checkpoints in `save` (training/checkpointing/checkpoint_directory.h)
   // Resume from a checkpoint whose manifest has no model config to check (training/checkpointing/checkpoint_architecture.h).
   bool allow_unchecked_architecture = false;
+  // The learning-rate and weight-decay schedule on resume (Megatron's --use-checkpoint-opt_param-scheduler
+  // and --override-opt_param-scheduler; training/checkpointing/checkpoint_scheduler.h): the checkpoint's,
+  // the config's, or (neither) the config's when it equals the checkpoint's and an error otherwise.
+  bool use_checkpoint_opt_param_scheduler = false;
+  // Megatron's --async-save: files written by a background thread (training/checkpointing/checkpoint_save.h).
+  bool async_save = false;
+  bool override_opt_param_scheduler = false;
 };
 
 // The `checkpoint` section's fields (names, docs, validators) for the config table.

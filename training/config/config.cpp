@@ -471,8 +471,23 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
 void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
   if (data.mock_data && !data.data_path.empty())
     throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
-  if (!data.mock_data && data.data_path.empty())
-    throw ConfigError("data.data_path", "required unless data.mock_data is true");
+  if (data.per_split()) {  // Megatron's get_blend_and_blend_per_split: data_path or per-split, not both
+    if (data.mock_data) throw ConfigError("data.mock_data", "set together with per-split data paths; choose one");
+    if (!data.data_path.empty())
+      throw ConfigError("data.data_path", "set together with per-split data paths (data.train_data_path, "
+                                          "data.valid_data_path, data.test_data_path or data.per_split_data_args_path); "
+                                          "choose one");
+    if (data.per_split_data_args_path &&
+        (!data.train_data_path.empty() || !data.valid_data_path.empty() || !data.test_data_path.empty()))
+      throw ConfigError("data.per_split_data_args_path", "set together with data.train_data_path, "
+                                                         "data.valid_data_path or data.test_data_path; choose one");
+    if (data.split_blends()[0].empty())
+      throw ConfigError(data.per_split_data_args_path ? "data.per_split_data_args_path" : "data.train_data_path",
+                        "the training split has no datasets");
+  }
+  if (!data.mock_data && data.data_path.empty() && !data.per_split())
+    throw ConfigError("data.data_path", "required unless data.mock_data is true or the splits have their own "
+                                        "datasets (data.train_data_path …)");
   data.blend();
   data.split_fractions();
   if (data.tokenizer_type == TokenizerType::GPT2BPETokenizer) {
@@ -495,6 +510,9 @@ void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
                                               "by data.tokenizer_type " + type_name);
   if (data.tokenizer_hf_no_include_special_tokens && data.tokenizer_type != TokenizerType::HuggingFaceTokenizer)
     throw ConfigError("data.tokenizer_hf_no_include_special_tokens", "only used by HuggingFaceTokenizer");
+  if (!data.data_sharding && data.dataloader_type != DataloaderType::Cyclic)
+    throw ConfigError("data.data_sharding", "false is read only by data.dataloader_type cyclic (the sequential "
+                                            "sampler has no buckets to shard)");
 }
 
 void validate_checkpoint(CheckpointConfig& checkpoint) {
@@ -508,6 +526,11 @@ void validate_checkpoint(CheckpointConfig& checkpoint) {
   };
   without_save(checkpoint.save_interval, "checkpoint.save_interval");
   without_save(checkpoint.save_retain_interval, "checkpoint.save_retain_interval");
+  if (checkpoint.async_save && !checkpoint.save) {
+    if (launched_rank().value_or(0) == 0)
+      log::warn("checkpoint.async_save has no effect without checkpoint.save (no checkpoints are written)");
+    checkpoint.async_save = false;
+  }
   if (checkpoint.save_retain_interval && checkpoint.save_interval &&
       *checkpoint.save_retain_interval % *checkpoint.save_interval != 0)
     throw ConfigError("checkpoint.save_retain_interval", str(*checkpoint.save_retain_interval) +
@@ -518,6 +541,11 @@ void validate_checkpoint(CheckpointConfig& checkpoint) {
   if (checkpoint.finetune && !checkpoint.load && !checkpoint.pretrained_checkpoint)
     throw ConfigError("checkpoint.finetune",
                       "needs checkpoint.load or checkpoint.pretrained_checkpoint (the checkpoint to start from)");
+  // Megatron's OptimizerParamScheduler asserts 'both override and use-checkpoint are set'.
+  if (checkpoint.use_checkpoint_opt_param_scheduler && checkpoint.override_opt_param_scheduler)
+    throw ConfigError("checkpoint.use_checkpoint_opt_param_scheduler",
+                      "cannot be combined with checkpoint.override_opt_param_scheduler (one takes the checkpoint's "
+                      "schedule, the other the config's)");
 }
 
 // The router tracer (Megatron's moe_routing_trace_*): only for MoE models, options only with the path.

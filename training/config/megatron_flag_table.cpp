@@ -16,23 +16,9 @@ namespace {
 // Megatron's run-level flags that are next in line for a field of their own: for now refused by
 // capability, or accepted where Strata does exactly what they select.
 std::vector<config::MegatronFlagRule> run_rules_without_field() {
-  using megatron_flags::accepted_values;
   using megatron_flags::refused;
   using megatron_flags::without_effect;
   std::vector<config::MegatronFlagRule> r;
-  r.push_back(accepted_values("--dataloader-type",
-                              "Megatron's sequential sampler (MegatronPretrainingSampler), how Strata reads the "
-                              "dataset's (already shuffled) samples; cyclic and external are not supported",
-                              {"single"}));
-  megatron_flags::append(r, refused("asynchronous checkpoint saving (Strata writes each checkpoint before the "
-                                    "next step, to a temporary directory renamed when complete)",
-                                    {"--async-save"}));
-  megatron_flags::append(r, without_effect("the config's learning-rate and weight-decay schedule over the "
-                                           "checkpoint's, which is what Strata always does on resume",
-                                           {"--override-opt-param-scheduler", "--override-opt_param-scheduler"}));
-  megatron_flags::append(r, refused("taking the learning-rate schedule from the checkpoint instead of the config",
-                                    {"--use-checkpoint-opt-param-scheduler", "--use-checkpoint-opt_param-scheduler"}));
-  megatron_flags::append(r, refused("per-split datasets; use --data-path with --split", {"--per-split-data-args-path"}));
   megatron_flags::append(
       r, without_effect("seeding each data-parallel rank differently (seed + 10 x dp rank), after which Megatron "
                         "broadcasts the weights from data-parallel rank 0, so every replica starts from the weights "
@@ -66,6 +52,9 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       config::rename_flag("--persistent-save-interval", "save_interval"),
       config::rename_flag("--mhc-num-residual-streams", "num_residual_streams"),  // Megatron main's mHC names
       config::rename_flag("--num-virtual-stages-per-pipeline-rank", "virtual_pipeline_model_parallel_size"),
+      // Megatron's spellings with an underscore (--*-opt-param-scheduler map by name).
+      config::rename_flag("--override-opt_param-scheduler", "override_opt_param_scheduler"),
+      config::rename_flag("--use-checkpoint-opt_param-scheduler", "use_checkpoint_opt_param_scheduler"),
       // Switches that set a field to a value.
       config::constant_flag("--bf16", "precision", "bf16"),
       config::constant_flag("--fp16", "precision", "fp16"),
@@ -133,9 +122,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--use-torch-fsdp2", A::Switch, "FSDP (use --use-distributed-optimizer)"),
       unsupported_flag("--use-megatron-fsdp", A::Switch, "FSDP (use --use-distributed-optimizer)"),
       unsupported_flag("--optimizer-cpu-offload", A::Switch, "optimizer CPU offload"),
-      unsupported_flag("--train-data-path", A::List, "per-split datasets; use --data-path with --split"),
-      unsupported_flag("--valid-data-path", A::List, "per-split datasets; use --data-path with --split"),
-      unsupported_flag("--test-data-path", A::List, "per-split datasets; use --data-path with --split"),
       unsupported_flag("--tokenizer-sentencepiece-legacy", A::Switch,
                        "Megatron's legacy SentencePiece wrapper (special tokens added outside the model)"),
       unsupported_flag("--tokenizer-special-tokens", A::List, "special tokens added to the tokenizer's vocabulary"),

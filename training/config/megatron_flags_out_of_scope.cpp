@@ -158,9 +158,6 @@ static Rules vision_and_retrieval_rules() {
                      "--dino-warmup-teacher-temp",
                      "--dino-teacher-temp",
                      "--dino-warmup-teacher-temp-epochs"}));
-  // Read only by Megatron's cyclic (random-order) sampler, which Strata does not have: no effect on its order.
-  append(r, without_effect("unsharded shuffling in Megatron's cyclic data loader (--dataloader-type cyclic only)",
-                           {"--no-data-sharding"}));
   append(r, refused("retrieval biencoder models (ICT, ORQA and REALM: BERT query and context encoders, a FAISS "
                     "evidence index)",
                     {"--ict-head-size", "--biencoder-projection-dim", "--biencoder-shared-query-context-model",

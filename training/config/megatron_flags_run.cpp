@@ -7,8 +7,6 @@
 // feature Strata refuses is on (the FIM rates, Megatron-FSDP's buffers, the Muon and Lion settings)
 // is accepted without effect, as Megatron itself ignores it then. Communication, timeout, worker and
 // allocator tuning selects Megatron's implementation only: accepted without effect.
-// --override-opt_param-scheduler and --use-checkpoint-opt-param-scheduler are in
-// megatron_flag_table.cpp with their other spellings.
 // Reference: megatron/training/arguments.py (help texts and validate_args), megatron/training/config/
 // {training,common,resilience}_config.py, megatron/core/distributed/distributed_data_parallel_config.py,
 // megatron/core/rerun_state_machine.py, megatron/core/tokenizers/utils/build_tokenizer.py,
@@ -182,9 +180,10 @@ static Rules checkpoint_io_rules() {
   append(r, without_effect("checksums of the checkpoint files (Strata's manifest always records each file's "
                            "CRC-32C and checks it on load)",
                            {"--verify-integrity"}));
-  // The writer behind --async-save, which Strata refuses.
-  append(r, without_effect("Megatron's asynchronous checkpoint writer (strategy, workers, priorities, shared "
-                           "memory), read only with --async-save (which Strata refuses)",
+  // Megatron's writer processes behind --async-save; Strata's is one thread per rank.
+  append(r, without_effect("how Megatron's asynchronous checkpoint writer runs (strategy, persistent worker "
+                           "process, worker count, CPU and I/O priorities, shared memory); Strata's --async-save "
+                           "writes with one background thread per rank, with or without them",
                            {"--async-strategy", "--use-persistent-ckpt-worker", "--dist-ckpt-workers",
                             "--async-ckpt-cpu-priority", "--async-ckpt-io-priority", "--async-ckpt-use-cpu-shm"}));
   return r;

@@ -78,6 +78,27 @@ LrSchedule LrSchedule::with_peak(double max_lr, double min_lr) const {
                     warmup_init_lr_);
 }
 
+LrScheduleState LrSchedule::state() const {
+  LrScheduleState s;
+  s.max_lr = max_lr_;
+  s.min_lr = min_lr_;
+  s.warmup_steps = warmup_steps_;
+  s.decay_steps = decay_steps_;
+  s.decay_style = style_;
+  s.start_wd = start_wd_;
+  s.end_wd = end_wd_;
+  s.wd_incr_steps = wd_incr_steps_;
+  s.wd_incr_style = wd_style_;
+  return s;
+}
+
+LrSchedule LrSchedule::with_state(const LrScheduleState& s) const {
+  LrSchedule out(s.max_lr, s.min_lr, s.decay_style, s.warmup_steps, s.decay_steps, wsd_style_, wsd_decay_steps_,
+                 warmup_init_lr_);
+  out.set_weight_decay_increment(s.start_wd, s.end_wd, s.wd_incr_style, s.wd_incr_steps);
+  return out;
+}
+
 double LrSchedule::lr(int64_t num_steps) const {
   const double n = static_cast<double>(num_steps);
   // Warmup: init + (max - init) · n / warmup, including n == warmup (Megatron's `<=`).

@@ -13,10 +13,25 @@
 // successful steps before it), and the learning rate logged after iteration i is lr(after it).
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include "training/config/config.h"
 
 namespace strata {
+
+// What a checkpoint records of the schedule: Megatron's OptimizerParamScheduler.state_dict (its
+// max_lr, min_lr, lr_warmup_steps, lr_decay_steps, lr_decay_style, start_wd, end_wd, wd_incr_steps,
+// wd_incr_style; lengths in scheduler steps, i.e. samples) and the decoupled peak and final rates
+// of the embedding and output layer (Megatron keeps them in the optimizer's param groups).
+struct LrScheduleState {
+  double max_lr = 0.0, min_lr = 0.0, warmup_steps = 0.0;
+  int64_t decay_steps = 0;
+  LrDecayStyle decay_style = LrDecayStyle::Linear;
+  double start_wd = 0.0, end_wd = 0.0;
+  int64_t wd_incr_steps = 1;
+  WeightDecayIncrStyle wd_incr_style = WeightDecayIncrStyle::Constant;
+  std::optional<double> decoupled_max_lr, decoupled_min_lr;  // optimizer.decoupled_lr runs
+};
 
 class LrSchedule {
  public:
@@ -40,6 +55,13 @@ class LrSchedule {
   // ½(cos(π(1 − ratio)) + 1). The config's increment runs over the whole run, in samples.
   double weight_decay(int64_t num_steps) const;
   void set_weight_decay_increment(double start_wd, double end_wd, WeightDecayIncrStyle style, int64_t incr_steps);
+
+  // Megatron state_dict's values (the decoupled ones are the caller's).
+  LrScheduleState state() const;
+  // This schedule with state's values in place of its own (Megatron load_state_dict under
+  // --use-checkpoint-opt_param-scheduler); the warmup's initial rate and the WSD anneal, which
+  // Megatron's state does not hold, stay this schedule's.
+  LrSchedule with_state(const LrScheduleState& state) const;
 
   double max_lr() const { return max_lr_; }
   double min_lr() const { return min_lr_; }
