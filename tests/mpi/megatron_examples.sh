@@ -257,18 +257,19 @@ deepseek_v2_lite=(--save-interval 100000 --attention-dropout 0.0 --hidden-dropou
   --use-mcore-models --rotary-percent 1.0 --rotary-base 10000 --rotary-scaling-factor 40 --mscale 0.707
   --mscale-all-dim 0.707 --sequence-parallel)
 run modelopt_deepseek_v2_lite 2 refused "${deepseek_v2_lite[@]}" "${modelopt_train[@]}"
-# Llama-4-Maverick-17B-128E-Instruct: refused at --no-rope-freq (RoPE skipped on every 4th layer).
+# Llama-4-Maverick-17B-128E-Instruct: trains with 4 layers (--no-rope-freq 4: layer 3 without RoPE;
+# the file's 48 layers divide by 4, as Megatron requires).
 llama4_maverick=(--recompute-activations --save-interval 100000 --micro-batch-size 1 --bf16
   --no-masked-softmax-fusion --disable-bias-linear --untie-embeddings-and-output-weights
-  --position-embedding-type rope --no-rope-fusion --normalization RMSNorm --swiglu --num-layers 2 --hidden-size 64
+  --position-embedding-type rope --no-rope-fusion --normalization RMSNorm --swiglu --num-layers 4 --hidden-size 64
   --ffn-hidden-size 192 --num-attention-heads 4 --group-query-attention --num-query-groups 2 --num-experts 4
-  --moe-layer-freq "([0,1]*1)" --moe-layer-recompute --moe-ffn-hidden-size 96 --moe-router-score-function sigmoid
+  --moe-layer-freq "([0,1]*2)" --moe-layer-recompute --moe-ffn-hidden-size 96 --moe-router-score-function sigmoid
   --moe-router-topk 1 --moe-router-topk-scaling-factor 1.0 --moe-router-dtype fp32
   --moe-shared-expert-intermediate-size 96 --moe-aux-loss-coeff 1e-3 --moe-token-dispatcher-type alltoall
   --moe-token-drop-policy probs --moe-router-load-balancing-type seq_aux_loss --seq-length 32
   --max-position-embeddings 32 --make-vocab-size-divisible-by 1 --use-mcore-models --rotary-percent 1.0
   --rope-scaling-factor 8.0 --rotary-base 500000 --rotary-interleaved --no-rope-freq 4 --export-moe-apply-probs-on-input --padded-vocab-size 520)
-run modelopt_llama4_maverick 2 refused "${llama4_maverick[@]}" "${modelopt_train[@]}"
+run modelopt_llama4_maverick 2 train "${llama4_maverick[@]}" "${modelopt_train[@]}"
 # Llama-4-Scout-17B-16E-Instruct: refused at --export-qk-l2-norm (Llama 4's query/key L2 norm).
 llama4_scout=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
   --untie-embeddings-and-output-weights --position-embedding-type rope --no-rope-fusion --normalization RMSNorm
@@ -429,9 +430,9 @@ run modelopt_gpt_oss_20b 2 refused "${gpt_oss[@]}" "${modelopt_train[@]}"
 # nemotron5_56b's --per-split-data-args-path are replaced by the mock data.
 rl_launch=(--train-samples 8 --log-interval 1 --eval-iters 0 --sequence-parallel)
 # common.sh as the files source it (bf16, CUDA graphs on; its --inference-dynamic-batching-* and
-# --rl-persist-cuda-graphs left out): refused at --data-parallel-random-init; without it, it trains
-# (its --save-retain-interval without --save has no effect, as in Megatron); shown here on
-# qwen_2p5_3b's model, and left out of the cases below.
+# --rl-persist-cuda-graphs left out) trains: --data-parallel-random-init is accepted (it changes
+# nothing in Strata, docs/megatron_flags.md) and --save-retain-interval without --save has no
+# effect, as in Megatron; shown here on qwen_2p5_3b's model, and left out of the cases below.
 rl_common_as_written() {  # TP PP
   rl_common=(--tensor-model-parallel-size "$1" --pipeline-model-parallel-size "$2" --use-mcore-models
     --transformer-impl transformer_engine --bf16 --te-rng-tracker --data-parallel-random-init
@@ -460,11 +461,7 @@ rl_qwen25_3b=(--calculate-per-token-loss --ckpt-format torch_dist --seq-length 3
   --max-position-embeddings 256 "${mock[@]}" --lr 0.000001 --lr-warmup-samples 0 --make-vocab-size-divisible-by 64
   --clip-grad 1.0)
 rl_common_as_written 2 1
-run rl_common 2 refused "${rl_launch[@]}" "${rl_qwen25_3b[@]}" "${rl_common[@]}" "${rl_env[@]}"
-rl_common_no_dp_random_init=()
-for a in "${rl_common[@]}"; do [[ $a == --data-parallel-random-init ]] || rl_common_no_dp_random_init+=("$a"); done
-run rl_common_no_dp_random_init 2 train "${rl_launch[@]}" "${rl_qwen25_3b[@]}" \
-  "${rl_common_no_dp_random_init[@]}" "${rl_env[@]}"
+run rl_common 2 train "${rl_launch[@]}" "${rl_qwen25_3b[@]}" "${rl_common[@]}" "${rl_env[@]}"
 rl_common_kept 2 1
 run rl_qwen_2p5_3b 2 train "${rl_launch[@]}" "${rl_qwen25_3b[@]}" "${rl_common[@]}" "${rl_env[@]}"
 # llama3p1_8b_instruct.sh: TP8 → TP2.
@@ -512,8 +509,8 @@ rl_nemotron5_8b=(--calculate-per-token-loss --seq-length 48 --hybrid-layer-patte
 rl_common_kept 2 1
 run rl_nemotron5_8b 2 refused "${rl_launch[@]}" "${rl_nemotron5_8b[@]}" "${rl_common[@]}" "${rl_env[@]}"
 # nemotron5p5_12b_H.sh: TP4 → TP2, LOWER_PRECISION=true; refused at --fp8-recipe (then --fp8-format,
-# --fp8-param-gather, --squared-relu, --log-progress, --log-straggler, --disable-straggler-on-startup,
-# --straggler-minmax-count, --check-weight-hash-across-dp-replicas-interval).
+# --fp8-param-gather, --squared-relu; its --log-progress, --log-straggler, --disable-straggler-on-startup,
+# --straggler-minmax-count and --check-weight-hash-across-dp-replicas-interval are implemented).
 rl_nemotron5p5_12b=(--calculate-per-token-loss --seq-length 48 --fp8-recipe blockwise --fp8-format e4m3
   --first-last-layers-bf16 --num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 1 --fp8-param-gather
   --disable-gloo-process-groups --mamba-head-dim 16 --hybrid-layer-pattern "M-M*-"
