@@ -439,6 +439,25 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
   }
 }
 
+// TikTokenizer's settings with another tokenizer: Megatron reads --tiktoken-pattern and
+// --tiktoken-num-special-tokens only for TikTokenizer and ignores them otherwise, so Strata accepts
+// them and says once that they change nothing; --tokenizer-special-tokens adds tokens to the other
+// Megatron tokenizers, which Strata does not, so it is refused there.
+void validate_tiktoken(const DataConfig& data, const std::string& type_name) {
+  if (data.tokenizer_type == TokenizerType::TikTokenizer) return;
+  if (!data.tokenizer_special_tokens.empty())
+    throw ConfigError("data.tokenizer_special_tokens", "implemented for TikTokenizer only, not for data.tokenizer_type " +
+                                                           type_name + " (Megatron adds them to its vocabulary)");
+  const DataConfig defaults;
+  const bool pattern = data.tiktoken_pattern != defaults.tiktoken_pattern;
+  const bool specials = data.tiktoken_num_special_tokens != defaults.tiktoken_num_special_tokens;
+  if ((pattern || specials) && launched_rank().value_or(0) == 0)
+    log::warn("{} {} no effect with data.tokenizer_type {} (read only by TikTokenizer, as in Megatron)",
+              pattern && specials ? "data.tiktoken_pattern and data.tiktoken_num_special_tokens"
+                                  : pattern ? "data.tiktoken_pattern" : "data.tiktoken_num_special_tokens",
+              pattern && specials ? "have" : "has", type_name);
+}
+
 // Data sources, blend and split strings, tokenizer files.
 void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
   if (data.mock_data && !data.data_path.empty())
@@ -463,10 +482,11 @@ void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
   if (tokenizer_uses_model_file(data.tokenizer_type) && (!data.tokenizer_model || data.tokenizer_model->empty()))
     throw ConfigError("data.tokenizer_model", "required by data.tokenizer_type " + type_name);
   if (!tokenizer_uses_model_file(data.tokenizer_type) && data.tokenizer_model)
-    throw ConfigError("data.tokenizer_model", "only used by HuggingFaceTokenizer and the SentencePiece tokenizers, not "
-                                              "by data.tokenizer_type " + type_name);
+    throw ConfigError("data.tokenizer_model", "only used by HuggingFaceTokenizer, the SentencePiece tokenizers and "
+                                              "TikTokenizer, not by data.tokenizer_type " + type_name);
   if (data.tokenizer_hf_no_include_special_tokens && data.tokenizer_type != TokenizerType::HuggingFaceTokenizer)
     throw ConfigError("data.tokenizer_hf_no_include_special_tokens", "only used by HuggingFaceTokenizer");
+  validate_tiktoken(data, type_name);
 }
 
 void validate_checkpoint(CheckpointConfig& checkpoint) {
