@@ -100,7 +100,8 @@ config::SectionFields<DataConfig> data_config_fields() {
   f.add("tiktoken_num_special_tokens", &D::tiktoken_num_special_tokens,
         "TikTokenizer: the ids below this number are special tokens (tokenizer_special_tokens, then "
         "<SPECIAL_k> fillers); the vocabulary file's entry k gets id k + this. Between the number of special "
-        "tokens and the vocabulary size (model.vocab_size, else 131072). Read only by TikTokenizer.")
+        "tokens and the vocabulary size (model.vocab_size, else 131072). Read only by TikTokenizer; with another "
+        "tokenizer_type a value other than 1000 is reported as having no effect, as Megatron ignores it there.")
       .check(config::positive());
   f.add("tokenizer_special_tokens", &D::tokenizer_special_tokens,
         "TikTokenizer: its special tokens in id order (ids 0, 1, …); they must include <unk> <s> </s> <mask> "

@@ -170,7 +170,9 @@ TEST_CASE("tiktoken: Megatron's flags map onto the data section", "[tokenizer][t
   StrataConfig ignored = StrataConfig::from_yaml_text(base, {}, "b.yaml");
   StrataConfig::table().apply_command_line({"--tiktoken-pattern", "v1", "--tiktoken-num-special-tokens", "5"}, ignored,
                                            nullptr);
-  CHECK_NOTHROW(ignored.validate(1));
+  const ResolvedConfig r = ignored.validate(1);  // warned once, then reset: the resolved config shows the defaults
+  CHECK(r.data->tiktoken_pattern == TiktokenPattern::v2);
+  CHECK(r.data->tiktoken_num_special_tokens == 1000);
   StrataConfig no_model = StrataConfig::from_yaml_text(base + "  tokenizer_type: TikTokenizer\n", {}, "b.yaml");
   CHECK_THAT(error_of([&] { static_cast<void>(no_model.validate(1)); }),
              Contains("data.tokenizer_model") && Contains("required by data.tokenizer_type TikTokenizer"));

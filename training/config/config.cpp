@@ -441,9 +441,9 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
 
 // TikTokenizer's settings with another tokenizer: Megatron reads --tiktoken-pattern and
 // --tiktoken-num-special-tokens only for TikTokenizer and ignores them otherwise, so Strata accepts
-// them and says once that they change nothing; --tokenizer-special-tokens adds tokens to the other
-// Megatron tokenizers, which Strata does not, so it is refused there.
-void validate_tiktoken(const DataConfig& data, const std::string& type_name) {
+// them, says once (rank 0) that they change nothing and resets them; --tokenizer-special-tokens
+// adds tokens to the other Megatron tokenizers, which Strata does not, so it is refused there.
+void validate_tiktoken(DataConfig& data, const std::string& type_name) {
   if (data.tokenizer_type == TokenizerType::TikTokenizer) return;
   if (!data.tokenizer_special_tokens.empty())
     throw ConfigError("data.tokenizer_special_tokens", "implemented for TikTokenizer only, not for data.tokenizer_type " +
@@ -456,10 +456,12 @@ void validate_tiktoken(const DataConfig& data, const std::string& type_name) {
               pattern && specials ? "data.tiktoken_pattern and data.tiktoken_num_special_tokens"
                                   : pattern ? "data.tiktoken_pattern" : "data.tiktoken_num_special_tokens",
               pattern && specials ? "have" : "has", type_name);
+  data.tiktoken_pattern = defaults.tiktoken_pattern;
+  data.tiktoken_num_special_tokens = defaults.tiktoken_num_special_tokens;
 }
 
 // Data sources, blend and split strings, tokenizer files.
-void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
+void validate_data(DataConfig& data, const ResolvedModelConfig& model) {
   if (data.mock_data && !data.data_path.empty())
     throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
   if (!data.mock_data && data.data_path.empty())
