@@ -105,7 +105,8 @@ config::SectionFields<DataConfig> data_config_fields() {
       .check(config::positive());
   f.add("tokenizer_special_tokens", &D::tokenizer_special_tokens,
         "TikTokenizer: its special tokens in id order (ids 0, 1, …); they must include <unk> <s> </s> <mask> "
-        "<pad> <cls> <sep> (BOS is <s>, EOD </s>). Empty: those seven. Only TikTokenizer reads it.");
+        "<pad> <cls> <sep> (BOS is <s>, EOD </s>). Empty: those seven. Only TikTokenizer reads it: refused with "
+        "the types to which Megatron adds them, reported as having no effect with NullTokenizer.");
   f.add("tokenizer_hf_no_include_special_tokens", &D::tokenizer_hf_no_include_special_tokens,
         "HuggingFaceTokenizer: encode without the post-processor's template tokens (BOS/EOS) and decode without "
         "special tokens.");

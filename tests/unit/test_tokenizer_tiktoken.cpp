@@ -167,6 +167,10 @@ TEST_CASE("tiktoken: Megatron's flags map onto the data section", "[tokenizer][t
   StrataConfig other = StrataConfig::from_yaml_text(base + "  tokenizer_special_tokens: ['<s>']\n", {}, "b.yaml");
   CHECK_THAT(error_of([&] { static_cast<void>(other.validate(1)); }),
              Contains("data.tokenizer_special_tokens") && Contains("TikTokenizer only"));
+  StrataConfig null_tok = StrataConfig::from_yaml_text(
+      base + "  tokenizer_type: NullTokenizer\n  tokenizer_special_tokens: ['<s>']\n", {}, "b.yaml");
+  null_tok.model.vocab_size = 64;
+  CHECK(null_tok.validate(1).data->tokenizer_special_tokens.empty());  // Megatron's NullTokenizer ignores them
   StrataConfig ignored = StrataConfig::from_yaml_text(base, {}, "b.yaml");
   StrataConfig::table().apply_command_line({"--tiktoken-pattern", "v1", "--tiktoken-num-special-tokens", "5"}, ignored,
                                            nullptr);

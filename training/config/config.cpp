@@ -441,17 +441,24 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
 
 // TikTokenizer's settings with another tokenizer: Megatron reads --tiktoken-pattern and
 // --tiktoken-num-special-tokens only for TikTokenizer and ignores them otherwise, so Strata accepts
-// them, says once (rank 0) that they change nothing and resets them; --tokenizer-special-tokens
-// adds tokens to the other Megatron tokenizers, which Strata does not, so it is refused there.
+// them, says once (rank 0) that they change nothing and resets them. --tokenizer-special-tokens
+// adds tokens to Megatron's GPT-2, SentencePiece and Hugging Face tokenizers, which Strata does
+// not, so it is refused there; NullTokenizer ignores it in Megatron, so it is reported and reset.
 void validate_tiktoken(DataConfig& data, const std::string& type_name) {
   if (data.tokenizer_type == TokenizerType::TikTokenizer) return;
-  if (!data.tokenizer_special_tokens.empty())
-    throw ConfigError("data.tokenizer_special_tokens", "implemented for TikTokenizer only, not for data.tokenizer_type " +
-                                                           type_name + " (Megatron adds them to its vocabulary)");
+  const bool rank0 = launched_rank().value_or(0) == 0;
+  if (!data.tokenizer_special_tokens.empty()) {
+    if (data.tokenizer_type != TokenizerType::NullTokenizer)
+      throw ConfigError("data.tokenizer_special_tokens", "implemented for TikTokenizer only, not for "
+                                                         "data.tokenizer_type " + type_name +
+                                                             " (Megatron adds them to its vocabulary)");
+    if (rank0) log::warn("data.tokenizer_special_tokens has no effect with data.tokenizer_type NullTokenizer");
+    data.tokenizer_special_tokens.clear();
+  }
   const DataConfig defaults;
   const bool pattern = data.tiktoken_pattern != defaults.tiktoken_pattern;
   const bool specials = data.tiktoken_num_special_tokens != defaults.tiktoken_num_special_tokens;
-  if ((pattern || specials) && launched_rank().value_or(0) == 0)
+  if ((pattern || specials) && rank0)
     log::warn("{} {} no effect with data.tokenizer_type {} (read only by TikTokenizer, as in Megatron)",
               pattern && specials ? "data.tiktoken_pattern and data.tiktoken_num_special_tokens"
                                   : pattern ? "data.tiktoken_pattern" : "data.tiktoken_num_special_tokens",
