@@ -65,7 +65,10 @@ int run_preprocess(const PreprocessArgs& a) {
   tokenizer_config.tiktoken_pattern = a.tiktoken_pattern == "v1" ? TiktokenPattern::v1 : TiktokenPattern::v2;
   tokenizer_config.tiktoken_num_special_tokens = a.tiktoken_num_special_tokens;
   tokenizer_config.tokenizer_special_tokens = a.special_tokens;
-  STRATA_CHECK(a.special_tokens.empty() || tokenizer_config.tokenizer_type == TokenizerType::TikTokenizer,
+  // As data.tokenizer_special_tokens: refused where Megatron adds them to the vocabulary; Megatron's
+  // NullTokenizer ignores them, and so does this one.
+  STRATA_CHECK(a.special_tokens.empty() || tokenizer_config.tokenizer_type == TokenizerType::TikTokenizer ||
+                   tokenizer_config.tokenizer_type == TokenizerType::NullTokenizer,
                "strata preprocess: --tokenizer-special-tokens is implemented for TikTokenizer only, not for ",
                a.tokenizer_type);
   auto make_tokenizer = [&] { return data::build_tokenizer(tokenizer_config, a.vocab_size); };
