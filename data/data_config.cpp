@@ -157,12 +157,29 @@ config::SectionFields<DataConfig> data_config_fields() {
              "Tokenizer: ByteLevelTokenizer (bytes + EOD), GPT2BPETokenizer (vocab_file + merge_file), "
              "HuggingFaceTokenizer (tokenizer_model: tokenizer.json, EOD = its eos_token), SentencePieceTokenizer, "
              "GPTSentencePieceTokenizer or Llama2Tokenizer (tokenizer_model: a SentencePiece model, EOD = its eos "
-             "id) or NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron).");
+             "id), NullTokenizer (token ids as text; needs model.vocab_size = N, its EOD is N - 1 as in Megatron) or "
+             "TikTokenizer (tokenizer_model: Megatron's tiktoken vocabulary JSON; tiktoken_pattern, "
+             "tiktoken_num_special_tokens, tokenizer_special_tokens; vocabulary model.vocab_size, else 131072).");
   f.add("vocab_file", &D::vocab_file, "GPT-2 BPE vocab.json (GPT2BPETokenizer).");
   f.add("merge_file", &D::merge_file, "GPT-2 BPE merges.txt (GPT2BPETokenizer).");
   f.add("tokenizer_model", &D::tokenizer_model,
         "HuggingFaceTokenizer: a tokenizer.json or a directory holding one (with tokenizer_config.json for its "
-        "special tokens); SentencePiece types: the tokenizer.model file.");
+        "special tokens); SentencePiece types: the tokenizer.model file; TikTokenizer: the vocabulary JSON "
+        "([{\"rank\", \"token_bytes\" (base64), \"token_str\"}, …]).");
+  f.add_enum("tiktoken_pattern", &D::tiktoken_pattern, kTiktokenPatternNames,
+             "TikTokenizer's pre-tokenizer regex: v1 or v2 (Megatron's PATTERN_TIKTOKEN and PATTERN_TIKTOKEN_V2). "
+             "Read only by TikTokenizer; with another tokenizer_type a value other than v2 is reported as having "
+             "no effect, as Megatron ignores it there.");
+  f.add("tiktoken_num_special_tokens", &D::tiktoken_num_special_tokens,
+        "TikTokenizer: the ids below this number are special tokens (tokenizer_special_tokens, then "
+        "<SPECIAL_k> fillers); the vocabulary file's entry k gets id k + this. Between the number of special "
+        "tokens and the vocabulary size (model.vocab_size, else 131072). Read only by TikTokenizer; with another "
+        "tokenizer_type a value other than 1000 is reported as having no effect, as Megatron ignores it there.")
+      .check(config::positive());
+  f.add("tokenizer_special_tokens", &D::tokenizer_special_tokens,
+        "TikTokenizer: its special tokens in id order (ids 0, 1, …); they must include <unk> <s> </s> <mask> "
+        "<pad> <cls> <sep> (BOS is <s>, EOD </s>). Empty: those seven. Only TikTokenizer reads it: refused with "
+        "the types to which Megatron adds them, reported as having no effect with NullTokenizer.");
   f.add("tokenizer_hf_no_include_special_tokens", &D::tokenizer_hf_no_include_special_tokens,
         "HuggingFaceTokenizer: encode without the post-processor's template tokens (BOS/EOS) and decode without "
         "special tokens.");

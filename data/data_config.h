@@ -21,7 +21,8 @@ enum class TokenizerType {
   HuggingFaceTokenizer,
   SentencePieceTokenizer,
   GPTSentencePieceTokenizer,
-  Llama2Tokenizer
+  Llama2Tokenizer,
+  TikTokenizer
 };
 inline constexpr config::EnumName<TokenizerType> kTokenizerTypeNames[] = {
     {TokenizerType::NullTokenizer, "NullTokenizer"},
@@ -30,11 +31,14 @@ inline constexpr config::EnumName<TokenizerType> kTokenizerTypeNames[] = {
     {TokenizerType::HuggingFaceTokenizer, "HuggingFaceTokenizer"},
     {TokenizerType::SentencePieceTokenizer, "SentencePieceTokenizer"},
     {TokenizerType::GPTSentencePieceTokenizer, "GPTSentencePieceTokenizer"},
-    {TokenizerType::Llama2Tokenizer, "Llama2Tokenizer"}};
-// Whether the type reads data.tokenizer_model (a tokenizer.json or a SentencePiece model).
+    {TokenizerType::Llama2Tokenizer, "Llama2Tokenizer"},
+    {TokenizerType::TikTokenizer, "TikTokenizer"}};
+// Whether the type reads data.tokenizer_model (a tokenizer.json, a SentencePiece model or a
+// TikTokenizer vocabulary).
 inline bool tokenizer_uses_model_file(TokenizerType t) {
   return t == TokenizerType::HuggingFaceTokenizer || t == TokenizerType::SentencePieceTokenizer ||
-         t == TokenizerType::GPTSentencePieceTokenizer || t == TokenizerType::Llama2Tokenizer;
+         t == TokenizerType::GPTSentencePieceTokenizer || t == TokenizerType::Llama2Tokenizer ||
+         t == TokenizerType::TikTokenizer;
 }
 
 // Megatron's --dataloader-type: the sequential sampler (MegatronPretrainingSampler) or the cyclic
@@ -42,6 +46,10 @@ inline bool tokenizer_uses_model_file(TokenizerType t) {
 enum class DataloaderType { Single, Cyclic };
 inline constexpr config::EnumName<DataloaderType> kDataloaderTypeNames[] = {{DataloaderType::Single, "single"},
                                                                             {DataloaderType::Cyclic, "cyclic"}};
+// TikTokenizer's pre-tokenizer regex (Megatron's --tiktoken-pattern): v1 or v2 (data/tokenizer_tiktoken.h).
+enum class TiktokenPattern { v1, v2 };
+inline constexpr config::EnumName<TiktokenPattern> kTiktokenPatternNames[] = {{TiktokenPattern::v1, "v1"},
+                                                                              {TiktokenPattern::v2, "v2"}};
 
 struct DataConfig {
   std::vector<std::string> data_path;
@@ -56,6 +64,9 @@ struct DataConfig {
   std::optional<std::string> merge_file;
   std::optional<std::string> tokenizer_model;  // tokenizer.json (or its directory) / SentencePiece model
   bool tokenizer_hf_no_include_special_tokens = false;
+  TiktokenPattern tiktoken_pattern = TiktokenPattern::v2;  // TikTokenizer (Megatron-Core's default)
+  int64_t tiktoken_num_special_tokens = 1000;              // TikTokenizer: ids [0, N) are special
+  std::vector<std::string> tokenizer_special_tokens;       // TikTokenizer; empty: Megatron's seven
   bool eod_mask_loss = false;
   bool reset_position_ids = false;    // packed sequences: positions restart after each EOD
   bool reset_attention_mask = false;  // packed sequences: documents (ending at an EOD) do not see each other

@@ -1,5 +1,5 @@
 // ByteLevelTokenizer, NullTokenizer and build_tokenizer (data/tokenizer.h); the GPT-2 BPE
-// tokenizer is in data/tokenizer_gpt2.cpp.
+// tokenizer is in data/tokenizer_gpt2.cpp, TikTokenizer in data/tokenizer_tiktoken.cpp.
 // Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer),
 // megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer).
 #include "data/tokenizer.h"
@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "data/tokenizer_hf.h"
 #include "data/tokenizer_sentencepiece.h"
+#include "data/tokenizer_tiktoken.h"
 #include "data/utf8.h"
 
 namespace strata::data {
@@ -97,6 +98,8 @@ std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional
     case TokenizerType::SentencePieceTokenizer:
     case TokenizerType::GPTSentencePieceTokenizer:
     case TokenizerType::Llama2Tokenizer: return std::make_unique<SentencePieceTokenizer>(*data.tokenizer_model, type_name);
+    case TokenizerType::TikTokenizer:
+      return std::make_unique<TikTokenizer>(*data.tokenizer_model, TikTokenizer::options_of(data, vocab_size));
   }
   STRATA_THROW("build_tokenizer: unknown tokenizer type");
 }

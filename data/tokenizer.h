@@ -1,7 +1,8 @@
 // Tokenizers with Megatron's build_tokenizer semantics, text → token ids → text:
 // ByteLevelTokenizer, GPT2BPETokenizer (byte-level BPE from vocab.json + merges.txt) and
-// NullTokenizer (ids written as text) here; HuggingFaceTokenizer (data/tokenizer_hf.h) and the
-// SentencePiece types (data/tokenizer_sentencepiece.h) beside them; StreamingDetokenizer, which
+// NullTokenizer (ids written as text) here; HuggingFaceTokenizer (data/tokenizer_hf.h), the
+// SentencePiece types (data/tokenizer_sentencepiece.h) and TikTokenizer (data/tokenizer_tiktoken.h)
+// beside them; StreamingDetokenizer, which
 // prints ids as they come without splitting a character. Each class's comment gives its ids and EOD.
 // Reference: Megatron-LM megatron/training/tokenizer/tokenizer.py (build_tokenizer,
 // _GPT2BPETokenizer), megatron/core/tokenizers/text/libraries/null_tokenizer.py (NullTokenizer)
@@ -98,9 +99,10 @@ class GPT2BPETokenizer final : public Tokenizer {
 };
 
 // Megatron's build_tokenizer: the tokenizer named by data.tokenizer_type. GPT2BPETokenizer needs
-// vocab_file and merge_file; HuggingFaceTokenizer (data/tokenizer_hf.h) and the SentencePiece types
-// (data/tokenizer_sentencepiece.h) need tokenizer_model; NullTokenizer needs vocab_size (Megatron's
-// --vocab-size: the whole vocabulary, EOD included).
+// vocab_file and merge_file; HuggingFaceTokenizer (data/tokenizer_hf.h), the SentencePiece types
+// (data/tokenizer_sentencepiece.h) and TikTokenizer (data/tokenizer_tiktoken.h) need tokenizer_model;
+// NullTokenizer needs vocab_size (Megatron's --vocab-size: the whole vocabulary, EOD included),
+// which TikTokenizer takes too (131072 without it, as Megatron).
 std::unique_ptr<Tokenizer> build_tokenizer(const DataConfig& data, std::optional<int64_t> vocab_size = {});
 
 // A model vocabulary (model.vocab_size, when set) smaller than the tokenizer's would meet ids

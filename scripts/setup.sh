@@ -43,10 +43,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pyenv="$root/.pyenv"
 # transformers: the newest 5.x for Python 3.11; docs/formats.md names it as the version exports are
 # written for (tests/hf/hf_transformers_config.py checks that it loads them).
-pip_packages=(tokenizers==0.23.3 transformers==5.25.0 safetensors==0.8.0)
-have="$("$pyenv/bin/python" -c "import tokenizers, sentencepiece, numpy, safetensors, transformers
-print(tokenizers.__version__, transformers.__version__, safetensors.__version__)" 2>/dev/null || true)"
-if [[ "$have" != "0.23.3 5.25.0 0.8.0" ]]; then
+# tiktoken: the reference for Megatron's TikTokenizer (tests/tokenizer/make_tiktoken_reference.py).
+pip_packages=(tokenizers==0.23.3 transformers==5.25.0 safetensors==0.8.0 tiktoken==0.12.0)
+have="$("$pyenv/bin/python" -c "import tokenizers, sentencepiece, numpy, safetensors, transformers, tiktoken
+print(tokenizers.__version__, transformers.__version__, safetensors.__version__, tiktoken.__version__)" 2>/dev/null || true)"
+if [[ "$have" != "0.23.3 5.25.0 0.8.0 0.12.0" ]]; then
   echo "setup: making $pyenv with ${pip_packages[*]}"
   [[ -x "$pyenv/bin/python" ]] || /usr/bin/python3 -m venv --system-site-packages "$pyenv"
   "$pyenv/bin/python" -m pip install -q --disable-pip-version-check "${pip_packages[@]}"

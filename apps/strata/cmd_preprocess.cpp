@@ -1,5 +1,6 @@
 // `strata preprocess --input FILE... --output-prefix P --tokenizer-type T [--vocab-file F --merge-file F]
-//   [--tokenizer-model PATH]
+//   [--tokenizer-model PATH] [--tiktoken-pattern v1|v2 --tiktoken-num-special-tokens N
+//   --tokenizer-special-tokens T...]
 //   [--vocab-size N] [--json-keys text ...] [--split-paragraphs] [--append-eod] [--workers 1]`:
 // tokenizes plain-text or JSONL files (data/tokenizer_preprocess.h) and writes one Megatron indexed
 // dataset per key, P_<key>_document.{bin,idx}, with IndexedDatasetBuilder
@@ -31,6 +32,9 @@ struct PreprocessArgs {
   std::string tokenizer_type;
   std::string vocab_file, merge_file, tokenizer_model;
   bool hf_no_include_special_tokens = false;
+  std::string tiktoken_pattern = "v2";
+  int64_t tiktoken_num_special_tokens = 1000;
+  std::vector<std::string> special_tokens;
   std::optional<int64_t> vocab_size;
   std::vector<std::string> json_keys = {"text"};
   bool split_paragraphs = false;
@@ -58,6 +62,15 @@ int run_preprocess(const PreprocessArgs& a) {
   tokenizer_config.merge_file = opt(a.merge_file);
   tokenizer_config.tokenizer_model = opt(a.tokenizer_model);
   tokenizer_config.tokenizer_hf_no_include_special_tokens = a.hf_no_include_special_tokens;
+  tokenizer_config.tiktoken_pattern = a.tiktoken_pattern == "v1" ? TiktokenPattern::v1 : TiktokenPattern::v2;
+  tokenizer_config.tiktoken_num_special_tokens = a.tiktoken_num_special_tokens;
+  tokenizer_config.tokenizer_special_tokens = a.special_tokens;
+  // As data.tokenizer_special_tokens: refused where Megatron adds them to the vocabulary; Megatron's
+  // NullTokenizer ignores them, and so does this one.
+  STRATA_CHECK(a.special_tokens.empty() || tokenizer_config.tokenizer_type == TokenizerType::TikTokenizer ||
+                   tokenizer_config.tokenizer_type == TokenizerType::NullTokenizer,
+               "strata preprocess: --tokenizer-special-tokens is implemented for TikTokenizer only, not for ",
+               a.tokenizer_type);
   auto make_tokenizer = [&] { return data::build_tokenizer(tokenizer_config, a.vocab_size); };
   const std::unique_ptr<data::Tokenizer> probe = make_tokenizer();  // fails early on bad tokenizer files
   for (const auto& in : a.inputs)
@@ -117,11 +130,20 @@ void register_preprocess(CLI::App& app) {
   pre->add_option("--vocab-file", a->vocab_file, "GPT-2 vocab.json");
   pre->add_option("--merge-file", a->merge_file, "GPT-2 merges.txt");
   pre->add_option("--tokenizer-model", a->tokenizer_model,
-                  "HuggingFaceTokenizer: tokenizer.json or its directory; SentencePiece types: tokenizer.model");
+                  "HuggingFaceTokenizer: tokenizer.json or its directory; SentencePiece types: tokenizer.model; "
+                  "TikTokenizer: Megatron's tiktoken vocabulary JSON");
   pre->add_flag("--tokenizer-hf-no-include-special-tokens", a->hf_no_include_special_tokens,
                 "HuggingFaceTokenizer: no template (BOS/EOS) tokens around each document");
+  pre->add_option("--tiktoken-pattern", a->tiktoken_pattern, "TikTokenizer: its split regex, v1 or v2 (default)")
+      ->check(CLI::IsMember({"v1", "v2"}));
+  pre->add_option("--tiktoken-num-special-tokens", a->tiktoken_num_special_tokens,
+                  "TikTokenizer: ids below this are special tokens (default 1000)")
+      ->check(CLI::PositiveNumber);
+  pre->add_option("--tokenizer-special-tokens", a->special_tokens,
+                  "TikTokenizer: its special tokens, ids 0, 1, … (default <unk> <s> </s> <mask> <pad> <cls> <sep>)");
   pre->add_option("--vocab-size", a->vocab_size,
-                  "NullTokenizer: vocabulary size, EOD included (EOD = vocab-size - 1, as Megatron's)");
+                  "NullTokenizer: vocabulary size, EOD included (EOD = vocab-size - 1, as Megatron's); TikTokenizer: "
+                  "the whole vocabulary, special tokens included (default 131072)");
   pre->add_option("--json-keys", a->json_keys, "JSONL keys to tokenize (default: text)");
   pre->add_flag("--split-paragraphs", a->split_paragraphs, "plain text: one document per blank-line-separated paragraph");
   pre->add_flag("--append-eod", a->append_eod, "append the end-of-document token to every document");

@@ -143,3 +143,42 @@ TEST_CASE("checkpoint tokenizer: export of a checkpoint whose tokenizer is gone 
   CHECK(fs::exists(dir / "kept" / "tokenizer.json"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("checkpoint tokenizer: a TikTokenizer vocabulary and its settings travel through export and import",
+          "[hf][checkpoint][tiktoken]") {
+  const fs::path dir = fresh_dir("ckpt_tok_tiktoken");
+  fs::create_directories(dir / "tok");
+  std::ofstream(dir / "tok" / "vocab.json") << test::tiktoken_vocab_json({"ab", "bc", "abc", "xyz"});
+  StrataConfig cfg = family_config(hf::Family::Llama, true, Precision::Fp32);
+  cfg.data.tokenizer_type = TokenizerType::TikTokenizer;
+  cfg.data.tokenizer_model = (dir / "tok" / "vocab.json").string();
+  cfg.data.tiktoken_pattern = TiktokenPattern::v1;
+  cfg.data.tiktoken_num_special_tokens = 9;
+  cfg.data.tokenizer_special_tokens = {"<pad>", "</s>", "<s>", "<unk>", "<mask>", "<cls>", "<sep>", "<|im_end|>"};
+  cfg.model.vocab_size = 9 + 256 + 4;
+  save_random_checkpoint(cfg, dir / "run", 8);
+  const fs::path iter = dir / "run" / "iter_0000007";
+  const nlohmann::json m = read_json(iter / "manifest.json");
+  CHECK(m.at("tokenizer").at("fields").at("tokenizer_model") == "tokenizer/tiktoken.json");
+  CHECK(file_bytes(iter / "tokenizer" / "tiktoken.json") == file_bytes(dir / "tok" / "vocab.json"));
+
+  fs::rename(dir / "tok", dir / "tok_gone");
+  const hf::ExportResult e = hf::export_checkpoint((dir / "run").string(), (dir / "hf").string());
+  CHECK(std::count(e.files.begin(), e.files.end(), "tiktoken.json") == 1);
+  const nlohmann::json config = read_json(dir / "hf" / "config.json");
+  CHECK(config.at("eos_token_id") == 1);  // </s> of the custom list
+  CHECK(config.at("bos_token_id") == 2);
+  CHECK(config.at("strata").at("tokenizer").at("tiktoken_pattern") == "v1");
+  // The generation tokenizer: ids 0..8 special, "abc" = entry 258 → id 267; "x<|im_end|>" → x, 7.
+  const generation::LoadedModel lm = generation::load_for_inference((dir / "run").string());
+  CHECK(lm.tokenizer->encode("abc x<|im_end|>") == std::vector<int64_t>{267, 9 + ' ', 9 + 'x', 7});
+  const hf::ImportResult back = hf::import_checkpoint((dir / "hf").string(), (dir / "back").string());
+  const DataConfig& d = *back.config.data;
+  CHECK(d.tokenizer_type == TokenizerType::TikTokenizer);
+  CHECK(d.tiktoken_pattern == TiktokenPattern::v1);
+  CHECK(d.tiktoken_num_special_tokens == 9);
+  CHECK(d.tokenizer_special_tokens == cfg.data.tokenizer_special_tokens);
+  CHECK(file_bytes(dir / "back" / "iter_0000000" / "tokenizer" / "tiktoken.json") ==
+        file_bytes(dir / "tok_gone" / "vocab.json"));
+  fs::remove_all(dir);
+}

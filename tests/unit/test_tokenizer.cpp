@@ -298,5 +298,6 @@ TEST_CASE("tokenizer: preprocess documents from plain text and JSONL", "[tokeniz
   std::filesystem::remove_all(dir);
 }
 
-// A comparison against Hugging Face transformers / tiktoken would go here; neither is installed on
-// the build machines, so the reference is make_vocab.py (openai/gpt-2's algorithm) above.
+// GPT2BPETokenizer's reference is make_vocab.py (openai/gpt-2's algorithm) above. The reference
+// packages (`tokenizers`, `sentencepiece`, `tiktoken`) are compared token for token with the other
+// tokenizers in test_tokenizer_reference.cpp.

@@ -1,9 +1,11 @@
-// HuggingFaceTokenizer and the SentencePiece tokenizers against the reference packages, token for
-// token: tests/tokenizer/make_reference.py trains tokenizers in real families' configurations with
-// `tokenizers` and `sentencepiece` and writes what those packages make of the license corpus,
-// adversarial Unicode and invalid UTF-8. Hidden tag: ctest runs it as `tokenizer_reference` after
-// the `tokenizer_reference_files` fixture, with STRATA_TOKENIZER_REFERENCE_DIR set.
-// Reference: the packages' own encode/decode (the file's header says which calls).
+// HuggingFaceTokenizer, the SentencePiece tokenizers and TikTokenizer against the reference
+// packages, token for token: tests/tokenizer/make_reference.py trains tokenizers in real families'
+// configurations with `tokenizers` and `sentencepiece`, tests/tokenizer/make_tiktoken_reference.py
+// builds Megatron's TikTokenizer vocabularies for `tiktoken`, and both write what those packages
+// make of the license corpus, adversarial Unicode and invalid UTF-8. Hidden tags: ctest runs them
+// as `tokenizer_reference` and `tiktoken_reference` after the `*_files` fixtures, with
+// STRATA_TOKENIZER_REFERENCE_DIR / STRATA_TIKTOKEN_REFERENCE_DIR set.
+// Reference: the packages' own encode/decode (the scripts' headers say which calls).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -22,8 +24,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string reference_dir() {
-  const char* dir = std::getenv("STRATA_TOKENIZER_REFERENCE_DIR");
+std::string reference_dir(const char* variable = "STRATA_TOKENIZER_REFERENCE_DIR") {
+  const char* dir = std::getenv(variable);
+  INFO(variable);
   REQUIRE(dir != nullptr);  // set by ctest (tests/CMakeLists.txt)
   return dir;
 }
@@ -61,16 +64,16 @@ struct Reference {
   std::vector<std::string> ids, decoded;
 };
 
-std::vector<Reference> references() {
+std::vector<Reference> references(const std::string& dir) {
   std::vector<Reference> out;
-  for (const auto& e : fs::directory_iterator(reference_dir()))
-    if (e.path().extension() == ".json") {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".json" && fs::exists(fs::path(dir) / (e.path().stem().string() + ".ids"))) {
       Reference r;
       r.name = e.path().stem().string();
       std::ifstream in(e.path());
       r.meta = nlohmann::json::parse(in);
-      r.ids = read_records(fs::path(reference_dir()) / (r.name + ".ids"));
-      r.decoded = read_records(fs::path(reference_dir()) / (r.name + ".decoded"));
+      r.ids = read_records(fs::path(dir) / (r.name + ".ids"));
+      r.decoded = read_records(fs::path(dir) / (r.name + ".decoded"));
       out.push_back(std::move(r));
     }
   std::sort(out.begin(), out.end(), [](const Reference& a, const Reference& b) { return a.name < b.name; });
@@ -85,16 +88,20 @@ std::unique_ptr<Tokenizer> build(const nlohmann::json& meta) {
   REQUIRE(found);
   data.tokenizer_model = meta["model"].get<std::string>();
   data.tokenizer_hf_no_include_special_tokens = !meta["include_special_tokens"].get<bool>();
-  return build_tokenizer(data);
+  if (data.tokenizer_type != TokenizerType::TikTokenizer) return build_tokenizer(data);
+  data.tiktoken_pattern = meta["tiktoken_pattern"] == "v1" ? TiktokenPattern::v1 : TiktokenPattern::v2;
+  data.tiktoken_num_special_tokens = meta["tiktoken_num_special_tokens"].get<int64_t>();
+  data.tokenizer_special_tokens = meta["tokenizer_special_tokens"].get<std::vector<std::string>>();
+  return build_tokenizer(data, meta["vocab_size"].get<int64_t>());  // Megatron's --vocab-size
 }
 
-}  // namespace
-
-TEST_CASE("tokenizers match the reference packages token for token", "[.tokenizer_reference]") {
-  const std::vector<std::string> inputs = read_records(fs::path(reference_dir()) / "inputs.bin");
-  const std::vector<Reference> refs = references();
-  REQUIRE(refs.size() >= 13);  // 11 tokenizer.json files (2 without special tokens) and 2 SentencePiece models
-  REQUIRE(inputs.size() > 7000);
+// Every reference of `dir`: vocabulary size, EOD, BOS, the ids of every input, the decode of the
+// reference's ids and decode(encode(x)) == x where the reference round-trips.
+void check_references(const std::string& dir, size_t min_references, size_t min_inputs) {
+  const std::vector<std::string> inputs = read_records(fs::path(dir) / "inputs.bin");
+  const std::vector<Reference> refs = references(dir);
+  REQUIRE(refs.size() >= min_references);
+  REQUIRE(inputs.size() > min_inputs);
   for (const Reference& ref : refs) {
     INFO("tokenizer " << ref.name << " (" << ref.meta["type"].get<std::string>() << ")");
     const std::unique_ptr<Tokenizer> tok = build(ref.meta);
@@ -126,10 +133,41 @@ TEST_CASE("tokenizers match the reference packages token for token", "[.tokenize
   }
 }
 
-TEST_CASE("streamed decoding concatenates to the whole decode without splitting a character",
-          "[.tokenizer_reference]") {
-  const std::vector<std::string> inputs = read_records(fs::path(reference_dir()) / "inputs.bin");
-  for (const Reference& ref : references()) {
+}  // namespace
+
+TEST_CASE("tokenizers match the reference packages token for token", "[.tokenizer_reference]") {
+  // 11 tokenizer.json files (2 without special tokens) and 2 SentencePiece models.
+  check_references(reference_dir(), 13, 7000);
+}
+
+TEST_CASE("TikTokenizer matches tiktoken token for token", "[.tiktoken_reference]") {
+  const std::string dir = reference_dir("STRATA_TIKTOKEN_REFERENCE_DIR");
+  check_references(dir, 2, 1500);  // tiktoken_v1 and tiktoken_v2
+  for (const Reference& ref : references(dir)) {
+    INFO("tokenizer " << ref.name);
+    const std::unique_ptr<Tokenizer> tok = build(ref.meta);
+    // The special tokens' ids, and each special token inside text encoded as its id alone.
+    for (const auto& [token, id] : ref.meta["special_ids"].items()) {
+      INFO("special token " << token);
+      CHECK(tok->encode(token) == std::vector<int64_t>{id.get<int64_t>()});
+    }
+    // decode of every single id (special tokens as their text, partial UTF-8 as U+FFFD).
+    const std::vector<std::string> single = read_records(fs::path(dir) / (ref.name + ".single"));
+    REQUIRE(static_cast<int64_t>(single.size()) == tok->vocab_size());
+    size_t wrong = 0;
+    for (size_t id = 0; id < single.size(); ++id)
+      if (tok->decode({static_cast<int64_t>(id)}) != single[id] && wrong++ < 3) {
+        INFO("id " << id);
+        CHECK(tok->decode({static_cast<int64_t>(id)}) == single[id]);
+      }
+    CHECK(wrong == 0);
+  }
+}
+
+// Streamed decoding of the first 400 inputs' reference ids against the reference's whole decode.
+static void check_streaming(const std::string& dir) {
+  const std::vector<std::string> inputs = read_records(fs::path(dir) / "inputs.bin");
+  for (const Reference& ref : references(dir)) {
     // "splits" decodes with Replace("  ", " "), which joins across token boundaries: no stream can
     // match its whole decode (tokenizers' DecodeStream neither); every real family's decoder can.
     if (ref.name == "splits") continue;
@@ -149,4 +187,13 @@ TEST_CASE("streamed decoding concatenates to the whole decode without splitting 
       CHECK(all == ref.decoded[k]);
     }
   }
+}
+
+TEST_CASE("streamed decoding concatenates to the whole decode without splitting a character",
+          "[.tokenizer_reference]") {
+  check_streaming(reference_dir());
+}
+
+TEST_CASE("TikTokenizer's streamed decoding concatenates to tiktoken's whole decode", "[.tiktoken_reference]") {
+  check_streaming(reference_dir("STRATA_TIKTOKEN_REFERENCE_DIR"));
 }

@@ -48,6 +48,9 @@ std::vector<FieldFiles> tokenizer_files(const DataConfig& d) {
     for (size_t i = 0; i < files.size(); ++i)
       f.files.emplace_back(files[i], i == 0 ? "tokenizer.json" : fs::path(files[i]).filename().string());
     out.push_back(f);
+  } else if (d.tokenizer_type == TokenizerType::TikTokenizer && d.tokenizer_model) {
+    check("tokenizer_model", *d.tokenizer_model);  // a .json name, which Megatron's reload_mergeable_ranks asserts
+    out.push_back({"tokenizer_model", {{*d.tokenizer_model, "tiktoken.json"}}});
   } else if (tokenizer_uses_model_file(d.tokenizer_type) && d.tokenizer_model) {
     check("tokenizer_model", *d.tokenizer_model);
     out.push_back({"tokenizer_model", {{*d.tokenizer_model, "tokenizer.model"}}});

@@ -1,6 +1,7 @@
 // A checkpoint carries its tokenizer. When an iteration is saved, the files its config's data
 // section names (data.tokenizer_model: a tokenizer.json with its tokenizer_config.json /
-// special_tokens_map.json, or a SentencePiece model; data.vocab_file + data.merge_file for GPT-2 BPE)
+// special_tokens_map.json, a SentencePiece model, or TikTokenizer's vocabulary JSON as
+// tiktoken.json; data.vocab_file + data.merge_file for GPT-2 BPE)
 // are copied into the iteration directory (iter_X/tokenizer/) and listed in manifest.json's
 // "tokenizer" member with their size and CRC-32C. Readers of the checkpoint's model (`strata
 // generate`, `strata export`) use those copies, never the paths of the saved config, which are as

@@ -467,8 +467,36 @@ void validate_optimizer(OptimizerConfig& optimizer, const TrainingConfig& traini
   }
 }
 
+// TikTokenizer's settings with another tokenizer: Megatron reads --tiktoken-pattern and
+// --tiktoken-num-special-tokens only for TikTokenizer and ignores them otherwise, so Strata accepts
+// them, says once (rank 0) that they change nothing and resets them. --tokenizer-special-tokens
+// adds tokens to Megatron's GPT-2, SentencePiece and Hugging Face tokenizers, which Strata does
+// not, so it is refused there; NullTokenizer ignores it in Megatron, so it is reported and reset.
+void validate_tiktoken(DataConfig& data, const std::string& type_name) {
+  if (data.tokenizer_type == TokenizerType::TikTokenizer) return;
+  const bool rank0 = launched_rank().value_or(0) == 0;
+  if (!data.tokenizer_special_tokens.empty()) {
+    if (data.tokenizer_type != TokenizerType::NullTokenizer)
+      throw ConfigError("data.tokenizer_special_tokens", "implemented for TikTokenizer only, not for "
+                                                         "data.tokenizer_type " + type_name +
+                                                             " (Megatron adds them to its vocabulary)");
+    if (rank0) log::warn("data.tokenizer_special_tokens has no effect with data.tokenizer_type NullTokenizer");
+    data.tokenizer_special_tokens.clear();
+  }
+  const DataConfig defaults;
+  const bool pattern = data.tiktoken_pattern != defaults.tiktoken_pattern;
+  const bool specials = data.tiktoken_num_special_tokens != defaults.tiktoken_num_special_tokens;
+  if ((pattern || specials) && rank0)
+    log::warn("{} {} no effect with data.tokenizer_type {} (read only by TikTokenizer, as in Megatron)",
+              pattern && specials ? "data.tiktoken_pattern and data.tiktoken_num_special_tokens"
+                                  : pattern ? "data.tiktoken_pattern" : "data.tiktoken_num_special_tokens",
+              pattern && specials ? "have" : "has", type_name);
+  data.tiktoken_pattern = defaults.tiktoken_pattern;
+  data.tiktoken_num_special_tokens = defaults.tiktoken_num_special_tokens;
+}
+
 // Data sources, blend and split strings, tokenizer files.
-void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
+void validate_data(DataConfig& data, const ResolvedModelConfig& model) {
   if (data.mock_data && !data.data_path.empty())
     throw ConfigError("data.data_path", "set together with data.mock_data; choose one");
   if (data.per_split()) {  // Megatron's get_blend_and_blend_per_split: data_path or per-split, not both
@@ -506,13 +534,14 @@ void validate_data(const DataConfig& data, const ResolvedModelConfig& model) {
   if (tokenizer_uses_model_file(data.tokenizer_type) && (!data.tokenizer_model || data.tokenizer_model->empty()))
     throw ConfigError("data.tokenizer_model", "required by data.tokenizer_type " + type_name);
   if (!tokenizer_uses_model_file(data.tokenizer_type) && data.tokenizer_model)
-    throw ConfigError("data.tokenizer_model", "only used by HuggingFaceTokenizer and the SentencePiece tokenizers, not "
-                                              "by data.tokenizer_type " + type_name);
+    throw ConfigError("data.tokenizer_model", "only used by HuggingFaceTokenizer, the SentencePiece tokenizers and "
+                                              "TikTokenizer, not by data.tokenizer_type " + type_name);
   if (data.tokenizer_hf_no_include_special_tokens && data.tokenizer_type != TokenizerType::HuggingFaceTokenizer)
     throw ConfigError("data.tokenizer_hf_no_include_special_tokens", "only used by HuggingFaceTokenizer");
   if (!data.data_sharding && data.dataloader_type != DataloaderType::Cyclic)
     throw ConfigError("data.data_sharding", "false is read only by data.dataloader_type cyclic (the sequential "
                                             "sampler has no buckets to shard)");
+  validate_tiktoken(data, type_name);
 }
 
 void validate_checkpoint(CheckpointConfig& checkpoint) {

@@ -30,9 +30,6 @@ std::vector<config::MegatronFlagRule> run_rules_without_field() {
                                            "Strata's reductions give the same numbers for any bucketing; the size "
                                            "is --ddp-bucket-size)",
                                            {"--ddp-num-buckets"}));
-  megatron_flags::append(r, without_effect("TikTokenizer's settings, read only by TikTokenizer (which Strata "
-                                           "refuses by name)",
-                                           {"--tiktoken-pattern", "--tiktoken-num-special-tokens"}));
   megatron_flags::append(r, without_effect("detecting the loaded checkpoint's format (Strata reads its own "
                                            "checkpoints and names the file it cannot read)",
                                            {"--auto-detect-ckpt-format"}));
@@ -124,7 +121,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--optimizer-cpu-offload", A::Switch, "optimizer CPU offload"),
       unsupported_flag("--tokenizer-sentencepiece-legacy", A::Switch,
                        "Megatron's legacy SentencePiece wrapper (special tokens added outside the model)"),
-      unsupported_flag("--tokenizer-special-tokens", A::List, "special tokens added to the tokenizer's vocabulary"),
       unsupported_flag("--no-tokenizer-sentencepiece-ignore-extra-whitespaces", A::Switch,
                        "SentencePiece extra-whitespace preservation"),
       unsupported_flag("--no-save-optim", A::Switch, "checkpoints without optimizer state"),

@@ -127,12 +127,23 @@ void check_out_dir(const fs::path& out, bool force) {
 
 // The tokenizer of an HF directory, named by its files there: vocab.json + merges.txt →
 // GPT2BPETokenizer; tokenizer.json (+ tokenizer_config.json) → HuggingFaceTokenizer; tokenizer.model
-// alone (transformers' slow tokenizer) → Llama2Tokenizer; else the type a Strata export recorded,
+// alone (transformers' slow tokenizer) → Llama2Tokenizer; tiktoken.json of a Strata export that
+// recorded TikTokenizer → TikTokenizer with the recorded settings; else the type a Strata export recorded,
 // else NullTokenizer. The checkpoint's save copies the files into its iteration
 // (checkpoint_tokenizer.h), so nothing is written here and errors name the directory's files.
 void use_directory_tokenizer(const fs::path& dir, const ImportedConfig& ic, StrataConfig& cfg) {
   DataConfig& d = cfg.data;
-  if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
+  if (ic.tokenizer_type == "TikTokenizer" && fs::exists(dir / "tiktoken.json")) {
+    d.tokenizer_type = TokenizerType::TikTokenizer;
+    d.tokenizer_model = fs::absolute(dir / "tiktoken.json").string();
+    const json& t = ic.tokenizer_settings;
+    if (t.is_object()) {  // the data.tiktoken_* fields the export recorded, as overrides (checked as any)
+      for (const char* key : {"tiktoken_pattern", "tiktoken_num_special_tokens"})
+        if (t.contains(key)) cfg.apply_override(std::string("data.") + key + "=" + t.at(key).dump());
+      if (t.contains("tokenizer_special_tokens") && t.at("tokenizer_special_tokens").is_array())
+        d.tokenizer_special_tokens = t.at("tokenizer_special_tokens").get<std::vector<std::string>>();
+    }
+  } else if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
     d.tokenizer_type = TokenizerType::GPT2BPETokenizer;
     d.vocab_file = fs::absolute(dir / "vocab.json").string();
     d.merge_file = fs::absolute(dir / "merges.txt").string();
@@ -201,6 +212,8 @@ std::vector<std::string> copy_tokenizer_files(const DataConfig& d, const fs::pat
     for (const std::string& f : data::HuggingFaceTokenizer::files_of(*d.tokenizer_model))
       files.emplace_back(f, fs::path(f).filename().string());
     files.front().second = "tokenizer.json";
+  } else if (d.tokenizer_type == TokenizerType::TikTokenizer) {
+    files = {{*d.tokenizer_model, "tiktoken.json"}};  // Megatron's vocabulary JSON (no transformers loader)
   } else if (tokenizer_uses_model_file(d.tokenizer_type)) {
     files = {{*d.tokenizer_model, "tokenizer.model"}};
   }
@@ -293,6 +306,11 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   info.tokenizer_type = config::enum_to_string<TokenizerType>(kTokenizerTypeNames, cfg.data->tokenizer_type);
   info.eos_id = tok->eod();
   info.bos_id = tok->bos().value_or(tok->eod());
+  if (cfg.data->tokenizer_type == TokenizerType::TikTokenizer)
+    info.tokenizer_settings = {
+        {"tiktoken_pattern", config::enum_to_string<TiktokenPattern>(kTiktokenPatternNames, cfg.data->tiktoken_pattern)},
+        {"tiktoken_num_special_tokens", cfg.data->tiktoken_num_special_tokens},
+        {"tokenizer_special_tokens", cfg.data->tokenizer_special_tokens}};
 
   const fs::path out(out_dir), staging = staging_dir(out);
   fs::remove_all(staging);  // a crashed export's

@@ -176,6 +176,7 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
                  {"seq_length", m->seq_length},
                  {"hidden_dropout", m->hidden_dropout},
                  {"tokenizer_type", info.tokenizer_type}};
+  if (!info.tokenizer_settings.is_null()) j["strata"]["tokenizer"] = info.tokenizer_settings;
   if (is_moe(f)) {
     j["strata"]["moe"] = moe_strata_json(m);
     if (f == Family::Mixtral) j["strata"]["ffn_hidden_size"] = m.ffn();  // no dense layer holds it
@@ -285,6 +286,7 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     m.hidden_dropout = opt_double(s, "hidden_dropout", m.hidden_dropout, sf);
     const std::string tok = opt_string(s, "tokenizer_type", "", sf);
     if (!tok.empty()) r.tokenizer_type = tok;
+    if (s.contains("tokenizer")) r.tokenizer_settings = s.at("tokenizer");
     if (r.family == Family::Mixtral) m.ffn_hidden_size = opt_int(s, "ffn_hidden_size", sf).value_or(*m.ffn_hidden_size);
     if (is_moe(r.family) && s.contains("moe")) moe_strata_from_json(s.at("moe"), sf + " \"moe\"", m);
   }

@@ -31,6 +31,7 @@ struct ExportInfo {
   DType dtype = DType::F32;          // F32 | BF16 | F16 → config.json's dtype
   std::optional<int64_t> bos_id, eos_id;
   std::string tokenizer_type;        // recorded in the "strata" object
+  nlohmann::json tokenizer_settings;  // TikTokenizer's data.tiktoken_* fields ("strata" "tokenizer"), else null
 };
 // config.json for a finalized model config (vocab_size: model.vocab_size, unpadded: Megatron's
 // padding rows are dropped, as transformers' log-softmax runs over every row).
@@ -47,6 +48,7 @@ struct ImportedConfig {
   Family family = Family::Llama;
   ModelConfig model;
   std::optional<std::string> tokenizer_type;  // from the "strata" object
+  nlohmann::json tokenizer_settings;          // its "tokenizer" object, or null
   std::optional<int64_t> eos_id;
   int64_t file_vocab = 0;  // config.json vocab_size: the embedding (and lm_head) rows in the file
 };
