@@ -161,39 +161,48 @@ std::vector<int64_t> parse_layer_pattern(const std::string& text, const std::str
   return out;
 }
 
-std::string no_rope_layers_problem(const std::vector<std::string>& value, int64_t num_layers,
-                                   std::vector<int64_t>& out) {
+std::string layer_map_problem(const std::vector<std::string>& value, int64_t num_layers, const LayerMapRule& rule,
+                              std::vector<int64_t>& out) {
   out.clear();
-  if (value.empty()) return "";
   int64_t n = 0;
   if (value.size() == 1 && value[0].find('[') == std::string::npos) {
     if (!parse_plain_int(value[0], n))
-      return "'" + value[0] + "' is neither an integer nor a pattern such as ([0]*3+[1]*1)*2";
-    if (n < 1) return "must be >= 1 (every N-th layer skips RoPE), got " + str(n);
-    if (num_layers < 0) return "";
-    if (num_layers % n != 0)
-      return str(n) + " does not divide model.num_layers (" + str(num_layers) +
-             "): Megatron repeats [0]*(N-1)+[1] num_layers/N times";
-    for (int64_t i = 0; i < num_layers; ++i) out.push_back((i + 1) % n == 0 ? 1 : 0);
-    return "";
+      return "'" + value[0] + "' is neither an integer nor a pattern such as ([0]*1+[1]*3)";
+    if (n < 1) return std::string("must be >= 1 (") + rule.int_meaning + "), got " + str(n);
+    return num_layers < 0 ? "" : rule.from_int(n, num_layers, out);
   }
   if (value.size() == 1) {
     std::string problem = layer_pattern_problem(value[0], out);
     if (!problem.empty()) return problem;
   } else {
     for (const auto& v : value) {
-      if (!parse_plain_int(v, n)) return "the list entry '" + v + "' is not an integer (one 0 or 1 per layer)";
+      if (!parse_plain_int(v, n)) return "the list entry '" + v + "' is not an integer (a list holds 0 or 1 per layer)";
       out.push_back(n);
     }
   }
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i] != 0 && out[i] != 1)
-      return "entry " + str(static_cast<int64_t>(i)) + " is " + str(out[i]) +
-             "; entries are 0 (RoPE) or 1 (no RoPE)";
+      return "entry " + str(static_cast<int64_t>(i)) + " is " + str(out[i]) + "; entries are 0 (" + rule.zero +
+             ") or 1 (" + rule.one + ")";
   if (num_layers >= 0 && static_cast<int64_t>(out.size()) != num_layers)
     return "has " + str(static_cast<int64_t>(out.size())) + " entries but model.num_layers is " + str(num_layers) +
            "; a list needs one entry per layer";
   return "";
+}
+
+std::string no_rope_layers_problem(const std::vector<std::string>& value, int64_t num_layers,
+                                   std::vector<int64_t>& out) {
+  out.clear();
+  if (value.empty()) return "";
+  // Megatron: [0]*(N-1)+[1] repeated num_layers/N times, N dividing num_layers.
+  const LayerMapRule rule{"RoPE", "no RoPE", "every N-th layer skips RoPE", [](int64_t n, int64_t layers, std::vector<int64_t>& map) {
+                            if (layers % n != 0)
+                              return str(n) + " does not divide model.num_layers (" + str(layers) +
+                                     "): Megatron repeats [0]*(N-1)+[1] num_layers/N times";
+                            for (int64_t i = 0; i < layers; ++i) map.push_back((i + 1) % n == 0 ? 1 : 0);
+                            return std::string();
+                          }};
+  return layer_map_problem(value, num_layers, rule, out);
 }
 
 }  // namespace strata

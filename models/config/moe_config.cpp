@@ -45,30 +45,12 @@ std::string str(int64_t x) {
 std::string layer_freq_problem(const std::vector<std::string>& value, int64_t num_layers, std::vector<int64_t>& map) {
   map.clear();
   if (value.empty()) return "is empty; give an int N (every N-th layer is MoE), a 0/1 list or a pattern";
-  int64_t n = 0;
-  if (value.size() == 1 && value[0].find('[') == std::string::npos) {
-    if (!parse_plain_int(value[0], n))
-      return "'" + value[0] + "' is neither an integer nor a pattern such as ([0]*1+[1]*3)";
-    if (n < 1) return "must be >= 1 (layer i is an MoE layer iff i % N == 0), got " + str(n);
-    for (int64_t i = 0; i < num_layers; ++i) map.push_back(i % n == 0 ? 1 : 0);
-    return "";
-  }
-  if (value.size() == 1) {
-    std::string problem = layer_pattern_problem(value[0], map);
-    if (!problem.empty()) return problem;
-  } else {
-    for (const auto& v : value) {
-      if (!parse_plain_int(v, n)) return "the list entry '" + v + "' is not an integer (a list holds 0 or 1 per layer)";
-      map.push_back(n);
-    }
-  }
-  for (size_t i = 0; i < map.size(); ++i)
-    if (map[i] != 0 && map[i] != 1)
-      return "entry " + str(static_cast<int64_t>(i)) + " is " + str(map[i]) + "; entries are 0 (dense) or 1 (MoE)";
-  if (num_layers >= 0 && static_cast<int64_t>(map.size()) != num_layers)
-    return "has " + str(static_cast<int64_t>(map.size())) + " entries but model.num_layers is " + str(num_layers) +
-           "; a list needs one entry per layer";
-  return "";
+  // Megatron: layer i is an MoE layer iff i % N == 0.
+  const LayerMapRule rule{"dense", "MoE", "layer i is an MoE layer iff i % N == 0", [](int64_t n, int64_t layers, std::vector<int64_t>& out) {
+                            for (int64_t i = 0; i < layers; ++i) out.push_back(i % n == 0 ? 1 : 0);
+                            return std::string();
+                          }};
+  return layer_map_problem(value, num_layers, rule, map);
 }
 
 const std::set<std::string> kLoadBalancingTypes = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
