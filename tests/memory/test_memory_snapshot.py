@@ -10,6 +10,8 @@ to the allocations the trace has not freed (addresses and sizes), the parameters
 among them (made before the first step, since recording starts before the model is built), and
 frames naming Strata's phase scopes. With torch >= 2.1 (not Debian's 1.13), also runs
 torch.cuda._memory_viz.trace and segsum on it; otherwise that part is skipped, not failed.
+
+    test_memory_snapshot.py STRATA WORKDIR [DEVICE]   (DEVICE: cpu, the default, or cuda on a GPU machine)
 """
 import os
 import pickle
@@ -29,7 +31,7 @@ training:
   train_iters: 4
   eval_interval: 1000
   eval_iters: 1
-  device: cpu
+  device: DEVICE
 optimizer:
   lr: 1.0e-3
 data:
@@ -51,11 +53,12 @@ def check(cond, msg):
 
 def main():
     strata, work = sys.argv[1:3]
+    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     cfg = os.path.join(work, "tiny.yaml")
     with open(cfg, "w") as f:
-        f.write(CONFIG)
+        f.write(CONFIG.replace("DEVICE", device))
     snap = os.path.join(work, "mem", "snapshot.pickle")
     os.makedirs(os.path.dirname(snap))
     # Megatron's flags, as a Megatron script passes them.
@@ -71,7 +74,7 @@ def main():
         data = pickle.load(f)
 
     check(set(data) >= {"segments", "device_traces"}, "keys %s" % sorted(data))
-    check(len(data["device_traces"]) == 1, "one device trace (the CPU)")
+    check(len(data["device_traces"]) == 1, "one device trace (the CPU or cuda:0)")
     trace = data["device_traces"][0]
     check(len(trace) > 100, "only %d trace entries" % len(trace))
     for e in trace:
