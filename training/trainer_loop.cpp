@@ -126,8 +126,9 @@ Trainer::StepOutcome Trainer::timed_step(TrainResult& result, Interval& iv) {
       train_step(lr, decoupled_schedule_ ? std::optional<double>(decoupled_schedule_->lr(scheduler_steps_)) : std::nullopt);
   const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
   result.train_step_seconds += step_seconds;
-  result.communication_seconds += comm_total() - comm_before;
-  if (straggler_) straggler_->add(step_seconds - (comm_total() - comm_before));
+  const double comm_seconds = comm_total() - comm_before;
+  result.communication_seconds += comm_seconds;
+  if (straggler_) straggler_->add(step_seconds - comm_seconds);
   const double grad_exposed = grad_exposed_total() - grad_exposed_before;
   const double grad_inflight = grad_inflight_total() - grad_inflight_before;
   result.grad_reduce_exposed_seconds += grad_exposed;

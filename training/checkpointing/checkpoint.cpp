@@ -22,6 +22,7 @@
 #include "models/layers/moe/router.h"
 #include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint_pieces.h"
+#include "training/checkpointing/checkpoint_save.h"
 #include "training/checkpointing/checkpoint_scheduler.h"
 #include "training/checkpointing/checksum.h"
 #include "training/checkpointing/checkpoint_tokenizer.h"
@@ -35,14 +36,6 @@ using json = nlohmann::json;
 namespace {
 
 const char* kManifestFile = "manifest.json";
-
-std::string read_text_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  STRATA_CHECK(in.good(), "checkpoint: cannot read ", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // ---- reading a manifest: every member checked, errors naming the file and the member ----------
 
@@ -128,7 +121,7 @@ std::string checkpoint_dir_name(int64_t iteration) {
 std::optional<int64_t> read_checkpoint_tracker(const std::string& dir) {
   const fs::path p = fs::path(dir) / kTrackerFile;
   if (!fs::exists(p)) return std::nullopt;
-  std::string text = read_text_file(p);
+  std::string text = read_checkpoint_text(p);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
   STRATA_CHECK(text != "release", "checkpoint: ", p.string(), " says 'release', which is not supported");
   try {
@@ -169,7 +162,7 @@ struct CheckpointReader {
 // The manifest: valid JSON, this format, version 1 or 2, a "files" object.
 void CheckpointReader::read_manifest() {
   try {
-    manifest = json::parse(read_text_file(manifest_path));
+    manifest = json::parse(read_checkpoint_text(manifest_path));
   } catch (const json::exception& e) {
     STRATA_CHECK(false, "checkpoint: ", manifest_path.string(), " is not valid JSON: ", e.what());
   }

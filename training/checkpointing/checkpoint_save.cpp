@@ -48,14 +48,6 @@ void write_text_file(const fs::path& p, const std::string& text) {
   STRATA_CHECK(!out.fail(), "checkpoint: error writing ", p.string());
 }
 
-std::string read_text_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  STRATA_CHECK(in.good(), "checkpoint: cannot read ", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 Tensor host_copy(const Tensor& t) { return t.to(Device::cpu()).contiguous().clone(); }
 
 std::string rank_file(const char* stem, int rank, const std::string& ext) {
@@ -126,6 +118,14 @@ json merge_fragments(const std::vector<json>& fragments, json& files) {
 }
 
 }  // namespace
+
+std::string read_checkpoint_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  STRATA_CHECK(in.good(), "checkpoint: cannot read ", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 class CheckpointSaveJob {
  public:
@@ -254,7 +254,7 @@ std::string finalize_checkpoint_save(CheckpointSaveJob& job) {
     for (int r = 0; r < job.layout.world.size(); ++r) {
       const fs::path fp = job.tmp_dir / ("shard_rank_" + std::to_string(r) + ".json");
       STRATA_CHECK(fs::exists(fp), "checkpoint: rank ", r, " wrote no ", fp.string());
-      fragments.push_back(json::parse(read_text_file(fp)));
+      fragments.push_back(json::parse(read_checkpoint_text(fp)));
       fs::remove(fp);
     }
     json jfiles = json::object();

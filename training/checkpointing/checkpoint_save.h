@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <atomic>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,6 +30,9 @@
 #include "training/checkpointing/checkpoint.h"
 
 namespace strata {
+
+// A checkpoint's text file (manifest, shard fragment), whole; an error naming the file when unreadable.
+std::string read_checkpoint_text(const std::filesystem::path& p);
 
 class CheckpointSaveJob;  // one save's host copies, paths and run state
 struct CheckpointSaveJobDeleter {
