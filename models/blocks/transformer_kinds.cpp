@@ -16,9 +16,17 @@ struct TransformerStackLayer::Saved : StackLayer::State {
 
 layers::TransformerLayerSpec transformer_kind_spec(char symbol, const LayerPlace& place) {
   layers::TransformerLayerSpec spec;
-  switch (symbol) {  // the four kinds this file registers
+  switch (symbol) {  // the six kinds this file registers
     case 'T': spec = layers::TransformerLayerSpec::full(); break;
+    case 'L':
+      spec = layers::TransformerLayerSpec::full();
+      spec.attention_kind = layers::AttentionKind::MultiLatent;
+      break;
     case '*': spec = layers::TransformerLayerSpec::attention_only(); break;
+    case '+':
+      spec = layers::TransformerLayerSpec::attention_only();
+      spec.attention_kind = layers::AttentionKind::MultiLatent;
+      break;
     case '-': spec = layers::TransformerLayerSpec::mlp_only(); break;
     case 'E': spec = layers::TransformerLayerSpec::moe_only(); break;
     default: STRATA_INTERNAL_ASSERT(false, "transformer_kind_spec: '", symbol, "' is not a transformer kind");
@@ -58,13 +66,8 @@ Tensor TransformerStackLayer::mhc_replay(State& saved, const Tensor& x) {
 
 layers::LayerKVCache TransformerStackLayer::make_cache(int64_t batch, int64_t max_seq, DType dtype,
                                                        Device device) const {
-  layers::LayerKVCache lc;
-  if (layer_.has_attention()) {
-    const auto& a = layer_.self_attention();
-    lc.k = Tensor::zeros({max_seq, batch, a.groups(), a.head_dim()}, dtype, device);
-    lc.v = Tensor::zeros({max_seq, batch, a.groups(), a.head_dim()}, dtype, device);
-  }
-  return lc;
+  if (!layer_.has_attention()) return {};
+  return layer_.attention().make_cache(batch, max_seq, dtype, device);
 }
 
 namespace {
@@ -108,6 +111,27 @@ LayerActivations attention_activations(const ResolvedModelConfig& m, const Activ
   r.input = a.e * Ts * C;
   r.full = a.e * Ts * C + norm_stats(m, Ts) + a.e * Ts * C + a.e * T * dh * (2 * heads + 2 * g) / t + 4 * T * heads / t;
   return r;
+}
+
+// `+` (MLA): the input norm's input and the attention's input e·T·C each (sp; the latter dropped by
+// layernorm recompute), the latents the up projections read e·T·(q_lora + kv_lora) (sp) and, with
+// qk_layernorm, the latent norms' inputs again plus their statistics, k_pe e·T·dpe (gathered),
+// query, key, value e·T·a·(2D + dv) (/t; dropped by mla_up_proj recompute), the attention output
+// e·T·a·dv and the f32 log-sum-exp 4·T·a (/t).
+LayerActivations mla_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
+  const MlaDims d = mla_dims(*m);
+  const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m->hidden_size, t = a.tp, heads = d.heads;
+  const int64_t latents = d.q_lora_rank + d.kv_lora_rank;
+  int64_t r = a.e * Ts * C + norm_stats(m, Ts);                             // the input norm
+  if (!recompute_module(*m, "layernorm")) r += a.e * Ts * C;         // the attention's input
+  r += a.e * Ts * latents + a.e * T * d.qk_pos_emb_head_dim;                 // latents, k_pe
+  if (m->qk_layernorm) r += a.e * Ts * latents + (d.q_lora_rank > 0 ? 2 : 1) * norm_stats(m, Ts);
+  if (!recompute_module(*m, "mla_up_proj")) r += a.e * T * heads * (2 * d.q_head_dim() + d.v_head_dim) / t;
+  r += a.e * T * heads * d.v_head_dim / t + 4 * T * heads / t;              // output, lse
+  LayerActivations out;
+  out.input = a.e * Ts * C;
+  out.full = r;
+  return out;
 }
 
 // `-`: norm and fc1 inputs e·T·C each (sp); fc1 and activation outputs e·T·ffn·(3 SwiGLU, 2) (/t).
@@ -156,10 +180,19 @@ LayerActivations gpt_layer_activations(const ResolvedModelConfig& m, const Activ
 
 LayerActivations transformer_activations(char symbol, const ResolvedModelConfig& m, const LayerPlace& place,
                                          const ActivationShape& a) {
-  LayerActivations r = symbol == 'T' ? gpt_layer_activations(m, a)
-                       : symbol == '*' ? attention_activations(m, a)
-                       : symbol == '-' ? mlp_activations(m, a)
-                                       : moe_activations(m, a);
+  LayerActivations r;
+  if (symbol == 'L') {  // MLA + the MLP slot (dense or MoE): the two branches' sums
+    const LayerActivations attn = mla_activations(m, a);
+    const LayerActivations slot = place.moe ? moe_activations(m, a) : mlp_activations(m, a);
+    r.full = attn.full + slot.full, r.input = attn.input;
+    r.selective_saving = slot.selective_saving, r.backward = slot.backward;
+  } else {
+    r = symbol == 'T'   ? gpt_layer_activations(m, a)
+        : symbol == '*' ? attention_activations(m, a)
+        : symbol == '+' ? mla_activations(m, a)
+        : symbol == '-' ? mlp_activations(m, a)
+                        : moe_activations(m, a);
+  }
   if (!place.branch_mhc) return r;
   // One mHC site per branch: the layer's input is the n·C stream (mhc_site_activations).
   const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, place);
@@ -192,8 +225,24 @@ LayerKind transformer_kind(char symbol, const char* name, bool hybrid_pattern, s
     return transformer_activations(symbol, m, p, a);
   };
   k.attention_flops_per_token = [symbol](const ResolvedModelConfig& m) {
-    const bool attention = transformer_kind_spec(symbol, LayerPlace{}).self_attention;
-    return attention ? 12.0 * static_cast<double>(m->hidden_size) * static_cast<double>(m->seq_length) : 0.0;
+    const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, LayerPlace{});
+    if (!spec.self_attention) return 0.0;
+    const double s = static_cast<double>(m->seq_length);
+    if (spec.attention_kind == layers::AttentionKind::Standard) return 12.0 * static_cast<double>(m->hidden_size) * s;
+    // MLA: scores over q_head_dim and values over v_head_dim per head, forward and backward.
+    const MlaDims d = mla_dims(*m);
+    return 6.0 * s * static_cast<double>(d.heads * (d.q_head_dim() + d.v_head_dim));
+  };
+  if (transformer_kind_spec(symbol, LayerPlace{}).attention_kind == layers::AttentionKind::MultiLatent)
+    k.check_parallel_layout = [](const ResolvedModelConfig& m, const ParallelConfig& p, int64_t) {
+      check_mla_config(*m, p.tensor_model_parallel_size);  // MLA's heads over tp
+    };
+  k.cache_bytes_per_token = [symbol](const ResolvedModelConfig& m, int64_t element_bytes) -> int64_t {
+    const layers::TransformerLayerSpec spec = transformer_kind_spec(symbol, LayerPlace{});
+    if (!spec.self_attention) return 0;
+    if (spec.attention_kind == layers::AttentionKind::MultiLatent)
+      return mla_dims(*m).cache_bytes_per_token(element_bytes);
+    return 2 * m.query_groups() * m.head_dim() * element_bytes;  // k and v of every query group
   };
   return k;
 }
@@ -205,10 +254,14 @@ LayerKind transformer_kind(char symbol, const char* name, bool hybrid_pattern, s
 // always does (Megatron: "for fused attention, you have no need to set core_attn").
 void register_transformer_kinds(LayerKindRegistry& registry) {
   registry.add(transformer_kind('*', "attention", true, {"core_attn", "mhc"}));
+  registry.add(transformer_kind('+', "multi-latent attention", true, {"core_attn", "mla_up_proj", "layernorm", "mhc"}));
   registry.add(transformer_kind('-', "MLP", true, {"mlp", "mhc"}));
   registry.add(transformer_kind('E', "MoE", true, {"moe", "moe_act", "shared_experts", "mhc"}));
   registry.add(transformer_kind('T', "transformer (attention + MLP)", false,
                                 {"core_attn", "mlp", "moe", "moe_act", "shared_experts", "mhc"}));
+  registry.add(transformer_kind('L', "transformer with multi-latent attention (MLA + MLP)", false,
+                                {"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
+                                 "mhc"}));
 }
 
 }  // namespace strata

@@ -86,6 +86,10 @@ struct LayerKind {
   // The FLOPs per token of a training step beyond 6 per parameter (the model FLOPs of MFU):
   // attention's score and value products, 12·h·s; 0 for a layer without them.
   std::function<double(const ResolvedModelConfig&)> attention_flops_per_token;
+  // Optional: the bytes per token its generation cache holds, for elements of element_bytes (attention:
+  // keys and values; MLA: the latent and the RoPE key); null or 0: nothing per token (Mamba's state
+  // is fixed-size).
+  std::function<int64_t(const ResolvedModelConfig&, int64_t element_bytes)> cache_bytes_per_token;
   // Optional: the rules it puts on the parallel layout (Megatron validate_args), a ConfigError
   // naming the field; `position`: where its symbol first stands in the model's pattern. Config
   // validation calls it for every kind the model uses, before anything is allocated.

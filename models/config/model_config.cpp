@@ -150,6 +150,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
       .architecture_defining();
   add_moe_fields(f);
   add_mamba_fields(f);
+  add_mla_fields(f);
   add_mtp_fields(f);
   add_mhc_fields(f);
   add_recompute_fields(f);
@@ -338,6 +339,7 @@ void check_section_rules(const ModelConfig& m) {
                       "scales RoPE's positions; set model.position_embedding_type rope");
   if (!m.no_rope_freq.empty() && m.position_embedding_type != PositionEmbeddingType::Rope)
     throw ConfigError("model.no_rope_freq", "picks the layers that skip RoPE; set model.position_embedding_type rope");
+  check_mla_fields(m);
   if (m.swiglu && m.openai_gelu)
     throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");
   if (m.apply_residual_connection_post_layernorm)

@@ -20,6 +20,7 @@
 #include "core/resolved.h"
 #include "models/config/hybrid_pattern.h"
 #include "models/config/mamba_config.h"
+#include "models/config/mla_config.h"
 #include "models/config/mhc_config.h"
 #include "models/config/moe_config.h"
 #include "models/config/recompute_config.h"
@@ -72,6 +73,15 @@ struct ModelConfig {
   // Megatron --no-rope-freq: which layers skip RoPE (an int N, a 0/1 list, or a pattern string;
   // models/config/layer_pattern.h). Empty: every layer applies it.
   std::vector<std::string> no_rope_freq;
+
+  // ---- multi-latent attention (models/config/mla_config.h; Megatron's MLATransformerConfig, CLI defaults) ----
+  bool multi_latent_attention = false;
+  std::optional<int64_t> q_lora_rank;  // null → queries projected directly (linear_q_proj)
+  int64_t kv_lora_rank = 32;
+  int64_t qk_head_dim = 128;
+  int64_t qk_pos_emb_head_dim = 64;
+  int64_t v_head_dim = 128;
+  std::optional<RopeType> rope_type;  // null → yarn for MLA
 
   // ---- normalization ----
   Normalization normalization = Normalization::LayerNorm;

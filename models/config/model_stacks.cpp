@@ -15,7 +15,7 @@ std::string decoder_layer_name(int64_t l) { return "decoder.layers." + std::to_s
 
 // The GPT symbol of global decoder layer l.
 char gpt_symbol(const ResolvedModelConfig& m, const std::string& gpt_symbols, int64_t l) {
-  if (gpt_symbols.empty()) return kGptLayerSymbol;
+  if (gpt_symbols.empty()) return gpt_layer_symbol(*m);
   STRATA_CHECK(static_cast<int64_t>(gpt_symbols.size()) == m->num_layers, "GPT model: ", gpt_symbols.size(),
                " layer symbols for model.num_layers ", m->num_layers);
   return gpt_symbols[static_cast<size_t>(l)];

@@ -16,11 +16,16 @@
 
 namespace strata {
 
-// The GPT model's layer (models/blocks/transformer_kinds.h): attention + MLP slot.
+// The GPT model's layer (models/blocks/transformer_kinds.h): attention + MLP slot, `T`, or with
+// model.multi_latent_attention MLA + MLP slot, `L`.
 inline constexpr char kGptLayerSymbol = 'T';
+inline constexpr char kGptMlaLayerSymbol = 'L';
+inline char gpt_layer_symbol(const ModelConfig& m) {
+  return m.multi_latent_attention ? kGptMlaLayerSymbol : kGptLayerSymbol;
+}
 
 // The decoder layers [first, first + count). gpt_symbols: a GPT model's layer symbols (one per
-// layer of the whole model, any registered kinds; empty: every layer `T`); hybrid models ignore it.
+// layer of the whole model, any registered kinds; empty: every layer gpt_layer_symbol); hybrid models ignore it.
 std::vector<StackLayerSpec> decoder_stack_specs(const ResolvedModelConfig& m, int64_t first, int64_t count,
                                                 const std::string& gpt_symbols = {});
 // MTP module k's inner layers (0-based k): GPT one layer of the decoder's last kind, named

@@ -170,8 +170,9 @@ void add_expert_fields(config::SectionFields<ModelConfig>& f) {
         "Apply the routing weight to the expert input instead of after the activation. Needs moe_router_topk 1.")
       .architecture_defining();
   f.add_enum("moe_token_dispatcher_type", &M::moe_token_dispatcher_type, kMoeTokenDispatcherTypeNames,
-             "Token dispatcher: allgather (tokens all-gathered over the expert-parallel group) or alltoall "
-             "(uneven all-to-all of the routed tokens).");
+             "Token dispatcher: allgather (tokens all-gathered over the expert-parallel group), alltoall "
+             "(uneven all-to-all of the routed tokens) or flex (Megatron's fused DeepEP/HybridEP dispatcher: the "
+             "same routing; here it runs the alltoall dispatcher, with its numerics).");
   f.add("moe_grouped_gemm", &M::moe_grouped_gemm,
         "Accepted for Megatron launch scripts; changes nothing: the local experts always run through one "
         "grouped expert GEMM (kernels/moe.h: one cublasGemmGroupedBatchedEx call on CUDA).");

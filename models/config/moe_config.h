@@ -37,10 +37,13 @@ inline constexpr config::EnumName<MoeTokenDropPolicy> kMoeTokenDropPolicyNames[]
     {MoeTokenDropPolicy::Position, "position"},
 };
 
-enum class MoeTokenDispatcherType { AllGather, AllToAll };
+// flex: Megatron's fused dispatcher (DeepEP / HybridEP / NCCL EP kernels) routes the same tokens to
+// the same experts as alltoall; on Strata's ranks it runs the all-to-all dispatcher, same numerics.
+enum class MoeTokenDispatcherType { AllGather, AllToAll, Flex };
 inline constexpr config::EnumName<MoeTokenDispatcherType> kMoeTokenDispatcherTypeNames[] = {
     {MoeTokenDispatcherType::AllGather, "allgather"},
     {MoeTokenDispatcherType::AllToAll, "alltoall"},
+    {MoeTokenDispatcherType::Flex, "flex"},
 };
 
 const char* to_string(MoeScoreFunction f);

@@ -44,10 +44,6 @@ struct Rejected {
   const char* why;
 };
 constexpr Rejected kRejected[] = {
-    {"layernorm",
-     "Strata's norms are fused into the following linear (Transformer Engine layout, "
-     "linear_qkv.layer_norm_weight), where Megatron's layernorm recompute does nothing; not supported"},
-    {"mla_up_proj", "needs multi-latent attention, which Strata does not have"},
     {"gdn", "not supported (Strata has no GatedDeltaNet layers)"},
     {"gdn_norm_out", "not supported (Strata has no GatedDeltaNet layers)"},
     {"gdp_in_proj", "not supported (Strata has no GatedDeltaProduct layers)"},
@@ -70,6 +66,16 @@ void check_modules(const ModelConfig& m) {
         throw ConfigError("model.recompute_modules",
                           "moe_act needs model.moe_grouped_gemm: true (Megatron's rule; Strata's experts always "
                           "run one grouped GEMM, so setting it changes nothing else)");
+      const bool mla = m.multi_latent_attention || (m.hybrid_layer_pattern && m.hybrid_layer_pattern->find('+') != std::string::npos);
+      if (name == "mla_up_proj" && !mla)
+        throw ConfigError("model.recompute_modules",
+                          "mla_up_proj recomputes multi-latent attention's up projections; the model has no MLA "
+                          "layers (Megatron's rule)");
+      if (name == "layernorm" && !mla)
+        throw ConfigError("model.recompute_modules",
+                          "layernorm acts on multi-latent attention layers' input norm; the model's other norms are "
+                          "fused into the following linear (Transformer Engine layout, linear_qkv.layer_norm_weight), "
+                          "where Megatron's layernorm recompute does nothing");
       if (name == "moe" && !m.is_moe())
         throw ConfigError("model.recompute_modules",
                           "moe recomputes MoE layers; the model has none (model.num_experts is null)");
@@ -129,8 +135,10 @@ void add_recompute_fields(config::SectionFields<ModelConfig>& f) {
         "input), moe_act (the routed experts' activation: keeps the fc1 output and drops the activation and "
         "the fc2 input, recomputed before fc2's backward; needs moe_grouped_gemm) and shared_experts (the MoE "
         "layers' shared-expert MLP: keeps its input) and mhc (mHC: each site's input and aggregation are "
-        "dropped and rebuilt per mhc_recompute_layer_num group; needs enable_hyper_connections, not with mlp); "
-        "Megatron's other names (layernorm, mla_up_proj, gdn, …) are errors saying why.");
+        "dropped and rebuilt per mhc_recompute_layer_num group; needs enable_hyper_connections, not with mlp), "
+        "mla_up_proj (multi-latent attention: keeps the latents and recomputes the up projections and RoPE in "
+        "backward) and layernorm (multi-latent attention layers' input norm: its output is recomputed in "
+        "backward); Megatron's other names (gdn, …) are errors saying why.");
   f.add("distribute_saved_activations", &M::distribute_saved_activations,
         "Split the saved chunk inputs of full recompute over tensor-parallel ranks. Not supported: must be false.");
   f.add("moe_layer_recompute", &M::moe_layer_recompute,

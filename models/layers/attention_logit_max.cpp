@@ -5,6 +5,9 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/observe.h"
+#include "parallel/context_parallel.h"
+#include "parallel/tensor_parallel.h"
 
 namespace strata::layers {
 
@@ -46,6 +49,28 @@ Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<i
     best[static_cast<size_t>(h)] = m;
   }
   return Tensor::from_vector(best, {hq}, DType::F32);
+}
+
+void observe_attention_logit_max(const std::string& owner, const Tensor& q, const Tensor& k,
+                                 const kernels::AttentionParams& p, int64_t head_dim, const ProcessGroup& cp) {
+  std::vector<int64_t> q_pos(static_cast<size_t>(q.size(0)));
+  Tensor keys = k;
+  if (cp.size() > 1) {
+    // The local queries see keys on every cp rank: gather them in global order, global positions.
+    const int64_t L = k.size(0);
+    const Tensor gathered = tp::gather_dim0(k.contiguous(), cp);
+    std::vector<Tensor> shards;
+    for (int r = 0; r < cp.size(); ++r) shards.push_back(gathered.narrow(0, r * L, L));
+    keys = cp::merge_sequence(shards, 0);
+    q_pos = cp::global_positions(q.size(0), cp.size(), cp.rank());
+  } else {
+    for (size_t i = 0; i < q_pos.size(); ++i) q_pos[i] = p.q_position_offset + static_cast<int64_t>(i);
+  }
+  std::vector<int64_t> k_pos(static_cast<size_t>(keys.size(0)));
+  for (size_t j = 0; j < k_pos.size(); ++j) k_pos[j] = (cp.size() > 1 ? 0 : p.k_position_offset) + static_cast<int64_t>(j);
+  const Tensor m = attention_logit_max(q, keys, q_pos, k_pos, kernels::attention_softmax_scale(p, head_dim), p.causal,
+                                       p.document_start);
+  observe(owner, "attention_logit_max", SourceKind::AttentionLogitMax, m, /*tp_shard_dim=*/0);
 }
 
 }  // namespace strata::layers

@@ -7,9 +7,12 @@
 // megatron/core/optimizer/qk_clip.py), here exact.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/attention.h"
+#include "parallel/process_group.h"
 
 namespace strata::layers {
 
@@ -20,5 +23,13 @@ namespace strata::layers {
 Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<int64_t>& q_positions,
                            const std::vector<int64_t>& k_positions, double softmax_scale, bool causal,
                            const Tensor& q_document_start = Tensor());
+
+// The attention_logit_max site of `owner` (call it only when observed): per-head max logit of this
+// rank's queries q [sq, b, hq, d] over every key they attend to, k [sk, b, hkv, d], with the
+// attention's params and head dim (its softmax scale). Under context parallelism (cp of more than
+// one rank) the keys of every cp rank are all-gathered in global order and the positions are global.
+// Emitted with the heads sharded over tp (dim 0).
+void observe_attention_logit_max(const std::string& owner, const Tensor& q, const Tensor& k,
+                                 const kernels::AttentionParams& p, int64_t head_dim, const ProcessGroup& cp);
 
 }  // namespace strata::layers

@@ -18,6 +18,12 @@ enum class MlpKind {
   MoE,    // router + grouped experts (+ shared expert) (models/layers/moe/moe_layer.h)
 };
 
+// What fills a layer's attention slot.
+enum class AttentionKind {
+  Standard,     // linear_qkv → RoPE → attention → linear_proj (models/layers/self_attention.h)
+  MultiLatent,  // DeepSeek's MLA (models/layers/multi_latent_attention.h)
+};
+
 struct TransformerLayerSpec {
   bool self_attention = true;  // input_layernorm + self_attention (+ dropout, residual add)
   bool mlp = true;             // pre_mlp_layernorm + the MLP slot (+ dropout, residual add)
@@ -33,14 +39,18 @@ struct TransformerLayerSpec {
   // The attention applies RoPE when the model's positions are RoPE (false: a NoPE layer of
   // model.no_rope_freq, Megatron's Attention.forward dropping rotary_pos_emb).
   bool rope = true;
+  AttentionKind attention_kind = AttentionKind::Standard;
 
   static TransformerLayerSpec full() { return {}; }
   static TransformerLayerSpec attention_only() { return {true, false, MlpKind::Dense}; }
   static TransformerLayerSpec mlp_only() { return {false, true, MlpKind::Dense}; }
   static TransformerLayerSpec moe_only() { return {false, true, MlpKind::MoE, true}; }
-  // Megatron's hybrid pattern symbol of this spec: '*' attention only, '-' MLP only, 'E' MoE only, 'T' both.
+  // The layer kind's symbol of this spec: '*' attention only, '-' MLP only, 'E' MoE only, 'T' both
+  // (Megatron's hybrid symbols); with MLA '+' attention only (Megatron's) and 'L' both (Strata's GPT layer).
   char symbol() const {
-    return self_attention && mlp ? 'T' : self_attention ? '*' : mlp_kind == MlpKind::MoE ? 'E' : '-';
+    const bool mla = attention_kind == AttentionKind::MultiLatent;
+    if (self_attention) return mlp ? (mla ? 'L' : 'T') : (mla ? '+' : '*');
+    return mlp_kind == MlpKind::MoE ? 'E' : '-';
   }
 };
 

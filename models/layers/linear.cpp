@@ -3,6 +3,8 @@
 // RowParallelLinear.forward, LinearWithGradAccumulationAndAsyncCommunication.backward).
 #include "models/layers/linear.h"
 
+#include <optional>
+
 #include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
@@ -80,8 +82,9 @@ Linear::Linear(const std::string& prefix, int64_t in, int64_t out, bool has_bias
                " chunks");
   // Megatron's set_tensor_model_parallel_attributes: a column- or row-parallel weight (and a
   // column-parallel bias) is tensor-parallel whatever the tp size; at tp 1 its one shard is whole.
-  weight.tensor_parallel = mode != TensorParallelMode::Replicated;
+  weight.tensor_parallel = mode == TensorParallelMode::Column || mode == TensorParallelMode::Row;
   if (has_bias) bias.tensor_parallel = mode == TensorParallelMode::Column;
+  if (mode == TensorParallelMode::Duplicated) sequence_parallel_ = env.sequence_parallel && tp.size() > 1;
   if (!sharded()) return;
   sequence_parallel_ = env.sequence_parallel;
   const int64_t n = tp.size();
@@ -124,6 +127,18 @@ Tensor Linear::backward(const Tensor& x_in, const Tensor& dy_in, bool need_dx) {
   Tensor dy = (row && sequence_parallel_) ? tp::gather_dim0(dy_in, tp_) : dy_in;
   Tensor dx;
   if (need_dx) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (mode_ == TensorParallelMode::Duplicated && sequence_parallel_) {
+    // The local rows' weight and bias gradients, summed over tp (layer_common.h).
+    SequenceParallelGrad dw(weight, tp_, weight.main_grad.dtype(), dy.device());
+    std::optional<SequenceParallelGrad> db;
+    if (has_bias) db.emplace(bias, tp_, bias.main_grad.dtype(), dy.device());
+    Tensor dw_target = dw.target(), db_target = db ? db->target() : Tensor();
+    kernels::linear_backward(x, weight.value, dy, need_dx ? &dx : nullptr, &dw_target, db ? &db_target : nullptr,
+                             /*accumulate_grads=*/true);
+    dw.finish();
+    if (db) db->finish();
+    return dx;
+  }
   kernels::linear_backward(x, weight.value, dy, need_dx ? &dx : nullptr, &weight.main_grad,
                            has_bias ? &bias.main_grad : nullptr, /*accumulate_grads=*/true);
   if (!need_dx || !col) return dx;

@@ -10,6 +10,11 @@
 //           reduce-scatter along the sequence). Backward: dy all-gathered along the sequence under
 //           sequence parallel (so the bias gradient is the full one on every rank).
 //   Replicated: plain linear (tp size 1: bit-identical to the unsharded layer).
+//   Duplicated: the whole weight on every tp rank (Megatron TELinear parallel_mode="duplicated",
+//           MLA's down projections). Without sequence parallel a plain linear on the whole
+//           sequence; under sequence parallel x and y are this rank's sequence shard and the weight
+//           and bias gradients (partial sums over the local rows) are summed over tp in backward
+//           (Megatron marks them sequence_parallel), like a norm's.
 // Backward accumulates dw, db into the parameters' main_grad (f32, f64 for an f64 model).
 // Reference: Megatron-Core tensor_parallel/layers.py, mappings.py; llm.c matmul_forward/backward.
 #pragma once
@@ -21,7 +26,7 @@
 
 namespace strata::layers {
 
-enum class TensorParallelMode { Replicated, Column, Row };
+enum class TensorParallelMode { Replicated, Column, Row, Duplicated };
 
 // A parameter made whole (make_parameter) turned into this rank's shard over `tp`: rows in
 // `chunks` equal chunks (column-parallel weights; SwiGLU fc1 holds [gate_r; up_r] as two blocks),
@@ -56,7 +61,9 @@ class Linear {
   int64_t in_features = 0, out_features = 0;  // this rank's weight shape [out_features, in_features]
 
  private:
-  bool sharded() const { return mode_ != TensorParallelMode::Replicated && tp_.size() > 1; }
+  bool sharded() const {
+    return mode_ != TensorParallelMode::Replicated && mode_ != TensorParallelMode::Duplicated && tp_.size() > 1;
+  }
   ProcessGroup tp_;
   TensorParallelMode mode_ = TensorParallelMode::Replicated;
   bool sequence_parallel_ = false;

@@ -83,27 +83,6 @@ Tensor SelfAttention::rope_positions(int64_t s, Device device, const PackedSeque
   return Tensor::from_data(cp::global_positions(s, cp_.size(), cp_.rank()), Shape{s}, device);
 }
 
-void SelfAttention::observe_logit_max(const Tensor& q, const Tensor& k, const kernels::AttentionParams& p) const {
-  std::vector<int64_t> q_pos(static_cast<size_t>(q.size(0)));
-  Tensor keys = k;
-  if (cp_.size() > 1) {
-    // The local queries see keys on every cp rank: gather them in global order, global positions.
-    const int64_t L = k.size(0);
-    const Tensor gathered = tp::gather_dim0(k.contiguous(), cp_);
-    std::vector<Tensor> shards;
-    for (int r = 0; r < cp_.size(); ++r) shards.push_back(gathered.narrow(0, r * L, L));
-    keys = cp::merge_sequence(shards, 0);
-    q_pos = cp::global_positions(q.size(0), cp_.size(), cp_.rank());
-  } else {
-    for (size_t i = 0; i < q_pos.size(); ++i) q_pos[i] = p.q_position_offset + static_cast<int64_t>(i);
-  }
-  std::vector<int64_t> k_pos(static_cast<size_t>(keys.size(0)));
-  for (size_t j = 0; j < k_pos.size(); ++j) k_pos[j] = (cp_.size() > 1 ? 0 : p.k_position_offset) + static_cast<int64_t>(j);
-  const Tensor m = attention_logit_max(q, keys, q_pos, k_pos, kernels::attention_softmax_scale(p, hn_), p.causal,
-                                       p.document_start);
-  observe(owner_, "attention_logit_max", SourceKind::AttentionLogitMax, m, /*tp_shard_dim=*/0);
-}
-
 Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) const {
   STRATA_CHECK(x.dim() == 3 && x.size(2) == h_, linear_qkv.weight.name, ": input ", x.shape().str(),
                " must be [s, b, ", h_, "]");
@@ -157,7 +136,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
     p.q_position_offset = run.position_offset;
     p.k_position_offset = 0;
   }
-  if (is_observing(SourceKind::AttentionLogitMax)) observe_logit_max(q, k_all, p);
+  if (is_observing(SourceKind::AttentionLogitMax)) observe_attention_logit_max(owner_, q, k_all, p, hn_, cp_);
   Tensor out = Tensor::empty({s, b, np_, hn_}, x.dtype(), x.device());
   const DType lse_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor lse = Tensor::empty({b, np_, s}, lse_dtype, x.device());
@@ -171,7 +150,9 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   Tensor y = linear_proj.forward(out.reshape({s, b, np_ * hn_}), !run.skip_output_bias);
   if (saved) {
     STRATA_CHECK(!run.cache, linear_qkv.weight.name, ": a KV-cache forward saves no activations");
-    *saved = Saved{x, qn, kn, q, k, v, out, lse, p, run.position_offset, packed ? packed->positions : Tensor()};
+    saved->x = x, saved->q_norm = qn, saved->k_norm = kn, saved->q = q, saved->k = k, saved->v = v;
+    saved->out = out, saved->lse = lse, saved->params = p, saved->position_offset = run.position_offset;
+    saved->positions = packed ? packed->positions : Tensor();
   }
   return y;
 }
@@ -207,6 +188,28 @@ Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
   dqkv.narrow(3, per, 1).copy_(dk.reshape({s, b, ng_, 1, hn_}));
   dqkv.narrow(3, per + 1, 1).copy_(dv.reshape({s, b, ng_, 1, hn_}));
   return linear_qkv.backward(sv.x, dqkv.reshape({s, b, ng_ * (per + 2) * hn_}));
+}
+
+Tensor SelfAttention::forward_module(const Tensor& x, const AttentionRun& run, std::unique_ptr<State>* saved) const {
+  STRATA_INTERNAL_ASSERT(run.keep_input, owner_, ": self-attention always keeps its input (no layernorm recompute)");
+  if (!saved) return forward(x, run, nullptr);
+  auto sv = std::make_unique<Saved>();
+  Tensor y = forward(x, run, sv.get());
+  *saved = std::move(sv);
+  return y;
+}
+
+Tensor SelfAttention::backward_module(const State& saved, const Tensor& dy, const Tensor& /*input*/) {
+  const auto* sv = dynamic_cast<const Saved*>(&saved);
+  STRATA_INTERNAL_ASSERT(sv != nullptr, owner_, ": backward from another attention module's state");
+  return backward(*sv, dy);
+}
+
+LayerKVCache SelfAttention::make_cache(int64_t batch, int64_t max_seq, DType dtype, Device device) const {
+  LayerKVCache lc;
+  lc.k = Tensor::zeros({max_seq, batch, ng_, hn_}, dtype, device);
+  lc.v = Tensor::zeros({max_seq, batch, ng_, hn_}, dtype, device);
+  return lc;
 }
 
 void SelfAttention::collect(std::vector<Parameter*>& out) {

@@ -23,6 +23,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/rotary.h"
+#include "models/layers/attention_module.h"
 #include "models/layers/layer_common.h"
 #include "models/layers/linear.h"
 #include "models/layers/inference_cache.h"
@@ -33,9 +34,9 @@
 
 namespace strata::layers {
 
-class SelfAttention {
+class SelfAttention : public AttentionModule {
  public:
-  struct Saved {
+  struct Saved : AttentionModule::State {
     Tensor x;                    // [s, b, h] input (already normalized)
     Norm::Saved q_norm, k_norm;  // qk_layernorm statistics
     Tensor q, k, v;              // [s, b, np, hn], [s, b, ng, hn] ×2 (after qk-norm and RoPE)
@@ -44,18 +45,7 @@ class SelfAttention {
     int64_t position_offset = 0;
     Tensor positions;            // [s, b] packed sequences' RoPE positions (undefined: none)
   };
-  // What one forward call does besides the math: attention-probability dropout, the position of
-  // token 0 (RoPE) and an optional KV cache (generation: append k, v and attend to the cache).
-  struct Run {
-    double dropout_p = 0.0;
-    philox::Key dropout_key{};
-    int64_t global_batch_offset = 0;
-    int64_t position_offset = 0;
-    LayerKVCache* cache = nullptr;
-    bool skip_output_bias = false;  // linear_proj's bias left out (mHC merges it: output_bias())
-    const PackedSequence* packed = nullptr;  // packed sequences: positions within documents, and
-                                             // no attention across documents
-  };
+  using Run = AttentionRun;
 
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
   // apply_rope false: no RoPE even with position_embedding_type rope (a model.no_rope_freq layer).
@@ -66,9 +56,13 @@ class SelfAttention {
   Tensor forward(const Tensor& x, const Run& run, Saved* saved) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
   Tensor backward(const Saved& saved, const Tensor& dy);
-  void collect(std::vector<Parameter*>& out);
+  void collect(std::vector<Parameter*>& out) override;
   // linear_proj's bias (undefined without add_bias_linear).
-  Tensor output_bias() const { return linear_proj.has_bias ? linear_proj.bias.value : Tensor(); }
+  Tensor output_bias() const override { return linear_proj.has_bias ? linear_proj.bias.value : Tensor(); }
+  // AttentionModule: forward / backward through the saved state; the cache k, v: [max_seq, b, ng, hn].
+  Tensor forward_module(const Tensor& x, const AttentionRun& run, std::unique_ptr<State>* saved) const override;
+  Tensor backward_module(const State& saved, const Tensor& dy, const Tensor& input) override;
+  LayerKVCache make_cache(int64_t batch, int64_t max_seq, DType dtype, Device device) const override;
 
   int64_t heads() const { return np_; }
   int64_t groups() const { return ng_; }
@@ -83,9 +77,6 @@ class SelfAttention {
   // The RoPE positions of the s local rows: [s, b] within documents (packed sequences), else the
   // [s] global positions under context parallelism, else undefined (0.. plus the offset).
   Tensor rope_positions(int64_t s, Device device, const PackedSequence* packed) const;
-  // The attention_logit_max site (only when observed): per-head max logit of this rank's queries
-  // over every key they attend to (under cp the keys of all cp ranks, all-gathered here).
-  void observe_logit_max(const Tensor& q, const Tensor& k, const kernels::AttentionParams& p) const;
   int64_t h_, np_, ng_, hn_;  // np_, ng_: this rank's heads and query groups (global / tp)
   int64_t global_heads_, head_offset_;
   bool rope_;

@@ -36,11 +36,21 @@ TransformerLayer::TransformerLayer(int64_t index, const ResolvedModelConfig& cfg
   STRATA_CHECK(spec.self_attention || spec.mlp, name_, ": a layer spec needs attention, an MLP or both");
   const ProcessGroup sp = sequence_parallel_group(env, groups);
   if (spec.self_attention) {
-    input_layernorm_ = std::make_unique<Norm>(name_ + ".self_attention.linear_qkv.layer_norm_weight",
-                                              name_ + ".self_attention.linear_qkv.layer_norm_bias", cfg->hidden_size,
-                                              cfg, env, sp);
-    self_attention_ = std::make_unique<SelfAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp,
-                                                      cp::HierarchicalGroups{groups.cp_a2a, groups.cp_p2p}, spec.rope);
+    const cp::HierarchicalGroups cp_levels{groups.cp_a2a, groups.cp_p2p};
+    if (spec.attention_kind == AttentionKind::MultiLatent) {
+      // Megatron's MLA layer spec: a separate input_layernorm (its down projections are duplicated).
+      input_layernorm_ = std::make_unique<Norm>(name_ + ".input_layernorm.weight", name_ + ".input_layernorm.bias",
+                                                cfg->hidden_size, cfg, env, sp);
+      attention_ = std::make_unique<MultiLatentAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp,
+                                                          cp_levels);
+      recompute_input_norm_ = recompute_module(cfg, "layernorm");
+    } else {
+      input_layernorm_ = std::make_unique<Norm>(name_ + ".self_attention.linear_qkv.layer_norm_weight",
+                                                name_ + ".self_attention.linear_qkv.layer_norm_bias",
+                                                cfg->hidden_size, cfg, env, sp);
+      attention_ = std::make_unique<SelfAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp,
+                                                   cp_levels, spec.rope);
+    }
   }
   if (spec.mlp) {
     const std::string norm = name_ + (spec.separate_pre_mlp_norm ? ".pre_mlp_layernorm." : ".mlp.linear_fc1.layer_norm_");
@@ -62,9 +72,22 @@ TransformerLayer::TransformerLayer(int64_t index, const ResolvedModelConfig& cfg
 }
 
 Norm& TransformerLayer::input_layernorm() { return present(input_layernorm_, name_, "input_layernorm"); }
-SelfAttention& TransformerLayer::self_attention() { return present(self_attention_, name_, "self_attention"); }
+AttentionModule& TransformerLayer::attention() { return present(attention_, name_, "self_attention"); }
+const AttentionModule& TransformerLayer::attention() const { return present(attention_, name_, "self_attention"); }
+namespace {
+template <class T, class A>
+T& attention_as(A& a, const std::string& layer) {
+  auto* p = dynamic_cast<T*>(&a);
+  STRATA_INTERNAL_ASSERT(p != nullptr, layer, ": the attention slot holds another attention module");
+  return *p;
+}
+}  // namespace
+SelfAttention& TransformerLayer::self_attention() { return attention_as<SelfAttention>(attention(), name_); }
 const SelfAttention& TransformerLayer::self_attention() const {
-  return present(self_attention_, name_, "self_attention");
+  return attention_as<const SelfAttention>(attention(), name_);
+}
+MultiLatentAttention& TransformerLayer::multi_latent_attention() {
+  return attention_as<MultiLatentAttention>(attention(), name_);
 }
 Norm& TransformerLayer::pre_mlp_layernorm() { return present(pre_mlp_layernorm_, name_, "pre_mlp_layernorm"); }
 MlpSlot& TransformerLayer::mlp_slot() { return present(mlp_, name_, "mlp"); }
@@ -81,7 +104,8 @@ Tensor TransformerLayer::attention_sublayer(const Tensor& x, const DropoutKeys& 
     phase_timer::Scope t("forward/layers/norms");
     h1 = input_layernorm_->forward(x, keep ? &sv.input_norm : nullptr);
   }
-  SelfAttention::Run run;
+  AttentionRun run;
+  run.keep_input = !recompute_input_norm_;
   if (keys.training && attention_dropout_ > 0.0) {
     run.dropout_p = attention_dropout_;
     run.dropout_key = keys.key(index_, DropoutSite::AttentionProbs);
@@ -92,10 +116,10 @@ Tensor TransformerLayer::attention_sublayer(const Tensor& x, const DropoutKeys& 
   run.packed = keys.packed.get();
   if (bias) {
     run.skip_output_bias = true;
-    *bias = self_attention_->output_bias();
+    *bias = attention_->output_bias();
   }
   phase_timer::Scope t("forward/layers/attention");
-  return self_attention_->forward(h1, run, keep ? &sv.attention : nullptr);
+  return attention_->forward_module(h1, run, keep ? &sv.attention : nullptr);
 }
 
 Tensor TransformerLayer::mlp_sublayer(const Tensor& x, const DropoutKeys& keys, Saved& sv, bool keep,
@@ -179,7 +203,11 @@ Tensor TransformerLayer::attention_sublayer_backward(const Saved& sv, const Tens
   Tensor dh1;
   {
     phase_timer::Scope t("backward/layers/attention");
-    dh1 = self_attention_->backward(sv.attention, dy);
+    STRATA_CHECK(sv.attention != nullptr, name_, ": backward without a saved forward");
+    // recompute_modules layernorm: the attention kept no input; the norm's output again from its saved input.
+    const Tensor h1 = recompute_input_norm_ ? input_layernorm_->forward(sv.input_norm.x.reshape(dy.shape()), nullptr)
+                                            : Tensor();
+    dh1 = attention_->backward_module(*sv.attention, dy, h1);
   }
   phase_timer::Scope t("backward/layers/norms");
   return input_layernorm_->backward(sv.input_norm, dh1);
@@ -284,7 +312,7 @@ Tensor TransformerLayer::mhc_replay(const Tensor& x_in, Saved& sv) const {
 void TransformerLayer::collect(std::vector<Parameter*>& out) {
   if (spec_.self_attention) {
     input_layernorm_->collect(out);
-    self_attention_->collect(out);
+    attention_->collect(out);
     if (attention_hc_) attention_hc_->collect(out);
   }
   if (spec_.mlp) {

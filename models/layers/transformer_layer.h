@@ -15,6 +15,8 @@
 #include "models/layers/layer_spec.h"
 #include "models/layers/mlp_slot.h"
 #include "models/layers/norm.h"
+#include "models/layers/attention_module.h"
+#include "models/layers/multi_latent_attention.h"
 #include "models/layers/self_attention.h"
 #include "models/config/model_config.h"
 #include "parallel/process_group.h"
@@ -36,7 +38,7 @@ class TransformerLayer {
  public:
   struct Saved {
     Norm::Saved input_norm;
-    SelfAttention::Saved attention;
+    std::unique_ptr<AttentionModule::State> attention;
     DropoutSpec attention_dropout;
     Norm::Saved pre_mlp_norm;
     std::unique_ptr<SlotState> mlp;
@@ -93,8 +95,11 @@ class TransformerLayer {
 
   // The submodules (an internal error when the spec has no such branch).
   Norm& input_layernorm();
-  SelfAttention& self_attention();
+  AttentionModule& attention();
+  const AttentionModule& attention() const;
+  SelfAttention& self_attention();  // the attention slot's standard self-attention (an internal error for MLA)
   const SelfAttention& self_attention() const;
+  MultiLatentAttention& multi_latent_attention();  // the slot's MLA (an internal error otherwise)
   Norm& pre_mlp_layernorm();
   MlpSlot& mlp_slot();
   MLP& mlp();  // the dense MLP of the slot
@@ -124,7 +129,10 @@ class TransformerLayer {
   double hidden_dropout_, attention_dropout_;
   DType dtype_;  // the sub-layers' dtype; the residual stream is f32 under model.fp32_residual_connection
   std::unique_ptr<Norm> input_layernorm_;
-  std::unique_ptr<SelfAttention> self_attention_;
+  std::unique_ptr<AttentionModule> attention_;
+  // Selective recompute of the input norm (recompute_modules layernorm; MLA, whose input norm is its
+  // own module): the attention keeps no input and its backward gets the norm's output recomputed.
+  bool recompute_input_norm_ = false;
   std::unique_ptr<Norm> pre_mlp_layernorm_;
   std::unique_ptr<MlpSlot> mlp_;
   // Selective recompute (recompute_modules mlp for a dense slot, moe for an MoE slot) keeps only

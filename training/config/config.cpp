@@ -271,7 +271,7 @@ void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
 // The rules each layer kind the model uses puts on the parallel layout (models/config/layer_kind.h),
 // in registration order; a kind's position is where its symbol first stands in the pattern.
 void check_layer_kinds_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
-  const std::string used = m->is_hybrid() ? *m->hybrid_layer_pattern : std::string(1, kGptLayerSymbol);
+  const std::string used = m->is_hybrid() ? *m->hybrid_layer_pattern : std::string(1, gpt_layer_symbol(*m));
   for (const LayerKind& k : LayerKindRegistry::instance().kinds()) {
     const size_t at = used.find(k.symbol);
     if (k.check_parallel_layout && at != std::string::npos) k.check_parallel_layout(m, p, static_cast<int64_t>(at));

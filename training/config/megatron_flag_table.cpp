@@ -39,7 +39,6 @@ std::vector<config::MegatronFlagRule> run_rules_without_field() {
 
 std::vector<config::MegatronFlagRule> megatron_flag_rules() {
   using A = FlagArity;
-  const std::string mla = "multi-latent attention (MLA)";
   std::vector<config::MegatronFlagRule> rules = {
       // Other names for a field.
       config::rename_flag("--norm-epsilon", "layernorm_epsilon"),
@@ -112,9 +111,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
                        "layers per virtual stage; set --num-virtual-stages-per-pipeline-rank (model chunks per "
                        "pipeline rank) instead"),
-      unsupported_flag("--multi-latent-attention", A::Switch, mla),
-      unsupported_flag("--q-lora-rank", A::One, mla),
-      unsupported_flag("--kv-lora-rank", A::One, mla),
       unsupported_flag("--squared-relu", A::Switch, "the squared-ReLU MLP"),
       unsupported_flag("--use-torch-fsdp2", A::Switch, "FSDP (use --use-distributed-optimizer)"),
       unsupported_flag("--use-megatron-fsdp", A::Switch, "FSDP (use --use-distributed-optimizer)"),

@@ -9,7 +9,6 @@
 namespace strata::megatron_flags {
 
 namespace {
-const char* const kMla = "multi-latent attention (MLA)";
 const char* const kYarn = "YaRN RoPE scaling";
 const char* const kGtp = "generalized tensor parallelism (GTP weight sharding with rematerialization)";
 const char* const kOffload = "CPU offloading of activations or weights";
@@ -18,9 +17,12 @@ const char* const kOffload = "CPU offloading of activations or weights";
 // Attention and positions: MLA, YaRN, other position encodings, attention softmax and gating.
 static Rules attention_rules() {
   Rules r;
-  // DeepSeek's multi-latent attention: its head dimensions and implementation switches.
-  append(r, refused(kMla, {"--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mla-down-proj-fusion",
-                           "--cache-mla-latents"}));
+  // DeepSeek's multi-latent attention: its sizes map onto model.* by name; its implementation switches.
+  append(r, without_effect("fusing MLA's down projections and input norm into one GEMM (the same math)",
+                           {"--mla-down-proj-fusion"}));
+  append(r, without_effect("caching MLA's latents in generation: Strata's generation always caches the latent and "
+                           "the RoPE key, never the expanded keys and values",
+                           {"--cache-mla-latents"}));
   // YaRN (used by --position-embedding-type yarn and MLA): the values that mean "no scaling" run.
   r.push_back(accepted_values("--rotary-scaling-factor",
                               "RoPE scaling factor 1, no YaRN scaling (YaRN RoPE scaling is not supported)",
@@ -145,7 +147,8 @@ static Rules moe_rules() {
                     {"--moe-mlp-glu-interleave-size", "--moe-shared-expert-glu-interleave-size"}));
   append(r, refused("a per-rank token budget of the flex dispatcher (HybridEP drops the tokens over it)",
                     {"--moe-expert-rank-capacity-factor"}));
-  // The flex dispatcher's backends and SM budgets (--moe-token-dispatcher-type flex is refused).
+  // The flex dispatcher's backends and SM budgets (--moe-token-dispatcher-type flex runs with the
+  // all-to-all dispatcher's numerics).
   append(r, without_effect("the flex token dispatcher's communication kernels (DeepEP, HybridEP, NCCL EP)",
                            {"--moe-enable-deepep", "--moe-flex-dispatcher-backend", "--moe-flex-dispatcher-num-sms",
                             "--moe-deepep-num-sms", "--moe-hybridep-num-sms", "--moe-hybridep-num-sms-preprocessing",

@@ -67,9 +67,6 @@ static Rules training_rules() {
   append(r, refused("writing the parameter-to-parameter-group map to a JSON file",
                     {"--dump-param-to-param-group-map"}));
   // RoPE variants: plain RoPE only.
-  r.push_back(accepted_values("--rope-type", "the rotary embedding variant: plain RoPE, Strata's; YaRN is not "
-                              "supported",
-                              {"rope"}));
   return r;
 }
 

@@ -53,7 +53,7 @@ ActivationSizes activation_sizes(const ResolvedModelConfig& m, int64_t tp, int64
   // fused attention): every layer alike, full recompute keeping its input, selective mlp dropping
   // its fc1 and activation outputs.
   const ActivationShape shape{s * b, tp, tp, e, sequence_parallel};
-  const LayerActivations layer = LayerKindRegistry::instance().at(kGptLayerSymbol).activations(m, LayerPlace{}, shape);
+  const LayerActivations layer = LayerKindRegistry::instance().at(gpt_layer_symbol(*m)).activations(m, LayerPlace{}, shape);
   out.per_layer = layer.full;
   out.per_layer_recompute = layer.input;
   out.output_layer = 4 * s * b * (h + padded_vocab) / tp;

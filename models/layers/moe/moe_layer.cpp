@@ -118,10 +118,11 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
   STRATA_CHECK(num_experts_ % ep == 0, prefix, ": ", num_experts_, " experts are not divisible by the expert-parallel size ", ep);
   local_experts_ = num_experts_ / ep;
   expert_start_ = groups.ep.rank() * local_experts_;
-  dispatcher_ = make_token_dispatcher(cfg->moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll
-                                          ? DispatcherKind::AllToAll
-                                          : DispatcherKind::AllGather,
-                                      num_experts_, groups.ep);
+  // flex: Megatron's fused all-to-all kernels; the same dispatch as alltoall (moe_config.h).
+  const MoeTokenDispatcherType type = cfg->moe_token_dispatcher_type;
+  dispatcher_ = make_token_dispatcher(
+      type == MoeTokenDispatcherType::AllGather ? DispatcherKind::AllGather : DispatcherKind::AllToAll, num_experts_,
+      groups.ep);
   const int64_t ffn = cfg.moe_ffn(), fc1_out = swiglu_ ? 2 * ffn : ffn;
   const double out_std = cfg->output_layer_init_std();
   for (int64_t j = 0; j < local_experts_; ++j) {  // names carry the GLOBAL expert id
