@@ -72,9 +72,15 @@ __device__ __forceinline__ void tile_probs_grads(A* Pd, A* dS, const A* Qs, cons
                                                  int64_t b, int64_t h, int64_t q0, int64_t k0) {
   constexpr int E = BQ * BK / kThreads, PS = BK + 1;
   const A scale = static_cast<A>(p.scale);
+  // Column counts of the two dot products. With one tile width both run to max(d, dv): the
+  // columns past d (Q, K) or dv (dO, V) are zero in shared memory, and one shared trip count
+  // keeps the code of the d == dv case what it was before dv existed.
+  const int d = static_cast<int>(p.d), dv = static_cast<int>(p.dv);
+  const int n_qk = DQK == DV ? (d > dv ? d : dv) : d;
+  const int n_v = DQK == DV ? n_qk : dv;
   A s[E], dp[E];
-  tile_dots<BQ, BK, DQK, DQK + 1>(s, Qs, Ks, static_cast<int>(p.d));
-  tile_dots<BQ, BK, DV, DV + 1>(dp, dOs, Vs, static_cast<int>(p.dv));
+  tile_dots<BQ, BK, DQK, DQK + 1>(s, Qs, Ks, n_qk);
+  tile_dots<BQ, BK, DV, DV + 1>(dp, dOs, Vs, n_v);
 #pragma unroll
   for (int r = 0; r < E; ++r) {
     const int e = threadIdx.x + kThreads * r, i = e / BK, j = e % BK;
