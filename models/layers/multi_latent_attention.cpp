@@ -102,12 +102,6 @@ kernels::RotaryOptions MultiLatentAttention::rotary_options(int64_t position_off
   return o;
 }
 
-Tensor MultiLatentAttention::rope_positions(int64_t s, Device device, const PackedSequence* packed) const {
-  if (packed && packed->positions.defined()) return packed->positions;  // [s, b]: within documents
-  if (cp_.size() == 1) return Tensor();                                // 0.. plus the offset
-  return Tensor::from_data(cp::global_positions(s, cp_.size(), cp_.rank()), Shape{s}, device);
-}
-
 kernels::AttentionParams MultiLatentAttention::attention_params(const AttentionRun& run) const {
   kernels::AttentionParams p;
   p.softmax_scale = softmax_scale_;
@@ -149,7 +143,7 @@ void MultiLatentAttention::up_project(const Tensor& q_latent, const Tensor& kv_l
   const Tensor kv = linear_kv_up_proj.forward(kv_latent).reshape({s, b, np_, dqk + dv});  // per head [k_nope | v]
   value = kv.narrow(3, dqk, dv).contiguous();                                               // [s, b, np, dv]
   // RoPE on q_pe (in place in the query) and on the shared k_pe.
-  Tensor positions = rope_positions(s, q.device(), packed);
+  Tensor positions = rope_positions(s, q.device(), packed, cp_);
   const kernels::RotaryOptions ro = rotary_options(position_offset, positions.defined() ? &positions : nullptr);
   Tensor q_pe = query.narrow(3, dqk, dpe).contiguous();  // [s, b, np, dpe]
   kernels::rotary_forward(q_pe, q_pe, ro);
@@ -300,7 +294,7 @@ Tensor MultiLatentAttention::backward(const Saved& sv, const Tensor& dy, const T
       kernels::attention_backward(query, key, value, sv.out, dout, sv.lse, dquery, dkey, dvalue, sv.params);
   }
   // RoPE backward on q_pe and on k_pe summed over this rank's heads.
-  Tensor positions = sv.positions.defined() ? sv.positions : rope_positions(s, dy.device(), nullptr);
+  Tensor positions = sv.positions.defined() ? sv.positions : rope_positions(s, dy.device(), nullptr, cp_);
   const kernels::RotaryOptions ro = rotary_options(sv.position_offset, positions.defined() ? &positions : nullptr);
   Tensor dq_pe = dquery.narrow(3, dqk, dpe).contiguous();
   kernels::rotary_backward(dq_pe, dq_pe, ro);

@@ -100,7 +100,6 @@ class MultiLatentAttention : public AttentionModule {
   Tensor cached_attention(const Tensor& q_latent, const Tensor& kv_latent, const Tensor& k_pe,
                           const AttentionRun& run) const;
   kernels::RotaryOptions rotary_options(int64_t position_offset, const Tensor* positions) const;
-  Tensor rope_positions(int64_t s, Device device, const PackedSequence* packed) const;
   kernels::AttentionParams attention_params(const AttentionRun& run) const;
   // The queries' rows: through the q latent (its up projection) or straight from x.
   Tensor project_queries(const Tensor& q_latent) const;

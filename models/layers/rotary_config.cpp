@@ -3,6 +3,8 @@
 // YarnRotaryEmbedding arguments), transformer/attention.py (_yarn_concentration_factor).
 #include "models/layers/rotary_config.h"
 
+#include "parallel/context_parallel.h"
+
 namespace strata::layers {
 
 kernels::RotaryOptions yarn_rotary_options(const ResolvedModelConfig& m) {
@@ -26,6 +28,12 @@ kernels::RotaryOptions attention_rotary_options(const ResolvedModelConfig& m) {
   o.seq_len_interpolation_factor = static_cast<double>(m->rotary_seq_len_interpolation_factor.value_or(1));
   o.interleaved = m->rotary_interleaved;
   return o;
+}
+
+Tensor rope_positions(int64_t s, Device device, const PackedSequence* packed, const ProcessGroup& cp) {
+  if (packed && packed->positions.defined()) return packed->positions;  // [s, b]: within documents
+  if (cp.size() == 1) return Tensor();                                 // 0.. plus the offset
+  return Tensor::from_data(cp::global_positions(s, cp.size(), cp.rank()), Shape{s}, device);
 }
 
 }  // namespace strata::layers

@@ -9,6 +9,8 @@
 #pragma once
 #include "kernels/rotary.h"
 #include "models/config/model_config.h"
+#include "models/layers/packed_sequence.h"
+#include "parallel/process_group.h"
 
 namespace strata::layers {
 
@@ -23,5 +25,10 @@ kernels::RotaryOptions yarn_rotary_options(const ResolvedModelConfig& m);
 // else plain RoPE with rotary_percent, Llama 3's scaling (use_rope_scaling), position
 // interpolation and rotary_interleaved.
 kernels::RotaryOptions attention_rotary_options(const ResolvedModelConfig& m);
+
+// The RoPE positions of an attention's s local rows: [s, b] within documents (packed sequences),
+// else the [s] global positions of this rank's two chunks under context parallelism (cp of more
+// than one rank), else undefined (0.. plus the call's offset).
+Tensor rope_positions(int64_t s, Device device, const PackedSequence* packed, const ProcessGroup& cp);
 
 }  // namespace strata::layers

@@ -69,12 +69,6 @@ kernels::RotaryOptions SelfAttention::rotary_options(int64_t position_offset) co
   return o;
 }
 
-Tensor SelfAttention::rope_positions(int64_t s, Device device, const PackedSequence* packed) const {
-  if (packed && packed->positions.defined()) return packed->positions;  // [s, b]: within documents
-  if (cp_.size() == 1) return Tensor();                                // 0.. plus the offset
-  return Tensor::from_data(cp::global_positions(s, cp_.size(), cp_.rank()), Shape{s}, device);
-}
-
 Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) const {
   STRATA_CHECK(x.dim() == 3 && x.size(2) == h_, linear_qkv.weight.name, ": input ", x.shape().str(),
                " must be [s, b, ", h_, "]");
@@ -98,7 +92,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   STRATA_CHECK(!packed || !run.cache, linear_qkv.weight.name, ": generation takes no packed sequences");
   if (rope_) {
     kernels::RotaryOptions ro = rotary_options(run.position_offset);
-    Tensor positions = rope_positions(s, x.device(), packed);
+    Tensor positions = rope_positions(s, x.device(), packed, cp_);
     if (positions.defined()) ro.positions = &positions;
     kernels::rotary_forward(q, q, ro);
     kernels::rotary_forward(k, k, ro);
@@ -166,7 +160,7 @@ Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
   }
   if (rope_) {
     kernels::RotaryOptions ro = rotary_options(sv.position_offset);
-    Tensor positions = sv.positions.defined() ? sv.positions : rope_positions(s, dy.device(), nullptr);
+    Tensor positions = sv.positions.defined() ? sv.positions : rope_positions(s, dy.device(), nullptr, cp_);
     if (positions.defined()) ro.positions = &positions;
     kernels::rotary_backward(dq, dq, ro);
     kernels::rotary_backward(dk, dk, ro);

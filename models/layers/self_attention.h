@@ -77,9 +77,6 @@ class SelfAttention : public AttentionModule {
 
  private:
   kernels::RotaryOptions rotary_options(int64_t position_offset) const;
-  // The RoPE positions of the s local rows: [s, b] within documents (packed sequences), else the
-  // [s] global positions under context parallelism, else undefined (0.. plus the offset).
-  Tensor rope_positions(int64_t s, Device device, const PackedSequence* packed) const;
   int64_t h_, np_, ng_, hn_;  // np_, ng_: this rank's heads and query groups (global / tp)
   int64_t global_heads_, head_offset_;
   bool rope_;

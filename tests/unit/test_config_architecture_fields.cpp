@@ -29,7 +29,10 @@ const std::set<std::string> kListBeforeMarks = {
     "mhc_keep_mappings_in_fp32", "mhc_learned_output_contract",
     // added with position_embedding_type yarn (after the marks)
     "rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow",
-    "yarn_correction_range_round_to_int", "mscale", "mscale_all_dim"};
+    "yarn_correction_range_round_to_int", "mscale", "mscale_all_dim",
+    // added with multi-latent attention (after the marks)
+    "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+    "rope_type"};
 }  // namespace
 
 TEST_CASE("architecture fields are the marked model fields and the same set as the list before the marks",
