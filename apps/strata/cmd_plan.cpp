@@ -105,6 +105,7 @@ ordered_json plan_json(const LayoutPlan& p) {
       kinds[std::string(1, k.symbol)] = {{"no_recompute", k.per_layer}, {"full_recompute", k.per_layer_recompute}};
     j["hybrid_activation_bytes_per_layer"] = kinds;
   }
+  j["generation_cache_bytes_per_token"] = p.generation_cache_bytes_per_token;
   j["recompute"] = p.recompute;  // the config's mode; stages' activations_configured
   j["pipeline_bubble_fraction"] = p.bubble_fraction;
   if (p.num_experts > 0)
@@ -180,6 +181,8 @@ void print_text(const std::string& config, const LayoutPlan& p, const ModelConfi
                 "expert dp %lld; all-to-all %s sent per MoE layer per micro-batch\n",
                 (long long)p.num_experts, (long long)p.topk, (long long)p.local_experts, (long long)p.etp,
                 (long long)(p.distributed_optimizer ? p.expert_dp : 1), bytes_text(p.all_to_all_bytes_per_layer).c_str());
+  std::printf("generation cache: %s per token (all decoder layers)\n",
+              bytes_text(p.generation_cache_bytes_per_token).c_str());
   if (p.hybrid_layer_kinds.empty()) {
     std::printf("activations per layer per micro-batch: %s (full recompute %s); output layer %s\n\n",
                 bytes_text(p.activations.per_layer).c_str(), bytes_text(p.activations.per_layer_recompute).c_str(),

@@ -21,7 +21,6 @@ const char* unsupported_symbol(char c) {
   switch (c) {
     case 'G': return "GatedDeltaNet";
     case 'D': return "DeepSeek sparse attention";
-    case '+': return "MLA attention";
     case 'C': return "DeepSeek-V4 compressed-sparse attention";
     case 'H': return "DeepSeek-V4 heavily-compressed attention";
     case 'W': return "DeepSeek-V4 sliding-window attention";

@@ -155,7 +155,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
   add_mhc_fields(f);
   add_recompute_fields(f);
   f.add("hybrid_layer_pattern", &M::hybrid_layer_pattern,
-        "Hybrid model: one symbol per layer, * attention, - MLP, E MoE, M Mamba2, | between pipeline "
+        "Hybrid model: one symbol per layer, * attention, + multi-latent attention, - MLP, E MoE, M Mamba2, | between pipeline "
         "segments (a multiple of pipeline_model_parallel_size; the virtual stages follow), / before each MTP "
         "depth; num_layers is derived from it (docs/hybrid.md). null: GPT.")
       .architecture_defining();

@@ -91,6 +91,36 @@ run llama3_8b 2 train "${llama[@]}"
 run llama3_8b_fp8 2 refused "${llama[@]}" --fp8-format hybrid --fp8-amax-history-len 1024 \
   --fp8-amax-compute-algo max --fp8-param-gather
 
+# examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh without its FSDP branch (USE_MEGATRON_FSDP=0):
+# TP1 EP8 → EP2 on 2 ranks, 61 layers → 4 (3 dense, as [0]*3+[1]*58), 256 experts in 8 groups →
+# 8 in 4, sizes scaled down, MLA with YaRN, the flex dispatcher, MTP, and the recompute modules
+# mlp moe mla_up_proj layernorm; mock data instead of DeepSeek-V3's tokenizer and data path.
+deepseek_v3=(--distributed-timeout-minutes 60 --tensor-model-parallel-size 1 --expert-model-parallel-size 2
+  --expert-tensor-parallel-size 1 --context-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce
+  --overlap-param-gather --use-mcore-models --sequence-parallel --use-flash-attn --disable-bias-linear
+  --micro-batch-size 1 --global-batch-size 4 --train-samples 16 --exit-duration-in-mins 220
+  --no-check-for-nan-in-loss-and-grad --manual-gc --manual-gc-interval 10 --recompute-granularity selective
+  --recompute-modules mlp moe mla_up_proj layernorm --transformer-impl transformer_engine --seq-length 32
+  --data-cache-path "$work/cache" "${mock[@]}" --split 99,1,0 --no-mmap-bin-files
+  --no-create-attention-mask-in-dataloader --num-workers 1 --num-layers 4 --hidden-size 64 --ffn-hidden-size 160
+  --num-attention-heads 4 --kv-channels 16 --max-position-embeddings 32 --position-embedding-type rope
+  --rotary-base 10000 --make-vocab-size-divisible-by 32 --normalization RMSNorm --norm-epsilon 1e-6 --swiglu
+  --untie-embeddings-and-output-weights --multi-latent-attention --attention-dropout 0.0 --hidden-dropout 0.0
+  --clip-grad 1.0 --weight-decay 0.1 --qk-layernorm --lr-decay-samples 12 --lr-warmup-samples 4
+  --lr-warmup-init 3.9e-7 --lr 3.9e-6 --min-lr 3.9e-7 --lr-decay-style cosine --adam-beta1 0.9 --adam-beta2 0.95
+  --num-experts 8 --moe-layer-freq "[0]*3+[1]*1" --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 32
+  --moe-router-load-balancing-type seq_aux_loss --moe-router-topk 2 --moe-token-dispatcher-type flex
+  --moe-flex-dispatcher-backend hybridep --moe-router-pre-softmax --moe-grouped-gemm --moe-aux-loss-coeff 1e-4
+  --moe-router-group-topk 2 --moe-router-num-groups 4 --moe-router-topk-scaling-factor 2.5
+  --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-3
+  --moe-router-dtype fp32 --moe-permute-fusion --moe-router-force-load-balancing --q-lora-rank 24 --kv-lora-rank 16
+  --qk-head-dim 16 --qk-pos-emb-head-dim 8 --v-head-dim 16 --rotary-scaling-factor 40 --mscale 1.0
+  --mscale-all-dim 1.0 --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1 --eval-iters 1 --eval-interval 100
+  --auto-detect-ckpt-format --dist-ckpt-strictness log_all --init-method-std 0.02 --log-timers-to-tensorboard
+  --log-memory-to-tensorboard --log-num-zeros-in-grad --log-params-norm --log-validation-ppl-to-tensorboard
+  --log-throughput --log-interval 1 --logging-level 40 --bf16 --enable-experimental)
+run megatron_fsdp_deepseek_v3 2 train "${deepseek_v3[@]}"
+
 # examples/mixtral/train_mixtral_8x7b_distributed.sh: TP1, PP4 → PP2, EP8 → EP2 (4 ranks).
 mixtral=(--use-mcore-models --disable-bias-linear --seq-length 64 --max-position-embeddings 128 --num-layers 2
   --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 4 --init-method-std 0.01 --attention-dropout 0.0
@@ -225,9 +255,7 @@ qwen3_235b=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softm
   --rotary-seq-len-interpolation-factor 1 --no-bias-swiglu-fusion --attention-dropout 0.0 --hidden-dropout 0.0
   --sequence-parallel)
 run modelopt_qwen3_235b_a22b 2 train "${qwen3_235b[@]}" "${modelopt_train[@]}" --expert-model-parallel-size 2
-# DeepSeek-R1: refused at --multi-latent-attention (then the other MLA flags --kv-lora-rank,
-# --v-head-dim, --q-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, and YaRN's
-# --rotary-scaling-factor 40 and --mscale-all-dim 1.0, refused by value).
+# DeepSeek-R1: trains (MLA with YaRN factor 40, sigmoid group-limited routing, the first layer dense).
 deepseek_r1=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
   --untie-embeddings-and-output-weights --position-embedding-type rope --no-rope-fusion --normalization RMSNorm
   --swiglu --num-layers 2 --hidden-size 64 --ffn-hidden-size 192 --num-attention-heads 4 --kv-channels 16
@@ -241,9 +269,8 @@ deepseek_r1=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-soft
   --make-vocab-size-divisible-by 1280 --use-mcore-models --rotary-base 10000 --rotary-percent 1.0
   --rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0 --recompute-activations --moe-layer-recompute
   --sequence-parallel)
-run modelopt_deepseek_r1 2 refused "${deepseek_r1[@]}" "${modelopt_train[@]}"
-# DeepSeek-V2-Lite: refused at --multi-latent-attention (then the other MLA flags, and YaRN's
-# --rotary-scaling-factor 40, --mscale 0.707 and --mscale-all-dim 0.707, refused by value).
+run modelopt_deepseek_r1 2 train "${deepseek_r1[@]}" "${modelopt_train[@]}"
+# DeepSeek-V2-Lite: trains (MLA without a query latent, YaRN with mscale 0.707 / mscale_all_dim 0.707).
 deepseek_v2_lite=(--save-interval 100000 --attention-dropout 0.0 --hidden-dropout 0.0 --micro-batch-size 1 --bf16
   --no-masked-softmax-fusion --disable-bias-linear --untie-embeddings-and-output-weights
   --position-embedding-type rope --no-rope-fusion --normalization RMSNorm --norm-epsilon 1e-6 --swiglu
@@ -256,7 +283,7 @@ deepseek_v2_lite=(--save-interval 100000 --attention-dropout 0.0 --hidden-dropou
   --seq-length 32 --max-position-embeddings 32 --make-vocab-size-divisible-by 3200 --attention-softmax-in-fp32
   --use-mcore-models --rotary-percent 1.0 --rotary-base 10000 --rotary-scaling-factor 40 --mscale 0.707
   --mscale-all-dim 0.707 --sequence-parallel)
-run modelopt_deepseek_v2_lite 2 refused "${deepseek_v2_lite[@]}" "${modelopt_train[@]}"
+run modelopt_deepseek_v2_lite 2 train "${deepseek_v2_lite[@]}" "${modelopt_train[@]}"
 # Llama-4-Maverick-17B-128E-Instruct: trains with 4 layers (--no-rope-freq 4: layer 3 without RoPE;
 # the file's 48 layers divide by 4, as Megatron requires).
 llama4_maverick=(--recompute-activations --save-interval 100000 --micro-batch-size 1 --bf16
@@ -290,8 +317,7 @@ run modelopt_llama4_scout_without_qk_l2_norm 2 train "${llama4_scout_without_l2[
 # moonshotai/Kimi-K2-Instruct.sh with the layout of kimi_k2_instruct.sh (TP8 ETP1 EP64 → TP2 ETP1
 # EP2), and with kimi_k2_instruct_export.sh's extra arguments and PP16 → PP2 (its first and last
 # stages 3 and 2 of 61 layers → 1 and 1 of 2; export.sh forces TP1 and passes TP and PP only):
-# both refused at --multi-latent-attention (then the other MLA flags, YaRN's
-# --rotary-scaling-factor 32 and --mscale-all-dim 1.0 by value, and --trust-remote-code).
+# both train (MLA, YaRN factor 32).
 kimi_k2=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
   --untie-embeddings-and-output-weights --position-embedding-type rope --no-rope-fusion --normalization RMSNorm
   --swiglu --num-layers 2 --hidden-size 64 --ffn-hidden-size 192 --num-attention-heads 4 --kv-channels 16
@@ -304,9 +330,9 @@ kimi_k2=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-
   --seq-length 32 --max-position-embeddings 1024 --make-vocab-size-divisible-by 1 --use-mcore-models
   --rotary-base 50000 --rotary-percent 1.0 --rotary-scaling-factor 32 --mscale 1.0 --mscale-all-dim 1.0
   --padded-vocab-size 520 --recompute-activations --moe-layer-recompute --sequence-parallel --trust-remote-code)
-run modelopt_kimi_k2_instruct 4 refused "${kimi_k2[@]}" --tensor-model-parallel-size 2 \
+run modelopt_kimi_k2_instruct 4 train "${kimi_k2[@]}" --tensor-model-parallel-size 2 \
   --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 "${modelopt_train[@]}"
-run modelopt_kimi_k2_instruct_export 2 refused "${kimi_k2[@]}" --tensor-model-parallel-size 1 \
+run modelopt_kimi_k2_instruct_export 2 train "${kimi_k2[@]}" --tensor-model-parallel-size 1 \
   --pipeline-model-parallel-size 2 "${modelopt_train[@]}" --decoder-first-pipeline-num-layers 1 \
   --decoder-last-pipeline-num-layers 1 --init-model-with-meta-device --use-cpu-initialization
 # The NVIDIA Nemotron model files all begin with --trust-remote-code (accepted: Strata never runs a

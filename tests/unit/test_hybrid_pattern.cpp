@@ -65,20 +65,19 @@ TEST_CASE("hybrid pattern: main layers, | segments and / MTP depths", "[hybrid]"
 
 TEST_CASE("hybrid pattern: every rejection names the field, the symbol and its position", "[hybrid]") {
   CHECK(parse_error("*-x") == kField + "'x' at position 2 in the main pattern is not a layer symbol (M Mamba2, "
-                                       "* attention, - MLP, E MoE; | between pipeline segments, / before each MTP "
+                                       "* attention, + multi-latent attention, - MLP, E MoE; | between pipeline segments, / before each MTP "
                                        "depth)");
   CHECK(parse_error("*-G") == kField + "'G' at position 2 (GatedDeltaNet) is not supported by Strata; its layer "
-                                       "symbols are M * - E");
+                                       "symbols are M * + - E");
   const std::pair<char, const char*> lacking[] = {{'D', "DeepSeek sparse attention"},
-                                                  {'+', "MLA attention"},
                                                   {'C', "DeepSeek-V4 compressed-sparse attention"},
                                                   {'H', "DeepSeek-V4 heavily-compressed attention"},
                                                   {'W', "DeepSeek-V4 sliding-window attention"}};
   for (const auto& [c, what] : lacking)
     CHECK(parse_error(std::string("*") + c) ==
-          kField + "'" + c + "' at position 1 (" + what + ") is not supported by Strata; its layer symbols are M * - E");
+          kField + "'" + c + "' at position 1 (" + what + ") is not supported by Strata; its layer symbols are M * + - E");
   CHECK(parse_error("**/-x") == kField + "'x' at position 4 in the MTP pattern is not a layer symbol (M Mamba2, "
-                                         "* attention, - MLP, E MoE; | between pipeline segments, / before each "
+                                         "* attention, + multi-latent attention, - MLP, E MoE; | between pipeline segments, / before each "
                                          "MTP depth)");
   CHECK(parse_error("**/*|-") ==
         kField + "'|' at position 4: '|' (pipeline segment) is not allowed inside an MTP pattern");

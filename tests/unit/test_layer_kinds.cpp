@@ -168,8 +168,8 @@ TEST_CASE("layer kinds: the built-in kinds each describe themselves once", "[lay
   const LayerKindRegistry& r = LayerKindRegistry::instance();
   std::string symbols;
   for (const LayerKind& k : r.kinds()) symbols += k.symbol;
-  CHECK(symbols == "M*-ET");
-  CHECK(r.pattern_symbols() == "M Mamba2, * attention, - MLP, E MoE");  // `T` is GPT's own layer
+  CHECK(symbols == "M*+-ETL");
+  CHECK(r.pattern_symbols() == "M Mamba2, * attention, + multi-latent attention, - MLP, E MoE");  // `T`, `L`: GPT layers
   CHECK_FALSE(r.at('T').hybrid_pattern);
   CHECK(r.at('T').branch_hyper_connections);
   CHECK_FALSE(r.at('M').branch_hyper_connections);

@@ -307,3 +307,31 @@ TEST_CASE("mla: config rules name the field", "[mla]") {
 }
 
 }  // namespace strata
+
+namespace strata {
+
+TEST_CASE("mla: the '+' kind's planned activation bytes are what the layer saves", "[mla]") {
+  for (const bool up_proj_recompute : {false, true}) {
+    ModelConfig c = mla_config(true, true, true);
+    if (up_proj_recompute) {
+      c.recompute_granularity = RecomputeGranularity::Selective;
+      c.recompute_modules = {"mla_up_proj"};
+    }
+    const ResolvedModelConfig m(c);
+    layers::MultiLatentAttention a("decoder.layers.0.self_attention", m, layers::LayerEnv{DType::F32, Device::cpu()},
+                                   ProcessGroup::single("tp"));
+    const int64_t S = 6, B = 2, T = S * B;
+    layers::MultiLatentAttention::Saved sv;
+    a.forward(test::random_tensor({S, B, 12}, 51, -1, 1, DType::F32), layers::AttentionRun{}, &sv);
+    int64_t saved = 0;
+    for (const Tensor* t : {&sv.x, &sv.q_norm.x, &sv.q_norm.rstd, &sv.kv_norm.x, &sv.kv_norm.rstd, &sv.q_latent,
+                            &sv.kv_latent, &sv.k_pe, &sv.query, &sv.key, &sv.value, &sv.out, &sv.lse})
+      if (t->defined()) saved += t->numel() * static_cast<int64_t>(dtype_size(t->dtype()));
+    const int64_t input_norm = 4 * T * 12 + 4 * T;  // its saved input and RMSNorm's rstd
+    const LayerActivations planned =
+        LayerKindRegistry::instance().at('+').activations(m, LayerPlace{}, ActivationShape{T, 1, 1, 4, false});
+    CHECK(planned.full == saved + input_norm);
+  }
+}
+
+}  // namespace strata

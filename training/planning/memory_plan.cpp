@@ -242,6 +242,8 @@ LayoutPlan plan_layout(const ResolvedConfig& cfg) {
       activation_shape(m, plan.tp, plan.etp, plan.cp, plan.sequence_parallel, plan.micro_batch_size, e);
 
   plan.hybrid_layer_kinds = hybrid_layer_kinds(m, shape);
+  for (const StackLayerSpec& l : decoder_stack_specs(m, 0, m->num_layers))
+    if (l.kind->cache_bytes_per_token) plan.generation_cache_bytes_per_token += l.kind->cache_bytes_per_token(m, e);
 
   for (int64_t i = 0; i < plan.pp; ++i) {
     StagePlan st;

@@ -131,6 +131,9 @@ struct LayoutPlan {
     int64_t per_layer = 0, per_layer_recompute = 0;
   };
   std::vector<LayerKind> hybrid_layer_kinds;
+  // Generation: the cache bytes per token of the whole model's decoder layers at the compute dtype
+  // (each layer kind's LayerKind::cache_bytes_per_token: attention k and v, MLA's latent and RoPE key).
+  int64_t generation_cache_bytes_per_token = 0;
   std::string recompute = "none";  // the config's recompute mode (recompute_mode_text)
   double bubble_fraction = 0;
   std::vector<StagePlan> stages;
