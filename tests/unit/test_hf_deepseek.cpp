@@ -211,9 +211,11 @@ TEST_CASE("hf deepseek reference: transformers' scores of DeepseekV3 exports equ
           "[hf][mla]") {
   REQUIRE(numpy_available());
   for (const bool lite : {false, true}) {
-    DYNAMIC_SECTION((lite ? "q_proj, one group, top-2, tied" : "q_lora, 4 groups keep 2, top-4, scaled 2.5")) {
+    DYNAMIC_SECTION((lite ? "q_proj, one group, top-2, tied" : "q_lora, 4 groups keep 2, top-4, scaled 2.5, MTP")) {
       const fs::path dir = fresh_dir("deepseek_score");
-      save_random_checkpoint(deepseek_config(lite, Precision::Fp32), dir / "ckpt", lite ? 51 : 52);
+      StrataConfig cfg = deepseek_config(lite, Precision::Fp32);
+      if (!lite) cfg.model.mtp_num_layers = 1;  // written as model.layers.3: transformers loads the rest
+      save_random_checkpoint(cfg, dir / "ckpt", lite ? 51 : 52);
       hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
       const std::optional<std::string> out =
           run_script("hf_reference.py", "--score " + (dir / "hf").string() + " " + ids_text(kIds));
@@ -324,9 +326,9 @@ TEST_CASE("hf deepseek: import keeps the MTP layers the file holds, fewer on req
           "[hf][mla][mtp]") {
   const fs::path dir = fresh_dir("deepseek_mtp");
   transformers_config("make deepseek_v3 " + (dir / "hf").string());
-  hf::ImportResult r = hf::import_checkpoint((dir / "hf").string(), (dir / "a").string());
-  CHECK(r.config.model->mtp_depths() == 1);
-  CHECK(r.notes.empty());
+  const hf::ImportResult all = hf::import_checkpoint((dir / "hf").string(), (dir / "a").string());
+  CHECK(all.config.model->mtp_depths() == 1);
+  CHECK(all.notes.empty());
   const auto t = checkpoint_tensors(dir / "a", "iter_0000000");
   const auto hf_t = formats::read_safetensors((dir / "hf" / "model.safetensors").string()).tensors;
   CHECK(test::max_abs_diff(t.at("mtp.layers.0.eh_proj.weight"), hf_t.at("model.layers.3.eh_proj.weight")) == 0.0);
@@ -335,10 +337,11 @@ TEST_CASE("hf deepseek: import keeps the MTP layers the file holds, fewer on req
   CHECK(test::max_abs_diff(t.at("mtp.layers.0.transformer_layer.mlp.router.expert_bias"),
                            hf_t.at("model.layers.3.mlp.gate.e_score_correction_bias")) == 0.0);
   // An override asks for no MTP: the layer's tensors are left out with a note.
-  r = hf::import_checkpoint((dir / "hf").string(), (dir / "b").string(), {"model.mtp_num_layers=null"});
-  CHECK(r.config.model->mtp_depths() == 0);
-  REQUIRE(r.notes.size() == 1);
-  CHECK_THAT(r.notes[0], Contains("MTP layers model.layers.3-3 are left out"));
+  const hf::ImportResult none =
+      hf::import_checkpoint((dir / "hf").string(), (dir / "b").string(), {"model.mtp_num_layers=null"});
+  CHECK(none.config.model->mtp_depths() == 0);
+  REQUIRE(none.notes.size() == 1);
+  CHECK_THAT(none.notes[0], Contains("MTP layers model.layers.3-3 are left out"));
   // config.json says 1 but the file holds none (as transformers' save_pretrained writes it).
   nlohmann::json j = read_json(dir / "hf" / "config.json");
   std::map<std::string, Tensor> main_only;
@@ -347,10 +350,10 @@ TEST_CASE("hf deepseek: import keeps the MTP layers the file holds, fewer on req
   fs::create_directories(dir / "no_mtp");
   formats::write_safetensors((dir / "no_mtp" / "model.safetensors").string(), main_only, {{"format", "pt"}});
   std::ofstream(dir / "no_mtp" / "config.json") << j.dump(2);
-  r = hf::import_checkpoint((dir / "no_mtp").string(), (dir / "c").string());
-  CHECK(r.config.model->mtp_depths() == 0);
-  REQUIRE(r.notes.size() == 1);
-  CHECK_THAT(r.notes[0], Contains("num_nextn_predict_layers is 1 but the file holds 0"));
+  const hf::ImportResult absent = hf::import_checkpoint((dir / "no_mtp").string(), (dir / "c").string());
+  CHECK(absent.config.model->mtp_depths() == 0);
+  REQUIRE(absent.notes.size() == 1);
+  CHECK_THAT(absent.notes[0], Contains("num_nextn_predict_layers is 1 but the file holds 0"));
   // A copy of the embedding that differs from the model's is refused (Strata's MTP shares it).
   main_only = hf_t;
   main_only["model.layers.3.embed_tokens.weight"] = test::random_tensor(hf_t.at("model.embed_tokens.weight").shape(), 9);

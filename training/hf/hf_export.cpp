@@ -178,6 +178,12 @@ bool kept_in_f32(Family f, const std::string& name) {
 void use_present_mtp_layers(const ImportedConfig& ic, const std::map<std::string, Tensor>& hf, ModelConfig& m,
                             std::vector<std::string>& notes) {
   const int64_t present = detail::deepseek_mtp_layers_in(hf, m.num_layers, ic.file_mtp_layers);
+  if (present > 0 && !m.num_experts) {  // Strata's MTP layer of a dense model is dense, DeepSeek's is MoE
+    m.mtp_num_layers = std::nullopt;
+    notes.push_back("the " + std::to_string(present) + " MTP layer(s) of a dense model (first_k_dense_replace >= "
+                    "num_hidden_layers) are left out: Strata's MTP layers take the decoder's last (dense) layer kind");
+    return;
+  }
   m.mtp_num_layers = present > 0 ? std::optional<int64_t>(present) : std::nullopt;
   if (present < ic.file_mtp_layers)
     notes.push_back("config.json's num_nextn_predict_layers is " + std::to_string(ic.file_mtp_layers) +
