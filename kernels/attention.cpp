@@ -1,4 +1,5 @@
-// Argument checks and device dispatch for kernels/attention.h (sbhd causal attention with GQA).
+// Argument checks and device dispatch for kernels/attention.h (sbhd causal attention with GQA and a
+// value head dim dv that may differ from the query/key head dim d).
 #include "kernels/attention.h"
 
 #include <cmath>
@@ -9,29 +10,42 @@ namespace strata::kernels {
 namespace {
 
 struct Dims {
-  int64_t sq, sk, b, hq, hkv, d;
+  int64_t sq, sk, b, hq, hkv, d, dv;  // d: query/key head dim, dv: value head dim
 };
 
 Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   check_float(q, op, "q");
   STRATA_CHECK(q.dim() == 4, op, ": q must be [sq, b, hq, d], got ", q.shape().str());
   STRATA_CHECK(k.dim() == 4, op, ": k must be [sk, b, hkv, d], got ", k.shape().str());
-  STRATA_CHECK(v.dim() == 4, op, ": v must be [sk, b, hkv, d], got ", v.shape().str());
+  STRATA_CHECK(v.dim() == 4, op, ": v must be [sk, b, hkv, dv], got ", v.shape().str());
   STRATA_CHECK(k.dtype() == q.dtype(), op, ": k dtype mismatch ", dtype_name(k.dtype()), " vs q ",
                dtype_name(q.dtype()));
   STRATA_CHECK(v.dtype() == q.dtype(), op, ": v dtype mismatch ", dtype_name(v.dtype()), " vs q ",
                dtype_name(q.dtype()));
-  STRATA_CHECK(k.shape() == v.shape(), op, ": k ", k.shape().str(), " and v ", v.shape().str(),
-               " must have the same shape");
-  Dims d{q.size(0), k.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  STRATA_CHECK(v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2), op, ": k ",
+               k.shape().str(), " and v ", v.shape().str(),
+               " must agree in [sk, b, hkv] (only the head dims may differ)");
+  Dims d{q.size(0), k.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   STRATA_CHECK(k.size(1) == d.b, op, ": batch mismatch: q ", q.shape().str(), " vs k ", k.shape().str());
-  STRATA_CHECK(k.size(3) == d.d, op, ": head_dim mismatch: q has d = ", d.d, ", k and v have d = ", k.size(3));
-  STRATA_CHECK(d.d > 0, op, ": head_dim must be positive");
+  STRATA_CHECK(k.size(3) == d.d, op, ": head_dim mismatch: q has d = ", d.d, ", k has d = ", k.size(3),
+               " (q and k share the query/key head dim)");
+  STRATA_CHECK(d.d > 0, op, ": head_dim d of q and k must be positive");
+  STRATA_CHECK(d.dv > 0, op, ": value head_dim dv of v must be positive");
   STRATA_CHECK(d.hkv > 0 && d.hq % d.hkv == 0, op, ": query heads hq = ", d.hq,
                " must be a multiple of kv heads hkv = ", d.hkv);
-  if (q.device().is_cuda())
-    STRATA_CHECK(d.d <= 256, op, ": head_dim ", d.d, " > 256 is not supported on CUDA");
   return d;
+}
+
+// The head dims the CUDA kernels take (kernels/attention.h kCudaMaxHeadDim and the forward-only
+// MLA pair); the CPU takes any.
+void check_cuda_head_dims(const char* op, const Tensor& q, const Dims& d, bool forward) {
+  if (!q.device().is_cuda()) return;
+  if (d.d <= kCudaMaxHeadDim && d.dv <= kCudaMaxHeadDim) return;
+  STRATA_CHECK(forward, op, ": head dims d = ", d.d, " (q, k), dv = ", d.dv, " (v) are not supported on CUDA: the "
+               "backward takes d, dv <= ", kCudaMaxHeadDim);
+  STRATA_CHECK(d.d <= kCudaMaxForwardQkHeadDim && d.dv <= kCudaMaxForwardValueHeadDim, op, ": head dims d = ", d.d,
+               " (q, k), dv = ", d.dv, " (v) are not supported on CUDA: d, dv <= ", kCudaMaxHeadDim,
+               ", or in the forward d <= ", kCudaMaxForwardQkHeadDim, " with dv <= ", kCudaMaxForwardValueHeadDim);
 }
 
 void check_same(const char* op, const char* name, const Tensor& t, const Tensor& like, const char* like_name) {
@@ -39,6 +53,15 @@ void check_same(const char* op, const char* name, const Tensor& t, const Tensor&
                like_name, " ", dtype_name(like.dtype()));
   STRATA_CHECK(t.shape() == like.shape(), op, ": ", name, " ", t.shape().str(), " must have the shape of ",
                like_name, " ", like.shape().str());
+}
+
+// out and dout: [sq, b, hq, dv], q's dtype.
+void check_output_like(const char* op, const char* name, const Tensor& t, const Tensor& q, const Dims& d) {
+  STRATA_CHECK(t.dtype() == q.dtype(), op, ": ", name, " dtype mismatch ", dtype_name(t.dtype()), " vs q ",
+               dtype_name(q.dtype()));
+  const Shape want{d.sq, d.b, d.hq, d.dv};
+  STRATA_CHECK(t.shape() == want, op, ": ", name, " ", t.shape().str(), " must be [sq, b, hq, dv] = ", want.str(),
+               " (q's rows and heads, v's head dim)");
 }
 
 void check_lse(const char* op, const Tensor& lse, const Tensor& q, const Dims& d) {
@@ -81,8 +104,8 @@ void check_params(const char* op, const AttentionParams& p, const Dims& d, const
 
 }  // namespace
 
-double attention_softmax_scale(const AttentionParams& p, int64_t head_dim) {
-  return p.softmax_scale > 0 ? p.softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+double attention_softmax_scale(const AttentionParams& p, int64_t qk_head_dim) {
+  return p.softmax_scale > 0 ? p.softmax_scale : 1.0 / std::sqrt(static_cast<double>(qk_head_dim));
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -90,7 +113,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const char* op = "attention_forward";
   check_args(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"softmax_lse", &softmax_lse}});
   Dims d = check_qkv(op, q, k, v);
-  check_same(op, "out", out, q, "q");
+  check_cuda_head_dims(op, q, d, /*forward=*/true);
+  check_output_like(op, "out", out, q, d);
   check_lse(op, softmax_lse, q, d);
   check_params(op, p, d, q);
   STRATA_DEVICE_DISPATCH(q.device(), attention_forward(q, k, v, out, softmax_lse, p));
@@ -103,8 +127,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_args(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"dout", &dout},
                   {"softmax_lse", &softmax_lse}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
   Dims d = check_qkv(op, q, k, v);
-  check_same(op, "out", out, q, "q");
-  check_same(op, "dout", dout, q, "q");
+  check_cuda_head_dims(op, q, d, /*forward=*/false);
+  check_output_like(op, "out", out, q, d);
+  check_output_like(op, "dout", dout, q, d);
   check_same(op, "dq", dq, q, "q");
   check_same(op, "dk", dk, k, "k");
   check_same(op, "dv", dv, v, "v");

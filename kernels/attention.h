@@ -1,5 +1,7 @@
 // Causal self-attention with grouped-query attention (GQA), forward and deterministic backward,
-// in Megatron's sbhd layout. Reference: Megatron-Core DotProductAttention / TEDotProductAttention
+// in Megatron's sbhd layout, with a value head dim dv that may differ from the query/key head dim
+// d (DeepSeek-V3 multi-latent attention: d = 192, dv = 128; its absorbed decoding d = 576,
+// dv = 512 with one kv head). Reference: Megatron-Core DotProductAttention / TEDotProductAttention
 // (attention_dropout, softmax_scale, GQA via num_query_groups), FlashAttention-2 (Dao 2023) for
 // the CUDA algorithm and the saved log-sum-exp, llm.c attention_forward/attention_backward.
 //
@@ -8,6 +10,8 @@
 //   (document_start) also keep k_pos >= the first position of q's document, so documents do not
 //   see each other (Megatron --reset-attention-mask, the cu_seqlens / THD layout), P = softmax(S) per row,
 //   P_drop = P ∘ M / (1 − p) with the keep mask M recomputed from a Philox key, O = P_drop·V.
+// The default softmax scale is 1/sqrt(d), the query/key head dim (Megatron's softmax_scale
+// default; MLA's 1/sqrt(qk_head_dim + qk_pos_emb_head_dim)).
 // All tensors contiguous and on one device; q, k, v, out, dout, dq, dk, dv share one dtype
 // (f64, f32, bf16, f16); softmax_lse is f32 (f64 also accepted when q is f64, for the reference).
 // Math in acc_t<T> (f32 for 16/32-bit storage, f64 for f64). See docs/attention.md.
@@ -21,7 +25,7 @@
 namespace strata::kernels {
 
 struct AttentionParams {
-  double softmax_scale = 0;        // 0 -> 1/sqrt(head_dim)
+  double softmax_scale = 0;        // 0 -> 1/sqrt(d), the query/key head dim
   bool causal = true;
   double dropout_p = 0;            // attention dropout on the probabilities (Megatron attention_dropout)
   philox::Key dropout_key{};       // mask element for (b, head, q_pos, k_pos) drawn at global index
@@ -41,17 +45,23 @@ struct AttentionParams {
   Tensor document_start;
 };
 
-// softmax_scale, or 1/sqrt(head_dim) when it is 0.
-double attention_softmax_scale(const AttentionParams& p, int64_t head_dim);
+// softmax_scale, or 1/sqrt(qk_head_dim) when it is 0.
+double attention_softmax_scale(const AttentionParams& p, int64_t qk_head_dim);
 
-// q: [sq, b, hq, d], k, v: [sk, b, hkv, d] with hq % hkv == 0 (hq == hkv is MHA)
-// -> out: [sq, b, hq, d], softmax_lse: [b, hq, sq] (log-sum-exp of the scaled, masked logits per
-// query row; -inf, with out = 0, for a row that sees no key).
+// Head dims the CUDA kernels take: d, dv <= 256 in both directions; the forward also takes
+// d <= 576 with dv <= 512 (MLA's absorbed decoding, which has no backward).
+constexpr int64_t kCudaMaxHeadDim = 256;
+constexpr int64_t kCudaMaxForwardQkHeadDim = 576, kCudaMaxForwardValueHeadDim = 512;
+
+// q: [sq, b, hq, d], k: [sk, b, hkv, d], v: [sk, b, hkv, dv] with hq % hkv == 0 (hq == hkv is
+// MHA) -> out: [sq, b, hq, dv], softmax_lse: [b, hq, sq] (log-sum-exp of the scaled, masked logits
+// per query row; -inf, with out = 0, for a row that sees no key).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& softmax_lse, const AttentionParams& p);
 
-// q: [sq, b, hq, d], k, v: [sk, b, hkv, d], out, dout: [sq, b, hq, d], softmax_lse: [b, hq, sq]
-// (from attention_forward with the same params) -> dq: [sq, b, hq, d], dk, dv: [sk, b, hkv, d].
+// q: [sq, b, hq, d], k: [sk, b, hkv, d], v: [sk, b, hkv, dv], out, dout: [sq, b, hq, dv],
+// softmax_lse: [b, hq, sq] (from attention_forward with the same params) -> dq: [sq, b, hq, d],
+// dk: [sk, b, hkv, d], dv: [sk, b, hkv, dv] (each like its input).
 // Deterministic: bitwise identical results on repeated calls (no atomics, fixed summation order).
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,

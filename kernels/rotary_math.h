@@ -1,11 +1,16 @@
 // Rotary embedding scalar math shared by the CPU and CUDA implementations (kernels/rotary.h),
 // so both backends evaluate the same expressions. A is float (f32/bf16/f16 tensors) or double.
-// Reference: Megatron-Core RotaryEmbedding (inv_freq = 1 / base^(arange(0, dim, 2) / dim)).
+// Reference: Megatron-Core RotaryEmbedding (inv_freq = 1 / base^(arange(0, dim, 2) / dim)),
+// yarn_rotary_pos_embedding.py (YarnRotaryEmbedding.get_emb, _yarn_linear_ramp_mask).
 #pragma once
 #include <cmath>
 #include <cstdint>
 
 #include "core/half.h"
+
+namespace strata::kernels {
+struct RotaryOptions;
+}  // namespace strata::kernels
 
 namespace strata::kernels::rope {
 
@@ -26,12 +31,41 @@ STRATA_HD double llama3_scaled_inv_freq(double f, double factor) {
   return (1.0 - w) * f / factor + w * f;
 }
 
-// inv_freq[i] = base^(-2i/rot_dim), Llama-3 scaled when llama3_factor > 0, evaluated in double and
-// rounded once to A, so that CPU and CUDA get the same value (single-precision pow may differ by an
-// ulp between the two).
-template <typename A> STRATA_HD A inv_freq(double base, int64_t i, int64_t rot_dim, double llama3_factor = 0.0) {
-  double f = pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
-  if (llama3_factor > 0.0) f = llama3_scaled_inv_freq(f, llama3_factor);
+// The frequency settings of RotaryOptions that inv_freq reads, with YaRN's correction range
+// already resolved (freq_params, on the host).
+struct FreqParams {
+  double base = 10000.0;
+  double llama3_factor = 0.0;              // > 0: Llama 3's scaling
+  double yarn_factor = 0.0;                // > 0: YaRN's blend
+  double yarn_low = 0.0, yarn_high = 0.0;  // the ramp's ends (Megatron _yarn_find_correction_range)
+};
+
+// The FreqParams of `opt` for rot_dim rotated channels (kernels/rotary.cpp): YaRN's correction
+// range of beta_fast / beta_slow over rot_dim.
+FreqParams freq_params(const RotaryOptions& opt, int64_t rot_dim);
+
+// Megatron _yarn_linear_ramp_mask at index i: clamp((i − low) / (high − low), 0, 1), with high
+// moved by 0.001 when the two ends are equal (its "prevent singularity").
+STRATA_HD double yarn_ramp(int64_t i, double low, double high) {
+  if (low == high) high += 0.001;
+  const double r = (static_cast<double>(i) - low) / (high - low);
+  return r < 0.0 ? 0.0 : (r > 1.0 ? 1.0 : r);
+}
+
+// YaRN's frequency i from the unscaled one f (extra): Megatron's inter·(1 − m) + extra·m with
+// inter = f / factor and m = 1 − ramp, written f·(1 − ramp·(1 − 1/factor)): the same value in
+// exact arithmetic, and exactly f when factor is 1.
+STRATA_HD double yarn_inv_freq(double f, int64_t i, double factor, double low, double high) {
+  return f * (1.0 - yarn_ramp(i, low, high) * (1.0 - 1.0 / factor));
+}
+
+// inv_freq[i] = base^(-2i/rot_dim), Llama-3 scaled when llama3_factor > 0 or YaRN-blended when
+// yarn_factor > 0, evaluated in double and rounded once to A, so that CPU and CUDA get the same
+// value (single-precision pow may differ by an ulp between the two).
+template <typename A> STRATA_HD A inv_freq(const FreqParams& p, int64_t i, int64_t rot_dim) {
+  double f = pow(p.base, -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+  if (p.llama3_factor > 0.0) f = llama3_scaled_inv_freq(f, p.llama3_factor);
+  if (p.yarn_factor > 0.0) f = yarn_inv_freq(f, i, p.yarn_factor, p.yarn_low, p.yarn_high);
   return static_cast<A>(f);
 }
 
@@ -43,7 +77,8 @@ template <typename A> STRATA_HD A angle(int64_t position, A freq, A position_sca
   return static_cast<A>(position) * position_scale * freq;
 }
 
-// Rotates the pair (a, b) by θ, or by -θ when inverse (the backward pass).
+// Rotates the pair (a, b) by θ, or by -θ when inverse (the backward pass); cos_t and sin_t carry
+// the mscale factor when there is one (m·cos θ, m·sin θ).
 template <typename A> STRATA_HD void rotate(A& a, A& b, A cos_t, A sin_t, bool inverse) {
   const A s = inverse ? -sin_t : sin_t;
   const A ra = a * cos_t - b * s;

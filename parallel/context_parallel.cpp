@@ -67,10 +67,11 @@ std::vector<int64_t> host_document_starts(const kernels::AttentionParams& p) {
 }
 
 // acc ← acc ⊕ part over query rows [row0, row0 + c) (online softmax: rescale both by their
-// log-sum-exp against the combined one). out_* [rows, b, np, hn], lse_acc [b, np, L], lse_p [b, np, c].
+// log-sum-exp against the combined one). out_* [rows, b, np, dv], lse_acc [b, np, L], lse_p [b, np, c].
 template <typename A>
 void combine(const Tensor& out_acc, const Tensor& lse_acc, const Tensor& out_p, const Tensor& lse_p, int64_t row0) {
-  const int64_t L = lse_acc.size(2), c = lse_p.size(2), b = out_p.size(1), np = out_p.size(2), hn = out_p.size(3);
+  const int64_t L = lse_acc.size(2), c = lse_p.size(2), b = out_p.size(1), np = out_p.size(2), hv = out_p.size(3);
+  STRATA_INTERNAL_ASSERT(out_acc.size(3) == hv);  // the accumulator has v's head dim (make_ring_accumulator)
   A* oa = out_acc.data<A>();
   A* la = lse_acc.data<A>();
   const A* op = out_p.data<A>();
@@ -85,9 +86,9 @@ void combine(const Tensor& out_acc, const Tensor& lse_acc, const Tensor& out_p, 
         const A m = std::max(acc, part);
         const A lse = m + std::log(std::exp(acc - m) + std::exp(part - m));
         const A wa = acc == neg_inf ? A(0) : std::exp(acc - lse), wp = std::exp(part - lse);
-        A* o = oa + (((row0 + t) * b + bb) * np + h) * hn;
-        const A* p = op + ((t * b + bb) * np + h) * hn;
-        for (int64_t d = 0; d < hn; ++d) o[d] = wa * o[d] + wp * p[d];
+        A* o = oa + (((row0 + t) * b + bb) * np + h) * hv;
+        const A* p = op + ((t * b + bb) * np + h) * hv;
+        for (int64_t d = 0; d < hv; ++d) o[d] = wa * o[d] + wp * p[d];
         acc = lse;
       }
 }
@@ -202,10 +203,10 @@ void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_
 
 // ---- ring scheme -------------------------------------------------------------------------------
 
-RingAccumulator make_ring_accumulator(const Tensor& q) {
+RingAccumulator make_ring_accumulator(const Tensor& q, const Tensor& v) {
   const DType st = stat_dtype(q);
   RingAccumulator a;
-  a.out = Tensor::zeros(q.shape(), st, Device::cpu());
+  a.out = Tensor::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, st, Device::cpu());  // [s_local, b, np, dv]
   a.lse = Tensor::full({q.size(1), q.size(2), q.size(0)}, -std::numeric_limits<double>::infinity(), st, Device::cpu());
   return a;
 }
@@ -230,7 +231,7 @@ void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_
       kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s, i * c, c);
       // The diagonal chunk is causal, earlier chunks are whole (but for their documents' masks).
       cp.causal = p.causal && (gk == gq || p.document_start.defined());
-      Tensor o = Tensor::empty({c, b, np, q.size(3)}, q.dtype(), q.device());
+      Tensor o = Tensor::empty({c, b, np, v_block.size(3)}, q.dtype(), q.device());  // [c, b, np, dv]
       Tensor lse = Tensor::empty({b, np, c}, st, q.device());
       kernels::attention_forward(q.narrow(0, i * c, c), k_block.narrow(0, j * c, c), v_block.narrow(0, j * c, c), o,
                                  lse, cp);
@@ -286,7 +287,7 @@ void ring_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, c
                             const Tensor& softmax_lse, const kernels::AttentionParams& p, const ProcessGroup& ring) {
   const int n = ring.size(), r = ring.rank();
   const std::vector<int64_t> starts = host_document_starts(p);  // once per call, not per chunk pair
-  RingAccumulator acc = make_ring_accumulator(q);
+  RingAccumulator acc = make_ring_accumulator(q, v);
   Tensor kb = k.contiguous(), vb = v.contiguous();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   for (int i = 0; i < n; ++i) {

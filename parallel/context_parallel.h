@@ -38,8 +38,9 @@ struct HierarchicalGroups {
 
 // Attention of this rank's queries over the whole (sharded) sequence. p: the unsharded call's
 // parameters (causal, dropout, batch/head offsets); global positions and global_seq_len are set
-// here. cp.size() == 1: the plain kernel. q [s_local, b, np, hn], k, v [s_local, b, ng, hn] (local:
-// this rank's two chunks), out [s_local, b, np, hn], softmax_lse [b, np, s_local] (f32; f64 for f64).
+// here. cp.size() == 1: the plain kernel. q, k [s_local, b, np|ng, hn], v [s_local, b, ng, hv]
+// (local: this rank's two chunks; hv, the value head dim, may differ from hn as in
+// kernels/attention.h), out [s_local, b, np, hv], softmax_lse [b, np, s_local] (f32; f64 for f64).
 // Attention dropout is keyed by global (sample, head, query, key) positions: the unsharded masks.
 // Every call goes through the ProcessGroup (host: MPI, device: NCCL).
 // a2a: np and ng divisible by cp; a2a+p2p: by levels.a2a.size() (levels: its groups, whose sizes
@@ -59,11 +60,12 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 //
 // all_gather: K and V all-gathered over cp and put back in global order; each local query chunk
 // attends to the global prefix it may see; backward: dK, dV of the global sequence,
-// reduce-scattered back to their owners. k_global, v_global [s, b, ng, hn] in global order.
+// reduce-scattered back to their owners. k_global [s, b, ng, hn], v_global [s, b, ng, hv] in
+// global order.
 void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
                       const Tensor& softmax_lse, const kernels::AttentionParams& p, int cp_size, int cp_rank,
                       const std::vector<int64_t>* document_starts = nullptr);
-// dq: written; dk_global, dv_global [s, b, ng, hn]: written (this rank's contribution).
+// dq: written; dk_global, dv_global (like k_global, v_global): written (this rank's contribution).
 void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_global, const Tensor& out,
                        const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_global,
                        const Tensor& dv_global, const kernels::AttentionParams& p, int cp_size, int cp_rank,
@@ -73,13 +75,13 @@ void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_
 // attention of its query chunks with that block's (same chunk: causal; earlier: full; later:
 // skipped), combined with the log-sum-exp correction (online softmax, on the host), and passes the
 // block to rank r + 1. Backward walks the ring again, each KV block with its dK, dV accumulator.
-// Ring: the running output of the local queries. out_acc [s_local, b, np, hn] and lse_acc
+// Ring: the running output of the local queries. out_acc [s_local, b, np, hv] and lse_acc
 // [b, np, s_local] on the host in the statistics dtype (f32; f64 for f64 q); start with
-// make_ring_accumulator (lse −inf, out 0).
+// make_ring_accumulator (lse −inf, out 0) of the local q and v (v gives hv).
 struct RingAccumulator {
   Tensor out, lse;
 };
-RingAccumulator make_ring_accumulator(const Tensor& q);
+RingAccumulator make_ring_accumulator(const Tensor& q, const Tensor& v);
 // Adds the partial attention of the local queries with the KV block of rank `src` (its local k, v).
 void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src,
                         RingAccumulator& acc, const kernels::AttentionParams& p, int cp_size, int cp_rank,

@@ -118,7 +118,8 @@ void a2a_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
   check_heads(q, k, a2a.size());
   const Tensor qh = seq_to_heads(q, a2a), kh = seq_to_heads(k, a2a), vh = seq_to_heads(v, a2a);
   const kernels::AttentionParams c = after_a2a_params(p, q.size(2), a2a);
-  Tensor oh = Tensor::empty(qh.shape(), qh.dtype(), qh.device());
+  // [n·L, b, H/n, dv]: v's head dim
+  Tensor oh = Tensor::empty({qh.size(0), qh.size(1), qh.size(2), vh.size(3)}, qh.dtype(), qh.device());
   Tensor lh = Tensor::empty({qh.size(1), qh.size(2), qh.size(0)}, softmax_lse.dtype(), qh.device());
   if (p2p.size() == 1) {  // the whole sequence in global order: one kernel call
     kernels::AttentionParams whole = c;

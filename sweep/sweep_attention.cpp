@@ -5,6 +5,10 @@
 // (document_start, tag ".docs"): documents of odd lengths, different per sample, boundaries inside
 // a tile and on a 32-row tile edge, 1-token documents, q offsets, non-monotonic starts; these also
 // exercise the CUDA kernels' skipping of key/query tiles wholly outside the rows' documents.
+// A value head dim dv != d (multi-latent attention, tag ".vdim<dv>"): DeepSeek-V3's d = 192,
+// dv = 128 (the CUDA (256, 128) tile pair), its scaled-down absorbed shape d = 40, dv = 32 with one
+// kv head, dv > d (a pair the CUDA kernels run with square tiles), and the absorbed decoding
+// shape itself, d = 576, dv = 512, forward only (the CUDA kernels have no backward for it).
 #include <algorithm>
 
 #include "kernels/attention.h"
@@ -27,6 +31,9 @@ struct Case {
   std::vector<std::vector<int64_t>> docs = {};
   bool irregular = false;  // also let rows i % 7 == 3 see from position 0 (non-monotonic starts)
   int64_t k_off = 0;       // global position of key row 0 (context parallelism's narrowed K/V)
+  int64_t dv = 0;          // value head dim; 0: d
+  bool forward_only = false;  // out and lse only (MLA's absorbed decoding shape)
+  int64_t vdim() const { return dv > 0 ? dv : d; }
 };
 
 // document_start [b, sq] i64 on the CPU: for q row i of sample b (global position q_off + i), the
@@ -52,6 +59,7 @@ Tensor document_starts(const Case& cs) {
 
 void attention_case(sweep::Context& c, const Case& cs) {
   const Shape qs{cs.sq, cs.b, cs.hq, cs.d}, ks{cs.sk, cs.b, cs.hkv, cs.d}, ls{cs.b, cs.hq, cs.sq};
+  const Shape vs{cs.sk, cs.b, cs.hkv, cs.vdim()}, os{cs.sq, cs.b, cs.hq, cs.vdim()};  // v; out and dout
   AttentionParams p;
   p.causal = cs.causal;
   p.dropout_p = cs.dropout;
@@ -59,39 +67,44 @@ void attention_case(sweep::Context& c, const Case& cs) {
   p.q_position_offset = cs.q_off;
   p.k_position_offset = cs.k_off;
   p.global_seq_len = std::max(cs.k_off + cs.sk, cs.q_off + cs.sq);
-  Tensor q = c.input(qs, 1), k = c.input(ks, 2), v = c.input(ks, 3), dout = c.input(qs, 4);
+  Tensor q = c.input(qs, 1), k = c.input(ks, 2), v = c.input(vs, 3), dout = c.input(os, 4);
   const Tensor doc_start = cs.docs.empty() ? Tensor() : document_starts(cs);  // CPU, for the reference
   p.document_start = doc_start;
 
   // f64 CPU reference (lse in f64).
-  Tensor out_r = Tensor::empty(qs, DType::F64), lse_r = Tensor::empty(ls, DType::F64);
+  Tensor out_r = Tensor::empty(os, DType::F64), lse_r = Tensor::empty(ls, DType::F64);
   attention_forward(q, k, v, out_r, lse_r, p);
-  Tensor dq_r = Tensor::empty(qs, DType::F64), dk_r = Tensor::empty(ks, DType::F64), dv_r = Tensor::empty(ks, DType::F64);
-  attention_backward(q, k, v, out_r, dout, lse_r, dq_r, dk_r, dv_r, p);
 
   // Target: its own forward outputs feed its backward; document_start on the target device.
-  if (doc_start.defined()) p.document_start = doc_start.to(c.device);
+  Tensor doc_start_t = doc_start.defined() ? doc_start.to(c.device) : Tensor();
+  AttentionParams pt = p;
+  pt.document_start = doc_start_t;
   Tensor qt = c.on_target(q), kt = c.on_target(k), vt = c.on_target(v), dot = c.on_target(dout);
-  Tensor out = c.empty(qs), lse = Tensor::empty(ls, DType::F32, c.device);
-  attention_forward(qt, kt, vt, out, lse, p);
-  Tensor dq = c.empty(qs), dk = c.empty(ks), dv = c.empty(ks);
-  attention_backward(qt, kt, vt, out, dot, lse, dq, dk, dv, p);
+  Tensor out = c.empty(os), lse = Tensor::empty(ls, DType::F32, c.device);
+  attention_forward(qt, kt, vt, out, lse, pt);
 
   const std::string tag = std::string(cs.causal ? "causal" : "full") + (cs.dropout > 0 ? ".drop" : "") +
                           (cs.q_off ? ".offset" : "") + (cs.hq != cs.hkv ? ".gqa" : "") +
                           (cs.docs.empty() ? "" : ".docs") + (cs.irregular ? ".irregular" : "") +
-                          (cs.k_off ? ".k_offset" : "");
-  const Shape shown{cs.sq, cs.sk, cs.b, cs.hq, cs.hkv, cs.d};  // [sq, sk, b, hq, hkv, d]
+                          (cs.k_off ? ".k_offset" : "") + (cs.vdim() != cs.d ? ".vdim" + std::to_string(cs.dv) : "");
+  const Shape shown{cs.sq, cs.sk, cs.b, cs.hq, cs.hkv, cs.d};  // [sq, sk, b, hq, hkv, d]; dv in the tag
   c.compare(tag + ".out", shown, out, out_r, c.bound(1e-5, 1e-2, 2e-3));
   c.compare(tag + ".lse", shown, lse, lse_r, c.bound(1e-6, 1e-3, 1e-3));
+  if (cs.forward_only) return;
+
+  Tensor dq_r = Tensor::empty(qs, DType::F64), dk_r = Tensor::empty(ks, DType::F64);
+  Tensor dv_r = Tensor::empty(vs, DType::F64);
+  attention_backward(q, k, v, out_r, dout, lse_r, dq_r, dk_r, dv_r, p);
+  Tensor dq = c.empty(qs), dk = c.empty(ks), dv = c.empty(vs);
+  attention_backward(qt, kt, vt, out, dot, lse, dq, dk, dv, pt);
   if (cs.sk > 1) {  // with a single key, P = 1 and dq = dk = 0 exactly: nothing to compare
     c.compare(tag + ".dq", shown, dq, dq_r, c.bound(2e-5, 2e-2, 5e-3));
     c.compare(tag + ".dk", shown, dk, dk_r, c.bound(2e-5, 2e-2, 5e-3));
   }
   c.compare(tag + ".dv", shown, dv, dv_r, c.bound(2e-5, 2e-2, 5e-3));
   if (cs.repeat) {
-    Tensor dq2 = c.empty(qs), dk2 = c.empty(ks), dv2 = c.empty(ks);
-    attention_backward(qt, kt, vt, out, dot, lse, dq2, dk2, dv2, p);
+    Tensor dq2 = c.empty(qs), dk2 = c.empty(ks), dv2 = c.empty(vs);
+    attention_backward(qt, kt, vt, out, dot, lse, dq2, dk2, dv2, pt);
     c.compare(tag + ".dq.repeat", shown, dq2, dq, 0.0);
     c.compare(tag + ".dk.repeat", shown, dk2, dk, 0.0);
     c.compare(tag + ".dv.repeat", shown, dv2, dv, 0.0);
@@ -126,6 +139,20 @@ STRATA_SWEEP_OP("attention", kFloat, "attention_forward attention_backward", [](
       // Context parallelism, ring: a KV block wholly before the queries (keys 0..31, q rows
       // 64..95), every row's document starting inside the block, so only some keys are seen.
       {32, 32, 2, 4, 2, 64, true, 0, 64, false, {{10, 120}, {25, 100}}, false, 0},
+      // Value head dim dv != d. MLA's absorbed shape scaled down (d 576 -> 40, dv 512 -> 32, one kv
+      // head), determinism; DeepSeek-V3's d = 192, dv = 128 with GQA and dropout, non-causal,
+      // with packed documents (determinism); dv > d with offsets and dropout.
+      {.sq = 77, .sk = 77, .b = 2, .hq = 4, .hkv = 1, .d = 40, .repeat = true, .dv = 32},
+      {.sq = 77, .sk = 77, .b = 2, .hq = 4, .hkv = 2, .d = 192, .dropout = 0.1, .dv = 128},
+      {.sq = 45, .sk = 70, .b = 1, .hq = 2, .hkv = 2, .d = 160, .causal = false, .dv = 100},
+      {.sq = 100, .sk = 100, .b = 2, .hq = 4, .hkv = 1, .d = 192, .dropout = 0.1, .repeat = true,
+       .docs = {{1, 31, 1, 32, 35}, {64, 1, 1, 34}}, .dv = 128},
+      {.sq = 45, .sk = 70, .b = 2, .hq = 4, .hkv = 2, .d = 24, .dropout = 0.1, .q_off = 25, .dv = 72},
+      {.sq = 33, .sk = 33, .b = 1, .hq = 2, .hkv = 1, .d = 40, .q_off = 7, .docs = {{12, 9, 50}}, .dv = 32},
+      // MLA's absorbed decoding: d = 576, dv = 512, one kv head, forward only; a prefill-like tile
+      // and decoding rows at the end of a long cache.
+      {.sq = 40, .sk = 40, .b = 1, .hq = 4, .hkv = 1, .d = 576, .dv = 512, .forward_only = true},
+      {.sq = 2, .sk = 300, .b = 2, .hq = 16, .hkv = 1, .d = 576, .q_off = 298, .dv = 512, .forward_only = true},
   };
   if (!c.quick) {
     cases.push_back({1024, 1024, 2, 16, 4, 128, true});       // realistic
@@ -133,6 +160,8 @@ STRATA_SWEEP_OP("attention", kFloat, "attention_forward attention_backward", [](
     // Realistic packed batch: 8 documents per sample, different boundaries in each sample.
     cases.push_back({1024, 1024, 2, 16, 4, 128, true, 0, 0, false,
                      {{100, 37, 300, 64, 200, 123, 80, 120}, {128, 128, 128, 128, 128, 128, 128, 128}}});
+    // DeepSeek-V3's head dims at a realistic length (its 128 heads cut to 8).
+    cases.push_back({.sq = 1024, .sk = 1024, .b = 1, .hq = 8, .hkv = 8, .d = 192, .dv = 128});
   }
   for (const Case& cs : cases) attention_case(c, cs);
 });

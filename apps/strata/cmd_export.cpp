@@ -22,7 +22,7 @@ void register_export(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("export", "export a checkpoint as a Hugging Face model directory");
   cmd->footer(
       "Families (chosen from the checkpoint's model config):\n"
-      "  LlamaForCausalLM  RMSNorm, swiglu, rope (rotary_interleaved=false, rotary_percent=1),\n"
+      "  LlamaForCausalLM  RMSNorm, swiglu, rope or yarn (rotary_interleaved=false, rotary_percent=1),\n"
       "                    add_bias_linear=false, GQA, tied or untied\n"
       "  Qwen3ForCausalLM  the same with qk_layernorm=true (q_norm / k_norm)\n"
       "  GPT2LMHeadModel   LayerNorm, GeLU (openai_gelu → gelu_new, else gelu), learned_absolute,\n"

@@ -1,5 +1,6 @@
 // CPU reference for kernels/attention.h: causal GQA attention in sbhd layout, forward and backward
-// by the textbook formulas (llm.c attention_forward/backward, Megatron-Core core attention):
+// by the textbook formulas (llm.c attention_forward/backward, Megatron-Core core attention), with
+// the value head dim dv independent of the query/key head dim d (q·kᵀ over d, P·V over dv):
 //   S = scale·q·kᵀ, masked; P = softmax(S) (max-subtracted, in acc_t); P_drop = P∘M/(1-p); O = P_drop·V
 //   D = rowsum(dO∘O); dP = (dO·Vᵀ)∘M/(1-p); dS = P∘(dP − D); dQ = scale·dS·K; dK = scale·dSᵀ·Q;
 //   dV = P_dropᵀ·dO.
@@ -44,15 +45,18 @@ int64_t key_end(const attn::MaskParams& m, int64_t i, int64_t sk) {
 }
 
 struct Shape4 {
-  int64_t sq, sk, b, hq, hkv, d, group;
-  // Offsets of (row, batch, head) in q-like [sq, b, hq, d] and k-like [sk, b, hkv, d] tensors.
+  int64_t sq, sk, b, hq, hkv, d, dv, group;  // d: q/k head dim, dv: v/out head dim
+  // Offsets of (row, batch, head) in q-like [sq, b, hq, d], out-like [sq, b, hq, dv], k-like
+  // [sk, b, hkv, d] and v-like [sk, b, hkv, dv] tensors.
   int64_t qi(int64_t i, int64_t bb, int64_t h) const { return ((i * b + bb) * hq + h) * d; }
+  int64_t oi(int64_t i, int64_t bb, int64_t h) const { return ((i * b + bb) * hq + h) * dv; }
   int64_t ki(int64_t j, int64_t bb, int64_t h) const { return ((j * b + bb) * hkv + h) * d; }
+  int64_t vi(int64_t j, int64_t bb, int64_t h) const { return ((j * b + bb) * hkv + h) * dv; }
   int64_t li(int64_t bb, int64_t h, int64_t i) const { return (bb * hq + h) * sq + i; }
 };
 
-Shape4 dims(const Tensor& q, const Tensor& k) {
-  Shape4 s{q.size(0), k.size(0), q.size(1), q.size(2), k.size(2), q.size(3), 0};
+Shape4 dims(const Tensor& q, const Tensor& k, const Tensor& v) {
+  Shape4 s{q.size(0), k.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), 0};
   s.group = s.hq / s.hkv;
   return s;
 }
@@ -76,7 +80,7 @@ template <typename T>
 void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& softmax_lse, const AttentionParams& p) {
   using acc = acc_t<T>;
-  const Shape4 s = dims(q, k);
+  const Shape4 s = dims(q, k, v);
   const attn::MaskParams mp = attn::make_mask_params(p, s.hq, s.sk);
   const acc scale = static_cast<acc>(attention_softmax_scale(p, s.d));
   const acc neg_inf = -std::numeric_limits<acc>::infinity();
@@ -89,10 +93,10 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.b * s.hq; ++bh) {
     const int64_t bb = bh / s.hq, h = bh % s.hq, hk = h / s.group;
-    std::vector<acc> score(s.sk), o(s.d);
+    std::vector<acc> score(s.sk), o(s.dv);
     for (int64_t i = 0; i < s.sq; ++i) {
-      const T* qrow = qp + s.qi(i, bb, h);
-      T* orow = op + s.qi(i, bb, h);
+      const T* qrow = qp + s.qi(i, bb, h);  // [d]
+      T* orow = op + s.oi(i, bb, h);        // [dv]
       // Only keys [j0, j1) can be visible: row i's document (packed sequences) up to the causal limit.
       const int64_t j0 = first_key(mp, bb, i, s.sk), j1 = key_end(mp, i, s.sk);
       acc mx = neg_inf;
@@ -107,7 +111,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
         mx = std::max(mx, score[j]);
       }
       if (mx == neg_inf) {  // no visible key: output 0, lse -inf
-        for (int64_t c = 0; c < s.d; ++c) orow[c] = convert<T>(acc(0));
+        for (int64_t c = 0; c < s.dv; ++c) orow[c] = convert<T>(acc(0));
         lse.set(s.li(bb, h, i), -std::numeric_limits<double>::infinity());
         continue;
       }
@@ -121,12 +125,12 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
         if (score[j] == 0) continue;
         acc pj = score[j] / sum;
         if (mp.dropout_p > 0) pj *= static_cast<acc>(attn::dropout_factor(mp, bb, h, i, j));
-        const T* vrow = vp + s.ki(j, bb, hk);
+        const T* vrow = vp + s.vi(j, bb, hk);  // [dv]
         acc* od = o.data();
 #pragma omp simd
-        for (int64_t c = 0; c < s.d; ++c) od[c] += pj * convert<acc>(vrow[c]);
+        for (int64_t c = 0; c < s.dv; ++c) od[c] += pj * convert<acc>(vrow[c]);
       }
-      for (int64_t c = 0; c < s.d; ++c) orow[c] = convert<T>(o[c]);
+      for (int64_t c = 0; c < s.dv; ++c) orow[c] = convert<T>(o[c]);
       lse.set(s.li(bb, h, i), static_cast<double>(mx + std::log(sum)));
     }
   }
@@ -137,7 +141,7 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk,
                    const Tensor& dv, const AttentionParams& p) {
   using acc = acc_t<T>;
-  const Shape4 s = dims(q, k);
+  const Shape4 s = dims(q, k, v);
   const attn::MaskParams mp = attn::make_mask_params(p, s.hq, s.sk);
   const acc scale = static_cast<acc>(attention_softmax_scale(p, s.d));
   const T* qp = static_cast<const T*>(q.data_ptr());
@@ -154,14 +158,14 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 #pragma omp parallel for schedule(static)
   for (int64_t bk = 0; bk < s.b * s.hkv; ++bk) {
     const int64_t bb = bk / s.hkv, hk = bk % s.hkv;
-    std::vector<acc> dk_acc(s.sk * s.d, acc(0)), dv_acc(s.sk * s.d, acc(0)), dq_row(s.d);
+    std::vector<acc> dk_acc(s.sk * s.d, acc(0)), dv_acc(s.sk * s.dv, acc(0)), dq_row(s.d);
     for (int64_t g = 0; g < s.group; ++g) {
       const int64_t h = hk * s.group + g;
       for (int64_t i = 0; i < s.sq; ++i) {
-        const T* qrow = qp + s.qi(i, bb, h);
-        const T* dorow = dop + s.qi(i, bb, h);
-        const T* orow = op + s.qi(i, bb, h);
-        T* dqrow = dqp + s.qi(i, bb, h);
+        const T* qrow = qp + s.qi(i, bb, h);    // [d]
+        const T* dorow = dop + s.oi(i, bb, h);  // [dv]
+        const T* orow = op + s.oi(i, bb, h);    // [dv]
+        T* dqrow = dqp + s.qi(i, bb, h);        // [d]
         std::fill(dq_row.begin(), dq_row.end(), acc(0));
         const double lse_i = lse.get(s.li(bb, h, i));
         if (std::isinf(lse_i) && lse_i < 0) {  // row saw no key: no gradient
@@ -169,37 +173,46 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
           continue;
         }
         acc Di = 0;  // rowsum(dO ∘ O) = rowsum(P ∘ dP) (dropout included)
-        for (int64_t c = 0; c < s.d; ++c) Di += convert<acc>(dorow[c]) * convert<acc>(orow[c]);
+        for (int64_t c = 0; c < s.dv; ++c) Di += convert<acc>(dorow[c]) * convert<acc>(orow[c]);
         const int64_t j0 = first_key(mp, bb, i, s.sk), j1 = key_end(mp, i, s.sk);
         for (int64_t j = j0; j < j1; ++j) {
           if (!attn::visible(mp, bb, i, j)) continue;
-          const T* krow = kp + s.ki(j, bb, hk);
-          const T* vrow = vp + s.ki(j, bb, hk);
-          const acc dot = dot_row<T>(qrow, krow, s.d), dpd = dot_row<T>(dorow, vrow, s.d);
+          const T* krow = kp + s.ki(j, bb, hk);  // [d]
+          const T* vrow = vp + s.vi(j, bb, hk);  // [dv]
+          const acc dot = dot_row<T>(qrow, krow, s.d), dpd = dot_row<T>(dorow, vrow, s.dv);
           const acc pij = std::exp(scale * dot - static_cast<acc>(lse_i));
           const acc f = mp.dropout_p > 0 ? static_cast<acc>(attn::dropout_factor(mp, bb, h, i, j)) : acc(1);
           const acc pdrop = pij * f;             // probability after dropout
           const acc ds = pij * (dpd * f - Di);   // dL/dS
           acc* dkj = &dk_acc[j * s.d];
-          acc* dvj = &dv_acc[j * s.d];
+          acc* dvj = &dv_acc[j * s.dv];
           acc* dqr = dq_row.data();
+          // Every element sums over (g, i, j) in the same order whether the loops are fused or not.
+          if (s.dv == s.d) {
 #pragma omp simd
-          for (int64_t c = 0; c < s.d; ++c) {
-            dqr[c] += ds * convert<acc>(krow[c]);
-            dkj[c] += ds * convert<acc>(qrow[c]);
-            dvj[c] += pdrop * convert<acc>(dorow[c]);
+            for (int64_t c = 0; c < s.d; ++c) {
+              dqr[c] += ds * convert<acc>(krow[c]);
+              dkj[c] += ds * convert<acc>(qrow[c]);
+              dvj[c] += pdrop * convert<acc>(dorow[c]);
+            }
+          } else {
+#pragma omp simd
+            for (int64_t c = 0; c < s.d; ++c) {
+              dqr[c] += ds * convert<acc>(krow[c]);
+              dkj[c] += ds * convert<acc>(qrow[c]);
+            }
+#pragma omp simd
+            for (int64_t c = 0; c < s.dv; ++c) dvj[c] += pdrop * convert<acc>(dorow[c]);
           }
         }
         for (int64_t c = 0; c < s.d; ++c) dqrow[c] = convert<T>(scale * dq_row[c]);
       }
     }
     for (int64_t j = 0; j < s.sk; ++j) {
-      T* dkrow = dkp + s.ki(j, bb, hk);
-      T* dvrow = dvp + s.ki(j, bb, hk);
-      for (int64_t c = 0; c < s.d; ++c) {
-        dkrow[c] = convert<T>(scale * dk_acc[j * s.d + c]);
-        dvrow[c] = convert<T>(dv_acc[j * s.d + c]);
-      }
+      T* dkrow = dkp + s.ki(j, bb, hk);  // [d]
+      T* dvrow = dvp + s.vi(j, bb, hk);  // [dv]
+      for (int64_t c = 0; c < s.d; ++c) dkrow[c] = convert<T>(scale * dk_acc[j * s.d + c]);
+      for (int64_t c = 0; c < s.dv; ++c) dvrow[c] = convert<T>(dv_acc[j * s.dv + c]);
     }
   }
 }

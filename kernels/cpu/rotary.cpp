@@ -1,7 +1,7 @@
 // CPU rotary position embedding (kernels/rotary.h): the readable reference.
 // Reference: Megatron-Core apply_rotary_pos_emb (_apply_rotary_pos_emb_bshd). Storage type T,
 // math in acc_t<T>; positions (or, per token, (position, sample) pairs) in parallel, cos/sin
-// computed once per item.
+// (times mscale) computed once per item.
 #include <vector>
 
 #include "kernels/rotary.h"
@@ -21,9 +21,11 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
     using A = acc_t<scalar_t>;
     const scalar_t* ip = static_cast<const scalar_t*>(in.data_ptr());
     scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
+    const rope::FreqParams fp = rope::freq_params(opt, rot);
     std::vector<A> freq(half);
-    for (int64_t i = 0; i < half; ++i) freq[i] = rope::inv_freq<A>(opt.base, i, rot, opt.llama3_scaling_factor);
+    for (int64_t i = 0; i < half; ++i) freq[i] = rope::inv_freq<A>(fp, i, rot);
     const A position_scale = static_cast<A>(1.0 / opt.seq_len_interpolation_factor);
+    const A mscale = static_cast<A>(opt.mscale);  // 1: m·cos θ is cos θ exactly
     // One work item per position t, or per (t, sample) when positions differ per sample.
     const int64_t per_item = per_token ? 1 : batch, items = s * batch / per_item;
 #pragma omp parallel for if (in.numel() > 32768)
@@ -33,8 +35,8 @@ void rotary_apply(const Tensor& in, const Tensor& out, const RotaryOptions& opt,
       std::vector<A> cos_t(half), sin_t(half);
       for (int64_t i = 0; i < half; ++i) {
         const A theta = rope::angle<A>(pos, freq[i], position_scale);
-        cos_t[i] = rope::cos(theta);
-        sin_t[i] = rope::sin(theta);
+        cos_t[i] = mscale * rope::cos(theta);
+        sin_t[i] = mscale * rope::sin(theta);
       }
       for (int64_t r = it * per_item * heads; r < (it + 1) * per_item * heads; ++r) {
         const scalar_t* ir = ip + r * d;

@@ -54,11 +54,15 @@ MlaDims mla_dims(const ModelConfig& m) {
   return d;
 }
 
+bool has_mla_layers(const ModelConfig& m) {
+  return m.multi_latent_attention || (m.hybrid_layer_pattern && m.hybrid_layer_pattern->find('+') != std::string::npos);
+}
+
 RopeType mla_rope_type(const ModelConfig& m) { return m.rope_type.value_or(RopeType::Yarn); }
 
 void check_mla_fields(const ModelConfig& m) {
   const bool hybrid_mla = m.hybrid_layer_pattern && m.hybrid_layer_pattern->find('+') != std::string::npos;
-  const bool mla = m.multi_latent_attention || hybrid_mla;
+  const bool mla = has_mla_layers(m);
   if (!mla && m.rope_type == RopeType::Yarn)
     throw ConfigError("model.rope_type", "yarn applies to multi-latent attention only (Megatron: common attention "
                                          "supports only rope); use position_embedding_type yarn");

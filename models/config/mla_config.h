@@ -35,6 +35,9 @@ struct MlaDims {
 };
 MlaDims mla_dims(const ModelConfig& m);
 
+// The model has MLA layers: model.multi_latent_attention (GPT) or '+' in model.hybrid_layer_pattern.
+bool has_mla_layers(const ModelConfig& m);
+
 // The RoPE variant MLA uses: model.rope_type, yarn when unset (Megatron's MLA default).
 RopeType mla_rope_type(const ModelConfig& m);
 

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "kernels/rotary.h"
 #include "models/config/hybrid_pattern.h"
 #include "models/config/layer_pattern.h"
 
@@ -27,6 +28,48 @@ const char* to_string(PositionEmbeddingType t) {
 const char* to_string(Normalization n) {
   return config::enum_to_string<Normalization>(kNormalizationNames, n);
 }
+
+namespace {
+// YaRN's fields (position_embedding_type yarn), Megatron's names and YarnRotaryEmbedding's defaults.
+void add_yarn_fields(config::SectionFields<ModelConfig>& f) {
+  using M = ModelConfig;
+  f.add("rotary_scaling_factor", &M::rotary_scaling_factor,
+        "YaRN's scaling factor s (Megatron --rotary-scaling-factor, transformers' rope_parameters factor), with "
+        "position_embedding_type yarn: frequency i becomes extra_i·(1 - ramp_i·(1 - 1/s)), extra_i = "
+        "rotary_base^(-2i/kv_channels), and cos/sin are multiplied by the concentration factor "
+        "(0.1·mscale·ln s + 1) / (0.1·mscale_all_dim·ln s + 1) (1 when s <= 1). 1 with mscale 1: plain RoPE.")
+      .check(positive())
+      .architecture_defining();
+  f.add("yarn_original_max_position_embeddings", &M::yarn_original_max_position_embeddings,
+        "YaRN's original context length L (Megatron --yarn-original-max-position-embeddings, transformers' "
+        "original_max_position_embeddings): ramp_i rises from 0 to 1 between the dimension indices "
+        "kv_channels·ln(L / (2π·beta)) / (2·ln rotary_base) of yarn_beta_fast and of yarn_beta_slow.")
+      .check(positive())
+      .architecture_defining();
+  f.add("yarn_beta_fast", &M::yarn_beta_fast,
+        "YaRN's beta_fast (Megatron --yarn-beta-fast): frequencies that turn more than this many times over "
+        "yarn_original_max_position_embeddings positions keep their value (the ramp's low end).")
+      .check(positive())
+      .architecture_defining();
+  f.add("yarn_beta_slow", &M::yarn_beta_slow,
+        "YaRN's beta_slow (Megatron --yarn-beta-slow): frequencies that turn fewer times than this are divided by "
+        "rotary_scaling_factor (the ramp's high end).")
+      .check(positive())
+      .architecture_defining();
+  f.add("yarn_correction_range_round_to_int", &M::yarn_correction_range_round_to_int,
+        "Round YaRN's ramp ends to integers, the low one down and the high one up (Megatron "
+        "--yarn-correction-range-round-to-int / --no-yarn-correction-range-round-to-int, transformers' truncate).")
+      .architecture_defining();
+  f.add("mscale", &M::mscale,
+        "YaRN's mscale (Megatron --mscale): the concentration factor's numerator 0.1·mscale·ln(rotary_scaling_factor) "
+        "+ 1.")
+      .architecture_defining();
+  f.add("mscale_all_dim", &M::mscale_all_dim,
+        "YaRN's mscale_all_dim (Megatron --mscale-all-dim): the concentration factor's denominator "
+        "0.1·mscale_all_dim·ln(rotary_scaling_factor) + 1; 0: 1.")
+      .architecture_defining();
+}
+}  // namespace
 
 config::SectionFields<ModelConfig> model_config_fields() {
   using M = ModelConfig;
@@ -73,7 +116,9 @@ config::SectionFields<ModelConfig> model_config_fields() {
       .check(positive())
       .architecture_defining();
   f.add_enum("position_embedding_type", &M::position_embedding_type, kPositionEmbeddingTypeNames,
-             "Position embedding: learned_absolute (GPT-2), rope (rotary, Llama) or none.")
+             "Position embedding: learned_absolute (GPT-2), rope (rotary, Llama), yarn (RoPE with YaRN's frequencies "
+             "and concentration factor, Megatron's YarnRotaryEmbedding, transformers' rope_type yarn: Qwen, gpt-oss; "
+             "the rotary_scaling_factor, yarn_* and mscale* fields) or none.")
       .architecture_defining();
   f.add("rotary_base", &M::rotary_base, "RoPE base period (theta).").check(positive())
       .architecture_defining();
@@ -91,20 +136,23 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("rotary_seq_len_interpolation_factor", &M::rotary_seq_len_interpolation_factor,
         "RoPE position interpolation (Megatron --rotary-seq-len-interpolation-factor, transformers' rope_type "
         "linear): every position is multiplied by 1/factor (rounded to the compute type) before the rotation "
-        "angles. Needs position_embedding_type rope. null: positions as they are.")
+        "angles. Needs position_embedding_type rope (not yarn: Megatron's YaRN ignores it). null: positions as "
+        "they are.")
       .check(positive())
       .architecture_defining();
   f.add("no_rope_freq", &M::no_rope_freq,
         "Layers whose attention skips RoPE (Megatron --no-rope-freq, Llama 4's NoPE layers): an int N (every "
         "N-th layer, [0]*(N-1)+[1] repeated; num_layers must divide by N), a 0/1 list with one entry per layer "
         "(1: no RoPE) or Megatron's pattern string such as \"([0]*3+[1])*2\". MTP layers read the entries of "
-        "their own numbering, as Megatron's. Needs position_embedding_type rope. Empty: RoPE on every layer.")
+        "their own numbering, as Megatron's. Needs position_embedding_type rope or yarn. Empty: RoPE on every "
+        "layer.")
       .check(custom("an int N >= 1, a 0/1 list of num_layers entries, or a pattern \"([a]*n+[b]*m...)\"",
                     [](const config::Value& v) {
                       std::vector<int64_t> map;
                       return no_rope_layers_problem(std::get<std::vector<std::string>>(v), -1, map);
                     }))
       .architecture_defining();
+  add_yarn_fields(f);
   f.add("rotary_interleaved", &M::rotary_interleaved,
         "Rotate interleaved pairs (x0,x1),(x2,x3)... instead of the two halves of the head.")
       .architecture_defining();
@@ -315,6 +363,55 @@ void resolve_derived_defaults(ModelConfig& m) {
   if (!m.max_position_embeddings) m.max_position_embeddings = m.seq_length;
 }
 
+// YaRN's rules: what Megatron's YarnRotaryEmbedding asserts or ignores is refused with
+// position_embedding_type yarn, and its fields away from their defaults without it (they would
+// change nothing).
+void check_yarn_rules(const ModelConfig& m) {
+  if (m.position_embedding_type != PositionEmbeddingType::Yarn) {
+    // Multi-latent attention reads them whatever the position embedding (its rope_type, and its
+    // softmax scale from rotary_scaling_factor and mscale_all_dim: Megatron's MultiLatentAttention).
+    if (has_mla_layers(m)) return;
+    const std::pair<const char*, bool> changed[] = {
+        {"rotary_scaling_factor", m.rotary_scaling_factor != 1.0},
+        {"yarn_original_max_position_embeddings", m.yarn_original_max_position_embeddings != 4096},
+        {"yarn_beta_fast", m.yarn_beta_fast != 32.0},
+        {"yarn_beta_slow", m.yarn_beta_slow != 1.0},
+        {"yarn_correction_range_round_to_int", !m.yarn_correction_range_round_to_int},
+        {"mscale", m.mscale != 1.0},
+        {"mscale_all_dim", m.mscale_all_dim != 0.0}};
+    for (const auto& [field, set] : changed)
+      if (set)
+        throw ConfigError(std::string("model.") + field,
+                          "is a YaRN setting, which applies with model.position_embedding_type yarn or multi-latent "
+                          "attention only (it is " +
+                              std::string(to_string(m.position_embedding_type)) + ")");
+    return;
+  }
+  if (m.rotary_interleaved)
+    throw ConfigError("model.rotary_interleaved",
+                      "true is not supported with YaRN (Megatron's YarnRotaryEmbedding asserts rotate_half pairs)");
+  if (m.rotary_percent != 1.0)
+    throw ConfigError("model.rotary_percent",
+                      "must be 1 with position_embedding_type yarn: Megatron's YarnRotaryEmbedding builds its "
+                      "frequencies over all kv_channels, whatever rotary_percent says");
+  if (m.use_rope_scaling)
+    throw ConfigError("model.use_rope_scaling",
+                      "Llama 3's frequency scaling and YaRN (position_embedding_type yarn) scale the same "
+                      "frequencies; pick one");
+  if (m.rotary_seq_len_interpolation_factor)
+    throw ConfigError("model.rotary_seq_len_interpolation_factor",
+                      "is ignored by Megatron's YarnRotaryEmbedding; YaRN's own interpolation is "
+                      "model.rotary_scaling_factor");
+  if (!std::isfinite(m.mscale) || !std::isfinite(m.mscale_all_dim))
+    throw ConfigError(std::isfinite(m.mscale) ? "model.mscale_all_dim" : "model.mscale", "must be finite");
+  const double c = kernels::yarn_concentration_factor(m.rotary_scaling_factor, m.mscale, m.mscale_all_dim);
+  if (!(std::isfinite(c) && c > 0))
+    throw ConfigError("model.mscale", "with model.mscale_all_dim " + std::to_string(m.mscale_all_dim) +
+                                          " and model.rotary_scaling_factor " + std::to_string(m.rotary_scaling_factor) +
+                                          " gives the concentration factor " + std::to_string(c) +
+                                          "; it must be finite and > 0");
+}
+
 // The rules within the section that the derived defaults make checkable.
 void check_section_rules(const ModelConfig& m) {
   if (m.num_attention_heads % *m.num_query_groups != 0)
@@ -325,21 +422,23 @@ void check_section_rules(const ModelConfig& m) {
     throw ConfigError("model.seq_length", std::to_string(m.seq_length) + " exceeds model.max_position_embeddings (" +
                                               std::to_string(*m.max_position_embeddings) +
                                               ") with learned_absolute position embeddings");
-  if (m.position_embedding_type == PositionEmbeddingType::Rope) {
+  if (m.uses_rotary()) {
     int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(*m.kv_channels) * m.rotary_percent);
     if (rotary_dim < 2 || rotary_dim % 2 != 0)
       throw ConfigError("model.rotary_percent", "rotates " + std::to_string(rotary_dim) + " of model.kv_channels (" +
                                                     std::to_string(*m.kv_channels) +
                                                     ") dimensions; RoPE needs an even number >= 2");
   }
-  if (m.use_rope_scaling && m.position_embedding_type != PositionEmbeddingType::Rope)
+  if (m.use_rope_scaling && !m.uses_rotary())
     throw ConfigError("model.use_rope_scaling", "scales RoPE's frequencies; set model.position_embedding_type rope");
-  if (m.rotary_seq_len_interpolation_factor && m.position_embedding_type != PositionEmbeddingType::Rope)
+  if (m.rotary_seq_len_interpolation_factor && !m.uses_rotary())
     throw ConfigError("model.rotary_seq_len_interpolation_factor",
                       "scales RoPE's positions; set model.position_embedding_type rope");
-  if (!m.no_rope_freq.empty() && m.position_embedding_type != PositionEmbeddingType::Rope)
-    throw ConfigError("model.no_rope_freq", "picks the layers that skip RoPE; set model.position_embedding_type rope");
+  if (!m.no_rope_freq.empty() && !m.uses_rotary())
+    throw ConfigError("model.no_rope_freq",
+                      "picks the layers that skip RoPE; set model.position_embedding_type rope or yarn");
   check_mla_fields(m);
+  check_yarn_rules(m);
   if (m.swiglu && m.openai_gelu)
     throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");
   if (m.apply_residual_connection_post_layernorm)
@@ -389,7 +488,7 @@ ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& 
 }
 
 bool ResolvedModelConfig::applies_rope(int64_t number) const {
-  if (fields().position_embedding_type != PositionEmbeddingType::Rope) return false;
+  if (!fields().uses_rotary()) return false;
   if (no_rope_layers_.empty()) return true;
   // Megatron indexes no_rope_freq by the layer number; an MTP layer past its end would fail there.
   STRATA_CHECK(number >= 0 && number < static_cast<int64_t>(no_rope_layers_.size()), "model.no_rope_freq: layer number ",

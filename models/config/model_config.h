@@ -27,10 +27,13 @@
 
 namespace strata {
 
-enum class PositionEmbeddingType { LearnedAbsolute, Rope, None };
+// Rope and Yarn are the rotary ones (ModelConfig::uses_rotary): Yarn is RoPE with YaRN's frequencies
+// and concentration factor (Megatron's YarnRotaryEmbedding; the model.yarn_* fields).
+enum class PositionEmbeddingType { LearnedAbsolute, Rope, Yarn, None };
 inline constexpr config::EnumName<PositionEmbeddingType> kPositionEmbeddingTypeNames[] = {
     {PositionEmbeddingType::LearnedAbsolute, "learned_absolute"},
     {PositionEmbeddingType::Rope, "rope"},
+    {PositionEmbeddingType::Yarn, "yarn"},
     {PositionEmbeddingType::None, "none"},
 };
 
@@ -73,6 +76,16 @@ struct ModelConfig {
   // Megatron --no-rope-freq: which layers skip RoPE (an int N, a 0/1 list, or a pattern string;
   // models/config/layer_pattern.h). Empty: every layer applies it.
   std::vector<std::string> no_rope_freq;
+  // YaRN (position_embedding_type yarn; models/layers/rotary_config.h): Megatron's
+  // --rotary-scaling-factor, --yarn-*, --mscale, --mscale-all-dim (argument_utils.py
+  // _apply_yarn_config_from_args), with YarnRotaryEmbedding's defaults.
+  double rotary_scaling_factor = 1.0;
+  int64_t yarn_original_max_position_embeddings = 4096;
+  double yarn_beta_fast = 32.0;
+  double yarn_beta_slow = 1.0;
+  bool yarn_correction_range_round_to_int = true;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
 
   // ---- multi-latent attention (models/config/mla_config.h; Megatron's MLATransformerConfig, CLI defaults) ----
   bool multi_latent_attention = false;
@@ -174,6 +187,10 @@ struct ModelConfig {
   // What the fields alone say (no resolution needed).
   bool is_hybrid() const { return hybrid_layer_pattern.has_value() || hybrid_override_pattern.has_value(); }
   bool is_moe() const { return num_experts.has_value(); }
+  // Rotary positions in the attention: position_embedding_type rope or yarn.
+  bool uses_rotary() const {
+    return position_embedding_type == PositionEmbeddingType::Rope || position_embedding_type == PositionEmbeddingType::Yarn;
+  }
   int64_t mtp_depths() const { return mtp_num_layers.value_or(0); }  // MTP depths D (0 without MTP)
   // The std of the output projections (linear_proj, linear_fc2, the experts' fc2, Mamba out_proj):
   // init_method_std / sqrt(multiplier · num_layers), multiplier 2.0 for GPT and 1.0 for hybrid
@@ -217,7 +234,7 @@ class ResolvedModelConfig : public Resolved<ModelConfig> {
   // 1 where a layer has an MoE MLP (moe_layer_freq, or a hybrid pattern's E symbols); empty: dense.
   const std::vector<int64_t>& moe_layer_map() const { return moe_layer_map_; }
   // Whether the attention of the layer numbered `number` (0-based) in its stack applies RoPE:
-  // position_embedding_type rope and model.no_rope_freq not marking it. Decoder layers are numbered
+  // position_embedding_type rope or yarn and model.no_rope_freq not marking it. Decoder layers are numbered
   // over the whole model; MTP inner layers by their own numbering, as Megatron's (layer_kind.cpp).
   bool applies_rope(int64_t number) const;
 

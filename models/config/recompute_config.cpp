@@ -66,14 +66,14 @@ void check_modules(const ModelConfig& m) {
         throw ConfigError("model.recompute_modules",
                           "moe_act needs model.moe_grouped_gemm: true (Megatron's rule; Strata's experts always "
                           "run one grouped GEMM, so setting it changes nothing else)");
-      const bool mla = m.multi_latent_attention || (m.hybrid_layer_pattern && m.hybrid_layer_pattern->find('+') != std::string::npos);
+      const bool mla = has_mla_layers(m);
       if (name == "mla_up_proj" && !mla)
         throw ConfigError("model.recompute_modules",
-                          "mla_up_proj recomputes multi-latent attention's up projections; the model has no MLA "
-                          "layers (Megatron's rule)");
+                          "mla_up_proj: needs multi-latent attention layers (model.multi_latent_attention or '+' in "
+                          "model.hybrid_layer_pattern), whose up projections it recomputes (Megatron's rule)");
       if (name == "layernorm" && !mla)
         throw ConfigError("model.recompute_modules",
-                          "layernorm acts on multi-latent attention layers' input norm; the model's other norms are "
+                          "layernorm: acts on multi-latent attention layers' input norm; the model's other norms are "
                           "fused into the following linear (Transformer Engine layout, linear_qkv.layer_norm_weight), "
                           "where Megatron's layernorm recompute does nothing");
       if (name == "moe" && !m.is_moe())

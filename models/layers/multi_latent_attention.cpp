@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/observe.h"
 #include "core/phase_timer.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
 #include "models/layers/attention_logit_max.h"

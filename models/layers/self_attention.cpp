@@ -10,6 +10,7 @@
 #include "core/phase_timer.h"
 #include "kernels/attention.h"
 #include "models/layers/attention_logit_max.h"
+#include "models/layers/rotary_config.h"
 #include "kernels/rotary.h"
 #include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
@@ -31,12 +32,8 @@ SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfi
       hn_(cfg.head_dim()),
       global_heads_(cfg->num_attention_heads),
       head_offset_(static_cast<int64_t>(tp.rank()) * (cfg->num_attention_heads / tp.size())),
-      rope_(apply_rope && cfg->position_embedding_type == PositionEmbeddingType::Rope),
-      rotary_percent_(cfg->rotary_percent),
-      rotary_base_(static_cast<double>(cfg->rotary_base)),
-      rope_scaling_factor_(cfg->use_rope_scaling ? cfg->rope_scaling_factor : 0.0),
-      seq_len_interpolation_factor_(static_cast<double>(cfg->rotary_seq_len_interpolation_factor.value_or(1))),
-      rotary_interleaved_(cfg->rotary_interleaved),
+      rope_(apply_rope && cfg->uses_rotary()),
+      rotary_(attention_rotary_options(cfg)),
       cp_(cp),
       cp_comm_type_(env.cp_comm_type),
       cp_levels_(cp_levels),
@@ -67,13 +64,8 @@ SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfi
 }
 
 kernels::RotaryOptions SelfAttention::rotary_options(int64_t position_offset) const {
-  kernels::RotaryOptions o;
-  o.rotary_percent = rotary_percent_;
-  o.base = rotary_base_;
-  o.llama3_scaling_factor = rope_scaling_factor_;
-  o.seq_len_interpolation_factor = seq_len_interpolation_factor_;
+  kernels::RotaryOptions o = rotary_;
   o.position_offset = position_offset;
-  o.interleaved = rotary_interleaved_;
   return o;
 }
 

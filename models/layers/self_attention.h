@@ -14,6 +14,9 @@
 // restart at each document and no query sees another document's keys. Observation: the
 // attention_logit_max site (per-head max of softmax_scale·q·k over the allowed pairs, after
 // qk-layernorm and RoPE, before dropout), emitted only when observed; under cp it all-gathers K.
+// YaRN (position_embedding_type yarn): RoPE with YaRN's frequencies, cos and sin times the
+// concentration factor (models/layers/rotary_config.h); the softmax scale is unchanged, as in
+// Megatron's non-MLA attention.
 // Reference: Megatron-Core transformer/attention.py
 // (SelfAttention.get_query_key_value_tensors), models/common/embeddings/rotary_pos_embedding.py.
 #pragma once
@@ -48,7 +51,7 @@ class SelfAttention : public AttentionModule {
   using Run = AttentionRun;
 
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
-  // apply_rope false: no RoPE even with position_embedding_type rope (a model.no_rope_freq layer).
+  // apply_rope false: no RoPE even with position_embedding_type rope or yarn (a model.no_rope_freq layer).
   SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp,
                 const ProcessGroup& cp = ProcessGroup::single("cp"), const cp::HierarchicalGroups& cp_levels = {},
                 bool apply_rope = true);
@@ -80,10 +83,7 @@ class SelfAttention : public AttentionModule {
   int64_t h_, np_, ng_, hn_;  // np_, ng_: this rank's heads and query groups (global / tp)
   int64_t global_heads_, head_offset_;
   bool rope_;
-  double rotary_percent_, rotary_base_;
-  double rope_scaling_factor_;  // Llama 3's frequency scaling; 0: off
-  double seq_len_interpolation_factor_;  // RoPE positions divided by it; 1: off
-  bool rotary_interleaved_;
+  kernels::RotaryOptions rotary_;  // RoPE or YaRN from the model section (rotary_config.h); no positions
   ProcessGroup cp_;
   CpCommType cp_comm_type_;
   cp::HierarchicalGroups cp_levels_;  // a2a+p2p: the a2a and p2p levels of cp_

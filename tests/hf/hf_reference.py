@@ -8,7 +8,8 @@ LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM or D
 in float64, the way transformers computes it:
   Llama: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), q/k/v/o_proj, RoPE with rotate_half
          (inv_freq = theta^(-arange(0, d, 2)/d), divided by the factor of rope_type "linear",
-         scaled by rope_type "llama3"; cos/sin of cat(freqs, freqs)), GQA by repeat_kv,
+         scaled by rope_type "llama3", blended by rope_type "yarn" with cos/sin times its attention
+         factor; cos/sin of cat(freqs, freqs)), GQA by repeat_kv,
          causal softmax(q k^T / sqrt(d)), SwiGLU MLP down(silu(gate(x)) * up(x)), lm_head or tied.
   Qwen3: Llama plus q_norm / k_norm (RMSNorm over the head dim of q and k, before RoPE).
   Mixtral: Llama whose every MLP is MixtralSparseMoeBlock: router logits = x gate^T, softmax over
@@ -44,8 +45,9 @@ rope_parameters`, its rope_theta else the top-level one else the family's defaul
 Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py,
 models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py, models/gpt2/modeling_gpt2.py,
 models/deepseek_v3/modeling_deepseek_v3.py (DeepseekV3Attention, DeepseekV3TopkRouter, DeepseekV3MoE),
-modeling_rope_utils.py (_compute_yarn_parameters, yarn_get_mscale, yarn_apply_mscale,
-standardize_rope_params), pytorch_utils.py (Conv1D), activations.py (NewGELUActivation).
+pytorch_utils.py (Conv1D), activations.py (NewGELUActivation), modeling_rope_utils.py
+(_compute_llama3_parameters, _compute_yarn_parameters, yarn_get_mscale, yarn_apply_mscale,
+standardize_rope_params).
 
 Usage: hf_reference.py DIR 1,2,3           → prints {"logits": [[v0, v1, ...], ...]} (one row per id)
        hf_reference.py --score DIR 1,2,3   → prints {"logprobs": [null, lp1, ...], "vocab": V}: what
@@ -147,7 +149,9 @@ def rope_settings(cfg):
     default_theta = 1e6 if cfg.get("model_type") == "mixtral" else 1e4
     theta = rope.get("rope_theta", cfg.get("rope_theta", default_theta))
     rope.setdefault("rope_type", rope.get("type", "default"))
-    if rope["rope_type"] == "llama3":
+    if rope["rope_type"] in ("llama3", "yarn"):
+        if "original_max_position_embeddings" in cfg:  # a top-level key wins (standardize_rope_params)
+            rope["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
         rope.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
     return theta, rope
 
@@ -181,6 +185,41 @@ def llama3_scaled(inv_freq, rs):
     return np.where(medium, smoothed, scaled)
 
 
+def yarn_get_mscale(scale, mscale=1):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_parameters(cfg, rs, theta, dim):
+    """transformers' _compute_yarn_parameters (rope_type "yarn") in float64: (inv_freq, attention_factor)."""
+    original = rs["original_max_position_embeddings"]
+    factor = rs.get("factor")
+    if factor is None:
+        factor = cfg["max_position_embeddings"] / original
+    attention_factor = rs.get("attention_factor")
+    mscale, mscale_all_dim = rs.get("mscale"), rs.get("mscale_all_dim")
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = yarn_get_mscale(factor)
+    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+    def correction_dim(rotations):
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    pos_freqs = theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    extrapolation = 1 - ramp
+    inv_freq = 1.0 / (factor * pos_freqs) * (1 - extrapolation) + 1.0 / pos_freqs * extrapolation
+    return inv_freq, attention_factor
+
+
 def llama_forward(cfg, t, ids):
     g = lambda n: t[n] if n in t else t[n[len("model."):]]
     h = cfg["hidden_size"]
@@ -192,7 +231,10 @@ def llama_forward(cfg, t, ids):
     s = len(ids)
     x = g("model.embed_tokens.weight")[ids]
     inv_freq = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    if rs["rope_type"] == "llama3":
+    attention_factor = 1.0
+    if rs["rope_type"] == "yarn":
+        inv_freq, attention_factor = yarn_parameters(cfg, rs, theta, hd)
+    elif rs["rope_type"] == "llama3":
         inv_freq = llama3_scaled(inv_freq, rs)
     elif rs["rope_type"] == "linear":  # _compute_linear_scaling_rope_parameters: inv_freq /= factor
         inv_freq = inv_freq / rs["factor"]
@@ -200,7 +242,7 @@ def llama_forward(cfg, t, ids):
         sys.exit("hf_reference.py: RoPE %r is not implemented here" % (rs,))
     freqs = np.arange(s, dtype=np.float64)[:, None] * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)  # [s, hd]
-    cos, sin = np.cos(emb)[None], np.sin(emb)[None]
+    cos, sin = np.cos(emb)[None] * attention_factor, np.sin(emb)[None] * attention_factor
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
         a = rmsnorm(x, g(p + "input_layernorm.weight"), eps)
@@ -224,47 +266,6 @@ def llama_forward(cfg, t, ids):
     if head is None or cfg.get("tie_word_embeddings", False):
         head = g("model.embed_tokens.weight")
     return x @ head.T
-
-
-def yarn_get_mscale(scale, mscale=1.0):
-    """modeling_rope_utils.yarn_get_mscale: 0.1 * mscale * ln(scale) + 1, 1 for scale <= 1."""
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
-def yarn_parameters(cfg, rs, dim):
-    """_compute_yarn_parameters after standardize_rope_params: (inv_freq [dim/2], attention_factor)."""
-    theta = rs["rope_theta"]
-    # A top-level original_max_position_embeddings wins (standardize_rope_params), else the dict's,
-    # else max_position_embeddings.
-    original = cfg.get("original_max_position_embeddings",
-                       rs.get("original_max_position_embeddings", cfg["max_position_embeddings"]))
-    factor = rs.get("factor")
-    if factor is None:
-        factor = cfg["max_position_embeddings"] / original
-    attention_factor = rs.get("attention_factor")
-    mscale, mscale_all_dim = rs.get("mscale"), rs.get("mscale_all_dim")
-    if attention_factor is None:
-        if mscale and mscale_all_dim:
-            attention_factor = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
-        else:
-            attention_factor = yarn_get_mscale(factor)
-    beta_fast = rs.get("beta_fast") or 32
-    beta_slow = rs.get("beta_slow") or 1
-
-    def correction_dim(rotations):
-        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if rs.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
-    extrapolation = 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
-    interpolation = extrapolation / factor
-    keep = 1 - ramp  # inv_freq_extrapolation_factor
-    return interpolation * (1 - keep) + extrapolation * keep, attention_factor
 
 
 def rope_interleave(x, cos, sin):
@@ -363,10 +364,9 @@ def deepseek_forward(cfg, t, ids):
     g = Tensors(t)
     eps = cfg.get("rms_norm_eps", 1e-6)
     theta, rs = rope_settings(cfg)
-    rs.setdefault("rope_theta", theta)
     dim = cfg["qk_rope_head_dim"]  # DeepseekV3Config: head_dim = qk_rope_head_dim
     if rs["rope_type"] == "yarn":
-        inv_freq, attention_factor = yarn_parameters(cfg, rs, dim)
+        inv_freq, attention_factor = yarn_parameters(cfg, rs, theta, dim)
     elif rs["rope_type"] == "default":
         inv_freq, attention_factor = 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)), 1.0
     else:

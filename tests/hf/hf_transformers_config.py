@@ -25,7 +25,7 @@ Exits 3, saying so, when transformers or safetensors is missing.
   read DIR
       Prints {"transformers_version", "reading": {...}}: the settings the family's modeling code
       takes from AutoConfig.from_pretrained(DIR) (RoPE theta/type/factor after transformers'
-      standardisation, head_dim as the attention layer computes it, experts, layer rule, ...).
+      standardisation, YaRN's other keys, head_dim as the attention layer computes it, experts, layer rule, ...).
   check DIR
       Checks that an export (Strata's) is written in this transformers version's spelling and loads:
       every config.json key is one the family's config class knows (besides "strata", Strata's
@@ -238,6 +238,9 @@ def reading(d):
              kv_heads=cfg.num_key_value_heads, head_dim=head_dim(cfg), ffn=cfg.intermediate_size,
              max_positions=cfg.max_position_embeddings, eps=cfg.rms_norm_eps, rope_theta=rope["rope_theta"],
              rope_type=rope["rope_type"], rope_factor=rope.get("factor"))
+    if rope["rope_type"] == "yarn":  # the keys _compute_yarn_parameters reads, after standardisation
+        r.update(yarn={k: rope.get(k) for k in ("original_max_position_embeddings", "beta_fast", "beta_slow",
+                                                 "truncate", "mscale", "mscale_all_dim", "attention_factor")})
     if cfg.model_type in ("mixtral", "qwen3_moe"):
         r.update(experts=cfg.num_local_experts, topk=cfg.num_experts_per_tok,
                  renormalise=cfg.model_type == "mixtral" or cfg.norm_topk_prob)

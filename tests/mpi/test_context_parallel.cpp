@@ -5,8 +5,9 @@
 //     a2a+p2p with every split of the world into inner × outer groups: 2×1 and 1×2 at np 2, 2×2,
 //     4×1 and 1×4 at np 4): out and lse of the local rows, dq of the local rows, dk/dv of the local
 //     rows after the reduce-scatter / ring return / inverse all-to-all, against the unsharded
-//     kernel (causal, GQA, attention dropout, packed documents); f64 within 1e-12, f32 within 2e-6
-//     of the tensor's largest element;
+//     kernel (causal, GQA, attention dropout, packed documents, value head dim dv = 5 next to
+//     q/k head dim d = 8 as in multi-latent attention); f64 within 1e-12, f32 within 2e-6 of the
+//     tensor's largest element;
 //   - layout equivalence of a tiny GPT trained by the real Trainer (f32, hidden and attention
 //     dropout 0.1, 10 steps): CP2 (np 2) with LayerNorm/GeLU/learned positions/tied and with
 //     RMSNorm/SwiGLU/GQA/RoPE/qk-norm/untied, for all_gather, p2p and a2a; CP2×TP2 with sequence
@@ -97,19 +98,20 @@ cp::HierarchicalGroups world_levels(int inner) {
 }
 
 void check_attention(CpCommType type, const cp::HierarchicalGroups& levels, DType dt, int64_t hkv, double dropout,
-                     bool docs) {
+                     bool docs, int64_t value_dim) {
   const ProcessGroup cpg = world_cp();
   const int n = cpg.size(), r = cpg.rank();
-  const int64_t s = 8 * n, b = 2, hq = 4, d = 8;
+  const int64_t s = 8 * n, b = 2, hq = 4, d = 8;  // d: q/k head dim; value_dim: v head dim
   const DType st = dt == DType::F64 ? DType::F64 : DType::F32;
   kernels::AttentionParams p;
   p.causal = true;
   p.dropout_p = dropout;
   p.dropout_key = philox::Key{9, 1};
   if (docs) p.document_start = document_starts(s);
-  Tensor q = random({s, b, hq, d}, 1, dt), k = random({s, b, hkv, d}, 2, dt), v = random({s, b, hkv, d}, 3, dt);
-  Tensor dout = random({s, b, hq, d}, 4, dt);
-  Tensor out = Tensor::empty(q.shape(), dt), lse = Tensor::empty({b, hq, s}, st);
+  Tensor q = random({s, b, hq, d}, 1, dt), k = random({s, b, hkv, d}, 2, dt);
+  Tensor v = random({s, b, hkv, value_dim}, 3, dt);
+  Tensor dout = random({s, b, hq, value_dim}, 4, dt);
+  Tensor out = Tensor::empty(dout.shape(), dt), lse = Tensor::empty({b, hq, s}, st);
   kernels::attention_forward(q, k, v, out, lse, p);
   Tensor dq = Tensor::empty(q.shape(), dt), dk = Tensor::empty(k.shape(), dt), dv = Tensor::empty(v.shape(), dt);
   kernels::attention_backward(q, k, v, out, dout, lse, dq, dk, dv, p);
@@ -118,7 +120,7 @@ void check_attention(CpCommType type, const cp::HierarchicalGroups& levels, DTyp
   kernels::AttentionParams lp = p;
   if (docs) lp.document_start = cp::split_sequence(p.document_start, 1, n, r);
   Tensor lq = local(q), lk = local(k), lv = local(v), ldout = local(dout);
-  Tensor lout = Tensor::empty(lq.shape(), dt), llse = Tensor::empty({b, hq, s / n}, st);
+  Tensor lout = Tensor::empty(ldout.shape(), dt), llse = Tensor::empty({b, hq, s / n}, st);
   cp::attention_forward(lq, lk, lv, lout, llse, lp, cpg, type, levels);
   Tensor ldq = Tensor::empty(lq.shape(), dt), ldk = Tensor::empty(lk.shape(), dt), ldv = Tensor::empty(lv.shape(), dt);
   cp::attention_backward(lq, lk, lv, lout, ldout, llse, ldq, ldk, ldv, lp, cpg, type, levels);
@@ -146,12 +148,13 @@ void check_attention_all() {
       for (int64_t hkv : {4, 2}) {
         if (hkv % a2a != 0) continue;  // the a2a splits the KV heads too
         for (double dropout : {0.0, 0.2})
-          for (bool docs : {false, true}) {
-            INFO(config::enum_to_string(std::span<const config::EnumName<CpCommType>>(kCpCommTypeNames), c.type)
-                 << " inner " << c.inner << " " << dtype_name(dt) << " kv heads " << hkv << " dropout " << dropout
-                 << " documents " << docs);
-            check_attention(c.type, levels, dt, hkv, dropout, docs);
-          }
+          for (bool docs : {false, true})
+            for (int64_t value_dim : {8, 5}) {
+              INFO(config::enum_to_string(std::span<const config::EnumName<CpCommType>>(kCpCommTypeNames), c.type)
+                   << " inner " << c.inner << " " << dtype_name(dt) << " kv heads " << hkv << " dropout " << dropout
+                   << " documents " << docs << " dv " << value_dim);
+              check_attention(c.type, levels, dt, hkv, dropout, docs, value_dim);
+            }
       }
   }
 }

@@ -1,8 +1,8 @@
 // Helpers for the Hugging Face export/import tests (test_hf_export.cpp, test_hf_import.cpp,
 // test_hf_moe.cpp): small Llama / Qwen3 / GPT-2 / Mixtral / Qwen3-MoE configs, random checkpoints of
 // them, running the scripts under tests/hf with /usr/bin/python3 (the numpy reference) or with the
-// project's .pyenv/bin/python (transformers' own config classes: hf_transformers_config.py), and
-// comparing logits.
+// project's .pyenv/bin/python (transformers' own config classes: hf_transformers_config.py; its
+// YaRN parameters: hf_yarn_parameters.py), and comparing logits.
 #pragma once
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,20 +112,24 @@ inline double max_logit_diff(const std::vector<std::vector<double>>& a, const st
 // The Python of the project's setup (scripts/setup.sh: .pyenv with transformers and safetensors).
 inline fs::path pyenv_python() { return fs::path(STRATA_SOURCE_DIR) / ".pyenv" / "bin" / "python"; }
 
-// Runs .pyenv/bin/python tests/hf/hf_transformers_config.py args… and returns the JSON of its last
-// line. A missing .pyenv or transformers fails the test (scripts/setup.sh installs them): the
-// transformers checks never pass by being skipped.
-inline nlohmann::json transformers_config(const std::string& args) {
+// Runs .pyenv/bin/python tests/hf/<script> args… and returns the JSON of its last line. A missing
+// .pyenv or transformers fails the test (scripts/setup.sh installs them): the transformers checks
+// never pass by being skipped.
+inline nlohmann::json pyenv_script_json(const char* script, const std::string& args) {
   INFO("run scripts/setup.sh: it makes .pyenv with transformers " << hf::kTransformersVersion << " and safetensors");
   REQUIRE(fs::exists(pyenv_python()));
-  const std::string cmd =
-      pyenv_python().string() + " " + hf_script("hf_transformers_config.py").string() + " " + args + " 2>&1";
+  const std::string cmd = pyenv_python().string() + " " + hf_script(script).string() + " " + args + " 2>&1";
   auto [out, status] = run_command(cmd);
   INFO(cmd << "\n" << out);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
   while (!out.empty() && out.back() == '\n') out.pop_back();
   return nlohmann::json::parse(out.substr(out.find_last_of('\n') == std::string::npos ? 0 : out.find_last_of('\n') + 1));
+}
+
+// tests/hf/hf_transformers_config.py args… (transformers' own config classes).
+inline nlohmann::json transformers_config(const std::string& args) {
+  return pyenv_script_json("hf_transformers_config.py", args);
 }
 
 inline nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(std::ifstream(p)); }

@@ -1,7 +1,9 @@
 // Attention (kernels/attention.h): a hand case, a naive test-side reference (causal and not), GQA
 // against MHA with repeated K/V heads, f64 finite-difference gradients (with dropout), position
 // offsets against slices of the full attention, fully masked rows, f32/bf16/f16 against f64,
-// determinism of the backward and rejected arguments.
+// determinism of the backward and rejected arguments. A value head dim dv != d (multi-latent
+// attention): a naive f64 forward and backward written here (causal, GQA/MQA, packed documents,
+// offsets), finite differences, the low-precision dtypes against f64.
 #include <cmath>
 #include <limits>
 
@@ -20,6 +22,8 @@ using strata::test::random_tensor;
 namespace {
 struct Dims {
   int64_t sq, sk, b, hq, hkv, d;
+  int64_t dv = 0;  // value head dim; 0: d
+  int64_t vdim() const { return dv > 0 ? dv : d; }
 };
 
 struct Fwd {
@@ -32,7 +36,8 @@ struct Bwd {
 // lse in f64 next to f64 inputs (exact reference), f32 otherwise.
 Fwd forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p) {
   DType lse_t = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  Fwd f{Tensor::empty(q.shape(), q.dtype()), Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_t)};
+  Fwd f{Tensor::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.dtype()),  // [sq, b, hq, dv]
+        Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_t)};
   attention_forward(q, k, v, f.out, f.lse, p);
   return f;
 }
@@ -48,7 +53,8 @@ struct Inputs {
 };
 Inputs make_inputs(const Dims& s, uint64_t seed, DType dt = DType::F64) {
   return {random_tensor({s.sq, s.b, s.hq, s.d}, seed, -1, 1, dt), random_tensor({s.sk, s.b, s.hkv, s.d}, seed + 1, -1, 1, dt),
-          random_tensor({s.sk, s.b, s.hkv, s.d}, seed + 2, -1, 1, dt), random_tensor({s.sq, s.b, s.hq, s.d}, seed + 3, -1, 1, dt)};
+          random_tensor({s.sk, s.b, s.hkv, s.vdim()}, seed + 2, -1, 1, dt),
+          random_tensor({s.sq, s.b, s.hq, s.vdim()}, seed + 3, -1, 1, dt)};
 }
 
 // Naive f64 forward written independently of the kernel: full score matrix per (b, h).
@@ -119,6 +125,97 @@ bool all_finite(const Tensor& t) {
   for (double x : t.to_vector())
     if (!std::isfinite(x)) return false;
   return true;
+}
+
+// Naive f64 attention with its own value head dim, forward and backward, written from the
+// formulas with full score matrices (no dropout): S = scale·Q·Kᵀ over d, masked (causal on global
+// positions, packed documents: keys from the query's document start), P = softmax(S),
+// O = P·V over dv; dP = dO·Vᵀ, D_i = Σ_j P_ij·dP_ij, dS = P∘(dP − D), dQ = scale·dS·K,
+// dK = scale·dSᵀ·Q, dV = Pᵀ·dO. doc_start: [b][sq] global positions, or empty.
+struct NaiveResult {
+  Tensor out, lse, dq, dk, dv;
+};
+NaiveResult naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
+                            int64_t q_off, int64_t k_off, const std::vector<std::vector<int64_t>>& doc_start) {
+  const int64_t sq = q.size(0), sk = k.size(0), B = q.size(1), hq = q.size(2), hkv = k.size(2), d = q.size(3),
+                dv = v.size(3);
+  const std::vector<double> Q = q.to_vector(), K = k.to_vector(), V = v.to_vector(), dO = dout.to_vector();
+  std::vector<double> O(sq * B * hq * dv, 0.0), L(B * hq * sq), dQ(Q.size(), 0.0), dK(K.size(), 0.0),
+      dV(V.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(double(d));
+  auto qa = [&](int64_t i, int64_t b, int64_t h, int64_t c) { return ((i * B + b) * hq + h) * d + c; };
+  auto oa = [&](int64_t i, int64_t b, int64_t h, int64_t c) { return ((i * B + b) * hq + h) * dv + c; };
+  auto ka = [&](int64_t j, int64_t b, int64_t h, int64_t c) { return ((j * B + b) * hkv + h) * d + c; };
+  auto va = [&](int64_t j, int64_t b, int64_t h, int64_t c) { return ((j * B + b) * hkv + h) * dv + c; };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t hk = h / (hq / hkv);
+      for (int64_t i = 0; i < sq; ++i) {
+        std::vector<double> P(sk, 0.0), dP(sk, 0.0);
+        std::vector<bool> seen(sk, false);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < sk; ++j) {
+          const bool after = causal && k_off + j > q_off + i;
+          const bool before_doc = !doc_start.empty() && k_off + j < doc_start[b][i];
+          if (after || before_doc) continue;
+          seen[j] = true;
+          double dot = 0;
+          for (int64_t c = 0; c < d; ++c) dot += Q[qa(i, b, h, c)] * K[ka(j, b, hk, c)];
+          P[j] = scale * dot;
+          mx = std::max(mx, P[j]);
+        }
+        if (std::isinf(mx)) {
+          L[(b * hq + h) * sq + i] = -INFINITY;
+          continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < sk; ++j) sum += seen[j] ? std::exp(P[j] - mx) : 0.0;
+        L[(b * hq + h) * sq + i] = mx + std::log(sum);
+        for (int64_t j = 0; j < sk; ++j) P[j] = seen[j] ? std::exp(P[j] - mx) / sum : 0.0;
+        double D = 0;
+        for (int64_t j = 0; j < sk; ++j) {
+          for (int64_t c = 0; c < dv; ++c) {
+            O[oa(i, b, h, c)] += P[j] * V[va(j, b, hk, c)];
+            dP[j] += dO[oa(i, b, h, c)] * V[va(j, b, hk, c)];
+          }
+          D += P[j] * dP[j];
+        }
+        for (int64_t j = 0; j < sk; ++j) {
+          const double dS = P[j] * (dP[j] - D);
+          for (int64_t c = 0; c < d; ++c) {
+            dQ[qa(i, b, h, c)] += scale * dS * K[ka(j, b, hk, c)];
+            dK[ka(j, b, hk, c)] += scale * dS * Q[qa(i, b, h, c)];
+          }
+          for (int64_t c = 0; c < dv; ++c) dV[va(j, b, hk, c)] += P[j] * dO[oa(i, b, h, c)];
+        }
+      }
+    }
+  return {Tensor::from_vector(O, {sq, B, hq, dv}, DType::F64), Tensor::from_vector(L, {B, hq, sq}, DType::F64),
+          Tensor::from_vector(dQ, q.shape(), DType::F64), Tensor::from_vector(dK, k.shape(), DType::F64),
+          Tensor::from_vector(dV, v.shape(), DType::F64)};
+}
+
+// document_start [b, sq] i64 for the kernel from per-sample rows of global start positions.
+Tensor document_start_tensor(const std::vector<std::vector<int64_t>>& starts) {
+  std::vector<double> flat;
+  for (const auto& row : starts) flat.insert(flat.end(), row.begin(), row.end());
+  return Tensor::from_vector(flat, {static_cast<int64_t>(starts.size()), static_cast<int64_t>(starts[0].size())},
+                             DType::I64);
+}
+// Per-sample document starts of the global positions [q_off, q_off + sq): documents of `lens`
+// (sample b uses lens[b % lens.size()]) from position 0; positions past their sum: one document.
+std::vector<std::vector<int64_t>> document_starts(int64_t B, int64_t sq, int64_t q_off,
+                                                  const std::vector<std::vector<int64_t>>& lens) {
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int64_t>& l = lens[static_cast<size_t>(b) % lens.size()];
+    for (int64_t i = 0; i < sq; ++i) {
+      int64_t start = 0;
+      for (size_t n = 0; n < l.size() && start + l[n] <= q_off + i; ++n) start += l[n];
+      out[static_cast<size_t>(b)].push_back(start);
+    }
+  }
+  return out;
 }
 }  // namespace
 
@@ -210,6 +307,8 @@ TEST_CASE("attention: backward matches finite differences (f64)", "[attention][g
       {{3, 3, 2, 2, 2, 3}, true, 0.0, 0, 0},  {{4, 4, 2, 2, 1, 3}, true, 0.0, 0, 0},
       {{5, 5, 2, 2, 2, 3}, false, 0.0, 0, 0}, {{4, 4, 2, 2, 2, 3}, true, 0.3, 0, 0},
       {{5, 5, 2, 2, 1, 3}, false, 0.4, 0, 0}, {{2, 5, 2, 2, 1, 3}, true, 0.3, 3, 5},
+      // dv != d (multi-latent attention): MQA with dv < d, GQA with dv > d and dropout.
+      {{4, 4, 2, 2, 1, 5, 3}, true, 0.0, 0, 0}, {{4, 5, 1, 4, 2, 3, 6}, true, 0.3, 1, 5},
   };
   // Bound on ||analytic − numeric|| / ||numeric|| (central differences, h = 1e-6, f64).
   const double tol = 1e-7;
@@ -227,8 +326,8 @@ TEST_CASE("attention: backward matches finite differences (f64)", "[attention][g
       Fwd ff = forward(in.q, in.k, in.v, p);
       return test::dot(ff.out, in.dout);
     };
-    INFO("sq " << cs.s.sq << " sk " << cs.s.sk << " hkv " << cs.s.hkv << " causal " << cs.causal << " dropout "
-               << cs.drop << " q_offset " << cs.q_off);
+    INFO("sq " << cs.s.sq << " sk " << cs.s.sk << " hkv " << cs.s.hkv << " d " << cs.s.d << " dv " << cs.s.vdim()
+               << " causal " << cs.causal << " dropout " << cs.drop << " q_offset " << cs.q_off);
     check_gradient("dq", g.dq, numeric_gradient(in.q, loss), tol);
     check_gradient("dk", g.dk, numeric_gradient(in.k, loss), tol);
     check_gradient("dv", g.dv, numeric_gradient(in.v, loss), tol);
@@ -303,6 +402,8 @@ TEST_CASE("attention: f32, bf16, f16 against f64", "[attention][dtype]") {
       {{1, 9, 1, 1, 1, 8}, false, 0},     // single row
       {{33, 45, 1, 2, 2, 13}, false, 0},  // non-causal, sq != sk, odd d
       {{2, 4100, 1, 2, 1, 16}, true, 4098},  // long rows (> 4096 keys), KV-cache style offset
+      {{37, 37, 1, 4, 1, 40, 32}, true, 0},  // dv != d: MLA's absorbed shape (576/512, MQA) scaled down
+      {{29, 29, 2, 4, 2, 24, 16}, true, 0},  // dv != d: DeepSeek-V3's 192/128 scaled down, GQA
   };
   struct Bound {
     DType dt;
@@ -326,7 +427,7 @@ TEST_CASE("attention: f32, bf16, f16 against f64", "[attention][dtype]") {
       Bwd gr = backward(q64, k64, v64, fr, do64, p);
       Fwd f = forward(q, k, v, p);
       Bwd g = backward(q, k, v, f, dout, p);
-      INFO(dtype_name(bd.dt) << " sq " << cs.s.sq << " sk " << cs.s.sk << " d " << cs.s.d);
+      INFO(dtype_name(bd.dt) << " sq " << cs.s.sq << " sk " << cs.s.sk << " d " << cs.s.d << " dv " << cs.s.vdim());
       CHECK(normalized_error(f.out, fr.out) <= bd.fwd);
       CHECK(normalized_error(f.lse, fr.lse) <= bd.lse);
       CHECK(normalized_error(g.dq, gr.dq) <= bd.bwd);
@@ -359,7 +460,14 @@ TEST_CASE("attention: bad arguments are rejected", "[attention][errors]") {
   CHECK_THROWS_WITH(attention_forward(q, k1, v1, out, t({1, 3, 5}), {}), Catch::Contains("softmax_lse must be [b, hq, sq]"));
   CHECK_THROWS_WITH(attention_forward(q, k1, v1, out, t({1, 3, 4}, DType::BF16), {}), Catch::Contains("softmax_lse must be f32"));
   CHECK_THROWS_WITH(attention_forward(q, k1, v1, t({4, 1, 3, 8}, DType::F64), lse, {}), Catch::Contains("out dtype mismatch"));
-  CHECK_THROWS_WITH(attention_forward(q, k1, t({4, 1, 1, 7}), out, lse, {}), Catch::Contains("same shape"));
+  // v may have its own head dim dv; out (and dout) must then be [sq, b, hq, dv].
+  CHECK_THROWS_WITH(attention_forward(q, k1, t({4, 1, 1, 7}), out, lse, {}),
+                    Catch::Contains("out [4, 1, 3, 8] must be [sq, b, hq, dv] = [4, 1, 3, 7]"));
+  CHECK_NOTHROW(attention_forward(q, k1, t({4, 1, 1, 7}), t({4, 1, 3, 7}), lse, {}));
+  CHECK_THROWS_WITH(attention_forward(q, k1, t({5, 1, 1, 8}), out, lse, {}),
+                    Catch::Contains("must agree in [sk, b, hkv]"));
+  CHECK_THROWS_WITH(attention_forward(q, k1, t({4, 1, 1, 0}), t({4, 1, 3, 0}), lse, {}),
+                    Catch::Contains("value head_dim dv of v must be positive"));
   CHECK_THROWS_WITH(attention_forward(t({4, 3, 8}), k1, v1, out, lse, {}), Catch::Contains("q must be [sq, b, hq, d]"));
   AttentionParams bad;
   bad.dropout_p = 1.0;
@@ -371,6 +479,67 @@ TEST_CASE("attention: bad arguments are rejected", "[attention][errors]") {
   CHECK_THROWS_WITH(attention_backward(q, k1, v1, out, out, lse, dq, t({4, 1, 2, 8}), dv, {}),
                     Catch::Contains("dk"));
   CHECK_NOTHROW(attention_backward(q, k1, v1, out, out, lse, dq, dk, dv, {}));
+  Tensor v7 = t({4, 1, 1, 7}), out7 = t({4, 1, 3, 7});
+  CHECK_THROWS_WITH(attention_backward(q, k1, v7, out7, out, lse, dq, dk, v7, {}),
+                    Catch::Contains("dout [4, 1, 3, 8] must be [sq, b, hq, dv]"));
+  CHECK_THROWS_WITH(attention_backward(q, k1, v7, out7, out7, lse, dq, dk, dv, {}), Catch::Contains("dv [4, 1, 1, 8]"));
+  CHECK_THROWS_WITH(attention_backward(q, k1, v7, out7, out7, lse, dq, t({4, 1, 1, 7}), t({4, 1, 1, 7}), {}),
+                    Catch::Contains("attention_backward: dk [4, 1, 1, 7] must have the shape of k [4, 1, 1, 8]"));
+  CHECK_NOTHROW(attention_backward(q, k1, v7, out7, out7, lse, dq, dk, t({4, 1, 1, 7}), {}));
   Tensor qi = t({4, 1, 3, 8}, DType::I32);
   CHECK_THROWS_WITH(attention_forward(qi, k1, v1, out, lse, {}), Catch::Contains("floating"));
+}
+
+TEST_CASE("attention: a value head dim dv != d matches the naive f64 reference, forward and backward",
+          "[attention][vdim]") {
+  struct Case {
+    Dims s;
+    bool causal;
+    int64_t q_off;
+    std::vector<std::vector<int64_t>> docs;  // document lengths per sample; empty: one document
+  };
+  const Case cases[] = {
+      {{9, 9, 2, 4, 1, 40, 32}, true, 0, {}},                // MLA absorbed (576/512, one kv head) scaled down
+      {{11, 11, 2, 4, 2, 24, 16}, true, 0, {}},              // DeepSeek-V3's 192/128 scaled down, GQA
+      {{5, 7, 1, 2, 2, 6, 3}, false, 0, {}},                 // non-causal, sq != sk
+      {{6, 9, 2, 3, 1, 4, 7}, true, 3, {}},                  // dv > d, q rows at positions 3..8
+      {{13, 13, 2, 4, 2, 8, 5}, true, 0, {{4, 1, 6}, {7}}},  // packed documents (a 1-token one), GQA
+      {{5, 12, 2, 2, 1, 8, 6}, true, 7, {{3, 6}, {9, 1}}},   // documents with an offset, MQA
+  };
+  for (const Case& cs : cases) {
+    Inputs in = make_inputs(cs.s, 80);
+    AttentionParams p;
+    p.causal = cs.causal;
+    p.q_position_offset = cs.q_off;
+    const std::vector<std::vector<int64_t>> starts =
+        cs.docs.empty() ? std::vector<std::vector<int64_t>>{} : document_starts(cs.s.b, cs.s.sq, cs.q_off, cs.docs);
+    if (!starts.empty()) p.document_start = document_start_tensor(starts);
+    const NaiveResult n = naive_attention(in.q, in.k, in.v, in.dout, cs.causal, cs.q_off, 0, starts);
+    Fwd f = forward(in.q, in.k, in.v, p);
+    Bwd g = backward(in.q, in.k, in.v, f, in.dout, p);
+    INFO("sq " << cs.s.sq << " sk " << cs.s.sk << " hq " << cs.s.hq << " hkv " << cs.s.hkv << " d " << cs.s.d << " dv "
+               << cs.s.vdim() << " causal " << cs.causal << " q_offset " << cs.q_off << " documents "
+               << !cs.docs.empty());
+    REQUIRE(f.out.shape() == Shape{cs.s.sq, cs.s.b, cs.s.hq, cs.s.vdim()});
+    CHECK(max_abs_diff(f.out, n.out) < 1e-13);
+    CHECK(max_abs_diff(f.lse, n.lse) < 1e-13);
+    CHECK(max_abs_diff(g.dq, n.dq) < 1e-13);
+    CHECK(max_abs_diff(g.dk, n.dk) < 1e-13);
+    CHECK(max_abs_diff(g.dv, n.dv) < 1e-13);
+    // The gradients are not trivially zero.
+    CHECK(test::dot(g.dq, g.dq) > 1e-6);
+    CHECK(test::dot(g.dv, g.dv) > 1e-6);
+  }
+}
+
+TEST_CASE("attention: with dv != d the default scale is 1/sqrt(d) of q and k", "[attention][vdim]") {
+  // sq = sk = 1 non-causal, d = 4, dv = 2: lse is the single logit scale·q·k, out the one v row.
+  Tensor q = Tensor::from_vector({1, 2, 3, 4}, {1, 1, 1, 4}, DType::F64);
+  Tensor k = Tensor::from_vector({1, 1, 1, 1}, {1, 1, 1, 4}, DType::F64);
+  Tensor v = Tensor::from_vector({5, -6}, {1, 1, 1, 2}, DType::F64);
+  AttentionParams p;
+  p.causal = false;
+  Fwd f = forward(q, k, v, p);
+  CHECK(f.lse.to_vector()[0] == Approx(10.0 / 2.0).epsilon(1e-15));  // q·k = 10, scale 1/sqrt(4)
+  CHECK(f.out.to_vector() == std::vector<double>{5, -6});
 }

@@ -79,10 +79,10 @@ TEST_CASE("cli train: gpt_tiny.yaml with Megatron flags trains", "[cli_train][me
 
 TEST_CASE("cli train and plan: Megatron flag errors exit 1 with the message", "[cli_train][megatron_flags]") {
   const std::string cfg = (kRepo / "configs/gpt_tiny.yaml").string();
-  CliResult r = run_cli({"train", "--config", cfg, "--multi-latent-attention", "--validate-only"});
+  CliResult r = run_cli({"train", "--config", cfg, "--use-torch-fsdp2", "--validate-only"});
   CHECK(r.rc == 1);
-  CHECK_THAT(r.err, Contains("strata: error: ConfigError: --multi-latent-attention: not supported by Strata: "
-                             "multi-latent attention (MLA)"));
+  CHECK_THAT(r.err, Contains("strata: error: ConfigError: --use-torch-fsdp2: not supported by Strata: "
+                             "FSDP (use --use-distributed-optimizer)"));
   r = run_cli({"train", "--config", cfg, "--print-confg"});
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Contains("unknown flag '--print-confg'; did you mean '--print-config'?"));

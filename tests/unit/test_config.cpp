@@ -313,7 +313,7 @@ TEST_CASE("config: decoding errors name the field, the type and a suggestion", "
       {"model.normalization=rmsnorm",
        "model.normalization: 'rmsnorm' is not one of LayerNorm, RMSNorm; did you mean 'RMSNorm'?"},
       {"model.position_embedding_type=alibi",
-       "model.position_embedding_type: 'alibi' is not one of learned_absolute, rope, none"},
+       "model.position_embedding_type: 'alibi' is not one of learned_absolute, rope, yarn, none"},
       {"training.precision=fp8", "training.precision: 'fp8' is not one of fp32, bf16, fp16"},
       {"parallel.sequence_parallel=maybe", "parallel.sequence_parallel: expected bool"},
       {"optimizer.lr=[1]", "optimizer.lr: expected double or null, got a list"},

@@ -26,7 +26,10 @@ const std::set<std::string> kListBeforeMarks = {
     "moe_shared_expert_gate", "moe_apply_probs_on_input", "mamba_head_dim", "mamba_state_dim",
     "mamba_num_groups", "mamba_num_heads", "hybrid_layer_pattern", "mtp_num_layers", "mtp_use_repeated_layer",
     "enable_hyper_connections", "num_residual_streams", "mhc_sinkhorn_iterations", "mhc_norm_eps_inside_sqrt",
-    "mhc_keep_mappings_in_fp32", "mhc_learned_output_contract"};
+    "mhc_keep_mappings_in_fp32", "mhc_learned_output_contract",
+    // added with position_embedding_type yarn (after the marks)
+    "rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow",
+    "yarn_correction_range_round_to_int", "mscale", "mscale_all_dim"};
 }  // namespace
 
 TEST_CASE("architecture fields are the marked model fields and the same set as the list before the marks",

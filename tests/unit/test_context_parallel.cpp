@@ -4,7 +4,9 @@
 // the global K/V, the dK/dV contributions summed over the ranks as the reduce-scatter does) and
 // the ring (each rank's queries against every rank's KV block in ring order, log-sum-exp merging;
 // dK/dV accumulated per block) — against the unsharded attention kernel, forward (out, lse) and
-// backward (dq, dk, dv), causal, GQA and attention dropout keyed by global positions: f64 within
+// backward (dq, dk, dv), causal, GQA, attention dropout keyed by global positions and a value head
+// dim dv = 5 next to d = 8 (multi-latent attention's dv != d; the ring's partial outputs and
+// accumulator are dv wide, the a2a moves dv-wide outputs): f64 within
 // 1e-12, f32 within 2e-6 of the tensor's largest element. Likewise a2a and a2a+p2p: the
 // all-to-all over the heads simulated between the ranks of each inner group (TE's chunk order by
 // hand), attention on the gathered rows (the kernel on the whole sequence for a2a, the simulated
@@ -41,15 +43,17 @@ struct Full {
   Tensor q, k, v, dout, out, lse, dq, dk, dv;
 };
 
-// The unsharded attention: s tokens, b = 2, hq = 4 query heads over hkv KV heads, d = 8.
-Full full_attention(int64_t s, int64_t hkv, DType dt, const kernels::AttentionParams& p, uint64_t seed) {
+// The unsharded attention: s tokens, b = 2, hq = 4 query heads over hkv KV heads, q/k head dim
+// d = 8, value head dim dv.
+Full full_attention(int64_t s, int64_t hkv, DType dt, const kernels::AttentionParams& p, uint64_t seed,
+                    int64_t dv = 8) {
   const int64_t b = 2, hq = 4, d = 8;
   Full f;
   f.q = random_tensor({s, b, hq, d}, seed, -1, 1, dt);
   f.k = random_tensor({s, b, hkv, d}, seed + 1, -1, 1, dt);
-  f.v = random_tensor({s, b, hkv, d}, seed + 2, -1, 1, dt);
-  f.dout = random_tensor({s, b, hq, d}, seed + 3, -1, 1, dt);
-  f.out = Tensor::empty(f.q.shape(), dt);
+  f.v = random_tensor({s, b, hkv, dv}, seed + 2, -1, 1, dt);
+  f.dout = random_tensor({s, b, hq, dv}, seed + 3, -1, 1, dt);
+  f.out = Tensor::empty(f.dout.shape(), dt);  // [s, b, hq, dv]
   f.lse = Tensor::empty({b, hq, s}, lse_dtype(dt));
   kernels::attention_forward(f.q, f.k, f.v, f.out, f.lse, p);
   f.dq = Tensor::empty(f.q.shape(), dt);
@@ -140,17 +144,19 @@ TEST_CASE("context parallel: all-gather attention over simulated ranks equals th
     for (int cp : {2, 3}) {
       for (int64_t hkv : {4, 2}) {  // MHA and GQA
         for (double dropout : {0.0, 0.2})
-        for (bool docs : {false, true}) {
-          INFO(dtype_name(dt) << " cp " << cp << " kv heads " << hkv << " dropout " << dropout << " documents " << docs);
+        for (bool docs : {false, true})
+        for (int64_t value_dim : {8, 5}) {
+          INFO(dtype_name(dt) << " cp " << cp << " kv heads " << hkv << " dropout " << dropout << " documents " << docs
+                              << " dv " << value_dim);
           const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
           const int64_t s = 12 * cp;
           kernels::AttentionParams p = params(dropout);
           if (docs) p.document_start = document_starts(s);
-          const Full f = full_attention(s, hkv, dt, p, 11 + cp);
+          const Full f = full_attention(s, hkv, dt, p, 11 + cp, value_dim);
           Tensor dk_sum = Tensor::zeros(f.k.shape(), DType::F64), dv_sum = Tensor::zeros(f.v.shape(), DType::F64);
           for (int r = 0; r < cp; ++r) {
             const Tensor q = cp::split_sequence(f.q, 0, cp, r);
-            Tensor out = Tensor::empty(q.shape(), dt);
+            Tensor out = Tensor::empty(cp::split_sequence(f.out, 0, cp, r).shape(), dt);  // [s_local, b, hq, dv]
             Tensor lse = Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_dtype(dt));
             const kernels::AttentionParams pr = rank_params(p, cp, r);
             cp::gathered_forward(q, f.k, f.v, out, lse, pr, cp, r);
@@ -178,13 +184,15 @@ TEST_CASE("context parallel: ring attention over simulated ranks equals the unsh
     for (int cp : {2, 3, 4}) {
       for (int64_t hkv : {4, 2}) {
         for (double dropout : {0.0, 0.2})
-        for (bool docs : {false, true}) {
-          INFO(dtype_name(dt) << " cp " << cp << " kv heads " << hkv << " dropout " << dropout << " documents " << docs);
+        for (bool docs : {false, true})
+        for (int64_t value_dim : {8, 5}) {
+          INFO(dtype_name(dt) << " cp " << cp << " kv heads " << hkv << " dropout " << dropout << " documents " << docs
+                              << " dv " << value_dim);
           const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
           const int64_t s = 8 * cp;
           kernels::AttentionParams p = params(dropout);
           if (docs) p.document_start = document_starts(s);
-          const Full f = full_attention(s, hkv, dt, p, 31 + cp);
+          const Full f = full_attention(s, hkv, dt, p, 31 + cp, value_dim);
           std::vector<Tensor> k(cp), v(cp), dk(cp), dv(cp);
           for (int r = 0; r < cp; ++r) {
             k[r] = cp::split_sequence(f.k, 0, cp, r);
@@ -195,12 +203,12 @@ TEST_CASE("context parallel: ring attention over simulated ranks equals the unsh
           for (int r = 0; r < cp; ++r) {
             const Tensor q = cp::split_sequence(f.q, 0, cp, r);
             const kernels::AttentionParams pr = rank_params(p, cp, r);
-            cp::RingAccumulator acc = cp::make_ring_accumulator(q);
+            cp::RingAccumulator acc = cp::make_ring_accumulator(q, v[r]);
             for (int i = 0; i < cp; ++i) {  // ring order: own block first, then the previous rank's …
               const int src = (r + cp - i) % cp;
               cp::ring_block_forward(q, k[src], v[src], src, acc, pr, cp, r);
             }
-            Tensor out = Tensor::empty(q.shape(), dt);
+            Tensor out = Tensor::empty(acc.out.shape(), dt);  // [s_local, b, hq, dv]
             Tensor lse = Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_dtype(dt));
             cp::ring_finish(acc, out, lse);
             CHECK(rel_err(out, cp::split_sequence(f.out, 0, cp, r)) <= tol);
@@ -341,7 +349,7 @@ void check_a2a(const Full& f, const kernels::AttentionParams& p, int A, int B, D
   for (int g = 0; g < B; ++g) {
     qh[g] = to_heads(q, A, g), kh[g] = to_heads(k, A, g), vh[g] = to_heads(v, A, g), douth[g] = to_heads(dout, A, g);
     for (int a = 0; a < A; ++a) {
-      oh[g].push_back(Tensor::empty(qh[g][a].shape(), dt));
+      oh[g].push_back(Tensor::empty(douth[g][a].shape(), dt));  // [rows, b, heads, dv]
       lh[g].push_back(Tensor::empty({qh[g][a].size(1), qh[g][a].size(2), qh[g][a].size(0)}, lse_dtype(dt)));
       dqh[g].push_back(Tensor::zeros(qh[g][a].shape(), dt));
       dkh[g].push_back(Tensor::zeros(kh[g][a].shape(), dt));
@@ -361,7 +369,7 @@ void check_a2a(const Full& f, const kernels::AttentionParams& p, int A, int B, D
     }
     for (int g = 0; g < B; ++g) {  // the ring of member a over the outer ranks g
       const kernels::AttentionParams pg = rank_params(cp::head_group_params(p, hq, A, a), B, g);
-      cp::RingAccumulator acc = cp::make_ring_accumulator(qh[g][a]);
+      cp::RingAccumulator acc = cp::make_ring_accumulator(qh[g][a], vh[g][a]);
       for (int i = 0; i < B; ++i) {
         const int src = (g + B - i) % B;
         cp::ring_block_forward(qh[g][a], kh[src][a], vh[src][a], src, acc, pg, B, g);
@@ -409,15 +417,16 @@ TEST_CASE("context parallel: a2a and a2a+p2p over simulated ranks equal the unsh
       for (int64_t hkv : {4, 2}) {
         if (hkv % A != 0) continue;  // the a2a splits the KV heads too
         for (double dropout : {0.0, 0.2})
-          for (bool docs : {false, true}) {
-            INFO(dtype_name(dt) << " a2a " << A << " p2p " << B << " kv heads " << hkv << " dropout " << dropout
-                                << " documents " << docs);
-            const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
-            const int64_t s = 4 * A * B;
-            kernels::AttentionParams p = params(dropout);
-            if (docs) p.document_start = document_starts(s);
-            check_a2a(full_attention(s, hkv, dt, p, 51 + A * B), p, A, B, dt, tol);
-          }
+          for (bool docs : {false, true})
+            for (int64_t value_dim : {8, 5}) {
+              INFO(dtype_name(dt) << " a2a " << A << " p2p " << B << " kv heads " << hkv << " dropout " << dropout
+                                  << " documents " << docs << " dv " << value_dim);
+              const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
+              const int64_t s = 4 * A * B;
+              kernels::AttentionParams p = params(dropout);
+              if (docs) p.document_start = document_starts(s);
+              check_a2a(full_attention(s, hkv, dt, p, 51 + A * B, value_dim), p, A, B, dt, tol);
+            }
       }
 }
 

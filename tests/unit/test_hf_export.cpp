@@ -265,12 +265,12 @@ TEST_CASE("hf reference: Llama 3.1 RoPE scaling (llama3 rope_type)", "[hf]") {
     const hf::ImportedConfig back = hf::model_config_from_json(j, "config.json");
     CHECK(back.model.use_rope_scaling);
     CHECK(back.model.rope_scaling_factor == 8.0);
-    nlohmann::json yarn = j;
-    yarn["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-    CHECK_THROWS_WITH(hf::model_config_from_json(yarn, "config.json"),
+    nlohmann::json longrope = j;
+    longrope["rope_parameters"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+    CHECK_THROWS_WITH(hf::model_config_from_json(longrope, "config.json"),
                       Contains("rope_parameters") && Contains("not supported"));
-    yarn["rope_scaling"] = {{"type", "dynamic"}, {"factor", 4.0}};  // the older key wins, as in transformers
-    CHECK_THROWS_WITH(hf::model_config_from_json(yarn, "config.json"),
+    longrope["rope_scaling"] = {{"type", "dynamic"}, {"factor", 4.0}};  // the older key wins, as in transformers
+    CHECK_THROWS_WITH(hf::model_config_from_json(longrope, "config.json"),
                       Contains("rope_scaling") && Contains("dynamic") && Contains("not supported"));
     nlohmann::json partial = j;
     partial["rope_parameters"]["partial_rotary_factor"] = 0.5;
@@ -279,6 +279,50 @@ TEST_CASE("hf reference: Llama 3.1 RoPE scaling (llama3 rope_type)", "[hf]") {
     other["rope_parameters"]["high_freq_factor"] = 2.0;
     CHECK_THROWS_WITH(hf::model_config_from_json(other, "config.json"), Contains("high_freq_factor 4"));
   });
+}
+
+// position_embedding_type yarn exported as transformers' "yarn" rope_parameters and scored by the
+// numpy reference (transformers' _compute_yarn_parameters in float64, cos and sin times the
+// attention factor): head dim 8 at base 10000 with original context 4096 ramps the frequencies
+// 1, 0.1, 0.01, 0.001 by 0, 0, 0.5, 1 (factor 4; docs in test_rotary_yarn.cpp), and the
+// concentration factor 0.1·ln 4 + 1 scales every attention logit by its square. Qwen3: an mscale
+// pair and truncate false; Llama: a lone mscale that transformers reads through attention_factor.
+// The configs import back to the same model section.
+TEST_CASE("hf reference: YaRN (yarn rope_type), Llama and Qwen3", "[hf][yarn]") {
+  struct Case {
+    hf::Family family;
+    const char* name;
+    double mscale, mscale_all_dim;
+    bool round;
+  };
+  for (const Case& k : {Case{hf::Family::Llama, "llama_yarn", 1.0, 0.0, true},
+                        Case{hf::Family::Qwen3, "qwen3_yarn", 0.9, 0.4, false},
+                        Case{hf::Family::Llama, "llama_yarn_lone_mscale", 2.0, 0.0, true}}) {
+    DYNAMIC_SECTION(k.name) {
+      StrataConfig cfg = family_config(k.family, false, Precision::Fp32);
+      cfg.model.position_embedding_type = PositionEmbeddingType::Yarn;
+      cfg.model.rotary_scaling_factor = 4.0;
+      cfg.model.yarn_original_max_position_embeddings = 4096;
+      cfg.model.yarn_correction_range_round_to_int = k.round;
+      cfg.model.mscale = k.mscale;
+      cfg.model.mscale_all_dim = k.mscale_all_dim;
+      reference_case(cfg, k.name, 28, [&](const nlohmann::json& j) {
+        const nlohmann::json& rope = j.at("rope_parameters");
+        CHECK(rope.at("rope_type") == "yarn");
+        CHECK(rope.at("factor") == 4.0);
+        CHECK(rope.at("original_max_position_embeddings") == 4096);
+        CHECK(rope.at("truncate") == k.round);
+        CHECK(rope.contains("attention_factor") == (k.mscale == 2.0));
+        const hf::ImportedConfig back = hf::model_config_from_json(j, "config.json");
+        CHECK(back.model.position_embedding_type == PositionEmbeddingType::Yarn);
+        CHECK(back.model.rotary_scaling_factor == 4.0);
+        CHECK(back.model.yarn_original_max_position_embeddings == 4096);
+        CHECK(back.model.yarn_correction_range_round_to_int == k.round);
+        CHECK(back.model.mscale == Approx(k.mscale).epsilon(1e-14));
+        CHECK(back.model.mscale_all_dim == k.mscale_all_dim);
+      });
+    }
+  }
 }
 
 TEST_CASE("hf reference: Llama tied, MHA", "[hf]") {

@@ -5,7 +5,8 @@
 //   num_local_experts) and, beside them, the same models in the Hub's older spelling (rope_theta,
 //   rope_scaling, torch_dtype, num_experts) import to the same checkpoint, with the settings
 //   transformers reads from the file, and give the logits of the numpy reference (tests/hf/hf_reference.py);
-// - Strata's exports are in that transformers version's spelling and load with it
+// - Strata's exports (every family, Llama 3 scaling, YaRN) are in that transformers version's
+//   spelling and load with it
 //   (tests/hf/hf_transformers_config.py check: known keys, saved back unchanged, the family's tensors);
 // - NemotronH (transformers 5's layers_block_type and {"__float__": "Infinity"}, the Hub's
 //   hybrid_override_pattern and Python's bare Infinity) is refused by name;
@@ -56,6 +57,17 @@ void check_reading(const nlohmann::json& rd, const ResolvedConfig& c) {
   CHECK(rd.at("rope_theta").get<double>() == static_cast<double>(m->rotary_base));
   CHECK((rd.at("rope_type") == "llama3") == m->use_rope_scaling);
   if (m->use_rope_scaling) CHECK(rd.at("rope_factor").get<double>() == m->rope_scaling_factor);
+  CHECK((rd.at("rope_type") == "yarn") == (m->position_embedding_type == PositionEmbeddingType::Yarn));
+  if (rd.at("rope_type") == "yarn") {
+    const nlohmann::json& y = rd.at("yarn");
+    CHECK(rd.at("rope_factor").get<double>() == m->rotary_scaling_factor);
+    CHECK(y.at("original_max_position_embeddings") == m->yarn_original_max_position_embeddings);
+    CHECK(y.at("beta_fast").get<double>() == m->yarn_beta_fast);
+    CHECK(y.at("beta_slow").get<double>() == m->yarn_beta_slow);
+    CHECK(y.at("truncate") == m->yarn_correction_range_round_to_int);
+    CHECK(y.at("mscale").get<double>() == m->mscale);
+    CHECK(y.at("mscale_all_dim").get<double>() == m->mscale_all_dim);
+  }
   CHECK(moe == m->num_experts.has_value());
   if (!moe) return;
   CHECK(rd.at("experts") == *m->num_experts);
@@ -125,6 +137,7 @@ TEST_CASE("hf transformers 5: models saved by transformers, and the Hub's older 
 TEST_CASE("hf transformers 5: exports are written in the pinned transformers' spelling and load with it", "[hf]") {
   const std::pair<hf::Family, const char*> cases[] = {{hf::Family::Llama, "llama"},     {hf::Family::Llama, "llama3"},
                                                       {hf::Family::Qwen3, "qwen3"},     {hf::Family::GPT2, "gpt2"},
+                                                      {hf::Family::Qwen3, "qwen3_yarn"},
                                                       {hf::Family::Mixtral, "mixtral"}, {hf::Family::Qwen3Moe, "qwen3_moe"}};
   for (const auto& [family, name] : cases) {
     DYNAMIC_SECTION(name) {
@@ -134,6 +147,15 @@ TEST_CASE("hf transformers 5: exports are written in the pinned transformers' sp
         cfg.model.rotary_base = 500000;
         cfg.model.use_rope_scaling = true;
         cfg.model.rope_scaling_factor = 8.0;
+      }
+      if (std::string(name) == "qwen3_yarn") {  // an mscale pair, so that every YaRN key is written
+        cfg.model.position_embedding_type = PositionEmbeddingType::Yarn;
+        cfg.model.rotary_scaling_factor = 4.0;
+        cfg.model.yarn_original_max_position_embeddings = 4;
+        cfg.model.yarn_beta_fast = 16.0;
+        cfg.model.yarn_correction_range_round_to_int = false;
+        cfg.model.mscale = 0.9;
+        cfg.model.mscale_all_dim = 0.4;
       }
       save_random_checkpoint(cfg, dir / "ckpt", 3);
       hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());

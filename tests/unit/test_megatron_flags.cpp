@@ -169,8 +169,20 @@ TEST_CASE("megatron flags: order, --flag=value and mixing with overrides", "[meg
 }
 
 TEST_CASE("megatron flags: unsupported features, unknown flags and bad values are errors", "[megatron_flags]") {
-  CHECK(error_of_args({"--multi-latent-attention"}) ==
-        "ConfigError: --multi-latent-attention: not supported by Strata: multi-latent attention (MLA)");
+  CHECK(error_of_args({"--use-torch-fsdp2"}) ==
+        "ConfigError: --use-torch-fsdp2: not supported by Strata: FSDP (use --use-distributed-optimizer)");
+  // MLA landed: --multi-latent-attention and its sizes map by name onto model.*.
+  {
+    const StrataConfig c = with_args({"--multi-latent-attention", "--q-lora-rank", "24", "--kv-lora-rank", "16",
+                                      "--v-head-dim", "8", "--rope-type", "rope"});
+    CHECK(c.model.multi_latent_attention);
+    CHECK(c.model.q_lora_rank == 24);
+    CHECK(c.model.kv_lora_rank == 16);
+    CHECK(c.model.v_head_dim == 8);
+    CHECK(c.model.rope_type == RopeType::Rope);
+    CHECK(with_args({"--moe-token-dispatcher-type", "flex", "--num-experts", "4"}).model.moe_token_dispatcher_type ==
+          MoeTokenDispatcherType::Flex);
+  }
   // MoE landed: Megatron's --num-experts is model.num_experts, the --moe-* flags map by name.
   CHECK(with_args({"--num-experts", "8"}).model.num_experts == 8);
   CHECK(with_args({"--moe-router-topk", "4"}).model.moe_router_topk == 4);
@@ -270,7 +282,8 @@ TEST_CASE("megatron flags: every field has its flag and no rule is shadowed", "[
   CHECK(flags_md.find("| `--transformer-impl` | accepted, no effect | Megatron's layer implementation") !=
         std::string::npos);
   CHECK(flags_md.find("| `--lr` | implemented | `optimizer.lr` |") != std::string::npos);
-  CHECK(flags_md.find("| `--multi-latent-attention` | refused | multi-latent attention (MLA) |") != std::string::npos);
+  CHECK(flags_md.find("| `--multi-latent-attention` | implemented | `model.multi_latent_attention` |") !=
+        std::string::npos);
   CHECK(md.find("`--num-experts`") != std::string::npos);  // MoE fields map by name
 }
 

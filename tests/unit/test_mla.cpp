@@ -10,9 +10,9 @@
 // rope_utils.py (_apply_rotary_pos_emb_bshd with mla_rotary_interleaved),
 // yarn_rotary_pos_embedding.py (get_emb, _yarn_find_correction_range, _yarn_linear_ramp_mask,
 // _yarn_get_mscale, _yarn_get_concentration_factor).
-#include <catch2/catch_test_macros.hpp>
 
 #include <cmath>
+#include <map>
 #include <numbers>
 
 #include "core/config_table.h"
@@ -287,18 +287,20 @@ TEST_CASE("mla: config rules name the field", "[mla]") {
     }
     return "";
   };
-  ModelConfig c = mla_config(true, true, true);
+  ModelConfig c = mla_config(true, true, false);
   c.multi_latent_attention = false;
+  c.rope_type = RopeType::Yarn;
   CHECK(error_field(c) == "model.rope_type");  // yarn is MLA's
   c = mla_config(true, true, true);
   c.group_query_attention = true;
+  c.num_query_groups = 1;
   CHECK(error_field(c) == "model.group_query_attention");
   c = mla_config(true, true, true);
   c.multi_latent_attention = false;
   c.rope_type.reset();
   c.hybrid_layer_pattern = "+*";
   CHECK(error_field(c) == "model.hybrid_layer_pattern");
-  c = mla_config(true, true, true);
+  c = mla_config(true, true, false);
   c.multi_latent_attention = false;
   c.rope_type.reset();
   c.recompute_granularity = RecomputeGranularity::Selective;

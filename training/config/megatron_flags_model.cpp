@@ -9,12 +9,11 @@
 namespace strata::megatron_flags {
 
 namespace {
-const char* const kYarn = "YaRN RoPE scaling";
 const char* const kGtp = "generalized tensor parallelism (GTP weight sharding with rematerialization)";
 const char* const kOffload = "CPU offloading of activations or weights";
 }  // namespace
 
-// Attention and positions: MLA, YaRN, other position encodings, attention softmax and gating.
+// Attention and positions: MLA, other position encodings, attention softmax and gating.
 static Rules attention_rules() {
   Rules r;
   // DeepSeek's multi-latent attention: its sizes map onto model.* by name; its implementation switches.
@@ -23,17 +22,9 @@ static Rules attention_rules() {
   append(r, without_effect("caching MLA's latents in generation: Strata's generation always caches the latent and "
                            "the RoPE key, never the expanded keys and values",
                            {"--cache-mla-latents"}));
-  // YaRN (used by --position-embedding-type yarn and MLA): the values that mean "no scaling" run.
-  r.push_back(accepted_values("--rotary-scaling-factor",
-                              "RoPE scaling factor 1, no YaRN scaling (YaRN RoPE scaling is not supported)",
-                              {"1.0", "1"}));
-  r.push_back(accepted_values("--mscale", "YaRN mscale 1, no attention rescaling (YaRN RoPE scaling is not supported)",
-                              {"1.0", "1"}));
-  r.push_back(accepted_values("--mscale-all-dim",
-                              "YaRN mscale_all_dim 0, no attention rescaling (YaRN RoPE scaling is not supported)",
-                              {"0.0", "0"}));
-  append(r, refused(kYarn, {"--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
-                            "--yarn-correction-range-round-to-int", "--no-yarn-correction-range-round-to-int"}));
+  // YaRN (--position-embedding-type yarn, and MLA): --rotary-scaling-factor, --yarn-*, --mscale and
+  // --mscale-all-dim map by name onto model.rotary_scaling_factor, model.yarn_*, model.mscale and
+  // model.mscale_all_dim (Megatron's argument_utils.py _apply_yarn_config_from_args).
   // Position encodings of other model families.
   append(r, refused("multimodal models (M-RoPE sections)", {"--mrope-section"}));
   append(r, refused("relative position embeddings (T5)",

@@ -97,8 +97,9 @@ std::string architecture_incompatibility(const ResolvedModelConfig& m, Family f)
       why << "model.normalization=" << strata::to_string(m->normalization) << " is not Llama's RMSNorm";
     else if (!m->swiglu)
       why << "model.swiglu=false is not Llama's SwiGLU MLP";
-    else if (m->position_embedding_type != PositionEmbeddingType::Rope)
-      why << "model.position_embedding_type=" << strata::to_string(m->position_embedding_type) << " is not Llama's rope";
+    else if (!m->uses_rotary())
+      why << "model.position_embedding_type=" << strata::to_string(m->position_embedding_type)
+          << " is not Llama's rope (or yarn)";
     else if (m->rotary_interleaved)
       why << "model.rotary_interleaved=true is not Llama's rotate_half RoPE";
     else if (m->rotary_percent != 1.0)

@@ -3,11 +3,13 @@
 // Reference: transformers LlamaConfig (configuration_llama.py), Qwen3Config (configuration_qwen3.py:
 // head_dim 128 by default), MixtralConfig (default_theta 1e6), GPT2Config (configuration_gpt2.py),
 // modeling_rope_utils.py (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict,
-// standardize_rope_params), GenerationConfig (generation/configuration_utils.py).
+// standardize_rope_params, _compute_yarn_parameters), GenerationConfig (generation/configuration_utils.py).
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
+#include "kernels/rotary.h"
 #include "training/hf/hf_deepseek_format.h"
 #include "training/hf/hf_format.h"
 #include "training/hf/hf_json_read.h"
@@ -27,14 +29,97 @@ const char* torch_dtype_name(DType d) {
   return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32";
 }
 
+// YaRN's concentration factor as Megatron keeps it (model.mscale with model.mscale_all_dim 0): the
+// mscale whose 0.1·mscale·ln(factor) + 1 is `a`; refused (naming `what`) where no mscale gives it
+// back to within a few ulps: factor <= 1 (the factor is then 1) with `a` other than 1.
+double mscale_for_attention_factor(double a, double factor, const std::string& what) {
+  STRATA_CHECK(std::isfinite(a) && a > 0, what, ": attention_factor ", a, " must be finite and > 0");
+  if (factor <= 1.0) {
+    STRATA_CHECK(a == 1.0, what, ": attention_factor ", a, " with factor ", factor,
+                 " <= 1 cannot be represented (Megatron's YaRN concentration factor is 1 when "
+                 "model.rotary_scaling_factor <= 1, whatever model.mscale says)");
+    return 1.0;
+  }
+  const double mscale = (a - 1.0) / (0.1 * std::log(factor));
+  const double back = kernels::yarn_concentration_factor(factor, mscale, 0.0);
+  STRATA_CHECK(std::abs(back - a) <= 8 * std::numeric_limits<double>::epsilon() * a, what, ": attention_factor ",
+               a, " is not represented by model.mscale ", mscale, " (which gives ", back, ")");
+  return mscale;
+}
+
+// transformers' rope_type "yarn" (modeling_rope_utils.py _compute_yarn_parameters after
+// standardize_rope_params) as position_embedding_type yarn, by transformers' rules:
+// original_max_position_embeddings is the config's top-level key when there is one (Phi-3's
+// spelling, which wins), else the dict's, else max_position_embeddings; a null factor is
+// max_position_embeddings / original_max_position_embeddings; beta_fast / beta_slow default to 32 / 1
+// when missing, null or 0 (Python's `or`); truncate (default true; null is false) is
+// yarn_correction_range_round_to_int. The concentration factor (transformers' attention_factor on
+// cos and sin, Megatron's mscale) is attention_factor when given, else get_mscale(factor, mscale) /
+// get_mscale(factor, mscale_all_dim) when both are non-zero, else get_mscale(factor): Megatron's
+// formula with mscale 1 and mscale_all_dim 0 (so a lone mscale is ignored, as transformers does).
+// An attention_factor that the mscale pair does not give is kept as mscale_for_attention_factor.
+void read_yarn(const json& r, const json& j, const std::string& what, const std::string& file, ModelConfig& m) {
+  m.position_embedding_type = PositionEmbeddingType::Yarn;
+  const double max_positions = static_cast<double>(*m.max_position_embeddings);
+  const double original = opt_double(j, "original_max_position_embeddings",
+                                     opt_double(r, "original_max_position_embeddings", max_positions, file), file);
+  STRATA_CHECK(original == std::floor(original) && original > 0, what, ": original_max_position_embeddings ",
+               original, " is not a positive integer (model.yarn_original_max_position_embeddings)");
+  m.yarn_original_max_position_embeddings = static_cast<int64_t>(original);
+  const double factor = opt_double(r, "factor", max_positions / original, file);
+  STRATA_CHECK(std::isfinite(factor) && factor > 0, what, ": factor ", factor, " must be > 0 (model.rotary_scaling_factor)");
+  m.rotary_scaling_factor = factor;
+  const double beta_fast = opt_double(r, "beta_fast", 0.0, file), beta_slow = opt_double(r, "beta_slow", 0.0, file);
+  m.yarn_beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;
+  m.yarn_beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
+  m.yarn_correction_range_round_to_int =
+      r.contains("truncate") ? !r.at("truncate").is_null() && opt_bool(r, "truncate", true, file) : true;
+  const double mscale = opt_double(r, "mscale", 0.0, file), all_dim = opt_double(r, "mscale_all_dim", 0.0, file);
+  const bool pair = mscale != 0.0 && all_dim != 0.0;
+  m.mscale = pair ? mscale : 1.0;
+  m.mscale_all_dim = pair ? all_dim : 0.0;
+  if (!r.contains("attention_factor") || r.at("attention_factor").is_null()) return;
+  const double a = get_double(r, "attention_factor", file);
+  const double derived = kernels::yarn_concentration_factor(factor, m.mscale, m.mscale_all_dim);
+  if (std::abs(derived - a) <= 8 * std::numeric_limits<double>::epsilon() * a) return;
+  m.mscale = mscale_for_attention_factor(a, factor, what);
+  m.mscale_all_dim = 0.0;
+}
+
+// transformers 5's rope_parameters of position_embedding_type yarn, which transformers'
+// _compute_yarn_parameters turns back into the same frequencies and concentration factor:
+// mscale / mscale_all_dim when both are non-zero (transformers then takes their ratio, as Megatron),
+// and attention_factor where transformers' own rule (get_mscale(factor) without the pair) would give
+// another factor than Megatron's (model.mscale other than 1 with mscale_all_dim 0, or mscale 0).
+ojson yarn_rope_json(const ResolvedModelConfig& m) {
+  const double factor = m->rotary_scaling_factor;
+  ojson rope = {{"rope_theta", static_cast<double>(m->rotary_base)},
+                {"rope_type", "yarn"},
+                {"factor", factor},
+                {"original_max_position_embeddings", m->yarn_original_max_position_embeddings},
+                {"beta_fast", m->yarn_beta_fast},
+                {"beta_slow", m->yarn_beta_slow},
+                {"truncate", m->yarn_correction_range_round_to_int}};
+  const bool pair = m->mscale != 0.0 && m->mscale_all_dim != 0.0;
+  if (pair) {
+    rope["mscale"] = m->mscale;
+    rope["mscale_all_dim"] = m->mscale_all_dim;
+  }
+  const double ours = kernels::yarn_concentration_factor(factor, m->mscale, m->mscale_all_dim);
+  const double theirs = pair ? ours : kernels::yarn_get_mscale(factor);
+  if (std::abs(ours - theirs) > 8 * std::numeric_limits<double>::epsilon() * ours) rope["attention_factor"] = ours;
+  return rope;
+}
+
 // The RoPE settings, in the Hub's older spelling (top-level rope_theta, rope_scaling) or transformers
 // 5's (rope_parameters {"rope_type", "rope_theta", ...}): as RotaryEmbeddingConfigMixin reads them,
 // the dict is `rope_scaling or rope_parameters`, rope_theta comes from the dict, else the top level,
 // else the family's default_theta (Mixtral 1e6, the others 1e4), and a llama3 dict without
 // original_max_position_embeddings takes max_position_embeddings (standardize_rope_params).
 // "default" is plain RoPE; "llama3" with Megatron's fixed constants (low_freq_factor 1,
-// high_freq_factor 4, original_max_position_embeddings 8192) is model.use_rope_scaling. Anything
-// else is an error naming the file and the value. Needs m->max_position_embeddings.
+// high_freq_factor 4, original_max_position_embeddings 8192) is model.use_rope_scaling; "yarn" is
+// position_embedding_type yarn (read_yarn). Anything else is an error naming the file and the
+// value. Needs m->max_position_embeddings.
 void read_rope(const json& j, Family f, const std::string& file, ModelConfig& m) {
   const bool legacy = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
   const char* key = legacy ? "rope_scaling" : "rope_parameters";
@@ -62,9 +147,10 @@ void read_rope(const json& j, Family f, const std::string& file, ModelConfig& m)
     m.rotary_seq_len_interpolation_factor = static_cast<int64_t>(factor);
     return;
   }
+  if (type == "yarn") return read_yarn(r, j, what, file, m);
   STRATA_CHECK(type == "llama3", what,
-               " is not supported (plain RoPE, rope_type \"default\", position interpolation \"linear\", or "
-               "Llama 3's \"llama3\")");
+               " is not supported (plain RoPE, rope_type \"default\", position interpolation \"linear\", "
+               "Llama 3's \"llama3\" or \"yarn\")");
   STRATA_CHECK(opt_double(r, "low_freq_factor", 1.0, file) == 1.0 && opt_double(r, "high_freq_factor", 4.0, file) == 4.0 &&
                    opt_double(r, "original_max_position_embeddings",
                               static_cast<double>(*m.max_position_embeddings), file) == 8192.0,
@@ -147,6 +233,7 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
               {"low_freq_factor", 1.0},
               {"high_freq_factor", 4.0},
               {"original_max_position_embeddings", 8192}};
+    if (m->position_embedding_type == PositionEmbeddingType::Yarn) rope = yarn_rope_json(m);
     j["rope_parameters"] = rope;
     j["max_position_embeddings"] = m.max_positions();
     // The bias switches where the family's config class has them (MixtralConfig has neither,
