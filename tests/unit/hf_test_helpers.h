@@ -202,7 +202,9 @@ inline std::unique_ptr<GPTModel> save_random_checkpoint(const StrataConfig& raw,
   auto model = make_gpt_model(cfg, Device::cpu());
   model->init_parameters(seed);
   uint64_t k = seed * 100;
-  for (Parameter* p : model->parameters()) {
+  // The parameters and the MoE routers' expert biases (checkpointed buffers).
+  const std::vector<Parameter*> tensors = checkpoint_tensors({model.get()});
+  for (Parameter* p : tensors) {
     if (p->init_std > 0) continue;
     const bool gamma = p->init_value == 1.0 || p->name.find("weight") != std::string::npos;
     p->value.copy_(test::random_tensor(p->value.shape(), ++k, gamma ? 0.5 : -0.3, gamma ? 1.5 : 0.3));
@@ -211,7 +213,7 @@ inline std::unique_ptr<GPTModel> save_random_checkpoint(const StrataConfig& raw,
   st.iteration = 7;
   st.seed = 1;
   st.config_yaml = cfg.to_yaml();
-  save_checkpoint(dir.string(), st, model->parameters(), nullptr, *make_default_tensor_file_io());
+  save_checkpoint(dir.string(), st, tensors, nullptr, *make_default_tensor_file_io());
   return model;
 }
 

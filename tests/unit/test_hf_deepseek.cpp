@@ -373,7 +373,7 @@ TEST_CASE("hf deepseek: configs DeepseekV3ForCausalLM cannot express are export 
   const std::vector<std::pair<std::function<void(ModelConfig&)>, std::string>> refused = {
       {[](ModelConfig& m) { m.layernorm_epsilon = 1e-5; }, "model.layernorm_epsilon=1e-05"},
       {[](ModelConfig& m) { m.qk_layernorm = false; }, "model.qk_layernorm=false"},
-      {[](ModelConfig& m) { m.moe_router_group_topk = 1; }, "model.moe_router_group_topk=1"},
+      {[](ModelConfig& m) { m.moe_router_group_topk = 3; }, "model.moe_router_group_topk=3"},  // 4 // 3 = 1
       {[](ModelConfig& m) { m.moe_shared_expert_intermediate_size = std::nullopt; },
        "model.moe_shared_expert_intermediate_size is not set"},
       {[](ModelConfig& m) { m.moe_shared_expert_intermediate_size = 18; },

@@ -15,6 +15,8 @@
 #include "core/formats/safetensors.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_hf.h"
+#include "models/layers/moe/router.h"
+#include "models/layers/moe/router_ref.h"
 #include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/checkpoint_tokenizer.h"
@@ -160,6 +162,19 @@ void use_directory_tokenizer(const fs::path& dir, const ImportedConfig& ic, Stra
   } else {
     d.tokenizer_type = TokenizerType::NullTokenizer;
   }
+}
+
+// Every checkpointed tensor of a one-process model under its canonical name: the parameters
+// (CanonicalParameterNameMap) and the MoE routers' expert biases (buffers, named as they are).
+// The values share storage with the model's.
+std::vector<std::pair<std::string, Tensor>> canonical_tensors(LanguageModel& model) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  const CanonicalParameterNameMap names({&model}, 0, 1);
+  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names.names()[i], names.parameters()[i]->value);
+  std::vector<Parameter*> buffers;
+  for (const MoeRouterRef& r : model.moe_routers()) r.router->collect_buffers(buffers);
+  for (Parameter* b : buffers) out.emplace_back(b->name, b->value);
+  return out;
 }
 
 // Tensors transformers keeps in f32 in a bf16 model (DeepseekV3PreTrainedModel.
@@ -317,18 +332,18 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   lo.load_optimizer = false;
   lo.load_rng = false;
   lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
-  load_checkpoint(load_dir, model.parameters(), nullptr, *io, lo, r.iteration);
+  // The parameters and the routers' expert biases (buffers checkpointed with them).
+  load_checkpoint(load_dir, checkpoint_tensors({&model}), nullptr, *io, lo, r.iteration);
   std::map<std::string, Tensor> mg;
-  const CanonicalParameterNameMap names({&model}, 0, 1);
   size_t mtp_skipped = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (const auto& [name, value] : canonical_tensors(model)) {
     // The MTP heads are training-only (generation ignores them) and the HF families other than
     // DeepseekV3 have no tensors for them: left out, with a note.
-    if (names.names()[i].rfind("mtp.", 0) == 0 && !export_mtp) {
+    if (name.rfind("mtp.", 0) == 0 && !export_mtp) {
       ++mtp_skipped;
       continue;
     }
-    mg[names.names()[i]] = names.parameters()[i]->value;
+    mg[name] = value;
   }
   if (mtp_skipped > 0 && !is_mla(r.family))  // DeepseekV3's notes say why already
     r.notes.push_back("the " + std::to_string(mtp_skipped) + " multi-token-prediction parameters (mtp.layers.*, "
@@ -403,14 +418,12 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
 
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
-  const CanonicalParameterNameMap names({&model}, 0, 1);
-  for (Parameter* p : names.parameters()) {
-    const std::string& name = names.name_of(p);
+  for (auto& [name, value] : canonical_tensors(model)) {
     auto it = mg.find(name);
     STRATA_CHECK(it != mg.end(), "import --hf: no tensor in ", file, " maps to parameter '", name, "'");
-    STRATA_CHECK(it->second.shape() == p->value.shape(), "import --hf: ", file, " gives parameter '", name,
-                 "' shape ", it->second.shape().str(), ", the model expects ", p->value.shape().str());
-    p->value.copy_(it->second);
+    STRATA_CHECK(it->second.shape() == value.shape(), "import --hf: ", file, " gives parameter '", name,
+                 "' shape ", it->second.shape().str(), ", the model expects ", value.shape().str());
+    value.copy_(it->second);
   }
   CheckpointState st;
   st.iteration = 0;
@@ -422,7 +435,7 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   std::error_code ec;
   const bool save_existed = fs::exists(save_dir, ec);
   try {
-    r.checkpoint_dir = save_checkpoint(save_dir, st, model.parameters(), nullptr, *io);
+    r.checkpoint_dir = save_checkpoint(save_dir, st, checkpoint_tensors({&model}), nullptr, *io);
   } catch (...) {
     fs::remove_all(save_existed ? fs::path(save_dir) / (checkpoint_dir_name(0) + ".tmp") : fs::path(save_dir), ec);
     throw;
