@@ -425,6 +425,8 @@ TEST_CASE("hf deepseek import: what transformers computes and Strata cannot is a
       {[](nlohmann::json& j) { j["n_shared_experts"] = 0; }, "n_shared_experts 0"},
       {[](nlohmann::json& j) { j["scoring_func"] = "softmax"; }, "scoring_func 'softmax'"},
       {[](nlohmann::json& j) { j["num_key_value_heads"] = 2; }, "num_key_value_heads 2"},
+      {[](nlohmann::json& j) { j["moe_layer_freq"] = 2; }, "moe_layer_freq 2"},
+      {[](nlohmann::json& j) { j["quantization_config"] = {{"quant_method", "fp8"}}; }, "dequantize the FP8"},
       {[](nlohmann::json& j) { j["rope_parameters"]["rope_type"] = "linear"; }, "is not supported"},
       {[](nlohmann::json& j) {
          j["architectures"] = {"DeepseekV2ForCausalLM"};

@@ -169,6 +169,11 @@ void read_mla(const json& j, const std::string& file, ModelConfig& m) {
                "(Strata's MLA projections have no biases)");
   STRATA_CHECK(opt_bool(j, "rope_interleave", true, file), file, ": rope_interleave=false (rotate_half on the RoPE "
                "channels) is not supported; Strata's MLA rotates interleaved pairs, transformers' default");
+  // DeepSeek's released checkpoints are FP8 blocks with weight_scale_inv tensors.
+  STRATA_CHECK(!j.contains("quantization_config") || j.at("quantization_config").is_null(), file,
+               ": quantization_config ", j.contains("quantization_config") ? j.at("quantization_config").dump() : "",
+               " is not supported: strata import reads unquantized weights (dequantize the FP8 checkpoint to bf16 "
+               "first)");
   m.add_bias_linear = false;
   m.add_qkv_bias = false;
   m.attention_dropout = opt_double(j, "attention_dropout", 0.0, file);
@@ -284,6 +289,11 @@ void read_moe(const json& j, const std::string& file, ModelConfig& m) {
   for (const auto& [key, want] : {std::pair<const char*, const char*>{"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"}})
     STRATA_CHECK(opt_string(j, key, want, file) == want, file, ": ", key, " '", opt_string(j, key, want, file),
                  "' is not supported (DeepseekV3ForCausalLM computes ", key, " ", want, ")");
+  // DeepSeek's own key (transformers ignores it): its layer rule is i >= first_k_dense_replace and
+  // i % moe_layer_freq == 0, transformers' the first part only.
+  const int64_t every = opt_int(j, "moe_layer_freq", file).value_or(1);
+  STRATA_CHECK(every == 1, file, ": moe_layer_freq ", every, " is not supported (DeepseekV3ForCausalLM makes every "
+               "layer from first_k_dense_replace on an MoE layer)");
   const bool normalised = opt_bool(j, "norm_topk_prob", true, file);
   STRATA_CHECK(normalised == (k > 1), file, ": norm_topk_prob ", normalised ? "true" : "false",
                " with num_experts_per_tok ", k, " is not supported: Megatron (Strata) renormalises sigmoid top-k "
