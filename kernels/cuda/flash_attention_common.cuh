@@ -1,15 +1,21 @@
 // Shared pieces of the FlashAttention-2 style CUDA kernels (Dao 2023, "FlashAttention-2: Faster
 // Attention with Better Parallelism and Work Partitioning") in flash_attention_forward.cu and
 // flash_attention_backward.cu: tile sizes, kernel parameters, shared-memory tile loads and the
-// per-thread score tile (S = Q·Kᵀ and dP = dO·Vᵀ) computed on CUDA cores in acc_t<T>.
+// per-thread score tile (S = Q·Kᵀ and dP = dO·Vᵀ) computed on CUDA cores in acc_t<T>, and the
+// choice of the padded head-dim pair (q/k width DQK, v/out width DV) that runs a (d, dv) call.
 //
 // Thread layout (kThreads = 256 threads = 8 warps per block):
 //   score tile [BQ][BK]: element e = t + kThreads·r, row i = e / BK, key j = e % BK, so a warp
 //     reads one Q row (broadcast) and BK consecutive K rows (padded stride DMAX+1: conflict-free);
-//   output tile [rows][DMAX]: element e = t + kThreads·r, row = e / DMAX, column c = e % DMAX,
-//     so a warp reads 32 consecutive columns of one K/V/Q/dO row and one broadcast P/dS entry.
-// DMAX ∈ {64, 128, 256} is the head dim rounded up; columns c >= d are zero-filled in shared
-// memory and never written back.
+//   output tile [rows][W] (W = DQK for dQ/dK, DV for O/dV): element e = t + kThreads·r,
+//     row = e / W, column c = e % W, so a warp reads 32 consecutive columns of one K/V/Q/dO row
+//     and one broadcast P/dS entry; W divides kThreads (each thread keeps one column) or, for the
+//     forward's DV = 512, is a multiple of it (each thread keeps W / kThreads columns).
+// DQK and DV are the head dims d (q, k) and dv (v, out) rounded up to a tile width; columns past
+// d or dv are zero-filled in shared memory and never written back. The instantiated pairs are
+// the squares (64, 64), (128, 128), (256, 256), DeepSeek-V3's (256, 128) (d = 192, dv = 128), and
+// for the forward only MLA's absorbed decoding (576, 512); other (d, dv) <= 256 run on the square
+// of the larger width (select_head_tiles).
 // Packed sequences (document_start): tile_first_key gives the earliest key a q tile's documents
 // can see, which the kernels use to skip key/query tile pairs that are wholly masked;
 // tile_key_range: the key rows a q tile's loop visits (causal limit and document starts).
@@ -32,12 +38,12 @@ template <typename T> constexpr int tile_edge() { return sizeof(acc_t<T>) == 8 ?
 
 // Everything a kernel needs besides pointers (trivially copyable, passed by value).
 struct Params {
-  int64_t sq, sk, b, hq, hkv, d, group;
+  int64_t sq, sk, b, hq, hkv, d, dv, group;  // d: q/k head dim, dv: v/out head dim
   double scale;
   attn::MaskParams mask;
 };
 
-inline Params make_params(const Tensor& q, const Tensor& k, const AttentionParams& p) {
+inline Params make_params(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p) {
   Params r;
   r.sq = q.size(0);
   r.sk = k.size(0);
@@ -45,6 +51,7 @@ inline Params make_params(const Tensor& q, const Tensor& k, const AttentionParam
   r.hq = q.size(2);
   r.hkv = k.size(2);
   r.d = q.size(3);
+  r.dv = v.size(3);
   r.group = r.hq / r.hkv;
   r.scale = attention_softmax_scale(p, r.d);
   r.mask = attn::make_mask_params(p, r.hq, r.sk);
@@ -155,7 +162,24 @@ void prepare_smem(Kernel kernel, size_t bytes, int device, const char* op) {
                                          static_cast<int>(bytes)));
 }
 
-// Head dim rounded up to a supported tile width.
+// Head dim (<= 256) rounded up to a tile width.
 inline int dmax_for(int64_t d) { return d <= 64 ? 64 : (d <= 128 ? 128 : 256); }
+
+// The instantiated (DQK, DV) tile pair that runs head dims (d, dv); see the file comment.
+struct HeadTiles {
+  int qk, v;
+  bool operator==(const HeadTiles&) const = default;
+};
+inline HeadTiles select_head_tiles(int64_t d, int64_t dv, bool forward, const char* op) {
+  if (d <= kCudaMaxHeadDim && dv <= kCudaMaxHeadDim) {
+    const HeadTiles t{dmax_for(d), dmax_for(dv)};
+    if (t.qk == t.v || t == HeadTiles{256, 128}) return t;
+    const int w = t.qk > t.v ? t.qk : t.v;
+    return {w, w};
+  }
+  STRATA_CHECK(forward && d <= kCudaMaxForwardQkHeadDim && dv <= kCudaMaxForwardValueHeadDim, op,
+               ": head dims d = ", d, ", dv = ", dv, " are not supported on CUDA");
+  return {576, 512};
+}
 
 }  // namespace strata::kernels::cuda::flash

@@ -1,44 +1,71 @@
 // CUDA forward of kernels/attention.h: FlashAttention-2 style (Dao 2023, Algorithm 1) on CUDA
-// cores. One block per (q tile of BQ rows, q head, batch): the Q tile stays in shared memory, K/V
-// tiles of BK keys stream through shared memory, the online softmax keeps the running row max m
-// and sum l in f32 (f64 for f64), O accumulates in registers and is divided by l at the end;
-// LSE = m + log l (-inf and O = 0 for a row with no visible key). Key tiles beyond the causal
-// limit of the last row of the q tile are skipped, and with packed sequences (document_start, the
-// document mask of attn::visible) so are key tiles wholly before the earliest document start of
-// the tile's rows, so the cost grows with Σ doc_len², not s². Dropout masks come from
-// attn::dropout_factor (Philox), the same as the CPU reference (kernels/cpu/attention.cpp).
+// cores, with the q/k head dim d and the v/out head dim dv in separate tile widths DQK and DV
+// (flash_attention_common.cuh, select_head_tiles). One block per (q tile of BQ rows, q head,
+// batch): the Q tile stays in shared memory, K/V tiles of BK keys stream through shared memory, the
+// online softmax keeps the running row max m and sum l in f32 (f64 for f64), O accumulates in
+// registers and is divided by l at the end; LSE = m + log l (-inf and O = 0 for a row with no
+// visible key). Key tiles beyond the causal limit of the last row of the q tile are skipped, and
+// with packed sequences (document_start, the document mask of attn::visible) so are key tiles
+// wholly before the earliest document start of the tile's rows, so the cost grows with Σ doc_len²,
+// not s². Dropout masks come from attn::dropout_factor (Philox), the same as the CPU reference
+// (kernels/cpu/attention.cpp).
 #include "kernels/cuda/flash_attention_common.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
 using namespace flash;
 
-template <typename T, int DMAX>
+template <typename T, int DQK, int DV>
 struct ForwardSmem {
   using A = acc_t<T>;
   static constexpr int BQ = tile_edge<T>(), BK = tile_edge<T>();
-  static constexpr int KS = DMAX + 1;  // padded K/V row stride
-  static constexpr int PS = BK + 1;    // padded score row stride
-  static constexpr size_t elems = size_t(BQ) * DMAX + 2 * size_t(BK) * KS + size_t(BQ) * PS + 3 * BQ;
+  static constexpr int KS = DQK + 1;  // padded K row stride
+  static constexpr int VS = DV + 1;   // padded V row stride
+  static constexpr int PS = BK + 1;   // padded score row stride
+  static constexpr size_t elems = size_t(BQ) * DQK + size_t(BK) * KS + size_t(BK) * VS + size_t(BQ) * PS + 3 * BQ;
   static constexpr size_t bytes = elems * sizeof(A);
 };
 
-template <typename T, int DMAX>
+// O = O + P·V for this thread's R output elements of the [BQ][DV] tile: element r is row
+// (tid + kThreads·r) / DV, column (tid + kThreads·r) % DV. The thread's CPT columns are
+// c0 + CW·m (one when DV divides kThreads), so each V element is read once per key and reused
+// for the thread's R / CPT rows of that column; per element the keys are summed in order j.
+template <int BK, int DV, int PS, int VS, int R, typename A>
+__device__ __forceinline__ void accumulate_pv(A (&o)[R], const A* Ps, const A* Vs) {
+  constexpr int CW = DV < kThreads ? DV : kThreads, CPT = DV / CW;
+  static_assert(R % CPT == 0, "whole rows per column");
+  const int c0 = threadIdx.x % CW;
+#pragma unroll 4
+  for (int j = 0; j < BK; ++j) {
+#pragma unroll
+    for (int m = 0; m < CPT; ++m) {
+      const A vv = Vs[j * VS + c0 + CW * m];
+#pragma unroll
+      for (int rr = 0; rr < R / CPT; ++rr) {
+        const int r = rr * CPT + m;
+        o[r] += Ps[((threadIdx.x + kThreads * r) / DV) * PS + j] * vv;
+      }
+    }
+  }
+}
+
+// q: [sq, b, hq, d], k: [sk, b, hkv, d], v: [sk, b, hkv, dv] -> out: [sq, b, hq, dv], lse: [b, hq, sq].
+template <typename T, int DQK, int DV>
 __global__ void __launch_bounds__(kThreads)
 flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                      T* __restrict__ out, acc_t<T>* __restrict__ lse, Params p) {
   using A = acc_t<T>;
-  using S = ForwardSmem<T, DMAX>;
-  constexpr int BQ = S::BQ, BK = S::BK, KS = S::KS, PS = S::PS;
-  constexpr int E = BQ * BK / kThreads;    // score elements per thread
-  constexpr int R = BQ * DMAX / kThreads;  // output elements per thread
-  static_assert(E >= 1 && R >= 1 && DMAX % 32 == 0 && kThreads % DMAX == 0, "tile shape");
+  using S = ForwardSmem<T, DQK, DV>;
+  constexpr int BQ = S::BQ, BK = S::BK, KS = S::KS, VS = S::VS, PS = S::PS;
+  constexpr int E = BQ * BK / kThreads;  // score elements per thread
+  constexpr int R = BQ * DV / kThreads;  // output elements per thread
+  static_assert(E >= 1 && R >= 1 && DV % 32 == 0 && (kThreads % DV == 0 || DV % kThreads == 0), "tile shape");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  A* Qs = reinterpret_cast<A*>(smem_raw);  // [BQ][DMAX]
-  A* Ks = Qs + BQ * DMAX;                  // [BK][KS]
-  A* Vs = Ks + BK * KS;                    // [BK][KS]
-  A* Ps = Vs + BK * KS;                    // [BQ][PS] scores, then probabilities
+  A* Qs = reinterpret_cast<A*>(smem_raw);  // [BQ][DQK]
+  A* Ks = Qs + BQ * DQK;                   // [BK][KS]
+  A* Vs = Ks + BK * KS;                    // [BK][VS]
+  A* Ps = Vs + BK * VS;                    // [BQ][PS] scores, then probabilities
   A* m_s = Ps + BQ * PS;                   // [BQ] running max
   A* l_s = m_s + BQ;                       // [BQ] running sum
   A* c_s = l_s + BQ;                       // [BQ] rescale factor of this tile
@@ -46,14 +73,15 @@ flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t q0 = int64_t(blockIdx.x) * BQ;
   const int64_t h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const int d = static_cast<int>(p.d);
+  const int d = static_cast<int>(p.d), dv = static_cast<int>(p.dv);
   const int64_t q_pitch = p.b * p.hq * p.d, k_pitch = p.b * p.hkv * p.d;
+  const int64_t v_pitch = p.b * p.hkv * p.dv, o_pitch = p.b * p.hq * p.dv;
   const T* qb = q + (b * p.hq + h) * p.d;
   const T* kb = k + (b * p.hkv + hk) * p.d;
-  const T* vb = v + (b * p.hkv + hk) * p.d;
+  const T* vb = v + (b * p.hkv + hk) * p.dv;
   const A scale = static_cast<A>(p.scale);
 
-  load_tile<BQ, DMAX, DMAX>(Qs, qb, q0, p.sq, q_pitch, d);
+  load_tile<BQ, DQK, DQK>(Qs, qb, q0, p.sq, q_pitch, d);
   if (tid < BQ) {
     m_s[tid] = neg_inf<A>();
     l_s[tid] = A(0);
@@ -66,13 +94,13 @@ flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
   const KeyRange keys = tile_key_range<BQ, BK>(p, b, q0);
   for (int64_t k0 = keys.begin; k0 < keys.end; k0 += BK) {
     __syncthreads();  // previous tile fully consumed
-    load_tile<BK, KS, DMAX>(Ks, kb, k0, p.sk, k_pitch, d);
-    load_tile<BK, KS, DMAX>(Vs, vb, k0, p.sk, k_pitch, d);
+    load_tile<BK, KS, DQK>(Ks, kb, k0, p.sk, k_pitch, d);
+    load_tile<BK, VS, DV>(Vs, vb, k0, p.sk, v_pitch, dv);
     __syncthreads();
 
     // Scores S = scale·Q·Kᵀ with the mask applied (-inf).
     A s[E];
-    tile_dots<BQ, BK, DMAX, KS>(s, Qs, Ks, d);
+    tile_dots<BQ, BK, DQK, KS>(s, Qs, Ks, d);
 #pragma unroll
     for (int r = 0; r < E; ++r) {
       const int e = tid + kThreads * r, i = e / BK, j = e % BK;
@@ -113,29 +141,20 @@ flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
     }
     __syncthreads();
 
-    // O = O·corr + P·V. This thread's outputs share column c = tid % DMAX (kThreads % DMAX == 0),
-    // so each V element is read once per key and reused for all R rows.
+    // O = O·corr + P·V.
 #pragma unroll
-    for (int r = 0; r < R; ++r) o[r] *= c_s[(tid + kThreads * r) / DMAX];
-    {
-      const int c = tid % DMAX;
-#pragma unroll 4
-      for (int j = 0; j < BK; ++j) {
-        const A vv = Vs[j * KS + c];
-#pragma unroll
-        for (int r = 0; r < R; ++r) o[r] += Ps[((tid + kThreads * r) / DMAX) * PS + j] * vv;
-      }
-    }
+    for (int r = 0; r < R; ++r) o[r] *= c_s[(tid + kThreads * r) / DV];
+    accumulate_pv<BK, DV, PS, VS>(o, Ps, Vs);
   }
   __syncthreads();  // final m_s, l_s visible (also when no tile ran)
 
-  T* ob = out + (b * p.hq + h) * p.d;
+  T* ob = out + (b * p.hq + h) * p.dv;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int e = tid + kThreads * r, row = e / DMAX, c = e % DMAX;
-    if (q0 + row < p.sq && c < d) {
+    const int e = tid + kThreads * r, row = e / DV, c = e % DV;
+    if (q0 + row < p.sq && c < dv) {
       const A l = l_s[row];
-      ob[(q0 + row) * q_pitch + c] = convert<T>(l > A(0) ? o[r] / l : A(0));
+      ob[(q0 + row) * o_pitch + c] = convert<T>(l > A(0) ? o[r] / l : A(0));
     }
   }
   if (tid < BQ && q0 + tid < p.sq) {
@@ -144,12 +163,12 @@ flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
   }
 }
 
-template <typename T, int DMAX>
+template <typename T, int DQK, int DV>
 void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, acc_t<T>* lse,
                     const Params& p) {
-  using S = ForwardSmem<T, DMAX>;
+  using S = ForwardSmem<T, DQK, DV>;
   const int device = q.device().index;
-  auto kernel = flash_forward_kernel<T, DMAX>;
+  auto kernel = flash_forward_kernel<T, DQK, DV>;
   prepare_smem(kernel, S::bytes, device, "attention_forward");
   const int64_t qtiles = (p.sq + S::BQ - 1) / S::BQ;
   STRATA_CHECK(p.hq <= 65535 && p.b <= 65535 && qtiles <= 0x7fffffff, "attention_forward: grid too large (",
@@ -161,12 +180,25 @@ void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
+// The instantiation of select_head_tiles' pair.
+template <typename T>
+void launch_forward_for(HeadTiles t, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        acc_t<T>* lse, const Params& p) {
+  if (t == HeadTiles{64, 64}) return launch_forward<T, 64, 64>(q, k, v, out, lse, p);
+  if (t == HeadTiles{128, 128}) return launch_forward<T, 128, 128>(q, k, v, out, lse, p);
+  if (t == HeadTiles{256, 256}) return launch_forward<T, 256, 256>(q, k, v, out, lse, p);
+  if (t == HeadTiles{256, 128}) return launch_forward<T, 256, 128>(q, k, v, out, lse, p);
+  STRATA_INTERNAL_ASSERT(t == (HeadTiles{576, 512}));
+  launch_forward<T, 576, 512>(q, k, v, out, lse, p);
+}
+
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& softmax_lse, const AttentionParams& ap) {
-  const Params p = make_params(q, k, ap);
+  const Params p = make_params(q, k, v, ap);
   if (p.sq == 0 || p.b == 0 || p.hq == 0) return;
+  const HeadTiles tiles = select_head_tiles(p.d, p.dv, /*forward=*/true, "attention_forward");
   dispatch_float(q.dtype(), "attention_forward", [&](auto tag_) {
     STRATA_SCALAR(tag_);
     using A = acc_t<scalar_t>;
@@ -174,11 +206,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     const bool direct = softmax_lse.dtype() == dtype_of<A>();
     Tensor lse = direct ? softmax_lse : Tensor::empty(softmax_lse.shape(), dtype_of<A>(), q.device());
     A* lp = static_cast<A*>(lse.data_ptr());
-    switch (dmax_for(p.d)) {
-      case 64: launch_forward<scalar_t, 64>(q, k, v, out, lp, p); break;
-      case 128: launch_forward<scalar_t, 128>(q, k, v, out, lp, p); break;
-      default: launch_forward<scalar_t, 256>(q, k, v, out, lp, p); break;
-    }
+    launch_forward_for<scalar_t>(tiles, q, k, v, out, lp, p);
     if (!direct) {
       Tensor dst = softmax_lse;  // a view of the same storage
       dst.copy_(lse);

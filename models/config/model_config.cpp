@@ -363,14 +363,19 @@ void resolve_derived_defaults(ModelConfig& m) {
   if (!m.max_position_embeddings) m.max_position_embeddings = m.seq_length;
 }
 
-// YaRN's rules: what Megatron's YarnRotaryEmbedding asserts or ignores is refused with
-// position_embedding_type yarn, and its fields away from their defaults without it (they would
-// change nothing).
+// Whether the model reads YaRN's fields: position_embedding_type yarn, or multi-latent attention,
+// whatever the position embedding (its rope_type yarn, and its softmax scale from
+// rotary_scaling_factor and mscale_all_dim: Megatron's MultiLatentAttention; its DeepSeek scripts
+// pass --position-embedding-type rope).
+bool reads_yarn_fields(const ModelConfig& m) {
+  return m.position_embedding_type == PositionEmbeddingType::Yarn || has_mla_layers(m);
+}
+
+// YaRN's rules: its fields away from their defaults where nothing reads them are refused (they
+// would change nothing); the concentration factor must be finite and > 0; and with
+// position_embedding_type yarn, what Megatron's YarnRotaryEmbedding asserts or ignores is refused.
 void check_yarn_rules(const ModelConfig& m) {
-  if (m.position_embedding_type != PositionEmbeddingType::Yarn) {
-    // Multi-latent attention reads them whatever the position embedding (its rope_type, and its
-    // softmax scale from rotary_scaling_factor and mscale_all_dim: Megatron's MultiLatentAttention).
-    if (has_mla_layers(m)) return;
+  if (!reads_yarn_fields(m)) {
     const std::pair<const char*, bool> changed[] = {
         {"rotary_scaling_factor", m.rotary_scaling_factor != 1.0},
         {"yarn_original_max_position_embeddings", m.yarn_original_max_position_embeddings != 4096},
@@ -387,6 +392,15 @@ void check_yarn_rules(const ModelConfig& m) {
                               std::string(to_string(m.position_embedding_type)) + ")");
     return;
   }
+  if (!std::isfinite(m.mscale) || !std::isfinite(m.mscale_all_dim))
+    throw ConfigError(std::isfinite(m.mscale) ? "model.mscale_all_dim" : "model.mscale", "must be finite");
+  const double c = kernels::yarn_concentration_factor(m.rotary_scaling_factor, m.mscale, m.mscale_all_dim);
+  if (!(std::isfinite(c) && c > 0))
+    throw ConfigError("model.mscale", "with model.mscale_all_dim " + std::to_string(m.mscale_all_dim) +
+                                          " and model.rotary_scaling_factor " + std::to_string(m.rotary_scaling_factor) +
+                                          " gives the concentration factor " + std::to_string(c) +
+                                          "; it must be finite and > 0");
+  if (m.position_embedding_type != PositionEmbeddingType::Yarn) return;
   if (m.rotary_interleaved)
     throw ConfigError("model.rotary_interleaved",
                       "true is not supported with YaRN (Megatron's YarnRotaryEmbedding asserts rotate_half pairs)");
@@ -402,14 +416,6 @@ void check_yarn_rules(const ModelConfig& m) {
     throw ConfigError("model.rotary_seq_len_interpolation_factor",
                       "is ignored by Megatron's YarnRotaryEmbedding; YaRN's own interpolation is "
                       "model.rotary_scaling_factor");
-  if (!std::isfinite(m.mscale) || !std::isfinite(m.mscale_all_dim))
-    throw ConfigError(std::isfinite(m.mscale) ? "model.mscale_all_dim" : "model.mscale", "must be finite");
-  const double c = kernels::yarn_concentration_factor(m.rotary_scaling_factor, m.mscale, m.mscale_all_dim);
-  if (!(std::isfinite(c) && c > 0))
-    throw ConfigError("model.mscale", "with model.mscale_all_dim " + std::to_string(m.mscale_all_dim) +
-                                          " and model.rotary_scaling_factor " + std::to_string(m.rotary_scaling_factor) +
-                                          " gives the concentration factor " + std::to_string(c) +
-                                          "; it must be finite and > 0");
 }
 
 // The rules within the section that the derived defaults make checkable.

@@ -72,8 +72,11 @@ TEST_CASE("mla layouts: MLA with MTP under TP2 + sequence parallelism", "[mla2]"
 }
 
 TEST_CASE("mla layouts: packed sequences under TP2 + SP and CP2", "[mla2]") {
+  // At the layout tests' lr 1e-2 this packed run's trajectory amplifies f32 rounding: losses and
+  // step-1 gradients agree to 1e-7, but the grad norms of steps 9 and 10 drift by 2e-5 to 1e-4 (in
+  // both layouts alike). A smaller lr keeps the 10 steps within the 1e-5 bound.
   const std::vector<std::string> packed = {"data.reset_position_ids=true", "data.reset_attention_mask=true",
-                                           "data.eod_mask_loss=true"};
+                                           "data.eod_mask_loss=true", "optimizer.lr=3e-3"};
   check_layout(mla(with({"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"}, packed)), 2);
   check_layout(mla(with({"parallel.context_parallel_size=2", "parallel.cp_comm_type=p2p"}, packed)), 2);
 }

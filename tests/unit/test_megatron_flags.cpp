@@ -282,7 +282,7 @@ TEST_CASE("megatron flags: every field has its flag and no rule is shadowed", "[
   CHECK(flags_md.find("| `--transformer-impl` | accepted, no effect | Megatron's layer implementation") !=
         std::string::npos);
   CHECK(flags_md.find("| `--lr` | implemented | `optimizer.lr` |") != std::string::npos);
-  CHECK(flags_md.find("| `--multi-latent-attention` | implemented | `model.multi_latent_attention` |") !=
+  CHECK(flags_md.find("| `--multi-latent-attention` | implemented | `model.multi_latent_attention` = true |") !=
         std::string::npos);
   CHECK(md.find("`--num-experts`") != std::string::npos);  // MoE fields map by name
 }
