@@ -1,7 +1,8 @@
 // `strata export --load DIR --format hf --out OUT [--iteration N] [--force]`: writes a Hugging Face model
 // directory (config.json, model.safetensors, generation_config.json; vocab.json + merges.txt for
 // a GPT-2 BPE tokenizer) from a Strata checkpoint, as LlamaForCausalLM, Qwen3ForCausalLM,
-// GPT2LMHeadModel, MixtralForCausalLM or Qwen3MoeForCausalLM, whichever the model config matches. An
+// GPT2LMHeadModel, MixtralForCausalLM, Qwen3MoeForCausalLM or DeepseekV3ForCausalLM, whichever the
+// model config matches. An
 // OUT that exists and is not empty is refused unless --force (as import). The logic is in
 // training/hf/hf_export.h.
 // Reference: Megatron-LM tools/checkpoint/convert.py (saver for HF), transformers save_pretrained.
@@ -33,6 +34,13 @@ void register_export(CLI::App& app) {
       "  MoE options neither expresses (sigmoid/sqrtsoftplus scores, expert bias, groups,\n"
       "  moe_router_topk_scaling_factor != 1, shared experts, moe_apply_probs_on_input) are errors;\n"
       "  capacity/dropping settings are training-only and ignored (a note says so).\n"
+      "  DeepseekV3ForCausalLM  multi_latent_attention (q_lora_rank set or null, qk_layernorm,\n"
+      "                    layernorm_epsilon 1e-6, rope_type rope or yarn), dense layers then MoE\n"
+      "                    layers (first_k_dense_replace) with a sigmoid router, expert bias\n"
+      "                    (e_score_correction_bias), shared experts, groups (n_group / topk_group when\n"
+      "                    moe_router_topk // moe_router_group_topk is 2, transformers' top-2 group\n"
+      "                    rank), routed_scaling_factor; MTP layers as DeepSeek stores them\n"
+      "                    (model.layers.{num_layers + k}, num_nextn_predict_layers).\n"
       "A model matching none is an error naming the field. Tensors keep the checkpoint's dtype\n"
       "(bf16 → dtype bfloat16). The embedding and lm_head keep the real vocabulary only\n"
       "(config.json vocab_size = model.vocab_size, the tokenizer's): transformers' softmax runs over\n"

@@ -1,6 +1,6 @@
 // `strata import --hf DIR --save OUT [--force] [--config-override section.field=value ...]`: reads a Hugging
-// Face LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, MixtralForCausalLM or
-// Qwen3MoeForCausalLM directory (config.json +
+// Face LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, MixtralForCausalLM, Qwen3MoeForCausalLM
+// or DeepseekV3ForCausalLM directory (config.json +
 // model.safetensors or sharded safetensors) and writes a weights-only Strata checkpoint
 // (OUT/iter_0000000, tracker "0") that `strata generate --load OUT` and
 // `strata train checkpoint.load=OUT checkpoint.finetune=true` read. An OUT that already holds a
@@ -23,8 +23,8 @@ void register_import(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("import", "import a Hugging Face model directory as a Strata checkpoint");
   cmd->footer(
       "Reads config.json (architectures LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel,\n"
-      "MixtralForCausalLM or Qwen3MoeForCausalLM; transformers 5's spelling or the Hub's older one;\n"
-      "NemotronH is refused by name) and model.safetensors (or model.safetensors.index.json and its\n"
+      "MixtralForCausalLM, Qwen3MoeForCausalLM or DeepseekV3ForCausalLM; transformers 5's spelling or\n"
+      "the Hub's older one; NemotronH and DeepSeek-V2 are refused by name) and model.safetensors (or model.safetensors.index.json and its\n"
       "shards, which must lie inside DIR). Missing, extra or\n"
       "wrong-shaped tensors are errors naming the tensor and the file. All-bf16 tensors give\n"
       "training.precision=bf16, otherwise fp32 (f16 is widened).\n"
@@ -40,6 +40,10 @@ void register_import(CLI::App& app) {
       "(= !norm_topk_prob; Mixtral renormalises) and moe_layer_freq (Qwen3-MoE's mlp_only_layers /\n"
       "decoder_sparse_step) come from config.json; the aux_loss coefficient is router_aux_loss_coef\n"
       "when output_router_logits is true, else 0; a strata export's training-only MoE options return.\n"
+      "DeepseekV3: multi-latent attention, YaRN (rope_type yarn), first_k_dense_replace dense layers,\n"
+      "the sigmoid router with expert bias, groups and shared experts (docs/formats.md says what is\n"
+      "refused); the MTP layers the file holds (model.layers.{num_hidden_layers + k}) become\n"
+      "model.mtp_num_layers (--config-override model.mtp_num_layers=N keeps fewer; a note says so).\n"
       "The checkpoint is iteration 0 (iter_0000000) without optimizer state; train from it with\n"
       "checkpoint.load=OUT checkpoint.finetune=true and a model section matching OUT's manifest.\n"
       "An OUT that already holds a checkpoint (tracker or iter_*) is refused unless --force.\n"
@@ -61,6 +65,7 @@ void register_import(CLI::App& app) {
       const hf::ImportResult r = hf::import_checkpoint(o->hf, o->save, o->overrides, o->force);
       std::printf("imported %s (%s) into %s\n", hf::architecture_name(r.family),
                   r.config.training->precision == Precision::Bf16 ? "bf16" : "fp32", r.checkpoint_dir.c_str());
+      for (const std::string& n : r.notes) std::printf("note: %s\n", n.c_str());
     } catch (const std::filesystem::filesystem_error& e) {
       STRATA_THROW("strata import: ", e.what());
     }

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Independent numerical reference for `strata export --format hf` (tests/unit/test_hf_export.cpp, test_hf_moe.cpp).
+"""Independent numerical reference for `strata export --format hf` (tests/unit/test_hf_export.cpp, test_hf_moe.cpp,
+test_hf_deepseek.cpp).
 
 Reads a Hugging Face model directory (config.json + model.safetensors, parsed here with the
 standard library and numpy only) and runs the forward pass of transformers' GPT2LMHeadModel,
-LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM in float64, the way
-transformers computes it:
+LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM or DeepseekV3ForCausalLM
+in float64, the way transformers computes it:
   Llama: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), q/k/v/o_proj, RoPE with rotate_half
          (inv_freq = theta^(-arange(0, d, 2)/d), divided by the factor of rope_type "linear",
          scaled by rope_type "llama3", blended by rope_type "yarn" with cos/sin times its attention
@@ -18,6 +19,23 @@ transformers computes it:
          (i + 1) % decoder_sparse_step == 0 (else the dense MLP of intermediate_size): the same
          softmax top-k, renormalised only with norm_topk_prob, experts gate/up/down_proj of
          moe_intermediate_size.
+  DeepSeek-V3: multi-latent attention (DeepseekV3Attention): q = q_b_proj(q_a_layernorm(q_a_proj(x)))
+         (q_proj(x) with q_lora_rank null), per head [q_nope | q_rot]; [c_kv | k_rot] =
+         kv_a_proj_with_mqa(x), kv_b_proj(kv_a_layernorm(c_kv)) per head [k_nope | v]; the latent
+         norms are RMSNorms with eps 1e-6 whatever rms_norm_eps says (DeepseekV3RMSNorm's default);
+         RoPE over qk_rope_head_dim channels with rope_interleave (pairs (2i, 2i+1) rotated by
+         frequency i, apply_rotary_pos_emb_interleave; rotate_half without it), the RoPE key shared
+         by every head; "default" or "yarn" frequencies and attention_factor as
+         modeling_rope_utils._compute_yarn_parameters computes them, softmax scale
+         qk_head_dim^-0.5 · yarn_get_mscale(factor, mscale_all_dim)^2 (yarn_apply_mscale). Layer i
+         < first_k_dense_replace has the dense MLP of intermediate_size, the others DeepseekV3MoE:
+         sigmoid scores of the f32 gate, + e_score_correction_bias for the choice only, groups
+         ranked by the sum of their top-2 biased scores (n_group groups, topk_group kept), top
+         num_experts_per_tok of the kept groups' biased scores, weights the unbiased scores
+         (divided by their sum + 1e-20 with norm_topk_prob) times routed_scaling_factor; plus the
+         shared experts (one MLP of moe_intermediate_size · n_shared_experts). Experts one tensor
+         per expert (the Hub's layout) or transformers' fused gate_up_proj [E, 2F, H] /
+         down_proj [E, H, F]. The MTP layers (model.layers.{num_hidden_layers + k}) are not run.
   GPT-2: LayerNorm, Conv1D (x @ W + b with W [in, out]), c_attn split q | k | v, causal attention
          scaled by 1/sqrt(d), gelu_new (tanh) / gelu (erf) MLP, learned positions, tied lm_head.
 config.json in the Hub's older spelling (top-level rope_theta / rope_scaling, Qwen3-MoE's num_experts)
@@ -26,8 +44,10 @@ or transformers 5's (rope_parameters, num_local_experts) is read as transformers
 rope_parameters`, its rope_theta else the top-level one else the family's default_theta).
 Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py,
 models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py, models/gpt2/modeling_gpt2.py,
+models/deepseek_v3/modeling_deepseek_v3.py (DeepseekV3Attention, DeepseekV3TopkRouter, DeepseekV3MoE),
 pytorch_utils.py (Conv1D), activations.py (NewGELUActivation), modeling_rope_utils.py
-(_compute_llama3_parameters, _compute_yarn_parameters).
+(_compute_llama3_parameters, _compute_yarn_parameters, yarn_get_mscale, yarn_apply_mscale,
+standardize_rope_params).
 
 Usage: hf_reference.py DIR 1,2,3           → prints {"logits": [[v0, v1, ...], ...]} (one row per id)
        hf_reference.py --score DIR 1,2,3   → prints {"logprobs": [null, lp1, ...], "vocab": V}: what
@@ -248,6 +268,132 @@ def llama_forward(cfg, t, ids):
     return x @ head.T
 
 
+def rope_interleave(x, cos, sin):
+    """apply_rotary_pos_emb_interleave: pairs (x[2i], x[2i+1]) rotated by frequency i, written out as
+    [first members | second members]; cos, sin [s, d/2]."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def deepseek_router(cfg, g, p, m):
+    """DeepseekV3TopkRouter on m [s, h]: (expert ids [s, k], weights [s, k])."""
+    experts, k = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+    groups, keep = cfg.get("n_group") or 1, cfg.get("topk_group") or 1
+    scores = 1.0 / (1.0 + np.exp(-(m @ g(p + "gate.weight").T)))  # [s, E]
+    choice = scores + g(p + "gate.e_score_correction_bias")[None, :]
+    ids = np.zeros((m.shape[0], k), dtype=np.int64)
+    weights = np.zeros((m.shape[0], k))
+    for t in range(m.shape[0]):
+        per_group = choice[t].reshape(groups, experts // groups)
+        group_score = np.sort(per_group, axis=-1)[:, ::-1][:, :2].sum(axis=-1)  # the top-2 sum
+        kept = np.argsort(-group_score, kind="stable")[:keep]
+        masked = np.full(experts, -np.inf)
+        for gi in kept:
+            sl = slice(gi * (experts // groups), (gi + 1) * (experts // groups))
+            masked[sl] = choice[t, sl]
+        ids[t] = np.argsort(-masked, kind="stable")[:k]
+        w = scores[t, ids[t]]
+        if cfg.get("norm_topk_prob", True):
+            w = w / (w.sum() + 1e-20)
+        weights[t] = w * cfg.get("routed_scaling_factor", 1.0)
+    return ids, weights
+
+
+def deepseek_moe(cfg, g, p, m):
+    """DeepseekV3MoE on m [s, h]: the routed experts' weighted sum plus the shared experts."""
+    ids, weights = deepseek_router(cfg, g, p + "mlp.", m)
+    fused = (p + "mlp.experts.gate_up_proj") in g.names
+    f = cfg["moe_intermediate_size"]
+    out = np.zeros_like(m)
+    for t in range(m.shape[0]):
+        for e, w in zip(ids[t], weights[t]):
+            if fused:
+                gate_up = g(p + "mlp.experts.gate_up_proj")[e]
+                gate, up, down = gate_up[:f], gate_up[f:], g(p + "mlp.experts.down_proj")[e]
+            else:
+                q = p + "mlp.experts.%d." % e
+                gate, up, down = (g(q + n + ".weight") for n in ("gate_proj", "up_proj", "down_proj"))
+            out[t] += w * silu_mlp(m[t:t + 1], gate, up, down)[0]
+    q = p + "mlp.shared_experts."
+    return out + silu_mlp(m, g(q + "gate_proj.weight"), g(q + "up_proj.weight"), g(q + "down_proj.weight"))
+
+
+def deepseek_attention(cfg, g, p, a, cos, sin, scaling):
+    """DeepseekV3Attention on a [s, h] (eager, causal)."""
+    s = a.shape[0]
+    nh = cfg["num_attention_heads"]
+    nope, rope, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    latent_eps = 1e-6  # DeepseekV3RMSNorm(q_lora_rank) / (kv_lora_rank): the class default
+    if cfg.get("q_lora_rank") is None:
+        q = a @ g(p + "self_attn.q_proj.weight").T
+    else:
+        ql = rmsnorm(a @ g(p + "self_attn.q_a_proj.weight").T, g(p + "self_attn.q_a_layernorm.weight"), latent_eps)
+        q = ql @ g(p + "self_attn.q_b_proj.weight").T
+    q = q.reshape(s, nh, nope + rope).transpose(1, 0, 2)  # [nh, s, nope + rope]
+    q_pass, q_rot = q[..., :nope], q[..., nope:]
+    kv = a @ g(p + "self_attn.kv_a_proj_with_mqa.weight").T  # [s, kv_lora + rope]
+    lora = cfg["kv_lora_rank"]
+    c_kv = rmsnorm(kv[:, :lora], g(p + "self_attn.kv_a_layernorm.weight"), latent_eps)
+    k_rot = kv[None, :, lora:]  # [1, s, rope]
+    if cfg.get("rope_interleave", True):
+        q_rot, k_rot = rope_interleave(q_rot, cos, sin), rope_interleave(k_rot, cos, sin)
+    else:
+        c2, s2 = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
+        q_rot, k_rot = q_rot * c2 + rotate_half(q_rot) * s2, k_rot * c2 + rotate_half(k_rot) * s2
+    up = (c_kv @ g(p + "self_attn.kv_b_proj.weight").T).reshape(s, nh, nope + dv).transpose(1, 0, 2)
+    k = np.concatenate([up[..., :nope], np.repeat(k_rot, nh, axis=0)], axis=-1)
+    v = up[..., nope:]
+    qs = np.concatenate([q_pass, q_rot], axis=-1)
+    pr = softmax_causal(qs @ k.transpose(0, 2, 1) * scaling)
+    o = (pr @ v).transpose(1, 0, 2).reshape(s, nh * dv)
+    return o @ g(p + "self_attn.o_proj.weight").T
+
+
+class Tensors:
+    """Name lookup that accepts files without the base-model prefix ("layers.0…")."""
+
+    def __init__(self, t):
+        self.t = t
+        self.names = set(t) | {"model." + n for n in t if not n.startswith(("model.", "lm_head."))}
+
+    def __call__(self, n):
+        return self.t[n] if n in self.t else self.t[n[len("model."):]]
+
+
+def deepseek_forward(cfg, t, ids):
+    g = Tensors(t)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta, rs = rope_settings(cfg)
+    dim = cfg["qk_rope_head_dim"]  # DeepseekV3Config: head_dim = qk_rope_head_dim
+    if rs["rope_type"] == "yarn":
+        inv_freq, attention_factor = yarn_parameters(cfg, rs, theta, dim)
+    elif rs["rope_type"] == "default":
+        inv_freq, attention_factor = 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)), 1.0
+    else:
+        sys.exit("hf_reference.py: DeepSeek-V3 RoPE %r is not implemented here" % (rs,))
+    scaling = (cfg["qk_nope_head_dim"] + dim) ** -0.5
+    if rs["rope_type"] != "default" and rs.get("mscale_all_dim"):  # yarn_apply_mscale
+        scaling *= yarn_get_mscale(rs["factor"], rs["mscale_all_dim"]) ** 2
+    s = len(ids)
+    freqs = np.arange(s, dtype=np.float64)[:, None] * inv_freq[None, :]
+    cos, sin = np.cos(freqs) * attention_factor, np.sin(freqs) * attention_factor  # [s, dim/2]
+    x = g("model.embed_tokens.weight")[ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        x = x + deepseek_attention(cfg, g, p, rmsnorm(x, g(p + "input_layernorm.weight"), eps), cos, sin, scaling)
+        m = rmsnorm(x, g(p + "post_attention_layernorm.weight"), eps)
+        if i >= cfg.get("first_k_dense_replace", 3):
+            x = x + deepseek_moe(cfg, g, p, m)
+        else:
+            x = x + silu_mlp(m, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"),
+                             g(p + "mlp.down_proj.weight"))
+    x = rmsnorm(x, g("model.norm.weight"), eps)
+    head = t.get("lm_head.weight")
+    if head is None or cfg.get("tie_word_embeddings", False):
+        head = g("model.embed_tokens.weight")
+    return x @ head.T
+
+
 def gpt2_forward(cfg, t, ids):
     g = lambda n: t[n] if n in t else t[n[len("transformer."):]]
     h = cfg["n_embd"]
@@ -303,6 +449,8 @@ def main():
     llama_like = ("LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM")
     if arch in llama_like or cfg.get("model_type") in ("llama", "qwen3", "mixtral", "qwen3_moe"):
         logits = llama_forward(cfg, t, ids)
+    elif arch == "DeepseekV3ForCausalLM" or cfg.get("model_type") == "deepseek_v3":
+        logits = deepseek_forward(cfg, t, ids)
     elif arch == "GPT2LMHeadModel" or cfg.get("model_type") == "gpt2":
         logits = gpt2_forward(cfg, t, ids)
     else:

@@ -5,14 +5,22 @@ Run with the .pyenv/bin/python that scripts/setup.sh makes (transformers + safet
 Exits 3, saying so, when transformers or safetensors is missing.
 
   make FAMILY OUT [--old-spelling]
-      A tiny FAMILY (llama, qwen3, gpt2, mixtral, qwen3_moe, nemotron_h) model as transformers 5
+      A tiny FAMILY (llama, qwen3, gpt2, mixtral, qwen3_moe, nemotron_h, deepseek_v3, deepseek_v3_qproj)
+      model as transformers 5
       writes it: config.json from the family's config class (LlamaConfig(...).save_pretrained),
       random weights under the family's tensor names with numpy + safetensors.numpy.save_file.
       --old-spelling rewrites config.json as the Hub's configs from before transformers 5 spell
       it: top-level rope_theta / rope_scaling instead of rope_parameters, torch_dtype instead of
       dtype, Qwen3-MoE's num_experts instead of num_local_experts, NemotronH's
       hybrid_override_pattern instead of layers_block_type and a bare Infinity (Python's json) in
-      time_step_limit instead of transformers 5's {"__float__": "Infinity"}.
+      time_step_limit instead of transformers 5's {"__float__": "Infinity"}, DeepSeek-V3's
+      rope_scaling {"type": "yarn", ...} as DeepSeek's own config.json spells it.
+      deepseek_v3: q_lora_rank 12, YaRN with mscale / mscale_all_dim, layer 0 dense and layers 1, 2
+      MoE (8 experts in 4 groups, 2 kept, top-4, 2 shared experts), one MTP layer stored as DeepSeek
+      stores it (model.layers.3.{enorm, hnorm, eh_proj, shared_head.*, embed_tokens} and a decoder
+      layer; the embedding and head copies equal the model's). deepseek_v3_qproj: q_lora_rank null
+      (DeepSeek-V2-Lite's q_proj), one group, top-2, one shared expert, tied embeddings, YaRN with
+      DeepSeek-V3's mscale 1 / mscale_all_dim 1, no MTP layer.
       Prints transformers' reading of the directory (see `read`).
   read DIR
       Prints {"transformers_version", "reading": {...}}: the settings the family's modeling code
@@ -25,7 +33,7 @@ Exits 3, saying so, when transformers or safetensors is missing.
       model.safetensors holds exactly the tensors (names, shapes) the family has for the config.
       Prints the same JSON as `read`; exits 1 naming what differs.
 
-Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,nemotron_h}/configuration_*.py,
+Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,nemotron_h,deepseek_v3}/configuration_*.py,
 modeling_rope_utils.py (RotaryEmbeddingConfigMixin.standardize_rope_params), configuration_utils.py
 (PreTrainedConfig.save_pretrained, _encode_special_floats); modeling_*.py for the tensor names.
 """
@@ -44,9 +52,14 @@ except ImportError as e:  # the caller turns this into a test failure (setup.sh 
     sys.exit(3)
 
 CLASSES = {"llama": "LlamaConfig", "qwen3": "Qwen3Config", "gpt2": "GPT2Config", "mixtral": "MixtralConfig",
-           "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig"}
+           "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig", "deepseek_v3": "DeepseekV3Config",
+           "deepseek_v3_qproj": "DeepseekV3Config"}
 ARCHS = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "gpt2": "GPT2LMHeadModel",
-         "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
+         "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "nemotron_h": "NemotronHForCausalLM",
+         "deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v3_qproj": "DeepseekV3ForCausalLM"}
+DEEPSEEK = dict(vocab_size=96, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5, intermediate_size=40,
+                moe_intermediate_size=12, first_k_dense_replace=1, max_position_embeddings=64, rms_norm_eps=1e-6)
 LLAMA_LIKE = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=False)
 
@@ -75,6 +88,20 @@ def family_kwargs(family):
         return dict(vocab_size=96, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                     layers_block_type=["mamba", "attention", "mlp"], mamba_num_heads=4, mamba_head_dim=16,
                     n_groups=1, ssm_state_size=8, intermediate_size=40, max_position_embeddings=16)
+    if family == "deepseek_v3":
+        return dict(DEEPSEEK, q_lora_rank=12, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=4, n_group=4,
+                    topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True, tie_word_embeddings=False,
+                    num_nextn_predict_layers=1,
+                    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                     "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                                     "mscale": 0.9, "mscale_all_dim": 0.7})
+    if family == "deepseek_v3_qproj":
+        return dict(DEEPSEEK, q_lora_rank=None, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, n_group=1,
+                    topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=True, tie_word_embeddings=True,
+                    num_nextn_predict_layers=0,
+                    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 16.0,
+                                     "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
+                                     "mscale": 1.0, "mscale_all_dim": 1.0})
     raise SystemExit("unknown family " + family)
 
 
@@ -103,6 +130,8 @@ def tensor_shapes(cfg):
         if not cfg.tie_word_embeddings:
             t["lm_head.weight"] = (cfg.vocab_size, h)
         return t
+    if cfg.model_type == "deepseek_v3":
+        return deepseek_shapes(cfg)
     h, hd = cfg.hidden_size, head_dim(cfg)
     nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
     t["model.embed_tokens.weight"] = (cfg.vocab_size, h)
@@ -135,6 +164,48 @@ def tensor_shapes(cfg):
     return t
 
 
+def deepseek_shapes(cfg):
+    """DeepseekV3ForCausalLM's tensors (modeling_deepseek_v3.py), plus the num_nextn_predict_layers MTP layers
+    as DeepSeek's checkpoints store them after the decoder layers (model.layers.{num_hidden_layers + k}: the
+    decoder layer's tensors, enorm, hnorm, eh_proj [h, 2h], shared_head.norm, shared_head.head and embed_tokens)."""
+    t = {}
+    h, nh, v = cfg.hidden_size, cfg.num_attention_heads, cfg.vocab_size
+    qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    t["model.embed_tokens.weight"] = (v, h)
+    for i in range(cfg.num_hidden_layers + cfg.num_nextn_predict_layers):
+        p = "model.layers.%d." % i
+        t[p + "input_layernorm.weight"] = t[p + "post_attention_layernorm.weight"] = (h,)
+        a = p + "self_attn."
+        if cfg.q_lora_rank is None:
+            t[a + "q_proj.weight"] = (nh * qk, h)
+        else:
+            t[a + "q_a_proj.weight"], t[a + "q_a_layernorm.weight"] = (cfg.q_lora_rank, h), (cfg.q_lora_rank,)
+            t[a + "q_b_proj.weight"] = (nh * qk, cfg.q_lora_rank)
+        t[a + "kv_a_proj_with_mqa.weight"] = (cfg.kv_lora_rank + cfg.qk_rope_head_dim, h)
+        t[a + "kv_a_layernorm.weight"] = (cfg.kv_lora_rank,)
+        t[a + "kv_b_proj.weight"] = (nh * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank)
+        t[a + "o_proj.weight"] = (h, nh * cfg.v_head_dim)
+        mlps = []
+        if i >= cfg.first_k_dense_replace:
+            t[p + "mlp.gate.weight"], t[p + "mlp.gate.e_score_correction_bias"] = (cfg.n_routed_experts, h), \
+                (cfg.n_routed_experts,)
+            mlps = [(p + "mlp.experts.%d." % e, cfg.moe_intermediate_size) for e in range(cfg.n_routed_experts)]
+            mlps.append((p + "mlp.shared_experts.", cfg.moe_intermediate_size * cfg.n_shared_experts))
+        else:
+            mlps = [(p + "mlp.", cfg.intermediate_size)]
+        for q, f in mlps:
+            t[q + "gate_proj.weight"] = t[q + "up_proj.weight"] = (f, h)
+            t[q + "down_proj.weight"] = (h, f)
+        if i >= cfg.num_hidden_layers:
+            t[p + "enorm.weight"] = t[p + "hnorm.weight"] = t[p + "shared_head.norm.weight"] = (h,)
+            t[p + "eh_proj.weight"] = (h, 2 * h)
+            t[p + "shared_head.head.weight"] = t[p + "embed_tokens.weight"] = (v, h)
+    t["model.norm.weight"] = (h,)
+    if not cfg.tie_word_embeddings:
+        t["lm_head.weight"] = (v, h)
+    return t
+
+
 def reading(d):
     """What the family's modeling code takes from AutoConfig.from_pretrained(d)."""
     cfg = transformers.AutoConfig.from_pretrained(d)
@@ -147,6 +218,22 @@ def reading(d):
         r.update(layers_block_type=cfg.layers_block_type, time_step_limit=[str(v) for v in cfg.time_step_limit])
         return r
     rope = dict(cfg.rope_parameters)
+    if cfg.model_type == "deepseek_v3":
+        qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+        r.update(hidden_size=cfg.hidden_size, layers=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
+                 kv_heads=cfg.num_key_value_heads, ffn=cfg.intermediate_size, moe_ffn=cfg.moe_intermediate_size,
+                 max_positions=cfg.max_position_embeddings, eps=cfg.rms_norm_eps, q_lora_rank=cfg.q_lora_rank,
+                 kv_lora_rank=cfg.kv_lora_rank, qk_nope_head_dim=cfg.qk_nope_head_dim,
+                 qk_rope_head_dim=cfg.qk_rope_head_dim, v_head_dim=cfg.v_head_dim, experts=cfg.n_routed_experts,
+                 shared_experts=cfg.n_shared_experts, topk=cfg.num_experts_per_tok, n_group=cfg.n_group,
+                 topk_group=cfg.topk_group, routed_scaling_factor=cfg.routed_scaling_factor,
+                 norm_topk_prob=cfg.norm_topk_prob, first_k_dense_replace=cfg.first_k_dense_replace,
+                 moe_layers=[i for i in range(cfg.num_hidden_layers) if i >= cfg.first_k_dense_replace],
+                 mtp_layers=cfg.num_nextn_predict_layers, rope_interleave=cfg.rope_interleave,
+                 attention_bias=cfg.attention_bias, rope=rope,
+                 # DeepseekV3Attention.scaling, transformers' own function
+                 softmax_scale=transformers.modeling_rope_utils.yarn_apply_mscale(rope, qk ** (-0.5)))
+        return r
     r.update(hidden_size=cfg.hidden_size, layers=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
              kv_heads=cfg.num_key_value_heads, head_dim=head_dim(cfg), ffn=cfg.intermediate_size,
              max_positions=cfg.max_position_embeddings, eps=cfg.rms_norm_eps, rope_theta=rope["rope_theta"],
@@ -175,6 +262,8 @@ def old_spelling(j):
         j["torch_dtype"] = j.pop("dtype")
     if j.get("model_type") == "qwen3_moe":
         j["num_experts"] = j.pop("num_local_experts")
+    if j.get("model_type") == "deepseek_v3" and "rope_scaling" in j:  # DeepSeek's: "type", not "rope_type"
+        j["rope_scaling"]["type"] = j["rope_scaling"].pop("rope_type")
     if j.get("model_type") == "nemotron_h":  # Nemotron-H's configs on the Hub
         letters = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
         j["hybrid_override_pattern"] = "".join(letters[b] for b in j.pop("layers_block_type"))
@@ -195,6 +284,11 @@ def make(family, out, old):
         else:
             v = rng.normal(0.0, 0.3, shape)
         tensors[name] = v.astype(np.float32)
+    for name in [n for n in tensors if n.endswith((".shared_head.head.weight", ".embed_tokens.weight"))]:
+        # DeepSeek's MTP layers hold copies of the model's embedding and output head.
+        main = "model.embed_tokens.weight" if name.endswith("embed_tokens.weight") or cfg.tie_word_embeddings \
+            else "lm_head.weight"
+        tensors[name] = tensors[main]
     if tensors:
         safetensors.numpy.save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     if old:
@@ -233,8 +327,12 @@ def check(d):
     header = safetensors_header(os.path.join(d, "model.safetensors"))  # numpy has no bfloat16: the header only
     have = {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
     dtypes = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
+    # DeepseekV3PreTrainedModel._keep_in_fp32_modules_strict: transformers keeps (and saves) the router's
+    # e_score_correction_bias (and gate) in f32 whatever the model's dtype.
+    kept_f32 = (".e_score_correction_bias", ".mlp.gate.weight") if cfg.model_type == "deepseek_v3" else ()
     errors += ["tensor %s is %s, config.json's dtype %s" % (k, v["dtype"], ours.get("dtype"))
-               for k, v in sorted(header.items()) if k != "__metadata__" and v["dtype"] != dtypes.get(ours.get("dtype"))]
+               for k, v in sorted(header.items()) if k != "__metadata__" and v["dtype"] != dtypes.get(ours.get("dtype"))
+               and not (k.endswith(kept_f32) and v["dtype"] == "F32")]
     errors += ["tensor %s: %s in the file, %s for %s" % (k, have.get(k), want.get(k), cfg.architectures)
                for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)]
     if errors:

@@ -53,8 +53,6 @@ inline fs::path hf_script(const char* name) {
   return fs::path(STRATA_SOURCE_DIR) / "tests" / "hf" / name;
 }
 
-// Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
-// missing), else its stdout (the test fails on any other non-zero exit).
 // Runs a shell command; its output (stdout and stderr) and its pclose status.
 inline std::pair<std::string, int> run_command(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
@@ -66,9 +64,17 @@ inline std::pair<std::string, int> run_command(const std::string& cmd) {
   return {out, pclose(p)};
 }
 
+// Runs /usr/bin/python3 tests/hf/<script> args…; nullopt when it exits 77 (torch/transformers
+// missing), else its stdout (the test fails on any other non-zero exit).
+// hf_transformers_logits.py runs with $STRATA_TRANSFORMERS_PYTHON when set (a Python with torch and
+// transformers, e.g. a scratch venv), else /usr/bin/python3 too.
 inline std::optional<std::string> run_script(const char* script, const std::string& args) {
   REQUIRE(fs::exists(hf_script(script)));
-  const std::string cmd = "/usr/bin/python3 " + hf_script(script).string() + " " + args + " 2>&1";
+  const char* torch_python = std::getenv("STRATA_TRANSFORMERS_PYTHON");
+  const std::string python = std::string(script) == "hf_transformers_logits.py" && torch_python && *torch_python
+                                 ? std::string(torch_python)
+                                 : std::string("/usr/bin/python3");
+  const std::string cmd = python + " " + hf_script(script).string() + " " + args + " 2>&1";
   const auto [out, status] = run_command(cmd);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return std::nullopt;
   INFO(cmd << "\n" << out);
@@ -196,7 +202,9 @@ inline std::unique_ptr<GPTModel> save_random_checkpoint(const StrataConfig& raw,
   auto model = make_gpt_model(cfg, Device::cpu());
   model->init_parameters(seed);
   uint64_t k = seed * 100;
-  for (Parameter* p : model->parameters()) {
+  // The parameters and the MoE routers' expert biases (checkpointed buffers).
+  const std::vector<Parameter*> tensors = checkpoint_tensors({model.get()});
+  for (Parameter* p : tensors) {
     if (p->init_std > 0) continue;
     const bool gamma = p->init_value == 1.0 || p->name.find("weight") != std::string::npos;
     p->value.copy_(test::random_tensor(p->value.shape(), ++k, gamma ? 0.5 : -0.3, gamma ? 1.5 : 0.3));
@@ -205,7 +213,7 @@ inline std::unique_ptr<GPTModel> save_random_checkpoint(const StrataConfig& raw,
   st.iteration = 7;
   st.seed = 1;
   st.config_yaml = cfg.to_yaml();
-  save_checkpoint(dir.string(), st, model->parameters(), nullptr, *make_default_tensor_file_io());
+  save_checkpoint(dir.string(), st, tensors, nullptr, *make_default_tensor_file_io());
   return model;
 }
 

@@ -15,10 +15,14 @@
 #include "core/formats/safetensors.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_hf.h"
+#include "models/layers/moe/router.h"
+#include "models/layers/moe/router_ref.h"
 #include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/checkpoint_tokenizer.h"
 #include "training/checkpointing/contained_path.h"
+#include "training/hf/hf_deepseek_format.h"
+#include "training/hf/hf_deepseek_map.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
 #include "training/config/model_factory.h"
@@ -160,6 +164,49 @@ void use_directory_tokenizer(const fs::path& dir, const ImportedConfig& ic, Stra
   }
 }
 
+// Every checkpointed tensor of a one-process model under its canonical name: the parameters
+// (CanonicalParameterNameMap) and the MoE routers' expert biases (buffers, named as they are).
+// The values share storage with the model's.
+std::vector<std::pair<std::string, Tensor>> canonical_tensors(LanguageModel& model) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  const CanonicalParameterNameMap names({&model}, 0, 1);
+  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names.names()[i], names.parameters()[i]->value);
+  std::vector<Parameter*> buffers;
+  for (const MoeRouterRef& r : model.moe_routers()) r.router->collect_buffers(buffers);
+  for (Parameter* b : buffers) out.emplace_back(b->name, b->value);
+  return out;
+}
+
+// Tensors transformers keeps in f32 in a bf16 model (DeepseekV3PreTrainedModel.
+// _keep_in_fp32_modules_strict: the router's gate and e_score_correction_bias), which do not make a
+// bf16 file an f32 one.
+bool kept_in_f32(Family f, const std::string& name) {
+  auto ends = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return is_mla(f) && (ends(".mlp.gate.weight") || ends(".mlp.gate.e_score_correction_bias"));
+}
+
+// DeepseekV3: model.mtp_num_layers (config.json's num_nextn_predict_layers) as far as the file holds
+// the MTP layers; transformers' save_pretrained writes none (its model has no MTP layers), so a
+// file without them imports without MTP, with a note.
+void use_present_mtp_layers(const ImportedConfig& ic, const std::map<std::string, Tensor>& hf, ModelConfig& m,
+                            std::vector<std::string>& notes) {
+  const int64_t present = detail::deepseek_mtp_layers_in(hf, m.num_layers, ic.file_mtp_layers);
+  if (present > 0 && !m.num_experts) {  // Strata's MTP layer of a dense model is dense, DeepSeek's is MoE
+    m.mtp_num_layers = std::nullopt;
+    notes.push_back("the " + std::to_string(present) + " MTP layer(s) of a dense model (first_k_dense_replace >= "
+                    "num_hidden_layers) are left out: Strata's MTP layers take the decoder's last (dense) layer kind");
+    return;
+  }
+  m.mtp_num_layers = present > 0 ? std::optional<int64_t>(present) : std::nullopt;
+  if (present < ic.file_mtp_layers)
+    notes.push_back("config.json's num_nextn_predict_layers is " + std::to_string(ic.file_mtp_layers) +
+                    " but the file holds " + std::to_string(present) + " MTP layer(s) (model.layers." +
+                    std::to_string(m.num_layers + present) + ".eh_proj.weight is missing): model.mtp_num_layers " +
+                    (present > 0 ? std::to_string(present) : std::string("null")));
+}
+
 // The iteration to export: `iteration` (refused when negative; a missing one names the iterations
 // that exist) or the tracker's.
 int64_t export_iteration(const std::string& load_dir, std::optional<int64_t> iteration) {
@@ -275,6 +322,9 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   r.family = family_for(cfg.model);  // before allocating anything
   r.dtype = model_dtype(cfg.training->precision);
   if (is_moe(r.family)) r.notes = detail::moe_export_notes(cfg.model);
+  if (is_mla(r.family)) r.notes = detail::deepseek_export_notes(cfg.model);
+  // DeepseekV3 writes the MTP layers as DeepSeek stores them; the other families have none.
+  const bool export_mtp = is_mla(r.family) && detail::deepseek_export_mtp_layers(cfg.model) > 0;
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
   std::unique_ptr<TensorFileIO> io = make_default_tensor_file_io();
@@ -282,20 +332,20 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   lo.load_optimizer = false;
   lo.load_rng = false;
   lo.vocab_padding_may_differ = true;  // a checkpoint saved under tp > 1 pads the vocabulary more
-  load_checkpoint(load_dir, model.parameters(), nullptr, *io, lo, r.iteration);
+  // The parameters and the routers' expert biases (buffers checkpointed with them).
+  load_checkpoint(load_dir, checkpoint_tensors({&model}), nullptr, *io, lo, r.iteration);
   std::map<std::string, Tensor> mg;
-  const CanonicalParameterNameMap names({&model}, 0, 1);
   size_t mtp_skipped = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    // The MTP heads are training-only (generation ignores them) and these HF families have no
-    // tensors for them: left out, with a note.
-    if (names.names()[i].rfind("mtp.", 0) == 0) {
+  for (const auto& [name, value] : canonical_tensors(model)) {
+    // The MTP heads are training-only (generation ignores them) and the HF families other than
+    // DeepseekV3 have no tensors for them: left out, with a note.
+    if (name.rfind("mtp.", 0) == 0 && !export_mtp) {
       ++mtp_skipped;
       continue;
     }
-    mg[names.names()[i]] = names.parameters()[i]->value;
+    mg[name] = value;
   }
-  if (mtp_skipped > 0)
+  if (mtp_skipped > 0 && !is_mla(r.family))  // DeepseekV3's notes say why already
     r.notes.push_back("the " + std::to_string(mtp_skipped) + " multi-token-prediction parameters (mtp.layers.*, "
                       "model.mtp_num_layers " + std::to_string(cfg.model->mtp_depths()) +
                       ") are training-only and not exported");
@@ -344,16 +394,19 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   std::string file;
   const std::map<std::string, Tensor> hf_tensors = read_hf_tensors(dir, file);
   bool all_bf16 = !hf_tensors.empty();
-  for (const auto& [name, t] : hf_tensors) all_bf16 = all_bf16 && t.dtype() == DType::BF16;
+  for (const auto& [name, t] : hf_tensors)
+    all_bf16 = all_bf16 && (t.dtype() == DType::BF16 || kept_in_f32(ic.family, name));
 
   StrataConfig raw;
   raw.model = ic.model;
+  std::vector<std::string> notes;
+  if (is_mla(ic.family)) use_present_mtp_layers(ic, hf_tensors, raw.model, notes);
   raw.training.precision = all_bf16 ? Precision::Bf16 : Precision::Fp32;
   raw.data.mock_data = true;  // an imported model has no dataset; a training config names its own
   raw.optimizer.lr = 1.0e-5;  // required by validate(); a fine-tuning rate, override it for training
   use_directory_tokenizer(dir, ic, raw);
   for (const std::string& o : overrides) raw.apply_override(o);
-  ImportResult r{ic.family, raw.validate(1), ""};
+  ImportResult r{ic.family, raw.validate(1), "", {}};
   const ResolvedConfig& cfg = r.config;
   data::build_checked_tokenizer(cfg.data, cfg.model->vocab_size);  // a bad tokenizer file fails before the model,
                                                                    // naming the source file
@@ -361,18 +414,16 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   const int64_t padded = cfg.model->padded_vocab(1);
   // Names and shapes are checked here, before the model is allocated.
   const std::map<std::string, Tensor> mg =
-      from_hf_tensors(cfg.model, ic.family, ic.file_vocab, padded, hf_tensors, file);
+      from_hf_tensors(cfg.model, ic.family, ic.file_vocab, padded, hf_tensors, file, ic.file_mtp_layers, &notes);
 
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
   LanguageModel& model = *model_ptr;
-  const CanonicalParameterNameMap names({&model}, 0, 1);
-  for (Parameter* p : names.parameters()) {
-    const std::string& name = names.name_of(p);
+  for (auto& [name, value] : canonical_tensors(model)) {
     auto it = mg.find(name);
     STRATA_CHECK(it != mg.end(), "import --hf: no tensor in ", file, " maps to parameter '", name, "'");
-    STRATA_CHECK(it->second.shape() == p->value.shape(), "import --hf: ", file, " gives parameter '", name,
-                 "' shape ", it->second.shape().str(), ", the model expects ", p->value.shape().str());
-    p->value.copy_(it->second);
+    STRATA_CHECK(it->second.shape() == value.shape(), "import --hf: ", file, " gives parameter '", name,
+                 "' shape ", it->second.shape().str(), ", the model expects ", value.shape().str());
+    value.copy_(it->second);
   }
   CheckpointState st;
   st.iteration = 0;
@@ -384,11 +435,12 @@ ImportResult import_checkpoint(const std::string& hf_dir, const std::string& sav
   std::error_code ec;
   const bool save_existed = fs::exists(save_dir, ec);
   try {
-    r.checkpoint_dir = save_checkpoint(save_dir, st, model.parameters(), nullptr, *io);
+    r.checkpoint_dir = save_checkpoint(save_dir, st, checkpoint_tensors({&model}), nullptr, *io);
   } catch (...) {
     fs::remove_all(save_existed ? fs::path(save_dir) / (checkpoint_dir_name(0) + ".tmp") : fs::path(save_dir), ec);
     throw;
   }
+  r.notes = std::move(notes);
   return r;
 }
 

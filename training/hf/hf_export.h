@@ -1,8 +1,9 @@
 // `strata export --format hf` and `strata import --hf`: a Strata checkpoint ⇄ a Hugging Face model
 // directory (config.json + model.safetensors [+ generation_config.json, vocab.json, merges.txt])
-// for LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, MixtralForCausalLM and
-// Qwen3MoeForCausalLM. Names, layouts and config keys: training/hf/hf_format.h, docs/formats.md
-// (MoE: training/hf/hf_moe_format.h, training/hf/hf_moe_map.h).
+// for LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, MixtralForCausalLM, Qwen3MoeForCausalLM
+// and DeepseekV3ForCausalLM (with its MTP layers as DeepSeek stores them). Names, layouts and config keys: training/hf/hf_format.h, docs/formats.md
+// (MoE: training/hf/hf_moe_format.h, training/hf/hf_moe_map.h; DeepseekV3: hf_deepseek_format.h,
+// hf_deepseek_map.h).
 // Reference: Megatron-LM tools/checkpoint/convert.py (loader_llama_mistral.py, saver_megatron.py),
 // transformers PreTrainedModel.save_pretrained / from_pretrained file names.
 // (The tokenizer: the files of tokenizer.json / tokenizer.model / vocab.json + merges.txt.)
@@ -43,6 +44,7 @@ struct ImportResult {
   Family family = Family::Llama;
   ResolvedConfig config;        // saved in the checkpoint manifest
   std::string checkpoint_dir;   // <save>/iter_0000000
+  std::vector<std::string> notes;  // what the import left out or changed (DeepseekV3's MTP layers), one line each
 };
 // Reads config.json (either spelling: training/hf/hf_format.h) and model.safetensors (or the shards
 // of model.safetensors.index.json, each inside hf_dir), builds the StrataConfig (bf16 tensors →
@@ -51,7 +53,9 @@ struct ImportResult {
 // lets `strata generate --load` and finetuning read it like any checkpoint). Tokenizer: vocab.json +
 // merges.txt → GPT2BPETokenizer; tokenizer.json → HuggingFaceTokenizer; tokenizer.model →
 // Llama2Tokenizer (the save copies them into iter_0000000/tokenizer/); else the one a Strata export
-// recorded; else NullTokenizer (prompts as ids). Everything is checked (tensors, tokenizer files,
+// recorded; else NullTokenizer (prompts as ids). DeepseekV3: the MTP layers the file holds after the
+// decoder layers (up to num_nextn_predict_layers) become model.mtp_num_layers (an override may ask
+// for fewer; the rest are left out with a note). Everything is checked (tensors, tokenizer files,
 // errors naming hf_dir's files) before anything is written; a failure leaves nothing behind.
 // Imports the HF directory hf_dir into a Strata checkpoint under save_dir. `overrides`:
 // "section.field=value" applied to the config built from config.json. A save_dir that already

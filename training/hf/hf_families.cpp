@@ -9,6 +9,7 @@
 // tokens (capacity settings are training-only in Strata too: `strata generate` routes without
 // dropping, so they are ignored at export). Qwen3-MoE mixes dense and MoE layers (mlp_only_layers);
 // every Mixtral layer is MoE.
+// DeepseekV3ForCausalLM's rules are training/hf/hf_deepseek_format.cpp's.
 // Reference: transformers models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py;
 // Megatron-Core transformer/moe/moe_utils.py (topk_routing_with_score_function).
 #include "training/hf/hf_families.h"
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "training/hf/hf_deepseek_format.h"
 
 namespace strata::hf {
 
@@ -26,6 +28,7 @@ const char* to_string(Family f) {
     case Family::Qwen3: return "qwen3";
     case Family::Mixtral: return "mixtral";
     case Family::Qwen3Moe: return "qwen3_moe";
+    case Family::DeepseekV3: return "deepseek_v3";
   }
   STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
   return "";
@@ -37,13 +40,15 @@ const char* architecture_name(Family f) {
     case Family::Qwen3: return "Qwen3ForCausalLM";
     case Family::Mixtral: return "MixtralForCausalLM";
     case Family::Qwen3Moe: return "Qwen3MoeForCausalLM";
+    case Family::DeepseekV3: return "DeepseekV3ForCausalLM";
   }
   STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
   return "";
 }
 bool is_moe(Family f) { return f == Family::Mixtral || f == Family::Qwen3Moe; }
 bool has_qk_norm(Family f) { return f == Family::Qwen3 || f == Family::Qwen3Moe; }
-bool is_llama_like(Family f) { return f != Family::GPT2; }
+bool is_llama_like(Family f) { return f != Family::GPT2 && f != Family::DeepseekV3; }
+bool is_mla(Family f) { return f == Family::DeepseekV3; }
 
 namespace {
 
@@ -128,7 +133,12 @@ std::string architecture_incompatibility(const ResolvedModelConfig& m, Family f)
 
 std::optional<std::string> incompatibility(const ResolvedModelConfig& m, Family f) {
   std::ostringstream why;
-  if (m->num_experts && !is_moe(f)) {
+  if (is_mla(f)) {
+    why << detail::deepseek_incompatibility(m);
+  } else if (m->multi_latent_attention) {
+    why << "model.multi_latent_attention=true: " << architecture_name(f)
+        << " has no multi-latent attention (DeepseekV3ForCausalLM has)";
+  } else if (m->num_experts && !is_moe(f)) {
     why << "model.num_experts is set: " << architecture_name(f)
         << " is a dense model (MixtralForCausalLM and Qwen3MoeForCausalLM are the MoE families)";
   } else if (!m->num_experts && is_moe(f)) {
@@ -166,6 +176,12 @@ Family moe_family_for(const ResolvedModelConfig& m) {
 }  // namespace
 
 Family family_for(const ResolvedModelConfig& m) {
+  if (m->multi_latent_attention) {
+    const auto deepseek = incompatibility(m, Family::DeepseekV3);
+    if (!deepseek) return Family::DeepseekV3;
+    STRATA_THROW("export --format hf: the model is not DeepseekV3ForCausalLM (the family with multi-latent "
+                 "attention): ", *deepseek);
+  }
   if (m->num_experts) return moe_family_for(m);
   if (m->qk_layernorm) {
     const auto qwen3 = incompatibility(m, Family::Qwen3);

@@ -5,24 +5,30 @@
 // rows) are in docs/formats.md, "Hugging Face directories".
 // The mixture-of-experts families (Mixtral, Qwen3-MoE) map the MoE layers' router and experts
 // (training/hf/hf_moe_map.h; which Strata MoE options each can express: hf_families.cpp).
-// Reference: transformers models/llama, models/qwen3, models/gpt2, models/mixtral, models/qwen3_moe;
+// DeepseekV3ForCausalLM (multi-latent attention, dense then MoE layers with shared experts and a
+// sigmoid group-limited router, MTP layers) has its own config and tensor maps:
+// training/hf/hf_deepseek_format.h, training/hf/hf_deepseek_map.h.
+// Reference: transformers models/llama, models/qwen3, models/gpt2, models/mixtral, models/qwen3_moe,
+// models/deepseek_v3;
 // Megatron-LM tools/checkpoint/{loader_llama_mistral,loader_mixtral_hf,saver_megatron}.py.
 #pragma once
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "models/config/model_config.h"
 
 namespace strata::hf {
 
-enum class Family { Llama, GPT2, Qwen3, Mixtral, Qwen3Moe };
-const char* to_string(Family f);           // model_type: "llama" | "gpt2" | "qwen3" | "mixtral" | "qwen3_moe"
-const char* architecture_name(Family f);   // "LlamaForCausalLM" | … | "MixtralForCausalLM" | "Qwen3MoeForCausalLM"
-bool is_moe(Family f);                     // Mixtral, Qwen3Moe
+enum class Family { Llama, GPT2, Qwen3, Mixtral, Qwen3Moe, DeepseekV3 };
+const char* to_string(Family f);           // model_type: "llama" | "gpt2" | "qwen3" | "mixtral" | "qwen3_moe" | "deepseek_v3"
+const char* architecture_name(Family f);   // "LlamaForCausalLM" | … | "Qwen3MoeForCausalLM" | "DeepseekV3ForCausalLM"
+bool is_moe(Family f);                     // Mixtral, Qwen3Moe (DeepseekV3, dense or MoE, maps its own MoE keys)
 bool has_qk_norm(Family f);                // Qwen3, Qwen3Moe (q_norm / k_norm)
-bool is_llama_like(Family f);              // every family but GPT-2: RMSNorm, SwiGLU, RoPE, model.layers.N
+bool is_llama_like(Family f);              // Llama, Qwen3, Mixtral, Qwen3Moe: q/k/v_proj attention, model.layers.N
+bool is_mla(Family f);                     // DeepseekV3: multi-latent attention (model.multi_latent_attention)
 
 // Why a finalized model config cannot be exported as `f` ("model.normalization=LayerNorm is not
 // Llama's RMSNorm", "model.moe_router_score_function=sigmoid: …"), or nullopt when it can.
@@ -39,8 +45,11 @@ std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family
 // layer map (which layers are MoE) is the finalized m's. Missing, extra and
 // wrong-shaped tensors are errors naming the tensor and `file`. `file_vocab`: the embedding rows
 // in the file (config.json vocab_size); `padded_vocab`: the model's rows (Megatron's padding),
-// reached by repeating the last row.
+// reached by repeating the last row. DeepseekV3: `file_mtp_layers` (config.json's
+// num_nextn_predict_layers) MTP layers may follow the decoder layers; those past m's
+// model.mtp_num_layers are left out, with a line in *notes.
 std::map<std::string, Tensor> from_hf_tensors(const ResolvedModelConfig& m, Family f, int64_t file_vocab, int64_t padded_vocab,
-                                              const std::map<std::string, Tensor>& hf, const std::string& file);
+                                              const std::map<std::string, Tensor>& hf, const std::string& file,
+                                              int64_t file_mtp_layers = 0, std::vector<std::string>* notes = nullptr);
 
 }  // namespace strata::hf

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/rotary.h"
+#include "training/hf/hf_deepseek_format.h"
 #include "training/hf/hf_format.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
@@ -186,9 +187,16 @@ Family family_of(const json& j, const std::string& file) {
   if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3")) return Family::Qwen3;
   if (arch == "MixtralForCausalLM" || (arch.empty() && type == "mixtral")) return Family::Mixtral;
   if (arch == "Qwen3MoeForCausalLM" || (arch.empty() && type == "qwen3_moe")) return Family::Qwen3Moe;
+  if (arch == "DeepseekV3ForCausalLM" || (arch.empty() && type == "deepseek_v3")) return Family::DeepseekV3;
+  // DeepSeek-V2's transformers class routes by a softmax ("greedy" / "group_limited_greedy") and
+  // rotates RoPE halves: not DeepseekV3ForCausalLM's computation, refused by name.
+  STRATA_CHECK(arch != "DeepseekV2ForCausalLM" && type != "deepseek_v2", file, ": ",
+               arch.empty() ? "model_type deepseek_v2" : arch, " (DeepSeek-V2, whose router is a softmax) is not "
+               "imported by Strata; strata import reads DeepseekV3ForCausalLM (model_type deepseek_v3)");
   STRATA_THROW(file, ": architectures ", arch.empty() ? "(none)" : arch, " / model_type '", type,
                "' is neither LlamaForCausalLM (llama), Qwen3ForCausalLM (qwen3), MixtralForCausalLM (mixtral), "
-               "Qwen3MoeForCausalLM (qwen3_moe) nor GPT2LMHeadModel (gpt2), the families strata import reads");
+               "Qwen3MoeForCausalLM (qwen3_moe), DeepseekV3ForCausalLM (deepseek_v3) nor GPT2LMHeadModel (gpt2), "
+               "the families strata import reads");
 }
 
 }  // namespace
@@ -197,7 +205,9 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
   ojson j;
   j["architectures"] = ojson::array({architecture_name(f)});
   j["model_type"] = to_string(f);
-  if (f != Family::GPT2) {
+  if (is_mla(f)) {
+    deepseek_config_json(m, j);
+  } else if (f != Family::GPT2) {
     j["hidden_size"] = m->hidden_size;
     j["intermediate_size"] = f == Family::Mixtral ? m.moe_ffn() : m.ffn();  // Mixtral: the experts' size
     j["num_attention_heads"] = m->num_attention_heads;
@@ -264,6 +274,7 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
                  {"hidden_dropout", m->hidden_dropout},
                  {"tokenizer_type", info.tokenizer_type}};
   if (!info.tokenizer_settings.is_null()) j["strata"]["tokenizer"] = info.tokenizer_settings;
+  if (is_mla(f)) deepseek_strata_json(m, j["strata"]);
   if (is_moe(f)) {
     j["strata"]["moe"] = moe_strata_json(m);
     if (f == Family::Mixtral) j["strata"]["ffn_hidden_size"] = m.ffn();  // no dense layer holds it
@@ -293,7 +304,10 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
   r.file_vocab = *m.vocab_size;
   m.hidden_dropout = 0.0;
   m.attention_dropout = 0.0;
-  if (is_llama_like(r.family)) {
+  if (is_mla(r.family)) {
+    deepseek_config_from_json(j, file, m);
+    r.file_mtp_layers = m.mtp_depths();
+  } else if (is_llama_like(r.family)) {
     m.hidden_size = get_int(j, "hidden_size", file);
     m.ffn_hidden_size = get_int(j, "intermediate_size", file);
     m.num_attention_heads = get_int(j, "num_attention_heads", file);
@@ -376,6 +390,7 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     if (s.contains("tokenizer")) r.tokenizer_settings = s.at("tokenizer");
     if (r.family == Family::Mixtral) m.ffn_hidden_size = opt_int(s, "ffn_hidden_size", sf).value_or(*m.ffn_hidden_size);
     if (is_moe(r.family) && s.contains("moe")) moe_strata_from_json(s.at("moe"), sf + " \"moe\"", m);
+    if (is_mla(r.family)) deepseek_strata_from_json(s, sf, m);
   }
   return r;
 }

@@ -5,7 +5,7 @@
 //   Mixtral MoE layer: block_sparse_moe.gate [E, H]  ⇄  mlp.router.weight;
 //                      block_sparse_moe.experts.e.w1 (gate) / w3 (up) / w2 (down)
 //                        ⇄  mlp.experts.linear_fc1.weight<e> [gate | up], linear_fc2.weight<e>
-//   Qwen3-MoE MoE layer: mlp.gate [E, H]; mlp.experts.e.gate_proj / up_proj / down_proj
+//   Qwen3-MoE (and DeepSeek-V3) MoE layer: mlp.gate [E, H]; mlp.experts.e.gate_proj / up_proj / down_proj
 // <e> is the global expert id, so a checkpoint saved under any expert-parallel size maps the same.
 // Reference: transformers modeling_mixtral.py (MixtralSparseMoeBlock, MixtralBlockSparseTop2MLP),
 // modeling_qwen3_moe.py (Qwen3MoeSparseMoeBlock, Qwen3MoeMLP); Megatron-Core moe/experts.py.
@@ -17,6 +17,7 @@
 
 #include "core/tensor.h"
 #include "training/hf/hf_families.h"
+#include "training/hf/hf_tensor_ops.h"
 
 namespace strata::hf::detail {
 
@@ -26,9 +27,6 @@ struct MlpDims {
   int64_t ffn = 0;      // dense FFN size, or each expert's FFN size in an MoE layer
   int64_t experts = 0;  // 0: a dense MLP
 };
-
-// Concatenation along dim 0 (same trailing shape and dtype).
-Tensor cat_rows(const std::vector<Tensor>& parts);
 
 // hp: "model.layers.N.", mp: "decoder.layers.N.".
 void mlp_hf_shapes(Family f, const std::string& hp, const MlpDims& d, std::map<std::string, Shape>& out);

@@ -1,6 +1,7 @@
 // Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
 // Mixtral / Qwen3-MoE / GPT-2 names (training/hf/hf_families.h: to_hf_tensors, from_hf_tensors); the
-// MLP half of the Llama-like layers (dense or MoE) is training/hf/hf_moe_map.h.
+// MLP half of the Llama-like layers (dense or MoE) is training/hf/hf_moe_map.h, DeepseekV3's maps
+// training/hf/hf_deepseek_map.h.
 // Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
 // repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
 // c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "training/hf/hf_deepseek_map.h"
 #include "training/hf/hf_families.h"
 #include "training/hf/hf_moe_map.h"
 
@@ -31,12 +33,38 @@ Tensor cat_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+// As Megatron's checkpoint saver pads a converted vocabulary (tools/checkpoint/saver_base.py
+// pad_weight). The padding ids are never produced by the tokenizer and generation drops their logits.
+Tensor pad_rows(const Tensor& t, int64_t rows) {
+  if (t.size(0) == rows) return t;
+  Tensor out = Tensor::empty({rows, t.size(1)}, t.dtype());
+  out.narrow(0, 0, t.size(0)).copy_(t);
+  const Tensor last = t.narrow(0, t.size(0) - 1, 1);
+  for (int64_t r = t.size(0); r < rows; ++r) out.narrow(0, r, 1).copy_(last);
+  return out;
+}
+
+Tensor plus(const Tensor& t, double d) {
+  std::vector<double> v = t.to_vector();
+  for (double& x : v) x += d;
+  return Tensor::from_vector(v, t.shape(), t.dtype());
+}
+
 }  // namespace detail
 
 namespace {
 
 using detail::cat_rows;
 using detail::MlpDims;
+using detail::pad_rows;
+using detail::plus;
+using detail::same_bytes;
 
 struct Dims {
   int64_t h, np, ng, hn, ffn, pv, max_pos, layers;
@@ -60,12 +88,6 @@ Dims dims_of(const ResolvedModelConfig& m, int64_t padded_vocab) {
 std::string mlayer(int64_t i) { return "decoder.layers." + std::to_string(i) + "."; }
 std::string llayer(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
 std::string glayer(int64_t i) { return "transformer.h." + std::to_string(i) + "."; }
-
-Tensor plus(const Tensor& t, double d) {
-  std::vector<double> v = t.to_vector();
-  for (double& x : v) x += d;
-  return Tensor::from_vector(v, t.shape(), t.dtype());
-}
 
 // Megatron linear_qkv weight [ng·(per+2)·hn, in] (or bias [ng·(per+2)·hn]) → q [np·hn, …],
 // k [ng·hn, …], v [ng·hn, …].
@@ -149,28 +171,11 @@ std::string canonical_hf_name(const std::string& name, Family f) {
   return base + name;  // a base-model (LlamaModel / GPT2Model) checkpoint
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
-}
-
-// `t` [v, h] grown to [rows, h] with copies of its last row, as Megatron's checkpoint saver pads a
-// converted vocabulary (tools/checkpoint/saver_base.py pad_weight). The padding ids are never
-// produced by the tokenizer and generation drops their logits.
-Tensor pad_rows(const Tensor& t, int64_t rows) {
-  if (t.size(0) == rows) return t;
-  Tensor out = Tensor::empty({rows, t.size(1)}, t.dtype());
-  out.narrow(0, 0, t.size(0)).copy_(t);
-  const Tensor last = t.narrow(0, t.size(0) - 1, 1);
-  for (int64_t r = t.size(0); r < rows; ++r) out.narrow(0, r, 1).copy_(last);
-  return out;
-}
-
 }  // namespace
 
 std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family f,
                                             const std::map<std::string, Tensor>& mg) {
+  if (is_mla(f)) return detail::deepseek_to_hf(m, mg);
   auto get = [&](const std::string& name) -> const Tensor& {
     auto it = mg.find(name);
     STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
@@ -241,14 +246,11 @@ std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family
 
 std::map<std::string, Tensor> from_hf_tensors(const ResolvedModelConfig& m, Family f, int64_t file_vocab,
                                               int64_t padded_vocab, const std::map<std::string, Tensor>& hf_in,
-                                              const std::string& file) {
+                                              const std::string& file, int64_t file_mtp_layers,
+                                              std::vector<std::string>* notes) {
   STRATA_CHECK(file_vocab <= padded_vocab, file, ": vocab_size ", file_vocab,
                " is larger than the model's padded vocabulary ", padded_vocab, " (model.vocab_size ", *m->vocab_size,
                ", model.make_vocab_size_divisible_by ", m->make_vocab_size_divisible_by, ")");
-  const Dims d = dims_of(m, file_vocab);
-  const std::map<std::string, Shape> want = hf_shapes(f, d);
-  const std::string embed_name = f != Family::GPT2 ? "model.embed_tokens.weight" : "transformer.wte.weight";
-
   std::map<std::string, Tensor> hf;
   for (const auto& [raw, t] : hf_in) {
     const std::string name = canonical_hf_name(raw, f);
@@ -256,6 +258,10 @@ std::map<std::string, Tensor> from_hf_tensors(const ResolvedModelConfig& m, Fami
     STRATA_CHECK(!hf.count(name), file, ": tensor '", raw, "' appears twice (as '", name, "')");
     hf[name] = t;
   }
+  if (is_mla(f)) return detail::deepseek_from_hf(m, file_vocab, padded_vocab, std::move(hf), file, file_mtp_layers, notes);
+  const Dims d = dims_of(m, file_vocab);
+  const std::map<std::string, Shape> want = hf_shapes(f, d);
+  const std::string embed_name = f != Family::GPT2 ? "model.embed_tokens.weight" : "transformer.wte.weight";
   if (d.tied && hf.count("lm_head.weight")) {
     STRATA_CHECK(hf.count(embed_name) && same_bytes(hf.at("lm_head.weight"), hf.at(embed_name)), file,
                  ": tensor 'lm_head.weight' differs from '", embed_name,
