@@ -16,6 +16,7 @@
 #include <numbers>
 
 #include "core/config_table.h"
+#include "core/observe.h"
 #include "models/config/layer_kind.h"
 #include "models/layers/multi_latent_attention.h"
 #include "models/model_manifest.h"
@@ -115,8 +116,9 @@ Vec mla_rope(const Vec& x, int64_t pos, const Vec& freq, double mscale) {
   return y;
 }
 
-// The reference output [s, b, h] of `a` on x [s, b, h] (positions 0..s-1, causal).
-Vec reference_forward(const MultiLatentAttention& a, const ModelConfig& c, const Tensor& x) {
+// The reference output [s, b, h] of `a` on x [s, b, h] (positions 0..s-1, causal); *logit_max: per
+// head the largest scaled score over the batch and every allowed pair (the attention_logit_max site).
+Vec reference_forward(const MultiLatentAttention& a, const ModelConfig& c, const Tensor& x, Vec* logit_max = nullptr) {
   const int64_t S = x.size(0), B = x.size(1), H = c.hidden_size, n = c.num_attention_heads;
   const int64_t dqk = c.qk_head_dim, dpe = c.qk_pos_emb_head_dim, dv = c.v_head_dim, r = c.kv_lora_rank;
   const int64_t D = dqk + dpe;
@@ -154,6 +156,7 @@ Vec reference_forward(const MultiLatentAttention& a, const ModelConfig& c, const
     }
   const Vec Wo = vals(a.linear_proj.weight);
   Vec y(static_cast<size_t>(S * B * H), 0.0);
+  if (logit_max) logit_max->assign(static_cast<size_t>(n), -1e300);
   for (int64_t t = 0; t < S; ++t)
     for (int64_t b = 0; b < B; ++b) {
       Vec o(static_cast<size_t>(n * dv), 0.0);
@@ -165,6 +168,7 @@ Vec reference_forward(const MultiLatentAttention& a, const ModelConfig& c, const
           for (int64_t i = 0; i < D; ++i) d += Q[t][b][h][i] * K[u][b][h][i];
           sc[u] = d * scale, mx = std::max(mx, sc[u]);
         }
+        if (logit_max) (*logit_max)[h] = std::max((*logit_max)[h], mx);
         for (double& v : sc) z += (v = std::exp(v - mx));
         for (int64_t u = 0; u <= t; ++u)
           for (int64_t i = 0; i < dv; ++i) o[h * dv + i] += sc[u] / z * V[u][b][h][i];
@@ -191,6 +195,38 @@ TEST_CASE("mla: forward equals the f64 reference of Megatron's MLASelfAttention"
     const Tensor y = a.forward(x, AttentionRun{}, nullptr);
     const Tensor ref = Tensor::from_vector(reference_forward(a, c, x), y.shape(), DType::F64);
     CHECK(test::normalized_error(y, ref) < 1e-12);
+  }
+}
+
+struct LogitMaxRecorder : Observer {
+  std::vector<std::pair<std::string, Tensor>> seen;
+  void on_tensor(const Observation& o) override {
+    seen.push_back({std::string(o.owner) + "." + std::string(o.name), o.tensor.clone()});
+  }
+};
+
+TEST_CASE("mla: the attention_logit_max site equals the reference's scaled scores, cached or not", "[mla][observe]") {
+  const ModelConfig c = mla_config(true, true, true);
+  MultiLatentAttention a("decoder.layers.0.self_attention", ResolvedModelConfig(c), f64_env(), ProcessGroup::single("tp"));
+  const Tensor x = test::random_tensor({6, 2, 12}, 61);
+  Vec want;
+  reference_forward(a, c, x, &want);
+  LogitMaxRecorder rec;
+  {
+    CaptureScope scope(rec, {SourceKind::AttentionLogitMax});
+    a.forward(x, AttentionRun{}, nullptr);
+    // Generation observes the same logits through the absorbed query: prefill all 6 tokens.
+    layers::LayerKVCache cache = a.make_cache(2, 6, DType::F64, Device::cpu());
+    AttentionRun run;
+    run.cache = &cache;
+    a.forward(x, run, nullptr);
+  }
+  REQUIRE(rec.seen.size() == 2);
+  CHECK(rec.seen[0].first == "decoder.layers.0.self_attention.attention_logit_max");
+  for (const auto& [name, got] : rec.seen) {
+    const Vec g = got.to_vector();
+    REQUIRE(g.size() == 2);
+    for (size_t h = 0; h < 2; ++h) CHECK(std::abs(g[h] - want[h]) <= 1e-6 * std::abs(want[h]));  // f32 site
   }
 }
 
