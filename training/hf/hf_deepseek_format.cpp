@@ -15,6 +15,7 @@
 #include "kernels/rotary.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
+#include "training/hf/hf_yarn_read.h"
 
 namespace strata::hf::detail {
 
@@ -185,42 +186,13 @@ void read_mla(const json& j, const std::string& file, ModelConfig& m) {
   m.mtp_num_layers = mtp > 0 ? std::optional<int64_t>(mtp) : std::nullopt;
 }
 
-// The mscale for which Strata's concentration factor get_mscale(f, mscale) / get_mscale(f,
-// mscale_all_dim) is `a` (transformers' cos/sin factor); refused (naming `what`) where none is.
-double mscale_for(double a, double f, double mscale_all_dim, const std::string& what) {
-  STRATA_CHECK(std::isfinite(a) && a > 0, what, ": attention_factor ", a, " must be finite and > 0");
-  if (f <= 1.0) {
-    STRATA_CHECK(a == 1.0, what, ": a cos/sin factor ", a, " with factor ", f, " <= 1 cannot be represented "
-                 "(Megatron's YaRN concentration factor is 1 when model.rotary_scaling_factor <= 1)");
-    return 1.0;
-  }
-  const double mscale = (a * kernels::yarn_get_mscale(f, mscale_all_dim) - 1.0) / (0.1 * std::log(f));
-  const double back = kernels::yarn_concentration_factor(f, mscale, mscale_all_dim);
-  STRATA_CHECK(std::abs(back - a) <= 16 * std::numeric_limits<double>::epsilon() * a, what, ": the cos/sin factor ",
-               a, " is not represented by model.mscale ", mscale, " (which gives ", back, ")");
-  return mscale;
-}
-
 // transformers' "yarn" (after standardize_rope_params: a top-level original_max_position_embeddings
 // wins; a null factor is max_position_embeddings / original; beta_fast / beta_slow default to 32 / 1
 // when missing, null or 0; truncate defaults to true, null is false). mscale_all_dim is kept (the
-// softmax scale); mscale is the one that gives transformers' cos/sin factor (mscale_for).
+// softmax scale); mscale is the one that gives transformers' cos/sin factor (mscale_for_attention_factor).
 void read_yarn(const json& r, const json& j, const std::string& what, const std::string& file, ModelConfig& m) {
   m.rope_type = RopeType::Yarn;
-  const double max_positions = static_cast<double>(*m.max_position_embeddings);
-  const double original = opt_double(j, "original_max_position_embeddings",
-                                     opt_double(r, "original_max_position_embeddings", max_positions, file), file);
-  STRATA_CHECK(original == std::floor(original) && original > 0, what, ": original_max_position_embeddings ",
-               original, " is not a positive integer (model.yarn_original_max_position_embeddings)");
-  m.yarn_original_max_position_embeddings = static_cast<int64_t>(original);
-  const double f = opt_double(r, "factor", max_positions / original, file);
-  STRATA_CHECK(std::isfinite(f) && f > 0, what, ": factor ", f, " must be > 0 (model.rotary_scaling_factor)");
-  m.rotary_scaling_factor = f;
-  const double beta_fast = opt_double(r, "beta_fast", 0.0, file), beta_slow = opt_double(r, "beta_slow", 0.0, file);
-  m.yarn_beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;
-  m.yarn_beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
-  m.yarn_correction_range_round_to_int =
-      r.contains("truncate") ? !r.at("truncate").is_null() && opt_bool(r, "truncate", true, file) : true;
+  const double f = read_yarn_frequencies(r, j, what, file, m);
   const double mscale = opt_double(r, "mscale", 0.0, file), all_dim = opt_double(r, "mscale_all_dim", 0.0, file);
   m.mscale_all_dim = all_dim;  // yarn_apply_mscale: the softmax scale's get_mscale(f, mscale_all_dim)²
   const bool given = r.contains("attention_factor") && !r.at("attention_factor").is_null();
@@ -229,7 +201,7 @@ void read_yarn(const json& r, const json& j, const std::string& what, const std:
     return;
   }
   const double a = given ? get_double(r, "attention_factor", file) : kernels::yarn_get_mscale(f);
-  m.mscale = mscale_for(a, f, all_dim, what);
+  m.mscale = mscale_for_attention_factor(a, f, all_dim, what);
 }
 
 // rope_scaling (DeepSeek's own configs, "type") or rope_parameters (transformers 5), as

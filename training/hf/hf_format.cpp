@@ -14,6 +14,7 @@
 #include "training/hf/hf_format.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
+#include "training/hf/hf_yarn_read.h"
 
 namespace strata::hf {
 
@@ -29,24 +30,6 @@ const char* torch_dtype_name(DType d) {
   return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32";
 }
 
-// YaRN's concentration factor as Megatron keeps it (model.mscale with model.mscale_all_dim 0): the
-// mscale whose 0.1·mscale·ln(factor) + 1 is `a`; refused (naming `what`) where no mscale gives it
-// back to within a few ulps: factor <= 1 (the factor is then 1) with `a` other than 1.
-double mscale_for_attention_factor(double a, double factor, const std::string& what) {
-  STRATA_CHECK(std::isfinite(a) && a > 0, what, ": attention_factor ", a, " must be finite and > 0");
-  if (factor <= 1.0) {
-    STRATA_CHECK(a == 1.0, what, ": attention_factor ", a, " with factor ", factor,
-                 " <= 1 cannot be represented (Megatron's YaRN concentration factor is 1 when "
-                 "model.rotary_scaling_factor <= 1, whatever model.mscale says)");
-    return 1.0;
-  }
-  const double mscale = (a - 1.0) / (0.1 * std::log(factor));
-  const double back = kernels::yarn_concentration_factor(factor, mscale, 0.0);
-  STRATA_CHECK(std::abs(back - a) <= 8 * std::numeric_limits<double>::epsilon() * a, what, ": attention_factor ",
-               a, " is not represented by model.mscale ", mscale, " (which gives ", back, ")");
-  return mscale;
-}
-
 // transformers' rope_type "yarn" (modeling_rope_utils.py _compute_yarn_parameters after
 // standardize_rope_params) as position_embedding_type yarn, by transformers' rules:
 // original_max_position_embeddings is the config's top-level key when there is one (Phi-3's
@@ -60,20 +43,7 @@ double mscale_for_attention_factor(double a, double factor, const std::string& w
 // An attention_factor that the mscale pair does not give is kept as mscale_for_attention_factor.
 void read_yarn(const json& r, const json& j, const std::string& what, const std::string& file, ModelConfig& m) {
   m.position_embedding_type = PositionEmbeddingType::Yarn;
-  const double max_positions = static_cast<double>(*m.max_position_embeddings);
-  const double original = opt_double(j, "original_max_position_embeddings",
-                                     opt_double(r, "original_max_position_embeddings", max_positions, file), file);
-  STRATA_CHECK(original == std::floor(original) && original > 0, what, ": original_max_position_embeddings ",
-               original, " is not a positive integer (model.yarn_original_max_position_embeddings)");
-  m.yarn_original_max_position_embeddings = static_cast<int64_t>(original);
-  const double factor = opt_double(r, "factor", max_positions / original, file);
-  STRATA_CHECK(std::isfinite(factor) && factor > 0, what, ": factor ", factor, " must be > 0 (model.rotary_scaling_factor)");
-  m.rotary_scaling_factor = factor;
-  const double beta_fast = opt_double(r, "beta_fast", 0.0, file), beta_slow = opt_double(r, "beta_slow", 0.0, file);
-  m.yarn_beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;
-  m.yarn_beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
-  m.yarn_correction_range_round_to_int =
-      r.contains("truncate") ? !r.at("truncate").is_null() && opt_bool(r, "truncate", true, file) : true;
+  const double factor = read_yarn_frequencies(r, j, what, file, m);
   const double mscale = opt_double(r, "mscale", 0.0, file), all_dim = opt_double(r, "mscale_all_dim", 0.0, file);
   const bool pair = mscale != 0.0 && all_dim != 0.0;
   m.mscale = pair ? mscale : 1.0;
@@ -82,7 +52,7 @@ void read_yarn(const json& r, const json& j, const std::string& what, const std:
   const double a = get_double(r, "attention_factor", file);
   const double derived = kernels::yarn_concentration_factor(factor, m.mscale, m.mscale_all_dim);
   if (std::abs(derived - a) <= 8 * std::numeric_limits<double>::epsilon() * a) return;
-  m.mscale = mscale_for_attention_factor(a, factor, what);
+  m.mscale = mscale_for_attention_factor(a, factor, 0.0, what);
   m.mscale_all_dim = 0.0;
 }
 
