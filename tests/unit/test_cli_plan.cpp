@@ -155,3 +155,21 @@ TEST_CASE("cli plan: a Mamba hybrid with `|` segments over two stages and MTP (J
   REQUIRE(text.rc == 0);
   CHECK(text.out.find("hybrid 'M-M*|-ME/M-': activations per layer per micro-batch: M ") != std::string::npos);
 }
+
+TEST_CASE("cli plan: the generation cache per token, attention's k and v or MLA's latent and RoPE key", "[cli_plan][mla]") {
+  // gpt_tiny: 4 layers, hidden 256, 4 heads (head dim 64, no GQA), fp32.
+  const std::vector<std::string> base = {"plan", "--config", repo_config("gpt_tiny.yaml"), "--world-size", "1",
+                                         "model.vocab_size=512", "--json"};
+  CliResult r = run_cli(base);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(nlohmann::json::parse(r.out)["generation_cache_bytes_per_token"] == 4 * 2 * 4 * 64 * 4);
+  std::vector<std::string> mla = base;
+  for (const char* o : {"model.multi_latent_attention=true", "model.q_lora_rank=64", "model.kv_lora_rank=32",
+                        "model.qk_head_dim=32", "model.qk_pos_emb_head_dim=16", "model.v_head_dim=32"})
+    mla.push_back(o);
+  r = run_cli(mla);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(nlohmann::json::parse(r.out)["generation_cache_bytes_per_token"] == 4 * (32 + 16) * 4);
+}
