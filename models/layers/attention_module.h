@@ -9,8 +9,10 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "models/layers/inference_cache.h"
@@ -53,5 +55,26 @@ class AttentionModule {
   // A zero generation cache for `batch` sequences of up to max_seq positions.
   virtual LayerKVCache make_cache(int64_t batch, int64_t max_seq, DType dtype, Device device) const = 0;
 };
+
+// The two halves of the interface every module writes alike, for a module with a typed
+// forward(x, run, Saved*) and a nested Saved deriving from State: the forward into a state it
+// allocates (none when saved is null), and the state read back as the module's own Saved (an
+// internal error, naming `owner`, for another module's state).
+template <class Module>
+Tensor forward_into_state(const Module& module, const Tensor& x, const AttentionRun& run,
+                          std::unique_ptr<AttentionModule::State>* saved) {
+  if (!saved) return module.forward(x, run, nullptr);
+  auto state = std::make_unique<typename Module::Saved>();
+  Tensor y = module.forward(x, run, state.get());
+  *saved = std::move(state);
+  return y;
+}
+
+template <class Module>
+const typename Module::Saved& module_state(const AttentionModule::State& state, const std::string& owner) {
+  const auto* typed = dynamic_cast<const typename Module::Saved*>(&state);
+  STRATA_INTERNAL_ASSERT(typed != nullptr, owner, ": backward from another attention module's state");
+  return *typed;
+}
 
 }  // namespace strata::layers

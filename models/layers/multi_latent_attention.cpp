@@ -256,17 +256,11 @@ Tensor MultiLatentAttention::cached_attention(const Tensor& q_in, const Tensor& 
 
 Tensor MultiLatentAttention::forward_module(const Tensor& x, const AttentionRun& run,
                                             std::unique_ptr<State>* saved) const {
-  if (!saved) return forward(x, run, nullptr);
-  auto sv = std::make_unique<Saved>();
-  Tensor y = forward(x, run, sv.get());
-  *saved = std::move(sv);
-  return y;
+  return forward_into_state(*this, x, run, saved);
 }
 
 Tensor MultiLatentAttention::backward_module(const State& saved, const Tensor& dy, const Tensor& input) {
-  const auto* sv = dynamic_cast<const Saved*>(&saved);
-  STRATA_INTERNAL_ASSERT(sv != nullptr, owner_, ": backward from another attention module's state");
-  return backward(*sv, dy, input);
+  return backward(module_state<MultiLatentAttention>(saved, owner_), dy, input);
 }
 
 Tensor MultiLatentAttention::backward(const Saved& sv, const Tensor& dy, const Tensor& x_in) {

@@ -178,17 +178,11 @@ Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
 
 Tensor SelfAttention::forward_module(const Tensor& x, const AttentionRun& run, std::unique_ptr<State>* saved) const {
   STRATA_INTERNAL_ASSERT(run.keep_input, owner_, ": self-attention always keeps its input (no layernorm recompute)");
-  if (!saved) return forward(x, run, nullptr);
-  auto sv = std::make_unique<Saved>();
-  Tensor y = forward(x, run, sv.get());
-  *saved = std::move(sv);
-  return y;
+  return forward_into_state(*this, x, run, saved);
 }
 
 Tensor SelfAttention::backward_module(const State& saved, const Tensor& dy, const Tensor& /*input*/) {
-  const auto* sv = dynamic_cast<const Saved*>(&saved);
-  STRATA_INTERNAL_ASSERT(sv != nullptr, owner_, ": backward from another attention module's state");
-  return backward(*sv, dy);
+  return backward(module_state<SelfAttention>(saved, owner_), dy);
 }
 
 LayerKVCache SelfAttention::make_cache(int64_t batch, int64_t max_seq, DType dtype, Device device) const {
