@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Independent numerical reference for `strata export --format hf` (tests/unit/test_hf_export.cpp, test_hf_moe.cpp,
-test_hf_deepseek.cpp).
+test_hf_deepseek.cpp, test_hf_nemotron_h.cpp).
 
 Reads a Hugging Face model directory (config.json + model.safetensors, parsed here with the
 standard library and numpy only) and runs the forward pass of transformers' GPT2LMHeadModel,
-LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM or DeepseekV3ForCausalLM
-in float64, the way transformers computes it:
+LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM or
+NemotronHForCausalLM in float64, the way transformers computes it:
   Llama: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), q/k/v/o_proj, RoPE with rotate_half
          (inv_freq = theta^(-arange(0, d, 2)/d), divided by the factor of rope_type "linear",
          scaled by rope_type "llama3", blended by rope_type "yarn" with cos/sin times its attention
@@ -36,6 +36,17 @@ in float64, the way transformers computes it:
          shared experts (one MLP of moe_intermediate_size · n_shared_experts). Experts one tensor
          per expert (the Hub's layout) or transformers' fused gate_up_proj [E, 2F, H] /
          down_proj [E, H, F]. The MTP layers (model.layers.{num_hidden_layers + k}) are not run.
+  NemotronH: blocks x + mixer(RMSNorm(x)) of the kinds layers_block_type lists (or hybrid_override_pattern's
+         letters M * - E), then norm_f and lm_head (or the tied embedding). linear_attention is
+         NemotronHMamba2Mixer: in_proj → [z | xBC | dt], causal depthwise conv1d (+ bias) and silu on xBC,
+         split x | B | C, dt = softplus(dt + dt_bias) clamped to time_step_limit, A = -exp(A_log), the
+         selective scan as its recurrence (h ← exp(dt·A)·h + dt·x⊗B, y = h·C + D·x; heads share B, C by
+         group), then NemotronHRMSNormGated (y·silu(z) normalised in n_groups groups, eps
+         layer_norm_epsilon) and out_proj. full_attention: q/k/v/o_proj without positions, GQA,
+         causal softmax(q k^T · head_dim^-0.5). mlp: down(relu(up x)^2). moe: NemotronHTopkRouter
+         (DeepSeek-V3's, above), experts relu2 MLPs (fc1_latent_proj before and fc2_latent_proj after
+         them when moe_latent_size is set), plus the shared expert; experts one tensor each under
+         "backbone." (the Hub) or fused under "model." (transformers 5).
   GPT-2: LayerNorm, Conv1D (x @ W + b with W [in, out]), c_attn split q | k | v, causal attention
          scaled by 1/sqrt(d), gelu_new (tanh) / gelu (erf) MLP, learned positions, tied lm_head.
 config.json in the Hub's older spelling (top-level rope_theta / rope_scaling, Qwen3-MoE's num_experts)
@@ -45,6 +56,8 @@ rope_parameters`, its rope_theta else the top-level one else the family's defaul
 Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py,
 models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py, models/gpt2/modeling_gpt2.py,
 models/deepseek_v3/modeling_deepseek_v3.py (DeepseekV3Attention, DeepseekV3TopkRouter, DeepseekV3MoE),
+models/nemotron_h/modeling_nemotron_h.py (NemotronHMamba2Mixer.torch_forward, NemotronHRMSNormGated,
+NemotronHAttention, NemotronHMLP, NemotronHMoE, NemotronHTopkRouter),
 pytorch_utils.py (Conv1D), activations.py (NewGELUActivation), modeling_rope_utils.py
 (_compute_llama3_parameters, _compute_yarn_parameters, yarn_get_mscale, yarn_apply_mscale,
 standardize_rope_params).
@@ -394,6 +407,142 @@ def deepseek_forward(cfg, t, ids):
     return x @ head.T
 
 
+def relu2(z):
+    """ACT2FN["relu2"] (ReLUSquaredActivation): relu(z)^2."""
+    return np.maximum(z, 0.0) ** 2
+
+
+class NemotronTensors:
+    """NemotronH's names as the Hub stores them ("backbone.", one tensor per expert), transformers 5's
+    ("model.", experts fused [E, out, in]) or without a prefix, looked up as "backbone.…"."""
+
+    def __init__(self, t):
+        self.t = {}
+        for n, v in t.items():
+            if n.startswith("mtp."):
+                continue
+            if n.startswith("model."):
+                n = "backbone." + n[len("model."):]
+            elif not n.startswith(("backbone.", "lm_head.")):
+                n = "backbone." + n
+            if n.endswith((".mixer.experts.up_proj", ".mixer.experts.down_proj")) and v.ndim == 3:
+                stem, proj = n.rsplit(".", 1)
+                for e in range(v.shape[0]):
+                    self.t["%s.%d.%s.weight" % (stem, e, proj)] = v[e]
+                continue
+            self.t[n] = v
+
+    def __call__(self, n):
+        return self.t[n]
+
+
+def nemotron_mamba(cfg, g, p, a):
+    """NemotronHMamba2Mixer on a [s, h] (torch_forward without a cache; the SSD scan as its naive
+    recurrence, the same numbers as the chunked form in float64)."""
+    s = a.shape[0]
+    heads, hd = cfg["mamba_num_heads"], cfg["mamba_head_dim"]
+    groups = cfg.get("n_groups", cfg.get("mamba_n_groups", 8))
+    n = cfg["ssm_state_size"]
+    di = heads * hd
+    conv_dim = di + 2 * groups * n
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    zxbcdt = a @ g(p + "mixer.in_proj.weight").T  # [s, di + conv_dim + heads]
+    z, xbc, dt = zxbcdt[:, :di], zxbcdt[:, di:di + conv_dim], zxbcdt[:, di + conv_dim:]
+    w = g(p + "mixer.conv1d.weight")[:, 0, :]  # [conv_dim, K]: causal depthwise conv, left-padded by K - 1
+    k = w.shape[1]
+    padded = np.concatenate([np.zeros((k - 1, conv_dim)), xbc], axis=0)
+    conv = np.stack([(padded[t:t + k] * w.T).sum(axis=0) for t in range(s)]) + g(p + "mixer.conv1d.bias")
+    xbc = conv / (1.0 + np.exp(-conv))  # silu
+    x = xbc[:, :di].reshape(s, heads, hd)
+    B = xbc[:, di:di + groups * n].reshape(s, groups, n)
+    C = xbc[:, di + groups * n:].reshape(s, groups, n)
+    dt = np.logaddexp(0.0, dt + g(p + "mixer.dt_bias"))  # softplus
+    lo, hi = cfg.get("time_step_limit", [0.0, float("inf")])
+    dt = np.clip(dt, lo, hi)
+    A = -np.exp(g(p + "mixer.A_log"))
+    D = g(p + "mixer.D")
+    per = heads // groups
+    state = np.zeros((heads, hd, n))
+    y = np.zeros((s, heads, hd))
+    for t in range(s):
+        for hh in range(heads):
+            gi = hh // per
+            state[hh] = state[hh] * math.exp(dt[t, hh] * A[hh]) + dt[t, hh] * np.outer(x[t, hh], B[t, gi])
+            y[t, hh] = state[hh] @ C[t, gi] + D[hh] * x[t, hh]
+    y = y.reshape(s, di) * (z / (1.0 + np.exp(-z)))  # NemotronHRMSNormGated: y * silu(z), then per group
+    yg = y.reshape(s, groups, di // groups)
+    yg = yg / np.sqrt((yg * yg).mean(axis=-1, keepdims=True) + eps)
+    y = yg.reshape(s, di) * g(p + "mixer.norm.weight")
+    return y @ g(p + "mixer.out_proj.weight").T
+
+
+def nemotron_attention(cfg, g, p, a):
+    """NemotronHAttention on a [s, h]: no positions, causal softmax(q k^T · head_dim^-0.5)."""
+    s = a.shape[0]
+    nh = cfg.get("num_attention_heads", 32)
+    nkv = cfg.get("num_key_value_heads") or nh
+    hd = cfg.get("head_dim") or 128
+    q = (a @ g(p + "mixer.q_proj.weight").T).reshape(s, nh, hd).transpose(1, 0, 2)
+    k = (a @ g(p + "mixer.k_proj.weight").T).reshape(s, nkv, hd).transpose(1, 0, 2)
+    v = (a @ g(p + "mixer.v_proj.weight").T).reshape(s, nkv, hd).transpose(1, 0, 2)
+    k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)
+    pr = softmax_causal(q @ k.transpose(0, 2, 1) * hd ** -0.5)
+    return (pr @ v).transpose(1, 0, 2).reshape(s, nh * hd) @ g(p + "mixer.o_proj.weight").T
+
+
+def nemotron_moe(cfg, g, p, a):
+    """NemotronHMoE on a [s, h]: DeepSeek-V3's sigmoid router (gate, e_score_correction_bias, groups), the
+    experts relu2 MLPs in the latent space between fc1_latent_proj and fc2_latent_proj when moe_latent_size
+    is set, plus the shared expert on a."""
+    router_cfg = dict(cfg, n_routed_experts=cfg.get("n_routed_experts", cfg.get("num_local_experts", 8)),
+                      num_experts_per_tok=cfg.get("num_experts_per_tok", 2))
+    ids, weights = deepseek_router(router_cfg, g, p + "mixer.", a)
+    latent = cfg.get("moe_latent_size") is not None
+    xl = a @ g(p + "mixer.fc1_latent_proj.weight").T if latent else a
+    out = np.zeros_like(xl)
+    for t in range(a.shape[0]):
+        for e, w in zip(ids[t], weights[t]):
+            q = p + "mixer.experts.%d." % e
+            out[t] += w * (relu2(xl[t] @ g(q + "up_proj.weight").T) @ g(q + "down_proj.weight").T)
+    if latent:
+        out = out @ g(p + "mixer.fc2_latent_proj.weight").T
+    q = p + "mixer.shared_experts."
+    return out + relu2(a @ g(q + "up_proj.weight").T) @ g(q + "down_proj.weight").T
+
+
+def nemotron_layer_types(cfg):
+    """layers_block_type (legacy names remapped) or the older hybrid_override_pattern letters."""
+    if cfg.get("layers_block_type") is not None:
+        legacy = {"mamba": "linear_attention", "attention": "full_attention"}
+        return [legacy.get(b, b) for b in cfg["layers_block_type"]]
+    letters = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+    return [letters[c] for c in cfg["hybrid_override_pattern"]]
+
+
+def nemotron_h_forward(cfg, t, ids):
+    g = NemotronTensors(t)
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    x = g("backbone.embeddings.weight")[ids]
+    for i, kind in enumerate(nemotron_layer_types(cfg)):
+        p = "backbone.layers.%d." % i
+        a = rmsnorm(x, g(p + "norm.weight"), eps)
+        if kind == "linear_attention":
+            x = x + nemotron_mamba(cfg, g, p, a)
+        elif kind == "full_attention":
+            x = x + nemotron_attention(cfg, g, p, a)
+        elif kind == "mlp":
+            x = x + relu2(a @ g(p + "mixer.up_proj.weight").T) @ g(p + "mixer.down_proj.weight").T
+        elif kind == "moe":
+            x = x + nemotron_moe(cfg, g, p, a)
+        else:
+            sys.exit("hf_reference.py: NemotronH block type %r" % kind)
+    x = rmsnorm(x, g("backbone.norm_f.weight"), eps)
+    head = g.t.get("lm_head.weight")
+    if head is None or cfg.get("tie_word_embeddings", False):
+        head = g("backbone.embeddings.weight")
+    return x @ head.T
+
+
 def gpt2_forward(cfg, t, ids):
     g = lambda n: t[n] if n in t else t[n[len("transformer."):]]
     h = cfg["n_embd"]
@@ -443,7 +592,8 @@ def main():
     d = args[0]
     ids = [int(v) for v in args[1].split(",")]
     with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
+        # transformers 5 writes inf / nan as {"__float__": "Infinity"} (configuration_utils.py _encode_special_floats)
+        cfg = json.load(f, object_hook=lambda o: float(o["__float__"]) if set(o) == {"__float__"} else o)
     t = read_safetensors(os.path.join(d, "model.safetensors"))
     arch = (cfg.get("architectures") or [""])[0]
     llama_like = ("LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM")
@@ -451,6 +601,8 @@ def main():
         logits = llama_forward(cfg, t, ids)
     elif arch == "DeepseekV3ForCausalLM" or cfg.get("model_type") == "deepseek_v3":
         logits = deepseek_forward(cfg, t, ids)
+    elif arch == "NemotronHForCausalLM" or cfg.get("model_type") == "nemotron_h":
+        logits = nemotron_h_forward(cfg, t, ids)
     elif arch == "GPT2LMHeadModel" or cfg.get("model_type") == "gpt2":
         logits = gpt2_forward(cfg, t, ids)
     else:

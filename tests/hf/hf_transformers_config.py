@@ -5,7 +5,8 @@ Run with the .pyenv/bin/python that scripts/setup.sh makes (transformers + safet
 Exits 3, saying so, when transformers or safetensors is missing.
 
   make FAMILY OUT [--old-spelling]
-      A tiny FAMILY (llama, qwen3, gpt2, mixtral, qwen3_moe, nemotron_h, deepseek_v3, deepseek_v3_qproj)
+      A tiny FAMILY (llama, qwen3, gpt2, mixtral, qwen3_moe, nemotron_h, nemotron_h_mamba, deepseek_v3,
+      deepseek_v3_qproj)
       model as transformers 5
       writes it: config.json from the family's config class (LlamaConfig(...).save_pretrained),
       random weights under the family's tensor names with numpy + safetensors.numpy.save_file.
@@ -20,7 +21,11 @@ Exits 3, saying so, when transformers or safetensors is missing.
       stores it (model.layers.3.{enorm, hnorm, eh_proj, shared_head.*, embed_tokens} and a decoder
       layer; the embedding and head copies equal the model's). deepseek_v3_qproj: q_lora_rank null
       (DeepSeek-V2-Lite's q_proj), one group, top-2, one shared expert, tied embeddings, YaRN with
-      DeepSeek-V3's mscale 1 / mscale_all_dim 1, no MTP layer.
+      DeepSeek-V3's mscale 1 / mscale_all_dim 1, no MTP layer. nemotron_h: layers mamba, attention,
+      mlp, moe (the legacy names, which transformers remaps) with 4 Mamba heads of 16 in 2 groups,
+      GQA 4/2, an MoE of 8 experts in 4 groups (2 kept), top-4, routed_scaling_factor 2.5, a shared
+      expert and moe_latent_size 16, untied; nemotron_h_mamba: mamba, attention, mamba, attention,
+      tied. Their weights under the Hub's names ("backbone.", one tensor per expert).
       Prints transformers' reading of the directory (see `read`).
   read DIR
       Prints {"transformers_version", "reading": {...}}: the settings the family's modeling code
@@ -52,14 +57,18 @@ except ImportError as e:  # the caller turns this into a test failure (setup.sh 
     sys.exit(3)
 
 CLASSES = {"llama": "LlamaConfig", "qwen3": "Qwen3Config", "gpt2": "GPT2Config", "mixtral": "MixtralConfig",
-           "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig", "deepseek_v3": "DeepseekV3Config",
-           "deepseek_v3_qproj": "DeepseekV3Config"}
+           "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig", "nemotron_h_mamba": "NemotronHConfig",
+           "deepseek_v3": "DeepseekV3Config", "deepseek_v3_qproj": "DeepseekV3Config"}
 ARCHS = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "gpt2": "GPT2LMHeadModel",
          "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "nemotron_h": "NemotronHForCausalLM",
-         "deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v3_qproj": "DeepseekV3ForCausalLM"}
+         "nemotron_h_mamba": "NemotronHForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+         "deepseek_v3_qproj": "DeepseekV3ForCausalLM"}
 DEEPSEEK = dict(vocab_size=96, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
                 kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5, intermediate_size=40,
                 moe_intermediate_size=12, first_k_dense_replace=1, max_position_embeddings=64, rms_norm_eps=1e-6)
+NEMOTRON_H = dict(vocab_size=96, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                  mamba_num_heads=4, mamba_head_dim=16, n_groups=2, ssm_state_size=8, chunk_size=8,
+                  intermediate_size=40, max_position_embeddings=16, layer_norm_epsilon=1e-5, tie_word_embeddings=False)
 LLAMA_LIKE = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=16, rms_norm_eps=1e-5, tie_word_embeddings=False)
 
@@ -85,9 +94,11 @@ def family_kwargs(family):
         return dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=16, activation_function="gelu_new",
                     bos_token_id=0, eos_token_id=0)
     if family == "nemotron_h":
-        return dict(vocab_size=96, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                    layers_block_type=["mamba", "attention", "mlp"], mamba_num_heads=4, mamba_head_dim=16,
-                    n_groups=1, ssm_state_size=8, intermediate_size=40, max_position_embeddings=16)
+        return dict(NEMOTRON_H, layers_block_type=["mamba", "attention", "mlp", "moe"], n_routed_experts=8,
+                    num_experts_per_tok=4, moe_intermediate_size=12, moe_shared_expert_intermediate_size=20,
+                    moe_latent_size=16, n_group=4, topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True)
+    if family == "nemotron_h_mamba":
+        return dict(NEMOTRON_H, layers_block_type=["mamba", "attention", "mamba", "attention"], tie_word_embeddings=True)
     if family == "deepseek_v3":
         return dict(DEEPSEEK, q_lora_rank=12, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=4, n_group=4,
                     topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True, tie_word_embeddings=False,
@@ -132,6 +143,8 @@ def tensor_shapes(cfg):
         return t
     if cfg.model_type == "deepseek_v3":
         return deepseek_shapes(cfg)
+    if cfg.model_type == "nemotron_h":
+        return nemotron_h_shapes(cfg)
     h, hd = cfg.hidden_size, head_dim(cfg)
     nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
     t["model.embed_tokens.weight"] = (cfg.vocab_size, h)
@@ -206,6 +219,45 @@ def deepseek_shapes(cfg):
     return t
 
 
+def nemotron_h_shapes(cfg):
+    """NemotronHForCausalLM's tensors as the Hub stores them (Megatron-Bridge's names: "backbone.", one tensor
+    per expert; transformers 5 renames them on load, conversion_mapping.py "nemotron_h")."""
+    t = {}
+    h, v = cfg.hidden_size, cfg.vocab_size
+    di = cfg.mamba_num_heads * cfg.mamba_head_dim
+    conv_dim = di + 2 * cfg.n_groups * cfg.ssm_state_size
+    nh, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    t["backbone.embeddings.weight"] = (v, h)
+    for i, kind in enumerate(cfg.layers_block_type):
+        p = "backbone.layers.%d." % i
+        t[p + "norm.weight"] = (h,)
+        m = p + "mixer."
+        if kind == "linear_attention":
+            t[m + "in_proj.weight"] = (di + conv_dim + cfg.mamba_num_heads, h)
+            t[m + "conv1d.weight"], t[m + "conv1d.bias"] = (conv_dim, 1, cfg.conv_kernel), (conv_dim,)
+            t[m + "dt_bias"] = t[m + "A_log"] = t[m + "D"] = (cfg.mamba_num_heads,)
+            t[m + "norm.weight"], t[m + "out_proj.weight"] = (di,), (h, di)
+        elif kind == "full_attention":
+            t[m + "q_proj.weight"], t[m + "o_proj.weight"] = (nh * hd, h), (h, nh * hd)
+            t[m + "k_proj.weight"] = t[m + "v_proj.weight"] = (nkv * hd, h)
+        elif kind == "mlp":
+            t[m + "up_proj.weight"], t[m + "down_proj.weight"] = (cfg.intermediate_size, h), (h, cfg.intermediate_size)
+        else:
+            e, f, s = cfg.n_routed_experts, cfg.moe_intermediate_size, cfg.moe_shared_expert_intermediate_size
+            inner = cfg.moe_latent_size or h
+            t[m + "gate.weight"], t[m + "gate.e_score_correction_bias"] = (e, h), (e,)
+            for x in range(e):
+                t[m + "experts.%d.up_proj.weight" % x], t[m + "experts.%d.down_proj.weight" % x] = (f, inner), (inner, f)
+            t[m + "shared_experts.up_proj.weight"], t[m + "shared_experts.down_proj.weight"] = (s, h), (h, s)
+            if cfg.moe_latent_size is not None:
+                t[m + "fc1_latent_proj.weight"] = (cfg.moe_latent_size, h)
+                t[m + "fc2_latent_proj.weight"] = (h, cfg.moe_latent_size)
+    t["backbone.norm_f.weight"] = (h,)
+    if not cfg.tie_word_embeddings:
+        t["lm_head.weight"] = (v, h)
+    return t
+
+
 def reading(d):
     """What the family's modeling code takes from AutoConfig.from_pretrained(d)."""
     cfg = transformers.AutoConfig.from_pretrained(d)
@@ -215,7 +267,15 @@ def reading(d):
                  max_positions=cfg.n_positions, activation=cfg.activation_function, eps=cfg.layer_norm_epsilon)
         return r
     if cfg.model_type == "nemotron_h":
-        r.update(layers_block_type=cfg.layers_block_type, time_step_limit=[str(v) for v in cfg.time_step_limit])
+        r.update(layers_block_type=cfg.layers_block_type, time_step_limit=[str(v) for v in cfg.time_step_limit],
+                 hidden_size=cfg.hidden_size, heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
+                 head_dim=cfg.head_dim, ffn=cfg.intermediate_size, mlp_act=cfg.mlp_hidden_act,
+                 eps=cfg.layer_norm_epsilon, mamba_heads=cfg.mamba_num_heads, mamba_head_dim=cfg.mamba_head_dim,
+                 n_groups=cfg.n_groups, state=cfg.ssm_state_size, conv_kernel=cfg.conv_kernel,
+                 chunk_size=cfg.chunk_size, experts=cfg.n_routed_experts, topk=cfg.num_experts_per_tok,
+                 moe_ffn=cfg.moe_intermediate_size, shared_ffn=cfg.moe_shared_expert_intermediate_size,
+                 latent=cfg.moe_latent_size, n_group=cfg.n_group, topk_group=cfg.topk_group,
+                 routed_scaling_factor=cfg.routed_scaling_factor, norm_topk_prob=cfg.norm_topk_prob)
         return r
     rope = dict(cfg.rope_parameters)
     if cfg.model_type == "deepseek_v3":
@@ -278,7 +338,7 @@ def make(family, out, old):
     cfg.save_pretrained(out)
     rng = np.random.default_rng(sum(map(ord, family)))
     tensors = {}
-    for name, shape in sorted(tensor_shapes(cfg).items()) if family != "nemotron_h" else []:
+    for name, shape in sorted(tensor_shapes(cfg).items()):
         if len(shape) == 1:  # norms around 1 (and biases around 0) so that a mixed-up name shows
             v = rng.uniform(-0.3, 0.3, shape) + (0.0 if name.endswith("bias") else 1.0)
         else:
@@ -330,6 +390,9 @@ def check(d):
     # DeepseekV3PreTrainedModel._keep_in_fp32_modules_strict: transformers keeps (and saves) the router's
     # e_score_correction_bias (and gate) in f32 whatever the model's dtype.
     kept_f32 = (".e_score_correction_bias", ".mlp.gate.weight") if cfg.model_type == "deepseek_v3" else ()
+    # NemotronH: the same (NemotronHPreTrainedModel), and A_log and D, which Megatron (and Strata) keep in f32.
+    if cfg.model_type == "nemotron_h":
+        kept_f32 = (".e_score_correction_bias", ".mixer.gate.weight", ".mixer.A_log", ".mixer.D")
     errors += ["tensor %s is %s, config.json's dtype %s" % (k, v["dtype"], ours.get("dtype"))
                for k, v in sorted(header.items()) if k != "__metadata__" and v["dtype"] != dtypes.get(ours.get("dtype"))
                and not (k.endswith(kept_f32) and v["dtype"] == "F32")]

@@ -1,5 +1,5 @@
 // Helpers for the Hugging Face export/import tests (test_hf_export.cpp, test_hf_import.cpp,
-// test_hf_moe.cpp): small Llama / Qwen3 / GPT-2 / Mixtral / Qwen3-MoE configs, random checkpoints of
+// test_hf_moe.cpp, test_hf_nemotron_h.cpp, …): small Llama / Qwen3 / GPT-2 / Mixtral / Qwen3-MoE configs, random checkpoints of
 // them, running the scripts under tests/hf with /usr/bin/python3 (the numpy reference) or with the
 // project's .pyenv/bin/python (transformers' own config classes: hf_transformers_config.py; its
 // YaRN parameters: hf_yarn_parameters.py), and comparing logits.
@@ -195,15 +195,13 @@ inline StrataConfig family_config(hf::Family f, bool tied, Precision precision) 
   return c;
 }
 
-// A model with random weights (norm weights and biases too, so a mixed-up name shows) saved as
-// iteration 7 under dir (with the config resolved for one rank).
-inline std::unique_ptr<GPTModel> save_random_checkpoint(const StrataConfig& raw, const fs::path& dir, uint64_t seed) {
-  const ResolvedConfig cfg = raw.validate(1);
-  auto model = make_gpt_model(cfg, Device::cpu());
-  model->init_parameters(seed);
+// Gives every parameter the init does not draw at random a random value (norm weights around 1,
+// biases around 0, so that a mixed-up name shows) and saves the model as iteration 7 under dir.
+inline void randomize_and_save(LanguageModel& model, const ResolvedConfig& cfg, const fs::path& dir, uint64_t seed) {
+  model.init_parameters(seed);
   uint64_t k = seed * 100;
   // The parameters and the MoE routers' expert biases (checkpointed buffers).
-  const std::vector<Parameter*> tensors = checkpoint_tensors({model.get()});
+  const std::vector<Parameter*> tensors = checkpoint_tensors({&model});
   for (Parameter* p : tensors) {
     if (p->init_std > 0) continue;
     const bool gamma = p->init_value == 1.0 || p->name.find("weight") != std::string::npos;
@@ -214,6 +212,21 @@ inline std::unique_ptr<GPTModel> save_random_checkpoint(const StrataConfig& raw,
   st.seed = 1;
   st.config_yaml = cfg.to_yaml();
   save_checkpoint(dir.string(), st, tensors, nullptr, *make_default_tensor_file_io());
+}
+
+// A GPT model with random weights saved as iteration 7 under dir (with the config resolved for one rank).
+inline std::unique_ptr<GPTModel> save_random_checkpoint(const StrataConfig& raw, const fs::path& dir, uint64_t seed) {
+  const ResolvedConfig cfg = raw.validate(1);
+  auto model = make_gpt_model(cfg, Device::cpu());
+  randomize_and_save(*model, cfg, dir, seed);
+  return model;
+}
+
+// The same for any model the factory builds (a hybrid model, model.hybrid_layer_pattern).
+inline std::unique_ptr<LanguageModel> save_random_model(const StrataConfig& raw, const fs::path& dir, uint64_t seed) {
+  const ResolvedConfig cfg = raw.validate(1);
+  auto model = make_model(cfg, Device::cpu());
+  randomize_and_save(*model, cfg, dir, seed);
   return model;
 }
 

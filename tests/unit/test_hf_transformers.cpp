@@ -8,8 +8,7 @@
 // - Strata's exports (every family, Llama 3 scaling, YaRN) are in that transformers version's
 //   spelling and load with it
 //   (tests/hf/hf_transformers_config.py check: known keys, saved back unchanged, the family's tensors);
-// - NemotronH (transformers 5's layers_block_type and {"__float__": "Infinity"}, the Hub's
-//   hybrid_override_pattern and Python's bare Infinity) is refused by name;
+// - NemotronH in both spellings: tests/unit/test_hf_nemotron_h.cpp;
 // - config.json's NaN / Infinity / -Infinity are read as Python's json.loads and transformers read them.
 // A .pyenv without transformers fails these tests (never a silent skip).
 #include <cmath>
@@ -167,25 +166,6 @@ TEST_CASE("hf transformers 5: exports are written in the pinned transformers' sp
       fs::remove_all(dir);
     }
   }
-}
-
-TEST_CASE("hf import: NemotronH is refused by name in either spelling", "[hf]") {
-  const fs::path dir = fresh_dir("tf5_nemotron_h");
-  for (const char* spelling : {"", " --old-spelling"}) {
-    DYNAMIC_SECTION("spelling" << spelling) {
-      const fs::path hf_dir = dir / (spelling[0] ? "old" : "v5");
-      const nlohmann::json r = transformers_config("make nemotron_h " + hf_dir.string() + spelling);
-      CHECK(r.at("reading").at("time_step_limit")[1] == "inf");
-      const std::string text = file_bytes(hf_dir / "config.json");
-      CHECK_THAT(text, Contains(spelling[0] ? "Infinity\n" : "\"__float__\": \"Infinity\""));
-      CHECK_THAT(text, Contains(spelling[0] ? "hybrid_override_pattern" : "layers_block_type"));
-      CHECK_THROWS_WITH(hf::import_checkpoint(hf_dir.string(), (dir / "out").string()),
-                        Contains((hf_dir / "config.json").string()) && Contains("NemotronHForCausalLM") &&
-                            Contains("not imported by Strata yet"));
-      CHECK_FALSE(fs::exists(dir / "out"));
-    }
-  }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("hf config.json: NaN, Infinity and -Infinity as Python's json and transformers 5 write them", "[hf]") {

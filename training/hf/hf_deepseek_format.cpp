@@ -76,21 +76,14 @@ std::string attention_incompatibility(const ResolvedModelConfig& m) {
 std::string moe_incompatibility(const ResolvedModelConfig& m) {
   std::ostringstream why;
   if (!m->num_experts) return "";
-  const int64_t experts = *m->num_experts, k = m->moe_router_topk;
-  const int64_t groups = m->moe_router_num_groups.value_or(1), kept = m->moe_router_group_topk.value_or(groups);
   if (m->moe_router_score_function != MoeScoreFunction::Sigmoid)
     why << "model.moe_router_score_function=" << strata::to_string(m->moe_router_score_function)
         << ": DeepseekV3ForCausalLM routes by sigmoid scores";
   else if (first_k_dense(m) < 0)
     why << "model.moe_layer_freq: DeepseekV3ForCausalLM's MoE layers are the layers from first_k_dense_replace on "
            "(dense layers first, then MoE layers only)";
-  else if (experts / groups < 2)
-    why << "model.num_experts=" << experts << " in " << groups << " group(s): DeepseekV3TopkRouter ranks each group "
-        << "by its top-2 scores, so a group needs at least 2 experts";
-  else if (kept < groups && k / kept != 2)
-    why << "model.moe_router_group_topk=" << kept << ": transformers' DeepseekV3TopkRouter ranks the groups by the "
-        << "sum of their top-2 scores, Megatron's group_limited_topk by the sum of the top moe_router_topk // "
-        << "moe_router_group_topk = " << k / kept << "; they agree only when that quotient is 2";
+  else if (const std::string groups_why = router_groups_incompatibility(m, "DeepseekV3TopkRouter"); !groups_why.empty())
+    why << groups_why;
   else if (!m->moe_shared_expert_intermediate_size)
     why << "model.moe_shared_expert_intermediate_size is not set: DeepseekV3ForCausalLM's MoE layers have shared "
            "experts (n_shared_experts >= 1)";
@@ -231,23 +224,6 @@ void read_rope(const json& j, const std::string& file, ModelConfig& m) {
   m.rope_type = RopeType::Rope;
 }
 
-// The group limit (n_group, topk_group) as Megatron's: refused where the group ranks differ.
-void read_groups(const json& j, const std::string& file, int64_t experts, int64_t k, ModelConfig& m) {
-  const int64_t groups = opt_int(j, "n_group", file).value_or(1), kept = opt_int(j, "topk_group", file).value_or(1);
-  STRATA_CHECK(groups >= 1 && experts % groups == 0, file, ": n_group ", groups, " does not divide n_routed_experts ",
-               experts);
-  STRATA_CHECK(experts / groups >= 2, file, ": n_group ", groups, " leaves ", experts / groups, " expert(s) per "
-               "group; DeepseekV3TopkRouter ranks each group by its top-2 scores");
-  STRATA_CHECK(kept >= 1 && kept <= groups, file, ": topk_group ", kept, " is not in [1, n_group ", groups, "]");
-  if (kept == groups) return;  // every group kept: no limit
-  STRATA_CHECK(k / kept == 2, file, ": n_group ", groups, " with topk_group ", kept, " and num_experts_per_tok ", k,
-               ": transformers ranks the groups by the sum of their top-2 scores, Megatron's group_limited_topk "
-               "(Strata) by the sum of their top num_experts_per_tok // topk_group = ", k / kept,
-               "; they agree only when that quotient is 2");
-  m.moe_router_num_groups = groups;
-  m.moe_router_group_topk = kept;
-}
-
 // DeepseekV3MoE: layers from first_k_dense_replace on (none when it is >= num_hidden_layers).
 void read_moe(const json& j, const std::string& file, ModelConfig& m) {
   const int64_t first_dense = opt_int(j, "first_k_dense_replace", file).value_or(3);
@@ -270,7 +246,7 @@ void read_moe(const json& j, const std::string& file, ModelConfig& m) {
   STRATA_CHECK(normalised == (k > 1), file, ": norm_topk_prob ", normalised ? "true" : "false",
                " with num_experts_per_tok ", k, " is not supported: Megatron (Strata) renormalises sigmoid top-k "
                "weights exactly when k > 1 (norm_topk_prob true for k > 1, false for k = 1)");
-  read_groups(j, file, experts, k, m);
+  read_router_groups(j, file, experts, k, "DeepseekV3TopkRouter", m);
   const int64_t shared = opt_int(j, "n_shared_experts", file).value_or(1);
   STRATA_CHECK(shared >= 1, file, ": n_shared_experts ", shared, " is not supported (Strata's DeepSeek-V3 MoE layers "
                "have shared experts)");
@@ -296,6 +272,37 @@ void read_moe(const json& j, const std::string& file, ModelConfig& m) {
 }
 
 }  // namespace
+
+std::string router_groups_incompatibility(const ResolvedModelConfig& m, const char* router) {
+  std::ostringstream why;
+  const int64_t experts = *m->num_experts, k = m->moe_router_topk;
+  const int64_t groups = m->moe_router_num_groups.value_or(1), kept = m->moe_router_group_topk.value_or(groups);
+  if (experts / groups < 2)
+    why << "model.num_experts=" << experts << " in " << groups << " group(s): " << router << " ranks each group "
+        << "by its top-2 scores, so a group needs at least 2 experts";
+  else if (kept < groups && k / kept != 2)
+    why << "model.moe_router_group_topk=" << kept << ": transformers' " << router << " ranks the groups by the "
+        << "sum of their top-2 scores, Megatron's group_limited_topk by the sum of the top moe_router_topk // "
+        << "moe_router_group_topk = " << k / kept << "; they agree only when that quotient is 2";
+  return why.str();
+}
+
+void read_router_groups(const json& j, const std::string& file, int64_t experts, int64_t k, const char* router,
+                        ModelConfig& m) {
+  const int64_t groups = opt_int(j, "n_group", file).value_or(1), kept = opt_int(j, "topk_group", file).value_or(1);
+  STRATA_CHECK(groups >= 1 && experts % groups == 0, file, ": n_group ", groups, " does not divide the ", experts,
+               " routed experts");
+  STRATA_CHECK(experts / groups >= 2, file, ": n_group ", groups, " leaves ", experts / groups, " expert(s) per "
+               "group; ", router, " ranks each group by its top-2 scores");
+  STRATA_CHECK(kept >= 1 && kept <= groups, file, ": topk_group ", kept, " is not in [1, n_group ", groups, "]");
+  if (kept == groups) return;  // every group kept: no limit
+  STRATA_CHECK(k / kept == 2, file, ": n_group ", groups, " with topk_group ", kept, " and num_experts_per_tok ", k,
+               ": transformers ranks the groups by the sum of their top-2 scores, Megatron's group_limited_topk "
+               "(Strata) by the sum of their top num_experts_per_tok // topk_group = ", k / kept,
+               "; they agree only when that quotient is 2");
+  m.moe_router_num_groups = groups;
+  m.moe_router_group_topk = kept;
+}
 
 void deepseek_config_from_json(const json& j, const std::string& file, ModelConfig& m) {
   read_mla(j, file, m);

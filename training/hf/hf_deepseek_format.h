@@ -64,4 +64,15 @@ void deepseek_strata_from_json(const nlohmann::json& s, const std::string& where
 // expert bias written as zeros, MTP layers left out).
 std::vector<std::string> deepseek_export_notes(const ResolvedModelConfig& m);
 
+// DeepSeek-V3's router (DeepseekV3TopkRouter; NemotronHTopkRouter is the same code) ranks the
+// groups by the sum of each group's top-2 biased scores, Megatron's group_limited_topk by the sum of
+// the top moe_router_topk // moe_router_group_topk: the same exactly when that quotient is 2 or the
+// limit keeps every group. Why the finalized MoE config's groups differ (names the field and
+// `router`, the transformers class), or "".
+std::string router_groups_incompatibility(const ResolvedModelConfig& m, const char* router);
+// n_group / topk_group (config.json, either family) into moe_router_num_groups /
+// moe_router_group_topk (left null when every group is kept); refused where the ranks differ.
+void read_router_groups(const nlohmann::json& j, const std::string& file, int64_t experts, int64_t k,
+                        const char* router, ModelConfig& m);
+
 }  // namespace strata::hf::detail

@@ -25,6 +25,7 @@
 #include "training/hf/hf_deepseek_map.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
+#include "training/hf/hf_nemotron_h_format.h"
 #include "training/config/model_factory.h"
 #include "training/checkpointing/tensor_file.h"
 
@@ -177,13 +178,17 @@ std::vector<std::pair<std::string, Tensor>> canonical_tensors(LanguageModel& mod
   return out;
 }
 
-// Tensors transformers keeps in f32 in a bf16 model (DeepseekV3PreTrainedModel.
-// _keep_in_fp32_modules_strict: the router's gate and e_score_correction_bias), which do not make a
-// bf16 file an f32 one.
+// Tensors kept in f32 in a bf16 model, which do not make a bf16 file an f32 one: what transformers
+// keeps in f32 (DeepseekV3PreTrainedModel and NemotronHPreTrainedModel._keep_in_fp32_modules_strict:
+// the router's gate and e_score_correction_bias) and NemotronH's A_log and D (f32 in Megatron and
+// Strata, written so by the export).
 bool kept_in_f32(Family f, const std::string& name) {
   auto ends = [&](const std::string& suffix) {
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
+  if (is_hybrid(f))
+    return ends(".mixer.gate.weight") || ends(".mixer.gate.e_score_correction_bias") || ends(".mixer.A_log") ||
+           ends(".mixer.D");
   return is_mla(f) && (ends(".mlp.gate.weight") || ends(".mlp.gate.e_score_correction_bias"));
 }
 
@@ -310,9 +315,6 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   STRATA_CHECK(fs::exists(manifest_path), "export --format hf: ", manifest_path.string(),
                " does not exist (no checkpoint at iteration ", r.iteration, ")");
   StrataConfig raw = checkpoint_config(manifest_path);
-  STRATA_CHECK(!raw.model.hybrid_layer_pattern && !raw.model.hybrid_override_pattern,
-               "export --format hf: the checkpoint is a hybrid model (model.hybrid_layer_pattern), which has no "
-               "Hugging Face family in Strata yet");
   STRATA_CHECK(!raw.model.enable_hyper_connections,
                "export --format hf: the checkpoint uses mHC hyper-connections (model.enable_hyper_connections), "
                "which no Hugging Face format represents");
@@ -323,6 +325,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   r.dtype = model_dtype(cfg.training->precision);
   if (is_moe(r.family)) r.notes = detail::moe_export_notes(cfg.model);
   if (is_mla(r.family)) r.notes = detail::deepseek_export_notes(cfg.model);
+  if (is_hybrid(r.family)) r.notes = detail::nemotron_h_export_notes(cfg.model);
   // DeepseekV3 writes the MTP layers as DeepSeek stores them; the other families have none.
   const bool export_mtp = is_mla(r.family) && detail::deepseek_export_mtp_layers(cfg.model) > 0;
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
@@ -345,7 +348,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
     }
     mg[name] = value;
   }
-  if (mtp_skipped > 0 && !is_mla(r.family))  // DeepseekV3's notes say why already
+  if (mtp_skipped > 0 && !is_mla(r.family) && !is_hybrid(r.family))  // their notes say why already
     r.notes.push_back("the " + std::to_string(mtp_skipped) + " multi-token-prediction parameters (mtp.layers.*, "
                       "model.mtp_num_layers " + std::to_string(cfg.model->mtp_depths()) +
                       ") are training-only and not exported");

@@ -9,7 +9,8 @@
 // tokens (capacity settings are training-only in Strata too: `strata generate` routes without
 // dropping, so they are ignored at export). Qwen3-MoE mixes dense and MoE layers (mlp_only_layers);
 // every Mixtral layer is MoE.
-// DeepseekV3ForCausalLM's rules are training/hf/hf_deepseek_format.cpp's.
+// DeepseekV3ForCausalLM's rules are training/hf/hf_deepseek_format.cpp's, NemotronHForCausalLM's
+// training/hf/hf_nemotron_h_format.cpp's.
 // Reference: transformers models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py;
 // Megatron-Core transformer/moe/moe_utils.py (topk_routing_with_score_function).
 #include "training/hf/hf_families.h"
@@ -18,6 +19,7 @@
 
 #include "core/error.h"
 #include "training/hf/hf_deepseek_format.h"
+#include "training/hf/hf_nemotron_h_format.h"
 
 namespace strata::hf {
 
@@ -29,6 +31,7 @@ const char* to_string(Family f) {
     case Family::Mixtral: return "mixtral";
     case Family::Qwen3Moe: return "qwen3_moe";
     case Family::DeepseekV3: return "deepseek_v3";
+    case Family::NemotronH: return "nemotron_h";
   }
   STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
   return "";
@@ -41,14 +44,18 @@ const char* architecture_name(Family f) {
     case Family::Mixtral: return "MixtralForCausalLM";
     case Family::Qwen3Moe: return "Qwen3MoeForCausalLM";
     case Family::DeepseekV3: return "DeepseekV3ForCausalLM";
+    case Family::NemotronH: return "NemotronHForCausalLM";
   }
   STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
   return "";
 }
 bool is_moe(Family f) { return f == Family::Mixtral || f == Family::Qwen3Moe; }
 bool has_qk_norm(Family f) { return f == Family::Qwen3 || f == Family::Qwen3Moe; }
-bool is_llama_like(Family f) { return f != Family::GPT2 && f != Family::DeepseekV3; }
+bool is_llama_like(Family f) {
+  return f == Family::Llama || f == Family::Qwen3 || f == Family::Mixtral || f == Family::Qwen3Moe;
+}
 bool is_mla(Family f) { return f == Family::DeepseekV3; }
+bool is_hybrid(Family f) { return f == Family::NemotronH; }
 
 namespace {
 
@@ -133,7 +140,12 @@ std::string architecture_incompatibility(const ResolvedModelConfig& m, Family f)
 
 std::optional<std::string> incompatibility(const ResolvedModelConfig& m, Family f) {
   std::ostringstream why;
-  if (is_mla(f)) {
+  if (is_hybrid(f)) {
+    why << detail::nemotron_h_incompatibility(m);
+  } else if (m->is_hybrid()) {
+    why << "model.hybrid_layer_pattern is set: " << architecture_name(f)
+        << " is not a hybrid model (NemotronHForCausalLM is)";
+  } else if (is_mla(f)) {
     why << detail::deepseek_incompatibility(m);
   } else if (m->multi_latent_attention) {
     why << "model.multi_latent_attention=true: " << architecture_name(f)
@@ -176,6 +188,12 @@ Family moe_family_for(const ResolvedModelConfig& m) {
 }  // namespace
 
 Family family_for(const ResolvedModelConfig& m) {
+  if (m->is_hybrid()) {
+    const auto nemotron = incompatibility(m, Family::NemotronH);
+    if (!nemotron) return Family::NemotronH;
+    STRATA_THROW("export --format hf: the model is not NemotronHForCausalLM (the hybrid family, "
+                 "model.hybrid_layer_pattern): ", *nemotron);
+  }
   if (m->multi_latent_attention) {
     const auto deepseek = incompatibility(m, Family::DeepseekV3);
     if (!deepseek) return Family::DeepseekV3;

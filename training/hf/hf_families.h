@@ -7,9 +7,11 @@
 // (training/hf/hf_moe_map.h; which Strata MoE options each can express: hf_families.cpp).
 // DeepseekV3ForCausalLM (multi-latent attention, dense then MoE layers with shared experts and a
 // sigmoid group-limited router, MTP layers) has its own config and tensor maps:
-// training/hf/hf_deepseek_format.h, training/hf/hf_deepseek_map.h.
+// training/hf/hf_deepseek_format.h, training/hf/hf_deepseek_map.h. NemotronHForCausalLM (the hybrid
+// model: Mamba2, attention, MLP and MoE layers of model.hybrid_layer_pattern) likewise:
+// training/hf/hf_nemotron_h_format.h, training/hf/hf_nemotron_h_map.h.
 // Reference: transformers models/llama, models/qwen3, models/gpt2, models/mixtral, models/qwen3_moe,
-// models/deepseek_v3;
+// models/deepseek_v3, models/nemotron_h;
 // Megatron-LM tools/checkpoint/{loader_llama_mistral,loader_mixtral_hf,saver_megatron}.py.
 #pragma once
 #include <map>
@@ -22,13 +24,14 @@
 
 namespace strata::hf {
 
-enum class Family { Llama, GPT2, Qwen3, Mixtral, Qwen3Moe, DeepseekV3 };
-const char* to_string(Family f);           // model_type: "llama" | "gpt2" | "qwen3" | "mixtral" | "qwen3_moe" | "deepseek_v3"
-const char* architecture_name(Family f);   // "LlamaForCausalLM" | … | "Qwen3MoeForCausalLM" | "DeepseekV3ForCausalLM"
-bool is_moe(Family f);                     // Mixtral, Qwen3Moe (DeepseekV3, dense or MoE, maps its own MoE keys)
+enum class Family { Llama, GPT2, Qwen3, Mixtral, Qwen3Moe, DeepseekV3, NemotronH };
+const char* to_string(Family f);           // model_type: "llama" | "gpt2" | "qwen3" | "mixtral" | "qwen3_moe" | "deepseek_v3" | "nemotron_h"
+const char* architecture_name(Family f);   // "LlamaForCausalLM" | … | "DeepseekV3ForCausalLM" | "NemotronHForCausalLM"
+bool is_moe(Family f);                     // Mixtral, Qwen3Moe (DeepseekV3 and NemotronH, dense or MoE, map their own MoE keys)
 bool has_qk_norm(Family f);                // Qwen3, Qwen3Moe (q_norm / k_norm)
 bool is_llama_like(Family f);              // Llama, Qwen3, Mixtral, Qwen3Moe: q/k/v_proj attention, model.layers.N
 bool is_mla(Family f);                     // DeepseekV3: multi-latent attention (model.multi_latent_attention)
+bool is_hybrid(Family f);                  // NemotronH: a hybrid model (model.hybrid_layer_pattern)
 
 // Why a finalized model config cannot be exported as `f` ("model.normalization=LayerNorm is not
 // Llama's RMSNorm", "model.moe_router_score_function=sigmoid: …"), or nullopt when it can.
@@ -41,7 +44,8 @@ std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family
                                             const std::map<std::string, Tensor>& megatron);
 // HF tensors → Megatron canonical tensors. Accepts names without the base-model prefix
 // ("h.0.attn.c_attn.weight", "layers.0…"), ignores HF buffers (GPT-2 attn.bias / attn.masked_bias,
-// Llama rotary_emb.inv_freq) and a tied lm_head.weight equal to the embeddings. MoE families: the
+// Llama rotary_emb.inv_freq) and a tied lm_head.weight equal to the embeddings (NemotronH: names
+// under "backbone." or "model.", experts one tensor each or fused). MoE families: the
 // layer map (which layers are MoE) is the finalized m's. Missing, extra and
 // wrong-shaped tensors are errors naming the tensor and `file`. `file_vocab`: the embedding rows
 // in the file (config.json vocab_size); `padded_vocab`: the model's rows (Megatron's padding),

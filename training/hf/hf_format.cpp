@@ -1,5 +1,6 @@
 // Hugging Face family detection and config.json mapping (training/hf/hf_format.h); the tensor maps
 // are in training/hf/hf_tensor_map.cpp.
+// NemotronH's keys: training/hf/hf_nemotron_h_format.cpp.
 // Reference: transformers LlamaConfig (configuration_llama.py), Qwen3Config (configuration_qwen3.py:
 // head_dim 128 by default), MixtralConfig (default_theta 1e6), GPT2Config (configuration_gpt2.py),
 // modeling_rope_utils.py (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict,
@@ -14,6 +15,7 @@
 #include "training/hf/hf_format.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
+#include "training/hf/hf_nemotron_h_format.h"
 #include "training/hf/hf_yarn_read.h"
 
 namespace strata::hf {
@@ -146,12 +148,7 @@ Family family_of(const json& j, const std::string& file) {
       j.at("architectures")[0].is_string())
     arch = j.at("architectures")[0].get<std::string>();
   const std::string type = opt_string(j, "model_type", "", file);
-  // NemotronH (hybrid Mamba/attention/MoE: hybrid_override_pattern, or transformers 5's
-  // layers_block_type list) is recognised by name so that it is refused as what it is.
-  STRATA_CHECK(arch != "NemotronHForCausalLM" && type != "nemotron_h", file, ": ",
-               arch.empty() ? "model_type nemotron_h" : arch, " (NemotronH, a hybrid Mamba/attention model) is not "
-               "imported by Strata yet; strata import reads LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
-               "Qwen3MoeForCausalLM and GPT2LMHeadModel");
+  if (arch == "NemotronHForCausalLM" || (arch.empty() && type == "nemotron_h")) return Family::NemotronH;
   if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) return Family::Llama;
   if (arch == "GPT2LMHeadModel" || (arch.empty() && type == "gpt2")) return Family::GPT2;
   if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3")) return Family::Qwen3;
@@ -165,8 +162,8 @@ Family family_of(const json& j, const std::string& file) {
                "imported by Strata; strata import reads DeepseekV3ForCausalLM (model_type deepseek_v3)");
   STRATA_THROW(file, ": architectures ", arch.empty() ? "(none)" : arch, " / model_type '", type,
                "' is neither LlamaForCausalLM (llama), Qwen3ForCausalLM (qwen3), MixtralForCausalLM (mixtral), "
-               "Qwen3MoeForCausalLM (qwen3_moe), DeepseekV3ForCausalLM (deepseek_v3) nor GPT2LMHeadModel (gpt2), "
-               "the families strata import reads");
+               "Qwen3MoeForCausalLM (qwen3_moe), DeepseekV3ForCausalLM (deepseek_v3), NemotronHForCausalLM "
+               "(nemotron_h) nor GPT2LMHeadModel (gpt2), the families strata import reads");
 }
 
 }  // namespace
@@ -177,6 +174,8 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
   j["model_type"] = to_string(f);
   if (is_mla(f)) {
     deepseek_config_json(m, j);
+  } else if (is_hybrid(f)) {
+    nemotron_h_config_json(m, j);
   } else if (f != Family::GPT2) {
     j["hidden_size"] = m->hidden_size;
     j["intermediate_size"] = f == Family::Mixtral ? m.moe_ffn() : m.ffn();  // Mixtral: the experts' size
@@ -245,6 +244,7 @@ ojson config_json(const ResolvedModelConfig& m, Family f, const ExportInfo& info
                  {"tokenizer_type", info.tokenizer_type}};
   if (!info.tokenizer_settings.is_null()) j["strata"]["tokenizer"] = info.tokenizer_settings;
   if (is_mla(f)) deepseek_strata_json(m, j["strata"]);
+  if (is_hybrid(f)) nemotron_h_strata_json(m, j["strata"]);
   if (is_moe(f)) {
     j["strata"]["moe"] = moe_strata_json(m);
     if (f == Family::Mixtral) j["strata"]["ffn_hidden_size"] = m.ffn();  // no dense layer holds it
@@ -277,6 +277,9 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
   if (is_mla(r.family)) {
     deepseek_config_from_json(j, file, m);
     r.file_mtp_layers = m.mtp_depths();
+  } else if (is_hybrid(r.family)) {
+    nemotron_h_config_from_json(j, file, m);
+    r.file_mtp_layers = opt_int(j, "num_nextn_predict_layers", file).value_or(0);
   } else if (is_llama_like(r.family)) {
     m.hidden_size = get_int(j, "hidden_size", file);
     m.ffn_hidden_size = get_int(j, "intermediate_size", file);
@@ -361,6 +364,7 @@ ImportedConfig model_config_from_json(const json& j, const std::string& file) {
     if (r.family == Family::Mixtral) m.ffn_hidden_size = opt_int(s, "ffn_hidden_size", sf).value_or(*m.ffn_hidden_size);
     if (is_moe(r.family) && s.contains("moe")) moe_strata_from_json(s.at("moe"), sf + " \"moe\"", m);
     if (is_mla(r.family)) deepseek_strata_from_json(s, sf, m);
+    if (is_hybrid(r.family)) nemotron_h_strata_from_json(s, sf, m);
   }
   return r;
 }

@@ -1,7 +1,7 @@
 // Hugging Face model formats for `strata export --format hf` / `strata import --hf`: the config.json
 // mapping in both directions, pure functions over JSON (the families and tensor maps are the GPT
 // model's, training/hf/hf_families.h; training/hf/hf_export.h does the file work).
-// Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,deepseek_v3}/ (configuration_*, modeling_*;
+// Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,deepseek_v3,nemotron_h}/ (configuration_*, modeling_*;
 // Conv1D in pytorch_utils.py), Megatron-LM tools/checkpoint/{loader_llama_mistral,saver_megatron}.py.
 // Import reads both the Hub's older spellings (top-level rope_theta / rope_scaling, torch_dtype,
 // Qwen3-MoE's num_experts) and transformers 5's (rope_parameters, dtype, num_local_experts); export
@@ -9,7 +9,7 @@
 // RotaryEmbeddingConfigMixin, configuration_utils.py).
 // Details (families, tensor layouts, vocabulary padding, the "strata" object, MoE keys):
 // docs/formats.md, "Hugging Face directories"; MoE keys: training/hf/hf_moe_format.h; DeepseekV3's
-// keys: training/hf/hf_deepseek_format.h.
+// keys: training/hf/hf_deepseek_format.h; NemotronH's: training/hf/hf_nemotron_h_format.h.
 #pragma once
 #include <map>
 #include <nlohmann/json.hpp>
@@ -54,6 +54,7 @@ struct ImportedConfig {
   int64_t file_vocab = 0;  // config.json vocab_size: the embedding (and lm_head) rows in the file
   // DeepseekV3: config.json's num_nextn_predict_layers, the MTP layers the file may hold after the
   // decoder layers (model.mtp_num_layers starts at it; import drops it when the file holds none).
+  // NemotronH: num_nextn_predict_layers (transformers does not run them; import leaves their mtp.* tensors out).
   int64_t file_mtp_layers = 0;
 };
 ImportedConfig model_config_from_json(const nlohmann::json& config, const std::string& file);

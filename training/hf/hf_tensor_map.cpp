@@ -1,7 +1,7 @@
 // Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
 // Mixtral / Qwen3-MoE / GPT-2 names (training/hf/hf_families.h: to_hf_tensors, from_hf_tensors); the
 // MLP half of the Llama-like layers (dense or MoE) is training/hf/hf_moe_map.h, DeepseekV3's maps
-// training/hf/hf_deepseek_map.h.
+// training/hf/hf_deepseek_map.h, NemotronH's training/hf/hf_nemotron_h_map.h.
 // Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
 // repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
 // c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
@@ -14,6 +14,7 @@
 #include "training/hf/hf_deepseek_map.h"
 #include "training/hf/hf_families.h"
 #include "training/hf/hf_moe_map.h"
+#include "training/hf/hf_nemotron_h_map.h"
 
 namespace strata::hf {
 
@@ -56,6 +57,26 @@ Tensor plus(const Tensor& t, double d) {
   return Tensor::from_vector(v, t.shape(), t.dtype());
 }
 
+Qkv split_qkv(const Tensor& w, int64_t np, int64_t ng, int64_t hn) {
+  const int64_t per = np / ng, rest = w.numel() / (ng * (per + 2) * hn);
+  Tensor w3 = w.contiguous().reshape({ng, per + 2, hn * rest});
+  auto part = [&](int64_t start, int64_t n, int64_t rows) {
+    Shape s = w.dim() == 2 ? Shape{rows, rest} : Shape{rows};
+    return w3.narrow(1, start, n).contiguous().clone().reshape(s);
+  };
+  return Qkv{part(0, per, np * hn), part(per, 1, ng * hn), part(per + 1, 1, ng * hn)};
+}
+
+Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, int64_t np, int64_t ng, int64_t hn) {
+  const int64_t per = np / ng, rest = q.numel() / (np * hn);
+  Tensor w3 = Tensor::empty({ng, per + 2, hn * rest}, q.dtype());
+  w3.narrow(1, 0, per).copy_(q.contiguous().reshape({ng, per, hn * rest}));
+  w3.narrow(1, per, 1).copy_(k.contiguous().reshape({ng, 1, hn * rest}));
+  w3.narrow(1, per + 1, 1).copy_(v.contiguous().reshape({ng, 1, hn * rest}));
+  Shape s = q.dim() == 2 ? Shape{ng * (per + 2) * hn, rest} : Shape{ng * (per + 2) * hn};
+  return w3.reshape(s);
+}
+
 }  // namespace detail
 
 namespace {
@@ -64,6 +85,7 @@ using detail::cat_rows;
 using detail::MlpDims;
 using detail::pad_rows;
 using detail::plus;
+using detail::Qkv;
 using detail::same_bytes;
 
 struct Dims {
@@ -89,28 +111,9 @@ std::string mlayer(int64_t i) { return "decoder.layers." + std::to_string(i) + "
 std::string llayer(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
 std::string glayer(int64_t i) { return "transformer.h." + std::to_string(i) + "."; }
 
-// Megatron linear_qkv weight [ng·(per+2)·hn, in] (or bias [ng·(per+2)·hn]) → q [np·hn, …],
-// k [ng·hn, …], v [ng·hn, …].
-struct Qkv {
-  Tensor q, k, v;
-};
-Qkv split_qkv(const Tensor& w, const Dims& d) {
-  const int64_t per = d.np / d.ng, rest = w.numel() / (d.ng * (per + 2) * d.hn);
-  Tensor w3 = w.contiguous().reshape({d.ng, per + 2, d.hn * rest});
-  auto part = [&](int64_t start, int64_t n, int64_t rows) {
-    Shape s = w.dim() == 2 ? Shape{rows, rest} : Shape{rows};
-    return w3.narrow(1, start, n).contiguous().clone().reshape(s);
-  };
-  return Qkv{part(0, per, d.np * d.hn), part(per, 1, d.ng * d.hn), part(per + 1, 1, d.ng * d.hn)};
-}
+Qkv split_qkv(const Tensor& w, const Dims& d) { return detail::split_qkv(w, d.np, d.ng, d.hn); }
 Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d) {
-  const int64_t per = d.np / d.ng, rest = q.numel() / (d.np * d.hn);
-  Tensor w3 = Tensor::empty({d.ng, per + 2, d.hn * rest}, q.dtype());
-  w3.narrow(1, 0, per).copy_(q.contiguous().reshape({d.ng, per, d.hn * rest}));
-  w3.narrow(1, per, 1).copy_(k.contiguous().reshape({d.ng, 1, d.hn * rest}));
-  w3.narrow(1, per + 1, 1).copy_(v.contiguous().reshape({d.ng, 1, d.hn * rest}));
-  Shape s = q.dim() == 2 ? Shape{d.ng * (per + 2) * d.hn, rest} : Shape{d.ng * (per + 2) * d.hn};
-  return w3.reshape(s);
+  return detail::merge_qkv(q, k, v, d.np, d.ng, d.hn);
 }
 
 // The HF tensors a config implies, with their shapes.
@@ -176,6 +179,7 @@ std::string canonical_hf_name(const std::string& name, Family f) {
 std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family f,
                                             const std::map<std::string, Tensor>& mg) {
   if (is_mla(f)) return detail::deepseek_to_hf(m, mg);
+  if (is_hybrid(f)) return detail::nemotron_h_to_hf(m, mg);
   auto get = [&](const std::string& name) -> const Tensor& {
     auto it = mg.find(name);
     STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
@@ -251,6 +255,7 @@ std::map<std::string, Tensor> from_hf_tensors(const ResolvedModelConfig& m, Fami
   STRATA_CHECK(file_vocab <= padded_vocab, file, ": vocab_size ", file_vocab,
                " is larger than the model's padded vocabulary ", padded_vocab, " (model.vocab_size ", *m->vocab_size,
                ", model.make_vocab_size_divisible_by ", m->make_vocab_size_divisible_by, ")");
+  if (is_hybrid(f)) return detail::nemotron_h_from_hf(m, file_vocab, padded_vocab, hf_in, file, notes);
   std::map<std::string, Tensor> hf;
   for (const auto& [raw, t] : hf_in) {
     const std::string name = canonical_hf_name(raw, f);

@@ -1,7 +1,7 @@
 // Small host-tensor helpers shared by the Hugging Face tensor maps (training/hf/hf_tensor_map.cpp,
-// hf_moe_map.cpp, hf_deepseek_map.cpp); defined in hf_tensor_map.cpp.
+// hf_moe_map.cpp, hf_deepseek_map.cpp, hf_nemotron_h_map.cpp); defined in hf_tensor_map.cpp.
 // Reference: Megatron-LM tools/checkpoint/saver_base.py (pad_weight: the vocabulary padded with
-// copies of its last row).
+// copies of its last row), Megatron-Core attention.py (get_query_key_value_tensors).
 #pragma once
 #include <vector>
 
@@ -17,5 +17,15 @@ Tensor pad_rows(const Tensor& t, int64_t rows);
 bool same_bytes(const Tensor& a, const Tensor& b);
 // t + d elementwise (apply_layernorm_1p's stored gamma − 1 → gamma), same shape and dtype.
 Tensor plus(const Tensor& t, double d);
+
+// Megatron's linear_qkv weight [ng·(np/ng + 2)·hn, in] (or its bias), rows per query group
+// [q_1 … q_{np/ng}, k, v] (attention.py get_query_key_value_tensors) ⇄ q [np·hn, …], k and v
+// [ng·hn, …] (transformers' q_proj / k_proj / v_proj; repeat_kv: KV head g serves query heads
+// g·np/ng … (g+1)·np/ng − 1). np query heads, ng query groups, hn channels per head.
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv split_qkv(const Tensor& w, int64_t np, int64_t ng, int64_t hn);
+Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, int64_t np, int64_t ng, int64_t hn);
 
 }  // namespace strata::hf::detail
