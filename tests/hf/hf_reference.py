@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Independent numerical reference for `strata export --format hf` (tests/unit/test_hf_export.cpp, test_hf_moe.cpp,
-test_hf_deepseek.cpp, test_hf_nemotron_h.cpp).
+test_hf_deepseek.cpp, test_hf_nemotron_h.cpp, test_hf_gpt_oss.cpp).
 
 Reads a Hugging Face model directory (config.json + model.safetensors, parsed here with the
 standard library and numpy only) and runs the forward pass of transformers' GPT2LMHeadModel,
-LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM or
-NemotronHForCausalLM in float64, the way transformers computes it:
+LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM,
+NemotronHForCausalLM or GptOssForCausalLM in float64, the way transformers computes it:
   Llama: RMSNorm (x * rsqrt(mean(x^2) + eps) * w), q/k/v/o_proj, RoPE with rotate_half
          (inv_freq = theta^(-arange(0, d, 2)/d), divided by the factor of rope_type "linear",
          scaled by rope_type "llama3", blended by rope_type "yarn" with cos/sin times its attention
@@ -47,6 +47,13 @@ NemotronHForCausalLM in float64, the way transformers computes it:
          (DeepSeek-V3's, above), experts relu2 MLPs (fc1_latent_proj before and fc2_latent_proj after
          them when moe_latent_size is set), plus the shared expert; experts one tensor each under
          "backbone." (the Hub) or fused under "model." (transformers 5).
+  gpt-oss: Llama's layout with biased q/k/v/o_proj, RoPE as Llama's (GptOssConfig's default_theta
+         150000 and, without a RoPE dict, its YaRN factor 32 over 4096 with truncate false), each head's
+         self_attn.sinks logit joined to the softmax and dropped after it, the layers of layer_types
+         "sliding_attention" (default: the even ones) keeping the keys kv > q - sliding_window; every
+         MLP GptOssMLP: router m W^T + b, the top num_experts_per_tok logits softmaxed, experts fused
+         gate_up_proj [E, h, 2F] (gate the even columns, up the odd ones) + bias, the clamped
+         (up + 1) · gate · σ(swiglu_alpha · gate), down_proj [E, F, h] + bias.
   GPT-2: LayerNorm, Conv1D (x @ W + b with W [in, out]), c_attn split q | k | v, causal attention
          scaled by 1/sqrt(d), gelu_new (tanh) / gelu (erf) MLP, learned positions, tied lm_head.
 config.json in the Hub's older spelling (top-level rope_theta / rope_scaling, Qwen3-MoE's num_experts)
@@ -57,7 +64,9 @@ Reference: transformers models/llama/modeling_llama.py, models/qwen3/modeling_qw
 models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py, models/gpt2/modeling_gpt2.py,
 models/deepseek_v3/modeling_deepseek_v3.py (DeepseekV3Attention, DeepseekV3TopkRouter, DeepseekV3MoE),
 models/nemotron_h/modeling_nemotron_h.py (NemotronHMamba2Mixer.torch_forward, NemotronHRMSNormGated,
-NemotronHAttention, NemotronHMLP, NemotronHMoE, NemotronHTopkRouter),
+NemotronHAttention, NemotronHMLP, NemotronHMoE, NemotronHTopkRouter), models/gpt_oss/modeling_gpt_oss.py
+(eager_attention_forward's sinks, GptOssTopKRouter, GptOssExperts._apply_gate), masking_utils.py
+(sliding_window_overlay),
 pytorch_utils.py (Conv1D), activations.py (NewGELUActivation), modeling_rope_utils.py
 (_compute_llama3_parameters, _compute_yarn_parameters, yarn_get_mscale, yarn_apply_mscale,
 standardize_rope_params).
@@ -159,7 +168,10 @@ def num_experts(cfg):
 def rope_settings(cfg):
     """(rope_theta, the RoPE dict) as RotaryEmbeddingConfigMixin standardises them."""
     rope = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
-    default_theta = 1e6 if cfg.get("model_type") == "mixtral" else 1e4
+    if not rope and cfg.get("model_type") == "gpt_oss":  # GptOssConfig.__post_init__'s default
+        rope = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                "original_max_position_embeddings": 4096}
+    default_theta = {"mixtral": 1e6, "gpt_oss": 150000.0}.get(cfg.get("model_type"), 1e4)
     theta = rope.get("rope_theta", cfg.get("rope_theta", default_theta))
     rope.setdefault("rope_type", rope.get("type", "default"))
     if rope["rope_type"] in ("llama3", "yarn"):
@@ -233,16 +245,10 @@ def yarn_parameters(cfg, rs, theta, dim):
     return inv_freq, attention_factor
 
 
-def llama_forward(cfg, t, ids):
-    g = lambda n: t[n] if n in t else t[n[len("model."):]]
-    h = cfg["hidden_size"]
-    nh = cfg["num_attention_heads"]
-    nkv = cfg.get("num_key_value_heads") or nh
-    hd = cfg.get("head_dim", 128 if cfg.get("model_type") == "qwen3" else None) or h // nh  # Qwen3Config: 128
-    eps = cfg.get("rms_norm_eps", 1e-6)
+def rope_cos_sin(cfg, hd, s):
+    """cos, sin [1, s, hd] of rotate_half RoPE over the whole head (cat(freqs, freqs)), times the attention
+    factor of rope_type "yarn": "default", "linear", "llama3" or "yarn" frequencies."""
     theta, rs = rope_settings(cfg)
-    s = len(ids)
-    x = g("model.embed_tokens.weight")[ids]
     inv_freq = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
     attention_factor = 1.0
     if rs["rope_type"] == "yarn":
@@ -255,7 +261,19 @@ def llama_forward(cfg, t, ids):
         sys.exit("hf_reference.py: RoPE %r is not implemented here" % (rs,))
     freqs = np.arange(s, dtype=np.float64)[:, None] * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)  # [s, hd]
-    cos, sin = np.cos(emb)[None] * attention_factor, np.sin(emb)[None] * attention_factor
+    return np.cos(emb)[None] * attention_factor, np.sin(emb)[None] * attention_factor
+
+
+def llama_forward(cfg, t, ids):
+    g = lambda n: t[n] if n in t else t[n[len("model."):]]
+    h = cfg["hidden_size"]
+    nh = cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads") or nh
+    hd = cfg.get("head_dim", 128 if cfg.get("model_type") == "qwen3" else None) or h // nh  # Qwen3Config: 128
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    s = len(ids)
+    x = g("model.embed_tokens.weight")[ids]
+    cos, sin = rope_cos_sin(cfg, hd, s)
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
         a = rmsnorm(x, g(p + "input_layernorm.weight"), eps)
@@ -543,6 +561,79 @@ def nemotron_h_forward(cfg, t, ids):
     return x @ head.T
 
 
+def gpt_oss_attention(cfg, g, p, a, cos, sin, window):
+    """GptOssAttention on a [s, h] (eager_attention_forward): biased q/k/v/o_proj, rotate_half RoPE, GQA,
+    causal (and with `window` W the keys kv > q - W, masking_utils.sliding_window_overlay) scores
+    q k^T · head_dim^-0.5 with each head's sink logit as one more column of the softmax, dropped after it."""
+    s = a.shape[0]
+    nh = cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads") or nh
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // nh
+    proj = lambda n, heads: (a @ g(p + "self_attn.%s.weight" % n).T + g(p + "self_attn.%s.bias" % n)) \
+        .reshape(s, heads, hd).transpose(1, 0, 2)
+    q, k, v = proj("q_proj", nh), proj("k_proj", nkv), proj("v_proj", nkv)
+    q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)
+    scores = q @ k.transpose(0, 2, 1) * hd ** -0.5  # [nh, s, s]
+    qi, ki = np.arange(s)[:, None], np.arange(s)[None, :]
+    keep = ki <= qi
+    if window is not None:
+        keep = keep & (ki > qi - window)
+    scores = np.where(keep[None], scores, -np.inf)
+    sinks = np.broadcast_to(g(p + "self_attn.sinks")[:, None, None], (nh, s, 1))
+    combined = np.concatenate([scores, sinks], axis=-1)
+    combined = combined - combined.max(axis=-1, keepdims=True)
+    pr = np.exp(combined)
+    pr = (pr / pr.sum(axis=-1, keepdims=True))[..., :-1]
+    o = (pr @ v).transpose(1, 0, 2).reshape(s, nh * hd)
+    return o @ g(p + "self_attn.o_proj.weight").T + g(p + "self_attn.o_proj.bias")
+
+
+def gpt_oss_moe(cfg, g, p, m):
+    """GptOssMLP on m [s, h]: router logits m W^T + b, the top num_experts_per_tok and a softmax over them;
+    each chosen expert's GptOssExperts._apply_gate: gate_up = m @ gate_up_proj[e] + bias, gate = the even
+    columns clamped above at swiglu_limit, up = the odd ones clamped to ±swiglu_limit, (up + 1) · gate ·
+    σ(swiglu_alpha · gate), then @ down_proj[e] + down_proj_bias[e], times its weight."""
+    k = cfg.get("num_experts_per_tok", 4)
+    alpha, limit = cfg.get("swiglu_alpha", 1.702), cfg.get("swiglu_limit", 7.0)
+    logits = m @ g(p + "mlp.router.weight").T + g(p + "mlp.router.bias")
+    gu_w, gu_b = g(p + "mlp.experts.gate_up_proj"), g(p + "mlp.experts.gate_up_proj_bias")
+    dn_w, dn_b = g(p + "mlp.experts.down_proj"), g(p + "mlp.experts.down_proj_bias")
+    out = np.zeros_like(m)
+    for t in range(m.shape[0]):
+        chosen = np.argsort(-logits[t], kind="stable")[:k]
+        w = np.exp(logits[t, chosen] - logits[t, chosen].max())
+        w = w / w.sum()
+        for e, we in zip(chosen, w):
+            gate_up = m[t] @ gu_w[e] + gu_b[e]
+            gate, up = np.minimum(gate_up[0::2], limit), np.clip(gate_up[1::2], -limit, limit)
+            glu = gate / (1.0 + np.exp(-alpha * gate))
+            out[t] += we * (((up + 1.0) * glu) @ dn_w[e] + dn_b[e])
+    return out
+
+
+def gpt_oss_forward(cfg, t, ids):
+    g = Tensors(t)
+    nh = cfg["num_attention_heads"]
+    hd = cfg.get("head_dim", 64) or cfg["hidden_size"] // nh
+    eps = cfg.get("rms_norm_eps", 1e-5)
+    layers = cfg["num_hidden_layers"]
+    types = cfg.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    s = len(ids)
+    cos, sin = rope_cos_sin(cfg, hd, s)
+    x = g("model.embed_tokens.weight")[ids]
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        window = cfg.get("sliding_window", 128) if types[i] == "sliding_attention" else None
+        x = x + gpt_oss_attention(cfg, g, p, rmsnorm(x, g(p + "input_layernorm.weight"), eps), cos, sin, window)
+        x = x + gpt_oss_moe(cfg, g, p, rmsnorm(x, g(p + "post_attention_layernorm.weight"), eps))
+    x = rmsnorm(x, g("model.norm.weight"), eps)
+    head = t.get("lm_head.weight")
+    if head is None or cfg.get("tie_word_embeddings", False):
+        head = g("model.embed_tokens.weight")
+    return x @ head.T
+
+
 def gpt2_forward(cfg, t, ids):
     g = lambda n: t[n] if n in t else t[n[len("transformer."):]]
     h = cfg["n_embd"]
@@ -601,6 +692,8 @@ def main():
         logits = llama_forward(cfg, t, ids)
     elif arch == "DeepseekV3ForCausalLM" or cfg.get("model_type") == "deepseek_v3":
         logits = deepseek_forward(cfg, t, ids)
+    elif arch == "GptOssForCausalLM" or cfg.get("model_type") == "gpt_oss":
+        logits = gpt_oss_forward(cfg, t, ids)
     elif arch == "NemotronHForCausalLM" or cfg.get("model_type") == "nemotron_h":
         logits = nemotron_h_forward(cfg, t, ids)
     elif arch == "GPT2LMHeadModel" or cfg.get("model_type") == "gpt2":

@@ -25,7 +25,10 @@ Exits 3, saying so, when transformers or safetensors is missing.
       mlp, moe (the legacy names, which transformers remaps) with 4 Mamba heads of 16 in 2 groups,
       GQA 4/2, an MoE of 8 experts in 4 groups (2 kept), top-4, routed_scaling_factor 2.5, a shared
       expert and moe_latent_size 16, untied; nemotron_h_mamba: mamba, attention, mamba, attention,
-      tied. Their weights under the Hub's names ("backbone.", one tensor per expert).
+      tied. Their weights under the Hub's names ("backbone.", one tensor per expert). gpt_oss: 3 layers
+      (sliding window 4 on layers 0 and 2, GptOssConfig's default layer_types), GQA 4/2 of head_dim 8,
+      4 experts of 12, top-2, swiglu_limit 1.0, YaRN factor 4 over 16 (truncate false); the experts
+      fused ([E, h, 2F] gate/up interleaved), as transformers and the Hub's bf16 checkpoints store them.
       Prints transformers' reading of the directory (see `read`).
   read DIR
       Prints {"transformers_version", "reading": {...}}: the settings the family's modeling code
@@ -38,7 +41,7 @@ Exits 3, saying so, when transformers or safetensors is missing.
       model.safetensors holds exactly the tensors (names, shapes) the family has for the config.
       Prints the same JSON as `read`; exits 1 naming what differs.
 
-Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,nemotron_h,deepseek_v3}/configuration_*.py,
+Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,nemotron_h,deepseek_v3,gpt_oss}/configuration_*.py,
 modeling_rope_utils.py (RotaryEmbeddingConfigMixin.standardize_rope_params), configuration_utils.py
 (PreTrainedConfig.save_pretrained, _encode_special_floats); modeling_*.py for the tensor names.
 """
@@ -58,11 +61,11 @@ except ImportError as e:  # the caller turns this into a test failure (setup.sh 
 
 CLASSES = {"llama": "LlamaConfig", "qwen3": "Qwen3Config", "gpt2": "GPT2Config", "mixtral": "MixtralConfig",
            "qwen3_moe": "Qwen3MoeConfig", "nemotron_h": "NemotronHConfig", "nemotron_h_mamba": "NemotronHConfig",
-           "deepseek_v3": "DeepseekV3Config", "deepseek_v3_qproj": "DeepseekV3Config"}
+           "deepseek_v3": "DeepseekV3Config", "deepseek_v3_qproj": "DeepseekV3Config", "gpt_oss": "GptOssConfig"}
 ARCHS = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "gpt2": "GPT2LMHeadModel",
          "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "nemotron_h": "NemotronHForCausalLM",
          "nemotron_h_mamba": "NemotronHForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
-         "deepseek_v3_qproj": "DeepseekV3ForCausalLM"}
+         "deepseek_v3_qproj": "DeepseekV3ForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 DEEPSEEK = dict(vocab_size=96, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
                 kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5, intermediate_size=40,
                 moe_intermediate_size=12, first_k_dense_replace=1, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -113,6 +116,12 @@ def family_kwargs(family):
                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 16.0,
                                      "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
                                      "mscale": 1.0, "mscale_all_dim": 1.0})
+    if family == "gpt_oss":
+        return dict(vocab_size=96, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                    head_dim=8, num_local_experts=4, num_experts_per_tok=2, intermediate_size=12, sliding_window=4,
+                    max_position_embeddings=64, rms_norm_eps=1e-5, swiglu_limit=1.0, tie_word_embeddings=False,
+                    rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                                     "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 16})
     raise SystemExit("unknown family " + family)
 
 
@@ -145,6 +154,8 @@ def tensor_shapes(cfg):
         return deepseek_shapes(cfg)
     if cfg.model_type == "nemotron_h":
         return nemotron_h_shapes(cfg)
+    if cfg.model_type == "gpt_oss":
+        return gpt_oss_shapes(cfg)
     h, hd = cfg.hidden_size, head_dim(cfg)
     nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
     t["model.embed_tokens.weight"] = (cfg.vocab_size, h)
@@ -258,6 +269,30 @@ def nemotron_h_shapes(cfg):
     return t
 
 
+def gpt_oss_shapes(cfg):
+    """GptOssForCausalLM's tensors (modeling_gpt_oss.py; the experts fused, as transformers and the Hub's bf16
+    checkpoints store them)."""
+    t = {}
+    h, v, hd = cfg.hidden_size, cfg.vocab_size, head_dim(cfg)
+    nh, nkv, e, f = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_local_experts, cfg.intermediate_size
+    t["model.embed_tokens.weight"] = (v, h)
+    for i in range(cfg.num_hidden_layers):
+        p = "model.layers.%d." % i
+        t[p + "input_layernorm.weight"] = t[p + "post_attention_layernorm.weight"] = (h,)
+        t[p + "self_attn.q_proj.weight"], t[p + "self_attn.q_proj.bias"] = (nh * hd, h), (nh * hd,)
+        for n in ("k_proj", "v_proj"):
+            t[p + "self_attn.%s.weight" % n], t[p + "self_attn.%s.bias" % n] = (nkv * hd, h), (nkv * hd,)
+        t[p + "self_attn.o_proj.weight"], t[p + "self_attn.o_proj.bias"] = (h, nh * hd), (h,)
+        t[p + "self_attn.sinks"] = (nh,)
+        t[p + "mlp.router.weight"], t[p + "mlp.router.bias"] = (e, h), (e,)
+        t[p + "mlp.experts.gate_up_proj"], t[p + "mlp.experts.gate_up_proj_bias"] = (e, h, 2 * f), (e, 2 * f)
+        t[p + "mlp.experts.down_proj"], t[p + "mlp.experts.down_proj_bias"] = (e, f, h), (e, h)
+    t["model.norm.weight"] = (h,)
+    if not cfg.tie_word_embeddings:
+        t["lm_head.weight"] = (v, h)
+    return t
+
+
 def reading(d):
     """What the family's modeling code takes from AutoConfig.from_pretrained(d)."""
     cfg = transformers.AutoConfig.from_pretrained(d)
@@ -294,6 +329,10 @@ def reading(d):
                  # DeepseekV3Attention.scaling, transformers' own function
                  softmax_scale=transformers.modeling_rope_utils.yarn_apply_mscale(rope, qk ** (-0.5)))
         return r
+    if cfg.model_type == "gpt_oss":
+        r.update(layer_types=cfg.layer_types, sliding_window=cfg.sliding_window, swiglu_alpha=cfg.swiglu_alpha,
+                 swiglu_limit=str(cfg.swiglu_limit), attention_bias=cfg.attention_bias, experts=cfg.num_local_experts,
+                 topk=cfg.num_experts_per_tok)
     r.update(hidden_size=cfg.hidden_size, layers=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
              kv_heads=cfg.num_key_value_heads, head_dim=head_dim(cfg), ffn=cfg.intermediate_size,
              max_positions=cfg.max_position_embeddings, eps=cfg.rms_norm_eps, rope_theta=rope["rope_theta"],
@@ -324,6 +363,8 @@ def old_spelling(j):
         j["num_experts"] = j.pop("num_local_experts")
     if j.get("model_type") == "deepseek_v3" and "rope_scaling" in j:  # DeepSeek's: "type", not "rope_type"
         j["rope_scaling"]["type"] = j["rope_scaling"].pop("rope_type")
+    if j.get("model_type") == "gpt_oss":  # openai/gpt-oss's config.json: alpha fixed in the modeling code then
+        j.pop("swiglu_alpha", None)
     if j.get("model_type") == "nemotron_h":  # Nemotron-H's configs on the Hub
         letters = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
         j["hybrid_override_pattern"] = "".join(letters[b] for b in j.pop("layers_block_type"))

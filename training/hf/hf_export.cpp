@@ -24,6 +24,7 @@
 #include "training/hf/hf_deepseek_format.h"
 #include "training/hf/hf_deepseek_map.h"
 #include "training/hf/hf_json_read.h"
+#include "training/hf/hf_gpt_oss_format.h"
 #include "training/hf/hf_moe_format.h"
 #include "training/hf/hf_nemotron_h_format.h"
 #include "training/config/model_factory.h"
@@ -326,6 +327,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
   if (is_moe(r.family)) r.notes = detail::moe_export_notes(cfg.model);
   if (is_mla(r.family)) r.notes = detail::deepseek_export_notes(cfg.model);
   if (is_hybrid(r.family)) r.notes = detail::nemotron_h_export_notes(cfg.model);
+  if (r.family == Family::GptOss) r.notes = detail::gpt_oss_export_notes(cfg.model);
   // DeepseekV3 writes the MTP layers as DeepSeek stores them; the other families have none.
   const bool export_mtp = is_mla(r.family) && detail::deepseek_export_mtp_layers(cfg.model) > 0;
   std::unique_ptr<LanguageModel> model_ptr = make_model(cfg, Device::cpu());
@@ -348,7 +350,7 @@ ExportResult export_checkpoint(const std::string& load_dir, const std::string& o
     }
     mg[name] = value;
   }
-  if (mtp_skipped > 0 && !is_mla(r.family) && !is_hybrid(r.family))  // their notes say why already
+  if (mtp_skipped > 0 && !is_mla(r.family) && !is_hybrid(r.family) && r.family != Family::GptOss)  // their notes say why
     r.notes.push_back("the " + std::to_string(mtp_skipped) + " multi-token-prediction parameters (mtp.layers.*, "
                       "model.mtp_num_layers " + std::to_string(cfg.model->mtp_depths()) +
                       ") are training-only and not exported");

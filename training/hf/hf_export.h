@@ -1,8 +1,8 @@
 // `strata export --format hf` and `strata import --hf`: a Strata checkpoint ⇄ a Hugging Face model
 // directory (config.json + model.safetensors [+ generation_config.json, vocab.json, merges.txt])
 // for LlamaForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, MixtralForCausalLM, Qwen3MoeForCausalLM,
-// DeepseekV3ForCausalLM (with its MTP layers as DeepSeek stores them) and, for hybrid models,
-// NemotronHForCausalLM. Names, layouts and config keys: training/hf/hf_format.h, docs/formats.md
+// DeepseekV3ForCausalLM (with its MTP layers as DeepSeek stores them), GptOssForCausalLM and, for
+// hybrid models, NemotronHForCausalLM. Names, layouts and config keys: training/hf/hf_format.h, docs/formats.md
 // (MoE: training/hf/hf_moe_format.h, training/hf/hf_moe_map.h; DeepseekV3: hf_deepseek_format.h,
 // hf_deepseek_map.h).
 // Reference: Megatron-LM tools/checkpoint/convert.py (loader_llama_mistral.py, saver_megatron.py),

@@ -10,7 +10,7 @@
 // dropping, so they are ignored at export). Qwen3-MoE mixes dense and MoE layers (mlp_only_layers);
 // every Mixtral layer is MoE.
 // DeepseekV3ForCausalLM's rules are training/hf/hf_deepseek_format.cpp's, NemotronHForCausalLM's
-// training/hf/hf_nemotron_h_format.cpp's.
+// training/hf/hf_nemotron_h_format.cpp's, GptOssForCausalLM's training/hf/hf_gpt_oss_format.cpp's.
 // Reference: transformers models/mixtral/modeling_mixtral.py, models/qwen3_moe/modeling_qwen3_moe.py;
 // Megatron-Core transformer/moe/moe_utils.py (topk_routing_with_score_function).
 #include "training/hf/hf_families.h"
@@ -19,7 +19,9 @@
 
 #include "core/error.h"
 #include "training/hf/hf_deepseek_format.h"
+#include "training/hf/hf_gpt_oss_format.h"
 #include "training/hf/hf_nemotron_h_format.h"
+#include "training/hf/hf_pending_fields.h"
 
 namespace strata::hf {
 
@@ -32,6 +34,7 @@ const char* to_string(Family f) {
     case Family::Qwen3Moe: return "qwen3_moe";
     case Family::DeepseekV3: return "deepseek_v3";
     case Family::NemotronH: return "nemotron_h";
+    case Family::GptOss: return "gpt_oss";
   }
   STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
   return "";
@@ -45,6 +48,7 @@ const char* architecture_name(Family f) {
     case Family::Qwen3Moe: return "Qwen3MoeForCausalLM";
     case Family::DeepseekV3: return "DeepseekV3ForCausalLM";
     case Family::NemotronH: return "NemotronHForCausalLM";
+    case Family::GptOss: return "GptOssForCausalLM";
   }
   STRATA_INTERNAL_ASSERT(false, "bad hf::Family");
   return "";
@@ -136,6 +140,31 @@ std::string architecture_incompatibility(const ResolvedModelConfig& m, Family f)
   return why.str();
 }
 
+// The attention and activation variants of gpt-oss and Nemotron (sliding windows, sinks, quick
+// GeGLU with its offset and clamp, squared ReLU, latent MoE) that the other families do not have.
+std::string variant_incompatibility(const ResolvedModelConfig& m, Family f) {
+  std::ostringstream why;
+  const char* arch = architecture_name(f);
+  if (!m->window_size.empty())
+    why << "model.window_size: " << arch << " has no sliding-window attention";
+  else if (m->softmax_type != SoftmaxType::Vanilla)
+    why << "model.softmax_type=" << config::enum_to_string<SoftmaxType>(kSoftmaxTypeNames, m->softmax_type) << ": "
+        << arch << " has a vanilla softmax (no attention sinks)";
+  else if (detail::squared_relu_of(*m))
+    why << "model.squared_relu=true is not " << arch << "'s MLP activation";
+  else if (detail::quick_geglu_of(*m))
+    why << "model.quick_geglu=true is not " << arch << "'s MLP activation";
+  else if (detail::glu_linear_offset_of(*m) != 0.0)
+    why << "model.glu_linear_offset=" << detail::glu_linear_offset_of(*m) << ": " << arch << "'s GLU has no offset";
+  else if (detail::clamp_value_of(*m))
+    why << "model.activation_func_clamp_value=" << *detail::clamp_value_of(*m) << ": " << arch
+        << " does not clamp its activations";
+  else if (detail::moe_latent_of(*m))
+    why << "model.moe_latent_size=" << *detail::moe_latent_of(*m) << ": " << arch
+        << " has no latent MoE projections (NemotronHForCausalLM has)";
+  return why.str();
+}
+
 }  // namespace
 
 std::optional<std::string> incompatibility(const ResolvedModelConfig& m, Family f) {
@@ -145,6 +174,10 @@ std::optional<std::string> incompatibility(const ResolvedModelConfig& m, Family 
   } else if (m->is_hybrid()) {
     why << "model.hybrid_layer_pattern is set: " << architecture_name(f)
         << " is not a hybrid model (NemotronHForCausalLM is)";
+  } else if (f == Family::GptOss) {
+    why << detail::gpt_oss_incompatibility(m);
+  } else if (const std::string variant = variant_incompatibility(m, f); !variant.empty()) {
+    why << variant;
   } else if (is_mla(f)) {
     why << detail::deepseek_incompatibility(m);
   } else if (m->multi_latent_attention) {
@@ -199,6 +232,15 @@ Family family_for(const ResolvedModelConfig& m) {
     if (!deepseek) return Family::DeepseekV3;
     STRATA_THROW("export --format hf: the model is not DeepseekV3ForCausalLM (the family with multi-latent "
                  "attention): ", *deepseek);
+  }
+  // gpt-oss's traits (sinks, sliding windows, its activation, biased MoE) name it before Mixtral /
+  // Qwen3-MoE.
+  if (m->num_experts && (m->softmax_type != SoftmaxType::Vanilla || !m->window_size.empty() ||
+                         detail::quick_geglu_of(*m) || m->add_bias_linear)) {
+    const auto gpt_oss = incompatibility(m, Family::GptOss);
+    if (!gpt_oss) return Family::GptOss;
+    STRATA_THROW("export --format hf: the model is not GptOssForCausalLM (the MoE family with attention sinks, "
+                 "sliding windows and biases): ", *gpt_oss);
   }
   if (m->num_experts) return moe_family_for(m);
   if (m->qk_layernorm) {

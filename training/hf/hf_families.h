@@ -9,9 +9,11 @@
 // sigmoid group-limited router, MTP layers) has its own config and tensor maps:
 // training/hf/hf_deepseek_format.h, training/hf/hf_deepseek_map.h. NemotronHForCausalLM (the hybrid
 // model: Mamba2, attention, MLP and MoE layers of model.hybrid_layer_pattern) likewise:
-// training/hf/hf_nemotron_h_format.h, training/hf/hf_nemotron_h_map.h.
+// training/hf/hf_nemotron_h_format.h, training/hf/hf_nemotron_h_map.h; GptOssForCausalLM (every layer
+// MoE with biases, sinks, sliding windows, the clamped quick GeGLU): training/hf/hf_gpt_oss_format.h,
+// training/hf/hf_gpt_oss_map.h.
 // Reference: transformers models/llama, models/qwen3, models/gpt2, models/mixtral, models/qwen3_moe,
-// models/deepseek_v3, models/nemotron_h;
+// models/deepseek_v3, models/nemotron_h, models/gpt_oss;
 // Megatron-LM tools/checkpoint/{loader_llama_mistral,loader_mixtral_hf,saver_megatron}.py.
 #pragma once
 #include <map>
@@ -24,10 +26,10 @@
 
 namespace strata::hf {
 
-enum class Family { Llama, GPT2, Qwen3, Mixtral, Qwen3Moe, DeepseekV3, NemotronH };
-const char* to_string(Family f);           // model_type: "llama" | "gpt2" | "qwen3" | "mixtral" | "qwen3_moe" | "deepseek_v3" | "nemotron_h"
-const char* architecture_name(Family f);   // "LlamaForCausalLM" | … | "DeepseekV3ForCausalLM" | "NemotronHForCausalLM"
-bool is_moe(Family f);                     // Mixtral, Qwen3Moe (DeepseekV3 and NemotronH, dense or MoE, map their own MoE keys)
+enum class Family { Llama, GPT2, Qwen3, Mixtral, Qwen3Moe, DeepseekV3, NemotronH, GptOss };
+const char* to_string(Family f);           // model_type: "llama" | "gpt2" | … | "deepseek_v3" | "nemotron_h" | "gpt_oss"
+const char* architecture_name(Family f);   // "LlamaForCausalLM" | … | "NemotronHForCausalLM" | "GptOssForCausalLM"
+bool is_moe(Family f);                     // Mixtral, Qwen3Moe (DeepseekV3, NemotronH and GptOss map their own MoE keys)
 bool has_qk_norm(Family f);                // Qwen3, Qwen3Moe (q_norm / k_norm)
 bool is_llama_like(Family f);              // Llama, Qwen3, Mixtral, Qwen3Moe: q/k/v_proj attention, model.layers.N
 bool is_mla(Family f);                     // DeepseekV3: multi-latent attention (model.multi_latent_attention)

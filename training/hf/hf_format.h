@@ -1,7 +1,7 @@
 // Hugging Face model formats for `strata export --format hf` / `strata import --hf`: the config.json
 // mapping in both directions, pure functions over JSON (the families and tensor maps are the GPT
 // model's, training/hf/hf_families.h; training/hf/hf_export.h does the file work).
-// Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,deepseek_v3,nemotron_h}/ (configuration_*, modeling_*;
+// Reference: transformers models/{llama,qwen3,gpt2,mixtral,qwen3_moe,deepseek_v3,nemotron_h,gpt_oss}/ (configuration_*, modeling_*;
 // Conv1D in pytorch_utils.py), Megatron-LM tools/checkpoint/{loader_llama_mistral,saver_megatron}.py.
 // Import reads both the Hub's older spellings (top-level rope_theta / rope_scaling, torch_dtype,
 // Qwen3-MoE's num_experts) and transformers 5's (rope_parameters, dtype, num_local_experts); export
@@ -9,7 +9,8 @@
 // RotaryEmbeddingConfigMixin, configuration_utils.py).
 // Details (families, tensor layouts, vocabulary padding, the "strata" object, MoE keys):
 // docs/formats.md, "Hugging Face directories"; MoE keys: training/hf/hf_moe_format.h; DeepseekV3's
-// keys: training/hf/hf_deepseek_format.h; NemotronH's: training/hf/hf_nemotron_h_format.h.
+// keys: training/hf/hf_deepseek_format.h; NemotronH's: training/hf/hf_nemotron_h_format.h; gpt-oss's:
+// training/hf/hf_gpt_oss_format.h.
 #pragma once
 #include <map>
 #include <nlohmann/json.hpp>

@@ -17,6 +17,7 @@
 #include "training/hf/hf_deepseek_format.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
+#include "training/hf/hf_pending_fields.h"
 
 namespace strata::hf::detail {
 
@@ -30,37 +31,6 @@ namespace {
 constexpr double kGatedNormEps = 1e-5;
 // Megatron's MambaMixer d_conv (Strata's MambaDims::conv_kernel).
 constexpr int64_t kConvKernel = 4;
-
-// model.squared_relu and model.moe_latent_size come with issue 40's activation and MoE work; until
-// ModelConfig has them these read them as off and an import that needs them is refused.
-template <class M>
-bool squared_relu_of(const M& m) {
-  if constexpr (requires { m.squared_relu; }) return m.squared_relu;
-  else return false;
-}
-template <class M>
-bool set_squared_relu(M& m) {
-  if constexpr (requires { m.squared_relu = true; }) {
-    m.squared_relu = true;
-    return true;
-  } else {
-    return false;
-  }
-}
-template <class M>
-std::optional<int64_t> moe_latent_of(const M& m) {
-  if constexpr (requires { m.moe_latent_size; }) return m.moe_latent_size;
-  else return std::nullopt;
-}
-template <class M>
-bool set_moe_latent(M& m, std::optional<int64_t> v) {
-  if constexpr (requires { m.moe_latent_size = v; }) {
-    m.moe_latent_size = v;
-    return true;
-  } else {
-    return !v.has_value();
-  }
-}
 
 bool has(const std::string& layers, char symbol) { return layers.find(symbol) != std::string::npos; }
 
@@ -105,6 +75,12 @@ std::string layer_incompatibility(const ResolvedModelConfig& m, const std::strin
     why << "model.multi_latent_attention=true: NemotronH's attention layers are multi-head attention";
   else if (m->apply_residual_connection_post_layernorm)
     why << "model.apply_residual_connection_post_layernorm=true is not NemotronH's residual";
+  else if (!m->window_size.empty())
+    why << "model.window_size: NemotronH's attention has no sliding window (NemotronHAttention ignores "
+           "sliding_window)";
+  else if (m->softmax_type != SoftmaxType::Vanilla)
+    why << "model.softmax_type=" << config::enum_to_string<SoftmaxType>(kSoftmaxTypeNames, m->softmax_type)
+        << ": NemotronH's attention softmax is vanilla (no sinks)";
   else if (has(layers, hybrid::kMamba) && m->layernorm_epsilon != kGatedNormEps)
     why << "model.layernorm_epsilon=" << m->layernorm_epsilon << ": NemotronH's Mamba gated norm takes "
         << "layer_norm_epsilon, Megatron's (Strata's) keeps 1e-5";
@@ -112,6 +88,11 @@ std::string layer_incompatibility(const ResolvedModelConfig& m, const std::strin
     why << "model.swiglu=true: NemotronH's MLPs and experts are relu2 (up, squared ReLU, down), not gated";
   else if (mlps && !squared_relu_of(*m))
     why << "model.squared_relu=false: NemotronH's MLPs and experts are relu2 (squared ReLU)";
+  else if (quick_geglu_of(*m))
+    why << "model.quick_geglu=true is not NemotronH's relu2";
+  else if (clamp_value_of(*m))
+    why << "model.activation_func_clamp_value=" << *clamp_value_of(*m) << ": NemotronH does not clamp its "
+        << "activations";
   return why.str();
 }
 

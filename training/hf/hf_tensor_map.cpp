@@ -1,7 +1,8 @@
 // Tensor name and layout maps between Megatron-Core canonical names and Hugging Face Llama / Qwen3 /
 // Mixtral / Qwen3-MoE / GPT-2 names (training/hf/hf_families.h: to_hf_tensors, from_hf_tensors); the
 // MLP half of the Llama-like layers (dense or MoE) is training/hf/hf_moe_map.h, DeepseekV3's maps
-// training/hf/hf_deepseek_map.h, NemotronH's training/hf/hf_nemotron_h_map.h.
+// training/hf/hf_deepseek_map.h, NemotronH's training/hf/hf_nemotron_h_map.h, gpt-oss's
+// training/hf/hf_gpt_oss_map.h.
 // Reference: transformers modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down,
 // repeat_kv: KV head g serves query heads g·np/ng … (g+1)·np/ng - 1), modeling_gpt2.py (GPT2Attention
 // c_attn split into q | k | v, Conv1D weight [nx, nf]); Megatron-Core attention.py
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "training/hf/hf_deepseek_map.h"
 #include "training/hf/hf_families.h"
+#include "training/hf/hf_gpt_oss_map.h"
 #include "training/hf/hf_moe_map.h"
 #include "training/hf/hf_nemotron_h_map.h"
 
@@ -180,6 +182,7 @@ std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family
                                             const std::map<std::string, Tensor>& mg) {
   if (is_mla(f)) return detail::deepseek_to_hf(m, mg);
   if (is_hybrid(f)) return detail::nemotron_h_to_hf(m, mg);
+  if (f == Family::GptOss) return detail::gpt_oss_to_hf(m, mg);
   auto get = [&](const std::string& name) -> const Tensor& {
     auto it = mg.find(name);
     STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
@@ -264,6 +267,7 @@ std::map<std::string, Tensor> from_hf_tensors(const ResolvedModelConfig& m, Fami
     hf[name] = t;
   }
   if (is_mla(f)) return detail::deepseek_from_hf(m, file_vocab, padded_vocab, std::move(hf), file, file_mtp_layers, notes);
+  if (f == Family::GptOss) return detail::gpt_oss_from_hf(m, file_vocab, padded_vocab, std::move(hf), file);
   const Dims d = dims_of(m, file_vocab);
   const std::map<std::string, Shape> want = hf_shapes(f, d);
   const std::string embed_name = f != Family::GPT2 ? "model.embed_tokens.weight" : "transformer.wte.weight";
