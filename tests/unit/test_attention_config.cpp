@@ -108,3 +108,9 @@ TEST_CASE("attention config: is_hybrid_model sets the hybrid output init on a GP
   CHECK(gpt.output_layer_init_std() == Approx(gpt.init_method_std / std::sqrt(2.0 * 4)));
   CHECK(marked.output_layer_init_std() == Approx(marked.init_method_std / std::sqrt(1.0 * 4)));
 }
+
+TEST_CASE("attention config: gpt-oss's --disable-bf16-reduced-precision-matmul sets its training field",
+          "[attention_config]") {
+  CHECK_FALSE(with_args({}).training.disable_bf16_reduced_precision_matmul);
+  CHECK(with_args({"--disable-bf16-reduced-precision-matmul"}).training.disable_bf16_reduced_precision_matmul);
+}
