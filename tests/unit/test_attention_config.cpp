@@ -55,6 +55,8 @@ TEST_CASE("attention config: window flags as gpt-oss passes them", "[attention_c
   // The parenthesised tuple and a YAML list are the same window.
   CHECK(with_args({"--window-size", "(64,-1)"}).model.window_size == std::vector<int64_t>{64, -1});
   CHECK(with_args({"model.window_size=[8, 0]"}).model.window_size == std::vector<int64_t>{8, 0});
+  CHECK(window_layers(with_args({"model.window_size=[8, 0]", "model.window_attn_skip_freq=2"}).model) ==
+        std::vector<int>{1, 0, 1, 0});
 }
 
 TEST_CASE("attention config: window_attn_skip_freq as an int, a list and absent", "[attention_config]") {
