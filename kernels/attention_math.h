@@ -82,8 +82,10 @@ inline MaskParams make_mask_params(const AttentionParams& p, int64_t heads, int6
     m.doc_start = static_cast<const int64_t*>(p.document_start.data_ptr());
     m.doc_rows = p.document_start.size(1);
   }
-  m.window_left = p.window_left;
-  m.window_right = p.window_right;
+  // Windows past any position mean unbounded; capped so that q_pos ± window cannot overflow.
+  constexpr int64_t kWindowCap = INT64_MAX / 4;
+  m.window_left = p.window_left > kWindowCap ? kWindowCap : p.window_left;
+  m.window_right = p.window_right > kWindowCap ? kWindowCap : p.window_right;
   return m;
 }
 

@@ -53,8 +53,9 @@ kernels::AttentionParams chunk_params(const kernels::AttentionParams& p, int64_t
 bool window_reaches(const kernels::AttentionParams& p, int64_t q_first, int64_t q_last, int64_t k_first,
                     int64_t k_last) {
   if (p.causal && k_first > q_last) return false;
-  if (p.window_left >= 0 && k_last < q_first - p.window_left) return false;
-  if (p.window_right >= 0 && k_first > q_last + p.window_right) return false;
+  // Compared as distances, so that a huge window cannot overflow.
+  if (p.window_left >= 0 && k_last < q_first && q_first - k_last > p.window_left) return false;
+  if (p.window_right >= 0 && k_first > q_last && k_first - q_last > p.window_right) return false;
   return true;
 }
 
@@ -66,8 +67,8 @@ struct KeySpan {
 KeySpan window_key_span(const kernels::AttentionParams& p, int64_t q_first, int64_t q_last, int64_t s) {
   int64_t end = s, begin = 0;
   if (p.causal) end = std::min(end, q_last + 1);
-  if (p.window_right >= 0) end = std::min(end, q_last + p.window_right + 1);
-  if (p.window_left >= 0) begin = std::max<int64_t>(0, q_first - p.window_left);
+  if (p.window_right >= 0 && p.window_right < s) end = std::min(end, q_last + p.window_right + 1);
+  if (p.window_left >= 0 && p.window_left < s) begin = std::max<int64_t>(0, q_first - p.window_left);
   end = std::max<int64_t>(end, 0);
   return {std::min(begin, end), end};
 }

@@ -308,6 +308,15 @@ TEST_CASE("attention window: window 0 gives each row its own value, a long windo
   CHECK(max_abs_diff(a.out, b.out) == 0.0);
   CHECK(max_abs_diff(a.dq, b.dq) == 0.0);
   CHECK(max_abs_diff(a.dk, b.dk) == 0.0);
+  // Windows past any position (even the int64 maximum) are unbounded: non-causal equals non-causal.
+  AttentionParams full, huge;
+  full.causal = huge.causal = false;
+  huge.window_left = huge.window_right = std::numeric_limits<int64_t>::max();
+  huge.q_position_offset = 3;
+  full.q_position_offset = 3;
+  const Result f = run_kernel(in.q, in.k, in.v, in.dout, full), hg = run_kernel(in.q, in.k, in.v, in.dout, huge);
+  CHECK(max_abs_diff(f.out, hg.out) == 0.0);
+  CHECK(max_abs_diff(f.dk, hg.dk) == 0.0);
   // A window shorter than the sequence changes the rows past it and not those within it.
   AttentionParams w3;
   w3.window_left = 3;
