@@ -72,6 +72,28 @@ void check_lse(const char* op, const Tensor& lse, const Tensor& q, const Dims& d
                lse.shape().str());
 }
 
+// softmax_offset [hq] f32 (f64 with f64 q) on q's device; softmax_offset_grad alike, only with it.
+void check_softmax_offset(const char* op, const AttentionParams& p, const Dims& d, const Tensor& q) {
+  if (!p.softmax_offset.defined()) {
+    STRATA_CHECK(!p.softmax_offset_grad.defined(), op, ": softmax_offset_grad needs softmax_offset");
+    return;
+  }
+  const Tensor& o = p.softmax_offset;
+  STRATA_CHECK(o.dtype() == DType::F32 || (o.dtype() == DType::F64 && q.dtype() == DType::F64), op,
+               ": softmax_offset must be f32 (or f64 with f64 q), got ", dtype_name(o.dtype()));
+  STRATA_CHECK(o.dim() == 1 && o.size(0) == d.hq, op, ": softmax_offset must be [hq] = [", d.hq, "], got ",
+               o.shape().str());
+  STRATA_CHECK(o.is_contiguous(), op, ": softmax_offset must be contiguous");
+  STRATA_CHECK(o.device() == q.device(), op, ": softmax_offset is on ", o.device().str(), ", q on ", q.device().str());
+  if (p.softmax_offset_grad.defined()) {
+    const Tensor& g = p.softmax_offset_grad;
+    STRATA_CHECK(g.dtype() == o.dtype() && g.shape() == o.shape() && g.device() == o.device() && g.is_contiguous(), op,
+                 ": softmax_offset_grad must be a contiguous ", dtype_name(o.dtype()), " ", o.shape().str(), " on ",
+                 o.device().str(), " like softmax_offset, got ", dtype_name(g.dtype()), " ", g.shape().str(), " on ",
+                 g.device().str());
+  }
+}
+
 void check_params(const char* op, const AttentionParams& p, const Dims& d, const Tensor& q) {
   if (p.document_start.defined())
     STRATA_CHECK(p.document_start.device() == q.device(), op, ": document_start is on ",
@@ -93,6 +115,10 @@ void check_params(const char* op, const AttentionParams& p, const Dims& d, const
     STRATA_CHECK(ds.is_contiguous(), op, ": document_start must be contiguous");
     STRATA_CHECK(p.causal, op, ": document_start (packed sequences) needs causal attention");
   }
+  STRATA_CHECK(p.window_left >= -1 && p.window_right >= -1, op,
+               ": window_left and window_right must be >= 0, or -1 for unbounded (model.window_size), got (",
+               p.window_left, ", ", p.window_right, ")");
+  check_softmax_offset(op, p, d, q);
   if (p.dropout_p > 0) {
     const int64_t g = p.global_seq_len > 0 ? p.global_seq_len : d.sk;
     STRATA_CHECK(p.q_position_offset + d.sq <= g && p.k_position_offset + d.sk <= g, op,

@@ -2,13 +2,17 @@
 // in Megatron's sbhd layout, with a value head dim dv that may differ from the query/key head dim
 // d (DeepSeek-V3 multi-latent attention: d = 192, dv = 128; its absorbed decoding d = 576,
 // dv = 512 with one kv head). Reference: Megatron-Core DotProductAttention / TEDotProductAttention
-// (attention_dropout, softmax_scale, GQA via num_query_groups), FlashAttention-2 (Dao 2023) for
+// (attention_dropout, softmax_scale, GQA via num_query_groups, softmax_type / softmax_offset),
+// Megatron-Core transformer/utils.py get_sliding_window_causal_mask (window_size),
+// fusions/fused_softmax.py SoftmaxOne (the sink), FlashAttention-2 (Dao 2023) for
 // the CUDA algorithm and the saved log-sum-exp, llm.c attention_forward/attention_backward.
 //
 //   S = softmax_scale · Q·Kᵀ (per batch b and query head h; h uses kv head h / (hq / hkv)),
 //   causal mask keeps k_pos <= q_pos (positions include the offsets); packed sequences
 //   (document_start) also keep k_pos >= the first position of q's document, so documents do not
-//   see each other (Megatron --reset-attention-mask, the cu_seqlens / THD layout), P = softmax(S) per row,
+//   see each other (Megatron --reset-attention-mask, the cu_seqlens / THD layout), a sliding window
+//   (window_left/right, Megatron window_size) keeps q_pos - left <= k_pos <= q_pos + right,
+//   P = softmax(S) per row (with softmax_offset: the sink logit appended to the row, SoftmaxOne),
 //   P_drop = P ∘ M / (1 − p) with the keep mask M recomputed from a Philox key, O = P_drop·V.
 // The default softmax scale is 1/sqrt(d), the query/key head dim (Megatron's softmax_scale
 // default; MLA's 1/sqrt(qk_head_dim + qk_pos_emb_head_dim)).
@@ -43,15 +47,24 @@ struct AttentionParams {
   // [document_start[b][i], q_pos]. Undefined: one document. Needs causal. Key blocks wholly
   // before a query block's documents are skipped, so the cost grows with Σ doc_len², not s².
   Tensor document_start;
-  // Sliding window in positions (Megatron window_size): keys at positions >= q_pos - window_left
-  // and <= q_pos + window_right; -1: unbounded on that side.
-  int64_t window_left = -1;
-  int64_t window_right = -1;
-  // [hq] per-head sink logit (Megatron softmax_offset) added to each row's softmax denominator:
-  // exp(offset_h) + Σ exp(s_ij); f32 (f64 with f64 q). Undefined: vanilla softmax.
-  Tensor softmax_offset;
-  // [hq] like softmax_offset; when defined, attention_backward adds dL/d softmax_offset into it.
-  Tensor softmax_offset_grad;
+  // Sliding-window attention (Megatron window_size = (left, right), -1 unbounded): query position
+  // q_pos sees key positions k_pos with q_pos - window_left <= k_pos <= q_pos + window_right, on
+  // the global positions (offsets, context parallelism, packed documents), composed with the
+  // causal and document masks. Key blocks wholly outside a query block's window are skipped, so
+  // the causal cost grows with Σ min(window_left + 1, q_pos + 1), not s².
+  int64_t window_left = -1;    // keys at positions >= q_pos - window_left (-1: unbounded)
+  int64_t window_right = -1;   // keys at positions <= q_pos + window_right (-1: unbounded; causal also bounds it)
+  // Attention sink (Megatron softmax_type off-by-one / learnable, SoftmaxOne): a per-head logit
+  // appended to each row's softmax and dropped, so the row's denominator is
+  // exp(offset_h) + Σ_j exp(s_ij) and its probabilities sum to less than one. softmax_lse then
+  // includes it (lse' = logaddexp(lse_keys, offset_h)); a row that sees no key gets out = 0,
+  // lse' = offset_h. Dropout never drops the sink (it has no value row).
+  Tensor softmax_offset;       // [hq] f32 per-head sink logit added to each row's softmax denominator
+                               // (exp(offset_h) + Σ exp(s_ij)); undefined: vanilla softmax. hq = local heads;
+                               // head h of this call uses softmax_offset[h]. (f64 also accepted with f64 q.)
+  Tensor softmax_offset_grad;  // [hq] f32 (softmax_offset's dtype); when defined, attention_backward ADDS
+                               // dL/d softmax_offset into it: -Σ_{b,i} exp(offset_h - lse'_{b,h,i})·D_{b,h,i},
+                               // D = rowsum(dO ∘ O), summed in a fixed order (deterministic).
 };
 
 // softmax_scale, or 1/sqrt(qk_head_dim) when it is 0.
@@ -64,13 +77,15 @@ constexpr int64_t kCudaMaxForwardQkHeadDim = 576, kCudaMaxForwardValueHeadDim = 
 
 // q: [sq, b, hq, d], k: [sk, b, hkv, d], v: [sk, b, hkv, dv] with hq % hkv == 0 (hq == hkv is
 // MHA) -> out: [sq, b, hq, dv], softmax_lse: [b, hq, sq] (log-sum-exp of the scaled, masked logits
-// per query row; -inf, with out = 0, for a row that sees no key).
+// per query row, the sink included when softmax_offset is defined; -inf, with out = 0, for a row
+// that sees no key and has no sink).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& softmax_lse, const AttentionParams& p);
 
 // q: [sq, b, hq, d], k: [sk, b, hkv, d], v: [sk, b, hkv, dv], out, dout: [sq, b, hq, dv],
 // softmax_lse: [b, hq, sq] (from attention_forward with the same params) -> dq: [sq, b, hq, d],
-// dk: [sk, b, hkv, d], dv: [sk, b, hkv, dv] (each like its input).
+// dk: [sk, b, hkv, d], dv: [sk, b, hkv, dv] (each like its input); softmax_offset_grad, when
+// defined, gets dL/d softmax_offset added.
 // Deterministic: bitwise identical results on repeated calls (no atomics, fixed summation order).
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq,

@@ -1,6 +1,7 @@
 // Scalar helpers shared by the CPU reference and the CUDA kernels of kernels/attention.h: the
-// causal visibility rule and the attention-dropout keep mask (Philox, recomputed in backward),
-// so that both backends mask and drop exactly the same elements.
+// visibility rule (causal, packed documents, sliding window; Megatron-Core
+// get_sliding_window_causal_mask) and the attention-dropout keep mask (Philox, recomputed in
+// backward), so that both backends mask and drop exactly the same elements.
 #pragma once
 #include <cstdint>
 
@@ -23,16 +24,34 @@ struct MaskParams {
   int64_t head_offset = 0;             // global index of local head 0 (tensor parallelism)
   const int64_t* doc_start = nullptr;  // [b, doc_rows] document_start on the kernel's device; null: none
   int64_t doc_rows = 0;                // sq: the row stride of doc_start
+  int64_t window_left = -1;            // keys at positions >= q_pos - window_left (-1: unbounded)
+  int64_t window_right = -1;           // keys at positions <= q_pos + window_right (-1: unbounded)
 };
+
+// Smallest key position the window lets global query position q_pos see (INT64_MIN when unbounded).
+STRATA_HD int64_t window_first_position(const MaskParams& m, int64_t q_pos) {
+  return m.window_left >= 0 ? q_pos - m.window_left : INT64_MIN;
+}
+// Largest key position query position q_pos may see: its window's right edge, its own position
+// when causal (the smaller of the two); INT64_MAX when neither bounds it.
+STRATA_HD int64_t last_visible_position(const MaskParams& m, int64_t q_pos) {
+  int64_t last = INT64_MAX;
+  if (m.window_right >= 0) last = q_pos + m.window_right;
+  if (m.causal && q_pos < last) last = q_pos;
+  return last;
+}
 
 // Global position of the first key query row i (local) of sample b may see (0 without documents).
 STRATA_HD int64_t document_first_key(const MaskParams& m, int64_t b, int64_t i) {
   return m.doc_start ? m.doc_start[b * m.doc_rows + i] : 0;
 }
 
-// Key j (local) is visible to query row i (local) of sample b: causal, and within i's document.
+// Key j (local) is visible to query row i (local) of sample b: causal, within i's document and
+// within i's window.
 STRATA_HD bool visible(const MaskParams& m, int64_t b, int64_t i, int64_t j) {
-  return (!m.causal || m.k_offset + j <= m.q_offset + i) && m.k_offset + j >= document_first_key(m, b, i);
+  const int64_t q_pos = m.q_offset + i, k_pos = m.k_offset + j;
+  return k_pos <= last_visible_position(m, q_pos) && k_pos >= document_first_key(m, b, i) &&
+         k_pos >= window_first_position(m, q_pos);
 }
 
 // Dropout factor for probability (b, head, i, j): 0 when dropped, else 1/(1-p).
@@ -63,6 +82,10 @@ inline MaskParams make_mask_params(const AttentionParams& p, int64_t heads, int6
     m.doc_start = static_cast<const int64_t*>(p.document_start.data_ptr());
     m.doc_rows = p.document_start.size(1);
   }
+  // Windows past any position mean unbounded; capped so that q_pos ± window cannot overflow.
+  constexpr int64_t kWindowCap = INT64_MAX / 4;
+  m.window_left = p.window_left > kWindowCap ? kWindowCap : p.window_left;
+  m.window_right = p.window_right > kWindowCap ? kWindowCap : p.window_right;
   return m;
 }
 

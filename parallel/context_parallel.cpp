@@ -47,6 +47,39 @@ kernels::AttentionParams chunk_params(const kernels::AttentionParams& p, int64_t
   return c;
 }
 
+// Whether some query position in [q_first, q_last] may see some key position in [k_first, k_last]
+// by the causal limit and the sliding window alone (kernels::AttentionParams window_left/right);
+// documents are checked apart (they are data, this is geometry every rank computes alike).
+bool window_reaches(const kernels::AttentionParams& p, int64_t q_first, int64_t q_last, int64_t k_first,
+                    int64_t k_last) {
+  if (p.causal && k_first > q_last) return false;
+  // Compared as distances, so that a huge window cannot overflow.
+  if (p.window_left >= 0 && k_last < q_first && q_first - k_last > p.window_left) return false;
+  if (p.window_right >= 0 && k_first > q_last && k_first - q_last > p.window_right) return false;
+  return true;
+}
+
+// The global key positions [begin, end) within [0, s) that query positions [q_first, q_last] may
+// see by the causal limit and the window.
+struct KeySpan {
+  int64_t begin, end;
+};
+KeySpan window_key_span(const kernels::AttentionParams& p, int64_t q_first, int64_t q_last, int64_t s) {
+  int64_t end = s, begin = 0;
+  if (p.causal) end = std::min(end, q_last + 1);
+  if (p.window_right >= 0 && p.window_right < s) end = std::min(end, q_last + p.window_right + 1);
+  if (p.window_left >= 0 && p.window_left < s) begin = std::max<int64_t>(0, q_first - p.window_left);
+  end = std::max<int64_t>(end, 0);
+  return {std::min(begin, end), end};
+}
+
+// p without the attention sink: the partial attentions of the ring add it once, in the accumulator.
+kernels::AttentionParams without_sink(kernels::AttentionParams p) {
+  p.softmax_offset = Tensor();
+  p.softmax_offset_grad = Tensor();
+  return p;
+}
+
 // Packed sequences: the first global key position any local query row in [row0, row0 + rows)
 // may see (the earliest start of their documents); 0 without documents. Keys before it are
 // skipped: whole KV blocks in the ring, a prefix of the gathered K/V.
@@ -164,9 +197,11 @@ void gathered_forward(const Tensor& q, const Tensor& k_global, const Tensor& v_g
   const std::vector<int64_t> own = document_starts ? std::vector<int64_t>{} : host_document_starts(p);
   const std::vector<int64_t>& starts = document_starts ? *document_starts : own;
   for (int i = 0; i < 2; ++i) {
+    // The keys this chunk may see (causal limit, window, documents); the sink is in each call.
     const int64_t g = chunk_of(i, cp_size, cp_rank);
-    const int64_t kend = p.causal ? (g + 1) * c : s;  // causal: the keys up to this chunk's end
-    const int64_t kbegin = std::min(first_document_key(starts, L, i * c, c), kend);
+    const KeySpan span = window_key_span(p, g * c, g * c + c - 1, s);
+    const int64_t kend = span.end;
+    const int64_t kbegin = std::min(std::max(first_document_key(starts, L, i * c, c), span.begin), kend);
     Tensor lse = Tensor::empty({b, np, c}, softmax_lse.dtype(), q.device());
     kernels::attention_forward(q.narrow(0, i * c, c), k_global.narrow(0, kbegin, kend - kbegin),
                                v_global.narrow(0, kbegin, kend - kbegin), out.narrow(0, i * c, c), lse,
@@ -186,9 +221,11 @@ void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_
   const std::vector<int64_t> own = document_starts ? std::vector<int64_t>{} : host_document_starts(p);
   const std::vector<int64_t>& starts = document_starts ? *document_starts : own;
   for (int i = 0; i < 2; ++i) {
+    // As the forward; each chunk's call adds its rows' share of the sink gradient.
     const int64_t g = chunk_of(i, cp_size, cp_rank);
-    const int64_t kend = p.causal ? (g + 1) * c : s;
-    const int64_t kbegin = std::min(first_document_key(starts, L, i * c, c), kend);
+    const KeySpan span = window_key_span(p, g * c, g * c + c - 1, s);
+    const int64_t kend = span.end;
+    const int64_t kbegin = std::min(std::max(first_document_key(starts, L, i * c, c), span.begin), kend);
     Tensor kp = k_global.narrow(0, kbegin, kend - kbegin), vp = v_global.narrow(0, kbegin, kend - kbegin);
     Tensor dk = Tensor::empty(kp.shape(), kp.dtype(), kp.device());
     Tensor dv = Tensor::empty(vp.shape(), vp.dtype(), vp.device());
@@ -203,11 +240,16 @@ void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_
 
 // ---- ring scheme -------------------------------------------------------------------------------
 
-RingAccumulator make_ring_accumulator(const Tensor& q, const Tensor& v) {
+RingAccumulator make_ring_accumulator(const Tensor& q, const Tensor& v, const Tensor& softmax_offset) {
   const DType st = stat_dtype(q);
   RingAccumulator a;
   a.out = Tensor::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, st, Device::cpu());  // [s_local, b, np, dv]
   a.lse = Tensor::full({q.size(1), q.size(2), q.size(0)}, -std::numeric_limits<double>::infinity(), st, Device::cpu());
+  if (softmax_offset.defined()) {  // the sink: a partial attention with lse = offset_h and out = 0
+    STRATA_INTERNAL_ASSERT(softmax_offset.dim() == 1 && softmax_offset.size(0) == q.size(2));
+    const std::vector<double> o = softmax_offset.to_vector();
+    for (int64_t h = 0; h < q.size(2); ++h) a.lse.narrow(1, h, 1).fill_(o[static_cast<size_t>(h)]);
+  }
   return a;
 }
 
@@ -226,9 +268,11 @@ void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_
     const int64_t first_key = first_document_key(starts, L, i * c, c);
     for (int j = 0; j < 2; ++j) {
       const int64_t gk = chunk_of(j, cp_size, src);
-      if (p.causal && gk > gq) continue;       // a later chunk: every key masked
+      // A later chunk (causal) or one wholly outside every query's window: every key masked.
+      if (!window_reaches(p, gq * c, gq * c + c - 1, gk * c, gk * c + c - 1)) continue;
       if ((gk + 1) * c <= first_key) continue;  // wholly before the queries' documents
-      kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s, i * c, c);
+      // No sink here: the accumulator holds it (make_ring_accumulator), so it enters once.
+      kernels::AttentionParams cp = without_sink(chunk_params(p, gq * c, gk * c, s, i * c, c));
       // The diagonal chunk is causal, earlier chunks are whole (but for their documents' masks).
       cp.causal = p.causal && (gk == gq || p.document_start.defined());
       Tensor o = Tensor::empty({c, b, np, v_block.size(3)}, q.dtype(), q.device());  // [c, b, np, dv]
@@ -263,9 +307,13 @@ void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v
     Tensor lse = softmax_lse.narrow(2, i * c, c).contiguous();
     for (int j = 0; j < 2; ++j) {
       const int64_t gk = chunk_of(j, cp_size, src);
-      if (p.causal && gk > gq) continue;
+      // The diagonal pair (own chunk: every row sees its own position) is never skipped and is
+      // the one call that adds the rows' sink gradient; lse already holds the sink.
+      const bool diagonal = gk == gq;
+      if (!window_reaches(p, gq * c, gq * c + c - 1, gk * c, gk * c + c - 1)) continue;
       if ((gk + 1) * c <= first_key) continue;  // the forward skipped it too
       kernels::AttentionParams cp = chunk_params(p, gq * c, gk * c, s, i * c, c);
+      if (!diagonal) cp = without_sink(cp);
       cp.causal = p.causal && (gk == gq || p.document_start.defined());
       Tensor kj = k_block.narrow(0, j * c, c), vj = v_block.narrow(0, j * c, c);
       Tensor dqi = dq.narrow(0, i * c, c), dkj = dk_block.narrow(0, j * c, c), dvj = dv_block.narrow(0, j * c, c);
@@ -283,11 +331,115 @@ void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v
 
 // ---- with communication ------------------------------------------------------------------------
 
+namespace {
+
+// Whether the queries of rank r may see some key of rank src's block by the causal limit and the
+// window (documents aside): the same answer on every rank, so sender and receiver agree.
+bool block_needed(const kernels::AttentionParams& p, int64_t local_len, int n, int r, int src) {
+  const int64_t c = local_len / 2;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      const int64_t gq = chunk_of(i, n, r), gk = chunk_of(j, n, src);
+      if (window_reaches(p, gq * c, gq * c + c - 1, gk * c, gk * c + c - 1)) return true;
+    }
+  return false;
+}
+
+// A sliding window that leaves some rank a block it does not need: then the blocks go straight
+// to the ranks that need them (windowed_exchange_*) instead of round the ring, which would have
+// to carry every block to every rank (with the load-balanced split each rank needs the blocks of
+// both ring neighbours, so a ring can never stop early).
+bool window_skips_blocks(const kernels::AttentionParams& p, int64_t local_len, int n) {
+  if (p.window_left < 0 && p.window_right < 0) return false;
+  for (int r = 0; r < n; ++r)
+    for (int src = 0; src < n; ++src)
+      if (!block_needed(p, local_len, n, r, src)) return true;
+  return false;
+}
+
+// Step i of the windowed exchange: rank r sends its own K/V to r + i when that rank needs them and
+// receives the K/V of r − i when it needs them; the rest of the steps' blocks is never sent.
+void windowed_exchange_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& softmax_lse, const kernels::AttentionParams& p, const ProcessGroup& ring,
+                               const std::vector<int64_t>& starts) {
+  const int n = ring.size(), r = ring.rank();
+  const int64_t L = q.size(0);
+  RingAccumulator acc = make_ring_accumulator(q, v, p.softmax_offset);
+  const Tensor kb = k.contiguous(), vb = v.contiguous();
+  ring_block_forward(q, kb, vb, r, acc, p, n, r, &starts);
+  for (int i = 1; i < n; ++i) {
+    const int dst = (r + i) % n, src = (r + n - i) % n;
+    const bool send = block_needed(p, L, n, dst, r), recv = block_needed(p, L, n, r, src);
+    std::vector<PointToPoint> ops;
+    Tensor kn = recv ? Tensor::empty(kb.shape(), kb.dtype(), kb.device()) : Tensor();
+    Tensor vn = recv ? Tensor::empty(vb.shape(), vb.dtype(), vb.device()) : Tensor();
+    if (send) ops.insert(ops.end(), {PointToPoint::send(kb, dst, 0), PointToPoint::send(vb, dst, 1)});
+    if (recv) ops.insert(ops.end(), {PointToPoint::recv(kn, src, 0), PointToPoint::recv(vn, src, 1)});
+    if (!ops.empty()) ring.batch_send_recv(ops);
+    if (recv) ring_block_forward(q, kn, vn, src, acc, p, n, r, &starts);
+  }
+  ring_finish(acc, out, softmax_lse);
+}
+
+// The backward of windowed_exchange_forward: at step i the K/V of r − i come in (when needed), their
+// dK/dV share goes back to r − i, and the share of r + i for this rank's block comes in, added in
+// step order (the ring's order of contributors).
+void windowed_exchange_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk,
+                                const Tensor& dv, const kernels::AttentionParams& p, const ProcessGroup& ring,
+                                const std::vector<int64_t>& starts) {
+  const int n = ring.size(), r = ring.rank();
+  const int64_t L = q.size(0);
+  const Tensor dout_c = dout.contiguous(), kb = k.contiguous(), vb = v.contiguous();
+  Tensor(dq).zero_();
+  Tensor dk_own = Tensor::zeros(k.shape(), dk.dtype(), dk.device());
+  Tensor dv_own = Tensor::zeros(v.shape(), dv.dtype(), dv.device());
+  ring_block_backward(q, kb, vb, r, out, dout_c, softmax_lse, dq, dk_own, dv_own, p, n, r, &starts);
+  for (int i = 1; i < n; ++i) {
+    const int dst = (r + i) % n, src = (r + n - i) % n;
+    const bool send = block_needed(p, L, n, dst, r), recv = block_needed(p, L, n, r, src);
+    std::vector<PointToPoint> ops;
+    Tensor kn, vn, dkn, dvn, dk_back, dv_back;
+    if (send) ops.insert(ops.end(), {PointToPoint::send(kb, dst, 0), PointToPoint::send(vb, dst, 1)});
+    if (recv) {
+      kn = Tensor::empty(kb.shape(), kb.dtype(), kb.device());
+      vn = Tensor::empty(vb.shape(), vb.dtype(), vb.device());
+      ops.insert(ops.end(), {PointToPoint::recv(kn, src, 0), PointToPoint::recv(vn, src, 1)});
+    }
+    if (!ops.empty()) ring.batch_send_recv(ops);
+    ops.clear();
+    if (recv) {
+      dkn = Tensor::zeros(k.shape(), dk.dtype(), dk.device());
+      dvn = Tensor::zeros(v.shape(), dv.dtype(), dv.device());
+      ring_block_backward(q, kn, vn, src, out, dout_c, softmax_lse, dq, dkn, dvn, p, n, r, &starts);
+      ops.insert(ops.end(), {PointToPoint::send(dkn, src, 2), PointToPoint::send(dvn, src, 3)});
+    }
+    if (send) {
+      dk_back = Tensor::empty(k.shape(), dk.dtype(), dk.device());
+      dv_back = Tensor::empty(v.shape(), dv.dtype(), dv.device());
+      ops.insert(ops.end(), {PointToPoint::recv(dk_back, dst, 2), PointToPoint::recv(dv_back, dst, 3)});
+    }
+    if (!ops.empty()) ring.batch_send_recv(ops);
+    if (send) {
+      kernels::add(dk_own, dk_back, dk_own);
+      kernels::add(dv_own, dv_back, dv_own);
+    }
+  }
+  Tensor(dk).copy_(dk_own);
+  Tensor(dv).copy_(dv_own);
+}
+
+}  // namespace
+
 void ring_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& softmax_lse, const kernels::AttentionParams& p, const ProcessGroup& ring) {
   const int n = ring.size(), r = ring.rank();
+  if (window_skips_blocks(p, q.size(0), n)) {
+    windowed_exchange_forward(q, k, v, out, softmax_lse, p, ring, host_document_starts(p));
+    return;
+  }
   const std::vector<int64_t> starts = host_document_starts(p);  // once per call, not per chunk pair
-  RingAccumulator acc = make_ring_accumulator(q, v);
+  RingAccumulator acc = make_ring_accumulator(q, v, p.softmax_offset);
   Tensor kb = k.contiguous(), vb = v.contiguous();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   for (int i = 0; i < n; ++i) {
@@ -311,6 +463,10 @@ void ring_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                              const kernels::AttentionParams& p, const ProcessGroup& ring) {
   const int n = ring.size(), r = ring.rank();
+  if (window_skips_blocks(p, q.size(0), n)) {
+    windowed_exchange_backward(q, k, v, out, dout, softmax_lse, dq, dk, dv, p, ring, host_document_starts(p));
+    return;
+  }
   const std::vector<int64_t> starts = host_document_starts(p);
   Tensor dout_c = dout.contiguous();
   Tensor(dq).zero_();

@@ -42,6 +42,12 @@ struct HierarchicalGroups {
 // (local: this rank's two chunks; hv, the value head dim, may differ from hn as in
 // kernels/attention.h), out [s_local, b, np, hv], softmax_lse [b, np, s_local] (f32; f64 for f64).
 // Attention dropout is keyed by global (sample, head, query, key) positions: the unsharded masks.
+// Sliding windows (p.window_left/right) are on global positions: ring steps, chunk pairs and
+// gathered key ranges wholly outside every local query's window are skipped (no compute).
+// Attention sinks (p.softmax_offset [np]): the sink enters each row's softmax once (all-gather:
+// the kernel call of each chunk; ring: the accumulator; a2a: the head group's slice), and
+// p.softmax_offset_grad gets this rank's share (its query rows; a2a: its head group over all rows),
+// which the gradient reduction over the cp group sums, as for every replicated parameter.
 // Every call goes through the ProcessGroup (host: MPI, device: NCCL).
 // a2a: np and ng divisible by cp; a2a+p2p: by levels.a2a.size() (levels: its groups, whose sizes
 // multiply to cp.size()).
@@ -77,11 +83,13 @@ void gathered_backward(const Tensor& q, const Tensor& k_global, const Tensor& v_
 // block to rank r + 1. Backward walks the ring again, each KV block with its dK, dV accumulator.
 // Ring: the running output of the local queries. out_acc [s_local, b, np, hv] and lse_acc
 // [b, np, s_local] on the host in the statistics dtype (f32; f64 for f64 q); start with
-// make_ring_accumulator (lse −inf, out 0) of the local q and v (v gives hv).
+// make_ring_accumulator (lse −inf, out 0) of the local q and v (v gives hv). With an attention
+// sink (p.softmax_offset [np]) the accumulator starts at lse = offset_h, out 0: the sink merged
+// once, as one more partial attention; the blocks' kernel calls run without it.
 struct RingAccumulator {
   Tensor out, lse;
 };
-RingAccumulator make_ring_accumulator(const Tensor& q, const Tensor& v);
+RingAccumulator make_ring_accumulator(const Tensor& q, const Tensor& v, const Tensor& softmax_offset = Tensor());
 // Adds the partial attention of the local queries with the KV block of rank `src` (its local k, v).
 void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src,
                         RingAccumulator& acc, const kernels::AttentionParams& p, int cp_size, int cp_rank,
@@ -90,6 +98,8 @@ void ring_block_forward(const Tensor& q, const Tensor& k_block, const Tensor& v_
 void ring_finish(const RingAccumulator& acc, const Tensor& out, const Tensor& softmax_lse);
 // Adds the gradients of the block pair (local queries, KV block of rank `src`) into dq, dk_block,
 // dv_block (same shapes and dtype as q, k_block, v_block). out, softmax_lse: the final forward.
+// The sink gradient (p.softmax_offset_grad) is added by the own block's diagonal chunk pairs
+// only (src == cp_rank), once per local row.
 void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v_block, int src, const Tensor& out,
                          const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk_block,
                          const Tensor& dv_block, const kernels::AttentionParams& p, int cp_size, int cp_rank,
@@ -98,7 +108,12 @@ void ring_block_backward(const Tensor& q, const Tensor& k_block, const Tensor& v
 // The p2p ring over `ring` (the cp group for p2p, the outer group for a2a+p2p): q, k, v, out,
 // softmax_lse hold this rank's local sequence of a load-balanced split over ring.size() ranks
 // (rows of p.document_start: this rank's rows, global positions). A ring of one runs the blocks
-// of its two chunks without communication.
+// of its two chunks without communication. With a sliding window that leaves some rank a block
+// it does not need, the blocks go straight from their owner to the ranks that need them (step i:
+// rank r sends its own K/V to r + i and gets those of r − i, each only when needed; the dK/dV
+// shares come back the same way): blocks outside every local query's window are neither sent nor
+// computed. (Round the ring every block would have to reach every rank: with the load-balanced
+// split each rank needs both ring neighbours' blocks.)
 void ring_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& softmax_lse, const kernels::AttentionParams& p, const ProcessGroup& ring);
 void ring_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
@@ -132,7 +147,8 @@ Tensor a2a_pack_rows(const Tensor& y, int n);
 // recv [n, L, b, h, d], block i: head group i of this rank's rows -> [L, b, n·h, d].
 Tensor a2a_unpack_heads(const Tensor& recv, int n);
 // The parameters of head group `group` of n: head_offset moved to the group's first head
-// (global_heads kept, or set to q's local heads when 0); q_heads: the local heads before the a2a.
+// (global_heads kept, or set to q's local heads when 0), softmax_offset and softmax_offset_grad
+// narrowed to the group's heads (views); q_heads: the local heads before the a2a.
 kernels::AttentionParams head_group_params(const kernels::AttentionParams& p, int64_t q_heads, int n, int group);
 
 }  // namespace strata::cp

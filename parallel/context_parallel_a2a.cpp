@@ -109,6 +109,10 @@ kernels::AttentionParams head_group_params(const kernels::AttentionParams& p, in
   kernels::AttentionParams c = p;
   if (c.global_heads == 0) c.global_heads = q_heads;
   c.head_offset = p.head_offset + static_cast<int64_t>(group) * (q_heads / n);
+  // The head group's sink logits and gradient slots (views: the gradient lands in p's tensor).
+  if (p.softmax_offset.defined()) c.softmax_offset = p.softmax_offset.narrow(0, group * (q_heads / n), q_heads / n);
+  if (p.softmax_offset_grad.defined())
+    c.softmax_offset_grad = p.softmax_offset_grad.narrow(0, group * (q_heads / n), q_heads / n);
   return c;
 }
 

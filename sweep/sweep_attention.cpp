@@ -9,6 +9,10 @@
 // dv = 128 (the CUDA (256, 128) tile pair), its scaled-down absorbed shape d = 40, dv = 32 with one
 // kv head, dv > d (a pair the CUDA kernels run with square tiles), and the absorbed decoding
 // shape itself, d = 576, dv = 512, forward only (the CUDA kernels have no backward for it).
+// Sliding windows (tag ".window<left>_<right>") and attention sinks (".sink_off_by_one",
+// ".sink_learnable", with the sink gradient ".dsink" and its determinism): windows inside and
+// across tiles, with q/k offsets, packed documents, non-causal windows, dv != d; these exercise
+// the CUDA kernels' skipping of key/query tiles outside the window and the sink reduction kernel.
 #include <algorithm>
 
 #include "kernels/attention.h"
@@ -33,6 +37,8 @@ struct Case {
   int64_t k_off = 0;       // global position of key row 0 (context parallelism's narrowed K/V)
   int64_t dv = 0;          // value head dim; 0: d
   bool forward_only = false;  // out and lse only (MLA's absorbed decoding shape)
+  int64_t window_left = -1, window_right = -1;  // sliding window (kernels/attention.h); -1 unbounded
+  int sink = 0;  // attention sink: 0 none, 1 off-by-one (zeros), 2 learnable (random logits)
   int64_t vdim() const { return dv > 0 ? dv : d; }
 };
 
@@ -67,6 +73,13 @@ void attention_case(sweep::Context& c, const Case& cs) {
   p.q_position_offset = cs.q_off;
   p.k_position_offset = cs.k_off;
   p.global_seq_len = std::max(cs.k_off + cs.sk, cs.q_off + cs.sq);
+  p.window_left = cs.window_left;
+  p.window_right = cs.window_right;
+  // The sink logits, f32-rounded: f64 for the reference, f32 on the target.
+  const Tensor sink = cs.sink == 0 ? Tensor()
+                      : cs.sink == 1 ? Tensor::zeros({cs.hq}, DType::F64)
+                                     : c.input({cs.hq}, 5, -2.0, 2.0).to(DType::F32).to(DType::F64);
+  p.softmax_offset = sink;
   Tensor q = c.input(qs, 1), k = c.input(ks, 2), v = c.input(vs, 3), dout = c.input(os, 4);
   const Tensor doc_start = cs.docs.empty() ? Tensor() : document_starts(cs);  // CPU, for the reference
   p.document_start = doc_start;
@@ -79,6 +92,7 @@ void attention_case(sweep::Context& c, const Case& cs) {
   Tensor doc_start_t = doc_start.defined() ? doc_start.to(c.device) : Tensor();
   AttentionParams pt = p;
   pt.document_start = doc_start_t;
+  if (sink.defined()) pt.softmax_offset = sink.to(DType::F32).to(c.device);
   Tensor qt = c.on_target(q), kt = c.on_target(k), vt = c.on_target(v), dot = c.on_target(dout);
   Tensor out = c.empty(os), lse = Tensor::empty(ls, DType::F32, c.device);
   attention_forward(qt, kt, vt, out, lse, pt);
@@ -86,7 +100,11 @@ void attention_case(sweep::Context& c, const Case& cs) {
   const std::string tag = std::string(cs.causal ? "causal" : "full") + (cs.dropout > 0 ? ".drop" : "") +
                           (cs.q_off ? ".offset" : "") + (cs.hq != cs.hkv ? ".gqa" : "") +
                           (cs.docs.empty() ? "" : ".docs") + (cs.irregular ? ".irregular" : "") +
-                          (cs.k_off ? ".k_offset" : "") + (cs.vdim() != cs.d ? ".vdim" + std::to_string(cs.dv) : "");
+                          (cs.k_off ? ".k_offset" : "") + (cs.vdim() != cs.d ? ".vdim" + std::to_string(cs.dv) : "") +
+                          (cs.window_left >= 0 || cs.window_right >= 0
+                               ? ".window" + std::to_string(cs.window_left) + "_" + std::to_string(cs.window_right)
+                               : "") +
+                          (cs.sink == 1 ? ".sink_off_by_one" : cs.sink == 2 ? ".sink_learnable" : "");
   const Shape shown{cs.sq, cs.sk, cs.b, cs.hq, cs.hkv, cs.d};  // [sq, sk, b, hq, hkv, d]; dv in the tag
   c.compare(tag + ".out", shown, out, out_r, c.bound(1e-5, 1e-2, 2e-3));
   c.compare(tag + ".lse", shown, lse, lse_r, c.bound(1e-6, 1e-3, 1e-3));
@@ -94,20 +112,29 @@ void attention_case(sweep::Context& c, const Case& cs) {
 
   Tensor dq_r = Tensor::empty(qs, DType::F64), dk_r = Tensor::empty(ks, DType::F64);
   Tensor dv_r = Tensor::empty(vs, DType::F64);
+  // The sink gradient is added into zeros, on both sides.
+  const Tensor dsink_r = sink.defined() ? Tensor::zeros({cs.hq}, DType::F64) : Tensor();
+  const Tensor dsink = sink.defined() ? Tensor::zeros({cs.hq}, DType::F32, c.device) : Tensor();
+  p.softmax_offset_grad = dsink_r;
+  pt.softmax_offset_grad = dsink;
   attention_backward(q, k, v, out_r, dout, lse_r, dq_r, dk_r, dv_r, p);
   Tensor dq = c.empty(qs), dk = c.empty(ks), dv = c.empty(vs);
   attention_backward(qt, kt, vt, out, dot, lse, dq, dk, dv, pt);
+  if (sink.defined()) c.compare(tag + ".dsink", shown, dsink, dsink_r, c.bound(2e-5, 2e-2, 5e-3));
   if (cs.sk > 1) {  // with a single key, P = 1 and dq = dk = 0 exactly: nothing to compare
     c.compare(tag + ".dq", shown, dq, dq_r, c.bound(2e-5, 2e-2, 5e-3));
     c.compare(tag + ".dk", shown, dk, dk_r, c.bound(2e-5, 2e-2, 5e-3));
   }
   c.compare(tag + ".dv", shown, dv, dv_r, c.bound(2e-5, 2e-2, 5e-3));
-  if (cs.repeat) {
+  if (cs.repeat) {  // a second backward, its sink gradient into fresh zeros: bitwise the same
+    AttentionParams pt2 = pt;
+    if (sink.defined()) pt2.softmax_offset_grad = Tensor::zeros({cs.hq}, DType::F32, c.device);
     Tensor dq2 = c.empty(qs), dk2 = c.empty(ks), dv2 = c.empty(vs);
-    attention_backward(qt, kt, vt, out, dot, lse, dq2, dk2, dv2, pt);
+    attention_backward(qt, kt, vt, out, dot, lse, dq2, dk2, dv2, pt2);
     c.compare(tag + ".dq.repeat", shown, dq2, dq, 0.0);
     c.compare(tag + ".dk.repeat", shown, dk2, dk, 0.0);
     c.compare(tag + ".dv.repeat", shown, dv2, dv, 0.0);
+    if (sink.defined()) c.compare(tag + ".dsink.repeat", shown, pt2.softmax_offset_grad, dsink, 0.0);
   }
 }
 }  // namespace
@@ -154,8 +181,32 @@ STRATA_SWEEP_OP("attention", kFloat, "attention_forward attention_backward", [](
       {.sq = 40, .sk = 40, .b = 1, .hq = 4, .hkv = 1, .d = 576, .dv = 512, .forward_only = true},
       {.sq = 2, .sk = 300, .b = 2, .hq = 16, .hkv = 1, .d = 576, .q_off = 298, .dv = 512, .forward_only = true},
   };
+  // Sliding windows and attention sinks (gpt-oss: window 128, learnable sinks). Windows shorter
+  // than a 32-row tile and spanning tiles, so key tiles are skipped on both sides of a q tile and
+  // q tiles on both sides of a k tile; q/k position offsets (decoding, context parallelism);
+  // packed documents with a window; non-causal (left, right); sinks alone and with windows;
+  // determinism of the sink gradient.
+  const std::vector<Case> windowed = {
+      {.sq = 77, .sk = 77, .b = 2, .hq = 4, .hkv = 2, .d = 64, .repeat = true, .window_left = 20},
+      {.sq = 100, .sk = 100, .b = 1, .hq = 2, .hkv = 1, .d = 64, .dropout = 0.1, .window_left = 40, .sink = 2},
+      {.sq = 77, .sk = 77, .b = 2, .hq = 4, .hkv = 4, .d = 128, .repeat = true, .sink = 2},
+      {.sq = 45, .sk = 70, .b = 1, .hq = 2, .hkv = 2, .d = 64, .sink = 1},
+      {.sq = 3, .sk = 130, .b = 2, .hq = 4, .hkv = 1, .d = 64, .q_off = 127, .window_left = 50, .sink = 2},
+      {.sq = 40, .sk = 73, .b = 2, .hq = 2, .hkv = 2, .d = 64, .q_off = 70, .k_off = 37, .window_left = 33},
+      {.sq = 90, .sk = 90, .b = 2, .hq = 4, .hkv = 2, .d = 64, .dropout = 0.1, .repeat = true,
+       .docs = {{20, 44, 26}, {5, 85}}, .window_left = 17, .sink = 2},
+      {.sq = 70, .sk = 70, .b = 1, .hq = 2, .hkv = 2, .d = 64, .causal = false, .window_left = 9, .window_right = 35,
+       .sink = 2},
+      {.sq = 66, .sk = 66, .b = 1, .hq = 2, .hkv = 1, .d = 96, .window_left = 0, .sink = 1},
+      {.sq = 60, .sk = 60, .b = 2, .hq = 4, .hkv = 2, .d = 192, .dv = 128, .window_left = 13, .sink = 2},
+      {.sq = 40, .sk = 40, .b = 1, .hq = 4, .hkv = 1, .d = 576, .dv = 512, .forward_only = true, .window_left = 10,
+       .sink = 2},
+  };
+  cases.insert(cases.end(), windowed.begin(), windowed.end());
   if (!c.quick) {
     cases.push_back({1024, 1024, 2, 16, 4, 128, true});       // realistic
+    // gpt-oss-like: window 128, learnable sinks, GQA 64/8 cut to 16/2.
+    cases.push_back({.sq = 1024, .sk = 1024, .b = 1, .hq = 16, .hkv = 2, .d = 64, .window_left = 128, .sink = 2});
     cases.push_back({300, 300, 1, 8, 8, 64, true, 0.1, 0, true});
     // Realistic packed batch: 8 documents per sample, different boundaries in each sample.
     cases.push_back({1024, 1024, 2, 16, 4, 128, true, 0, 0, false,

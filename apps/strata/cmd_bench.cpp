@@ -8,7 +8,8 @@
 // `strata bench mamba`: the Mamba2 mixer's forward + backward, optionally against the PyTorch
 // reference (apps/strata/bench_mamba.cpp).
 // `strata bench packed`: attention on a packed sequence against one document, next to the
-// Σ doc_len² / seq_len² bound (apps/strata/bench_packed.cpp).
+// Σ doc_len² / seq_len² bound, and a sliding window against full causal attention next to its
+// bound (apps/strata/bench_packed.cpp).
 #include <cstdio>
 
 #include "apps/strata/bench_mamba.h"
@@ -54,11 +55,16 @@ void register_bench_mamba(CLI::App& bench) {
 void register_bench_packed(CLI::App& bench) {
   CLI::App* c = bench.add_subcommand(
       "packed", "attention forward + backward on a sequence packed with --docs documents against the same "
-                "sequence as one document: the time ratio next to the bound sum(doc_len^2) / seq_len^2");
+                "sequence as one document: the time ratio next to the bound sum(doc_len^2) / seq_len^2; and a "
+                "sliding window (--window) against full causal attention next to its bound");
   auto o = std::make_shared<BenchPackedOptions>();
   c->add_option("--device", o->device, "cpu, cuda or auto")->capture_default_str();
   c->add_option("--seq", o->seq, "sequence length")->capture_default_str();
   c->add_option("--docs", o->docs, "documents in the packed sequence (lengths 3:1:4:1:5:9:2:6)")->capture_default_str();
+  c->add_option("--window", o->window,
+                "also time a sliding window of this many earlier keys (window_size (W, 0)) against full causal "
+                "attention, next to the bound sum(min(W+1, pos+1)) / sum(pos+1); 0: skip")
+      ->capture_default_str();
   c->add_option("--batch", o->batch, "samples")->capture_default_str();
   c->add_option("--heads", o->heads, "query heads")->capture_default_str();
   c->add_option("--kv-heads", o->kv_heads, "key/value heads")->capture_default_str();

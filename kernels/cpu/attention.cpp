@@ -5,7 +5,11 @@
 //   D = rowsum(dO∘O); dP = (dO·Vᵀ)∘M/(1-p); dS = P∘(dP − D); dQ = scale·dS·K; dK = scale·dSᵀ·Q;
 //   dV = P_dropᵀ·dO.
 // Each query row visits only the keys it may see: from its document's first key (packed
-// sequences, kernels/attention.h document_start) to the causal limit, so the cost is Σ doc_len²/2.
+// sequences, kernels/attention.h document_start) and its window's first key to the causal limit
+// and the window's right edge, so the cost is Σ doc_len²/2, or Σ min(window + 1, position + 1).
+// The attention sink (softmax_offset, Megatron SoftmaxOne) starts each row's max and sum, so the
+// saved lse includes it; backward adds d offset_h = -Σ_{b,i} exp(offset_h − lse'_{b,h,i})·D_{b,h,i}
+// (summed per (b, h) over rows in order, then over b in order).
 // Storage type T, math in acc_t<T>. OpenMP over (b, head) in forward and over (b, kv head) in
 // backward, each thread owning its outputs; the q heads of a GQA group and the query rows are
 // summed in a fixed order, so results do not depend on the thread count. f32 dot products use
@@ -35,13 +39,28 @@ acc dot_row(const T* a, const T* b, int64_t d) {
   }
 }
 
-// The first local key query row i of sample b may see (its document's first), in [0, sk].
+// The first local key query row i of sample b may see (its document's first, its window's
+// first), in [0, sk].
 int64_t first_key(const attn::MaskParams& m, int64_t b, int64_t i, int64_t sk) {
-  return std::clamp<int64_t>(attn::document_first_key(m, b, i) - m.k_offset, 0, sk);
+  const int64_t first = std::max(attn::document_first_key(m, b, i), attn::window_first_position(m, m.q_offset + i));
+  return std::clamp<int64_t>(first - m.k_offset, 0, sk);
 }
-// One past the last local key row i may see (causal: its own position), in [0, sk].
+// One past the last local key row i may see (causal: its own position; the window's right edge),
+// in [0, sk].
 int64_t key_end(const attn::MaskParams& m, int64_t i, int64_t sk) {
-  return m.causal ? std::clamp<int64_t>(m.q_offset + i - m.k_offset + 1, 0, sk) : sk;
+  const int64_t last = attn::last_visible_position(m, m.q_offset + i);
+  if (last == std::numeric_limits<int64_t>::max()) return sk;
+  return std::clamp<int64_t>(last - m.k_offset + 1, 0, sk);
+}
+
+// The per-head sink logits of softmax_offset ([hq] f32 or f64 on the CPU); empty when undefined.
+std::vector<double> sink_logits(const AttentionParams& p) {
+  const Tensor& o = p.softmax_offset;
+  if (!o.defined()) return {};
+  std::vector<double> out(static_cast<size_t>(o.numel()));
+  for (int64_t h = 0; h < o.numel(); ++h)
+    out[static_cast<size_t>(h)] = o.dtype() == DType::F64 ? o.data<double>()[h] : static_cast<double>(o.data<float>()[h]);
+  return out;
 }
 
 struct Shape4 {
@@ -89,17 +108,21 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   const T* vp = static_cast<const T*>(v.data_ptr());
   T* op = static_cast<T*>(out.data_ptr());
   const LseRef lse(softmax_lse);
+  const std::vector<double> sink = sink_logits(p);  // [hq] or empty
 
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.b * s.hq; ++bh) {
     const int64_t bb = bh / s.hq, h = bh % s.hq, hk = h / s.group;
     std::vector<acc> score(s.sk), o(s.dv);
+    // The sink logit enters every row's max and sum (it has no value row, so nothing in o).
+    const acc sink_h = sink.empty() ? neg_inf : static_cast<acc>(sink[static_cast<size_t>(h)]);
     for (int64_t i = 0; i < s.sq; ++i) {
       const T* qrow = qp + s.qi(i, bb, h);  // [d]
       T* orow = op + s.oi(i, bb, h);        // [dv]
-      // Only keys [j0, j1) can be visible: row i's document (packed sequences) up to the causal limit.
-      const int64_t j0 = first_key(mp, bb, i, s.sk), j1 = key_end(mp, i, s.sk);
-      acc mx = neg_inf;
+      // Only keys [j0, j1) can be visible: row i's document (packed sequences) and window, up to
+      // the causal limit and the window's right edge.
+      const int64_t j0 = first_key(mp, bb, i, s.sk), j1 = std::max(j0, key_end(mp, i, s.sk));
+      acc mx = sink_h;
       for (int64_t j = j0; j < j1; ++j) {
         if (!attn::visible(mp, bb, i, j)) {
           score[j] = neg_inf;
@@ -110,12 +133,12 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
         score[j] = scale * dot;
         mx = std::max(mx, score[j]);
       }
-      if (mx == neg_inf) {  // no visible key: output 0, lse -inf
+      if (mx == neg_inf) {  // no visible key and no sink: output 0, lse -inf
         for (int64_t c = 0; c < s.dv; ++c) orow[c] = convert<T>(acc(0));
         lse.set(s.li(bb, h, i), -std::numeric_limits<double>::infinity());
         continue;
       }
-      acc sum = 0;
+      acc sum = sink_h == neg_inf ? acc(0) : std::exp(sink_h - mx);
       for (int64_t j = j0; j < j1; ++j) {
         score[j] = score[j] == neg_inf ? acc(0) : std::exp(score[j] - mx);
         sum += score[j];
@@ -136,6 +159,16 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   }
 }
 
+// softmax_offset_grad[h] += Σ_b part[b][h], b in order (part: [b, hq] per-sample sums over the rows).
+void add_sink_gradient(const Tensor& grad, const std::vector<double>& part, int64_t b, int64_t hq) {
+  for (int64_t h = 0; h < hq; ++h) {
+    double total = 0;
+    for (int64_t bb = 0; bb < b; ++bb) total += part[static_cast<size_t>(bb * hq + h)];
+    if (grad.dtype() == DType::F64) grad.data<double>()[h] += total;
+    else grad.data<float>()[h] += static_cast<float>(total);
+  }
+}
+
 template <typename T>
 void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& dout, const Tensor& softmax_lse, const Tensor& dq, const Tensor& dk,
@@ -153,6 +186,11 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   T* dkp = static_cast<T*>(dk.data_ptr());
   T* dvp = static_cast<T*>(dv.data_ptr());
   const LseRef lse(softmax_lse);
+  // The sink's gradient: -Σ_i P_sink,i·D_i with P_sink,i = exp(offset_h − lse'_i), per (b, h) in
+  // the iteration that owns head h, then summed over b in order.
+  const std::vector<double> sink = sink_logits(p);
+  const bool sink_grad = p.softmax_offset_grad.defined();
+  std::vector<double> sink_part(sink_grad ? static_cast<size_t>(s.b * s.hq) : 0, 0.0);  // [b, hq]
 
   // One (b, kv head) per iteration: it owns dk, dv of that head and dq of the q heads in its group.
 #pragma omp parallel for schedule(static)
@@ -174,7 +212,10 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
         }
         acc Di = 0;  // rowsum(dO ∘ O) = rowsum(P ∘ dP) (dropout included)
         for (int64_t c = 0; c < s.dv; ++c) Di += convert<acc>(dorow[c]) * convert<acc>(orow[c]);
-        const int64_t j0 = first_key(mp, bb, i, s.sk), j1 = key_end(mp, i, s.sk);
+        if (sink_grad)
+          sink_part[static_cast<size_t>(bb * s.hq + h)] -=
+              std::exp(sink[static_cast<size_t>(h)] - lse_i) * static_cast<double>(Di);
+        const int64_t j0 = first_key(mp, bb, i, s.sk), j1 = std::max(j0, key_end(mp, i, s.sk));
         for (int64_t j = j0; j < j1; ++j) {
           if (!attn::visible(mp, bb, i, j)) continue;
           const T* krow = kp + s.ki(j, bb, hk);  // [d]
@@ -215,6 +256,7 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       for (int64_t c = 0; c < s.dv; ++c) dvrow[c] = convert<T>(dv_acc[j * s.dv + c]);
     }
   }
+  if (sink_grad) add_sink_gradient(p.softmax_offset_grad, sink_part, s.b, s.hq);
 }
 
 }  // namespace

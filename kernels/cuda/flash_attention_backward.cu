@@ -11,8 +11,12 @@
 // dV = P_dropᵀ·dO. S and dP are recomputed in both kernels 2 and 3: the price of no atomics.
 // Packed sequences (document_start, the document mask of attn::visible): kernel 3 starts at the
 // key tile of the earliest document start of its q rows, and kernel 2 skips q tiles whose rows'
-// documents all start after its last key, so the cost grows with Σ doc_len², not s². Skipped
-// tiles are wholly masked (they would add exactly zero), so results do not change.
+// documents all start after its last key, so the cost grows with Σ doc_len², not s². A sliding
+// window bounds both loops the same way (tile_key_range, tile_query_range): Σ min(window,
+// position). Skipped tiles are wholly masked (they would add exactly zero), so results do not change.
+// Attention sink (softmax_offset): P = exp(S − LSE) with the sink already in LSE, so kernels 2
+// and 3 are unchanged; a fourth kernel adds d offset_h = −Σ_{b,i} exp(offset_h − LSE)·D per head
+// in a fixed order (flash_backward_sink_kernel).
 #include "kernels/cuda/flash_attention_common.cuh"
 
 namespace strata::kernels::cuda {
@@ -149,12 +153,8 @@ flash_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, con
 #pragma unroll
   for (int r = 0; r < RV; ++r) dv_acc[r] = A(0);
 
-  // First q row that can see key k0 (causal): k_off + k0 <= q_off + i.
-  int64_t qstart = 0;
-  if (p.mask.causal) {
-    const int64_t first = p.mask.k_offset + k0 - p.mask.q_offset;
-    qstart = first > 0 ? (first / BQ) * BQ : 0;
-  }
+  // The q rows that can see some key of this tile (causal limit, sliding window).
+  const QueryRange rows = tile_query_range<BQ, BK>(p, k0);
 
   // Last key of this tile (global position): a q tile whose rows' documents all start after it
   // sees none of the tile's keys.
@@ -162,7 +162,7 @@ flash_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, con
 
   for (int64_t g = 0; g < p.group; ++g) {
     const int64_t h = hk * p.group + g;
-    for (int64_t q0 = qstart; q0 < p.sq; q0 += BQ) {
+    for (int64_t q0 = rows.begin; q0 < rows.end; q0 += BQ) {
       // Same value in every thread (tile_first_key), so the skip is uniform; it comes before the
       // barrier below, whose previous-iteration role (tiles consumed) the next iteration keeps.
       if (p.mask.doc_start && tile_first_key<BQ>(p, b, q0) > k_last) continue;
@@ -273,6 +273,54 @@ flash_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const
   }
 }
 
+// softmax_offset_grad[h] += −Σ_{b,i} exp(sink[h] − lse[b,h,i])·D[b,h,i]: one block per head h,
+// thread t sums the rows t, t + kThreads, … of the flattened (b, i) in order, then a fixed tree
+// reduction in shared memory; deterministic, no atomics. lse, D: [b, hq, sq] in A.
+template <typename A, typename G>
+__global__ void __launch_bounds__(kThreads)
+flash_backward_sink_kernel(const A* __restrict__ lse, const A* __restrict__ D, const A* __restrict__ sink,
+                           G* __restrict__ grad, Params p) {
+  __shared__ A part[kThreads];
+  const int64_t h = blockIdx.x, rows = p.b * p.sq;
+  const A o = sink[h];
+  A acc = A(0);
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads) {
+    const int64_t bb = r / p.sq, i = r % p.sq, at = (bb * p.hq + h) * p.sq + i;
+    const A l = lse[at];
+    if (l != neg_inf<A>()) acc -= exp_acc(o - l) * D[at];
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) grad[h] = static_cast<G>(static_cast<A>(grad[h]) + part[0]);
+}
+
+// The sink gradient (ap.softmax_offset_grad defined): grad in softmax_offset's dtype (f32, or f64
+// with f64 q), the sink logits in A.
+template <typename A>
+void launch_sink_gradient(const AttentionParams& ap, const A* lse, const A* D, const Params& p, int device) {
+  const Tensor sink = sink_logits(ap, dtype_of<A>());
+  const A* sp = static_cast<const A*>(sink.data_ptr());
+  cudaStream_t stream = cuda_rt::current_stream(device);
+  STRATA_CHECK(p.hq <= 0x7fffffff, "attention_backward: ", p.hq, " heads");
+  const dim3 grid(static_cast<unsigned>(p.hq));
+  if (ap.softmax_offset_grad.dtype() == DType::F64) {
+    if constexpr (sizeof(A) == 8) {
+      flash_backward_sink_kernel<A, double><<<grid, kThreads, 0, stream>>>(
+          lse, D, sp, static_cast<double*>(ap.softmax_offset_grad.data_ptr()), p);
+    } else {
+      STRATA_INTERNAL_ASSERT(false);  // attention.cpp accepts an f64 offset only with f64 q
+    }
+  } else {
+    flash_backward_sink_kernel<A, float><<<grid, kThreads, 0, stream>>>(
+        lse, D, sp, static_cast<float*>(ap.softmax_offset_grad.data_ptr()), p);
+  }
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
 template <typename T, int DQK, int DV>
 void launch_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const acc_t<T>* lse,
                      const acc_t<T>* D, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Params& p) {
@@ -339,6 +387,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     STRATA_CUDA_LAUNCH_CHECK();
     const A* lp = static_cast<const A*>(lse.data_ptr());
     const A* Dp = static_cast<const A*>(D.data_ptr());
+    if (ap.softmax_offset_grad.defined() && p.hq > 0) launch_sink_gradient<A>(ap, lp, Dp, p, device);
     launch_backward_for<scalar_t>(tiles, q, k, v, dout, lp, Dp, dq, dk, dv, p);
   });
 }

@@ -18,7 +18,9 @@
 // of the larger width (select_head_tiles).
 // Packed sequences (document_start): tile_first_key gives the earliest key a q tile's documents
 // can see, which the kernels use to skip key/query tile pairs that are wholly masked;
-// tile_key_range: the key rows a q tile's loop visits (causal limit and document starts).
+// tile_key_range: the key rows a q tile's loop visits (causal limit, document starts, sliding
+// window); tile_query_range: the query rows a k tile's loop visits (causal limit, window).
+// Attention sink (softmax_offset): the kernels take it in the accumulation type (sink_logits).
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -139,16 +141,54 @@ struct KeyRange {
 template <int BQ, int BK>
 __device__ __forceinline__ KeyRange tile_key_range(const Params& p, int64_t b, int64_t q0) {
   KeyRange keys{0, p.sk};
-  if (p.mask.causal) {
-    const int64_t last = min(q0 + BQ, p.sq) - 1;
-    const int64_t lim = p.mask.q_offset + last - p.mask.k_offset + 1;
+  // End: the last position the tile's last row may see (causal limit, window's right edge).
+  const int64_t last = min(q0 + BQ, p.sq) - 1;
+  const int64_t last_pos = attn::last_visible_position(p.mask, p.mask.q_offset + last);
+  if (last_pos != INT64_MAX) {
+    const int64_t lim = last_pos - p.mask.k_offset + 1;
     keys.end = lim < 0 ? 0 : (lim < p.sk ? lim : p.sk);
   }
-  if (p.mask.doc_start) {
-    const int64_t first = tile_first_key<BQ>(p, b, q0) - p.mask.k_offset;  // local key row
-    keys.begin = first > 0 ? (first / BK) * BK : 0;
+  // Begin: no row sees a key before the earliest document start of the tile's rows, nor before
+  // the window's left edge of its first row.
+  int64_t first = INT64_MIN;  // global key position
+  if (p.mask.doc_start) first = tile_first_key<BQ>(p, b, q0);
+  const int64_t window_first = attn::window_first_position(p.mask, p.mask.q_offset + q0);
+  if (window_first > first) first = window_first;
+  if (first != INT64_MIN) {
+    const int64_t local = first - p.mask.k_offset;  // local key row
+    keys.begin = local > 0 ? (local / BK) * BK : 0;
   }
   return keys;
+}
+
+// The local query rows [begin, end) that can see some key of the k tile [k0, k0 + BK) (causal
+// limit and window's right edge against its first key, window's left edge against its last),
+// begin rounded down to a q tile edge of BQ. The same in every thread.
+struct QueryRange {
+  int64_t begin, end;
+};
+template <int BQ, int BK>
+__device__ __forceinline__ QueryRange tile_query_range(const Params& p, int64_t k0) {
+  QueryRange rows{0, p.sq};
+  const int64_t k_first = p.mask.k_offset + k0, k_last = p.mask.k_offset + min(k0 + BK, p.sk) - 1;
+  int64_t first_q = INT64_MIN;  // global query position: q_pos >= k_pos (causal), >= k_pos − right
+  if (p.mask.causal) first_q = k_first;
+  if (p.mask.window_right >= 0 && k_first - p.mask.window_right > first_q) first_q = k_first - p.mask.window_right;
+  if (first_q != INT64_MIN) {
+    const int64_t local = first_q - p.mask.q_offset;
+    rows.begin = local > 0 ? (local / BQ) * BQ : 0;
+  }
+  if (p.mask.window_left >= 0) {  // q_pos <= k_pos + left for the tile's last key
+    const int64_t lim = k_last + p.mask.window_left - p.mask.q_offset + 1;
+    rows.end = lim < 0 ? 0 : (lim < p.sq ? lim : p.sq);
+  }
+  return rows;
+}
+
+// softmax_offset in the accumulation type A (a copy when its dtype differs), or undefined.
+inline Tensor sink_logits(const AttentionParams& p, DType acc) {
+  if (!p.softmax_offset.defined()) return Tensor();
+  return p.softmax_offset.dtype() == acc ? p.softmax_offset : p.softmax_offset.to(acc);
 }
 
 // Dynamic shared memory above 48 KiB must be opted into per kernel; check the device limit first.

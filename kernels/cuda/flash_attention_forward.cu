@@ -4,11 +4,13 @@
 // batch): the Q tile stays in shared memory, K/V tiles of BK keys stream through shared memory, the
 // online softmax keeps the running row max m and sum l in f32 (f64 for f64), O accumulates in
 // registers and is divided by l at the end; LSE = m + log l (-inf and O = 0 for a row with no
-// visible key). Key tiles beyond the causal limit of the last row of the q tile are skipped, and
-// with packed sequences (document_start, the document mask of attn::visible) so are key tiles
-// wholly before the earliest document start of the tile's rows, so the cost grows with Σ doc_len²,
-// not s². Dropout masks come from attn::dropout_factor (Philox), the same as the CPU reference
-// (kernels/cpu/attention.cpp).
+// visible key). Key tiles beyond the causal limit (or the window's right edge) of the last row of
+// the q tile are skipped, and with packed sequences (document_start, the document mask of
+// attn::visible) or a sliding window so are key tiles wholly before the earliest document start
+// or the window's left edge of the tile's rows, so the cost grows with Σ doc_len² or
+// Σ min(window, position), not s². The attention sink (softmax_offset) starts each row's running
+// max and sum at (offset_h, 1), so it is in l and in LSE and out is divided by it. Dropout masks
+// come from attn::dropout_factor (Philox), the same as the CPU reference (kernels/cpu/attention.cpp).
 #include "kernels/cuda/flash_attention_common.cuh"
 
 namespace strata::kernels::cuda {
@@ -49,11 +51,12 @@ __device__ __forceinline__ void accumulate_pv(A (&o)[R], const A* Ps, const A* V
   }
 }
 
-// q: [sq, b, hq, d], k: [sk, b, hkv, d], v: [sk, b, hkv, dv] -> out: [sq, b, hq, dv], lse: [b, hq, sq].
+// q: [sq, b, hq, d], k: [sk, b, hkv, d], v: [sk, b, hkv, dv], sink: [hq] or null -> out: [sq, b, hq, dv],
+// lse: [b, hq, sq].
 template <typename T, int DQK, int DV>
 __global__ void __launch_bounds__(kThreads)
 flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                     T* __restrict__ out, acc_t<T>* __restrict__ lse, Params p) {
+                     T* __restrict__ out, acc_t<T>* __restrict__ lse, const acc_t<T>* __restrict__ sink, Params p) {
   using A = acc_t<T>;
   using S = ForwardSmem<T, DQK, DV>;
   constexpr int BQ = S::BQ, BK = S::BK, KS = S::KS, VS = S::VS, PS = S::PS;
@@ -82,9 +85,9 @@ flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
   const A scale = static_cast<A>(p.scale);
 
   load_tile<BQ, DQK, DQK>(Qs, qb, q0, p.sq, q_pitch, d);
-  if (tid < BQ) {
-    m_s[tid] = neg_inf<A>();
-    l_s[tid] = A(0);
+  if (tid < BQ) {  // the sink (one logit, no value) starts every row's running max and sum
+    m_s[tid] = sink ? sink[h] : neg_inf<A>();
+    l_s[tid] = sink ? A(1) : A(0);
   }
   A o[R];
 #pragma unroll
@@ -165,7 +168,7 @@ flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
 
 template <typename T, int DQK, int DV>
 void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, acc_t<T>* lse,
-                    const Params& p) {
+                    const acc_t<T>* sink, const Params& p) {
   using S = ForwardSmem<T, DQK, DV>;
   const int device = q.device().index;
   auto kernel = flash_forward_kernel<T, DQK, DV>;
@@ -176,20 +179,20 @@ void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   dim3 grid(static_cast<unsigned>(qtiles), static_cast<unsigned>(p.hq), static_cast<unsigned>(p.b));
   kernel<<<grid, kThreads, S::bytes, cuda_rt::current_stream(device)>>>(
       static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k.data_ptr()),
-      static_cast<const T*>(v.data_ptr()), static_cast<T*>(out.data_ptr()), lse, p);
+      static_cast<const T*>(v.data_ptr()), static_cast<T*>(out.data_ptr()), lse, sink, p);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
 // The instantiation of select_head_tiles' pair.
 template <typename T>
 void launch_forward_for(HeadTiles t, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        acc_t<T>* lse, const Params& p) {
-  if (t == HeadTiles{64, 64}) return launch_forward<T, 64, 64>(q, k, v, out, lse, p);
-  if (t == HeadTiles{128, 128}) return launch_forward<T, 128, 128>(q, k, v, out, lse, p);
-  if (t == HeadTiles{256, 256}) return launch_forward<T, 256, 256>(q, k, v, out, lse, p);
-  if (t == HeadTiles{256, 128}) return launch_forward<T, 256, 128>(q, k, v, out, lse, p);
+                        acc_t<T>* lse, const acc_t<T>* sink, const Params& p) {
+  if (t == HeadTiles{64, 64}) return launch_forward<T, 64, 64>(q, k, v, out, lse, sink, p);
+  if (t == HeadTiles{128, 128}) return launch_forward<T, 128, 128>(q, k, v, out, lse, sink, p);
+  if (t == HeadTiles{256, 256}) return launch_forward<T, 256, 256>(q, k, v, out, lse, sink, p);
+  if (t == HeadTiles{256, 128}) return launch_forward<T, 256, 128>(q, k, v, out, lse, sink, p);
   STRATA_INTERNAL_ASSERT(t == (HeadTiles{576, 512}));
-  launch_forward<T, 576, 512>(q, k, v, out, lse, p);
+  launch_forward<T, 576, 512>(q, k, v, out, lse, sink, p);
 }
 
 }  // namespace
@@ -206,7 +209,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     const bool direct = softmax_lse.dtype() == dtype_of<A>();
     Tensor lse = direct ? softmax_lse : Tensor::empty(softmax_lse.shape(), dtype_of<A>(), q.device());
     A* lp = static_cast<A*>(lse.data_ptr());
-    launch_forward_for<scalar_t>(tiles, q, k, v, out, lp, p);
+    const Tensor sink = sink_logits(ap, dtype_of<A>());  // [hq] or undefined
+    const A* sp = sink.defined() ? static_cast<const A*>(sink.data_ptr()) : nullptr;
+    launch_forward_for<scalar_t>(tiles, q, k, v, out, lp, sp, p);
     if (!direct) {
       Tensor dst = softmax_lse;  // a view of the same storage
       dst.copy_(lse);

@@ -6,7 +6,9 @@
 //     4×1 and 1×4 at np 4): out and lse of the local rows, dq of the local rows, dk/dv of the local
 //     rows after the reduce-scatter / ring return / inverse all-to-all, against the unsharded
 //     kernel (causal, GQA, attention dropout, packed documents, value head dim dv = 5 next to
-//     q/k head dim d = 8 as in multi-latent attention); f64 within 1e-12, f32 within 2e-6 of the
+//     q/k head dim d = 8 as in multi-latent attention; sliding windows shorter than a chunk and
+//     than the sequence, attention sinks off-by-one and learnable, whose gradient shares summed
+//     over the cp group equal the unsharded gradient); f64 within 1e-12, f32 within 2e-6 of the
 //     tensor's largest element;
 //   - layout equivalence of a tiny GPT trained by the real Trainer (f32, hidden and attention
 //     dropout 0.1, 10 steps): CP2 (np 2) with LayerNorm/GeLU/learned positions/tied and with
@@ -97,8 +99,11 @@ cp::HierarchicalGroups world_levels(int inner) {
   return h;
 }
 
+// window_left: the sliding window (-1: none); sink: 0 none, 1 off-by-one (zeros), 2 learnable
+// (random logits; the ranks' shares of its gradient, summed over the cp group, against the
+// unsharded gradient).
 void check_attention(CpCommType type, const cp::HierarchicalGroups& levels, DType dt, int64_t hkv, double dropout,
-                     bool docs, int64_t value_dim) {
+                     bool docs, int64_t value_dim, int64_t window_left = -1, int sink = 0) {
   const ProcessGroup cpg = world_cp();
   const int n = cpg.size(), r = cpg.rank();
   const int64_t s = 8 * n, b = 2, hq = 4, d = 8;  // d: q/k head dim; value_dim: v head dim
@@ -108,13 +113,17 @@ void check_attention(CpCommType type, const cp::HierarchicalGroups& levels, DTyp
   p.dropout_p = dropout;
   p.dropout_key = philox::Key{9, 1};
   if (docs) p.document_start = document_starts(s);
+  p.window_left = window_left;
+  if (sink > 0) p.softmax_offset = sink == 1 ? Tensor::zeros({hq}, st) : random({hq}, 5, st);
   Tensor q = random({s, b, hq, d}, 1, dt), k = random({s, b, hkv, d}, 2, dt);
   Tensor v = random({s, b, hkv, value_dim}, 3, dt);
   Tensor dout = random({s, b, hq, value_dim}, 4, dt);
   Tensor out = Tensor::empty(dout.shape(), dt), lse = Tensor::empty({b, hq, s}, st);
   kernels::attention_forward(q, k, v, out, lse, p);
   Tensor dq = Tensor::empty(q.shape(), dt), dk = Tensor::empty(k.shape(), dt), dv = Tensor::empty(v.shape(), dt);
-  kernels::attention_backward(q, k, v, out, dout, lse, dq, dk, dv, p);
+  kernels::AttentionParams pb = p;
+  if (sink > 0) pb.softmax_offset_grad = Tensor::zeros({hq}, st);
+  kernels::attention_backward(q, k, v, out, dout, lse, dq, dk, dv, pb);
 
   auto local = [&](const Tensor& t) { return cp::split_sequence(t, 0, n, r); };
   kernels::AttentionParams lp = p;
@@ -123,6 +132,7 @@ void check_attention(CpCommType type, const cp::HierarchicalGroups& levels, DTyp
   Tensor lout = Tensor::empty(ldout.shape(), dt), llse = Tensor::empty({b, hq, s / n}, st);
   cp::attention_forward(lq, lk, lv, lout, llse, lp, cpg, type, levels);
   Tensor ldq = Tensor::empty(lq.shape(), dt), ldk = Tensor::empty(lk.shape(), dt), ldv = Tensor::empty(lv.shape(), dt);
+  if (sink > 0) lp.softmax_offset_grad = Tensor::zeros({hq}, st);
   cp::attention_backward(lq, lk, lv, lout, ldout, llse, ldq, ldk, ldv, lp, cpg, type, levels);
   const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
   CHECK(rel_err(lout, local(out)) <= tol);
@@ -130,6 +140,11 @@ void check_attention(CpCommType type, const cp::HierarchicalGroups& levels, DTyp
   CHECK(rel_err(ldq, local(dq)) <= tol);
   CHECK(rel_err(ldk, local(dk)) <= tol);
   CHECK(rel_err(ldv, local(dv)) <= tol);
+  if (sink > 0) {  // this rank's share; the sum over the cp group is the gradient
+    Tensor total = lp.softmax_offset_grad.clone();
+    cpg.all_reduce(total);
+    CHECK(rel_err(total, pb.softmax_offset_grad) <= tol);
+  }
 }
 
 void check_attention_all() {
@@ -156,6 +171,21 @@ void check_attention_all() {
               check_attention(c.type, levels, dt, hkv, dropout, docs, value_dim);
             }
       }
+    // Sliding windows shorter than a chunk (3) and than the sequence (11, chunks of 4), with and
+    // without attention sinks (off-by-one, learnable), GQA, dropout, documents, dv = 5.
+    struct Windowed {
+      int64_t left;
+      int sink;
+    };
+    for (const Windowed w : {Windowed{3, 0}, Windowed{11, 2}, Windowed{-1, 1}, Windowed{0, 2}})
+      for (DType dt : {DType::F64, DType::F32})
+        for (bool docs : {false, true}) {
+          if (2 % a2a != 0) continue;
+          INFO(config::enum_to_string(std::span<const config::EnumName<CpCommType>>(kCpCommTypeNames), c.type)
+               << " inner " << c.inner << " " << dtype_name(dt) << " window " << w.left << " sink " << w.sink
+               << " documents " << docs);
+          check_attention(c.type, levels, dt, 2, 0.2, docs, 5, w.left, w.sink);
+        }
   }
 }
 

@@ -55,6 +55,8 @@ TEST_CASE("attention config: window flags as gpt-oss passes them", "[attention_c
   // The parenthesised tuple and a YAML list are the same window.
   CHECK(with_args({"--window-size", "(64,-1)"}).model.window_size == std::vector<int64_t>{64, -1});
   CHECK(with_args({"model.window_size=[8, 0]"}).model.window_size == std::vector<int64_t>{8, 0});
+  CHECK(window_layers(with_args({"model.window_size=[8, 0]", "model.window_attn_skip_freq=2"}).model) ==
+        std::vector<int>{1, 0, 1, 0});
 }
 
 TEST_CASE("attention config: window_attn_skip_freq as an int, a list and absent", "[attention_config]") {
@@ -107,4 +109,10 @@ TEST_CASE("attention config: is_hybrid_model sets the hybrid output init on a GP
   CHECK(marked.is_hybrid_model);
   CHECK(gpt.output_layer_init_std() == Approx(gpt.init_method_std / std::sqrt(2.0 * 4)));
   CHECK(marked.output_layer_init_std() == Approx(marked.init_method_std / std::sqrt(1.0 * 4)));
+}
+
+TEST_CASE("attention config: gpt-oss's --disable-bf16-reduced-precision-matmul sets its training field",
+          "[attention_config]") {
+  CHECK_FALSE(with_args({}).training.disable_bf16_reduced_precision_matmul);
+  CHECK(with_args({"--disable-bf16-reduced-precision-matmul"}).training.disable_bf16_reduced_precision_matmul);
 }

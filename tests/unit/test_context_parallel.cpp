@@ -11,6 +11,9 @@
 // all-to-all over the heads simulated between the ranks of each inner group (TE's chunk order by
 // hand), attention on the gathered rows (the kernel on the whole sequence for a2a, the simulated
 // ring over the outer groups for a2a+p2p), the inverse all-to-all back to each rank's local rows.
+// Sliding windows (shorter than a chunk, spanning chunks, window 0, non-causal (left, right)) and
+// attention sinks (off-by-one, learnable: the ranks' shares of the sink gradient summed) in all
+// three schemes, with packed documents and dropout.
 // The real exchanges run under mpirun (tests/mpi/test_context_parallel.cpp). Also the config
 // fields parallel.cp_comm_type (Megatron's default p2p) and
 // parallel.hierarchical_context_parallel_sizes, and the a2a head-divisibility rules.
@@ -41,6 +44,7 @@ DType lse_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 struct Full {
   Tensor q, k, v, dout, out, lse, dq, dk, dv;
+  Tensor dsink;  // [hq] d softmax_offset when p has a sink
 };
 
 // The unsharded attention: s tokens, b = 2, hq = 4 query heads over hkv KV heads, q/k head dim
@@ -59,8 +63,27 @@ Full full_attention(int64_t s, int64_t hkv, DType dt, const kernels::AttentionPa
   f.dq = Tensor::empty(f.q.shape(), dt);
   f.dk = Tensor::empty(f.k.shape(), dt);
   f.dv = Tensor::empty(f.v.shape(), dt);
-  kernels::attention_backward(f.q, f.k, f.v, f.out, f.dout, f.lse, f.dq, f.dk, f.dv, p);
+  kernels::AttentionParams pb = p;
+  if (p.softmax_offset.defined()) {
+    f.dsink = Tensor::zeros(p.softmax_offset.shape(), p.softmax_offset.dtype());
+    pb.softmax_offset_grad = f.dsink;
+  }
+  kernels::attention_backward(f.q, f.k, f.v, f.out, f.dout, f.lse, f.dq, f.dk, f.dv, pb);
   return f;
+}
+
+// p with a zeroed softmax_offset_grad when it has a sink (the simulated ranks add their shares).
+kernels::AttentionParams with_sink_grad(const kernels::AttentionParams& p) {
+  kernels::AttentionParams out = p;
+  if (p.softmax_offset.defined())
+    out.softmax_offset_grad = Tensor::zeros(p.softmax_offset.shape(), p.softmax_offset.dtype());
+  return out;
+}
+// The ranks' summed sink gradient against the unsharded one.
+void check_sink_grad(const kernels::AttentionParams& p, const Full& f, double tol) {
+  if (!p.softmax_offset.defined()) return;
+  INFO("d softmax_offset");
+  CHECK(rel_err(p.softmax_offset_grad, f.dsink) <= tol);
 }
 
 kernels::AttentionParams params(double dropout) {
@@ -93,6 +116,70 @@ kernels::AttentionParams rank_params(const kernels::AttentionParams& p, int cp, 
   kernels::AttentionParams out = p;
   if (p.document_start.defined()) out.document_start = cp::split_sequence(p.document_start, 1, cp, r);
   return out;
+}
+
+// All-gather over cp simulated ranks against the unsharded f (p: its parameters): each rank's
+// queries against the global K/V, the dK/dV contributions and the sink gradient summed over ranks.
+void check_gathered(const Full& f, const kernels::AttentionParams& p0, int cp, DType dt, double tol) {
+  const kernels::AttentionParams p = with_sink_grad(p0);
+  Tensor dk_sum = Tensor::zeros(f.k.shape(), DType::F64), dv_sum = Tensor::zeros(f.v.shape(), DType::F64);
+  for (int r = 0; r < cp; ++r) {
+    INFO("cp rank " << r);
+    const Tensor q = cp::split_sequence(f.q, 0, cp, r);
+    Tensor out = Tensor::empty(cp::split_sequence(f.out, 0, cp, r).shape(), dt);  // [s_local, b, hq, dv]
+    Tensor lse = Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_dtype(dt));
+    const kernels::AttentionParams pr = rank_params(p, cp, r);
+    cp::gathered_forward(q, f.k, f.v, out, lse, pr, cp, r);
+    CHECK(rel_err(out, cp::split_sequence(f.out, 0, cp, r)) <= tol);
+    CHECK(max_abs_diff(lse, cp::split_sequence(f.lse, 2, cp, r)) <= tol * 10);
+    Tensor dq = Tensor::empty(q.shape(), dt), dk = Tensor::empty(f.k.shape(), dt), dv = Tensor::empty(f.v.shape(), dt);
+    cp::gathered_backward(q, f.k, f.v, out, cp::split_sequence(f.dout, 0, cp, r), lse, dq, dk, dv, pr, cp, r);
+    CHECK(rel_err(dq, cp::split_sequence(f.dq, 0, cp, r)) <= tol);
+    kernels::add(dk_sum, dk.to(DType::F64), dk_sum);
+    kernels::add(dv_sum, dv.to(DType::F64), dv_sum);
+  }
+  CHECK(rel_err(dk_sum, f.dk.to(DType::F64)) <= tol);
+  CHECK(rel_err(dv_sum, f.dv.to(DType::F64)) <= tol);
+  check_sink_grad(p, f, tol);
+}
+
+// The ring over cp simulated ranks against the unsharded f: each rank's queries against every
+// rank's KV block in ring order (log-sum-exp merging, the sink in the accumulator), dK/dV
+// accumulated per block, the sink gradient summed over ranks.
+void check_ring(const Full& f, const kernels::AttentionParams& p0, int cp, DType dt, double tol) {
+  const kernels::AttentionParams p = with_sink_grad(p0);
+  std::vector<Tensor> k(cp), v(cp), dk(cp), dv(cp);
+  for (int r = 0; r < cp; ++r) {
+    k[r] = cp::split_sequence(f.k, 0, cp, r);
+    v[r] = cp::split_sequence(f.v, 0, cp, r);
+    dk[r] = Tensor::zeros(k[r].shape(), dt);
+    dv[r] = Tensor::zeros(v[r].shape(), dt);
+  }
+  for (int r = 0; r < cp; ++r) {
+    INFO("cp rank " << r);
+    const Tensor q = cp::split_sequence(f.q, 0, cp, r);
+    const kernels::AttentionParams pr = rank_params(p, cp, r);
+    cp::RingAccumulator acc = cp::make_ring_accumulator(q, v[r], pr.softmax_offset);
+    for (int i = 0; i < cp; ++i) {  // ring order: own block first, then the previous rank's …
+      const int src = (r + cp - i) % cp;
+      cp::ring_block_forward(q, k[src], v[src], src, acc, pr, cp, r);
+    }
+    Tensor out = Tensor::empty(acc.out.shape(), dt);  // [s_local, b, hq, dv]
+    Tensor lse = Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_dtype(dt));
+    cp::ring_finish(acc, out, lse);
+    CHECK(rel_err(out, cp::split_sequence(f.out, 0, cp, r)) <= tol);
+    CHECK(max_abs_diff(lse, cp::split_sequence(f.lse, 2, cp, r)) <= tol * 10);
+    Tensor dq = Tensor::zeros(q.shape(), dt);
+    const Tensor dout = cp::split_sequence(f.dout, 0, cp, r);
+    for (int i = 0; i < cp; ++i) {
+      const int src = (r + cp - i) % cp;
+      cp::ring_block_backward(q, k[src], v[src], src, out, dout, lse, dq, dk[src], dv[src], pr, cp, r);
+    }
+    CHECK(rel_err(dq, cp::split_sequence(f.dq, 0, cp, r)) <= tol);
+  }
+  CHECK(rel_err(cp::merge_sequence(dk, 0), f.dk) <= tol);
+  CHECK(rel_err(cp::merge_sequence(dv, 0), f.dv) <= tol);
+  check_sink_grad(p, f, tol);
 }
 
 }  // namespace
@@ -152,25 +239,7 @@ TEST_CASE("context parallel: all-gather attention over simulated ranks equals th
           const int64_t s = 12 * cp;
           kernels::AttentionParams p = params(dropout);
           if (docs) p.document_start = document_starts(s);
-          const Full f = full_attention(s, hkv, dt, p, 11 + cp, value_dim);
-          Tensor dk_sum = Tensor::zeros(f.k.shape(), DType::F64), dv_sum = Tensor::zeros(f.v.shape(), DType::F64);
-          for (int r = 0; r < cp; ++r) {
-            const Tensor q = cp::split_sequence(f.q, 0, cp, r);
-            Tensor out = Tensor::empty(cp::split_sequence(f.out, 0, cp, r).shape(), dt);  // [s_local, b, hq, dv]
-            Tensor lse = Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_dtype(dt));
-            const kernels::AttentionParams pr = rank_params(p, cp, r);
-            cp::gathered_forward(q, f.k, f.v, out, lse, pr, cp, r);
-            CHECK(rel_err(out, cp::split_sequence(f.out, 0, cp, r)) <= tol);
-            CHECK(max_abs_diff(lse, cp::split_sequence(f.lse, 2, cp, r)) <= tol * 10);
-            Tensor dq = Tensor::empty(q.shape(), dt), dk = Tensor::empty(f.k.shape(), dt),
-                   dv = Tensor::empty(f.v.shape(), dt);
-            cp::gathered_backward(q, f.k, f.v, out, cp::split_sequence(f.dout, 0, cp, r), lse, dq, dk, dv, pr, cp, r);
-            CHECK(rel_err(dq, cp::split_sequence(f.dq, 0, cp, r)) <= tol);
-            kernels::add(dk_sum, dk.to(DType::F64), dk_sum);
-            kernels::add(dv_sum, dv.to(DType::F64), dv_sum);
-          }
-          CHECK(rel_err(dk_sum, f.dk.to(DType::F64)) <= tol);
-          CHECK(rel_err(dv_sum, f.dv.to(DType::F64)) <= tol);
+          check_gathered(full_attention(s, hkv, dt, p, 11 + cp, value_dim), p, cp, dt, tol);
         }
       }
     }
@@ -192,37 +261,7 @@ TEST_CASE("context parallel: ring attention over simulated ranks equals the unsh
           const int64_t s = 8 * cp;
           kernels::AttentionParams p = params(dropout);
           if (docs) p.document_start = document_starts(s);
-          const Full f = full_attention(s, hkv, dt, p, 31 + cp, value_dim);
-          std::vector<Tensor> k(cp), v(cp), dk(cp), dv(cp);
-          for (int r = 0; r < cp; ++r) {
-            k[r] = cp::split_sequence(f.k, 0, cp, r);
-            v[r] = cp::split_sequence(f.v, 0, cp, r);
-            dk[r] = Tensor::zeros(k[r].shape(), dt);
-            dv[r] = Tensor::zeros(v[r].shape(), dt);
-          }
-          for (int r = 0; r < cp; ++r) {
-            const Tensor q = cp::split_sequence(f.q, 0, cp, r);
-            const kernels::AttentionParams pr = rank_params(p, cp, r);
-            cp::RingAccumulator acc = cp::make_ring_accumulator(q, v[r]);
-            for (int i = 0; i < cp; ++i) {  // ring order: own block first, then the previous rank's …
-              const int src = (r + cp - i) % cp;
-              cp::ring_block_forward(q, k[src], v[src], src, acc, pr, cp, r);
-            }
-            Tensor out = Tensor::empty(acc.out.shape(), dt);  // [s_local, b, hq, dv]
-            Tensor lse = Tensor::empty({q.size(1), q.size(2), q.size(0)}, lse_dtype(dt));
-            cp::ring_finish(acc, out, lse);
-            CHECK(rel_err(out, cp::split_sequence(f.out, 0, cp, r)) <= tol);
-            CHECK(max_abs_diff(lse, cp::split_sequence(f.lse, 2, cp, r)) <= tol * 10);
-            Tensor dq = Tensor::zeros(q.shape(), dt);
-            const Tensor dout = cp::split_sequence(f.dout, 0, cp, r);
-            for (int i = 0; i < cp; ++i) {
-              const int src = (r + cp - i) % cp;
-              cp::ring_block_backward(q, k[src], v[src], src, out, dout, lse, dq, dk[src], dv[src], pr, cp, r);
-            }
-            CHECK(rel_err(dq, cp::split_sequence(f.dq, 0, cp, r)) <= tol);
-          }
-          CHECK(rel_err(cp::merge_sequence(dk, 0), f.dk) <= tol);
-          CHECK(rel_err(cp::merge_sequence(dv, 0), f.dv) <= tol);
+          check_ring(full_attention(s, hkv, dt, p, 31 + cp, value_dim), p, cp, dt, tol);
         }
       }
     }
@@ -336,7 +375,8 @@ std::vector<Tensor> to_rows(const std::vector<Tensor>& heads, int A) {
 
 // Attention of every simulated rank of cp = A·B with a2a inside groups of A and the ring (or, at
 // B = 1, the kernel on the whole sequence) across them, against the unsharded f.
-void check_a2a(const Full& f, const kernels::AttentionParams& p, int A, int B, DType dt, double tol) {
+void check_a2a(const Full& f, const kernels::AttentionParams& p0, int A, int B, DType dt, double tol) {
+  const kernels::AttentionParams p = with_sink_grad(p0);
   const int cp = A * B;
   const int64_t hq = f.q.size(2);
   auto locals = [&](const Tensor& t) {
@@ -369,7 +409,7 @@ void check_a2a(const Full& f, const kernels::AttentionParams& p, int A, int B, D
     }
     for (int g = 0; g < B; ++g) {  // the ring of member a over the outer ranks g
       const kernels::AttentionParams pg = rank_params(cp::head_group_params(p, hq, A, a), B, g);
-      cp::RingAccumulator acc = cp::make_ring_accumulator(qh[g][a], vh[g][a]);
+      cp::RingAccumulator acc = cp::make_ring_accumulator(qh[g][a], vh[g][a], pg.softmax_offset);
       for (int i = 0; i < B; ++i) {
         const int src = (g + B - i) % B;
         cp::ring_block_forward(qh[g][a], kh[src][a], vh[src][a], src, acc, pg, B, g);
@@ -403,6 +443,7 @@ void check_a2a(const Full& f, const kernels::AttentionParams& p, int A, int B, D
   }
   CHECK(rel_err(cp::merge_sequence(dk_local, 0), f.dk) <= tol);
   CHECK(rel_err(cp::merge_sequence(dv_local, 0), f.dv) <= tol);
+  check_sink_grad(p, f, tol);
 }
 
 }  // namespace
@@ -450,4 +491,53 @@ TEST_CASE("context parallel: the a2a layout steps move heads and rows as Transfo
       for (int64_t h = 0; h < H / n; ++h)
         CHECK(rows.to_vector()[static_cast<size_t>(t * (H / n) + h)] == 100.0 * t + a * (H / n) + h);
   }
+}
+
+TEST_CASE("context parallel: sliding windows and attention sinks over simulated ranks equal the unsharded "
+          "attention in all-gather, ring, a2a and a2a+p2p",
+          "[context_parallel][attention_window][attention_sink]") {
+  // Windows shorter than a chunk, spanning chunks, non-causal (left, right); the sink off-by-one
+  // (zeros) and learnable (random logits, its gradient summed over the ranks); with packed
+  // documents and dropout.
+  struct Variant {
+    const char* name;
+    bool causal;
+    int64_t left, right;
+    int sink;  // 0: none, 1: off-by-one (zeros), 2: learnable
+  };
+  const Variant variants[] = {
+      {"window 3", true, 3, -1, 0},           {"window 11, learnable sink", true, 11, -1, 2},
+      {"off-by-one sink", true, -1, -1, 1},   {"window (5, 2) non-causal, learnable sink", false, 5, 2, 2},
+      {"window 0, off-by-one sink", true, 0, -1, 1},
+  };
+  for (DType dt : {DType::F64, DType::F32})
+    for (const Variant& var : variants)
+      for (bool docs : {false, true}) {
+        if (docs && !var.causal) continue;  // documents need causal attention
+        for (int cp : {2, 3}) {
+          INFO(dtype_name(dt) << " " << var.name << " documents " << docs << " cp " << cp);
+          const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
+          const int64_t s = 12 * cp;  // chunks of 6
+          kernels::AttentionParams p = params(0.2);
+          p.causal = var.causal;
+          p.window_left = var.left;
+          p.window_right = var.right;
+          if (var.sink > 0)
+            p.softmax_offset = var.sink == 1 ? Tensor::zeros({4}, lse_dtype(dt)) : random_tensor({4}, 77, -1, 1, lse_dtype(dt));
+          if (docs) p.document_start = document_starts(s);
+          const Full f = full_attention(s, 2, dt, p, 91 + cp, 5);
+          {
+            INFO("all-gather");
+            check_gathered(f, p, cp, dt, tol);
+          }
+          {
+            INFO("ring");
+            check_ring(f, p, cp, dt, tol);
+          }
+          {
+            INFO("a2a");
+            check_a2a(f, p, 2, cp == 2 ? 1 : 3, dt, tol);
+          }
+        }
+      }
 }

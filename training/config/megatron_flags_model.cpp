@@ -191,9 +191,7 @@ static Rules precision_rules() {
   append(r, refused("logits in a dtype other than the model's (Strata computes them in the model's dtype, "
                     "Megatron's default)",
                     {"--output-logit-dtype"}));
-  append(r, refused("bf16 GEMMs restricted to fp32 split-K reductions (Strata leaves the reduction to cuBLASLt, "
-                    "Megatron's default)",
-                    {"--disable-bf16-reduced-precision-matmul"}));
+  // --disable-bf16-reduced-precision-matmul maps by name onto training.disable_bf16_reduced_precision_matmul.
   r.push_back(accepted_values("--mamba-training-ssm-states-dtype",
                               "the Mamba inter-chunk SSM states in fp32, as Strata's SSD scan keeps them", {"fp32"}));
   // Batch-invariant kernels, and their GEMM backend when on.
