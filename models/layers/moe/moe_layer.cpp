@@ -332,7 +332,7 @@ Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& d
   Tensor da2 = empty_rows(M, ffn_, a2);
   kernels::moe_grouped_linear_backward(a2, w2, dy, st.rows_per_expert, &da2, g2, /*accumulate=*/true);
   Tensor dprobs = Tensor::zeros({M}, st.probs.dtype(), st.probs.device());
-  Tensor dact = da2;  // the activation's output gradient (kept to the end, as the forward's tensors)
+  Tensor dact = da2;  // the activation output's gradient, alive until fc1's backward is done
   if (!probs_on_input_ && !weighted_activation_) {
     dact = empty_rows(M, ffn_, act);
     kernels::moe_scale_rows_backward(act, st.probs, da2, dact, &dprobs);
