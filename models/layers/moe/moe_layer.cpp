@@ -13,6 +13,7 @@
 #include "kernels/gemm.h"
 #include "kernels/moe.h"
 #include "models/layers/linear.h"
+#include "models/layers/mlp_activation.h"
 #include "models/config/mtp_config.h"
 
 namespace strata::layers::moe {
@@ -80,7 +81,7 @@ struct MoELayer::State : SlotState {
   std::vector<int64_t> rows_per_expert;  // [local experts]
   Tensor probs;       // [M] f32 (f64 model: f64): each dispatched row's routing probability
   Tensor xp, xin;     // [M, H] dispatched tokens; the experts' input (× probs with probs on input)
-  Tensor h1, act;     // [M, fc1 out], [M, F]
+  Tensor h1, act;     // [M, fc1 out], [M, F] (act undefined when weighted in the kernel)
   Tensor a2;          // [M, F] fc2 input (× probs after the activation)
   MLP::Saved shared;
   Tensor shared_input;  // selective recompute of the shared experts: their input instead of `shared`
@@ -99,9 +100,9 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
       ffn_(cfg.moe_ffn() / groups.expert_tp.size()),
       hidden_(cfg->hidden_size),
       moe_layers_(count_moe_layers(cfg)),
-      swiglu_(cfg->swiglu),
-      openai_gelu_(cfg->openai_gelu),
+      activation_(cfg.activation()),
       probs_on_input_(cfg->moe_apply_probs_on_input),
+      weighted_activation_(activation_.fused_weighted_squared_relu && !probs_on_input_),
       expert_tp_(groups.expert_tp),
       per_layer_logging_(cfg->moe_per_layer_logging),
       decoder_layers_(cfg->num_layers),
@@ -123,7 +124,7 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
   dispatcher_ = make_token_dispatcher(
       type == MoeTokenDispatcherType::AllGather ? DispatcherKind::AllGather : DispatcherKind::AllToAll, num_experts_,
       groups.ep);
-  const int64_t ffn = cfg.moe_ffn(), fc1_out = swiglu_ ? 2 * ffn : ffn;
+  const int64_t ffn = cfg.moe_ffn(), fc1_out = activation_.fc1_width(ffn);
   const double out_std = cfg->output_layer_init_std();
   for (int64_t j = 0; j < local_experts_; ++j) {  // names carry the GLOBAL expert id
     const std::string e = std::to_string(expert_start_ + j);
@@ -131,7 +132,7 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
                                  cfg->init_method_std));
     fc2.push_back(make_parameter(prefix + ".experts.linear_fc2.weight" + e, {hidden_, ffn}, env, out_std));
     if (expert_tp_.size() > 1) {  // expert tensor parallelism: fc1 by rows ([gate_r; up_r]), fc2 by columns
-      shard_parameter_rows(fc1.back(), groups.expert_tp, swiglu_ ? 2 : 1);
+      shard_parameter_rows(fc1.back(), groups.expert_tp, activation_.fc1_blocks());
       shard_parameter_columns(fc2.back(), groups.expert_tp);
     }
     fc1.back().expert_parallel = fc2.back().expert_parallel = true;
@@ -156,14 +157,16 @@ void MoELayer::collect(std::vector<Parameter*>& out) {
 }
 
 // The experts' activation of fc1's output h1 [M, F or 2F] -> act [M, F], and fc2's input a2 [M, F]
-// (act × the routing probability unless it was applied on the input; then a2 is act).
+// (act × the routing probability unless it was applied on the input; then a2 is act). Weighted in
+// the kernel (use_fused_weighted_squared_relu): a2 = relu(h1)²·probs at once, act undefined.
 std::pair<Tensor, Tensor> MoELayer::activation_forward(const Tensor& h1, const Tensor& probs) const {
-  Tensor act = empty_rows(h1.size(0), ffn_, h1);
-  if (swiglu_) {
-    kernels::swiglu_forward(h1, act);
-  } else {
-    kernels::gelu_forward(h1, act, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
+  if (weighted_activation_) {
+    Tensor a2 = empty_rows(h1.size(0), ffn_, h1);
+    kernels::weighted_squared_relu_forward(h1, probs, a2);
+    return {Tensor(), a2};
   }
+  Tensor act = empty_rows(h1.size(0), ffn_, h1);
+  mlp_activation_forward(activation_, h1, act);
   Tensor a2 = act;
   if (!probs_on_input_) {  // Megatron: the probability multiplies the activation
     a2 = empty_rows(h1.size(0), ffn_, h1);
@@ -329,17 +332,14 @@ Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& d
   Tensor da2 = empty_rows(M, ffn_, a2);
   kernels::moe_grouped_linear_backward(a2, w2, dy, st.rows_per_expert, &da2, g2, /*accumulate=*/true);
   Tensor dprobs = Tensor::zeros({M}, st.probs.dtype(), st.probs.device());
-  Tensor dact = da2;
-  if (!probs_on_input_) {
+  Tensor dact = da2;  // the activation output's gradient, alive until fc1's backward is done
+  if (!probs_on_input_ && !weighted_activation_) {
     dact = empty_rows(M, ffn_, act);
     kernels::moe_scale_rows_backward(act, st.probs, da2, dact, &dprobs);
   }
   Tensor dh1 = empty_rows(M, st.h1.size(1), st.h1);
-  if (swiglu_) {
-    kernels::swiglu_backward(st.h1, dact, dh1);
-  } else {
-    kernels::gelu_backward(st.h1, dact, dh1, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
-  }
+  if (weighted_activation_) kernels::weighted_squared_relu_backward(st.h1, st.probs, da2, dh1, dprobs);
+  else mlp_activation_backward(activation_, st.h1, dact, dh1);
   Tensor dxin = empty_rows(M, hidden_, st.xin);
   kernels::moe_grouped_linear_backward(st.xin, w1, dh1, st.rows_per_expert, &dxin, g1, /*accumulate=*/true);
   Tensor dxp = dxin;

@@ -1,7 +1,8 @@
 // The MoE layer in a transformer layer's MLP slot (Megatron-Core MoELayer): the TopKRouter picks
 // k experts per token; tokens are permuted into per-expert blocks, run through grouped expert MLPs
-// (linear_fc1 → GeLU or SwiGLU → × routing probability → linear_fc2; with
-// moe_apply_probs_on_input the probability scales the input instead), and unpermuted back,
+// (linear_fc1 → the model's activation → × routing probability → linear_fc2; with
+// moe_apply_probs_on_input the probability scales the input instead; with
+// use_fused_weighted_squared_relu squared ReLU and the product are one kernel), and unpermuted back,
 // summing a token's k outputs; an optional shared expert (with an optional sigmoid gate) is added.
 // The router's losses go through the loss channel (models/layers/loss.h) as per-micro-batch losses
 // named as Megatron's MoE tracker logs them: load_balancing_loss, seq_load_balancing_loss,
@@ -15,7 +16,7 @@
 // moe_token_dispatcher_type alltoall | allgather) moves the routed rows to them and back. Expert
 // weights are Parameter::expert_parallel (gradients reduced over the expert-data-parallel group).
 // Reference: Megatron-Core transformer/moe/moe_layer.py (MoELayer.forward), experts.py
-// (TEGroupedMLP: probs applied after the activation), shared_experts.py (SharedExpertMLP, gate),
+// (TEGroupedMLP: probs applied after the activation, weighted_squared_relu_impl), shared_experts.py (SharedExpertMLP, gate),
 // token_dispatcher.py (MoEAllGatherTokenDispatcher on one rank), moe_utils.py (permute, unpermute).
 #pragma once
 #include <memory>
@@ -62,8 +63,9 @@ class MoELayer : public MlpSlot {
 
  private:
   struct State;
-  // x2d [T, H] → experts' combined output [T, H] (saves into st when not null).
+  // fc1's output h1 [M, F or 2F] -> (act [M, F], undefined when weighted in the kernel; fc2's input a2 [M, F]).
   std::pair<Tensor, Tensor> activation_forward(const Tensor& h1, const Tensor& probs) const;
+  // x2d [T, H] → experts' combined output [T, H] (saves into st when not null).
   Tensor run_experts(const Tensor& x2d, const RoutingOutput& r, State* st) const;
   Tensor experts_backward(const State& st, const Tensor& dout, Tensor& dtop_probs);
   Tensor shared_forward(const Tensor& x, State* st) const;
@@ -81,7 +83,11 @@ class MoELayer : public MlpSlot {
   int64_t local_experts_ = 0, expert_start_ = 0;
   std::unique_ptr<TokenDispatcher> dispatcher_;
   ProcessGroup sequence_parallel_ = ProcessGroup::single("tp");  // tp under sequence parallelism
-  bool swiglu_, openai_gelu_, probs_on_input_;
+  MlpActivation activation_;
+  bool probs_on_input_;
+  // use_fused_weighted_squared_relu with the probabilities after the activation: fc2's input is
+  // relu(h1)²·probs from one kernel, and no separate activation output is kept.
+  bool weighted_activation_ = false;
   ExpertTpExchange expert_tp_;
   bool per_layer_logging_ = false;
   int64_t decoder_layers_ = 0;  // model.num_layers: layers from here on are MTP inner layers
