@@ -32,7 +32,9 @@ const std::set<std::string> kListBeforeMarks = {
     "yarn_correction_range_round_to_int", "mscale", "mscale_all_dim",
     // added with multi-latent attention (after the marks)
     "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
-    "rope_type"};
+    "rope_type",
+    // added with latent MoE (after the marks)
+    "moe_latent_size"};
 }  // namespace
 
 TEST_CASE("architecture fields are the marked model fields and the same set as the list before the marks",
