@@ -60,7 +60,7 @@ TEST_CASE("moe latent layouts: PP2", "[moe_latent2]") {
 TEST_CASE("moe latent layouts: recompute of the moe modules under TP2 + SP", "[moe_latent2]") {
   check_layout(with(kNemotron, {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
                                 "model.recompute_granularity=selective",
-                                "model.recompute_modules=[moe, moe_act, shared_experts]"}),
+                                "model.recompute_modules=[moe, moe_act, shared_experts]", "model.moe_grouped_gemm=true"}),
                2);
 }
 
