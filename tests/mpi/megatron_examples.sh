@@ -336,7 +336,7 @@ run modelopt_kimi_k2_instruct_export 2 train "${kimi_k2[@]}" --tensor-model-para
   --pipeline-model-parallel-size 2 "${modelopt_train[@]}" --decoder-first-pipeline-num-layers 1 \
   --decoder-last-pipeline-num-layers 1 --init-model-with-meta-device --use-cpu-initialization
 # The NVIDIA Nemotron model files all begin with --trust-remote-code (accepted: Strata never runs a
-# repository's code); each then stops at a refused flag of Nemotron's own (squared ReLU, latent MoE).
+# repository's code); each then stops at a refused flag of Nemotron's own (squared ReLU; latent MoE runs).
 # NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.sh
 nemotron3_nano=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --moe-token-dispatcher-type alltoall
   --enable-experimental --moe-permute-fusion --use-fused-weighted-squared-relu --cross-entropy-loss-fusion

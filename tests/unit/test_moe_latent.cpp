@@ -8,7 +8,8 @@
 //     parameter, latent and biased, with SwiGLU/GeLU, softmax/sigmoid, shared experts and the gate,
 //     probabilities on the input, capacity with dropping, selective recompute of the moe modules;
 //   - Megatron-Core's parameter names and shapes, in the model manifest, and `strata plan`'s counts
-//     (parameters exact against the built model, the all-to-all bytes of latent rows);
+//     (parameters exact against the built model, the all-to-all bytes of latent rows), the model
+//     FLOPs per token as Megatron's num_floating_point_operations counts latent MoE;
 //   - --moe-latent-size maps to model.moe_latent_size.
 // Reference: Megatron-Core transformer/moe/moe_layer.py (preprocess: fc1_latent_proj before the
 // dispatch; postprocess: fc2_latent_proj after the combine, then + shared experts), experts.py
@@ -26,6 +27,7 @@
 #include "training/config/config.h"
 #include "training/planning/memory_plan.h"
 #include "training/planning/moe_plan.h"
+#include "training/run.h"
 #include "training/config/model_factory.h"
 
 namespace strata {
@@ -303,6 +305,24 @@ TEST_CASE("moe latent: strata plan counts the built model's parameters and the l
        "model.num_experts=4", "model.moe_ffn_hidden_size=12", "model.moe_latent_size=6", "model.add_bias_linear=false",
        "model.seq_length=8", "model.max_position_embeddings=8"});
   CHECK(moe_all_to_all_bytes(cfg.model, 2, 1, 1, false, 2, 2) == 4 * 16 * 2 * 6 * 2 / 2);
+}
+
+TEST_CASE("moe latent: model FLOPs per token are Megatron's (experts on L, 2·h·L projections)", "[moe_latent]") {
+  // Megatron training.py moe_layer_flops: routed 4·L·F·k (GeLU), + 4·h·L for the two projections,
+  // forward; ×3 forward + backward. Against the same model without latent MoE the difference per
+  // token is 6 · MoE layers · (2·h·L + k · 2·F · (L − h)); the rest (router, attention) is equal.
+  const int64_t h = 16, L = 6, F = 12, k = 2, layers = 2;
+  auto fpt = [&](bool latent) {
+    std::vector<std::string> o = {"model.num_layers=2", "model.hidden_size=16", "model.num_attention_heads=4",
+                                  "model.vocab_size=50", "model.make_vocab_size_divisible_by=8",
+                                  "model.num_experts=4", "model.moe_ffn_hidden_size=12", "model.moe_router_topk=2",
+                                  "model.add_bias_linear=false"};
+    if (latent) o.push_back("model.moe_latent_size=6");
+    const ResolvedConfig cfg = test::tiny_config(o);
+    auto model = make_model(cfg, Device::cpu());
+    return training::model_flops_per_token(cfg, model->parameters());
+  };
+  CHECK(fpt(true) - fpt(false) == Approx(6.0 * layers * (2 * h * L + k * 2 * F * (L - h))).epsilon(1e-12));
 }
 
 TEST_CASE("moe latent: --moe-latent-size maps to model.moe_latent_size", "[moe_latent]") {
