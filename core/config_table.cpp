@@ -434,7 +434,18 @@ void FieldTable::set_from_text(const std::string& section, const std::string& fi
   YAML::Node node;
   if (as_list) {
     node = YAML::Node(YAML::NodeType::Sequence);
-    for (const auto& v : values) node.push_back(YAML::Node(v));
+    for (const auto& v : values) {
+      if (f->type != FieldType::IntList) {
+        node.push_back(YAML::Node(v));
+        continue;
+      }
+      // An int list also reads Megatron's tuple_type: "127,0" or "(127,0)" as one value.
+      std::string text = v;
+      for (char& c : text)
+        if (c == '(' || c == ')' || c == ',') c = ' ';
+      std::istringstream words(text);
+      for (std::string w; words >> w;) node.push_back(YAML::Node(w));
+    }
   } else {
     STRATA_INTERNAL_ASSERT(values.size() == 1, "set_from_text of a scalar takes one value");
     node = YAML::Node(values[0]);

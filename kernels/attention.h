@@ -43,6 +43,15 @@ struct AttentionParams {
   // [document_start[b][i], q_pos]. Undefined: one document. Needs causal. Key blocks wholly
   // before a query block's documents are skipped, so the cost grows with Σ doc_len², not s².
   Tensor document_start;
+  // Sliding window in positions (Megatron window_size): keys at positions >= q_pos - window_left
+  // and <= q_pos + window_right; -1: unbounded on that side.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  // [hq] per-head sink logit (Megatron softmax_offset) added to each row's softmax denominator:
+  // exp(offset_h) + Σ exp(s_ij); f32 (f64 with f64 q). Undefined: vanilla softmax.
+  Tensor softmax_offset;
+  // [hq] like softmax_offset; when defined, attention_backward adds dL/d softmax_offset into it.
+  Tensor softmax_offset_grad;
 };
 
 // softmax_scale, or 1/sqrt(qk_head_dim) when it is 0.

@@ -94,6 +94,13 @@ GemmDims gemm_dims(const Tensor& a, bool transpose_a, const Tensor& b, bool tran
   return d;
 }
 
+namespace {
+std::atomic<bool> g_reduced_precision_reduction{true};
+}  // namespace
+
+void set_reduced_precision_reduction(bool allowed) { g_reduced_precision_reduction.store(allowed); }
+bool reduced_precision_reduction() { return g_reduced_precision_reduction.load(std::memory_order_relaxed); }
+
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c, double alpha,
           double beta, const GemmOptions& options) {
   const GemmDims d = gemm_dims(a, transpose_a, b, transpose_b, c);

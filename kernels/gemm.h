@@ -21,6 +21,15 @@ struct GemmOptions {
   bool allow_tf32 = false;
 };
 
+// Whether CUDA GEMMs with 16-bit outputs may reduce split-K partial sums in the output dtype
+// (cuBLAS's default, and Megatron's: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction).
+// false (Megatron --disable-bf16-reduced-precision-matmul, training.disable_bf16_reduced_precision_matmul):
+// cuBLASLt may only choose reductions in the f32 compute type (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK
+// without CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE), cuBLAS runs with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION.
+// Process-wide, set once before training. The CPU GEMMs always accumulate and reduce in f32.
+void set_reduced_precision_reduction(bool allowed);
+bool reduced_precision_reduction();
+
 // C = alpha · op(A) · op(B) + beta · C   (beta == 0: C is not read, NaNs in it are ignored)
 // a: [m, k] (or [k, m] if transpose_a), b: [k, n] (or [n, k] if transpose_b), c: [m, n].
 // Batched: a, b, c may be 3-d [batch, ., .]; a or b may have batch 1 (or be 2-d): broadcast over

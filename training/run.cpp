@@ -20,6 +20,7 @@
 #include "data/document_source.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu/blas_core.h"
+#include "kernels/gemm.h"
 #include "models/config/model_stacks.h"
 #include "parallel/distributed.h"
 #include "parallel/nccl_communicator.h"
@@ -180,6 +181,7 @@ TrainResult run_on_rank(const ResolvedConfig& given, const DistributedRuntime& r
 DistributedRuntime join_job(const ResolvedConfig& validated) {
   const Device device = resolve_device(validated.training->device);
   if (validated.training->deterministic && device.is_cuda()) nccl_prepare_deterministic_env();
+  kernels::set_reduced_precision_reduction(!validated.training->disable_bf16_reduced_precision_matmul);
   DistributedRuntime rt = init_distributed(validated.parallel, device);
   log::set_rank(rt.rank, rt.world_size);
   if (validated.training->deterministic) {  // rank-ordered sums (parallel/communicator.h)

@@ -5,7 +5,8 @@
 // Cᵀ[n, m] column-major = op(B)ᵀ · op(A)ᵀ, so cuBLAS sees (B, A) with m and n exchanged.
 // One cuBLASLt handle per device, a 32 MiB workspace per (device, stream), and a plan cache
 // (descriptors + heuristic algorithm) keyed by shape, dtypes, transposes and pointer alignment.
-// Also the linear layer's bias add and a deterministic two-pass bias gradient.
+// Also the linear layer's bias add and a deterministic two-pass bias gradient. Split-K reductions in
+// a 16-bit output type are excluded when reduced_precision_reduction() is off (kernels/gemm.h).
 // Reference: llm.c matmul_cublaslt / matmul_backward_bias, PyTorch aten/src/ATen/cuda/CUDABlas.cpp.
 #include <algorithm>
 #include <array>
@@ -31,6 +32,10 @@ cublasHandle_t blas_handle(int device, cudaStream_t stream) {
     it = handles.emplace(device, h).first;
   }
   STRATA_CUBLAS_CHECK(cublasSetStream(it->second, stream));
+  const cublasMath_t math = reduced_precision_reduction()
+                                ? CUBLAS_DEFAULT_MATH
+                                : cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+  STRATA_CUBLAS_CHECK(cublasSetMathMode(it->second, math));
   return it->second;
 }
 
@@ -142,6 +147,11 @@ Plan make_plan(cublasLtHandle_t h, const GemmDims& d, bool ta, bool tb, cudaData
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}};
   for (const auto& [attr, value] : aligns)
     STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+  if (!reduced_precision_reduction()) {  // split-K partial sums reduced in f32, never in a 16-bit output
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~uint32_t(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+    STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                             &schemes, sizeof schemes));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &returned);
@@ -156,11 +166,11 @@ Plan make_plan(cublasLtHandle_t h, const GemmDims& d, bool ta, bool tb, cudaData
 
 const Plan& cached_plan(int device, const GemmDims& d, bool ta, bool tb, DType ab, DType cd,
                         cublasComputeType_t compute, const std::array<uint32_t, 3>& align) {
-  using Key = std::array<int64_t, 15>;
+  using Key = std::array<int64_t, 16>;
   static std::mutex mu;
   static std::map<Key, Plan> plans;
   const Key key = {device, d.batch, d.m, d.n, d.k, d.broadcast_a, d.broadcast_b, ta, tb, int64_t(ab), int64_t(cd),
-                   int64_t(compute), align[0], align[1], align[2]};
+                   int64_t(compute), align[0], align[1], align[2], int64_t(reduced_precision_reduction())};
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
   if (it == plans.end())

@@ -34,6 +34,7 @@ layers::TransformerLayerSpec transformer_kind_spec(char symbol, const LayerPlace
   if (place.moe && spec.mlp) spec.mlp_kind = layers::MlpKind::MoE;
   spec.branch_hyper_connections = place.branch_mhc;
   spec.rope = place.rope;
+  spec.window = place.window;
   return spec;
 }
 

@@ -54,10 +54,10 @@ std::string LayerKindRegistry::pattern_symbols() const {
 }
 
 namespace {
-// The number model.no_rope_freq is indexed by: a decoder layer's global number; an MTP inner layer's
-// own numbering (Megatron multi_token_prediction.py: GPT depth k's layer is number k, a hybrid MTP
-// stack numbers its layers from its start).
-int64_t rope_layer_number(const ResolvedModelConfig& m, int64_t index) {
+// The number model.no_rope_freq and model.window_attn_skip_freq are indexed by: a decoder layer's
+// global number; an MTP inner layer's own numbering (Megatron multi_token_prediction.py: GPT depth
+// k's layer is number k, a hybrid MTP stack numbers its layers from its start).
+int64_t attention_layer_number(const ResolvedModelConfig& m, int64_t index) {
   if (index < m->num_layers) return index;
   if (!m->is_hybrid()) return index - m->num_layers;
   return (index - m->num_layers) % static_cast<int64_t>(m.hybrid_pattern().mtp.size());
@@ -78,7 +78,8 @@ std::vector<StackLayerSpec> stack_layer_specs(const ResolvedModelConfig& m, cons
                  registry.pattern_symbols(), ")");
     StackLayerSpec s;
     s.kind = kind;
-    s.place = LayerPlace{index, names[i], moe[i], false, m.applies_rope(rope_layer_number(m, index))};
+    const int64_t number = attention_layer_number(m, index);
+    s.place = LayerPlace{index, names[i], moe[i], false, m.applies_rope(number), m.attention_window(number)};
     if (m->enable_hyper_connections) {
       s.place.branch_mhc = placement == MhcPlacement::PerBranch && kind->branch_hyper_connections;
       s.mhc_wrapper = !s.place.branch_mhc;

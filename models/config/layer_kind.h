@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,7 @@ struct LayerPlace {
   bool moe = false;         // its MLP slot holds the MoE layer (GPT: model.moe_layer_freq)
   bool branch_mhc = false;  // mHC: the layer holds one hyper-connection site per branch itself (GPT)
   bool rope = true;         // its attention applies RoPE (ResolvedModelConfig::applies_rope)
+  std::optional<AttentionWindow> window;  // its attention's sliding window (ResolvedModelConfig::attention_window)
 };
 
 struct LayerKind {

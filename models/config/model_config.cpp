@@ -199,6 +199,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
   add_moe_fields(f);
   add_mamba_fields(f);
   add_mla_fields(f);
+  add_attention_fields(f);
   add_mtp_fields(f);
   add_mhc_fields(f);
   add_recompute_fields(f);
@@ -209,6 +210,9 @@ config::SectionFields<ModelConfig> model_config_fields() {
       .architecture_defining();
   f.add("hybrid_override_pattern", &M::hybrid_override_pattern,
         "Deprecated alias of hybrid_layer_pattern (Megatron's --hybrid-override-pattern); not both.");
+  f.add("is_hybrid_model", &M::is_hybrid_model,
+        "Megatron's is_hybrid_model: the output projections' init std is init_method_std/sqrt(num_layers) instead "
+        "of /sqrt(2·num_layers). A hybrid_layer_pattern implies it; on a GPT model it changes only that init.");
   return f;
 }
 
@@ -239,7 +243,7 @@ int64_t ModelConfig::padded_vocab(int64_t tensor_model_parallel_size) const {
 }
 
 double ModelConfig::output_layer_init_std() const {
-  const double multiplier = is_hybrid() ? 1.0 : 2.0;
+  const double multiplier = hybrid_init() ? 1.0 : 2.0;
   return init_method_std / std::sqrt(multiplier * static_cast<double>(num_layers));
 }
 
@@ -444,6 +448,7 @@ void check_section_rules(const ModelConfig& m) {
     throw ConfigError("model.no_rope_freq",
                       "picks the layers that skip RoPE; set model.position_embedding_type rope or yarn");
   check_mla_fields(m);
+  check_attention_fields(m);
   check_yarn_rules(m);
   if (m.swiglu && m.openai_gelu)
     throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");
@@ -459,6 +464,7 @@ struct ResolvedModelConfig::Resolution {
   hybrid::HybridPattern pattern;
   std::vector<int64_t> moe_layer_map;
   std::vector<int64_t> no_rope_layers;
+  std::vector<int64_t> window_layers;
 };
 
 ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ResolvedModelConfig(resolve(raw)) {}
@@ -467,7 +473,8 @@ ResolvedModelConfig::ResolvedModelConfig(Resolution r)
     : Resolved<ModelConfig>(ResolutionKey{}, std::move(r.fields)),
       pattern_(std::move(r.pattern)),
       moe_layer_map_(std::move(r.moe_layer_map)),
-      no_rope_layers_(std::move(r.no_rope_layers)) {}
+      no_rope_layers_(std::move(r.no_rope_layers)),
+      window_layers_(std::move(r.window_layers)) {}
 
 ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& raw) {
   static const std::vector<config::FieldSpec> field_rules = [] {
@@ -476,9 +483,10 @@ ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& 
     return fields;
   }();
   config::check_section_fields(field_rules, &raw);  // the per-field rules, whoever resolves the section
-  ResolvedModelConfig::Resolution r{raw, {}, {}, {}};
+  ResolvedModelConfig::Resolution r{raw, {}, {}, {}, {}};
   ModelConfig& m = r.fields;  // the fields, their null defaults filled in below
   r.pattern = resolve_hybrid_pattern(m);
+  apply_gpt_oss_positions(m);
   resolve_derived_defaults(m);
   check_section_rules(m);
   check_model_sizes(m);
@@ -487,6 +495,7 @@ ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& 
     r.moe_layer_map = hybrid::hybrid_moe_layer_map(r.pattern);
   const std::string no_rope = no_rope_layers_problem(m.no_rope_freq, m.num_layers, r.no_rope_layers);
   if (!no_rope.empty()) throw ConfigError("model.no_rope_freq", no_rope);
+  r.window_layers = attention_window_layers(m);
   finalize_mtp_config(m);
   finalize_mhc_config(m);
   finalize_recompute_config(m);
@@ -500,6 +509,11 @@ bool ResolvedModelConfig::applies_rope(int64_t number) const {
   STRATA_CHECK(number >= 0 && number < static_cast<int64_t>(no_rope_layers_.size()), "model.no_rope_freq: layer number ",
                number, " has no entry (", no_rope_layers_.size(), " entries)");
   return no_rope_layers_[static_cast<size_t>(number)] == 0;
+}
+
+std::optional<AttentionWindow> ResolvedModelConfig::attention_window(int64_t number) const {
+  if (!layer_uses_window(fields(), window_layers_, number)) return std::nullopt;
+  return AttentionWindow{fields().window_size[0], fields().window_size[1]};
 }
 
 const std::vector<std::string>& architecture_field_names() {

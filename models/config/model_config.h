@@ -18,6 +18,7 @@
 
 #include "core/config_table.h"
 #include "core/resolved.h"
+#include "models/config/attention_config.h"
 #include "models/config/hybrid_pattern.h"
 #include "models/config/mamba_config.h"
 #include "models/config/mla_config.h"
@@ -95,6 +96,14 @@ struct ModelConfig {
   int64_t qk_pos_emb_head_dim = 64;
   int64_t v_head_dim = 128;
   std::optional<RopeType> rope_type;  // null → yarn for MLA
+
+  // ---- attention window and softmax (models/config/attention_config.h; gpt-oss) ----
+  std::vector<int64_t> window_size;                // [left, right]; empty: full causal attention
+  std::vector<std::string> window_attn_skip_freq;  // an int N, a 0/1 list or a pattern; empty: every layer
+  SoftmaxType softmax_type = SoftmaxType::Vanilla;
+  // Megatron's --enable-gpt-oss (post_training/arguments.py): GPT-OSS's YaRN, applied at resolution
+  // (apply_gpt_oss_positions, models/config/attention_config.h).
+  bool enable_gpt_oss = false;
 
   // ---- normalization ----
   Normalization normalization = Normalization::LayerNorm;
@@ -180,6 +189,7 @@ struct ModelConfig {
   // ---- hybrid models (models/config/hybrid_pattern.h; Megatron's --hybrid-layer-pattern) ----
   std::optional<std::string> hybrid_layer_pattern;     // null → a GPT model; set: num_layers from it
   std::optional<std::string> hybrid_override_pattern;  // deprecated alias of hybrid_layer_pattern
+  bool is_hybrid_model = false;  // Megatron's TransformerConfig.is_hybrid_model: hybrid init (set by a pattern too)
 
   // Extension points (declare the member here, bind it in model_config_fields(), check it in
   // ResolvedModelConfig's resolution): mHC (mhc_*), MTP (mtp_num_layers, mtp_loss_scaling_factor),
@@ -187,6 +197,8 @@ struct ModelConfig {
 
   // What the fields alone say (no resolution needed).
   bool is_hybrid() const { return hybrid_layer_pattern.has_value() || hybrid_override_pattern.has_value(); }
+  // Megatron's TransformerConfig.is_hybrid_model: a hybrid pattern, or --is-hybrid-model on its own.
+  bool hybrid_init() const { return is_hybrid() || is_hybrid_model; }
   bool is_moe() const { return num_experts.has_value(); }
   // Rotary positions in the attention: position_embedding_type rope or yarn.
   bool uses_rotary() const {
@@ -195,7 +207,7 @@ struct ModelConfig {
   int64_t mtp_depths() const { return mtp_num_layers.value_or(0); }  // MTP depths D (0 without MTP)
   // The std of the output projections (linear_proj, linear_fc2, the experts' fc2, Mamba out_proj):
   // init_method_std / sqrt(multiplier · num_layers), multiplier 2.0 for GPT and 1.0 for hybrid
-  // models (Megatron TransformerConfig: is_hybrid_model).
+  // models (Megatron TransformerConfig: is_hybrid_model; hybrid_init()).
   double output_layer_init_std() const;
   // Rows of the word embeddings and output layer at this tensor-parallel size: padded_vocab_size
   // when set, else vocab_size padded as Megatron's _vocab_size_with_padding. vocab_size must be set.
@@ -238,6 +250,9 @@ class ResolvedModelConfig : public Resolved<ModelConfig> {
   // position_embedding_type rope or yarn and model.no_rope_freq not marking it. Decoder layers are numbered
   // over the whole model; MTP inner layers by their own numbering, as Megatron's (layer_kind.cpp).
   bool applies_rope(int64_t number) const;
+  // The sliding window of the attention of the layer numbered `number` (0-based, numbered as
+  // applies_rope's), or nullopt for full attention (model.window_size, model.window_attn_skip_freq).
+  std::optional<AttentionWindow> attention_window(int64_t number) const;
 
  private:
   struct Resolution;
@@ -248,6 +263,7 @@ class ResolvedModelConfig : public Resolved<ModelConfig> {
   hybrid::HybridPattern pattern_;
   std::vector<int64_t> moe_layer_map_;
   std::vector<int64_t> no_rope_layers_;  // 1 where a layer skips RoPE (model.no_rope_freq); empty: none
+  std::vector<int64_t> window_layers_;   // 1 where a layer uses model.window_size; empty: no window
 };
 
 // The `model` section's fields (names, docs, validators) for the config table.

@@ -13,7 +13,7 @@ namespace strata::layers {
 
 Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<int64_t>& q_positions,
                            const std::vector<int64_t>& k_positions, double softmax_scale, bool causal,
-                           const Tensor& q_document_start) {
+                           const Tensor& q_document_start, int64_t window_left) {
   STRATA_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(1) == k.size(1) && q.size(3) == k.size(3),
                "attention_logit_max: q ", q.shape().str(), " and k ", k.shape().str(),
                " must be [sq, b, hq, d] and [sk, b, hkv, d]");
@@ -40,6 +40,8 @@ Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<i
         for (int64_t j = 0; j < sk; ++j) {
           if (causal && k_positions[static_cast<size_t>(j)] > q_positions[static_cast<size_t>(i)]) continue;
           if (doc && k_positions[static_cast<size_t>(j)] < doc[bb * sq + i]) continue;  // another document
+          if (window_left >= 0 && k_positions[static_cast<size_t>(j)] < q_positions[static_cast<size_t>(i)] - window_left)
+            continue;  // outside the sliding window
           const double* kr = kv.data() + ((j * b + bb) * hkv + h / per) * d;
           double dot = 0;
           for (int64_t e = 0; e < d; ++e) dot += qr[e] * kr[e];
@@ -69,7 +71,7 @@ void observe_attention_logit_max(const std::string& owner, const Tensor& q, cons
   std::vector<int64_t> k_pos(static_cast<size_t>(keys.size(0)));
   for (size_t j = 0; j < k_pos.size(); ++j) k_pos[j] = (cp.size() > 1 ? 0 : p.k_position_offset) + static_cast<int64_t>(j);
   const Tensor m = attention_logit_max(q, keys, q_pos, k_pos, kernels::attention_softmax_scale(p, head_dim), p.causal,
-                                       p.document_start);
+                                       p.document_start, p.window_left);
   observe(owner, "attention_logit_max", SourceKind::AttentionLogitMax, m, /*tp_shard_dim=*/0);
 }
 

@@ -19,10 +19,11 @@ namespace strata::layers {
 // q: [sq, b, hq, d], k: [sk, b, hkv, d] (any device and float dtype); q_positions [sq],
 // k_positions [sk]: the rows' positions (causal keeps k_pos <= q_pos; not causal: every pair);
 // q_document_start [b, sq] i64 (optional, packed sequences): keys before the query's document are
-// not allowed. Returns a host f32 tensor [hq] (−inf for a head that sees no pair).
+// not allowed; window_left >= 0 (a sliding window): keys before q_pos - window_left are not allowed.
+// Returns a host f32 tensor [hq] (−inf for a head that sees no pair).
 Tensor attention_logit_max(const Tensor& q, const Tensor& k, const std::vector<int64_t>& q_positions,
                            const std::vector<int64_t>& k_positions, double softmax_scale, bool causal,
-                           const Tensor& q_document_start = Tensor());
+                           const Tensor& q_document_start = Tensor(), int64_t window_left = -1);
 
 // The attention_logit_max site of `owner` (call it only when observed): per-head max logit of this
 // rank's queries q [sq, b, hq, d] over every key they attend to, k [sk, b, hkv, d], with the

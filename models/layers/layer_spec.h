@@ -7,8 +7,11 @@
 // Reference: Megatron-Core transformer/transformer_layer.py (TransformerLayerSubmodules),
 // models/gpt/gpt_layer_specs.py, models/hybrid/hybrid_layer_specs.py.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "models/config/attention_config.h"
 
 namespace strata::layers {
 
@@ -40,6 +43,8 @@ struct TransformerLayerSpec {
   // model.no_rope_freq, Megatron's Attention.forward dropping rotary_pos_emb).
   bool rope = true;
   AttentionKind attention_kind = AttentionKind::Standard;
+  // The attention's sliding window (model.window_size on the layers window_attn_skip_freq picks); nullopt: full.
+  std::optional<AttentionWindow> window;
 
   static TransformerLayerSpec full() { return {}; }
   static TransformerLayerSpec attention_only() { return {true, false, MlpKind::Dense}; }

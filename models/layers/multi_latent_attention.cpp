@@ -40,17 +40,20 @@ struct MultiLatentAttention::Latents {
 
 MultiLatentAttention::MultiLatentAttention(const std::string& prefix, const ResolvedModelConfig& cfg,
                                            const LayerEnv& env, const ProcessGroup& tp, const ProcessGroup& cp,
-                                           const cp::HierarchicalGroups& cp_levels)
+                                           const cp::HierarchicalGroups& cp_levels,
+                                           std::optional<AttentionWindow> window)
     : linear_kv_down_proj(prefix + ".linear_kv_down_proj", cfg->hidden_size, mla_dims(*cfg).kv_down_out(),
                           false, cfg->init_method_std, env, tp, TensorParallelMode::Duplicated),
       linear_kv_up_proj(prefix + ".linear_kv_up_proj", cfg->kv_lora_rank, mla_dims(*cfg).kv_up_out(), false,
                         cfg->init_method_std, env, tp, TensorParallelMode::Column),
       linear_proj(prefix + ".linear_proj", cfg->num_attention_heads * cfg->v_head_dim, cfg->hidden_size,
                   cfg->add_bias_linear, cfg->output_layer_init_std(), env, tp, TensorParallelMode::Row),
+      softmax_offset(prefix, cfg, env, tp, cfg->num_attention_heads),
       d_(mla_dims(*cfg)),
       np_(cfg->num_attention_heads / tp.size()),
       global_heads_(cfg->num_attention_heads),
       head_offset_(static_cast<int64_t>(tp.rank()) * (cfg->num_attention_heads / tp.size())),
+      window_(window),
       sequence_parallel_(env.sequence_parallel && tp.size() > 1),
       recompute_up_proj_(recompute_module(cfg, "mla_up_proj")),
       tp_(tp),
@@ -112,6 +115,8 @@ kernels::AttentionParams MultiLatentAttention::attention_params(const AttentionR
   p.global_heads = global_heads_;
   p.head_offset = head_offset_;
   if (run.packed && run.packed->has_documents()) p.document_start = run.packed->document_start;
+  set_window(p, window_);
+  softmax_offset.forward_params(p);
   return p;
 }
 
@@ -279,14 +284,17 @@ Tensor MultiLatentAttention::backward(const Saved& sv, const Tensor& dy, const T
   const Tensor dout = linear_proj.backward(sv.out.reshape({s, b, np_ * dv}), dy).reshape({s, b, np_, dv});
   Tensor dquery = empty_like_shape(query, query.shape()), dkey = empty_like_shape(key, key.shape());
   Tensor dvalue = empty_like_shape(value, value.shape());
+  kernels::AttentionParams p = sv.params;
+  const bool sink_grad = softmax_offset.backward_params(p);
   {
     phase_timer::Scope t("backward/layers/attention/core");
     if (cp_.size() > 1)
-      cp::attention_backward(query, key, value, sv.out, dout, sv.lse, dquery, dkey, dvalue, sv.params, cp_,
-                             cp_comm_type_, cp_levels_);
+      cp::attention_backward(query, key, value, sv.out, dout, sv.lse, dquery, dkey, dvalue, p, cp_, cp_comm_type_,
+                             cp_levels_);
     else
-      kernels::attention_backward(query, key, value, sv.out, dout, sv.lse, dquery, dkey, dvalue, sv.params);
+      kernels::attention_backward(query, key, value, sv.out, dout, sv.lse, dquery, dkey, dvalue, p);
   }
+  if (sink_grad) softmax_offset.accumulate_grad(p);
   // RoPE backward on q_pe and on k_pe summed over this rank's heads.
   Tensor positions = sv.positions.defined() ? sv.positions : rope_positions(s, dy.device(), nullptr, cp_);
   const kernels::RotaryOptions ro = rotary_options(sv.position_offset, positions.defined() ? &positions : nullptr);
@@ -341,6 +349,7 @@ void MultiLatentAttention::collect(std::vector<Parameter*>& out) {
   if (kv_layernorm) kv_layernorm->collect(out);
   linear_kv_up_proj.collect(out);
   linear_proj.collect(out);
+  softmax_offset.collect(out);
 }
 
 }  // namespace strata::layers

@@ -36,6 +36,7 @@
 // yarn_rotary_pos_embedding.py; DeepSeek-V2 (arXiv:2405.04434) §2.1.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,7 @@
 #include "kernels/rotary.h"
 #include "models/config/model_config.h"
 #include "models/layers/attention_module.h"
+#include "models/layers/attention_softmax.h"
 #include "models/layers/linear.h"
 #include "models/layers/norm.h"
 #include "parallel/context_parallel.h"
@@ -68,7 +70,8 @@ class MultiLatentAttention : public AttentionModule {
   // prefix: "decoder.layers.{i}.self_attention".
   MultiLatentAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
                        const ProcessGroup& tp, const ProcessGroup& cp = ProcessGroup::single("cp"),
-                       const cp::HierarchicalGroups& cp_levels = {});
+                       const cp::HierarchicalGroups& cp_levels = {},
+                       std::optional<AttentionWindow> window = std::nullopt);
   // x: [sl, b, h] -> [sl, b, h]; saves into *saved when not null (not with a cache).
   Tensor forward(const Tensor& x, const AttentionRun& run, Saved* saved) const;
   // dy: [sl, b, h] -> dx: [sl, b, h]; x: the forward input when run.keep_input was false.
@@ -89,6 +92,7 @@ class MultiLatentAttention : public AttentionModule {
   Linear linear_kv_down_proj, linear_kv_up_proj;
   std::unique_ptr<Norm> q_layernorm, kv_layernorm;  // model.qk_layernorm (q: with q_lora_rank)
   Linear linear_proj;
+  AttentionSoftmaxOffset softmax_offset;  // model.softmax_type's denominator term (core_attention.softmax_offset)
 
  private:
   struct Latents;  // the down projections' outputs
@@ -106,6 +110,7 @@ class MultiLatentAttention : public AttentionModule {
 
   MlaDims d_;
   int64_t np_, global_heads_, head_offset_;
+  std::optional<AttentionWindow> window_;
   double softmax_scale_;
   kernels::RotaryOptions rope_;  // base options (positions and offset set per call)
   bool sequence_parallel_, recompute_up_proj_;

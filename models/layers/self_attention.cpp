@@ -19,13 +19,14 @@ namespace strata::layers {
 
 SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env,
                              const ProcessGroup& tp, const ProcessGroup& cp, const cp::HierarchicalGroups& cp_levels,
-                             bool apply_rope)
+                             bool apply_rope, std::optional<AttentionWindow> window)
     : linear_qkv(prefix + ".linear_qkv", cfg->hidden_size,
                  cfg.head_dim() * (cfg->num_attention_heads + 2 * cfg.query_groups()),
                  cfg->add_bias_linear || cfg->add_qkv_bias, cfg->init_method_std, env, tp, TensorParallelMode::Column),
       linear_proj(prefix + ".linear_proj", cfg.head_dim() * cfg->num_attention_heads, cfg->hidden_size,
                   cfg->add_bias_linear, cfg->output_layer_init_std(),
                   env, tp, TensorParallelMode::Row),
+      softmax_offset(prefix, cfg, env, tp, cfg->num_attention_heads),
       h_(cfg->hidden_size),
       np_(cfg->num_attention_heads / tp.size()),
       ng_(cfg.query_groups() / tp.size()),
@@ -33,6 +34,7 @@ SelfAttention::SelfAttention(const std::string& prefix, const ResolvedModelConfi
       global_heads_(cfg->num_attention_heads),
       head_offset_(static_cast<int64_t>(tp.rank()) * (cfg->num_attention_heads / tp.size())),
       rope_(apply_rope && cfg->uses_rotary()),
+      window_(window),
       rotary_(attention_rotary_options(cfg)),
       cp_(cp),
       cp_comm_type_(env.cp_comm_type),
@@ -105,6 +107,8 @@ Tensor SelfAttention::forward(const Tensor& x, const Run& run, Saved* saved) con
   p.global_heads = global_heads_;  // tp: this rank's heads are [head_offset, head_offset + np)
   p.head_offset = head_offset_;
   if (packed && packed->has_documents()) p.document_start = packed->document_start;
+  set_window(p, window_);
+  softmax_offset.forward_params(p);
   Tensor k_all = k, v_all = v;
   if (run.cache) {
     LayerKVCache& c = *run.cache;
@@ -150,14 +154,16 @@ Tensor SelfAttention::backward(const Saved& sv, const Tensor& dy) {
   Tensor dq = empty_like_shape(sv.q, sv.q.shape());
   Tensor dk = empty_like_shape(sv.k, sv.k.shape());
   Tensor dv = empty_like_shape(sv.v, sv.v.shape());
+  kernels::AttentionParams p = sv.params;
+  const bool sink_grad = softmax_offset.backward_params(p);
   {
     phase_timer::Scope t("backward/layers/attention/core");
     if (cp_.size() > 1)
-      cp::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params, cp_, cp_comm_type_,
-                             cp_levels_);
+      cp::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, p, cp_, cp_comm_type_, cp_levels_);
     else
-      kernels::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, sv.params);
+      kernels::attention_backward(sv.q, sv.k, sv.v, sv.out, dout, sv.lse, dq, dk, dv, p);
   }
+  if (sink_grad) softmax_offset.accumulate_grad(p);
   if (rope_) {
     kernels::RotaryOptions ro = rotary_options(sv.position_offset);
     Tensor positions = sv.positions.defined() ? sv.positions : rope_positions(s, dy.device(), nullptr, cp_);
@@ -199,6 +205,7 @@ void SelfAttention::collect(std::vector<Parameter*>& out) {
     k_layernorm->collect(out);
   }
   linear_proj.collect(out);
+  softmax_offset.collect(out);
 }
 
 }  // namespace strata::layers

@@ -21,12 +21,14 @@
 // (SelfAttention.get_query_key_value_tensors), models/common/embeddings/rotary_pos_embedding.py.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/rotary.h"
 #include "models/layers/attention_module.h"
+#include "models/layers/attention_softmax.h"
 #include "models/layers/layer_common.h"
 #include "models/layers/linear.h"
 #include "models/layers/inference_cache.h"
@@ -52,9 +54,10 @@ class SelfAttention : public AttentionModule {
 
   // prefix: "decoder.layers.{i}.self_attention"; output projection init std = init_std/sqrt(2L).
   // apply_rope false: no RoPE even with position_embedding_type rope or yarn (a model.no_rope_freq layer).
+  // window: this layer's sliding window (ResolvedModelConfig::attention_window); nullopt: full attention.
   SelfAttention(const std::string& prefix, const ResolvedModelConfig& cfg, const LayerEnv& env, const ProcessGroup& tp,
                 const ProcessGroup& cp = ProcessGroup::single("cp"), const cp::HierarchicalGroups& cp_levels = {},
-                bool apply_rope = true);
+                bool apply_rope = true, std::optional<AttentionWindow> window = std::nullopt);
   // x: [s, b, h] -> [s, b, h]; saves into *saved when not null (not with a cache).
   Tensor forward(const Tensor& x, const Run& run, Saved* saved) const;
   // dy: [s, b, h] -> dx: [s, b, h]; adds parameter gradients into main_grad.
@@ -74,12 +77,14 @@ class SelfAttention : public AttentionModule {
   Linear linear_qkv;
   std::unique_ptr<Norm> q_layernorm, k_layernorm;
   Linear linear_proj;
+  AttentionSoftmaxOffset softmax_offset;  // model.softmax_type's denominator term (core_attention.softmax_offset)
 
  private:
   kernels::RotaryOptions rotary_options(int64_t position_offset) const;
   int64_t h_, np_, ng_, hn_;  // np_, ng_: this rank's heads and query groups (global / tp)
   int64_t global_heads_, head_offset_;
   bool rope_;
+  std::optional<AttentionWindow> window_;
   kernels::RotaryOptions rotary_;  // RoPE or YaRN from the model section (rotary_config.h); no positions
   ProcessGroup cp_;
   CpCommType cp_comm_type_;

@@ -42,14 +42,14 @@ TransformerLayer::TransformerLayer(int64_t index, const ResolvedModelConfig& cfg
       input_layernorm_ = std::make_unique<Norm>(name_ + ".input_layernorm.weight", name_ + ".input_layernorm.bias",
                                                 cfg->hidden_size, cfg, env, sp);
       attention_ = std::make_unique<MultiLatentAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp,
-                                                          cp_levels);
+                                                          cp_levels, spec.window);
       recompute_input_norm_ = recompute_module(cfg, "layernorm");
     } else {
       input_layernorm_ = std::make_unique<Norm>(name_ + ".self_attention.linear_qkv.layer_norm_weight",
                                                 name_ + ".self_attention.linear_qkv.layer_norm_bias",
                                                 cfg->hidden_size, cfg, env, sp);
       attention_ = std::make_unique<SelfAttention>(name_ + ".self_attention", cfg, env, groups.tp, groups.cp,
-                                                   cp_levels, spec.rope);
+                                                   cp_levels, spec.rope, spec.window);
     }
   }
   if (spec.mlp) {

@@ -428,8 +428,8 @@ nemotron_mini_4b=(--trust-remote-code --save-interval 100000 --micro-batch-size 
   --use-mcore-models --rotary-base 10000)
 run modelopt_nemotron_mini_4b_instruct 2 refused "${nemotron_mini_4b[@]}" "${modelopt_train[@]}"
 # openai/gpt-oss-20b.sh and gpt-oss-120b.sh (the same flags; 24 layers and 32 experts, 36 and 128):
-# refused at --quick-geglu (then --glu-linear-offset 1.0 and --softmax-type learnable by value,
-# --window-attn-skip-freq, --activation-func-clamp-value, --window-size).
+# biases everywhere (no --disable-bias-linear), sinks, every other layer windowed (127,0 → 7,0 with the
+# sequence 4096 → 32), GPT-OSS's YaRN from --enable-gpt-oss; TP2 with SP as the files' --sequence-parallel implies.
 gpt_oss=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion
   --untie-embeddings-and-output-weights --no-rope-fusion --normalization RMSNorm --num-layers 2 --hidden-size 64
   --ffn-hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 --kv-channels 16
@@ -438,8 +438,38 @@ gpt_oss=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-
   --seq-length 32 --max-position-embeddings 320 --make-vocab-size-divisible-by 128 --use-mcore-models
   --rotary-percent 1.0 --rotary-base 150000 --no-bias-gelu-fusion --sequence-parallel --export-force-local-attention
   --no-bias-dropout-fusion --padded-vocab-size 520 --quick-geglu --glu-linear-offset 1.0 --softmax-type learnable
-  --window-attn-skip-freq 2 --enable-gpt-oss --activation-func-clamp-value 7.0 --window-size 127,0)
-run modelopt_gpt_oss_20b 2 refused "${gpt_oss[@]}" "${modelopt_train[@]}"
+  --window-attn-skip-freq 2 --enable-gpt-oss --activation-func-clamp-value 7.0 --window-size 7,0)
+run modelopt_gpt_oss_20b 2 train "${gpt_oss[@]}" "${modelopt_train[@]}" --tensor-model-parallel-size 2
+
+# examples/gptoss/02_train.sh: its MODEL_ARGS, MOE_ARGS, mock DATA_ARGS_LIST, TRAINING_ARGS,
+# MODEL_PARALLEL_ARGS and LOGGING_ARGS in the order of its command; TP1 EP1 and PP = world size as
+# the script sets them (PP2 on 2 ranks, 12 layers → 4), the window 127,0 scaled to 7,0 with the
+# sequence 8192 → 32, so that it binds. Its --enable-gpt-oss gives GPT-OSS's YaRN (Megatron applies
+# it in its ModelOpt builder). As written it stops at its fp8 recipe; without the fp8 flags it trains.
+gptoss_02=(--no-masked-softmax-fusion --transformer-impl transformer_engine --disable-bias-linear
+  --untie-embeddings-and-output-weights --no-rope-fusion --normalization RMSNorm --num-layers 4 --hidden-size 64
+  --ffn-hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 2 --seq-length 32
+  --max-position-embeddings 32 --use-mcore-models --rotary-percent 1.0 --rope-type rope --position-embedding-type rope
+  --rotary-base 10000 --no-bias-gelu-fusion --export-force-local-attention --no-bias-dropout-fusion --quick-geglu
+  --glu-linear-offset 1.0 --softmax-type learnable --window-attn-skip-freq 2 --activation-func-clamp-value 7.0
+  --window-size 7,0 --enable-gpt-oss
+  --num-experts 4 --moe-router-topk 2 --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 1e-3
+  --moe-grouped-gemm --moe-token-dispatcher-type alltoall --overlap-param-gather --overlap-grad-reduce
+  --moe-ffn-hidden-size 64 --moe-router-dtype fp32 --moe-z-loss-coeff 1e-3 --moe-permute-fusion
+  --mock-data --tokenizer-type NullTokenizer --vocab-size 512 --data-cache-path "$work/gptoss_cache"
+  --tiktoken-pattern v2 --split '99,1,0' --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
+  --micro-batch-size 1 --global-batch-size 4 --lr 1.0e-5 --train-samples 8 --lr-decay-samples 8
+  --lr-decay-style cosine --min-lr 1.0e-6 --weight-decay 0.1 --lr-warmup-fraction 0.05 --clip-grad 1.0 --bf16
+  --use-flash-attn --attention-softmax-in-fp32 --accumulate-allreduce-grads-in-fp32
+  --disable-bf16-reduced-precision-matmul --recompute-activations
+  --tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 1 --sequence-parallel
+  --context-parallel-size 1 --use-distributed-optimizer)
+gptoss_02_log=(--log-interval 1 --save-interval 10000 --eval-interval 50000000 --eval-iters 0
+  --save "$work/gptoss_ckpt" --tensorboard-dir "$work/gptoss_ckpt/tensorboard" --moe-per-layer-logging --no-load-optim
+  --no-load-rng --log-throughput)
+run gptoss_02_train_fp8 2 refused "${gptoss_02[@]}" --fp8-format hybrid --fp8-param-gather --fp8-amax-compute-algo max \
+  --fp8-amax-history-len 1024 "${gptoss_02_log[@]}"
+run gptoss_02_train_bf16 2 train "${gptoss_02[@]}" "${gptoss_02_log[@]}"
 
 # examples/rl/model_configs: each file's MODEL_OPTIONS, then common.sh's COMMON_OPTIONS, then the
 # batch sizes of its ENV_DEPENDENT, in the order of the train_rl.py command of examples/rl/README.md,

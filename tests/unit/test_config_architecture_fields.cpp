@@ -34,7 +34,9 @@ const std::set<std::string> kListBeforeMarks = {
     "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
     "rope_type",
     // added with latent MoE (after the marks)
-    "moe_latent_size"};
+    "moe_latent_size",
+    // added with gpt-oss's sliding windows and attention sinks (after the marks)
+    "window_size", "window_attn_skip_freq", "enable_gpt_oss", "softmax_type"};
 }  // namespace
 
 TEST_CASE("architecture fields are the marked model fields and the same set as the list before the marks",

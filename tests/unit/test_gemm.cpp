@@ -153,6 +153,24 @@ TEST_CASE("gemm: bf16 and f16 inputs against f64 on the same rounded inputs", "[
         }
 }
 
+TEST_CASE("gemm: disallowing reduced-precision reductions keeps the CPU's f32 reduction bitwise", "[gemm][dtype]") {
+  // The switch (training.disable_bf16_reduced_precision_matmul) restricts cuBLAS's split-K reductions
+  // on CUDA (checked there by the op sweep); the CPU GEMMs always reduce in f32, so their bf16 result
+  // is the same bits either way, and equals one rounding of the f64 product of the rounded inputs.
+  const Problem p{3, 5, 4500};
+  auto [a64, b64, c64] = operands(p, false, true, 0, 0, 0, 11);
+  const Tensor a = a64.to(DType::BF16), b = b64.to(DType::BF16);
+  Tensor allowed = Tensor::empty(c64.shape(), DType::BF16), disallowed = Tensor::empty(c64.shape(), DType::BF16);
+  REQUIRE(reduced_precision_reduction());
+  gemm(a, false, b, true, allowed);
+  set_reduced_precision_reduction(false);
+  gemm(a, false, b, true, disallowed);
+  set_reduced_precision_reduction(true);
+  CHECK(allowed.to_vector() == disallowed.to_vector());
+  CHECK(normalized_error(disallowed, naive_gemm(a.to(DType::F64), false, b.to(DType::F64), true,
+                                                c64.to(DType::F64), 1.0, 0.0)) <= 4e-3);
+}
+
 TEST_CASE("linear: backward matches finite differences (f64)", "[gemm][linear][grad]") {
   // y = x·wᵀ + b is linear in each argument, so central differences are exact up to rounding.
   for (Shape xs : {Shape{5, 7}, Shape{2, 3, 7}, Shape{1, 1}}) {

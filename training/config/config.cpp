@@ -82,6 +82,10 @@ config::SectionFields<TrainingConfig> training_fields() {
   f.add("accumulate_allreduce_grads_in_fp32", &T::accumulate_allreduce_grads_in_fp32,
         "fp16: accumulate and reduce the main gradients in fp32 instead of fp16 (bf16 runs always do, unless "
         "grad_reduce_in_bf16).");
+  f.add("disable_bf16_reduced_precision_matmul", &T::disable_bf16_reduced_precision_matmul,
+        "CUDA GEMMs with bf16/fp16 outputs reduce their split-K partial sums in fp32 only, never in the 16-bit "
+        "output type (Megatron's flag: torch's allow_bf16_reduced_precision_reduction = False). The CPU GEMMs "
+        "always reduce in fp32.");
   f.add("loss_scale", &T::loss_scale,
         "fp16: a constant loss scale. null: the dynamic scaler (initial_loss_scale, min_loss_scale, "
         "loss_scale_window, hysteresis).")

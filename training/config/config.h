@@ -52,6 +52,8 @@ struct TrainingConfig {
   bool grad_reduce_in_bf16 = false;  // Megatron --grad-reduce-in-bf16: bf16 main grads and dp reduction
   // fp16: f32 main grads instead of fp16 ones (Megatron --accumulate-allreduce-grads-in-fp32).
   bool accumulate_allreduce_grads_in_fp32 = false;
+  // CUDA bf16/f16 GEMMs reduce split-K sums in f32 only (Megatron --disable-bf16-reduced-precision-matmul).
+  bool disable_bf16_reduced_precision_matmul = false;
   // fp16 loss scaling (training/optimizer/loss_scaler.h; Megatron's flags of the same names):
   // a constant scale, or null for the dynamic scaler with these settings (null: Megatron's defaults).
   std::optional<double> loss_scale;

@@ -30,11 +30,8 @@ static Rules attention_rules() {
   append(r, refused("relative position embeddings (T5)",
                     {"--relative-attention-num-buckets", "--relative-attention-max-distance"}));
   // Which keys a query sees, and how its scores are normalised.
-  append(r, refused("sliding-window attention", {"--window-size", "--window-attn-skip-freq"}));
-  r.push_back(accepted_values("--softmax-type",
-                              "the standard attention softmax; the off-by-one and learnable-sink softmax variants "
-                              "are not supported",
-                              {"vanilla"}));
+  // --window-size, --window-attn-skip-freq and --softmax-type map by name onto model.window_size,
+  // model.window_attn_skip_freq and model.softmax_type (models/config/attention_config.h).
   // Changes to the attention block's math.
   append(r, refused("gated attention output (Qwen3-Next)", {"--attention-output-gate"}));
   append(r, refused("query/key L2 normalisation (Llama 4); Strata has --qk-layernorm", {"--qk-l2-norm"}));
@@ -108,9 +105,7 @@ static Rules architecture_rules() {
   append(r, refused("encoder-decoder (T5) models; a GPT's depth is --num-layers",
                     {"--encoder-num-layers", "--decoder-num-layers"}));
   // Hybrid models and multi-token prediction.
-  append(r, without_effect("marking a hybrid model (Strata builds one, with Megatron's hybrid init, whenever "
-                           "--hybrid-layer-pattern is set)",
-                           {"--is-hybrid-model"}));
+  // --is-hybrid-model maps by name onto model.is_hybrid_model (Megatron's hybrid init).
   append(r, refused("a separate MTP layer pattern; write the MTP depths after '/' in --hybrid-layer-pattern",
                     {"--mtp-hybrid-override-pattern"}));
   append(r, refused("MTP hidden-state mixing (HSM)", {"--mtp-hsm"}));
@@ -195,9 +190,7 @@ static Rules precision_rules() {
   append(r, refused("logits in a dtype other than the model's (Strata computes them in the model's dtype, "
                     "Megatron's default)",
                     {"--output-logit-dtype"}));
-  append(r, refused("bf16 GEMMs restricted to fp32 split-K reductions (Strata leaves the reduction to cuBLASLt, "
-                    "Megatron's default)",
-                    {"--disable-bf16-reduced-precision-matmul"}));
+  // --disable-bf16-reduced-precision-matmul maps by name onto training.disable_bf16_reduced_precision_matmul.
   r.push_back(accepted_values("--mamba-training-ssm-states-dtype",
                               "the Mamba inter-chunk SSM states in fp32, as Strata's SSD scan keeps them", {"fp32"}));
   // Batch-invariant kernels, and their GEMM backend when on.

@@ -253,9 +253,7 @@ static Rules modelopt_rules() {
                     {"--finetune-hf-dataset", "--finetune-data-split", "--finetune-data-files"}));
   append(r, refused("freezing the base model to train only the MTP layers", {"--freeze-base-for-mtp"}));
   append(r, refused("query/key L2 normalisation (Llama 4); Strata has --qk-layernorm", {"--export-qk-l2-norm"}));
-  append(r, refused("ModelOpt's gpt-oss build mode, which overwrites the config's YaRN settings (use "
-                    "--position-embedding-type yarn with --rotary-scaling-factor and the --yarn-* flags)",
-                    {"--enable-gpt-oss"}));
+  // --enable-gpt-oss maps by name onto model.enable_gpt_oss (GPT-OSS's YaRN, as ModelOpt's builder sets it).
   r.push_back(config::constant_flag("--export-moe-apply-probs-on-input", "moe_apply_probs_on_input", "true"));
   return r;
 }
