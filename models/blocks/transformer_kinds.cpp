@@ -153,14 +153,18 @@ LayerActivations mlp_activations(const ResolvedModelConfig& m, const ActivationS
 // `E`: norm and router inputs e·T·C (sp), the f32 router scores 8·T·E, the top-k indices (i64) and
 // probabilities (f32) 12·T·k, then per dispatched row (T·k) the tokens (and the experts' input when
 // scaled by the probabilities), fc1 output, activation output and fc2 input (/etp; the fused
-// weighted squared ReLU keeps fc2's input only); the shared expert's like `-`.
+// weighted squared ReLU keeps fc2's input only); the shared expert's like `-`. Latent MoE: the rows
+// are W = moe_latent_size wide, and fc2_latent_proj keeps its input e·T·W (sp; fc1_latent_proj's
+// input is the router's).
 LayerActivations moe_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
   const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m->hidden_size, e = a.e;
   const int64_t E = m->num_experts.value_or(0), k = m->moe_router_topk, F = m.moe_ffn();
+  const int64_t W = m->moe_latent_size.value_or(C);
   const int64_t fc1 = m.activation().fc1_width(F), rows = e * T * k;
   const int64_t outputs = m.activation().fused_weighted_squared_relu && !m->moe_apply_probs_on_input ? 1 : 2;
   int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k +
-                 rows * ((m->moe_apply_probs_on_input ? 2 : 1) * C + (fc1 + outputs * F) / a.etp);
+                 rows * ((m->moe_apply_probs_on_input ? 2 : 1) * W + (fc1 + outputs * F) / a.etp);
+  if (m->moe_latent_size) slot += e * Ts * W;
   if (m->moe_shared_expert_intermediate_size)
     slot += e * T * mlp_kept_columns(m, *m->moe_shared_expert_intermediate_size) / a.tp;
   LayerActivations r;

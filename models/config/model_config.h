@@ -159,6 +159,7 @@ struct ModelConfig {
   std::optional<int64_t> moe_shared_expert_intermediate_size;  // null → no shared expert
   bool moe_shared_expert_gate = false;
   bool moe_apply_probs_on_input = false;
+  std::optional<int64_t> moe_latent_size;  // null → no latent projections (Nemotron-3 latent MoE)
   MoeTokenDispatcherType moe_token_dispatcher_type = MoeTokenDispatcherType::AllGather;
   bool moe_grouped_gemm = false;
   bool moe_per_layer_logging = false;

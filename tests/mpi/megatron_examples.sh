@@ -337,7 +337,7 @@ run modelopt_kimi_k2_instruct_export 2 train "${kimi_k2[@]}" --tensor-model-para
   --decoder-last-pipeline-num-layers 1 --init-model-with-meta-device --use-cpu-initialization
 # The NVIDIA Nemotron model files all begin with --trust-remote-code (accepted: Strata never runs a
 # repository's code); their squared-ReLU MLPs (and Nemotron-3's fused weighted squared ReLU in the
-# experts) train; Nemotron-3 Super and Ultra stop at latent MoE (--moe-latent-size).
+# experts) train, Nemotron-3 Super and Ultra with latent MoE (--moe-latent-size).
 # NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.sh
 nemotron3_nano=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --moe-token-dispatcher-type alltoall
   --enable-experimental --moe-permute-fusion --use-fused-weighted-squared-relu --cross-entropy-loss-fusion

@@ -35,6 +35,8 @@ const std::set<std::string> kListBeforeMarks = {
     "rope_type",
     // added with gpt-oss's and Nemotron's activations (after the marks)
     "quick_geglu", "glu_linear_offset", "activation_func_clamp_value", "squared_relu",
+    // added with latent MoE (after the marks)
+    "moe_latent_size",
     // added with gpt-oss's sliding windows and attention sinks (after the marks)
     "window_size", "window_attn_skip_freq", "enable_gpt_oss", "softmax_type"};
 }  // namespace

@@ -263,15 +263,6 @@ namespace {
 
 // ---- cross-field rules, grouped by the section that owns them (Megatron validate_args) ----
 
-// What the MoE layer (models/layers/moe/moe_layer.h) does not run, after all of Megatron's MoE
-// rules passed (models/config/moe_rules.cpp): expert biases (Megatron's TE grouped experts have none
-// either). Each refusal names the field.
-void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
-  if (!m.num_experts) return;
-  auto refuse = [](const char* field, const std::string& why) { throw ConfigError(field, why); };
-  if (m.add_bias_linear) refuse("model.add_bias_linear", "the MoE experts have no biases; set it false");
-}
-
 // The rules each layer kind the model uses puts on the parallel layout (models/config/layer_kind.h),
 // in registration order; a kind's position is where its symbol first stands in the pattern.
 void check_layer_kinds_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
@@ -342,7 +333,6 @@ void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p
                                               "), needed by parallel.sequence_parallel with context parallelism");
   check_a2a_heads(m, p);
   validate_moe_layout(m, p);
-  check_moe_supported(m, p);
   validate_mtp_layout(m, p);
 }
 

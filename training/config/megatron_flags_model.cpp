@@ -118,7 +118,6 @@ static Rules architecture_rules() {
 static Rules moe_rules() {
   Rules r;
   // Routing and expert variants that change what the layer computes.
-  append(r, refused("latent MoE (Nemotron-3)", {"--moe-latent-size"}));
   append(r, refused("MoE routing replay", {"--moe-enable-routing-replay"}));
   append(r, refused("random expert bias on the router logits (benchmarking); Strata has "
                     "--moe-router-force-load-balancing",
