@@ -442,7 +442,8 @@ gpt_oss=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-
   --rotary-percent 1.0 --rotary-base 150000 --no-bias-gelu-fusion --sequence-parallel --export-force-local-attention
   --no-bias-dropout-fusion --padded-vocab-size 520 --quick-geglu --glu-linear-offset 1.0 --softmax-type learnable
   --window-attn-skip-freq 2 --enable-gpt-oss --activation-func-clamp-value 7.0 --window-size 7,0)
-run modelopt_gpt_oss_20b 2 train "${gpt_oss[@]}" "${modelopt_train[@]}" --tensor-model-parallel-size 2
+run modelopt_gpt_oss_20b 2 train "${gpt_oss[@]}" "${modelopt_train[@]}" --tensor-model-parallel-size 2 \
+  --expert-tensor-parallel-size 1
 
 # examples/gptoss/02_train.sh: its MODEL_ARGS, MOE_ARGS, mock DATA_ARGS_LIST, TRAINING_ARGS,
 # MODEL_PARALLEL_ARGS and LOGGING_ARGS in the order of its command; TP1 EP1 and PP = world size as
