@@ -362,7 +362,7 @@ nemotron3_super=(--trust-remote-code --save-interval 100000 --micro-batch-size 1
   --squared-relu --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2
   --ffn-hidden-size 48 --kv-channels 32 --normalization RMSNorm --attention-dropout 0.0 --hidden-dropout 0.0
   --bf16 --seq-length 32 --max-position-embeddings 32 --export-model-type HybridModel)
-run modelopt_nemotron3_super_120b_a12b 2 refused "${nemotron3_super[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron3_super_120b_a12b 2 train "${nemotron3_super[@]}" "${modelopt_train[@]}"
 # NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh (--hybrid-override-pattern and --num-layers, as written).
 nemotron3_ultra=(--trust-remote-code --save-interval 100 --micro-batch-size 1 --enable-experimental
   --use-fused-weighted-squared-relu --cross-entropy-loss-fusion --cross-entropy-fusion-impl native
@@ -375,7 +375,7 @@ nemotron3_ultra=(--trust-remote-code --save-interval 100 --micro-batch-size 1 --
   --init-method-std 0.0099 --position-embedding-type none --squared-relu --num-layers 5 --hidden-size 64
   --num-attention-heads 4 --group-query-attention --num-query-groups 2 --ffn-hidden-size 48 --kv-channels 32
   --normalization RMSNorm --bf16 --seq-length 32 --max-position-embeddings 32 --export-model-type HybridModel)
-run modelopt_nemotron3_ultra_550b_a55b 2 refused "${nemotron3_ultra[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron3_ultra_550b_a55b 2 train "${nemotron3_ultra[@]}" "${modelopt_train[@]}"
 # NVIDIA-Nemotron-Nano-9B-v2.sh (NVIDIA-Nemotron-Nano-9B-v2-Base.sh is a link to it).
 nemotron_nano_9b_v2=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --bf16
   --no-masked-softmax-fusion --disable-bias-linear --untie-embeddings-and-output-weights

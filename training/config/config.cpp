@@ -80,8 +80,8 @@ config::SectionFields<TrainingConfig> training_fields() {
              "mixed precision with loss scaling (fp16 compute and main gradients, fp32 master weights; Megatron "
              "--fp16).");
   f.add("accumulate_allreduce_grads_in_fp32", &T::accumulate_allreduce_grads_in_fp32,
-        "fp16: accumulate and reduce the main gradients in fp32 instead of fp16 (bf16 runs always do, unless "
-        "grad_reduce_in_bf16).");
+        "fp16: accumulate and reduce the main gradients in fp32 instead of fp16. bf16: what bf16 runs do anyway "
+        "(Megatron sets it for bf16), not with grad_reduce_in_bf16.");
   f.add("disable_bf16_reduced_precision_matmul", &T::disable_bf16_reduced_precision_matmul,
         "CUDA GEMMs with bf16/fp16 outputs reduce their split-K partial sums in fp32 only, never in the 16-bit "
         "output type (Megatron's flag: torch's allow_bf16_reduced_precision_reduction = False). The CPU GEMMs "
@@ -344,9 +344,16 @@ void check_loss_scaling(const TrainingConfig& t) {
         std::pair{"training.initial_loss_scale", t.initial_loss_scale.has_value()},
         std::pair{"training.min_loss_scale", t.min_loss_scale.has_value()},
         std::pair{"training.loss_scale_window", t.loss_scale_window.has_value()},
-        std::pair{"training.hysteresis", t.hysteresis.has_value()},
-        std::pair{"training.accumulate_allreduce_grads_in_fp32", t.accumulate_allreduce_grads_in_fp32}})
+        std::pair{"training.hysteresis", t.hysteresis.has_value()}})
     if (set && !fp16) throw ConfigError(field, "applies to fp16 training (training.precision fp16, Megatron --fp16)");
+  // Megatron's validate_args: bf16 accumulates and reduces in fp32 anyway (the flag names it), unless
+  // --grad-reduce-in-bf16, which Megatron lets win silently; fp32 training has nothing to accumulate otherwise.
+  if (t.accumulate_allreduce_grads_in_fp32 && t.precision == Precision::Fp32)
+    throw ConfigError("training.accumulate_allreduce_grads_in_fp32",
+                      "applies to fp16 and bf16 training (fp32 gradients are accumulated and reduced in fp32)");
+  if (t.accumulate_allreduce_grads_in_fp32 && t.grad_reduce_in_bf16)
+    throw ConfigError("training.grad_reduce_in_bf16", "reduces the gradients in bf16, but "
+                                                      "training.accumulate_allreduce_grads_in_fp32 asks for fp32: give one");
   if (t.loss_scale && (t.initial_loss_scale || t.min_loss_scale || t.loss_scale_window || t.hysteresis))
     throw ConfigError("training.loss_scale", "is a constant scale; the dynamic scaler's settings do not apply to it");
   if (t.min_loss_scale.value_or(TrainingConfig::kMinLossScale) >
