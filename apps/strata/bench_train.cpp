@@ -206,6 +206,12 @@ void check_torch_reference_applies(const ResolvedConfig& cfg, const BenchTrainOp
                "bench train --reference torch: the PyTorch reference is the GPT-2-style model (model.normalization "
                "LayerNorm, no qk_layernorm/GQA, position_embedding_type learned_absolute, tied output); ", o.config,
                " asks for another architecture");
+  const MlpActivation& act = m.activation();
+  STRATA_CHECK(act.kind != MlpActivationKind::QuickGeglu && act.kind != MlpActivationKind::SquaredRelu &&
+                   act.linear_offset == 0.0 && !act.clamp,
+               "bench train --reference torch: the PyTorch reference's MLP is GeLU or SwiGLU without an offset or "
+               "clamp; ", o.config, " asks for ", to_string(act.kind),
+               act.linear_offset != 0.0 || act.clamp ? " with model.glu_linear_offset / activation_func_clamp_value" : "");
   STRATA_CHECK(m->hidden_dropout == 0.0 && m->attention_dropout == 0.0,
                "bench train --reference torch: set model.hidden_dropout=0 and model.attention_dropout=0 (the "
                "reference has no dropout)");

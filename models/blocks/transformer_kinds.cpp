@@ -135,27 +135,38 @@ LayerActivations mla_activations(const ResolvedModelConfig& m, const ActivationS
   return out;
 }
 
-// `-`: norm and fc1 inputs e·T·C each (sp); fc1 and activation outputs e·T·ffn·(3 SwiGLU, 2) (/t).
+// The fc1 and activation outputs an MLP of `ffn` columns keeps per token: ffn·(3 gated, 2).
+int64_t mlp_kept_columns(const ResolvedModelConfig& m, int64_t ffn) {
+  return m.activation().fc1_width(ffn) + ffn;
+}
+
+// `-`: norm and fc1 inputs e·T·C each (sp); fc1 and activation outputs e·T·ffn·(3 gated, 2) (/t).
 LayerActivations mlp_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
   const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m->hidden_size;
   LayerActivations r;
   r.input = a.e * Ts * C;
-  r.selective_saving = a.e * T * m.ffn() * (m->swiglu ? 3 : 2) / a.tp;
+  r.selective_saving = a.e * T * mlp_kept_columns(m, m.ffn()) / a.tp;
   r.full = a.e * Ts * C + norm_stats(m, Ts) + a.e * Ts * C + r.selective_saving;
   return r;
 }
 
 // `E`: norm and router inputs e·T·C (sp), the f32 router scores 8·T·E, the top-k indices (i64) and
 // probabilities (f32) 12·T·k, then per dispatched row (T·k) the tokens (and the experts' input when
-// scaled by the probabilities), fc1 output, activation output and fc2 input (/etp); the shared
-// expert's like `-`.
+// scaled by the probabilities), fc1 output, activation output and fc2 input (/etp; the fused
+// weighted squared ReLU keeps fc2's input only); the shared expert's like `-`. Latent MoE: the rows
+// are W = moe_latent_size wide, and fc2_latent_proj keeps its input e·T·W (sp; fc1_latent_proj's
+// input is the router's).
 LayerActivations moe_activations(const ResolvedModelConfig& m, const ActivationShape& a) {
   const int64_t T = a.tokens, Ts = a.sequence_rows(), C = m->hidden_size, e = a.e;
   const int64_t E = m->num_experts.value_or(0), k = m->moe_router_topk, F = m.moe_ffn();
-  const int64_t fc1 = m->swiglu ? 2 * F : F, rows = e * T * k;
-  int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k + rows * ((m->moe_apply_probs_on_input ? 2 : 1) * C + (fc1 + 2 * F) / a.etp);
+  const int64_t W = m->moe_latent_size.value_or(C);
+  const int64_t fc1 = m.activation().fc1_width(F), rows = e * T * k;
+  const int64_t outputs = m.activation().fused_weighted_squared_relu && !m->moe_apply_probs_on_input ? 1 : 2;
+  int64_t slot = e * Ts * C + 8 * Ts * E + 12 * T * k +
+                 rows * ((m->moe_apply_probs_on_input ? 2 : 1) * W + (fc1 + outputs * F) / a.etp);
+  if (m->moe_latent_size) slot += e * Ts * W;
   if (m->moe_shared_expert_intermediate_size)
-    slot += e * T * *m->moe_shared_expert_intermediate_size * (m->swiglu ? 3 : 2) / a.tp;
+    slot += e * T * mlp_kept_columns(m, *m->moe_shared_expert_intermediate_size) / a.tp;
   LayerActivations r;
   r.input = e * Ts * C;
   r.selective_saving = slot - e * Ts * C;
@@ -175,7 +186,7 @@ LayerActivations gpt_layer_activations(const ResolvedModelConfig& m, const Activ
   LayerActivations r;
   r.full = (a.sp ? unsplit / tp : unsplit) + split / tp;
   r.input = a.sp ? e * sbh / tp : e * sbh;
-  r.selective_saving = e * T * m.ffn() * (m->swiglu ? 3 : 2) / tp;
+  r.selective_saving = e * T * mlp_kept_columns(m, m.ffn()) / tp;
   return r;
 }
 

@@ -176,6 +176,7 @@ config::SectionFields<ModelConfig> model_config_fields() {
   f.add("openai_gelu", &M::openai_gelu,
         "GeLU with the tanh approximation (GPT-2's 'gelu_new') instead of the exact erf GeLU.")
       .architecture_defining();
+  add_activation_fields(f);
   f.add("untie_embeddings_and_output_weights", &M::untie_embeddings_and_output_weights,
         "Separate output-layer weight instead of sharing the word embedding.")
       .architecture_defining();
@@ -452,6 +453,7 @@ void check_section_rules(const ModelConfig& m) {
   check_yarn_rules(m);
   if (m.swiglu && m.openai_gelu)
     throw ConfigError("model.openai_gelu", "cannot be combined with model.swiglu (SwiGLU uses SiLU, not GeLU)");
+  check_activation_rules(m);
   if (m.apply_residual_connection_post_layernorm)
     throw ConfigError("model.apply_residual_connection_post_layernorm",
                       "true is not supported yet (Strata builds pre-norm GPT layers only)");
@@ -462,6 +464,7 @@ void check_section_rules(const ModelConfig& m) {
 struct ResolvedModelConfig::Resolution {
   ModelConfig fields;
   hybrid::HybridPattern pattern;
+  MlpActivation activation;
   std::vector<int64_t> moe_layer_map;
   std::vector<int64_t> no_rope_layers;
   std::vector<int64_t> window_layers;
@@ -472,6 +475,7 @@ ResolvedModelConfig::ResolvedModelConfig(const ModelConfig& raw) : ResolvedModel
 ResolvedModelConfig::ResolvedModelConfig(Resolution r)
     : Resolved<ModelConfig>(ResolutionKey{}, std::move(r.fields)),
       pattern_(std::move(r.pattern)),
+      activation_(r.activation),
       moe_layer_map_(std::move(r.moe_layer_map)),
       no_rope_layers_(std::move(r.no_rope_layers)),
       window_layers_(std::move(r.window_layers)) {}
@@ -499,6 +503,7 @@ ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& 
   finalize_mtp_config(m);
   finalize_mhc_config(m);
   finalize_recompute_config(m);
+  r.activation = mlp_activation(m);
   return r;
 }
 

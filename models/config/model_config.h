@@ -1,7 +1,7 @@
 // ModelConfig: the `model` config section — the fields of Megatron-Core's TransformerConfig (plus
 // the GPT-level vocabulary, sequence and position-embedding arguments), and the mixture-of-experts
-// fields (num_experts, moe_*; rules in models/config/moe_config.cpp), and the Mamba-2 mixer fields (mamba_*;
-// rules in models/config/mamba_config.cpp).
+// fields (num_experts, moe_*; rules in models/config/moe_config.cpp), the Mamba-2 mixer fields (mamba_*;
+// rules in models/config/mamba_config.cpp) and the MLP activation fields (models/config/activation_config.h).
 // Reference: megatron/core/transformer/transformer_config.py, megatron/training/arguments.py
 // (_add_network_size_args, validate_args: ffn_hidden_size, kv_channels and query-group rules),
 // megatron/training/tokenizer/tokenizer.py (_vocab_size_with_padding).
@@ -18,6 +18,7 @@
 
 #include "core/config_table.h"
 #include "core/resolved.h"
+#include "models/config/activation_config.h"
 #include "models/config/attention_config.h"
 #include "models/config/hybrid_pattern.h"
 #include "models/config/mamba_config.h"
@@ -116,6 +117,12 @@ struct ModelConfig {
   bool add_qkv_bias = false;
   bool swiglu = false;
   bool openai_gelu = false;
+  // gpt-oss's and Nemotron's activations (models/config/activation_config.h; mlp_activation()).
+  bool quick_geglu = false;
+  double glu_linear_offset = 0.0;
+  std::optional<double> activation_func_clamp_value;  // null → no clamp
+  bool squared_relu = false;
+  bool use_fused_weighted_squared_relu = false;
   bool untie_embeddings_and_output_weights = false;
 
   // ---- regularization and init ----
@@ -152,6 +159,7 @@ struct ModelConfig {
   std::optional<int64_t> moe_shared_expert_intermediate_size;  // null → no shared expert
   bool moe_shared_expert_gate = false;
   bool moe_apply_probs_on_input = false;
+  std::optional<int64_t> moe_latent_size;  // null → no latent projections (Nemotron-3 latent MoE)
   MoeTokenDispatcherType moe_token_dispatcher_type = MoeTokenDispatcherType::AllGather;
   bool moe_grouped_gemm = false;
   bool moe_per_layer_logging = false;
@@ -239,6 +247,8 @@ class ResolvedModelConfig : public Resolved<ModelConfig> {
   int64_t max_positions() const { return *fields().max_position_embeddings; }
   // The experts' FFN size: moe_ffn_hidden_size, which defaults to ffn_hidden_size (0: dense).
   int64_t moe_ffn() const { return fields().moe_ffn_hidden_size.value_or(0); }
+  // The activation of every MLP of the model (models/config/activation_config.h).
+  const MlpActivation& activation() const { return activation_; }
   // The parsed hybrid_layer_pattern (a GPT model's is empty).
   const hybrid::HybridPattern& hybrid_pattern() const { return pattern_; }
   // Whether layer `layer` (0-based, over the whole model) has an MoE MLP: false for a dense model.
@@ -260,6 +270,7 @@ class ResolvedModelConfig : public Resolved<ModelConfig> {
   const ModelConfig& fields() const { return **this; }
 
   hybrid::HybridPattern pattern_;
+  MlpActivation activation_;
   std::vector<int64_t> moe_layer_map_;
   std::vector<int64_t> no_rope_layers_;  // 1 where a layer skips RoPE (model.no_rope_freq); empty: none
   std::vector<int64_t> window_layers_;   // 1 where a layer uses model.window_size; empty: no window

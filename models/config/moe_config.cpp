@@ -169,6 +169,13 @@ void add_expert_fields(config::SectionFields<ModelConfig>& f) {
   f.add("moe_apply_probs_on_input", &M::moe_apply_probs_on_input,
         "Apply the routing weight to the expert input instead of after the activation. Needs moe_router_topk 1.")
       .architecture_defining();
+  f.add("moe_latent_size", &M::moe_latent_size,
+        "Latent MoE (Nemotron-3 Super/Ultra): the routed experts work in this size. fc1_latent_proj "
+        "(hidden -> latent) runs before the dispatch and fc2_latent_proj (latent -> hidden) after the combine, "
+        "both duplicated over tensor-parallel ranks; the router and the shared experts see the hidden-size input. "
+        "null: no latent projections.")
+      .check(positive())
+      .architecture_defining();
   f.add_enum("moe_token_dispatcher_type", &M::moe_token_dispatcher_type, kMoeTokenDispatcherTypeNames,
              "Token dispatcher: allgather (tokens all-gathered over the expert-parallel group), alltoall "
              "(uneven all-to-all of the routed tokens) or flex (Megatron's fused DeepEP/HybridEP dispatcher: the "

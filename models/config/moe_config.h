@@ -73,9 +73,7 @@ void add_moe_fields(config::SectionFields<ModelConfig>& f);
 std::vector<int64_t> finalize_moe_config(ModelConfig& m);
 
 // The MoE rules that involve the parallel layout (experts over ep, expert FFN over etp, bias with
-// etp, sequence parallelism with tp, ep/etp on a dense model), on a resolved section. It does
-// NOT refuse MoE itself: that is check_moe_supported() in training/config/config.cpp while the layer is
-// missing.
+// etp, sequence parallelism with tp, ep/etp on a dense model), on a resolved section.
 void validate_moe_layout(const ResolvedModelConfig& m, const ParallelConfig& p);
 
 }  // namespace strata

@@ -4,19 +4,18 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kernels/activation.h"
+#include "models/layers/mlp_activation.h"
 
 namespace strata::layers {
 
 MLP::MLP(const std::string& prefix, const ResolvedModelConfig& cfg, int64_t ffn, const LayerEnv& env,
          const ProcessGroup& tp)
-    : linear_fc1(prefix + ".linear_fc1", cfg->hidden_size, cfg->swiglu ? 2 * ffn : ffn, cfg->add_bias_linear,
-                 cfg->init_method_std, env, tp, TensorParallelMode::Column, cfg->swiglu ? 2 : 1),
+    : linear_fc1(prefix + ".linear_fc1", cfg->hidden_size, cfg.activation().fc1_width(ffn), cfg->add_bias_linear,
+                 cfg->init_method_std, env, tp, TensorParallelMode::Column, cfg.activation().fc1_blocks()),
       linear_fc2(prefix + ".linear_fc2", ffn, cfg->hidden_size, cfg->add_bias_linear,
                  cfg->output_layer_init_std(), env, tp,
                  TensorParallelMode::Row),
-      swiglu_(cfg->swiglu),
-      openai_gelu_(cfg->openai_gelu),
+      activation_(cfg.activation()),
       ffn_(linear_fc2.in_features) {}
 
 Tensor MLP::forward(const Tensor& x, Saved* saved, bool add_output_bias) const {
@@ -24,11 +23,7 @@ Tensor MLP::forward(const Tensor& x, Saved* saved, bool add_output_bias) const {
   Shape as = f.shape();
   as[as.ndim() - 1] = ffn_;
   Tensor a = Tensor::empty(as, f.dtype(), f.device());
-  if (swiglu_) {
-    kernels::swiglu_forward(f, a);
-  } else {
-    kernels::gelu_forward(f, a, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
-  }
+  mlp_activation_forward(activation_, f, a);
   Tensor y = linear_fc2.forward(a, add_output_bias);
   if (saved) *saved = Saved{x, f, a};
   return y;
@@ -38,11 +33,7 @@ Tensor MLP::backward(const Saved& sv, const Tensor& dy) {
   STRATA_CHECK(sv.x.defined(), linear_fc1.weight.name, ": backward without a saved forward");
   Tensor da = linear_fc2.backward(sv.act_out, dy);
   Tensor df = empty_like_shape(sv.fc1_out, sv.fc1_out.shape());
-  if (swiglu_) {
-    kernels::swiglu_backward(sv.fc1_out, da, df);
-  } else {
-    kernels::gelu_backward(sv.fc1_out, da, df, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
-  }
+  mlp_activation_backward(activation_, sv.fc1_out, da, df);
   return linear_fc1.backward(sv.x, df);
 }
 

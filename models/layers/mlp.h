@@ -1,7 +1,9 @@
-// MLP block of a GPT layer: linear_fc1 → activation → linear_fc2. Activation: GeLU (exact erf, as
-// Megatron's default F.gelu; tanh approximation with openai_gelu) or SwiGLU, where fc1 produces
-// [..., 2·ffn] = [gate | up] halves and the activation is silu(gate)·up (kernels::swiglu).
-// Tensor parallelism: linear_fc1 column-parallel (SwiGLU: each rank holds [gate_r; up_r], two
+// MLP block of a GPT layer: linear_fc1 → activation → linear_fc2. Activation: the model's
+// MlpActivation (models/config/activation_config.h; models/layers/mlp_activation.h): GeLU (exact
+// erf, as Megatron's default F.gelu; tanh approximation with openai_gelu), squared ReLU, or a gated
+// one (SwiGLU, quick-GeGLU, with an offset and clamp), where fc1 produces [..., 2·ffn] = [gate | up]
+// halves and the activation is gate(up's partner)·up (kernels::glu_forward).
+// Tensor parallelism: linear_fc1 column-parallel (gated: each rank holds [gate_r; up_r], two
 // blocks of the global [2·ffn, h] weight), linear_fc2 row-parallel; the activation runs on the
 // rank's ffn/tp columns.
 // Reference: Megatron-Core transformer/mlp.py (MLP, glu), fusions/fused_bias_swiglu.py.
@@ -20,7 +22,7 @@ class MLP {
  public:
   struct Saved {
     Tensor x;        // [s, b, h]
-    Tensor fc1_out;  // [s, b, ffn] or [s, b, 2·ffn]
+    Tensor fc1_out;  // [s, b, ffn] or [s, b, 2·ffn] (gated)
     Tensor act_out;  // [s, b, ffn]
   };
   // prefix: "decoder.layers.{i}.mlp"; ffn: the hidden size of the MLP (cfg.ffn(), or a shared
@@ -38,8 +40,7 @@ class MLP {
   Linear linear_fc2;
 
  private:
-  bool swiglu_;
-  bool openai_gelu_;
+  MlpActivation activation_;
   int64_t ffn_;  // this rank's ffn columns (ffn / tp)
 };
 

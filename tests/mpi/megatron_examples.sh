@@ -336,7 +336,8 @@ run modelopt_kimi_k2_instruct_export 2 train "${kimi_k2[@]}" --tensor-model-para
   --pipeline-model-parallel-size 2 "${modelopt_train[@]}" --decoder-first-pipeline-num-layers 1 \
   --decoder-last-pipeline-num-layers 1 --init-model-with-meta-device --use-cpu-initialization
 # The NVIDIA Nemotron model files all begin with --trust-remote-code (accepted: Strata never runs a
-# repository's code); each then stops at a refused flag of Nemotron's own (squared ReLU, latent MoE).
+# repository's code); their squared-ReLU MLPs (and Nemotron-3's fused weighted squared ReLU in the
+# experts) train, Nemotron-3 Super and Ultra with latent MoE (--moe-latent-size).
 # NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.sh
 nemotron3_nano=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --moe-token-dispatcher-type alltoall
   --enable-experimental --moe-permute-fusion --use-fused-weighted-squared-relu --cross-entropy-loss-fusion
@@ -348,7 +349,7 @@ nemotron3_nano=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 
   --init-method-std 0.0173 --position-embedding-type none --squared-relu --hidden-size 64 --num-attention-heads 4
   --group-query-attention --num-query-groups 2 --ffn-hidden-size 48 --kv-channels 32 --normalization RMSNorm
   --bf16 --seq-length 32 --max-position-embeddings 32 --export-model-type HybridModel)
-run modelopt_nemotron3_nano_30b_a3b 2 refused "${nemotron3_nano[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron3_nano_30b_a3b 2 train "${nemotron3_nano[@]}" "${modelopt_train[@]}"
 # NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh
 nemotron3_super=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --enable-experimental
   --use-fused-weighted-squared-relu --cross-entropy-loss-fusion --cross-entropy-fusion-impl native --num-experts 4
@@ -361,7 +362,7 @@ nemotron3_super=(--trust-remote-code --save-interval 100000 --micro-batch-size 1
   --squared-relu --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2
   --ffn-hidden-size 48 --kv-channels 32 --normalization RMSNorm --attention-dropout 0.0 --hidden-dropout 0.0
   --bf16 --seq-length 32 --max-position-embeddings 32 --export-model-type HybridModel)
-run modelopt_nemotron3_super_120b_a12b 2 refused "${nemotron3_super[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron3_super_120b_a12b 2 train "${nemotron3_super[@]}" "${modelopt_train[@]}"
 # NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh (--hybrid-override-pattern and --num-layers, as written).
 nemotron3_ultra=(--trust-remote-code --save-interval 100 --micro-batch-size 1 --enable-experimental
   --use-fused-weighted-squared-relu --cross-entropy-loss-fusion --cross-entropy-fusion-impl native
@@ -374,7 +375,7 @@ nemotron3_ultra=(--trust-remote-code --save-interval 100 --micro-batch-size 1 --
   --init-method-std 0.0099 --position-embedding-type none --squared-relu --num-layers 5 --hidden-size 64
   --num-attention-heads 4 --group-query-attention --num-query-groups 2 --ffn-hidden-size 48 --kv-channels 32
   --normalization RMSNorm --bf16 --seq-length 32 --max-position-embeddings 32 --export-model-type HybridModel)
-run modelopt_nemotron3_ultra_550b_a55b 2 refused "${nemotron3_ultra[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron3_ultra_550b_a55b 2 train "${nemotron3_ultra[@]}" "${modelopt_train[@]}"
 # NVIDIA-Nemotron-Nano-9B-v2.sh (NVIDIA-Nemotron-Nano-9B-v2-Base.sh is a link to it).
 nemotron_nano_9b_v2=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --bf16
   --no-masked-softmax-fusion --disable-bias-linear --untie-embeddings-and-output-weights
@@ -383,7 +384,7 @@ nemotron_nano_9b_v2=(--trust-remote-code --save-interval 100000 --micro-batch-si
   --hybrid-layer-pattern "M-M*-" --mamba-head-dim 16 --mamba-num-heads 8 --mamba-num-groups 2 --mamba-state-dim 16
   --seq-length 32 --max-position-embeddings 1024 --make-vocab-size-divisible-by 1 --use-mcore-models
   --padded-vocab-size 520 --export-model-type HybridModel)
-run modelopt_nemotron_nano_9b_v2 2 refused "${nemotron_nano_9b_v2[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron_nano_9b_v2 2 train "${nemotron_nano_9b_v2[@]}" "${modelopt_train[@]}"
 # Nemotron-H-47B-Reasoning-128K.sh
 nemotron_h_47b=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --bf16 --attention-backend flash
   --disable-bias-linear --untie-embeddings-and-output-weights --position-embedding-type none --normalization RMSNorm
@@ -391,7 +392,7 @@ nemotron_h_47b=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 
   --group-query-attention --num-query-groups 2 --hybrid-layer-pattern "M-M*-" --mamba-head-dim 16
   --mamba-num-heads 8 --mamba-num-groups 2 --mamba-state-dim 16 --seq-length 32 --max-position-embeddings 32
   --use-mcore-models --export-model-type HybridModel)
-run modelopt_nemotron_h_47b_reasoning 2 refused "${nemotron_h_47b[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron_h_47b_reasoning 2 train "${nemotron_h_47b[@]}" "${modelopt_train[@]}"
 # Nemotron-H-4B-Instruct.sh
 nemotron_h_4b=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion
   --disable-bias-linear --untie-embeddings-and-output-weights --use-rotary-position-embeddings --rotary-percent 0.5
@@ -400,16 +401,17 @@ nemotron_h_4b=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 -
   --hybrid-layer-pattern "M-M*-" --mamba-head-dim 16 --mamba-num-heads 8 --mamba-num-groups 2 --mamba-state-dim 16
   --seq-length 32 --max-position-embeddings 64 --make-vocab-size-divisible-by 1 --use-mcore-models
   --rotary-base 10000 --export-model-type HybridModel)
-run modelopt_nemotron_h_4b_instruct 2 refused "${nemotron_h_4b[@]}" "${modelopt_train[@]}"
-# Nemotron-H-56B-Base-8K.sh (its own TP8 → TP2).
+run modelopt_nemotron_h_4b_instruct 2 train "${nemotron_h_4b[@]}" "${modelopt_train[@]}"
+# Nemotron-H-56B-Base-8K.sh (its own TP8 → TP2; its default Mamba head dim 64 scaled to 16 with the
+# hidden size, so that the 8 groups divide the heads).
 nemotron_h_56b=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --attention-backend flash
-  --hybrid-layer-pattern "M-M*-" --mamba-state-dim 16 --tiktoken-pattern v2 --use-mcore-models
+  --hybrid-layer-pattern "M-M*-" --mamba-state-dim 16 --mamba-head-dim 16 --tiktoken-pattern v2 --use-mcore-models
   --untie-embeddings-and-output-weights --disable-bias-linear --init-method-std 0.0099 --position-embedding-type none
   --squared-relu --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2
   --ffn-hidden-size 256 --kv-channels 16 --normalization RMSNorm --exit-duration-in-mins 230
   --tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --seq-length 32 --max-position-embeddings 32
   --bf16 --export-model-type HybridModel)
-run modelopt_nemotron_h_56b_base 2 refused "${nemotron_h_56b[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron_h_56b_base 2 train "${nemotron_h_56b[@]}" "${modelopt_train[@]}"
 # Nemotron-H-8B-Base-8K.sh
 nemotron_h_8b=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion
   --disable-bias-linear --untie-embeddings-and-output-weights --use-rotary-position-embeddings --no-rope-fusion
@@ -418,18 +420,19 @@ nemotron_h_8b=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 -
   --mamba-head-dim 16 --mamba-num-heads 8 --mamba-num-groups 2 --mamba-state-dim 16 --seq-length 32
   --max-position-embeddings 64 --make-vocab-size-divisible-by 1 --use-mcore-models --rotary-percent 0.5
   --rotary-base 500000 --export-model-type HybridModel)
-run modelopt_nemotron_h_8b_base 2 refused "${nemotron_h_8b[@]}" "${modelopt_train[@]}"
-# Nemotron-Mini-4B-Instruct.sh (a GPT: refused at --squared-relu).
+run modelopt_nemotron_h_8b_base 2 train "${nemotron_h_8b[@]}" "${modelopt_train[@]}"
+# Nemotron-Mini-4B-Instruct.sh (a GPT with a squared-ReLU MLP).
 nemotron_mini_4b=(--trust-remote-code --save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion
   --disable-bias-linear --untie-embeddings-and-output-weights --use-rotary-position-embeddings --rotary-percent 0.5
   --no-rope-fusion --no-position-embedding --normalization LayerNorm --apply-layernorm-1p --squared-relu
   --num-layers 2 --hidden-size 64 --ffn-hidden-size 192 --num-attention-heads 4 --group-query-attention
   --num-query-groups 2 --seq-length 32 --max-position-embeddings 32 --make-vocab-size-divisible-by 1
   --use-mcore-models --rotary-base 10000)
-run modelopt_nemotron_mini_4b_instruct 2 refused "${nemotron_mini_4b[@]}" "${modelopt_train[@]}"
+run modelopt_nemotron_mini_4b_instruct 2 train "${nemotron_mini_4b[@]}" "${modelopt_train[@]}"
 # openai/gpt-oss-20b.sh and gpt-oss-120b.sh (the same flags; 24 layers and 32 experts, 36 and 128):
 # biases everywhere (no --disable-bias-linear), sinks, every other layer windowed (127,0 → 7,0 with the
-# sequence 4096 → 32), GPT-OSS's YaRN from --enable-gpt-oss; TP2 with SP as the files' --sequence-parallel implies.
+# sequence 4096 → 32), GPT-OSS's YaRN from --enable-gpt-oss; TP2 with SP as the files' --sequence-parallel implies;
+# the quick-GeGLU MLP with --glu-linear-offset 1.0 and --activation-func-clamp-value 7.0.
 gpt_oss=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion
   --untie-embeddings-and-output-weights --no-rope-fusion --normalization RMSNorm --num-layers 2 --hidden-size 64
   --ffn-hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 --kv-channels 16
@@ -439,7 +442,8 @@ gpt_oss=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-
   --rotary-percent 1.0 --rotary-base 150000 --no-bias-gelu-fusion --sequence-parallel --export-force-local-attention
   --no-bias-dropout-fusion --padded-vocab-size 520 --quick-geglu --glu-linear-offset 1.0 --softmax-type learnable
   --window-attn-skip-freq 2 --enable-gpt-oss --activation-func-clamp-value 7.0 --window-size 7,0)
-run modelopt_gpt_oss_20b 2 train "${gpt_oss[@]}" "${modelopt_train[@]}" --tensor-model-parallel-size 2
+run modelopt_gpt_oss_20b 2 train "${gpt_oss[@]}" "${modelopt_train[@]}" --tensor-model-parallel-size 2 \
+  --expert-tensor-parallel-size 1
 
 # examples/gptoss/02_train.sh: its MODEL_ARGS, MOE_ARGS, mock DATA_ARGS_LIST, TRAINING_ARGS,
 # MODEL_PARALLEL_ARGS and LOGGING_ARGS in the order of its command; TP1 EP1 and PP = world size as
@@ -530,8 +534,7 @@ rl_llama31=(--disable-bias-linear --ckpt-format torch_dist --seq-length 32 --add
 rl_common_kept 2 1
 run rl_llama3p1_8b_instruct 2 train "${rl_launch[@]}" "${rl_llama31[@]}" "${rl_common[@]}" "${rl_env[@]}"
 # nemotron5_56b.sh: TP8 → TP2; refused at --fp8-format (then --fp8-amax-history-len,
-# --fp8-amax-compute-algo, --fp8-interval, --fp8-margin, --fp8-recipe, --squared-relu,
-# --dist-ckpt-strictness, --log-progress). Its two --seq-length (12000, then 8191).
+# --fp8-amax-compute-algo, --fp8-interval, --fp8-margin, --fp8-recipe). Its two --seq-length (12000, then 8191).
 rl_nemotron5_56b=(--calculate-per-token-loss --seq-length 48 --fp8-format hybrid --fp8-amax-history-len 1
   --fp8-amax-compute-algo max --fp8-interval 1 --fp8-margin 0 --first-last-layers-bf16 --fp8-recipe tensorwise
   --hybrid-layer-pattern "M-M*-" --spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec
@@ -548,8 +551,12 @@ rl_nemotron5_56b=(--calculate-per-token-loss --seq-length 48 --fp8-format hybrid
   --overlap-param-gather --no-create-attention-mask-in-dataloader --lr 1e-6 --lr-warmup-samples 0)
 rl_common_kept 2 1
 run rl_nemotron5_56b 2 refused "${rl_launch[@]}" "${rl_nemotron5_56b[@]}" "${rl_common[@]}" "${rl_env[@]}"
-# nemotron5_8b.sh: TP8 → TP2; refused at --squared-relu (then --dist-ckpt-strictness).
-rl_nemotron5_8b=(--calculate-per-token-loss --seq-length 48 --hybrid-layer-pattern "M-M*-"
+# nemotron5_8b.sh: TP8 → TP2 (its default Mamba head dim 64 scaled to 16 with the hidden size, so
+# that the 8 groups divide the heads). Its second --seq-length, 8191 (here 31), is odd: under
+# --sequence-parallel Megatron fails at the first scatter of the sequence over tp
+# (tensor_parallel/mappings.py _split_along_first_dim: "First dimension of the tensor should be
+# divisible by tensor parallel size"); Strata refuses it in the config.
+rl_nemotron5_8b=(--calculate-per-token-loss --seq-length 48 --hybrid-layer-pattern "M-M*-" --mamba-head-dim 16
   --spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec --tiktoken-pattern v2
   --distributed-timeout-minutes 60 --use-mcore-models --no-mmap-bin-files --untie-embeddings-and-output-weights
   --disable-bias-linear --normalization RMSNorm --norm-epsilon 1e-5 --init-method-std 0.014
@@ -563,9 +570,9 @@ rl_nemotron5_8b=(--calculate-per-token-loss --seq-length 48 --hybrid-layer-patte
   --overlap-grad-reduce --overlap-param-gather --no-create-attention-mask-in-dataloader --lr 1e-6
   --lr-warmup-samples 0)
 rl_common_kept 2 1
-run rl_nemotron5_8b 2 refused "${rl_launch[@]}" "${rl_nemotron5_8b[@]}" "${rl_common[@]}" "${rl_env[@]}"
+run rl_nemotron5_8b 2 "model.seq_length: 31 is not divisible by parallel.tensor_model_parallel_size (2)" "${rl_launch[@]}" "${rl_nemotron5_8b[@]}" "${rl_common[@]}" "${rl_env[@]}"
 # nemotron5p5_12b_H.sh: TP4 → TP2, LOWER_PRECISION=true; refused at --fp8-recipe (then --fp8-format,
-# --fp8-param-gather, --squared-relu; its --log-progress, --log-straggler, --disable-straggler-on-startup,
+# --fp8-param-gather; its --log-progress, --log-straggler, --disable-straggler-on-startup,
 # --straggler-minmax-count and --check-weight-hash-across-dp-replicas-interval are implemented).
 rl_nemotron5p5_12b=(--calculate-per-token-loss --seq-length 48 --fp8-recipe blockwise --fp8-format e4m3
   --first-last-layers-bf16 --num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 1 --fp8-param-gather

@@ -116,3 +116,15 @@ TEST_CASE("attention config: gpt-oss's --disable-bf16-reduced-precision-matmul s
   CHECK_FALSE(with_args({}).training.disable_bf16_reduced_precision_matmul);
   CHECK(with_args({"--disable-bf16-reduced-precision-matmul"}).training.disable_bf16_reduced_precision_matmul);
 }
+
+TEST_CASE("attention config: gpt-oss's bf16 flags validate as Megatron's", "[attention_config]") {
+  // examples/gptoss/02_train.sh passes --bf16 with --accumulate-allreduce-grads-in-fp32, which
+  // Megatron sets for bf16 anyway; fp32 training and grad_reduce_in_bf16 refuse it by name.
+  CHECK_NOTHROW(with_args({"--bf16", "--accumulate-allreduce-grads-in-fp32"}).validate(1));
+  CHECK_THAT(error_of([] { (void)with_args({"--accumulate-allreduce-grads-in-fp32"}).validate(1); }),
+             Catch::Contains("training.accumulate_allreduce_grads_in_fp32"));
+  CHECK_THAT(error_of([] {
+               (void)with_args({"--bf16", "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16"}).validate(1);
+             }),
+             Catch::Contains("training.grad_reduce_in_bf16"));
+}

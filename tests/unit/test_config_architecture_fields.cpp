@@ -33,6 +33,10 @@ const std::set<std::string> kListBeforeMarks = {
     // added with multi-latent attention (after the marks)
     "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
     "rope_type",
+    // added with gpt-oss's and Nemotron's activations (after the marks)
+    "quick_geglu", "glu_linear_offset", "activation_func_clamp_value", "squared_relu",
+    // added with latent MoE (after the marks)
+    "moe_latent_size",
     // added with gpt-oss's sliding windows and attention sinks (after the marks)
     "window_size", "window_attn_skip_freq", "enable_gpt_oss", "softmax_type"};
 }  // namespace

@@ -2,7 +2,7 @@
 // one-layer GPT written here from Megatron-Core's definitions: the interleaved-per-query-group
 // QKV layout [ng, (np/ng + 2), hn], GQA head → group mapping, qk_layernorm before RoPE, RoPE
 // (rotate-half and interleaved pairs, partial rotary), LayerNorm/RMSNorm (+1p), GeLU (erf/tanh),
-// SwiGLU [gate | up], biases, learned absolute positions, tied/untied output layer and the
+// SwiGLU [gate | up], quick-GeGLU with an offset and clamp, squared ReLU, biases, learned absolute positions, tied/untied output layer and the
 // cross-entropy. Plus layer-level argument checks and the dropout key/slice rule.
 #include <cmath>
 #include <string>
@@ -148,12 +148,22 @@ Vec reference_losses(GPTModel& m, const Tensor& tokens, const Tensor& labels) {
       Vec a = linear(o, pw, pb.empty() ? nullptr : &pb, H);
       Vec x2 = x[t][b];
       for (int64_t c = 0; c < H; ++c) x2[c] += a[c];
-      Vec f = linear(norm(x2, n2w, ln ? &n2b : nullptr, cfg), f1w, f1b.empty() ? nullptr : &f1b, cfg.swiglu ? 2 * F : F);
+      const bool gated = cfg.swiglu || cfg.quick_geglu;
+      Vec f = linear(norm(x2, n2w, ln ? &n2b : nullptr, cfg), f1w, f1b.empty() ? nullptr : &f1b, gated ? 2 * F : F);
       Vec act(static_cast<size_t>(F));
       for (int64_t i = 0; i < F; ++i) {
         const double z = f[i];
-        if (cfg.swiglu) {
-          act[i] = z / (1 + std::exp(-z)) * f[F + i];  // silu(gate) · up
+        if (gated) {  // Megatron's glu(): clamp the halves, gate(a)·(b + offset)
+          double a = z, u = f[F + i];
+          if (cfg.activation_func_clamp_value) {
+            const double c = *cfg.activation_func_clamp_value;
+            a = std::min(a, c);
+            u = std::max(-c, std::min(u, c));
+          }
+          const double gate = cfg.quick_geglu ? a / (1 + std::exp(-1.702 * a)) : a / (1 + std::exp(-a));
+          act[i] = gate * (u + cfg.glu_linear_offset);  // gate(gate half) · (up + offset)
+        } else if (cfg.squared_relu) {
+          act[i] = z > 0 ? z * z : 0.0;
         } else if (cfg.openai_gelu) {
           act[i] = 0.5 * z * (1 + std::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
         } else {
@@ -245,6 +255,26 @@ TEST_CASE("layers: MHA + LayerNorm(1p) + GeLU (erf and tanh) + biases + learned 
     cfg.qk_layernorm = true;
     cfg.group_query_attention = true;
     cfg.num_query_groups = 3;
+    check_against_reference(cfg);
+  }
+}
+
+TEST_CASE("layers: squared ReLU and quick-GeGLU with offset and clamp against a loop reference",
+          "[layers][mlp][activation]") {
+  ModelConfig cfg = base_config();
+  cfg.normalization = Normalization::RMSNorm;
+  cfg.position_embedding_type = PositionEmbeddingType::Rope;
+  cfg.add_bias_linear = false;
+  cfg.ffn_hidden_size = 20;
+  SECTION("squared ReLU (Nemotron-H)") {
+    cfg.squared_relu = true;
+    check_against_reference(cfg);
+  }
+  SECTION("quick-GeGLU, offset 1, clamp 0.8 (gpt-oss's 7.0, scaled to these activations)") {
+    cfg.quick_geglu = true;
+    cfg.glu_linear_offset = 1.0;
+    cfg.activation_func_clamp_value = 0.8;
+    cfg.add_bias_linear = true;
     check_against_reference(cfg);
   }
 }

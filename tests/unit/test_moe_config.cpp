@@ -87,7 +87,7 @@ TEST_CASE("moe config: every field parses from YAML", "[moe_config]") {
       "  moe_z_loss_coeff: 0.001\n  moe_input_jitter_eps: 0.01\n  moe_expert_capacity_factor: 1.25\n"
       "  moe_token_drop_policy: position\n  moe_pad_expert_input_to_capacity: true\n"
       "  moe_router_force_load_balancing: true\n  moe_shared_expert_intermediate_size: 128\n"
-      "  moe_shared_expert_gate: true\n  moe_apply_probs_on_input: false\n"
+      "  moe_shared_expert_gate: true\n  moe_apply_probs_on_input: false\n  moe_latent_size: 24\n"
       "  moe_token_dispatcher_type: alltoall\n  moe_grouped_gemm: true\n  moe_per_layer_logging: true\n"
       "parallel:\n  expert_model_parallel_size: 2\n  expert_tensor_parallel_size: 1\n  world_size: 2\n"
       "optimizer:\n  lr: 1.0e-3\ndata:\n  mock_data: true\n";
@@ -120,6 +120,7 @@ TEST_CASE("moe config: every field parses from YAML", "[moe_config]") {
   CHECK(*m->moe_shared_expert_intermediate_size == 128);
   CHECK(m->moe_shared_expert_gate);
   CHECK(!m->moe_apply_probs_on_input);
+  CHECK(*m->moe_latent_size == 24);
   CHECK(m->moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll);
   CHECK(m->moe_grouped_gemm);
   CHECK(m->moe_per_layer_logging);
@@ -156,6 +157,7 @@ TEST_CASE("moe config: every field parses from a key=value override", "[moe_conf
                          "model.moe_shared_expert_intermediate_size=256",
                          "model.moe_shared_expert_gate=true",
                          "model.moe_apply_probs_on_input=true",
+                         "model.moe_latent_size=32",
                          "model.moe_token_dispatcher_type=alltoall",
                          "model.moe_grouped_gemm=true",
                          "model.moe_per_layer_logging=true",
@@ -188,6 +190,7 @@ TEST_CASE("moe config: every field parses from a key=value override", "[moe_conf
   CHECK(*m->moe_shared_expert_intermediate_size == 256);
   CHECK(m->moe_shared_expert_gate);
   CHECK(m->moe_apply_probs_on_input);
+  CHECK(*m->moe_latent_size == 32);
   CHECK(m->moe_token_dispatcher_type == MoeTokenDispatcherType::AllToAll);
   CHECK(m->moe_grouped_gemm);
   CHECK(m->moe_per_layer_logging);
@@ -321,6 +324,9 @@ TEST_CASE("moe config: each model-section rejection names its fields", "[moe_con
       {{"model.moe_input_jitter_eps=1.0"}, "model.moe_input_jitter_eps: must be in (0, 1)"},
       {{"model.moe_expert_capacity_factor=-1"}, "model.moe_expert_capacity_factor: must be > 0"},
       {{"model.moe_ffn_hidden_size=0"}, "model.moe_ffn_hidden_size: must be > 0"},
+      // Megatron validate_args: "MoE latent projection dimension has to be greater than zero."
+      {{"model.moe_latent_size=0"}, "model.moe_latent_size: must be > 0"},
+      {{"model.moe_latent_size=-4"}, "model.moe_latent_size: must be > 0"},
       // Strata's rules (options Megatron ignores or that would route nonsensically).
       {{"model.moe_router_num_groups=2"},
        "model.moe_router_num_groups: has no effect without model.moe_router_group_topk"},
@@ -360,7 +366,9 @@ TEST_CASE("moe config: MoE fields on a dense model are rejected by name", "[moe_
   for (std::string o : {"model.moe_ffn_hidden_size=64", "model.moe_layer_freq=2", "model.moe_router_topk=4",
                         "model.moe_router_score_function=sigmoid", "model.moe_aux_loss_coeff=0.01",
                         "model.moe_token_dispatcher_type=alltoall", "model.moe_grouped_gemm=true",
-                        "model.moe_z_loss_coeff=0.001", "model.moe_router_dtype=fp32"}) {
+                        "model.moe_z_loss_coeff=0.001", "model.moe_router_dtype=fp32",
+                        // Megatron: "MoE latent projections are applicable only for MoE models."
+                        "model.moe_latent_size=16"}) {
     INFO(o);
     std::string field = o.substr(0, o.find('='));
     CHECK(error_of([&] { finalized_model({o}); }) ==
@@ -405,7 +413,7 @@ TEST_CASE("moe config: the parallel-layout rules name their fields", "[moe_confi
                     "parallel.sequence_parallel=true", "parallel.world_size=8"}));
 }
 
-TEST_CASE("moe config: StrataConfig::validate refuses what this revision's MoE layer does not run", "[moe_config]") {
+TEST_CASE("moe config: StrataConfig::validate accepts the MoE layouts and biases the layer runs", "[moe_config]") {
   StrataConfig ep = base({"model.num_experts=8", "parallel.expert_model_parallel_size=2", "parallel.world_size=2",
                           "model.moe_router_load_balancing_type=seq_aux_loss", "model.moe_aux_loss_coeff=0.001",
                           "model.add_bias_linear=false"});
@@ -417,9 +425,18 @@ TEST_CASE("moe config: StrataConfig::validate refuses what this revision's MoE l
                                "parallel.sequence_parallel=true", "model.add_bias_linear=false",
                                "parallel.expert_tensor_parallel_size=1"});
   CHECK_NOTHROW(tp_etp1.validate());
+  // MoE with add_bias_linear (gpt-oss): the router and expert biases run (models/layers/moe/); only
+  // Megatron's own rules refuse it: with shared experts, and with expert_tensor_parallel_size > 1.
   StrataConfig bias = base({"model.num_experts=8"});
-  CHECK(error_of([&] { static_cast<void>(bias.validate()); })
-            .rfind("ConfigError: model.add_bias_linear: the MoE experts have no biases", 0) == 0);
+  CHECK_NOTHROW(bias.validate());
+  StrataConfig bias_etp2 = base({"model.num_experts=8", "parallel.tensor_model_parallel_size=2",
+                                 "parallel.world_size=2", "parallel.sequence_parallel=true"});
+  CHECK(error_of([&] { static_cast<void>(bias_etp2.validate()); })
+            .rfind("ConfigError: parallel.expert_tensor_parallel_size: 2 > 1 with model.add_bias_linear", 0) == 0);
+  StrataConfig bias_etp1 = base({"model.num_experts=8", "parallel.tensor_model_parallel_size=2",
+                                 "parallel.world_size=2", "parallel.sequence_parallel=true",
+                                 "parallel.expert_tensor_parallel_size=1"});
+  CHECK_NOTHROW(bias_etp1.validate());
   StrataConfig ok = base({"model.num_experts=8", "model.add_bias_linear=false", "model.moe_aux_loss_coeff=0.01"});
   CHECK_NOTHROW(ok.validate());
   // Aux-loss-free expert bias and per-layer logging are built (training/moe_accounting.h).

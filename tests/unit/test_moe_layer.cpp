@@ -1,7 +1,8 @@
 // The MoE layer in the MLP slot (models/layers/moe/moe_layer.h), through a whole GPTModel:
 // its output equals a direct f64 computation Σ_k p_k · expert_k(x) + gate · shared(x) from the
 // router's own choice; f64 finite differences of the whole objective (LM loss and the router
-// losses through the loss channel) for every parameter, with softmax/sigmoid, SwiGLU/GeLU, shared
+// losses through the loss channel) for every parameter, with softmax/sigmoid, SwiGLU/GeLU, squared
+// ReLU (and its fused weighted form), quick-GeGLU with an offset and clamp, clamped SwiGLU, shared
 // experts with and without the gate, probabilities on the input, capacity with dropping;
 // Megatron-Core parameter names; KV-cached generation; and a tiny MoE model trains under the
 // Trainer with the router losses logged by name.
@@ -44,6 +45,18 @@ ModelConfig moe_config(const std::vector<std::string>& extra = {}) {
       m.moe_aux_loss_coeff = {0.1, 0.05};
     }
     if (e == "dense_first") m.moe_layer_freq = {"[0, 1]"};
+    if (e == "squared_relu") m.squared_relu = true;
+    if (e == "fused") m.use_fused_weighted_squared_relu = true;
+    if (e == "quick_geglu") {  // gpt-oss: offset 1, clamp (7.0 there; here within these activations)
+      m.quick_geglu = true;
+      m.glu_linear_offset = 1.0;
+      m.activation_func_clamp_value = 0.3;
+    }
+    if (e == "swiglu_clamp") {
+      m.swiglu = true;
+      m.ffn_hidden_size = 16;
+      m.activation_func_clamp_value = 0.25;
+    }
   }
   return m;
 }
@@ -58,8 +71,10 @@ std::unique_ptr<GPTModel> f64_model(const ModelConfig& cfg) {
 
 using Vec = std::vector<double>;
 
-// Σ_k p·expert(x) + shared for one token, written out from the definitions.
-Vec expert_mlp(const Vec& x, const Parameter& w1, const Parameter& w2, bool swiglu, double in_scale, double out_scale) {
+// Σ_k p·expert(x) + shared for one token, written out from the definitions: Megatron's glu() (the
+// halves clamped, gate(a)·(b + offset)), squared ReLU, GeLU.
+Vec expert_mlp(const Vec& x, const Parameter& w1, const Parameter& w2, const ModelConfig& cfg, double in_scale,
+               double out_scale) {
   const int64_t H = static_cast<int64_t>(x.size()), F = w2.value.size(1);
   const Vec a = w1.value.to_vector(), b = w2.value.to_vector();
   auto row = [&](int64_t o) {
@@ -69,13 +84,23 @@ Vec expert_mlp(const Vec& x, const Parameter& w1, const Parameter& w2, bool swig
   };
   Vec act(static_cast<size_t>(F));
   for (int64_t f = 0; f < F; ++f) {
-    if (swiglu) {
-      const double g = row(f), u = row(F + f);
-      act[static_cast<size_t>(f)] = g / (1 + std::exp(-g)) * u * out_scale;
+    double v = 0;
+    if (cfg.swiglu || cfg.quick_geglu) {
+      double g = row(f), u = row(F + f);
+      if (cfg.activation_func_clamp_value) {
+        const double c = *cfg.activation_func_clamp_value;
+        g = std::min(g, c);
+        u = std::max(-c, std::min(u, c));
+      }
+      v = g / (1 + std::exp(-(cfg.quick_geglu ? 1.702 : 1.0) * g)) * (u + cfg.glu_linear_offset);
+    } else if (cfg.squared_relu) {
+      const double h = row(f);
+      v = h > 0 ? h * h : 0.0;
     } else {
       const double h = row(f);
-      act[static_cast<size_t>(f)] = 0.5 * h * (1 + std::erf(h / std::sqrt(2.0))) * out_scale;
+      v = 0.5 * h * (1 + std::erf(h / std::sqrt(2.0)));
     }
+    act[static_cast<size_t>(f)] = v * out_scale;
   }
   Vec y(static_cast<size_t>(H), 0.0);
   for (int64_t o = 0; o < H; ++o)
@@ -87,8 +112,18 @@ Vec expert_mlp(const Vec& x, const Parameter& w1, const Parameter& w2, bool swig
 
 TEST_CASE("moe layer: output equals the direct sum over the chosen experts (f64)", "[moe_layer]") {
   for (const std::vector<std::string>& extra :
-       std::vector<std::vector<std::string>>{{}, {"swiglu", "sigmoid"}, {"on_input"}, {"shared", "gate"}}) {
-    INFO("options " << extra.size());
+       std::vector<std::vector<std::string>>{{},
+                                             {"swiglu", "sigmoid"},
+                                             {"on_input"},
+                                             {"shared", "gate"},
+                                             {"squared_relu", "shared"},
+                                             {"squared_relu", "fused", "shared"},
+                                             {"squared_relu", "fused", "on_input"},
+                                             {"quick_geglu", "shared"},
+                                             {"swiglu_clamp", "shared"}}) {
+    std::string names;
+    for (const std::string& e : extra) names += e + " ";
+    INFO("options " << names);
     ModelConfig raw_cfg = moe_config(extra);
     const ResolvedModelConfig cfg(raw_cfg);
     layers::LayerEnv env{DType::F64, Device::cpu(), false, CpCommType::AllGather};
@@ -113,13 +148,13 @@ TEST_CASE("moe layer: output equals the direct sum over the chosen experts (f64)
       for (int64_t j = 0; j < k; ++j) {
         const auto e = static_cast<size_t>(idx[static_cast<size_t>(t * k + j)]);
         const double p = pr[static_cast<size_t>(t * k + j)];
-        const Vec y = expert_mlp(xt, moe.fc1[e], moe.fc2[e], cfg->swiglu, cfg->moe_apply_probs_on_input ? p : 1.0,
+        const Vec y = expert_mlp(xt, moe.fc1[e], moe.fc2[e], *cfg, cfg->moe_apply_probs_on_input ? p : 1.0,
                                  cfg->moe_apply_probs_on_input ? 1.0 : p);
         for (int64_t h = 0; h < H; ++h) want[static_cast<size_t>(h)] += y[static_cast<size_t>(h)];
       }
       if (moe.shared_experts) {
         const Vec y = expert_mlp(xt, moe.shared_experts->linear_fc1.weight, moe.shared_experts->linear_fc2.weight,
-                                 cfg->swiglu, 1.0, 1.0);
+                                 *cfg, 1.0, 1.0);
         double g = 1.0;
         if (cfg->moe_shared_expert_gate) {
           const Vec gw = moe.shared_gate.value.to_vector();
@@ -144,8 +179,12 @@ TEST_CASE("moe layer: output equals the direct sum over the chosen experts (f64)
 
 TEST_CASE("moe layer: f64 finite differences of the whole objective (LM loss + router losses)", "[moe_layer]") {
   for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
-           {}, {"swiglu", "sigmoid", "seq_aux"}, {"on_input"}, {"shared", "gate"}, {"capacity"}, {"dense_first"}}) {
-    INFO("case with " << extra.size() << " options" << (extra.empty() ? "" : ", first " + extra[0]));
+           {}, {"swiglu", "sigmoid", "seq_aux"}, {"on_input"}, {"shared", "gate"}, {"capacity"}, {"dense_first"},
+           {"squared_relu", "shared", "dense_first"}, {"squared_relu", "fused", "capacity"},
+           {"quick_geglu", "shared", "dense_first"}, {"swiglu_clamp", "sigmoid"}}) {
+    std::string names;
+    for (const std::string& e : extra) names += e + " ";
+    INFO("options " << names);
     auto model = f64_model(moe_config(extra));
     const Batch batch = test::fixed_batch(2, 6, 24);
     const Tensor w = test::random_tensor({2, 6}, 3, 0.5, 1.5);
@@ -240,6 +279,63 @@ TEST_CASE("moe layer: a tiny MoE model trains, router losses logged by name, bit
   CHECK(log.find("| z_loss: ") != std::string::npos);
   CHECK(a.losses.back() < a.losses.front());
   CHECK(model_loss_names(cfg) == a.loss_names);
+}
+
+}  // namespace strata
+
+namespace strata {
+
+// use_fused_weighted_squared_relu: one kernel for relu(h)²·p instead of squared ReLU and then the
+// row product. Two MoE layers with the same parameters, the fused and the unfused path: outputs,
+// the input gradient and every parameter gradient (the router's through the probabilities) agree
+// within the dtype's rounding (f32: the same sums, bf16: one rounding of the activation apart).
+TEST_CASE("moe layer: the fused weighted squared ReLU equals squared ReLU followed by the probabilities",
+          "[moe_layer][activation]") {
+  struct Case { DType dt; double bound; };
+  for (Case c : {Case{DType::F64, 1e-14}, Case{DType::F32, 1e-6}, Case{DType::BF16, 2e-2}}) {
+    INFO(dtype_name(c.dt));
+    ModelConfig raw = moe_config({"squared_relu", "shared"});
+    raw.moe_aux_loss_coeff = {0.0};  // no router losses: the gradients come through the probabilities only
+    raw.moe_z_loss_coeff.reset();
+    ModelConfig raw_fused = raw;
+    raw_fused.use_fused_weighted_squared_relu = true;
+    const ResolvedModelConfig cfg(raw), cfg_fused(raw_fused);
+    REQUIRE(cfg_fused.activation().fused_weighted_squared_relu);
+    layers::LayerEnv env{c.dt, Device::cpu(), false, CpCommType::AllGather};
+    layers::moe::MoELayer unfused("decoder.layers.0.mlp", cfg, env, ParallelGroups::single_process());
+    layers::moe::MoELayer fused("decoder.layers.0.mlp", cfg_fused, env, ParallelGroups::single_process());
+    std::vector<Parameter*> pu, pf;
+    unfused.collect(pu);
+    fused.collect(pf);
+    REQUIRE(pu.size() == pf.size());
+    for (size_t i = 0; i < pu.size(); ++i) {
+      init_parameter(*pu[i], 5);
+      init_parameter(*pf[i], 5);
+      pu[i]->main_grad.zero_();
+      pf[i]->main_grad.zero_();
+    }
+    const int64_t s = 5, b = 3, H = 8;
+    const Tensor x = test::random_tensor({s, b, H}, 7, -1.0, 1.0, DType::F64).to(c.dt);
+    const Tensor dy = test::random_tensor({s, b, H}, 8, -1.0, 1.0, DType::F64).to(c.dt);
+    layers::DropoutKeys keys;
+    keys.training = true;
+    auto run = [&](layers::moe::MoELayer& moe, Tensor& dx) {
+      AuxLossChannel aux;
+      std::unique_ptr<layers::SlotState> saved;
+      Tensor y = moe.forward(x, layers::SlotRun{0, &keys, &aux}, &saved);
+      aux.set_grads({});
+      dx = moe.backward(*saved, dy);
+      return y;
+    };
+    Tensor dxu, dxf;
+    const Tensor yu = run(unfused, dxu), yf = run(fused, dxf);
+    CHECK(test::normalized_error(yf, yu) <= c.bound);
+    CHECK(test::normalized_error(dxf, dxu) <= c.bound);
+    for (size_t i = 0; i < pu.size(); ++i) {
+      INFO(pu[i]->name);
+      CHECK(test::normalized_error(pf[i]->main_grad, pu[i]->main_grad) <= c.bound);
+    }
+  }
 }
 
 }  // namespace strata

@@ -88,6 +88,7 @@ TEST_CASE("router expert-bias bookkeeping: counts of the map, sign update, eval 
   o.moe_router_score_function = MoeScoreFunction::Sigmoid;
   o.moe_router_enable_expert_bias = true;
   o.moe_router_bias_update_rate = 0.01;
+  o.add_bias_linear = false;  // no trained logits bias (router.bias): the weight is the one parameter
   LayerEnv env;
   env.dtype = DType::F64;
   TopKRouter router("decoder.layers.5.mlp", ResolvedModelConfig(o), env);

@@ -402,19 +402,25 @@ TEST_CASE("recompute: strata plan's estimate of what moe_act frees is within 15%
       "model.max_position_embeddings=32", "model.num_attention_heads=2", "training.micro_batch_size=4",
       "training.global_batch_size=4", "model.moe_layer_freq=1",      "model.moe_ffn_hidden_size=64",
       "model.moe_grouped_gemm=true"};
-  auto cfg = [&](std::vector<std::string> o) {
-    o.insert(o.begin(), size.begin(), size.end());
-    return rc_config(true, o);
-  };
-  auto planned = [](const ResolvedConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
-  const ResolvedConfig none = cfg({}),
-                       act = cfg({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"});
-  const double measured_drop = static_cast<double>(peak_bytes(none) - peak_bytes(act));
-  const double planned_drop = static_cast<double>(planned(none) - planned(act));
-  INFO("moe_act: measured drop " << measured_drop << " B, planned " << planned_drop << " B");
-  std::printf("  recompute moe_act: measured drop %8.0f B, planned %8.0f B\n", measured_drop, planned_drop);
-  CHECK(measured_drop > 0);
-  CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
+  // Also squared-ReLU experts with the fused weighted form: fc2's input is the one tensor moe_act drops.
+  for (const std::vector<std::string> activation :
+       {std::vector<std::string>{}, {"model.squared_relu=true", "model.use_fused_weighted_squared_relu=true"}}) {
+    auto cfg = [&](std::vector<std::string> o) {
+      o.insert(o.begin(), size.begin(), size.end());
+      o.insert(o.end(), activation.begin(), activation.end());
+      return rc_config(true, o);
+    };
+    auto planned = [](const ResolvedConfig& c) { return plan_layout(c).stages.at(0).memory.activations_configured; };
+    const ResolvedConfig none = cfg({}),
+                         act = cfg({"model.recompute_granularity=selective", "model.recompute_modules=[moe_act]"});
+    const double measured_drop = static_cast<double>(peak_bytes(none) - peak_bytes(act));
+    const double planned_drop = static_cast<double>(planned(none) - planned(act));
+    const char* what = activation.empty() ? "" : " (fused weighted squared ReLU)";
+    INFO("moe_act" << what << ": measured drop " << measured_drop << " B, planned " << planned_drop << " B");
+    std::printf("  recompute moe_act%s: measured drop %8.0f B, planned %8.0f B\n", what, measured_drop, planned_drop);
+    CHECK(measured_drop > 0);
+    CHECK(std::abs(planned_drop - measured_drop) <= 0.15 * measured_drop);
+  }
 }
 
 TEST_CASE("recompute: config errors name the field", "[recompute][config]") {

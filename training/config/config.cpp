@@ -80,8 +80,8 @@ config::SectionFields<TrainingConfig> training_fields() {
              "mixed precision with loss scaling (fp16 compute and main gradients, fp32 master weights; Megatron "
              "--fp16).");
   f.add("accumulate_allreduce_grads_in_fp32", &T::accumulate_allreduce_grads_in_fp32,
-        "fp16: accumulate and reduce the main gradients in fp32 instead of fp16 (bf16 runs always do, unless "
-        "grad_reduce_in_bf16).");
+        "fp16: accumulate and reduce the main gradients in fp32 instead of fp16. bf16: what bf16 runs do anyway "
+        "(Megatron sets it for bf16), not with grad_reduce_in_bf16.");
   f.add("disable_bf16_reduced_precision_matmul", &T::disable_bf16_reduced_precision_matmul,
         "CUDA GEMMs with bf16/fp16 outputs reduce their split-K partial sums in fp32 only, never in the 16-bit "
         "output type (Megatron's flag: torch's allow_bf16_reduced_precision_reduction = False). The CPU GEMMs "
@@ -263,15 +263,6 @@ namespace {
 
 // ---- cross-field rules, grouped by the section that owns them (Megatron validate_args) ----
 
-// What the MoE layer (models/layers/moe/moe_layer.h) does not run, after all of Megatron's MoE
-// rules passed (models/config/moe_rules.cpp): expert biases (Megatron's TE grouped experts have none
-// either). Each refusal names the field.
-void check_moe_supported(const ModelConfig& m, const ParallelConfig& p) {
-  if (!m.num_experts) return;
-  auto refuse = [](const char* field, const std::string& why) { throw ConfigError(field, why); };
-  if (m.add_bias_linear) refuse("model.add_bias_linear", "the MoE experts have no biases; set it false");
-}
-
 // The rules each layer kind the model uses puts on the parallel layout (models/config/layer_kind.h),
 // in registration order; a kind's position is where its symbol first stands in the pattern.
 void check_layer_kinds_layout(const ResolvedModelConfig& m, const ParallelConfig& p) {
@@ -342,7 +333,6 @@ void validate_model_layout(const ResolvedModelConfig& m, const ParallelConfig& p
                                               "), needed by parallel.sequence_parallel with context parallelism");
   check_a2a_heads(m, p);
   validate_moe_layout(m, p);
-  check_moe_supported(m, p);
   validate_mtp_layout(m, p);
 }
 
@@ -354,9 +344,16 @@ void check_loss_scaling(const TrainingConfig& t) {
         std::pair{"training.initial_loss_scale", t.initial_loss_scale.has_value()},
         std::pair{"training.min_loss_scale", t.min_loss_scale.has_value()},
         std::pair{"training.loss_scale_window", t.loss_scale_window.has_value()},
-        std::pair{"training.hysteresis", t.hysteresis.has_value()},
-        std::pair{"training.accumulate_allreduce_grads_in_fp32", t.accumulate_allreduce_grads_in_fp32}})
+        std::pair{"training.hysteresis", t.hysteresis.has_value()}})
     if (set && !fp16) throw ConfigError(field, "applies to fp16 training (training.precision fp16, Megatron --fp16)");
+  // Megatron's validate_args: bf16 accumulates and reduces in fp32 anyway (the flag names it), unless
+  // --grad-reduce-in-bf16, which Megatron lets win silently; fp32 training has nothing to accumulate otherwise.
+  if (t.accumulate_allreduce_grads_in_fp32 && t.precision == Precision::Fp32)
+    throw ConfigError("training.accumulate_allreduce_grads_in_fp32",
+                      "applies to fp16 and bf16 training (fp32 gradients are accumulated and reduced in fp32)");
+  if (t.accumulate_allreduce_grads_in_fp32 && t.grad_reduce_in_bf16)
+    throw ConfigError("training.grad_reduce_in_bf16", "reduces the gradients in bf16, but "
+                                                      "training.accumulate_allreduce_grads_in_fp32 asks for fp32: give one");
   if (t.loss_scale && (t.initial_loss_scale || t.min_loss_scale || t.loss_scale_window || t.hysteresis))
     throw ConfigError("training.loss_scale", "is a constant scale; the dynamic scaler's settings do not apply to it");
   if (t.min_loss_scale.value_or(TrainingConfig::kMinLossScale) >

@@ -111,7 +111,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       unsupported_flag("--num-layers-per-virtual-pipeline-stage", A::One,
                        "layers per virtual stage; set --num-virtual-stages-per-pipeline-rank (model chunks per "
                        "pipeline rank) instead"),
-      unsupported_flag("--squared-relu", A::Switch, "the squared-ReLU MLP"),
       unsupported_flag("--use-torch-fsdp2", A::Switch, "FSDP (use --use-distributed-optimizer)"),
       unsupported_flag("--use-megatron-fsdp", A::Switch, "FSDP (use --use-distributed-optimizer)"),
       unsupported_flag("--optimizer-cpu-offload", A::Switch, "optimizer CPU offload"),

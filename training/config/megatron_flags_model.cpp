@@ -76,13 +76,9 @@ static Rules attention_variant_rules() {
 // Activations, parameterisation and initialisation, model types, hybrid and MTP settings.
 static Rules architecture_rules() {
   Rules r;
-  // gpt-oss's MLP activations; a zero offset is the plain GLU Strata computes.
-  append(r, refused("quick-GeGLU / clamped GLU activations (gpt-oss)",
-                    {"--quick-geglu", "--activation-func-clamp-value"}));
-  r.push_back(accepted_values("--glu-linear-offset",
-                              "the GLU without an offset on its linear half (quick-GeGLU / clamped GLU activations "
-                              "(gpt-oss) are not supported)",
-                              {"0.0", "0"}));
+  // gpt-oss's and Nemotron's MLP activations (--quick-geglu, --glu-linear-offset,
+  // --activation-func-clamp-value, --squared-relu, --use-fused-weighted-squared-relu) map by name
+  // onto model.* (models/config/activation_config.h).
   // Maximal Update Parameterization; multipliers of 1 are no scaling, as Strata.
   append(r, refused("Maximal Update Parameterization (MuP)",
                     {"--use-mup", "--mup-attn-scale-power", "--mup-base-head-dim", "--mup-base-hidden-size"}));
@@ -122,7 +118,6 @@ static Rules architecture_rules() {
 static Rules moe_rules() {
   Rules r;
   // Routing and expert variants that change what the layer computes.
-  append(r, refused("latent MoE (Nemotron-3)", {"--moe-latent-size"}));
   append(r, refused("MoE routing replay", {"--moe-enable-routing-replay"}));
   append(r, refused("random expert bias on the router logits (benchmarking); Strata has "
                     "--moe-router-force-load-balancing",
@@ -153,8 +148,6 @@ static Rules moe_rules() {
                            {"--moe-use-grouped-tensor", "--moe-single-grouped-weight", "--moe-single-grouped-bias"}));
   append(r, without_effect("Transformer Engine's grouped GEMM for a dense or shared-expert MLP",
                            {"--use-grouped-gemm-for-dense-mlp", "--use-grouped-gemm-for-shared-expert"}));
-  append(r, without_effect("the fused weighted squared-ReLU kernel of the experts (the squared-ReLU MLP is refused)",
-                           {"--use-fused-weighted-squared-relu"}));
   // Padding each expert's rows to a multiple of 16/32 for FP8/FP4 GEMMs: padded rows carry weight 0.
   append(r, without_effect("padding the routing map for quantized expert GEMMs (the padded rows carry weight 0)",
                            {"--moe-router-padding-for-fp8", "--moe-router-padding-for-quantization"}));

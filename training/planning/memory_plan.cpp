@@ -61,8 +61,10 @@ ActivationSizes activation_sizes(const ResolvedModelConfig& m, int64_t tp, int64
   if (m->is_moe() && m->num_layers > 0) {
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < m->num_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
-    const int64_t per_moe_layer =
-        e * (s * b / tp) * m->moe_router_topk * m.moe_ffn() * (m->moe_apply_probs_on_input ? 1 : 2);
+    // The activation output and fc2's input, one tensor with the probabilities on the input or
+    // multiplied inside the fused weighted squared ReLU (models/layers/moe/moe_layer.cpp).
+    const bool one_output = m->moe_apply_probs_on_input || m.activation().fused_weighted_squared_relu;
+    const int64_t per_moe_layer = e * (s * b / tp) * m->moe_router_topk * m.moe_ffn() * (one_output ? 1 : 2);
     out.per_layer_moe_act_recompute_saving = per_moe_layer * moe_layers / m->num_layers;
   }
   return out;

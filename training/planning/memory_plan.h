@@ -64,11 +64,11 @@ struct ActivationSizes {
   int64_t per_layer_recompute = 0;  // full recompute: the layer input only
   int64_t output_layer = 0;         // last stage: output-layer input + f32 logits
   // Selective recompute of the MLP (recompute_modules mlp / moe): what a layer no longer keeps,
-  // the MLP's fc1 and activation outputs e·s·b·ffn·(2, 3 with SwiGLU)/t (its input stays).
+  // the MLP's fc1 and activation outputs e·s·b·ffn·(2, 3 gated)/t (its input stays).
   int64_t per_layer_mlp_recompute_saving = 0;
   // Selective moe_act: the routed experts' activation and fc2 input no longer kept, e·(s·b/t)·topk·
-  // moe_ffn·(2, 1 with the probabilities applied on the input), averaged over the layers (only MoE
-  // layers have it).
+  // moe_ffn·(2, 1 with the probabilities applied on the input or in the fused weighted squared
+  // ReLU), averaged over the layers (only MoE layers have it).
   int64_t per_layer_moe_act_recompute_saving = 0;
 };
 // e: activation element bytes (2 for bf16, 4 for f32); s = seq_length/cp; b = micro_batch_size.

@@ -10,7 +10,8 @@ int64_t moe_all_to_all_bytes(const ResolvedModelConfig& m, int64_t micro_batch_s
                              bool sequence_parallel, int64_t ep, int64_t element_bytes) {
   if (!m->num_experts || ep <= 1) return 0;
   const int64_t tokens = micro_batch_size * (m->seq_length / cp) / (sequence_parallel ? tp : 1);
-  return 4 * tokens * m->moe_router_topk * m->hidden_size * element_bytes * (ep - 1) / ep;
+  const int64_t width = m->moe_latent_size.value_or(m->hidden_size);  // the dispatched rows' width
+  return 4 * tokens * m->moe_router_topk * width * element_bytes * (ep - 1) / ep;
 }
 
 int64_t moe_layers_in(const ResolvedModelConfig& m, int64_t first, int64_t count) {

@@ -3,9 +3,10 @@
 // experts per rank, each split over etp; the distributed optimizer shards the dense state over
 // dp × cp and the expert state over the expert-data-parallel group, world / (etp·ep·pp).)
 // All-to-all bytes one rank sends per MoE layer and micro-batch: its tokens t = micro_batch ·
-// seq_length / cp (/ tp with sequence parallelism) each go to topk experts as h activations of
-// e bytes, four times (dispatch and combine forward, their transposes backward), of which the
-// fraction (ep − 1)/ep leaves the rank: 4 · t · topk · h · e · (ep − 1) / ep (0 at ep 1).
+// seq_length / cp (/ tp with sequence parallelism) each go to topk experts as w activations of
+// e bytes (w = moe_latent_size with latent MoE, else h: the rows are projected before the
+// dispatch), four times (dispatch and combine forward, their transposes backward), of which the
+// fraction (ep − 1)/ep leaves the rank: 4 · t · topk · w · e · (ep − 1) / ep (0 at ep 1).
 // Reference: megatron/core/transformer/moe/token_dispatcher.py (MoEAlltoAllTokenDispatcher),
 // megatron/core/parallel_state.py (expert-data-parallel group).
 #pragma once

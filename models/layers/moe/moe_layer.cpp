@@ -1,5 +1,6 @@
-// The MoE layer (see moe_layer.h). Reference: Megatron-Core transformer/moe/moe_layer.py,
-// experts.py, shared_experts.py, moe_utils.py, router.py (attach_and_log_load_balancing_loss).
+// The MoE layer (see moe_layer.h). Reference: Megatron-Core transformer/moe/moe_layer.py
+// (preprocess / postprocess: the latent projections), experts.py (TEGroupedMLP, _apply_bias),
+// shared_experts.py, moe_utils.py, router.py (attach_and_log_load_balancing_loss).
 #include "models/layers/moe/moe_layer.h"
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "kernels/gemm.h"
 #include "kernels/moe.h"
 #include "models/layers/linear.h"
+#include "models/layers/mlp_activation.h"
 #include "models/config/mtp_config.h"
 
 namespace strata::layers::moe {
@@ -52,6 +54,28 @@ int64_t count_moe_layers(const ResolvedModelConfig& cfg) {
 }
 
 Tensor empty_rows(int64_t n, int64_t w, const Tensor& like) { return Tensor::empty({n, w}, like.dtype(), like.device()); }
+
+// y [M, W] (+)= each expert block's bias (b: one [W] parameter per local expert), in place.
+void add_expert_bias(const Tensor& y, const std::vector<Parameter>& b, const std::vector<int64_t>& rows_per_expert) {
+  int64_t first = 0;
+  for (size_t j = 0; j < b.size(); ++j) {
+    const int64_t n = rows_per_expert[j];
+    if (n > 0) {
+      Tensor block = y.narrow(0, first, n);  // [n, W]
+      kernels::add_bias(block, b[j].value, block);
+    }
+    first += n;
+  }
+}
+// d(b_e) += Σ over expert e's rows of dy [M, W].
+void expert_bias_grad(const Tensor& dy, std::vector<Parameter>& b, const std::vector<int64_t>& rows_per_expert) {
+  int64_t first = 0;
+  for (size_t j = 0; j < b.size(); ++j) {
+    const int64_t n = rows_per_expert[j];
+    if (n > 0) kernels::bias_grad(dy.narrow(0, first, n), b[j].main_grad, /*accumulate=*/true);
+    first += n;
+  }
+}
 }  // namespace
 
 std::string per_layer_loss_name(const std::string& name, int64_t layer) {
@@ -79,12 +103,13 @@ struct MoELayer::State : SlotState {
   ExpertTpExchange::State expert_tp;
   std::vector<int64_t> rows_per_expert;  // [local experts]
   Tensor probs;       // [M] f32 (f64 model: f64): each dispatched row's routing probability
-  Tensor xp, xin;     // [M, H] dispatched tokens; the experts' input (× probs with probs on input)
-  Tensor h1, act;     // [M, fc1 out], [M, F]
+  Tensor xp, xin;     // [M, w] dispatched tokens; the experts' input (× probs with probs on input)
+  Tensor h1, act;     // [M, fc1 out], [M, F] (act undefined when weighted in the kernel)
   Tensor a2;          // [M, F] fc2 input (× probs after the activation)
   MLP::Saved shared;
   Tensor shared_input;  // selective recompute of the shared experts: their input instead of `shared`
   Tensor x2d, shared_out, gate;  // [T, H], [T, H] before the gate, [T] σ(x·g)
+  Tensor latent_in, latent_out;  // latent MoE: fc1_latent_proj's input [s, b, h], fc2_latent_proj's [s, b, L]
   const AuxLossChannel* aux = nullptr;
   std::vector<std::pair<size_t, size_t>> loss_entries;  // (slot, channel index)
   int64_t layer = 0;  // the global layer number of the forward
@@ -98,10 +123,11 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
       num_experts_(cfg->num_experts.value_or(0)),
       ffn_(cfg.moe_ffn() / groups.expert_tp.size()),
       hidden_(cfg->hidden_size),
+      width_(cfg->moe_latent_size.value_or(cfg->hidden_size)),
       moe_layers_(count_moe_layers(cfg)),
-      swiglu_(cfg->swiglu),
-      openai_gelu_(cfg->openai_gelu),
+      activation_(cfg.activation()),
       probs_on_input_(cfg->moe_apply_probs_on_input),
+      weighted_activation_(activation_.fused_weighted_squared_relu && !probs_on_input_),
       expert_tp_(groups.expert_tp),
       per_layer_logging_(cfg->moe_per_layer_logging),
       decoder_layers_(cfg->num_layers),
@@ -123,19 +149,35 @@ MoELayer::MoELayer(const std::string& prefix, const ResolvedModelConfig& cfg, co
   dispatcher_ = make_token_dispatcher(
       type == MoeTokenDispatcherType::AllGather ? DispatcherKind::AllGather : DispatcherKind::AllToAll, num_experts_,
       groups.ep);
-  const int64_t ffn = cfg.moe_ffn(), fc1_out = swiglu_ ? 2 * ffn : ffn;
+  const int64_t ffn = cfg.moe_ffn(), fc1_out = activation_.fc1_width(ffn);
   const double out_std = cfg->output_layer_init_std();
+  const bool bias = cfg->add_bias_linear;
+  // Megatron asserts it (transformer_config.py): a bias on the fc2 partial sums would count etp times.
+  STRATA_CHECK(!bias || expert_tp_.size() == 1, prefix,
+               ": model.add_bias_linear needs parallel.expert_tensor_parallel_size 1, it is ", expert_tp_.size());
   for (int64_t j = 0; j < local_experts_; ++j) {  // names carry the GLOBAL expert id
     const std::string e = std::to_string(expert_start_ + j);
-    fc1.push_back(make_parameter(prefix + ".experts.linear_fc1.weight" + e, {fc1_out, hidden_}, env,
+    fc1.push_back(make_parameter(prefix + ".experts.linear_fc1.weight" + e, {fc1_out, width_}, env,
                                  cfg->init_method_std));
-    fc2.push_back(make_parameter(prefix + ".experts.linear_fc2.weight" + e, {hidden_, ffn}, env, out_std));
+    fc2.push_back(make_parameter(prefix + ".experts.linear_fc2.weight" + e, {width_, ffn}, env, out_std));
     if (expert_tp_.size() > 1) {  // expert tensor parallelism: fc1 by rows ([gate_r; up_r]), fc2 by columns
-      shard_parameter_rows(fc1.back(), groups.expert_tp, swiglu_ ? 2 : 1);
+      shard_parameter_rows(fc1.back(), groups.expert_tp, activation_.fc1_blocks());
       shard_parameter_columns(fc2.back(), groups.expert_tp);
     }
     fc1.back().expert_parallel = fc2.back().expert_parallel = true;
     fc1.back().tensor_parallel = fc2.back().tensor_parallel = true;  // over expert_tp, whatever its size
+    if (!bias) continue;
+    // TEGroupedLinear's biases: zeros, named like the weights ([gate; up] for SwiGLU).
+    fc1_bias.push_back(make_parameter(prefix + ".experts.linear_fc1.bias" + e, {fc1_out}, env, 0.0));
+    fc2_bias.push_back(make_parameter(prefix + ".experts.linear_fc2.bias" + e, {width_}, env, 0.0));
+    fc1_bias.back().expert_parallel = fc2_bias.back().expert_parallel = true;
+    fc1_bias.back().tensor_parallel = true;  // column-parallel over expert_tp (size 1 here); fc2's is not split
+  }
+  if (cfg->moe_latent_size) {  // Megatron TELinear parallel_mode="duplicated", bias = add_bias_linear
+    fc1_latent_proj = std::make_unique<Linear>(prefix + ".fc1_latent_proj", hidden_, width_, bias,
+                                               cfg->init_method_std, env, groups.tp, TensorParallelMode::Duplicated);
+    fc2_latent_proj = std::make_unique<Linear>(prefix + ".fc2_latent_proj", width_, hidden_, bias, out_std, env,
+                                               groups.tp, TensorParallelMode::Duplicated);
   }
   if (cfg->moe_shared_expert_intermediate_size) {
     shared_experts = std::make_unique<MLP>(prefix + ".shared_experts", cfg, *cfg->moe_shared_expert_intermediate_size, env,
@@ -151,19 +193,25 @@ void MoELayer::collect(std::vector<Parameter*>& out) {
   router.collect(out);
   for (Parameter& p : fc1) out.push_back(&p);
   for (Parameter& p : fc2) out.push_back(&p);
+  for (Parameter& p : fc1_bias) out.push_back(&p);
+  for (Parameter& p : fc2_bias) out.push_back(&p);
+  if (fc1_latent_proj) fc1_latent_proj->collect(out);
+  if (fc2_latent_proj) fc2_latent_proj->collect(out);
   if (shared_experts) shared_experts->collect(out);
   if (shared_gate.value.defined()) out.push_back(&shared_gate);
 }
 
 // The experts' activation of fc1's output h1 [M, F or 2F] -> act [M, F], and fc2's input a2 [M, F]
-// (act × the routing probability unless it was applied on the input; then a2 is act).
+// (act × the routing probability unless it was applied on the input; then a2 is act). Weighted in
+// the kernel (use_fused_weighted_squared_relu): a2 = relu(h1)²·probs at once, act undefined.
 std::pair<Tensor, Tensor> MoELayer::activation_forward(const Tensor& h1, const Tensor& probs) const {
-  Tensor act = empty_rows(h1.size(0), ffn_, h1);
-  if (swiglu_) {
-    kernels::swiglu_forward(h1, act);
-  } else {
-    kernels::gelu_forward(h1, act, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
+  if (weighted_activation_) {
+    Tensor a2 = empty_rows(h1.size(0), ffn_, h1);
+    kernels::weighted_squared_relu_forward(h1, probs, a2);
+    return {Tensor(), a2};
   }
+  Tensor act = empty_rows(h1.size(0), ffn_, h1);
+  mlp_activation_forward(activation_, h1, act);
   Tensor a2 = act;
   if (!probs_on_input_) {  // Megatron: the probability multiplies the activation
     a2 = empty_rows(h1.size(0), ffn_, h1);
@@ -182,19 +230,21 @@ Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* s
   const int64_t M = d.rows.size(0);
   Tensor xin = d.rows;
   if (probs_on_input_) {
-    xin = empty_rows(M, hidden_, x2d);
+    xin = empty_rows(M, width_, x2d);
     kernels::moe_scale_rows_forward(d.rows, d.probs, xin);
   }
   std::vector<Tensor> w1, w2;
   for (const Parameter& p : fc1) w1.push_back(p.value);
   for (const Parameter& p : fc2) w2.push_back(p.value);
   Tensor h1 = empty_rows(M, fc1.front().value.size(0), x2d);
-  kernels::moe_grouped_linear_forward(xin, w1, d.rows_per_expert, h1);  // [M, H] -> [M, F or 2F]
+  kernels::moe_grouped_linear_forward(xin, w1, d.rows_per_expert, h1);  // [M, w] -> [M, F or 2F]
+  if (!fc1_bias.empty()) add_expert_bias(h1, fc1_bias, d.rows_per_expert);
   auto [act, a2] = activation_forward(h1, d.probs);
-  Tensor y = empty_rows(M, hidden_, x2d);
-  kernels::moe_grouped_linear_forward(a2, w2, d.rows_per_expert, y);  // [M, F] -> [M, H]
+  Tensor y = empty_rows(M, width_, x2d);
+  kernels::moe_grouped_linear_forward(a2, w2, d.rows_per_expert, y);  // [M, F] -> [M, w]
+  if (!fc2_bias.empty()) add_fc2_bias(y, d.probs, d.rows_per_expert);
   y = expert_tp_.scatter_sum(y, xs);                                     // partial over the fc2 shards
-  Tensor out = dispatcher_->combine(y, *ds);                             // [M, H] -> [T, H]
+  Tensor out = dispatcher_->combine(y, *ds);                             // [M, w] -> [T, w]
   if (st) {
     st->top_indices = r.top_indices;
     st->dispatch = std::move(ds);
@@ -210,6 +260,27 @@ Tensor MoELayer::run_experts(const Tensor& x2d, const RoutingOutput& r, State* s
     }
   }
   return out;
+}
+
+void MoELayer::add_fc2_bias(const Tensor& y, const Tensor& probs, const std::vector<int64_t>& rows_per_expert) const {
+  Tensor rows = Tensor::zeros(y.shape(), y.dtype(), y.device());  // [M, w]: each row its expert's b2
+  add_expert_bias(rows, fc2_bias, rows_per_expert);
+  if (!probs_on_input_) kernels::moe_scale_rows_forward(rows, probs, rows);  // Megatron _apply_bias: b2 · p
+  kernels::add(y, rows, y);
+}
+
+Tensor MoELayer::fc2_bias_backward(const Tensor& dy, const Tensor& probs, const std::vector<int64_t>& rows_per_expert) {
+  Tensor dprobs = Tensor::zeros({dy.size(0)}, probs.dtype(), probs.device());
+  if (probs_on_input_) {
+    expert_bias_grad(dy, fc2_bias, rows_per_expert);
+    return dprobs;
+  }
+  Tensor rows = Tensor::zeros(dy.shape(), dy.dtype(), dy.device());  // [M, w]
+  add_expert_bias(rows, fc2_bias, rows_per_expert);
+  Tensor drows = empty_rows(dy.size(0), dy.size(1), dy);
+  kernels::moe_scale_rows_backward(rows, probs, dy, drows, &dprobs);  // d(b2 rows) = p · dy, d(p) = b2 · dy
+  expert_bias_grad(drows, fc2_bias, rows_per_expert);
+  return dprobs;
 }
 
 Tensor MoELayer::shared_forward(const Tensor& x, State* st) const {
@@ -290,7 +361,20 @@ Tensor MoELayer::forward(const Tensor& x, const SlotRun& run, std::unique_ptr<Sl
     r = router.forward(x, rr, st ? &st->router : nullptr);
   }
   const int64_t T = x.size(0) * x.size(1);
-  Tensor out = run_experts(x.contiguous().reshape({T, hidden_}), r, st.get()).reshape(x.shape());
+  Tensor xe = x;  // [s, b, w]: the experts' side of the layer
+  if (fc1_latent_proj) {
+    phase_timer::Scope t("forward/layers/moe/latent_proj");
+    xe = fc1_latent_proj->forward(x);  // [s, b, h] -> [s, b, L]
+  }
+  Tensor out = run_experts(xe.contiguous().reshape({T, width_}), r, st.get()).reshape({x.size(0), x.size(1), width_});
+  if (fc2_latent_proj) {
+    phase_timer::Scope t("forward/layers/moe/latent_proj");
+    if (st) {
+      st->latent_in = x;
+      st->latent_out = out;
+    }
+    out = fc2_latent_proj->forward(out);  // [s, b, L] -> [s, b, h]; the shared expert is added after it
+  }
   if (shared_experts) {
     Tensor s = shared_forward(x, st.get());
     Tensor sum = Tensor::empty(out.shape(), out.dtype(), out.device());
@@ -329,22 +413,24 @@ Tensor MoELayer::experts_backward(const State& st, const Tensor& dout, Tensor& d
   Tensor da2 = empty_rows(M, ffn_, a2);
   kernels::moe_grouped_linear_backward(a2, w2, dy, st.rows_per_expert, &da2, g2, /*accumulate=*/true);
   Tensor dprobs = Tensor::zeros({M}, st.probs.dtype(), st.probs.device());
-  Tensor dact = da2;
-  if (!probs_on_input_) {
+  Tensor dact = da2;  // the activation output's gradient, alive until fc1's backward is done
+  if (!probs_on_input_ && !weighted_activation_) {
     dact = empty_rows(M, ffn_, act);
     kernels::moe_scale_rows_backward(act, st.probs, da2, dact, &dprobs);
   }
-  Tensor dh1 = empty_rows(M, st.h1.size(1), st.h1);
-  if (swiglu_) {
-    kernels::swiglu_backward(st.h1, dact, dh1);
-  } else {
-    kernels::gelu_backward(st.h1, dact, dh1, openai_gelu_ ? kernels::GeluApprox::Tanh : kernels::GeluApprox::None);
+  if (!fc2_bias.empty()) {  // d(p) also gets b2 · dy
+    const Tensor dprobs_bias = fc2_bias_backward(dy, st.probs, st.rows_per_expert);
+    kernels::add(dprobs, dprobs_bias, dprobs);
   }
-  Tensor dxin = empty_rows(M, hidden_, st.xin);
+  Tensor dh1 = empty_rows(M, st.h1.size(1), st.h1);
+  if (weighted_activation_) kernels::weighted_squared_relu_backward(st.h1, st.probs, da2, dh1, dprobs);
+  else mlp_activation_backward(activation_, st.h1, dact, dh1);
+  if (!fc1_bias.empty()) expert_bias_grad(dh1, fc1_bias, st.rows_per_expert);
+  Tensor dxin = empty_rows(M, width_, st.xin);
   kernels::moe_grouped_linear_backward(st.xin, w1, dh1, st.rows_per_expert, &dxin, g1, /*accumulate=*/true);
   Tensor dxp = dxin;
   if (probs_on_input_) {
-    dxp = empty_rows(M, hidden_, st.xp);
+    dxp = empty_rows(M, width_, st.xp);
     kernels::moe_scale_rows_backward(st.xp, st.probs, dxin, dxp, &dprobs);
   }
   // Partial over the expert-tp shards: summed, this rank's rows kept.
@@ -390,8 +476,18 @@ Tensor MoELayer::backward(const SlotState& saved, const Tensor& dy) {
   const auto* st = dynamic_cast<const State*>(&saved);
   STRATA_INTERNAL_ASSERT(st != nullptr, "MoELayer::backward: the saved state is not an MoE layer's");
   const int64_t T = st->x_shape[0] * st->x_shape[1];
+  const Shape experts_shape{st->x_shape[0], st->x_shape[1], width_};
+  Tensor dout = dy;  // d(the experts' combined output) [s, b, w]
+  if (fc2_latent_proj) {
+    phase_timer::Scope t("backward/layers/moe/latent_proj");
+    dout = fc2_latent_proj->backward(st->latent_out, dy);
+  }
   Tensor dtop;
-  Tensor dx = experts_backward(*st, dy.contiguous().reshape({T, hidden_}), dtop).reshape(st->x_shape);
+  Tensor dx = experts_backward(*st, dout.contiguous().reshape({T, width_}), dtop).reshape(experts_shape);
+  if (fc1_latent_proj) {
+    phase_timer::Scope t("backward/layers/moe/latent_proj");
+    dx = fc1_latent_proj->backward(st->latent_in, dx);  // [s, b, L] -> [s, b, h]
+  }
   // The router: d(probs) [T, E] from d(top probs) [T, k]; the losses' gradients from the channel.
   const int64_t k = st->top_indices.size(1);
   const std::vector<double> idx = st->top_indices.to_vector(), dt = dtop.to_vector();

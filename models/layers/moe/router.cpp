@@ -3,6 +3,8 @@
 // RandomSTE, get_updated_expert_bias).
 #include "models/layers/moe/router.h"
 
+#include <optional>
+
 #include "core/error.h"
 #include "core/random.h"
 #include "kernels/elementwise.h"
@@ -50,6 +52,8 @@ TopKRouter::TopKRouter(const std::string& prefix, const ResolvedModelConfig& cfg
   STRATA_INTERNAL_ASSERT(cfg_->num_experts.value_or(0) > 0, prefix, ": a router needs an MoE model config (num_experts)");
   const int64_t E = experts();
   weight = make_parameter(prefix + ".router.weight", {E, cfg_->hidden_size}, env, cfg_->init_method_std);
+  // Megatron Router.reset_parameters: config.init_method on the bias too (not zeros).
+  if (cfg_->add_bias_linear) bias = make_parameter(prefix + ".router.bias", {E}, env, cfg_->init_method_std);
   if (cfg_->moe_router_enable_expert_bias) {
     LayerEnv f32 = env;
     f32.dtype = DType::F32;
@@ -88,7 +92,9 @@ Tensor TopKRouter::gating(const Tensor& x) const {
                "], got ", x.shape().str());
   const Tensor w = weight.value.to(x.dtype());
   Tensor logits = Tensor::empty({x.size(0), experts()}, x.dtype(), x.device());
-  kernels::linear_forward(x, w, nullptr, logits);
+  // Megatron router_gating_linear: the weight and bias cast to the router dtype, one linear.
+  const Tensor b = bias.value.defined() ? bias.value.to(x.dtype()) : Tensor();
+  kernels::linear_forward(x, w, b.defined() ? &b : nullptr, logits);
   return logits;
 }
 
@@ -159,8 +165,11 @@ Tensor TopKRouter::backward(const RouterState& saved, const Tensor& dprobs, cons
   // shards' parts are summed over tp (layer_common.h).
   const DType dw_dtype = (mg == xr.dtype() || (mg == DType::F32 && xr.dtype() != DType::F64)) ? mg : xr.dtype();
   SequenceParallelGrad dw(weight, groups_.sequence_parallel, dw_dtype, xr.device());
-  kernels::linear_backward(xr, w, dlogits, &dxr, &dw.target(), nullptr, true);
+  std::optional<SequenceParallelGrad> db;
+  if (bias.value.defined()) db.emplace(bias, groups_.sequence_parallel, dw_dtype, xr.device());
+  kernels::linear_backward(xr, w, dlogits, &dxr, &dw.target(), db ? &db->target() : nullptr, true);
   dw.finish();
+  if (db) db->finish();
   if (saved.jitter.defined()) {
     Tensor d = Tensor::empty(dxr.shape(), dxr.dtype(), dxr.device());
     kernels::mul(dxr, saved.jitter, d);  // d(x) = d(jittered x) · jitter

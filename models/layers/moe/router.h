@@ -1,4 +1,4 @@
-// The MoE TopKRouter: GATING (input jitter, logits = x·Wᵀ in the router dtype, the forced
+// The MoE TopKRouter: GATING (input jitter, logits = x·Wᵀ (+ b) in the router dtype, the forced
 // load-balancing benchmark mode) and the bookkeeping around ROUTING (models/layers/moe/routing.h:
 // pure functions of the logits). Explicit forward/backward: the forward saves what the backward
 // needs; the backward takes d(probs) and the gradients of the router's losses and returns d(x),
@@ -10,7 +10,9 @@
 // validators in models/config/moe_config.cpp, resolution in models/config/moe_rules.cpp).
 //
 // Parameters: "<prefix>.router.weight" [E, H] (params dtype, N(0, init_method_std)); with
-// moe_router_enable_expert_bias the buffer "<prefix>.router.expert_bias" [E] f32 (checkpointed,
+// add_bias_linear "<prefix>.router.bias" [E] (params dtype, N(0, init_method_std) as Megatron
+// initialises it; added to the logits, trained; under sequence parallelism its gradient is summed
+// over tp like the weight's); with moe_router_enable_expert_bias the buffer "<prefix>.router.expert_bias" [E] f32 (checkpointed,
 // not trained: collect_buffers, updated by update_expert_bias after the optimizer step).
 //
 // Random draws are layout-independent: the jitter U(1-eps, 1+eps) of element (token, h) and the
@@ -64,13 +66,16 @@ class TopKRouter {
   // dprobs: [T, E] -> dx: [s, b, h] (input dtype); d(W) is added into weight.main_grad.
   Tensor backward(const RouterState& saved, const Tensor& dprobs, const RoutingLossGrads& dl);
 
-  // Gating alone: x [T, H] in the router dtype -> logits [T, E] in the router dtype.
+  // Gating alone: x [T, H] in the router dtype -> logits [T, E] = x·Wᵀ (+ b) in the router dtype.
   Tensor gating(const Tensor& x) const;
   // Packed sequences: the router diagnostics' rows, one per document of each sample.
   static DiagnosticRows document_rows(const DropoutKeys& keys, int64_t s, int64_t b);
   DType router_dtype(DType input) const;
 
-  void collect(std::vector<Parameter*>& out) { out.push_back(&weight); }
+  void collect(std::vector<Parameter*>& out) {
+    out.push_back(&weight);
+    if (bias.value.defined()) out.push_back(&bias);
+  }
   // The expert bias (when enabled): checkpointed with the parameters, never given to the optimizer.
   void collect_buffers(std::vector<Parameter*>& out) {
     if (cfg_->moe_router_enable_expert_bias) out.push_back(&expert_bias);
@@ -89,6 +94,7 @@ class TopKRouter {
   const std::string& owner() const { return owner_; }  // "<prefix>.router" (its sites' owner)
 
   Parameter weight;       // [E, H]
+  Parameter bias;         // [E] (undefined value without add_bias_linear)
   Parameter expert_bias;  // [E] f32 (undefined value when disabled)
 
  private:
