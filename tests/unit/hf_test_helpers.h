@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "models/gpt/gpt_model.h"
+#include "models/hybrid/hybrid_model.h"
 #include "test_helpers.h"
 #include "training/checkpointing/checkpoint.h"
 #include "training/hf/hf_format.h"
@@ -228,6 +229,41 @@ inline std::unique_ptr<LanguageModel> save_random_model(const StrataConfig& raw,
   auto model = make_model(cfg, Device::cpu());
   randomize_and_save(*model, cfg, dir, seed);
   return model;
+}
+
+// The logits [s][vocab] (row-major, the real vocabulary) of `model`'s weights computed by Strata in
+// f64 (an F64 GPTModel or HybridModel holding the same values), for comparing the semantics with
+// the f64 numpy reference without f32 rounding.
+// An f32 MoE router (model.moe_router_dtype fp32) is computed in f64 there.
+inline std::vector<double> f64_logits(LanguageModel& model, const StrataConfig& raw, const std::vector<int64_t>& ids) {
+  StrataConfig in_f64 = raw;
+  if (in_f64.model.moe_router_dtype) in_f64.model.moe_router_dtype = MoeRouterDtype::Fp64;
+  const ResolvedConfig cfg = in_f64.validate(1);
+  LanguageModelOptions o;
+  o.dtype = DType::F64;
+  std::unique_ptr<LanguageModel> f64;
+  if (cfg.model->is_hybrid()) {
+    f64 = std::make_unique<HybridModel>(cfg.model, o);
+  } else {
+    GPTModelOptions g;
+    static_cast<LanguageModelOptions&>(g) = o;
+    f64 = std::make_unique<GPTModel>(cfg.model, g);
+  }
+  std::map<std::string, Parameter*> theirs;
+  for (Parameter* p : checkpoint_tensors({&model})) theirs[p->name] = p;
+  for (Parameter* p : checkpoint_tensors({f64.get()})) {
+    INFO(p->name);
+    REQUIRE(theirs.count(p->name));
+    p->value.copy_(theirs.at(p->name)->value);
+  }
+  const Tensor logits =
+      f64->logits_for(Tensor::from_data(ids, Shape{1, static_cast<int64_t>(ids.size())}), nullptr, 0);
+  const std::vector<double> all = logits.to_vector();
+  const int64_t padded = logits.size(2), v = *cfg.model->vocab_size;
+  std::vector<double> out;
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t j = 0; j < v; ++j) out.push_back(all[t * static_cast<size_t>(padded) + static_cast<size_t>(j)]);
+  return out;
 }
 
 }  // namespace strata::test

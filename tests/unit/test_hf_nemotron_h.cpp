@@ -7,8 +7,10 @@
 //   `strata generate --score` within f32 rounding, and Strata's f64 forward of the same weights to 1e-9;
 // - directories written by transformers' NemotronHConfig (hf_transformers_config.py make, in both
 //   spellings: layers_block_type and the Hub's hybrid_override_pattern with a bare Infinity) import
-//   with the reference's logits; exports are in the pinned transformers' spelling and hold the
-//   tensors it expects (hf_transformers_config.py check);
+//   with the reference's logits, the Mamba / attention one and the MLP + latent-MoE one; exports are
+//   in the pinned transformers' spelling and hold the tensors it expects (hf_transformers_config.py check);
+// - MLP (squared ReLU) and MoE layers (sigmoid router with expert bias and groups, shared expert,
+//   latent projections) round-trip and score as the reference does;
 // - what transformers computes differently is refused, naming the field or key.
 #include <cmath>
 #include <cstring>
@@ -23,7 +25,6 @@
 #include "cli_test_helpers.h"
 #include "core/formats/safetensors.h"
 #include "hf_test_helpers.h"
-#include "models/hybrid/hybrid_model.h"
 #include "training/hf/hf_export.h"
 #include "training/inference/generation.h"
 
@@ -74,6 +75,29 @@ StrataConfig nemotron_config(bool tied, Precision precision, const std::string& 
   return c;
 }
 
+// With MLP and MoE layers ("M*-E" or `pattern`): squared ReLU, 8 experts of FFN 12 in 4 groups (2
+// kept), top-4, routed_scaling_factor 2.5, sigmoid scores with an expert bias, a shared expert of 20
+// and (latent) moe_latent_size 16 — Nemotron-3's MoE.
+StrataConfig nemotron_moe_config(bool latent, bool tied, Precision precision, const std::string& pattern = "M*-E") {
+  StrataConfig c = nemotron_config(tied, precision, pattern);
+  ModelConfig& m = c.model;
+  m.squared_relu = true;
+  m.num_experts = 8;
+  m.moe_ffn_hidden_size = 12;
+  m.moe_router_topk = 4;
+  m.moe_router_num_groups = 4;
+  m.moe_router_group_topk = 2;
+  m.moe_router_topk_scaling_factor = 2.5;
+  m.moe_shared_expert_intermediate_size = 20;
+  if (latent) m.moe_latent_size = 16;
+  m.moe_router_score_function = MoeScoreFunction::Sigmoid;
+  m.moe_router_enable_expert_bias = true;
+  m.moe_router_dtype = MoeRouterDtype::Fp32;
+  m.moe_router_load_balancing_type = {"seq_aux_loss"};
+  m.moe_aux_loss_coeff = {1e-4};
+  return c;
+}
+
 std::string ids_text(const std::vector<int64_t>& ids) {
   std::string s;
   for (int64_t i : ids) s += (s.empty() ? "" : ",") + std::to_string(i);
@@ -82,30 +106,6 @@ std::string ids_text(const std::vector<int64_t>& ids) {
 
 std::map<std::string, Tensor> checkpoint_tensors(const fs::path& save, const char* iter) {
   return formats::read_safetensors((save / iter / "model_rank_0000.safetensors").string()).tensors;
-}
-
-// The logits [s, vocab] of `model`'s weights computed by Strata in f64 (an F64 HybridModel holding
-// the same values), for comparing the semantics with the f64 reference without f32 rounding.
-std::vector<double> f64_logits(LanguageModel& model, const StrataConfig& raw, const std::vector<int64_t>& ids) {
-  const ResolvedConfig cfg = raw.validate(1);
-  LanguageModelOptions o;
-  o.dtype = DType::F64;
-  HybridModel f64(cfg.model, o);
-  std::map<std::string, Parameter*> theirs;
-  for (Parameter* p : strata::checkpoint_tensors({&model})) theirs[p->name] = p;
-  for (Parameter* p : strata::checkpoint_tensors({&f64})) {
-    INFO(p->name);
-    REQUIRE(theirs.count(p->name));
-    p->value.copy_(theirs.at(p->name)->value);
-  }
-  const Tensor logits =
-      f64.logits_for(Tensor::from_data(ids, Shape{1, static_cast<int64_t>(ids.size())}), nullptr, 0);
-  const std::vector<double> all = logits.to_vector();
-  const int64_t padded = logits.size(2), v = *cfg.model->vocab_size;
-  std::vector<double> out;
-  for (size_t t = 0; t < ids.size(); ++t)
-    for (int64_t j = 0; j < v; ++j) out.push_back(all[t * static_cast<size_t>(padded) + static_cast<size_t>(j)]);
-  return out;
 }
 
 // Exports a random checkpoint of `cfg`, scores kIds with hf_reference.py and with `strata generate
@@ -245,6 +245,110 @@ TEST_CASE("hf nemotron_h reference: transformers' scores of Mamba/attention expo
   }
 }
 
+TEST_CASE("hf nemotron_h: MLP and latent MoE layers, export → import → export bit-identical", "[hf][hybrid][moe]") {
+  for (const bool latent : {true, false}) {
+    DYNAMIC_SECTION((latent ? "latent MoE, f32 untied" : "MoE, bf16 tied")) {
+      const fs::path dir = fresh_dir("nemotron_h_moe_roundtrip");
+      const StrataConfig cfg = nemotron_moe_config(latent, !latent, latent ? Precision::Fp32 : Precision::Bf16);
+      auto model = save_random_model(cfg, dir / "ckpt", 23);
+      const hf::ExportResult ex = hf::export_checkpoint((dir / "ckpt").string(), (dir / "hf").string());
+      CHECK(ex.family == hf::Family::NemotronH);
+      const auto cj = read_json(dir / "hf" / "config.json");
+      CHECK(cj.at("layers_block_type") ==
+            nlohmann::json::array({"linear_attention", "full_attention", "mlp", "moe"}));
+      CHECK(cj.at("mlp_hidden_act") == "relu2");
+      CHECK(cj.at("n_routed_experts") == 8);
+      CHECK(cj.at("num_experts_per_tok") == 4);
+      CHECK(cj.at("n_group") == 4);
+      CHECK(cj.at("topk_group") == 2);
+      CHECK(cj.at("routed_scaling_factor") == 2.5);
+      CHECK(cj.at("norm_topk_prob") == true);
+      CHECK(cj.at("moe_shared_expert_intermediate_size") == 20);
+      CHECK(cj.at("moe_latent_size") == (latent ? nlohmann::json(16) : nlohmann::json(nullptr)));
+      const auto t = formats::read_safetensors((dir / "hf" / "model.safetensors").string()).tensors;
+      CHECK(t.at("backbone.layers.2.mixer.up_proj.weight").shape() == Shape{40, 32});
+      CHECK(t.at("backbone.layers.3.mixer.gate.weight").shape() == Shape{8, 32});
+      CHECK(t.at("backbone.layers.3.mixer.gate.e_score_correction_bias").dtype() == DType::F32);
+      CHECK(t.at("backbone.layers.3.mixer.experts.7.up_proj.weight").shape() == Shape{12, latent ? 16 : 32});
+      CHECK(t.at("backbone.layers.3.mixer.experts.0.down_proj.weight").shape() == Shape{latent ? 16 : 32, 12});
+      CHECK(t.at("backbone.layers.3.mixer.shared_experts.up_proj.weight").shape() == Shape{20, 32});
+      CHECK(t.count("backbone.layers.3.mixer.fc1_latent_proj.weight") == latent);
+      if (latent) CHECK(t.at("backbone.layers.3.mixer.fc2_latent_proj.weight").shape() == Shape{32, 16});
+      const hf::ImportResult im = hf::import_checkpoint((dir / "hf").string(), (dir / "imported").string());
+      CHECK(im.notes.empty());
+      CHECK(im.config.model->squared_relu);
+      CHECK(im.config.model->moe_latent_size == cfg.model.moe_latent_size);
+      CHECK(im.config.model->moe_router_load_balancing_type == cfg.model.moe_router_load_balancing_type);  // "strata"
+      const auto ta = checkpoint_tensors(dir / "ckpt", "iter_0000007"), tb = checkpoint_tensors(dir / "imported", "iter_0000000");
+      REQUIRE(ta.size() == tb.size());
+      for (const auto& [name, x] : ta) {
+        INFO(name);
+        REQUIRE(tb.count(name));
+        const bool vocab = name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+        const Tensor xa = vocab ? x.narrow(0, 0, 257).contiguous() : x.contiguous();
+        const Tensor xb = vocab ? tb.at(name).narrow(0, 0, 257).contiguous() : tb.at(name).contiguous();
+        REQUIRE(xa.shape() == xb.shape());
+        CHECK(std::memcmp(xa.data_ptr(), xb.data_ptr(), xa.nbytes()) == 0);
+      }
+      hf::export_checkpoint((dir / "imported").string(), (dir / "hf2").string());
+      CHECK(file_bytes(dir / "hf" / "model.safetensors") == file_bytes(dir / "hf2" / "model.safetensors"));
+      CHECK(read_json(dir / "hf" / "config.json") == read_json(dir / "hf2" / "config.json"));
+      generation::LoadedModel lm = generation::load_for_inference((dir / "imported").string(), {"training.device=cpu"});
+      const Tensor ids = Tensor::from_data(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}, Shape{1, 7});
+      CHECK(test::max_abs_diff(lm.model->logits_for(ids, nullptr, 0), model->logits_for(ids, nullptr, 0)) == 0.0);
+      if (!latent) CHECK(transformers_config("check " + (dir / "hf").string()).at("reading").at("topk") == 4);
+      fs::remove_all(dir);
+    }
+  }
+}
+
+TEST_CASE("hf nemotron_h reference: transformers' scores of MLP / MoE exports equal strata generate --score",
+          "[hf][hybrid][moe]") {
+  REQUIRE(numpy_available());
+  for (const bool latent : {true, false}) {
+    DYNAMIC_SECTION((latent ? "M*-E, latent MoE, 4 groups keep 2, scaled 2.5" : "E-*M, one group, top-2, tied")) {
+      const fs::path dir = fresh_dir("nemotron_h_moe_score");
+      StrataConfig cfg = nemotron_moe_config(latent, !latent, Precision::Fp32, latent ? "M*-E" : "E-*M");
+      if (!latent) {
+        cfg.model.moe_router_num_groups = std::nullopt;
+        cfg.model.moe_router_group_topk = std::nullopt;
+        cfg.model.moe_router_topk = 2;
+        cfg.model.moe_router_topk_scaling_factor = std::nullopt;
+      }
+      double spread = 0;
+      const double diff = reference_score_diff(cfg, dir, latent ? 41 : 42, &spread);
+      INFO("max |--score - numpy transformers| = " << diff << ", max |log-probability| = " << spread);
+      CHECK(spread > 1.0);
+      CHECK(diff < 3e-5);
+      fs::remove_all(dir);
+    }
+  }
+}
+
+TEST_CASE("hf nemotron_h: NemotronHConfig's MoE directory (mamba, attention, mlp, latent moe) imports with the "
+          "reference's logits, in both spellings", "[hf][hybrid][moe]") {
+  REQUIRE(numpy_available());
+  const fs::path dir = fresh_dir("nemotron_h_make_moe");
+  const nlohmann::json now = transformers_config("make nemotron_h " + (dir / "v5").string());
+  transformers_config("make nemotron_h " + (dir / "old").string() + " --old-spelling");
+  const hf::ImportResult a = compare_import(dir / "v5", dir / "a", 1e-4);
+  const hf::ImportResult b = compare_import(dir / "old", dir / "b", 1e-4);
+  CHECK(a.config.to_yaml() == b.config.to_yaml());
+  const ResolvedModelConfig& m = a.config.model;
+  const nlohmann::json& rd = now.at("reading");
+  CHECK(*m->hybrid_layer_pattern == "M*-E");
+  CHECK(m->squared_relu);
+  CHECK(*m->num_experts == rd.at("experts").get<int64_t>());
+  CHECK(m->moe_router_topk == rd.at("topk").get<int64_t>());
+  CHECK(*m->moe_latent_size == rd.at("latent").get<int64_t>());
+  CHECK(*m->moe_shared_expert_intermediate_size == rd.at("shared_ffn").get<int64_t>());
+  CHECK(*m->moe_router_num_groups == rd.at("n_group").get<int64_t>());
+  CHECK(*m->moe_router_topk_scaling_factor == rd.at("routed_scaling_factor").get<double>());
+  CHECK(m->moe_router_enable_expert_bias);
+  CHECK(m->moe_router_dtype == std::optional<MoeRouterDtype>(MoeRouterDtype::Fp32));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("hf nemotron_h: NemotronHConfig's directories import, in both spellings, with the reference's logits",
           "[hf][hybrid]") {
   REQUIRE(numpy_available());
@@ -313,6 +417,29 @@ TEST_CASE("hf nemotron_h: configs NemotronHForCausalLM cannot express are export
   for (const auto& [edit, message] : refused) {
     DYNAMIC_SECTION(message) {
       CHECK_THROWS_WITH(hf::family_for(finalized(edit)), Contains("not NemotronHForCausalLM") && Contains(message));
+    }
+  }
+  const std::vector<std::pair<std::function<void(ModelConfig&)>, std::string>> moe_refused = {
+      {[](ModelConfig& m) {  // 8 experts in 2 groups, 1 kept: 4 // 1 = 4 top experts summed per group
+         m.moe_router_num_groups = 2;
+         m.moe_router_group_topk = 1;
+       },
+       "model.moe_router_group_topk=1"},
+      {[](ModelConfig& m) { m.moe_shared_expert_intermediate_size = std::nullopt; },
+       "model.moe_shared_expert_intermediate_size is not set"},
+      {[](ModelConfig& m) { m.moe_shared_expert_gate = true; }, "model.moe_shared_expert_gate=true"},
+      {[](ModelConfig& m) {
+         m.moe_router_score_function = MoeScoreFunction::Softmax;
+         m.moe_router_enable_expert_bias = false;
+       },
+       "model.moe_router_score_function=softmax"},
+  };
+  for (const auto& [edit, message] : moe_refused) {
+    DYNAMIC_SECTION(message) {
+      StrataConfig c = nemotron_moe_config(true, false, Precision::Fp32);
+      edit(c.model);
+      CHECK_THROWS_WITH(hf::family_for(ResolvedModelConfig(c.model)),
+                        Contains("not NemotronHForCausalLM") && Contains(message));
     }
   }
   // A GPT family never takes a hybrid model.

@@ -21,7 +21,6 @@
 #include "training/hf/hf_deepseek_format.h"
 #include "training/hf/hf_gpt_oss_format.h"
 #include "training/hf/hf_nemotron_h_format.h"
-#include "training/hf/hf_pending_fields.h"
 
 namespace strata::hf {
 
@@ -150,17 +149,17 @@ std::string variant_incompatibility(const ResolvedModelConfig& m, Family f) {
   else if (m->softmax_type != SoftmaxType::Vanilla)
     why << "model.softmax_type=" << config::enum_to_string<SoftmaxType>(kSoftmaxTypeNames, m->softmax_type) << ": "
         << arch << " has a vanilla softmax (no attention sinks)";
-  else if (detail::squared_relu_of(*m))
+  else if (m->squared_relu)
     why << "model.squared_relu=true is not " << arch << "'s MLP activation";
-  else if (detail::quick_geglu_of(*m))
+  else if (m->quick_geglu)
     why << "model.quick_geglu=true is not " << arch << "'s MLP activation";
-  else if (detail::glu_linear_offset_of(*m) != 0.0)
-    why << "model.glu_linear_offset=" << detail::glu_linear_offset_of(*m) << ": " << arch << "'s GLU has no offset";
-  else if (detail::clamp_value_of(*m))
-    why << "model.activation_func_clamp_value=" << *detail::clamp_value_of(*m) << ": " << arch
+  else if (m->glu_linear_offset != 0.0)
+    why << "model.glu_linear_offset=" << m->glu_linear_offset << ": " << arch << "'s GLU has no offset";
+  else if (m->activation_func_clamp_value)
+    why << "model.activation_func_clamp_value=" << *m->activation_func_clamp_value << ": " << arch
         << " does not clamp its activations";
-  else if (detail::moe_latent_of(*m))
-    why << "model.moe_latent_size=" << *detail::moe_latent_of(*m) << ": " << arch
+  else if (m->moe_latent_size)
+    why << "model.moe_latent_size=" << *m->moe_latent_size << ": " << arch
         << " has no latent MoE projections (NemotronHForCausalLM has)";
   return why.str();
 }
@@ -236,7 +235,7 @@ Family family_for(const ResolvedModelConfig& m) {
   // gpt-oss's traits (sinks, sliding windows, its activation, biased MoE) name it before Mixtral /
   // Qwen3-MoE.
   if (m->num_experts && (m->softmax_type != SoftmaxType::Vanilla || !m->window_size.empty() ||
-                         detail::quick_geglu_of(*m) || m->add_bias_linear)) {
+                         m->quick_geglu || m->add_bias_linear)) {
     const auto gpt_oss = incompatibility(m, Family::GptOss);
     if (!gpt_oss) return Family::GptOss;
     STRATA_THROW("export --format hf: the model is not GptOssForCausalLM (the MoE family with attention sinks, "

@@ -14,7 +14,6 @@
 #include "core/error.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
-#include "training/hf/hf_pending_fields.h"
 #include "training/hf/hf_rope.h"
 
 namespace strata::hf::detail {
@@ -61,12 +60,12 @@ std::string layer_incompatibility(const ResolvedModelConfig& m) {
     why << "model.no_rope_freq: every gpt-oss layer applies RoPE";
   else if (!m->add_bias_linear)
     why << "model.add_bias_linear=false: gpt-oss's projections, router and experts have biases";
-  else if (!m->swiglu || !quick_geglu_of(*m))
-    why << "model.quick_geglu=" << (quick_geglu_of(*m) ? "true" : "false") << ", model.swiglu="
-        << (m->swiglu ? "true" : "false") << ": gpt-oss's experts are the quick GeGLU (swiglu and quick_geglu)";
-  else if (glu_linear_offset_of(*m) != 1.0)
-    why << "model.glu_linear_offset=" << glu_linear_offset_of(*m) << ": gpt-oss's experts compute (up + 1)";
-  else if (squared_relu_of(*m))
+  else if (!m->quick_geglu)
+    why << "model.quick_geglu=false: gpt-oss's experts are the quick GeGLU (" << (m->swiglu ? "not SwiGLU" : "gated")
+        << ")";
+  else if (m->glu_linear_offset != 1.0)
+    why << "model.glu_linear_offset=" << m->glu_linear_offset << ": gpt-oss's experts compute (up + 1)";
+  else if (m->squared_relu)
     why << "model.squared_relu=true is not gpt-oss's activation";
   else if (m->softmax_type != SoftmaxType::Learnable)
     why << "model.softmax_type=" << config::enum_to_string<SoftmaxType>(kSoftmaxTypeNames, m->softmax_type)
@@ -102,8 +101,8 @@ std::string moe_incompatibility(const ResolvedModelConfig& m) {
   else if (m->moe_router_force_load_balancing)
     why << "model.moe_router_force_load_balancing=true: a benchmark mode (random routing) no transformers model "
            "computes";
-  else if (moe_latent_of(*m))
-    why << "model.moe_latent_size=" << *moe_latent_of(*m) << ": GptOssForCausalLM has no latent MoE projections";
+  else if (m->moe_latent_size)
+    why << "model.moe_latent_size=" << *m->moe_latent_size << ": GptOssForCausalLM has no latent MoE projections";
   return why.str();
 }
 
@@ -161,9 +160,10 @@ void read_activation(const json& j, const std::string& file, ModelConfig& m) {
   STRATA_CHECK(limit > 0, file, ": swiglu_limit ", limit, " must be positive");
   const std::optional<double> clamp =
       limit == std::numeric_limits<double>::infinity() ? std::nullopt : std::optional<double>(limit);
-  STRATA_CHECK(set_quick_geglu(m, 1.0, clamp), file, ": gpt-oss's experts need model.quick_geglu, "
-               "glu_linear_offset and activation_func_clamp_value, which this build does not have");
-  m.swiglu = true;
+  m.quick_geglu = true;
+  m.glu_linear_offset = 1.0;
+  m.activation_func_clamp_value = clamp;
+  m.swiglu = false;  // quick_geglu is the gated MLP's gate (not with swiglu)
 }
 
 // The RoPE dict; a config without one takes GptOssConfig's default (YaRN factor 32 over 4096).
@@ -208,7 +208,7 @@ void gpt_oss_config_json(const ResolvedModelConfig& m, ojson& j) {
   j["rms_norm_eps"] = m->layernorm_epsilon;
   j["hidden_act"] = "silu";  // unused by GptOssExperts
   j["swiglu_alpha"] = kQuickGeluAlpha;
-  const std::optional<double> clamp = clamp_value_of(*m);
+  const std::optional<double> clamp = m->activation_func_clamp_value;
   j["swiglu_limit"] = clamp ? ojson(*clamp) : ojson{{"__float__", "Infinity"}};
   j["attention_bias"] = true;
   j["attention_dropout"] = m->attention_dropout;

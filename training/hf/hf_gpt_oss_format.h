@@ -5,7 +5,7 @@
 //       num_experts_per_tok, intermediate_size; the router a softmax over the top-k biased logits
 //       (Megatron's post-softmax top-k with the router bias of add_bias_linear)
 //   add_bias_linear ⇄ attention_bias true (q/k/v/o biases; the router and expert biases always)
-//   swiglu + quick_geglu + glu_linear_offset 1 + activation_func_clamp_value ⇄ the experts'
+//   quick_geglu + glu_linear_offset 1 + activation_func_clamp_value ⇄ the experts'
 //       (up + 1) · gate · σ(1.702 · gate) with gate ≤ swiglu_limit and |up| ≤ swiglu_limit
 //       (swiglu_alpha 1.702, Megatron's quick_gelu); no clamp ⇄ swiglu_limit Infinity
 //   softmax_type learnable ⇄ self_attn.sinks (core_attention.softmax_offset)

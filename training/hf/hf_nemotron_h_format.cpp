@@ -17,7 +17,6 @@
 #include "training/hf/hf_deepseek_format.h"
 #include "training/hf/hf_json_read.h"
 #include "training/hf/hf_moe_format.h"
-#include "training/hf/hf_pending_fields.h"
 
 namespace strata::hf::detail {
 
@@ -86,12 +85,12 @@ std::string layer_incompatibility(const ResolvedModelConfig& m, const std::strin
         << "layer_norm_epsilon, Megatron's (Strata's) keeps 1e-5";
   else if (mlps && m->swiglu)
     why << "model.swiglu=true: NemotronH's MLPs and experts are relu2 (up, squared ReLU, down), not gated";
-  else if (mlps && !squared_relu_of(*m))
+  else if (mlps && !m->squared_relu)
     why << "model.squared_relu=false: NemotronH's MLPs and experts are relu2 (squared ReLU)";
-  else if (quick_geglu_of(*m))
+  else if (m->quick_geglu)
     why << "model.quick_geglu=true is not NemotronH's relu2";
-  else if (clamp_value_of(*m))
-    why << "model.activation_func_clamp_value=" << *clamp_value_of(*m) << ": NemotronH does not clamp its "
+  else if (m->activation_func_clamp_value)
+    why << "model.activation_func_clamp_value=" << *m->activation_func_clamp_value << ": NemotronH does not clamp its "
         << "activations";
   return why.str();
 }
@@ -205,9 +204,7 @@ void read_moe(const json& j, const std::string& file, ModelConfig& m) {
   m.moe_shared_expert_intermediate_size = opt_int(j, "moe_shared_expert_intermediate_size", file).value_or(7688);
   STRATA_CHECK(*m.moe_shared_expert_intermediate_size > 0, file, ": moe_shared_expert_intermediate_size must be "
                "positive (NemotronHMoE always has its shared expert)");
-  const std::optional<int64_t> latent = opt_int(j, "moe_latent_size", file);
-  STRATA_CHECK(set_moe_latent(m, latent), file, ": moe_latent_size ", latent.value_or(0), " is not supported by "
-               "this build (model.moe_latent_size)");
+  m.moe_latent_size = opt_int(j, "moe_latent_size", file);
   m.moe_router_score_function = MoeScoreFunction::Sigmoid;
   m.moe_router_pre_softmax = false;
   m.moe_router_enable_expert_bias = true;  // e_score_correction_bias
@@ -217,8 +214,6 @@ void read_moe(const json& j, const std::string& file, ModelConfig& m) {
 }
 
 }  // namespace
-
-std::optional<int64_t> nemotron_h_moe_latent(const ResolvedModelConfig& m) { return moe_latent_of(*m); }
 
 std::string nemotron_h_incompatibility(const ResolvedModelConfig& m) {
   if (!m->is_hybrid())
@@ -270,8 +265,7 @@ void nemotron_h_config_json(const ResolvedModelConfig& m, ojson& j) {
     j["moe_intermediate_size"] = m.moe_ffn();
     j["moe_shared_expert_intermediate_size"] = *m->moe_shared_expert_intermediate_size;
     j["n_shared_experts"] = 1;  // NemotronHMoE's shared expert is one MLP of the size above
-    const std::optional<int64_t> latent = moe_latent_of(*m);
-    j["moe_latent_size"] = latent ? ojson(*latent) : ojson(nullptr);
+    j["moe_latent_size"] = m->moe_latent_size ? ojson(*m->moe_latent_size) : ojson(nullptr);
     j["n_group"] = m->moe_router_num_groups.value_or(1);
     j["topk_group"] = m->moe_router_group_topk.value_or(1);
     j["routed_scaling_factor"] = m->moe_router_topk_scaling_factor.value_or(1.0);
@@ -318,8 +312,7 @@ void nemotron_h_config_from_json(const json& j, const std::string& file, ModelCo
     const std::string act = opt_string(j, "mlp_hidden_act", "relu2", file);
     STRATA_CHECK(act == "relu2", file, ": mlp_hidden_act '", act, "' is not supported (NemotronH's relu2: "
                  "model.squared_relu)");
-    STRATA_CHECK(set_squared_relu(m), file, ": mlp_hidden_act relu2 needs model.squared_relu, which this build "
-                 "does not have");
+    m.squared_relu = true;
     STRATA_CHECK(!opt_bool(j, "mlp_bias", false, file), file, ": mlp_bias=true is not supported");
   }
   if (has(layers, hybrid::kMoe)) read_moe(j, file, m);

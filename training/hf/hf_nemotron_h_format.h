@@ -46,8 +46,6 @@ namespace strata::hf::detail {
 
 // Why the finalized model config is not a NemotronHForCausalLM (names the field), or "".
 std::string nemotron_h_incompatibility(const ResolvedModelConfig& m);
-// The experts' latent size (model.moe_latent_size; null: the experts take the hidden size).
-std::optional<int64_t> nemotron_h_moe_latent(const ResolvedModelConfig& m);
 
 // The family keys of config.json (everything but vocab_size, token ids, dtype and "strata").
 void nemotron_h_config_json(const ResolvedModelConfig& m, nlohmann::ordered_json& j);

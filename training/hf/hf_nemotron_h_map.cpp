@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "models/config/hybrid_pattern.h"
 #include "models/config/mamba_config.h"
-#include "training/hf/hf_nemotron_h_format.h"
 #include "training/hf/hf_tensor_ops.h"
 
 namespace strata::hf::detail {
@@ -54,7 +53,7 @@ void mamba_entries(const ResolvedModelConfig& m, const std::string& hp, const st
 
 void moe_entries(const ResolvedModelConfig& m, const std::string& hp, const std::string& mp, std::vector<Entry>& e) {
   const int64_t h = m->hidden_size, f = m.moe_ffn(), s = *m->moe_shared_expert_intermediate_size;
-  const std::optional<int64_t> latent = nemotron_h_moe_latent(m);
+  const std::optional<int64_t> latent = m->moe_latent_size;
   const int64_t in = latent.value_or(h);
   e.push_back({hp + "mixer.gate.weight", mp + "mlp.router.weight", {*m->num_experts, h}});
   for (int64_t x = 0; x < *m->num_experts; ++x) {
