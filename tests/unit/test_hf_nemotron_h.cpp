@@ -465,6 +465,11 @@ TEST_CASE("hf nemotron_h import: what transformers computes and Strata cannot is
       {[](nlohmann::json& j) { j["time_step_limit"] = {0.0, 2.0}; }, "time_step_limit [0.0,2.0]"},
       {[](nlohmann::json& j) { j["layers_block_type"][1] = "indexed_attention"; }, "'indexed_attention'"},
       {[](nlohmann::json& j) {
+         j.erase("head_dim");
+         j["attention_head_dim"] = 8;
+       },
+       "attention_head_dim 8 differs from the head_dim transformers uses (128"},
+      {[](nlohmann::json& j) {
          j.erase("layers_block_type");
          j["hybrid_override_pattern"] = "M*G";
        },

@@ -295,6 +295,12 @@ void nemotron_h_config_from_json(const json& j, const std::string& file, ModelCo
   m.num_query_groups = opt_int(j, "num_key_value_heads", file).value_or(m.num_attention_heads);
   m.group_query_attention = *m.num_query_groups != m.num_attention_heads;
   m.kv_channels = opt_int(j, "head_dim", file).value_or(128);  // NemotronHConfig's default
+  // The remote-code configs of the first Nemotron-H releases name it attention_head_dim, which
+  // transformers 5 does not read: refused where it would give another head size than head_dim.
+  const std::optional<int64_t> legacy = opt_int(j, "attention_head_dim", file);
+  STRATA_CHECK(!legacy || *legacy == *m.kv_channels, file, ": attention_head_dim ", legacy.value_or(0),
+               " differs from the head_dim transformers uses (", *m.kv_channels, j.contains("head_dim") ? "" :
+               ", NemotronHConfig's default", "); set head_dim");
   m.max_position_embeddings = opt_int(j, "max_position_embeddings", file).value_or(4096);
   m.position_embedding_type = PositionEmbeddingType::None;
   m.normalization = Normalization::RMSNorm;
