@@ -487,7 +487,7 @@ ResolvedModelConfig::Resolution ResolvedModelConfig::resolve(const ModelConfig& 
     return fields;
   }();
   config::check_section_fields(field_rules, &raw);  // the per-field rules, whoever resolves the section
-  ResolvedModelConfig::Resolution r{raw, {}, {}, {}, {}};
+  ResolvedModelConfig::Resolution r{raw, {}, {}, {}, {}, {}};
   ModelConfig& m = r.fields;  // the fields, their null defaults filled in below
   r.pattern = resolve_hybrid_pattern(m);
   apply_gpt_oss_positions(m);

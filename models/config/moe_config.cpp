@@ -37,10 +37,6 @@ namespace {
 
 constexpr const char* kFreqField = "model.moe_layer_freq";
 
-std::string str(int64_t x) {
-  return std::to_string(x);
-}
-
 // The per-layer 0/1 map, or the problem ("" when fine). num_layers < 0: syntax only.
 std::string layer_freq_problem(const std::vector<std::string>& value, int64_t num_layers, std::vector<int64_t>& map) {
   map.clear();

@@ -47,9 +47,17 @@ struct TransformerLayerSpec {
   std::optional<AttentionWindow> window;
 
   static TransformerLayerSpec full() { return {}; }
-  static TransformerLayerSpec attention_only() { return {true, false, MlpKind::Dense}; }
-  static TransformerLayerSpec mlp_only() { return {false, true, MlpKind::Dense}; }
-  static TransformerLayerSpec moe_only() { return {false, true, MlpKind::MoE, true}; }
+  static TransformerLayerSpec of_branches(bool attention, bool mlp_branch, MlpKind kind, bool separate_norm) {
+    TransformerLayerSpec s;
+    s.self_attention = attention;
+    s.mlp = mlp_branch;
+    s.mlp_kind = kind;
+    s.separate_pre_mlp_norm = separate_norm;
+    return s;
+  }
+  static TransformerLayerSpec attention_only() { return of_branches(true, false, MlpKind::Dense, false); }
+  static TransformerLayerSpec mlp_only() { return of_branches(false, true, MlpKind::Dense, false); }
+  static TransformerLayerSpec moe_only() { return of_branches(false, true, MlpKind::MoE, true); }
   // The layer kind's symbol of this spec: '*' attention only, '-' MLP only, 'E' MoE only, 'T' both
   // (Megatron's hybrid symbols); with MLA '+' attention only (Megatron's) and 'L' both (Strata's GPT layer).
   char symbol() const {

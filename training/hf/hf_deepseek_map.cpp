@@ -150,18 +150,11 @@ int64_t layer_index(const std::string& name) {
 }  // namespace
 
 std::map<std::string, Tensor> deepseek_to_hf(const ResolvedModelConfig& m, const std::map<std::string, Tensor>& mg) {
-  const Get get = [&](const std::string& name) -> const Tensor& {
-    auto it = mg.find(name);
-    STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
-    return it->second;
-  };
+  const ExportTensors src{mg, *m->vocab_size};
+  const Get get = [&](const std::string& name) -> const Tensor& { return src.get(name); };
   const auto norm_w = [&](const std::string& name) { return m->apply_layernorm_1p ? plus(get(name), 1.0) : get(name); };
   const int64_t vocab = *m->vocab_size, mtp_layers = deepseek_export_mtp_layers(m);
-  auto real_rows = [&](const Tensor& t) {
-    STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0),
-                 " rows is smaller than the vocabulary ", vocab);
-    return t.narrow(0, 0, vocab).contiguous().clone();
-  };
+  const auto real_rows = [&](const Tensor& t) { return src.real_rows(t); };
   std::map<std::string, Tensor> out;
   out["model.embed_tokens.weight"] = real_rows(get("embedding.word_embeddings.weight"));
   out["model.norm.weight"] = norm_w("decoder.final_layernorm.weight");

@@ -126,17 +126,12 @@ void experts_from_hf(const Dims& d, const std::string& mp, const std::string& hp
 }  // namespace
 
 std::map<std::string, Tensor> gpt_oss_to_hf(const ResolvedModelConfig& m, const std::map<std::string, Tensor>& mg) {
+  const ExportTensors src{mg, *m->vocab_size};
   const std::function<const Tensor&(const std::string&)> get = [&](const std::string& name) -> const Tensor& {
-    auto it = mg.find(name);
-    STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
-    return it->second;
+    return src.get(name);
   };
   const int64_t vocab = *m->vocab_size;
-  auto real_rows = [&](const Tensor& t) {
-    STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0),
-                 " rows is smaller than the vocabulary ", vocab);
-    return t.narrow(0, 0, vocab).contiguous().clone();
-  };
+  const auto real_rows = [&](const Tensor& t) { return src.real_rows(t); };
   const Dims d = dims_of(m);
   std::map<std::string, Tensor> out;
   out["model.embed_tokens.weight"] = real_rows(get("embedding.word_embeddings.weight"));

@@ -157,17 +157,10 @@ int64_t hub_names(const std::map<std::string, Tensor>& in, const std::string& fi
 }  // namespace
 
 std::map<std::string, Tensor> nemotron_h_to_hf(const ResolvedModelConfig& m, const std::map<std::string, Tensor>& mg) {
-  const auto get = [&](const std::string& name) -> const Tensor& {
-    auto it = mg.find(name);
-    STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
-    return it->second;
-  };
+  const ExportTensors src{mg, *m->vocab_size};
+  const auto get = [&](const std::string& name) -> const Tensor& { return src.get(name); };
   const int64_t vocab = *m->vocab_size;
-  auto real_rows = [&](const Tensor& t) {
-    STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0),
-                 " rows is smaller than the vocabulary ", vocab);
-    return t.narrow(0, 0, vocab).contiguous().clone();
-  };
+  const auto real_rows = [&](const Tensor& t) { return src.real_rows(t); };
   std::map<std::string, Tensor> out;
   out[kBase + "embeddings.weight"] = real_rows(get("embedding.word_embeddings.weight"));
   if (m->untie_embeddings_and_output_weights) out["lm_head.weight"] = real_rows(get("output_layer.weight"));

@@ -22,6 +22,18 @@ namespace strata::hf {
 
 namespace detail {
 
+const Tensor& ExportTensors::get(const std::string& name) const {
+  auto it = tensors.find(name);
+  STRATA_CHECK(it != tensors.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
+  return it->second;
+}
+
+Tensor ExportTensors::real_rows(const Tensor& t) const {
+  STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0), " rows is smaller than the vocabulary ",
+               vocab);
+  return t.narrow(0, 0, vocab).contiguous().clone();
+}
+
 Tensor cat_rows(const std::vector<Tensor>& parts) {
   Shape s = parts.at(0).shape();
   int64_t rows = 0;
@@ -84,6 +96,7 @@ Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, int64_t np, 
 namespace {
 
 using detail::cat_rows;
+using detail::ExportTensors;
 using detail::MlpDims;
 using detail::pad_rows;
 using detail::plus;
@@ -183,19 +196,10 @@ std::map<std::string, Tensor> to_hf_tensors(const ResolvedModelConfig& m, Family
   if (is_mla(f)) return detail::deepseek_to_hf(m, mg);
   if (is_hybrid(f)) return detail::nemotron_h_to_hf(m, mg);
   if (f == Family::GptOss) return detail::gpt_oss_to_hf(m, mg);
-  auto get = [&](const std::string& name) -> const Tensor& {
-    auto it = mg.find(name);
-    STRATA_CHECK(it != mg.end(), "export --format hf: the checkpoint has no tensor '", name, "'");
-    return it->second;
-  };
-  // Only the real vocabulary leaves: transformers' log-softmax runs over every row of lm_head, so
-  // Megatron's padding rows would change every probability.
+  const ExportTensors src{mg, *m->vocab_size};
+  auto get = [&](const std::string& name) -> const Tensor& { return src.get(name); };
   const int64_t vocab = *m->vocab_size;
-  auto real_rows = [&](const Tensor& t) {
-    STRATA_CHECK(t.size(0) >= vocab, "export --format hf: tensor with ", t.size(0),
-                 " rows is smaller than the vocabulary ", vocab);
-    return t.narrow(0, 0, vocab).contiguous().clone();
-  };
+  const auto real_rows = [&](const Tensor& t) { return src.real_rows(t); };
   const Tensor emb = real_rows(get("embedding.word_embeddings.weight"));
   const Dims d = dims_of(m, vocab);
   auto norm_w = [&](const std::string& name) { return d.one_p ? plus(get(name), 1.0) : get(name); };

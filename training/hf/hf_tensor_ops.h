@@ -1,13 +1,26 @@
 // Small host-tensor helpers shared by the Hugging Face tensor maps (training/hf/hf_tensor_map.cpp,
-// hf_moe_map.cpp, hf_deepseek_map.cpp, hf_nemotron_h_map.cpp); defined in hf_tensor_map.cpp.
+// hf_moe_map.cpp, hf_deepseek_map.cpp, hf_nemotron_h_map.cpp, hf_gpt_oss_map.cpp); defined in hf_tensor_map.cpp.
 // Reference: Megatron-LM tools/checkpoint/saver_base.py (pad_weight: the vocabulary padded with
 // copies of its last row), Megatron-Core attention.py (get_query_key_value_tensors).
 #pragma once
+#include <map>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace strata::hf::detail {
+
+// A checkpoint's tensors by Megatron name, for an export: `get` refuses a missing one by name;
+// `real_rows` keeps the first `vocab` rows of a padded word embedding or output layer (only the real
+// vocabulary leaves: transformers' log-softmax runs over every row of lm_head, so Megatron's padding
+// rows would change every probability).
+struct ExportTensors {
+  const std::map<std::string, Tensor>& tensors;
+  int64_t vocab;
+  const Tensor& get(const std::string& name) const;
+  Tensor real_rows(const Tensor& t) const;
+};
 
 // Concatenation along dim 0 (same trailing shape and dtype).
 Tensor cat_rows(const std::vector<Tensor>& parts);
