@@ -266,4 +266,19 @@ inline std::vector<double> f64_logits(LanguageModel& model, const StrataConfig& 
   return out;
 }
 
+// The tiny model the HF family tests share: hidden 32, 4 heads, sequence 16, the vocabulary padded to
+// a multiple of 64, RMSNorm, no dropout, init std 0.3 (so that the logits spread); each test sets
+// its family's own fields on top. kHfTestIds: the prompt they score (13 tokens of a 257 vocabulary).
+inline void set_tiny_hf_model(ModelConfig& m) {
+  m.hidden_size = 32;
+  m.num_attention_heads = 4;
+  m.seq_length = 16;
+  m.make_vocab_size_divisible_by = 64;
+  m.hidden_dropout = 0.0;
+  m.attention_dropout = 0.0;
+  m.init_method_std = 0.3;
+  m.normalization = Normalization::RMSNorm;
+}
+inline const std::vector<int64_t> kHfTestIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5, 64, 31};
+
 }  // namespace strata::test

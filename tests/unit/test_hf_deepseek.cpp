@@ -38,7 +38,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5, 64, 31};
+const std::vector<int64_t>& kIds = kHfTestIds;
 
 // DeepSeek-V3-like (`lite` false): q_lora_rank 12, YaRN factor 4 with mscale 0.9 / mscale_all_dim
 // 0.7, layer 0 dense and 1-2 MoE: 8 experts in 4 groups (2 kept), top-4, 2 shared experts (24),
@@ -47,17 +47,10 @@ const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5, 6
 StrataConfig deepseek_config(bool lite, Precision precision) {
   StrataConfig c;
   ModelConfig& m = c.model;
+  set_tiny_hf_model(m);
   m.num_layers = 3;
-  m.hidden_size = 32;
-  m.num_attention_heads = 4;
-  m.seq_length = 16;
   m.max_position_embeddings = 64;
-  m.make_vocab_size_divisible_by = 64;
-  m.hidden_dropout = 0.0;
-  m.attention_dropout = 0.0;
-  m.init_method_std = 0.3;
   m.layernorm_epsilon = 1e-6;
-  m.normalization = Normalization::RMSNorm;
   m.swiglu = true;
   m.add_bias_linear = false;
   m.untie_embeddings_and_output_weights = !lite;

@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5, 64, 31};
+const std::vector<int64_t>& kIds = kHfTestIds;
 
 // A tiny gpt-oss: 3 layers of hidden 32, 4 heads of 8 in 2 query groups with sinks, a window of 4
 // keys (window_size [3, 0]) on layers 0 and 2 (window_attn_skip_freq 2), YaRN factor 4 over 16
@@ -44,20 +44,13 @@ const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5, 6
 StrataConfig gpt_oss_config(bool tied, Precision precision) {
   StrataConfig c;
   ModelConfig& m = c.model;
+  set_tiny_hf_model(m);
   m.num_layers = 3;
-  m.hidden_size = 32;
-  m.num_attention_heads = 4;
   m.group_query_attention = true;
   m.num_query_groups = 2;
   m.kv_channels = 8;
-  m.seq_length = 16;
   m.max_position_embeddings = 64;
-  m.make_vocab_size_divisible_by = 64;
-  m.hidden_dropout = 0.0;
-  m.attention_dropout = 0.0;
-  m.init_method_std = 0.3;
   m.layernorm_epsilon = 1e-5;
-  m.normalization = Normalization::RMSNorm;
   m.position_embedding_type = PositionEmbeddingType::Yarn;
   m.rotary_base = 150000;
   m.rotary_scaling_factor = 4.0;

@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5, 64, 31};
+const std::vector<int64_t>& kIds = kHfTestIds;
 
 // A Mamba/attention hybrid, "M*M*" (or `pattern`): hidden 32, attention 4 heads of 8 in 2 query
 // groups without positions, Mamba 4 heads of 16 in 2 groups with state 8 (chunks of 4, so the scan
@@ -43,21 +43,14 @@ const std::vector<int64_t> kIds = {3, 250, 17, 256, 99, 0, 128, 42, 7, 200, 5, 6
 StrataConfig nemotron_config(bool tied, Precision precision, const std::string& pattern = "M*M*") {
   StrataConfig c;
   ModelConfig& m = c.model;
+  set_tiny_hf_model(m);
   m.hybrid_layer_pattern = pattern;
   m.num_layers = 4;
-  m.hidden_size = 32;
-  m.num_attention_heads = 4;
   m.group_query_attention = true;
   m.num_query_groups = 2;
   m.kv_channels = 8;
-  m.seq_length = 16;
   m.max_position_embeddings = 16;
-  m.make_vocab_size_divisible_by = 64;
-  m.hidden_dropout = 0.0;
-  m.attention_dropout = 0.0;
-  m.init_method_std = 0.3;
   m.layernorm_epsilon = 1e-5;
-  m.normalization = Normalization::RMSNorm;
   m.position_embedding_type = PositionEmbeddingType::None;
   m.add_bias_linear = false;
   m.untie_embeddings_and_output_weights = !tied;
