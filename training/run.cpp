@@ -162,13 +162,18 @@ TrainResult run_on_rank(const ResolvedConfig& given, const DistributedRuntime& r
   log::info("model: {} parameters, {:.3g} model FLOPs per token", n_params, fpt);
   if (const std::string note = kernels::cpu::blas_core_restart_note(); !note.empty()) log::info("{}", note);
 
-  Trainer trainer(cfg, model, train, valid.get(), options);
+  std::unique_ptr<BatchSource> given_train = hooks.train_data ? hooks.train_data(dp_rank, dp_size) : nullptr;
+  std::unique_ptr<BatchSource> given_valid = hooks.valid_data ? hooks.valid_data(dp_rank, dp_size) : nullptr;
+  BatchSource& train_source = given_train ? *given_train : static_cast<BatchSource&>(train);
+  BatchSource* valid_source = given_valid ? given_valid.get() : valid.get();
+  Trainer trainer(cfg, model, train_source, valid_source, options);
+  if (hooks.with_trainer) hooks.with_trainer(trainer);
   if (tensor_dumper) trainer.observers().add(std::move(tensor_dumper));
   log::info("layout: world {} = tp {} x cp {} x pp {} x dp {}; optimizer state {} bytes on this rank{}", rt.world_size,
             cfg.parallel->tensor_model_parallel_size, cfg.parallel->context_parallel_size,
             cfg.parallel->pipeline_model_parallel_size, dp_size, trainer.optimizer().state_bytes(),
             cfg.parallel->use_distributed_optimizer ? " (distributed optimizer: sharded over dp)" : "");
-  if (hooks.before_training) hooks.before_training(params, train);
+  if (hooks.before_training) hooks.before_training(params, train_source);
   TrainResult result = trainer.train();
   if (rt.world_size > 1 && result.train_step_seconds > 0)
     log::info("communication: {:.1f}% of the train-step time in data-parallel collectives",

@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <vector>
 
 #include "training/config/config.h"
@@ -24,6 +25,11 @@ struct RunHooks {
   // Called once before the first step with this rank's parameters (their initial values) and the
   // training batch source (a pure function of (step, micro-batch): reading it changes nothing).
   std::function<void(const std::vector<Parameter*>&, BatchSource&)> before_training;
+  // Batches from the caller instead of the configured data (tests replaying another framework's
+  // recorded batches): called with this rank's data-parallel rank and size.
+  std::function<std::unique_ptr<BatchSource>(int64_t dp_rank, int64_t dp_size)> train_data, valid_data;
+  // Called once the Trainer is built (its checkpoint loaded), before the first step.
+  std::function<void(Trainer&)> with_trainer;
 };
 
 // Model FLOPs per token, forward + backward, of the model built from `params`: 6·N (parameters

@@ -27,6 +27,7 @@
 #include "training/checkpointing/checksum.h"
 #include "training/checkpointing/checkpoint_tokenizer.h"
 #include "training/checkpointing/contained_path.h"
+#include "training/checkpointing/megatron/megatron_checkpoint.h"
 
 namespace strata {
 
@@ -81,15 +82,8 @@ const json& manifest_object(const json& obj, const std::string& key, const std::
   return j;
 }
 
-// One global tensor of a checkpoint: its shape and the pieces it is stored as.
-struct Piece {
-  std::string file, key;
-  TensorBox box;
-};
-struct TensorEntry {
-  std::vector<int64_t> shape;
-  std::vector<Piece> pieces;
-};
+using Piece = StoredPiece;
+using TensorEntry = StoredTensor;
 
 std::string shape_str(const std::vector<int64_t>& s) { return Shape(s).str(); }
 
@@ -146,7 +140,7 @@ struct CheckpointReader {
   int64_t version = 0;
   const json* files = nullptr;  // the manifest's "files" object
   std::map<std::string, TensorFileContents> cache;
-  std::map<std::string, TensorEntry> table;
+  StoredTensorTable table;
 
   CheckpointReader(fs::path dir_, TensorFileIO& io_) : dir(std::move(dir_)), manifest_path(dir / kManifestFile), io(io_) {}
   CheckpointReader(const CheckpointReader&) = delete;
@@ -208,7 +202,7 @@ void CheckpointReader::add_whole_tensors(const std::string& f) {
   for (const auto& [key, t] : file_tensors(f)) {
     TensorEntry e;
     e.shape = t.shape().vec();
-    e.pieces.push_back({f, key, {std::vector<int64_t>(e.shape.size(), 0), e.shape}});
+    e.pieces.push_back({f, key, {std::vector<int64_t>(e.shape.size(), 0), e.shape}, {}});
     table[key] = std::move(e);
   }
 }
@@ -226,7 +220,7 @@ void CheckpointReader::read_tensor_table() {
       e.shape = it.value().at("shape").get<std::vector<int64_t>>();
       for (const json& jp : it.value().at("pieces")) {
         Piece piece{jp.at("file").get<std::string>(), jp.at("key").get<std::string>(),
-                    {jp.at("offsets").get<std::vector<int64_t>>(), jp.at("shape").get<std::vector<int64_t>>()}};
+                    {jp.at("offsets").get<std::vector<int64_t>>(), jp.at("shape").get<std::vector<int64_t>>()}, {}};
         STRATA_CHECK(piece.box.offsets.size() == e.shape.size() && piece.box.shape.size() == e.shape.size(),
                      "checkpoint: ", manifest_path.string(), ": a piece of ", it.key(), " has ",
                      piece.box.shape.size(), " dimensions, the tensor ", e.shape.size());
@@ -262,14 +256,20 @@ void CheckpointReader::load_tensor(const std::string& name, const Parameter& p, 
     int64_t covered = 0;
     for (const Piece& piece : e.pieces) {
       if (!intersect_boxes(piece.box, r.box)) continue;
-      const auto& tensors = file_tensors(piece.file);
-      auto src = tensors.find(piece.key);
-      STRATA_CHECK(src != tensors.end(), "checkpoint: tensor '", piece.key, "' is missing from ",
-                   (dir / piece.file).string());
-      STRATA_CHECK(src->second.shape() == Shape(piece.box.shape), "checkpoint: tensor '", piece.key, "' in ",
-                   (dir / piece.file).string(), " has shape ", src->second.shape().str(), ", the manifest says ",
+      Tensor fetched;
+      if (piece.fetch) {
+        fetched = piece.fetch();
+      } else {
+        const auto& tensors = file_tensors(piece.file);
+        auto src = tensors.find(piece.key);
+        STRATA_CHECK(src != tensors.end(), "checkpoint: tensor '", piece.key, "' is missing from ",
+                     (dir / piece.file).string());
+        fetched = src->second;
+      }
+      STRATA_CHECK(fetched.shape() == Shape(piece.box.shape), "checkpoint: tensor '", piece.key, "' in ",
+                   (dir / piece.file).string(), " has shape ", fetched.shape().str(), ", the manifest says ",
                    shape_str(piece.box.shape));
-      covered += copy_box_intersection(src->second, piece.box, r.local, r.box);
+      covered += copy_box_intersection(fetched, piece.box, r.local, r.box);
     }
     STRATA_CHECK(covered == expected, "checkpoint: the pieces of '", name, "' in ", manifest_path.string(),
                  " cover ", covered, " of the ", expected, " elements of ", r.box.str());
@@ -397,10 +397,21 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
   STRATA_CHECK(iteration.has_value(), "checkpoint: no ", kTrackerFile, " in ", load_dir);
   CheckpointReader ckpt(fs::path(load_dir) / checkpoint_dir_name(*iteration), io);
   STRATA_CHECK(fs::is_directory(ckpt.dir), "checkpoint: directory ", ckpt.dir.string(), " does not exist");
-  ckpt.read_manifest();
   bool saved_optim = false;
-  CheckpointState st = read_run_state(ckpt.manifest, ckpt.manifest_path, *iteration, saved_optim);
-  ckpt.read_tensor_table();
+  CheckpointState st;
+  if (detect_checkpoint_format(ckpt.dir.string()) == CheckpointFormat::MegatronTorchDist) {
+    MegatronCheckpoint m = read_megatron_torch_dist(ckpt.dir.string(), params);
+    STRATA_CHECK(m.state.iteration == *iteration, "checkpoint: ", ckpt.dir.string(), " says iteration ",
+                 m.state.iteration, " in its common state");
+    st = std::move(m.state);
+    ckpt.table = std::move(m.table);
+    ckpt.version = 2;
+    saved_optim = m.has_optimizer;
+  } else {
+    ckpt.read_manifest();
+    st = read_run_state(ckpt.manifest, ckpt.manifest_path, *iteration, saved_optim);
+    ckpt.read_tensor_table();
+  }
   for (Parameter* p : match_model_tensors(ckpt, params, options, st))
     ckpt.load_tensor(checkpoint_parameter_name(p->name), *p, p->value, options.vocab_padding_may_differ);
   ckpt.cache.clear();  // the model files are no longer needed

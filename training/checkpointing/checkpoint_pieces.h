@@ -6,6 +6,8 @@
 // global_offset, local_shape), dist_checkpointing/exchange_utils.py (which rank reads what).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +24,23 @@ struct TensorBox {
   int64_t numel() const;
   std::string str() const;  // "[0:4, 8:16]"
 };
+
+// One stored piece of a global tensor: its box and where its data is — under `key` in shard file
+// `file` of a Strata checkpoint, or (Megatron checkpoints, training/checkpointing/megatron/) what
+// `fetch` returns, a tensor of the box's shape; `file` then names it in messages.
+struct StoredPiece {
+  std::string file, key;
+  TensorBox box;
+  std::function<Tensor()> fetch;
+};
+// A global tensor of a checkpoint: its shape and the pieces it is stored as.
+struct StoredTensor {
+  std::vector<int64_t> shape;
+  std::vector<StoredPiece> pieces;
+};
+// A checkpoint's global tensors by the name Strata loads them under (checkpoint_parameter_name,
+// optimizer states as `optimizer.exp_avg.<name>`, `optimizer.exp_avg_sq.<name>`, `optimizer.master.<name>`).
+using StoredTensorTable = std::map<std::string, StoredTensor>;
 
 // The common part of two boxes of the same global tensor (same rank), nullopt when empty.
 std::optional<TensorBox> intersect_boxes(const TensorBox& a, const TensorBox& b);
