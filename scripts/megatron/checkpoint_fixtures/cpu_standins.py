@@ -232,11 +232,10 @@ def install_megatron():
         #     its own tensor. torch's load_state_dict gives all parameters one shared `step`
         #     tensor when the checkpoint keeps one step (torch_dist's 'common_step'; the
         #     distributed optimizer's single step), so each in-place `step += 1` would advance it
-        #     once per parameter. And the distributed optimizer keeps the loaded step in its
-        #     param_groups (FusedAdam's place), while load_parameter_state_* then copies the
-        #     template's per-parameter 'step' (from (1)) over the shared tensor. Each parameter
-        #     gets a copy of its param group's 'step' where the group has one, else a copy of
-        #     its own: what a never-saved optimizer holds at that iteration.
+        #     once per parameter. The distributed optimizer keeps the loaded step in its
+        #     param_groups (FusedAdam's place). Each parameter gets a copy of its param group's
+        #     'step' where the group has one, else a copy of its own: what a never-saved
+        #     optimizer holds at that iteration.
         # (3) Not CPU-specific: with fp32 parameters the DistributedOptimizer's main params are
         #     views of the model params (DistributedOptimizer._build_model_and_main_param_groups),
         #     and load_parameter_state_from_dp_reshardable copies into them outside no_grad,
@@ -262,6 +261,28 @@ def install_megatron():
         return result
 
     mtraining.load_checkpoint = load_checkpoint
+
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    original_set_states = DistributedOptimizer._set_main_param_and_optimizer_states
+
+    def set_main_param_and_optimizer_states(self, model_param, tensors):
+        # Without Transformer Engine the inner torch Adam state holds a per-parameter 'step'
+        # tensor, which FusedAdam's does not; load_parameter_state_from_dp_reshardable /
+        # _from_dp_zero copy every state tensor from the saved per-parameter tensors, which
+        # have no 'step' (KeyError 'step'). The step is left out of that copy here and set
+        # from the loaded param_groups by load_checkpoint above.
+        group_index, group_order = self.model_param_group_index_map[model_param]
+        main_param = self.optimizer.param_groups[group_index]["params"][group_order]
+        state = self.optimizer.state.get(main_param, {})
+        step = state.pop("step", None)
+        try:
+            original_set_states(self, model_param, tensors)
+        finally:
+            if step is not None:
+                state["step"] = step
+
+    DistributedOptimizer._set_main_param_and_optimizer_states = set_main_param_and_optimizer_states
 
 
 def _inner_optimizers(optimizer):
