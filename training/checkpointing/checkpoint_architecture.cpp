@@ -10,12 +10,17 @@
 
 #include "core/error.h"
 #include "training/checkpointing/checkpoint.h"
+#include "training/checkpointing/megatron/megatron_args.h"
+#include "training/checkpointing/megatron/megatron_checkpoint.h"
 
 namespace strata {
 
 namespace fs = std::filesystem;
 
 std::string read_checkpoint_config(const std::string& load_dir, int64_t iteration) {
+  const std::string dir = (fs::path(load_dir) / checkpoint_dir_name(iteration)).string();
+  if (detect_checkpoint_format(dir) == CheckpointFormat::MegatronTorchDist)  // Megatron's saved args
+    return megatron_args_config_yaml(*read_megatron_args(dir));
   const fs::path manifest = fs::path(load_dir) / checkpoint_dir_name(iteration) / "manifest.json";
   std::ifstream in(manifest);
   STRATA_CHECK(in.good(), "checkpoint: cannot read ", manifest.string());

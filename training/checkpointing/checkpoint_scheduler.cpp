@@ -1,6 +1,7 @@
 // The checkpoint's learning-rate schedule and the resume rule (see checkpoint_scheduler.h).
 // Reference: megatron/core/optimizer_param_scheduler.py (state_dict, _check_and_set, load_state_dict).
 #include "training/checkpointing/checkpoint_scheduler.h"
+#include "training/checkpointing/megatron/megatron_checkpoint.h"
 
 #include <fstream>
 #include <sstream>
@@ -82,6 +83,9 @@ LrScheduleState lr_schedule_from_json(const json& j, const fs::path& manifest) {
 }
 
 std::optional<LrScheduleState> read_checkpoint_lr_schedule(const std::string& load_dir, int64_t iteration) {
+  const std::string dir = (fs::path(load_dir) / checkpoint_dir_name(iteration)).string();
+  if (detect_checkpoint_format(dir) == CheckpointFormat::MegatronTorchDist)
+    return megatron_lr_schedule(*read_megatron_common_state(dir), dir);
   const fs::path manifest = fs::path(load_dir) / checkpoint_dir_name(iteration) / "manifest.json";
   std::ifstream in(manifest);
   STRATA_CHECK(in.good(), "checkpoint: cannot read ", manifest.string());

@@ -60,8 +60,11 @@ std::string dest_of(const std::string& flag) {
 formats::PyRef read_megatron_args(const std::string& iteration_dir) {
   STRATA_CHECK(detect_checkpoint_format(iteration_dir) == CheckpointFormat::MegatronTorchDist, "checkpoint: ",
                iteration_dir, " is not a Megatron torch_dist checkpoint");
-  const MegatronCheckpoint m = read_megatron_torch_dist(iteration_dir, {});
-  return m.args;
+  const formats::PyRef common = read_megatron_common_state(iteration_dir);
+  const PyValue* args = common->find("args");
+  STRATA_CHECK(args && args->is_instance_of("argparse", "Namespace"), "checkpoint: ", iteration_dir,
+               ": its common state has no saved args");
+  return std::make_shared<PyValue>(*args);
 }
 
 std::string megatron_args_config_yaml(const PyValue& args, std::vector<std::string>* notes) {

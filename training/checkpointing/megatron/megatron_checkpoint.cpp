@@ -62,24 +62,44 @@ const char* checkpoint_format_name(CheckpointFormat f) {
 
 namespace {
 
+// One-element tensors of a common state (torch_dist's optimizer.state.common_step) become Floats:
+// the archive holding their data does not outlive the read.
+void scalar_tensors_to_floats(const formats::TorchArchive& a, PyValue& v) {
+  if (v.kind == PyValue::Kind::Tensor) {
+    const Tensor t = a.tensor(v.tensor);
+    if (t.numel() == 1) {
+      v.kind = PyValue::Kind::Float;
+      v.real = t.to_vector()[0];
+    }
+    return;
+  }
+  for (PyRef& i : v.items) if (i) scalar_tensors_to_floats(a, *i);
+  for (auto& [k, x] : v.dict) if (x) scalar_tensors_to_floats(a, *x);
+  if (v.state) scalar_tensors_to_floats(a, *v.state);
+}
+
 // The common state: the "common_state" bytes item, a torch.save blob of a one-element list or the
-// dict itself.
+// dict itself (older Megatron: common.pt). Its few tensors (the Adam step) are kept as Float values.
 PyRef read_common_state(formats::DcpReader& dcp) {
   std::string key;
   for (const auto& [fqn, item] : dcp.items())
     if (!item.is_tensor && fqn.rfind("common_state/", 0) == 0) key = fqn;
-  if (key.empty()) {  // older Megatron: common.pt beside the DCP files
+  std::string blob, source;
+  if (key.empty()) {
     const fs::path common = fs::path(dcp.dir()) / "common.pt";
     STRATA_IO_CHECK(fs::exists(common), dcp.dir(), "has neither a common_state item nor common.pt");
     formats::MappedFile mf(common.string());
-    formats::TorchArchive a(mf.data(), mf.size(), common.string());
-    return a.root;
+    blob.assign(reinterpret_cast<const char*>(mf.data()), mf.size());
+    source = common.string();
+  } else {
+    blob = dcp.read_bytes(key);
+    source = dcp.dir() + "[" + key + "]";
   }
-  const std::string blob = dcp.read_bytes(key);
-  formats::TorchArchive a(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), dcp.dir() + "[" + key + "]");
+  formats::TorchArchive a(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), source);
   PyRef root = a.root;
   if (root->is_sequence() && !root->items.empty()) root = root->items[0];
-  STRATA_IO_CHECK(root->kind == PyValue::Kind::Dict, dcp.dir(), "[", key, "] holds a ", root->kind_name(), ", not a dict");
+  STRATA_IO_CHECK(root->kind == PyValue::Kind::Dict, source, "holds a ", root->kind_name(), ", not a dict");
+  scalar_tensors_to_floats(a, *root);
   return root;
 }
 
@@ -103,6 +123,17 @@ int64_t int_member(const PyValue* v, const std::string& what, const std::string&
 
 }  // namespace
 
+formats::PyRef read_megatron_common_state(const std::string& iteration_dir) {
+  formats::DcpReader dcp(iteration_dir);
+  return read_common_state(dcp);
+}
+
+std::optional<LrScheduleState> megatron_lr_schedule(const PyValue& common, const std::string& iteration_dir) {
+  const PyValue* sch = common.find("opt_param_scheduler");
+  if (!sch || sch->kind != PyValue::Kind::Dict) return std::nullopt;
+  return lr_schedule_from_json(to_json(*sch), fs::path(iteration_dir) / "common_state");
+}
+
 MegatronCheckpoint read_megatron_torch_dist(const std::string& iteration_dir, const std::vector<Parameter*>& params) {
   auto dcp = std::make_shared<formats::DcpReader>(iteration_dir);
   MegatronCheckpoint m;
@@ -114,10 +145,9 @@ MegatronCheckpoint read_megatron_torch_dist(const std::string& iteration_dir, co
   m.state.iteration = int_member(m.common->find("iteration"), "iteration", where);
   m.state.consumed_train_samples = int_member(args->attr("consumed_train_samples"), "args.consumed_train_samples", where);
   if (const PyValue* seed = args->attr("seed"); seed && seed->is_int()) m.state.seed = static_cast<uint64_t>(seed->integer);
-  if (const PyValue* sch = m.common->find("opt_param_scheduler"); sch && sch->kind == PyValue::Kind::Dict) {
-    m.state.lr_schedule = lr_schedule_from_json(to_json(*sch), fs::path(iteration_dir) / "common_state");
+  m.state.lr_schedule = megatron_lr_schedule(*m.common, iteration_dir);
+  if (const PyValue* sch = m.common->find("opt_param_scheduler"); sch && sch->kind == PyValue::Kind::Dict)
     if (const PyValue* n = sch->find("num_steps"); n && n->is_int()) m.state.lr_scheduler_steps = n->integer;
-  }
   // Model tensors: stacked layers unstacked into per-layer tensors; optimizer keys are read below.
   auto chunk_cache = std::make_shared<std::map<std::pair<std::string, size_t>, Tensor>>();
   MegatronChunkFetch chunk = [dcp, chunk_cache](const std::string& fqn, size_t i) {

@@ -13,6 +13,7 @@
 // megatron/core/optimizer/optimizer.py and distrib_optimizer.py (sharded_state_dict).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,13 @@ struct MegatronCheckpoint {
   formats::PyRef args;        // the saved argparse.Namespace (Megatron's arguments)
   formats::PyRef common;      // the whole common state dict
 };
+
+// The common (not sharded) state of a torch_dist iteration directory: a dict with `args`,
+// `iteration`, `opt_param_scheduler`, `checkpoint_version`, … (Megatron's generate_state_dict).
+formats::PyRef read_megatron_common_state(const std::string& iteration_dir);
+
+// The learning-rate schedule a Megatron common state holds (its opt_param_scheduler), or nullopt.
+std::optional<LrScheduleState> megatron_lr_schedule(const formats::PyValue& common, const std::string& iteration_dir);
 
 // Reads a torch_dist iteration directory (metadata.json, .metadata, the .distcp files). `params`
 // (this rank's checkpointed tensors, Strata names) are needed only to place a distributed

@@ -11,8 +11,25 @@ namespace strata {
 
 namespace {
 
+// The experts' order (after the router): SequentialMLP registers expert by expert (fc1 weight, fc1
+// bias, fc2 weight, fc2 bias); TEGroupedMLP (grouped GEMM) fc1's weights of every expert, fc1's
+// biases, then fc2's. Strata names expert e's tensors `mlp.experts.linear_fc<d>.<weight|bias><e>`.
+int64_t expert_rank(const std::string& leaf, bool grouped) {
+  const bool fc2 = leaf.rfind("linear_fc2.", 0) == 0;
+  const std::string kind = leaf.substr(11);  // "weight3" / "bias3"
+  const bool bias = kind.rfind("bias", 0) == 0;
+  const std::string id = kind.substr(bias ? 4 : 6);
+  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) return -1;
+  const int64_t e = std::stoll(id);
+  return grouped ? (fc2 ? 2 : 0) * 100000 + (bias ? 100000 : 0) + e : e * 4 + (fc2 ? 2 : 0) + (bias ? 1 : 0);
+}
+
 // Module-registration rank of a name's part inside a transformer layer (after "layers.<n>."), or -1.
-int layer_part_rank(const std::string& rest, bool te) {
+int64_t layer_part_rank(const std::string& rest, bool te, bool grouped) {
+  if (rest.rfind("mlp.experts.linear_fc", 0) == 0) {
+    const int64_t r = expert_rank(rest.substr(12), grouped);
+    return r < 0 ? -1 : 90 * 1000000 + r;
+  }
   // local spec: the norms are modules of their own, first in their half of the layer.
   const int in_norm = te ? 25 : 0, mlp_norm = te ? 65 : 50;
   static const std::vector<std::pair<const char*, int>> kParts = {
@@ -41,9 +58,9 @@ int layer_part_rank(const std::string& rest, bool te) {
   };
   for (const auto& [prefix, rank] : kParts)
     if (rest.rfind(prefix, 0) == 0) {
-      if (rank == 0 || rank == -1) return in_norm;
-      if (rank == -2) return mlp_norm;
-      return rank;
+      if (rank == 0 || rank == -1) return int64_t{in_norm} * 1000000;
+      if (rank == -2) return int64_t{mlp_norm} * 1000000;
+      return int64_t{rank} * 1000000;
     }
   return -1;
 }
@@ -71,14 +88,14 @@ int64_t index_after(const std::string& name, const std::string& marker, std::str
   return std::stoll(name.substr(i, j - i));
 }
 
-using Key = std::tuple<int, int64_t, int, int>;
+using Key = std::tuple<int, int64_t, int64_t, int>;
 
-Key order_key(const std::string& name, bool te) {
+Key order_key(const std::string& name, bool te, bool grouped) {
   std::string rest;
   if (name.rfind("embedding.word_embeddings.", 0) == 0) return {0, 0, 0, leaf_rank(name)};
   if (name.rfind("embedding.position_embeddings.", 0) == 0) return {1, 0, 0, leaf_rank(name)};
   if (const int64_t layer = index_after(name, "decoder.layers.", &rest); layer >= 0) {
-    const int part = layer_part_rank(rest, te);
+    const int64_t part = layer_part_rank(rest, te, grouped);
     STRATA_CHECK(part >= 0, "checkpoint: Megatron's buffer order of parameter '", name,
                  "' is not known to this build (a distributed optimizer saved as dp_reshardable cannot be "
                  "placed; save it with --dist-ckpt-optim-fully-reshardable)");
@@ -86,13 +103,15 @@ Key order_key(const std::string& name, bool te) {
   }
   if (name.rfind("decoder.final_layernorm.", 0) == 0) return {3, 0, 0, leaf_rank(name)};
   if (const int64_t k = index_after(name, "mtp.layers.", &rest); k >= 0) {
-    int part = -1;
+    int64_t part = -1;
     if (rest.rfind("enorm.", 0) == 0) part = 0;
     else if (rest.rfind("hnorm.", 0) == 0) part = 1;
     else if (rest.rfind("eh_proj.", 0) == 0) part = 2;
-    else if (rest.rfind("transformer_layer.", 0) == 0) part = 1000 + layer_part_rank(rest.substr(18), te);
-    else if (rest.rfind("final_layernorm.", 0) == 0) part = 3000;
-    STRATA_CHECK(part >= 0 && part != 999, "checkpoint: Megatron's buffer order of parameter '", name,
+    else if (rest.rfind("transformer_layer.", 0) == 0) {
+      const int64_t r = layer_part_rank(rest.substr(18), te, grouped);
+      part = r < 0 ? -1 : 10 + r;
+    } else if (rest.rfind("final_layernorm.", 0) == 0) part = int64_t{1} << 40;
+    STRATA_CHECK(part >= 0, "checkpoint: Megatron's buffer order of parameter '", name,
                  "' is not known to this build");
     return {4, k, part, leaf_rank(name)};
   }
@@ -102,9 +121,9 @@ Key order_key(const std::string& name, bool te) {
 
 }  // namespace
 
-std::vector<std::string> megatron_registration_order(std::vector<std::string> names, bool transformer_engine) {
+std::vector<std::string> megatron_registration_order(std::vector<std::string> names, const MegatronModuleSpec& spec) {
   std::vector<std::pair<Key, std::string>> keyed;
-  for (std::string& n : names) keyed.emplace_back(order_key(n, transformer_engine), std::move(n));
+  for (std::string& n : names) keyed.emplace_back(order_key(n, spec.transformer_engine, spec.grouped_experts), std::move(n));
   std::stable_sort(keyed.begin(), keyed.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> out;

@@ -23,9 +23,17 @@ struct MegatronBucketSlot {
   int64_t bucket = 0, start = 0, numel = 0;
 };
 
+// Which of Megatron's module specs built the model (its saved args): --transformer-impl
+// transformer_engine (the fused norms belong to linear_qkv / linear_fc1) and --moe-grouped-gemm
+// (TEGroupedMLP's expert order).
+struct MegatronModuleSpec {
+  bool transformer_engine = true;
+  bool grouped_experts = false;
+};
+
 // `names` (checkpoint names of one buffer's parameters, any order) sorted into Megatron's
 // module-registration order. Throws naming a parameter whose place this build does not know.
-std::vector<std::string> megatron_registration_order(std::vector<std::string> names, bool transformer_engine);
+std::vector<std::string> megatron_registration_order(std::vector<std::string> names, const MegatronModuleSpec& spec);
 
 // The slots of `ordered` (registration order, with their numels) in buffers whose buckets hold
 // bucket_numel_unpadded[b] elements each (as the checkpoint records). Throws when the sizes do not

@@ -69,7 +69,7 @@ struct FlatBucket {
 };
 
 bool read_flat_buckets(formats::DcpReader& dcp, const StoredTensorTable& model, StoredTensorTable& table,
-                       bool transformer_engine, const MegatronChunkFetch& chunk) {
+                       const MegatronModuleSpec& spec, const MegatronChunkFetch& chunk) {
   // Buffers: "...gbuf_idx_<b>.dtype_<d>." → its buckets in order.
   std::map<std::string, std::map<int64_t, std::string>> buffers;
   for (const auto& [fqn, item] : dcp.items()) {
@@ -94,7 +94,7 @@ bool read_flat_buckets(formats::DcpReader& dcp, const StoredTensorTable& model, 
   std::vector<std::string> names;
   for (const auto& [name, e] : model)
     if (name.find(".router.expert_bias") == std::string::npos) names.push_back(name);
-  const std::vector<std::string> ordered = megatron_registration_order(names, transformer_engine);
+  const std::vector<std::string> ordered = megatron_registration_order(names, spec);
   std::vector<int64_t> numels;
   for (const std::string& n : ordered) {
     int64_t numel = 1;
@@ -130,20 +130,26 @@ bool read_megatron_optimizer(formats::DcpReader& dcp, const PyRef& common, const
   (void)params;
   const PyValue* args = common->find("args");
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
-  const bool te = !impl || !impl->is_str() || impl->text != "local";
+  const PyValue* grouped = args ? args->attr("moe_grouped_gemm") : nullptr;
+  MegatronModuleSpec spec;
+  spec.transformer_engine = !impl || !impl->is_str() || impl->text != "local";
+  spec.grouped_experts = grouped && grouped->kind == PyValue::Kind::Bool && grouped->boolean;
   const StoredTensorTable model = table;  // the model tensors only, so far
   const bool per_param = read_per_parameter_states(dcp, table, chunk);
-  const bool flat = !per_param && read_flat_buckets(dcp, model, table, te, chunk);
+  const bool flat = !per_param && read_flat_buckets(dcp, model, table, spec, chunk);
   if (!per_param && !flat) return false;
   // The step: the distributed optimizer's param_groups (a bytes item), else the common state's.
   std::optional<int64_t> step;
   for (const auto& [fqn, item] : dcp.items())
     if (!item.is_tensor && fqn.rfind("optimizer.distributed.", 0) == 0 && fqn.find(".optimizer/") != std::string::npos)
       step = step_of_param_groups(load_bytes_item(dcp, fqn).get());
-  if (!step) {
+  if (!step) {  // without the distributed optimizer: the common state's optimizer.state.common_step
     const PyValue* opt = common->find("optimizer");
-    if (opt && opt->find("optimizer")) opt = opt->find("optimizer");
-    step = step_of_param_groups(opt);
+    const PyValue* st = opt ? opt->find("state") : nullptr;
+    if (const PyValue* s = st ? st->find("common_step") : nullptr; s && s->is_number())
+      step = static_cast<int64_t>(std::llround(s->as_double()));
+    if (!step && opt && opt->find("optimizer")) opt = opt->find("optimizer");
+    if (!step) step = step_of_param_groups(opt);
   }
   if (!step)
     for (const auto& [fqn, item] : dcp.items())

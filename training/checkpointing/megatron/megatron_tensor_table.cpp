@@ -16,30 +16,48 @@ bool split_stacked_layer_key(const std::string& key, std::string& prefix, std::s
   return true;
 }
 
+namespace {
+
+// Megatron's expert stacking (SequentialMLP and TEGroupedMLP share it): `…mlp.experts.experts.<leaf>`
+// with an expert dimension; Strata names expert e `…mlp.experts.<leaf><e>` (TEGroupedMLP's names).
+const std::string kExpertMarker = "mlp.experts.experts.";
+
+}  // namespace
+
 void add_megatron_tensor(StoredTensorTable& table, const std::string& model_key, const std::string& table_prefix,
                          const std::string& dcp_fqn, const formats::DcpItem& item, const MegatronChunkFetch& chunk) {
-  std::string stacked, rest;
-  if (!split_stacked_layer_key(model_key, stacked, rest)) {
-    StoredTensor& e = table[table_prefix + model_key];
-    e.shape = item.shape;
-    for (size_t i = 0; i < item.chunks.size(); ++i)
-      e.pieces.push_back({dcp_fqn, "chunk " + std::to_string(i), {item.chunks[i].offsets, item.chunks[i].sizes},
-                          [chunk, dcp_fqn, i] { return chunk(dcp_fqn, i); }});
-    return;
-  }
-  STRATA_IO_CHECK(!item.shape.empty(), dcp_fqn, "a stacked layer tensor without a layer dimension");
-  const std::vector<int64_t> layer_shape(item.shape.begin() + 1, item.shape.end());
+  // The stacked axes, outermost first: the decoder's layers, then the experts.
+  std::string stacked, rest = model_key;
+  const bool layers = split_stacked_layer_key(model_key, stacked, rest);
+  const size_t ex = rest.find(kExpertMarker);
+  const bool experts = ex != std::string::npos;
+  const int axes = (layers ? 1 : 0) + (experts ? 1 : 0);
+  STRATA_IO_CHECK(static_cast<int>(item.shape.size()) >= axes, dcp_fqn, " has ", item.shape.size(),
+                  " dimensions, fewer than its stacked axes");
+  auto name_of = [&](int64_t layer, int64_t expert) {
+    std::string r = rest;
+    if (experts) r = rest.substr(0, ex) + "mlp.experts." + rest.substr(ex + kExpertMarker.size()) + std::to_string(expert);
+    return table_prefix + (layers ? stacked + std::to_string(layer) + "." : std::string()) + r;
+  };
+  const std::vector<int64_t> inner(item.shape.begin() + axes, item.shape.end());
   for (size_t i = 0; i < item.chunks.size(); ++i) {
     const formats::DcpChunk& c = item.chunks[i];
-    for (int64_t j = 0; j < c.sizes[0]; ++j) {
-      const int64_t layer = c.offsets[0] + j;
-      StoredTensor& e = table[table_prefix + stacked + std::to_string(layer) + "." + rest];
-      e.shape = layer_shape;
-      e.pieces.push_back({dcp_fqn, "chunk " + std::to_string(i) + " layer " + std::to_string(layer),
-                          {std::vector<int64_t>(c.offsets.begin() + 1, c.offsets.end()),
-                           std::vector<int64_t>(c.sizes.begin() + 1, c.sizes.end())},
-                          [chunk, dcp_fqn, i, j] { return chunk(dcp_fqn, i).select(0, j).contiguous(); }});
-    }
+    const int64_t nl = layers ? c.sizes[0] : 1, ne = experts ? c.sizes[layers ? 1 : 0] : 1;
+    for (int64_t j = 0; j < nl; ++j)
+      for (int64_t k = 0; k < ne; ++k) {
+        const int64_t layer = layers ? c.offsets[0] + j : 0, expert = experts ? c.offsets[layers ? 1 : 0] + k : 0;
+        StoredTensor& e = table[name_of(layer, expert)];
+        e.shape = inner;
+        e.pieces.push_back({dcp_fqn, "chunk " + std::to_string(i),
+                            {std::vector<int64_t>(c.offsets.begin() + axes, c.offsets.end()),
+                             std::vector<int64_t>(c.sizes.begin() + axes, c.sizes.end())},
+                            [chunk, dcp_fqn, i, j, k, layers, experts] {
+                              Tensor t = chunk(dcp_fqn, i);
+                              if (layers) t = t.select(0, j);
+                              if (experts) t = t.select(0, k);
+                              return t.contiguous();
+                            }});
+      }
   }
 }
 

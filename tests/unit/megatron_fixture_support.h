@@ -1,0 +1,107 @@
+// Test support for Megatron-Core checkpoint fixtures (tests/fixtures/megatron_ckpt/, written by
+// Megatron-Core itself: scripts/megatron/checkpoint_fixtures/make_fixtures.py): the record.json of
+// a case (Megatron's command line per variant, the batches it trained on, its losses), a
+// BatchSource replaying those batches under any data-parallel layout, and the Strata config of a
+// variant: Megatron's own command line read by Strata's flag parser (core/megatron_flags.h).
+#pragma once
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "strata_source_dir.h"
+#include "training/batch_source.h"
+#include "training/config/config.h"
+
+namespace strata::test {
+
+inline std::filesystem::path megatron_fixture_dir(const std::string& c) {
+  return std::filesystem::path(STRATA_SOURCE_DIR) / "tests" / "fixtures" / "megatron_ckpt" / c;
+}
+
+struct MegatronRecord {
+  nlohmann::json j;
+  explicit MegatronRecord(const std::string& c) {
+    std::ifstream in(megatron_fixture_dir(c) / "record.json");
+    std::stringstream s;
+    s << in.rdbuf();
+    j = nlohmann::json::parse(s.str());
+  }
+  double loss_at_checkpoint() const { return j.at("loss_at_checkpoint").get<double>(); }
+  // The continued steps of a variant: iteration → Megatron's "lm loss".
+  std::map<int64_t, double> continued_losses(const std::string& variant) const {
+    std::map<int64_t, double> out;
+    for (const auto& c : j.at("continued"))
+      out[c.at("iteration").get<int64_t>()] = c.at("losses_per_variant").at(variant).at("lm loss").get<double>();
+    return out;
+  }
+  // Megatron's command line of a variant, without --save / --load (the test places those).
+  std::vector<std::string> argv(const std::string& variant) const {
+    std::vector<std::string> out;
+    const auto a = j.at("megatron_argv").at(variant).get<std::vector<std::string>>();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i] == "--save" || a[i] == "--load") {
+        ++i;
+        continue;
+      }
+      out.push_back(a[i]);
+    }
+    return out;
+  }
+};
+
+// Replays recorded micro-batches: iteration → Megatron's micro-batches (dp = 1), re-cut for this
+// rank with Megatron's sampler (pretraining_sample_index); a step without a record replays `fallback`.
+class RecordedBatchSource : public BatchSource {
+ public:
+  RecordedBatchSource(const nlohmann::json& steps, const nlohmann::json* fallback, int64_t mbs, int64_t dp_rank,
+                      int64_t dp_size)
+      : mbs_(mbs), dp_rank_(dp_rank), dp_size_(dp_size) {
+    for (const auto& s : steps) add(s.at("iteration").get<int64_t>(), s.at("micro_batches"));
+    if (fallback) add(0, nlohmann::json::array({*fallback}));
+  }
+  Batch next_microbatch(const StepPosition& at, int64_t micro_batch) override {
+    const auto it = samples_.count(at.step) ? samples_.find(at.step) : samples_.find(0);
+    REQUIRE(it != samples_.end());
+    const auto& rows = it->second;
+    std::vector<int64_t> tokens, labels;
+    std::vector<float> mask;
+    for (int64_t r = 0; r < mbs_; ++r) {
+      const int64_t g = pretraining_sample_index(0, micro_batch, r, mbs_, dp_rank_, dp_size_) %
+                        static_cast<int64_t>(rows.size());
+      const Row& row = rows[static_cast<size_t>(g)];
+      tokens.insert(tokens.end(), row.tokens.begin(), row.tokens.end());
+      labels.insert(labels.end(), row.labels.begin(), row.labels.end());
+      mask.insert(mask.end(), row.mask.begin(), row.mask.end());
+    }
+    const int64_t s = static_cast<int64_t>(rows.front().tokens.size());
+    Batch b;
+    b.tokens = Tensor::from_data(tokens, Shape({mbs_, s}));
+    b.labels = Tensor::from_data(labels, Shape({mbs_, s}));
+    b.loss_mask = Tensor::from_data(mask, Shape({mbs_, s}));
+    b.first_sample_index = at.first_sample + (micro_batch * dp_size_ + dp_rank_) * mbs_;
+    b.step_first_sample = at.first_sample;
+    b.step_global_batch = at.global_batch;
+    return b;
+  }
+
+ private:
+  struct Row {
+    std::vector<int64_t> tokens, labels;
+    std::vector<float> mask;
+  };
+  void add(int64_t step, const nlohmann::json& micro_batches) {
+    auto& rows = samples_[step];
+    for (const auto& mb : micro_batches)
+      for (size_t r = 0; r < mb.at("tokens").size(); ++r)
+        rows.push_back({mb.at("tokens")[r].get<std::vector<int64_t>>(), mb.at("labels")[r].get<std::vector<int64_t>>(),
+                        mb.at("loss_mask")[r].get<std::vector<float>>()});
+  }
+  int64_t mbs_, dp_rank_, dp_size_;
+  std::map<int64_t, std::vector<Row>> samples_;
+};
+
+}  // namespace strata::test
