@@ -365,3 +365,109 @@ TEST_CASE("torch writers: a distributed checkpoint directory", "[torch_writers]"
   bad = {DcpItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, top}})};
   CHECK_THROWS_WITH(write_dcp_checkpoint(dir.path().string(), bad), Catch::Contains("hold 6 elements, the global shape 12"));
 }
+
+namespace {
+// The values tests/interop/check_torch_writers.py expects in tensors.pt and zip64.pt.
+PyRef interop_root(std::map<std::string, Tensor>& storages) {
+  storages["0"] = Tensor::from_vector({-1, -0.5, 0, 0.5, 1, 1.5}, Shape({2, 3}), DType::F32);  // [2, 3]
+  storages["1"] = Tensor::from_data<int64_t>({-1, int64_t{1} << 40, 7}, Shape({3}));          // [3]
+  storages["2"] = Tensor::from_vector({0.5, -1.25}, Shape({2}), DType::F16);                  // [2]
+  storages["3"] = Tensor::from_vector({1, -2, 3.5, 0.125}, Shape({2, 2}), DType::BF16);       // [2, 2]
+  storages["4"] = Tensor::from_vector({-7, 9}, Shape({2}), DType::I32);                       // [2]
+  storages["5"] = Tensor::from_vector({0, 128, 255}, Shape({3}), DType::U8);                  // [3]
+  storages["6"] = Tensor::from_vector({1, 0}, Shape({2}), DType::Bool);                       // [2]
+  PyRef root = PyValue::empty_dict();
+  root->set("w", py_tensor_of("0", storages["0"]));
+  PyRef tail = py_tensor_of("0", storages["0"]);  // w.view(-1)[3:], sharing w's storage
+  tail->tensor.offset = 3;
+  tail->tensor.size = {3};
+  tail->tensor.stride = {1};
+  root->set("w_tail", tail);
+  PyRef column = py_tensor_of("0", storages["0"]);  // w[:, 1], a strided view
+  column->tensor.offset = 1;
+  column->tensor.size = {2};
+  column->tensor.stride = {3};
+  root->set("w_col", column);
+  root->set("v", py_tensor_of("1", storages["1"]));
+  root->set("h", py_tensor_of("2", storages["2"]));
+  root->set("bf", py_tensor_of("3", storages["3"]));
+  root->set("i", py_tensor_of("4", storages["4"]));
+  root->set("u", py_tensor_of("5", storages["5"]));
+  root->set("b", py_tensor_of("6", storages["6"]));
+  PyRef meta = PyValue::empty_dict();
+  meta->set("iteration", PyValue::of_int(7));
+  meta->set("name", PyValue::of_str("gpt \xc3\xa9"));
+  meta->set("lr", PyValue::of_float(0.25));
+  meta->set("big", PyValue::of_int(int64_t{1} << 40));
+  meta->set("neg", PyValue::of_int(-3));
+  meta->set("shape", py_int_tuple({1, 2}));
+  meta->set("none", PyValue::none());
+  meta->set("raw", PyValue::of_bytes(B("\x00\xff")));
+  meta->set("flags", PyValue::list({PyValue::of_bool(true), PyValue::of_bool(false)}));
+  root->set("meta", meta);
+  PyRef od_items = PyValue::empty_dict();
+  od_items->set("k", PyValue::of_int(1));
+  od_items->set("j", PyValue::of_int(2));
+  root->set("od", PyValue::instance({"collections", "OrderedDict"}, {}, od_items));
+  return root;
+}
+
+// objects.pt (loaded with weights_only=False): classes rebuilt by REDUCE and NEWOBJ.
+PyRef interop_objects() {
+  PyRef ns_state = PyValue::empty_dict();
+  ns_state->set("lr", PyValue::of_float(0.5));
+  ns_state->set("name", PyValue::of_str("gpt"));
+  PyRef root = PyValue::empty_dict();
+  root->set("args", py_newobj({"argparse", "Namespace"}, {}, ns_state));
+  root->set("sig", PyValue::instance({"signal", "Signals"}, {PyValue::of_int(15)}));
+  root->set("size", py_torch_size({2, 3}));
+  root->set("dtype", py_torch_dtype(DType::BF16));
+  PyRef set = PyValue::list({PyValue::of_int(1), PyValue::of_int(2)});
+  set->kind = PyValue::Kind::Set;
+  root->set("set", set);
+  return root;
+}
+
+void write_interop_dcp(const std::string& dir, bool write_strides) {
+  std::vector<double> a(12), lw(12);
+  for (int i = 0; i < 12; ++i) {
+    a[i] = i * 0.5 - 2;
+    lw[i] = (i % 5) - 2.5;
+  }
+  Tensor a_top = Tensor::from_vector({a.begin(), a.begin() + 6}, Shape({2, 3}), DType::F32);        // [2, 3]
+  Tensor a_bottom = Tensor::from_vector({a.begin() + 6, a.end()}, Shape({2, 3}), DType::F32);       // [2, 3]
+  Tensor w0 = Tensor::from_vector({lw.begin(), lw.begin() + 6}, Shape({1, 2, 3}), DType::BF16);     // [1, 2, 3]
+  Tensor w1 = Tensor::from_vector({lw.begin() + 6, lw.end()}, Shape({1, 2, 3}), DType::BF16);       // [1, 2, 3]
+  Tensor c = Tensor::from_data<int64_t>({5, -4, 3, -2, int64_t{1} << 40}, Shape({5}));              // [5]
+  PyRef common = PyValue::empty_dict();
+  common->set("iteration", PyValue::of_int(2));
+  common->set("note", PyValue::of_str("hi"));
+  std::vector<DcpItem> items = {
+      DcpItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, a_top}, {{2, 0}, a_bottom}}),
+      DcpItem::of_bytes("decoder.layers.self_attention._extra_state", torch_save_bytes(*PyValue::none(), {})),
+      DcpItem::tensor("decoder.layers.w", {2, 2, 3}, DType::BF16, {{{0, 0, 0}, w0}, {{1, 0, 0}, w1}}),
+      DcpItem::whole_tensor("c", c),
+      DcpItem::of_bytes("common_state/shard_0_1", torch_save_bytes(*common, {})),
+  };
+  DcpWriteOptions options;
+  options.write_strides = write_strides;
+  options.checkpoint_id = dir;
+  write_dcp_checkpoint(dir, items, options);
+}
+}  // namespace
+
+// Writes the interop files into $STRATA_TORCH_WRITERS_OUT (run by tests/interop/run_check_torch_writers.sh).
+TEST_CASE("torch writers: files for the torch interop check", "[.torch_writers_interop]") {
+  const char* out = std::getenv("STRATA_TORCH_WRITERS_OUT");
+  REQUIRE(out != nullptr);
+  const std::filesystem::path dir(out);
+  std::map<std::string, Tensor> storages;
+  PyRef root = interop_root(storages);
+  torch_save_file((dir / "tensors.pt").string(), *root, storages);
+  TorchSaveOptions zip64;
+  zip64.zip64_threshold = 200;
+  torch_save_file((dir / "zip64.pt").string(), *root, storages, zip64);
+  torch_save_file((dir / "objects.pt").string(), *interop_objects(), {});
+  write_interop_dcp((dir / "dcp").string(), false);
+  write_interop_dcp((dir / "dcp_strides").string(), true);
+}
