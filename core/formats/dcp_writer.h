@@ -59,7 +59,7 @@ struct DcpWriteOptions {
   std::string save_id;        // StorageMeta.save_id; empty: a random UUID4 (torch: uuid4)
   std::string version = "1.0.0";  // Metadata.version (filesystem.py CURRENT_DCP_VERSION)
   // TensorProperties' state: false writes the 5-tuple every torch 2.x loads; true adds the strides
-  // (row-major strides of the global shape) as torch >= 2.9 writes, which older torch rejects.
+  // (row-major strides of the global shape) as torch 2.15 writes, which older torch rejects.
   bool write_strides = false;
   // Appended to Metadata's instance dict (e.g. Megatron's planner stores all_local_plans there).
   std::vector<std::pair<std::string, PyRef>> extra_metadata_fields;
