@@ -48,6 +48,12 @@ struct PyValue {
   std::vector<std::pair<PyRef, PyRef>> dict; // Dict, in insertion order
   PyGlobal global;                           // Global; Instance: its class
   PyRef state;                               // Instance: what BUILD set (usually a Dict), or null
+  // Instance: built by NEWOBJ (cls.__new__(cls, *args), what copyreg's __reduce_ex__ gives plain
+  // classes such as argparse.Namespace and dataclasses under protocol >= 2) rather than REDUCE
+  // (cls(*args): enum members, torch.Size, functions like _rebuild_tensor_v2). The object pickler
+  // (core/formats/pickle_object_writer.h) writes the opcode it names; a reader may set it to record
+  // which one built the value.
+  bool newobj = false;
   PyTensorRef tensor;                        // Tensor
   int depth = 0;                             // nesting depth when built (bounded by the reader)
 
