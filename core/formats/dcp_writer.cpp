@@ -39,7 +39,7 @@ std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
 
 // TensorProperties.__getstate__: (dtype, layout, requires_grad, memory format encoding,
 // pin_memory[, strides]).
-PyRef tensor_properties(const DcpItem& item, bool write_strides) {
+PyRef tensor_properties(const DcpWriteItem& item, bool write_strides) {
   std::vector<PyRef> state = {
       py_torch_dtype(item.dtype),
       PyValue::instance({"torch.serialization", "_get_layout"}, {PyValue::of_str("torch.strided")}),
@@ -51,9 +51,9 @@ PyRef tensor_properties(const DcpItem& item, bool write_strides) {
   return metadata_class_instance("TensorProperties", PyValue::tuple(std::move(state)));
 }
 
-PyRef tensor_storage_metadata(const DcpItem& item, bool write_strides) {
+PyRef tensor_storage_metadata(const DcpWriteItem& item, bool write_strides) {
   std::vector<PyRef> chunks;
-  for (const DcpChunk& c : item.chunks)
+  for (const DcpWriteChunk& c : item.chunks)
     chunks.push_back(metadata_class_instance(
         "ChunkStorageMetadata",
         dict_of({{"offsets", py_torch_size(c.offsets)}, {"sizes", py_torch_size(c.data.shape().vec())}})));
@@ -75,14 +75,14 @@ std::string random_uuid4() {
   return buf;
 }
 
-void check_items(const std::vector<DcpItem>& items) {
+void check_items(const std::vector<DcpWriteItem>& items) {
   std::set<std::string> seen;
-  for (const DcpItem& item : items) {
+  for (const DcpWriteItem& item : items) {
     STRATA_CHECK(seen.insert(item.fqn).second, "write_dcp_checkpoint: item '", item.fqn, "' appears twice");
     if (item.is_bytes) continue;
     int64_t global_numel = 1, chunk_numel = 0;
     for (int64_t d : item.global_shape) global_numel *= d;
-    for (const DcpChunk& c : item.chunks) {
+    for (const DcpWriteChunk& c : item.chunks) {
       const std::vector<int64_t> sizes = c.data.shape().vec();
       STRATA_CHECK(c.data.defined() && c.data.device().is_cpu() && c.data.is_contiguous(), "write_dcp_checkpoint: a chunk of '",
                    item.fqn, "' is not a contiguous CPU tensor");
@@ -103,8 +103,8 @@ void check_items(const std::vector<DcpItem>& items) {
 }
 }  // namespace
 
-DcpItem DcpItem::tensor(std::string fqn, std::vector<int64_t> global_shape, DType dtype, std::vector<DcpChunk> chunks) {
-  DcpItem item;
+DcpWriteItem DcpWriteItem::tensor(std::string fqn, std::vector<int64_t> global_shape, DType dtype, std::vector<DcpWriteChunk> chunks) {
+  DcpWriteItem item;
   item.fqn = std::move(fqn);
   item.global_shape = std::move(global_shape);
   item.dtype = dtype;
@@ -112,30 +112,30 @@ DcpItem DcpItem::tensor(std::string fqn, std::vector<int64_t> global_shape, DTyp
   return item;
 }
 
-DcpItem DcpItem::whole_tensor(std::string fqn, const Tensor& data) {
+DcpWriteItem DcpWriteItem::whole_tensor(std::string fqn, const Tensor& data) {
   const std::vector<int64_t> shape = data.shape().vec();
-  return tensor(std::move(fqn), shape, data.dtype(), {DcpChunk{std::vector<int64_t>(shape.size(), 0), data}});
+  return tensor(std::move(fqn), shape, data.dtype(), {DcpWriteChunk{std::vector<int64_t>(shape.size(), 0), data}});
 }
 
-DcpItem DcpItem::of_bytes(std::string fqn, std::string bytes) {
-  DcpItem item;
+DcpWriteItem DcpWriteItem::of_bytes(std::string fqn, std::string bytes) {
+  DcpWriteItem item;
   item.fqn = std::move(fqn);
   item.is_bytes = true;
   item.bytes = std::move(bytes);
   return item;
 }
 
-PyRef dcp_metadata_value(const std::vector<DcpItem>& items, const std::vector<DcpStorageInfo>& infos,
+PyRef dcp_metadata_value(const std::vector<DcpWriteItem>& items, const std::vector<DcpStorageInfo>& infos,
                          const DcpWriteOptions& options) {
   PyRef state_dict_metadata = PyValue::empty_dict(), planner_data = PyValue::empty_dict();
-  for (const DcpItem& item : items) {
+  for (const DcpWriteItem& item : items) {
     state_dict_metadata->dict.emplace_back(
         PyValue::of_str(item.fqn), item.is_bytes ? metadata_class_instance("BytesStorageMetadata", nullptr)
                                                  : tensor_storage_metadata(item, options.write_strides));
     planner_data->dict.emplace_back(PyValue::of_str(item.fqn), PyValue::tuple({PyValue::of_str(item.fqn)}));
   }
-  std::map<std::string, const DcpItem*> by_fqn;
-  for (const DcpItem& item : items) by_fqn[item.fqn] = &item;
+  std::map<std::string, const DcpWriteItem*> by_fqn;
+  for (const DcpWriteItem& item : items) by_fqn[item.fqn] = &item;
   PyRef storage_data = PyValue::empty_dict();
   for (const DcpStorageInfo& info : infos) {
     // MetadataIndex's instance dict: fqn, index, then offset (set by __init__ only for tensors).
@@ -168,7 +168,7 @@ PyRef dcp_metadata_value(const std::vector<DcpItem>& items, const std::vector<Dc
   return metadata_class_instance("Metadata", dict_of(std::move(fields)));
 }
 
-std::vector<DcpStorageInfo> write_dcp_checkpoint(const std::string& dir, const std::vector<DcpItem>& items,
+std::vector<DcpStorageInfo> write_dcp_checkpoint(const std::string& dir, const std::vector<DcpWriteItem>& items,
                                                  const DcpWriteOptions& options) {
   check_items(items);
   std::error_code ec;
@@ -176,13 +176,13 @@ std::vector<DcpStorageInfo> write_dcp_checkpoint(const std::string& dir, const s
   STRATA_IO_CHECK(!ec, dir, "cannot create the checkpoint directory: ", ec.message());
   std::vector<DcpStorageInfo> infos;
   AtomicFileWriter data((std::filesystem::path(dir) / options.data_file).string());
-  for (const DcpItem& item : items) {  // byte items first (_split_by_size_and_type)
+  for (const DcpWriteItem& item : items) {  // byte items first (_split_by_size_and_type)
     if (!item.is_bytes) continue;
     const uint64_t offset = data.bytes_written();
     data.write(item.bytes.data(), item.bytes.size());
     infos.push_back({item.fqn, -1, offset, item.bytes.size()});
   }
-  for (const DcpItem& item : items) {
+  for (const DcpWriteItem& item : items) {
     if (item.is_bytes) continue;
     for (size_t i = 0; i < item.chunks.size(); ++i) {
       const uint64_t offset = data.bytes_written();

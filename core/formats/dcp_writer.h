@@ -35,22 +35,22 @@ namespace strata::formats {
 
 // One chunk of a tensor item: the contiguous CPU tensor `data` placed at `offsets` of the global
 // tensor. data: [sizes...] (its shape is the chunk's sizes).
-struct DcpChunk {
+struct DcpWriteChunk {
   std::vector<int64_t> offsets;
   Tensor data;
 };
 
-struct DcpItem {
+struct DcpWriteItem {
   std::string fqn;
   bool is_bytes = false;
   std::string bytes;                  // is_bytes: stored verbatim
   std::vector<int64_t> global_shape;  // tensor: the whole tensor's shape
   DType dtype = DType::F32;           // tensor: every chunk's dtype
-  std::vector<DcpChunk> chunks;       // tensor: in the order of the metadata's chunk list
+  std::vector<DcpWriteChunk> chunks;       // tensor: in the order of the metadata's chunk list
 
-  static DcpItem tensor(std::string fqn, std::vector<int64_t> global_shape, DType dtype, std::vector<DcpChunk> chunks);
-  static DcpItem whole_tensor(std::string fqn, const Tensor& data);  // one chunk at offset 0
-  static DcpItem of_bytes(std::string fqn, std::string bytes);
+  static DcpWriteItem tensor(std::string fqn, std::vector<int64_t> global_shape, DType dtype, std::vector<DcpWriteChunk> chunks);
+  static DcpWriteItem whole_tensor(std::string fqn, const Tensor& data);  // one chunk at offset 0
+  static DcpWriteItem of_bytes(std::string fqn, std::string bytes);
 };
 
 struct DcpWriteOptions {
@@ -76,12 +76,12 @@ struct DcpStorageInfo {
 // repeated fqn, a chunk of another dtype or rank, one outside the global shape, chunks whose
 // element counts do not add up to the global shape's, or a non-contiguous or non-CPU chunk.
 // Returns where each item went, in file order.
-std::vector<DcpStorageInfo> write_dcp_checkpoint(const std::string& dir, const std::vector<DcpItem>& items,
+std::vector<DcpStorageInfo> write_dcp_checkpoint(const std::string& dir, const std::vector<DcpWriteItem>& items,
                                                  const DcpWriteOptions& options = {});
 
 // The Metadata value written to .metadata for `items` stored at `infos` (exposed for tests and
 // for callers that add fields).
-PyRef dcp_metadata_value(const std::vector<DcpItem>& items, const std::vector<DcpStorageInfo>& infos,
+PyRef dcp_metadata_value(const std::vector<DcpWriteItem>& items, const std::vector<DcpStorageInfo>& infos,
                          const DcpWriteOptions& options);
 
 }  // namespace strata::formats

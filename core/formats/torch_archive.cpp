@@ -4,29 +4,13 @@
 // (PyTorchStreamReader), torch/serialization.py (_load, the 'byteorder' record).
 #include "core/formats/torch_archive.h"
 
-#include <array>
 #include <cstring>
 
+#include "core/formats/crc32.h"
 #include "core/formats/mapped_file.h"
 #include "core/formats/pickle_reader.h"
 
 namespace strata::formats {
-
-uint32_t crc32_ieee(const void* data, size_t n, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
 
 namespace {
 
@@ -112,7 +96,7 @@ std::string ZipView::read(const std::string& name) const {
   const Entry* e = find(name);
   STRATA_IO_CHECK(e, source_, "has no record ", name);
   STRATA_IO_CHECK(e->stored, source_, "record ", name, " is compressed (PyTorch stores records uncompressed)");
-  STRATA_IO_CHECK(crc32_ieee(data(*e), e->size) == e->crc, source_, "record ", name, " fails its CRC-32 (corrupt)");
+  STRATA_IO_CHECK(crc32(data(*e), e->size) == e->crc, source_, "record ", name, " fails its CRC-32 (corrupt)");
   return std::string(reinterpret_cast<const char*>(data(*e)), e->size);
 }
 
@@ -140,7 +124,7 @@ Tensor TorchArchive::tensor(const PyTensorRef& t) const {
   const size_t esize = dtype_size(t.dtype);
   STRATA_IO_CHECK(e->size / esize >= static_cast<uint64_t>(t.storage_numel), zip.source(), "storage record ", rec,
                   " holds ", e->size, " bytes, fewer than its ", t.storage_numel, " elements");
-  STRATA_IO_CHECK(crc32_ieee(zip.data(*e), e->size) == e->crc, zip.source(), "storage record ", rec,
+  STRATA_IO_CHECK(crc32(zip.data(*e), e->size) == e->crc, zip.source(), "storage record ", rec,
                   " fails its CRC-32 (corrupt)");
   int64_t numel = 1, last = t.offset;  // the last element the view touches must lie in the storage
   for (size_t d = 0; d < t.size.size(); ++d) {

@@ -17,10 +17,6 @@
 
 namespace strata::formats {
 
-// CRC-32 (the IEEE/zlib polynomial 0xEDB88320 reflected) of data[0, n), continuing from `crc`.
-// Check value: crc32_ieee("123456789") == 0xCBF43926.
-uint32_t crc32_ieee(const void* data, size_t n, uint32_t crc = 0);
-
 // A zip archive in memory (not owned), read through its central directory. Only stored
 // (uncompressed) entries, as PyTorch writes them; each entry's bounds and CRC-32 are checked when
 // it is read. Errors name `source`.

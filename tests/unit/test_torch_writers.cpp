@@ -330,9 +330,9 @@ TEST_CASE("torch writers: a distributed checkpoint directory", "[torch_writers]"
   test::TempDir dir("torch_writers_dcp");
   Tensor top = Tensor::from_vector({0, 1, 2, 3, 4, 5}, Shape({2, 3}), DType::F32);      // [2, 3]
   Tensor bottom = Tensor::from_vector({6, 7, 8, 9, 10, 11}, Shape({2, 3}), DType::F32); // [2, 3]
-  std::vector<DcpItem> items = {
-      DcpItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, top}, {{2, 0}, bottom}}),
-      DcpItem::of_bytes("b", "raw\x01"),
+  std::vector<DcpWriteItem> items = {
+      DcpWriteItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, top}, {{2, 0}, bottom}}),
+      DcpWriteItem::of_bytes("b", "raw\x01"),
   };
   DcpWriteOptions options;
   options.save_id = "test-save";
@@ -360,9 +360,9 @@ TEST_CASE("torch writers: a distributed checkpoint directory", "[torch_writers]"
     CHECK(metadata.find(name) != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.file(".metadata.tmp")));
 
-  std::vector<DcpItem> bad = {DcpItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, top}, {{3, 0}, bottom}})};
+  std::vector<DcpWriteItem> bad = {DcpWriteItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, top}, {{3, 0}, bottom}})};
   CHECK_THROWS_WITH(write_dcp_checkpoint(dir.path().string(), bad), Catch::Contains("spans [3, 5) of dim 0 of size 4"));
-  bad = {DcpItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, top}})};
+  bad = {DcpWriteItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, top}})};
   CHECK_THROWS_WITH(write_dcp_checkpoint(dir.path().string(), bad), Catch::Contains("hold 6 elements, the global shape 12"));
 }
 
@@ -442,12 +442,12 @@ void write_interop_dcp(const std::string& dir, bool write_strides) {
   PyRef common = PyValue::empty_dict();
   common->set("iteration", PyValue::of_int(2));
   common->set("note", PyValue::of_str("hi"));
-  std::vector<DcpItem> items = {
-      DcpItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, a_top}, {{2, 0}, a_bottom}}),
-      DcpItem::of_bytes("decoder.layers.self_attention._extra_state", torch_save_bytes(*PyValue::none(), {})),
-      DcpItem::tensor("decoder.layers.w", {2, 2, 3}, DType::BF16, {{{0, 0, 0}, w0}, {{1, 0, 0}, w1}}),
-      DcpItem::whole_tensor("c", c),
-      DcpItem::of_bytes("common_state/shard_0_1", torch_save_bytes(*common, {})),
+  std::vector<DcpWriteItem> items = {
+      DcpWriteItem::tensor("a", {4, 3}, DType::F32, {{{0, 0}, a_top}, {{2, 0}, a_bottom}}),
+      DcpWriteItem::of_bytes("decoder.layers.self_attention._extra_state", torch_save_bytes(*PyValue::none(), {})),
+      DcpWriteItem::tensor("decoder.layers.w", {2, 2, 3}, DType::BF16, {{{0, 0, 0}, w0}, {{1, 0, 0}, w1}}),
+      DcpWriteItem::whole_tensor("c", c),
+      DcpWriteItem::of_bytes("common_state/shard_0_1", torch_save_bytes(*common, {})),
   };
   DcpWriteOptions options;
   options.write_strides = write_strides;
