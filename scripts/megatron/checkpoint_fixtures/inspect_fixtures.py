@@ -85,9 +85,6 @@ def describe_torch_dist(iter_dir, out, pickle_index):
     for key, m in sorted(md.state_dict_metadata.items()):
         if hasattr(m, "chunks"):
             chunks = "; ".join(f"{list(c.offsets)} {list(c.sizes)}" for c in m.chunks)
-            if len(m.chunks) > 4:
-                chunks = f"{len(m.chunks)} chunks: " + "; ".join(
-                    f"{list(c.offsets)} {list(c.sizes)}" for c in m.chunks[:2]) + "; ..."
             out.append(f"| `{key}` | {list(m.size)} {str(m.properties.dtype)} | {chunks} |")
         else:
             out.append(f"| `{key}` | bytes | |")

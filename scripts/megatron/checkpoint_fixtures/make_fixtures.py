@@ -229,10 +229,15 @@ def load_mode(opts):
                                        opts.case / "record.json"))
     if record_path.exists():
         record = json.loads(record_path.read_text())
+        variant = [v for v, (f, d) in cases.VARIANTS.items()
+                   if f == ckpt_format and d == dist_opt][0]
+        expected_at_ckpt = record["loss_at_checkpoint_per_variant"].get(
+            variant, record["loss_at_checkpoint"])
         result["matches_record"] = {
-            "loss_at_checkpoint": result["loss_at_checkpoint"] == record["loss_at_checkpoint"],
-            "continued": [c["losses"] == r["losses"] for c, r in
-                          zip(result["continued"], record["continued"])],
+            "compared_with_variant": variant,
+            "loss_at_checkpoint": result["loss_at_checkpoint"] == expected_at_ckpt,
+            "continued": [c["losses"] == r["losses_per_variant"].get(variant, r["losses"])
+                          for c, r in zip(result["continued"], record["continued"])],
         }
         result["record"] = str(record_path)
     print(json.dumps(result, indent=1))

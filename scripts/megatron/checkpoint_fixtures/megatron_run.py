@@ -25,7 +25,6 @@ cpu_standins.install()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from megatron.core import parallel_state  # noqa: E402
 from megatron.core.enums import ModelType  # noqa: E402
 from megatron.core.models.gpt import GPTModel  # noqa: E402
 from megatron.core.models.gpt.gpt_layer_specs import (  # noqa: E402
@@ -269,6 +268,3 @@ def ddp_param_layout(model):
             layout.append(entry)
     return layout
 
-
-def parallel_state_summary():
-    return {"data_parallel_world_size": parallel_state.get_data_parallel_world_size()}
