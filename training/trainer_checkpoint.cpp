@@ -15,6 +15,7 @@
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/checkpoint_directory.h"
 #include "training/checkpointing/checkpoint_save.h"
+#include "training/checkpointing/megatron/megatron_torch_dist_write.h"
 #include "training/trainer.h"
 
 namespace strata {
@@ -65,6 +66,10 @@ void Trainer::save_checkpoint() {
   CheckpointSaveJobPtr job =
       begin_checkpoint_save(*cfg_.checkpoint->save, st, checkpointed_, optimizer_.get(), tensor_io(), true, layout);
   optimizer_->release_checkpoint_states();
+  if (cfg_.checkpoint->ckpt_format == CkptFormat::TorchDist)  // Megatron-Core's format (rank 0 converts)
+    set_checkpoint_converter(*job, [this](const std::string& strata_dir, const std::string& out_dir) {
+      write_megatron_torch_dist(strata_dir, out_dir, cfg_, tensor_io());
+    });
   last_saved_iteration_ = iteration_;
   if (cfg_.checkpoint->async_save) {
     if (!async_writer_) async_writer_ = std::make_unique<AsyncCheckpointWriter>();

@@ -426,4 +426,50 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
   return st;
 }
 
+struct CheckpointTensorReader::Impl {
+  CheckpointReader ckpt;
+  CheckpointState state;
+  Impl(const fs::path& dir, TensorFileIO& io) : ckpt(dir, io) {}
+};
+
+CheckpointTensorReader::CheckpointTensorReader(const std::string& iteration_dir, TensorFileIO& io)
+    : impl_(std::make_unique<Impl>(fs::path(iteration_dir), io)) {
+  impl_->ckpt.read_manifest();
+  bool saved_optim = false;
+  const int64_t iteration = manifest_member<int64_t>(impl_->ckpt.manifest, "iteration", "iteration", impl_->ckpt.manifest_path);
+  impl_->state = read_run_state(impl_->ckpt.manifest, impl_->ckpt.manifest_path, iteration, saved_optim);
+  impl_->ckpt.read_tensor_table();
+  if (saved_optim && impl_->ckpt.version == 1) impl_->ckpt.add_whole_tensors("optimizer" + io.extension());
+}
+
+CheckpointTensorReader::~CheckpointTensorReader() = default;
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> CheckpointTensorReader::tensors() const {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const auto& [name, e] : impl_->ckpt.table) out.emplace_back(name, e.shape);
+  return out;
+}
+
+Tensor CheckpointTensorReader::read(const std::string& name) {
+  auto it = impl_->ckpt.table.find(name);
+  STRATA_CHECK(it != impl_->ckpt.table.end(), "checkpoint: tensor '", name, "' is missing from ", impl_->ckpt.dir.string());
+  const TensorEntry& e = it->second;
+  Tensor out;
+  const TensorBox whole{std::vector<int64_t>(e.shape.size(), 0), e.shape};
+  int64_t covered = 0;
+  for (const Piece& piece : e.pieces) {
+    const auto& tensors = impl_->ckpt.file_tensors(piece.file);
+    auto src = tensors.find(piece.key);
+    STRATA_CHECK(src != tensors.end(), "checkpoint: tensor '", piece.key, "' is missing from ",
+                 (impl_->ckpt.dir / piece.file).string());
+    if (!out.defined()) out = Tensor::zeros(Shape(e.shape), src->second.dtype());
+    covered += copy_box_intersection(src->second, piece.box, out, whole);
+  }
+  STRATA_CHECK(out.defined() && covered == out.numel(), "checkpoint: the pieces of '", name, "' in ",
+               impl_->ckpt.manifest_path.string(), " cover ", covered, " of its elements");
+  return out;
+}
+
+const CheckpointState& CheckpointTensorReader::state() const { return impl_->state; }
+
 }  // namespace strata

@@ -8,6 +8,8 @@
 // Details: docs/formats.md "Checkpoints"; docs/parallelism.md "Checkpoints and resharding".
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <optional>
 #include <set>
 #include <string>
@@ -116,5 +118,23 @@ void write_checkpoint_tracker(const std::string& save_dir, int64_t iteration);
 CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<Parameter*>& params,
                                 AdamWOptimizer* opt, TensorFileIO& io, const CheckpointLoadOptions& options,
                                 std::optional<int64_t> iteration = std::nullopt);
+
+// The whole global tensors of one Strata iteration directory, read piece by piece (converters such
+// as the Megatron torch_dist writer, training/checkpointing/megatron/megatron_torch_dist_write.h).
+class CheckpointTensorReader {
+ public:
+  CheckpointTensorReader(const std::string& iteration_dir, TensorFileIO& io);
+  ~CheckpointTensorReader();
+  // Every global tensor's name (parameters, buffers and `optimizer.…` states) with its shape.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors() const;
+  // Tensor `name`, assembled from its pieces (their dtype), checked to be covered exactly.
+  Tensor read(const std::string& name);
+  // The run state (iteration, counters, schedule, seed, config) the manifest records.
+  const CheckpointState& state() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 #include "training/checkpointing/checkpoint_architecture.h"
 #include "training/checkpointing/checkpoint_scheduler.h"
 #include "training/checkpointing/checkpoint_directory.h"
+#include "training/checkpointing/megatron/megatron_checkpoint.h"
 
 #include <unistd.h>
 
@@ -147,6 +148,15 @@ void check_checkpoint_paths(const ResolvedConfig& given, bool create_save) {
   // again and logs a finetune's differences).
   if (cfg.checkpoint->load)
     if (const auto it = read_checkpoint_tracker(*cfg.checkpoint->load)) {
+      // Megatron: --ckpt-format torch loads a distributed checkpoint only with --auto-detect-ckpt-format.
+      const CheckpointFormat found =
+          detect_checkpoint_format((fs::path(*cfg.checkpoint->load) / checkpoint_dir_name(*it)).string());
+      if (cfg.checkpoint->ckpt_format == CkptFormat::Torch && !cfg.checkpoint->auto_detect_ckpt_format &&
+          found != CheckpointFormat::MegatronTorch)
+        throw ConfigError("checkpoint.ckpt_format", "is torch, but '" + *cfg.checkpoint->load + "' (iteration " +
+                                                        std::to_string(*it) + ") holds a " + checkpoint_format_name(found) +
+                                                        " checkpoint: set checkpoint.auto_detect_ckpt_format "
+                                                        "(--auto-detect-ckpt-format) to load it");
       check_checkpoint_architecture(*cfg.checkpoint->load, *it, cfg);
       // A resume whose schedule differs from the checkpoint's without saying which to use: refused
       // here too (an old checkpoint without a schedule is the Trainer's warning).

@@ -144,7 +144,10 @@ class CheckpointSaveJob {
   bool saved_optimizer;
   json fragment = {{"tensors", json::object()}, {"files", json::object()}};
   ShardWriter model, optim;
+  CheckpointConverter convert;  // another format's directory made from the finished one (rank 0)
 };
+
+void set_checkpoint_converter(CheckpointSaveJob& job, CheckpointConverter convert) { job.convert = std::move(convert); }
 
 namespace {
 
@@ -262,6 +265,14 @@ std::string finalize_checkpoint_save(CheckpointSaveJob& job) {
     write_text_file(job.tmp_dir / kManifestFile, build_manifest(job, tensors, jfiles).dump(1) + "\n");
     fsync_path(job.tmp_dir / kManifestFile, false);
     fsync_path(job.tmp_dir, true);
+    if (job.convert) {  // e.g. Megatron torch_dist: written beside, then it replaces the Strata files
+      const fs::path converted = job.root / (job.final_dir.filename().string() + ".convert.tmp");
+      if (fs::exists(converted)) fs::remove_all(converted);
+      job.convert(job.tmp_dir.string(), converted.string());
+      fsync_path(converted, true);
+      fs::remove_all(job.tmp_dir);
+      fs::rename(converted, job.tmp_dir);
+    }
     if (fs::exists(job.final_dir)) fs::remove_all(job.final_dir);
     fs::rename(job.tmp_dir, job.final_dir);
     fsync_path(job.root, true);

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,6 +46,11 @@ CheckpointSaveJobPtr begin_checkpoint_save(const std::string& save_dir, const Ch
                                                          const std::vector<Parameter*>& params, AdamWOptimizer* opt,
                                                          TensorFileIO& io, bool write_tracker,
                                                          const CheckpointSaveLayout& layout);
+// A converter run by rank 0 at the finalize phase on the complete Strata directory (its first
+// argument), writing another format's iteration directory (its second, which must not exist); that
+// directory then becomes iter_X (checkpoint.ckpt_format torch_dist).
+using CheckpointConverter = std::function<void(const std::string& strata_dir, const std::string& out_dir)>;
+void set_checkpoint_converter(CheckpointSaveJob& job, CheckpointConverter convert);
 // The write phase: this rank's files (no communication; safe on another thread while training goes on).
 void write_checkpoint_files(CheckpointSaveJob& job);
 // The finalize phase (collective): returns the final iteration directory.

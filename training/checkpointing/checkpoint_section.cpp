@@ -77,6 +77,17 @@ config::SectionFields<CheckpointConfig> checkpoint_config_fields() {
         "(Megatron's --override-opt_param-scheduler); the scheduler's position is then the consumed samples "
         "(Megatron resets num_steps to consumed_train_samples, so skipped steps count). Not with "
         "use_checkpoint_opt_param_scheduler.");
+  f.add_enum("ckpt_format", &C::ckpt_format, kCkptFormatNames,
+             "The format checkpoints are saved in (Megatron's --ckpt-format). strata: Strata's sharded "
+             "safetensors with a JSON manifest (docs/formats.md). torch_dist: Megatron-Core's distributed "
+             "checkpoint (metadata.json, .metadata, __0_0.distcp), which Megatron-Core's --load resumes from "
+             "(it skips the RNG state, which Strata does not write; the optimizer state is per parameter, "
+             "Megatron's plain optimizer format and its distributed optimizer's fully_reshardable one). torch: "
+             "Megatron's legacy format, read only: saving it is refused. Loading reads Strata's, torch_dist and "
+             "torch checkpoints whatever this says (but see auto_detect_ckpt_format).");
+  f.add("auto_detect_ckpt_format", &C::auto_detect_ckpt_format,
+        "With ckpt_format torch, also load a distributed (strata or torch_dist) checkpoint; false: such a load is "
+        "refused, as Megatron refuses it without --auto-detect-ckpt-format. Other formats always detect what they load.");
   return f;
 }
 

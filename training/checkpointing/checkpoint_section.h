@@ -28,6 +28,13 @@ inline constexpr config::EnumName<DistCkptStrictness> kDistCkptStrictnessNames[]
     {DistCkptStrictness::ReturnAll, "return_all"},
     {DistCkptStrictness::IgnoreAll, "ignore_all"}};
 
+// The format checkpoints are saved in (Megatron's --ckpt-format): Strata's sharded safetensors, or
+// Megatron-Core's torch_dist (training/checkpointing/megatron/megatron_torch_dist_write.h). Loading
+// reads any of Strata's, torch_dist and Megatron's legacy torch format.
+enum class CkptFormat { Strata, TorchDist, Torch };
+inline constexpr config::EnumName<CkptFormat> kCkptFormatNames[] = {
+    {CkptFormat::Strata, "strata"}, {CkptFormat::TorchDist, "torch_dist"}, {CkptFormat::Torch, "torch"}};
+
 struct CheckpointConfig {
   std::optional<std::string> save;
   std::optional<std::string> load;
@@ -51,6 +58,8 @@ struct CheckpointConfig {
   // Megatron's --async-save: files written by a background thread (training/checkpointing/checkpoint_save.h).
   bool async_save = false;
   bool override_opt_param_scheduler = false;
+  CkptFormat ckpt_format = CkptFormat::Strata;
+  bool auto_detect_ckpt_format = false;  // with ckpt_format torch: load a distributed checkpoint too
 };
 
 // The `checkpoint` section's fields (names, docs, validators) for the config table.

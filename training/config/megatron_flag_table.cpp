@@ -30,9 +30,6 @@ std::vector<config::MegatronFlagRule> run_rules_without_field() {
                                            "Strata's reductions give the same numbers for any bucketing; the size "
                                            "is --ddp-bucket-size)",
                                            {"--ddp-num-buckets"}));
-  megatron_flags::append(r, without_effect("detecting the loaded checkpoint's format (Strata reads its own "
-                                           "checkpoints and names the file it cannot read)",
-                                           {"--auto-detect-ckpt-format"}));
   return r;
 }
 }  // namespace
@@ -82,7 +79,6 @@ std::vector<config::MegatronFlagRule> megatron_flag_rules() {
       no_effect_flag("--no-create-attention-mask-in-dataloader", A::Switch, "the causal mask built in the kernel"),
       no_effect_flag("--no-mmap-bin-files", A::Switch, "reading .bin files without mmap"),
       no_effect_flag("--data-cache-path", A::One, "where Megatron caches its sample indices"),
-      no_effect_flag("--ckpt-format", A::One, "Megatron's checkpoint file format (Strata writes safetensors)"),
       no_effect_flag("--ckpt-fully-parallel-load", A::Switch, "Megatron's parallel checkpoint loading"),
       no_effect_flag("--no-ckpt-fully-parallel-save", A::Switch, "Megatron's checkpoint saving strategy"),
       no_effect_flag("--exit-signal-handler", A::Switch, "saving and exiting on SIGTERM (Strata always does)"),

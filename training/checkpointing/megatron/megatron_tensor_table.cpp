@@ -61,4 +61,34 @@ void add_megatron_tensor(StoredTensorTable& table, const std::string& model_key,
   }
 }
 
+MegatronKeyPlace megatron_key_of(const std::string& strata_name) {
+  MegatronKeyPlace out;
+  std::string rest = strata_name, prefix;
+  const std::string marker = "decoder.layers.";
+  if (strata_name.rfind(marker, 0) == 0) {
+    size_t j = marker.size();
+    while (j < strata_name.size() && std::isdigit(static_cast<unsigned char>(strata_name[j]))) ++j;
+    if (j > marker.size() && j < strata_name.size() && strata_name[j] == '.') {
+      out.layer = std::stoll(strata_name.substr(marker.size(), j - marker.size()));
+      prefix = marker;
+      rest = strata_name.substr(j + 1);
+    }
+  }
+  // Experts: `…mlp.experts.linear_fc<d>.<weight|bias><e>`.
+  const std::string ex = "mlp.experts.linear_fc";
+  const size_t at = rest.find(ex);
+  if (at != std::string::npos) {
+    size_t k = rest.size();
+    while (k > 0 && std::isdigit(static_cast<unsigned char>(rest[k - 1]))) --k;
+    const std::string leaf = rest.substr(at + 12, k - at - 12);  // "linear_fc1.weight"
+    if (k < rest.size() && (leaf.size() > 7 && (leaf.compare(leaf.size() - 7, 7, ".weight") == 0 ||
+                                                leaf.compare(leaf.size() - 5, 5, ".bias") == 0))) {
+      out.expert = std::stoll(rest.substr(k));
+      rest = rest.substr(0, at) + kExpertMarker + leaf;
+    }
+  }
+  out.key = prefix + rest;
+  return out;
+}
+
 }  // namespace strata

@@ -7,6 +7,7 @@
 // add the layer dimension), megatron/core/dist_checkpointing/mapping.py (ShardedTensor).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -26,5 +27,14 @@ bool split_stacked_layer_key(const std::string& key, std::string& prefix, std::s
 // table_prefix + its Strata name(s) ("" for weights, "optimizer.exp_avg." for a state).
 void add_megatron_tensor(StoredTensorTable& table, const std::string& model_key, const std::string& table_prefix,
                          const std::string& dcp_fqn, const formats::DcpItem& item, const MegatronChunkFetch& chunk);
+
+// Where a Strata tensor name lies among Megatron's keys: the inverse of add_megatron_tensor.
+// `decoder.layers.3.mlp.experts.linear_fc1.weight5` → key `decoder.layers.mlp.experts.experts.linear_fc1.weight`,
+// layer 3, expert 5; an unstacked name keeps its key (layer and expert -1).
+struct MegatronKeyPlace {
+  std::string key;
+  int64_t layer = -1, expert = -1;
+};
+MegatronKeyPlace megatron_key_of(const std::string& strata_name);
 
 }  // namespace strata
