@@ -2,7 +2,8 @@
 // Megatron-Core itself: scripts/megatron/checkpoint_fixtures/make_fixtures.py): the record.json of
 // a case (Megatron's command line per variant, the batches it trained on, its losses), a
 // BatchSource replaying those batches under any data-parallel layout, and the Strata config of a
-// variant: Megatron's own command line read by Strata's flag parser (core/megatron_flags.h).
+// variant: Megatron's own command line read by Strata's flag parser (core/megatron_flags.h); a resume
+// through training::run_training and the check of its losses against Megatron's.
 #pragma once
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,8 @@
 
 #include "strata_source_dir.h"
 #include "training/batch_source.h"
+#include "training/run.h"
+#include "training/trainer.h"
 #include "training/config/config.h"
 
 namespace strata::test {
@@ -103,5 +106,57 @@ class RecordedBatchSource : public BatchSource {
   int64_t mbs_, dp_rank_, dp_size_;
   std::map<int64_t, std::vector<Row>> samples_;
 };
+
+// Resumes fixture case `c`'s `variant` with Megatron's own command line plus `overrides` (a layout,
+// a save), replaying Megatron's batches for the continued steps and its check batch for one
+// evaluation right after the load.
+struct ResumeResult {
+  double check_loss = 0.0;
+  std::vector<double> losses;
+};
+
+inline ResumeResult resume_megatron_fixture(const std::string& c, const std::string& variant,
+                                     const std::vector<std::string>& overrides = {}, int64_t start = 2,
+                                     int64_t world = 1) {
+  const MegatronRecord rec(c);
+  std::vector<std::string> args = rec.argv(variant);
+  for (const std::string& o : {"checkpoint.load=" + (megatron_fixture_dir(c) / variant).string(),
+                               std::string("training.exit_interval=5"), std::string("training.eval_iters=1"),
+                               std::string("data.mock_data=true"), std::string("logging.log_interval=1")})
+    args.push_back(o);
+  for (const std::string& o : overrides) args.push_back(o);
+  const ResolvedConfig cfg = StrataConfig::load("", args).validate(world);
+  const int64_t mbs = cfg.training->micro_batch_size;
+  training::RunHooks hooks;
+  std::ostringstream log;
+  hooks.log_stream = &log;
+  hooks.train_data = [&](int64_t dp_rank, int64_t dp_size) {
+    return std::make_unique<RecordedBatchSource>(rec.j.at("continued"), nullptr, mbs, dp_rank, dp_size);
+  };
+  const nlohmann::json check = rec.j.at("check_batch");
+  hooks.valid_data = [&](int64_t dp_rank, int64_t dp_size) {
+    return std::make_unique<RecordedBatchSource>(nlohmann::json::array(), &check, mbs, dp_rank, dp_size);
+  };
+  ResumeResult out;
+  hooks.with_trainer = [&](Trainer& t) { out.check_loss = t.evaluate(0).loss; };
+  const TrainResult r = training::run_training(cfg, hooks);
+  INFO(log.str());
+  REQUIRE(r.start_iteration == start);
+  out.losses = r.losses;
+  return out;
+}
+
+inline void check_against_megatron(const std::string& c, const std::string& variant, const ResumeResult& got) {
+  const MegatronRecord rec(c);
+  CHECK(got.check_loss == Approx(rec.loss_at_checkpoint()).epsilon(2e-6));
+  const auto want = rec.continued_losses(variant);
+  REQUIRE(got.losses.size() == want.size());
+  size_t i = 0;
+  for (const auto& [iteration, loss] : want) {
+    CAPTURE(iteration);
+    CHECK(got.losses[i++] == Approx(loss).epsilon(2e-6));
+  }
+}
+
 
 }  // namespace strata::test

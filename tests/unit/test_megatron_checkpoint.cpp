@@ -18,56 +18,6 @@
 using namespace strata;
 using namespace strata::test;
 
-namespace {
-
-struct ResumeResult {
-  double check_loss = 0.0;
-  std::vector<double> losses;
-};
-
-ResumeResult resume_megatron_fixture(const std::string& c, const std::string& variant,
-                                     const std::vector<std::string>& overrides = {}, int64_t start = 2) {
-  const MegatronRecord rec(c);
-  std::vector<std::string> args = rec.argv(variant);
-  for (const std::string& o : {"checkpoint.load=" + (megatron_fixture_dir(c) / variant).string(),
-                               std::string("training.exit_interval=5"), std::string("training.eval_iters=1"),
-                               std::string("data.mock_data=true"), std::string("logging.log_interval=1")})
-    args.push_back(o);
-  for (const std::string& o : overrides) args.push_back(o);
-  const ResolvedConfig cfg = StrataConfig::load("", args).validate();
-  const int64_t mbs = cfg.training->micro_batch_size;
-  training::RunHooks hooks;
-  std::ostringstream log;
-  hooks.log_stream = &log;
-  hooks.train_data = [&](int64_t dp_rank, int64_t dp_size) {
-    return std::make_unique<RecordedBatchSource>(rec.j.at("continued"), nullptr, mbs, dp_rank, dp_size);
-  };
-  const nlohmann::json check = rec.j.at("check_batch");
-  hooks.valid_data = [&](int64_t dp_rank, int64_t dp_size) {
-    return std::make_unique<RecordedBatchSource>(nlohmann::json::array(), &check, mbs, dp_rank, dp_size);
-  };
-  ResumeResult out;
-  hooks.with_trainer = [&](Trainer& t) { out.check_loss = t.evaluate(0).loss; };
-  const TrainResult r = training::run_training(cfg, hooks);
-  INFO(log.str());
-  REQUIRE(r.start_iteration == start);
-  out.losses = r.losses;
-  return out;
-}
-
-void check_against_megatron(const std::string& c, const std::string& variant, const ResumeResult& got) {
-  const MegatronRecord rec(c);
-  CHECK(got.check_loss == Approx(rec.loss_at_checkpoint()).epsilon(2e-6));
-  const auto want = rec.continued_losses(variant);
-  REQUIRE(got.losses.size() == want.size());
-  size_t i = 0;
-  for (const auto& [iteration, loss] : want) {
-    CAPTURE(iteration);
-    CHECK(got.losses[i++] == Approx(loss).epsilon(2e-6));
-  }
-}
-
-}  // namespace
 
 TEST_CASE("Megatron torch_dist checkpoints resume with Megatron's losses", "[megatron_ckpt]") {
   for (const auto& [c, variant] : std::vector<std::pair<std::string, std::string>>{
