@@ -66,10 +66,11 @@ void check_against_megatron(const std::string& c, const std::string& variant, co
 
 }  // namespace
 
-TEST_CASE("Megatron torch_dist checkpoints resume with Megatron's losses", "[megatron_ckpt]") {
+TEST_CASE("Megatron torch_dist and legacy torch checkpoints resume with Megatron's losses", "[megatron_ckpt]") {
   for (const auto& [c, variant] : std::vector<std::pair<std::string, std::string>>{
            {"llama", "torch_dist"}, {"llama", "torch_dist_distopt"}, {"gpt2", "torch_dist_distopt"},
-           {"moe", "torch_dist_distopt"}, {"mtp", "torch_dist_distopt"}}) {
+           {"moe", "torch_dist_distopt"}, {"mtp", "torch_dist_distopt"}, {"llama", "torch"}, {"llama", "torch_distopt"},
+           {"gpt2", "torch"}, {"moe", "torch"}, {"mtp", "torch"}}) {
     CAPTURE(c, variant);
     check_against_megatron(c, variant, resume_megatron_fixture(c, variant));
   }
