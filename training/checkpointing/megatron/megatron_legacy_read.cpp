@@ -287,7 +287,7 @@ void check_shapes(const StoredTensorTable& table, const std::vector<RankFile>& f
     }
 }
 
-void read_run_state(const RankFile& first, const std::string& iteration_dir, MegatronCheckpoint& m) {
+void read_run_state(const RankFile& first, MegatronCheckpoint& m) {
   const PyValue& root = root_dict(first);
   const PyValue& args = saved_args(root, first.path);
   const PyValue* version = root.find("checkpoint_version");
@@ -304,7 +304,6 @@ void read_run_state(const RankFile& first, const std::string& iteration_dir, Meg
   m.state.lr_schedule = megatron_lr_schedule(root, first.path);
   if (const PyValue* sch = root.find("opt_param_scheduler"); sch && sch->kind == PyValue::Kind::Dict)
     if (const PyValue* n = sch->find("num_steps"); n && n->is_int()) m.state.lr_scheduler_steps = n->integer;
-  (void)iteration_dir;
 }
 
 }  // namespace
@@ -332,7 +331,7 @@ MegatronCheckpoint read_megatron_legacy(const std::string& iteration_dir, const 
     m.args = std::make_shared<PyValue>(args);
     files = open_rank_files(iteration_dir, args, lay);
   }
-  read_run_state(files.front(), iteration_dir, m);
+  read_run_state(files.front(), m);
   std::set<std::string> model_names;
   std::map<std::string, Shape> model_shapes;
   for (const Parameter* p : params) {
