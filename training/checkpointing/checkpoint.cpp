@@ -28,6 +28,7 @@
 #include "training/checkpointing/checkpoint_tokenizer.h"
 #include "training/checkpointing/contained_path.h"
 #include "training/checkpointing/megatron/megatron_checkpoint.h"
+#include "training/checkpointing/megatron/megatron_legacy_read.h"
 
 namespace strata {
 
@@ -399,10 +400,12 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
   STRATA_CHECK(fs::is_directory(ckpt.dir), "checkpoint: directory ", ckpt.dir.string(), " does not exist");
   bool saved_optim = false;
   CheckpointState st;
-  if (detect_checkpoint_format(ckpt.dir.string()) == CheckpointFormat::MegatronTorchDist) {
-    MegatronCheckpoint m = read_megatron_torch_dist(ckpt.dir.string(), params);
+  if (const CheckpointFormat format = detect_checkpoint_format(ckpt.dir.string());
+      format == CheckpointFormat::MegatronTorchDist || format == CheckpointFormat::MegatronTorch) {
+    MegatronCheckpoint m = format == CheckpointFormat::MegatronTorchDist ? read_megatron_torch_dist(ckpt.dir.string(), params)
+                                                                         : read_megatron_legacy(ckpt.dir.string(), params);
     STRATA_CHECK(m.state.iteration == *iteration, "checkpoint: ", ckpt.dir.string(), " says iteration ",
-                 m.state.iteration, " in its common state");
+                 m.state.iteration, " in its saved state");
     st = std::move(m.state);
     ckpt.table = std::move(m.table);
     ckpt.version = 2;

@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 
 std::string read_checkpoint_config(const std::string& load_dir, int64_t iteration) {
   const std::string dir = (fs::path(load_dir) / checkpoint_dir_name(iteration)).string();
-  if (detect_checkpoint_format(dir) == CheckpointFormat::MegatronTorchDist)  // Megatron's saved args
+  if (const CheckpointFormat f = detect_checkpoint_format(dir);
+      f == CheckpointFormat::MegatronTorchDist || f == CheckpointFormat::MegatronTorch)  // Megatron's saved args
     return megatron_args_config_yaml(*read_megatron_args(dir));
   const fs::path manifest = fs::path(load_dir) / checkpoint_dir_name(iteration) / "manifest.json";
   std::ifstream in(manifest);

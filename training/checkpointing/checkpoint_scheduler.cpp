@@ -2,6 +2,7 @@
 // Reference: megatron/core/optimizer_param_scheduler.py (state_dict, _check_and_set, load_state_dict).
 #include "training/checkpointing/checkpoint_scheduler.h"
 #include "training/checkpointing/megatron/megatron_checkpoint.h"
+#include "training/checkpointing/megatron/megatron_legacy_read.h"
 
 #include <fstream>
 #include <sstream>
@@ -86,6 +87,8 @@ std::optional<LrScheduleState> read_checkpoint_lr_schedule(const std::string& lo
   const std::string dir = (fs::path(load_dir) / checkpoint_dir_name(iteration)).string();
   if (detect_checkpoint_format(dir) == CheckpointFormat::MegatronTorchDist)
     return megatron_lr_schedule(*read_megatron_common_state(dir), dir);
+  if (detect_checkpoint_format(dir) == CheckpointFormat::MegatronTorch)
+    return megatron_lr_schedule(*read_megatron_legacy_common(dir), dir);
   const fs::path manifest = fs::path(load_dir) / checkpoint_dir_name(iteration) / "manifest.json";
   std::ifstream in(manifest);
   STRATA_CHECK(in.good(), "checkpoint: cannot read ", manifest.string());

@@ -11,6 +11,7 @@
 #include "core/megatron_flags.h"
 #include "models/config/model_config.h"
 #include "training/checkpointing/megatron/megatron_checkpoint.h"
+#include "training/checkpointing/megatron/megatron_legacy_read.h"
 #include "training/config/config.h"
 
 namespace strata {
@@ -58,9 +59,11 @@ std::string dest_of(const std::string& flag) {
 }  // namespace
 
 formats::PyRef read_megatron_args(const std::string& iteration_dir) {
-  STRATA_CHECK(detect_checkpoint_format(iteration_dir) == CheckpointFormat::MegatronTorchDist, "checkpoint: ",
-               iteration_dir, " is not a Megatron torch_dist checkpoint");
-  const formats::PyRef common = read_megatron_common_state(iteration_dir);
+  const CheckpointFormat format = detect_checkpoint_format(iteration_dir);
+  STRATA_CHECK(format == CheckpointFormat::MegatronTorchDist || format == CheckpointFormat::MegatronTorch,
+               "checkpoint: ", iteration_dir, " is not a Megatron torch_dist or torch checkpoint");
+  const formats::PyRef common = format == CheckpointFormat::MegatronTorchDist ? read_megatron_common_state(iteration_dir)
+                                                                              : read_megatron_legacy_common(iteration_dir);
   const PyValue* args = common->find("args");
   STRATA_CHECK(args && args->is_instance_of("argparse", "Namespace"), "checkpoint: ", iteration_dir,
                ": its common state has no saved args");

@@ -12,13 +12,16 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/formats/dcp_reader.h"
 #include "core/formats/torch_archive.h"
+#include "models/parameter_names.h"
 #include "training/checkpointing/checkpoint_scheduler.h"
+#include "training/checkpointing/megatron/megatron_names.h"
 #include "training/checkpointing/megatron/megatron_optimizer_read.h"
 #include "training/checkpointing/megatron/megatron_tensor_table.h"
 
@@ -162,6 +165,9 @@ MegatronCheckpoint read_megatron_torch_dist(const std::string& iteration_dir, co
     add_megatron_tensor(m.table, fqn, "", fqn, item, chunk);
   }
   m.has_optimizer = read_megatron_optimizer(*dcp, m.common, params, m.table, m.state, chunk);
+  std::set<std::string> model_names;  // the norms under the spelling this model uses (megatron_names.h)
+  for (const Parameter* p : params) model_names.insert(checkpoint_parameter_name(p->name));
+  resolve_megatron_norm_aliases(m.table, model_names);
   return m;
 }
 
