@@ -86,6 +86,8 @@ TEST_CASE("export a Strata-trained torch_dist checkpoint for Megatron", "[.megat
   const TrainResult r = training::run_training(cfg, hooks);
   REQUIRE(r.losses.size() == 5);
   std::cout << nlohmann::json({{"strata_continued", {r.losses[2], r.losses[3], r.losses[4]}}}).dump() << std::endl;
+}
+
 // Saved by Megatron under tp 2 (each mp_rank file a shard: QKV/fc1 by rows, SwiGLU's [gate_r; up_r]
 // as two pieces, linear_proj/fc2 by columns, the vocabulary padded to 256) and pp 2 (the second
 // stage's layer 0 is layer 1); Strata resumes both on one rank (tp 1, pp 1).
