@@ -15,6 +15,7 @@
 
 #include "strata_source_dir.h"
 #include "training/batch_source.h"
+#include "training/checkpointing/checkpoint_paths.h"
 #include "training/run.h"
 #include "training/trainer.h"
 #include "training/config/config.h"
@@ -125,15 +126,16 @@ inline ResumeResult resume_megatron_fixture(const std::string& c, const std::str
                                std::string("data.mock_data=true"), std::string("logging.log_interval=1")})
     args.push_back(o);
   for (const std::string& o : overrides) args.push_back(o);
-  const ResolvedConfig cfg = StrataConfig::load("", args).validate(world);
+  // As `strata train` does (apps/strata/commands.cpp): --use-checkpoint-args before validation.
+  const ResolvedConfig cfg = training::with_checkpoint_args(StrataConfig::load("", args)).validate(world);
   const int64_t mbs = cfg.training->micro_batch_size;
   training::RunHooks hooks;
   std::ostringstream log;
   hooks.log_stream = &log;
+  const nlohmann::json check = rec.j.at("check_batch");  // also the steps a finetune adds
   hooks.train_data = [&](int64_t dp_rank, int64_t dp_size) {
-    return std::make_unique<RecordedBatchSource>(rec.j.at("continued"), nullptr, mbs, dp_rank, dp_size);
+    return std::make_unique<RecordedBatchSource>(rec.j.at("continued"), &check, mbs, dp_rank, dp_size);
   };
-  const nlohmann::json check = rec.j.at("check_batch");
   hooks.valid_data = [&](int64_t dp_rank, int64_t dp_size) {
     return std::make_unique<RecordedBatchSource>(nlohmann::json::array(), &check, mbs, dp_rank, dp_size);
   };

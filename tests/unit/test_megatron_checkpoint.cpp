@@ -156,3 +156,37 @@ TEST_CASE("Megatron tensor names become Strata's", "[megatron_ckpt]") {
   CHECK(table.count("optimizer.exp_avg.decoder.layers.0.pre_mlp_layernorm.weight") == 1);
   CHECK(table.size() == 2);
 }
+
+TEST_CASE("Megatron's load flags on a Megatron checkpoint: use_checkpoint_args, finetune, no_load_optim",
+          "[megatron_ckpt]") {
+  const MegatronRecord rec("llama");
+  SECTION("--use-checkpoint-args takes the architecture from the saved args") {
+    // A command line with another width and depth: the checkpoint's args win, and the resume matches.
+    check_against_megatron("llama", "torch_dist",
+                           resume_megatron_fixture("llama", "torch_dist",
+                                                   {"--hidden-size", "64", "--num-layers", "3", "--ffn-hidden-size",
+                                                    "128", "--use-checkpoint-args"}));
+  }
+  SECTION("without it another architecture is refused before anything is allocated") {
+    CHECK_THROWS_WITH(resume_megatron_fixture("llama", "torch_dist", {"--hidden-size", "64"}),
+                      Catch::Contains("model.hidden_size") && Catch::Contains("32") && Catch::Contains("64"));
+  }
+  SECTION("--finetune loads the weights only and starts at iteration 0") {
+    const ResumeResult r = resume_megatron_fixture("llama", "torch_dist", {"--finetune"}, 0);
+    CHECK(r.check_loss == Approx(rec.loss_at_checkpoint()).epsilon(2e-6));
+  }
+  SECTION("--no-load-optim keeps the weights and the iteration but starts Adam afresh") {
+    const ResumeResult r = resume_megatron_fixture("llama", "torch_dist", {"--no-load-optim"});
+    CHECK(r.check_loss == Approx(rec.loss_at_checkpoint()).epsilon(2e-6));
+    const auto want = rec.continued_losses("torch_dist");
+    CHECK(r.losses.at(0) == Approx(want.at(3)).epsilon(2e-6));  // step 3's forward is the loaded weights'
+    CHECK(std::abs(r.losses.at(1) - want.at(4)) > 1e-4);         // then fresh moments move differently
+  }
+  SECTION("--ckpt-format torch with a torch_dist checkpoint needs --auto-detect-ckpt-format") {
+    CHECK_THROWS_WITH(resume_megatron_fixture("llama", "torch_dist", {"--ckpt-format", "torch"}),
+                      Catch::Contains("auto_detect_ckpt_format"));
+    check_against_megatron("llama", "torch_dist",
+                           resume_megatron_fixture("llama", "torch_dist",
+                                                   {"--ckpt-format", "torch", "--auto-detect-ckpt-format"}));
+  }
+}
