@@ -18,7 +18,9 @@ namespace strata::megatron_flags {
 static const char* const kRerun =
     "the rerun state machine (validating results by re-running steps: spiky-loss and large-gradient checks, "
     "error injection, rejected-result tracking); Strata skips a non-finite step, or stops with --exit-on-nan";
-static const char* const kCheckpointFormat = "Megatron's checkpoint file format (Strata writes safetensors)";
+static const char* const kCheckpointFormat =
+    "older spellings of the checkpoint format choice (Megatron itself ignores --dist-ckpt-format); the format is "
+    "checkpoint.ckpt_format (--ckpt-format), and loading detects it";
 static const char* const kParallelLoad = "Megatron's parallel checkpoint loading";
 static const char* const kParallelSave = "Megatron's checkpoint saving strategy";
 static const char* const kGc = "Python's garbage collection schedule";
@@ -136,13 +138,13 @@ static Rules checkpoint_content_rules() {
   append(r, without_effect("the replica placement of node-local checkpoints, read only with --replication (which "
                            "Strata refuses)",
                            {"--replication-factor", "--replication-jump"}));
-  // Settings of --use-checkpoint-args, which Strata refuses: a resumed run uses its own config.
+  // Settings of --use-checkpoint-args beyond the architecture it takes: a resumed run keeps its own.
   append(r, without_effect("the config's tokenizer rather than the checkpoint's saved arguments, which Strata "
                            "always uses",
                            {"--no-use-tokenizer-model-from-checkpoint-args",
                             "--disable-use-tokenizer-model-from-checkpoint-args"}));
-  append(r, without_effect("parallel sizes from the checkpoint's saved arguments, read only with "
-                           "--use-checkpoint-args (which Strata refuses)",
+  append(r, without_effect("parallel sizes from the checkpoint's saved arguments (with --use-checkpoint-args): "
+                           "Strata loads a checkpoint under any layout and keeps the command line's",
                            {"--use-mp-args-from-checkpoint-args"}));
   return r;
 }
@@ -150,7 +152,7 @@ static Rules checkpoint_content_rules() {
 // How Megatron writes and reads its distributed checkpoints: Strata's are its own (docs/formats.md).
 static Rules checkpoint_io_rules() {
   Rules r;
-  // Megatron's checkpoint formats (Strata writes safetensors shards and a manifest).
+  // Older spellings of Megatron's checkpoint format choice (checkpoint.ckpt_format is --ckpt-format).
   append(r, without_effect(kCheckpointFormat,
                            {"--dist-ckpt-format", "--use-dist-ckpt", "--dist-ckpt-save-pre-mcore-014"}));
   // Parallel saving and loading strategies of torch_dist checkpoints.
