@@ -15,6 +15,7 @@
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/checkpoint_directory.h"
 #include "training/checkpointing/checkpoint_save.h"
+#include "training/checkpointing/megatron/megatron_legacy_write.h"
 #include "training/checkpointing/megatron/megatron_torch_dist_write.h"
 #include "training/trainer.h"
 
@@ -69,6 +70,10 @@ void Trainer::save_checkpoint() {
   if (cfg_.checkpoint->ckpt_format == CkptFormat::TorchDist)  // Megatron-Core's format (rank 0 converts)
     set_checkpoint_converter(*job, [this](const std::string& strata_dir, const std::string& out_dir) {
       write_megatron_torch_dist(strata_dir, out_dir, cfg_, tensor_io());
+    });
+  if (cfg_.checkpoint->ckpt_format == CkptFormat::Torch)  // Megatron's legacy format, one model-parallel rank
+    set_checkpoint_converter(*job, [this](const std::string& strata_dir, const std::string& out_dir) {
+      write_megatron_legacy(strata_dir, out_dir, cfg_, tensor_io());
     });
   last_saved_iteration_ = iteration_;
   if (cfg_.checkpoint->async_save) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tests/unit/megatron_fixture_support.h"
+#include "training/checkpointing/megatron/megatron_legacy_parts.h"
 #include "training/checkpointing/megatron/megatron_legacy_read.h"
 #include "training/checkpointing/megatron/megatron_names.h"
 #include "training/run.h"
@@ -57,11 +58,84 @@ TEST_CASE("a checkpoint Strata saves as torch_dist resumes with Megatron's losse
   std::filesystem::remove_all(dir);
 }
 
+namespace {
+
+// The keys of a legacy rank file's dict entry `key` (e.g. "model"), in order, without the state
+// dict's `_metadata`.
+std::vector<std::string> legacy_keys(const formats::PyValue& root, const std::string& key) {
+  std::vector<std::string> out;
+  const formats::PyValue* d = root.find(key);
+  REQUIRE(d);
+  const formats::PyValue& dict = d->kind == formats::PyValue::Kind::Instance && d->state ? *d->state : *d;
+  for (const auto& [k, v] : dict.dict)
+    if (!k->is_str() || k->text != "_metadata")  // module versions (all 1), which Strata does not write
+      out.push_back(k->is_str() ? k->text : std::to_string(k->integer));
+  return out;
+}
+
+// The 'params' index lists of a legacy rank file's plain optimizer.
+std::vector<std::vector<int64_t>> legacy_group_indices(const formats::PyValue& root) {
+  std::vector<std::vector<int64_t>> out;
+  for (const formats::PyRef& g : root.find("optimizer")->find("param_groups")->items) {
+    out.emplace_back();
+    for (const formats::PyRef& i : g->find("params")->items) out.back().push_back(i->integer);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint Strata saves as legacy torch resumes with Megatron's losses", "[megatron_ckpt]") {
+  // Strata resumes Megatron's iteration-2 legacy checkpoint, trains step 3 and saves it with
+  // ckpt_format torch; the save must hold what Megatron-Core wrote (the same model keys in the
+  // same order, the same optimizer indices, the same flat bucket size), and a second run resuming
+  // from it must continue with Megatron's losses for steps 4 and 5.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("strata_mlw_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  for (const auto& [c, variant] : std::vector<std::pair<std::string, std::string>>{
+           {"llama", "torch"}, {"llama", "torch_distopt"}, {"gpt2", "torch"}, {"moe", "torch"}, {"mtp", "torch"}}) {
+    CAPTURE(c, variant);
+    const std::filesystem::path save = dir / (c + "_" + variant);
+    resume_megatron_fixture(c, variant,
+                            {"training.exit_interval=3", "checkpoint.save=" + save.string(), "checkpoint.save_interval=3",
+                             "checkpoint.ckpt_format=torch"});
+    const std::filesystem::path rank = save / "iter_0000003" / "mp_rank_00";
+    REQUIRE(std::filesystem::exists(rank / "model_optim_rng.pt"));
+    REQUIRE(std::filesystem::exists(rank / "distrib_optim.pt") == (variant == "torch_distopt"));
+    const std::filesystem::path theirs = megatron_fixture_dir(c) / variant / "iter_0000002";
+    const formats::PyRef mine_root = read_megatron_legacy_common((save / "iter_0000003").string());
+    const formats::PyRef their_root = read_megatron_legacy_common(theirs.string());
+    CHECK(legacy_keys(*mine_root, "model") == legacy_keys(*their_root, "model"));
+    CHECK(mine_root->find("iteration")->integer == 3);
+    CHECK(mine_root->find("checkpoint_version")->as_double() == 3.0);
+    if (variant == "torch") {
+      CHECK(legacy_keys(*mine_root->find("optimizer"), "state") == legacy_keys(*their_root->find("optimizer"), "state"));
+      CHECK(legacy_group_indices(*mine_root) == legacy_group_indices(*their_root));
+    } else {
+      megatron_legacy::TorchFile mine((rank / "distrib_optim.pt").string());
+      megatron_legacy::TorchFile their((theirs / "mp_rank_00" / "distrib_optim.pt").string());
+      const auto numel = [](const formats::PyValue& root) {
+        return root.dict.at(1).second->dict.at(0).second->find("numel_unpadded")->integer;
+      };
+      CHECK(numel(*mine.archive.root) == numel(*their.archive.root));
+    }
+    const MegatronRecord rec(c);
+    const auto want = rec.continued_losses(variant);
+    const ResumeResult again = resume_megatron_fixture(c, variant, {"checkpoint.load=" + save.string()}, 3);
+    REQUIRE(again.losses.size() == 2);
+    CHECK(again.losses[0] == Approx(want.at(4)).epsilon(2e-6));
+    CHECK(again.losses[1] == Approx(want.at(5)).epsilon(2e-6));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // For scripts/megatron/checkpoint_fixtures/check_strata_into_megatron.sh (not run by ctest): Strata
 // trains case $STRATA_MEGATRON_CASE from its own initialisation on Megatron's recorded batches for
-// steps 1-5, saving iteration 2 as torch_dist under $STRATA_MEGATRON_EXPORT_DIR, and prints its
-// losses of steps 3-5 as JSON; Megatron-Core then loads that checkpoint and must continue with them.
-TEST_CASE("export a Strata-trained torch_dist checkpoint for Megatron", "[.megatron_export]") {
+// steps 1-5, saving iteration 2 under $STRATA_MEGATRON_EXPORT_DIR in the format of variant
+// $STRATA_MEGATRON_VARIANT (torch_dist[_distopt]: torch_dist; torch[_distopt]: the legacy format),
+// and prints its losses of steps 3-5 as JSON; Megatron-Core then loads that checkpoint and must
+// continue with them.
+TEST_CASE("export a Strata-trained Megatron checkpoint for Megatron", "[.megatron_export]") {
   const char* out = std::getenv("STRATA_MEGATRON_EXPORT_DIR");
   const char* c = std::getenv("STRATA_MEGATRON_CASE");
   REQUIRE(out);
@@ -71,7 +145,8 @@ TEST_CASE("export a Strata-trained torch_dist checkpoint for Megatron", "[.megat
   std::vector<std::string> args = rec.argv(variant);
   for (const std::string& o : {std::string("training.exit_interval=5"), std::string("data.mock_data=true"),
                                std::string("checkpoint.save=") + out, std::string("checkpoint.save_interval=2"),
-                               std::string("checkpoint.ckpt_format=torch_dist"), std::string("training.eval_iters=1")})
+                               std::string("checkpoint.ckpt_format=") + (variant.rfind("torch_dist", 0) == 0 ? "torch_dist" : "torch"),
+                               std::string("training.eval_iters=1")})
     args.push_back(o);
   const ResolvedConfig cfg = StrataConfig::load("", args).validate();
   nlohmann::json steps = rec.j.at("trained_before_save");

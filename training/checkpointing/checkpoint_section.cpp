@@ -83,7 +83,10 @@ config::SectionFields<CheckpointConfig> checkpoint_config_fields() {
              "checkpoint (metadata.json, .metadata, __0_0.distcp), which Megatron-Core's --load resumes from "
              "(it skips the RNG state, which Strata does not write; the optimizer state is per parameter, "
              "Megatron's plain optimizer format and its distributed optimizer's fully_reshardable one). torch: "
-             "Megatron's legacy format, read only: saving it is refused. Loading reads Strata's, torch_dist and "
+             "Megatron's legacy format (mp_rank_00/model_optim_rng.pt, with the distributed optimizer "
+             "distrib_optim.pt) as one tensor- and pipeline-parallel rank, every tensor whole, under the local "
+             "spec's module names; Megatron-Core loads it with --ckpt-format torch --transformer-impl local "
+             "--no-load-rng. Loading reads Strata's, torch_dist and "
              "torch checkpoints whatever this says (but see auto_detect_ckpt_format).");
   f.add("auto_detect_ckpt_format", &C::auto_detect_ckpt_format,
         "With ckpt_format torch, also load a distributed (strata or torch_dist) checkpoint; false: such a load is "

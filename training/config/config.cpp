@@ -571,9 +571,6 @@ void validate_checkpoint(CheckpointConfig& checkpoint) {
   if (checkpoint.finetune && !checkpoint.load && !checkpoint.pretrained_checkpoint)
     throw ConfigError("checkpoint.finetune",
                       "needs checkpoint.load or checkpoint.pretrained_checkpoint (the checkpoint to start from)");
-  if (checkpoint.ckpt_format == CkptFormat::Torch && checkpoint.save)
-    throw ConfigError("checkpoint.ckpt_format", "torch (Megatron's legacy format) is read, not written: save with "
-                                                "torch_dist (which Megatron-Core loads) or strata");
   // Megatron's OptimizerParamScheduler asserts 'both override and use-checkpoint are set'.
   if (checkpoint.use_checkpoint_opt_param_scheduler && checkpoint.override_opt_param_scheduler)
     throw ConfigError("checkpoint.use_checkpoint_opt_param_scheduler",

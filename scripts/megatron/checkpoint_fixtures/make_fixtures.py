@@ -17,6 +17,7 @@ fresh single-rank process (gloo, world size 1, CPU stand-ins of cpu_standins.py)
 It writes <out>/<case>/<variant>/ (Megatron's save dir as written) and <out>/<case>/record.json.
 
 Load mode: make_fixtures.py --load-into-megatron SAVE_DIR --case CASE [--format torch_dist]
+[--megatron-args "--no-load-rng"]
 builds the case's model and optimizer, loads SAVE_DIR as --load would (full resume), and prints
 as JSON the check-batch loss and the K continued losses on the recorded batches (compared with
 the case's record.json when it is there).
@@ -111,13 +112,14 @@ def worker_make(case, variant, save_dir, result_path):
     Path(result_path).write_text(json.dumps(result, indent=1))
 
 
-def worker_load(case, load_dir, ckpt_format, dist_opt, result_path):
-    """Load mode: load load_dir into the case's Megatron model/optimizer, report the losses."""
+def worker_load(case, load_dir, ckpt_format, dist_opt, result_path, extra_argv=()):
+    """Load mode: load load_dir into the case's Megatron model/optimizer, report the losses.
+    extra_argv: more Megatron flags (e.g. --no-load-rng for a checkpoint without RNG state)."""
     import megatron_run as mr
 
     iterations, check = cases.case_batches(case)
     variant = [v for v, (f, d) in cases.VARIANTS.items() if f == ckpt_format and d == dist_opt][0]
-    argv = cases.megatron_argv(case, variant, None, load_dir=load_dir)
+    argv = cases.megatron_argv(case, variant, None, load_dir=load_dir) + list(extra_argv)
     mr.init_megatron(argv)
     trainer = mr.Trainer()
     loaded_iteration = trainer.iteration
@@ -222,7 +224,8 @@ def load_mode(opts):
     log_dir = Path(tempfile.mkdtemp(prefix="mcore_load_"))
     result_path = log_dir / "result.json"
     _run_worker(["load", opts.case, str(Path(opts.load_into_megatron).resolve()), ckpt_format,
-                 "1" if dist_opt else "0", str(result_path)], log_dir / "load.log")
+                 "1" if dist_opt else "0", str(result_path), json.dumps(opts.megatron_args.split())],
+                log_dir / "load.log")
     result = json.loads(result_path.read_text())
     result["format"], result["distributed_optimizer"] = ckpt_format, dist_opt
     record_path = Path(opts.record or (HERE.parents[2] / "tests/fixtures/megatron_ckpt" /
@@ -254,6 +257,9 @@ def main():
     p.add_argument("--format", choices=["torch_dist", "torch"], default=None)
     p.add_argument("--distributed-optimizer", choices=["auto", "yes", "no"], default="auto")
     p.add_argument("--record", default=None, help="record.json to compare with (load mode)")
+    p.add_argument("--megatron-args", default="",
+                   help="more Megatron flags for load mode, e.g. --no-load-rng (a legacy checkpoint without RNG "
+                        "state, as Strata writes it)")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     opts = p.parse_args()
 
@@ -262,8 +268,9 @@ def main():
         if kind == "make":
             worker_make(*rest)
         else:
-            case, load_dir, fmt, dist_opt, result_path = rest
-            worker_load(case, load_dir, fmt, dist_opt == "1", result_path)
+            case, load_dir, fmt, dist_opt, result_path = rest[:5]
+            extra = json.loads(rest[5]) if len(rest) > 5 else []
+            worker_load(case, load_dir, fmt, dist_opt == "1", result_path, extra)
         return
     if opts.load_into_megatron:
         load_mode(opts)

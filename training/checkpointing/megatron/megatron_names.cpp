@@ -2,9 +2,11 @@
 #include "training/checkpointing/megatron/megatron_names.h"
 
 #include <cctype>
+#include <regex>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "models/parameter_names.h"
 
 namespace strata {
@@ -51,6 +53,30 @@ std::string megatron_key_to_strata_name(const std::string& key, int64_t expert_o
   std::string name = rename_local_expert(key, expert_offset);
   if (name == key) name = shift_grouped_expert(key, expert_offset);
   return checkpoint_parameter_name(name);  // mtp.layers.<k>.mtp_model_layer. → transformer_layer.
+}
+
+std::string strata_name_to_megatron_local_key(const std::string& name) {
+  std::string key = name;
+  if (key.find(".layer_norm_") != std::string::npos) {  // a TE-fused norm: its own module locally
+    const std::string alias = megatron_norm_alias(key);
+    STRATA_CHECK(!alias.empty(), "checkpoint: '", name, "' has no module in Megatron's local spec (a norm fused ",
+                 "into another projection); checkpoint.ckpt_format torch writes the local spec's names");
+    key = alias;
+  }
+  // mlp.experts.linear_fc<d>.<weight|bias><e> → mlp.experts.local_experts.<e>.linear_fc<d>.<weight|bias>
+  const std::string experts = "mlp.experts.linear_fc";
+  if (const size_t at = key.find(experts); at != std::string::npos) {
+    size_t j = key.size();
+    while (j > 0 && std::isdigit(static_cast<unsigned char>(key[j - 1]))) --j;
+    const std::string head = key.substr(0, j);
+    STRATA_CHECK(j < key.size() && (ends_with(head, ".weight") || ends_with(head, ".bias")), "checkpoint: '", name,
+                 "' is not one expert's tensor (an expert-parallel range has no local-spec name)");
+    const size_t leaf = head.rfind('.');
+    const std::string module = head.substr(at + 12, leaf - (at + 12));  // linear_fc<d>
+    key = key.substr(0, at) + "mlp.experts.local_experts." + key.substr(j) + "." + module + head.substr(leaf);
+  }
+  static const std::regex mtp(R"(^(mtp\.layers\.[0-9]+\.)transformer_layer\.)");
+  return std::regex_replace(key, mtp, "$1mtp_model_layer.", std::regex_constants::format_first_only);
 }
 
 std::string megatron_norm_alias(const std::string& name) {

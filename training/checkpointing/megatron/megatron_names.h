@@ -1,5 +1,7 @@
 // Megatron's spellings of a model tensor's name → Strata's checkpoint name (one function for every
-// Megatron reader of training/checkpointing/megatron/). Megatron names a tensor after the module
+// Megatron reader of training/checkpointing/megatron/), and the one renaming the other way that
+// the legacy writer needs: Strata's name → the key of Megatron's local spec
+// (`--transformer-impl local`, SequentialMLP experts). Megatron names a tensor after the module
 // that holds it, so the same weight has several names across its module specs and checkpoint
 // formats:
 //  - the fused norms: the local spec's `input_layernorm.{weight,bias}` is Transformer Engine's
@@ -30,6 +32,13 @@ namespace strata {
 // indices are shifted by expert_offset (an expert-parallel rank's first global expert). Norm
 // spellings are kept as they are (see resolve_megatron_norm_alias).
 std::string megatron_key_to_strata_name(const std::string& key, int64_t expert_offset = 0);
+
+// Strata's checkpoint name → its key in the state dict of Megatron's local-spec GPTModel: the fused
+// norms as modules of their own (`input_layernorm.X`, `pre_mlp_layernorm.X`), expert e's
+// `mlp.experts.linear_fc<d>.<leaf><e>` as `mlp.experts.local_experts.<e>.linear_fc<d>.<leaf>`, and
+// the MTP layer's `transformer_layer.` as `mtp_model_layer.`. Throws naming a tensor the local spec
+// has no module for (a norm fused into another projection, e.g. MLA's linear_q_up_proj.layer_norm_weight).
+std::string strata_name_to_megatron_local_key(const std::string& name);
 
 // The other spelling of a norm name (input_layernorm.X ↔ self_attention.linear_qkv.layer_norm_X,
 // pre_mlp_layernorm.X ↔ mlp.linear_fc1.layer_norm_X; any prefix, e.g. "optimizer.exp_avg."), or

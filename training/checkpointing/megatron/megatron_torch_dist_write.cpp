@@ -2,8 +2,6 @@
 // megatron_torch_dist_write.h).
 #include "training/checkpointing/megatron/megatron_torch_dist_write.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <filesystem>
 #include <map>
 #include <set>
@@ -13,11 +11,9 @@
 #include "core/formats/mapped_file.h"
 #include "core/formats/pickle_object_writer.h"
 #include "core/formats/torch_archive_writer.h"
-#include "core/megatron_flags.h"
 #include "training/checkpointing/checkpoint.h"
-#include "training/checkpointing/checkpoint_scheduler.h"
+#include "training/checkpointing/megatron/megatron_save_state.h"
 #include "training/checkpointing/megatron/megatron_tensor_table.h"
-#include "training/optimizer/lr_schedule.h"
 
 namespace strata {
 
@@ -26,105 +22,6 @@ using formats::PyRef;
 using formats::PyValue;
 
 namespace {
-
-// A YAML scalar or sequence of the config as the Python value argparse would hold.
-PyRef py_from_yaml(const YAML::Node& n) {
-  if (!n || n.IsNull()) return PyValue::none();
-  if (n.IsSequence()) {
-    std::vector<PyRef> items;
-    for (const auto& x : n) items.push_back(py_from_yaml(x));
-    return PyValue::list(std::move(items));
-  }
-  if (!n.IsScalar()) return PyValue::none();
-  const std::string s = n.Scalar();
-  if (n.Tag() != "!" ) {  // plain scalars: bool, int, float, else str
-    if (s == "true" || s == "false") return PyValue::of_bool(s == "true");
-    try {
-      size_t used = 0;
-      const long long i = std::stoll(s, &used);
-      if (used == s.size()) return PyValue::of_int(i);
-    } catch (const std::exception&) {
-    }
-    try {
-      size_t used = 0;
-      const double d = std::stod(s, &used);
-      if (used == s.size()) return PyValue::of_float(d);
-    } catch (const std::exception&) {
-    }
-  }
-  return PyValue::of_str(s);
-}
-
-// "--num-layers" → "num_layers".
-std::string dest_of(const std::string& flag) {
-  std::string d = flag.substr(flag.find_first_not_of('-'));
-  for (char& c : d)
-    if (c == '-') c = '_';
-  return d;
-}
-
-// Megatron's args: every config field under its Megatron flag's name (the field's own flag or a
-// rename), the data position, and no_save_rng (Strata's counter-based RNG has no Megatron form).
-PyRef megatron_args(const ResolvedConfig& cfg, const CheckpointState& st, bool saved_optimizer, int64_t padded_vocab) {
-  const YAML::Node root = YAML::Load(cfg.to_yaml());
-  const config::MegatronFlags flags(StrataConfig::table().untyped());
-  PyRef dict = PyValue::empty_dict();
-  for (const config::FlagEntry& e : flags.entries()) {
-    if (e.kind != config::FlagEntry::Kind::Field || e.value == "false") continue;
-    const std::string dest = dest_of(e.flag);
-    if (dict->find(dest)) continue;
-    dict->set(dest, py_from_yaml(root[e.section][e.field]));
-  }
-  dict->set("consumed_train_samples", PyValue::of_int(st.consumed_train_samples));
-  dict->set("skipped_train_samples", PyValue::of_int(0));
-  dict->set("consumed_valid_samples", PyValue::of_int(0));
-  dict->set("iteration", PyValue::of_int(st.iteration));
-  dict->set("no_save_rng", PyValue::of_bool(true));
-  dict->set("no_save_optim", PyValue::of_bool(!saved_optimizer));
-  dict->set("ckpt_format", PyValue::of_str("torch_dist"));
-  dict->set("padded_vocab_size", PyValue::of_int(padded_vocab));
-  return formats::py_newobj({"argparse", "Namespace"}, {}, dict);
-}
-
-// Megatron's OptimizerParamScheduler.state_dict().
-PyRef scheduler_state(const CheckpointState& st) {
-  PyRef d = PyValue::empty_dict();
-  if (!st.lr_schedule) return d;
-  const nlohmann::json j = lr_schedule_json(*st.lr_schedule);
-  for (const char* k : {"max_lr", "lr_warmup_steps", "num_steps", "lr_decay_style", "lr_decay_steps", "min_lr",
-                        "start_wd", "end_wd", "wd_incr_style", "wd_incr_steps"}) {
-    if (std::string(k) == "num_steps") {
-      d->set(k, PyValue::of_int(st.lr_scheduler_steps.value_or(0)));
-      continue;
-    }
-    const nlohmann::json& v = j.at(k);
-    if (v.is_string()) d->set(k, PyValue::of_str(v.get<std::string>()));
-    else if (std::string(k) == "lr_warmup_steps" || v.is_number_integer()) d->set(k, PyValue::of_int(v.get<int64_t>()));
-    else d->set(k, PyValue::of_float(v.get<double>()));
-  }
-  return d;
-}
-
-// One param group as Megatron's optimizer state_dict holds it (without 'params').
-PyRef param_group(const ResolvedConfig& cfg, double wd_mult, double lr) {
-  PyRef g = PyValue::empty_dict();
-  g->set("is_expert_parallel", PyValue::of_bool(false));
-  g->set("default_config", PyValue::of_bool(true));
-  g->set("wd_mult", PyValue::of_float(wd_mult));
-  g->set("lr_mult", PyValue::of_float(1.0));
-  g->set("is_decoupled_lr", PyValue::of_bool(false));
-  g->set("max_lr", PyValue::of_float(*cfg.optimizer->lr));
-  g->set("min_lr", PyValue::of_float(cfg.optimizer->min_lr));
-  g->set("lr", PyValue::of_float(lr));
-  g->set("betas", PyValue::tuple({PyValue::of_float(cfg.optimizer->adam_beta1), PyValue::of_float(cfg.optimizer->adam_beta2)}));
-  g->set("eps", PyValue::of_float(cfg.optimizer->adam_eps));
-  g->set("weight_decay", PyValue::of_float(cfg.optimizer->weight_decay * wd_mult));
-  for (const char* k : {"amsgrad", "maximize", "capturable", "differentiable"}) g->set(k, PyValue::of_bool(false));
-  g->set("foreach", PyValue::none());
-  g->set("fused", PyValue::none());
-  g->set("decoupled_weight_decay", PyValue::of_bool(true));
-  return g;
-}
 
 // A bytes item holding torch.save(value).
 formats::DcpWriteItem saved_object(const std::string& fqn, const PyRef& value,
@@ -211,12 +108,12 @@ void write_megatron_torch_dist(const std::string& strata_iteration_dir, const st
     }
   }
   // The common state.
-  const double lr = LrSchedule(cfg.optimizer, cfg.training).lr(st.lr_scheduler_steps.value_or(0));
+  const double lr = megatron_saved_lr(cfg, st);
   PyRef common = PyValue::empty_dict();
   int64_t padded_vocab = 0;
   for (const auto& [name, shape] : in.tensors())
     if (name == "embedding.word_embeddings.weight") padded_vocab = shape.at(0);
-  common->set("args", megatron_args(cfg, st, saved_optimizer, padded_vocab));
+  common->set("args", megatron_args(cfg, st, saved_optimizer, padded_vocab, "torch_dist"));
   common->set("checkpoint_version", PyValue::of_float(3.0));
   common->set("iteration", PyValue::of_int(st.iteration));
   std::map<std::string, Tensor> storages;
@@ -224,8 +121,8 @@ void write_megatron_torch_dist(const std::string& strata_iteration_dir, const st
     PyRef opt = PyValue::empty_dict(), state = PyValue::empty_dict(), groups = PyValue::list();
     storages["0"] = Tensor::full(Shape({}), static_cast<double>(st.optimizer_step_count), DType::F32);
     state->set("common_step", formats::py_tensor_of("0", storages["0"]));
-    if (any_decay) groups->items.push_back(param_group(cfg, 1.0, lr));
-    if (any_no_decay) groups->items.push_back(param_group(cfg, 0.0, lr));
+    if (any_decay) groups->items.push_back(megatron_param_group(cfg, 1.0, lr));
+    if (any_no_decay) groups->items.push_back(megatron_param_group(cfg, 0.0, lr));
     if (distributed) {  // DistributedOptimizer.state_dict(): the inner optimizer's groups carry the step
       for (PyRef& g : groups->items) g->set("step", PyValue::of_float(static_cast<double>(st.optimizer_step_count)));
       PyRef inner = PyValue::empty_dict();
@@ -239,7 +136,7 @@ void write_megatron_torch_dist(const std::string& strata_iteration_dir, const st
     }
     common->set("optimizer", opt);
   }
-  common->set("opt_param_scheduler", scheduler_state(st));
+  common->set("opt_param_scheduler", megatron_scheduler_state(st));
   common->set("num_floating_point_operations_so_far", PyValue::of_float(0.0));
   PyRef content = PyValue::empty_dict();
   content->set("distrib_optim_sharding_type", PyValue::of_str("fully_reshardable"));
