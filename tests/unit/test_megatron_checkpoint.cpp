@@ -232,6 +232,29 @@ TEST_CASE("Megatron tensor names become Strata's", "[megatron_ckpt]") {
   CHECK(table.size() == 2);
 }
 
+TEST_CASE("Strata's tensor names become Megatron's local-spec keys", "[megatron_ckpt]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"decoder.layers.1.self_attention.linear_qkv.layer_norm_weight", "decoder.layers.1.input_layernorm.weight"},
+      {"decoder.layers.1.mlp.linear_fc1.layer_norm_bias", "decoder.layers.1.pre_mlp_layernorm.bias"},
+      {"decoder.layers.0.mlp.experts.linear_fc1.weight3", "decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight"},
+      {"decoder.layers.0.mlp.experts.linear_fc2.bias12", "decoder.layers.0.mlp.experts.local_experts.12.linear_fc2.bias"},
+      {"mtp.layers.0.transformer_layer.self_attention.linear_qkv.layer_norm_weight",
+       "mtp.layers.0.mtp_model_layer.input_layernorm.weight"},
+      {"mtp.layers.0.transformer_layer.mlp.experts.linear_fc1.weight1",
+       "mtp.layers.0.mtp_model_layer.mlp.experts.local_experts.1.linear_fc1.weight"},
+      {"decoder.layers.0.mlp.router.weight", "decoder.layers.0.mlp.router.weight"},
+      {"mtp.layers.0.eh_proj.weight", "mtp.layers.0.eh_proj.weight"},
+      {"output_layer.weight", "output_layer.weight"}};
+  for (const auto& [strata_name, key] : cases) {
+    CAPTURE(strata_name);
+    CHECK(strata_name_to_megatron_local_key(strata_name) == key);
+    // The readers' renaming (norms resolved against the TE spelling Strata uses) inverts it.
+    CHECK(resolve_megatron_norm_alias(megatron_key_to_strata_name(key), {strata_name}) == strata_name);
+  }
+  CHECK_THROWS_WITH(strata_name_to_megatron_local_key("decoder.layers.0.self_attention.linear_q_up_proj.layer_norm_weight"),
+                    Catch::Contains("has no module in Megatron's local spec"));
+}
+
 TEST_CASE("Megatron's load flags on a Megatron checkpoint: use_checkpoint_args, finetune, no_load_optim",
           "[megatron_ckpt]") {
   const MegatronRecord rec("llama");
