@@ -129,6 +129,16 @@ TEST_CASE("a checkpoint Strata saves as legacy torch resumes with Megatron's los
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a legacy torch save the local spec has no form for is refused before training", "[megatron_ckpt]") {
+  std::vector<std::string> args = MegatronRecord("moe").argv("torch");
+  args.push_back("data.mock_data=true");
+  args.push_back("checkpoint.save=" + (std::filesystem::temp_directory_path() / "strata_mlw_unused").string());
+  CHECK_NOTHROW(StrataConfig::load("", args).validate());
+  args.push_back("parallel.use_distributed_optimizer=true");
+  CHECK_THROWS_WITH(StrataConfig::load("", args).validate(),
+                    Catch::Contains("checkpoint.ckpt_format") && Catch::Contains("use_distributed_optimizer"));
+}
+
 // For scripts/megatron/checkpoint_fixtures/check_strata_into_megatron.sh (not run by ctest): Strata
 // trains case $STRATA_MEGATRON_CASE from its own initialisation on Megatron's recorded batches for
 // steps 1-5, saving iteration 2 under $STRATA_MEGATRON_EXPORT_DIR in the format of variant
