@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/formats/pickle_writer.h"
 
 namespace strata::formats {
 
@@ -70,15 +71,7 @@ class ObjectPickler {
       op('J');
       put_le(static_cast<uint32_t>(static_cast<int32_t>(x)), 4);
     } else {  // LONG1: little-endian two's complement, shortest form (pickle.encode_long)
-      std::string bytes;
-      const auto u = static_cast<uint64_t>(x);
-      for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
-      while (bytes.size() > 1) {
-        const auto last = static_cast<unsigned char>(bytes.back());
-        const auto prev = static_cast<unsigned char>(bytes[bytes.size() - 2]);
-        if ((last == 0x00 && !(prev & 0x80)) || (last == 0xFF && (prev & 0x80))) bytes.pop_back();
-        else break;
-      }
+      const std::string bytes = encode_long(x);
       op(static_cast<unsigned char>(0x8a));
       put_le(bytes.size(), 1);
       out_ += bytes;

@@ -78,6 +78,17 @@ namespace {
 class Unpickler {
  public:
   Unpickler(const uint8_t* data, size_t size, const std::string& source) : p_(data), end_(data + size), src_(source) {}
+  // A failed read drops every link it made, so values that refer to each other (a crafted memo
+  // can make a list hold itself) are freed rather than leaked.
+  ~Unpickler() {
+    if (done_) return;
+    for (const std::weak_ptr<PyValue>& w : made_)
+      if (PyRef v = w.lock()) {
+        v->items.clear();
+        v->dict.clear();
+        v->state.reset();
+      }
+  }
   PyRef run();
 
  private:
@@ -109,7 +120,11 @@ class Unpickler {
     return s;
   }
 
-  void push(PyRef v) { stack_.push_back(std::move(v)); }
+  void push(PyRef v) {
+    made_.push_back(v);
+    stack_.push_back(std::move(v));
+  }
+  void check_acyclic(const PyRef& root);
   PyRef pop() {
     if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) fail("pop from an empty stack");
     PyRef v = std::move(stack_.back());
@@ -183,7 +198,46 @@ class Unpickler {
   std::vector<PyRef> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, PyRef> memo_;
+  std::vector<std::weak_ptr<PyValue>> made_;  // every value pushed (at most one per opcode)
+  bool done_ = false;
 };
+
+// Megatron's and PyTorch's pickles hold trees (shared leaves at most); a value that contains itself
+// is refused (it would also never be freed).
+void Unpickler::check_acyclic(const PyRef& root) {
+  auto children = [](const PyValue* v) {
+    std::vector<const PyValue*> c;
+    for (const PyRef& i : v->items) c.push_back(i.get());
+    for (const auto& [k, x] : v->dict) c.push_back(k.get()), c.push_back(x.get());
+    c.push_back(v->state.get());
+    return c;
+  };
+  struct Frame {
+    const PyValue* v;
+    std::vector<const PyValue*> children;
+    size_t next = 0;
+  };
+  std::unordered_map<const PyValue*, int> state;  // 1: on the current path, 2: done
+  std::vector<Frame> path;
+  path.push_back({root.get(), children(root.get())});
+  state[root.get()] = 1;
+  while (!path.empty()) {
+    Frame& f = path.back();
+    if (f.next >= f.children.size()) {
+      state[f.v] = 2;
+      path.pop_back();
+      continue;
+    }
+    const PyValue* child = f.children[f.next++];
+    if (!child) continue;
+    int& s = state[child];
+    if (s == 1) fail("a value that contains itself");
+    if (s == 0) {
+      s = 1;
+      path.push_back({child, children(child)});
+    }
+  }
+}
 
 // LONG1 / LONG4: little-endian two's complement of n bytes; only values that fit int64.
 int64_t Unpickler::read_long(uint64_t n) {
@@ -418,6 +472,8 @@ PyRef Unpickler::run() {
     if (!step(op)) break;
   }
   if (stack_.size() != 1 || !marks_.empty()) fail("STOP with " + std::to_string(stack_.size()) + " values on the stack");
+  check_acyclic(stack_.back());
+  done_ = true;
   return stack_.back();
 }
 

@@ -11,6 +11,19 @@
 
 namespace strata::formats {
 
+std::string encode_long(int64_t x) {
+  std::string bytes;
+  const auto u = static_cast<uint64_t>(x);
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
+  while (bytes.size() > 1) {  // drop redundant sign bytes
+    const auto last = static_cast<unsigned char>(bytes.back());
+    const auto prev = static_cast<unsigned char>(bytes[bytes.size() - 2]);
+    if ((last == 0x00 && !(prev & 0x80)) || (last == 0xFF && (prev & 0x80))) bytes.pop_back();
+    else break;
+  }
+  return bytes;
+}
+
 namespace {
 void put_u32(std::string& out, uint32_t x) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((x >> (8 * i)) & 0xFF));
@@ -23,16 +36,7 @@ void save_int(std::string& out, int64_t x) {
     put_u32(out, static_cast<uint32_t>(static_cast<int32_t>(x)));
     return;
   }
-  std::string bytes;
-  auto u = static_cast<uint64_t>(x);
-  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
-  // Drop redundant sign bytes (pickle's encode_long keeps the shortest form).
-  while (bytes.size() > 1) {
-    const auto last = static_cast<unsigned char>(bytes.back());
-    const auto prev = static_cast<unsigned char>(bytes[bytes.size() - 2]);
-    if ((last == 0x00 && !(prev & 0x80)) || (last == 0xFF && (prev & 0x80))) bytes.pop_back();
-    else break;
-  }
+  const std::string bytes = encode_long(x);
   out.push_back(static_cast<char>(0x8a));
   out.push_back(static_cast<char>(bytes.size()));
   out += bytes;

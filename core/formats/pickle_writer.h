@@ -37,6 +37,9 @@ struct PickleValue {
   PickleValue(PickleDict d) : v(std::move(d)) {}
 };
 
+// pickle.encode_long: x as little-endian two's complement in the fewest bytes (LONG1's payload).
+std::string encode_long(int64_t x);
+
 // The pickle of `value` (starts with PROTO 2, ends with STOP).
 std::string pickle_dumps(const PickleValue& value);
 // Writes pickle_dumps(value) to `path` (through a temporary file renamed into place); throws

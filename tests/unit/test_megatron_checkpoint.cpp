@@ -298,3 +298,54 @@ TEST_CASE("Megatron's load flags on a Megatron checkpoint: use_checkpoint_args, 
                                                    {"--ckpt-format", "torch", "--auto-detect-ckpt-format"}));
   }
 }
+
+namespace {
+
+// Strata's own runs through torch_dist: an uninterrupted run against one saved at step 2 as
+// torch_dist and resumed; the resumed steps must be bit-identical.
+std::vector<double> train_mock(const std::vector<std::string>& model, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"model.hidden_size=32", "model.num_attention_heads=4", "model.vocab_size=64", "data.tokenizer_type=NullTokenizer",
+                                   "model.seq_length=16", "model.max_position_embeddings=16",
+                                   "training.micro_batch_size=2", "training.global_batch_size=4",
+                                   "training.train_iters=4", "optimizer.lr=1e-2", "optimizer.lr_warmup_iters=1",
+                                   "data.mock_data=true", "logging.log_interval=1", "model.hidden_dropout=0.1"};
+  args.insert(args.end(), model.begin(), model.end());
+  args.insert(args.end(), extra.begin(), extra.end());
+  training::RunHooks hooks;
+  std::ostringstream log;
+  hooks.log_stream = &log;
+  const TrainResult r = training::run_training(StrataConfig::load("", args).validate(), hooks);
+  INFO(log.str());
+  return r.losses;
+}
+
+}  // namespace
+
+TEST_CASE("Strata runs saved as torch_dist resume bit for bit (hybrid, bf16 MoE)", "[megatron_ckpt]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("strata_mtd_rt_" + std::to_string(::getpid()));
+  for (const std::vector<std::string>& model : std::vector<std::vector<std::string>>{
+           {"model.hybrid_layer_pattern='*-*-'"},
+           {"model.num_layers=2", "model.num_experts=4", "model.moe_router_topk=2", "model.moe_ffn_hidden_size=16",
+            "training.precision=bf16", "parallel.use_distributed_optimizer=true", "model.moe_aux_loss_coeff=0.01"}}) {
+    CAPTURE(model);
+    std::filesystem::remove_all(dir);
+    const std::vector<double> whole = train_mock(model, {});
+    const std::string save = "checkpoint.save=" + dir.string();
+    train_mock(model, {save, "checkpoint.save_interval=2", "training.exit_interval=2", "checkpoint.ckpt_format=torch_dist"});
+    REQUIRE(std::filesystem::exists(dir / "iter_0000002" / ".metadata"));
+    const std::vector<double> resumed = train_mock(model, {"checkpoint.load=" + dir.string()});
+    REQUIRE(resumed.size() == 2);
+    CHECK(resumed[0] == whole[2]);
+    CHECK(resumed[1] == whole[3]);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a torch_dist save of a model with Mamba layers is refused by name", "[megatron_ckpt]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("strata_mtd_mamba_" + std::to_string(::getpid()));
+  CHECK_THROWS_WITH(train_mock({"model.hybrid_layer_pattern='M*'", "model.mamba_head_dim=16", "model.mamba_num_groups=1",
+                                "checkpoint.ckpt_format=torch_dist"},
+                               {"checkpoint.save=" + dir.string()}),
+                    Catch::Contains("checkpoint.ckpt_format") && Catch::Contains("Mamba"));
+  std::filesystem::remove_all(dir);
+}

@@ -92,6 +92,24 @@ int fuzz(const std::string& original, int n, uint64_t seed, const std::function<
 
 const uint8_t* bytes(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
+// A temporary copy of a fixture's DCP directory whose file `mutated` is rewritten per mutation.
+struct DcpCopy {
+  fs::path dir, mutated;
+  std::string original;
+  DcpCopy(const std::string& fixture_dir, const std::string& name, const std::string& kept, const std::string& file)
+      : dir(fs::temp_directory_path() / ("strata_" + name + "_" + std::to_string(::getpid()))), mutated(dir / file) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy_file(fixture(fixture_dir) / kept, dir / kept);
+    original = slurp(fixture(fixture_dir) / file);
+  }
+  ~DcpCopy() { fs::remove_all(dir); }
+  void write(const std::string& m) const {
+    std::ofstream out(mutated, std::ios::binary | std::ios::trunc);
+    out.write(m.data(), static_cast<std::streamsize>(m.size()));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("mutated torch.save files and pickles are refused cleanly", "[megatron_ckpt_fuzz]") {
@@ -113,17 +131,10 @@ TEST_CASE("mutated torch.save files and pickles are refused cleanly", "[megatron
 }
 
 TEST_CASE("a mutated distributed-checkpoint .metadata is refused cleanly", "[megatron_ckpt_fuzz]") {
-  const fs::path src = fixture("megatron_ckpt/llama/torch_dist_distopt/iter_0000002");
-  const fs::path dir = fs::temp_directory_path() / ("strata_dcp_fuzz_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  fs::copy_file(src / "__0_0.distcp", dir / "__0_0.distcp");
-  const std::string meta = slurp(src / ".metadata");
-  const int refused = fuzz(meta, 1500, 13, [&](const std::string& m) {
-    {
-      std::ofstream out(dir / ".metadata", std::ios::binary | std::ios::trunc);
-      out.write(m.data(), static_cast<std::streamsize>(m.size()));
-    }
+  const DcpCopy copy("megatron_ckpt/llama/torch_dist_distopt/iter_0000002", "dcp_fuzz", "__0_0.distcp", ".metadata");
+  const fs::path& dir = copy.dir;
+  const int refused = fuzz(copy.original, 1500, 13, [&](const std::string& m) {
+    copy.write(m);
     DcpReader r(dir.string());
     int read = 0;
     for (const auto& [fqn, item] : r.items())
@@ -132,22 +143,13 @@ TEST_CASE("a mutated distributed-checkpoint .metadata is refused cleanly", "[meg
         else r.read_bytes(fqn);
   });
   CHECK(refused > 0);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("a mutated .distcp data file is refused cleanly", "[megatron_ckpt_fuzz]") {
-  const fs::path src = fixture("megatron_ckpt/llama/torch_dist/iter_0000002");
-  const fs::path dir = fs::temp_directory_path() / ("strata_distcp_fuzz_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  fs::copy_file(src / ".metadata", dir / ".metadata");
-  const std::string data = slurp(src / "__0_0.distcp");
-  const int refused = fuzz(data, 1000, 17, [&](const std::string& m) {
-    {
-      std::ofstream out(dir / "__0_0.distcp", std::ios::binary | std::ios::trunc);
-      out.write(m.data(), static_cast<std::streamsize>(m.size()));
-    }
-    DcpReader r(dir.string());
+  const DcpCopy copy("megatron_ckpt/llama/torch_dist/iter_0000002", "distcp_fuzz", ".metadata", "__0_0.distcp");
+  const int refused = fuzz(copy.original, 1000, 17, [&](const std::string& m) {
+    copy.write(m);
+    DcpReader r(copy.dir.string());
     for (const auto& [fqn, item] : r.items())
       for (size_t i = 0; i < item.chunks.size(); ++i)
         if (item.is_tensor) r.read_chunk(fqn, i);
@@ -158,5 +160,4 @@ TEST_CASE("a mutated .distcp data file is refused cleanly", "[megatron_ckpt_fuzz
         }
   });
   CHECK(refused > 0);
-  fs::remove_all(dir);
 }

@@ -88,3 +88,15 @@ TEST_CASE("a truncated or corrupted torch.save file is rejected with its name", 
   TorchArchive a(bytes(bad), bad.size(), "flipped.pt");
   CHECK_THROWS_WITH(a.tensor(a.root->find("a")->tensor), Catch::Contains("flipped.pt") && Catch::Contains("CRC-32"));
 }
+
+TEST_CASE("a pickle whose value contains itself is refused", "[torch_archive]") {
+  // PROTO 2, EMPTY_LIST, BINPUT 0, BINGET 0, APPEND, STOP: l = []; l.append(l).
+  const std::string p("\x80\x02]q\x00h\x00" "a.", 9);
+  CHECK_THROWS_WITH(unpickle_restricted(bytes(p), p.size(), "self.pkl"),
+                    Catch::Contains("self.pkl") && Catch::Contains("contains itself"));
+  // A shared value is fine: pickle.dumps([x, x]) with x = [] (CPython's bytes).
+  const std::string q("\x80\x02]q\x00(]q\x01h\x01" "e.", 13);
+  const PyRef v = unpickle_restricted(bytes(q), q.size(), "shared.pkl");
+  REQUIRE(v->items.size() == 2);
+  CHECK(v->items[0] == v->items[1]);
+}

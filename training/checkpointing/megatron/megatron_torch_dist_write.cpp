@@ -6,11 +6,13 @@
 #include <map>
 #include <set>
 
+#include "core/config_table.h"
 #include "core/error.h"
 #include "core/formats/dcp_writer.h"
 #include "core/formats/mapped_file.h"
 #include "core/formats/pickle_object_writer.h"
 #include "core/formats/torch_archive_writer.h"
+#include "models/config/hybrid_pattern.h"
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/megatron/megatron_save_state.h"
 #include "training/checkpointing/megatron/megatron_tensor_table.h"
@@ -53,6 +55,16 @@ bool has_extra_state(const std::string& key) {
 
 }  // namespace
 
+void validate_megatron_checkpoint_format(const ResolvedConfig& cfg) {
+  if (cfg.checkpoint->ckpt_format == CkptFormat::Strata || !cfg.model->is_hybrid()) return;
+  const hybrid::HybridPattern& p = cfg.model.hybrid_pattern();
+  if (p.layers.find(hybrid::kMamba) != std::string::npos || p.mtp.find(hybrid::kMamba) != std::string::npos)
+    throw config::ConfigError("checkpoint.ckpt_format",
+                              std::string(config::enum_to_string<CkptFormat>(kCkptFormatNames, cfg.checkpoint->ckpt_format)) +
+                                  " is not written for models with Mamba layers (model.hybrid_layer_pattern has "
+                                  "'M'): save with strata (Megatron's Mamba checkpoint layout is not reproduced)");
+}
+
 void write_megatron_torch_dist(const std::string& strata_iteration_dir, const std::string& out_dir,
                                const ResolvedConfig& cfg, TensorFileIO& io) {
   CheckpointTensorReader in(strata_iteration_dir, io);
@@ -77,7 +89,11 @@ void write_megatron_torch_dist(const std::string& strata_iteration_dir, const st
     if (!state_prefix.empty()) saved_optimizer = true;
     else if (name.find(".router.expert_bias") == std::string::npos)
       (shape.size() == 1 || name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 ? any_no_decay : any_decay) = true;
-    const MegatronKeyPlace place = megatron_key_of(model_name);
+    MegatronKeyPlace place = megatron_key_of(model_name);
+    if (cfg.model->is_hybrid() && place.layer >= 0) {  // HybridStack keeps per-layer keys (no layer dimension)
+      place.key = "decoder.layers." + std::to_string(place.layer) + place.key.substr(std::string("decoder.layers").size());
+      place.layer = -1;
+    }
     std::vector<int64_t> global, offsets, chunk_shape;
     if (place.layer >= 0) global.push_back(layers), offsets.push_back(place.layer), chunk_shape.push_back(1);
     if (place.expert >= 0) global.push_back(experts), offsets.push_back(place.expert), chunk_shape.push_back(1);
