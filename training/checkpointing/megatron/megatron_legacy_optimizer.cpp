@@ -28,10 +28,6 @@ using formats::PyValue;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& t) {
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
-
 // The parameters of a rank file in named_parameters() order (model chunks in order).
 std::vector<const LocalTensor*> parameters_in_order(const RankFile& f, const PyValue& args) {
   std::map<std::string, const LocalTensor*> by_name;
@@ -63,7 +59,7 @@ std::vector<std::vector<const LocalTensor*>> group_members(const RankFile& f, co
   STRATA_IO_CHECK(groups.is_sequence(), where, "is a ", groups.kind_name(), ", not a list");
   std::vector<std::vector<const LocalTensor*>> members(groups.items.size());
   for (const LocalTensor* t : params) {
-    const bool no_wd = t->shape.size() == 1 || ends_with(t->key, ".bias");
+    const bool no_wd = t->shape.size() == 1 || t->key.ends_with(".bias");
     const bool expert = t->name.find("mlp.experts.") != std::string::npos;
     std::vector<size_t> fits;
     for (size_t g = 0; g < groups.items.size(); ++g) {

@@ -23,10 +23,6 @@ using formats::PyValue;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& t) {
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
-
 // The tensors of one torch.save file: each PyValue tensor references its own storage.
 struct Storages {
   std::map<std::string, Tensor> map;
@@ -41,7 +37,7 @@ struct Storages {
 struct LegacyParam {
   std::string name, key;
   std::vector<int64_t> shape;
-  bool no_weight_decay() const { return shape.size() == 1 || ends_with(key, ".bias"); }
+  bool no_weight_decay() const { return shape.size() == 1 || key.ends_with(".bias"); }
 };
 
 // The model's parameters in Megatron's module-registration order (named_parameters()).
