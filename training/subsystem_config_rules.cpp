@@ -3,7 +3,7 @@
 // order. Listed here explicitly, not registered by static objects, so no rule can be dropped by the
 // linker or lost by moving its file. A subsystem with a new rule adds one line here.
 // Reference: megatron/training/arguments.py (validate_args checks these fields too).
-#include "training/checkpointing/megatron/megatron_torch_dist_write.h"
+#include "training/checkpointing/megatron/megatron_save_state.h"
 #include "training/config/config.h"
 #include "training/observability/tensor_dump_sites.h"
 #include "training/observability/tensor_metrics/registry.h"

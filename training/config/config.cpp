@@ -578,23 +578,6 @@ void validate_checkpoint(CheckpointConfig& checkpoint) {
                       "schedule, the other the config's)");
 }
 
-// checkpoint.ckpt_format torch saves Megatron's legacy format under the local spec's names
-// (training/checkpointing/megatron/megatron_legacy_write.h): what that writer has no form for is
-// refused here, before training, rather than at the first save.
-void validate_legacy_save(const StrataConfig& c, const ResolvedModelConfig& m) {
-  if (c.checkpoint.ckpt_format != CkptFormat::Torch || !c.checkpoint.save) return;
-  const char* why = nullptr;
-  if (c.training.precision == Precision::Fp16) why = "fp16's loss scaler (training.precision fp16)";
-  else if (m->moe_router_enable_expert_bias) why = "the router's expert bias (model.moe_router_enable_expert_bias)";
-  else if (m->multi_latent_attention) why = "multi-latent attention's fused norms (model.multi_latent_attention)";
-  else if (m->is_hybrid()) why = "hybrid (Mamba) layers (model.hybrid_layer_pattern)";
-  else if (m->num_experts && c.parallel.use_distributed_optimizer)
-    why = "experts with parallel.use_distributed_optimizer (Megatron keeps them in a gradient buffer of their own)";
-  if (why)
-    throw ConfigError("checkpoint.ckpt_format", std::string("torch (Megatron's legacy format, local spec) does not "
-                                                            "write ") + why + ": save with torch_dist or strata");
-}
-
 // The router tracer (Megatron's moe_routing_trace_*): only for MoE models, options only with the path.
 void validate_logging(const LoggingConfig& l, const ResolvedModelConfig& model) {
   if (l.profile && l.profile_step_end <= l.profile_step_start)
@@ -652,7 +635,6 @@ ResolvedConfig StrataConfig::validate(std::optional<int64_t> launched_world_size
   if (c.data.dataloader_inter_document_masking) c.data.reset_attention_mask = c.data.reset_position_ids = true;
   validate_data(c.data, m);
   validate_checkpoint(c.checkpoint);
-  validate_legacy_save(c, m);
   validate_logging(c.logging, m);
   validate_inference(c.inference, c.training);
   if (m->vocab_size) m->padded_vocab(c.parallel.tensor_model_parallel_size);  // a padding past int64 is refused

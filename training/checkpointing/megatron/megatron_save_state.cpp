@@ -3,8 +3,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/config_table.h"
 #include "core/megatron_flags.h"
 #include "core/formats/pickle_object_writer.h"
+#include "models/config/hybrid_pattern.h"
 #include "training/checkpointing/checkpoint_scheduler.h"
 #include "training/optimizer/lr_schedule.h"
 
@@ -119,6 +121,35 @@ PyRef megatron_param_group(const ResolvedConfig& cfg, double wd_mult, double lr)
 
 double megatron_saved_lr(const ResolvedConfig& cfg, const CheckpointState& st) {
   return LrSchedule(cfg.optimizer, cfg.training).lr(st.lr_scheduler_steps.value_or(0));
+}
+
+void validate_megatron_checkpoint_format(const ResolvedConfig& cfg) {
+  const CkptFormat f = cfg.checkpoint->ckpt_format;
+  // Only a run that saves writes the format (Megatron's launch scripts pass --ckpt-format torch_dist
+  // whether they save or not).
+  if (f == CkptFormat::Strata || !cfg.checkpoint->save) return;
+  const ResolvedModelConfig& m = cfg.model;
+  const bool mamba = m->is_hybrid() && (m.hybrid_pattern().layers.find(hybrid::kMamba) != std::string::npos ||
+                                        m.hybrid_pattern().mtp.find(hybrid::kMamba) != std::string::npos);
+  std::string why;
+  if (f == CkptFormat::TorchDist) {
+    if (mamba) why = "models with Mamba layers (model.hybrid_layer_pattern has 'M')";
+  } else if (cfg.training->precision == Precision::Fp16) {
+    why = "fp16's loss scaler (training.precision fp16)";
+  } else if (m->moe_router_enable_expert_bias) {
+    why = "the router's expert bias (model.moe_router_enable_expert_bias)";
+  } else if (m->multi_latent_attention) {
+    why = "multi-latent attention's fused norms (model.multi_latent_attention)";
+  } else if (m->is_hybrid()) {
+    why = "hybrid layers (model.hybrid_layer_pattern)";
+  } else if (m->num_experts && cfg.parallel->use_distributed_optimizer) {
+    why = "experts with parallel.use_distributed_optimizer (Megatron keeps them in a gradient buffer of their own)";
+  }
+  if (!why.empty())
+    throw config::ConfigError("checkpoint.ckpt_format",
+                              std::string(config::enum_to_string<CkptFormat>(kCkptFormatNames, f)) +
+                                  " (Megatron's format) is not written for " + why + ": save with " +
+                                  (f == CkptFormat::Torch ? "torch_dist or strata" : "strata"));
 }
 
 }  // namespace strata

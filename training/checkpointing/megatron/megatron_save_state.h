@@ -28,6 +28,15 @@ formats::PyRef megatron_scheduler_state(const CheckpointState& st);
 // for the weight-decayed group, 0 for norms and biases; lr: the group's current learning rate.
 formats::PyRef megatron_param_group(const ResolvedConfig& cfg, double wd_mult, double lr);
 
+// A run that saves in a Megatron format (checkpoint.ckpt_format torch_dist or torch, with
+// checkpoint.save) whose model that format's writer has no form for: a ConfigError naming
+// checkpoint.ckpt_format before training, not at the first save. torch_dist: Mamba layers (Megatron
+// splits in_proj into z/x/B/C/dt keys and keeps conv1d in tensor-parallel rank order; no Megatron
+// Mamba layer runs on a CPU to check a reproduction). torch (the local spec's names): fp16's loss
+// scaler, the router's expert bias, multi-latent attention's fused norms, hybrid layers, experts with
+// the distributed optimizer (Megatron keeps them in a gradient buffer of their own).
+void validate_megatron_checkpoint_format(const ResolvedConfig& cfg);
+
 // The learning rate of the saved step (the groups' 'lr').
 double megatron_saved_lr(const ResolvedConfig& cfg, const CheckpointState& st);
 

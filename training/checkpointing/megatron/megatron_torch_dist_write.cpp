@@ -6,13 +6,11 @@
 #include <map>
 #include <set>
 
-#include "core/config_table.h"
 #include "core/error.h"
 #include "core/formats/dcp_writer.h"
 #include "core/formats/mapped_file.h"
 #include "core/formats/pickle_object_writer.h"
 #include "core/formats/torch_archive_writer.h"
-#include "models/config/hybrid_pattern.h"
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/megatron/megatron_save_state.h"
 #include "training/checkpointing/megatron/megatron_tensor_table.h"
@@ -54,16 +52,6 @@ bool has_extra_state(const std::string& key) {
 }
 
 }  // namespace
-
-void validate_megatron_checkpoint_format(const ResolvedConfig& cfg) {
-  if (cfg.checkpoint->ckpt_format == CkptFormat::Strata || !cfg.model->is_hybrid()) return;
-  const hybrid::HybridPattern& p = cfg.model.hybrid_pattern();
-  if (p.layers.find(hybrid::kMamba) != std::string::npos || p.mtp.find(hybrid::kMamba) != std::string::npos)
-    throw config::ConfigError("checkpoint.ckpt_format",
-                              std::string(config::enum_to_string<CkptFormat>(kCkptFormatNames, cfg.checkpoint->ckpt_format)) +
-                                  " is not written for models with Mamba layers (model.hybrid_layer_pattern has "
-                                  "'M'): save with strata (Megatron's Mamba checkpoint layout is not reproduced)");
-}
 
 void write_megatron_torch_dist(const std::string& strata_iteration_dir, const std::string& out_dir,
                                const ResolvedConfig& cfg, TensorFileIO& io) {

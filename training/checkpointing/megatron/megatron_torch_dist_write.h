@@ -21,12 +21,6 @@
 
 namespace strata {
 
-// Megatron-format saves of models whose Megatron checkpoint layout is not reproduced here are a
-// ConfigError naming checkpoint.ckpt_format: Mamba layers (Megatron splits their in_proj into
-// z/x/B/C/dt keys and keeps conv1d in tensor-parallel rank order; no Megatron reference can be made
-// on a CPU to check them against).
-void validate_megatron_checkpoint_format(const ResolvedConfig& cfg);
-
 // Writes `out_dir` (created; it must not exist) from the Strata iteration directory
 // `strata_iteration_dir` of a run configured by `cfg`. Errors name the tensor or field.
 void write_megatron_torch_dist(const std::string& strata_iteration_dir, const std::string& out_dir,
