@@ -151,6 +151,7 @@ struct CheckpointReader {
   const std::map<std::string, Tensor>& file_tensors(const std::string& f);
   void add_whole_tensors(const std::string& f);
   void read_tensor_table();
+  bool check_shape(const std::string& name, const Parameter& p, bool vocab_padding_may_differ) const;
   void load_tensor(const std::string& name, const Parameter& p, const Tensor& t, bool vocab_padding_may_differ);
 };
 
@@ -236,17 +237,24 @@ void CheckpointReader::read_tensor_table() {
 
 // Fills t (shaped like p.value: the value or an optimizer state) with its boxes of global tensor
 // `name` from every piece that intersects them.
-void CheckpointReader::load_tensor(const std::string& name, const Parameter& p, const Tensor& t,
-                                   bool vocab_padding_may_differ) {
+// Tensor `name` is in the checkpoint with p's global shape (or, for weights-only readers, another
+// vocabulary padding: only dimension 0 of a vocab tensor differs, returned true).
+bool CheckpointReader::check_shape(const std::string& name, const Parameter& p, bool vocab_padding_may_differ) const {
   auto it = table.find(name);
   STRATA_CHECK(it != table.end(), "checkpoint: tensor '", name, "' is missing from ", dir.string());
   const TensorEntry& e = it->second;
   const Shape want = parameter_global_shape(p);
-  // Another vocabulary padding (weights-only readers): only dimension 0 of a vocab tensor differs.
   const bool vocab_rows = vocab_padding_may_differ && Shape(e.shape) != want && want.ndim() == 2 &&
                           e.shape.size() == 2 && e.shape[1] == want[1] && p.vocab_rows;
   STRATA_CHECK(Shape(e.shape) == want || vocab_rows, "checkpoint: tensor '", name, "' has global shape ",
                shape_str(e.shape), " in ", dir.string(), ", the model expects ", want.str());
+  return vocab_rows;
+}
+
+void CheckpointReader::load_tensor(const std::string& name, const Parameter& p, const Tensor& t,
+                                   bool vocab_padding_may_differ) {
+  const bool vocab_rows = check_shape(name, p, vocab_padding_may_differ);
+  const TensorEntry& e = table.at(name);
   for (const LocalRegion& r : parameter_regions(p, t)) {
     int64_t expected = r.box.numel();
     if (vocab_rows) {
@@ -415,8 +423,19 @@ CheckpointState load_checkpoint(const std::string& load_dir, const std::vector<P
     st = read_run_state(ckpt.manifest, ckpt.manifest_path, *iteration, saved_optim);
     ckpt.read_tensor_table();
   }
-  for (Parameter* p : match_model_tensors(ckpt, params, options, st))
-    ckpt.load_tensor(checkpoint_parameter_name(p->name), *p, p->value, options.vocab_padding_may_differ);
+  // Every tensor's presence and shape first (the optimizer's states too): a checkpoint that does not
+  // fit is refused before anything is loaded, never half-way.
+  const std::vector<Parameter*> present = match_model_tensors(ckpt, params, options, st);
+  const bool vocab = options.vocab_padding_may_differ;
+  for (Parameter* p : present) ckpt.check_shape(checkpoint_parameter_name(p->name), *p, vocab);
+  if (opt && options.load_optimizer && !options.finetune && saved_optim && ckpt.version == 2)
+    for (ParamState& s : opt->checkpoint_states()) {
+      const std::string name = checkpoint_parameter_name(s.param->name);
+      if (st.absent.count(name)) continue;
+      ckpt.check_shape("optimizer.exp_avg." + name, *s.param, vocab);
+      ckpt.check_shape("optimizer.exp_avg_sq." + name, *s.param, vocab);
+    }
+  for (Parameter* p : present) ckpt.load_tensor(checkpoint_parameter_name(p->name), *p, p->value, vocab);
   ckpt.cache.clear();  // the model files are no longer needed
   if (opt) load_optimizer_state(ckpt, *opt, options, saved_optim, st);
   if (options.finetune) {
