@@ -3,6 +3,7 @@
 #   scripts/fuzz.sh PARSER [SECONDS] [-- LIBFUZZER_FLAGS...]   one campaign (default 3600 s)
 #   scripts/fuzz.sh --all --seconds N                           every harness for N s each (CI)
 #   scripts/fuzz.sh --list                                      the harnesses
+#   scripts/fuzz.sh --build-only (PARSER | --all)               build, run nothing
 # The harnesses are the lines of tests/fuzz/harnesses.txt. Builds what is missing in the fuzz build
 # directory (STRATA_FUZZ_BUILD, default build-fuzz/: clang, STRATA_FUZZ=ON, CPU only, -O1 -g;
 # BUILD_JOBS, default nproc), then fuzzes from the committed corpus tests/fuzz/corpus/PARSER/ (run
@@ -17,13 +18,14 @@ build="${STRATA_FUZZ_BUILD:-$root/build-fuzz}"
 table="$root/tests/fuzz/harnesses.txt"
 harnesses() { grep -E '^[a-z]' "$table" | awk '{print $1}'; }
 
-usage() { sed -n '2,5p' "${BASH_SOURCE[0]}" | sed 's/^# //'; exit 2; }
-all=0; seconds=""; parser=""; extra=()
+usage() { sed -n '2,6p' "${BASH_SOURCE[0]}" | sed 's/^# //'; exit 2; }
+all=0; seconds=""; parser=""; extra=(); build_only=0
 while (($#)); do
   case "$1" in
     --all) all=1 ;;
     --seconds) seconds="$2"; shift ;;
     --list) harnesses; exit 0 ;;
+    --build-only) build_only=1 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage ;;
     *) if [[ -z "$parser" ]]; then parser="$1"; elif [[ -z "$seconds" ]]; then seconds="$1"; else usage; fi ;;
@@ -31,7 +33,7 @@ while (($#)); do
   shift
 done
 if ((all)); then
-  [[ -n "$seconds" ]] || { echo "fuzz.sh: --all needs --seconds N" >&2; exit 2; }
+  [[ -n "$seconds" ]] || ((build_only)) || { echo "fuzz.sh: --all needs --seconds N" >&2; exit 2; }
   names=($(harnesses))
 else
   [[ -n "$parser" ]] || usage
@@ -49,6 +51,7 @@ fi
 start=$(date +%s)
 cmake --build "$build" -j "${BUILD_JOBS:-$(nproc)}" --target "${names[@]/#/fuzz_}"
 echo "fuzz: build took $(( $(date +%s) - start )) s"
+((build_only)) && exit 0
 
 rc=0
 for name in "${names[@]}"; do

@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> overrides;
   if (at != std::string::npos) {
     size_t pos = at + marker.size();
-    while (pos <= input.size()) {
+    while (pos < input.size()) {
       const size_t nl = std::min(input.find('\n', pos), input.size());
       overrides.push_back(input.substr(pos, nl - pos));
       pos = nl + 1;
