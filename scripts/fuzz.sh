@@ -4,6 +4,7 @@
 #   scripts/fuzz.sh --all --seconds N                           every harness for N s each (CI)
 #   scripts/fuzz.sh --list                                      the harnesses
 #   scripts/fuzz.sh --build-only (PARSER | --all)               build, run nothing
+#   --no-build (with a run): use the harnesses as built
 # The harnesses are the lines of tests/fuzz/harnesses.txt. Builds what is missing in the fuzz build
 # directory (STRATA_FUZZ_BUILD, default build-fuzz/: clang, STRATA_FUZZ=ON, CPU only, -O1 -g;
 # BUILD_JOBS, default nproc), then fuzzes from the committed corpus tests/fuzz/corpus/PARSER/ (run
@@ -18,14 +19,15 @@ build="${STRATA_FUZZ_BUILD:-$root/build-fuzz}"
 table="$root/tests/fuzz/harnesses.txt"
 harnesses() { grep -E '^[a-z]' "$table" | awk '{print $1}'; }
 
-usage() { sed -n '2,6p' "${BASH_SOURCE[0]}" | sed 's/^# //'; exit 2; }
-all=0; seconds=""; parser=""; extra=(); build_only=0
+usage() { sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# //'; exit 2; }
+all=0; seconds=""; parser=""; extra=(); build_only=0; no_build=0
 while (($#)); do
   case "$1" in
     --all) all=1 ;;
     --seconds) seconds="$2"; shift ;;
     --list) harnesses; exit 0 ;;
     --build-only) build_only=1 ;;
+    --no-build) no_build=1 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage ;;
     *) if [[ -z "$parser" ]]; then parser="$1"; elif [[ -z "$seconds" ]]; then seconds="$1"; else usage; fi ;;
@@ -42,6 +44,7 @@ else
 fi
 
 # Build (configure once; ninja rebuilds only what changed).
+if ((!no_build)); then
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DSTRATA_FUZZ=ON -DSTRATA_CUDA=OFF -DSTRATA_MPI=OFF -DBUILD_TESTING=OFF \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -51,6 +54,7 @@ fi
 start=$(date +%s)
 cmake --build "$build" -j "${BUILD_JOBS:-$(nproc)}" --target "${names[@]/#/fuzz_}"
 echo "fuzz: build took $(( $(date +%s) - start )) s"
+fi
 ((build_only)) && exit 0
 
 rc=0

@@ -89,10 +89,11 @@ void write_megatron_torch_dist(const std::string& strata_iteration_dir, const st
     offsets.resize(global.size(), 0);
     chunk_shape.insert(chunk_shape.end(), shape.begin(), shape.end());
     const Tensor t = in.read(name).reshape(Shape(chunk_shape));
+    const std::string& tensor_name = name;  // clang before 16 cannot capture a structured binding (C++20 P1091)
     auto add = [&](const std::string& key, const Tensor& data) {
       auto [it, fresh] = tensors.try_emplace(key, formats::DcpWriteItem::tensor(key, global, data.dtype(), {}));
-      STRATA_CHECK(it->second.global_shape == global, "checkpoint: ", name, " does not stack into Megatron's ", key,
-                   " of shape ", Shape(it->second.global_shape).str());
+      STRATA_CHECK(it->second.global_shape == global, "checkpoint: ", tensor_name, " does not stack into Megatron's ",
+                   key, " of shape ", Shape(it->second.global_shape).str());
       it->second.chunks.push_back({offsets, data});
     };
     if (state_prefix == "optimizer.state.fp32_param.") {
