@@ -69,16 +69,20 @@ static std::string normalized_key(const std::string& s) {
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
   std::string w = normalized_key(word), best;
-  size_t best_d = SIZE_MAX;
+  const size_t limit = std::max<size_t>(2, w.size() / 3);
+  size_t best_d = limit + 1;  // only a candidate within the limit is suggested
   for (const auto& c : candidates) {
+    // The distance is at least the difference in length: a candidate that cannot beat the best so
+    // far is skipped without the quadratic comparison (a long unknown flag against ~1000 names).
+    const size_t length_gap = w.size() > c.size() ? w.size() - c.size() : c.size() - w.size();
+    if (length_gap >= best_d) continue;
     size_t d = edit_distance(w, normalized_key(c));
     if (d < best_d) {
       best_d = d;
       best = c;
     }
   }
-  size_t limit = std::max<size_t>(2, w.size() / 3);
-  return best_d <= limit ? best : "";
+  return best;
 }
 
 // ---- validators ----------------------------------------------------------------------------------
@@ -301,6 +305,7 @@ void FieldTable::add_section(SectionSpec section) {
       STRATA_INTERNAL_ASSERT(!s.find(f.name), "config field '", f.name, "' declared in sections ", s.name, " and ",
                              section.name);
   sections_.push_back(std::move(section));
+  flag_index_ = FlagIndexCache();
 }
 
 const SectionSpec* FieldTable::find_section(const std::string& name) const {
@@ -331,7 +336,7 @@ void FieldTable::unknown_key(const std::string& section, const std::string& key,
     for (const auto& f : sec.fields)
       if (hint.empty() && normalized_key(f.name) == normalized_key(key)) hint = f.path();
   if (hint.empty()) {  // a Megatron flag spelled as a field: training.bf16 → training.precision=bf16
-    std::string megatron = MegatronFlags(*this).hint_for_key(section, key);
+    std::string megatron = megatron_flags().hint_for_key(section, key);
     if (!megatron.empty()) throw ConfigError(path, "unknown key '" + path + "'" + megatron + where);
   }
   if (hint.empty()) {
@@ -456,7 +461,18 @@ void FieldTable::set_from_text(const std::string& section, const std::string& fi
 void FieldTable::apply_command_line(const std::vector<std::string>& args, void* root,
                                     std::vector<std::string>* no_effect,
                                     const std::vector<std::string>& extra_flags) const {
-  MegatronFlags(*this).apply(args, root, no_effect, extra_flags);
+  megatron_flags().apply(args, root, no_effect, extra_flags);
+}
+
+void FieldTable::set_megatron_rules(std::vector<MegatronFlagRule> rules) {
+  megatron_rules_ = std::move(rules);
+  flag_index_ = FlagIndexCache();
+}
+
+const MegatronFlags& FieldTable::megatron_flags() const {
+  std::lock_guard<std::mutex> lock(flag_index_.mutex);
+  if (!flag_index_.index) flag_index_.index = std::make_unique<const MegatronFlags>(*this);
+  return *flag_index_.index;
 }
 
 Value FieldTable::get_value(const std::string& section, const std::string& field, const void* root) const {

@@ -17,6 +17,8 @@
 // Every error is a ConfigError whose message starts with the dotted field path ("section.field").
 #pragma once
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -268,8 +270,11 @@ class FieldTable {
   void check_fields(const void* root) const;  // every per-field validator
 
   // Megatron flags that do not map onto a field by name (core/megatron_flags.h).
-  void set_megatron_rules(std::vector<MegatronFlagRule> rules) { megatron_rules_ = std::move(rules); }
+  void set_megatron_rules(std::vector<MegatronFlagRule> rules);
   const std::vector<MegatronFlagRule>& megatron_rules() const { return megatron_rules_; }
+  // The Megatron flag index of this table, built on first use (every config load applies the
+  // command line; building the index of ~1000 flags each time cost milliseconds).
+  const MegatronFlags& megatron_flags() const;
   // `section.field=value` overrides and Megatron flags, applied in order (MegatronFlags::apply).
   void apply_command_line(const std::vector<std::string>& args, void* root, std::vector<std::string>* no_effect,
                           const std::vector<std::string>& extra_flags = {}) const;
@@ -287,6 +292,20 @@ class FieldTable {
   [[noreturn]] void unknown_key(const std::string& section, const std::string& key, const std::string& where) const;
   std::vector<SectionSpec> sections_;
   std::vector<MegatronFlagRule> megatron_rules_;
+  // megatron_flags(): dropped when sections or rules change, and not copied with the table (the
+  // index refers to the table it was built from).
+  struct FlagIndexCache {
+    std::mutex mutex;
+    std::unique_ptr<const MegatronFlags> index;
+    FlagIndexCache() = default;
+    FlagIndexCache(const FlagIndexCache&) {}
+    FlagIndexCache& operator=(const FlagIndexCache&) {
+      std::lock_guard<std::mutex> lock(mutex);
+      index.reset();
+      return *this;
+    }
+  };
+  mutable FlagIndexCache flag_index_;
 };
 
 // The typed table over a root struct whose members are section structs.
