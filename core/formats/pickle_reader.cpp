@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/formats/mapped_file.h"
@@ -78,12 +79,13 @@ namespace {
 class Unpickler {
  public:
   Unpickler(const uint8_t* data, size_t size, const std::string& source) : p_(data), end_(data + size), src_(source) {}
-  // A failed read drops every link it made, so values that refer to each other (a crafted memo
-  // can make a list hold itself) are freed rather than leaked.
+  // Every value built that is not part of the result (all of them after a failed read) loses its
+  // links, so values that refer to each other are freed rather than leaked: a crafted memo can make
+  // a dict hold itself, and the pickle can pop it before STOP (then the result is acyclic and the
+  // cycle unreachable from it).
   ~Unpickler() {
-    if (done_) return;
     for (const std::weak_ptr<PyValue>& w : made_)
-      if (PyRef v = w.lock()) {
+      if (PyRef v = w.lock(); v && !result_.count(v.get())) {
         v->items.clear();
         v->dict.clear();
         v->state.reset();
@@ -124,7 +126,8 @@ class Unpickler {
     made_.push_back(v);
     stack_.push_back(std::move(v));
   }
-  void check_acyclic(const PyRef& root);
+  // Refuses a value that contains itself; returns every value `root` reaches.
+  std::unordered_set<const PyValue*> check_acyclic(const PyRef& root);
   PyRef pop() {
     if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) fail("pop from an empty stack");
     PyRef v = std::move(stack_.back());
@@ -199,12 +202,12 @@ class Unpickler {
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, PyRef> memo_;
   std::vector<std::weak_ptr<PyValue>> made_;  // every value pushed (at most one per opcode)
-  bool done_ = false;
+  std::unordered_set<const PyValue*> result_;  // what the returned value reaches (empty until STOP)
 };
 
 // Megatron's and PyTorch's pickles hold trees (shared leaves at most); a value that contains itself
 // is refused (it would also never be freed).
-void Unpickler::check_acyclic(const PyRef& root) {
+std::unordered_set<const PyValue*> Unpickler::check_acyclic(const PyRef& root) {
   auto children = [](const PyValue* v) {
     std::vector<const PyValue*> c;
     for (const PyRef& i : v->items) c.push_back(i.get());
@@ -237,6 +240,9 @@ void Unpickler::check_acyclic(const PyRef& root) {
       path.push_back({child, children(child)});
     }
   }
+  std::unordered_set<const PyValue*> reached;
+  for (const auto& [v, s] : state) reached.insert(v);
+  return reached;
 }
 
 // LONG1 / LONG4: little-endian two's complement of n bytes; only values that fit int64.
@@ -472,8 +478,7 @@ PyRef Unpickler::run() {
     if (!step(op)) break;
   }
   if (stack_.size() != 1 || !marks_.empty()) fail("STOP with " + std::to_string(stack_.size()) + " values on the stack");
-  check_acyclic(stack_.back());
-  done_ = true;
+  result_ = check_acyclic(stack_.back());
   return stack_.back();
 }
 
