@@ -7,11 +7,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -49,16 +51,30 @@ std::string FieldSpec::type_text() const {
 
 // ---- suggestions ---------------------------------------------------------------------------------
 
-size_t edit_distance(const std::string& a, const std::string& b) {
+size_t edit_distance_within(std::string_view a, std::string_view b, size_t bound) {
+  const size_t over = bound + 1;
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > bound) return over;
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    size_t row_min = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t d = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      d = std::min(d, prev[j] + 1);
+      d = std::min(d, cur[j - 1] + 1);
+      cur[j] = d;
+      row_min = std::min(row_min, d);
+    }
+    // Every path to the last cell passes through this row, and no step lowers the distance.
+    if (row_min > bound) return over;
     std::swap(prev, cur);
   }
-  return prev[b.size()];
+  return std::min(prev[b.size()], over);
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  return edit_distance_within(a, b, std::numeric_limits<size_t>::max() - 1);
 }
 
 static std::string normalized_key(const std::string& s) {
@@ -67,16 +83,34 @@ static std::string normalized_key(const std::string& s) {
   return out;
 }
 
+// A lower bound of the edit distance from the letters alone: one edit adds at most one letter
+// and removes at most one, so the distance is at least max(|a|, |b|) minus the letters they share
+// (counted per byte value). `a_counts`: a's letter counts; `scratch`: equal to it, and left so.
+static size_t letter_count_bound(const std::array<int32_t, 256>& a_counts, std::array<int32_t, 256>& scratch,
+                                 size_t a_size, std::string_view b) {
+  size_t shared = 0;
+  for (unsigned char ch : b)
+    if (scratch[ch] > 0) --scratch[ch], ++shared;
+  for (unsigned char ch : b) scratch[ch] = a_counts[ch];
+  return std::max(a_size, b.size()) - shared;
+}
+
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
   std::string w = normalized_key(word), best;
   const size_t limit = std::max<size_t>(2, w.size() / 3);
   size_t best_d = limit + 1;  // only a candidate within the limit is suggested
+  std::array<int32_t, 256> counts{};
+  for (unsigned char ch : w) ++counts[ch];
+  std::array<int32_t, 256> scratch = counts;
   for (const auto& c : candidates) {
-    // The distance is at least the difference in length: a candidate that cannot beat the best so
-    // far is skipped without the quadratic comparison (a long unknown flag against ~1000 names).
+    // Only a distance below the best so far matters: a candidate whose length or letters alone
+    // rule it out is skipped, and the others' comparisons stop once they cannot beat it (an
+    // unknown flag against ~1000 names would otherwise be quadratic in each).
     const size_t length_gap = w.size() > c.size() ? w.size() - c.size() : c.size() - w.size();
     if (length_gap >= best_d) continue;
-    size_t d = edit_distance(w, normalized_key(c));
+    const std::string key = normalized_key(c);
+    if (letter_count_bound(counts, scratch, w.size(), key) >= best_d) continue;
+    const size_t d = edit_distance_within(w, key, best_d - 1);
     if (d < best_d) {
       best_d = d;
       best = c;

@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -361,7 +362,10 @@ class ConfigTable {
 std::string python_repr(const Value& v);  // Megatron's printed form: None, True, 1e-05, ['a', 'b']
 std::string yaml_scalar(const Value& v);  // the YAML text of a value (round-trips exactly)
 std::string format_double(double x);      // shortest round-trip text, always with '.' or 'e'
-size_t edit_distance(const std::string& a, const std::string& b);
+size_t edit_distance(const std::string& a, const std::string& b);  // Levenshtein
+// The Levenshtein distance when it is at most `bound`, else bound + 1 (rows stop once every entry
+// exceeds the bound: Ukkonen's cut-off).
+size_t edit_distance_within(std::string_view a, std::string_view b, size_t bound);
 // The closest candidate by edit distance (ignoring case, '-' read as '_'), or "" if none is close.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 

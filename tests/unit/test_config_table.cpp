@@ -249,6 +249,14 @@ TEST_CASE("config table: Python-style values and number formatting", "[config]")
   CHECK(format_double(2.0) == "2.0");
   CHECK(format_double(1e16) == "1.0e+16");
   CHECK(edit_distance("kitten", "sitting") == 3);
+  // Bounded: the exact distance up to the bound, bound + 1 beyond it (hand-computed cases).
+  CHECK(edit_distance_within("kitten", "sitting", 3) == 3);
+  CHECK(edit_distance_within("kitten", "sitting", 2) == 3);
+  CHECK(edit_distance_within("kitten", "sitting", 0) == 1);
+  CHECK(edit_distance_within("abc", "abc", 0) == 0);
+  CHECK(edit_distance_within("", "abcd", 10) == 4);
+  CHECK(edit_distance_within("abcdefgh", "hgfedcba", 4) == 5);  // 8 apart: stops early
+  CHECK(edit_distance("abcdefgh", "hgfedcba") == 8);
   CHECK(closest_match("num_layer", {"num_layers", "hidden_size"}) == "num_layers");
   CHECK(closest_match("completely_different", {"num_layers"}).empty());
 }
