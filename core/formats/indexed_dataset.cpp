@@ -3,6 +3,7 @@
 #include "core/formats/indexed_dataset.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -24,6 +25,18 @@ T load(const uint8_t* p) {
 template <typename T>
 void convert(const uint8_t* src, int64_t n, int64_t* out) {
   for (int64_t k = 0; k < n; ++k) out[k] = static_cast<int64_t>(load<T>(src + k * sizeof(T)));
+}
+
+// Float token files (Megatron's dtype codes 6 and 7): every token must be an integer that int64
+// holds; the index of the first one that is not, else -1.
+template <typename T>
+int64_t convert_float(const uint8_t* src, int64_t n, int64_t* out) {
+  for (int64_t k = 0; k < n; ++k) {
+    const T v = load<T>(src + k * sizeof(T));
+    if (!(v >= T(-9.2e18) && v <= T(9.2e18)) || v != std::trunc(v)) return k;
+    out[k] = static_cast<int64_t>(v);
+  }
+  return -1;
 }
 }  // namespace
 
@@ -146,8 +159,13 @@ void IndexedDataset::get(int64_t i, int64_t offset, int64_t length, int64_t* out
     case TokenDType::I16: convert<int16_t>(src, length, out); break;
     case TokenDType::I32: convert<int32_t>(src, length, out); break;
     case TokenDType::I64: convert<int64_t>(src, length, out); break;
-    case TokenDType::F64: convert<double>(src, length, out); break;
-    case TokenDType::F32: convert<float>(src, length, out); break;
+    case TokenDType::F64: case TokenDType::F32: {
+      const int64_t bad = dtype_ == TokenDType::F64 ? convert_float<double>(src, length, out)
+                                                    : convert_float<float>(src, length, out);
+      STRATA_CHECK_KIND(ErrorKind::Io, bad < 0, prefix_, ".bin: token ", offset + bad, " of sequence ", i,
+                        " is not an integer token id (a ", token_dtype_name(dtype_), " file)");
+      break;
+    }
     case TokenDType::U16: convert<uint16_t>(src, length, out); break;
   }
 }

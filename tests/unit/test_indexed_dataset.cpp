@@ -1,6 +1,8 @@
 // Megatron indexed dataset: a tiny .idx/.bin compared byte for byte with hand-written buffers,
 // read back, every token dtype, corrupt/truncated files rejected with the file name, and a fuzz
 // loop (every truncation, every header byte flipped) that must never crash.
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "core/formats/indexed_dataset.h"
@@ -162,6 +164,24 @@ TEST_CASE("indexed dataset: corrupt files are rejected with the file name", "[in
   test::check_io_error(open, idx, bin);  // the message names both files
   std::filesystem::remove(bin);
   test::check_io_error(open, bin, "cannot open");
+
+  // Found by fuzz_indexed_dataset: a float token file (dtype codes 6, 7) holding NaN converted it to
+  // int64 (undefined behaviour); a token that is not an integer int64 holds is an error naming the .bin.
+  for (TokenDType dt : {TokenDType::F32, TokenDType::F64}) {
+    const std::string fp = dir.file(std::string("float_") + token_dtype_name(dt));
+    IndexedDatasetBuilder b(fp, dt);
+    b.add_document({3, 4});
+    b.finalize();
+    for (double bad : {std::nan(""), 1.5, 1e300}) {
+      std::vector<uint8_t> bytes(2 * token_dtype_size(dt));
+      const float f[2] = {3.0f, static_cast<float>(bad)};
+      const double d[2] = {3.0, bad};
+      std::memcpy(bytes.data(), dt == TokenDType::F32 ? static_cast<const void*>(f) : d, bytes.size());
+      test::write_bytes(fp + ".bin", bytes);
+      IndexedDataset ds(fp);
+      test::check_io_error([&] { ds.get(0); }, fp + ".bin", "token 1 of sequence 0 is not an integer");
+    }
+  }
 }
 
 TEST_CASE("indexed dataset: fuzzed files never crash", "[indexed_dataset]") {
