@@ -14,10 +14,11 @@ std::vector<double> normalized(std::vector<double> w, const char* who) {
   STRATA_CHECK_KIND(ErrorKind::Config, !w.empty(), who, ": no weights");
   double sum = 0;
   for (double x : w) {
-    STRATA_CHECK_KIND(ErrorKind::Config, x >= 0 && std::isfinite(x), who, ": weight ", x, " is not a finite value >= 0");
+    // > 0, as the config's own reading of the list requires (data/data_config.cpp, parse_blend_list).
+    STRATA_CHECK_KIND(ErrorKind::Config, x > 0 && std::isfinite(x), who, ": weight ", x, " is not a finite value > 0");
     sum += x;
   }
-  STRATA_CHECK_KIND(ErrorKind::Config, sum > 0, who, ": weights sum to 0");
+  STRATA_CHECK_KIND(ErrorKind::Config, std::isfinite(sum), who, ": the weights' sum overflows");
   for (double& x : w) x /= sum;
   return w;
 }

@@ -53,6 +53,7 @@ std::vector<DataConfig::Blend> parse_blend_list(const std::vector<std::string>& 
   }
   double total = 0;
   for (const auto& b : out) total += b.weight;
+  if (!std::isfinite(total)) throw ConfigError(field, "the weights' sum overflows");
   for (auto& b : out) b.weight /= total;
   return out;
 }

@@ -232,7 +232,11 @@ TEST_CASE("gpt dataset: blending ratios and blend parsing", "[gpt_dataset][blend
   CHECK(parse_blend("  single_prefix ").prefixes == std::vector<std::string>{"single_prefix"});
   CHECK_THROWS_WITH(parse_blend("0.3 a 0.7"), Catch::Contains("odd number"));
   CHECK_THROWS_WITH(parse_blend("x a 1 b"), Catch::Contains("'x' is not a number"));
-  CHECK_THROWS_WITH(parse_blend("-1 a 1 b"), Catch::Contains("not a finite value >= 0"));
+  CHECK_THROWS_WITH(parse_blend("-1 a 1 b"), Catch::Contains("not a finite value > 0"));
+  // Found by fuzz_data_blend: a zero weight (refused by the config's reading of the same list) and a sum
+  // that overflows to infinity (every weight would become 0).
+  CHECK_THROWS_WITH(parse_blend("0 a 1 b"), Catch::Contains("not a finite value > 0"));
+  CHECK_THROWS_WITH(parse_blend("1e308 a 1e308 b"), Catch::Contains("overflows"));
 
   CHECK(blended_dataset_sizes({0.3, 0.7}, 1000) == std::vector<int64_t>{302, 704});
   std::vector<int32_t> di;
