@@ -30,7 +30,15 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file, st
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), type_name_(std::move(type_name)) {
   STRATA_CHECK_KIND(ErrorKind::Io, std::filesystem::is_regular_file(model_file), type_name_, ": ", model_file,
                     " is not a readable file (data.tokenizer_model: a SentencePiece tokenizer.model)");
-  const auto status = sp_->Load(model_file);
+  sentencepiece::util::Status status;
+  try {
+    status = sp_->Load(model_file);
+  } catch (const std::exception& e) {
+    // The library throws from inside its loaders on some malformed models (darts_clone's trie
+    // refuses an empty piece) instead of returning a status; that is a bad model file too.
+    STRATA_THROW_KIND(ErrorKind::Config, type_name_, ": ", model_file, " is not a usable SentencePiece model (",
+                      e.what(), ")");
+  }
   STRATA_CHECK_KIND(ErrorKind::Config, status.ok(), type_name_, ": ", model_file,
                     " is not a SentencePiece model (truncated or another format)", library_reason(status));
   vocab_size_ = sp_->GetPieceSize();
