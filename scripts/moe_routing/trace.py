@@ -48,21 +48,78 @@ def key_label(key):
     return "d:%d" % layer if block == "decoder" else "m%s:%d" % (mtp_idx, layer)
 
 
+# The largest expert id the analyses accept: they hold a count per expert up to the largest id seen,
+# so an id is bounded by what a model can have, not by what a line can spell (1e9 would ask for 8 GB).
+MAX_EXPERT_ID = (1 << 16) - 1
+_INT_KEYS, _OPTIONAL_INT_KEYS = ("step", "layer"), ("rank", "num_tokens", "topk", "mtp_idx", "micro_batch")
+_OPTIONAL_STR_KEYS = ("stage", "block", "phase")
+
+
 def _slow(line):
     rec = json.loads(line)
+    if not isinstance(rec, dict):
+        raise ValueError("a record is a JSON object, not %s" % type(rec).__name__)
     top = rec.pop("top_indices", None)
     if top is None:
         return rec, None
-    arr = np.asarray(top, dtype=np.int64)
+    if not isinstance(top, list):
+        raise ValueError("top_indices is %s, not a list" % type(top).__name__)
+    arr = np.asarray(top)  # ragged lists: ValueError
+    integral_floats = arr.dtype.kind == "f" and bool(np.all(np.abs(arr) < 2.0 ** 62) and np.all(arr == np.trunc(arr)))
+    if arr.size and arr.dtype.kind not in "iu" and not integral_floats:  # null, true, 1.5, "3", 2**70
+        raise ValueError("top_indices holds something other than integer expert ids")
+    arr = arr.astype(np.int64)
     if arr.ndim != 2:
-        arr = np.zeros((0, rec.get("topk") or 0), dtype=np.int64) if not len(top) else arr.reshape(len(top), -1)
+        arr = np.zeros((0, _int_or_zero(rec.get("topk"))), dtype=np.int64) if not len(top) else arr.reshape(len(top), -1)
     return rec, arr
+
+
+def _int_or_zero(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_record(meta, top, indices=True):
+    """ValueError unless the record has what the analyses read (docs/router_trace.md, "Records"):
+    integer step and layer; rank, num_tokens, topk, mtp_idx, micro_batch integers when present;
+    stage, block, phase strings; with indices, top_indices a [num_tokens][topk] list of ids in
+    0..MAX_EXPERT_ID; dropped, when present, [token, expert] pairs of such ids."""
+    for key in _INT_KEYS:
+        if not _is_int(meta.get(key)):
+            raise ValueError('"%s" is %s, not an integer' % (key, json.dumps(meta.get(key))))
+    for key in _OPTIONAL_INT_KEYS:
+        if meta.get(key) is not None and not _is_int(meta[key]):
+            raise ValueError('"%s" is %s, not an integer' % (key, json.dumps(meta[key])))
+    for key in _OPTIONAL_STR_KEYS:
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise ValueError('"%s" is %s, not a string' % (key, json.dumps(meta[key])))
+    if not indices:
+        return
+    if top is None:
+        raise ValueError('no "top_indices"')
+    if top.ndim != 2:
+        raise ValueError("top_indices is not a [T][k] list (%d dimensions)" % top.ndim)
+    t, k = meta.get("num_tokens"), meta.get("topk")
+    if (t is not None and top.shape[0] != t) or (k is not None and top.shape[0] and top.shape[1] != k):
+        raise ValueError("top_indices is [%d][%d], not [num_tokens][topk] = [%s][%s]" % (top.shape + (t, k)))
+    if top.size and (top.min() < 0 or top.max() > MAX_EXPERT_ID):
+        raise ValueError("an expert id in top_indices is outside 0..%d" % MAX_EXPERT_ID)
+    dropped = meta.get("dropped")
+    if dropped is not None:
+        if not isinstance(dropped, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(_is_int(x) and x >= 0 for x in p) for p in dropped):
+            raise ValueError('"dropped" is not a list of [token, expert] pairs')
+        if any(p[1] > MAX_EXPERT_ID for p in dropped):
+            raise ValueError("an expert id in dropped is outside 0..%d" % MAX_EXPERT_ID)
 
 
 def _span(line):
     """(start, end) of the top_indices list value in the line bytes, or None."""
     i = line.find(_KEY)
-    if i < 0:
+    if i < 0 or line.find(_KEY, i + 1) >= 0:  # twice: json.loads keeps the last, so let it decide
         return None
     j = line.find(b"[", i + len(_KEY))
     if j < 0 or line[i + len(_KEY):j].strip() != b":":
@@ -83,6 +140,8 @@ def parse_line(line, indices=True):
     try:
         meta = json.loads(line[:j] + b"[]" + line[k:])
     except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
         rec, arr = _slow(line)
         return rec, arr if indices else None
     meta.pop("top_indices", None)
@@ -145,15 +204,16 @@ def _parse_ids(line, j, k, t, kk):
 
 
 def iter_file(path, indices=True):
-    """Yield (meta, top_indices) for each non-empty line of one JSONL file. A last line cut short
-    (no newline, not JSON: a run killed mid-write) is skipped with a warning; any other bad line
-    is an error naming the file and line."""
+    """Yield (meta, top_indices) for each non-empty line of one JSONL file, each checked by
+    check_record. A last line cut short (no newline, not JSON: a run killed mid-write) is skipped
+    with a warning; any other bad line is an error naming the file and line."""
     with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 rec = parse_line(line, indices)
+                check_record(rec[0], rec[1], indices)
             except ValueError as e:
                 if not line.endswith(b"\n"):
                     print("warning: %s:%d: skipping the cut-off last line" % (path, n), file=sys.stderr)

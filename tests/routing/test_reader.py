@@ -108,6 +108,10 @@ def test_fast_path_equals_json():
             raise AssertionError("accepted %r" % bad)
         except ValueError:
             pass
+    # Found by tests/fuzz/fuzz_router_trace.py: a line with the key twice (json.loads keeps the last
+    # value; the fast path had taken the first).
+    twice = b'{"step": 0, "layer": 0, "num_tokens": 1, "topk": 2, "top_indices": [[1, 2]], "top_indices": [[3, 4]]}'
+    assert trace.parse_line(twice)[1].tolist() == [[3, 4]]
     for ids in (b"[[-1, 2]]", b"[[1.0, 2]]", b"[[1e0, 2]]", b"[[1,\t2]]", b"[[ 1 , 2 ]]"):
         line = b'{"step": 0, "layer": 0, "rank": 0, "num_tokens": 1, "topk": 2, "top_indices": %s}' % ids
         assert trace.parse_line(line)[1].tolist() == json.loads(line)["top_indices"], ids
@@ -145,5 +149,39 @@ def test_safetensors_state():
         shutil.rmtree(d)
 
 
+def test_bad_records():
+    """Records the analyses cannot read are errors naming the file and line, never another exception
+    (found by tests/fuzz/fuzz_router_trace.py: a record without top_indices was an AttributeError
+    deep in concentration.py, an id of 1e9 asked for an 8 GB count vector)."""
+    good = {"step": 0, "layer": 1, "rank": 0, "num_tokens": 2, "topk": 2, "top_indices": [[1, 2], [3, 4]]}
+    bad = [
+        ({"top_indices": None}, 'no "top_indices"'), ({"top_indices": [[1, None], [3, 4]]}, "integer expert ids"),
+        ({"top_indices": [[1.5, 2], [3, 4]]}, "integer expert ids"),
+        ({"top_indices": [[1e30, 2], [3, 4]]}, "integer expert ids"), ({"top_indices": 5}, "not a list"),
+        ({"top_indices": [[1, 2], [3, 2 ** 70]]}, "integer expert ids"),
+        ({"top_indices": [[1, 2], [3, 10 ** 9]]}, "outside 0..65535"), ({"top_indices": [[1, 2], [3, -1]]}, "outside"),
+        ({"layer": "x"}, '"layer" is "x"'), ({"step": None}, '"step" is null'), ({"block": 3}, "not a string"),
+        ({"num_tokens": 3}, "not [num_tokens][topk]"), ({"dropped": [[0]]}, "pairs"),
+        ({"dropped": [[0, 70000]]}, "dropped is outside"),
+    ]
+    d = tempfile.mkdtemp()
+    try:
+        path = os.path.join(d, "router_trace_rank0.jsonl")
+        lines = [json.dumps(dict(good, **edit)) for edit, _ in bad] + ["[1, 2]", '[{"top_indices": [[1]]}]']
+        whys = [why for _, why in bad] + ["not list", "not list"]
+        for line, why in zip(lines, whys):
+            with open(path, "w") as f:
+                f.write(json.dumps(good) + "\n" + line + "\n")
+            try:
+                list(trace.iter_file(path))
+            except ValueError as e:
+                assert "%s:2: not a trace record" % path in str(e), e
+                assert why in str(e) or why == "not list", (why, str(e))
+            else:
+                raise AssertionError("accepted: " + line)
+    finally:
+        shutil.rmtree(d)
+
+
 if __name__ == "__main__":
-    main([test_megatron_trace, test_fast_path_equals_json, test_bf16, test_safetensors_state])
+    main([test_megatron_trace, test_fast_path_equals_json, test_bf16, test_safetensors_state, test_bad_records])
