@@ -5,7 +5,8 @@
 #   scripts/fuzz.sh --list                                      the harnesses
 #   scripts/fuzz.sh --build-only (PARSER | --all)               build, run nothing
 #   --no-build (with a run): use the harnesses as built
-# The harnesses are the lines of tests/fuzz/harnesses.txt. Builds what is missing in the fuzz build
+# The harnesses are the lines of tests/fuzz/harnesses.txt (python ones run by .pyenv's Python, or
+# STRATA_FUZZ_PYTHON, with atheris; they need no build). Builds what is missing in the fuzz build
 # directory (STRATA_FUZZ_BUILD, default build-fuzz/: clang, STRATA_FUZZ=ON, CPU only, -O1 -g;
 # BUILD_JOBS, default nproc), then fuzzes from the committed corpus tests/fuzz/corpus/PARSER/ (run
 # first, whole: a regression input that fails again fails the run) with the dictionary
@@ -18,6 +19,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${STRATA_FUZZ_BUILD:-$root/build-fuzz}"
 table="$root/tests/fuzz/harnesses.txt"
 harnesses() { grep -E '^[a-z]' "$table" | awk '{print $1}'; }
+library_of() { awk -v n="$1" '$1 == n {print $2}' "$table"; }
+python="${STRATA_FUZZ_PYTHON:-$root/.pyenv/bin/python}"  # the python harnesses' (atheris, scripts/setup.sh)
 
 usage() { sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# //'; exit 2; }
 all=0; seconds=""; parser=""; extra=(); build_only=0; no_build=0
@@ -51,8 +54,10 @@ if [[ ! -f "$build/build.ninja" ]]; then
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" > "$build.cmake.log" 2>&1 || {
       cat "$build.cmake.log"; exit 1; }
 fi
+targets=()
+for name in "${names[@]}"; do [[ "$(library_of "$name")" == python ]] || targets+=("fuzz_$name"); done
 start=$(date +%s)
-cmake --build "$build" -j "${BUILD_JOBS:-$(nproc)}" --target "${names[@]/#/fuzz_}"
+if ((${#targets[@]})); then cmake --build "$build" -j "${BUILD_JOBS:-$(nproc)}" --target "${targets[@]}"; fi
 echo "fuzz: build took $(( $(date +%s) - start )) s"
 fi
 ((build_only)) && exit 0
@@ -64,7 +69,9 @@ for name in "${names[@]}"; do
   log="$build/fuzz/$name.log"
   start=$(date +%s)
   set +e
-  "$build/tests/fuzz/fuzz_$name" "$work" "$root/tests/fuzz/corpus/$name" -max_total_time="$seconds" \
+  harness=("$build/tests/fuzz/fuzz_$name")
+  [[ "$(library_of "$name")" == python ]] && harness=("$python" "$root/tests/fuzz/fuzz_$name.py")
+  "${harness[@]}" "$work" "$root/tests/fuzz/corpus/$name" -max_total_time="$seconds" \
     -artifact_prefix="$findings/" -print_final_stats=1 "${extra[@]}" > "$log" 2>&1
   status=$?
   set -e

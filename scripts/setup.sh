@@ -19,6 +19,7 @@ packages=(
   python3-sentencepiece python3-venv  # the tokenizer tests' references (tokenizers comes from pip)
   python3-numpy  # tests/hf/hf_reference.py (the numpy transformers reference of the HF export tests)
   python3-matplotlib  # scripts/plot_metrics.py (the main job's loss.png, the plot_metrics test)
+  clang libclang-rt-dev  # the fuzz harnesses (libFuzzer, ASan, UBSan: scripts/fuzz.sh, docs/fuzzing.md)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)
@@ -44,10 +45,13 @@ pyenv="$root/.pyenv"
 # transformers: the newest 5.x for Python 3.11; docs/formats.md names it as the version exports are
 # written for (tests/hf/hf_transformers_config.py checks that it loads them).
 # tiktoken: the reference for Megatron's TikTokenizer (tests/tokenizer/make_tiktoken_reference.py).
-pip_packages=(tokenizers==0.23.3 transformers==5.25.0 safetensors==0.8.0 tiktoken==0.12.0)
-have="$("$pyenv/bin/python" -c "import tokenizers, sentencepiece, numpy, safetensors, transformers, tiktoken
-print(tokenizers.__version__, transformers.__version__, safetensors.__version__, tiktoken.__version__)" 2>/dev/null || true)"
-if [[ "$have" != "0.23.3 5.25.0 0.8.0 0.12.0" ]]; then
+# atheris: libFuzzer for Python, the router-trace harness (tests/fuzz/fuzz_router_trace.py).
+pip_packages=(tokenizers==0.23.3 transformers==5.25.0 safetensors==0.8.0 tiktoken==0.12.0 atheris==3.0.0)
+have="$("$pyenv/bin/python" -c "import tokenizers, sentencepiece, numpy, safetensors, transformers, tiktoken, atheris
+from importlib.metadata import version
+print(tokenizers.__version__, transformers.__version__, safetensors.__version__, tiktoken.__version__,
+      version('atheris'))" 2>/dev/null || true)"
+if [[ "$have" != "0.23.3 5.25.0 0.8.0 0.12.0 3.0.0" ]]; then
   echo "setup: making $pyenv with ${pip_packages[*]}"
   [[ -x "$pyenv/bin/python" ]] || /usr/bin/python3 -m venv --system-site-packages "$pyenv"
   "$pyenv/bin/python" -m pip install -q --disable-pip-version-check "${pip_packages[@]}"

@@ -9,10 +9,9 @@
 #include "tests/fuzz/fuzz_contract.h"
 #include "training/checkpointing/checkpoint.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+STRATA_FUZZ_TARGET(ckpt_tracker) {
   const auto& dir = strata::fuzz::scratch_dir();
   strata::fuzz::write_input(dir / "latest_checkpointed_iteration.txt", data, size);
   strata::fuzz::check_contract([&] { strata::read_checkpoint_tracker(dir.string()); },
                                "latest_checkpointed_iteration.txt");
-  return 0;
 }

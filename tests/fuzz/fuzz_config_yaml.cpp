@@ -13,7 +13,7 @@
 #include "tests/fuzz/fuzz_contract.h"
 #include "training/config/config.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+STRATA_FUZZ_TARGET(config_yaml) {
   static const bool quiet = (strata::log::set_level("off"), true);
   (void)quiet;
   const std::string input(reinterpret_cast<const char*>(data), size);
@@ -40,5 +40,4 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                     "\n--- written:\n" + written);
     }
   });
-  return 0;
 }

@@ -27,6 +27,8 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <typeinfo>
@@ -34,7 +36,7 @@
 
 #include "core/error.h"
 
-#ifndef STRATA_FUZZ_MAX_LEN
+#if !defined(STRATA_FUZZ_MAX_LEN) && !defined(STRATA_FUZZ_REPLAY)
 #error "STRATA_FUZZ_MAX_LEN comes from tests/fuzz/harnesses.txt (tests/fuzz/CMakeLists.txt)"
 #endif
 
@@ -46,11 +48,28 @@ inline std::string demangled_type(const std::type_info& t) {
   return status == 0 && name ? std::string(name.get()) : std::string(t.name());
 }
 
+#ifdef STRATA_FUZZ_REPLAY
+// The replay build (tests/unit/test_fuzz_corpus.cpp): a broken contract is this exception, which the
+// test reports with the input's name.
+struct ContractBroken : std::logic_error {
+  using std::logic_error::logic_error;
+};
+[[noreturn]] inline void contract_broken(const std::string& what) { throw ContractBroken(what); }
+
+using Harness = void (*)(const uint8_t* data, size_t size);
+// Every harness compiled into this binary, by name (the line of tests/fuzz/harnesses.txt).
+inline std::map<std::string, Harness>& harnesses() {
+  static std::map<std::string, Harness> all;
+  return all;
+}
+inline bool register_harness(const char* name, Harness h) { return harnesses().emplace(name, h).second; }
+#else
 [[noreturn]] inline void contract_broken(const std::string& what) {
   std::fprintf(stderr, "\n==fuzz contract broken: %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
 }
+#endif
 
 // Runs parse(): it must return or throw strata::Error. `must_name`: a text the error's message
 // must contain (the file name the harness gave the parser); empty: any message.
@@ -93,6 +112,24 @@ inline void write_input(const std::filesystem::path& path, const uint8_t* data, 
 
 }  // namespace strata::fuzz
 
+// A harness: STRATA_FUZZ_TARGET(name) { ...body over data[0, size)... }. In the fuzz build it is
+// libFuzzer's entry point; in the replay build (STRATA_FUZZ_REPLAY) it is registered under `name`,
+// so the unit test replays each committed corpus through the very same body.
+#define STRATA_FUZZ_TARGET(name)                                          \
+  static void strata_fuzz_one_input(const uint8_t* data, size_t size);    \
+  STRATA_FUZZ_ENTRY(name)                                                 \
+  static void strata_fuzz_one_input(const uint8_t* data, size_t size)
+
+#ifdef STRATA_FUZZ_REPLAY
+#define STRATA_FUZZ_ENTRY(name) \
+  [[maybe_unused]] static const bool strata_fuzz_registered = ::strata::fuzz::register_harness(#name, strata_fuzz_one_input);
+#else
+#define STRATA_FUZZ_ENTRY(name)                                                 \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {   \
+    strata_fuzz_one_input(data, size);                                          \
+    return 0;                                                                   \
+  }
+
 // The default options (see the header comment), in front of the command line's.
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   static std::vector<std::string> defaults = {
@@ -115,3 +152,4 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 // AddressSanitizer's defaults for the harnesses: a leak in one input is a finding too.
 extern "C" const char* __asan_default_options() { return "detect_leaks=1:allocator_may_return_null=0"; }
 extern "C" const char* __ubsan_default_options() { return "print_stacktrace=1:halt_on_error=1"; }
+#endif  // STRATA_FUZZ_REPLAY

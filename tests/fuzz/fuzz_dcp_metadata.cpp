@@ -9,7 +9,7 @@
 #include "core/formats/dcp_reader.h"
 #include "tests/fuzz/fuzz_contract.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+STRATA_FUZZ_TARGET(dcp_metadata) {
   const auto& dir = strata::fuzz::scratch_dir();
   strata::fuzz::write_input(dir / ".metadata", data, size);
   strata::fuzz::check_contract(
@@ -24,5 +24,4 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
       },
       dir.string());
-  return 0;
 }

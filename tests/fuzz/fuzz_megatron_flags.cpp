@@ -12,7 +12,7 @@
 #include "tests/fuzz/fuzz_contract.h"
 #include "training/config/config.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+STRATA_FUZZ_TARGET(megatron_flags) {
   static const bool quiet = (strata::log::set_level("off"), true);
   (void)quiet;
   const std::string input(reinterpret_cast<const char*>(data), size);
@@ -27,5 +27,4 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const strata::StrataConfig cfg = strata::StrataConfig::load("", args, &no_effect);
     (void)cfg.validate();
   });
-  return 0;
 }

@@ -7,7 +7,6 @@
 #include "core/formats/pickle_reader.h"
 #include "tests/fuzz/fuzz_contract.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+STRATA_FUZZ_TARGET(pickle) {
   strata::fuzz::check_contract([&] { strata::formats::unpickle_restricted(data, size, "fuzz.pkl"); }, "fuzz.pkl");
-  return 0;
 }

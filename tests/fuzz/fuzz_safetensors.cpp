@@ -8,10 +8,9 @@
 #include "core/formats/safetensors.h"
 #include "tests/fuzz/fuzz_contract.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+STRATA_FUZZ_TARGET(safetensors) {
   const std::string path = (strata::fuzz::scratch_dir() / "fuzz.safetensors").string();
   strata::fuzz::write_input(path, data, size);
   strata::fuzz::check_contract([&] { strata::formats::read_safetensors_header(path); }, path);
   strata::fuzz::check_contract([&] { strata::formats::read_safetensors(path); }, path);
-  return 0;
 }

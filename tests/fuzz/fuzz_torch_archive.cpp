@@ -32,12 +32,11 @@ std::vector<const PyValue*> tensors_of(const PyValue* root) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+STRATA_FUZZ_TARGET(torch_archive) {
   strata::fuzz::check_contract(
       [&] {
         strata::formats::TorchArchive archive(data, size, "fuzz.pt");
         for (const PyValue* t : tensors_of(archive.root.get())) archive.tensor(t->tensor);
       },
       "fuzz.pt");
-  return 0;
 }
