@@ -3,6 +3,7 @@
 # functional golden-value tests); GPU tests report as skipped where no GPU is usable. Then the
 # determinism tests and the golden cases again as a foreign CPU: another OpenBLAS kernel set and
 # another ISA path than this machine's (docs/reproducibility.md).
+# Last, every fuzz harness for a few seconds (scripts/fuzz.sh --all; FUZZ_SECONDS, default 10).
 #   scripts/test.sh [BUILD_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,3 +28,9 @@ echo "test.sh: this machine: $host"
 echo "test.sh: again as a foreign CPU: OPENBLAS_CORETYPE=$foreign_core STRATA_CPU_ISA=$foreign_isa"
 OPENBLAS_CORETYPE="$foreign_core" STRATA_CPU_ISA="$foreign_isa" \
   ctest --output-on-failure -j "$jobs" -L 'functional|^determinism$'
+
+# Every fuzz harness for a short fixed budget, from its committed corpus (docs/fuzzing.md): the
+# clang build (libFuzzer, ASan, UBSan) in its own directory beside this one.
+start=$(date +%s)
+STRATA_FUZZ_BUILD="${STRATA_FUZZ_BUILD:-$build-fuzz}" bash "$root/scripts/fuzz.sh" --all --seconds "${FUZZ_SECONDS:-10}"
+echo "test.sh: the fuzz step (build and $(bash "$root/scripts/fuzz.sh" --list | wc -l) harnesses) took $(( $(date +%s) - start )) s"

@@ -37,15 +37,36 @@ def max_expert_id(trace_dir, phase):
     return m + 1
 
 
+MAX_PLOTTED_EXPERTS = 1024
+
+
 def coactivation_pairs(top, E):
-    """Counts of unordered expert pairs (a < b) sharing a token's top-k, flat [E * E]."""
+    """The unordered expert pairs (a < b) sharing a token's top-k, as codes a * E + b (one a pair)."""
     T, k = top.shape
-    out = np.zeros(E * E, dtype=np.int64)
-    for i in range(k):
-        for j in range(i + 1, k):
-            a, b = top[:, i], top[:, j]
-            out += np.bincount(np.minimum(a, b) * E + np.maximum(a, b), minlength=E * E)
-    return out
+    codes = [np.minimum(top[:, i], top[:, j]) * E + np.maximum(top[:, i], top[:, j])
+             for i in range(k) for j in range(i + 1, k)]
+    return np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
+
+
+class PairCounts:
+    """Counts of pair codes, sparse: the pairs seen, not E * E (a trace naming expert 65535 would
+    otherwise ask for 32 GiB of counts per layer). codes ascending, counts[i] of codes[i]."""
+
+    def __init__(self):
+        self.codes = np.zeros(0, dtype=np.int64)
+        self.counts = np.zeros(0, dtype=np.int64)
+
+    def add(self, codes):
+        u, c = np.unique(codes, return_counts=True)
+        merged, inverse = np.unique(np.concatenate([self.codes, u]), return_inverse=True)
+        counts = np.zeros(merged.size, dtype=np.int64)
+        np.add.at(counts, inverse, np.concatenate([self.counts, c]))
+        self.codes, self.counts = merged, counts
+
+    def dense(self, E):
+        out = np.zeros(E * E, dtype=np.int64)
+        out[self.codes] = self.counts
+        return out
 
 
 def _stepped(path, phase):
@@ -81,8 +102,8 @@ class LoadStats:
         b[0] += c
         b[1] += top.shape[0]
         if lk not in self.coact:
-            self.coact[lk] = [np.zeros(E * E, np.int64), np.zeros(E, np.int64)]
-        self.coact[lk][0] += coactivation_pairs(top, E)
+            self.coact[lk] = [PairCounts(), np.zeros(E, np.int64)]
+        self.coact[lk][0].add(coactivation_pairs(top, E))
         self.coact[lk][1] += np.bincount(top.ravel(), minlength=E)
         self.tokens[lk] = self.tokens.get(lk, 0) + top.shape[0]
 
@@ -127,12 +148,13 @@ def report(stats):
     for lk in sorted(stats.coact, key=trace.key_order):
         pairs, single = stats.coact[lk]
         T = stats.tokens[lk]
-        if T == 0 or not pairs.any():
+        if T == 0 or not pairs.counts.any():
             continue
-        i = int(pairs.argmax())
-        a, b = divmod(i, stats.E)
-        lift = pairs[i] * T / (single[a] * single[b])
-        print("  %8s | experts %d+%d | %.3f | lift %.2f" % (trace.key_label(lk), a, b, pairs[i] / T, lift))
+        top = int(pairs.counts.argmax())  # the first of the most frequent, in code order
+        n = pairs.counts[top]
+        a, b = divmod(int(pairs.codes[top]), stats.E)
+        lift = n * T / (single[a] * single[b])
+        print("  %8s | experts %d+%d | %.3f | lift %.2f" % (trace.key_label(lk), a, b, n / T, lift))
 
 
 def write_outputs(args, stats):
@@ -152,9 +174,10 @@ def write_outputs(args, stats):
         f.write("block,mtp_idx,layer,expert_a,expert_b,count\n")
         for lk in sorted(stats.coact, key=trace.key_order):
             pairs = stats.coact[lk][0]
-            for i in np.flatnonzero(pairs):
-                a, b = divmod(int(i), stats.E)
-                f.write("%s,%s,%d,%d,%d,%d\n" % (lk[0], lk[1], lk[2], a, b, pairs[i]))
+            for code, n in zip(pairs.codes.tolist(), pairs.counts.tolist()):
+                if n:
+                    a, b = divmod(code, stats.E)
+                    f.write("%s,%s,%d,%d,%d,%d\n" % (lk[0], lk[1], lk[2], a, b, n))
     print("\nWrote ep_load_imbalance.csv, load_drift.csv, coactivation_per_layer.csv in %s" % d)
     if plots.pyplot() is None:
         print("matplotlib not available; skipping plots.")
@@ -182,9 +205,12 @@ def write_plots(d, stats):
     labels, steps, mat = _grid(stats.drift, 3)
     plots.lines_over_steps(d, "load_drift.png", steps, list(zip(labels, mat)),
                            "Load drift: JS divergence from the layer's first traced step", "JS divergence (bits)")
+    if stats.E > MAX_PLOTTED_EXPERTS:
+        print("Co-activation plots skipped: %d experts (an E x E image; at most %d)" % (stats.E, MAX_PLOTTED_EXPERTS))
+        return
     for lk, (pairs, single) in stats.coact.items():
         T = stats.tokens[lk]
-        m = pairs.reshape(stats.E, stats.E).astype(float)
+        m = pairs.dense(stats.E).reshape(stats.E, stats.E).astype(float)
         m = m + m.T
         m[np.diag_indices(stats.E)] = single
         plots.coactivation(d, trace.key_label(lk), m / max(T, 1))
