@@ -417,7 +417,13 @@ def dict_seeds():
                                '"Metaspace"', '"Replace"', '"Prepend"', '"NFC"', '"NFKC"', '"Digits"', '"BPE"',
                                '"TemplateProcessing"', '"ByteFallback"', '"Fuse"', '"Strip"', '"Regex"', '"String"',
                                '"behavior"', '"Isolated"', '"MergedWithPrevious"', '"invert"', '"eos_token"',
-                               '"bos_token"', '(?i:', '\\p{L}', '\\s+', '(?=', '[^', ']*', '{1,3}', b'\x00'])
+                               '"bos_token"', '(?i:', '\\p{L}', '\\s+', '(?=', '[^', ']*', '{1,3}', b'\x00',
+                               '"NFD"', '"NFKD"', '"Contiguous"', '"MergedWithNext"', '"Removed"', '"content"',
+                               '"start"', '"stop"', '"prepend_scheme"', '"first"', '"always"', '"never"',
+                               '"add_prefix_space"', '"use_regex"', '"trim_offsets"', '"individual_digits"',
+                               '"ignore_merges"', '"byte_fallback"', '"fuse_unk"', '"unk_token"', '"lstrip"',
+                               '"rstrip"', '"special"', '"normalized"', '"single"', '"pair"', '"special_tokens"',
+                               '"SpecialToken"', '"Sequence"', '"replacement"', '"pattern"', '"split"'])
     dict_file('sentencepiece', [b'\x0a', b'\x12', b'\x1a', b'\x22', b'\x15\x00\x00\x80\xbf', '<unk>', '<s>',
                                 '</s>', '\u2581', '<0x00>'])
     dict_file('ckpt_tracker', ['release', '\n', ' ', '\r', '-', '+', '0x', '9223372036854775807', '18446744073709551616'])
