@@ -195,13 +195,20 @@ def write_outputs(args, r, rows, n_values):
                                                    [trace.key_label(k) for k in keys]))
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Expert-activation concentration per MoE layer.")
     add_common_args(p)
     p.add_argument("--decode-only", action="store_true",
                    help="only decode-style steps (>= 2 layers, last record's num_tokens <= 64)")
     p.add_argument("--n-values", default="1,2,4,8,16,22,32,64,128,256")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    return run(parse_args(argv))
+
+
+def run(args):
     n_values = sorted({int(x) for x in args.n_values.split(",")})
     r = analyse(args)
     if r is None:

@@ -217,13 +217,20 @@ def write_plots(d, stats):
     print("Wrote ep_load_imbalance.png, load_drift.png, coactivation_<layer>.png in %s" % d)
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description="EP load imbalance, co-activation and load drift per MoE layer.")
     add_common_args(p)
     p.add_argument("--ep-size", type=int, default=None,
                    help="expert-parallel size (default: one expert per rank)")
     p.add_argument("--after-drop", action="store_true", help="subtract the `dropped` pairs from the loads")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    return run(parse_args(argv))
+
+
+def run(args):
     stats = analyse(args)
     if not stats.imbalance:
         print("No data found. Exiting.")

@@ -3,7 +3,7 @@ with atheris (libFuzzer for Python; docs/fuzzing.md).
 
 The input is written as router_trace_rank0.jsonl of a scratch directory, and the analyses run on it as
 their command lines do (concentration.py --phase all, with and without --decode-only; load.py --phase all
---after-drop), their printed output discarded. The contract: each returns, or raises one of the errors
+--after-drop; the arguments parsed once), their printed output discarded. The contract: each returns, or raises one of the errors
 the analyses' run_main reports as `strata: error: ...` (OSError, ValueError, KeyError, RuntimeError,
 ImportError); any other exception (TypeError, IndexError, MemoryError, ...) is a finding. And the fast
 path of the reader agrees with json.loads: for every line that is a JSON object, trace.parse_line
@@ -27,12 +27,19 @@ import atheris
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(root, 'scripts'))
 
-with atheris.instrument_imports():
-    import numpy as np  # noqa: F401  (imported before the instrumented modules, not instrumented itself)
+import numpy as np  # noqa: E402  (numpy and the standard library are not instrumented)
+
+with atheris.instrument_imports(include=['moe_routing']):
     from moe_routing import concentration, load, trace
 
 REPORTED = (OSError, ValueError, KeyError, RuntimeError, ImportError)
 scratch = tempfile.mkdtemp(prefix='strata_fuzz_trace_', dir='/dev/shm' if os.path.isdir('/dev/shm') else None)
+
+
+# The analyses' command lines, parsed once (run(args) is main(argv) after its argument parsing).
+RUNS = ((concentration, concentration.parse_args([scratch, '--phase', 'all'])),
+        (concentration, concentration.parse_args([scratch, '--phase', 'all', '--decode-only'])),
+        (load, load.parse_args([scratch, '--phase', 'all', '--after-drop'])))
 
 
 class ContractBroken(Exception):
@@ -64,13 +71,10 @@ def test_one_input(data):
     for line in data.split(b'\n'):
         if line.strip():
             same_parse(line)
-    runs = ((concentration.main, [scratch, '--phase', 'all']),
-            (concentration.main, [scratch, '--phase', 'all', '--decode-only']),
-            (load.main, [scratch, '--phase', 'all', '--after-drop']))
-    for main, argv in runs:
+    for script, args in RUNS:
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                main(argv)
+                script.run(args)
         except REPORTED:
             pass
 
