@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "strata_source_dir.h"
+#define STRATA_FUZZ_REPLAY 1  // the registry of fuzz_contract.h (the harness sources get it from CMake)
 #include "tests/fuzz/fuzz_contract.h"
 
 namespace fs = std::filesystem;

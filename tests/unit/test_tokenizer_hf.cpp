@@ -162,6 +162,11 @@ TEST_CASE("tokenizer files: missing, truncated and too large for the model are r
   write(dir / "tokenizer.model", "not a protobuf");
   CHECK_THAT(error_of([&] { SentencePieceTokenizer t((dir / "tokenizer.model").string(), "Llama2Tokenizer"); }),
              Contains("Llama2Tokenizer: " + (dir / "tokenizer.model").string() + " is not a SentencePiece model"));
+  // Found by fuzz_sentencepiece: a piece (field 1) claiming 22 MB in a 9-byte file made the library's
+  // protobuf reserve 22 MB before failing; the framing is checked first.
+  write(dir / "tokenizer.model", std::string("\x0a\xec\x9a\xc0\x0a\x0a\x01\x61\x15", 9));
+  CHECK_THAT(error_of([&] { SentencePieceTokenizer t((dir / "tokenizer.model").string(), "Llama2Tokenizer"); }),
+             Contains("is not a SentencePiece model") && Contains("field 1 at byte 0 claims more bytes than the file has"));
   fs::remove_all(dir);
 }
 
