@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <filesystem>
 
-#include "core/logging.h"
 #include "tests/fuzz/fuzz_contract.h"
 #include "training/checkpointing/checkpoint.h"
 #include "training/checkpointing/checkpoint_architecture.h"
@@ -16,8 +15,7 @@
 #include "training/checkpointing/tensor_file.h"
 
 STRATA_FUZZ_TARGET(ckpt_manifest) {
-  static const bool quiet = (strata::log::set_level("off"), true);
-  (void)quiet;
+  strata::fuzz::quiet_logs();
   static const std::unique_ptr<strata::TensorFileIO> io = strata::make_default_tensor_file_io();
   const std::filesystem::path load_dir = strata::fuzz::scratch_dir() / "ckpt";
   const std::filesystem::path iter_dir = load_dir / "iter_0000001";

@@ -9,13 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "core/logging.h"
 #include "tests/fuzz/fuzz_contract.h"
 #include "training/config/config.h"
 
 STRATA_FUZZ_TARGET(config_yaml) {
-  static const bool quiet = (strata::log::set_level("off"), true);
-  (void)quiet;
+  strata::fuzz::quiet_logs();
   const std::string input(reinterpret_cast<const char*>(data), size);
   const std::string marker = "\n#overrides\n";
   const size_t at = input.find(marker);

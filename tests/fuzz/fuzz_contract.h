@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/logging.h"
 
 #if !defined(STRATA_FUZZ_MAX_LEN) && !defined(STRATA_FUZZ_REPLAY)
 #error "STRATA_FUZZ_MAX_LEN comes from tests/fuzz/harnesses.txt (tests/fuzz/CMakeLists.txt)"
@@ -70,6 +71,15 @@ inline bool register_harness(const char* name, Harness h) { return harnesses().e
   std::abort();
 }
 #endif
+
+// The library's log lines off while fuzzing (they would cost more than the parse); the replay
+// build leaves the test process's logging as it is.
+inline void quiet_logs() {
+#ifndef STRATA_FUZZ_REPLAY
+  static const bool once = (log::set_level("off"), true);
+  (void)once;
+#endif
+}
 
 // Runs parse(): it must return or throw strata::Error. `must_name`: a text the error's message
 // must contain (the file name the harness gave the parser); empty: any message.

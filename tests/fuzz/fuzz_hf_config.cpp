@@ -7,15 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/logging.h"
 #include "tests/fuzz/fuzz_contract.h"
 #include "training/config/config.h"
 #include "training/hf/hf_format.h"
 #include "training/hf/hf_json_read.h"
 
 STRATA_FUZZ_TARGET(hf_config) {
-  static const bool quiet = (strata::log::set_level("off"), true);
-  (void)quiet;
+  strata::fuzz::quiet_logs();
   const std::string text(reinterpret_cast<const char*>(data), size);
   strata::fuzz::check_contract([&] {
     const std::string file = "hf/config.json";

@@ -8,13 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "core/logging.h"
 #include "tests/fuzz/fuzz_contract.h"
 #include "training/config/config.h"
 
 STRATA_FUZZ_TARGET(megatron_flags) {
-  static const bool quiet = (strata::log::set_level("off"), true);
-  (void)quiet;
+  strata::fuzz::quiet_logs();
   const std::string input(reinterpret_cast<const char*>(data), size);
   std::vector<std::string> args;
   for (size_t pos = 0; pos < input.size();) {
