@@ -35,7 +35,16 @@ BpeModel::BpeModel(const JsonNode& model) {
   }
   if (vocab_.empty()) vocab.fail("an empty vocabulary");
   id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
-  for (const auto& [token, id] : vocab_) id_to_token_[static_cast<size_t>(id)] = token;
+  std::vector<char> taken(static_cast<size_t>(max_id + 1), 0);
+  for (const auto& [token, id] : vocab_) {
+    // Two tokens with one id would make decoding that id a guess (the reference keeps whichever its
+    // hash map reverses last); no real vocabulary has them.
+    if (taken[static_cast<size_t>(id)])
+      vocab.fail("the tokens \"" + id_to_token_[static_cast<size_t>(id)] + "\" and \"" + token + "\" share id " +
+                 std::to_string(id));
+    taken[static_cast<size_t>(id)] = 1;
+    id_to_token_[static_cast<size_t>(id)] = token;
+  }
 
   if (auto unk = model.find("unk_token")) {
     auto it = vocab_.find(unk->str());

@@ -120,6 +120,11 @@ TEST_CASE("tokenizer.json errors name the file and the JSON path", "[tokenizer_h
   bad_merge["model"]["merges"][0] = "a q";
   CHECK_THAT(error_of([&] { from_json(bad_merge); }),
              Contains("at $.model.merges[0]: a merge of a token that is not in the vocabulary"));
+  // Found by fuzz_hf_tokenizer: two tokens with one id (decoding it named no token); refused by name.
+  json shared_id = j;
+  shared_id["model"]["vocab"]["zz"] = shared_id["model"]["vocab"]["a"];
+  CHECK_THAT(error_of([&] { from_json(shared_id); }),
+             Contains("test/tokenizer.json: at $.model.vocab: the tokens") && Contains(" share id "));
   json bert = j;
   bert["post_processor"] = {{"type", "BertProcessing"}};
   CHECK_THAT(error_of([&] { from_json(bert); }), Contains("at $.post_processor.type: post-processor \"BertProcessing\""));
