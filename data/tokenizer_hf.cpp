@@ -166,7 +166,14 @@ void HuggingFaceTokenizer::load(const std::string& tokenizer_json, const std::st
         }
         const JsonNode tok = specials.at(item.at("SpecialToken").at("id").str());
         const JsonNode ids = tok.at("ids");
-        for (size_t j = 0; j < ids.size(); ++j) (after ? template_after_ : template_before_).push_back(ids.at(j).integer());
+        for (size_t j = 0; j < ids.size(); ++j) {
+          const int64_t id = ids.at(j).integer();
+          // An id beyond the vocabulary would reach the embedding table out of range.
+          if (id < 0 || id >= vocab_size_)
+            ids.at(j).fail("template token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(vocab_size_) + ")");
+          (after ? template_after_ : template_before_).push_back(id);
+        }
       }
       if (!after) single.fail("the single template has no $A");
     } else if (type != "ByteLevel") {  // ByteLevel's post-processing only trims offsets

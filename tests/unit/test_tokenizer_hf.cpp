@@ -125,6 +125,14 @@ TEST_CASE("tokenizer.json errors name the file and the JSON path", "[tokenizer_h
   shared_id["model"]["vocab"]["zz"] = shared_id["model"]["vocab"]["a"];
   CHECK_THAT(error_of([&] { from_json(shared_id); }),
              Contains("test/tokenizer.json: at $.model.vocab: the tokens") && Contains(" share id "));
+  // Found by fuzz_hf_tokenizer: a template token id beyond the vocabulary was emitted by encode.
+  json far_template = j;
+  far_template["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {600}}, {"tokens", {"<s>"}}}}}}};
+  CHECK_THAT(error_of([&] { from_json(far_template); }),
+             Contains("at $.post_processor.special_tokens.<s>.ids[0]: template token id 600 is outside the vocabulary"));
   json bert = j;
   bert["post_processor"] = {{"type", "BertProcessing"}};
   CHECK_THAT(error_of([&] { from_json(bert); }), Contains("at $.post_processor.type: post-processor \"BertProcessing\""));
