@@ -86,7 +86,7 @@ def check_record(meta, top, indices=True):
     """ValueError unless the record has what the analyses read (docs/router_trace.md, "Records"):
     integer step and layer; rank, num_tokens, topk, mtp_idx, micro_batch integers when present;
     stage, block, phase strings; with indices, top_indices a [num_tokens][topk] list of ids in
-    0..MAX_EXPERT_ID; dropped, when present, [token, expert] pairs of such ids."""
+    0..MAX_EXPERT_ID; dropped, when present, [token, expert] pairs of the record's tokens and such ids."""
     for key in _INT_KEYS:
         if not _is_int(meta.get(key)):
             raise ValueError('"%s" is %s, not an integer' % (key, json.dumps(meta.get(key))))
@@ -112,6 +112,8 @@ def check_record(meta, top, indices=True):
         if not isinstance(dropped, list) or not all(
                 isinstance(p, list) and len(p) == 2 and all(_is_int(x) and x >= 0 for x in p) for p in dropped):
             raise ValueError('"dropped" is not a list of [token, expert] pairs')
+        if any(p[0] >= top.shape[0] for p in dropped):
+            raise ValueError("a token in dropped is outside 0..%d" % (top.shape[0] - 1))
         if any(p[1] > MAX_EXPERT_ID for p in dropped):
             raise ValueError("an expert id in dropped is outside 0..%d" % MAX_EXPERT_ID)
 

@@ -162,7 +162,8 @@ def test_bad_records():
         ({"top_indices": [[1, 2], [3, 10 ** 9]]}, "outside 0..65535"), ({"top_indices": [[1, 2], [3, -1]]}, "outside"),
         ({"layer": "x"}, '"layer" is "x"'), ({"step": None}, '"step" is null'), ({"block": 3}, "not a string"),
         ({"num_tokens": 3}, "not [num_tokens][topk]"), ({"dropped": [[0]]}, "pairs"),
-        ({"dropped": [[0, 70000]]}, "dropped is outside"),
+        ({"dropped": [[0, 70000]]}, "dropped is outside"), ({"dropped": [[2, 1]]}, "a token in dropped"),
+        ({"dropped": [[10 ** 30, 1]]}, "a token in dropped"),
     ]
     d = tempfile.mkdtemp()
     try:
