@@ -136,6 +136,7 @@ void HuggingFaceTokenizer::load(const std::string& tokenizer_json, const std::st
     for (auto& candidates : table)
       std::stable_sort(candidates.begin(), candidates.end(),
                        [&](int a, int b) { return added_[a].content.size() > added_[b].content.size(); });
+  if (auto list = root.find("added_tokens")) hf::check_id_range(max_id, model_->size() + added_.size(), *list);
   vocab_size_ = max_id + 1;
   id_to_added_.assign(static_cast<size_t>(vocab_size_), std::string());
   special_id_.assign(static_cast<size_t>(vocab_size_), false);

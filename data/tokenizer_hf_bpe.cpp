@@ -20,6 +20,13 @@ uint64_t pair_key(int64_t left, int64_t right) {
 
 }  // namespace
 
+void check_id_range(int64_t max_id, size_t named, const JsonNode& where) {
+  const int64_t n = static_cast<int64_t>(named);
+  if (max_id + 1 > std::max(2 * n, n + 1024))
+    where.fail("token ids reach " + std::to_string(max_id) + " but only " + std::to_string(n) +
+               " tokens are named: most of the id range would be unused (a corrupt id?)");
+}
+
 BpeModel::BpeModel(const JsonNode& model) {
   if (model.type() != "BPE")
     model.at("type").fail("model \"" + model.type() + "\" is not implemented (Strata has BPE)");
@@ -34,6 +41,7 @@ BpeModel::BpeModel(const JsonNode& model) {
     max_id = std::max(max_id, id);
   }
   if (vocab_.empty()) vocab.fail("an empty vocabulary");
+  check_id_range(max_id, vocab_.size(), vocab);
   id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
   std::vector<char> taken(static_cast<size_t>(max_id + 1), 0);
   for (const auto& [token, id] : vocab_) {

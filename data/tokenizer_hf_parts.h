@@ -104,6 +104,11 @@ class Decoder {
 };
 std::unique_ptr<Decoder> make_decoder(const JsonNode& node);
 
+// The id tables are dense (one entry per id up to the largest), so ids must not leave most of their
+// range unused: at most max(2 * `named`, named + 1024) ids for `named` tokens, else an error at
+// `where` (a corrupt id such as 2^31 - 1 would otherwise ask for gigabytes from a small file).
+void check_id_range(int64_t max_id, size_t named, const JsonNode& where);
+
 // The BPE model: vocabulary, merges by rank (applied lowest rank first, leftmost first), unknown
 // token (fused or not), byte fallback to <0xXX> tokens, ignore_merges, subword prefix/suffix.
 class BpeModel {
@@ -113,6 +118,7 @@ class BpeModel {
   void tokenize(std::string_view piece, std::vector<int64_t>& ids) const;
   std::optional<int64_t> token_to_id(const std::string& token) const;
   const std::vector<std::string>& id_to_token() const { return id_to_token_; }  // "" for unused ids
+  size_t size() const { return vocab_.size(); }                                  // the vocabulary's tokens
 
  private:
   void merge_word(std::string_view piece, std::vector<int64_t>& ids) const;

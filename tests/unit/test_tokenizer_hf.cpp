@@ -133,6 +133,11 @@ TEST_CASE("tokenizer.json errors name the file and the JSON path", "[tokenizer_h
       {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {600}}, {"tokens", {"<s>"}}}}}}};
   CHECK_THAT(error_of([&] { from_json(far_template); }),
              Contains("at $.post_processor.special_tokens.<s>.ids[0]: template token id 600 is outside the vocabulary"));
+  // Found by fuzz_hf_tokenizer (a timeout): one id near 2^31 made the dense id tables gigabytes.
+  json far_id = j;
+  far_id["model"]["vocab"]["zz"] = (int64_t{1} << 31) - 1;
+  CHECK_THAT(error_of([&] { from_json(far_id); }),
+             Contains("at $.model.vocab: token ids reach 2147483647 but only") && Contains("tokens are named"));
   json bert = j;
   bert["post_processor"] = {{"type", "BertProcessing"}};
   CHECK_THAT(error_of([&] { from_json(bert); }), Contains("at $.post_processor.type: post-processor \"BertProcessing\""));
