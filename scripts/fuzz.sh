@@ -75,10 +75,10 @@ for name in "${names[@]}"; do
     -artifact_prefix="$findings/" -print_final_stats=1 "${extra[@]}" > "$log" 2>&1
   status=$?
   set -e
-  runs=$(grep -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$log" || echo 0)
-  speed=$(grep -oP 'stat::average_exec_per_sec:\s*\K[0-9]+' "$log" || echo 0)
-  cov=$(grep -oP '^#[0-9]+.*\bcov: \K[0-9]+' "$log" | tail -1)
-  corpus=$(grep -oP '^#[0-9]+.*\bcorp: \K[0-9]+' "$log" | tail -1)
+  runs=$(grep -aoP 'stat::number_of_executed_units:\s*\K[0-9]+' "$log" || echo 0)
+  speed=$(grep -aoP 'stat::average_exec_per_sec:\s*\K[0-9]+' "$log" || echo 0)
+  cov=$(grep -aoP '^#[0-9]+.*\bcov: \K[0-9]+' "$log" | tail -1)
+  corpus=$(grep -aoP '^#[0-9]+.*\bcorp: \K[0-9]+' "$log" | tail -1)
   if ((status != 0)); then
     rc=1
     echo "fuzz $name: FINDING (exit $status) after $(( $(date +%s) - start )) s; the log: $log; the input:" \
