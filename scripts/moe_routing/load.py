@@ -49,23 +49,38 @@ def coactivation_pairs(top, E):
 
 
 class PairCounts:
-    """Counts of pair codes, sparse: the pairs seen, not E * E (a trace naming expert 65535 would
-    otherwise ask for 32 GiB of counts per layer). codes ascending, counts[i] of codes[i]."""
+    """Counts of pair codes a * E + b: a dense array of E * E counts while that is at most
+    DENSE_PAIRS (one bincount a record), else sparse, the pairs seen (a trace naming expert 65535
+    would otherwise ask for 32 GiB of counts a layer). nonzero(): codes ascending and their counts."""
+    DENSE_PAIRS = 1 << 22
 
-    def __init__(self):
-        self.codes = np.zeros(0, dtype=np.int64)
-        self.counts = np.zeros(0, dtype=np.int64)
+    def __init__(self, E):
+        self.size = E * E
+        self.counts = np.zeros(self.size, dtype=np.int64) if self.size <= self.DENSE_PAIRS else None
+        self.codes = None if self.counts is not None else np.zeros(0, dtype=np.int64)
+        self.sparse = np.zeros(0, dtype=np.int64)
 
     def add(self, codes):
+        if self.counts is not None:
+            self.counts += np.bincount(codes, minlength=self.size)
+            return
         u, c = np.unique(codes, return_counts=True)
         merged, inverse = np.unique(np.concatenate([self.codes, u]), return_inverse=True)
         counts = np.zeros(merged.size, dtype=np.int64)
-        np.add.at(counts, inverse, np.concatenate([self.counts, c]))
-        self.codes, self.counts = merged, counts
+        np.add.at(counts, inverse, np.concatenate([self.sparse, c]))
+        self.codes, self.sparse = merged, counts
 
-    def dense(self, E):
-        out = np.zeros(E * E, dtype=np.int64)
-        out[self.codes] = self.counts
+    def nonzero(self):
+        if self.counts is not None:
+            codes = np.flatnonzero(self.counts)
+            return codes, self.counts[codes]
+        return self.codes, self.sparse
+
+    def dense(self):
+        if self.counts is not None:
+            return self.counts
+        out = np.zeros(self.size, dtype=np.int64)
+        out[self.codes] = self.sparse
         return out
 
 
@@ -102,7 +117,7 @@ class LoadStats:
         b[0] += c
         b[1] += top.shape[0]
         if lk not in self.coact:
-            self.coact[lk] = [PairCounts(), np.zeros(E, np.int64)]
+            self.coact[lk] = [PairCounts(E), np.zeros(E, np.int64)]
         self.coact[lk][0].add(coactivation_pairs(top, E))
         self.coact[lk][1] += np.bincount(top.ravel(), minlength=E)
         self.tokens[lk] = self.tokens.get(lk, 0) + top.shape[0]
@@ -148,11 +163,12 @@ def report(stats):
     for lk in sorted(stats.coact, key=trace.key_order):
         pairs, single = stats.coact[lk]
         T = stats.tokens[lk]
-        if T == 0 or not pairs.counts.any():
+        codes, counts = pairs.nonzero()
+        if T == 0 or not counts.size:
             continue
-        top = int(pairs.counts.argmax())  # the first of the most frequent, in code order
-        n = pairs.counts[top]
-        a, b = divmod(int(pairs.codes[top]), stats.E)
+        top = int(counts.argmax())  # the first of the most frequent, in code order
+        n = counts[top]
+        a, b = divmod(int(codes[top]), stats.E)
         lift = n * T / (single[a] * single[b])
         print("  %8s | experts %d+%d | %.3f | lift %.2f" % (trace.key_label(lk), a, b, n / T, lift))
 
@@ -173,8 +189,8 @@ def write_outputs(args, stats):
     with open(os.path.join(d, "coactivation_per_layer.csv"), "w") as f:
         f.write("block,mtp_idx,layer,expert_a,expert_b,count\n")
         for lk in sorted(stats.coact, key=trace.key_order):
-            pairs = stats.coact[lk][0]
-            for code, n in zip(pairs.codes.tolist(), pairs.counts.tolist()):
+            codes, counts = stats.coact[lk][0].nonzero()
+            for code, n in zip(codes.tolist(), counts.tolist()):
                 if n:
                     a, b = divmod(code, stats.E)
                     f.write("%s,%s,%d,%d,%d,%d\n" % (lk[0], lk[1], lk[2], a, b, n))
@@ -210,7 +226,7 @@ def write_plots(d, stats):
         return
     for lk, (pairs, single) in stats.coact.items():
         T = stats.tokens[lk]
-        m = pairs.dense(stats.E).reshape(stats.E, stats.E).astype(float)
+        m = pairs.dense().reshape(stats.E, stats.E).astype(float)
         m = m + m.T
         m[np.diag_indices(stats.E)] = single
         plots.coactivation(d, trace.key_label(lk), m / max(T, 1))

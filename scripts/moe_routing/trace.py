@@ -75,7 +75,7 @@ def _slow(line):
 
 
 def _int_or_zero(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+    return v if _is_int(v) and v >= 0 else 0
 
 
 def _is_int(v):
